@@ -1,0 +1,354 @@
+// Heartbeat benchmark: one command, its own server and database.
+//
+//   npm run bench:heartbeat [-- --providers 5000 --connections 64 --seconds 20 --warmup 3 --servers 1]
+//
+// - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
+//   otherwise a real embedded PostgreSQL in .data/bench-pg.
+// - Server: `src/main.ts` in child processes (--servers, default 1) on free
+//   loopback ports with SVC_RATE_LIMITS=off (the documented limits stay the
+//   default elsewhere) and LOG_LEVEL=warn (no per-request log line). With
+//   several, the generator spreads its connections over them like a load
+//   balancer, so a provider's beats land on different processes.
+// - Providers: registered over HTTP and approved in one SQL statement; each
+//   sends one first heartbeat (the synchronous, state-changing path: measured
+//   apart), then all of them beat round-robin for the measured run.
+// - Load: a hand-rolled HTTP/1.1 generator on raw keep-alive sockets (one
+//   request in flight per connection, pre-built request bytes per provider), so
+//   the client spends as little of the machine as possible.
+// - Afterwards it checks that every provider's last_heartbeat was written.
+// The last line printed is one JSON object with the figures.
+import { spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { connect } from "../src/db/index.js";
+import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
+import { createLogger } from "../src/log.js";
+
+const { values: args } = parseArgs({
+  options: {
+    providers: { type: "string", default: "5000" },
+    connections: { type: "string", default: "64" },
+    seconds: { type: "string", default: "20" },
+    warmup: { type: "string", default: "3" },
+    // Server processes behind the generator, which spreads its connections over
+    // them like a load balancer (the service is stateless; PostgreSQL is shared).
+    servers: { type: "string", default: "1" },
+  },
+});
+const PROVIDERS = Number(args.providers);
+const CONNECTIONS = Number(args.connections);
+const SECONDS = Number(args.seconds);
+const WARMUP_SECONDS = Number(args.warmup);
+const SERVERS = Number(args.servers);
+const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
+const HMAC_SECRET = crypto.randomBytes(24).toString("hex");
+
+const note = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitReady(base: string, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
+    try {
+      const r = await fetch(`${base}/readyz`);
+      if (r.status === 200) return;
+    } catch {
+      /* not listening yet */
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error("server did not become ready within 60 s");
+}
+
+/** Runs `fn` over 0..n-1 with `concurrency` in flight. */
+async function pool(n: number, concurrency: number, fn: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < n) await fn(next++);
+    }),
+  );
+}
+
+function gpuStatus(i: number) {
+  const vram = [24564, 49140, 81559, 12288][i % 4];
+  return {
+    gpu_name: ["NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3060"][i % 4],
+    gpu_vram_mib: vram,
+    driver_version: "550.54.14",
+    gpu_util_pct: (i * 7) % 100,
+    temp_c: 45 + (i % 30),
+    power_w: 120 + (i % 200),
+    free_vram_mib: Math.floor(vram * 0.8),
+    daemon_version: "3.2.0",
+    python_version: "3.11.8",
+    os_info: "Ubuntu 22.04.4 LTS",
+    compute_capability: "8.9",
+    cuda_version: "12.4",
+    gpu_count: 1,
+    all_gpus: [{ index: 0, name: "gpu0", vram_mib: vram, util_pct: (i * 7) % 100, temp_c: 45 + (i % 30) }],
+  };
+}
+
+function heartbeatBody(key: string, i: number): string {
+  return JSON.stringify({
+    api_key: key,
+    gpu_status: gpuStatus(i),
+    uptime: 3600 + i,
+    provider_hostname: `rig-${i}`,
+    cached_models: ["llama-3-8b-instruct"],
+  });
+}
+
+function requestBytes(port: number, body: string): Buffer {
+  const b = Buffer.from(body);
+  return Buffer.concat([
+    Buffer.from(
+      `POST /api/providers/heartbeat HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n`,
+    ),
+    b,
+  ]);
+}
+
+interface RunResult {
+  requests: number;
+  ok: number;
+  nonOk: number;
+  statuses: Record<string, number>;
+  latenciesMs: Float64Array;
+  elapsedS: number;
+}
+
+/**
+ * Keep-alive connections, one request in flight each, for `seconds`.
+ * Requests started after the deadline are not sent; the figures count
+ * responses received within the run.
+ */
+function runLoad(ports: number[], requests: Buffer[], connections: number, seconds: number, record: boolean, maxRequests = Infinity): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    let next = 0;
+    let open = connections;
+    let ok = 0;
+    let nonOk = 0;
+    const statuses: Record<string, number> = {};
+    let lat = new Float64Array(1 << 20);
+    let n = 0;
+    const started = performance.now();
+    const deadline = started + seconds * 1000;
+    for (let c = 0; c < connections; c++) {
+      const sock = net.connect(ports[c % ports.length], "127.0.0.1");
+      sock.setNoDelay(true);
+      let buf = Buffer.alloc(0);
+      let sentAt = 0;
+      const send = () => {
+        if (performance.now() >= deadline || next >= maxRequests) {
+          sock.end();
+          return;
+        }
+        const req = requests[next++ % requests.length];
+        sentAt = performance.now();
+        sock.write(req);
+      };
+      sock.on("connect", send);
+      sock.on("data", (chunk) => {
+        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+        for (;;) {
+          const headEnd = buf.indexOf("\r\n\r\n");
+          if (headEnd < 0) return;
+          const head = buf.subarray(0, headEnd).toString("latin1");
+          const m = /content-length:\s*(\d+)/i.exec(head);
+          const len = m ? Number(m[1]) : 0;
+          if (buf.length < headEnd + 4 + len) return;
+          const status = head.slice(9, 12);
+          buf = buf.subarray(headEnd + 4 + len);
+          if (status === "200") ok++;
+          else nonOk++;
+          statuses[status] = (statuses[status] ?? 0) + 1;
+          if (record) {
+            if (n === lat.length) {
+              const bigger = new Float64Array(lat.length * 2);
+              bigger.set(lat);
+              lat = bigger;
+            }
+            lat[n++] = performance.now() - sentAt;
+          }
+          send();
+        }
+      });
+      sock.on("error", reject);
+      sock.on("close", () => {
+        if (--open === 0) {
+          resolve({ requests: ok + nonOk, ok, nonOk, statuses, latenciesMs: lat.subarray(0, n), elapsedS: (performance.now() - started) / 1000 });
+        }
+      });
+    }
+  });
+}
+
+function percentile(sorted: Float64Array, p: number): number {
+  if (sorted.length === 0) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return Math.round(sorted[i] * 1000) / 1000;
+}
+
+async function main() {
+  const log = createLogger("silent");
+  let embedded: EmbeddedServer | undefined;
+  let baseUrl = process.env.DATABASE_URL;
+  const databaseKind = baseUrl ? "DATABASE_URL" : "embedded";
+  if (!baseUrl) {
+    note("starting embedded PostgreSQL in .data/bench-pg");
+    embedded = await startEmbedded(path.resolve(".data/bench-pg"), log, 54500);
+    baseUrl = embedded.url;
+  }
+  const dbName = `svc_bench_${crypto.randomBytes(5).toString("hex")}`;
+  const admin = connect(baseUrl, 1);
+  await admin.unsafe(`CREATE DATABASE ${dbName}`);
+  const dbUrl = new URL(baseUrl);
+  dbUrl.pathname = `/${dbName}`;
+  const sql = connect(dbUrl.toString(), 2);
+
+  const ports: number[] = [];
+  for (let i = 0; i < SERVERS; i++) ports.push(await freePort());
+  const port = ports[0];
+  const base = `http://127.0.0.1:${port}`;
+  // BENCH_NODE_ARGS: extra flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=.data/prof".
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  const children = ports.map((p) =>
+    spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/main.ts"], {
+      env: {
+        ...process.env,
+        NODE_ENV: "development",
+        DATABASE_URL: dbUrl.toString(),
+        PORT: String(p),
+        HOST: "127.0.0.1",
+        SVC_ADMIN_TOKEN: ADMIN_TOKEN,
+        SVC_HMAC_SECRET: HMAC_SECRET,
+        SVC_RATE_LIMITS: "off",
+        LOG_LEVEL: "warn",
+      },
+      stdio: ["ignore", "inherit", "inherit"],
+    }),
+  );
+  let result: Record<string, unknown> | undefined;
+  try {
+    // One at a time: the first applies the migrations.
+    for (let i = 0; i < children.length; i++) await waitReady(`http://127.0.0.1:${ports[i]}`, children[i]);
+
+    note(`registering ${PROVIDERS} providers over HTTP`);
+    const keys: string[] = new Array(PROVIDERS);
+    const ids: number[] = new Array(PROVIDERS);
+    const regStarted = performance.now();
+    await pool(PROVIDERS, 64, async (i) => {
+      const r = await fetch(`${base}/api/providers/register`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: `bench-rig-${i}`, email: `bench-${i}@bench.example.com`, gpu_model: gpuStatus(i).gpu_name, os: "linux" }),
+      });
+      const body = (await r.json()) as { api_key: string; provider_id: number };
+      if (r.status !== 200) throw new Error(`register ${i}: ${r.status} ${JSON.stringify(body)}`);
+      keys[i] = body.api_key;
+      ids[i] = body.provider_id;
+    });
+    // Approved in one statement: the admin approval path has its own tests, and
+    // thousands of audited transactions would only lengthen the setup.
+    await sql`UPDATE providers SET approval_status = 'approved', approved_at = now() WHERE id = ANY(${ids}::bigint[])`;
+    note(`registered and approved in ${((performance.now() - regStarted) / 1000).toFixed(1)} s`);
+    if (ids.length !== new Set(ids).size) throw new Error("duplicate provider ids");
+
+    const requests = keys.map((k, i) => requestBytes(port, heartbeatBody(k, i)));
+    // First beats: every one moves a provider registered -> online synchronously.
+    note("first heartbeats (state-changing, synchronous path)");
+    const first = await runFirstBeats(ports, requests, CONNECTIONS);
+
+    note(`warm-up ${WARMUP_SECONDS} s`);
+    await runLoad(ports, requests, CONNECTIONS, WARMUP_SECONDS, false);
+    const [{ t0 }] = await sql<{ t0: Date }[]>`SELECT now() AS t0`;
+    note(`measuring ${SECONDS} s with ${CONNECTIONS} connections over ${PROVIDERS} providers`);
+    const cpuOfServers = () => children.reduce((t, c) => t + (cpuSecondsOf(c.pid) ?? NaN), 0);
+    const cpuBefore = cpuOfServers();
+    const run = await runLoad(ports, requests, CONNECTIONS, SECONDS, true);
+    const cpuAfter = cpuOfServers();
+    await new Promise((r) => setTimeout(r, 1000)); // let the last batch land
+    const [check] = await sql<{ updated: number; online: number }[]>`
+      SELECT count(*) FILTER (WHERE last_heartbeat >= ${t0})::int AS updated, count(*) FILTER (WHERE status = 'online')::int AS online
+      FROM providers`;
+    const sorted = Float64Array.from(run.latenciesMs).sort();
+    const cpus = os.cpus();
+    result = {
+      benchmark: "heartbeat",
+      providers: PROVIDERS,
+      server_processes: SERVERS,
+      connections: CONNECTIONS,
+      duration_s: Math.round(run.elapsedS * 100) / 100,
+      requests: run.requests,
+      ok: run.ok,
+      non_200: run.nonOk,
+      statuses: run.statuses,
+      heartbeats_per_s: Math.round(run.ok / run.elapsedS),
+      p50_ms: percentile(sorted, 50),
+      p90_ms: percentile(sorted, 90),
+      p99_ms: percentile(sorted, 99),
+      max_ms: percentile(sorted, 100),
+      server_cpu_us_per_heartbeat:
+        Number.isFinite(cpuAfter - cpuBefore) ? Math.round(((cpuAfter - cpuBefore) * 1e6) / Math.max(1, run.requests)) : null,
+      load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
+      first_beats: first,
+      verified: { providers_written_during_run: check.updated, providers_online: check.online },
+      machine: { cpus: cpus.length, cpu_model: cpus[0]?.model ?? "unknown", memory_gb: Math.round(os.totalmem() / 2 ** 30), node: process.version },
+      database: databaseKind,
+    };
+  } finally {
+    for (const child of children) child.kill("SIGTERM");
+    await Promise.all(children.map((child) => new Promise((r) => (child.exitCode !== null ? r(null) : child.once("exit", r)))));
+    await sql.end();
+    await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+    await admin.end();
+    await embedded?.stop();
+  }
+  console.log(JSON.stringify(result));
+}
+
+/** Each provider's first beat once, `connections` at a time; figures for that phase alone. */
+async function runFirstBeats(ports: number[], requests: Buffer[], connections: number) {
+  const run = await runLoad(ports, requests, Math.min(connections, requests.length), 600, true, requests.length);
+  const sorted = Float64Array.from(run.latenciesMs).sort();
+  return {
+    beats: run.requests,
+    statuses: run.statuses,
+    per_s: Math.round(run.requests / run.elapsedS),
+    p50_ms: percentile(sorted, 50),
+    p99_ms: percentile(sorted, 99),
+  };
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+function cpuSecondsOf(pid: number | undefined): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+  } catch {
+    return undefined;
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

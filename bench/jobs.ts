@@ -1,0 +1,404 @@
+// Jobs benchmark: submit throughput and submit -> assignment latency as seen by
+// connected daemons. One command, its own servers and database.
+//
+//   npm run bench:jobs [-- --renters 200 --providers 100 --processes 1 --connections 32 --seconds 15 --warmup 3]
+//
+// - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
+//   otherwise a real embedded PostgreSQL in .data/bench-pg.
+// - Servers: `--processes` copies of `src/main.ts` (child processes, one port
+//   each, all on the one database) with SVC_RATE_LIMITS=off (the documented
+//   10 submits/min per key would otherwise be the whole benchmark) and
+//   LOG_LEVEL=warn.
+// - Renters: registered and topped up over HTTP (default quotas apply).
+// - Providers: registered, approved through the admin API and online by
+//   heartbeat, each reporting 1024 GPUs so that nothing queues: the run
+//   measures submit and assignment, not capacity. Every provider holds a gRPC
+//   daemon stream (DaemonService.Connect), spread over the processes, so a
+//   submit is usually answered by one process while the daemon that gets the
+//   job is connected to another (LISTEN/NOTIFY across processes).
+// - Load: keep-alive HTTP/1.1 connections on raw sockets, one submit in flight
+//   each, rotating over the renters (benchmark jobs of 0.01 min, 1 halala).
+// - Figures: submit latency (request sent -> 201 read), and assignment
+//   latency (request sent -> the `job` message read on the daemon stream;
+//   also from the 201 read, which may be negative when the push wins).
+// - Afterwards: every 201 is one pending job, the held sum equals the jobs'
+//   estimates, and the ledger's invariants hold.
+// The last line printed is one JSON object with the figures.
+import { spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import * as grpc from "@grpc/grpc-js";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../gen/svc/v1/daemon_pb.js";
+import { connect } from "../src/db/index.js";
+import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
+import { ledgerProblems } from "../src/domain/ledger.js";
+import { createLogger } from "../src/log.js";
+
+const { values: args } = parseArgs({
+  options: {
+    renters: { type: "string", default: "200" },
+    providers: { type: "string", default: "100" },
+    processes: { type: "string", default: "1" },
+    connections: { type: "string", default: "32" },
+    seconds: { type: "string", default: "15" },
+    warmup: { type: "string", default: "3" },
+  },
+});
+const RENTERS = Number(args.renters);
+const PROVIDERS = Number(args.providers);
+const PROCESSES = Number(args.processes);
+const CONNECTIONS = Number(args.connections);
+const SECONDS = Number(args.seconds);
+const WARMUP_SECONDS = Number(args.warmup);
+const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
+const GPUS_PER_PROVIDER = 1024;
+
+const note = (msg: string) => process.stderr.write(`[bench:jobs] ${msg}\n`);
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitReady(base: string, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
+    try {
+      if ((await fetch(`${base}/readyz`)).status === 200) return;
+    } catch {
+      /* not listening yet */
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error("server did not become ready within 60 s");
+}
+
+async function pool(n: number, concurrency: number, fn: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < n) await fn(next++);
+  }));
+}
+
+async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
+  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const json = (await r.json()) as Record<string, unknown>;
+  if (r.status >= 300) throw new Error(`${url}: ${r.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+function heartbeat(base: string, key: string, i: number) {
+  return post(`${base}/api/providers/heartbeat`, {
+    api_key: key,
+    gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: GPUS_PER_PROVIDER, daemon_version: "3.2.0", cuda_version: "12.4" },
+    uptime: 3600 + i,
+  });
+}
+
+// ---- daemon streams (grpc-js, messages serialised with protobuf-es) ----
+
+const connectMethod = DaemonService.method.connect;
+const StreamClient = grpc.makeGenericClientConstructor(
+  {
+    connect: {
+      path: `/${DaemonService.typeName}/${connectMethod.name}`,
+      requestStream: true,
+      responseStream: true,
+      requestSerialize: (m: unknown) => Buffer.from(toBinary(DaemonMessageSchema, m as never)),
+      requestDeserialize: (b: Buffer) => fromBinary(DaemonMessageSchema, b),
+      responseSerialize: (m: unknown) => Buffer.from(toBinary(ServerMessageSchema, m as never)),
+      responseDeserialize: (b: Buffer) => fromBinary(ServerMessageSchema, b),
+    },
+  },
+  "DaemonService",
+);
+
+interface Daemon {
+  close(): void;
+}
+
+/** A connected daemon: says hello, resolves on welcome, reports each pushed job id. */
+function openDaemon(port: number, key: string, onJob: (jobId: string) => void): Promise<Daemon> {
+  return new Promise((resolve, reject) => {
+    const client = new StreamClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure()) as unknown as {
+      connect(md: grpc.Metadata): grpc.ClientDuplexStream<unknown, ServerMessage>;
+      close(): void;
+    };
+    const md = new grpc.Metadata();
+    md.set("x-provider-key", key);
+    const call = client.connect(md);
+    let welcomed = false;
+    call.on("data", (m: ServerMessage) => {
+      if (m.kind.case === "job") onJob(m.kind.value.jobId);
+      else if (m.kind.case === "welcome" && !welcomed) {
+        welcomed = true;
+        resolve({ close: () => (call.end(), client.close()) });
+      }
+    });
+    call.on("error", (err) => {
+      if (!welcomed) reject(err);
+    });
+    call.write(create(DaemonMessageSchema, { kind: { case: "hello", value: { daemonVersion: "3.2.0" } } }));
+  });
+}
+
+// ---- load ----
+
+function submitRequest(port: number, renterKey: string): Buffer {
+  const body = Buffer.from(JSON.stringify({ job_type: "benchmark", duration_minutes: 0.01, params: { suite: "quick" } }));
+  return Buffer.concat([
+    Buffer.from(
+      `POST /api/jobs/submit HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nx-renter-key: ${renterKey}\r\nContent-Length: ${body.length}\r\n\r\n`,
+    ),
+    body,
+  ]);
+}
+
+interface Sample {
+  sentAt: number;
+  answeredAt: number;
+}
+
+interface LoadResult {
+  ok: number;
+  statuses: Record<string, number>;
+  latenciesMs: number[];
+  elapsedS: number;
+}
+
+/** Keep-alive sockets, one submit in flight each, for `seconds`; submits sent after the deadline are not made. */
+function runLoad(ports: number[], requests: Buffer[][], connections: number, seconds: number, samples: Map<string, Sample> | undefined): Promise<LoadResult> {
+  return new Promise((resolve, reject) => {
+    let next = 0;
+    let open = connections;
+    let ok = 0;
+    const statuses: Record<string, number> = {};
+    const latenciesMs: number[] = [];
+    const started = performance.now();
+    const deadline = started + seconds * 1000;
+    for (let c = 0; c < connections; c++) {
+      const p = c % ports.length;
+      const sock = net.connect(ports[p], "127.0.0.1");
+      sock.setNoDelay(true);
+      let buf = Buffer.alloc(0);
+      let sentAt = 0;
+      const send = () => {
+        if (performance.now() >= deadline) return void sock.end();
+        const reqs = requests[p];
+        sentAt = performance.now();
+        sock.write(reqs[next++ % reqs.length]);
+      };
+      sock.on("connect", send);
+      sock.on("data", (chunk) => {
+        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+        for (;;) {
+          const headEnd = buf.indexOf("\r\n\r\n");
+          if (headEnd < 0) return;
+          const head = buf.subarray(0, headEnd).toString("latin1");
+          const len = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
+          if (buf.length < headEnd + 4 + len) return;
+          const answeredAt = performance.now();
+          const status = head.slice(9, 12);
+          const body = buf.subarray(headEnd + 4, headEnd + 4 + len);
+          buf = buf.subarray(headEnd + 4 + len);
+          statuses[status] = (statuses[status] ?? 0) + 1;
+          if (status === "201") {
+            ok++;
+            if (samples) {
+              latenciesMs.push(answeredAt - sentAt);
+              const jobId = /"job_id":"(job-[^"]+)"/.exec(body.toString("utf8"))?.[1];
+              if (jobId) samples.set(jobId, { sentAt, answeredAt });
+            }
+          }
+          send();
+        }
+      });
+      sock.on("error", reject);
+      sock.on("close", () => {
+        if (--open === 0) resolve({ ok, statuses, latenciesMs, elapsedS: (performance.now() - started) / 1000 });
+      });
+    }
+  });
+}
+
+function percentile(values: number[], p: number): number | null {
+  if (values.length === 0) return null;
+  const sorted = Float64Array.from(values).sort();
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return Math.round(sorted[i] * 1000) / 1000;
+}
+
+async function main() {
+  const log = createLogger("silent");
+  let embedded: EmbeddedServer | undefined;
+  let baseUrl = process.env.DATABASE_URL;
+  const databaseKind = baseUrl ? "DATABASE_URL" : "embedded";
+  if (!baseUrl) {
+    note("starting embedded PostgreSQL in .data/bench-pg");
+    embedded = await startEmbedded(path.resolve(".data/bench-pg"), log, 54500);
+    baseUrl = embedded.url;
+  }
+  const dbName = `svc_bench_jobs_${crypto.randomBytes(5).toString("hex")}`;
+  const admin = connect(baseUrl, 1);
+  await admin.unsafe(`CREATE DATABASE ${dbName}`);
+  const dbUrl = new URL(baseUrl);
+  dbUrl.pathname = `/${dbName}`;
+  const sql = connect(dbUrl.toString(), 2);
+
+  const ports: number[] = [];
+  const children: ChildProcess[] = [];
+  const daemons: Daemon[] = [];
+  const hmac = crypto.randomBytes(24).toString("hex");
+  let result: Record<string, unknown> | undefined;
+  try {
+    for (let i = 0; i < PROCESSES; i++) {
+      const port = await freePort();
+      // BENCH_NODE_ARGS: extra flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=.data/prof".
+      const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
+      const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/main.ts"], {
+        env: {
+          ...process.env,
+          NODE_ENV: "development",
+          DATABASE_URL: dbUrl.toString(),
+          PORT: String(port),
+          HOST: "127.0.0.1",
+          SVC_ADMIN_TOKEN: ADMIN_TOKEN,
+          SVC_HMAC_SECRET: hmac,
+          SVC_RATE_LIMITS: "off",
+          LOG_LEVEL: "warn",
+        },
+        stdio: ["ignore", "inherit", "inherit"],
+      });
+      children.push(child);
+      ports.push(port);
+      await waitReady(`http://127.0.0.1:${port}`, child); // one at a time: migrations run once
+    }
+    const base = `http://127.0.0.1:${ports[0]}`;
+
+    note(`registering ${RENTERS} renters and ${PROVIDERS} providers over HTTP`);
+    const renterKeys: string[] = new Array(RENTERS);
+    await pool(RENTERS, 16, async (i) => {
+      const r = await post(`${base}/api/renters/register`, { name: `bench-renter-${i}`, email: `renter-${i}@bench.example.com` });
+      renterKeys[i] = r.api_key as string;
+      await post(`${base}/api/renters/topup`, { amount_halala: 1_000_000 }, { "x-renter-key": renterKeys[i] });
+    });
+    const providerKeys: string[] = new Array(PROVIDERS);
+    await pool(PROVIDERS, 16, async (i) => {
+      const r = await post(`${base}/api/providers/register`, { name: `bench-rig-${i}`, email: `rig-${i}@bench.example.com`, gpu_model: "NVIDIA H100 80GB HBM3", os: "linux" });
+      providerKeys[i] = r.api_key as string;
+      await post(`${base}/api/admin/providers/${r.provider_id}/approve`, {}, { "x-admin-token": ADMIN_TOKEN });
+      await heartbeat(base, providerKeys[i], i);
+    });
+
+    const received = new Map<string, number>();
+    note(`opening ${PROVIDERS} daemon streams over ${PROCESSES} process(es)`);
+    await pool(PROVIDERS, 16, async (i) => {
+      daemons.push(await openDaemon(ports[(i + 1) % PROCESSES], providerKeys[i], (jobId) => received.set(jobId, performance.now())));
+    });
+
+    const requests = ports.map((port) => renterKeys.map((k) => submitRequest(port, k)));
+    const beat = () => pool(PROVIDERS, 16, (i) => heartbeat(base, providerKeys[i], i).then(() => undefined));
+    await beat();
+    note(`warm-up ${WARMUP_SECONDS} s`);
+    await runLoad(ports, requests, CONNECTIONS, WARMUP_SECONDS, undefined);
+    await beat();
+    const [{ before }] = await sql<{ before: number }[]>`SELECT count(*)::int AS before FROM jobs`;
+    note(`measuring ${SECONDS} s with ${CONNECTIONS} connections`);
+    const samples = new Map<string, Sample>();
+    const cpuBefore = children.map((c) => cpuSecondsOf(c.pid));
+    const run = await runLoad(ports, requests, CONNECTIONS, SECONDS, samples);
+    const cpuAfter = children.map((c) => cpuSecondsOf(c.pid));
+    const serverCpu = cpuAfter.every((v, i) => v !== undefined && cpuBefore[i] !== undefined)
+      ? cpuAfter.reduce((sum: number, v, i) => sum + (v! - cpuBefore[i]!), 0)
+      : undefined;
+    await new Promise((r) => setTimeout(r, 1000)); // the last pushes in flight
+
+    const fromSend: number[] = [];
+    const fromAnswer: number[] = [];
+    let seen = 0;
+    for (const [jobId, s] of samples) {
+      const at = received.get(jobId);
+      if (at === undefined) continue;
+      seen++;
+      fromSend.push(at - s.sentAt);
+      fromAnswer.push(at - s.answeredAt);
+    }
+    const [check] = await sql<{ jobs: number; pending: number; queued: number; held: number; estimates: number }[]>`
+      SELECT count(*)::int AS jobs, count(*) FILTER (WHERE status = 'pending')::int AS pending,
+             count(*) FILTER (WHERE status = 'queued')::int AS queued,
+             (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'renter_held')::bigint AS held,
+             coalesce(sum(cost_halala), 0)::bigint AS estimates
+      FROM jobs`;
+    const problems = await ledgerProblems(sql);
+    const cpus = os.cpus();
+    result = {
+      benchmark: "jobs",
+      renters: RENTERS,
+      providers: PROVIDERS,
+      daemon_streams: daemons.length,
+      processes: PROCESSES,
+      connections: CONNECTIONS,
+      duration_s: Math.round(run.elapsedS * 100) / 100,
+      submits: run.ok,
+      statuses: run.statuses,
+      submits_per_s: Math.round(run.ok / run.elapsedS),
+      submit_p50_ms: percentile(run.latenciesMs, 50),
+      submit_p90_ms: percentile(run.latenciesMs, 90),
+      submit_p99_ms: percentile(run.latenciesMs, 99),
+      submit_max_ms: percentile(run.latenciesMs, 100),
+      assignments_seen_by_daemons: seen,
+      assign_visible_p50_ms: percentile(fromSend, 50),
+      assign_visible_p99_ms: percentile(fromSend, 99),
+      assign_after_201_p50_ms: percentile(fromAnswer, 50),
+      assign_after_201_p99_ms: percentile(fromAnswer, 99),
+      server_cpu_ms_per_submit: serverCpu === undefined ? null : Math.round((serverCpu * 1e5) / Math.max(1, run.ok)) / 100,
+      load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
+      verified: {
+        jobs_created_during_run: check.jobs - before,
+        pending: check.pending,
+        queued: check.queued,
+        held_equals_estimates: Number(check.held) === Number(check.estimates),
+        ledger_problems: problems.length,
+      },
+      machine: { cpus: cpus.length, cpu_model: cpus[0]?.model ?? "unknown", memory_gb: Math.round(os.totalmem() / 2 ** 30), node: process.version },
+      database: databaseKind,
+    };
+  } finally {
+    for (const d of daemons) d.close();
+    for (const child of children) child.kill("SIGTERM");
+    await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))));
+    await sql.end();
+    await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+    await admin.end();
+    await embedded?.stop();
+  }
+  console.log(JSON.stringify(result));
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+function cpuSecondsOf(pid: number | undefined): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return undefined;
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,210 @@
+// Every environment variable the service reads, validated once at start.
+import crypto from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { parseVersion } from "./domain/versions.js";
+import { parseTokenRates, type TokenRates } from "./domain/token-pricing.js";
+
+export interface Config {
+  production: boolean;
+  port: number;
+  host: string;
+  databaseUrl: string | undefined;
+  dataDir: string;
+  logLevel: string;
+  rateLimits: boolean;
+  adminToken: string;
+  hmacSecret: string;
+  paymentGatewaySecretKey: string | undefined;
+  paymentGatewayWebhookSecret: string | undefined;
+  paymentGatewayUrl: string;
+  emailApiKey: string | undefined;
+  emailApiUrl: string;
+  frontendUrl: string;
+  backendUrl: string;
+  corsOrigins: string[];
+  trustProxy: boolean;
+  /** Redis for the shared rate-limit store (REDIS_URL); PostgreSQL when unset. */
+  redisUrl: string | undefined;
+  /** Rate-limit rows replaced (benchmarks): SVC_RATE_LIMIT_OVERRIDES="heartbeat=1000/60,default=10000/60". */
+  rateLimitOverrides: Record<string, { points: number; durationSec: number }>;
+  allowTopup: boolean;
+  signupCreditHalala: number;
+  daemonMinVersion: string;
+  daemonLatestVersion: string;
+  /** Seconds between liveness sweeps (silent providers -> offline); 0 disables the sweep. */
+  livenessSweepSeconds: number;
+  /** The Windows installer binary served by /api/providers/download-windows-exe, when one is built. */
+  windowsExePath: string | undefined;
+  /** Attempts a job gets (first run plus re-queues after a provider goes silent) before it fails. */
+  jobMaxAttempts: number;
+  /** How often the job worker looks for timeouts, silent providers and dispatchable queued jobs. */
+  jobSweepMs: number;
+  /** OpenAI-compatible /v1 gateway (src/http/v1). */
+  v1: {
+    /** Requests per renter key per minute (0: no limit; SVC_RATE_LIMITS=off turns it off too). */
+    rateLimitPerMinute: number;
+    /** Per-model token rates replacing or extending the built-in table (src/domain/token-pricing.ts). */
+    tokenRates: TokenRates;
+    /** Models always listed by GET /v1/models, served right now or not. */
+    models: string[];
+    /** Longest wait for an upstream's response headers, and between two streamed chunks. */
+    upstreamTimeoutMs: number;
+    /** Hard limit on one /v1 request, streaming included. */
+    maxRequestSeconds: number;
+    /** Proxy to endpoints on private/loopback addresses (off in production: provider-supplied URLs must not reach internal hosts). */
+    allowPrivateUpstreams: boolean;
+  };
+  /** Where the admin token and HMAC secret were generated (local default only). */
+  secretsFile: string | undefined;
+}
+
+export class ConfigError extends Error {}
+
+const DEFAULT_FRONTEND_URL = "https://svc.example.com";
+const DEFAULT_BACKEND_URL = "https://api.svc.example.com";
+
+function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new ConfigError(`${name} must be an integer between ${min} and ${max} (got "${raw}")`);
+  }
+  return n;
+}
+
+function bool(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  if (["1", "true", "on", "yes"].includes(raw.toLowerCase())) return true;
+  if (["0", "false", "off", "no"].includes(raw.toLowerCase())) return false;
+  throw new ConfigError(`${name} must be on/off or true/false (got "${raw}")`);
+}
+
+function url(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
+  const raw = env[name] || fallback;
+  try {
+    new URL(raw);
+  } catch {
+    throw new ConfigError(`${name} must be an absolute URL (got "${raw}")`);
+  }
+  return raw.replace(/\/+$/, "");
+}
+
+/** A daemon version compared by semantic-version precedence (src/domain/versions.ts). */
+function version(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
+  const raw = env[name] || fallback;
+  if (!parseVersion(raw)) throw new ConfigError(`${name} must be a semantic version such as 3.2.0 (got "${raw}")`);
+  return raw;
+}
+
+/** Secrets generated once for the local default and kept (0600) in the data folder. */
+function localSecrets(dataDir: string): { adminToken: string; hmacSecret: string; file: string } {
+  const file = path.join(dataDir, "secrets.json");
+  fs.mkdirSync(dataDir, { recursive: true });
+  if (fs.existsSync(file)) {
+    const saved = JSON.parse(fs.readFileSync(file, "utf8"));
+    if (typeof saved.adminToken === "string" && typeof saved.hmacSecret === "string") {
+      return { ...saved, file };
+    }
+  }
+  const secrets = {
+    adminToken: crypto.randomBytes(24).toString("base64url"),
+    hmacSecret: crypto.randomBytes(32).toString("hex"),
+  };
+  fs.writeFileSync(file, JSON.stringify(secrets, null, 2), { mode: 0o600 });
+  return { ...secrets, file };
+}
+
+/** "row=points/seconds,..." -> { row: { points, durationSec } }; row names are checked by src/http/rate-limits.ts. */
+function rateLimitOverrides(raw: string | undefined): Record<string, { points: number; durationSec: number }> {
+  const out: Record<string, { points: number; durationSec: number }> = {};
+  for (const item of (raw || "").split(",").map((s) => s.trim()).filter(Boolean)) {
+    const m = /^([a-z_]+)=(\d{1,9})\/(\d{1,7})$/.exec(item);
+    if (!m || Number(m[2]) < 1 || Number(m[3]) < 1) {
+      throw new ConfigError(`SVC_RATE_LIMIT_OVERRIDES items look like heartbeat=1000/60 (row=points/seconds), got "${item}"`);
+    }
+    out[m[1]] = { points: Number(m[2]), durationSec: Number(m[3]) };
+  }
+  return out;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const production = env.NODE_ENV === "production";
+  const dataDir = path.resolve(env.SVC_DATA_DIR || "./.data");
+
+  if (production) {
+    const missing = ["SVC_ADMIN_TOKEN", "SVC_HMAC_SECRET", "DATABASE_URL"].filter((n) => !env[n]);
+    if (missing.length > 0) {
+      throw new ConfigError(`missing required environment variables for production: ${missing.join(", ")}`);
+    }
+  }
+  let adminToken = env.SVC_ADMIN_TOKEN;
+  let hmacSecret = env.SVC_HMAC_SECRET;
+  let secretsFile: string | undefined;
+  if (!adminToken || !hmacSecret) {
+    const local = localSecrets(dataDir);
+    adminToken ||= local.adminToken;
+    hmacSecret ||= local.hmacSecret;
+    secretsFile = local.file;
+  }
+  if (adminToken.length < 16) throw new ConfigError("SVC_ADMIN_TOKEN must be at least 16 characters");
+  if (hmacSecret.length < 16) throw new ConfigError("SVC_HMAC_SECRET must be at least 16 characters");
+
+  const logLevel = env.LOG_LEVEL || (env.VITEST ? "silent" : "info");
+  if (!["fatal", "error", "warn", "info", "debug", "trace", "silent"].includes(logLevel)) {
+    throw new ConfigError(`LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent (got "${logLevel}")`);
+  }
+  const rateLimitsRaw = (env.SVC_RATE_LIMITS || "on").toLowerCase();
+  if (!["on", "off"].includes(rateLimitsRaw)) throw new ConfigError(`SVC_RATE_LIMITS must be on or off (got "${env.SVC_RATE_LIMITS}")`);
+  const gatewayKey = env.PAYMENT_GATEWAY_SECRET_KEY || undefined;
+
+  return {
+    production,
+    port: int(env, "PORT", 8080, 0, 65535),
+    host: env.HOST || "0.0.0.0",
+    databaseUrl: env.DATABASE_URL || undefined,
+    dataDir,
+    logLevel,
+    rateLimits: rateLimitsRaw === "on",
+    adminToken,
+    hmacSecret,
+    paymentGatewaySecretKey: gatewayKey,
+    paymentGatewayWebhookSecret: env.PAYMENT_GATEWAY_WEBHOOK_SECRET || gatewayKey,
+    paymentGatewayUrl: url(env, "PAYMENT_GATEWAY_URL", "https://api.moyasar.com"),
+    emailApiKey: env.EMAIL_API_KEY || undefined,
+    emailApiUrl: url(env, "EMAIL_API_URL", "https://api.resend.com"),
+    frontendUrl: url(env, "FRONTEND_URL", DEFAULT_FRONTEND_URL),
+    backendUrl: url(env, "BACKEND_URL", DEFAULT_BACKEND_URL),
+    corsOrigins: (env.CORS_ORIGINS || "").split(",").map((s) => s.trim()).filter(Boolean),
+    trustProxy: bool(env, "SVC_TRUST_PROXY", false),
+    redisUrl: env.REDIS_URL || undefined,
+    rateLimitOverrides: rateLimitOverrides(env.SVC_RATE_LIMIT_OVERRIDES),
+    allowTopup: bool(env, "SVC_ALLOW_TOPUP", !production),
+    signupCreditHalala: int(env, "SVC_SIGNUP_CREDIT_HALALA", 0, 0, 10_000_000),
+    daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", "3.0.0"),
+    daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", "3.2.0"),
+    livenessSweepSeconds: int(env, "SVC_LIVENESS_SWEEP_SECONDS", 15, 0, 3600),
+    windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
+    jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
+    jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),
+    v1: {
+      rateLimitPerMinute: int(env, "SVC_V1_RATE_LIMIT_PER_MINUTE", 60, 0, 1_000_000),
+      tokenRates: v1TokenRates(env.SVC_V1_TOKEN_RATES),
+      models: (env.SVC_V1_MODELS || "").split(",").map((s) => s.trim()).filter(Boolean),
+      upstreamTimeoutMs: int(env, "SVC_V1_UPSTREAM_TIMEOUT_MS", 120_000, 100, 3_600_000),
+      maxRequestSeconds: int(env, "SVC_V1_MAX_REQUEST_SECONDS", 900, 1, 86_400),
+      allowPrivateUpstreams: bool(env, "SVC_V1_PRIVATE_UPSTREAMS", !production),
+    },
+    secretsFile,
+  };
+}
+
+function v1TokenRates(raw: string | undefined): TokenRates {
+  try {
+    return parseTokenRates(raw);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+}

@@ -1,0 +1,89 @@
+# svc provider setup (Windows, PowerShell 5.1 or newer).
+#
+# Downloads the provider daemon (svc_daemon.py, Python 3 standard library
+# only) and installs it as a scheduled task that runs python.exe with the
+# daemon directly (no wrapper), so stopping the task stops the daemon.
+#
+#   irm '{{BACKEND_URL}}/api/providers/setup-windows?key=YOUR_KEY' | iex
+#
+# Run mode: set $env:SVC_RUN_MODE to always-on (default: starts at boot and
+# now), manual (installed, started with Start-ScheduledTask) or scheduled
+# (starts at boot; jobs only inside the window of your preferences).
+$ErrorActionPreference = 'Stop'
+
+$SvcApiKey = '{{API_KEY}}'
+$SvcBackendUrl = '{{BACKEND_URL}}'
+$RunMode = if ($env:SVC_RUN_MODE) { $env:SVC_RUN_MODE } else { 'always-on' }
+$TaskName = 'svc-daemon'
+
+if (@('always-on', 'manual', 'scheduled') -notcontains $RunMode) {
+    throw "SVC_RUN_MODE must be always-on, manual or scheduled (got '$RunMode')"
+}
+
+function Find-Python {
+    foreach ($candidate in @('python3.exe', 'python.exe', 'py.exe')) {
+        $cmd = Get-Command $candidate -ErrorAction SilentlyContinue
+        if ($null -ne $cmd) {
+            $exe = $cmd.Source
+            if ($candidate -eq 'py.exe') {
+                $exe = (& $exe -3 -c 'import sys; print(sys.executable)').Trim()
+            }
+            & $exe -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)'
+            if ($LASTEXITCODE -eq 0) { return $exe }
+        }
+    }
+    throw 'Python 3.8 or newer is needed: install it from the Microsoft Store or python.org, then run this again.'
+}
+
+$Python = Find-Python
+$IsAdmin = ([Security.Principal.WindowsPrincipal][Security.Principal.WindowsIdentity]::GetCurrent()).IsInRole(
+    [Security.Principal.WindowsBuiltInRole]::Administrator)
+$InstallDir = if ($IsAdmin) { Join-Path $env:ProgramData 'svc-daemon' } else { Join-Path $env:LOCALAPPDATA 'svc-daemon' }
+$Daemon = Join-Path $InstallDir 'svc_daemon.py'
+$WorkDir = Join-Path $InstallDir 'work'
+
+Write-Host "==> installing the svc provider daemon into $InstallDir ($RunMode)"
+New-Item -ItemType Directory -Force -Path $WorkDir | Out-Null
+[Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12
+$Download = "$Daemon.download"
+$DaemonUrl = $SvcBackendUrl + '/api/providers/download/daemon?key=' + [Uri]::EscapeDataString($SvcApiKey)
+Invoke-WebRequest -UseBasicParsing -Uri $DaemonUrl -OutFile $Download
+& $Python -m py_compile $Download
+if ($LASTEXITCODE -ne 0) { throw 'the downloaded daemon is not valid Python' }
+Move-Item -Force -Path $Download -Destination $Daemon
+
+try {
+    $Prefs = @{ key = $SvcApiKey; run_mode = $RunMode } | ConvertTo-Json -Compress
+    Invoke-RestMethod -Method Post -Uri ($SvcBackendUrl + '/api/providers/preferences') -ContentType 'application/json' -Body $Prefs | Out-Null
+} catch {
+    Write-Host '==> could not save the run mode (set it later in your dashboard)'
+}
+
+$Action = New-ScheduledTaskAction -Execute $Python -Argument ('"' + $Daemon + '"') -WorkingDirectory $InstallDir
+$Settings = New-ScheduledTaskSettingsSet -AllowStartIfOnBatteries -DontStopIfGoingOnBatteries `
+    -RestartCount 999 -RestartInterval (New-TimeSpan -Minutes 1) -ExecutionTimeLimit ([TimeSpan]::Zero) `
+    -MultipleInstances IgnoreNew
+if ($IsAdmin) {
+    $Principal = New-ScheduledTaskPrincipal -UserId 'SYSTEM' -LogonType ServiceAccount -RunLevel Highest
+    $Trigger = New-ScheduledTaskTrigger -AtStartup
+} else {
+    $Principal = New-ScheduledTaskPrincipal -UserId ([Security.Principal.WindowsIdentity]::GetCurrent().Name) -LogonType Interactive
+    $Trigger = New-ScheduledTaskTrigger -AtLogOn
+}
+[Environment]::SetEnvironmentVariable('SVC_WORK_DIR', $WorkDir, $(if ($IsAdmin) { 'Machine' } else { 'User' }))
+
+Unregister-ScheduledTask -TaskName $TaskName -Confirm:$false -ErrorAction SilentlyContinue
+if ($RunMode -eq 'manual') {
+    Register-ScheduledTask -TaskName $TaskName -Action $Action -Settings $Settings -Principal $Principal `
+        -Description 'svc GPU marketplace provider daemon' | Out-Null
+    Write-Host "==> run mode manual: start it with 'Start-ScheduledTask -TaskName $TaskName'"
+} else {
+    Register-ScheduledTask -TaskName $TaskName -Action $Action -Trigger $Trigger -Settings $Settings -Principal $Principal `
+        -Description 'svc GPU marketplace provider daemon' | Out-Null
+    Start-ScheduledTask -TaskName $TaskName
+    Write-Host "==> started; check it with 'Get-ScheduledTask -TaskName $TaskName'"
+}
+if ($null -eq (Get-Command 'nvidia-smi.exe' -ErrorAction SilentlyContinue)) {
+    Write-Host '==> note: nvidia-smi was not found; the daemon runs CPU-only jobs until an NVIDIA driver is installed'
+}
+Write-Host '==> done'

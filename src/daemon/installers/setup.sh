@@ -1,0 +1,190 @@
+#!/bin/sh
+# svc provider setup (Linux and macOS).
+#
+# Downloads the provider daemon (svc_daemon.py, Python 3 standard library
+# only) and installs it as a service that runs the daemon process directly:
+# a systemd unit on Linux (system-wide as root, a user unit otherwise) or a
+# launchd agent on macOS.
+#
+#   curl -fsSL '{{BACKEND_URL}}/api/providers/setup?key=YOUR_KEY' | sh
+#   curl -fsSL '...' | sh -s -- --run-mode manual
+#
+# Options (or environment variables):
+#   --run-mode always-on|manual|scheduled  (SVC_RUN_MODE, default always-on)
+#       always-on: started now and at every boot; manual: installed, started
+#       only by you; scheduled: started at boot, the daemon takes jobs only
+#       inside the window set in your provider preferences.
+#   --prefix DIR        install root, for packaging and tests (SVC_PREFIX)
+#   --no-start          write the files, do not enable or start the service
+set -eu
+
+SVC_API_KEY='{{API_KEY}}'
+SVC_BACKEND_URL='{{BACKEND_URL}}'
+RUN_MODE="${SVC_RUN_MODE:-always-on}"
+PREFIX="${SVC_PREFIX:-}"
+START=1
+SERVICE_NAME=svc-daemon
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --run-mode) RUN_MODE="${2:?--run-mode needs a value}"; shift 2 ;;
+    --run-mode=*) RUN_MODE="${1#--run-mode=}"; shift ;;
+    --prefix) PREFIX="${2:?--prefix needs a value}"; shift 2 ;;
+    --prefix=*) PREFIX="${1#--prefix=}"; shift ;;
+    --no-start) START=0; shift ;;
+    -h|--help) echo "usage: setup.sh [--run-mode always-on|manual|scheduled] [--prefix DIR] [--no-start]"; exit 0 ;;
+    *) echo "svc setup: unknown option: $1" >&2; exit 2 ;;
+  esac
+done
+
+case "$RUN_MODE" in
+  always-on|manual|scheduled) ;;
+  *) echo "svc setup: --run-mode must be always-on, manual or scheduled (got '$RUN_MODE')" >&2; exit 2 ;;
+esac
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'svc setup: %s\n' "$*" >&2; exit 1; }
+
+fetch() {
+  # fetch URL FILE
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsSL --retry 3 -o "$2" "$1"
+  elif command -v wget >/dev/null 2>&1; then
+    wget -q -O "$2" "$1"
+  else
+    die "curl or wget is needed to download the daemon"
+  fi
+}
+
+OS="${SVC_OS:-$(uname -s)}"
+PYTHON="$(command -v python3 || true)"
+[ -n "$PYTHON" ] || die "python3 is needed (install it with your package manager, then run this again)"
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' || die "python 3.8 or newer is needed"
+
+if [ "$(id -u)" = "0" ] && [ "$OS" = "Linux" ]; then
+  SCOPE=system
+  INSTALL_DIR="${PREFIX}/opt/svc-daemon"
+else
+  SCOPE=user
+  INSTALL_DIR="${PREFIX}${HOME}/.svc-daemon"
+fi
+DAEMON="$INSTALL_DIR/svc_daemon.py"
+
+say "installing the svc provider daemon into $INSTALL_DIR ($RUN_MODE)"
+mkdir -p "$INSTALL_DIR/work"
+TMP="$DAEMON.download"
+fetch "$SVC_BACKEND_URL/api/providers/download/daemon?key=$SVC_API_KEY" "$TMP" || die "could not download the daemon from $SVC_BACKEND_URL"
+"$PYTHON" -m py_compile "$TMP" || die "the downloaded daemon is not valid Python"
+rm -rf "$INSTALL_DIR/__pycache__"
+mv "$TMP" "$DAEMON"
+chmod 700 "$DAEMON"
+
+# Tell the service the chosen run mode (best effort: the daemon works without it).
+if command -v curl >/dev/null 2>&1; then
+  curl -fsS -o /dev/null -X POST -H 'content-type: application/json' \
+    -d "{\"key\":\"$SVC_API_KEY\",\"run_mode\":\"$RUN_MODE\"}" \
+    "$SVC_BACKEND_URL/api/providers/preferences" || say "could not save the run mode (set it later in your dashboard)"
+fi
+
+install_systemd() {
+  if [ "$SCOPE" = system ]; then
+    UNIT_DIR="${PREFIX}/etc/systemd/system"
+    WANTED_BY=multi-user.target
+    CTL="systemctl"
+    JOURNAL="journalctl"
+  else
+    UNIT_DIR="${PREFIX}${HOME}/.config/systemd/user"
+    WANTED_BY=default.target
+    CTL="systemctl --user"
+    JOURNAL="journalctl --user"
+  fi
+  mkdir -p "$UNIT_DIR"
+  UNIT="$UNIT_DIR/$SERVICE_NAME.service"
+  cat > "$UNIT" <<EOF
+[Unit]
+Description=svc GPU marketplace provider daemon
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=$PYTHON $DAEMON
+WorkingDirectory=$INSTALL_DIR
+Environment=PYTHONUNBUFFERED=1
+Environment=SVC_WORK_DIR=$INSTALL_DIR/work
+Restart=always
+RestartSec=10
+KillMode=mixed
+KillSignal=SIGTERM
+TimeoutStopSec=60
+
+[Install]
+WantedBy=$WANTED_BY
+EOF
+  say "wrote $UNIT"
+  [ "$START" = 1 ] || return 0
+  $CTL daemon-reload
+  if [ "$RUN_MODE" = manual ]; then
+    say "run mode manual: start it with '$CTL start $SERVICE_NAME'"
+  else
+    $CTL enable --now "$SERVICE_NAME"
+    if [ "$SCOPE" = user ] && command -v loginctl >/dev/null 2>&1; then
+      loginctl enable-linger "$(id -un)" 2>/dev/null || say "run 'loginctl enable-linger' so the daemon runs while you are logged out"
+    fi
+    say "started: '$CTL status $SERVICE_NAME', logs: '$JOURNAL -u $SERVICE_NAME -f'"
+  fi
+}
+
+install_launchd() {
+  AGENT_DIR="${PREFIX}${HOME}/Library/LaunchAgents"
+  mkdir -p "$AGENT_DIR" "$INSTALL_DIR/logs"
+  PLIST="$AGENT_DIR/com.svc.daemon.plist"
+  if [ "$RUN_MODE" = manual ]; then AT_LOAD=false; else AT_LOAD=true; fi
+  cat > "$PLIST" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+<plist version="1.0">
+<dict>
+  <key>Label</key><string>com.svc.daemon</string>
+  <key>ProgramArguments</key>
+  <array>
+    <string>$PYTHON</string>
+    <string>$DAEMON</string>
+  </array>
+  <key>WorkingDirectory</key><string>$INSTALL_DIR</string>
+  <key>EnvironmentVariables</key>
+  <dict>
+    <key>PYTHONUNBUFFERED</key><string>1</string>
+    <key>SVC_WORK_DIR</key><string>$INSTALL_DIR/work</string>
+  </dict>
+  <key>RunAtLoad</key><$AT_LOAD/>
+  <key>KeepAlive</key><$AT_LOAD/>
+  <key>ExitTimeOut</key><integer>60</integer>
+  <key>StandardOutPath</key><string>$INSTALL_DIR/logs/daemon.log</string>
+  <key>StandardErrorPath</key><string>$INSTALL_DIR/logs/daemon.log</string>
+</dict>
+</plist>
+EOF
+  say "wrote $PLIST"
+  [ "$START" = 1 ] || return 0
+  launchctl unload "$PLIST" 2>/dev/null || true
+  launchctl load "$PLIST"
+  if [ "$RUN_MODE" = manual ]; then
+    say "run mode manual: start it with 'launchctl start com.svc.daemon'"
+  else
+    say "started; logs in $INSTALL_DIR/logs/daemon.log"
+  fi
+}
+
+case "$OS" in
+  Linux)
+    command -v systemctl >/dev/null 2>&1 || [ "$START" = 0 ] || die "systemd is needed (or run: $PYTHON $DAEMON)"
+    install_systemd ;;
+  Darwin) install_launchd ;;
+  *) die "unsupported system '$OS': on Windows use /api/providers/setup-windows" ;;
+esac
+
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  say "note: nvidia-smi was not found; the daemon runs CPU-only jobs until an NVIDIA driver is installed"
+fi
+say "done"

@@ -1,0 +1,814 @@
+#!/usr/bin/env python3
+"""svc provider daemon (legacy JSON protocol).
+
+Turns a GPU host into a marketplace node: heartbeats with nvidia-smi
+telemetry, a readiness report at start, daemon events, job polling,
+task-signature verification, job execution (docker, or a plain process for
+jobs that need no container), logs, progress and the final result.
+
+Python 3 standard library only. The server fills in the backend URL, the
+provider key and the task-signing secret when it serves this file
+(GET /api/providers/download/daemon?key=...). Each can be overridden:
+
+  --url / SVC_BACKEND_URL     backend origin
+  --key / SVC_API_KEY         provider key
+  --heartbeat-seconds / SVC_HEARTBEAT_SECONDS   (default 30)
+  --poll-seconds / SVC_POLL_SECONDS             (default 10)
+  --runner TYPE=COMMAND / SVC_RUNNERS="TYPE=COMMAND;..."
+        run jobs of TYPE with a local program instead of a container. The
+        program gets the job as JSON on stdin, SVC_RESULT_FILE / SVC_WORKSPACE
+        in its environment; stdout lines become job logs, a line
+        "SVC_PROGRESS <pct> [phase]" reports progress, and the JSON written to
+        SVC_RESULT_FILE (else the printed text as {"response": ...}) is the result.
+  SVC_NVIDIA_SMI, SVC_DOCKER  paths of nvidia-smi and docker
+  SVC_WORK_DIR                job workspaces (default ~/.svc-daemon/work)
+  SVC_STOP_GRACE_SECONDS      how long SIGTERM waits for a running job (default 20)
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import platform
+import queue
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+DAEMON_VERSION = "{{DAEMON_VERSION}}"
+BACKEND_URL = "{{BACKEND_URL}}"
+API_KEY = "{{API_KEY}}"
+HMAC_SECRET = "{{HMAC_SECRET}}"
+
+PROGRESS_PREFIX = "SVC_PROGRESS"
+LOG_FLUSH_SECONDS = 1.0
+LOG_BATCH_LINES = 100
+CANCEL_CHECK_SECONDS = 3.0
+
+
+# ---------------------------------------------------------------- signing --
+# Canonical JSON per RFC 8785, identical to the server's canonicalJson():
+# keys sorted by UTF-16 code units, no whitespace, strings escaped the way
+# ECMAScript JSON.stringify escapes them, numbers in ECMAScript's shortest
+# round-trip form (1.0 -> "1", 1e21 -> "1e+21", 1e-7 -> "1e-7").
+
+def _es_number(value):
+    if isinstance(value, int):
+        if abs(value) < 2 ** 53:
+            return str(value)
+        value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("non-finite number in task spec")
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp = repr(abs(value)).partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    digits = int_part + frac_part
+    point = len(int_part) + (int(exp) if exp else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0")
+    k, n = len(digits), point
+    if k <= n <= 21:
+        text = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        text = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        text = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        text = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+    return sign + text
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _es_string(value):
+    out = ['"']
+    for ch in value:
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif code < 0x20 or 0xD800 <= code <= 0xDFFF:
+            out.append("\\u%04x" % code)
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _utf16_key(key):
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def canonical_json(value):
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (int, float)):
+        return _es_number(value)
+    if isinstance(value, str):
+        return _es_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(canonical_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        keys = sorted(value.keys(), key=_utf16_key)
+        return "{" + ",".join(_es_string(k) + ":" + canonical_json(value[k]) for k in keys) + "}"
+    raise TypeError("cannot canonicalise %r" % type(value))
+
+
+def sign_task(secret, task_spec):
+    data = canonical_json(task_spec).encode("utf-8")
+    return hmac.new(secret.encode("utf-8"), data, hashlib.sha256).hexdigest()
+
+
+def verify_task(secret, task_spec, signature):
+    if not isinstance(signature, str) or len(signature) != 64:
+        return False
+    try:
+        expected = sign_task(secret, task_spec)
+    except (TypeError, ValueError):
+        return False
+    return hmac.compare_digest(expected, signature.lower())
+
+
+# -------------------------------------------------------------- telemetry --
+
+GPU_QUERY = [
+    "index", "name", "uuid", "memory.total", "memory.used", "memory.free", "utilization.gpu",
+    "utilization.memory", "temperature.gpu", "power.draw", "power.limit", "clocks.sm",
+    "driver_version", "pci.bus_id", "compute_cap",
+]
+
+
+def _smi_value(raw):
+    raw = raw.strip()
+    if raw == "" or raw.startswith("[") or raw in ("N/A", "Not Supported"):
+        return None
+    return raw
+
+
+def _num(raw, cast=float):
+    raw = _smi_value(raw) if isinstance(raw, str) else raw
+    if raw is None:
+        return None
+    try:
+        return cast(float(raw)) if cast is int else cast(raw)
+    except ValueError:
+        return None
+
+
+def parse_gpu_csv(text, fields=None):
+    """Rows of `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`."""
+    fields = fields or GPU_QUERY
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < len(fields):
+            continue
+        # A name may contain a comma: join the surplus into the name cell.
+        surplus = len(cells) - len(fields)
+        name_at = fields.index("name")
+        cells[name_at:name_at + surplus + 1] = [", ".join(cells[name_at:name_at + surplus + 1])]
+        row = dict(zip(fields, cells))
+        gpus.append({
+            "index": _num(row.get("index", ""), int),
+            "name": _smi_value(row.get("name", "")) or "unknown",
+            "uuid": _smi_value(row.get("uuid", "")),
+            "vram_mib": _num(row.get("memory.total", ""), int),
+            "vram_used_mib": _num(row.get("memory.used", ""), int),
+            "vram_free_mib": _num(row.get("memory.free", ""), int),
+            "utilization_pct": _num(row.get("utilization.gpu", "")),
+            "memory_utilization_pct": _num(row.get("utilization.memory", "")),
+            "temperature_c": _num(row.get("temperature.gpu", "")),
+            "power_w": _num(row.get("power.draw", "")),
+            "power_limit_w": _num(row.get("power.limit", "")),
+            "sm_clock_mhz": _num(row.get("clocks.sm", ""), int),
+            "driver_version": _smi_value(row.get("driver_version", "")),
+            "pci_bus_id": _smi_value(row.get("pci.bus_id", "")),
+            "compute_capability": _smi_value(row.get("compute_cap", "")),
+        })
+    return gpus
+
+
+def parse_cuda_version(text):
+    marker = "CUDA Version:"
+    at = text.find(marker)
+    if at < 0:
+        return None
+    rest = text[at + len(marker):].strip().split()
+    return rest[0] if rest else None
+
+
+class Gpus:
+    def __init__(self, smi="nvidia-smi"):
+        self.smi = smi
+        self.cuda_version = None
+        self._cuda_checked = False
+
+    def _run(self, args):
+        try:
+            out = subprocess.run([self.smi] + args, capture_output=True, text=True, timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout if out.returncode == 0 else None
+
+    def query(self):
+        """All GPUs, [] when there is no NVIDIA driver (CPU-only jobs still run)."""
+        fields = list(GPU_QUERY)
+        text = self._run(["--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
+        if text is None:
+            # Drivers before 510 do not know compute_cap.
+            fields.remove("compute_cap")
+            text = self._run(["--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
+        if text is None:
+            return []
+        if not self._cuda_checked:
+            self._cuda_checked = True
+            self.cuda_version = parse_cuda_version(self._run([]) or "")
+        return parse_gpu_csv(text, fields)
+
+
+def gpu_status(gpus, cuda_version):
+    """The heartbeat gpu_status object (documented fields)."""
+    first = gpus[0] if gpus else {}
+    return {
+        "gpu_name": first.get("name") or "none",
+        "gpu_vram_mib": first.get("vram_mib") or 0,
+        "driver_version": first.get("driver_version") or "",
+        "gpu_util_pct": first.get("utilization_pct") or 0,
+        "temp_c": first.get("temperature_c") or 0,
+        "power_w": first.get("power_w") or 0,
+        "free_vram_mib": first.get("vram_free_mib") or 0,
+        "daemon_version": DAEMON_VERSION,
+        "python_version": platform.python_version(),
+        "os_info": platform.platform(),
+        "compute_capability": first.get("compute_capability") or "",
+        "cuda_version": cuda_version or "",
+        "gpu_count": len(gpus),
+        "all_gpus": gpus,
+    }
+
+
+def resource_spec():
+    spec = {"cpu_count": os.cpu_count() or 1}
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        size = os.sysconf("SC_PAGE_SIZE")
+        spec["ram_gb"] = round(pages * size / 1024 ** 3, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        usage = shutil.disk_usage(os.path.expanduser("~"))
+        spec["disk_free_gb"] = round(usage.free / 1024 ** 3, 1)
+    except OSError:
+        pass
+    return spec
+
+
+def version_tuple(text):
+    parts = []
+    for piece in str(text).split("-")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+# -------------------------------------------------------------------- api --
+
+class ApiError(Exception):
+    def __init__(self, status, message):
+        Exception.__init__(self, "HTTP %s: %s" % (status, message))
+        self.status = status
+        self.message = message
+
+
+class Api:
+    def __init__(self, base_url, api_key, timeout=30):
+        self.base = base_url.rstrip("/")
+        self.key = api_key
+        self.timeout = timeout
+
+    def _request(self, method, path, body=None, query=None, raw=False):
+        url = self.base + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None
+        headers = {"user-agent": "svc-daemon/" + DAEMON_VERSION, "accept": "application/json"}
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["content-type"] = "application/json"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as res:
+                payload = res.read()
+        except urllib.error.HTTPError as err:
+            text = err.read().decode("utf-8", "replace")
+            try:
+                message = json.loads(text).get("error", text)
+            except ValueError:
+                message = text
+            raise ApiError(err.code, message)
+        except (urllib.error.URLError, OSError) as err:
+            raise ApiError(0, str(getattr(err, "reason", err)))
+        if raw:
+            return payload
+        return json.loads(payload.decode("utf-8")) if payload else {}
+
+    def post(self, path, body):
+        return self._request("POST", path, dict(body, api_key=self.key))
+
+    def get(self, path, query=None, raw=False):
+        return self._request("GET", path, query=query, raw=raw)
+
+
+# -------------------------------------------------------------- executors --
+
+def _popen_group_kwargs():
+    if os.name == "nt":
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}
+
+
+def _kill_tree(proc, sig=None):
+    if proc.poll() is not None:
+        return
+    try:
+        if os.name == "nt":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, sig or signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+
+
+BENCHMARK_CODE = r'''
+import json, os, sys, time
+task = json.load(sys.stdin)
+inputs = (task.get("task_spec") or {}).get("inputs") or {}
+suite = inputs.get("suite") or "quick"
+iterations = max(1, min(1000, int(inputs.get("iterations") or 10)))
+if suite not in ("quick", "matmul", "memory", "full"):
+    sys.stderr.write("benchmark suite %r needs a model runtime; this daemon runs quick, matmul, memory and full\n" % suite)
+    sys.exit(2)
+tests = {"quick": ["matmul"], "matmul": ["matmul"], "memory": ["memory"], "full": ["matmul", "memory"]}[suite]
+
+def matmul(n=48):
+    a = [[float((i * n + j) % 7 + 1) for j in range(n)] for i in range(n)]
+    cols = list(zip(*a))
+    t = time.perf_counter()
+    [[sum(x * y for x, y in zip(row, col)) for col in cols] for row in a]
+    return 2 * n ** 3 / (time.perf_counter() - t) / 1e9
+
+def memory(size=32 * 1024 * 1024):
+    src = bytearray(b"\x07") * size
+    t = time.perf_counter()
+    bytes(src)
+    return 2 * size / (time.perf_counter() - t) / 1e9
+
+scores, step = {}, 0
+for test in tests:
+    samples = []
+    for _ in range(iterations):
+        samples.append(matmul() if test == "matmul" else memory())
+        step += 1
+        print("SVC_PROGRESS %d %s" % (100 * step // (len(tests) * iterations), test), flush=True)
+    samples.sort()
+    median = samples[len(samples) // 2]
+    scores["cpu_matmul_gflops" if test == "matmul" else "memory_copy_gb_s"] = round(median, 4)
+    print("%s: median %.4f over %d runs" % (test, median, iterations), flush=True)
+with open(os.environ["SVC_RESULT_FILE"], "w") as f:
+    json.dump({"scores": scores, "suite": suite, "iterations": iterations,
+               "response": " ".join("%s=%s" % kv for kv in sorted(scores.items()))}, f)
+'''
+
+
+class JobRun:
+    """One job's child process: line-by-line output, progress, kill."""
+
+    def __init__(self, argv, stdin_text, env, cwd, kill_hook=None):
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, cwd=cwd, **_popen_group_kwargs())
+        self.lines = queue.Queue()
+        self.kill_hook = kill_hook
+        threading.Thread(target=self._feed, args=(stdin_text,), daemon=True).start()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _feed(self, text):
+        try:
+            self.proc.stdin.write(text.encode("utf-8"))
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _read(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.lines.put(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        self.proc.stdout.close()
+        self.lines.put(None)
+
+    def stop(self):
+        if self.kill_hook:
+            self.kill_hook()
+        if self.proc.poll() is None and os.name != "nt":
+            _kill_tree(self.proc, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_tree(self.proc)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _safe_name(job_id):
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job_id)[:100]
+
+
+def plan_job(job, runners, docker, workdir, has_gpu):
+    """Picks the executor for a job: (argv, env_extra, kill_hook, result_file)."""
+    job_id = job["job_id"]
+    spec = job.get("task_spec") or {}
+    workspace = os.path.join(workdir, _safe_name(job_id))
+    os.makedirs(workspace, exist_ok=True)
+    result_file = os.path.join(workspace, "result.json")
+    if os.path.exists(result_file):
+        os.remove(result_file)
+    env = {"SVC_JOB_ID": job_id, "SVC_JOB_TYPE": job.get("job_type", ""), "SVC_WORKSPACE": workspace,
+           "SVC_RESULT_FILE": result_file}
+    runner = runners.get(job.get("job_type"))
+    if runner:
+        return list(runner), env, None, result_file
+    if job.get("job_type") == "benchmark":
+        return [sys.executable, "-c", BENCHMARK_CODE], env, None, result_file
+    container = spec.get("container") if isinstance(spec.get("container"), dict) else {}
+    image = spec.get("image") or container.get("image")
+    command = spec.get("command") or container.get("command") or []
+    if isinstance(command, str):
+        command = shlex.split(command)
+    if image and (command or job.get("job_type") == "custom_container"):
+        if not docker:
+            raise RuntimeError("this job needs docker, which is not installed on this host")
+        name = "svc-" + _safe_name(job_id)
+        workspace_spec = spec.get("workspace") if isinstance(spec.get("workspace"), dict) else {}
+        volume = workspace_spec.get("volume") or name + "-workspace"
+        mount = workspace_spec.get("mount_path") or "/workspace"
+        argv = [docker, "run", "--rm", "--name", name, "--label", "svc.job_id=" + job_id]
+        if has_gpu:
+            argv += ["--gpus", "all"]
+        if spec.get("network") is not True:
+            argv += ["--network", "none"]
+        limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
+        memory_mb = limits.get("memory_mb") or 16384
+        argv += ["--memory", "%dm" % int(memory_mb), "--pids-limit", str(int(limits.get("pids") or 4096))]
+        argv += ["-v", volume + ":" + mount, "-v", workspace + ":/svc-output",
+                 "-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_JOB_ID=" + job_id]
+        for key, value in sorted((spec.get("env") or {}).items()):
+            argv += ["-e", "%s=%s" % (key, value)]
+        argv.append(image)
+        argv += [str(c) for c in command]
+
+        def kill_container():
+            subprocess.run([docker, "kill", name], capture_output=True, timeout=30)
+
+        return argv, env, kill_container, result_file
+    raise RuntimeError("no executor for job type %r on this daemon: configure a local runner (--runner %s=COMMAND) "
+                       "or use the TypeScript daemon (svc-daemon), which runs the built-in job containers"
+                       % (job.get("job_type"), job.get("job_type")))
+
+
+def parse_progress(line):
+    """'SVC_PROGRESS 42.5 phase words' -> (42.5, 'phase words') or None."""
+    if not line.startswith(PROGRESS_PREFIX + " "):
+        return None
+    parts = line[len(PROGRESS_PREFIX) + 1:].strip().split(None, 1)
+    try:
+        pct = max(0.0, min(100.0, float(parts[0])))
+    except (ValueError, IndexError):
+        return None
+    return pct, (parts[1] if len(parts) > 1 else None)
+
+
+# ----------------------------------------------------------------- daemon --
+
+class Daemon:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.api = Api(cfg["url"], cfg["key"])
+        self.gpus = Gpus(cfg["nvidia_smi"])
+        self.started = time.time()
+        self.stop_event = threading.Event()
+        self.stop_reason = None
+        self.approved = True
+        self.paused = False
+        self.update_wanted = False
+        self.current_job = None
+        self.hostname = socket.gethostname()
+        self.docker = shutil.which(cfg["docker"]) if cfg["docker"] else None
+
+    def log(self, message):
+        sys.stderr.write("[svc-daemon %s] %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), message))
+        sys.stderr.flush()
+
+    def event(self, event_type, severity="info", details=None, job_id=None):
+        body = {"event_type": event_type, "severity": severity, "daemon_version": DAEMON_VERSION,
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hostname": self.hostname,
+                "os_info": platform.platform(), "python_version": platform.python_version()}
+        if details is not None:
+            body["details"] = str(details)[:5000]
+        if job_id:
+            body["job_id"] = job_id
+        try:
+            self.api.post("/api/providers/daemon-event", body)
+        except ApiError as err:
+            self.log("daemon-event %s not delivered: %s" % (event_type, err))
+
+    # -- heartbeat ------------------------------------------------------
+    def heartbeat(self):
+        gpus = self.gpus.query()
+        body = {"gpu_status": gpu_status(gpus, self.gpus.cuda_version), "uptime": round(time.time() - self.started, 1),
+                "provider_hostname": self.hostname, "daemon_version": DAEMON_VERSION,
+                "cached_models": self.cfg.get("cached_models", []), "resource_spec": resource_spec()}
+        try:
+            res = self.api.post("/api/providers/heartbeat", body)
+        except ApiError as err:
+            if err.status == 403:
+                if self.approved:
+                    self.log("provider not approved yet: %s" % err.message)
+                self.approved = False
+            elif err.status == 401:
+                self.log("the provider key was refused (401): check --key")
+            else:
+                self.log("heartbeat failed: %s" % err)
+            return None
+        self.approved = bool(res.get("approved", True))
+        self.paused = bool(res.get("paused", False))
+        if res.get("update_available") or res.get("needs_update"):
+            self.update_wanted = True
+        return res
+
+    def heartbeat_loop(self):
+        while not self.stop_event.is_set():
+            self.heartbeat()
+            self.stop_event.wait(self.cfg["heartbeat_seconds"])
+
+    # -- readiness -------------------------------------------------------
+    def readiness(self):
+        gpus = self.gpus.query()
+        try:
+            import importlib.util
+            has_torch = importlib.util.find_spec("torch") is not None
+        except (ImportError, ValueError):
+            has_torch = False
+        checks = {"cuda": bool(gpus) and bool(self.gpus.cuda_version), "pytorch": has_torch,
+                  "vram_gb": round(sum((g.get("vram_mib") or 0) for g in gpus) / 1024.0, 1),
+                  "driver": (gpus[0].get("driver_version") if gpus else None) or ""}
+        try:
+            res = self.api.post("/api/providers/readiness", {"daemon_version": DAEMON_VERSION, "checks": checks})
+            self.log("readiness: %s" % res.get("readiness_status"))
+        except ApiError as err:
+            self.log("readiness report failed: %s" % err)
+
+    # -- self-update -----------------------------------------------------
+    def self_update(self):
+        """Download the served daemon, verify it, replace this file, restart."""
+        self.update_wanted = False
+        try:
+            info = self.api.get("/api/providers/download/daemon", {"key": self.api.key, "check_only": "true"})
+            if version_tuple(info.get("version", "0")) <= version_tuple(DAEMON_VERSION):
+                return False
+            data = self.api.get("/api/providers/download/daemon", {"key": self.api.key}, raw=True)
+            digest = hashlib.sha256(data).hexdigest()
+            if info.get("sha256") and not hmac.compare_digest(digest, info["sha256"]):
+                raise RuntimeError("downloaded daemon does not match its published sha256")
+            text = data.decode("utf-8")
+            compile(text, "svc_daemon.py", "exec")
+            if 'DAEMON_VERSION = "%s"' % info["version"] not in text:
+                raise RuntimeError("downloaded daemon does not carry version %s" % info["version"])
+            path = os.path.abspath(sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else __file__)
+            tmp = path + ".new"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, path)
+        except (ApiError, RuntimeError, ValueError, SyntaxError, OSError) as err:
+            self.log("self-update failed: %s" % err)
+            self.event("self_update_failed", "warning", str(err))
+            return False
+        self.event("self_update", "info", "updating %s -> %s" % (DAEMON_VERSION, info["version"]))
+        self.log("updated to %s; restarting" % info["version"])
+        self.stop_event.set()
+        os.execv(sys.executable, [sys.executable, path] + sys.argv[1:])
+        return True
+
+    # -- jobs --------------------------------------------------------------
+    def poll(self):
+        try:
+            res = self.api.get("/api/providers/%s/jobs" % urllib.parse.quote(self.api.key, safe=""))
+        except ApiError as err:
+            self.log("poll failed: %s" % err)
+            return None
+        return res.get("job")
+
+    def report(self, job_id, success, result=None, error=None, metrics=None):
+        body = {"job_id": job_id, "success": success, "result": result, "error": error, "metrics": metrics or {}}
+        for attempt in range(5):
+            try:
+                return self.api.post("/api/providers/job-result", body)
+            except ApiError as err:
+                if 400 <= err.status < 500:
+                    self.log("job-result for %s refused: %s" % (job_id, err))
+                    return None
+                self.log("job-result for %s failed (attempt %d): %s" % (job_id, attempt + 1, err))
+                time.sleep(min(30, 2 ** attempt))
+        return None
+
+    def job_status(self, job_id):
+        try:
+            return self.api.get("/api/jobs/%s" % urllib.parse.quote(job_id, safe=""), {"key": self.api.key}).get("status")
+        except ApiError:
+            return None
+
+    def run_job(self, job):
+        job_id = job["job_id"]
+        if not verify_task(self.cfg["secret"], job.get("task_spec"), job.get("task_spec_hmac")):
+            self.log("job %s refused: task signature does not verify" % job_id)
+            self.event("task_signature_invalid", "error", "task_spec_hmac does not match the task", job_id)
+            self.report(job_id, False, None, "task signature verification failed: the daemon refused the task")
+            return
+        self.current_job = job_id
+        self.event("job_started", "info", job.get("job_type"), job_id)
+        started = time.time()
+        try:
+            argv, extra_env, kill_hook, result_file = plan_job(
+                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], bool(self.gpus.query()))
+        except (RuntimeError, OSError) as err:
+            self.event("job_failed", "error", str(err), job_id)
+            self.report(job_id, False, None, str(err), {"duration_seconds": 0})
+            self.current_job = None
+            return
+        env = dict(os.environ, **extra_env)
+        stdin_text = json.dumps({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": job.get("task_spec")})
+        deadline = started + float(job.get("max_duration_seconds") or 1800)
+        try:
+            run = JobRun(argv, stdin_text, env, os.path.dirname(result_file), kill_hook)
+        except OSError as err:
+            self.event("job_failed", "error", str(err), job_id)
+            self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0})
+            self.current_job = None
+            return
+        pending, output, outcome = [], [], None
+        last_flush = last_cancel_check = time.time()
+        while True:
+            try:
+                line = run.lines.get(timeout=0.2)
+            except queue.Empty:
+                line = ""
+            if line is None:
+                break
+            if line:
+                progress = parse_progress(line)
+                if progress:
+                    self.post_quietly("/api/jobs/%s/progress" % job_id, {"progress_pct": progress[0], "phase": progress[1]})
+                else:
+                    pending.append(line)
+                    output.append(line)
+            now = time.time()
+            if pending and (now - last_flush >= LOG_FLUSH_SECONDS or len(pending) >= LOG_BATCH_LINES):
+                self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending})
+                pending, last_flush = [], now
+            if now > deadline:
+                outcome = "max_duration_seconds (%s s) exceeded; the job was killed" % job.get("max_duration_seconds")
+                run.stop()
+            elif now - last_cancel_check >= CANCEL_CHECK_SECONDS:
+                last_cancel_check = now
+                if self.job_status(job_id) in ("cancelled", "failed", "completed"):
+                    outcome = "cancelled"
+                    run.stop()
+            if self.stop_event.is_set() and outcome is None and now > self.stop_deadline:
+                outcome = "interrupted: the provider daemon stopped before the job finished"
+                run.stop()
+        code = run.proc.wait()
+        if pending:
+            self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending})
+        duration = round(time.time() - started, 3)
+        metrics = {"duration_seconds": duration, "exit_code": code, "executor": "docker" if kill_hook else "process"}
+        self.current_job = None
+        if outcome == "cancelled":
+            self.event("job_cancelled", "info", None, job_id)
+            return
+        if outcome is None and code == 0:
+            result = None
+            if os.path.exists(result_file):
+                try:
+                    with open(result_file, "r", encoding="utf-8") as f:
+                        result = json.load(f)
+                except ValueError as err:
+                    outcome = "the job wrote an invalid result file: %s" % err
+            if result is None and outcome is None:
+                result = {"response": "\n".join(output).strip()}
+            if outcome is None:
+                self.report(job_id, True, result, None, metrics)
+                self.event("job_completed", "info", "%.1fs" % duration, job_id)
+                return
+        error = outcome or "the job exited with status %s: %s" % (code, "\n".join(output[-5:])[-1000:])
+        self.report(job_id, False, None, error, metrics)
+        self.event("job_failed", "warning", error, job_id)
+
+    def post_quietly(self, path, body):
+        try:
+            self.api.post(path, body)
+        except ApiError as err:
+            self.log("%s failed: %s" % (path, err))
+
+    # -- main loop -----------------------------------------------------------
+    def request_stop(self, signum=None, frame=None):
+        if not self.stop_event.is_set():
+            self.stop_reason = "signal %s" % signum
+            self.stop_deadline = time.time() + self.cfg["stop_grace_seconds"]
+            self.stop_event.set()
+
+    def run(self):
+        for name in ("SIGTERM", "SIGINT", "SIGBREAK"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), self.request_stop)
+        self.stop_deadline = float("inf")
+        self.log("starting %s against %s" % (DAEMON_VERSION, self.api.base))
+        self.heartbeat()
+        self.readiness()
+        self.event("daemon_started", "info", "pid %d" % os.getpid())
+        threading.Thread(target=self.heartbeat_loop, daemon=True).start()
+        while not self.stop_event.is_set():
+            if self.update_wanted and self.self_update():
+                return 0
+            job = self.poll() if self.approved and not self.paused else None
+            if job:
+                self.run_job(job)
+                continue
+            self.stop_event.wait(self.cfg["poll_seconds"])
+        self.event("daemon_stopped", "info", self.stop_reason)
+        self.log("stopped (%s)" % self.stop_reason)
+        return 0
+
+
+def parse_runners(specs):
+    runners = {}
+    for spec in specs:
+        for item in spec.split(";"):
+            if "=" not in item:
+                continue
+            job_type, command = item.split("=", 1)
+            if job_type.strip() and command.strip():
+                runners[job_type.strip()] = shlex.split(command.strip())
+    return runners
+
+
+def load_config(argv):
+    import argparse
+    parser = argparse.ArgumentParser(description="svc provider daemon")
+    parser.add_argument("--url", default=os.environ.get("SVC_BACKEND_URL") or BACKEND_URL)
+    parser.add_argument("--key", default=os.environ.get("SVC_API_KEY") or API_KEY)
+    parser.add_argument("--heartbeat-seconds", type=float, default=float(os.environ.get("SVC_HEARTBEAT_SECONDS") or 30))
+    parser.add_argument("--poll-seconds", type=float, default=float(os.environ.get("SVC_POLL_SECONDS") or 10))
+    parser.add_argument("--runner", action="append", default=[os.environ.get("SVC_RUNNERS", "")])
+    parser.add_argument("--work-dir", default=os.environ.get("SVC_WORK_DIR") or os.path.join(os.path.expanduser("~"), ".svc-daemon", "work"))
+    args = parser.parse_args(argv)
+    if "{{" in args.url or "{{" in args.key:
+        parser.error("no backend URL or provider key: download this file from /api/providers/download/daemon?key=... or pass --url and --key")
+    return {
+        "url": args.url, "key": args.key, "secret": os.environ.get("SVC_HMAC_SECRET") or HMAC_SECRET,
+        "heartbeat_seconds": args.heartbeat_seconds, "poll_seconds": args.poll_seconds,
+        "runners": parse_runners(args.runner), "work_dir": args.work_dir,
+        "nvidia_smi": os.environ.get("SVC_NVIDIA_SMI") or "nvidia-smi", "docker": os.environ.get("SVC_DOCKER", "docker"),
+        "stop_grace_seconds": float(os.environ.get("SVC_STOP_GRACE_SECONDS") or 20),
+        "cached_models": [m for m in os.environ.get("SVC_CACHED_MODELS", "").split(",") if m],
+    }
+
+
+def main(argv=None):
+    cfg = load_config(sys.argv[1:] if argv is None else argv)
+    os.makedirs(cfg["work_dir"], exist_ok=True)
+    return Daemon(cfg).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

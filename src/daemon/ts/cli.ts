@@ -1,0 +1,150 @@
+// `svc-daemon`: command-line and environment configuration of the TypeScript
+// daemon, and its process lifecycle (SIGTERM/SIGINT stop it cleanly).
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { runCommand } from "./exec.js";
+import { ProviderDaemon, type DaemonConfig } from "./daemon.js";
+import { CONTAINER_SCRIPTS } from "./executors/plan.js";
+import { DAEMON_VERSION } from "./version.js";
+
+export const USAGE = `svc-daemon ${DAEMON_VERSION}: connects this host to the svc GPU marketplace.
+
+  svc-daemon --url https://api.example.com --key svc-provider-...
+  npx svc-daemon -- --url ... --key ...      (npm needs the "--" before options)
+
+Options (environment variable in brackets):
+  --url URL                 service origin [SVC_URL]
+  --key KEY                 provider key [SVC_API_KEY]
+  --hmac-secret SECRET      also check task_spec_hmac [SVC_HMAC_SECRET]
+  --server-key BASE64       pin the server's task-signing key (default: pinned on first connect) [SVC_SERVER_KEY]
+  --runner TYPE=COMMAND     run jobs of TYPE with a local program (repeatable) [SVC_RUNNERS="T=CMD;T2=CMD2"]
+  --docker PATH|none        docker CLI [SVC_DOCKER] (default: docker when it answers)
+  --nvidia-smi PATH         [SVC_NVIDIA_SMI]
+  --state-dir DIR           pinned key and state [SVC_STATE_DIR] (default ~/.svc-daemon)
+  --work-dir DIR            job folders [SVC_WORK_DIR] (default <state-dir>/work)
+  --public-host HOST        address served endpoints are reached at [SVC_PUBLIC_HOST]
+  --serve-port PORT         host port for vllm_serve [SVC_SERVE_PORT]
+  --cached-models A,B       models already on disk [SVC_CACHED_MODELS]
+  --heartbeat-seconds N     override the server's interval [SVC_HEARTBEAT_SECONDS]
+  --stop-grace-seconds N    SIGTERM waits this long for jobs (default 20) [SVC_STOP_GRACE_SECONDS]
+`;
+
+function splitCommand(command: string): string[] {
+  // Whitespace-separated words; "..." or '...' keep spaces.
+  const words: string[] = [];
+  const re = /"([^"]*)"|'([^']*)'|(\S+)/g;
+  for (let m; (m = re.exec(command)); ) words.push(m[1] ?? m[2] ?? m[3]);
+  return words;
+}
+
+export function parseRunners(specs: string[]): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const spec of specs) {
+    for (const item of spec.split(";")) {
+      const at = item.indexOf("=");
+      if (at <= 0) continue;
+      const type = item.slice(0, at).trim();
+      const argv = splitCommand(item.slice(at + 1).trim());
+      if (type && argv.length) out[type] = argv;
+    }
+  }
+  return out;
+}
+
+export class UsageError extends Error {}
+
+export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, log = (l: string) => console.error(l)): Promise<DaemonConfig> {
+  const { values } = parseArgs({
+    args: argv.filter((a) => a !== "--"),
+    options: {
+      url: { type: "string" },
+      key: { type: "string" },
+      "hmac-secret": { type: "string" },
+      "server-key": { type: "string" },
+      runner: { type: "string", multiple: true },
+      docker: { type: "string" },
+      "nvidia-smi": { type: "string" },
+      "state-dir": { type: "string" },
+      "work-dir": { type: "string" },
+      "public-host": { type: "string" },
+      "serve-port": { type: "string" },
+      "cached-models": { type: "string" },
+      "heartbeat-seconds": { type: "string" },
+      "stop-grace-seconds": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+  });
+  if (values.help) throw new UsageError(USAGE);
+  const url = values.url ?? env.SVC_URL ?? env.SVC_BACKEND_URL;
+  const key = values.key ?? env.SVC_API_KEY ?? env.SVC_PROVIDER_KEY;
+  if (!url || !key) throw new UsageError(`--url and --key are required (or SVC_URL and SVC_API_KEY)\n\n${USAGE}`);
+  try {
+    new URL(url);
+  } catch {
+    throw new UsageError(`--url must be an absolute URL (got "${url}")`);
+  }
+  const number = (raw: string | undefined, name: string) => {
+    if (raw === undefined || raw === "") return undefined;
+    const n = Number(raw);
+    if (!Number.isFinite(n) || n <= 0) throw new UsageError(`${name} must be a positive number (got "${raw}")`);
+    return n;
+  };
+  const stateDir = path.resolve(values["state-dir"] ?? env.SVC_STATE_DIR ?? path.join(os.homedir(), ".svc-daemon"));
+  const workRoot = path.resolve(values["work-dir"] ?? env.SVC_WORK_DIR ?? path.join(stateDir, "work"));
+  const nvidiaSmi = values["nvidia-smi"] ?? env.SVC_NVIDIA_SMI ?? "nvidia-smi";
+  const dockerCli = values.docker ?? env.SVC_DOCKER ?? "docker";
+  let docker: string | undefined;
+  if (dockerCli !== "none") {
+    const v = await runCommand(dockerCli, ["version", "--format", "{{.Server.Version}}"], { timeoutMs: 15_000 });
+    if (v.code === 0) docker = dockerCli;
+    else log(`docker is not available (${(v.stderr || "not found").trim().split("\n")[0]}): container job types will be refused`);
+  }
+  const smi = await runCommand(nvidiaSmi, ["-L"], { timeoutMs: 15_000 });
+  const gpus = smi.code === 0 && smi.stdout.trim().length > 0;
+  if (!gpus) log("no NVIDIA GPU found (nvidia-smi): CPU-only job types only");
+  return {
+    url: url.replace(/\/+$/, ""),
+    key,
+    hmacSecret: values["hmac-secret"] ?? env.SVC_HMAC_SECRET,
+    serverKey: values["server-key"] ?? env.SVC_SERVER_KEY,
+    stateDir,
+    nvidiaSmi,
+    executors: {
+      runners: parseRunners([...(values.runner ?? []), env.SVC_RUNNERS ?? ""]),
+      workRoot,
+      docker: docker
+        ? { docker, gpus, scriptsDir: CONTAINER_SCRIPTS, publicHost: values["public-host"] ?? env.SVC_PUBLIC_HOST, servePort: number(values["serve-port"] ?? env.SVC_SERVE_PORT, "--serve-port") }
+        : undefined,
+    },
+    cachedModels: (values["cached-models"] ?? env.SVC_CACHED_MODELS ?? "").split(",").map((s) => s.trim()).filter(Boolean),
+    heartbeatSeconds: number(values["heartbeat-seconds"] ?? env.SVC_HEARTBEAT_SECONDS, "--heartbeat-seconds"),
+    reconnectMinMs: 500,
+    reconnectMaxMs: 30_000,
+    stopGraceMs: (number(values["stop-grace-seconds"] ?? env.SVC_STOP_GRACE_SECONDS, "--stop-grace-seconds") ?? 20) * 1000,
+    log,
+  };
+}
+
+export async function main(argv = process.argv.slice(2)): Promise<number> {
+  const log = (line: string) => console.error(`[svc-daemon ${new Date().toISOString()}] ${line}`);
+  let cfg: DaemonConfig;
+  try {
+    cfg = await configFromArgs(argv, process.env, log);
+  } catch (err) {
+    console.error(err instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS") ? (err as Error).message : err);
+    return (err as Error).message === USAGE ? 0 : 2;
+  }
+  const daemon = new ProviderDaemon(cfg);
+  log(`starting ${DAEMON_VERSION} against ${cfg.url}`);
+  const onSignal = (sig: NodeJS.Signals) => {
+    log(`${sig} received`);
+    void daemon.stop();
+  };
+  process.once("SIGTERM", onSignal);
+  process.once("SIGINT", onSignal);
+  await daemon.start();
+  log("stopped");
+  return 0;
+}

@@ -1,0 +1,476 @@
+// The TypeScript provider daemon: one gRPC stream to the service (generated
+// Connect client), reconnecting with backoff and jitter; heartbeats with
+// nvidia-smi telemetry, readiness once, daemon events; every pushed task is
+// verified before it runs (stream signature with the pinned server key, and
+// the HMAC when the secret is configured); pause, run window, temperature
+// limit, usage cap and VRAM reserve decide whether a job is accepted; jobs
+// run through the executors; results survive reconnects (sent until acked).
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fromJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import {
+  DaemonMessageSchema,
+  DaemonService,
+  type DaemonSettings,
+  type ServerMessage,
+  type Welcome,
+} from "../../../gen/svc/v1/daemon_pb.js";
+import type { AssignedJob } from "../../../gen/svc/v1/jobs_pb.js";
+import { verifyTask } from "../../domain/task-signing.js";
+import { withinRunWindow } from "../../domain/preferences.js";
+import { AsyncQueue } from "../async-queue.js";
+import { verifyTaskSignature } from "../task-signature.js";
+import { runCommand } from "./exec.js";
+import { executorFor, type ExecutorConfig } from "./executors/plan.js";
+import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
+import { GpuProbe, gpuStatus, type GpuSnapshot } from "./nvidia-smi.js";
+import { DAEMON_VERSION } from "./version.js";
+
+type Msg = MessageInitShape<typeof DaemonMessageSchema>;
+type MsgKind = Msg["kind"];
+
+export interface DaemonConfig {
+  url: string;
+  key: string;
+  /** SVC_HMAC_SECRET, when the operator has it: tasks are also checked against task_spec_hmac. */
+  hmacSecret?: string;
+  /** The server's task-signing key (base64); pinned from the first welcome when not given. */
+  serverKey?: string;
+  stateDir: string;
+  nvidiaSmi: string;
+  executors: ExecutorConfig;
+  cachedModels: string[];
+  /** Overrides the heartbeat interval the server asks for (tests). */
+  heartbeatSeconds?: number;
+  reconnectMinMs: number;
+  reconnectMaxMs: number;
+  /** How long SIGTERM waits for running jobs before handing them back. */
+  stopGraceMs: number;
+  log: (line: string) => void;
+}
+
+interface ActiveJob {
+  spec: JobSpec;
+  running?: RunningJob;
+  cancelled: boolean;
+  handedBack: boolean;
+  logs: string[];
+  flushTimer?: NodeJS.Timeout;
+}
+
+const MAX_BACKLOG = 10_000;
+const LOG_FLUSH_MS = 300;
+const LOG_BATCH = 200;
+
+const toValue = (v: JsonValue) => fromJson(ValueSchema, v);
+
+/** Exponential backoff with full jitter in [0.5, 1.5) of the step. */
+export function backoffMs(attempt: number, minMs: number, maxMs: number, random = Math.random): number {
+  const step = Math.min(maxMs, minMs * 2 ** Math.min(attempt, 20));
+  return Math.round(step * (0.5 + random()));
+}
+
+export class ProviderDaemon {
+  private readonly probe: GpuProbe;
+  private readonly started = Date.now();
+  private out: AsyncQueue<Msg> | undefined;
+  private connected = false;
+  private abortConn: AbortController | undefined;
+  private stopping = false;
+  private readonly stopSignal = new AbortController();
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private readonly backlog: MsgKind[] = [];
+  private readonly unackedResults = new Map<string, MsgKind>();
+  private readonly jobs = new Map<string, ActiveJob>();
+  private settings: DaemonSettings | undefined;
+  private signingKey: string | undefined;
+  private keyMismatch = false;
+  private readinessSent = false;
+  private runLoop: Promise<void> | undefined;
+  paused = false;
+  approved = false;
+  providerId: number | undefined;
+
+  constructor(private readonly cfg: DaemonConfig) {
+    this.probe = new GpuProbe(cfg.nvidiaSmi);
+    this.signingKey = cfg.serverKey ?? this.readPinnedKey();
+  }
+
+  // ---- connection ---------------------------------------------------------
+
+  start(): Promise<void> {
+    this.runLoop ??= this.loop();
+    return this.runLoop;
+  }
+
+  private async loop(): Promise<void> {
+    const client = createClient(DaemonService, createGrpcTransport({ baseUrl: this.cfg.url }));
+    let attempt = 0;
+    while (!this.stopping) {
+      const out = new AsyncQueue<Msg>();
+      this.out = out;
+      const abort = new AbortController();
+      this.abortConn = abort;
+      let drainMs: number | undefined;
+      const snapshot = await this.probe.snapshot();
+      out.push({
+        kind: {
+          case: "hello",
+          value: {
+            daemonVersion: DAEMON_VERSION,
+            gpus: snapshot.gpus as unknown as JsonObject[],
+            resourceSpec: resourceSpec(),
+            cachedModels: this.cfg.cachedModels,
+            runningJobIds: [...this.jobs.keys()],
+          },
+        },
+      });
+      try {
+        for await (const msg of client.connect(out, { headers: { "x-provider-key": this.cfg.key }, signal: abort.signal })) {
+          if (msg.kind.case === "welcome") {
+            attempt = 0;
+            await this.onWelcome(msg.kind.value);
+          } else if (msg.kind.case === "drain") {
+            drainMs = msg.kind.value.reconnectAfterMs;
+            this.cfg.log(`server is draining (${msg.kind.value.reason}); reconnecting in ${drainMs} ms`);
+            out.close();
+          } else {
+            this.onMessage(msg);
+          }
+        }
+      } catch (err) {
+        if (!this.stopping) this.cfg.log(`stream closed: ${(err as Error).message}`);
+      }
+      this.connected = false;
+      this.out = undefined;
+      out.close();
+      if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+      if (this.stopping) break;
+      const wait = drainMs ?? backoffMs(attempt++, this.cfg.reconnectMinMs, this.cfg.reconnectMaxMs);
+      await sleep(wait, this.stopSignal.signal);
+    }
+  }
+
+  /** Sends now when connected, else keeps it for the next connection. */
+  private send(kind: MsgKind) {
+    if (this.connected && this.out?.push({ kind })) return;
+    if (this.backlog.length < MAX_BACKLOG) this.backlog.push(kind);
+  }
+
+  private async onWelcome(w: Welcome) {
+    this.providerId = Number(w.providerId);
+    this.approved = w.approvalStatus === "approved";
+    if (w.settings) this.applySettings(w.settings);
+    this.checkSigningKey(w.taskSigningKey);
+    this.connected = true;
+    this.cfg.log(`connected as provider ${this.providerId} (${w.approvalStatus})`);
+    for (const kind of this.backlog.splice(0)) this.out?.push({ kind });
+    for (const kind of this.unackedResults.values()) this.out?.push({ kind });
+    const seconds = this.cfg.heartbeatSeconds ?? w.heartbeatIntervalSeconds ?? 30;
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), seconds * 1000);
+    await this.heartbeat();
+    if (!this.readinessSent) {
+      this.readinessSent = true;
+      await this.readiness();
+      this.event("daemon_started", "info", `pid ${process.pid}, version ${DAEMON_VERSION}`);
+    }
+  }
+
+  private checkSigningKey(key: string) {
+    if (!key) return;
+    if (!this.signingKey) {
+      this.signingKey = key;
+      this.writePinnedKey(key);
+      return;
+    }
+    this.keyMismatch = this.signingKey !== key;
+    if (this.keyMismatch) {
+      this.cfg.log("the server's task-signing key differs from the pinned one: refusing every task");
+      this.event("task_signing_key_mismatch", "critical", "welcome carried a task-signing key other than the pinned one");
+    }
+  }
+
+  private onMessage(msg: ServerMessage) {
+    const k = msg.kind;
+    switch (k.case) {
+      case "job":
+        void this.onJob(k.value, msg.taskSignature);
+        return;
+      case "cancel": {
+        const job = this.jobs.get(k.value.jobId);
+        if (job && !job.cancelled) {
+          job.cancelled = true;
+          this.cfg.log(`job ${k.value.jobId} cancelled by the server (${k.value.reason})`);
+          void job.running?.stop(`cancelled: ${k.value.reason}`);
+        }
+        return;
+      }
+      case "settings":
+        this.applySettings(k.value);
+        return;
+      case "heartbeatAck":
+        this.approved = k.value.approved;
+        this.paused = k.value.paused;
+        if (k.value.updateAvailable || k.value.needsUpdate) this.cfg.log(`an update is available: ${k.value.latestVersion} (this is ${DAEMON_VERSION})`);
+        return;
+      case "resultAck":
+        this.unackedResults.delete(k.value.jobId);
+        return;
+      case "error":
+        if (k.value.jobId) this.unackedResults.delete(k.value.jobId);
+        this.cfg.log(`server refused a report${k.value.jobId ? ` about ${k.value.jobId}` : ""}: ${k.value.message}`);
+        return;
+    }
+  }
+
+  private applySettings(s: DaemonSettings) {
+    this.settings = s;
+    this.paused = s.paused;
+  }
+
+  // ---- reports --------------------------------------------------------------
+
+  private async heartbeat() {
+    const snap = await this.probe.snapshot();
+    this.send({
+      case: "heartbeat",
+      value: {
+        gpuStatus: toValue(gpuStatus(snap, DAEMON_VERSION, { osInfo: `${os.type()} ${os.release()} ${os.arch()}`, runtimeVersion: `node ${process.versions.node}` }) as JsonValue),
+        uptime: (Date.now() - this.started) / 1000,
+        providerHostname: os.hostname(),
+        cachedModels: this.cfg.cachedModels,
+        resourceSpec: resourceSpec(),
+        daemonVersion: DAEMON_VERSION,
+      },
+    });
+  }
+
+  private async readiness() {
+    const snap = await this.probe.snapshot();
+    const torch = await runCommand("python3", ["-c", "import torch"], { timeoutMs: 20_000 });
+    this.send({
+      case: "readiness",
+      value: {
+        daemonVersion: DAEMON_VERSION,
+        checks: {
+          cuda: snap.gpus.length > 0 && snap.cudaVersion !== null,
+          pytorch: torch.code === 0,
+          vramGb: Math.round(snap.gpus.reduce((a, g) => a + (g.vram_mib ?? 0), 0) / 102.4) / 10,
+          driver: snap.driverVersion ?? "",
+        },
+      },
+    });
+  }
+
+  event(eventType: string, severity: "info" | "warning" | "error" | "critical", details?: string, jobId?: string) {
+    this.send({
+      case: "event",
+      value: {
+        eventType,
+        severity,
+        details: details?.slice(0, 5000),
+        jobId,
+        daemonVersion: DAEMON_VERSION,
+        timestamp: new Date().toISOString(),
+        hostname: os.hostname(),
+        osInfo: `${os.type()} ${os.release()}`,
+      },
+    });
+  }
+
+  // ---- jobs -------------------------------------------------------------------
+
+  /** Why this job must not run here now, or undefined. */
+  private async refusal(job: AssignedJob, snap: GpuSnapshot): Promise<string | undefined> {
+    const s = this.settings;
+    if (this.paused || s?.paused) return "the provider is paused";
+    if (s && !withinRunWindow(s.runMode, s.scheduledStart, s.scheduledEnd)) return "outside the provider's scheduled run window";
+    if (!s || snap.gpus.length === 0) return undefined;
+    const hot = snap.gpus.find((g) => g.temperature_c !== null && g.temperature_c >= s.tempLimitC);
+    if (hot) return `GPU ${hot.index} is at ${hot.temperature_c} C, at or above the ${s.tempLimitC} C limit`;
+    if (s.gpuUsageCapPct <= 0) return "the GPU usage cap is 0%";
+    const busy = snap.gpus.find((g) => g.utilization_pct !== null && g.utilization_pct > s.gpuUsageCapPct);
+    if (busy && s.gpuUsageCapPct < 100) return `GPU ${busy.index} is ${busy.utilization_pct}% busy, above the ${s.gpuUsageCapPct}% usage cap`;
+    const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
+    const free = Math.max(...snap.gpus.map((g) => g.vram_free_mib ?? 0)) - s.vramReserveGb * 1024;
+    if (minVramGb > 0 && free < minVramGb * 1000) return `only ${Math.max(0, Math.round(free))} MiB VRAM free after the ${s.vramReserveGb} GB reserve; the job needs ${minVramGb} GB`;
+    return undefined;
+  }
+
+  private verified(job: AssignedJob, signature: string): boolean {
+    if (this.keyMismatch) return false;
+    const hmac = this.cfg.hmacSecret ? verifyTask(this.cfg.hmacSecret, job.taskSpec, job.taskSpecHmac) : undefined;
+    if (hmac === false) return false;
+    const sig = this.signingKey ? verifyTaskSignature(this.signingKey, job.jobId, job.taskSpec, signature) : undefined;
+    if (sig === false) return false;
+    return hmac === true || sig === true;
+  }
+
+  private reject(jobId: string, reason: string) {
+    this.cfg.log(`job ${jobId} refused: ${reason}`);
+    this.send({ case: "jobRejected", value: { jobId, reason } });
+  }
+
+  private async onJob(job: AssignedJob, signature: string) {
+    if (this.jobs.has(job.jobId)) return;
+    if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
+    const spec: JobSpec = {
+      jobId: job.jobId,
+      jobType: job.jobType,
+      taskSpec: (job.taskSpec ?? {}) as JsonObject,
+      maxDurationSeconds: Number(job.maxDurationSeconds) || 1800,
+    };
+    const active: ActiveJob = { spec, cancelled: false, handedBack: false, logs: [] };
+    this.jobs.set(job.jobId, active);
+    try {
+      if (!this.verified(job, signature)) {
+        this.event("task_signature_invalid", "error", "the task's signature does not verify; refused", job.jobId);
+        return this.reject(job.jobId, "task signature verification failed: the daemon refused a tampered or unsigned task");
+      }
+      const why = await this.refusal(job, await this.probe.snapshot());
+      if (why) return this.reject(job.jobId, why);
+      let executor;
+      try {
+        executor = executorFor(spec, this.cfg.executors);
+      } catch (err) {
+        return this.reject(job.jobId, (err as Error).message);
+      }
+      this.send({ case: "jobAccepted", value: { jobId: job.jobId } });
+      this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
+      const outcome = await this.execute(active, executor.start.bind(executor));
+      this.finish(active, outcome);
+    } finally {
+      this.jobs.delete(job.jobId);
+    }
+  }
+
+  private async execute(active: ActiveJob, start: (spec: JobSpec, hooks: JobHooks) => RunningJob): Promise<Outcome> {
+    const { spec } = active;
+    const running = start(spec, {
+      log: (line) => this.logLine(active, line),
+      progress: (pct, phase) => this.send({ case: "progress", value: { jobId: spec.jobId, progressPct: pct, phase } }),
+      endpointReady: (url) =>
+        this.send({ case: "endpointReady", value: url.startsWith("port:") ? { jobId: spec.jobId, port: Number(url.slice(5)) } : { jobId: spec.jobId, endpointUrl: url } }),
+    });
+    active.running = running;
+    const timer = setTimeout(() => void running.stop(`max_duration_seconds (${spec.maxDurationSeconds} s) exceeded; the job was killed`), spec.maxDurationSeconds * 1000);
+    try {
+      return await running.done;
+    } finally {
+      clearTimeout(timer);
+      this.flushLogs(active);
+    }
+  }
+
+  private logLine(active: ActiveJob, line: string) {
+    active.logs.push(line.length > 16_000 ? line.slice(0, 16_000) : line);
+    if (active.logs.length >= LOG_BATCH) this.flushLogs(active);
+    else active.flushTimer ??= setTimeout(() => this.flushLogs(active), LOG_FLUSH_MS);
+  }
+
+  private flushLogs(active: ActiveJob) {
+    if (active.flushTimer) clearTimeout(active.flushTimer);
+    active.flushTimer = undefined;
+    if (active.logs.length === 0) return;
+    const lines = active.logs.splice(0);
+    this.send({ case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)) } });
+  }
+
+  private finish(active: ActiveJob, outcome: Outcome) {
+    const { jobId } = active.spec;
+    if (active.cancelled) {
+      this.event("job_cancelled", "info", outcome.error, jobId);
+      return;
+    }
+    if (active.handedBack) {
+      this.send({ case: "jobRejected", value: { jobId, reason: "the provider daemon stopped before the job finished (handed back)" } });
+      return;
+    }
+    const result: MsgKind = {
+      case: "result",
+      value: {
+        jobId,
+        success: outcome.success,
+        result: outcome.result === undefined ? undefined : toValue(outcome.result),
+        error: outcome.error,
+        metrics: outcome.metrics,
+      },
+    };
+    this.unackedResults.set(jobId, result);
+    if (this.connected) this.out?.push({ kind: result });
+    this.event(outcome.success ? "job_completed" : "job_failed", outcome.success ? "info" : "warning", outcome.error ?? `${outcome.metrics.duration_seconds} s`, jobId);
+  }
+
+  // ---- shutdown ---------------------------------------------------------------
+
+  /** SIGTERM: let running jobs finish within the grace period, hand back the rest, close the stream. */
+  async stop(): Promise<void> {
+    if (this.stopping) return this.runLoop;
+    this.stopping = true;
+    this.cfg.log(`stopping; ${this.jobs.size} job(s) running`);
+    const all = [...this.jobs.values()];
+    const finished = Promise.all(all.map((j) => j.running?.done));
+    const inTime = await Promise.race([finished.then(() => true), sleep(this.cfg.stopGraceMs).then(() => false)]);
+    if (!inTime) {
+      for (const j of this.jobs.values()) {
+        j.handedBack = true;
+        await j.running?.stop("the provider daemon stopped before the job finished");
+      }
+    }
+    // Let onJob report (result or hand-back) before the stream closes.
+    while (this.jobs.size > 0) await sleep(20);
+    this.event("daemon_stopped", "info", "SIGTERM");
+    const unacked = () => this.unackedResults.size > 0;
+    const deadline = Date.now() + 5000;
+    while (this.connected && unacked() && Date.now() < deadline) await sleep(50);
+    this.out?.close();
+    this.stopSignal.abort();
+    const closed = await Promise.race([this.runLoop?.then(() => true), sleep(5000).then(() => false)]);
+    if (!closed) this.abortConn?.abort();
+    await this.runLoop;
+  }
+
+  // ---- pinned key -------------------------------------------------------------
+
+  private keyFile() {
+    return path.join(this.cfg.stateDir, "server-task-key");
+  }
+
+  private readPinnedKey(): string | undefined {
+    try {
+      return fs.readFileSync(this.keyFile(), "utf8").trim() || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private writePinnedKey(key: string) {
+    try {
+      fs.mkdirSync(this.cfg.stateDir, { recursive: true });
+      fs.writeFileSync(this.keyFile(), key + "\n", { mode: 0o600 });
+    } catch (err) {
+      this.cfg.log(`could not pin the server key: ${(err as Error).message}`);
+    }
+  }
+}
+
+function resourceSpec(): JsonObject {
+  return { cpu_count: os.cpus().length, ram_gb: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10, platform: process.platform };
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(t);
+      resolve();
+    }, { once: true });
+  });
+}
+

@@ -1,0 +1,183 @@
+// Containers through the `docker` CLI: GPUs with --gpus, no network unless
+// the task needs one (a model or an input to download, a served endpoint),
+// memory and pids limits, the job's workspace volume at /workspace, and a
+// host folder at /svc-output for the result. Stop = `docker kill`.
+// vllm_serve runs the engine, waits for its health check, reports the
+// endpoint, and keeps it until it is cancelled or expires.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import type { JsonObject } from "@bufbuild/protobuf";
+import { runCommand } from "../exec.js";
+import { startChildJob } from "./child.js";
+import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
+
+export interface DockerOptions {
+  /** The docker CLI (a path or a name on PATH). */
+  docker: string;
+  /** Host folder for per-job output folders. */
+  workRoot: string;
+  /** Whether the host has NVIDIA GPUs to hand to containers. */
+  gpus: boolean;
+  /** Memory limit when the task names none (MiB). */
+  defaultMemoryMb?: number;
+  pidsLimit?: number;
+  /** Folder with the in-container programs of the built-in job types, mounted read-only at /svc-scripts. */
+  scriptsDir?: string;
+  /** vllm_serve: the host port to publish (0: any free one) and the address the endpoint is reached at. */
+  servePort?: number;
+  publicHost?: string;
+  /** How often to probe a served endpoint's health (ms). */
+  healthPollMs?: number;
+}
+
+const obj = (v: unknown): JsonObject => (v && typeof v === "object" && !Array.isArray(v) ? (v as JsonObject) : {});
+
+export function safeName(jobId: string): string {
+  return jobId.replace(/[^A-Za-z0-9_.-]/g, "-").slice(0, 100);
+}
+
+/** Built-in job types run a program of ours inside their image. */
+const SCRIPTS: Record<string, string> = {
+  "llm-inference": "llm.py",
+  llm_inference: "llm.py",
+  image_generation: "image.py",
+  rendering: "render.py",
+  training: "train.py",
+};
+
+export function needsNetwork(job: JobSpec): boolean {
+  const t = job.taskSpec;
+  const inputs = obj(t.inputs);
+  if (t.network === true || job.jobType === "vllm_serve") return true;
+  return typeof t.model === "string" || typeof inputs.dataset_url === "string" || typeof inputs.scene_url === "string";
+}
+
+export interface DockerPlan {
+  argv: string[];
+  name: string;
+  outDir: string;
+  /** vllm_serve: host port published for the engine. */
+  hostPort?: number;
+}
+
+/** The `docker run` command line of a job (pure; tested on its own). */
+export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number): DockerPlan {
+  const t = job.taskSpec;
+  const container = obj(t.container);
+  const limits = obj(t.limits);
+  const workspace = obj(t.workspace);
+  const image = typeof container.image === "string" ? container.image : typeof t.image === "string" ? t.image : undefined;
+  if (!image) throw new Error("the task names no container image");
+  const name = `svc-${safeName(job.jobId)}`;
+  const outDir = path.join(opts.workRoot, safeName(job.jobId));
+  const volume = typeof workspace.volume === "string" ? workspace.volume : `${name}-workspace`;
+  const mount = typeof workspace.mount_path === "string" ? workspace.mount_path : "/workspace";
+  const memoryMb = typeof limits.memory_mb === "number" ? limits.memory_mb : (opts.defaultMemoryMb ?? Math.floor((os.totalmem() / 1048576) * 0.8));
+  const argv = [opts.docker, "run", "--rm", "--name", name, "--label", `svc.job_id=${job.jobId}`];
+  if (opts.gpus) argv.push("--gpus", "all");
+  if (!needsNetwork(job)) argv.push("--network", "none");
+  argv.push("--memory", `${Math.max(256, Math.floor(memoryMb))}m`, "--pids-limit", String(opts.pidsLimit ?? 4096));
+  argv.push("-v", `${volume}:${mount}`, "-v", `${outDir}:/svc-output`);
+  argv.push("-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json", "-e", `SVC_JOB_ID=${job.jobId}`);
+  const env = obj(t.env);
+  for (const k of Object.keys(env).sort()) argv.push("-e", `${k}=${String(env[k])}`);
+  const inputs = obj(t.inputs);
+  if (typeof inputs.workdir === "string") argv.push("-w", inputs.workdir);
+  let command: string[] = Array.isArray(t.command) ? t.command.map(String) : [];
+  if (job.jobType === "vllm_serve") {
+    const serve = obj(t.serve);
+    const port = typeof serve.container_port === "number" ? serve.container_port : 8000;
+    argv.push("-p", `${hostPort ?? 0}:${port}`);
+    command = ["--model", String(t.model ?? inputs.model), "--port", String(port)];
+    if (typeof inputs.max_model_len === "number") command.push("--max-model-len", String(inputs.max_model_len));
+    if (typeof inputs.dtype === "string") command.push("--dtype", inputs.dtype);
+    if (typeof inputs.gpu_memory_utilization === "number") command.push("--gpu-memory-utilization", String(inputs.gpu_memory_utilization));
+  } else if (command.length === 0 && SCRIPTS[job.jobType] && opts.scriptsDir) {
+    argv.push("-v", `${opts.scriptsDir}:/svc-scripts:ro`);
+    command = ["python", `/svc-scripts/${SCRIPTS[job.jobType]}`];
+  }
+  argv.push(image, ...command);
+  return { argv, name, outDir, hostPort };
+}
+
+async function freePort(): Promise<number> {
+  const net = await import("node:net");
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, () => {
+      const port = (s.address() as import("node:net").AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export class DockerExecutor implements Executor {
+  readonly name = "docker";
+  constructor(private readonly opts: DockerOptions) {}
+
+  start(job: JobSpec, hooks: JobHooks): RunningJob {
+    if (job.jobType === "vllm_serve") return this.serve(job, hooks);
+    return this.run(job, hooks, dockerRunArgs(job, this.opts));
+  }
+
+  private run(job: JobSpec, hooks: JobHooks, plan: DockerPlan): RunningJob {
+    fs.mkdirSync(plan.outDir, { recursive: true });
+    fs.writeFileSync(path.join(plan.outDir, "task.json"), JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }));
+    return startChildJob(
+      {
+        argv: plan.argv,
+        env: process.env,
+        cwd: plan.outDir,
+        stdin: "",
+        resultFile: path.join(plan.outDir, "result.json"),
+        executor: "docker",
+        // Killing the CLI does not stop the container: kill it by name.
+        onStop: async () => {
+          await runCommand(this.opts.docker, ["kill", plan.name], { timeoutMs: 30_000 });
+        },
+        killGraceMs: 15_000,
+      },
+      hooks,
+    );
+  }
+
+  private serve(job: JobSpec, hooks: JobHooks): RunningJob {
+    let inner: RunningJob | undefined;
+    let stopped: string | undefined;
+    const ready = (async () => {
+      const hostPort = this.opts.servePort || (await freePort());
+      const plan = dockerRunArgs(job, this.opts, hostPort);
+      inner = this.run(job, hooks, plan);
+      if (stopped) await inner.stop(stopped);
+      void this.waitHealthy(hostPort, inner, () => stopped !== undefined).then((ok) => {
+        if (!ok) return;
+        hooks.progress(100, "serving");
+        const host = this.opts.publicHost;
+        hooks.endpointReady?.(host ? `http://${host.includes(":") ? `[${host}]` : host}:${hostPort}` : `port:${hostPort}`);
+      });
+      return inner;
+    })();
+    return {
+      done: ready.then((r) => r.done),
+      async stop(reason) {
+        stopped ??= reason;
+        await (await ready).stop(reason);
+      },
+    };
+  }
+
+  private async waitHealthy(port: number, job: RunningJob, stopped: () => boolean): Promise<boolean> {
+    let ended = false;
+    void job.done.then(() => (ended = true));
+    while (!ended && !stopped()) {
+      try {
+        const r = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) });
+        if (r.ok) return true;
+      } catch {}
+      await new Promise((r) => setTimeout(r, this.opts.healthPollMs ?? 2000));
+    }
+    return false;
+  }
+}

@@ -1,0 +1,27 @@
+// Which executor runs a job: a runner the provider configured for the job
+// type (process), the built-in benchmark (process), vllm_serve and every
+// other type in its container (docker).
+import { fileURLToPath } from "node:url";
+import { DockerExecutor, type DockerOptions } from "./docker.js";
+import { ProcessExecutor } from "./process.js";
+import type { Executor, JobSpec } from "./types.js";
+
+export const BENCHMARK_PROGRAM = fileURLToPath(new URL("../bench.mjs", import.meta.url));
+export const CONTAINER_SCRIPTS = fileURLToPath(new URL("../container-scripts", import.meta.url));
+
+export interface ExecutorConfig {
+  /** job_type -> argv of a local program (process executor). */
+  runners: Record<string, string[]>;
+  workRoot: string;
+  docker: Omit<DockerOptions, "workRoot"> | undefined;
+}
+
+export function executorFor(job: JobSpec, cfg: ExecutorConfig): Executor {
+  const runner = cfg.runners[job.jobType];
+  if (runner?.length) return new ProcessExecutor(runner, cfg.workRoot);
+  if (job.jobType === "benchmark") return new ProcessExecutor([process.execPath, BENCHMARK_PROGRAM], cfg.workRoot);
+  if (!cfg.docker) {
+    throw new Error(`job type ${job.jobType} runs in a container and docker is not available on this host (or configure --runner ${job.jobType}=COMMAND)`);
+  }
+  return new DockerExecutor({ ...cfg.docker, workRoot: cfg.workRoot });
+}

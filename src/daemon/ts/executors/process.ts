@@ -1,0 +1,41 @@
+// Jobs that need no container: a program on the host (the built-in
+// benchmark, or one the provider configured for a job type with --runner).
+// It gets the job as JSON on stdin and SVC_JOB_ID, SVC_WORKSPACE,
+// SVC_RESULT_FILE in its environment.
+import fs from "node:fs";
+import path from "node:path";
+import { startChildJob } from "./child.js";
+import { safeName } from "./docker.js";
+import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
+
+export class ProcessExecutor implements Executor {
+  readonly name = "process";
+  constructor(
+    private readonly argv: string[],
+    private readonly workRoot: string,
+  ) {}
+
+  start(job: JobSpec, hooks: JobHooks): RunningJob {
+    const workspace = path.join(this.workRoot, safeName(job.jobId));
+    fs.mkdirSync(workspace, { recursive: true });
+    const resultFile = path.join(workspace, "result.json");
+    return startChildJob(
+      {
+        argv: this.argv,
+        env: {
+          ...process.env,
+          SVC_JOB_ID: job.jobId,
+          SVC_JOB_TYPE: job.jobType,
+          SVC_WORKSPACE: workspace,
+          SVC_RESULT_FILE: resultFile,
+          SVC_MAX_DURATION_SECONDS: String(job.maxDurationSeconds),
+        },
+        cwd: workspace,
+        stdin: JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }),
+        resultFile,
+        executor: "process",
+      },
+      hooks,
+    );
+  }
+}

@@ -1,0 +1,49 @@
+// The one interface every executor implements: start a job, stream its
+// output line by line, report progress, stop it on demand, and end with one
+// outcome (result or error, plus metrics).
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+
+export interface JobSpec {
+  jobId: string;
+  jobType: string;
+  taskSpec: JsonObject;
+  maxDurationSeconds: number;
+}
+
+export interface JobHooks {
+  log(line: string): void;
+  progress(pct: number | undefined, phase: string | undefined): void;
+  /** Serving jobs: where the endpoint listens. */
+  endpointReady?(url: string): void;
+}
+
+export interface Outcome {
+  success: boolean;
+  result?: JsonValue;
+  error?: string;
+  metrics: JsonObject;
+}
+
+export interface RunningJob {
+  /** Settles once, when the job ended (by itself or stopped). */
+  done: Promise<Outcome>;
+  /** Stops the job (cancel, max duration, shutdown); `done` then settles with this reason as the error. */
+  stop(reason: string): Promise<void>;
+}
+
+export interface Executor {
+  readonly name: string;
+  start(job: JobSpec, hooks: JobHooks): RunningJob;
+}
+
+/** Directive a job prints to report progress: "SVC_PROGRESS <pct> [phase words]". */
+export const PROGRESS_PREFIX = "SVC_PROGRESS";
+
+export function parseProgress(line: string): { pct: number | undefined; phase: string | undefined } | undefined {
+  if (!line.startsWith(`${PROGRESS_PREFIX} `)) return undefined;
+  const rest = line.slice(PROGRESS_PREFIX.length + 1).trim();
+  const [first, ...words] = rest.split(/\s+/);
+  const n = Number(first);
+  if (first === "" || !Number.isFinite(n)) return undefined;
+  return { pct: Math.max(0, Math.min(100, n)), phase: words.join(" ") || undefined };
+}

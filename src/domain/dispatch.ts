@@ -1,0 +1,354 @@
+// Dispatch: which provider runs which job, decided in one place.
+//
+// A job goes to exactly one provider: queued jobs are claimed with
+// `FOR UPDATE SKIP LOCKED` and moved with a status guard, and every assignment
+// to a provider happens while holding that provider's `provider_load` row
+// FOR UPDATE (its busy-slot count, kept by a trigger on jobs): locking re-reads
+// the count, so "one running job per GPU" holds across any number of server
+// processes. Order is priority (1 high .. 3 low), then submit time.
+//
+// Lock order everywhere: job rows -> renter ledger accounts -> provider_load.
+import type { Db, Sql, Tx } from "../db/index.js";
+import { LIVE_WINDOW_SECONDS } from "./liveness.js";
+import { withinRunWindowSql } from "./preferences.js";
+import { ASSIGNED_CHANNEL, notifyCancel } from "./job-events.js";
+import type { JobRow } from "./jobs.js";
+import { endLocked, type LockedJob } from "./settlement.js";
+
+/** How many attempts a job gets before a lost provider fails it; set from config at start. */
+export const jobPolicy = { maxAttempts: 3 };
+
+// ---- SQL fragments over `providers p` (and `jobs j`, `provider_load l`) ----
+
+/** Approved, heartbeating, not suspended or offline: could run jobs at all. */
+export const liveSql = (db: Db) => db`(
+  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline')
+  AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))`;
+
+/** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/preferences.ts). */
+export const runWindowSql = (db: Db) => withinRunWindowSql(db, "p");
+
+/** Live and taking work now: not paused, inside its run window. */
+export const availableSql = (db: Db) => db`(${liveSql(db)} AND NOT p.is_paused AND p.status <> 'paused' AND ${runWindowSql(db)})`;
+
+/**
+ * Hardware fit of provider p for job j's gpu_requirements. min_vram_gb counts
+ * 1000 MiB per GB so nominal sizes match what nvidia-smi reports (24 GB =
+ * 24564 MiB); the provider's vram_reserve_gb is not usable.
+ */
+export const hardwareFitSql = (db: Db) => db`(
+  (j.gpu_requirements->>'min_vram_gb' IS NULL
+    OR coalesce(p.gpu_vram_mib, 0) - p.vram_reserve_gb * 1024 >= (j.gpu_requirements->>'min_vram_gb')::float8 * 1000)
+  AND (j.gpu_requirements->>'gpu_model' IS NULL
+    OR strpos(lower(p.gpu_model), lower(j.gpu_requirements->>'gpu_model')) > 0))`;
+
+/** Fit, the requested provider if any, and not one that declined or never started this job. */
+export const matchesSql = (db: Db) => db`(
+  (j.requested_provider_id IS NULL OR j.requested_provider_id = p.id)
+  AND ${hardwareFitSql(db)}
+  AND (j.attempt = 1 OR NOT EXISTS (
+    SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id AND x.end_reason IN ('rejected', 'not_picked_up'))))`;
+
+export const slotsSql = (db: Db) => db`greatest(p.gpu_count, 1)`;
+export const busySql = (db: Db) => db`coalesce((SELECT l.active FROM provider_load l WHERE l.provider_id = p.id), 0)`;
+
+// ---- assignment ----
+
+export interface Assignment {
+  id: number;
+  jobId: string;
+  providerId: number;
+  /** The job row as assigned. */
+  job: JobRow;
+}
+
+/**
+ * Moves up to `free` queued jobs that the provider `target` names can run to
+ * pending there, best first, skipping jobs other transactions hold: one
+ * statement that also opens the attempt rows and tells connected daemons
+ * (NOTIFY, delivered on commit). `target` is a query of one row (id, free)
+ * whose provider_load row is locked: by the caller already, or by `target`
+ * itself (then the lock and the fill are one round trip).
+ * Returns the provider named (null when `target` found none) and what moved.
+ */
+async function fill(tx: Tx, target: ReturnType<Tx>): Promise<{ providerId: number | null; assigned: Assignment[] }> {
+  const rows = await tx<(JobRow & { target_id: number; notified: string | null; opened: number })[]>`
+    WITH target AS MATERIALIZED (${target}), picked AS (
+      SELECT j.id FROM jobs j, providers p, target t
+      WHERE p.id = t.id AND j.status = 'queued' AND ${matchesSql(tx)}
+      ORDER BY j.priority, j.submitted_at, j.id
+      LIMIT (SELECT free FROM target) FOR UPDATE OF j SKIP LOCKED
+    ), moved AS (
+      UPDATE jobs SET status = 'pending', provider_id = t.id, assigned_at = now(),
+             timeout_at = now() + make_interval(secs => jobs.max_duration_seconds), updated_at = now()
+      FROM picked, target t WHERE jobs.id = picked.id AND jobs.status = 'queued'
+      RETURNING jobs.*
+    ), opened AS (
+      INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at)
+      SELECT id, attempt, provider_id, 'pending', now() FROM moved
+      ON CONFLICT (job_id, attempt) DO UPDATE SET provider_id = EXCLUDED.provider_id, status = 'pending', assigned_at = now()
+      RETURNING job_id
+    )
+    SELECT t.id AS target_id, m.*,
+           CASE WHEN m.id IS NOT NULL THEN
+             pg_notify(${ASSIGNED_CHANNEL}, json_build_object('provider_id', t.id, 'job_id', m.job_id)::text) END AS notified,
+           (SELECT count(*) FROM opened) AS opened
+    FROM target t LEFT JOIN moved m ON true ORDER BY m.priority, m.submitted_at, m.id`;
+  if (rows.length === 0) return { providerId: null, assigned: [] };
+  const providerId = rows[0].target_id;
+  const assigned = rows
+    .filter((r) => r.id !== null)
+    .map(({ target_id: _t, notified: _n, opened: _o, ...job }) => ({ id: job.id, jobId: job.job_id, providerId, job: job as JobRow }));
+  return { providerId, assigned };
+}
+
+/** fill() for a provider whose provider_load row the caller holds locked. */
+async function fillLocked(tx: Tx, providerId: number, free: number): Promise<Assignment[]> {
+  if (free <= 0) return [];
+  return (await fill(tx, tx`SELECT ${providerId}::bigint AS id, ${free}::int AS free`)).assigned;
+}
+
+export interface PlaceResult {
+  /** The provider the job went to, or null when it stays queued. */
+  providerId: number | null;
+  /** Providers with room that were locked by another transaction at that moment. */
+  contended: number[];
+  /** The job row after placement, when it was placed. */
+  job?: JobRow;
+}
+
+/**
+ * Tries to place a queued job (inside the caller's transaction): the least
+ * busy free provider that fits is locked (providers locked by others are
+ * skipped) and filled from the queue in priority order. The job lands when it
+ * is the best one for some provider; otherwise it stays queued behind
+ * higher-priority work.
+ */
+export async function placeJob(tx: Tx, jobId: number): Promise<PlaceResult> {
+  const tried: number[] = [0];
+  for (let i = 0; i < 8; i++) {
+    // The least busy free provider that fits, locked (skipping those others hold), and filled.
+    const { providerId, assigned } = await fill(tx, tx`
+      SELECT p.id, ${slotsSql(tx)} - l.active AS free
+      FROM jobs j, providers p JOIN provider_load l ON l.provider_id = p.id
+      WHERE j.id = ${jobId} AND j.status = 'queued' AND ${availableSql(tx)} AND ${matchesSql(tx)}
+        AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})
+      ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
+      LIMIT 1 FOR UPDATE OF l SKIP LOCKED`);
+    if (providerId === null) break;
+    const got = assigned.find((a) => a.id === jobId);
+    if (got) return { providerId, contended: [], job: got.job };
+    tried.push(providerId);
+  }
+  const contended = await tx<{ id: number }[]>`
+    SELECT p.id FROM jobs j, providers p JOIN provider_load l ON l.provider_id = p.id
+    WHERE j.id = ${jobId} AND j.status = 'queued' AND ${availableSql(tx)} AND ${matchesSql(tx)}
+      AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})
+    LIMIT 8`;
+  return { providerId: null, contended: contended.map((r) => r.id) };
+}
+
+/**
+ * A provider may have room (it heartbeated, resumed, finished a job, or a
+ * slot opened): assign it the next queued jobs it can run, at once.
+ */
+export async function dispatchForProvider(sql: Sql, providerId: number): Promise<Assignment[]> {
+  return sql.begin(async (tx) => {
+    const [p] = await tx<{ free: number; ok: boolean }[]>`
+      SELECT ${slotsSql(tx)} - l.active AS free, ${availableSql(tx)} AS ok
+      FROM providers p JOIN provider_load l ON l.provider_id = p.id
+      WHERE p.id = ${providerId} FOR UPDATE OF l`;
+    if (!p?.ok || p.free <= 0) return [];
+    return fillLocked(tx, providerId, p.free);
+  });
+}
+
+/**
+ * Safety net run by the job worker (and after re-queues): every available
+ * provider with a free slot and a queued job it can run gets filled.
+ */
+export async function dispatchQueued(sql: Sql, limit = 200): Promise<Assignment[]> {
+  const [{ any }] = await sql<{ any: boolean }[]>`SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'queued') AS any`;
+  if (!any) return [];
+  const providers = await sql<{ id: number }[]>`
+    SELECT p.id FROM providers p
+    WHERE ${availableSql(sql)} AND ${busySql(sql)} < ${slotsSql(sql)}
+      AND EXISTS (SELECT 1 FROM jobs j WHERE j.status = 'queued' AND ${matchesSql(sql)})
+    ORDER BY ${busySql(sql)}, p.reliability_score DESC NULLS LAST, p.id
+    LIMIT ${limit}`;
+  const out: Assignment[] = [];
+  for (const p of providers) out.push(...(await dispatchForProvider(sql, p.id)));
+  return out;
+}
+
+// ---- re-queue ----
+
+/**
+ * Ends the current attempt of a pending/running job (row locked by the caller)
+ * and puts the job back in the queue as a new attempt. The old provider is
+ * told to stop. Money is untouched: the hold stays for the next attempt.
+ */
+export async function requeueLocked(tx: Tx, job: JobRow, reason: string, error?: string): Promise<void> {
+  await tx`
+    UPDATE job_attempts SET status = 'requeued', ended_at = now(), end_reason = ${reason}, error = ${error ?? null}
+    WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
+  await tx`
+    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL,
+           timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, endpoint_url = NULL, updated_at = now()
+    WHERE id = ${job.id}`;
+  if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
+}
+
+/** Places jobs that just went back to the queue, each in its own transaction. */
+export async function placeJobs(sql: Sql, ids: number[]): Promise<void> {
+  for (const id of ids) await sql.begin((tx) => placeJob(tx, id));
+}
+
+/**
+ * A job whose provider is gone (silent, rejected it): a new attempt in the
+ * queue, or, once the attempts are used up, failed and refunded.
+ */
+export async function loseJobLocked(
+  tx: Tx,
+  job: LockedJob,
+  reason: "provider_lost" | "rejected" | "not_picked_up",
+  error: string,
+): Promise<"requeued" | "failed"> {
+  const exhausted = job.attempt >= jobPolicy.maxAttempts;
+  // A job bound to one provider cannot go elsewhere once that provider refused it.
+  if (exhausted || (reason !== "provider_lost" && job.requested_provider_id !== null)) {
+    const why = exhausted ? `${error}; gave up after ${job.attempt} attempt${job.attempt === 1 ? "" : "s"}` : `${error}; the requested provider refused the job`;
+    await endLocked(tx, job, "failed", reason, why);
+    return "failed";
+  }
+  await requeueLocked(tx, job, reason, error);
+  return "requeued";
+}
+
+/**
+ * Called by the provider liveness sweep (and the job worker) when a provider
+ * stopped heartbeating: each of its pending/running jobs is re-queued as a new
+ * attempt (recorded in history) or, past the attempt limit, failed and
+ * refunded. Safe to call any number of times, from any process.
+ */
+export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason: string): Promise<{ requeued: string[]; failed: string[] }> {
+  const out = { requeued: [] as string[], failed: [] as string[] };
+  const requeuedIds: number[] = [];
+  await sql.begin(async (tx) => {
+    const jobs = await tx<LockedJob[]>`
+      SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
+      ORDER BY id FOR UPDATE`;
+    for (const job of jobs) {
+      const r = await loseJobLocked(tx, job, "provider_lost", reason || "provider stopped responding");
+      out[r].push(job.job_id);
+      if (r === "requeued") requeuedIds.push(job.id);
+    }
+  });
+  await placeJobs(sql, requeuedIds);
+  return out;
+}
+
+/** How long an assigned job may wait for its daemon to pick it up (poll or stream ack). */
+export const PICKUP_SECONDS = LIVE_WINDOW_SECONDS;
+
+/**
+ * Pending jobs whose live provider never picked them up: the daemon is not
+ * taking work, so the job goes to another provider (this one is skipped for
+ * it from now on) or, past the attempt limit, fails and is refunded.
+ */
+export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeued: number; failed: number }> {
+  const ids = await sql<{ id: number }[]>`
+    SELECT id FROM jobs WHERE status = 'pending' AND assigned_at < now() - make_interval(secs => ${PICKUP_SECONDS})
+    ORDER BY assigned_at LIMIT ${limit}`;
+  const out = { requeued: 0, failed: 0 };
+  for (const { id } of ids) {
+    const r = await sql.begin(async (tx) => {
+      const [job] = await tx<LockedJob[]>`SELECT *, now() AS db_now FROM jobs WHERE id = ${id} FOR UPDATE`;
+      if (job?.status !== "pending" || new Date(job.assigned_at!).getTime() > new Date(job.db_now).getTime() - PICKUP_SECONDS * 1000) return undefined;
+      return loseJobLocked(tx, job, "not_picked_up", `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`);
+    });
+    if (r === "requeued") {
+      out.requeued++;
+      await placeJobs(sql, [id]);
+    } else if (r === "failed") out.failed++;
+  }
+  return out;
+}
+
+/** Jobs held by providers that are no longer live (the worker's safety net). */
+export async function providersWithLostJobs(db: Db, limit = 100): Promise<number[]> {
+  const rows = await db<{ id: number }[]>`
+    SELECT DISTINCT p.id FROM jobs j JOIN providers p ON p.id = j.provider_id
+    WHERE j.status IN ('pending', 'running') AND NOT ${liveSql(db)}
+    LIMIT ${limit}`;
+  return rows.map((r) => r.id);
+}
+
+// ---- why a job waits ----
+
+export interface QueueReason {
+  code: string;
+  reason: string;
+}
+
+/** 1-based place of a queued job in dispatch order (priority, then submit time). */
+export async function queuePosition(db: Db, id: number): Promise<number> {
+  const [r] = await db<{ pos: number }[]>`
+    SELECT count(q.id)::bigint + 1 AS pos FROM jobs me
+    LEFT JOIN jobs q ON q.status = 'queued' AND (q.priority, q.submitted_at, q.id) < (me.priority, me.submitted_at, me.id)
+    WHERE me.id = ${id}`;
+  return Number(r.pos);
+}
+
+function describeRequirements(req: Record<string, unknown> | null): string {
+  const parts: string[] = [];
+  if (req?.min_vram_gb !== undefined) parts.push(`≥ ${req.min_vram_gb} GB VRAM`);
+  if (req?.gpu_model !== undefined) parts.push(`a GPU model matching '${req.gpu_model}'`);
+  return parts.length ? ` with ${parts.join(" and ")}` : "";
+}
+
+const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+const allOf = (n: number, verb: string) => (n === 1 ? `the only matching provider is ${verb}` : `all ${n} matching providers are ${verb}`);
+
+/** Why a queued job is still waiting, answered on submit and every read. */
+export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
+  const ahead = (await queuePosition(db, job.id)) - 1;
+  const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
+  if (job.requested_provider_id !== null) {
+    const id = job.requested_provider_id;
+    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null }[]>`
+      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused,
+             ${runWindowSql(db)} AS in_window, ${busySql(db)} AS busy, ${slotsSql(db)} AS slots,
+             p.scheduled_start, p.scheduled_end,
+             (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits
+      FROM providers p WHERE p.id = ${id}`;
+    if (!p || p.approval_status !== "approved" || p.status === "suspended") {
+      return { code: "provider_unavailable", reason: `requested provider ${id} is not approved for jobs` };
+    }
+    if (!p.live) return { code: "provider_offline", reason: `requested provider ${id} is offline (no heartbeat in the last 120 seconds)` };
+    if (!p.fits) return { code: "provider_mismatch", reason: `requested provider ${id} does not meet the job's gpu_requirements` };
+    if (p.paused) return { code: "provider_paused", reason: `requested provider ${id} is paused` };
+    if (!p.in_window) {
+      return { code: "provider_outside_schedule", reason: `requested provider ${id} is outside its scheduled window (${p.scheduled_start ?? "?"}-${p.scheduled_end ?? "?"} UTC)` };
+    }
+    if (p.busy >= p.slots) return { code: "provider_busy", reason: `requested provider ${id} is busy (${p.busy} of ${plural(p.slots, "GPU")} running jobs)${aheadText}` };
+    return { code: "waiting_for_dispatch", reason: `requested provider ${id} has a free GPU; the job is being assigned${aheadText}` };
+  }
+  const [c] = await db<{ fit: number; live: number; available: number; free: number }[]>`
+    SELECT count(*) FILTER (WHERE ${liveSql(db)})::bigint AS fit,
+           count(*) FILTER (WHERE ${liveSql(db)} AND ${matchesSql(db)})::bigint AS live,
+           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)})::bigint AS available,
+           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)} AND ${busySql(db)} < ${slotsSql(db)})::bigint AS free
+    FROM providers p, jobs j WHERE j.id = ${job.id} AND ${hardwareFitSql(db)}`;
+  const live = Number(c.live);
+  const available = Number(c.available);
+  if (Number(c.fit) === 0) return { code: "no_matching_provider", reason: `no approved provider${describeRequirements(job.gpu_requirements)} is online` };
+  if (live === 0) {
+    return { code: "providers_declined", reason: `every online provider that fits declined this job or did not start it; waiting for another` };
+  }
+  if (available === 0) {
+    return { code: "providers_paused", reason: allOf(live, "paused or outside scheduled hours") };
+  }
+  if (Number(c.free) === 0) return { code: "providers_busy", reason: `${allOf(available, "busy")}${aheadText}` };
+  return { code: "waiting_for_dispatch", reason: `a matching provider has a free GPU; the job is being assigned${aheadText}` };
+}

@@ -1,0 +1,36 @@
+// Optional Idempotency-Key handling (topup, job submit): the same key with
+// the same body replays the first response; with another body it is a 409.
+// The key row is inserted in the same transaction as the work, so a
+// concurrent duplicate waits on it and then replays the committed answer.
+import crypto from "node:crypto";
+import { create, fromJson, toJson, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import type { Sql, Tx } from "../db/index.js";
+import { badRequest, conflict } from "../http/errors.js";
+import { canonicalJson } from "./task-signing.js";
+
+export async function idempotent<D extends DescMessage>(
+  sql: Sql,
+  schema: D,
+  scope: string,
+  key: string | undefined,
+  request: unknown,
+  run: (tx: Tx) => Promise<MessageInitShape<D>>,
+): Promise<MessageShape<D>> {
+  if (!key) return create(schema, (await sql.begin(run)) as MessageInitShape<D>);
+  if (key.length > 255) throw badRequest("Idempotency-Key must be at most 255 characters");
+  const requestHash = crypto.createHash("sha256").update(canonicalJson(request)).digest("hex");
+  return (await sql.begin(async (tx) => {
+    const inserted = await tx`
+      INSERT INTO idempotency_keys (scope, key, request_hash) VALUES (${scope}, ${key}, ${requestHash})
+      ON CONFLICT DO NOTHING RETURNING key`;
+    if (inserted.length === 0) {
+      const [prior] = await tx<{ request_hash: string; response: unknown }[]>`
+        SELECT request_hash, response FROM idempotency_keys WHERE scope = ${scope} AND key = ${key} FOR UPDATE`;
+      if (prior.request_hash !== requestHash) throw conflict("Idempotency-Key was already used with a different request");
+      return fromJson(schema, prior.response as never);
+    }
+    const result = create(schema, await run(tx));
+    await tx`UPDATE idempotency_keys SET response = ${tx.json(toJson(schema, result) as never)} WHERE scope = ${scope} AND key = ${key}`;
+    return result;
+  })) as MessageShape<D>;
+}

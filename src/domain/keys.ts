@@ -1,0 +1,74 @@
+// API keys: random, prefixed by role, stored only as SHA-256 hashes.
+import crypto from "node:crypto";
+import type { Db } from "../db/index.js";
+import { keysRevoked } from "./invalidation.js";
+
+export type KeyRole = "provider" | "renter";
+
+export const KEY_PREFIX: Record<KeyRole, string> = {
+  provider: "svc-provider-",
+  renter: "svc-renter-",
+};
+
+export function hashKey(key: string): Buffer {
+  return crypto.createHash("sha256").update(key).digest();
+}
+
+export function newKey(role: KeyRole): string {
+  return KEY_PREFIX[role] + crypto.randomBytes(24).toString("base64url");
+}
+
+export function roleOfKey(key: string): KeyRole | undefined {
+  if (key.startsWith(KEY_PREFIX.provider)) return "provider";
+  if (key.startsWith(KEY_PREFIX.renter)) return "renter";
+  return undefined;
+}
+
+/** Issues a new key for an account and returns it (the only time it is visible). */
+export async function issueKey(db: Db, role: KeyRole, accountId: number): Promise<string> {
+  const key = newKey(role);
+  await db`
+    INSERT INTO api_keys (key_hash, role, provider_id, renter_id)
+    VALUES (${hashKey(key)}, ${role}, ${role === "provider" ? accountId : null}, ${role === "renter" ? accountId : null})`;
+  return key;
+}
+
+/**
+ * Revokes every key of the account (rotation), then issues a fresh one. The
+ * old keys stop at once in this process and, at commit, in every other
+ * (src/domain/key-cache.ts).
+ */
+export async function rotateKeys(db: Db, role: KeyRole, accountId: number): Promise<string> {
+  const column = role === "provider" ? db`provider_id` : db`renter_id`;
+  await db`UPDATE api_keys SET revoked_at = now() WHERE role = ${role} AND ${column} = ${accountId} AND revoked_at IS NULL`;
+  await keysRevoked(db, role, accountId);
+  return issueKey(db, role, accountId);
+}
+
+export interface KeyOwner {
+  role: KeyRole;
+  accountId: number;
+}
+
+/** The live account a key belongs to, if any. */
+export async function lookupKey(db: Db, key: string): Promise<KeyOwner | undefined> {
+  if (!roleOfKey(key) || key.length > 200) return undefined;
+  const [row] = await db<{ role: KeyRole; provider_id: number | null; renter_id: number | null }[]>`
+    SELECT role, provider_id, renter_id FROM api_keys WHERE key_hash = ${hashKey(key)} AND revoked_at IS NULL`;
+  if (!row) return undefined;
+  return { role: row.role, accountId: (row.role === "provider" ? row.provider_id : row.renter_id)! };
+}
+
+/** The renter a renter key belongs to, and whether that account is suspended (keys of suspended renters stay valid but refused). */
+export async function renterOfKey(db: Db, key: string): Promise<{ renterId: number; suspended: boolean } | undefined> {
+  const owner = await lookupKey(db, key);
+  if (owner?.role !== "renter") return undefined;
+  const [renter] = await db<{ status: string }[]>`SELECT status FROM renters WHERE id = ${owner.accountId}`;
+  return renter && { renterId: owner.accountId, suspended: renter.status === "suspended" };
+}
+
+export function constantTimeEqual(a: string, b: string): boolean {
+  const ha = crypto.createHash("sha256").update(a).digest();
+  const hb = crypto.createHash("sha256").update(b).digest();
+  return crypto.timingSafeEqual(ha, hb);
+}

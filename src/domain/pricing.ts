@@ -1,0 +1,42 @@
+// The price rules, in one place: per-minute rates by job type, the estimate,
+// the settled cost and the 75/25 revenue split.
+
+/** Halala per minute (spec: "Job cost rates"). */
+export const RATE_HALALA_PER_MINUTE = {
+  "llm-inference": 15,
+  llm_inference: 15,
+  training: 25,
+  rendering: 20,
+  image_generation: 20,
+  vllm_serve: 20,
+  benchmark: 10,
+  custom_container: 10,
+} as const;
+
+export type JobType = keyof typeof RATE_HALALA_PER_MINUTE;
+export const JOB_TYPES = Object.keys(RATE_HALALA_PER_MINUTE) as JobType[];
+
+export const PROVIDER_SHARE_PERCENT = 75;
+
+/** Estimate held at submit: ceil(rate x minutes), at least 1 halala. */
+export function estimateHalala(rate: number, durationMinutes: number): number {
+  return Math.max(1, Math.ceil(rate * durationMinutes - 1e-9));
+}
+
+/** Billable whole minutes of a run: at least one. */
+export function actualMinutes(runSeconds: number): number {
+  return Math.max(1, Math.ceil(runSeconds / 60));
+}
+
+/** Settled cost: rate x minutes run, capped by the estimate the renter agreed to. */
+export function actualCostHalala(rate: number, minutes: number, estimate: number): number {
+  return Math.min(rate * minutes, estimate);
+}
+
+/** 75% to the provider (rounded down), the rest to the platform; sums to `cost`. */
+export function splitRevenue(cost: number): { providerEarned: number; platformFee: number } {
+  const providerEarned = Math.floor((cost * PROVIDER_SHARE_PERCENT) / 100);
+  return { providerEarned, platformFee: cost - providerEarned };
+}
+
+export const halalaToSar = (h: number): number => h / 100;

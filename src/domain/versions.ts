@@ -1,0 +1,75 @@
+// Daemon versions: semantic-version precedence (semver.org §11) and the
+// update signals a heartbeat returns. min/latest come from config
+// (SVC_DAEMON_MIN_VERSION, SVC_DAEMON_LATEST_VERSION).
+
+export interface Version {
+  major: number;
+  minor: number;
+  patch: number;
+  prerelease: (string | number)[];
+}
+
+const VERSION = /^v?(\d{1,9})(?:\.(\d{1,9}))?(?:\.(\d{1,9}))?(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$/;
+
+const parsed = new Map<string, Version | undefined>();
+
+/** Parses "3.2.1", "v3.2", "3.2.1-beta.2+build"; undefined when it is not a version. */
+export function parseVersion(text: string | undefined | null): Version | undefined {
+  const key = text ?? "";
+  if (parsed.has(key)) return parsed.get(key);
+  const v = parse(key);
+  if (parsed.size >= 1000) parsed.clear(); // daemons report few distinct versions
+  parsed.set(key, v);
+  return v;
+}
+
+function parse(text: string): Version | undefined {
+  const m = VERSION.exec(text.trim());
+  if (!m) return undefined;
+  const prerelease = m[4] ? m[4].split(".").map((p) => (/^\d+$/.test(p) ? Number(p) : p)) : [];
+  return { major: Number(m[1]), minor: Number(m[2] ?? 0), patch: Number(m[3] ?? 0), prerelease };
+}
+
+/** -1, 0 or 1 by semver precedence (build metadata ignored; a pre-release sorts before its release). */
+export function compareVersions(a: Version, b: Version): number {
+  for (const k of ["major", "minor", "patch"] as const) {
+    if (a[k] !== b[k]) return a[k] < b[k] ? -1 : 1;
+  }
+  if (a.prerelease.length === 0 || b.prerelease.length === 0) {
+    return a.prerelease.length === b.prerelease.length ? 0 : a.prerelease.length === 0 ? 1 : -1;
+  }
+  for (let i = 0; i < Math.max(a.prerelease.length, b.prerelease.length); i++) {
+    const x = a.prerelease[i];
+    const y = b.prerelease[i];
+    if (x === undefined) return -1;
+    if (y === undefined) return 1;
+    if (x === y) continue;
+    if (typeof x === "number" && typeof y === "number") return x < y ? -1 : 1;
+    if (typeof x === "number") return -1; // numeric identifiers sort before alphanumeric ones
+    if (typeof y === "number") return 1;
+    return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+export interface UpdateSignals {
+  updateAvailable: boolean;
+  needsUpdate: boolean;
+  latestVersion: string;
+  minVersion: string;
+}
+
+/**
+ * `needs_update`: the daemon is below the minimum (it must update).
+ * `update_available`: the daemon is below the latest release (which includes
+ * every daemon below the minimum). A daemon that reports no parseable
+ * version gets neither signal: nothing is known to compare.
+ */
+export function updateSignals(reported: string | undefined | null, minVersion: string, latestVersion: string): UpdateSignals {
+  const v = parseVersion(reported);
+  const min = parseVersion(minVersion);
+  const latest = parseVersion(latestVersion);
+  const needsUpdate = !!(v && min && compareVersions(v, min) < 0);
+  const updateAvailable = needsUpdate || !!(v && latest && compareVersions(v, latest) < 0);
+  return { updateAvailable, needsUpdate, latestVersion, minVersion };
+}

@@ -1,0 +1,84 @@
+// One port for both wires: a connection that opens with the HTTP/2 preface
+// ("PRI * HTTP/2.0") goes to the h2c server (gRPC, Connect, REST over h2);
+// anything else to the HTTP/1.1 server (REST, /v1, Connect unary).
+import http from "node:http";
+import http2 from "node:http2";
+import net from "node:net";
+
+type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
+
+export interface Edge {
+  listen(port: number, host: string): Promise<number>;
+  /** Stops accepting, lets in-flight requests finish (up to `graceMs`), then closes. */
+  close(graceMs?: number): Promise<void>;
+}
+
+const PREFACE = Buffer.from("PRI * HTTP/2.0");
+
+export function createEdge(handler: Handler): Edge {
+  const h1 = http.createServer({ keepAliveTimeout: 65_000, headersTimeout: 66_000, requestTimeout: 0 }, handler as http.RequestListener);
+  const h2 = http2.createServer({ settings: { maxConcurrentStreams: 1000 } }, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on("session", (s) => {
+    sessions.add(s);
+    s.on("close", () => sessions.delete(s));
+  });
+  const sockets = new Set<net.Socket>();
+  const h2Sockets = new WeakSet<net.Socket>();
+  const isHttp2Socket = (s: net.Socket) => h2Sockets.has(s);
+  // HTTP/1.1 requests in flight per socket, so shutdown can close idle keep-alive sockets at once.
+  const inflight = new WeakMap<net.Socket, number>();
+  let closing = false;
+  h1.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const socket = req.socket;
+    inflight.set(socket, (inflight.get(socket) ?? 0) + 1);
+    res.on("close", () => {
+      const n = (inflight.get(socket) ?? 1) - 1;
+      inflight.set(socket, n);
+      if (closing && n === 0) socket.destroySoon();
+    });
+  });
+
+  const tcp = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.once("data", (first) => {
+      socket.pause();
+      socket.unshift(first);
+      const n = Math.min(first.length, PREFACE.length);
+      const isH2 = first.subarray(0, n).equals(PREFACE.subarray(0, n));
+      if (isH2) {
+        // The h2 session reads the socket's buffered bytes itself; resuming here would drop them.
+        h2Sockets.add(socket);
+        h2.emit("connection", socket);
+      } else {
+        h1.emit("connection", socket);
+        socket.resume();
+      }
+    });
+    socket.on("error", () => socket.destroy());
+  });
+
+  return {
+    listen(port, host) {
+      return new Promise((resolve, reject) => {
+        tcp.once("error", reject);
+        tcp.listen(port, host, () => resolve((tcp.address() as net.AddressInfo).port));
+      });
+    },
+    async close(graceMs = 10_000) {
+      closing = true;
+      const closed = new Promise<void>((resolve) => tcp.close(() => resolve()));
+      for (const s of sessions) s.close();
+      for (const s of sockets) if (!inflight.get(s) && !isHttp2Socket(s)) s.destroySoon();
+      const deadline = setTimeout(() => {
+        h1.closeAllConnections();
+        for (const s of sessions) s.destroy();
+        for (const s of sockets) s.destroy();
+      }, graceMs);
+      deadline.unref();
+      await closed;
+      clearTimeout(deadline);
+    },
+  };
+}

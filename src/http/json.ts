@@ -1,0 +1,285 @@
+// Message <-> documented JSON, guided by the descriptors and our field options:
+// proto field names, 64-bit integers as JSON numbers, documented nulls,
+// inlined members, and the status-code field left out.
+import {
+  create,
+  fromJson,
+  getOption,
+  isFieldSet,
+  toJson,
+  type DescField,
+  type DescMessage,
+  type JsonObject,
+  type JsonValue,
+  type Message,
+  ScalarType,
+} from "@bufbuild/protobuf";
+import { http_status, inline, nullable, whole_body, from_header, raw_body } from "../../gen/svc/v1/options_pb.js";
+import { badRequest } from "./errors.js";
+
+/** Our field options, read once per field: getOption builds a new container on every call. */
+interface FieldOptions {
+  httpStatus: boolean;
+  nullable: boolean;
+  inline: boolean;
+  wholeBody: boolean;
+  rawBody: boolean;
+  fromHeader: string;
+}
+const fieldOptionsCache = new WeakMap<DescField, FieldOptions>();
+
+function optionsOf(field: DescField): FieldOptions {
+  let o = fieldOptionsCache.get(field);
+  if (!o) {
+    o = {
+      httpStatus: getOption(field, http_status),
+      nullable: getOption(field, nullable),
+      inline: getOption(field, inline),
+      wholeBody: getOption(field, whole_body),
+      rawBody: getOption(field, raw_body),
+      fromHeader: getOption(field, from_header),
+    };
+    fieldOptionsCache.set(field, o);
+  }
+  return o;
+}
+
+const WKT_JSON = new Set([
+  "google.protobuf.Struct",
+  "google.protobuf.Value",
+  "google.protobuf.ListValue",
+  "google.protobuf.Timestamp",
+  "google.protobuf.Duration",
+]);
+
+function scalarToJson(type: ScalarType, value: unknown): JsonValue {
+  switch (type) {
+    case ScalarType.INT64:
+    case ScalarType.UINT64:
+    case ScalarType.SINT64:
+    case ScalarType.FIXED64:
+    case ScalarType.SFIXED64:
+      return Number(value);
+    case ScalarType.BYTES:
+      return Buffer.from(value as Uint8Array).toString("base64");
+    case ScalarType.DOUBLE:
+    case ScalarType.FLOAT:
+      return Number.isFinite(value as number) ? (value as number) : null;
+    default:
+      return value as JsonValue;
+  }
+}
+
+function messageValueToJson(desc: DescMessage, value: unknown): JsonValue {
+  if (desc.typeName === "google.protobuf.Struct") return value as JsonObject; // already unboxed
+  if (WKT_JSON.has(desc.typeName)) return toJson(desc, value as Message);
+  return messageToJson(desc, value as Message);
+}
+
+function fieldToJson(field: DescField, value: unknown): JsonValue {
+  switch (field.fieldKind) {
+    case "scalar":
+      return scalarToJson(field.scalar, value);
+    case "enum":
+      return field.enum.values.find((v) => v.number === value)?.name ?? (value as number);
+    case "message":
+      return messageValueToJson(field.message, value);
+    case "list":
+      return (value as unknown[]).map((v) =>
+        field.listKind === "message"
+          ? messageValueToJson(field.message, v)
+          : field.listKind === "scalar"
+            ? scalarToJson(field.scalar, v)
+            : (v as number),
+      );
+    case "map": {
+      const out: JsonObject = {};
+      for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+        out[k] = field.mapKind === "message" ? messageValueToJson(field.message, v) : field.mapKind === "scalar" ? scalarToJson(field.scalar, v) : (v as number);
+      }
+      return out;
+    }
+  }
+}
+
+/** Writes a message as the documented JSON object. */
+export function messageToJson(desc: DescMessage, msg: Message): JsonObject {
+  const out: JsonObject = {};
+  for (const field of desc.fields) {
+    if (optionsOf(field).httpStatus) continue;
+    let value: unknown;
+    if (field.oneof) {
+      const o = (msg as unknown as Record<string, { case?: string; value?: unknown }>)[field.oneof.localName];
+      if (o?.case !== field.localName) continue;
+      value = o.value;
+    } else {
+      const explicitPresence = field.fieldKind === "message" || (field.fieldKind === "scalar" && field.proto.proto3Optional);
+      if (explicitPresence && !isFieldSet(msg, field)) {
+        if (optionsOf(field).nullable) out[field.name] = null;
+        continue;
+      }
+      value = (msg as unknown as Record<string, unknown>)[field.localName];
+    }
+    const json = fieldToJson(field, value);
+    if (optionsOf(field).inline && json && typeof json === "object" && !Array.isArray(json)) {
+      Object.assign(out, json);
+    } else {
+      out[field.name] = json;
+    }
+  }
+  return out;
+}
+
+/** The HTTP status a response message asks for, if it carries one. */
+export function responseStatus(desc: DescMessage, msg: Message): number | undefined {
+  const f = desc.fields.find((x) => optionsOf(x).httpStatus);
+  const v = f ? Number((msg as unknown as Record<string, unknown>)[f.localName]) : 0;
+  return v > 0 ? v : undefined;
+}
+
+const INTEGER_SCALARS = new Set([
+  ScalarType.INT32, ScalarType.INT64, ScalarType.UINT32, ScalarType.UINT64, ScalarType.SINT32,
+  ScalarType.SINT64, ScalarType.FIXED32, ScalarType.FIXED64, ScalarType.SFIXED32, ScalarType.SFIXED64,
+]);
+
+/** Path and query values arrive as text; give them the JSON type their field wants. */
+function coerceText(field: DescField, text: string): JsonValue {
+  if (field.fieldKind === "scalar" || (field.fieldKind === "list" && field.listKind === "scalar")) {
+    const t = field.scalar!;
+    if (t === ScalarType.BOOL) {
+      if (text === "true" || text === "1") return true;
+      if (text === "false" || text === "0") return false;
+      throw badRequest(`${field.name} must be true or false`);
+    }
+    if (INTEGER_SCALARS.has(t) || t === ScalarType.DOUBLE || t === ScalarType.FLOAT) {
+      const n = Number(text);
+      if (text.trim() === "" || !Number.isFinite(n)) throw badRequest(`${field.name} must be a number`);
+      if (INTEGER_SCALARS.has(t) && !Number.isInteger(n)) throw badRequest(`${field.name} must be an integer`);
+      return n;
+    }
+  }
+  return text;
+}
+
+export interface RestInput {
+  pathParams: Record<string, string>;
+  query: URLSearchParams;
+  headers: Record<string, string | string[] | undefined>;
+  /** Parsed JSON body, or undefined when there was none. */
+  body: JsonValue | undefined;
+  rawBody: Buffer;
+}
+
+const INVALID_FIELD = /field ([\w.]+)/;
+
+/**
+ * Builds the request message: body members, then query and path parameters
+ * (path wins), then header- and raw-body-bound fields. Unknown members are ignored.
+ */
+export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput): Message {
+  const json: JsonObject = {};
+  const { byName, wholeBodyField } = shapeOf(desc);
+  // A Struct is held as plain JSON by protobuf-es: the parsed body is assigned
+  // as is after fromJson instead of being converted value by value.
+  const wholeBodyStruct = wholeBodyField?.fieldKind === "message" && wholeBodyField.message.typeName === "google.protobuf.Struct";
+  if (wholeBodyField) {
+    if (input.body !== undefined && (typeof input.body !== "object" || input.body === null || Array.isArray(input.body))) {
+      throw badRequest("request body must be a JSON object");
+    }
+    if (!wholeBodyStruct) json[wholeBodyField.jsonName] = (input.body as JsonObject) ?? {};
+  } else if (input.body !== undefined && input.body !== null) {
+    if (typeof input.body !== "object" || Array.isArray(input.body)) throw badRequest("request body must be a JSON object");
+    for (const [k, v] of Object.entries(input.body)) {
+      // JSON null means "not given" for every field.
+      if (v !== null && byName.has(k)) json[byName.get(k)!.jsonName] = v;
+    }
+  }
+  for (const [k, v] of input.query) {
+    const f = byName.get(k);
+    if (!f || optionsOf(f).rawBody || optionsOf(f).wholeBody) continue;
+    if (f.fieldKind === "list") {
+      const arr = (json[f.jsonName] as JsonValue[] | undefined) ?? [];
+      arr.push(coerceText(f, v));
+      json[f.jsonName] = arr;
+    } else if (!(f.jsonName in json)) {
+      json[f.jsonName] = coerceText(f, v);
+    }
+  }
+  for (const [k, v] of Object.entries(input.pathParams)) {
+    const f = byName.get(k);
+    if (f) json[f.jsonName] = coerceText(f, v);
+  }
+  for (const f of desc.fields) {
+    const header = optionsOf(f).fromHeader;
+    if (header) {
+      const v = input.headers[header.toLowerCase()];
+      if (typeof v === "string") json[f.jsonName] = v;
+    }
+  }
+  let msg: Message;
+  try {
+    msg = fromJson(desc, json, { ignoreUnknownFields: true });
+  } catch (err) {
+    const text = err instanceof Error ? err.message : String(err);
+    const m = INVALID_FIELD.exec(text);
+    const name = m ? m[1].split(".").pop() : undefined;
+    // Nested decoders (Struct, Value) name no field: find the top-level member that fails alone.
+    const field =
+      (name ? desc.fields.find((f) => f.localName === name || f.jsonName === name || f.name === name) : undefined) ??
+      desc.fields.find((f) => f.jsonName in json && !decodes(desc, { [f.jsonName]: json[f.jsonName] }));
+    throw badRequest(field ? `invalid value for field '${field.name}': ${describeExpected(field)}` : `invalid request: ${text}`);
+  }
+  for (const f of desc.fields) {
+    if (optionsOf(f).rawBody) (msg as unknown as Record<string, unknown>)[f.localName] = new Uint8Array(input.rawBody);
+  }
+  if (wholeBodyStruct) (msg as unknown as Record<string, unknown>)[wholeBodyField!.localName] = (input.body as JsonObject) ?? {};
+  return msg;
+}
+
+interface MessageShape {
+  byName: Map<string, DescField>;
+  wholeBodyField: DescField | undefined;
+}
+const shapes = new WeakMap<DescMessage, MessageShape>();
+
+/** Field lookups of a request message, built once per descriptor. */
+function shapeOf(desc: DescMessage): MessageShape {
+  let shape = shapes.get(desc);
+  if (!shape) {
+    shape = {
+      byName: new Map(desc.fields.map((f) => [f.name, f] as const)),
+      wholeBodyField: desc.fields.find((f) => optionsOf(f).wholeBody),
+    };
+    shapes.set(desc, shape);
+  }
+  return shape;
+}
+
+function decodes(desc: DescMessage, json: JsonObject): boolean {
+  try {
+    fromJson(desc, json, { ignoreUnknownFields: true });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function describeExpected(field: DescField): string {
+  switch (field.fieldKind) {
+    case "scalar":
+      if (field.scalar === ScalarType.STRING) return "expected a string";
+      if (field.scalar === ScalarType.BOOL) return "expected a boolean";
+      if (INTEGER_SCALARS.has(field.scalar)) return "expected an integer";
+      return "expected a number";
+    case "list":
+      return "expected an array";
+    case "message":
+      return field.message.typeName === "google.protobuf.Value" ? "unexpected value" : "expected a JSON object";
+    default:
+      return "unexpected value";
+  }
+}
+
+export function emptyMessage<D extends DescMessage>(desc: D): Message {
+  return create(desc);
+}

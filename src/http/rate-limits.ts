@@ -1,0 +1,196 @@
+// The rate-limit table (spec "Limits"), in one place, and its enforcement
+// across every server process through a shared store: PostgreSQL (the
+// `rate_limits` table of migration 006) or Redis when REDIS_URL is set.
+//
+// Each RPC names its row with the `rate_limit` route option; a route without
+// one counts against `default`. A request counts against exactly one row.
+// The same rows apply to REST (the transcoder's guard) and to gRPC/Connect
+// calls (an interceptor), keyed by client IP or by the renter key presented.
+import crypto from "node:crypto";
+import { getOption, type DescMethod } from "@bufbuild/protobuf";
+import type { Interceptor } from "@connectrpc/connect";
+import { Redis } from "ioredis";
+import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from "rate-limiter-flexible";
+import { route as routeOption } from "../../gen/svc/v1/options_pb.js";
+import { ConfigError, type Config } from "../config.js";
+import type { Sql } from "../db/index.js";
+import { KEY_PREFIX } from "../domain/keys.js";
+import type { Logger } from "../log.js";
+import { credentialsKey } from "./credentials.js";
+import { apiError } from "./errors.js";
+import type { RestRoute, RouteGuard } from "./rest.js";
+
+export type Subject = "ip" | "renter_key";
+
+export interface RateLimitRow {
+  /** What the spec's table calls the row. */
+  applies: string;
+  points: number;
+  durationSec: number;
+  /** Counted per client IP, or per renter API key (falling back to the IP when none is sent). */
+  per: Subject;
+}
+
+/** The spec's table, exactly. Keys are the `rate_limit` route option values. */
+export const RATE_LIMITS = {
+  provider_register: { applies: "POST /api/providers/register", points: 5, durationSec: 3600, per: "ip" },
+  heartbeat: { applies: "POST /api/providers/heartbeat", points: 4, durationSec: 60, per: "ip" },
+  renter_register: { applies: "POST /api/renters/register", points: 5, durationSec: 3600, per: "ip" },
+  job_submit: { applies: "POST /api/jobs/submit", points: 10, durationSec: 60, per: "renter_key" },
+  payment_topup: { applies: "POST /api/payments/topup", points: 10, durationSec: 60, per: "ip" },
+  renter_topup: { applies: "POST /api/renters/topup", points: 10, durationSec: 60, per: "renter_key" },
+  marketplace: { applies: "GET /api/providers/marketplace", points: 30, durationSec: 60, per: "ip" },
+  admin: { applies: "GET /api/admin/*", points: 100, durationSec: 60, per: "ip" },
+  default: { applies: "all other /api/*", points: 300, durationSec: 60, per: "ip" },
+} as const satisfies Record<string, RateLimitRow>;
+
+export type RateLimitName = keyof typeof RATE_LIMITS;
+
+export const RATE_LIMIT_TABLE = "rate_limits";
+
+/** The row a route counts against. */
+export function rowNameOf(rateLimit: string): RateLimitName {
+  return (rateLimit || "default") as RateLimitName;
+}
+
+/** Fails start-up when an RPC names a row the table does not have. */
+export function checkRouteRows(methods: DescMethod[]): void {
+  for (const m of methods) {
+    const name = getOption(m, routeOption).rateLimit;
+    if (name && !(name in RATE_LIMITS)) {
+      throw new ConfigError(`${m.parent.typeName}.${m.name} names rate_limit "${name}", which src/http/rate-limits.ts does not define`);
+    }
+  }
+}
+
+/** The documented rows with the operator's overrides (benchmarks) applied. */
+export function effectiveRows(overrides: Config["rateLimitOverrides"]): Record<RateLimitName, RateLimitRow> {
+  const rows = { ...RATE_LIMITS } as Record<RateLimitName, RateLimitRow>;
+  for (const [name, o] of Object.entries(overrides)) {
+    if (!(name in rows)) {
+      throw new ConfigError(`SVC_RATE_LIMIT_OVERRIDES names "${name}"; rows are ${Object.keys(RATE_LIMITS).join(", ")}`);
+    }
+    rows[name as RateLimitName] = { ...rows[name as RateLimitName], points: o.points, durationSec: o.durationSec };
+  }
+  return rows;
+}
+
+/**
+ * The counting subject. Keys are hashed: the store never holds a credential.
+ * A key-limited row falls back to the IP when no renter key was sent (the
+ * request then fails authentication, but it still counts).
+ */
+export function subjectOf(row: RateLimitRow, clientIp: string, keys: string[]): string {
+  if (row.per === "renter_key") {
+    const key = keys.find((k) => k.startsWith(KEY_PREFIX.renter));
+    if (key) return `key:${crypto.createHash("sha256").update(key).digest("hex").slice(0, 40)}`;
+  }
+  return `ip:${clientIp || "unknown"}`;
+}
+
+function per(durationSec: number): string {
+  if (durationSec === 3600) return "hour";
+  if (durationSec === 60) return "minute";
+  return `${durationSec} seconds`;
+}
+
+/**
+ * rate-limiter-flexible's PostgreSQL store speaks to a `pg`-style client
+ * (`query({text, values}) -> {rows, rowCount}`). This adapter runs those
+ * statements on our postgres.js pool, so the limiter shares the service's one
+ * pool, URL and connection limit instead of opening a second driver's pool.
+ */
+export function pgClientAdapter(sql: Sql) {
+  return {
+    async query(q: { text: string; values?: unknown[] }) {
+      const rows = await sql.unsafe(q.text, (q.values ?? []) as never[], { prepare: true });
+      return { rows: [...rows], rowCount: rows.count };
+    },
+  };
+}
+
+export interface RateLimits {
+  /** The REST transcoder's guard (throws a 429 apiError with Retry-After). */
+  guard: RouteGuard;
+  /** The same limits for gRPC and Connect calls. */
+  interceptor: Interceptor;
+  /** Counts one request of `row` for this caller; throws the 429. */
+  check(row: RateLimitName, clientIp: string, keys: string[]): Promise<void>;
+  /** Where the counters live, for logs and tests. */
+  store: "postgres" | "redis";
+  close(): Promise<void>;
+}
+
+export async function createRateLimits(config: Config, sql: Sql, log: Logger): Promise<RateLimits> {
+  const rows = effectiveRows(config.rateLimitOverrides);
+  let redis: Redis | undefined;
+  if (config.redisUrl) {
+    redis = new Redis(config.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
+    redis.on("error", (err) => log.warn({ err: err.message }, "rate-limit store (redis) error"));
+    await redis.connect();
+  }
+  const limiters = new Map<RateLimitName, RateLimiterAbstract>();
+  for (const [name, row] of Object.entries(rows) as [RateLimitName, RateLimitRow][]) {
+    const common = {
+      keyPrefix: name,
+      points: row.points,
+      duration: row.durationSec,
+      // Once a subject is over its limit this process answers 429 from memory
+      // until the window ends, so abuse does not become store load.
+      inMemoryBlockOnConsumed: row.points + 1,
+      // If the shared store fails, each process keeps limiting on its own
+      // rather than letting everything through or failing requests.
+      insuranceLimiter: new RateLimiterMemory({ keyPrefix: name, points: row.points, duration: row.durationSec }),
+    };
+    limiters.set(
+      name,
+      redis
+        ? new RateLimiterRedis({ ...common, storeClient: redis, keyPrefix: `svc:rl:${name}` })
+        : new RateLimiterPostgres({
+            ...common,
+            storeClient: pgClientAdapter(sql),
+            storeType: "pool",
+            tableName: RATE_LIMIT_TABLE,
+            tableCreated: true,
+            // One sweep below for the whole table instead of a timer per row.
+            clearExpiredByTimeout: false,
+          }),
+    );
+  }
+
+  // Expired counters are only garbage; drop those an hour past their window.
+  const sweep = redis
+    ? undefined
+    : setInterval(() => {
+        sql`DELETE FROM rate_limits WHERE expire < ${Date.now() - 3_600_000}`.catch(() => {});
+      }, 300_000);
+  sweep?.unref();
+
+  async function check(name: RateLimitName, clientIp: string, keys: string[]): Promise<void> {
+    const row = rows[name];
+    try {
+      await limiters.get(name)!.consume(subjectOf(row, clientIp, keys));
+    } catch (err) {
+      if (!(err instanceof RateLimiterRes)) throw err;
+      const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
+      throw apiError(429, `rate limit exceeded: ${row.points} requests per ${per(row.durationSec)} (${row.applies}); retry in ${retryAfter} s`, {
+        "retry-after": String(retryAfter),
+      });
+    }
+  }
+
+  return {
+    store: redis ? "redis" : "postgres",
+    check,
+    guard: (r: RestRoute, clientIp, keys) => check(rowNameOf(r.rateLimit), clientIp, keys),
+    interceptor: (next) => async (req) => {
+      const creds = req.contextValues.get(credentialsKey);
+      await check(rowNameOf(getOption(req.method, routeOption).rateLimit), creds.clientIp, creds.keys);
+      return next(req);
+    },
+    async close() {
+      if (sweep) clearInterval(sweep);
+      if (redis) await redis.quit().catch(() => redis!.disconnect());
+    },
+  };
+}

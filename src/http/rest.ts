@@ -1,0 +1,355 @@
+// The generic REST transcoder. The route table is built once from the route
+// options declared on the RPCs in proto/; each request is turned into the
+// RPC's request message, handed to the same (secured) implementation the
+// Connect router serves, and the answer written as the documented JSON.
+import crypto from "node:crypto";
+import { setMaxListeners } from "node:events";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { create, getOption, type DescMethod, type DescService, type JsonValue, type Message } from "@bufbuild/protobuf";
+import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { RawBodySchema, route, type RawBody } from "../../gen/svc/v1/options_pb.js";
+import type { Logger } from "../log.js";
+import { maskSecrets } from "../log.js";
+import { DEFAULT_BODY_LIMIT_KB, readBody } from "./body.js";
+import { credentialsFromRest, credentialsKey } from "./credentials.js";
+import { apiError, toHttpError } from "./errors.js";
+import { messageToJson, requestFromRest, responseStatus } from "./json.js";
+
+export type NodeRequest = IncomingMessage | Http2ServerRequest;
+export type NodeResponse = ServerResponse | Http2ServerResponse;
+
+export interface RegisteredService {
+  service: DescService;
+  impl: ServiceImpl<DescService>;
+}
+
+export interface RestRoute {
+  httpMethod: string;
+  template: string;
+  pattern: RegExp;
+  params: string[];
+  literalSegments: number;
+  method: DescMethod;
+  service: DescService;
+  impl: (req: unknown, ctx: unknown) => unknown;
+  status: number;
+  rateLimit: string;
+  bodyLimitBytes: number;
+}
+
+/** Runs before the handler (rate limits); may throw an apiError. */
+export type RouteGuard = (route: RestRoute, clientIp: string, credentialKeys: string[]) => Promise<void>;
+
+function compileTemplate(template: string): { pattern: RegExp; params: string[]; literalSegments: number } {
+  const params: string[] = [];
+  let literalSegments = 0;
+  const source = template
+    .split("/")
+    .map((seg) => {
+      const m = /^\{(\w+)\}$/.exec(seg);
+      if (m) {
+        params.push(m[1]);
+        return "([^/]+)";
+      }
+      if (seg) literalSegments++;
+      return seg.replace(/[.*+?^${}()|[\]\\-]/g, "\\$&");
+    })
+    .join("/");
+  return { pattern: new RegExp(`^${source}/?$`), params, literalSegments };
+}
+
+export function buildRouteTable(services: RegisteredService[]): RestRoute[] {
+  const routes: RestRoute[] = [];
+  for (const { service, impl } of services) {
+    for (const method of service.methods) {
+      const opts = getOption(method, route);
+      for (const binding of opts.http) {
+        const { pattern, params, literalSegments } = compileTemplate(binding.path);
+        routes.push({
+          httpMethod: binding.method.toUpperCase(),
+          template: binding.path,
+          pattern,
+          params,
+          literalSegments,
+          method,
+          service,
+          impl: (impl as unknown as Record<string, (req: unknown, ctx: unknown) => unknown>)[method.localName],
+          status: opts.status || 200,
+          rateLimit: opts.rateLimit,
+          bodyLimitBytes: (opts.bodyLimitKb || DEFAULT_BODY_LIMIT_KB) * 1024,
+        });
+      }
+    }
+  }
+  // Literal segments win over {variables}: /api/providers/me before /api/providers/{api_key}/jobs.
+  routes.sort((a, b) => b.literalSegments - a.literalSegments || b.params.length - a.params.length);
+  return routes;
+}
+
+/** A malformed escape (a lone "%") is kept as sent rather than thrown. */
+function safeDecode(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+const nulIn = (name: string) => apiError(400, `${name} must not contain NUL characters (\\u0000)`);
+
+/**
+ * PostgreSQL text and jsonb cannot hold U+0000, so a NUL anywhere in the
+ * input is refused here, naming where, instead of failing in the database.
+ */
+function rejectNul(pathParams: Record<string, string>, query: URLSearchParams, body: JsonValue | undefined, rawBody: Buffer): void {
+  for (const [k, v] of Object.entries(pathParams)) if (v.includes("\0")) throw nulIn(k);
+  for (const [k, v] of query) if (v.includes("\0") || k.includes("\0")) throw nulIn(k.replace(/\0/g, ""));
+  if (!rawBody.includes("\\u0000")) return;
+  // Iterative (a deeply nested body must not exhaust the stack); names the top-level field.
+  const stack: [JsonValue | undefined, string][] = [[body, ""]];
+  while (stack.length > 0) {
+    const [v, field] = stack.pop()!;
+    const child = (k: string) => field || k;
+    if (typeof v === "string") {
+      if (v.includes("\0")) throw nulIn(field || "body");
+    } else if (Array.isArray(v)) {
+      for (const x of v) stack.push([x, field]);
+    } else if (v && typeof v === "object") {
+      for (const [k, x] of Object.entries(v)) {
+        if (k.includes("\0")) throw nulIn(field || "body");
+        stack.push([x, child(k)]);
+      }
+    }
+  }
+}
+
+const literalTables = new WeakMap<RestRoute[], Map<string, RestRoute>>();
+
+/** "METHOD /path" -> route for templates without {variables} (they win over any template with one). */
+function literalTable(routes: RestRoute[]): Map<string, RestRoute> {
+  let t = literalTables.get(routes);
+  if (!t) {
+    t = new Map();
+    for (const r of routes) if (r.params.length === 0 && !t.has(`${r.httpMethod} ${r.template}`)) t.set(`${r.httpMethod} ${r.template}`, r);
+    literalTables.set(routes, t);
+  }
+  return t;
+}
+
+export function matchRoute(routes: RestRoute[], httpMethod: string, path: string) {
+  const literal = literalTable(routes).get(`${httpMethod} ${path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path}`);
+  if (literal) return { route: literal, pathParams: {} as Record<string, string>, pathMatched: true };
+  let pathMatched = false;
+  for (const r of routes) {
+    const m = r.pattern.exec(path);
+    if (!m) continue;
+    pathMatched = true;
+    if (r.httpMethod !== httpMethod) continue;
+    const pathParams: Record<string, string> = {};
+    r.params.forEach((p, i) => {
+      pathParams[p] = safeDecode(m[i + 1]);
+    });
+    return { route: r, pathParams, pathMatched };
+  }
+  return { route: undefined, pathParams: {}, pathMatched };
+}
+
+export function sendJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}) {
+  const data = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(data), ...headers });
+  res.end(data);
+}
+
+export function clientIpOf(req: NodeRequest, trustProxy: boolean): string {
+  if (trustProxy) {
+    const fwd = req.headers["x-forwarded-for"];
+    const first = (Array.isArray(fwd) ? fwd[0] : fwd)?.split(",")[0]?.trim();
+    if (first) return first;
+  }
+  return req.socket?.remoteAddress ?? "";
+}
+
+export interface RestHandlerOptions {
+  routes: RestRoute[];
+  log: Logger;
+  trustProxy: boolean;
+  guard?: RouteGuard;
+  shutdownSignal?: AbortSignal;
+}
+
+const CLIENT_GONE = new ConnectError("the client closed the connection", Code.Canceled);
+const SHUTTING_DOWN = new ConnectError("the server is shutting down", Code.Unavailable);
+
+/**
+ * A request's cancellation signal, made only if a handler asks for it (few
+ * do; an AbortController per request is measurable on small calls). It aborts
+ * when the client leaves before the answer or the server shuts down.
+ */
+class LazyAbort {
+  private controller: AbortController | undefined;
+  private reason: unknown;
+  private listening = false;
+
+  constructor(private readonly shutdown: AbortSignal | undefined) {}
+
+  private onShutdown: (() => void) | undefined;
+
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.reason !== undefined) this.controller.abort(this.reason);
+      else if (this.shutdown?.aborted) this.controller.abort(SHUTTING_DOWN);
+      else if (this.shutdown) {
+        this.onShutdown = () => this.abort(SHUTTING_DOWN);
+        this.shutdown.addEventListener("abort", this.onShutdown);
+        this.listening = true;
+      }
+    }
+    return this.controller.signal;
+  }
+
+  /** Preallocated reasons only: a default DOMException captures a stack. */
+  abort(reason: unknown): void {
+    if (this.controller) this.controller.abort(reason);
+    else this.reason ??= reason;
+  }
+
+  /** Unlinks from the shared shutdown signal once the request is answered. */
+  release(): void {
+    if (this.listening) this.shutdown!.removeEventListener("abort", this.onShutdown!);
+    this.listening = false;
+  }
+}
+
+/**
+ * The HandlerContext of a REST call. Lighter than connect's
+ * createHandlerContext (no deadline timer, no linked controllers): the
+ * headers objects, slow to build, are made only when a handler uses them.
+ */
+class RestContext implements HandlerContext {
+  readonly protocolName = "rest";
+  readonly service: DescService;
+  readonly method: DescMethod;
+  private reqHeader: Headers | undefined;
+  private resHeader: Headers | undefined;
+  private resTrailer: Headers | undefined;
+
+  constructor(
+    r: RestRoute,
+    readonly requestMethod: string,
+    private readonly parsedUrl: URL,
+    private readonly cancel: LazyAbort,
+    private readonly requestId: string,
+    readonly values: ContextValues,
+  ) {
+    this.service = r.service;
+    this.method = r.method;
+  }
+
+  timeoutMs(): number | undefined {
+    return undefined;
+  }
+
+  get signal(): AbortSignal {
+    return this.cancel.signal;
+  }
+
+  get url(): string {
+    return this.parsedUrl.toString();
+  }
+
+  get requestHeader(): Headers {
+    return (this.reqHeader ??= new Headers({ "x-request-id": this.requestId }));
+  }
+
+  get responseHeader(): Headers {
+    return (this.resHeader ??= new Headers());
+  }
+
+  get responseTrailer(): Headers {
+    return (this.resTrailer ??= new Headers());
+  }
+
+  /** Response headers a handler set (the transcoder copies them to the answer). */
+  responseHeaderRecord(): Record<string, string> {
+    const out: Record<string, string> = {};
+    this.resHeader?.forEach((v, k) => {
+      out[k] = v;
+    });
+    return out;
+  }
+}
+
+/** Returns a handler that answers when the path is a REST route, or false. */
+export function createRestHandler(opts: RestHandlerOptions) {
+  // Each request in flight whose handler reads its signal listens on it: no leak warning at 11.
+  if (opts.shutdownSignal) setMaxListeners(0, opts.shutdownSignal);
+  return async function handleRest(req: NodeRequest, res: NodeResponse): Promise<boolean> {
+    const started = performance.now();
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const httpMethod = (req.method ?? "GET").toUpperCase();
+    const { route: r, pathParams, pathMatched } = matchRoute(opts.routes, httpMethod, url.pathname);
+    if (!r) {
+      if (!pathMatched) return false;
+      sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${url.pathname.startsWith("/api/") ? maskSecrets(url.pathname) : url.pathname}` });
+      return true;
+    }
+    const requestId = (req.headers["x-request-id"] as string) || crypto.randomUUID();
+    const clientIp = clientIpOf(req, opts.trustProxy);
+    let status = 500;
+    // Only a client gone before the answer, or shutdown, cancels the handler.
+    const cancel = new LazyAbort(opts.shutdownSignal);
+    res.on("close", () => {
+      if (!res.writableFinished) cancel.abort(CLIENT_GONE);
+    });
+    try {
+      let rawBody: Buffer = Buffer.alloc(0);
+      let body: JsonValue | undefined;
+      if (httpMethod !== "GET" && httpMethod !== "HEAD") {
+        rawBody = await readBody(req, r.bodyLimitBytes);
+        if (rawBody.length > 0) {
+          try {
+            body = JSON.parse(rawBody.toString("utf8"));
+          } catch {
+            throw apiError(400, "malformed JSON body");
+          }
+        }
+      }
+      const creds = credentialsFromRest(req.headers, pathParams, url.searchParams, body, clientIp, requestId);
+      if (opts.guard) await opts.guard(r, clientIp, creds.keys);
+      rejectNul(pathParams, url.searchParams, body, rawBody);
+      const input = requestFromRest(r.method.input, { pathParams, query: url.searchParams, headers: req.headers, body, rawBody });
+      const ctx = new RestContext(r, httpMethod, url, cancel, requestId, createContextValues().set(credentialsKey, creds));
+      const init = await r.impl(input, ctx);
+      const output = create(r.method.output, init as never) as Message;
+      const extra = ctx.responseHeaderRecord();
+      if (r.method.output.typeName === RawBodySchema.typeName) {
+        const raw = output as unknown as RawBody;
+        status = r.status;
+        const headers: Record<string, string> = { "content-type": raw.contentType || "application/octet-stream", ...extra };
+        if (raw.filename) headers["content-disposition"] = `attachment; filename="${raw.filename}"`;
+        res.writeHead(status, { ...headers, "content-length": raw.data.length });
+        res.end(Buffer.from(raw.data));
+      } else {
+        status = responseStatus(r.method.output, output) ?? r.status;
+        sendJson(res, status, messageToJson(r.method.output, output), extra);
+      }
+    } catch (err) {
+      const e = toHttpError(err);
+      status = e.status;
+      if (status >= 500) opts.log.error({ err, requestId, route: r.template }, "request failed");
+      if (!res.headersSent) sendJson(res, status, { error: e.message }, e.headers);
+      else res.end();
+    } finally {
+      cancel.release();
+      if (opts.log.isLevelEnabled("info")) {
+        opts.log.info(
+          { requestId, method: httpMethod, path: maskSecrets(url.pathname), route: r.template, status, ms: Math.round(performance.now() - started) },
+          "request",
+        );
+      }
+    }
+    return true;
+  };
+}

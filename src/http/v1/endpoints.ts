@@ -1,0 +1,88 @@
+// Where /v1 requests can go: vllm_serve jobs that are running with an
+// endpoint reported through POST /api/jobs/{id}/endpoint-ready, on approved,
+// live providers. The picker spreads load (fewest requests in flight from this
+// process first, random among equals) and rests an endpoint that just failed.
+import type { Db } from "../../db/index.js";
+import { LIVE_WINDOW_SECONDS } from "../../domain/liveness.js";
+
+export interface Upstream {
+  jobId: number;
+  providerId: number;
+  model: string;
+  /** The upstream's chat completions URL. */
+  url: string;
+  startedAt: Date;
+}
+
+/** The endpoint a daemon reports may be the server root, its /v1 base, or the full route. */
+export function chatCompletionsUrl(endpointUrl: string): string {
+  const base = endpointUrl.trim().replace(/\/+$/, "");
+  if (base.endsWith("/chat/completions")) return base;
+  if (base.endsWith("/v1")) return `${base}/chat/completions`;
+  return `${base}/v1/chat/completions`;
+}
+
+interface EndpointRow {
+  job_id: number;
+  provider_id: number;
+  model: string;
+  endpoint_url: string;
+  started_at: Date;
+}
+
+/** Serving endpoints right now, of one model or of all. */
+export async function servingEndpoints(db: Db, model?: string): Promise<Upstream[]> {
+  const rows = await db<EndpointRow[]>`
+    SELECT * FROM (
+      SELECT j.id AS job_id, j.provider_id, coalesce(j.model, j.params->>'model') AS model, j.endpoint_url,
+             coalesce(j.started_at, j.assigned_at, j.submitted_at) AS started_at
+      FROM jobs j JOIN providers p ON p.id = j.provider_id
+      WHERE j.job_type = 'vllm_serve' AND j.status = 'running' AND j.endpoint_url ~* '^https?://'
+        AND p.approval_status = 'approved' AND p.status <> 'suspended'
+        AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS})
+    ) e
+    WHERE e.model IS NOT NULL ${model === undefined ? db`` : db`AND e.model = ${model}`}
+    ORDER BY e.job_id`;
+  return rows.map((r) => ({ jobId: r.job_id, providerId: r.provider_id, model: r.model, url: chatCompletionsUrl(r.endpoint_url), startedAt: r.started_at }));
+}
+
+/** How long an endpoint that failed is tried only after the others. */
+const REST_MS = 15_000;
+
+export class EndpointPicker {
+  private readonly inflight = new Map<number, number>();
+  private readonly restingUntil = new Map<number, number>();
+
+  /** Candidates in the order to try them: rested ones first, fewest in flight first, random among equals. */
+  order(candidates: Upstream[], now = Date.now()): Upstream[] {
+    const keyed = candidates.map((u) => ({
+      u,
+      resting: (this.restingUntil.get(u.jobId) ?? 0) > now ? 1 : 0,
+      load: this.inflight.get(u.jobId) ?? 0,
+      tie: Math.random(),
+    }));
+    keyed.sort((a, b) => a.resting - b.resting || a.load - b.load || a.tie - b.tie);
+    return keyed.map((k) => k.u);
+  }
+
+  /** Counts a request in flight on `u`; call the returned function when it ends. */
+  acquire(u: Upstream): () => void {
+    this.inflight.set(u.jobId, (this.inflight.get(u.jobId) ?? 0) + 1);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      const n = (this.inflight.get(u.jobId) ?? 1) - 1;
+      if (n <= 0) this.inflight.delete(u.jobId);
+      else this.inflight.set(u.jobId, n);
+    };
+  }
+
+  failed(u: Upstream, now = Date.now()): void {
+    this.restingUntil.set(u.jobId, now + REST_MS);
+  }
+
+  succeeded(u: Upstream): void {
+    this.restingUntil.delete(u.jobId);
+  }
+}

@@ -1,0 +1,330 @@
+// The OpenAI-compatible /v1 group: plain Node handlers beside the Connect
+// router (DESIGN §2), with renter-key auth, a per-renter rate limit, the /v1
+// error envelope, token billing through the ledger, and the proxy to managed
+// vLLM endpoints.
+//   GET  /v1/models               models served right now (plus SVC_V1_MODELS)
+//   GET  /v1/models/{model}       one of them
+//   POST /v1/chat/completions     OpenAI chat completions, JSON or SSE
+//   GET  /v1/usage                the renter's running token and cost totals
+import crypto from "node:crypto";
+import type { Config } from "../../config.js";
+import type { Sql } from "../../db/index.js";
+import { LLM_MODELS } from "../../domain/job-schemas.js";
+import { renterOfKey, roleOfKey } from "../../domain/keys.js";
+import { renterFunds } from "../../domain/ledger.js";
+import { halalaToSar } from "../../domain/pricing.js";
+import { promptTokensBound, TOKEN_RATES, tokenCostHalala, tokenRate } from "../../domain/token-pricing.js";
+import { chargeTokenUsage, releaseTokenBudget, reserveTokenBudget, usageTotals } from "../../domain/usage-billing.js";
+import type { Logger } from "../../log.js";
+import { readBody } from "../body.js";
+import { credentialsFromHeaders } from "../credentials.js";
+import type { NodeRequest, NodeResponse } from "../rest.js";
+import { clientIpOf } from "../rest.js";
+import { EndpointPicker, servingEndpoints, type Upstream } from "./endpoints.js";
+import { envelope, sendV1Error, toV1Error, v1Error } from "./errors.js";
+import { createV1Limiter } from "./limits.js";
+import { proxyChatCompletion, write, type TokenUsage } from "./proxy.js";
+import { sseEvent } from "./sse.js";
+
+export interface V1Deps {
+  config: Config;
+  sql: Sql;
+  log: Logger;
+}
+
+/** Chat requests carry whole conversations (and images as data URLs): a larger limit than /api. */
+const BODY_LIMIT_BYTES = 4 * 1024 * 1024;
+/** Endpoints tried for one request before giving up (each failure before the first byte moves on). */
+const MAX_ATTEMPTS = 3;
+
+interface Call {
+  req: NodeRequest;
+  res: NodeResponse;
+  url: URL;
+  requestId: string;
+  headers: Record<string, string>;
+  log: Record<string, unknown>;
+  /** Aborted with "client_closed" when the client goes away (watched from the start), or "deadline". */
+  abort: AbortController;
+}
+
+function sendJson(call: Call, status: number, body: unknown, extra: Record<string, string> = {}) {
+  const data = JSON.stringify(body);
+  call.res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(data), ...call.headers, ...extra });
+  call.res.end(data);
+}
+
+const isInt = (v: unknown, min: number, max: number) => Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max;
+
+interface ChatRequest {
+  body: Record<string, unknown>;
+  model: string;
+  stream: boolean;
+  clientWantsUsage: boolean;
+  maxTokens?: number;
+  choices: number;
+}
+
+/** Checks the fields the gateway itself relies on; everything else is the model server's to judge. */
+function parseChatRequest(raw: Buffer): ChatRequest {
+  let body: unknown;
+  try {
+    body = JSON.parse(raw.toString("utf8"));
+  } catch {
+    throw v1Error("invalid_request", "request body must be JSON");
+  }
+  if (!body || typeof body !== "object" || Array.isArray(body)) throw v1Error("invalid_request", "request body must be a JSON object");
+  const b = body as Record<string, unknown>;
+  const missing = ["model", "messages"].filter((f) => b[f] === undefined || b[f] === null || b[f] === "");
+  if (missing.length) throw v1Error("invalid_request", `missing required field(s): ${missing.join(", ")}`);
+  if (typeof b.model !== "string" || b.model.length > 256) throw v1Error("invalid_request", "model must be a string (at most 256 characters)");
+  if (!Array.isArray(b.messages) || b.messages.length === 0) throw v1Error("invalid_request", "messages must be a non-empty array");
+  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw v1Error("invalid_request", "stream must be a boolean");
+  for (const f of ["max_tokens", "max_completion_tokens"]) {
+    if (b[f] !== undefined && b[f] !== null && !isInt(b[f], 1, 10_000_000)) throw v1Error("invalid_request", `${f} must be a positive integer`);
+  }
+  if (b.n !== undefined && b.n !== null && !isInt(b.n, 1, 16)) throw v1Error("invalid_request", "n must be an integer from 1 to 16");
+  const so = b.stream_options;
+  if (so !== undefined && so !== null && (typeof so !== "object" || Array.isArray(so))) throw v1Error("invalid_request", "stream_options must be an object");
+  const limits = [b.max_tokens, b.max_completion_tokens].filter((v): v is number => typeof v === "number");
+  return {
+    body: b,
+    model: b.model,
+    stream: b.stream === true,
+    clientWantsUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true,
+    maxTokens: limits.length ? Math.min(...limits) : undefined,
+    choices: typeof b.n === "number" ? b.n : 1,
+  };
+}
+
+export function createV1Handler(deps: V1Deps) {
+  const { config, sql } = deps;
+  const picker = new EndpointPicker();
+  const limiter = config.rateLimits ? createV1Limiter(sql, config.v1.rateLimitPerMinute) : undefined;
+  const startedAt = Math.floor(Date.now() / 1000);
+  const knownModels = new Set<string>([...config.v1.models, ...LLM_MODELS, ...Object.keys(TOKEN_RATES), ...Object.keys(config.v1.tokenRates)]);
+  knownModels.delete("*");
+
+  /** The calling renter, from `Authorization: Bearer` or `x-renter-key`. */
+  async function authenticate(call: Call): Promise<number> {
+    const creds = credentialsFromHeaders(call.req.headers, "", call.requestId);
+    if (creds.keys.length === 0) throw v1Error("missing_api_key", "missing API key: send Authorization: Bearer <renter key> or x-renter-key");
+    for (const key of creds.keys.filter((k) => roleOfKey(k) === "renter")) {
+      const renter = await renterOfKey(sql, key);
+      if (!renter) continue;
+      if (renter.suspended) throw v1Error("account_suspended", "this renter account is suspended");
+      return renter.renterId;
+    }
+    if (creds.keys.some((k) => roleOfKey(k) === "provider")) throw v1Error("invalid_api_key", "/v1 needs a renter API key (svc-renter-...), not a provider key");
+    throw v1Error("invalid_api_key", "invalid API key");
+  }
+
+  async function limit(call: Call, renterId: number): Promise<void> {
+    if (!limiter) return;
+    const r = await limiter.consume(`renter:${renterId}`);
+    call.headers["x-ratelimit-limit-requests"] = String(r.limit);
+    if (r.ok) {
+      call.headers["x-ratelimit-remaining-requests"] = String(r.remaining);
+      call.headers["x-ratelimit-reset-requests"] = `${Math.ceil(r.resetMs / 1000)}s`;
+      return;
+    }
+    call.headers["x-ratelimit-remaining-requests"] = "0";
+    throw v1Error("rate_limit_exceeded", `rate limit of ${r.limit} /v1 requests per minute exceeded for this renter; retry later`, r.retryAfterMs);
+  }
+
+  async function listModels(): Promise<Record<string, unknown>[]> {
+    const served = new Map<string, { endpoints: number; since: number }>();
+    for (const u of await servingEndpoints(sql)) {
+      const m = served.get(u.model) ?? { endpoints: 0, since: Number.MAX_SAFE_INTEGER };
+      m.endpoints++;
+      m.since = Math.min(m.since, Math.floor(u.startedAt.getTime() / 1000));
+      served.set(u.model, m);
+    }
+    const ids = [...new Set([...served.keys(), ...config.v1.models])].sort();
+    return ids.map((id) => {
+      const rate = tokenRate(id, config.v1.tokenRates);
+      return {
+        id,
+        object: "model",
+        created: served.get(id)?.since ?? startedAt,
+        owned_by: "svc-marketplace",
+        endpoints: served.get(id)?.endpoints ?? 0,
+        pricing: { input_halala_per_million_tokens: rate.input, output_halala_per_million_tokens: rate.output },
+      };
+    });
+  }
+
+  async function usage(call: Call, renterId: number) {
+    const [{ total, byModel }, funds] = await Promise.all([usageTotals(sql, renterId), renterFunds(sql, renterId)]);
+    sendJson(call, 200, {
+      object: "usage",
+      renter_id: renterId,
+      requests: total.requests,
+      prompt_tokens: total.promptTokens,
+      completion_tokens: total.completionTokens,
+      total_tokens: total.promptTokens + total.completionTokens,
+      cost_halala: total.costHalala,
+      cost_sar: halalaToSar(total.costHalala),
+      in_flight: total.inFlight,
+      reserved_halala: total.reservedHalala,
+      balance_halala: funds.balance,
+      available_halala: funds.available,
+      by_model: byModel.map((m) => ({
+        model: m.model,
+        requests: m.requests,
+        prompt_tokens: m.promptTokens,
+        completion_tokens: m.completionTokens,
+        total_tokens: m.promptTokens + m.completionTokens,
+        cost_halala: m.costHalala,
+      })),
+    });
+  }
+
+  async function settle(call: Call, renterId: number, requestId: string, upstream: Upstream, model: string, u: TokenUsage) {
+    const cost = tokenCostHalala(tokenRate(model, config.v1.tokenRates), u.promptTokens, u.completionTokens);
+    const charge = await sql.begin((tx) =>
+      chargeTokenUsage(tx, renterId, upstream.providerId, requestId, cost, {
+        promptTokens: u.promptTokens,
+        completionTokens: u.completionTokens,
+        estimated: u.estimated,
+        jobId: upstream.jobId,
+      }),
+    );
+    Object.assign(call.log, { cost: charge.charged, tokens: u.promptTokens + u.completionTokens, providerId: upstream.providerId });
+    return charge;
+  }
+
+  async function chatCompletions(call: Call, renterId: number) {
+    const chat = parseChatRequest(await readBody(call.req, BODY_LIMIT_BYTES));
+    call.log.model = chat.model;
+    const upstreams = await servingEndpoints(sql, chat.model);
+    if (upstreams.length === 0) {
+      if (knownModels.has(chat.model)) {
+        throw v1Error("no_capacity_available", `no provider is serving model "${chat.model}" right now; retry later`);
+      }
+      throw v1Error("model_not_found", `model "${chat.model}" is not served here; GET /v1/models lists the models`);
+    }
+    const rate = tokenRate(chat.model, config.v1.tokenRates);
+    const promptParts = [chat.body.messages, chat.body.tools ?? null];
+    const promptBound = promptTokensBound(promptParts);
+    const requestId = call.requestId;
+    const reservation = await sql.begin((tx) =>
+      reserveTokenBudget(tx, {
+        requestId,
+        renterId,
+        model: chat.model,
+        stream: chat.stream,
+        rate,
+        promptTokens: promptBound,
+        maxTokens: chat.maxTokens,
+        choices: chat.choices,
+        ttlSeconds: config.v1.maxRequestSeconds + 60,
+      }),
+    );
+
+    const body: Record<string, unknown> = { ...chat.body };
+    if (chat.maxTokens === undefined) body.max_tokens = reservation.maxTokens;
+    if (chat.stream) body.stream_options = { ...(chat.body.stream_options as object | undefined), include_usage: true };
+
+    const { abort } = call;
+    if (abort.signal.aborted) {
+      await releaseTokenBudget(sql, requestId);
+      return 499;
+    }
+    const deadline = setTimeout(() => abort.abort("deadline"), config.v1.maxRequestSeconds * 1000);
+    try {
+      const result = await proxyChatCompletion({
+        upstreams: picker.order(upstreams),
+        picker,
+        body,
+        stream: chat.stream,
+        clientWantsUsage: chat.clientWantsUsage,
+        promptTokensEstimate: Math.ceil(promptBound / 4),
+        timeoutMs: config.v1.upstreamTimeoutMs,
+        signal: abort.signal,
+        maxAttempts: MAX_ATTEMPTS,
+        allowPrivate: config.v1.allowPrivateUpstreams,
+        res: call.res,
+        headers: { ...call.headers },
+      });
+      if (result.kind === "failed") {
+        await releaseTokenBudget(sql, requestId);
+        throw result.error;
+      }
+      call.log.jobId = result.upstream.jobId;
+      if (result.kind === "streamed") {
+        if (result.error) call.log.streamError = result.error.code;
+        // The stream is over (fully or broken off): what was delivered is billed before the response ends
+        // (or carries its error event), so a client that saw the end also sees the charge.
+        try {
+          await settle(call, renterId, requestId, result.upstream, chat.model, result.usage);
+        } finally {
+          if (result.error) await write(call.res, sseEvent(JSON.stringify(envelope(result.error))));
+          call.res.end();
+        }
+        return 200;
+      }
+      const charge = await settle(call, renterId, requestId, result.upstream, chat.model, result.usage);
+      sendJson(call, 200, result.json, { "x-svc-cost-halala": String(charge.charged) });
+      return 200;
+    } finally {
+      clearTimeout(deadline);
+    }
+  }
+
+  return async function handleV1(req: NodeRequest, res: NodeResponse, url: URL): Promise<boolean> {
+    if (url.pathname !== "/v1" && !url.pathname.startsWith("/v1/")) return false;
+    const started = performance.now();
+    // Always our own id: it keys the request's billing (v1_usage, ledger idempotency), so a client must not choose it.
+    const requestId = `req-${crypto.randomUUID()}`;
+    const clientRequestId = typeof req.headers["x-request-id"] === "string" ? req.headers["x-request-id"].slice(0, 100) : undefined;
+    const call: Call = { req, res, url, requestId, headers: { "x-request-id": requestId }, log: clientRequestId ? { clientRequestId } : {}, abort: new AbortController() };
+    const onClose = () => {
+      if (!res.writableFinished) call.abort.abort("client_closed");
+    };
+    res.on("close", onClose);
+    const method = (req.method ?? "GET").toUpperCase();
+    const path = url.pathname.replace(/\/+$/, "");
+    let status = 500;
+    try {
+      const route =
+        path === "/v1/chat/completions" ? "chat" : path === "/v1/models" ? "models" : path.startsWith("/v1/models/") ? "model" : path === "/v1/usage" ? "usage" : undefined;
+      if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${url.pathname}`);
+      const wanted = route === "chat" ? "POST" : "GET";
+      if (method !== wanted) throw v1Error("method_not_allowed", `${url.pathname} accepts ${wanted}, not ${method}`);
+      const renterId = await authenticate(call);
+      call.log.renterId = renterId;
+      await limit(call, renterId);
+      if (route === "chat") {
+        status = await chatCompletions(call, renterId);
+      } else if (route === "usage") {
+        await usage(call, renterId);
+        status = 200;
+      } else {
+        const models = await listModels();
+        if (route === "models") {
+          sendJson(call, 200, { object: "list", data: models });
+        } else {
+          const id = decodeURIComponent(path.slice("/v1/models/".length));
+          const m = models.find((x) => x.id === id);
+          if (!m) throw v1Error("model_not_found", `model "${id}" is not served here`);
+          sendJson(call, 200, m);
+        }
+        status = 200;
+      }
+    } catch (err) {
+      const e = toV1Error(err);
+      status = e.status;
+      if (status === 500) deps.log.error({ err, requestId }, "/v1 request failed");
+      if (!res.headersSent && !(res as { destroyed?: boolean }).destroyed) sendV1Error(res, e, call.headers);
+      else if (!res.writableEnded) res.end();
+    } finally {
+      res.off("close", onClose);
+      deps.log.info(
+        { requestId, method, path: url.pathname, status, ms: Math.round(performance.now() - started), ip: clientIpOf(req, config.trustProxy), ...call.log },
+        "request",
+      );
+    }
+    return true;
+  };
+}

@@ -1,0 +1,67 @@
+// The HTTP client for serving endpoints. Endpoint URLs come from providers'
+// daemons, so unless private upstreams are allowed (SVC_V1_PRIVATE_UPSTREAMS,
+// off in production) the gateway connects only to public addresses: literal
+// hosts are checked before connecting and names at the moment of connecting
+// (the address actually dialled, so DNS rebinding cannot slip through).
+import dns from "node:dns";
+import http from "node:http";
+import https from "node:https";
+import net, { type LookupFunction } from "node:net";
+import { isPrivateAddress } from "../../domain/webhook-outbox.js";
+
+const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
+
+const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
+  dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
+    if (err) return callback(err, "", 0);
+    const list = addresses as dns.LookupAddress[];
+    if (list.length === 0 || list.some((a) => isPrivateAddress(a.address))) {
+      return callback(new Error(`endpoint host ${hostname} resolves to a private address`), "", 0);
+    }
+    if (options.all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, list);
+    callback(null, list[0].address, list[0].family);
+  });
+};
+
+export interface PostOptions {
+  signal: AbortSignal;
+  accept: string;
+  allowPrivate: boolean;
+}
+
+/** POSTs a JSON body; resolves with the response (headers read, body not yet). */
+export function postJson(url: string, body: string, opts: PostOptions): Promise<http.IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const host = u.hostname.replace(/^\[|\]$/g, "");
+    if (!opts.allowPrivate && net.isIP(host) && isPrivateAddress(host)) {
+      return reject(new Error(`endpoint host ${host} is a private address`));
+    }
+    const secure = u.protocol === "https:";
+    const req = (secure ? https : http).request(u, {
+      method: "POST",
+      agent: secure ? agents.https : agents.http,
+      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), accept: opts.accept },
+      signal: opts.signal,
+      lookup: opts.allowPrivate ? undefined : publicOnlyLookup,
+    });
+    req.once("response", resolve);
+    req.once("error", reject);
+    req.end(body);
+  });
+}
+
+/** Reads a whole response body, refusing more than `limit` bytes. */
+export async function readAll(res: http.IncomingMessage, limit: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of res as AsyncIterable<Buffer>) {
+    size += c.length;
+    if (size > limit) {
+      res.destroy();
+      throw new Error(`response larger than ${limit} bytes`);
+    }
+    chunks.push(c);
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}

@@ -1,0 +1,136 @@
+// Builds the whole service: database, migrations, services, both wires on
+// one port, background workers. `main.ts` only calls `startApp`.
+import crypto from "node:crypto";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { createContextValues } from "@connectrpc/connect";
+import type { Config } from "./config.js";
+import { connect, type Sql } from "./db/index.js";
+import { startEmbedded, type EmbeddedServer } from "./db/embedded.js";
+import { migrate, migrationsCurrent } from "./db/migrate.js";
+import { createLogger, type Logger } from "./log.js";
+import { createEdge } from "./http/edge.js";
+import { credentialsFromHeaders, credentialsKey } from "./http/credentials.js";
+import { buildRouteTable, clientIpOf, createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
+import { buildServices } from "./services/index.js";
+import { createCors } from "./http/cors.js";
+import { checkRouteRows, createRateLimits } from "./http/rate-limits.js";
+import { createV1Handler } from "./http/v1/router.js";
+import type { Deps } from "./services/deps.js";
+import type { Worker } from "./workers/worker.js";
+import { webhookOutboxWorker } from "./workers/webhook-outbox.js";
+import { providerWorkers } from "./workers/liveness-sweep.js";
+import { jobTimeoutsWorker } from "./workers/job-timeouts.js";
+
+export interface App {
+  port: number;
+  url: string;
+  sql: Sql;
+  deps: Deps;
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  log?: Logger;
+  /** Use this pool instead of opening one (tests). */
+  sql?: Sql;
+}
+
+type PlainHandler = (req: NodeRequest, res: NodeResponse, url: URL) => Promise<boolean> | boolean;
+
+export async function startApp(config: Config, opts: StartOptions = {}): Promise<App> {
+  const log = opts.log ?? createLogger(config.logLevel);
+  let embedded: EmbeddedServer | undefined;
+  let databaseUrl = config.databaseUrl;
+  if (!opts.sql && !databaseUrl) {
+    embedded = await startEmbedded(config.dataDir, log);
+    databaseUrl = embedded.url;
+    log.info({ dataDir: config.dataDir }, "using embedded PostgreSQL (set DATABASE_URL to use another)");
+  }
+  const sql = opts.sql ?? connect(databaseUrl!, 20);
+  const applied = await migrate(sql);
+  if (applied.length) log.info({ applied }, "migrations applied");
+
+  const deps: Deps = { config, sql, log };
+  const shutdown = new AbortController();
+  const services = buildServices(deps);
+  checkRouteRows(services.flatMap((s) => s.service.methods));
+  // One limiter set shared by REST and gRPC; counters live in PostgreSQL or Redis.
+  const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
+  const rest = createRestHandler({
+    routes: buildRouteTable(services),
+    log,
+    trustProxy: config.trustProxy,
+    guard: limits?.guard,
+    shutdownSignal: shutdown.signal,
+  });
+
+  const plain: PlainHandler[] = [
+    (req, res, url) => {
+      if (url.pathname !== "/healthz") return false;
+      sendJson(res, 200, { status: "ok" });
+      return true;
+    },
+    async (req, res, url) => {
+      if (url.pathname !== "/readyz") return false;
+      try {
+        const ok = await migrationsCurrent(sql);
+        sendJson(res, ok ? 200 : 503, ok ? { status: "ready" } : { error: "migrations pending" });
+      } catch {
+        sendJson(res, 503, { error: "database unreachable" });
+      }
+      return true;
+    },
+    createV1Handler({ config, sql, log }),
+  ];
+
+  const handler = connectNodeAdapter({
+    routes: (router) => {
+      for (const s of services) router.service(s.service, s.impl);
+    },
+    shutdownSignal: shutdown.signal,
+    interceptors: limits ? [limits.interceptor] : [],
+    contextValues: (req) =>
+      createContextValues().set(
+        credentialsKey,
+        credentialsFromHeaders(req.headers as Record<string, string>, clientIpOf(req as NodeRequest, config.trustProxy), crypto.randomUUID()),
+      ),
+    fallback: async (req, res) => {
+      const url = new URL(req.url ?? "/", "http://localhost");
+      for (const h of plain) if (await h(req as NodeRequest, res as NodeResponse, url)) return;
+      if (await rest(req as NodeRequest, res as NodeResponse)) return;
+      sendJson(res as NodeResponse, 404, { error: `not found: ${req.method} ${url.pathname.replace(/svc-(provider|renter)-[\w-]+/g, "svc-$1-***")}` });
+    },
+  });
+
+  const cors = createCors(config);
+  const edge = createEdge((req, res) => {
+    if (!cors(req, res)) handler(req, res);
+  });
+  const port = await edge.listen(config.port, config.host);
+  const hostForUrl = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+  log.info({ port }, "listening (HTTP/1.1 and gRPC h2c)");
+
+  // Background work, started once the port is open and stopped before the pool closes.
+  const workers: Worker[] = [webhookOutboxWorker({ sql, log, production: config.production }), ...providerWorkers(deps),
+    jobTimeoutsWorker({ sql, log, intervalMs: config.jobSweepMs })];
+  for (const w of workers) await w.start();
+
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    url: `http://${hostForUrl}:${port}`,
+    sql,
+    deps,
+    close() {
+      closing ??= (async () => {
+        shutdown.abort();
+        await Promise.all(workers.map((w) => w.stop()));
+        await edge.close();
+        await limits?.close();
+        if (!opts.sql) await sql.end({ timeout: 5 });
+        if (embedded) await embedded.stop();
+      })();
+      return closing;
+    },
+  };
+}

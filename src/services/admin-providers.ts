@@ -1,0 +1,69 @@
+// AdminService, the provider part: listing, approval decisions, preload
+// requests and the daemon event log. The rest of AdminService is admin.ts.
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { AdminService } from "../../gen/svc/v1/admin_pb.js";
+import { decideProvider, requestPreload, type AdminActor, type ApprovalAction } from "../domain/approval.js";
+import { daemonEventMessage, listDaemonEvents } from "../domain/daemon-events.js";
+import { requeueWorkOf } from "../domain/job-hooks.js";
+import { listProviders, providerById, providerMessage } from "../domain/providers.js";
+import { checkId } from "../domain/admin.js";
+import { page } from "../domain/validate.js";
+import { credentialsKey } from "../http/credentials.js";
+import type { Deps } from "./deps.js";
+
+const REQUEUE_REASON: Partial<Record<ApprovalAction, string>> = {
+  suspend: "provider suspended by an administrator",
+  reject: "provider rejected by an administrator",
+};
+
+function actorOf(ctx: HandlerContext): AdminActor {
+  return { actor: "admin", ip: ctx.values.get(credentialsKey).clientIp || undefined };
+}
+
+export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof AdminService>> {
+  const { sql, log } = deps;
+
+  async function decide(id: bigint, action: ApprovalAction, reason: string | undefined, ctx: HandlerContext) {
+    const outcome = await sql.begin((tx) => decideProvider(sql, tx, checkId(id, "id"), action, actorOf(ctx), reason));
+    if (outcome.requeue) await requeueWorkOf(sql, log, outcome.provider.id, REQUEUE_REASON[action]!);
+    if (outcome.changed) log.info({ providerId: outcome.provider.id, action }, "provider decision");
+    return { success: true, provider: providerMessage(outcome.provider) };
+  }
+
+  return {
+    async listProviders(req) {
+      const { limit, offset } = page(req.limit, req.offset);
+      const { rows, total } = await listProviders(sql, {
+        status: req.status,
+        approvalStatus: req.approvalStatus,
+        gpuModel: req.gpuModel,
+        q: req.q,
+        limit,
+        offset,
+      });
+      return { providers: rows.map(providerMessage), total: BigInt(total), limit, offset };
+    },
+
+    async getProvider(req) {
+      return providerMessage(await providerById(sql, checkId(req.id, "id")));
+    },
+
+    approveProvider: (req, ctx) => decide(req.id, "approve", req.reason, ctx),
+    rejectProvider: (req, ctx) => decide(req.id, "reject", req.reason, ctx),
+    suspendProvider: (req, ctx) => decide(req.id, "suspend", req.reason, ctx),
+    unsuspendProvider: (req, ctx) => decide(req.id, "unsuspend", req.reason, ctx),
+
+    async setPreloadModel(req, ctx) {
+      const row = await sql.begin((tx) => requestPreload(sql, tx, checkId(req.id, "id"), req.modelName, actorOf(ctx)));
+      return { success: true, provider: providerMessage(row) };
+    },
+
+    async listProviderEvents(req) {
+      const { limit, offset } = page(req.limit, req.offset);
+      const id = checkId(req.id, "id");
+      await providerById(sql, id);
+      const { rows, total } = await listDaemonEvents(sql, id, { severity: req.severity, eventType: req.eventType, limit, offset });
+      return { events: rows.map(daemonEventMessage), total: BigInt(total) };
+    },
+  };
+}

@@ -1,0 +1,184 @@
+// AdminService (everything but the provider approvals, which live in
+// admin-providers.ts): dashboard, renters, jobs, payments, audit. Every
+// action writes its audit record in the same transaction as the change.
+import crypto from "node:crypto";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { AdminRenterResponseSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
+import type { Db } from "../db/index.js";
+import { checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin.js";
+import { recordAudit } from "../domain/audit.js";
+import { dashboard } from "../domain/dashboard.js";
+import { idempotent } from "../domain/idempotency.js";
+import { cancelJob, requeueJob } from "../domain/job-control.js";
+import { jobMessage } from "../domain/jobs.js";
+import { adjust, renterFunds } from "../domain/ledger.js";
+import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/payments.js";
+import { DEFAULT_QUOTA, renterById, renterMessage, renterQuota, type RenterRow } from "../domain/renters.js";
+import { checkEnum, optionalText, page, requireFields } from "../domain/validate.js";
+import { credentialsKey } from "../http/credentials.js";
+import { badRequest } from "../http/errors.js";
+import type { Deps } from "./deps.js";
+
+/** Who did it, for the audit log: the admin token has no identity beyond the caller's address. */
+export function auditActor(ctx: HandlerContext): { actor: string; ip: string } {
+  return { actor: "admin", ip: ctx.values.get(credentialsKey).clientIp };
+}
+
+const REASON_MAX = 1000;
+
+export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminService>> {
+  const { sql } = deps;
+
+  async function renterAnswer(db: Db, row: RenterRow): Promise<MessageInitShape<typeof AdminRenterResponseSchema>> {
+    const quota = await renterQuota(db, row.id);
+    return {
+      success: true,
+      renter: await renterMessage(db, row),
+      quota: { dailyJobsLimit: BigInt(quota.dailyJobsLimit), monthlySpendLimitHalala: BigInt(quota.monthlySpendLimitHalala) },
+    };
+  }
+
+  async function changeStatus(id: bigint, status: (typeof RENTER_STATUSES)[number], reason: string | undefined, ctx: HandlerContext) {
+    const renterId = checkId(id, "id");
+    const why = optionalText(reason, REASON_MAX, "reason");
+    const { actor, ip } = auditActor(ctx);
+    return sql.begin(async (tx) => {
+      const { row, changed } = await setRenterStatus(tx, renterId, status);
+      await recordAudit(tx, actor, status === "suspended" ? "renter.suspend" : "renter.unsuspend", "renter", renterId, {
+        reason: why ?? null,
+        changed,
+        ip,
+      });
+      return renterAnswer(tx, row);
+    });
+  }
+
+  return {
+    async getDashboard() {
+      return dashboard(sql);
+    },
+
+    async listRenters(req) {
+      const p = page(req.limit, req.offset);
+      const { rows, total } = await listRenters(sql, { status: req.status, q: req.q, ...p });
+      return {
+        renters: await Promise.all(rows.map((r) => renterMessage(sql, r))),
+        total: BigInt(total),
+        ...p,
+      };
+    },
+
+    async getRenter(req) {
+      return renterAnswer(sql, await renterById(sql, checkId(req.id, "id")));
+    },
+
+    suspendRenter: (req, ctx) => changeStatus(req.id, "suspended", req.reason, ctx),
+    unsuspendRenter: (req, ctx) => changeStatus(req.id, "active", req.reason, ctx),
+
+    async adjustBalance(req, ctx) {
+      const renterId = checkId(req.id, "id");
+      const amount = Number(req.amountHalala);
+      if (amount === 0 || !Number.isSafeInteger(amount) || Math.abs(amount) > 1_000_000_000_000) {
+        throw badRequest("amount_halala must be a non-zero integer (positive credits, negative debits)");
+      }
+      const reason = optionalText(req.reason, REASON_MAX, "reason");
+      if (!reason) throw badRequest("missing required fields: reason");
+      const { actor, ip } = auditActor(ctx);
+      return idempotent(sql, AdminRenterResponseSchema, `admin-adjust:${renterId}`, req.idempotencyKey, { amount, reason }, async (tx) => {
+        const renter = await renterById(tx, renterId);
+        if (amount < 0) {
+          const funds = await renterFunds(tx, renterId);
+          if (funds.available < -amount) {
+            throw badRequest(`amount_halala would take the available balance below zero (available ${funds.available} halala)`);
+          }
+        }
+        const key = `admin-adjust:renter:${renterId}:${crypto.randomUUID()}`;
+        await adjust(tx, renterId, amount, key, reason);
+        await recordAudit(tx, actor, "renter.adjust_balance", "renter", renterId, { amount_halala: amount, reason, transfer_key: key, ip });
+        return renterAnswer(tx, renter);
+      });
+    },
+
+    async setQuota(req, ctx) {
+      const renterId = checkId(req.id, "id");
+      const { actor, ip } = auditActor(ctx);
+      return sql.begin(async (tx) => {
+        const before = await renterQuota(tx, renterId);
+        const after = await setQuota(
+          tx,
+          renterId,
+          {
+            dailyJobsLimit: req.dailyJobsLimit === undefined ? undefined : Number(req.dailyJobsLimit),
+            monthlySpendLimitHalala: req.monthlySpendLimitHalala === undefined ? undefined : Number(req.monthlySpendLimitHalala),
+          },
+          DEFAULT_QUOTA,
+        );
+        await recordAudit(tx, actor, "renter.set_quota", "renter", renterId, {
+          before: { daily_jobs_limit: before.dailyJobsLimit, monthly_spend_limit_halala: before.monthlySpendLimitHalala },
+          after: { daily_jobs_limit: after.dailyJobsLimit, monthly_spend_limit_halala: after.monthlySpendLimitHalala },
+          ip,
+        });
+        return renterAnswer(tx, await renterById(tx, renterId));
+      });
+    },
+
+    async listJobs(req) {
+      const p = page(req.limit, req.offset);
+      const { rows, total } = await listJobs(sql, {
+        status: req.status,
+        renterId: req.renterId === undefined ? undefined : checkId(req.renterId, "renter_id"),
+        providerId: req.providerId === undefined ? undefined : checkId(req.providerId, "provider_id"),
+        jobType: req.jobType,
+        ...p,
+      });
+      return { jobs: rows.map(jobMessage), total: BigInt(total), ...p };
+    },
+
+    async listPayments(req) {
+      const p = page(req.limit, req.offset);
+      const { payments, total } = await listPayments(sql, {
+        renterId: req.renterId === undefined ? undefined : checkId(req.renterId, "renter_id"),
+        status: req.status === undefined ? undefined : checkEnum(req.status, PAYMENT_STATUSES, "status"),
+        ...p,
+      });
+      return { payments: payments.map(paymentMessage), total: BigInt(total), ...p };
+    },
+
+    async cancelJob(req, ctx) {
+      requireFields({ job_id: req.jobId });
+      const { actor } = auditActor(ctx);
+      const { job } = await cancelJob(sql, req.jobId, { role: "admin", actor }, optionalText(req.reason, REASON_MAX, "reason"));
+      return jobMessage(job);
+    },
+
+    async requeueJob(req, ctx) {
+      requireFields({ job_id: req.jobId });
+      const { actor } = auditActor(ctx);
+      return jobMessage(await requeueJob(sql, req.jobId, actor, optionalText(req.reason, REASON_MAX, "reason")));
+    },
+
+    async listAudit(req) {
+      const p = page(req.limit, req.offset);
+      const { rows, total } = await listAudit(sql, {
+        action: optionalText(req.action, 100, "action"),
+        targetType: optionalText(req.targetType, 100, "target_type"),
+        targetId: optionalText(req.targetId, 100, "target_id"),
+        ...p,
+      });
+      return {
+        entries: rows.map((r) => ({
+          id: BigInt(r.id),
+          actor: r.actor,
+          action: r.action,
+          targetType: r.target_type,
+          targetId: r.target_id,
+          details: r.details as never,
+          createdAt: r.created_at.toISOString(),
+        })),
+        total: BigInt(total),
+        ...p,
+      };
+    },
+  };
+}

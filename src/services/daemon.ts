@@ -1,0 +1,279 @@
+// DaemonService.Connect: the bidirectional stream of newer daemons (protocol
+// described in proto/svc/v1/daemon.proto). Every report runs the same domain
+// function as its JSON route; assignments are pushed from the process-wide
+// LISTEN hub (workers/job-signals.ts) the moment they commit.
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import {
+  DaemonService,
+  type DaemonMessage,
+  type DaemonSettingsSchema,
+  type Hello,
+  ServerMessageSchema,
+} from "../../gen/svc/v1/daemon_pb.js";
+import { recordDaemonEvent } from "../domain/daemon-events.js";
+import { recordHeartbeat } from "../domain/heartbeat.js";
+import {
+  appendLogs,
+  assignedJobMessage,
+  endpointReady,
+  markJobAccepted,
+  markJobRejected,
+  reportProgress,
+  reportResult,
+} from "../domain/job-reports.js";
+import type { JobRow } from "../domain/jobs.js";
+import { providerById, type ProviderRow } from "../domain/providers.js";
+import { recordReadiness } from "../domain/readiness.js";
+import { AsyncQueue } from "../daemon/async-queue.js";
+import { taskSigner, type TaskSigner } from "../daemon/task-signature.js";
+import { verifyTask } from "../domain/task-signing.js";
+import { badRequest, toHttpError } from "../http/errors.js";
+import { jobSignalHub } from "../workers/job-signals.js";
+import { callerProviderId, type Deps } from "./deps.js";
+
+export const HEARTBEAT_INTERVAL_SECONDS = 30;
+/** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */
+const DRAIN_RECONNECT_MS = 1000;
+
+type Out = MessageInitShape<typeof ServerMessageSchema>;
+type Settings = MessageInitShape<typeof DaemonSettingsSchema>;
+
+function settingsOf(p: Pick<ProviderRow, "is_paused" | "status" | "run_mode" | "scheduled_start" | "scheduled_end" | "gpu_usage_cap_pct" | "vram_reserve_gb" | "temp_limit_c" | "approval_status">): Settings {
+  return {
+    paused: p.is_paused || p.status === "paused",
+    runMode: p.run_mode,
+    scheduledStart: p.scheduled_start ?? undefined,
+    scheduledEnd: p.scheduled_end ?? undefined,
+    gpuUsageCapPct: p.gpu_usage_cap_pct,
+    vramReserveGb: p.vram_reserve_gb,
+    tempLimitC: p.temp_limit_c,
+    approvalStatus: p.approval_status,
+  };
+}
+
+function errorCode(err: unknown): string {
+  if (err instanceof ConnectError) return Code[err.code].replace(/[A-Z]/g, (c, i) => (i ? "_" : "") + c.toLowerCase());
+  return "internal";
+}
+
+/** One connected daemon: what it was sent, and the handling of what it sends. */
+class StreamSession {
+  readonly out = new AsyncQueue<Out>();
+  /** Jobs this stream has handed to the daemon (or the daemon said it runs): never pushed twice. */
+  private readonly delivered = new Set<string>();
+  private lastSettings = "";
+  /** Pushes triggered by notices run one at a time, in the order the notices came. */
+  private chain: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly deps: Deps,
+    private readonly providerId: number,
+    private readonly signer: TaskSigner,
+  ) {}
+
+  private send(m: Out) {
+    this.out.push(m);
+  }
+
+  private fail(err: unknown, jobId = "") {
+    const e = toHttpError(err);
+    if (e.status >= 500) this.deps.log.error({ err, providerId: this.providerId, jobId }, "daemon stream report failed");
+    this.send({ kind: { case: "error", value: { code: errorCode(err), message: e.message, jobId } } });
+  }
+
+  private pushSettings(s: Settings) {
+    const json = JSON.stringify(s);
+    if (json === this.lastSettings) return;
+    this.lastSettings = json;
+    this.send({ kind: { case: "settings", value: s } });
+  }
+
+  private deliver(job: JobRow) {
+    if (this.delivered.has(job.job_id)) return;
+    this.delivered.add(job.job_id);
+    // Only a task whose stored HMAC verifies gets the stream signature: a row changed behind the
+    // service's back goes out unsigned, and the daemon refuses it.
+    const intact = verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac);
+    if (!intact) this.deps.log.error({ jobId: job.job_id, providerId: this.providerId }, "task_spec does not match its HMAC; pushed unsigned");
+    this.send({ kind: { case: "job", value: assignedJobMessage(job) }, taskSignature: intact ? this.signer.sign(job.job_id, job.task_spec) : "" });
+  }
+
+  /** Runs fn after every earlier notice was handled (a re-queue's cancel goes out before its new assignment). */
+  serial(fn: () => Promise<void>): Promise<void> {
+    const run = this.chain.then(fn);
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  /** Pushes every pending job of this provider not yet delivered on this stream. */
+  async deliverPending(): Promise<void> {
+    const { sql } = this.deps;
+    const jobs = await sql<JobRow[]>`
+      SELECT * FROM jobs WHERE provider_id = ${this.providerId} AND status = 'pending' ORDER BY assigned_at, id`;
+    for (const job of jobs) this.deliver(job);
+  }
+
+  async assigned(jobId: string): Promise<void> {
+    if (this.delivered.has(jobId)) return;
+    const [job] = await this.deps.sql<JobRow[]>`
+      SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${this.providerId} AND status = 'pending'`;
+    if (job) this.deliver(job);
+  }
+
+  async cancel(jobId: string): Promise<void> {
+    const [job] = await this.deps.sql<{ status: string; error: string | null; provider_id: number | null }[]>`
+      SELECT status, error, provider_id FROM jobs WHERE job_id = ${jobId}`;
+    const reason = !job ? "unknown job" : job.provider_id !== this.providerId ? "re-queued to another provider" : job.error ?? job.status;
+    // A job re-queued away may come back to this provider later as a new attempt.
+    this.delivered.delete(jobId);
+    this.send({ kind: { case: "cancel", value: { jobId, reason } } });
+  }
+
+  /** Welcome: settings, then resumption of what the daemon still runs, then the backlog. */
+  async open(hello: Hello): Promise<void> {
+    const { sql, config } = this.deps;
+    const provider = await providerById(sql, this.providerId);
+    const settings = settingsOf(provider);
+    this.lastSettings = JSON.stringify(settings);
+    this.send({
+      kind: {
+        case: "welcome",
+        value: {
+          providerId: BigInt(this.providerId),
+          heartbeatIntervalSeconds: HEARTBEAT_INTERVAL_SECONDS,
+          latestVersion: config.daemonLatestVersion,
+          minVersion: config.daemonMinVersion,
+          approvalStatus: provider.approval_status,
+          settings,
+          taskSigningKey: this.signer.publicKey,
+        },
+      },
+    });
+    const stillRunning = new Set(hello.runningJobIds);
+    const held = await sql<{ job_id: string; status: string; provider_id: number | null }[]>`
+      SELECT job_id, status, provider_id FROM jobs
+      WHERE job_id = ANY(${sql.array([...stillRunning])}::text[])
+         OR (provider_id = ${this.providerId} AND status = 'running')`;
+    const byId = new Map(held.map((j) => [j.job_id, j]));
+    for (const jobId of stillRunning) {
+      const j = byId.get(jobId);
+      if (j && j.provider_id === this.providerId && (j.status === "pending" || j.status === "running")) {
+        this.delivered.add(jobId);
+        if (j.status === "pending") await markJobAccepted(sql, this.providerId, { jobId }).catch((err) => this.fail(err, jobId));
+      } else {
+        this.send({ kind: { case: "cancel", value: { jobId, reason: !j ? "unknown job" : j.provider_id !== this.providerId ? "re-queued to another provider" : `job is ${j.status}` } } });
+      }
+    }
+    // Running here by the record but not on the daemon: it restarted and lost them; hand them back.
+    for (const j of held) {
+      if (j.provider_id === this.providerId && j.status === "running" && !stillRunning.has(j.job_id)) {
+        await markJobRejected(sql, this.providerId, { jobId: j.job_id, reason: "the daemon reconnected without this job (restarted)" }).catch((err) =>
+          this.fail(err, j.job_id),
+        );
+      }
+    }
+    await this.deliverPending();
+  }
+
+  /** After each heartbeat: settings changes, and any assignment whose notice was missed. */
+  private async refresh(): Promise<void> {
+    this.pushSettings(settingsOf(await providerById(this.deps.sql, this.providerId)));
+    await this.serial(() => this.deliverPending());
+  }
+
+  async handle(msg: DaemonMessage): Promise<void> {
+    const { sql } = this.deps;
+    const pid = this.providerId;
+    const k = msg.kind;
+    const jobId = "value" in k && k.value && "jobId" in k.value ? k.value.jobId : "";
+    try {
+      switch (k.case) {
+        case "heartbeat":
+          this.send({ kind: { case: "heartbeatAck", value: await recordHeartbeat(this.deps, pid, k.value) } });
+          await this.refresh();
+          return;
+        case "jobAccepted":
+          await markJobAccepted(sql, pid, { jobId: k.value.jobId });
+          this.delivered.add(k.value.jobId);
+          return;
+        case "jobRejected":
+          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason });
+          return;
+        case "logs":
+          await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });
+          return;
+        case "progress":
+          await reportProgress(sql, pid, { jobId: k.value.jobId, progressPct: k.value.progressPct, phase: k.value.phase });
+          return;
+        case "endpointReady":
+          await endpointReady(sql, pid, { jobId: k.value.jobId, endpointUrl: k.value.endpointUrl, port: k.value.port, model: k.value.model });
+          return;
+        case "result": {
+          const r = k.value;
+          const ack = await reportResult(sql, pid, { jobId: r.jobId, success: r.success, result: r.result, error: r.error, metrics: r.metrics });
+          this.send({ kind: { case: "resultAck", value: ack } });
+          return;
+        }
+        case "event":
+          await recordDaemonEvent(this.deps, pid, k.value);
+          return;
+        case "readiness":
+          await recordReadiness(this.deps, pid, k.value);
+          return;
+        case "hello":
+          throw badRequest("hello is only the first message of a stream");
+        default:
+          throw badRequest("empty daemon message");
+      }
+    } catch (err) {
+      this.fail(err, jobId);
+    }
+  }
+}
+
+export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonService>> {
+  const hub = jobSignalHub(deps.sql, deps.log);
+  const signer = taskSigner(deps.config.hmacSecret);
+  return {
+    async *connect(requests: AsyncIterable<DaemonMessage>, ctx): AsyncIterable<Out> {
+      const providerId = callerProviderId(ctx);
+      const iterator = requests[Symbol.asyncIterator]();
+      const first = await iterator.next();
+      if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
+      const session = new StreamSession(deps, providerId, signer);
+      const report = (p: Promise<void>) => p.catch((err) => deps.log.error({ err, providerId }, "daemon stream push failed"));
+      // Subscribe before reading the backlog, so an assignment committed in between is not missed.
+      const unsubscribe = await hub.subscribe(providerId, {
+        assigned: (jobId) => void report(session.serial(() => session.assigned(jobId))),
+        cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
+        resync: () => void report(session.serial(() => session.deliverPending())),
+      });
+      const onShutdown = () => {
+        session.out.push({
+          kind: { case: "drain", value: { reason: "server shutting down", reconnectAfterMs: DRAIN_RECONNECT_MS + Math.floor(Math.random() * DRAIN_RECONNECT_MS) } },
+        });
+        session.out.close();
+      };
+      try {
+        await session.serial(() => session.open(first.value.kind.value as Hello));
+        if (ctx.signal.aborted) onShutdown();
+        else ctx.signal.addEventListener("abort", onShutdown, { once: true });
+        // Reports are handled in order (logs before the result), beside the outgoing pushes.
+        void (async () => {
+          for (;;) {
+            const next = await iterator.next();
+            if (next.done) break;
+            await session.handle(next.value);
+          }
+        })()
+          .catch(() => {})
+          .finally(() => session.out.close());
+        yield* session.out;
+      } finally {
+        ctx.signal.removeEventListener("abort", onShutdown);
+        unsubscribe();
+      }
+    },
+  };
+}

@@ -1,0 +1,37 @@
+// What every service implementation is built from, and the caller's principal.
+import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import type { Config } from "../config.js";
+import type { Sql } from "../db/index.js";
+import type { Logger } from "../log.js";
+import { forbidden } from "../http/errors.js";
+
+export interface Deps {
+  config: Config;
+  sql: Sql;
+  log: Logger;
+}
+
+export type Principal =
+  | { role: "public" }
+  | { role: "admin" }
+  | { role: "provider"; providerId: number }
+  | { role: "renter"; renterId: number };
+
+export const principalKey = createContextKey<Principal>({ role: "public" });
+
+export function principalOf(ctx: HandlerContext): Principal {
+  return ctx.values.get(principalKey);
+}
+
+/** The calling provider's id; the route's roles guarantee one is there. */
+export function callerProviderId(ctx: HandlerContext): number {
+  const p = principalOf(ctx);
+  if (p.role !== "provider") throw forbidden("this endpoint needs a provider key");
+  return p.providerId;
+}
+
+export function callerRenterId(ctx: HandlerContext): number {
+  const p = principalOf(ctx);
+  if (p.role !== "renter") throw forbidden("this endpoint needs a renter key");
+  return p.renterId;
+}

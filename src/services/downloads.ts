@@ -1,0 +1,114 @@
+// ProviderDownloadService: installer scripts and the legacy daemon, rendered
+// for the calling provider (raw bodies; the transcoder writes the bytes).
+import fs from "node:fs/promises";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { RawBodySchema } from "../../gen/svc/v1/options_pb.js";
+import { ProviderDownloadService } from "../../gen/svc/v1/providers_pb.js";
+import { renderLegacyDaemon, renderSetupPowerShell, renderSetupShell, sha256Hex } from "../daemon/render.js";
+import { lookupKey, roleOfKey } from "../domain/keys.js";
+import { providerById } from "../domain/providers.js";
+import { badRequest, notFound } from "../http/errors.js";
+import { credentialsKey } from "../http/credentials.js";
+import { callerProviderId, type Deps } from "./deps.js";
+
+type Raw = MessageInitShape<typeof RawBodySchema>;
+type Platform = "unix" | "windows";
+
+const SHELL_TYPE = "text/x-shellscript; charset=utf-8";
+const POWERSHELL_TYPE = "text/plain; charset=utf-8";
+const OCTETS = "application/octet-stream";
+
+/** linux/mac/darwin → the shell installer, windows → PowerShell (case-insensitive). */
+function platformOf(value: string, field: string): Platform {
+  const v = value.trim().toLowerCase();
+  if (["linux", "mac", "darwin", "macos", "osx"].includes(v)) return "unix";
+  if (v === "windows" || v === "win") return "windows";
+  throw badRequest(`${field} must be one of linux, mac, darwin, windows (got "${value}")`);
+}
+
+const text = (s: string) => new TextEncoder().encode(s);
+
+export function downloadService(deps: Deps): Partial<ServiceImpl<typeof ProviderDownloadService>> {
+  const { sql, config } = deps;
+
+  /** The provider key the caller authenticated with: it is written into what they download. */
+  async function callerKey(ctx: HandlerContext): Promise<string> {
+    const providerId = callerProviderId(ctx);
+    for (const key of ctx.values.get(credentialsKey).keys) {
+      if (roleOfKey(key) !== "provider") continue;
+      const owner = await lookupKey(sql, key);
+      if (owner?.accountId === providerId) return key;
+    }
+    throw badRequest("API key required");
+  }
+
+  async function installer(ctx: HandlerContext, platform: Platform, attachment: boolean): Promise<Raw> {
+    const values = { backendUrl: config.backendUrl, apiKey: await callerKey(ctx) };
+    if (platform === "windows") {
+      return { contentType: attachment ? OCTETS : POWERSHELL_TYPE, data: text(renderSetupPowerShell(values)), filename: attachment ? "svc-setup.ps1" : "" };
+    }
+    return { contentType: attachment ? OCTETS : SHELL_TYPE, data: text(renderSetupShell(values)), filename: attachment ? "svc-setup.sh" : "" };
+  }
+
+  async function windowsExe(): Promise<Raw | undefined> {
+    if (!config.windowsExePath) return undefined;
+    const data = await fs.readFile(config.windowsExePath).catch(() => undefined);
+    return data && { contentType: "application/vnd.microsoft.portable-executable", data, filename: "svc-setup.exe" };
+  }
+
+  return {
+    getSetupScript: (_req, ctx) => installer(ctx, "unix", false),
+    getSetupWindowsScript: (_req, ctx) => installer(ctx, "windows", false),
+
+    async download(req, ctx) {
+      const platform = req.platform ? platformOf(req.platform, "platform") : platformOf((await providerById(sql, callerProviderId(ctx))).os, "platform");
+      return installer(ctx, platform, true);
+    },
+
+    async downloadSetup(req, ctx) {
+      const platform = req.os ? platformOf(req.os, "os") : platformOf((await providerById(sql, callerProviderId(ctx))).os, "os");
+      return installer(ctx, platform, true);
+    },
+
+    async getInstaller(req, ctx) {
+      if (!req.os) throw badRequest("Missing required fields: os");
+      const platform = platformOf(req.os, "os");
+      if (platform === "windows") return (await windowsExe()) ?? installer(ctx, "windows", true);
+      return installer(ctx, platform, true);
+    },
+
+    async downloadDaemon(req, ctx) {
+      const checkOnly = req.checkOnly.trim().toLowerCase();
+      if (!["", "true", "false"].includes(checkOnly)) throw badRequest(`check_only must be true or false (got "${req.checkOnly}")`);
+      const file = renderLegacyDaemon({
+        backendUrl: config.backendUrl,
+        apiKey: await callerKey(ctx),
+        hmacSecret: config.hmacSecret,
+        daemonVersion: config.daemonLatestVersion,
+      });
+      if (checkOnly === "true") {
+        const info = {
+          version: config.daemonLatestVersion,
+          min_version: config.daemonMinVersion,
+          download_url: `${config.backendUrl}/api/providers/download/daemon`,
+          // Of the file this key downloads, so a self-updating daemon can verify it.
+          sha256: sha256Hex(file),
+        };
+        return { contentType: "application/json", data: text(JSON.stringify(info)), filename: "" };
+      }
+      return { contentType: OCTETS, data: text(file), filename: "svc_daemon.py" };
+    },
+
+    async downloadWindowsExe() {
+      const exe = await windowsExe();
+      if (!exe) {
+        throw notFound(
+          "The Windows installer binary is not built yet. Install with PowerShell instead: " +
+            `irm '${config.backendUrl}/api/providers/setup-windows?key=YOUR_KEY' | iex`,
+        );
+      }
+      return exe;
+    },
+  };
+}

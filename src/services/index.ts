@@ -1,0 +1,50 @@
+// Every service the process serves, secured by the roles declared in proto.
+import type { DescService } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { AdminService } from "../../gen/svc/v1/admin_pb.js";
+import { DaemonService } from "../../gen/svc/v1/daemon_pb.js";
+import { JobService } from "../../gen/svc/v1/jobs_pb.js";
+import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
+import { ProviderDownloadService, ProviderService } from "../../gen/svc/v1/providers_pb.js";
+import { RenterService } from "../../gen/svc/v1/renters_pb.js";
+import { RegistryService, TemplateService } from "../../gen/svc/v1/templates_pb.js";
+import type { RegisteredService } from "../http/rest.js";
+import type { Deps } from "./deps.js";
+import { providerService } from "./providers.js";
+import { renterService } from "./renters.js";
+import { paymentService } from "./payments.js";
+import { daemonService } from "./daemon.js";
+import { downloadService } from "./downloads.js";
+import { adminService } from "./admin.js";
+import { adminProviderService } from "./admin-providers.js";
+import { registryService } from "./registry.js";
+import { templateService } from "./templates.js";
+import { jobService } from "./jobs.js";
+import { secure } from "./secure.js";
+
+type Impl = Partial<Record<string, (...args: never[]) => unknown>>;
+
+/** Every RPC declared in proto must have an implementation: refuse to start otherwise. */
+function complete<S extends DescService>(service: S, impl: Impl): ServiceImpl<S> {
+  const missing = service.methods.filter((m) => typeof impl[m.localName] !== "function").map((m) => m.name);
+  if (missing.length > 0) throw new Error(`${service.typeName} has no implementation of ${missing.join(", ")}`);
+  return impl as unknown as ServiceImpl<S>;
+}
+
+export function buildServices(deps: Deps): RegisteredService[] {
+  const entries: [DescService, Impl][] = [
+    [ProviderService, providerService(deps) as Impl],
+    [ProviderDownloadService, downloadService(deps) as Impl],
+    [RenterService, renterService(deps) as Impl],
+    [JobService, jobService(deps) as Impl],
+    [PaymentService, paymentService(deps) as Impl],
+    [AdminService, { ...adminProviderService(deps), ...adminService(deps) } as Impl],
+    [TemplateService, templateService(deps) as Impl],
+    [RegistryService, registryService(deps) as Impl],
+    [DaemonService, daemonService(deps) as Impl],
+  ];
+  return entries.map(([service, impl]) => ({
+    service,
+    impl: secure(deps, service, complete(service, impl)) as ServiceImpl<DescService>,
+  }));
+}

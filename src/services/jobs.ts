@@ -1,0 +1,252 @@
+// JobService: thin translation between messages and the job domain
+// (submit.ts, dispatch.ts, job-reports.ts, settlement.ts, job-control.ts).
+import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
+import type { Db } from "../db/index.js";
+import { apiError, badRequest, notFound } from "../http/errors.js";
+import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch.js";
+import { idempotent } from "../domain/idempotency.js";
+import { cancelJob } from "../domain/job-control.js";
+import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/job-reports.js";
+import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader, type JobRow } from "../domain/jobs.js";
+import { reloadJob, submitJob } from "../domain/submit.js";
+import { checkEnum, iso, page } from "../domain/validate.js";
+import { callerProviderId, callerRenterId, principalOf, type Deps } from "./deps.js";
+
+/** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
+export function timeoutAtText(d: Date | null): string | undefined {
+  return d ? new Date(d).toISOString().replace("T", " ").slice(0, 23) : undefined;
+}
+
+type OutputInit = MessageInitShape<typeof JobOutputSchema>;
+
+function readerOf(ctx: HandlerContext): JobReader {
+  return principalOf(ctx) as JobReader;
+}
+
+async function submission(db: Db, job: JobRow) {
+  const queued = job.status === "queued";
+  const view = await jobView(db, job);
+  return {
+    success: true,
+    queued,
+    message: queued
+      ? `Job queued: ${view.queueReason}.`
+      : `Job assigned to provider ${job.provider_id}; ${job.cost_halala} halala held until it settles.`,
+    job: {
+      job: view,
+      timeoutAt: timeoutAtText(job.timeout_at),
+      gpuRequirements: (job.gpu_requirements ?? undefined) as JsonObject | undefined,
+      containerSpec: job.container_spec as JsonObject,
+      workspaceVolumeName: (job.task_spec as { workspace?: { volume?: string } }).workspace?.volume ?? "",
+      checkpointEnabled: job.checkpoint_enabled,
+      taskSpecSigned: job.task_spec_hmac !== "",
+      pricingClass: job.pricing_class,
+      prewarmRequested: job.prewarm_requested,
+      queuePosition: queued ? BigInt(await queuePosition(db, job.id)) : undefined,
+    },
+  } satisfies MessageInitShape<typeof SubmitJobResponseSchema>;
+}
+
+/** The result object a completed job answers on /output (text results as {response}). */
+function resultObject(job: JobRow): JsonObject | undefined {
+  const r = job.result as JsonValue | null;
+  if (r === null || r === undefined) return undefined;
+  if (typeof r === "string") return { response: r };
+  if (typeof r === "object" && !Array.isArray(r)) return r;
+  return { result: r };
+}
+
+function pendingMessage(job: JobRow, queueReason?: string): string {
+  if (job.status === "queued") return `Job is queued${queueReason ? `: ${queueReason}` : ""}.`;
+  if (job.status === "pending") return "Job is assigned to a provider and starting.";
+  return job.progress_pct !== null ? `Job is running (${Math.round(job.progress_pct)}%).` : "Job is running.";
+}
+
+const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+const OUTPUT_FORMATS = ["json", "png", "raw"] as const;
+
+function imageBytes(obj: JsonObject | undefined): Buffer | undefined {
+  if (typeof obj?.data !== "string") return undefined;
+  const bytes = Buffer.from(obj.data.replace(/^data:[\w/+.-]+;base64,/, ""), "base64");
+  return bytes.length > 0 ? bytes : undefined;
+}
+
+export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> {
+  const { sql, config } = deps;
+  jobPolicy.maxAttempts = config.jobMaxAttempts;
+
+  /** A finished job's output object, or the status error for the format routes. */
+  async function completedOutput(ctx: HandlerContext, jobId: string): Promise<{ job: JobRow; obj: JsonObject }> {
+    const job = await jobForReader(sql, jobId, readerOf(ctx));
+    if (job.status === "failed" || job.status === "cancelled") throw apiError(410, job.error ?? `job ${job.status}`);
+    if (job.status !== "completed") throw notFound(`no output yet: job is ${job.status}`);
+    const obj = resultObject(job);
+    if (!obj) throw notFound("job has no output");
+    return { job, obj };
+  }
+
+  return {
+    async submit(req, ctx) {
+      const renterId = callerRenterId(ctx);
+      const { idempotencyKey, ...fields } = req;
+      let contended: number[] = [];
+      let id = 0;
+      const res = await idempotent(sql, SubmitJobResponseSchema, `jobs.submit:renter:${renterId}`, idempotencyKey, toJson(SubmitJobRequestSchema, { ...fields, idempotencyKey: undefined } as never), async (tx) => {
+        const { job, placement } = await submitJob(tx, config.hmacSecret, renterId, {
+          jobType: req.jobType,
+          durationMinutes: req.durationMinutes,
+          providerId: req.providerId === undefined ? undefined : Number(req.providerId),
+          params: req.params,
+          containerSpec: req.containerSpec,
+          gpuRequirements: req.gpuRequirements,
+          maxDurationSeconds: req.maxDurationSeconds === undefined ? undefined : Number(req.maxDurationSeconds),
+          priority: req.priority,
+          templateId: req.templateId,
+          checkpointEnabled: req.checkpointEnabled,
+          prewarm: req.prewarm,
+        });
+        contended = placement.contended;
+        id = job.id;
+        return submission(tx, job);
+      });
+      // Providers another transaction was filling at that moment: try them now that the job is visible.
+      if (contended.length > 0) {
+        for (const p of contended) await dispatchForProvider(sql, p);
+        return submission(sql, await reloadJob(sql, id));
+      }
+      return res;
+    },
+
+    async list(req, ctx) {
+      const status = req.status ? checkEnum(req.status, JOB_STATUSES, "status") : undefined;
+      const { limit, offset } = page(req.limit, req.offset);
+      const { rows, total } = await listJobs(sql, readerOf(ctx), { status, limit, offset });
+      return { jobs: await Promise.all(rows.map((r) => jobView(sql, r))), total: BigInt(total), limit, offset };
+    },
+
+    async get(req, ctx) {
+      return jobView(sql, await jobForReader(sql, req.jobId, readerOf(ctx)));
+    },
+
+    async getOutput(req, ctx): Promise<OutputInit> {
+      const job = await jobForReader(sql, req.jobId, readerOf(ctx));
+      if (job.status === "queued" || job.status === "pending" || job.status === "running") {
+        const view = job.status === "queued" ? await jobView(sql, job) : undefined;
+        return {
+          statusCode: 202,
+          body: {
+            case: "pending",
+            value: {
+              status: job.status,
+              message: pendingMessage(job, view?.queueReason),
+              progressPhase: job.progress_phase ?? undefined,
+              progressPct: job.progress_pct ?? undefined,
+              jobId: job.job_id,
+            },
+          },
+        } satisfies OutputInit;
+      }
+      if (job.status === "failed" || job.status === "cancelled") {
+        return { statusCode: 410, body: { case: "gone", value: { status: job.status, error: job.error ?? `job ${job.status}`, jobId: job.job_id } } } satisfies OutputInit;
+      }
+      const obj = resultObject(job);
+      if (!obj) throw notFound("job has no output");
+      return { statusCode: 200, body: { case: "result", value: { ...obj, job_id: job.job_id, status: job.status } as JsonObject } };
+    },
+
+    async getOutputFormat(req, ctx) {
+      const format = checkEnum(req.format, OUTPUT_FORMATS, "format");
+      const { job, obj } = await completedOutput(ctx, req.jobId);
+      if (format === "json") {
+        return { contentType: "application/json; charset=utf-8", data: Buffer.from(JSON.stringify({ ...obj, job_id: job.job_id, status: job.status })) };
+      }
+      const image = imageBytes(obj);
+      if (format === "png") {
+        if (!image || !image.subarray(0, 8).equals(PNG_MAGIC)) throw notFound("this job has no PNG output");
+        return { contentType: "image/png", data: image };
+      }
+      // raw: text as text, an image as its bytes, anything else as the JSON the daemon sent.
+      const raw = job.result as JsonValue;
+      if (typeof raw === "string") return { contentType: "text/plain; charset=utf-8", data: Buffer.from(raw) };
+      if (typeof obj.response === "string") return { contentType: "text/plain; charset=utf-8", data: Buffer.from(obj.response) };
+      if (image) {
+        const fmt = typeof obj.format === "string" && /^[a-z0-9]+$/.test(obj.format) ? obj.format : "png";
+        return { contentType: `image/${fmt}`, data: image };
+      }
+      return { contentType: "application/json; charset=utf-8", data: Buffer.from(JSON.stringify(raw)) };
+    },
+
+    async getLogs(req, ctx) {
+      const job = await jobForReader(sql, req.jobId, readerOf(ctx));
+      const attempt = req.attempt ?? job.attempt;
+      if (!Number.isInteger(attempt) || attempt < 1) throw badRequest("attempt must be an integer >= 1");
+      if (attempt > job.attempt) throw notFound(`attempt ${attempt} does not exist (the job has ${job.attempt})`);
+      const lines = await jobLogs(sql, job.id, attempt);
+      return {
+        attempt,
+        logs: lines.map((l) => ({ seq: BigInt(l.id), level: l.level, message: l.message, createdAt: iso(l.created_at)! })),
+      };
+    },
+
+    async getHistory(req, ctx) {
+      const job = await jobForReader(sql, req.jobId, readerOf(ctx));
+      const attempts = await jobAttempts(sql, job.id);
+      return {
+        jobId: job.job_id,
+        attempts: attempts.map((a) => ({
+          attempt: a.attempt,
+          providerId: a.provider_id === null ? undefined : BigInt(a.provider_id),
+          status: a.status,
+          assignedAt: iso(a.assigned_at),
+          startedAt: iso(a.started_at),
+          endedAt: iso(a.ended_at),
+          endReason: a.end_reason ?? undefined,
+          costHalala: a.cost_halala === null ? undefined : BigInt(a.cost_halala),
+          error: a.error ?? undefined,
+        })),
+      };
+    },
+
+    async cancel(req, ctx) {
+      const p = principalOf(ctx);
+      const by = p.role === "renter" ? { role: "renter" as const, renterId: p.renterId } : { role: "admin" as const, actor: "admin" };
+      const out = await cancelJob(sql, req.jobId, by, req.reason?.trim().slice(0, 500) || undefined);
+      return { success: true, job: await jobView(sql, out.job), refundedHalala: BigInt(out.refunded), chargedHalala: BigInt(out.charged) };
+    },
+
+    async poll(_req, ctx) {
+      return { job: await pollJob(sql, callerProviderId(ctx)) };
+    },
+
+    async reportResult(req, ctx) {
+      return reportResult(sql, callerProviderId(ctx), {
+        jobId: req.jobId,
+        success: req.success,
+        result: req.result,
+        error: req.error,
+        metrics: req.metrics,
+      });
+    },
+
+    async appendLogs(req, ctx) {
+      const { count } = await appendLogs(sql, callerProviderId(ctx), { jobId: req.jobId, logs: req.logs });
+      return { success: true, jobId: req.jobId, count: BigInt(count) };
+    },
+
+    async reportProgress(req, ctx) {
+      await reportProgress(sql, callerProviderId(ctx), { jobId: req.jobId, progressPct: req.progressPct, phase: req.phase });
+      return { success: true, jobId: req.jobId, count: 1n };
+    },
+
+    async endpointReady(req, ctx) {
+      const { endpointUrl } = await endpointReady(sql, callerProviderId(ctx), { jobId: req.jobId, endpointUrl: req.endpointUrl, port: req.port, model: req.model });
+      return { success: true, jobId: req.jobId, endpointUrl };
+    },
+
+    async complete(req, ctx) {
+      return completeJob(sql, callerProviderId(ctx), req.jobId, req.body ?? {});
+    },
+  };
+}

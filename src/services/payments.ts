@@ -1,0 +1,131 @@
+// PaymentService: card top-ups through the gateway, its webhook, history, and
+// the sandbox source for trying the whole flow locally.
+import type { ServiceImpl } from "@connectrpc/connect";
+import { PaymentService, PaymentTopupResponseSchema } from "../../gen/svc/v1/payments_pb.js";
+import { createInvoice } from "../domain/gateway.js";
+import { idempotent } from "../domain/idempotency.js";
+import {
+  CARD_SOURCES,
+  PAYMENT_SOURCES,
+  applyGatewayEvent,
+  insertPayment,
+  listPayments,
+  newPaymentId,
+  parseGatewayEvent,
+  paymentById,
+  paymentMessage,
+  topupAmount,
+  verifySignature,
+  type PaymentRow,
+  type PaymentSource,
+} from "../domain/payments.js";
+import { halalaToSar } from "../domain/pricing.js";
+import { checkEnum, optionalText, page, requireFields } from "../domain/validate.js";
+import { badRequest, forbidden, notFound, unauthorized, unavailable } from "../http/errors.js";
+import { callerRenterId, principalOf, type Deps } from "./deps.js";
+
+/** Card gateways do not take less than 1 SAR. */
+const MIN_CARD_HALALA = 100;
+
+export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentService>> {
+  const { sql, config, log } = deps;
+
+  function ownPayment(p: PaymentRow | undefined, renterId: number | undefined): PaymentRow {
+    if (!p) throw notFound("payment not found");
+    if (renterId !== undefined && p.renter_id !== renterId) throw forbidden("payment belongs to another renter");
+    return p;
+  }
+
+  return {
+    async topup(req, ctx) {
+      const renterId = callerRenterId(ctx);
+      requireFields({ source_type: req.sourceType });
+      const source = checkEnum(req.sourceType.trim().toLowerCase(), PAYMENT_SOURCES, "source_type") as PaymentSource;
+      const card = CARD_SOURCES.includes(source);
+      if (card && !config.paymentGatewaySecretKey) {
+        throw unavailable("card payments are not configured on this server (PAYMENT_GATEWAY_SECRET_KEY is not set)");
+      }
+      if (!card && config.production) throw badRequest("source_type sandbox is not available in production");
+      const amount = topupAmount(req.amountHalala, req.amountSar, card ? MIN_CARD_HALALA : 1);
+      const description = optionalText(req.description, 200, "description") ?? `Wallet top-up of ${halalaToSar(amount).toFixed(2)} SAR`;
+      const request = {
+        amount_halala: req.amountHalala === undefined ? null : Number(req.amountHalala),
+        amount_sar: req.amountSar ?? null,
+        source_type: source,
+        description: req.description ?? null,
+      };
+      return idempotent(sql, PaymentTopupResponseSchema, `payment-topup:${renterId}`, req.idempotencyKey, request, async (tx) => {
+        const paymentId = newPaymentId();
+        let checkoutUrl: string;
+        let gatewayId: string | undefined;
+        if (card) {
+          // Inside the transaction: if the gateway refuses, no payment row is left behind.
+          const invoice = await createInvoice(
+            { url: config.paymentGatewayUrl, secretKey: config.paymentGatewaySecretKey! },
+            {
+              amountHalala: amount,
+              description,
+              callbackUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
+              successUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
+              backUrl: `${config.frontendUrl}/billing`,
+              metadata: { payment_id: paymentId, renter_id: String(renterId), source_type: source },
+            },
+          );
+          checkoutUrl = invoice.url;
+          gatewayId = invoice.id;
+        } else {
+          checkoutUrl = `/api/payments/${paymentId}/sandbox-confirm`;
+        }
+        const row = await insertPayment(tx, { paymentId, renterId, amountHalala: amount, source, description, gatewayId, checkoutUrl });
+        log.info({ renterId, paymentId, amount, source }, "payment initiated");
+        return { success: true, payment: paymentMessage(row), checkoutUrl };
+      });
+    },
+
+    async webhook(req) {
+      const secret = config.paymentGatewayWebhookSecret;
+      if (!secret) throw unavailable("payment webhooks are not configured (PAYMENT_GATEWAY_WEBHOOK_SECRET or PAYMENT_GATEWAY_SECRET_KEY)");
+      if (!req.signature) throw unauthorized("missing x-gateway-signature");
+      if (!verifySignature(secret, req.rawPayload, req.signature)) throw unauthorized("invalid webhook signature");
+      let body: unknown;
+      try {
+        body = JSON.parse(Buffer.from(req.rawPayload).toString("utf8"));
+      } catch {
+        throw badRequest("webhook body must be JSON");
+      }
+      const event = parseGatewayEvent(body);
+      const result = await sql.begin((tx) => applyGatewayEvent(tx, event, body));
+      log.info({ paymentId: result.payment?.payment_id, type: event.type, outcome: result.outcome, note: result.note }, "payment webhook");
+      return { success: true, outcome: result.outcome, paymentId: result.payment?.payment_id };
+    },
+
+    async history(req, ctx) {
+      const renterId = callerRenterId(ctx);
+      const { limit, offset } = page(req.limit, req.offset, 100);
+      const { payments, total } = await listPayments(sql, { renterId, limit, offset });
+      return { payments: payments.map(paymentMessage), total: BigInt(total), limit, offset };
+    },
+
+    async get(req, ctx) {
+      const p = principalOf(ctx);
+      const row = ownPayment(await paymentById(sql, req.paymentId), p.role === "renter" ? p.renterId : undefined);
+      return paymentMessage(row);
+    },
+
+    async confirmSandbox(req, ctx) {
+      const renterId = callerRenterId(ctx);
+      if (config.production) throw forbidden("sandbox payments are not available in production");
+      const outcome = checkEnum(req.outcome?.trim() || "paid", ["paid", "failed"] as const, "outcome");
+      const p = ownPayment(await paymentById(sql, req.paymentId), renterId);
+      if (p.source_type !== "sandbox") throw badRequest("only sandbox payments can be confirmed here; card payments are confirmed by the gateway");
+      const result = await sql.begin((tx) =>
+        applyGatewayEvent(
+          tx,
+          { kind: outcome, type: `sandbox.${outcome}`, paymentId: p.payment_id, gatewayIds: [], reason: outcome === "failed" ? "declined in the sandbox" : undefined },
+          { sandbox: true, payment_id: p.payment_id, outcome },
+        ),
+      );
+      return paymentMessage(result.payment!);
+    },
+  };
+}

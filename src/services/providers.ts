@@ -1,0 +1,186 @@
+// ProviderService: thin translation between messages and domain calls.
+import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
+import { loginByEmail } from "../domain/login.js";
+import {
+  PROVIDER_OS,
+  pauseProvider,
+  providerByEmail,
+  providerById,
+  providerMessage,
+  registerProvider,
+  resumeProvider,
+} from "../domain/providers.js";
+import { jobMessage, recentJobsOfProvider } from "../domain/jobs.js";
+import { checkEmail, checkEnum, iso, optionalText, page, requireFields } from "../domain/validate.js";
+import { recordHeartbeat } from "../domain/heartbeat.js";
+import { recordDaemonEvent } from "../domain/daemon-events.js";
+import { recordReadiness } from "../domain/readiness.js";
+import { setPreferences } from "../domain/preferences.js";
+import { isLive } from "../domain/liveness.js";
+import { offerWorkTo } from "../domain/job-hooks.js";
+import {
+  DISCOVERY_HEALTH,
+  DISCOVERY_MODE,
+  MARKETPLACE_MAX_AGE_SECONDS,
+  availableProviders,
+  marketplaceSummary,
+} from "../domain/marketplace.js";
+import { apiError, notFound } from "../http/errors.js";
+import { callerProviderId, type Deps } from "./deps.js";
+
+/** available-providers answers at most this many per page. */
+const AVAILABLE_PAGE_MAX = 1000;
+
+export function providerService(deps: Deps): Partial<ServiceImpl<typeof ProviderService>> {
+  const { sql, config, log } = deps;
+  return {
+    async register(req) {
+      requireFields({ name: req.name, email: req.email, gpu_model: req.gpuModel, os: req.os });
+      const os = checkEnum(req.os.trim().toLowerCase(), PROVIDER_OS, "os");
+      const input = {
+        name: optionalText(req.name, 200, "name")!,
+        email: checkEmail(req.email),
+        gpuModel: optionalText(req.gpuModel, 200, "gpu_model")!,
+        os,
+        phone: optionalText(req.phone, 50, "phone"),
+        resourceSpec: req.resourceSpec,
+      };
+      const { id, apiKey } = await sql.begin((tx) => registerProvider(tx, input));
+      log.info({ providerId: id }, "provider registered");
+      return {
+        success: true,
+        providerId: BigInt(id),
+        apiKey,
+        installerUrl: `/api/providers/installer?key=${encodeURIComponent(apiKey)}&os=${os}`,
+        message: "Provider registered. Save your API key now: it is shown only once. Your account awaits admin approval.",
+      };
+    },
+
+    async loginEmail(req) {
+      requireFields({ email: req.email });
+      const provider = await providerByEmail(sql, checkEmail(req.email));
+      if (!provider) throw notFound("no provider with that email");
+      const outcome = await loginByEmail(sql, config, log, "provider", provider.id, provider.email, req.code);
+      if (outcome.kind === "code_sent") return { success: true, message: outcome.message, statusCode: 202 };
+      return {
+        success: true,
+        apiKey: outcome.apiKey,
+        provider: { id: BigInt(provider.id), name: provider.name, email: provider.email, gpuModel: provider.gpu_model, status: provider.status },
+      };
+    },
+
+    async getMe(_req, ctx) {
+      const id = callerProviderId(ctx);
+      const [provider, recent] = await Promise.all([providerById(sql, id), recentJobsOfProvider(sql, id)]);
+      const telemetry = (provider.gpu_telemetry ?? {}) as Record<string, unknown>;
+      const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+      const [earnings] = await sql<{ today: number; week: number }[]>`
+        SELECT coalesce(sum(t.amount) FILTER (WHERE t.created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint AS today,
+               coalesce(sum(t.amount) FILTER (WHERE t.created_at >= now() - interval '7 days'), 0)::bigint AS week
+        FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.credit_account_id
+        WHERE a.kind = 'provider_earnings' AND a.owner_id = ${id}`;
+      const active = recent.find((j) => j.status === "running" || j.status === "pending");
+      const vramTotal = num(telemetry.gpu_vram_mib) || provider.gpu_vram_mib || 0;
+      return {
+        provider: {
+          provider: providerMessage(provider),
+          gpuMetrics: {
+            utilizationPct: num(telemetry.gpu_util_pct),
+            vramUsedMib: BigInt(Math.max(0, Math.round(vramTotal - num(telemetry.free_vram_mib)) || 0)),
+            temperatureC: num(telemetry.temp_c),
+          },
+          todayEarningsHalala: BigInt(earnings.today),
+          weekEarningsHalala: BigInt(earnings.week),
+          activeJob: active ? jobMessage(active) : undefined,
+        },
+        recentJobs: recent.map(jobMessage),
+      };
+    },
+
+    async heartbeat(req, ctx) {
+      const id = callerProviderId(ctx);
+      try {
+        return await recordHeartbeat(deps, id, req);
+      } catch (err) {
+        if (err instanceof ConnectError) throw err;
+        // The documented answer when the service itself fails (database down, ...).
+        log.error({ err, providerId: id }, "heartbeat failed");
+        throw apiError(500, "heartbeat failed");
+      }
+    },
+
+    daemonEvent(req, ctx) {
+      return recordDaemonEvent(deps, callerProviderId(ctx), req);
+    },
+
+    readiness(req, ctx) {
+      return recordReadiness(deps, callerProviderId(ctx), req);
+    },
+
+    async pause(_req, ctx) {
+      return { success: true, status: await pauseProvider(sql, callerProviderId(ctx)) };
+    },
+
+    async resume(_req, ctx) {
+      const id = callerProviderId(ctx);
+      const { status, becameOnline } = await resumeProvider(sql, id);
+      if (becameOnline) await offerWorkTo(sql, log, id);
+      return { success: true, status };
+    },
+
+    async setPreferences(req, ctx) {
+      const id = callerProviderId(ctx);
+      const prefs = await sql.begin((tx) =>
+        setPreferences(tx, id, {
+          runMode: req.runMode,
+          scheduledStart: req.scheduledStart,
+          scheduledEnd: req.scheduledEnd,
+          gpuUsageCapPct: req.gpuUsageCapPct,
+          vramReserveGb: req.vramReserveGb,
+          tempLimitC: req.tempLimitC,
+        }),
+      );
+      return {
+        success: true,
+        preferences: {
+          runMode: prefs.run_mode,
+          scheduledStart: prefs.scheduled_start ?? undefined,
+          scheduledEnd: prefs.scheduled_end ?? undefined,
+          gpuUsageCapPct: prefs.gpu_usage_cap_pct,
+          vramReserveGb: prefs.vram_reserve_gb,
+          tempLimitC: prefs.temp_limit_c,
+        },
+      };
+    },
+
+    async getStatus(_req, ctx) {
+      const p = await providerById(sql, callerProviderId(ctx));
+      return {
+        providerId: BigInt(p.id),
+        name: p.name,
+        status: p.status,
+        gpuModel: p.gpu_model,
+        lastHeartbeat: iso(p.last_heartbeat),
+        totalEarnings: p.total_earnings_halala,
+        totalJobs: BigInt(p.total_jobs),
+        uptimePercent: p.uptime_percent,
+        isLive: isLive(p.last_heartbeat),
+        approvalStatus: p.approval_status,
+        isPaused: p.is_paused,
+        reliabilityScore: p.reliability_score ?? undefined,
+      };
+    },
+
+    async listAvailable(req) {
+      const { limit, offset } = page(req.limit ?? AVAILABLE_PAGE_MAX, req.offset, AVAILABLE_PAGE_MAX);
+      const { providers, total } = await availableProviders(sql, limit, offset);
+      return { providers, total: BigInt(total), discoveryMode: DISCOVERY_MODE, discoveryHealth: DISCOVERY_HEALTH };
+    },
+
+    async getMarketplace(_req, ctx) {
+      ctx.responseHeader.set("cache-control", `public, max-age=${MARKETPLACE_MAX_AGE_SECONDS}`);
+      return marketplaceSummary(sql);
+    },
+  };
+}

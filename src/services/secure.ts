@@ -1,0 +1,70 @@
+// Wraps a service implementation so that every method first resolves the
+// caller's principal and checks it against the roles declared on the RPC in
+// proto. Both wires (gRPC/Connect and REST) call the wrapped implementation.
+import { getOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Role, route } from "../../gen/svc/v1/options_pb.js";
+import { constantTimeEqual, roleOfKey } from "../domain/keys.js";
+import { cachedLookupKey } from "../domain/key-cache.js";
+import { badRequest, forbidden, unauthorized } from "../http/errors.js";
+import { credentialsKey } from "../http/credentials.js";
+import { principalKey, type Deps, type Principal } from "./deps.js";
+
+export function rolesOf(method: DescMethod): Role[] {
+  const roles = getOption(method, route).roles;
+  return roles.length > 0 ? roles : [Role.PUBLIC];
+}
+
+async function authenticate(deps: Deps, roles: Role[], ctx: HandlerContext): Promise<Principal> {
+  const creds = ctx.values.get(credentialsKey);
+  if (roles.includes(Role.ADMIN) && creds.adminTokens.some((t) => constantTimeEqual(t, deps.config.adminToken))) {
+    return { role: "admin" };
+  }
+  if (roles.includes(Role.PUBLIC)) return { role: "public" };
+
+  const wanted = new Set<string>();
+  if (roles.includes(Role.PROVIDER)) wanted.add("provider");
+  if (roles.includes(Role.RENTER)) wanted.add("renter");
+  const keys = creds.keys.filter((k) => wanted.has(roleOfKey(k) ?? ""));
+  for (const key of keys) {
+    // Cached briefly in process; rotation revokes at once (see key-cache.ts).
+    const owner = await cachedLookupKey(deps.sql, key);
+    if (!owner) continue;
+    if (owner.role === "provider") return { role: "provider", providerId: owner.accountId };
+    const [renter] = await deps.sql<{ status: string }[]>`SELECT status FROM renters WHERE id = ${owner.accountId}`;
+    if (renter?.status === "suspended") throw forbidden("renter account is suspended");
+    return { role: "renter", renterId: owner.accountId };
+  }
+  if (keys.length > 0) throw unauthorized("invalid API key");
+  const adminOnly = wanted.size === 0;
+  if (adminOnly) {
+    throw unauthorized(creds.adminTokens.length > 0 ? "invalid admin token" : "admin token required (x-admin-token or Authorization: Bearer)");
+  }
+  const otherKeys = creds.keys.filter((k) => roleOfKey(k) !== undefined);
+  if (otherKeys.length > 0) throw forbidden(`this endpoint needs a ${[...wanted].join(" or ")} key`);
+  if (creds.keys.length > 0) throw unauthorized("invalid API key");
+  if (creds.adminTokens.length > 0 && roles.includes(Role.ADMIN)) throw unauthorized("invalid admin token");
+  throw badRequest("API key required");
+}
+
+type AnyImpl = (req: unknown, ctx: HandlerContext) => unknown;
+
+export function secure<S extends DescService>(deps: Deps, service: S, impl: ServiceImpl<S>): ServiceImpl<S> {
+  const out: Record<string, AnyImpl> = {};
+  for (const method of service.methods) {
+    const fn = (impl as unknown as Record<string, AnyImpl>)[method.localName].bind(impl);
+    const roles = rolesOf(method);
+    if (method.methodKind === "unary") {
+      out[method.localName] = async (req, ctx) => {
+        ctx.values.set(principalKey, await authenticate(deps, roles, ctx));
+        return fn(req, ctx);
+      };
+    } else {
+      out[method.localName] = async function* (req, ctx) {
+        ctx.values.set(principalKey, await authenticate(deps, roles, ctx));
+        yield* fn(req, ctx) as AsyncIterable<unknown>;
+      };
+    }
+  }
+  return out as unknown as ServiceImpl<S>;
+}

@@ -1,0 +1,77 @@
+// The server side of job time: every sweep (SVC_JOB_SWEEP_MS)
+//  1. fails and refunds pending/running jobs past max_duration_seconds
+//     (the provider is told to stop),
+//  2. re-queues (or, past the attempt limit, fails) jobs whose provider is no
+//     longer live: the safety net beside the provider liveness sweep; and jobs
+//     a live provider left pending (never picked up) for 120 s,
+//  3. fills any available provider that has a free GPU and a queued job it
+//     can run (a window opened, a provider was approved, a lock was busy).
+// Each job moves under its row lock with a status re-check, so several
+// processes can sweep at once and a result racing a timeout settles once.
+import type { Sql } from "../db/index.js";
+import type { Logger } from "../log.js";
+import { dispatchForProvider, dispatchQueued, providersWithLostJobs, releaseUnclaimed, requeueJobsOfProvider } from "../domain/dispatch.js";
+import { overdueJobIds, timeOutJob } from "../domain/settlement.js";
+import type { Worker } from "./worker.js";
+
+const BATCH = 200;
+
+export interface SweepResult {
+  timedOut: number;
+  requeued: number;
+  failed: number;
+  assigned: number;
+}
+
+/** One pass; exported so tests and tools can drive it directly. */
+export async function sweepJobs(sql: Sql): Promise<SweepResult> {
+  const out: SweepResult = { timedOut: 0, requeued: 0, failed: 0, assigned: 0 };
+  const freed = new Set<number>();
+  for (const id of await overdueJobIds(sql, BATCH)) {
+    const done = await sql.begin((tx) => timeOutJob(tx, id));
+    if (done) {
+      out.timedOut++;
+      freed.add(done.providerId);
+    }
+  }
+  for (const providerId of await providersWithLostJobs(sql)) {
+    const r = await requeueJobsOfProvider(sql, providerId, "provider stopped responding (no heartbeat in the last 120 seconds)");
+    out.requeued += r.requeued.length;
+    out.failed += r.failed.length;
+  }
+  const unclaimed = await releaseUnclaimed(sql);
+  out.requeued += unclaimed.requeued;
+  out.failed += unclaimed.failed;
+  for (const providerId of freed) out.assigned += (await dispatchForProvider(sql, providerId)).length;
+  out.assigned += (await dispatchQueued(sql)).length;
+  return out;
+}
+
+export function jobTimeoutsWorker(opts: { sql: Sql; log: Logger; intervalMs: number }): Worker {
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<void> | undefined;
+  let stopped = false;
+  const tick = () => {
+    running = sweepJobs(opts.sql)
+      .then((r) => {
+        if (r.timedOut || r.requeued || r.failed) opts.log.info(r, "job sweep");
+      })
+      .catch((err) => {
+        if (!stopped) opts.log.error({ err }, "job sweep failed");
+      })
+      .finally(() => {
+        running = undefined;
+        if (!stopped) timer = setTimeout(tick, opts.intervalMs);
+      });
+  };
+  return {
+    start() {
+      timer = setTimeout(tick, opts.intervalMs);
+    },
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await running;
+    },
+  };
+}

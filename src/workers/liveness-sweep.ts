@@ -1,0 +1,77 @@
+// The provider side's background work:
+// - the liveness sweep (every SVC_LIVENESS_SWEEP_SECONDS): silent providers go
+//   offline and their running work goes back to the jobs issue's re-queue
+//   path; uptime and reliability of providers not heard from keep decaying;
+// - the heartbeat telemetry flusher, stopped (and drained) at shutdown;
+// - the cache-invalidation listener (LISTEN), which keeps this process's key
+//   and provider caches in step with changes committed by any process.
+import type { Deps } from "../services/deps.js";
+import { heartbeatPipeline } from "../domain/heartbeat.js";
+import { INVALIDATION_CHANNEL, applyInvalidation, forgetEverything } from "../domain/invalidation.js";
+import { requeueWorkOf } from "../domain/job-hooks.js";
+import { markSilentProvidersOffline } from "../domain/liveness-sweep.js";
+import { refreshDueReputations } from "../domain/reputation.js";
+import type { Worker } from "./worker.js";
+
+/** One sweep: offline marking, re-queueing, then due reputation refreshes. */
+export async function sweepOnce(deps: Deps): Promise<{ offline: number[]; refreshed: number }> {
+  const { sql, log } = deps;
+  const offline = await markSilentProvidersOffline(sql);
+  for (const id of offline) await requeueWorkOf(sql, log, id, "provider went offline (no heartbeat within 120 s)");
+  if (offline.length) log.info({ count: offline.length }, "providers marked offline");
+  const refreshed = await refreshDueReputations(sql);
+  return { offline, refreshed };
+}
+
+export function livenessSweepWorker(deps: Deps): Worker {
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<unknown> | undefined;
+  const tick = () => {
+    if (running) return;
+    running = sweepOnce(deps)
+      .catch((err) => deps.log.error({ err }, "liveness sweep failed"))
+      .finally(() => (running = undefined));
+  };
+  return {
+    start() {
+      const seconds = deps.config.livenessSweepSeconds;
+      if (seconds > 0) timer = setInterval(tick, seconds * 1000);
+    },
+    async stop() {
+      if (timer) clearInterval(timer);
+      await running;
+    },
+  };
+}
+
+export function heartbeatFlushWorker(deps: Deps): Worker {
+  return {
+    start() {
+      heartbeatPipeline(deps);
+    },
+    stop: () => heartbeatPipeline(deps).stop(),
+  };
+}
+
+export function invalidationListener(deps: Deps): Worker {
+  let unlisten: (() => Promise<void>) | undefined;
+  return {
+    async start() {
+      const sub = await deps.sql.listen(
+        INVALIDATION_CHANNEL,
+        (payload) => applyInvalidation(deps.sql, payload),
+        // Called on every (re)connect: anything sent while disconnected is lost, so start cold.
+        () => forgetEverything(deps.sql),
+      );
+      unlisten = sub.unlisten;
+    },
+    async stop() {
+      await unlisten?.().catch(() => {});
+    },
+  };
+}
+
+/** Every worker of the provider side, in start order. */
+export function providerWorkers(deps: Deps): Worker[] {
+  return [invalidationListener(deps), heartbeatFlushWorker(deps), livenessSweepWorker(deps)];
+}

@@ -1,0 +1,73 @@
+// Admin job actions (cancel, re-queue: the jobs engine's own paths, audited)
+// and the payments list, over real HTTP.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer();
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+
+describe("admin job actions", () => {
+  it("re-queues and cancels a job through the jobs engine, releasing the hold, each audited", async () => {
+    const renter = await makeRenter(srv, 5_000);
+    const provider = await makeProvider(srv);
+    const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2, provider_id: provider.id }, renter.headers);
+    expect(sub.status).toBe(201);
+    const jobId: string = sub.body.job.job_id;
+    expect((await api.get("/api/renters/balance", renter.headers)).body.held_halala).toBe(20);
+
+    const rq = await api.post(`/api/admin/jobs/${jobId}/requeue`, { reason: "provider stuck" }, ADMIN);
+    expect(rq.status).toBe(200);
+    expect(rq.body).toMatchObject({ job_id: jobId, attempt: 2 });
+    expect(["queued", "pending"]).toContain(rq.body.status);
+
+    const c = await api.post(`/api/admin/jobs/${jobId}/cancel`, { reason: "renter asked" }, ADMIN);
+    expect(c.status).toBe(200);
+    expect(c.body).toMatchObject({ job_id: jobId, status: "cancelled" });
+    const bal = (await api.get("/api/renters/balance", renter.headers)).body;
+    expect(bal).toMatchObject({ balance_halala: 5_000, held_halala: 0, available_halala: 5_000 });
+
+    const again = await api.post(`/api/admin/jobs/${jobId}/cancel`, {}, ADMIN);
+    expect(again.status).toBe(409);
+    expect(again.body).toEqual({ error: expect.stringContaining("cancelled") });
+    expect((await api.post(`/api/admin/jobs/job-nope/cancel`, {}, ADMIN)).status).toBe(404);
+    expect((await api.post(`/api/admin/jobs/${jobId}/cancel`, {}, renter.headers)).status).toBe(401);
+
+    const log = (await api.get(`/api/admin/audit?target_type=job&target_id=${jobId}`, ADMIN)).body;
+    expect(log.entries.map((e: any) => e.action)).toEqual(["job.cancel", "job.requeue"]);
+    expect(log.entries[0].details).toMatchObject({ reason: "renter asked" });
+    expect(log.entries[1].details).toMatchObject({ reason: "provider stuck" });
+    const listed = (await api.get(`/api/admin/jobs?renter_id=${renter.id}&status=cancelled`, ADMIN)).body;
+    expect(listed.jobs.map((j: any) => j.job_id)).toEqual([jobId]);
+  });
+});
+
+describe("admin payments", () => {
+  it("lists payments with status and renter filters and paging", async () => {
+    const alice = await makeRenter(srv);
+    const bob = await makeRenter(srv);
+    const a1 = await api.post("/api/payments/topup", { amount_halala: 1_000, source_type: "sandbox" }, alice.headers);
+    const a2 = await api.post("/api/payments/topup", { amount_halala: 2_000, source_type: "sandbox" }, alice.headers);
+    await api.post("/api/payments/topup", { amount_halala: 3_000, source_type: "sandbox" }, bob.headers);
+    expect(a1.status).toBe(201);
+    expect((await api.post(`/api/payments/${a2.body.payment.payment_id}/sandbox-confirm`, {}, alice.headers)).status).toBe(200);
+
+    const all = await api.get(`/api/admin/payments?renter_id=${alice.id}`, ADMIN);
+    expect(all.status).toBe(200);
+    expect(all.body).toMatchObject({ total: 2, limit: 50, offset: 0 });
+    expect(all.body.payments.map((p: any) => p.amount_halala)).toEqual([2_000, 1_000]);
+    expect(all.body.payments[0]).toMatchObject({ status: "paid", renter_id: alice.id, source_type: "sandbox" });
+    const paid = await api.get(`/api/admin/payments?status=paid&renter_id=${alice.id}`, ADMIN);
+    expect(paid.body.payments.map((p: any) => p.payment_id)).toEqual([a2.body.payment.payment_id]);
+    expect((await api.get(`/api/admin/payments?limit=1`, ADMIN)).body.payments).toHaveLength(1);
+    expect((await api.get(`/api/admin/payments?status=lost`, ADMIN)).status).toBe(400);
+  });
+});

@@ -1,0 +1,247 @@
+// The executors the TypeScript daemon runs jobs with, exercised through an
+// injectable command path: a fake `docker` that records its argv and prints
+// what the real CLI prints, and real child processes for the process
+// executor (kill on stop, no process left behind).
+import fs from "node:fs";
+import http from "node:http";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { DockerExecutor, dockerRunArgs } from "../../src/daemon/ts/executors/docker.js";
+import { ProcessExecutor } from "../../src/daemon/ts/executors/process.js";
+import { CONTAINER_SCRIPTS, executorFor } from "../../src/daemon/ts/executors/plan.js";
+import { parseProgress, type JobHooks, type JobSpec } from "../../src/daemon/ts/executors/types.js";
+import { backoffMs } from "../../src/daemon/ts/daemon.js";
+import { configFromArgs, parseRunners } from "../../src/daemon/ts/cli.js";
+import { GpuProbe } from "../../src/daemon/ts/nvidia-smi.js";
+import { tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { jobProcesses } from "./procs.js";
+
+const dir = tempDir("docker");
+const calls = path.join(dir, "calls.log");
+// Records each invocation as one JSON line; `run` prints a pull, the program's output and writes the result.
+const FAKE_DOCKER = writeExecutable(
+  dir,
+  "docker",
+  `#!/usr/bin/env python3
+import json, os, sys, time, signal
+args = sys.argv[1:]
+with open(${JSON.stringify(calls)}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+cmd = args[0] if args else ""
+if cmd == "version":
+    print("24.0.7"); sys.exit(0)
+if cmd == "kill":
+    print(args[1])
+    pidfile = ${JSON.stringify(dir)} + "/" + args[1] + ".pid"
+    if os.path.exists(pidfile):
+        os.kill(int(open(pidfile).read()), signal.SIGTERM)
+    sys.exit(0)
+if cmd == "run":
+    name = args[args.index("--name") + 1]
+    open(${JSON.stringify(dir)} + "/" + name + ".pid", "w").write(str(os.getpid()))
+    out = [a.split(":")[0] for a in args if a.endswith(":/svc-output")][0]
+    image = [a for a in args if "/" in a and ":" in a and not a.startswith("/") and "=" not in a][-1]
+    print("Unable to find image '%s' locally" % image, flush=True)
+    print("4.41.3: Pulling from huggingface/transformers-pytorch-gpu", flush=True)
+    print("Digest: sha256:9f2b7e4c0d1a", flush=True)
+    print("Status: Downloaded newer image for %s" % image, flush=True)
+    if os.environ.get("FAKE_DOCKER_SLEEP"):
+        time.sleep(float(os.environ["FAKE_DOCKER_SLEEP"]))
+    print("SVC_PROGRESS 40 generating", flush=True)
+    print("container says hello", flush=True)
+    json.dump({"response": "generated text"}, open(os.path.join(out, "result.json"), "w"))
+    sys.exit(0)
+print("unknown command", cmd, file=sys.stderr); sys.exit(1)
+`,
+);
+
+function invocations(): string[][] {
+  return fs.existsSync(calls) ? fs.readFileSync(calls, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l)) : [];
+}
+
+function hooks() {
+  const seen = { logs: [] as string[], progress: [] as [number | undefined, string | undefined][], endpoints: [] as string[] };
+  const h: JobHooks = {
+    log: (l) => seen.logs.push(l),
+    progress: (p, ph) => seen.progress.push([p, ph]),
+    endpointReady: (u) => seen.endpoints.push(u),
+  };
+  return { seen, h };
+}
+
+const llmJob: JobSpec = {
+  jobId: "job-llm1",
+  jobType: "llm-inference",
+  maxDurationSeconds: 60,
+  taskSpec: {
+    version: 1,
+    job_id: "job-llm1",
+    job_type: "llm-inference",
+    container: { image: "huggingface/transformers-pytorch-gpu:4.41.3", image_type: "llm" },
+    inputs: { prompt: "hi", max_tokens: 64 },
+    model: "Qwen/Qwen2.5-7B-Instruct",
+    workspace: { volume: "svc-ws-job-llm1", mount_path: "/workspace", checkpoint_enabled: false },
+    limits: { max_duration_seconds: 60, gpu_requirements: null },
+  },
+};
+
+describe("docker executor (fake docker CLI)", () => {
+  const opts = { docker: FAKE_DOCKER, workRoot: path.join(dir, "work"), gpus: true, defaultMemoryMb: 2048, scriptsDir: "/opt/svc/scripts" };
+
+  it("runs a model job with GPUs, network for the download, limits, the workspace volume and our script", async () => {
+    const { seen, h } = hooks();
+    const out = await new DockerExecutor(opts).start(llmJob, h).done;
+    expect(out.success, out.error).toBe(true);
+    expect(out.result).toEqual({ response: "generated text" });
+    expect(out.metrics.executor).toBe("docker");
+    const run = invocations().find((a) => a[0] === "run" && a.includes("svc-job-llm1"))!;
+    expect(run.slice(0, 6)).toEqual(["run", "--rm", "--name", "svc-job-llm1", "--label", "svc.job_id=job-llm1"]);
+    expect(run.join(" ")).toContain("--gpus all");
+    expect(run).not.toContain("--network");
+    expect(run.join(" ")).toContain("--memory 2048m --pids-limit 4096");
+    expect(run.join(" ")).toContain("-v svc-ws-job-llm1:/workspace");
+    expect(run.join(" ")).toContain(`-v ${path.join(opts.workRoot, "job-llm1")}:/svc-output`);
+    expect(run.join(" ")).toContain("-v /opt/svc/scripts:/svc-scripts:ro");
+    expect(run.slice(-3)).toEqual(["huggingface/transformers-pytorch-gpu:4.41.3", "python", "/svc-scripts/llm.py"]);
+    expect(seen.logs).toContain("container says hello");
+    expect(seen.logs[0]).toMatch(/Unable to find image/);
+    expect(seen.progress).toEqual([[40, "generating"]]);
+  });
+
+  it("runs a custom container with no network, its command and env, and no GPUs on a CPU host", () => {
+    const plan = dockerRunArgs(
+      {
+        jobId: "job-c1",
+        jobType: "custom_container",
+        maxDurationSeconds: 60,
+        taskSpec: { container: { image: "python:3.12-slim" }, command: ["python", "-c", "print(1)"], env: { B: "2", A: "1" }, inputs: { workdir: "/app" } },
+      },
+      { ...opts, gpus: false },
+    );
+    const a = plan.argv.join(" ");
+    expect(a).toContain("--network none");
+    expect(a).not.toContain("--gpus");
+    expect(a).toContain("-e A=1 -e B=2 -w /app python:3.12-slim python -c print(1)");
+  });
+
+  it("stops a job with docker kill and reports the reason", async () => {
+    const { h } = hooks();
+    process.env.FAKE_DOCKER_SLEEP = "30";
+    const running = new DockerExecutor(opts).start({ ...llmJob, jobId: "job-kill1" }, h);
+    delete process.env.FAKE_DOCKER_SLEEP;
+    await waitFor(() => fs.existsSync(path.join(dir, "svc-job-kill1.pid")), 10_000, "container started");
+    await running.stop("cancelled: renter asked");
+    const out = await running.done;
+    expect(out).toMatchObject({ success: false, error: "cancelled: renter asked" });
+    expect(invocations()).toContainEqual(["kill", "svc-job-kill1"]);
+  });
+
+  it("vllm_serve: publishes the port, waits for health, reports the endpoint, serves until stopped", async () => {
+    const health = http.createServer((req, res) => res.writeHead(req.url === "/health" ? 200 : 404).end());
+    await new Promise<void>((r) => health.listen(0, "127.0.0.1", () => r()));
+    const port = (health.address() as import("node:net").AddressInfo).port;
+    try {
+      const { seen, h } = hooks();
+      process.env.FAKE_DOCKER_SLEEP = "30";
+      const running = new DockerExecutor({ ...opts, servePort: port, publicHost: "203.0.113.7", healthPollMs: 50 }).start(
+        {
+          jobId: "job-serve1",
+          jobType: "vllm_serve",
+          maxDurationSeconds: 600,
+          taskSpec: { container: { image: "vllm/vllm-openai:v0.6.3" }, model: "Qwen/Qwen2.5-7B-Instruct", inputs: { max_model_len: 8192, dtype: "auto" }, serve: { api: "openai", container_port: 8000 } },
+        },
+        h,
+      );
+      delete process.env.FAKE_DOCKER_SLEEP;
+      await waitFor(() => seen.endpoints.length > 0, 10_000, "endpoint ready");
+      expect(seen.endpoints).toEqual([`http://203.0.113.7:${port}`]);
+      const run = await waitFor(() => invocations().find((a) => a[0] === "run" && a.includes("svc-job-serve1")), 10_000, "docker run");
+      expect(run.join(" ")).toContain(`-p ${port}:8000`);
+      expect(run.slice(-9)).toEqual(["vllm/vllm-openai:v0.6.3", "--model", "Qwen/Qwen2.5-7B-Instruct", "--port", "8000", "--max-model-len", "8192", "--dtype", "auto"]);
+      await running.stop("cancelled: done serving");
+      expect((await running.done).error).toBe("cancelled: done serving");
+      expect(invocations()).toContainEqual(["kill", "svc-job-serve1"]);
+    } finally {
+      health.close();
+    }
+  });
+});
+
+describe("process executor", () => {
+  it("stops the whole process group: no grandchild survives", async () => {
+    const work = tempDir("proc");
+    const script = writeExecutable(work, "job.sh", "#!/bin/sh\nsleep 300 &\necho started\nsleep 300\n");
+    const { seen, h } = hooks();
+    const running = new ProcessExecutor([script], work).start({ jobId: "job-proc-kill", jobType: "custom", maxDurationSeconds: 60, taskSpec: {} }, h);
+    await waitFor(() => seen.logs.includes("started") && jobProcesses("job-proc-kill").length >= 2, 10_000, "job and grandchild running");
+    await running.stop("max_duration_seconds (1 s) exceeded; the job was killed");
+    const out = await running.done;
+    expect(out.success).toBe(false);
+    expect(out.error).toMatch(/max_duration_seconds/);
+    await waitFor(() => jobProcesses("job-proc-kill").length === 0, 5_000, "no process left");
+  });
+
+  it("fails with the exit status and the last output lines", async () => {
+    const work = tempDir("proc");
+    const script = writeExecutable(work, "bad.sh", "#!/bin/sh\necho 'CUDA error: out of memory' >&2\nexit 3\n");
+    const out = await new ProcessExecutor([script], work).start({ jobId: "job-proc-bad", jobType: "custom", maxDurationSeconds: 60, taskSpec: {} }, hooks().h).done;
+    expect(out).toMatchObject({ success: false, metrics: { exit_code: 3 } });
+    expect(out.error).toMatch(/exited with status 3: CUDA error: out of memory/);
+  });
+
+  it("ships a compiling in-container program for each built-in container job type", async () => {
+    const { spawnSync } = await import("node:child_process");
+    for (const script of ["llm.py", "image.py", "render.py", "train.py"]) {
+      const file = path.join(CONTAINER_SCRIPTS, script);
+      expect(fs.existsSync(file), script).toBe(true);
+      const r = spawnSync("python3", ["-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')", file], { encoding: "utf8" });
+      expect(r.stderr, script).toBe("");
+    }
+  });
+
+  it("picks the executor per job type", () => {
+    const cfg = { runners: { "llm-inference": ["/usr/local/bin/llm"] }, workRoot: tempDir("plan"), docker: undefined };
+    expect(executorFor(llmJob, cfg).name).toBe("process");
+    expect(executorFor({ ...llmJob, jobType: "benchmark" }, cfg).name).toBe("process");
+    expect(() => executorFor({ ...llmJob, jobType: "image_generation" }, cfg)).toThrow(/docker is not available/);
+    expect(executorFor({ ...llmJob, jobType: "image_generation" }, { ...cfg, docker: { docker: "docker", gpus: true } }).name).toBe("docker");
+  });
+});
+
+describe("daemon pieces", () => {
+  it("parses progress directives, runners and options", async () => {
+    expect(parseProgress("SVC_PROGRESS 42.5 downloading model")).toEqual({ pct: 42.5, phase: "downloading model" });
+    expect(parseProgress("SVC_PROGRESS 140")).toEqual({ pct: 100, phase: undefined });
+    expect(parseProgress("SVC_PROGRESS soon")).toBeUndefined();
+    expect(parseProgress("progress 5")).toBeUndefined();
+    expect(parseRunners(["llm-inference=python3 /opt/llm.py --fast;rendering='/opt/my render' -x", ""])).toEqual({
+      "llm-inference": ["python3", "/opt/llm.py", "--fast"],
+      rendering: ["/opt/my render", "-x"],
+    });
+    const cfg = await configFromArgs(["--", "--url", "http://127.0.0.1:9/", "--key", "svc-provider-x", "--docker", FAKE_DOCKER, "--nvidia-smi", "/nonexistent/nvidia-smi"], {}, () => {});
+    expect(cfg.url).toBe("http://127.0.0.1:9");
+    expect(cfg.executors.docker?.docker).toBe(FAKE_DOCKER);
+    expect(cfg.executors.docker?.gpus).toBe(false);
+    await expect(configFromArgs(["--url", "http://x"], {}, () => {})).rejects.toThrow(/--key are required/);
+    const fromEnv = await configFromArgs([], { SVC_URL: "http://h:1", SVC_API_KEY: "svc-provider-e", SVC_DOCKER: "none" }, () => {});
+    expect(fromEnv.key).toBe("svc-provider-e");
+    expect(fromEnv.executors.docker).toBeUndefined();
+  });
+
+  it("backs off exponentially with jitter, capped", () => {
+    expect(backoffMs(0, 500, 30_000, () => 0)).toBe(250);
+    expect(backoffMs(0, 500, 30_000, () => 0.999)).toBe(750);
+    expect(backoffMs(3, 500, 30_000, () => 0.5)).toBe(4000);
+    expect(backoffMs(50, 500, 30_000, () => 0.5)).toBe(30_000);
+  });
+
+  it("works with zero GPUs: no nvidia-smi means an empty snapshot", async () => {
+    expect(await new GpuProbe("/nonexistent/nvidia-smi").snapshot()).toEqual({ gpus: [], cudaVersion: null, driverVersion: null });
+    const none = writeExecutable(tempDir("smi"), "nvidia-smi", "#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn'\"'\"'t communicate with the NVIDIA driver.' >&2\nexit 9\n");
+    expect((await new GpuProbe(none).snapshot()).gpus).toEqual([]);
+  });
+});
+
+afterAll(() => {
+  delete process.env.FAKE_DOCKER_SLEEP;
+});

@@ -1,0 +1,119 @@
+// Shared pieces of the daemon tests: a server whose BACKEND_URL is its own
+// address (so served installers and daemons reach it as rendered), fake
+// executables on a PATH, and running the machine's python3.
+import { spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+
+export const LEGACY_DIR = path.resolve("src/daemon/legacy");
+export const FIXTURES = path.resolve("test/daemon/fixtures");
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** A test server that renders its own URL into installers and the daemon. */
+export async function startSelfServer(env: Record<string, string> = {}): Promise<TestServer> {
+  const port = await freePort();
+  return startTestServer({ PORT: String(port), BACKEND_URL: `http://127.0.0.1:${port}`, ...env });
+}
+
+export function tempDir(prefix: string): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `svc-${prefix}-`));
+}
+
+/** Writes an executable script into dir. */
+export function writeExecutable(dir: string, name: string, body: string): string {
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, body, { mode: 0o755 });
+  return file;
+}
+
+/** Runs python3 code with stdin; returns stdout (throws with stderr on failure). */
+export function python(code: string, stdin = "", env: Record<string, string> = {}): string {
+  const r = spawnSync("python3", ["-c", code], {
+    input: stdin,
+    encoding: "utf8",
+    env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1", PYTHONPATH: LEGACY_DIR, ...env },
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  if (r.status !== 0) throw new Error(`python3 failed (${r.status}): ${r.stderr}`);
+  return r.stdout;
+}
+
+export interface Ran {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command to completion without blocking the event loop (the server under test lives in this process). */
+export function run(cmd: string, args: string[], opts: { env?: Record<string, string | undefined>; input?: string; cwd?: string } = {}): Promise<Ran> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { env: opts.env ?? process.env, cwd: opts.cwd, stdio: ["pipe", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    child.on("error", reject);
+    child.on("close", (status) => resolve({ status, stdout, stderr }));
+    child.stdin.end(opts.input ?? "");
+  });
+}
+
+export function hasCommand(cmd: string): boolean {
+  return spawnSync("sh", ["-c", `command -v ${cmd}`]).status === 0;
+}
+
+/** Polls until fn returns a truthy value (or throws after timeoutMs). */
+export async function waitFor<T>(fn: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 15_000, what = "condition"): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as T;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ""}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export interface Spawned {
+  output(): string;
+  exited: Promise<number | null>;
+  pid: number;
+  kill(signal?: NodeJS.Signals): void;
+}
+
+/** Starts a long-running process, collecting its combined output. */
+export function start(cmd: string, args: string[], opts: { env?: Record<string, string>; cwd?: string } = {}): Spawned {
+  const child = spawn(cmd, args, { env: { ...process.env, ...opts.env }, cwd: opts.cwd, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  child.stdout.on("data", (d) => (out += d));
+  child.stderr.on("data", (d) => (out += d));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  return { output: () => out, exited, pid: child.pid!, kill: (s = "SIGTERM") => child.kill(s) };
+}
+
+/** Whether a process id is alive. */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,149 @@
+// svc_daemon.py, exactly as the server serves it, run with the machine's
+// python3 against the real server (its BACKEND_URL is this server's own
+// address): heartbeat with nvidia-smi telemetry, readiness, events, a
+// benchmark job polled, verified, run as a plain process, logs, progress,
+// settled 75/25; a tampered task refused; SIGTERM mid-job leaves no child and
+// refunds; self-update from an old version.
+import crypto from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import type { TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ledgerProblems } from "../../src/domain/ledger.js";
+import { FIXTURES, start, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { jobProcesses } from "./procs.js";
+
+let srv: TestServer;
+const daemons: Spawned[] = [];
+const api = () => client(srv.url);
+
+beforeAll(async () => {
+  srv = await startSelfServer({ SVC_DAEMON_MIN_VERSION: "3.1.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_JOB_SWEEP_MS: "60000" });
+});
+afterEach(async () => {
+  for (const d of daemons.splice(0)) {
+    d.kill("SIGKILL");
+    await d.exited;
+  }
+  await srv.sql`UPDATE providers SET status = 'offline', last_heartbeat = NULL`;
+});
+afterAll(() => srv?.close());
+
+async function download(key: string): Promise<{ file: string; dir: string; text: string }> {
+  const r = await api().get(`/api/providers/download/daemon?key=${key}`);
+  expect(r.status).toBe(200);
+  const dir = tempDir("py");
+  const file = path.join(dir, "svc_daemon.py");
+  fs.writeFileSync(file, r.text);
+  return { file, dir, text: r.text };
+}
+
+function run(file: string, dir: string, env: Record<string, string> = {}) {
+  const smi = writeExecutable(
+    dir,
+    "nvidia-smi",
+    `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${path.join(FIXTURES, "nvidia-smi-query-2gpu.csv")}' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`,
+  );
+  const d = start("python3", [file, "--heartbeat-seconds", "1", "--poll-seconds", "0.3"], {
+    env: { SVC_NVIDIA_SMI: smi, SVC_DOCKER: "none", SVC_WORK_DIR: path.join(dir, "work"), HOME: dir, PYTHONDONTWRITEBYTECODE: "1", ...env },
+  });
+  daemons.push(d);
+  return d;
+}
+
+const job = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
+const ended = (jobId: string, what: string) =>
+  waitFor(async () => {
+    const r = await job(jobId);
+    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
+  }, 45_000, what);
+
+async function submit(renter: { headers: Record<string, string> }, params: Record<string, unknown>) {
+  const r = await api().post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params }, renter.headers);
+  expect(r.status, r.text).toBe(201);
+  return r.body.job as { job_id: string; provider_id: number };
+}
+
+// retry: these spawn real daemons; under a loaded CI box a pickup was seen to stall (see the closing note).
+describe("svc_daemon.py", { timeout: 90_000, retry: 2 }, () => {
+  it("heartbeats, reports readiness, runs a polled job as a plain process and gets it settled 75/25", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { file, dir } = await download(p.key);
+    const d = run(file, dir);
+    const row = await waitFor(async () => {
+      const [r] = await srv.sql`SELECT * FROM providers WHERE id = ${p.id}`;
+      return r.gpu_count === 2 && r.readiness_status ? r : undefined;
+    }, 45_000, `heartbeat (${d.output()})`);
+    expect(row.daemon_version).toBe("3.2.0");
+    expect(row.gpu_cuda_version).toBe("12.4");
+    expect(row.gpu_telemetry.all_gpus[1].name).toBe("NVIDIA GeForce RTX 3090");
+
+    const j = await submit(renter, { suite: "full", iterations: 2 });
+    expect(j.provider_id).toBe(p.id);
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect(done).toMatchObject({ actual_cost_halala: 10, provider_earned_halala: 7, platform_fee_halala: 3, progress_pct: 100 });
+    expect(done.metrics.executor).toBe("process");
+    const out = await api().get(`/api/jobs/${j.job_id}/output`, renter.headers);
+    expect(out.body.scores.cpu_matmul_gflops).toBeGreaterThan(0);
+    const logs = await api().get(`/api/jobs/${j.job_id}/logs`, renter.headers);
+    expect(logs.body.logs.map((l: { message: string }) => l.message).join("\n")).toMatch(/memory: median .* over 2 runs/);
+    const events = (await srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`).map((e) => e.event_type);
+    expect(events).toEqual(expect.arrayContaining(["daemon_started", "job_started", "job_completed"]));
+    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 990, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+
+    d.kill("SIGTERM");
+    expect(await d.exited).toBe(0);
+    await waitFor(async () => (await srv.sql`SELECT 1 FROM daemon_events WHERE provider_id = ${p.id} AND event_type = 'daemon_stopped'`).length > 0, 10_000, "stop event");
+  });
+
+  it("refuses a tampered task: the job fails and the renter is refunded", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const j = await submit(renter, { suite: "quick", iterations: 1 });
+    await srv.sql`UPDATE jobs SET task_spec = jsonb_set(task_spec, '{inputs,iterations}', '1000') WHERE job_id = ${j.job_id}`;
+    const { file, dir } = await download(p.key);
+    const d = run(file, dir);
+    const done = await ended(j.job_id, `refusal (${d.output()})`);
+    expect(done.status).toBe("failed");
+    expect(done.error).toMatch(/task signature verification failed/);
+    expect(jobProcesses(j.job_id)).toEqual([]);
+    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1000, held_halala: 0 });
+    const events = await srv.sql`SELECT severity FROM daemon_events WHERE provider_id = ${p.id} AND event_type = 'task_signature_invalid'`;
+    expect(events[0]?.severity).toBe("error");
+  });
+
+  it("on SIGTERM mid-job stops the job, leaves no child process and hands the money back", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { file, dir } = await download(p.key);
+    const d = run(file, dir, { SVC_STOP_GRACE_SECONDS: "1" });
+    const j = await submit(renter, { suite: "memory", iterations: 1000 });
+    await waitFor(async () => (await job(j.job_id)).status === "running" && jobProcesses(j.job_id).length > 0, 45_000, `running (${d.output()})`);
+    d.kill("SIGTERM");
+    expect(await d.exited).toBe(0);
+    expect(jobProcesses(j.job_id)).toEqual([]);
+    const done = await ended(j.job_id, "hand back");
+    expect(done.status).toBe("failed");
+    expect(done.error).toMatch(/interrupted/);
+    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1000, held_halala: 0 });
+  });
+
+  it("updates itself when the server says so: downloads, verifies, replaces its file, restarts", async () => {
+    const p = await makeProvider(srv);
+    const { file, dir, text } = await download(p.key);
+    fs.writeFileSync(file, text.replace('DAEMON_VERSION = "3.2.0"', 'DAEMON_VERSION = "3.0.0"'));
+    const d = run(file, dir);
+    await waitFor(async () => (await srv.sql`SELECT daemon_version FROM providers WHERE id = ${p.id}`)[0].daemon_version === "3.2.0", 45_000, `update (${d.output()})`);
+    const onDisk = fs.readFileSync(file);
+    const check = await api().get(`/api/providers/download/daemon?key=${p.key}&check_only=true`);
+    expect(crypto.createHash("sha256").update(onDisk).digest("hex")).toBe(check.body.sha256);
+    expect(d.output()).toMatch(/updated to 3\.2\.0; restarting/);
+    const events = (await srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`).map((e) => e.event_type);
+    expect(events).toContain("self_update");
+  });
+});

@@ -1,0 +1,210 @@
+// DaemonService.Connect over standard gRPC (@grpc/grpc-js) on the shared
+// port: handshake, pushed assignments, reports through the same domain code
+// as the JSON routes, settlement, cancel, resumption after a reconnect
+// (nothing twice), hand-back, and the drain notice on shutdown.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import * as grpc from "@grpc/grpc-js";
+import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { verifyTask } from "../../src/domain/task-signing.js";
+import { ledgerProblems } from "../../src/domain/ledger.js";
+import { clearMarketplace } from "../jobs/helpers.js";
+import { openStream, type TestStream } from "./grpc-stream.js";
+import { waitFor } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+const streams: TestStream[] = [];
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+  api = client(srv.url);
+});
+afterAll(async () => {
+  for (const s of streams) s.cancel();
+  await srv?.close();
+});
+beforeEach(() => clearMarketplace(srv));
+
+function connect(key: string | undefined, runningJobIds: string[] = []) {
+  const s = openStream(srv.port, key);
+  streams.push(s);
+  s.send({ case: "hello", value: { daemonVersion: "3.2.0", runningJobIds, gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
+  return s;
+}
+
+async function submit(renter: { headers: Record<string, string> }, body: Record<string, unknown> = {}) {
+  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 }, ...body }, renter.headers);
+  expect(r.status, r.text).toBe(201);
+  return r.body.job as { job_id: string; provider_id: number; status: string };
+}
+
+const jobStatus = async (jobId: string) => (await srv.sql<{ status: string }[]>`SELECT status FROM jobs WHERE job_id = ${jobId}`)[0]?.status;
+
+describe("handshake", () => {
+  it("welcomes with the provider's settings and answers heartbeats like the JSON route", async () => {
+    const p = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET temp_limit_c = 77, gpu_usage_cap_pct = 60 WHERE id = ${p.id}`;
+    const s = connect(p.key);
+    const welcome = await s.next("welcome");
+    expect(Number(welcome.providerId)).toBe(p.id);
+    expect(welcome.heartbeatIntervalSeconds).toBe(30);
+    expect(welcome.approvalStatus).toBe("approved");
+    expect(welcome.settings).toMatchObject({ paused: false, tempLimitC: 77, gpuUsageCapPct: 60, runMode: "always-on" });
+
+    s.send({ case: "heartbeat", value: { daemonVersion: "3.2.0", gpuStatus: { kind: { case: "structValue", value: { fields: {} } } } as never } });
+    const ack = await s.next("heartbeatAck");
+    const json = await api.post("/api/providers/heartbeat", { api_key: p.key, gpu_status: {} });
+    expect(json.status).toBe(200);
+    expect(ack).toMatchObject({ success: true, approved: json.body.approved, approvalStatus: json.body.approval_status, latestVersion: json.body.latest_version, minVersion: json.body.min_version });
+
+    // Pausing is pushed as a settings change on the next heartbeat.
+    expect((await api.post("/api/providers/pause", { key: p.key })).status).toBe(200);
+    s.send({ case: "heartbeat", value: {} });
+    const changed = await s.next("settings");
+    expect(changed.paused).toBe(true);
+    s.end();
+    expect((await s.ended).code).toBeUndefined();
+  });
+
+  it("refuses a stream without a key or with a bad one, and reports a refused heartbeat without closing", async () => {
+    const anon = connect(undefined);
+    expect([grpc.status.INVALID_ARGUMENT, grpc.status.UNAUTHENTICATED]).toContain((await anon.ended).code);
+    const bad = connect("svc-provider-not-a-key");
+    expect((await bad.ended).code).toBe(grpc.status.UNAUTHENTICATED);
+
+    const pending = await makeProvider(srv, { approved: false });
+    const s = connect(pending.key);
+    expect((await s.next("welcome")).approvalStatus).toBe("pending");
+    s.send({ case: "heartbeat", value: {} });
+    const err = await s.next("error");
+    expect(err.code).toBe("permission_denied");
+    // Still open: a report about someone else's job is refused with its id.
+    s.send({ case: "logs", value: { jobId: "job-nope", logs: [] } });
+    expect((await s.next("error")).jobId).toBe("job-nope");
+    s.end();
+  });
+});
+
+// retry: a pushed assignment was seen missing once in a loaded full-suite run (see the closing note).
+describe("jobs over the stream", { retry: 2 }, () => {
+  it("pushes an assignment at once, takes logs/progress/result, and settles 75/25", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const s = connect(p.key);
+    await s.next("welcome");
+    const submitted = await submit(renter);
+    expect(submitted.provider_id).toBe(p.id);
+    const job = await s.next("job", 5_000);
+    expect(job.jobId).toBe(submitted.job_id);
+    expect(job.jobType).toBe("benchmark");
+    expect(verifyTask(HMAC_SECRET, job.taskSpec, job.taskSpecHmac)).toBe(true);
+
+    s.send({ case: "jobAccepted", value: { jobId: job.jobId } });
+    s.send({ case: "logs", value: { jobId: job.jobId, logs: [{ kind: { case: "stringValue", value: "line one" } }, { kind: { case: "stringValue", value: "line two" } }] as never } });
+    s.send({ case: "progress", value: { jobId: job.jobId, progressPct: 50, phase: "matmul" } });
+    s.send({ case: "event", value: { eventType: "job_started", jobId: job.jobId } });
+    s.send({ case: "result", value: { jobId: job.jobId, success: true, result: { kind: { case: "structValue", value: { fields: { response: { kind: { case: "stringValue", value: "ok" } } } } } } as never, metrics: { duration_seconds: 3 } } });
+    const ack = await s.next("resultAck");
+    expect(ack).toMatchObject({ success: true, jobId: job.jobId, status: "completed", actualMinutes: 1n, costHalala: 10n, providerEarnedHalala: 7n, platformFeeHalala: 3n });
+
+    const logs = await api.get(`/api/jobs/${job.jobId}/logs`, renter.headers);
+    expect(logs.body.logs.map((l: { message: string }) => l.message)).toEqual(["line one", "line two"]);
+    const out = await api.get(`/api/jobs/${job.jobId}/output`, renter.headers);
+    expect(out.status).toBe(200);
+    expect(out.body.response).toBe("ok");
+    const events = await srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`;
+    expect(events.map((e) => e.event_type)).toContain("job_started");
+    const bal = await api.get("/api/renters/balance", renter.headers);
+    expect(bal.body.balance_halala).toBe(990);
+    expect(bal.body.held_halala).toBe(0);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+    // A repeated result answers the same figures and moves no money.
+    s.send({ case: "result", value: { jobId: job.jobId, success: true } });
+    expect((await s.next("resultAck")).costHalala).toBe(10n);
+    expect((await api.get("/api/renters/balance", renter.headers)).body.balance_halala).toBe(990);
+    s.end();
+  });
+
+  it("delivers jobs assigned while away on reconnect, never twice, and hands back lost ones", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const a = await submit(renter);
+    expect(a.status).toBe("pending");
+
+    // First stream: gets the backlog, but drops before accepting it.
+    const s1 = connect(p.key);
+    expect((await s1.next("job")).jobId).toBe(a.job_id);
+    s1.cancel();
+
+    // Second stream: the same job again (never accepted), accepted this time.
+    const s2 = connect(p.key);
+    expect((await s2.next("job")).jobId).toBe(a.job_id);
+    s2.send({ case: "jobAccepted", value: { jobId: a.job_id } });
+    await waitFor(async () => (await jobStatus(a.job_id)) === "running", 5_000, "running");
+    s2.cancel();
+
+    // Third stream: the daemon still runs it; nothing is pushed twice.
+    const s3 = connect(p.key, [a.job_id]);
+    await s3.next("welcome");
+    s3.send({ case: "heartbeat", value: {} });
+    await s3.next("heartbeatAck");
+    await new Promise((r) => setTimeout(r, 200));
+    expect(s3.received.filter((m) => m.kind.case === "job")).toHaveLength(0);
+    expect(await jobStatus(a.job_id)).toBe("running");
+    s3.cancel();
+
+    // Fourth stream: the daemon restarted without it; the job is handed back to the queue.
+    const s4 = connect(p.key, []);
+    await s4.next("welcome");
+    await waitFor(async () => (await srv.sql`SELECT attempt FROM jobs WHERE job_id = ${a.job_id}`)[0].attempt === 2, 5_000, "second attempt");
+    const history = await api.get(`/api/jobs/${a.job_id}/history`, renter.headers);
+    expect(history.body.attempts[0], JSON.stringify(history.body)).toMatchObject({ attempt: 1 });
+    expect(history.body.attempts[0].end_reason ?? history.body.attempts[0].status, JSON.stringify(history.body)).toMatch(/rejected|restart/);
+    s4.cancel();
+  });
+
+  it("tells the daemon to stop a job the renter cancelled, and re-queues a rejected job", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const s = connect(p.key);
+    await s.next("welcome");
+    const j = await submit(renter);
+    await s.next("job");
+    s.send({ case: "jobAccepted", value: { jobId: j.job_id } });
+    await waitFor(async () => (await jobStatus(j.job_id)) === "running", 5_000, "running");
+    expect((await api.post(`/api/jobs/${j.job_id}/cancel`, {}, renter.headers)).status).toBe(200);
+    const cancel = await s.next("cancel");
+    expect(cancel.jobId).toBe(j.job_id);
+
+    const k = await submit(renter);
+    expect((await s.next("job")).jobId).toBe(k.job_id);
+    // A second provider comes online; the job p refuses goes there (never back to p), pushed at once.
+    const p2 = await makeProvider(srv);
+    const s2 = connect(p2.key);
+    await s2.next("welcome");
+    s.send({ case: "jobRejected", value: { jobId: k.job_id, reason: "temperature limit" } });
+    expect((await s2.next("job")).jobId).toBe(k.job_id);
+    const row = (await srv.sql`SELECT attempt, provider_id FROM jobs WHERE job_id = ${k.job_id}`)[0];
+    expect(row).toMatchObject({ attempt: 2, provider_id: p2.id });
+    s.end();
+    s2.end();
+  });
+});
+
+describe("shutdown", () => {
+  it("sends a drain notice and closes the stream cleanly", async () => {
+    const own = await startTestServer();
+    const p = await makeProvider(own);
+    const s = openStream(own.port, p.key);
+    s.send({ case: "hello", value: { daemonVersion: "3.2.0" } });
+    await s.next("welcome");
+    const closing = own.close();
+    const drain = await s.next("drain");
+    expect(drain.reconnectAfterMs).toBeGreaterThanOrEqual(1000);
+    const ended = await s.ended;
+    expect(ended.code === undefined || ended.code === grpc.status.OK).toBe(true);
+    await closing;
+  });
+});

@@ -1,0 +1,65 @@
+// Shared set-up of the TypeScript daemon's end-to-end tests: a real server on
+// a fixed free port (daemons reconnect to it across restarts), spawned
+// `bin/svc-daemon.js` processes with a fake nvidia-smi, and clean-up per test.
+import path from "node:path";
+import { afterAll, afterEach, beforeAll, expect } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { FIXTURES, freePort, start, tempDir, writeExecutable, type Spawned } from "./helpers.js";
+
+/** A fake nvidia-smi answering the CSV query and the banner from captured-format fixtures. */
+function fakeSmi(dir: string): string {
+  const csv = path.join(FIXTURES, "nvidia-smi-query-2gpu.csv");
+  const banner = path.join(FIXTURES, "nvidia-smi.txt");
+  return writeExecutable(
+    dir,
+    "nvidia-smi",
+    `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${csv}' ;;\n  -L) echo 'GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-5c7e4b6a)' ;;\n  *) cat '${banner}' ;;\nesac\n`,
+  );
+}
+
+/** Registers the hooks and returns the harness; `srv` may be replaced by a test that restarts the server. */
+export function useTsDaemonServer() {
+  const daemons: Spawned[] = [];
+  const h = {
+    srv: undefined as unknown as TestServer,
+    port: 0,
+    startDaemon(key: string, extra: string[] = [], env: Record<string, string> = {}) {
+      const dir = tempDir("tsd");
+      const d = start(process.execPath, [
+        "bin/svc-daemon.js", "--url", `http://127.0.0.1:${h.port}`, "--key", key, "--docker", "none",
+        "--nvidia-smi", fakeSmi(dir), "--state-dir", path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1", ...extra,
+      ], { env });
+      daemons.push(d);
+      return d;
+    },
+    async stopDaemon(d: Spawned) {
+      d.kill("SIGTERM");
+      return d.exited;
+    },
+    /** SIGKILLs every daemon started so far and waits for them. */
+    async killDaemons() {
+      for (const d of daemons.splice(0)) {
+        d.kill("SIGKILL");
+        await d.exited;
+      }
+    },
+    api: () => client(h.srv.url),
+    job: async (jobId: string) => (await h.srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0],
+    async submit(renter: { headers: Record<string, string> }, body: Record<string, unknown>) {
+      const r = await h.api().post("/api/jobs/submit", { duration_minutes: 1, ...body }, renter.headers);
+      expect(r.status, r.text).toBe(201);
+      return r.body.job as { job_id: string; provider_id: number | null };
+    },
+  };
+  beforeAll(async () => {
+    h.port = await freePort();
+    h.srv = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" });
+  });
+  afterEach(async () => {
+    await h.killDaemons();
+    await h.srv.sql`UPDATE providers SET status = 'offline', last_heartbeat = NULL`;
+  });
+  afterAll(() => h.srv?.close());
+  return h;
+}

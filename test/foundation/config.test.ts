@@ -1,0 +1,47 @@
+// Configuration is validated once; production demands its secrets; the local
+// default generates secrets once and keeps them (0600) so signatures survive restarts.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { spawnSync } from "node:child_process";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../../src/config.js";
+
+const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), "svc-cfg-"));
+
+describe("config", () => {
+  it("generates local secrets once, mode 0600, and reuses them", () => {
+    const dir = tmp();
+    const a = loadConfig({ SVC_DATA_DIR: dir });
+    const b = loadConfig({ SVC_DATA_DIR: dir });
+    expect(a.hmacSecret).toBe(b.hmacSecret);
+    expect(a.adminToken).toBe(b.adminToken);
+    expect(a.secretsFile).toBe(path.join(dir, "secrets.json"));
+    expect(fs.statSync(a.secretsFile!).mode & 0o777).toBe(0o600);
+    expect(a.port).toBe(8080);
+    expect(a.rateLimits).toBe(true);
+  });
+
+  it("names every missing production variable", () => {
+    expect(() => loadConfig({ NODE_ENV: "production" })).toThrow(ConfigError);
+    expect(() => loadConfig({ NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20) })).toThrow(/SVC_HMAC_SECRET, DATABASE_URL/);
+  });
+
+  it("rejects malformed values with the variable's name", () => {
+    const dir = tmp();
+    expect(() => loadConfig({ SVC_DATA_DIR: dir, PORT: "http" })).toThrow(/PORT/);
+    expect(() => loadConfig({ SVC_DATA_DIR: dir, SVC_RATE_LIMITS: "maybe" })).toThrow(/SVC_RATE_LIMITS/);
+    expect(() => loadConfig({ SVC_DATA_DIR: dir, FRONTEND_URL: "not a url" })).toThrow(/FRONTEND_URL/);
+    expect(loadConfig({ SVC_DATA_DIR: dir, SVC_RATE_LIMITS: "off" }).rateLimits).toBe(false);
+  });
+
+  it("exits at start with a message naming the missing variables (real process)", () => {
+    const r = spawnSync(process.execPath, ["--import", "tsx", "src/main.ts"], {
+      env: { PATH: process.env.PATH, NODE_ENV: "production" },
+      encoding: "utf8",
+      timeout: 20_000,
+    });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/SVC_ADMIN_TOKEN, SVC_HMAC_SECRET, DATABASE_URL/);
+  });
+});

@@ -1,0 +1,94 @@
+// The README's start path as a real process: no DATABASE_URL, so the
+// embedded PostgreSQL starts in the data folder; /readyz answers; SIGTERM
+// shuts down cleanly. Also: secrets never reach the logs.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { Writable } from "node:stream";
+import { pino } from "pino";
+import { describe, expect, it } from "vitest";
+import { loadConfig } from "../../src/config.js";
+import { startApp } from "../../src/server.js";
+import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase } from "../helpers/server.js";
+import { client, uniqueEmail } from "../helpers/http.js";
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+describe("process", () => {
+  it("starts on the embedded database, serves /readyz, and exits 0 on SIGTERM", async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-proc-"));
+    fs.chmodSync(dataDir, 0o755);
+    const port = await freePort();
+    const env = { ...process.env, PORT: String(port), HOST: "127.0.0.1", SVC_DATA_DIR: dataDir, LOG_LEVEL: "info" } as NodeJS.ProcessEnv;
+    delete env.DATABASE_URL;
+    delete env.VITEST;
+    const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { env, stdio: ["ignore", "pipe", "pipe"] });
+    let output = "";
+    child.stdout.on("data", (d) => (output += d));
+    child.stderr.on("data", (d) => (output += d));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    try {
+      // First start initialises a PostgreSQL cluster: slow on a loaded 2-core CI machine.
+      let ready = false;
+      const deadline = Date.now() + 120_000;
+      while (!ready && Date.now() < deadline && child.exitCode === null) {
+        await new Promise((r) => setTimeout(r, 300));
+        ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.status === 200, () => false);
+      }
+      expect(ready, output).toBe(true);
+      const reg = await client(`http://127.0.0.1:${port}`).post("/api/renters/register", { name: "Local", email: uniqueEmail("local") });
+      expect(reg.status).toBe(201);
+      expect(output).toContain(path.join(dataDir, "secrets.json"));
+      expect(output).not.toContain(reg.body.api_key);
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).toBe(0);
+  }, 180_000);
+
+  it("never logs API keys or the admin token, wherever they were sent", async () => {
+    const db = await freshDatabase();
+    let logs = "";
+    const sink = new Writable({
+      write(chunk, _enc, cb) {
+        logs += chunk;
+        cb();
+      },
+    });
+    const log = pino({ level: "trace" }, sink);
+    const config = loadConfig({
+      SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET, DATABASE_URL: db.url, PORT: "0", HOST: "127.0.0.1",
+      SVC_DATA_DIR: path.join(os.tmpdir(), "svc-test-data"), SVC_RATE_LIMITS: "off",
+    });
+    const app = await startApp(config, { log });
+    try {
+      const api = client(app.url);
+      const p = await api.post("/api/providers/register", { name: "P", email: uniqueEmail("p"), gpu_model: "A10", os: "linux" });
+      const key: string = p.body.api_key;
+      await api.get(`/api/providers/me?key=${key}`);
+      await api.get("/api/providers/me", { "x-provider-key": key });
+      await api.get(`/api/providers/status/${key}`);
+      await api.get(`/api/providers/${key}/jobs`);
+      await api.post("/api/providers/heartbeat", { api_key: key });
+      await api.get("/api/admin/dashboard", { "x-admin-token": ADMIN_TOKEN });
+      await api.get("/api/admin/dashboard", { authorization: `Bearer ${ADMIN_TOKEN}` });
+      expect(logs.length).toBeGreaterThan(0);
+      expect(logs).toContain("/api/providers/status/svc-provider-***");
+      expect(logs).not.toContain(key);
+      expect(logs).not.toContain(key.slice("svc-provider-".length));
+      expect(logs).not.toContain(ADMIN_TOKEN);
+    } finally {
+      await app.close();
+      await db.drop();
+    }
+  });
+});

@@ -1,0 +1,68 @@
+// Starts the real service on port 0 against a fresh database of its own.
+import crypto from "node:crypto";
+import os from "node:os";
+import path from "node:path";
+import { inject } from "vitest";
+import { loadConfig, type Config } from "../../src/config.js";
+import { connect, type Sql } from "../../src/db/index.js";
+import { startApp, type App } from "../../src/server.js";
+
+export const ADMIN_TOKEN = "test-admin-token-0123456789";
+export const HMAC_SECRET = "test-hmac-secret-0123456789abcdef";
+
+export interface TestServer {
+  app: App;
+  url: string;
+  port: number;
+  sql: Sql;
+  config: Config;
+  databaseUrl: string;
+  close(): Promise<void>;
+}
+
+/** Creates an empty database and returns its URL plus a function that drops it. */
+export async function freshDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const base = inject("databaseUrl");
+  const name = `svc_t_${crypto.randomBytes(6).toString("hex")}`;
+  const admin = connect(base, 1);
+  await admin.unsafe(`CREATE DATABASE ${name}`);
+  const u = new URL(base);
+  u.pathname = `/${name}`;
+  return {
+    url: u.toString(),
+    async drop() {
+      await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.end();
+    },
+  };
+}
+
+export async function startTestServer(env: Record<string, string> = {}, database?: string): Promise<TestServer> {
+  const db = database ? { url: database, drop: async () => {} } : await freshDatabase();
+  const config = loadConfig({
+    SVC_ADMIN_TOKEN: ADMIN_TOKEN,
+    SVC_HMAC_SECRET: HMAC_SECRET,
+    DATABASE_URL: db.url,
+    PORT: "0",
+    HOST: "127.0.0.1",
+    SVC_DATA_DIR: path.join(os.tmpdir(), "svc-test-data"),
+    LOG_LEVEL: "silent",
+    SVC_RATE_LIMITS: "off",
+    ...env,
+  });
+  const app = await startApp(config);
+  const sql = connect(db.url, 4);
+  return {
+    app,
+    url: app.url,
+    port: app.port,
+    sql,
+    config,
+    databaseUrl: db.url,
+    async close() {
+      await sql.end();
+      await app.close();
+      await db.drop();
+    },
+  };
+}

@@ -1,0 +1,115 @@
+// Cancel over real HTTP: from queued, pending and running, by the owner or an
+// admin; the whole hold comes back (DESIGN §3: nothing is charged for a
+// cancelled run), the provider is told to stop and its GPU refilled; a
+// terminal job answers 409 and moves nothing.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ledgerProblems } from "../../src/domain/ledger.js";
+import { admin, clearMarketplace } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+beforeEach(() => clearMarketplace(srv));
+
+const submit = (headers: Record<string, string>, body: Record<string, unknown> = {}) =>
+  api.post("/api/jobs/submit", { job_type: "rendering", params: { scene_url: "https://example.com/a.blend" }, ...body }, headers);
+const balance = async (key: string) => (await api.get("/api/renters/balance", { "x-renter-key": key })).body;
+
+describe("cancel", () => {
+  it("cancels from queued, pending and running with a full refund", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const running = (await submit(renter.headers)).body.job.job_id;
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    const queued = (await submit(renter.headers)).body.job.job_id;
+    expect(await balance(renter.key)).toMatchObject({ held_halala: 400, available_halala: 9_600 });
+
+    const q = await api.post(`/api/jobs/${queued}/cancel`, { reason: "changed my mind" }, renter.headers);
+    expect(q.status).toBe(200);
+    expect(q.body).toMatchObject({ success: true, refunded_halala: 200, charged_halala: 0 });
+    expect(q.body.job).toMatchObject({ job_id: queued, status: "cancelled", actual_cost_halala: 0 });
+    expect(q.body.job.error).toMatch(/changed my mind/);
+
+    await new Promise((r) => setTimeout(r, 50));
+    const r = await api.post(`/api/jobs/${running}/cancel`, {}, renter.headers);
+    expect(r.body).toMatchObject({ success: true, refunded_halala: 200, charged_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0, total_spent_halala: 0 });
+
+    const out = await api.get(`/api/jobs/${running}/output`, renter.headers);
+    expect(out.status).toBe(410);
+    expect(out.body).toEqual({ status: "cancelled", error: "cancelled by renter", job_id: running });
+    // The provider's late report is refused and moves nothing.
+    const late = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: running, success: true, result: {} });
+    expect(late.status).toBe(409);
+    expect((await api.post(`/api/jobs/${running}/progress`, { api_key: provider.key, progress_pct: 50 })).status).toBe(409);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
+    const hist = (await api.get(`/api/jobs/${running}/history`, renter.headers)).body.attempts;
+    expect(hist).toEqual([expect.objectContaining({ status: "cancelled", end_reason: "cancelled", cost_halala: 0 })]);
+  });
+
+  it("refills the provider's GPU from the queue", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const first = (await submit(renter.headers)).body.job.job_id;
+    const next = (await submit(renter.headers)).body.job.job_id;
+    await api.post(`/api/jobs/${first}/cancel`, {}, renter.headers);
+    const j = (await api.get(`/api/jobs/${next}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "pending", provider_id: provider.id });
+  });
+
+  it("answers 409 for a finished job and moves no money; 403 for others; admins may cancel", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const other = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 4 WHERE id = ${provider.id}`;
+    const done = (await submit(renter.headers)).body.job.job_id;
+    await api.post("/api/providers/job-result", { api_key: provider.key, job_id: done, success: true, result: {} });
+    const before = await balance(renter.key);
+    const again = await api.post(`/api/jobs/${done}/cancel`, {}, renter.headers);
+    expect(again.status).toBe(409);
+    expect(again.body.error).toMatch(/already completed/);
+    expect(await balance(renter.key)).toEqual(before);
+
+    const live = (await submit(renter.headers)).body.job.job_id;
+    expect((await api.post(`/api/jobs/${live}/cancel`, {}, other.headers)).status).toBe(403);
+    expect((await api.post(`/api/jobs/${live}/cancel`, {}, provider.headers)).status).toBe(403);
+    expect((await api.post("/api/jobs/job-missing/cancel", {}, renter.headers)).status).toBe(404);
+    const byAdmin = await api.post(`/api/jobs/${live}/cancel`, { reason: "abuse report" }, admin(srv));
+    expect(byAdmin.status).toBe(200);
+    expect(byAdmin.body.job.error).toBe("cancelled by admin: abuse report");
+    expect((await api.post(`/api/jobs/${live}/cancel`, {}, admin(srv))).status).toBe(409);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("lets exactly one of a racing cancel and result win", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 20 WHERE id = ${provider.id}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 16; i++) ids.push((await submit(renter.headers)).body.job.job_id);
+    for (let i = 0; i < 16; i++) await api.get(`/api/providers/${provider.key}/jobs`);
+    const pairs = await Promise.all(
+      ids.map((id) =>
+        Promise.all([
+          api.post(`/api/jobs/${id}/cancel`, {}, renter.headers),
+          api.post("/api/providers/job-result", { api_key: provider.key, job_id: id, success: true, result: {} }),
+        ]),
+      ),
+    );
+    let spent = 0;
+    for (const [c, r] of pairs) {
+      expect([c.status, r.status].sort()).toEqual([200, 409]);
+      if (r.status === 200) spent += r.body.cost_halala;
+    }
+    expect(await balance(renter.key)).toMatchObject({ held_halala: 0, balance_halala: 100_000 - spent, total_spent_halala: spent });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});

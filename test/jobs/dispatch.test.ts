@@ -1,0 +1,213 @@
+// Dispatch over real HTTP and PostgreSQL: one job per provider GPU under
+// concurrent submits, two providers polling at once never share a job,
+// priority then age order, explicit provider_id waits for that provider,
+// queue reasons, and the LISTEN/NOTIFY signals of assignment and cancel.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ASSIGNED_CHANNEL, CANCEL_CHANNEL } from "../../src/domain/job-events.js";
+import { clearMarketplace } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+beforeEach(() => clearMarketplace(srv));
+
+const submit = (headers: Record<string, string>, body: Record<string, unknown> = {}) =>
+  api.post("/api/jobs/submit", { job_type: "benchmark", ...body }, headers);
+
+async function setGpus(providerId: number, n: number) {
+  await srv.sql`UPDATE providers SET gpu_count = ${n} WHERE id = ${providerId}`;
+}
+
+async function statusOf(jobId: string) {
+  const [j] = await srv.sql<{ status: string; provider_id: number | null }[]>`SELECT status, provider_id FROM jobs WHERE job_id = ${jobId}`;
+  return j;
+}
+
+/** Poll, then report success: the provider's next job in the order it gets them. */
+async function runNext(key: string): Promise<string | null> {
+  const p = await api.get(`/api/providers/${key}/jobs`);
+  if (!p.body.job) return null;
+  const r = await api.post("/api/providers/job-result", { api_key: key, job_id: p.body.job.job_id, success: true, result: { scores: {} } });
+  expect(r.status).toBe(200);
+  return p.body.job.job_id;
+}
+
+describe("slots", () => {
+  it("keeps one job per GPU when submits race, and queues the rest with a reason", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await setGpus(provider.id, 2);
+    const rs = await Promise.all(Array.from({ length: 16 }, () => submit(renter.headers)));
+    expect(rs.map((r) => r.status)).toEqual(Array(16).fill(201));
+    const pending = rs.filter((r) => r.body.job.status === "pending");
+    const queued = rs.filter((r) => r.body.job.status === "queued");
+    expect(pending).toHaveLength(2);
+    expect(queued).toHaveLength(14);
+    for (const q of queued) {
+      expect(q.body.queued).toBe(true);
+      expect(q.body.job.queue_position).toBeGreaterThanOrEqual(1);
+      expect(q.body.job.queue_reason_code).toBe("providers_busy");
+      expect(q.body.message).toMatch(/busy/);
+    }
+    const [load] = await srv.sql<{ active: number }[]>`SELECT active FROM provider_load WHERE provider_id = ${provider.id}`;
+    expect(load.active).toBe(2);
+    const [{ n }] = await srv.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE provider_id = ${provider.id} AND status IN ('pending','running')`;
+    expect(n).toBe(2);
+  });
+
+  it("never hands one job to two providers polling at the same time", async () => {
+    const renter = await makeRenter(srv, 1_000_000);
+    const a = await makeProvider(srv);
+    const b = await makeProvider(srv);
+    // Both paused while the queue fills; together they have exactly one GPU per job.
+    await srv.sql`UPDATE providers SET is_paused = true, gpu_count = 15 WHERE id IN (${a.id}, ${b.id})`;
+    const ids: string[] = [];
+    for (let i = 0; i < 30; i++) {
+      const r = await submit(renter.headers);
+      expect(r.body.job.queue_reason_code).toBe("providers_paused");
+      ids.push(r.body.job.job_id);
+    }
+    await srv.sql`UPDATE providers SET is_paused = false WHERE id IN (${a.id}, ${b.id})`;
+    const polls = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => api.get(`/api/providers/${i % 2 ? a.key : b.key}/jobs`).then((r) => ({ who: i % 2 ? a.id : b.id, job: r.body.job?.job_id as string | undefined }))),
+    );
+    // Drain what each one was given.
+    for (const who of [a, b]) {
+      for (;;) {
+        const r = await api.get(`/api/providers/${who.key}/jobs`);
+        if (!r.body.job) break;
+        polls.push({ who: who.id, job: r.body.job.job_id });
+      }
+    }
+    const got = polls.filter((p) => p.job);
+    const jobIds = got.map((p) => p.job!);
+    expect(new Set(jobIds).size).toBe(jobIds.length); // no job twice
+    expect(jobIds.length).toBe(30);
+    expect(new Set(got.map((p) => p.who)).size).toBe(2); // both took part
+    expect(new Set(jobIds)).toEqual(new Set(ids));
+    for (const p of got) expect((await statusOf(p.job!)).provider_id).toBe(p.who);
+    const attempts = await srv.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id IN ${srv.sql(ids)}`;
+    expect(attempts[0].n).toBe(30);
+  });
+});
+
+describe("order", () => {
+  it("dispatches by priority, then submit time", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${provider.id}`;
+    const plan = [3, 2, 1, 2, 1, 3];
+    const ids: string[] = [];
+    for (const priority of plan) ids.push((await submit(renter.headers, { priority })).body.job.job_id);
+    await srv.sql`UPDATE providers SET is_paused = false WHERE id = ${provider.id}`;
+    const order: string[] = [];
+    for (let i = 0; i < plan.length; i++) order.push((await runNext(provider.key))!);
+    expect(order).toEqual([ids[2], ids[4], ids[1], ids[3], ids[0], ids[5]]);
+    expect(await runNext(provider.key)).toBeNull();
+  });
+
+  it("gives a freed GPU the next queued job at once", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    const first = (await submit(renter.headers)).body.job.job_id;
+    const second = (await submit(renter.headers)).body.job.job_id;
+    expect((await statusOf(second)).status).toBe("queued");
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    await api.post("/api/providers/job-result", { api_key: provider.key, job_id: first, success: true, result: {} });
+    expect(await statusOf(second)).toEqual({ status: "pending", provider_id: provider.id });
+  });
+});
+
+describe("placement rules", () => {
+  it("honours gpu_requirements (VRAM and model) and skips paused, unapproved and silent providers", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const small = await makeProvider(srv, { vramMib: 8192, gpuModel: "NVIDIA GeForce RTX 3070" });
+    const paused = await makeProvider(srv, { vramMib: 81559, gpuModel: "NVIDIA H100 80GB HBM3" });
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${paused.id}`;
+    await makeProvider(srv, { vramMib: 81559, gpuModel: "NVIDIA H100 80GB HBM3", approved: false });
+    const big = await makeProvider(srv, { vramMib: 49140, gpuModel: "NVIDIA RTX A6000" });
+    const r = await submit(renter.headers, { gpu_requirements: { min_vram_gb: 40 } });
+    expect(r.body.job.provider_id).toBe(big.id);
+    const byModel = await submit(renter.headers, { gpu_requirements: { gpu_model: "rtx 3070" } });
+    expect(byModel.body.job.provider_id).toBe(small.id);
+    // The only H100 that could run it is paused: queued, not 503.
+    const h100 = await submit(renter.headers, { gpu_requirements: { gpu_model: "H100" } });
+    expect(h100.status).toBe(201);
+    expect(h100.body.job).toMatchObject({ status: "queued", queue_reason_code: "providers_paused" });
+    // vram_reserve_gb is not usable: 48 GB card with 10 GB reserved no longer fits 40 GB.
+    await srv.sql`UPDATE providers SET vram_reserve_gb = 10 WHERE id = ${big.id}`;
+    const reserved = await submit(renter.headers, { gpu_requirements: { min_vram_gb: 40, gpu_model: "A6000" } });
+    expect(reserved.status).toBe(503);
+  });
+
+  it("waits for an explicitly requested provider, saying why", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const wanted = await makeProvider(srv);
+    await makeProvider(srv); // free, but not the one asked for
+    const busy = (await submit(renter.headers, { provider_id: wanted.id })).body.job;
+    expect(busy.provider_id).toBe(wanted.id);
+    const waiting = (await submit(renter.headers, { provider_id: wanted.id })).body.job;
+    expect(waiting).toMatchObject({ status: "queued", provider_id: null, queue_reason_code: "provider_busy" });
+    expect(waiting.queue_reason).toMatch(new RegExp(`provider ${wanted.id} is busy`));
+
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${wanted.id}`;
+    expect((await api.get(`/api/jobs/${waiting.job_id}`, renter.headers)).body.queue_reason_code).toBe("provider_paused");
+    await srv.sql`UPDATE providers SET is_paused = false, run_mode = 'scheduled',
+      scheduled_start = to_char((now() AT TIME ZONE 'UTC') + interval '2 hours', 'HH24:MI'),
+      scheduled_end = to_char((now() AT TIME ZONE 'UTC') + interval '3 hours', 'HH24:MI') WHERE id = ${wanted.id}`;
+    const out = await api.get(`/api/jobs/${waiting.job_id}/output`, renter.headers);
+    expect(out.status).toBe(202);
+    expect(out.body.message).toMatch(/outside its scheduled window/);
+    expect((await api.get(`/api/jobs/${waiting.job_id}`, renter.headers)).body.queue_reason_code).toBe("provider_outside_schedule");
+    await srv.sql`UPDATE providers SET run_mode = 'always-on' WHERE id = ${wanted.id}`;
+    await api.get(`/api/providers/${wanted.key}/jobs`);
+    await api.post("/api/providers/job-result", { api_key: wanted.key, job_id: busy.job_id, success: true, result: {} });
+    expect(await statusOf(waiting.job_id)).toEqual({ status: "pending", provider_id: wanted.id });
+  });
+
+  it("says when no matching provider is online any more", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const p = await makeProvider(srv);
+    await submit(renter.headers);
+    const q = (await submit(renter.headers)).body.job.job_id;
+    await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 minutes' WHERE id = ${p.id}`;
+    const job = (await api.get(`/api/jobs/${q}`, renter.headers)).body;
+    expect(job).toMatchObject({ status: "queued", queue_reason_code: "no_matching_provider" });
+    expect(job.queue_reason).toMatch(/online/);
+  });
+});
+
+describe("signals", () => {
+  it("notifies listeners of assignments and cancels, only once committed", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    const assigned: { provider_id: number; job_id: string }[] = [];
+    const cancelled: { provider_id: number; job_id: string }[] = [];
+    const l1 = await srv.sql.listen(ASSIGNED_CHANNEL, (p) => assigned.push(JSON.parse(p)));
+    const l2 = await srv.sql.listen(CANCEL_CHANNEL, (p) => cancelled.push(JSON.parse(p)));
+    try {
+      const job = (await submit(renter.headers)).body.job.job_id;
+      // A 503 rolls back whole: no notice escapes.
+      expect((await submit(renter.headers, { gpu_requirements: { min_vram_gb: 500 } })).status).toBe(503);
+      await expect.poll(() => assigned.length).toBe(1);
+      expect(assigned[0]).toEqual({ provider_id: provider.id, job_id: job });
+      const c = await api.post(`/api/jobs/${job}/cancel`, {}, renter.headers);
+      expect(c.status).toBe(200);
+      await expect.poll(() => cancelled.length).toBe(1);
+      expect(cancelled[0]).toEqual({ provider_id: provider.id, job_id: job });
+    } finally {
+      await l1.unlisten();
+      await l2.unlisten();
+    }
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});

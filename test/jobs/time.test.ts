@@ -1,0 +1,210 @@
+// Server-side time over real HTTP: max_duration_seconds enforced by the
+// sweep (the job fails, the renter is refunded, the provider is told to stop),
+// a silent provider's job re-queued as a new attempt up to the limit, and both
+// paths settling exactly once while a result arrives at the same moment.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ledgerProblems } from "../../src/domain/ledger.js";
+import { requeueJobsOfProvider } from "../../src/domain/dispatch.js";
+import { sweepJobs } from "../../src/workers/job-timeouts.js";
+import { CANCEL_CHANNEL } from "../../src/domain/job-events.js";
+import { clearMarketplace } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  // The test drives the sweep itself; the server's own sweep is far away.
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+beforeEach(() => clearMarketplace(srv));
+
+const submit = (headers: Record<string, string>, body: Record<string, unknown> = {}) =>
+  api.post("/api/jobs/submit", { job_type: "benchmark", ...body }, headers);
+const balance = async (key: string) => (await api.get("/api/renters/balance", { "x-renter-key": key })).body;
+/** Moves a job's deadline into the past, as if max_duration_seconds had run out. */
+const expire = (jobId: string) => srv.sql`UPDATE jobs SET timeout_at = now() - interval '1 second' WHERE job_id = ${jobId}`;
+const silence = (providerId: number) => srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 minutes' WHERE id = ${providerId}`;
+
+describe("max_duration_seconds", () => {
+  it("fails and refunds a running job past its limit, tells the provider, and refuses the late result", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const job = (await submit(renter.headers, { max_duration_seconds: 1 })).body.job.job_id;
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    const stops: string[] = [];
+    const l = await srv.sql.listen(CANCEL_CHANNEL, (p) => stops.push(JSON.parse(p).job_id));
+    await new Promise((r) => setTimeout(r, 1100));
+    const swept = await sweepJobs(srv.sql);
+    expect(swept.timedOut).toBe(1);
+    await expect.poll(() => stops).toEqual([job]);
+    await l.unlisten();
+
+    const j = (await api.get(`/api/jobs/${job}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "failed", actual_cost_halala: 0 });
+    expect(j.error).toMatch(/max_duration_seconds/);
+    expect((await api.get(`/api/jobs/${job}/output`, renter.headers)).status).toBe(410);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
+    const late = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: job, success: true, result: {} });
+    expect(late.status).toBe(409);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0, total_spent_halala: 0 });
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist).toEqual([expect.objectContaining({ attempt: 1, status: "failed", end_reason: "timeout" })]);
+    expect((await sweepJobs(srv.sql)).timedOut).toBe(0);
+  });
+
+  it("is enforced by the server's own worker", async () => {
+    const fast = await startTestServer({ SVC_JOB_SWEEP_MS: "100", SVC_LIVENESS_SWEEP_SECONDS: "0" }, srv.databaseUrl);
+    try {
+      const renter = await makeRenter(srv, 10_000);
+      const provider = await makeProvider(srv);
+      const job = (await submit(renter.headers, { max_duration_seconds: 1 })).body.job.job_id;
+      await api.get(`/api/providers/${provider.key}/jobs`);
+      await expect.poll(async () => (await api.get(`/api/jobs/${job}`, renter.headers)).body.status, { timeout: 5000 }).toBe("failed");
+      expect(await balance(renter.key)).toMatchObject({ held_halala: 0, balance_halala: 10_000 });
+    } finally {
+      await fast.app.close();
+    }
+  });
+
+  it("settles exactly once when the result and the timeout race", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 30 WHERE id = ${provider.id}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 24; i++) ids.push((await submit(renter.headers)).body.job.job_id);
+    for (let i = 0; i < 24; i++) await api.get(`/api/providers/${provider.key}/jobs`);
+    for (const id of ids) await expire(id);
+    // Results arrive newest first while sweeps walk the deadlines oldest first: they meet in the middle.
+    const report = (id: string) => api.post("/api/providers/job-result", { api_key: provider.key, job_id: id, success: true, result: { scores: {} } });
+    const [, reversed] = await Promise.all([Promise.all([sweepJobs(srv.sql), sweepJobs(srv.sql), sweepJobs(srv.sql)]), Promise.all([...ids].reverse().map(report))]);
+    const results = reversed.reverse();
+    const rows = await srv.sql<{ job_id: string; status: string; end_reason: string; actual_cost_halala: number }[]>`
+      SELECT job_id, status, end_reason, actual_cost_halala FROM jobs WHERE job_id IN ${srv.sql(ids)}`;
+    let spent = 0;
+    for (const [i, id] of ids.entries()) {
+      const row = rows.find((r) => r.job_id === id)!;
+      if (row.status === "completed") {
+        expect(results[i].status).toBe(200);
+        expect(results[i].body.cost_halala).toBe(10);
+        spent += 10;
+      } else {
+        expect(row).toMatchObject({ status: "failed", end_reason: "timeout", actual_cost_halala: 0 });
+        expect(results[i].status).toBe(409);
+      }
+    }
+    const charges = await srv.sql<{ n: number }[]>`
+      SELECT count(*)::int AS n FROM ledger_transfers t JOIN jobs j ON j.id = t.job_id WHERE j.job_id IN ${srv.sql(ids)} AND t.kind = 'charge_platform'`;
+    expect(charges[0].n).toBe(spent / 10);
+    expect(await balance(renter.key)).toMatchObject({ held_halala: 0, balance_halala: 100_000 - spent, total_spent_halala: spent });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});
+
+describe("silent providers", () => {
+  it("re-queues a running job as a new attempt on another provider, with history", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const lost = await makeProvider(srv);
+    const job = (await submit(renter.headers)).body.job.job_id;
+    await api.get(`/api/providers/${lost.key}/jobs`);
+    await api.post(`/api/jobs/${job}/logs`, { api_key: lost.key, logs: ["attempt one"] });
+    const rescue = await makeProvider(srv);
+    await silence(lost.id);
+    const swept = await sweepJobs(srv.sql);
+    expect(swept.requeued).toBe(1);
+
+    const j = (await api.get(`/api/jobs/${job}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "pending", provider_id: rescue.id, attempt: 2, started_at: null });
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist).toEqual([
+      expect.objectContaining({ attempt: 1, provider_id: lost.id, status: "requeued", end_reason: "provider_lost" }),
+      expect.objectContaining({ attempt: 2, provider_id: rescue.id, status: "pending", end_reason: null }),
+    ]);
+    // The lost provider may still read what it ran, but no longer report on it.
+    expect((await api.get(`/api/jobs/${job}/logs?attempt=1`, lost.headers)).body.logs[0].message).toBe("attempt one");
+    expect((await api.get(`/api/jobs/${job}/logs`, renter.headers)).body).toEqual({ logs: [], attempt: 2 });
+    expect((await api.post("/api/providers/job-result", { api_key: lost.key, job_id: job, success: true, result: {} })).status).toBe(403);
+
+    const poll = await api.get(`/api/providers/${rescue.key}/jobs`);
+    expect(poll.body.job.job_id).toBe(job);
+    const done = await api.post("/api/providers/job-result", { api_key: rescue.key, job_id: job, success: true, result: {} });
+    expect(done.body).toMatchObject({ status: "completed", cost_halala: 10 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_990, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("moves a job its live provider never picked up to another provider, skipping the first from then on", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const idle = await makeProvider(srv);
+    const job = (await submit(renter.headers)).body.job.job_id;
+    const other = await makeProvider(srv);
+    await srv.sql`UPDATE jobs SET assigned_at = now() - interval '121 seconds' WHERE job_id = ${job}`;
+    expect((await sweepJobs(srv.sql)).requeued).toBe(1);
+    const j = (await api.get(`/api/jobs/${job}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "pending", provider_id: other.id, attempt: 2 });
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist[0]).toMatchObject({ provider_id: idle.id, status: "requeued", end_reason: "not_picked_up" });
+    // Back to the first provider only if the second lets it go too: it is skipped for this job.
+    await srv.sql`UPDATE jobs SET assigned_at = now() - interval '121 seconds' WHERE job_id = ${job}`;
+    await sweepJobs(srv.sql);
+    expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({ status: "queued", attempt: 3, queue_reason_code: "providers_declined" });
+  });
+
+  it("fails and refunds after the attempt limit", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    let provider = await makeProvider(srv);
+    const job = (await submit(renter.headers)).body.job.job_id;
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(job);
+      await silence(provider.id);
+      if (attempt < 3) provider = await makeProvider(srv);
+      await sweepJobs(srv.sql);
+    }
+    const j = (await api.get(`/api/jobs/${job}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "failed", attempt: 3, actual_cost_halala: 0 });
+    expect(j.error).toMatch(/gave up after 3 attempts/);
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist.map((a: { status: string; end_reason: string }) => [a.status, a.end_reason])).toEqual([
+      ["requeued", "provider_lost"],
+      ["requeued", "provider_lost"],
+      ["failed", "provider_lost"],
+    ]);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
+  });
+
+  it("moves money once when a re-queue and a result race", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 30 WHERE id = ${provider.id}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 24; i++) ids.push((await submit(renter.headers)).body.job.job_id);
+    for (let i = 0; i < 24; i++) await api.get(`/api/providers/${provider.key}/jobs`);
+    await silence(provider.id);
+    const [, , results] = await Promise.all([
+      requeueJobsOfProvider(srv.sql, provider.id, "test: provider went silent"),
+      sweepJobs(srv.sql),
+      Promise.all(ids.map((id) => api.post("/api/providers/job-result", { api_key: provider.key, job_id: id, success: true, result: {} }))),
+    ]);
+    const rows = await srv.sql<{ job_id: string; status: string }[]>`SELECT job_id, status FROM jobs WHERE job_id IN ${srv.sql(ids)}`;
+    let spent = 0;
+    let held = 0;
+    for (const [i, id] of ids.entries()) {
+      const row = rows.find((r) => r.job_id === id)!;
+      if (row.status === "completed") {
+        expect(results[i].status).toBe(200);
+        spent += 10;
+      } else {
+        // Back in the queue (no other provider is online) with its hold intact for the next attempt.
+        expect(row.status).toBe("queued");
+        expect(results[i].status).toBe(403);
+        held += 100;
+      }
+    }
+    expect(await balance(renter.key)).toMatchObject({ held_halala: held, balance_halala: 100_000 - spent, total_spent_halala: spent });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});

@@ -1,0 +1,193 @@
+// The ledger functions the jobs engineer calls, directly inside transactions:
+// once-only holds, settlements and releases (also when they race), the
+// overdraft guard, and the submit quota.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type Sql } from "../../src/db/index.js";
+import { accountBalance, accountId, adjust, credit, debit, hold, ledgerProblems, release, renterFunds, settle, transfer } from "../../src/domain/ledger.js";
+import { checkSubmitQuota, quotaUsage } from "../../src/domain/quota.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+
+let srv: TestServer;
+let sql: Sql;
+
+beforeAll(async () => {
+  srv = await startTestServer();
+  sql = connect(srv.databaseUrl, 16);
+});
+afterAll(async () => {
+  await sql?.end();
+  await srv?.close();
+});
+
+let seq = 0;
+async function newJob(renterId: number, cost: number, submittedAt = new Date()): Promise<number> {
+  const [j] = await sql<{ id: number }[]>`
+    INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala, submitted_at)
+    VALUES (${`job-ledger-${process.pid}-${++seq}`}, ${renterId}, 'training', 'queued', 1, 600, 25, ${cost}, ${submittedAt}) RETURNING id`;
+  return j.id;
+}
+
+describe("hold, settle, release", () => {
+  it("settles 75/25 once: a repeat answers the same figures and moves nothing; a later release moves nothing", async () => {
+    const r = await makeRenter(srv, 1000);
+    const p = await makeProvider(srv);
+    const job = await newJob(r.id, 400);
+    expect(await sql.begin((tx) => hold(tx, r.id, job, 400))).toBe(true);
+    expect(await sql.begin((tx) => hold(tx, r.id, job, 400))).toBe(false);
+    expect(await renterFunds(sql, r.id)).toEqual({ available: 600, held: 400, balance: 1000 });
+
+    const first = await sql.begin((tx) => settle(tx, r.id, p.id, job, 400, 250));
+    expect(first).toEqual({ cost: 250, providerEarned: 187, platformFee: 63, moved: true, state: "settled" });
+    const again = await sql.begin((tx) => settle(tx, r.id, p.id, job, 400, 250));
+    expect(again).toEqual({ ...first, moved: false });
+    // A retried result with other figures still answers the first settlement.
+    expect(await sql.begin((tx) => settle(tx, r.id, p.id, job, 400, 10))).toEqual({ ...first, moved: false });
+    expect(await sql.begin((tx) => release(tx, r.id, job, 400))).toBe(false);
+
+    expect(await renterFunds(sql, r.id)).toEqual({ available: 750, held: 0, balance: 750 });
+    expect(await accountBalance(sql, await accountId(sql, "provider_earnings", p.id))).toBe(187);
+    const [renter] = await sql`SELECT total_spent_halala FROM renters WHERE id = ${r.id}`;
+    expect(renter.total_spent_halala).toBe(250);
+    const [prov] = await sql`SELECT total_earnings_halala, total_jobs FROM providers WHERE id = ${p.id}`;
+    expect(prov).toEqual({ total_earnings_halala: 187, total_jobs: 1 });
+    expect(await ledgerProblems(sql)).toEqual([]);
+  });
+
+  it("releases once; a settle after the release moves nothing and says released", async () => {
+    const r = await makeRenter(srv, 500);
+    const p = await makeProvider(srv);
+    const job = await newJob(r.id, 500);
+    await sql.begin((tx) => hold(tx, r.id, job, 500));
+    expect(await sql.begin((tx) => release(tx, r.id, job))).toBe(true);
+    expect(await sql.begin((tx) => release(tx, r.id, job, 500))).toBe(false);
+    expect(await sql.begin((tx) => settle(tx, r.id, p.id, job, 500, 500))).toEqual({ cost: 0, providerEarned: 0, platformFee: 0, moved: false, state: "released" });
+    expect(await renterFunds(sql, r.id)).toEqual({ available: 500, held: 0, balance: 500 });
+  });
+
+  it("a release after a settle cannot take other jobs' holds (the bug the hold rows fix)", async () => {
+    const r = await makeRenter(srv, 1000);
+    const p = await makeProvider(srv);
+    const a = await newJob(r.id, 300);
+    const b = await newJob(r.id, 300);
+    await sql.begin((tx) => hold(tx, r.id, a, 300));
+    await sql.begin((tx) => hold(tx, r.id, b, 300));
+    await sql.begin((tx) => settle(tx, r.id, p.id, a, 300, 100));
+    expect(await sql.begin((tx) => release(tx, r.id, a, 300))).toBe(false);
+    expect(await renterFunds(sql, r.id)).toEqual({ available: 600, held: 300, balance: 900 });
+    expect(await ledgerProblems(sql)).toEqual([]);
+  });
+
+  it("a settle racing a release and a retried settle: exactly one closes the hold", async () => {
+    const r = await makeRenter(srv, 10_000);
+    const p = await makeProvider(srv);
+    for (let round = 0; round < 10; round++) {
+      const job = await newJob(r.id, 200);
+      await sql.begin((tx) => hold(tx, r.id, job, 200));
+      const results = await Promise.all([
+        sql.begin((tx) => settle(tx, r.id, p.id, job, 200, 120)),
+        sql.begin((tx) => release(tx, r.id, job, 200)),
+        sql.begin((tx) => settle(tx, r.id, p.id, job, 200, 120)),
+        sql.begin((tx) => release(tx, r.id, job)),
+      ]);
+      const moved = results.filter((x) => (typeof x === "boolean" ? x : x.moved));
+      expect(moved).toHaveLength(1);
+    }
+    expect((await renterFunds(sql, r.id)).held).toBe(0);
+    expect(await ledgerProblems(sql)).toEqual([]);
+  });
+
+  it("rejects costs above the estimate and settling without a hold", async () => {
+    const r = await makeRenter(srv, 100);
+    const p = await makeProvider(srv);
+    const job = await newJob(r.id, 100);
+    await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 100, 50))).rejects.toThrow(/no hold/);
+    await sql.begin((tx) => hold(tx, r.id, job, 100));
+    await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 100, 101))).rejects.toThrow(/above estimate/);
+    await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 90, 50))).rejects.toThrow(/estimate 90 given, 100 held/);
+    await expect(sql.begin((tx) => release(tx, r.id + 1, job))).rejects.toThrow(/belongs to renter/);
+    expect(await renterFunds(sql, r.id)).toEqual({ available: 0, held: 100, balance: 100 });
+  });
+});
+
+describe("no overdraft", () => {
+  it("a short hold is 402, writes nothing and leaves the transaction usable", async () => {
+    const r = await makeRenter(srv, 100);
+    const job = await newJob(r.id, 101);
+    const outcome = await sql.begin(async (tx) => {
+      const err = await hold(tx, r.id, job, 101).catch((e) => e);
+      await tx`UPDATE renters SET organization = 'still usable' WHERE id = ${r.id}`;
+      return err;
+    });
+    expect(outcome.message).toMatch(/insufficient balance: 100 halala available, 101 needed/);
+    const [row] = await sql`SELECT organization FROM renters WHERE id = ${r.id}`;
+    expect(row.organization).toBe("still usable");
+    expect(await sql`SELECT * FROM ledger_holds WHERE job_id = ${job}`).toHaveLength(0);
+    expect(await renterFunds(sql, r.id)).toEqual({ available: 100, held: 0, balance: 100 });
+  });
+
+  it("many concurrent holds never hold more than the renter has", async () => {
+    const r = await makeRenter(srv, 1000);
+    const jobs = await Promise.all(Array.from({ length: 30 }, () => newJob(r.id, 70)));
+    const results = await Promise.allSettled(jobs.map((j) => sql.begin((tx) => hold(tx, r.id, j, 70))));
+    const ok = results.filter((x) => x.status === "fulfilled").length;
+    expect(ok).toBe(Math.floor(1000 / 70));
+    for (const x of results) if (x.status === "rejected") expect(String(x.reason.message)).toMatch(/insufficient balance/);
+    expect(await renterFunds(sql, r.id)).toEqual({ available: 1000 - ok * 70, held: ok * 70, balance: 1000 });
+    expect(await ledgerProblems(sql)).toEqual([]);
+  });
+
+  it("debit and negative adjustments stop at the available funds; the CHECK backs it up", async () => {
+    const r = await makeRenter(srv, 300);
+    await expect(sql.begin((tx) => debit(tx, r.id, 301, `t-debit-${r.id}`))).rejects.toThrow(/insufficient balance/);
+    await expect(sql.begin((tx) => adjust(tx, r.id, -301, `t-adj-${r.id}`, "too much"))).rejects.toThrow(/insufficient balance/);
+    expect(await sql.begin((tx) => adjust(tx, r.id, -100, `t-adj2-${r.id}`, "fee"))).toBe(true);
+    expect(await sql.begin((tx) => adjust(tx, r.id, -100, `t-adj2-${r.id}`, "fee"))).toBe(false);
+    expect(await sql.begin((tx) => adjust(tx, r.id, 50, `t-adj3-${r.id}`, "goodwill"))).toBe(true);
+    expect((await renterFunds(sql, r.id)).available).toBe(250);
+    const acct = await accountId(sql, "renter_available", r.id);
+    await expect(sql`UPDATE ledger_accounts SET balance = -1 WHERE id = ${acct}`).rejects.toThrow(/check constraint/);
+    await expect(sql.begin((tx) => transfer(tx, { from: acct, to: acct, amount: 1, kind: "x", key: "self" }))).rejects.toThrow(/same account/);
+    await expect(sql.begin((tx) => credit(tx, r.id, -5, "neg"))).rejects.toThrow(/invalid transfer amount/);
+    expect(await ledgerProblems(sql)).toEqual([]);
+  });
+});
+
+describe("checkSubmitQuota", () => {
+  it("429 once today's job count reaches daily_jobs_limit (UTC day)", async () => {
+    const r = await makeRenter(srv, 10_000);
+    await sql`UPDATE renter_quota SET daily_jobs_limit = 2 WHERE renter_id = ${r.id}`;
+    await newJob(r.id, 10, new Date(Date.now() - 2 * 86_400_000)); // an old job does not count
+    await sql.begin((tx) => checkSubmitQuota(tx, r.id, 10));
+    await newJob(r.id, 10);
+    await sql.begin((tx) => checkSubmitQuota(tx, r.id, 10));
+    await newJob(r.id, 10);
+    const err = await sql.begin((tx) => checkSubmitQuota(tx, r.id, 10)).catch((e) => e);
+    expect(err.message).toMatch(/renter quota exceeded: daily_jobs_limit is 2 jobs per UTC day and 2 were submitted today/);
+    expect(err.metadata.get("x-svc-http-status")).toBe("429");
+  });
+
+  it("429 when settled this month + held + the new estimate exceed monthly_spend_limit_halala", async () => {
+    const r = await makeRenter(srv, 10_000);
+    const p = await makeProvider(srv);
+    await sql`UPDATE renter_quota SET monthly_spend_limit_halala = 1000 WHERE renter_id = ${r.id}`;
+    const a = await newJob(r.id, 600);
+    await sql.begin((tx) => hold(tx, r.id, a, 600));
+    await sql.begin((tx) => settle(tx, r.id, p.id, a, 600, 300)); // 300 spent
+    const b = await newJob(r.id, 400);
+    await sql.begin((tx) => hold(tx, r.id, b, 400)); // 400 held
+    expect(await sql.begin((tx) => quotaUsage(tx, r.id))).toMatchObject({ spentAndHeldHalala: 700, monthlySpendLimitHalala: 1000 });
+    await sql.begin((tx) => checkSubmitQuota(tx, r.id, 300));
+    const err = await sql.begin((tx) => checkSubmitQuota(tx, r.id, 301)).catch((e) => e);
+    expect(err.message).toMatch(/monthly_spend_limit_halala is 1000; 700 halala spent or held this UTC month and this job would hold 301 more/);
+    // A release frees the quota again.
+    await sql.begin((tx) => release(tx, r.id, b));
+    await sql.begin((tx) => checkSubmitQuota(tx, r.id, 700));
+    // /v1 token charges are spending too.
+    await sql.begin(async (tx) =>
+      transfer(tx, { from: await accountId(tx, "renter_available", r.id), to: await accountId(tx, "platform_fees"), amount: 50, kind: "v1_charge_platform", key: `v1-test-${r.id}` }),
+    );
+    expect((await sql.begin((tx) => quotaUsage(tx, r.id))).spentAndHeldHalala).toBe(350);
+    await expect(sql.begin((tx) => checkSubmitQuota(tx, r.id, 700))).rejects.toThrow(/monthly_spend_limit_halala/);
+  });
+});

@@ -1,0 +1,447 @@
+// Card payments over real HTTP: the gateway client against a local server
+// that plays the gateway, the signed webhook (signature, replay, unknown ids,
+// failed, refunded), history, and the sandbox source.
+import crypto from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { ledgerProblems, hold } from "../../src/domain/ledger.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeRenter } from "../helpers/fixtures.js";
+
+const GATEWAY_KEY = "sk_test_gateway_0123456789";
+const WEBHOOK_SECRET = "whsec_gateway_test_0123456789";
+const FRONTEND = "https://app.example.test";
+
+interface Seen {
+  method: string;
+  path: string;
+  auth: string | undefined;
+  body: any;
+}
+
+/** Plays the gateway: answers POST /v1/invoices according to `mode`. */
+function fakeGateway() {
+  const seen: Seen[] = [];
+  let mode: "ok" | "unauthorized" | "error" | "garbage" | "wrong-amount" = "ok";
+  let n = 0;
+  const server = http.createServer((req, res) => {
+    let raw = "";
+    req.on("data", (c) => (raw += c));
+    req.on("end", () => {
+      const body = raw ? JSON.parse(raw) : undefined;
+      seen.push({ method: req.method!, path: req.url!, auth: req.headers.authorization, body });
+      if (req.method !== "POST" || req.url !== "/v1/invoices") {
+        res.writeHead(404).end();
+        return;
+      }
+      if (mode === "unauthorized") {
+        res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ type: "authentication_error", message: "Invalid authorization credentials" }));
+        return;
+      }
+      if (mode === "error") {
+        res.writeHead(422, { "content-type": "application/json" }).end(JSON.stringify({ type: "invalid_request_error", message: "Amount is invalid" }));
+        return;
+      }
+      if (mode === "garbage") {
+        res.writeHead(200, { "content-type": "text/html" }).end("<html>oops</html>");
+        return;
+      }
+      const id = `inv_${++n}_${crypto.randomBytes(4).toString("hex")}`;
+      res.writeHead(201, { "content-type": "application/json" }).end(
+        JSON.stringify({
+          id,
+          status: "initiated",
+          amount: mode === "wrong-amount" ? body.amount + 1 : body.amount,
+          currency: body.currency,
+          description: body.description,
+          url: `https://checkout.gateway.test/invoices/${id}`,
+          callback_url: body.callback_url,
+          metadata: body.metadata,
+        }),
+      );
+    });
+  });
+  return {
+    seen,
+    setMode: (m: typeof mode) => (mode = m),
+    async listen() {
+      await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    },
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+const sign = (raw: string, secret = WEBHOOK_SECRET) => crypto.createHmac("sha256", secret).update(raw).digest("hex");
+
+let gw: ReturnType<typeof fakeGateway>;
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  gw = fakeGateway();
+  const url = await gw.listen();
+  srv = await startTestServer({
+    PAYMENT_GATEWAY_SECRET_KEY: GATEWAY_KEY,
+    PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET,
+    PAYMENT_GATEWAY_URL: url,
+    FRONTEND_URL: FRONTEND,
+  });
+  api = client(srv.url);
+});
+afterAll(async () => {
+  await srv?.close();
+  await gw?.close();
+});
+beforeEach(() => {
+  gw.setMode("ok");
+});
+
+async function webhook(event: unknown, opts: { raw?: string; signature?: string | null } = {}) {
+  const raw = opts.raw ?? JSON.stringify(event);
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (opts.signature !== null) headers["x-gateway-signature"] = opts.signature ?? sign(raw);
+  return api.call("POST", "/api/payments/webhook", raw, headers);
+}
+
+const paidEvent = (paymentId: string, amount: number, extra: Record<string, unknown> = {}) => ({
+  id: `evt_${crypto.randomUUID()}`,
+  type: "payment_paid",
+  created_at: new Date().toISOString(),
+  data: { id: `gwpay_${crypto.randomUUID()}`, status: "paid", amount, currency: "SAR", metadata: { payment_id: paymentId }, ...extra },
+});
+
+async function balance(headers: Record<string, string>) {
+  return (await api.get("/api/renters/balance", headers)).body;
+}
+
+async function cardTopup(headers: Record<string, string>, amount_halala = 5000, source_type = "creditcard") {
+  const r = await api.post("/api/payments/topup", { amount_halala, source_type }, headers);
+  expect(r.status, r.text).toBe(201);
+  return r.body;
+}
+
+describe("POST /api/payments/topup with the gateway", () => {
+  it("creates an initiated payment and answers the gateway's checkout URL", async () => {
+    const r = await makeRenter(srv);
+    const before = gw.seen.length;
+    const res = await api.post("/api/payments/topup", { amount_sar: 50, source_type: "mada", description: "Credits" }, r.headers);
+    expect(res.status).toBe(201);
+    expect(res.body.success).toBe(true);
+    const p = res.body.payment;
+    expect(p).toMatchObject({ amount_sar: 50, amount_halala: 5000, status: "initiated", source_type: "mada", description: "Credits", confirmed_at: null, renter_id: r.id });
+    expect(p.payment_id).toMatch(/^pay_[0-9a-f]{24}$/);
+    expect(new Date(p.created_at).toISOString()).toBe(p.created_at);
+    expect(res.body.checkout_url).toMatch(/^https:\/\/checkout\.gateway\.test\/invoices\/inv_/);
+
+    expect(gw.seen.length).toBe(before + 1);
+    const call = gw.seen.at(-1)!;
+    expect(call.method).toBe("POST");
+    expect(call.path).toBe("/v1/invoices");
+    expect(call.auth).toBe("Basic " + Buffer.from(`${GATEWAY_KEY}:`).toString("base64"));
+    expect(call.body).toMatchObject({ amount: 5000, currency: "SAR", description: "Credits", metadata: { payment_id: p.payment_id, renter_id: String(r.id), source_type: "mada" } });
+    expect(call.body.callback_url).toBe(`${FRONTEND}/payments/callback?payment_id=${p.payment_id}`);
+    expect(call.body.back_url.startsWith(FRONTEND)).toBe(true);
+
+    const got = await api.get(`/api/payments/${p.payment_id}`, r.headers);
+    expect(got.status).toBe(200);
+    expect(got.body).toMatchObject({ payment_id: p.payment_id, status: "initiated", checkout_url: res.body.checkout_url });
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+  });
+
+  it("gateway trouble is a 502 naming it, and leaves no payment behind", async () => {
+    const r = await makeRenter(srv);
+    for (const [mode, msg] of [
+      ["unauthorized", /rejected our credentials/],
+      ["error", /refused the invoice: Amount is invalid/],
+      ["garbage", /without an invoice id/],
+      ["wrong-amount", /invoice for 5001, not 5000/],
+    ] as const) {
+      gw.setMode(mode);
+      const res = await api.post("/api/payments/topup", { amount_halala: 5000, source_type: "creditcard" }, r.headers);
+      expect(res.status, mode).toBe(502);
+      expect(res.body.error).toMatch(msg);
+      expect(res.body.error).not.toContain(GATEWAY_KEY);
+    }
+    expect((await api.get("/api/payments/history", r.headers)).body.total).toBe(0);
+  });
+
+  it("400 for missing or unknown source_type, bad amounts, and card amounts under 1 SAR; 400/401 without or with a bad key", async () => {
+    const r = await makeRenter(srv);
+    const cases: [unknown, RegExp][] = [
+      [{ amount_halala: 5000 }, /missing required fields: source_type/],
+      [{ amount_halala: 5000, source_type: "bitcoin" }, /source_type must be one of creditcard, mada, applepay, sandbox/],
+      [{ source_type: "creditcard" }, /exactly one of amount_halala or amount_sar/],
+      [{ amount_halala: 100, amount_sar: 1, source_type: "creditcard" }, /exactly one/],
+      [{ amount_halala: 99, source_type: "applepay" }, /amount_halala must be an integer between 100 and/],
+      [{ amount_sar: 10.001, source_type: "creditcard" }, /at most two decimals/],
+    ];
+    for (const [body, msg] of cases) {
+      const res = await api.post("/api/payments/topup", body, r.headers);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.body.error).toMatch(msg);
+    }
+    expect((await api.post("/api/payments/topup", { amount_halala: 5000, source_type: "creditcard" })).status).toBe(400);
+    expect((await api.post("/api/payments/topup", { amount_halala: 5000, source_type: "creditcard" }, { "x-renter-key": "svc-renter-bogus" })).status).toBe(401);
+  });
+
+  it("Idempotency-Key: a retry gets the same payment and makes no second invoice; another body is 409", async () => {
+    const r = await makeRenter(srv);
+    const h = { ...r.headers, "idempotency-key": "checkout-1" };
+    const first = await api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h);
+    const calls = gw.seen.length;
+    const again = await api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h);
+    expect(again.status).toBe(201);
+    expect(again.body).toEqual(first.body);
+    expect(gw.seen.length).toBe(calls);
+    const other = await api.post("/api/payments/topup", { amount_halala: 2600, source_type: "creditcard" }, h);
+    expect(other.status).toBe(409);
+    expect((await api.get("/api/payments/history", r.headers)).body.total).toBe(1);
+  });
+});
+
+describe("POST /api/payments/webhook", () => {
+  it("credits once per payment: replays and concurrent duplicates are no-ops", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    const ev = paidEvent(payment.payment_id, 5000);
+    const first = await webhook(ev);
+    expect(first.status).toBe(200);
+    expect(first.body).toEqual({ success: true, outcome: "credited", payment_id: payment.payment_id });
+    const replay = await webhook(ev);
+    expect(replay.body.outcome).toBe("duplicate");
+    // A different event id for the same payment is still the same payment.
+    const dupes = await Promise.all(Array.from({ length: 6 }, () => webhook(paidEvent(payment.payment_id, 5000))));
+    for (const d of dupes) expect(d.body).toMatchObject({ success: true, outcome: "duplicate" });
+    expect((await balance(r.headers)).balance_halala).toBe(5000);
+    const got = (await api.get(`/api/payments/${payment.payment_id}`, r.headers)).body;
+    expect(got.status).toBe("paid");
+    expect(got.confirmed_at).toEqual(expect.any(String));
+    expect(got).not.toHaveProperty("checkout_url");
+  });
+
+  it("concurrent first deliveries credit exactly once", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 3000);
+    const all = await Promise.all(Array.from({ length: 8 }, () => webhook(paidEvent(payment.payment_id, 3000))));
+    expect(all.map((a) => a.status)).toEqual(Array(8).fill(200));
+    expect(all.filter((a) => a.body.outcome === "credited")).toHaveLength(1);
+    expect((await balance(r.headers)).balance_halala).toBe(3000);
+  });
+
+  it("finds the payment by the gateway's invoice id too", async () => {
+    const r = await makeRenter(srv);
+    const res = await cardTopup(r.headers, 1200);
+    const invoiceId = res.checkout_url.split("/").pop();
+    const ev = { id: "evt_x", type: "payment_paid", data: { id: "gwpay_1", invoice_id: invoiceId, status: "paid", amount: 1200, currency: "SAR" } };
+    expect((await webhook(ev)).body.outcome).toBe("credited");
+    expect((await balance(r.headers)).balance_halala).toBe(1200);
+  });
+
+  it("401 for a missing, wrong or re-serialized signature; the HMAC covers the raw bytes", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 4000);
+    const ev = paidEvent(payment.payment_id, 4000);
+    const raw = JSON.stringify(ev, null, 3) + "\n"; // unusual formatting: the signature is over these bytes
+    const missing = await webhook(ev, { raw, signature: null });
+    expect(missing.status).toBe(401);
+    expect(missing.body.error).toMatch(/missing x-gateway-signature/);
+    const wrongSecret = await webhook(ev, { raw, signature: sign(raw, "another-secret") });
+    expect(wrongSecret.status).toBe(401);
+    expect(wrongSecret.body.error).toMatch(/invalid webhook signature/);
+    expect((await webhook(ev, { raw, signature: sign(JSON.stringify(ev)) })).status).toBe(401);
+    expect((await webhook(ev, { raw, signature: sign(raw).toUpperCase() })).status).toBe(401);
+    expect((await webhook(ev, { raw, signature: "zz" })).status).toBe(401);
+    const tampered = raw.replace('"amount": 4000', '"amount": 4001');
+    expect((await webhook(ev, { raw: tampered, signature: sign(raw) })).status).toBe(401);
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    const ok = await webhook(ev, { raw, signature: sign(raw) });
+    expect(ok.status).toBe(200);
+    expect(ok.body.outcome).toBe("credited");
+  });
+
+  it("unknown payments and unhandled event types answer 200 and change nothing", async () => {
+    const before = await srv.sql`SELECT count(*)::int AS n FROM ledger_transfers`;
+    const unknown = await webhook(paidEvent("pay_000000000000000000000000", 5000));
+    expect(unknown.status).toBe(200);
+    expect(unknown.body).toEqual({ success: true, outcome: "ignored" });
+    const noRefs = await webhook({ type: "payment_paid", data: {} });
+    expect(noRefs.body.outcome).toBe("ignored");
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 1000);
+    const other = await webhook({ id: "e", type: "payment_authorized", data: { metadata: { payment_id: payment.payment_id } } });
+    expect(other.body).toMatchObject({ outcome: "ignored", payment_id: payment.payment_id });
+    const after = await srv.sql`SELECT count(*)::int AS n FROM ledger_transfers`;
+    expect(after[0].n).toBe(before[0].n);
+    expect((await api.get(`/api/payments/${payment.payment_id}`, r.headers)).body.status).toBe("initiated");
+  });
+
+  it("ignores a paid event whose amount or currency differs from the payment", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    expect((await webhook(paidEvent(payment.payment_id, 500))).body.outcome).toBe("ignored");
+    expect((await webhook(paidEvent(payment.payment_id, 5000, { currency: "USD" }))).body.outcome).toBe("ignored");
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    const [audit] = await srv.sql`SELECT details FROM audit_log WHERE action = 'payment.amount_mismatch' AND target_id = ${payment.payment_id}`;
+    expect(audit.details).toEqual({ expected: 5000, reported: 500 });
+  });
+
+  it("failed marks the payment failed; a later paid still credits once", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 2000);
+    const failed = await webhook({ id: "e1", type: "payment_failed", data: { status: "failed", amount: 2000, message: "Insufficient funds", metadata: { payment_id: payment.payment_id } } });
+    expect(failed.body.outcome).toBe("failed");
+    expect((await api.get(`/api/payments/${payment.payment_id}`, r.headers)).body.status).toBe("failed");
+    expect((await webhook({ id: "e1", type: "payment_failed", data: { metadata: { payment_id: payment.payment_id } } })).body.outcome).toBe("duplicate");
+    expect((await webhook(paidEvent(payment.payment_id, 2000))).body.outcome).toBe("credited");
+    expect((await webhook({ id: "e2", type: "payment_failed", data: { metadata: { payment_id: payment.payment_id } } })).body.outcome).toBe("ignored");
+    expect((await api.get(`/api/payments/${payment.payment_id}`, r.headers)).body.status).toBe("paid");
+    expect((await balance(r.headers)).balance_halala).toBe(2000);
+  });
+
+  it("refunded debits through the ledger once; a refund of money already spent or held records the shortfall", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    const refundEv = { id: "rf", type: "payment_refunded", data: { status: "refunded", amount: 5000, refunded: 5000, metadata: { payment_id: payment.payment_id } } };
+    // Refunding an unpaid payment changes nothing.
+    expect((await webhook(refundEv)).body.outcome).toBe("ignored");
+    await webhook(paidEvent(payment.payment_id, 5000));
+    expect((await webhook(refundEv)).body.outcome).toBe("refunded");
+    expect((await webhook(refundEv)).body.outcome).toBe("duplicate");
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    expect((await api.get(`/api/payments/${payment.payment_id}`, r.headers)).body.status).toBe("refunded");
+
+    // Spent (held by a job) before the refund arrives: only the available part comes back.
+    const r2 = await makeRenter(srv);
+    const p2 = (await cardTopup(r2.headers, 5000)).payment;
+    await webhook(paidEvent(p2.payment_id, 5000));
+    const [job] = await srv.sql`
+      INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
+      VALUES (${"job-refund-" + r2.id}, ${r2.id}, 'training', 'queued', 120, 7200, 25, 3000) RETURNING id`;
+    await srv.sql.begin((tx) => hold(tx, r2.id, job.id, 3000));
+    const res = await webhook({ id: "rf2", type: "payment_refunded", data: { refunded: 5000, metadata: { payment_id: p2.payment_id } } });
+    expect(res.body.outcome).toBe("refunded");
+    expect(await balance(r2.headers)).toMatchObject({ balance_halala: 3000, held_halala: 3000, available_halala: 0 });
+    const [row] = await srv.sql`SELECT status, refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${p2.payment_id}`;
+    expect(row).toEqual({ status: "refunded", refunded_halala: 2000, refund_shortfall_halala: 3000 });
+    const [audit] = await srv.sql`SELECT details FROM audit_log WHERE action = 'payment.refund_shortfall' AND target_id = ${String(r2.id)}`;
+    expect(audit.details).toMatchObject({ payment_id: p2.payment_id, shortfall_halala: 3000, debited_halala: 2000 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("records every verified event", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 700);
+    await webhook(paidEvent(payment.payment_id, 700));
+    await webhook(paidEvent(payment.payment_id, 700));
+    const events = await srv.sql`SELECT event_type, outcome FROM payment_events WHERE payment_id = ${payment.payment_id} ORDER BY id`;
+    expect(events).toEqual([
+      { event_type: "payment_paid", outcome: "credited" },
+      { event_type: "payment_paid", outcome: "duplicate" },
+    ]);
+  });
+});
+
+describe("history and reads", () => {
+  it("pages newest first with total, limit and offset; 400 for bad paging", async () => {
+    const r = await makeRenter(srv);
+    const ids: string[] = [];
+    for (let i = 1; i <= 5; i++) ids.push((await cardTopup(r.headers, 1000 * i)).payment.payment_id);
+    const all = await api.get("/api/payments/history", r.headers);
+    expect(all.status).toBe(200);
+    expect(all.body.total).toBe(5);
+    expect(all.body.payments.map((p: any) => p.payment_id)).toEqual([...ids].reverse());
+    const pageTwo = await api.get("/api/payments/history?limit=2&offset=2", r.headers);
+    expect(pageTwo.body).toMatchObject({ total: 5, limit: 2, offset: 2 });
+    expect(pageTwo.body.payments.map((p: any) => p.payment_id)).toEqual([ids[2], ids[1]]);
+    for (const q of ["limit=0", "limit=101", "offset=-1", "limit=abc"]) {
+      const bad = await api.get(`/api/payments/history?${q}`, r.headers);
+      expect(bad.status, q).toBe(400);
+    }
+    const other = await makeRenter(srv);
+    expect((await api.get("/api/payments/history", other.headers)).body).toEqual({ payments: [], total: 0, limit: 50, offset: 0 });
+    expect((await api.get(`/api/payments/${ids[0]}`, other.headers)).status).toBe(403);
+    expect((await api.get("/api/payments/pay_nope", r.headers)).status).toBe(404);
+    expect((await api.get(`/api/payments/${ids[0]}`, { "x-admin-token": "test-admin-token-0123456789" })).status).toBe(200);
+    expect((await api.get("/api/payments/history")).status).toBe(400);
+  });
+});
+
+describe("without a gateway (local)", () => {
+  let local: TestServer;
+  let lapi: ReturnType<typeof client>;
+  beforeAll(async () => {
+    local = await startTestServer();
+    lapi = client(local.url);
+  });
+  afterAll(() => local?.close());
+
+  it("the sandbox source runs the whole flow: topup -> checkout (sandbox-confirm) -> paid, credited once", async () => {
+    const r = await makeRenter(local);
+    const t = await lapi.post("/api/payments/topup", { amount_sar: 25, source_type: "sandbox" }, r.headers);
+    expect(t.status).toBe(201);
+    const id = t.body.payment.payment_id;
+    expect(t.body.checkout_url).toBe(`/api/payments/${id}/sandbox-confirm`);
+    const other = await makeRenter(local);
+    expect((await lapi.post(t.body.checkout_url, {}, other.headers)).status).toBe(403);
+    const c = await lapi.post(t.body.checkout_url, {}, r.headers);
+    expect(c.status).toBe(200);
+    expect(c.body).toMatchObject({ payment_id: id, status: "paid", amount_halala: 2500, source_type: "sandbox" });
+    expect(c.body.confirmed_at).toEqual(expect.any(String));
+    expect((await lapi.post(t.body.checkout_url, {}, r.headers)).body.status).toBe("paid");
+    expect((await lapi.get("/api/renters/balance", r.headers)).body.balance_halala).toBe(2500);
+
+    const declined = (await lapi.post("/api/payments/topup", { amount_halala: 100, source_type: "sandbox" }, r.headers)).body;
+    const d = await lapi.post(declined.checkout_url, { outcome: "failed" }, r.headers);
+    expect(d.body.status).toBe("failed");
+    expect((await lapi.post(declined.checkout_url, { outcome: "maybe" }, r.headers)).status).toBe(400);
+    expect((await lapi.post("/api/payments/pay_unknown/sandbox-confirm", {}, r.headers)).status).toBe(404);
+    expect((await lapi.get("/api/renters/balance", r.headers)).body.balance_halala).toBe(2500);
+    expect(await ledgerProblems(local.sql)).toEqual([]);
+  });
+
+  it("card sources answer 503 naming PAYMENT_GATEWAY_SECRET_KEY; the webhook is 503 without a secret", async () => {
+    const r = await makeRenter(local);
+    for (const source_type of ["creditcard", "mada", "applepay"]) {
+      const res = await lapi.post("/api/payments/topup", { amount_halala: 1000, source_type }, r.headers);
+      expect(res.status).toBe(503);
+      expect(res.body.error).toMatch(/PAYMENT_GATEWAY_SECRET_KEY/);
+    }
+    const wh = await lapi.call("POST", "/api/payments/webhook", "{}", { "content-type": "application/json", "x-gateway-signature": "00" });
+    expect(wh.status).toBe(503);
+  });
+
+  it("a card payment cannot be confirmed through the sandbox route", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 1000);
+    const res = await api.post(`/api/payments/${payment.payment_id}/sandbox-confirm`, {}, r.headers);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatch(/only sandbox payments/);
+  });
+});
+
+describe("production", () => {
+  it("refuses the sandbox source and its confirm route; the webhook secret defaults to the gateway key", async () => {
+    const gw2 = fakeGateway();
+    const url = await gw2.listen();
+    const prod = await startTestServer({ NODE_ENV: "production", PAYMENT_GATEWAY_SECRET_KEY: GATEWAY_KEY, PAYMENT_GATEWAY_URL: url });
+    try {
+      const papi = client(prod.url);
+      const r = await makeRenter(prod);
+      const sb = await papi.post("/api/payments/topup", { amount_halala: 1000, source_type: "sandbox" }, r.headers);
+      expect(sb.status).toBe(400);
+      expect(sb.body.error).toMatch(/sandbox is not available in production/);
+      expect((await papi.post("/api/payments/pay_x/sandbox-confirm", {}, r.headers)).status).toBe(403);
+      const card = await papi.post("/api/payments/topup", { amount_halala: 1000, source_type: "creditcard" }, r.headers);
+      expect(card.status).toBe(201);
+      const raw = JSON.stringify(paidEvent(card.body.payment.payment_id, 1000));
+      const res = await papi.call("POST", "/api/payments/webhook", raw, { "content-type": "application/json", "x-gateway-signature": sign(raw, GATEWAY_KEY) });
+      expect(res.body.outcome).toBe("credited");
+    } finally {
+      await prod.close();
+      await gw2.close();
+    }
+  });
+});

@@ -1,0 +1,306 @@
+// POST /api/providers/heartbeat over real HTTP: every documented field and
+// error code, tolerance of what real daemons send, version signals, preload,
+// pause, and the coalesced write path (no state change is ever lost).
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_DAEMON_MIN_VERSION: "3.0.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+
+async function row(id: number) {
+  await flushHeartbeats(srv);
+  const [r] = await srv.sql`SELECT * FROM providers WHERE id = ${id}`;
+  return r;
+}
+
+describe("heartbeat: credentials and approval", () => {
+  it("400 without a key, 401 with an unknown key", async () => {
+    const none = await api.post("/api/providers/heartbeat", { gpu_status: gpuStatus() });
+    expect(none.status).toBe(400);
+    expect(none.body.error).toMatch(/API key required/);
+    const bad = await api.post("/api/providers/heartbeat", { api_key: "svc-provider-not-a-real-key-000000000000" });
+    expect(bad.status).toBe(401);
+    expect(bad.body).toEqual({ error: "invalid API key" });
+  });
+
+  it("403 for a pending provider, naming its approval status, and records nothing", async () => {
+    const p = await newProvider(srv, { approve: false });
+    const r = await heartbeat(srv, p.key);
+    expect(r.status).toBe(403);
+    expect(r.body.error).toMatch(/not approved \(approval_status: pending\)/);
+    const stored = await row(p.id);
+    expect(stored.last_heartbeat).toBeNull();
+    expect(stored.status).toBe("registered");
+  });
+
+  it("403 for a rejected provider (with the reason) and for a suspended one", async () => {
+    const rejected = await newProvider(srv, { approve: false });
+    expect((await api.post(`/api/admin/providers/${rejected.id}/reject`, { reason: "GPU not supported" }, ADMIN)).status).toBe(200);
+    const r = await heartbeat(srv, rejected.key);
+    expect(r.status).toBe(403);
+    expect(r.body.error).toMatch(/approval_status: rejected: GPU not supported/);
+
+    const suspended = await newProvider(srv);
+    expect((await heartbeat(srv, suspended.key)).status).toBe(200);
+    expect((await api.post(`/api/admin/providers/${suspended.id}/suspend`, { reason: "abuse report" }, ADMIN)).status).toBe(200);
+    const s = await heartbeat(srv, suspended.key);
+    expect(s.status).toBe(403);
+    expect(s.body.error).toMatch(/suspended: abuse report/);
+    expect((await row(suspended.id)).status).toBe("suspended");
+  });
+});
+
+describe("heartbeat: accepted", () => {
+  it("answers every documented field with its type and moves the provider online", async () => {
+    const p = await newProvider(srv);
+    const before = Date.now();
+    const r = await heartbeat(srv, p.key, {
+      uptime: 3600.5,
+      provider_ip: "203.0.113.7",
+      provider_hostname: "rig-01",
+      cached_models: ["llama-3-8b", "sdxl"],
+      resource_spec: { cpu_count: 16, ram_gb: 64 },
+    });
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({
+      success: true,
+      message: expect.any(String),
+      timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+      update_available: false,
+      needs_update: false,
+      latest_version: "3.2.0",
+      min_version: "3.0.0",
+      approval_status: "approved",
+      approved: true,
+      preload_model: null,
+      paused: false,
+    });
+    expect(Date.parse(r.body.timestamp)).toBeGreaterThanOrEqual(before - 1000);
+
+    const stored = await row(p.id);
+    expect(stored.status).toBe("online");
+    expect(stored.last_heartbeat).not.toBeNull();
+    expect(stored.first_heartbeat_at).not.toBeNull();
+    expect(stored.gpu_vram_mib).toBe(24564);
+    expect(stored.gpu_count).toBe(1);
+    expect(stored.gpu_compute_capability).toBe("8.9");
+    expect(stored.gpu_cuda_version).toBe("12.4");
+    expect(stored.gpu_driver_version).toBe("550.54.14");
+    expect(stored.daemon_version).toBe("3.2.0");
+    expect(stored.cached_models).toEqual(["llama-3-8b", "sdxl"]);
+    expect(stored.provider_ip).toBe("203.0.113.7");
+    expect(stored.hostname).toBe("rig-01");
+    expect(stored.resource_spec).toEqual({ cpu_count: 16, ram_gb: 64 });
+    expect(stored.gpu_telemetry).toMatchObject({ gpu_util_pct: 37.5, temp_c: 61, daemon_uptime_s: 3600.5 });
+    // Reputation recomputed on the heartbeat.
+    expect(stored.reliability_score).toEqual(expect.any(Number));
+
+    const me = await api.get(`/api/providers/me?key=${p.key}`);
+    expect(me.body.provider.status).toBe("online");
+    expect(me.body.provider.gpu_metrics).toEqual({ utilization_pct: 37.5, vram_used_mib: 4564, temperature_c: 61 });
+    expect(me.body.provider.gpu_vram_mib).toBe(24564);
+  });
+
+  it("tolerates what real daemons send: strings for objects, extra fields, missing parts", async () => {
+    const p = await newProvider(srv);
+    const bodies: Record<string, unknown>[] = [
+      { gpu_status: JSON.stringify(gpuStatus(49140)) },
+      { gpu_status: "nvidia-smi failed: NVML not found" },
+      { gpu_status: gpuStatus(24564, { fan_pct: 40, mig_devices: [{ id: 1 }], nested: { deep: [1, 2, 3] } }), surprise: { a: 1 } },
+      { gpu_status: [{ gpu_name: "A100", gpu_vram_mib: "81920", gpu_util_pct: "12.5" }, { gpu_name: "A100" }] },
+      { gpu_status: null, resource_spec: "{\"cpu_count\": 8}", cached_models: "llama-3-8b, mistral-7b", uptime: "42" },
+      { resource_spec: "not json", cached_models: [{ name: "sdxl" }, 7, null], uptime: "forever", provider_ip: 12345 },
+      {},
+    ];
+    for (const body of bodies) {
+      const r = await api.post("/api/providers/heartbeat", { api_key: p.key, ...body });
+      expect(r.status, JSON.stringify(body)).toBe(200);
+      expect(r.body.success).toBe(true);
+    }
+    const stored = await row(p.id);
+    expect(stored.status).toBe("online");
+    // The list-shaped gpu_status gave the VRAM and count; later beats without them kept them.
+    expect(stored.gpu_vram_mib).toBe(81920);
+    expect(stored.gpu_count).toBe(2);
+    expect(stored.cached_models).toEqual(["sdxl", "7"]);
+    expect(stored.resource_spec).toEqual({ cpu_count: 8 });
+  });
+
+  it("answers 500 {error: \"heartbeat failed\"} when the database refuses the write", async () => {
+    const p = await newProvider(srv);
+    await srv.sql.unsafe(`
+      CREATE FUNCTION test_refuse_${p.id}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$;
+      CREATE TRIGGER test_refuse_${p.id} BEFORE UPDATE ON providers FOR EACH ROW WHEN (NEW.id = ${p.id}) EXECUTE FUNCTION test_refuse_${p.id}();`);
+    try {
+      const r = await heartbeat(srv, p.key);
+      expect(r.status).toBe(500);
+      expect(r.body).toEqual({ error: "heartbeat failed" });
+    } finally {
+      await srv.sql.unsafe(`DROP TRIGGER test_refuse_${p.id} ON providers; DROP FUNCTION test_refuse_${p.id}();`);
+    }
+    expect((await heartbeat(srv, p.key)).status).toBe(200);
+  });
+
+  it("stores telemetry with NUL characters removed (PostgreSQL cannot hold them) on the typed wire", async () => {
+    const { create } = await import("@bufbuild/protobuf");
+    const { HeartbeatRequestSchema } = await import("../../gen/svc/v1/providers_pb.js");
+    const { recordHeartbeat } = await import("../../src/domain/heartbeat.js");
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    const req = create(HeartbeatRequestSchema, {
+      gpuStatus: { kind: { case: "structValue", value: { fields: {
+        gpu_name: { kind: { case: "stringValue", value: "RTX\u00004090" } },
+        ["bad\u0000key"]: { kind: { case: "numberValue", value: 1 } },
+      } } } },
+      providerHostname: "rig\u0000-9",
+    });
+    const r = await recordHeartbeat(srv.app.deps, p.id, req);
+    expect(r.success).toBe(true);
+    await flushHeartbeats(srv);
+    const [row] = await srv.sql`SELECT gpu_telemetry, hostname FROM providers WHERE id = ${p.id}`;
+    expect(row.gpu_telemetry).toMatchObject({ gpu_name: "RTX4090", badkey: 1 });
+    expect(row.hostname).toBe("rig-9");
+  });
+
+  it("refuses a body that is not JSON with 400, never 500", async () => {
+    const p = await newProvider(srv);
+    const r = await api.call("POST", "/api/providers/heartbeat", `{"api_key": "${p.key}", "gpu_status": {`, { "content-type": "application/json" });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatch(/malformed JSON/);
+  });
+
+  it("signals updates by semantic-version comparison against min and latest", async () => {
+    const p = await newProvider(srv);
+    const cases: [string | undefined, boolean, boolean][] = [
+      ["2.9.9", true, true],
+      ["3.0.0-rc.1", true, true],
+      ["3.0.0", true, false],
+      ["3.1.7", true, false],
+      ["3.2.0-beta.2", true, false],
+      ["3.2.0", false, false],
+      ["v3.2", false, false],
+      ["3.10.0", false, false],
+      ["not-a-version", false, false],
+    ];
+    for (const [version, updateAvailable, needsUpdate] of cases) {
+      const r = await heartbeat(srv, p.key, { gpu_status: gpuStatus(24564, { daemon_version: version }) });
+      expect(r.status).toBe(200);
+      expect([version, r.body.update_available, r.body.needs_update]).toEqual([version, updateAvailable, needsUpdate]);
+      if (needsUpdate) expect(r.body.message).toMatch(/update required/);
+    }
+    // A top-level daemon_version wins over the one inside gpu_status.
+    const top = await heartbeat(srv, p.key, { daemon_version: "1.0.0" });
+    expect(top.body.needs_update).toBe(true);
+  });
+
+  it("returns preload_model while requested, until the daemon reports the model cached", async () => {
+    const p = await newProvider(srv);
+    expect((await heartbeat(srv, p.key)).body.preload_model).toBeNull();
+    const set = await api.post(`/api/admin/providers/${p.id}/preload-model`, { model_name: "meta-llama/Llama-3-8B" }, ADMIN);
+    expect(set.status).toBe(200);
+    for (let i = 0; i < 2; i++) {
+      const r = await heartbeat(srv, p.key, { cached_models: ["sdxl"] });
+      expect(r.body.preload_model).toEqual({ model_name: "meta-llama/Llama-3-8B", status: "downloading" });
+    }
+    const done = await heartbeat(srv, p.key, { cached_models: ["sdxl", "meta-llama/Llama-3-8B"] });
+    expect(done.body.preload_model).toBeNull();
+    expect((await row(p.id)).preload_model).toBeNull();
+    expect((await heartbeat(srv, p.key, { cached_models: [] })).body.preload_model).toBeNull();
+  });
+
+  it("keeps a paused provider paused (and says so) while it heartbeats", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    expect((await api.post("/api/providers/pause", { key: p.key })).body).toEqual({ success: true, status: "paused" });
+    for (let i = 0; i < 3; i++) {
+      const r = await heartbeat(srv, p.key);
+      expect(r.status).toBe(200);
+      expect(r.body.paused).toBe(true);
+      expect(r.body.message).toMatch(/paused/);
+    }
+    const stored = await row(p.id);
+    expect(stored.status).toBe("paused");
+    expect(stored.is_paused).toBe(true);
+  });
+});
+
+describe("heartbeat: write path", () => {
+  it("coalesces steady beats and writes the latest telemetry within the flush interval", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key); // first beat: synchronous
+    const first = (await row(p.id)).last_heartbeat as Date;
+    await new Promise((r) => setTimeout(r, 20));
+    const r = await heartbeat(srv, p.key, { gpu_status: gpuStatus(24564, { temp_c: 77 }) });
+    expect(r.status).toBe(200);
+    await vi.waitFor(async () => {
+      const [x] = await srv.sql`SELECT last_heartbeat, gpu_telemetry FROM providers WHERE id = ${p.id}`;
+      expect((x.last_heartbeat as Date).getTime()).toBeGreaterThan(first.getTime());
+      expect(x.gpu_telemetry.temp_c).toBe(77);
+    });
+  });
+
+  it("never loses the move back online: a provider marked offline behind the cache's back is healed by the batch", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    // Another process's sweep marked it offline, and its notification has not arrived.
+    await srv.sql`UPDATE providers SET status = 'offline', last_heartbeat = now() - interval '5 minutes' WHERE id = ${p.id}`;
+    expect((await heartbeat(srv, p.key)).status).toBe(200);
+    const stored = await row(p.id);
+    expect(stored.status).toBe("online");
+    expect(Date.now() - (stored.last_heartbeat as Date).getTime()).toBeLessThan(10_000);
+  });
+
+  it("takes the synchronous path after a notified change: suspension in another process stops the next beat", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    expect((await heartbeat(srv, p.key)).status).toBe(200); // cached now
+    const other = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" }, srv.databaseUrl);
+    try {
+      const s = await client(other.url).post(`/api/admin/providers/${p.id}/suspend`, {}, ADMIN);
+      expect(s.status).toBe(200);
+      await vi.waitFor(async () => expect((await heartbeat(srv, p.key)).status).toBe(403), { timeout: 3000 });
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("credits uptime coverage for steady beats", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    // The current hour accumulates on the provider row (plus any hour filed since, at an hour boundary).
+    const [u] = await srv.sql`
+      SELECT p.uptime_hour_seconds + coalesce((SELECT sum(covered_seconds) FROM provider_uptime WHERE provider_id = p.id), 0)::int AS s
+      FROM providers p WHERE p.id = ${p.id}`;
+    expect(u.s).toBeGreaterThanOrEqual(29);
+    expect(u.s).toBeLessThanOrEqual(32);
+  });
+
+  it("files a finished hour's coverage when a beat arrives in a later hour", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    // Pretend the accumulator belongs to two hours ago and the last beat came 30 s ago.
+    await srv.sql`
+      UPDATE providers SET uptime_hour = date_trunc('hour', now()) - interval '2 hours', uptime_hour_seconds = 1234,
+        last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    const filed = await srv.sql`SELECT covered_seconds FROM provider_uptime WHERE provider_id = ${p.id} AND hour = date_trunc('hour', now()) - interval '2 hours'`;
+    expect(filed.map((r) => r.covered_seconds)).toEqual([1234]);
+    const [row] = await srv.sql`SELECT uptime_hour = date_trunc('hour', now()) AS current, uptime_hour_seconds FROM providers WHERE id = ${p.id}`;
+    expect(row.current).toBe(true);
+    expect(row.uptime_hour_seconds).toBeGreaterThanOrEqual(29);
+    expect(row.uptime_hour_seconds).toBeLessThanOrEqual(32);
+  });
+});

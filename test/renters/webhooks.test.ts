@@ -1,0 +1,271 @@
+// Renter webhooks from the transactional outbox: queued only when the
+// transaction commits, delivered signed (HMAC over "<timestamp>.<body>"),
+// retried with backoff, given up after the last attempt, and never sent to
+// private addresses in production.
+import crypto from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type Sql } from "../../src/db/index.js";
+import { migrate } from "../../src/db/migrate.js";
+import { createLogger } from "../../src/log.js";
+import { registerRenter } from "../../src/domain/renters.js";
+import { enqueueRenterWebhook, isPrivateAddress, webhookSignature, SIGNATURE_TOLERANCE_SECONDS } from "../../src/domain/webhook-outbox.js";
+import { publicOnlyLookup, retryDelayMs, webhookOutboxWorker } from "../../src/workers/webhook-outbox.js";
+import { freshDatabase, startTestServer } from "../helpers/server.js";
+import { client, uniqueEmail } from "../helpers/http.js";
+
+interface Hit {
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+/** A renter's webhook receiver; `replies` are the statuses of successive calls (then 200). */
+function receiver(replies: number[] = []) {
+  const hits: Hit[] = [];
+  const waiting: (() => void)[] = [];
+  const server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      hits.push({ headers: req.headers, body });
+      res.writeHead(replies.shift() ?? 200).end();
+      waiting.splice(0).forEach((w) => w());
+    });
+  });
+  return {
+    hits,
+    async listen() {
+      await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    },
+    async waitFor(n: number, ms = 5000) {
+      const end = Date.now() + ms;
+      while (hits.length < n) {
+        if (Date.now() > end) throw new Error(`expected ${n} deliveries, got ${hits.length}`);
+        await new Promise<void>((r) => {
+          waiting.push(r);
+          setTimeout(r, 100);
+        });
+      }
+    },
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+}
+
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+let sql: Sql;
+const log = createLogger("silent");
+
+beforeAll(async () => {
+  db = await freshDatabase();
+  sql = connect(db.url, 6);
+  await migrate(sql);
+});
+afterAll(async () => {
+  await sql?.end();
+  await db?.drop();
+});
+
+async function renterWithHook(url: string | undefined) {
+  return sql.begin((tx) => registerRenter(tx, { name: "Hooked", email: uniqueEmail("hook"), webhookUrl: url }, 0));
+}
+
+async function outbox(renterId: number) {
+  return sql`SELECT status, attempts, last_status, last_error, next_attempt_at, delivered_at FROM webhook_outbox WHERE renter_id = ${renterId} ORDER BY id`;
+}
+
+describe("outbox delivery", () => {
+  it("delivers a signed, timestamped notification once the transaction commits, and nothing for a rolled-back one", async () => {
+    const rx = receiver();
+    const url = await rx.listen();
+    const r = await renterWithHook(url);
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50 });
+    await worker.start();
+    try {
+      await sql
+        .begin(async (tx) => {
+          await enqueueRenterWebhook(tx, r.id, "job.failed", { job_id: "job-rolled-back" });
+          throw new Error("state change failed");
+        })
+        .catch(() => {});
+      const eventId = await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", { job_id: "job-1", status: "completed", cost_halala: 42 }));
+      expect(eventId).toMatch(/^evt_/);
+      await rx.waitFor(1);
+      await new Promise((res) => setTimeout(res, 200));
+      expect(rx.hits).toHaveLength(1);
+      const hit = rx.hits[0];
+      const body = JSON.parse(hit.body);
+      expect(body).toMatchObject({ id: eventId, event: "job.completed", renter_id: r.id, data: { job_id: "job-1", status: "completed", cost_halala: 42 } });
+      expect(hit.headers["x-svc-event"]).toBe("job.completed");
+      expect(hit.headers["x-svc-delivery"]).toBe(eventId);
+      const ts = Number(hit.headers["x-svc-timestamp"]);
+      expect(Math.abs(Date.now() / 1000 - ts)).toBeLessThan(SIGNATURE_TOLERANCE_SECONDS);
+      // The receiver checks: HMAC-SHA256(secret, "<timestamp>.<raw body>"), lowercase hex after "v1=".
+      const expected = crypto.createHmac("sha256", r.webhookSecret!).update(`${ts}.${hit.body}`).digest("hex");
+      expect(hit.headers["x-svc-signature"]).toBe(`v1=${expected}`);
+      expect(webhookSignature(r.webhookSecret!, ts, hit.body)).toBe(expected);
+      expect(webhookSignature(r.webhookSecret!, ts + 1, hit.body)).not.toBe(expected);
+      const rows = await outbox(r.id);
+      expect(rows).toHaveLength(1);
+      expect(rows[0]).toMatchObject({ status: "delivered", attempts: 1, last_status: 200 });
+    } finally {
+      await worker.stop();
+      await rx.close();
+    }
+  });
+
+  it("queues nothing for a renter without a webhook_url", async () => {
+    const r = await renterWithHook(undefined);
+    expect(await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", {}))).toBeUndefined();
+    expect(await outbox(r.id)).toHaveLength(0);
+  });
+
+  it("retries a failing receiver with backoff, then delivers the same signed bytes", async () => {
+    const rx = receiver([500, 503]);
+    const url = await rx.listen();
+    const r = await renterWithHook(url);
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, baseDelayMs: 150, maxDelayMs: 1000 });
+    await worker.start();
+    try {
+      await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.failed", { job_id: "job-2" }));
+      await rx.waitFor(1);
+      await new Promise((res) => setTimeout(res, 50));
+      const [afterFirst] = await outbox(r.id);
+      expect(afterFirst).toMatchObject({ status: "pending", attempts: 1, last_status: 500, last_error: "HTTP 500" });
+      await rx.waitFor(3);
+      await new Promise((res) => setTimeout(res, 100));
+      const [done] = await outbox(r.id);
+      expect(done).toMatchObject({ status: "delivered", attempts: 3, last_status: 200 });
+      expect(new Set(rx.hits.map((h) => h.body)).size).toBe(1);
+    } finally {
+      await worker.stop();
+      await rx.close();
+    }
+  });
+
+  it("gives up after the last attempt, and at once on 410 Gone", async () => {
+    const rx = receiver([500, 500, 410]);
+    const url = await rx.listen();
+    const a = await renterWithHook(url);
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, baseDelayMs: 50, maxAttempts: 2 });
+    await worker.start();
+    try {
+      await sql.begin((tx) => enqueueRenterWebhook(tx, a.id, "job.failed", { n: 1 }));
+      await rx.waitFor(2);
+      await new Promise((res) => setTimeout(res, 150));
+      expect((await outbox(a.id))[0]).toMatchObject({ status: "dead", attempts: 2, last_status: 500 });
+      await sql.begin((tx) => enqueueRenterWebhook(tx, a.id, "job.cancelled", { n: 2 }));
+      await rx.waitFor(3);
+      await new Promise((res) => setTimeout(res, 150));
+      expect((await outbox(a.id))[1]).toMatchObject({ status: "dead", attempts: 1, last_status: 410 });
+      await new Promise((res) => setTimeout(res, 300));
+      expect(rx.hits).toHaveLength(3);
+    } finally {
+      await worker.stop();
+      await rx.close();
+    }
+  });
+
+  it("a receiver that never answers times out without holding anything else up", async () => {
+    const hang = http.createServer(() => {});
+    await new Promise<void>((r) => hang.listen(0, "127.0.0.1", r));
+    const rx = receiver();
+    const good = await rx.listen();
+    const slow = await renterWithHook(`http://127.0.0.1:${(hang.address() as AddressInfo).port}/`);
+    const fast = await renterWithHook(good);
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, timeoutMs: 300 });
+    await worker.start();
+    try {
+      await sql.begin(async (tx) => {
+        await enqueueRenterWebhook(tx, slow.id, "job.completed", {});
+        await enqueueRenterWebhook(tx, fast.id, "job.completed", {});
+      });
+      await rx.waitFor(1);
+      const end = Date.now() + 3000;
+      while ((await outbox(slow.id))[0].attempts < 1 || (await outbox(slow.id))[0].last_error === null) {
+        if (Date.now() > end) throw new Error("no timeout recorded");
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      expect((await outbox(slow.id))[0]).toMatchObject({ status: "pending", last_error: "timed out after 300 ms" });
+    } finally {
+      await worker.stop();
+      await rx.close();
+      hang.closeAllConnections();
+      await new Promise<void>((r) => hang.close(() => r()));
+    }
+  });
+
+  it("in production, refuses plain http and private targets at delivery time too", async () => {
+    const rx = receiver();
+    const url = await rx.listen();
+    const r = await renterWithHook(url); // stored while not in production
+    const worker = webhookOutboxWorker({ sql, log, production: true, pollMs: 50 });
+    await worker.start();
+    try {
+      await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", {}));
+      const end = Date.now() + 3000;
+      while ((await outbox(r.id))[0].status === "pending") {
+        if (Date.now() > end) throw new Error("not refused");
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      expect((await outbox(r.id))[0]).toMatchObject({ status: "dead", last_error: "webhook_url must use https" });
+      expect(rx.hits).toHaveLength(0);
+    } finally {
+      await worker.stop();
+      await rx.close();
+    }
+  });
+});
+
+describe("rules", () => {
+  it("classifies addresses: loopback, private, link-local, CGNAT, mapped and unique-local are private", () => {
+    for (const a of ["127.0.0.1", "10.0.0.5", "172.16.3.4", "172.31.255.255", "192.168.0.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "::", "fd00::1", "fe80::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "not-an-ip"]) {
+      expect(isPrivateAddress(a), a).toBe(true);
+    }
+    for (const a of ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"]) {
+      expect(isPrivateAddress(a), a).toBe(false);
+    }
+  });
+
+  it("the production resolver refuses names that resolve to loopback (DNS cannot smuggle a private target)", async () => {
+    for (const all of [true, false]) {
+      const err = await new Promise<Error | null>((resolve) => publicOnlyLookup("localhost", { all }, (e) => resolve(e)));
+      expect(err?.message).toMatch(/resolves to a private address/);
+    }
+  });
+
+  it("backs off exponentially with jitter, capped, and stops after the last attempt", () => {
+    for (let i = 0; i < 20; i++) {
+      const d1 = retryDelayMs(1, 1000, 60_000, 5)!;
+      expect(d1).toBeGreaterThanOrEqual(800);
+      expect(d1).toBeLessThanOrEqual(1200);
+      const d4 = retryDelayMs(4, 1000, 60_000, 5)!;
+      expect(d4).toBeGreaterThanOrEqual(6400);
+      expect(d4).toBeLessThanOrEqual(9600);
+      expect(retryDelayMs(30, 1000, 60_000, 50)!).toBeLessThanOrEqual(72_000);
+    }
+    expect(retryDelayMs(5, 1000, 60_000, 5)).toBeNull();
+  });
+});
+
+describe("through the running server", () => {
+  it("the server's own worker delivers what a state change queued, to the URL set by PATCH /api/renters/me", async () => {
+    const srv = await startTestServer();
+    const rx = receiver();
+    try {
+      const url = await rx.listen();
+      const api = client(srv.url);
+      const reg = await api.post("/api/renters/register", { name: "E2E", email: uniqueEmail("e2e") });
+      const patch = await api.patch("/api/renters/me", { webhook_url: url }, { "x-renter-key": reg.body.api_key });
+      const secret = patch.body.webhook_secret;
+      await srv.sql.begin((tx) => enqueueRenterWebhook(tx, reg.body.renter_id, "job.completed", { job_id: "job-e2e" }));
+      await rx.waitFor(1);
+      const hit = rx.hits[0];
+      expect(hit.headers["x-svc-signature"]).toBe(`v1=${webhookSignature(secret, Number(hit.headers["x-svc-timestamp"]), hit.body)}`);
+    } finally {
+      await rx.close();
+      await srv.close();
+    }
+  });
+});

@@ -1,0 +1,96 @@
+// The container registry: built-in images, renters' requests, admin review
+// (audited), and isImageApproved for custom_container jobs.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BUILTIN_IMAGES, isImageApproved } from "../../src/domain/registry.js";
+import { client } from "../helpers/http.js";
+import { makeRenter } from "../helpers/fixtures.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN } from "../admin/helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer();
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+
+describe("container registry", () => {
+  it("lists the built-in images publicly", async () => {
+    const r = await api.get("/api/registry/images");
+    expect(r.status).toBe(200);
+    expect(r.body.images.map((i: any) => i.image)).toEqual(BUILTIN_IMAGES.map((b) => b.image));
+    for (const i of r.body.images) {
+      expect(i).toMatchObject({ source: "builtin", scan_status: "passed", request_id: null });
+      expect(new Date(i.approved_at).toISOString()).toBe(i.approved_at);
+    }
+    expect(await isImageApproved(srv.sql, "docker.io/" + BUILTIN_IMAGES[0].image)).toBe(true);
+    expect(await isImageApproved(srv.sql, "ghcr.io/evil/miner:1.0")).toBe(false);
+  });
+
+  it("validates requested references: tag or digest, no latest, well-formed, not already approved", async () => {
+    const renter = await makeRenter(srv);
+    const cases: [string, RegExp][] = [
+      ["ghcr.io/acme/app", /explicit tag/],
+      ["ghcr.io/acme/app:latest", /latest/],
+      ["Not A Ref", /image reference/],
+      ["ghcr.io/acme/app:1.0; rm -rf /", /image reference/],
+      ["a".repeat(300) + ":1", /at most 255/],
+      ["", /missing required fields: image/],
+    ];
+    for (const [image, msg] of cases) {
+      const r = await api.post("/api/registry/requests", { image }, renter.headers);
+      expect(r.status, image).toBe(400);
+      expect(r.body.error).toMatch(msg);
+    }
+    const builtin = await api.post("/api/registry/requests", { image: `docker.io/${BUILTIN_IMAGES[1].image}` }, renter.headers);
+    expect(builtin.status).toBe(409);
+    const digest = `ghcr.io/acme/app@sha256:${"a".repeat(64)}`;
+    expect((await api.post("/api/registry/requests", { image: digest }, renter.headers)).status).toBe(201);
+  });
+
+  it("lets a renter request, see only their own requests, and an admin approve or reject (audited)", async () => {
+    const alice = await makeRenter(srv);
+    const bob = await makeRenter(srv);
+    const req = await api.post("/api/registry/requests", { image: "ghcr.io/acme/trainer:2.1.0", reason: "our trainer" }, alice.headers);
+    expect(req.status).toBe(201);
+    expect(req.body).toEqual({
+      id: expect.any(Number), image: "ghcr.io/acme/trainer:2.1.0", renter_id: alice.id, status: "pending",
+      reason: "our trainer", review_note: null, created_at: expect.stringMatching(/Z$/), reviewed_at: null, scan_status: null,
+    });
+    expect((await api.post("/api/registry/requests", { image: "ghcr.io/acme/trainer:2.1.0" }, alice.headers)).status).toBe(409);
+    const other = await api.post("/api/registry/requests", { image: "ghcr.io/bob/tool:0.1" }, bob.headers);
+    expect(other.status).toBe(201);
+
+    const mine = await api.get("/api/registry/requests", alice.headers);
+    expect(mine.status).toBe(200);
+    expect(mine.body.requests.map((r: any) => r.renter_id)).toEqual([alice.id]);
+    const all = await api.get("/api/registry/requests?status=pending", ADMIN);
+    expect(all.body.requests.map((r: any) => r.id)).toEqual(expect.arrayContaining([req.body.id, other.body.id]));
+    expect((await api.get("/api/registry/requests?status=maybe", ADMIN)).status).toBe(400);
+
+    // A renter cannot review.
+    expect((await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, {}, alice.headers)).status).toBe(401);
+    expect(await isImageApproved(srv.sql, "ghcr.io/acme/trainer:2.1.0")).toBe(false);
+
+    const ok = await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, { note: "scanned with trivy", scan_status: "passed" }, ADMIN);
+    expect(ok.status).toBe(200);
+    expect(ok.body).toMatchObject({ status: "approved", review_note: "scanned with trivy", scan_status: "passed", reviewed_at: expect.stringMatching(/Z$/) });
+    expect(await isImageApproved(srv.sql, "ghcr.io/acme/trainer:2.1.0")).toBe(true);
+    const images = (await api.get("/api/registry/images")).body.images;
+    expect(images.at(-1)).toMatchObject({ image: "ghcr.io/acme/trainer:2.1.0", source: "request", request_id: req.body.id, scan_status: "passed", description: "our trainer" });
+    expect((await api.post(`/api/admin/registry/requests/${req.body.id}/reject`, {}, ADMIN)).status).toBe(409);
+
+    const no = await api.post(`/api/admin/registry/requests/${other.body.id}/reject`, { note: "unknown publisher" }, ADMIN);
+    expect(no.body).toMatchObject({ status: "rejected", review_note: "unknown publisher", scan_status: null });
+    expect(await isImageApproved(srv.sql, "ghcr.io/bob/tool:0.1")).toBe(false);
+    expect((await api.post(`/api/admin/registry/requests/999999/approve`, {}, ADMIN)).status).toBe(404);
+    expect((await api.post(`/api/admin/registry/requests/${other.body.id}/approve`, { scan_status: "clean" }, ADMIN)).status).toBe(400);
+
+    const log = (await api.get("/api/admin/audit?target_type=image_request", ADMIN)).body.entries;
+    const byTarget = Object.fromEntries(log.map((e: any) => [e.target_id, e]));
+    expect(byTarget[String(req.body.id)]).toMatchObject({ action: "registry.approve", details: { image: "ghcr.io/acme/trainer:2.1.0", scan_status: "passed" } });
+    expect(byTarget[String(other.body.id)]).toMatchObject({ action: "registry.reject", details: { note: "unknown publisher" } });
+  });
+});

@@ -1,0 +1,99 @@
+// GET /api/templates: the built-in set, its documented fields, and proof that
+// params_schema is the very schema submit validates with (same verdicts on
+// generated params), and resource_requirements -> gpu_requirements.
+import { Ajv } from "ajv";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PARAMS_SCHEMAS, validateParams } from "../../src/domain/job-schemas.js";
+import { templateById, templateGpuRequirements } from "../../src/domain/templates.js";
+import { client } from "../helpers/http.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer();
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+
+const FIELDS = ["description", "id", "image", "job_type", "name", "params_schema", "resource_requirements", "sort_order", "tags"];
+
+describe("templates", () => {
+  it("lists the built-in set covering every kind of work, sorted, with the documented fields", async () => {
+    const r = await api.get("/api/templates");
+    expect(r.status).toBe(200);
+    const list = r.body.templates as any[];
+    expect(new Set(list.map((t) => t.job_type))).toEqual(
+      new Set(["llm-inference", "image_generation", "training", "rendering", "benchmark", "vllm_serve"]),
+    );
+    expect(list.map((t) => t.sort_order)).toEqual([...list.map((t) => t.sort_order)].sort((a, b) => a - b));
+    for (const t of list) {
+      expect(Object.keys(t).sort()).toEqual(FIELDS);
+      expect(typeof t.id).toBe("string");
+      expect(t.tags.every((x: unknown) => typeof x === "string")).toBe(true);
+      expect(Number.isInteger(t.sort_order)).toBe(true);
+      expect(Object.keys(t.resource_requirements).sort()).toEqual(["gpu_required", "min_vram_gb"]);
+      expect(Number.isInteger(t.resource_requirements.min_vram_gb)).toBe(true);
+      expect(typeof t.resource_requirements.gpu_required).toBe("boolean");
+      // The served schema is exactly the one submit validates with.
+      expect(t.params_schema).toEqual(PARAMS_SCHEMAS[t.job_type as keyof typeof PARAMS_SCHEMAS]);
+    }
+    const images = (await api.get("/api/registry/images")).body.images.map((i: any) => i.image);
+    for (const t of list) expect(images).toContain(t.image);
+  });
+
+  it("gets one template by id, 404 for an unknown one, and filters by tag and job_type", async () => {
+    const one = await api.get("/api/templates/image-generation");
+    expect(one.status).toBe(200);
+    expect(one.body).toMatchObject({ id: "image-generation", job_type: "image_generation", resource_requirements: { gpu_required: true } });
+    const missing = await api.get("/api/templates/nope");
+    expect(missing.status).toBe(404);
+    expect(missing.body).toEqual({ error: expect.stringContaining("template not found") });
+    const llm = await api.get("/api/templates?tag=llm");
+    expect(llm.body.templates.map((t: any) => t.id).sort()).toEqual(["fine-tuning", "llm-inference", "vllm-serve"]);
+    const training = await api.get("/api/templates?job_type=training");
+    expect(training.body.templates.map((t: any) => t.id)).toEqual(["fine-tuning"]);
+    expect((await api.get("/api/templates?job_type=mining")).body.templates).toEqual([]);
+  });
+
+  it("gives the same verdict as submit's validator for generated params (served schema, fresh ajv)", async () => {
+    const list = (await api.get("/api/templates")).body.templates as any[];
+    const value = fc.oneof(
+      fc.integer({ min: -10, max: 5000 }),
+      fc.double({ min: -5, max: 5, noNaN: true }),
+      fc.string({ maxLength: 8 }),
+      fc.constantFrom("meta-llama/Llama-3.1-8B-Instruct", "stabilityai/sdxl-turbo", "https://example.com/x", "cycles", "quick", "lora"),
+      fc.boolean(),
+      fc.constant(null),
+    );
+    for (const t of list) {
+      const props = Object.keys(t.params_schema.properties);
+      const ajv = new Ajv({ strict: false, useDefaults: true });
+      const check = ajv.compile(t.params_schema);
+      fc.assert(
+        fc.property(fc.dictionary(fc.constantFrom(...props, "unknown_field"), value, { maxKeys: 5 }), (params) => {
+          const servedOk = check(structuredClone(params));
+          let submitOk = true;
+          try {
+            validateParams(t.job_type, params);
+          } catch (err) {
+            submitOk = false;
+            expect((err as { rawMessage?: string }).rawMessage ?? "").toMatch(/params/);
+          }
+          expect(submitOk).toBe(servedOk);
+        }),
+        { numRuns: 150 },
+      );
+    }
+  });
+
+  it("turns resource_requirements into gpu_requirements for dispatch", () => {
+    const t = templateById("fine-tuning");
+    expect(templateGpuRequirements(t)).toEqual({ min_vram_gb: 24 });
+    expect(templateGpuRequirements(t, { min_vram_gb: 40, gpu_model: "A100" })).toEqual({ min_vram_gb: 40, gpu_model: "A100" });
+    expect(templateGpuRequirements(t, { min_vram_gb: 8 })).toEqual({ min_vram_gb: 24 });
+    expect(() => templateById("missing")).toThrow(/template not found/);
+  });
+});

@@ -1,0 +1,115 @@
+// A small OpenAI-compatible HTTP server that plays vLLM in tests: answers
+// POST /v1/chat/completions (JSON or SSE) with a fixed reply and exact usage,
+// and can be told to fail, hang or stream slowly. It records what it saw.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+
+export type Mode = "ok" | "error500" | "hang" | "slow-stream" | "break-stream";
+
+export interface FakeVllm {
+  url: string;
+  name: string;
+  mode: Mode;
+  /** Request bodies received. */
+  requests: Record<string, unknown>[];
+  /** Requests whose client (the gateway) went away before the answer ended. */
+  aborted: number;
+  /** Resolves when the next request is aborted by its client. */
+  nextAbort(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Words of the reply; one stream chunk each, and `completion_tokens` = their count. */
+export const REPLY_WORDS = ["Hello", " from", " a", " provider", " GPU", "."];
+export const PROMPT_TOKENS = 11;
+
+export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<FakeVllm> {
+  const sockets = new Set<import("node:net").Socket>();
+  let abortWaiters: (() => void)[] = [];
+  const fake: FakeVllm = {
+    url: "",
+    name,
+    mode,
+    requests: [],
+    aborted: 0,
+    nextAbort: () => new Promise((resolve) => abortWaiters.push(resolve)),
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => server.close(r));
+    },
+  };
+  const server = http.createServer(async (req, res) => {
+    let finished = false;
+    res.on("close", () => {
+      if (!finished) {
+        fake.aborted++;
+        const w = abortWaiters;
+        abortWaiters = [];
+        w.forEach((f) => f());
+      }
+    });
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    if (req.method !== "POST" || req.url !== "/v1/chat/completions") {
+      res.writeHead(404).end(JSON.stringify({ error: { message: "not found" } }));
+      finished = true;
+      return;
+    }
+    const body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    fake.requests.push(body);
+    if (fake.mode === "error500") {
+      res.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "CUDA out of memory" } }));
+      finished = true;
+      return;
+    }
+    if (fake.mode === "hang") return; // never answers
+    const id = `chatcmpl-${name}-${fake.requests.length}`;
+    const created = Math.floor(Date.now() / 1000);
+    const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length, total_tokens: PROMPT_TOKENS + REPLY_WORDS.length };
+    if (!body.stream) {
+      const json = {
+        id,
+        object: "chat.completion",
+        created,
+        model: body.model,
+        choices: [{ index: 0, message: { role: "assistant", content: REPLY_WORDS.join("") }, finish_reason: "stop", logprobs: null }],
+        usage,
+      };
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(json));
+      finished = true;
+      return;
+    }
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    const send = (obj: unknown) => res.write(`data: ${typeof obj === "string" ? obj : JSON.stringify(obj)}\n\n`);
+    const chunk = (delta: Record<string, unknown>, finish: string | null) => ({
+      id,
+      object: "chat.completion.chunk",
+      created,
+      model: body.model,
+      choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }],
+    });
+    send(chunk({ role: "assistant", content: "" }, null));
+    for (const [i, w] of REPLY_WORDS.entries()) {
+      if (fake.mode === "slow-stream") await new Promise((r) => setTimeout(r, 100));
+      if (res.destroyed) return;
+      send(chunk({ content: w }, null));
+      if (fake.mode === "break-stream" && i === 2) {
+        await new Promise((r) => setTimeout(r, 50)); // let the chunks so far reach the gateway
+        res.destroy();
+        return;
+      }
+    }
+    send(chunk({}, "stop"));
+    if (body.stream_options?.include_usage) send({ id, object: "chat.completion.chunk", created, model: body.model, choices: [], usage });
+    send("[DONE]");
+    finished = true;
+    res.end();
+  });
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  fake.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return fake;
+}

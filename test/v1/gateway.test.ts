@@ -1,0 +1,371 @@
+// The /v1 gateway through the official `openai` client, unmodified, against a
+// real server and a fake vLLM upstream registered the way a provider does.
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ledgerProblems } from "../../src/domain/ledger.js";
+import { makeRenter } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";
+import { serveModel, type Serving } from "./serving.js";
+
+const MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
+const IDLE_MODEL = "Qwen/Qwen2.5-7B-Instruct"; // a known model nobody serves in this file
+// 1 halala per prompt token, 2 per completion token (every model here): a reply costs 11 + 2 x 6 = 23 halala.
+const RATE = { input: 1_000_000, output: 2_000_000 };
+const RATES = JSON.stringify({ [MODEL]: RATE, "*": RATE });
+const COST = PROMPT_TOKENS + 2 * REPLY_WORDS.length;
+
+let srv: TestServer;
+let vllm: FakeVllm;
+let serving: Serving;
+const cleanup: (() => Promise<unknown>)[] = [];
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_V1_TOKEN_RATES: RATES, SVC_V1_MODELS: "catalog/only-model" });
+  vllm = await startFakeVllm("a");
+  serving = await serveModel(srv, MODEL, `${vllm.url}/v1`);
+});
+afterAll(async () => {
+  // Every /v1 charge above left the books balanced.
+  if (srv) expect(await ledgerProblems(srv.sql)).toEqual([]);
+  for (const f of cleanup) await f();
+  await vllm?.close();
+  await srv?.close();
+});
+
+const openai = (apiKey: string, opts: Partial<ConstructorParameters<typeof OpenAI>[0]> = {}) =>
+  new OpenAI({ apiKey, baseURL: `${srv.url}/v1`, maxRetries: 0, ...opts });
+
+async function ledgerOf(requestId: string) {
+  const rows = await srv.sql<{ kind: string; amount: number; to_kind: string; owner_id: number | null }[]>`
+    SELECT t.kind, t.amount, a.kind AS to_kind, a.owner_id
+    FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.credit_account_id
+    WHERE t.idempotency_key LIKE ${`v1:${requestId}:%`} ORDER BY t.kind`;
+  return rows;
+}
+
+async function availableOf(renterId: number): Promise<number> {
+  const [row] = await srv.sql<{ balance: number }[]>`SELECT balance FROM ledger_accounts WHERE kind = 'renter_available' AND owner_id = ${renterId}`;
+  return row?.balance ?? 0;
+}
+
+describe("models", () => {
+  it("lists served models and the configured catalog in OpenAI list format", async () => {
+    const renter = await makeRenter(srv, 1000);
+    const page = await openai(renter.key).models.list();
+    const ids = page.data.map((m) => m.id);
+    expect(ids).toContain(MODEL);
+    expect(ids).toContain("catalog/only-model");
+    expect(ids).not.toContain(IDLE_MODEL);
+    const served = page.data.find((m) => m.id === MODEL)! as unknown as Record<string, unknown>;
+    expect(served).toMatchObject({ object: "model", owned_by: "svc-marketplace", endpoints: 1 });
+    expect(served.pricing).toEqual({ input_halala_per_million_tokens: 1_000_000, output_halala_per_million_tokens: 2_000_000 });
+    expect(typeof served.created).toBe("number");
+
+    const one = await openai(renter.key).models.retrieve(MODEL);
+    expect(one.id).toBe(MODEL);
+  });
+
+  it("accepts x-renter-key as well as Bearer, and refuses a missing or provider key in the /v1 envelope", async () => {
+    const renter = await makeRenter(srv, 0);
+    const api = client(srv.url);
+    const viaHeader = await api.get("/v1/models", { "x-renter-key": renter.key });
+    expect(viaHeader.status).toBe(200);
+    expect(viaHeader.body.object).toBe("list");
+
+    const none = await api.get("/v1/models");
+    expect(none.status).toBe(401);
+    expect(none.body).toEqual({
+      error: { message: expect.stringContaining("missing API key"), type: "authentication_error", code: "missing_api_key", status: 401, retryable: false },
+    });
+    const provider = await api.get("/v1/models", { authorization: `Bearer ${serving.provider.key}` });
+    expect(provider.status).toBe(401);
+    expect(provider.body.error.code).toBe("invalid_api_key");
+
+    const err = await openai("svc-renter-not-a-real-key").models.list().catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
+    expect(err.code).toBe("invalid_api_key");
+  });
+});
+
+describe("chat completions", () => {
+  it("answers a completion and bills its tokens 75/25 to the serving provider", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const { data, response } = await openai(renter.key)
+      .chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Say hello" }] })
+      .withResponse();
+    expect(data.object).toBe("chat.completion");
+    expect(data.choices[0].message.content).toBe(REPLY_WORDS.join(""));
+    expect(data.usage).toMatchObject({ prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length });
+    expect(response.headers.get("x-svc-cost-halala")).toBe(String(COST));
+
+    // The gateway bounded max_tokens by what the balance pays for, and never forwarded the renter key.
+    const sent = vllm.requests.at(-1)!;
+    expect(sent.max_tokens).toBe(4096);
+    expect(JSON.stringify(sent)).not.toContain(renter.key);
+
+    const requestId = response.headers.get("x-request-id")!;
+    const legs = await ledgerOf(requestId);
+    expect(legs).toEqual([
+      { kind: "v1_charge_platform", amount: 6, to_kind: "platform_fees", owner_id: null },
+      { kind: "v1_charge_provider", amount: 17, to_kind: "provider_earnings", owner_id: serving.provider.id },
+    ]);
+    expect(await availableOf(renter.id)).toBe(10_000 - COST);
+
+    const usage = await client(srv.url).get("/v1/usage", { authorization: `Bearer ${renter.key}` });
+    expect(usage.status).toBe(200);
+    expect(usage.body).toMatchObject({
+      object: "usage",
+      requests: 1,
+      prompt_tokens: PROMPT_TOKENS,
+      completion_tokens: REPLY_WORDS.length,
+      total_tokens: PROMPT_TOKENS + REPLY_WORDS.length,
+      cost_halala: COST,
+      in_flight: 0,
+      available_halala: 10_000 - COST,
+      by_model: [{ model: MODEL, requests: 1, cost_halala: COST }],
+    });
+    const me = await client(srv.url).get("/api/renters/me", { "x-renter-key": renter.key });
+    expect(me.body.renter?.total_spent_halala ?? me.body.total_spent_halala).toBe(COST);
+  });
+
+  it("bills every request, whatever x-request-id the client sends", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const ai = openai(renter.key, { defaultHeaders: { "x-request-id": "same-id" } });
+    const ids = [];
+    for (let i = 0; i < 2; i++) {
+      const { response } = await ai.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }] }).withResponse();
+      ids.push(response.headers.get("x-request-id"));
+    }
+    expect(new Set(ids).size).toBe(2);
+    expect(ids).not.toContain("same-id");
+    expect(await availableOf(renter.id)).toBe(10_000 - 2 * COST);
+  });
+
+  it("streams chat.completion.chunk events, the final usage and [DONE], and bills the stream", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const { data: stream, response } = await openai(renter.key)
+      .chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Say hello" }], stream: true, stream_options: { include_usage: true } })
+      .withResponse();
+    expect(response.headers.get("content-type")).toContain("text/event-stream");
+    const chunks = [];
+    for await (const c of stream) chunks.push(c);
+    expect(chunks.every((c) => c.object === "chat.completion.chunk")).toBe(true);
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("")).toBe(REPLY_WORDS.join(""));
+    const last = chunks.at(-1)!;
+    expect(last.choices).toEqual([]);
+    expect(last.usage).toMatchObject({ prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length });
+    expect(vllm.requests.at(-1)!.stream_options).toEqual({ include_usage: true });
+
+    const legs = await ledgerOf(response.headers.get("x-request-id")!);
+    expect(legs.map((l) => l.amount)).toEqual([6, 17]);
+    expect(await availableOf(renter.id)).toBe(10_000 - COST);
+  });
+
+  it("without include_usage still reports usage, on the finishing chunk, and ends with data: [DONE]", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const res = await fetch(`${srv.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${renter.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], stream: true }),
+    });
+    const text = await res.text();
+    const events = text.split("\n\n").filter(Boolean);
+    expect(events.at(-1)).toBe("data: [DONE]");
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice("data: ".length)));
+    expect(chunks.every((c) => c.choices.length === 1)).toBe(true);
+    const finishing = chunks.at(-1);
+    expect(finishing.choices[0].finish_reason).toBe("stop");
+    expect(finishing.usage).toMatchObject({ prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length });
+    // Upstream was asked for usage regardless.
+    expect(vllm.requests.at(-1)!.stream_options).toEqual({ include_usage: true });
+  });
+
+  it("answers no_capacity_available (503, retryable) for a known model nobody serves, model_not_found for an unknown one", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const err = await openai(renter.key)
+      .chat.completions.create({ model: IDLE_MODEL, messages: [{ role: "user", content: "hi" }] })
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(err.status).toBe(503);
+    expect(err.code).toBe("no_capacity_available");
+    expect(err.error).toMatchObject({ type: "server_error", status: 503, retryable: true });
+
+    const unknown = await openai(renter.key)
+      .chat.completions.create({ model: "nobody/serves-this", messages: [{ role: "user", content: "hi" }] })
+      .catch((e) => e);
+    expect(unknown).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(unknown.code).toBe("model_not_found");
+    expect(unknown.error.retryable).toBe(false);
+    expect(await availableOf(renter.id)).toBe(10_000);
+  });
+
+  it("refuses a renter without funds, and a max_tokens the balance cannot pay, with insufficient_quota", async () => {
+    const broke = await makeRenter(srv, 0);
+    const e1 = await openai(broke.key)
+      .chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }] })
+      .catch((e) => e);
+    expect(e1.status).toBe(402);
+    expect(e1.error).toMatchObject({ type: "insufficient_quota", code: "insufficient_quota", retryable: false });
+
+    const poor = await makeRenter(srv, 100);
+    const e2 = await openai(poor.key)
+      .chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 1000 })
+      .catch((e) => e);
+    expect(e2.status).toBe(402);
+    expect(e2.message).toMatch(/max_tokens 1000/);
+    expect(vllm.requests.filter((r) => r.max_tokens === 1000)).toHaveLength(0);
+
+    // Without max_tokens the gateway asks only for what the balance pays for.
+    const before = vllm.requests.length;
+    await openai(poor.key).chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }] });
+    const asked = vllm.requests[before].max_tokens as number;
+    expect(asked).toBeGreaterThan(0);
+    expect(asked).toBeLessThan(50);
+    expect(await availableOf(poor.id)).toBe(100 - COST);
+  });
+
+  it("rejects a malformed request with invalid_request_error naming the field", async () => {
+    const renter = await makeRenter(srv, 1000);
+    const api = client(srv.url);
+    const r = await api.post("/v1/chat/completions", { model: MODEL }, { authorization: `Bearer ${renter.key}` });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatchObject({ type: "invalid_request_error", code: "invalid_request", status: 400, retryable: false });
+    expect(r.body.error.message).toContain("messages");
+    const bad = await api.post("/v1/chat/completions", "{nope", { authorization: `Bearer ${renter.key}` });
+    expect(bad.status).toBe(400);
+    const unknown = await api.get("/v1/nothing-here", { authorization: `Bearer ${renter.key}` });
+    expect(unknown.status).toBe(404);
+    expect(unknown.body.error.code).toBe("unknown_url");
+  });
+});
+
+describe("upstream failures", () => {
+  const FAILOVER_MODEL = "microsoft/Phi-3-mini-4k-instruct";
+
+  it("retries on another endpoint when one fails before any byte, and bills the one that served", async () => {
+    const bad = await startFakeVllm("bad", "error500");
+    const good = await startFakeVllm("good", "slow-stream");
+    cleanup.push(bad.close, good.close);
+    const badServing = await serveModel(srv, FAILOVER_MODEL, bad.url);
+    const goodServing = await serveModel(srv, FAILOVER_MODEL, good.url);
+    const renter = await makeRenter(srv, 10_000);
+    const ai = openai(renter.key);
+    // A slow stream keeps the good endpoint busy (it ends up there whichever endpoint is tried first)...
+    const first = await ai.chat.completions
+      .create({ model: FAILOVER_MODEL, messages: [{ role: "user", content: "one" }], stream: true })
+      .withResponse();
+    const it = first.data[Symbol.asyncIterator]();
+    await it.next();
+    // ...so the next request is tried on the idle (failing) endpoint first, unless that one already failed and rests.
+    const second = await ai.chat.completions.create({ model: FAILOVER_MODEL, messages: [{ role: "user", content: "two" }] }).withResponse();
+    expect(second.data.choices[0].message.content).toBe(REPLY_WORDS.join(""));
+    while (!(await it.next()).done);
+    expect(bad.requests).toHaveLength(1);
+    expect(good.requests).toHaveLength(2);
+    for (const r of [first.response, second.response]) {
+      const legs = await ledgerOf(r.headers.get("x-request-id")!);
+      expect(legs.find((l) => l.kind === "v1_charge_provider")?.owner_id).toBe(goodServing.provider.id);
+    }
+    const badEarned = await srv.sql`SELECT 1 FROM ledger_accounts WHERE kind = 'provider_earnings' AND owner_id = ${badServing.provider.id} AND balance > 0`;
+    expect(badEarned).toHaveLength(0);
+  });
+
+  it("spreads requests in flight across the endpoints serving a model", async () => {
+    const model = "humain-ai/ALLaM-7B-Instruct-preview";
+    const a = await startFakeVllm("spread-a", "slow-stream");
+    const b = await startFakeVllm("spread-b", "slow-stream");
+    cleanup.push(a.close, b.close);
+    await serveModel(srv, model, a.url);
+    await serveModel(srv, model, b.url);
+    const renter = await makeRenter(srv, 10_000);
+    const ai = openai(renter.key);
+    const open = async () => {
+      const it = (await ai.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], stream: true, max_tokens: 16 }))[Symbol.asyncIterator]();
+      await it.next();
+      return it;
+    };
+    // Four streams held open at once: each goes to the endpoint with fewer in flight.
+    const streams = [];
+    for (let i = 0; i < 4; i++) streams.push(await open());
+    expect([a.requests.length, b.requests.length]).toEqual([2, 2]);
+    for (const it of streams) while (!(await it.next()).done);
+  });
+
+  it("answers provider_unavailable (502) when every endpoint fails, and charges nothing", async () => {
+    const model = "mistralai/Mistral-7B-Instruct-v0.3";
+    const a = await startFakeVllm("down-a", "error500");
+    const b = await startFakeVllm("down-b", "error500");
+    cleanup.push(a.close, b.close);
+    await serveModel(srv, model, a.url);
+    await serveModel(srv, model, b.url);
+    const renter = await makeRenter(srv, 10_000);
+    const err = await openai(renter.key).chat.completions.create({ model, messages: [{ role: "user", content: "hi" }] }).catch((e) => e);
+    expect(err.status).toBe(502);
+    expect(err.error).toMatchObject({ type: "server_error", code: "provider_unavailable", retryable: true });
+    expect(a.requests).toHaveLength(1);
+    expect(b.requests).toHaveLength(1);
+    expect(await availableOf(renter.id)).toBe(10_000);
+    const [row] = await srv.sql`SELECT state FROM v1_usage WHERE renter_id = ${renter.id}`;
+    expect(row.state).toBe("released");
+  });
+});
+
+describe("endpoint lifecycle", () => {
+  it("stops routing to an endpoint once its provider goes silent or its serving job ends", async () => {
+    const model = "meta-llama/Llama-3.1-8B-Instruct";
+    const up = await startFakeVllm("lifecycle");
+    cleanup.push(up.close);
+    const s = await serveModel(srv, model, `${up.url}/v1/`);
+    const renter = await makeRenter(srv, 10_000);
+    const ai = openai(renter.key);
+    const ask = () => ai.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }] }).catch((e) => e);
+    const listed = async () => (await ai.models.list()).data.some((m) => m.id === model);
+
+    expect((await ask()).choices[0].message.content).toBe(REPLY_WORDS.join(""));
+    expect(await listed()).toBe(true);
+
+    // Silent past the live window (last heartbeat 3 minutes ago): not routed to, not listed.
+    await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '3 minutes' WHERE id = ${s.provider.id}`;
+    expect((await ask()).error?.code).toBe("no_capacity_available");
+    expect(await listed()).toBe(false);
+
+    // Back (a heartbeat), then the daemon reports the serving job finished.
+    const beat = await client(srv.url).post("/api/providers/heartbeat", { api_key: s.provider.key, gpu_status: {} });
+    expect(beat.status).toBe(200);
+    // A heartbeat that changes no state is written with the next telemetry batch (src/domain/heartbeat.ts).
+    await expect.poll(listed, { timeout: 15_000 }).toBe(true);
+    const done = await client(srv.url).post("/api/providers/job-result", { api_key: s.provider.key, job_id: s.jobId, success: true, result: {} });
+    expect(done.status).toBe(200);
+    expect((await ask()).error?.code).toBe("no_capacity_available");
+    expect(await listed()).toBe(false);
+    expect(up.requests).toHaveLength(1);
+  });
+});
+
+describe("client disconnect", () => {
+  it("aborts the upstream call when the client goes away mid-stream, and bills what was delivered", async () => {
+    const model = "google/gemma-2-9b-it";
+    const slow = await startFakeVllm("slow", "slow-stream");
+    cleanup.push(slow.close);
+    await serveModel(srv, model, slow.url);
+    const renter = await makeRenter(srv, 10_000);
+    const aborted = slow.nextAbort();
+    const ctl = new AbortController();
+    const stream = await openai(renter.key).chat.completions.create(
+      { model, messages: [{ role: "user", content: "hi" }], stream: true },
+      { signal: ctl.signal },
+    );
+    for await (const c of stream) {
+      if (c.choices[0]?.delta?.content) break; // leaving the loop aborts the request
+    }
+    await aborted;
+    expect(slow.aborted).toBe(1);
+    // Settled with the gateway's own count, once the request ended.
+    await expect.poll(async () => (await srv.sql`SELECT state, usage_estimated FROM v1_usage WHERE renter_id = ${renter.id}`)[0], { timeout: 15_000 }).toMatchObject({
+      state: "settled",
+      usage_estimated: true,
+    });
+  });
+});
