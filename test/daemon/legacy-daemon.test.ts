@@ -14,6 +14,7 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/ledger.js";
 import { FIXTURES, start, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
+import { takeProvidersOffline } from "../helpers/isolation.js";
 
 let srv: TestServer;
 const daemons: Spawned[] = [];
@@ -27,7 +28,7 @@ afterEach(async () => {
     d.kill("SIGKILL");
     await d.exited;
   }
-  await srv.sql`UPDATE providers SET status = 'offline', last_heartbeat = NULL`;
+  await takeProvidersOffline(srv);
 });
 afterAll(() => srv?.close());
 
@@ -66,8 +67,7 @@ async function submit(renter: { headers: Record<string, string> }, params: Recor
   return r.body.job as { job_id: string; provider_id: number };
 }
 
-// retry: these spawn real daemons; under a loaded CI box a pickup was seen to stall (see the closing note).
-describe("svc_daemon.py", { timeout: 90_000, retry: 2 }, () => {
+describe("svc_daemon.py", { timeout: 90_000 }, () => {
   it("heartbeats, reports readiness, runs a polled job as a plain process and gets it settled 75/25", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);

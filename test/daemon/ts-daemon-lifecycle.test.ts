@@ -10,8 +10,7 @@ import { jobProcesses } from "./procs.js";
 
 const h = useTsDaemonServer();
 
-// retry: these spawn real daemons; under a loaded CI box a pickup was seen to stall (see the closing note).
-describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000, retry: 2 }, () => {
+describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
   it("stops a cancelled job and leaves no process behind", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);

@@ -13,8 +13,7 @@ import { useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
 
-// retry: these spawn real daemons; under a loaded CI box a pickup was seen to stall (see the closing note).
-describe("svc-daemon (TypeScript)", { timeout: 90_000, retry: 2 }, () => {
+describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
   it("connects, heartbeats, runs a job with the process executor and gets it settled 75/25", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);

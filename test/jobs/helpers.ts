@@ -3,9 +3,10 @@
 // the API (so the books stay balanced), leaving an empty marketplace.
 import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
+import { takeProvidersOffline } from "../helpers/isolation.js";
 
 export async function clearMarketplace(srv: TestServer): Promise<void> {
-  await srv.sql`UPDATE providers SET status = 'offline', last_heartbeat = NULL`;
+  await takeProvidersOffline(srv);
   const api = client(srv.url);
   const active = await srv.sql<{ job_id: string }[]>`SELECT job_id FROM jobs WHERE status IN ('queued', 'pending', 'running')`;
   for (const j of active) {

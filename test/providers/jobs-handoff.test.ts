@@ -6,6 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
+import { takeProvidersOffline } from "../helpers/isolation.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
 import { heardSecondsAgo, heartbeat, newProvider } from "./helpers.js";
 
@@ -19,7 +20,7 @@ beforeAll(async () => {
 afterAll(() => srv?.close());
 // Each test starts with no provider online.
 beforeEach(async () => {
-  await srv.sql`UPDATE providers SET status = 'offline', last_heartbeat = NULL`;
+  await takeProvidersOffline(srv);
   await srv.sql`UPDATE jobs SET status = 'cancelled' WHERE status IN ('queued', 'pending', 'running')`;
 });
 

@@ -22,7 +22,14 @@ let serving: Serving;
 const cleanup: (() => Promise<unknown>)[] = [];
 
 beforeAll(async () => {
-  srv = await startTestServer({ SVC_V1_TOKEN_RATES: RATES, SVC_V1_MODELS: "catalog/only-model" });
+  // The sweeps stay off: "endpoint lifecycle" stages a silent provider by SQL, and a
+  // sweep landing in that window would re-queue its serving job for real.
+  srv = await startTestServer({
+    SVC_V1_TOKEN_RATES: RATES,
+    SVC_V1_MODELS: "catalog/only-model",
+    SVC_JOB_SWEEP_MS: "60000",
+    SVC_LIVENESS_SWEEP_SECONDS: "0",
+  });
   vllm = await startFakeVllm("a");
   serving = await serveModel(srv, MODEL, `${vllm.url}/v1`);
 });
