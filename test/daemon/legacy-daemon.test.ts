@@ -91,8 +91,9 @@ describe("svc_daemon.py", { timeout: 90_000 }, () => {
     expect(out.body.scores.cpu_matmul_gflops).toBeGreaterThan(0);
     const logs = await api().get(`/api/jobs/${j.job_id}/logs`, renter.headers);
     expect(logs.body.logs.map((l: { message: string }) => l.message).join("\n")).toMatch(/memory: median .* over 2 runs/);
-    const events = (await srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`).map((e) => e.event_type);
-    expect(events).toEqual(expect.arrayContaining(["daemon_started", "job_started", "job_completed"]));
+    // job_completed is posted after the result, so it may land a moment after the settlement.
+    const eventTypes = async () => (await srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`).map((e) => e.event_type);
+    await expect.poll(eventTypes, { timeout: 10_000 }).toEqual(expect.arrayContaining(["daemon_started", "job_started", "job_completed"]));
     expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 990, held_halala: 0 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
 

@@ -43,8 +43,9 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     const logs = await h.api().get(`/api/jobs/${j.job_id}/logs`, renter.headers);
     expect(logs.body.logs.map((l: { message: string }) => l.message).join("\n")).toMatch(/matmul: median .* over 3 runs/);
     expect(done.progress_pct).toBe(100);
-    const events = (await h.srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`).map((e) => e.event_type);
-    expect(events).toEqual(expect.arrayContaining(["daemon_started", "job_started", "job_completed"]));
+    // job_completed follows the result on the stream, so it may land a moment after the settlement.
+    const eventTypes = async () => (await h.srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`).map((e) => e.event_type);
+    await expect.poll(eventTypes, { timeout: 10_000 }).toEqual(expect.arrayContaining(["daemon_started", "job_started", "job_completed"]));
     expect((await h.api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 990, held_halala: 0 });
     expect(await ledgerProblems(h.srv.sql)).toEqual([]);
 
