@@ -14,7 +14,7 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/ledger.js";
 import { FIXTURES, start, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
-import { takeProvidersOffline } from "../helpers/isolation.js";
+import { clearMarketplace } from "../helpers/isolation.js";
 
 let srv: TestServer;
 const daemons: Spawned[] = [];
@@ -28,7 +28,7 @@ afterEach(async () => {
     d.kill("SIGKILL");
     await d.exited;
   }
-  await takeProvidersOffline(srv);
+  await clearMarketplace(srv);
 });
 afterAll(() => srv?.close());
 

@@ -17,6 +17,7 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     const d = h.startDaemon(p.key);
     await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
     const j = await h.submit(renter, { job_type: "benchmark", params: { suite: "memory", iterations: 1000 } });
+    expect(j.provider_id).toBe(p.id);
     await waitFor(async () => (await h.job(j.job_id)).status === "running" && jobProcesses(j.job_id).length > 0, 45_000, `running (${d.output()})`);
     expect((await h.api().post(`/api/jobs/${j.job_id}/cancel`, {}, renter.headers)).status).toBe(200);
     await waitFor(() => jobProcesses(j.job_id).length === 0, 10_000, "job process gone");
@@ -30,6 +31,7 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     const d = h.startDaemon(p.key);
     await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
     const j = await h.submit(renter, { job_type: "benchmark", params: { suite: "memory", iterations: 1000 } });
+    expect(j.provider_id).toBe(p.id);
     await waitFor(async () => (await h.job(j.job_id)).status === "running" && jobProcesses(j.job_id).length > 0, 45_000, `running (${d.output()})`);
     expect(await h.stopDaemon(d)).toBe(0);
     expect(jobProcesses(j.job_id)).toEqual([]);
@@ -50,6 +52,7 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     const d = h.startDaemon(p.key);
     await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
     const j = await h.submit(renter, { job_type: "benchmark", params: { suite: "memory", iterations: 40 } });
+    expect(j.provider_id).toBe(p.id);
     await waitFor(async () => (await h.job(j.job_id)).status === "running", 45_000, "running");
 
     // The server goes away mid-job (drain), and a new process takes the same port and database.

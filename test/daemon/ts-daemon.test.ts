@@ -85,6 +85,7 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     h.startDaemon(p.key, ["--runner", `llm-inference=python3 ${runner}`]);
     await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
     const j = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hello there", max_tokens: 64 } });
+    expect(j.provider_id).toBe(p.id);
     const done = await waitFor(async () => {
       const r = await h.job(j.job_id);
       return r.status === "completed" || r.status === "failed" ? r : undefined;

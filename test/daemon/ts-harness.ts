@@ -5,7 +5,7 @@ import path from "node:path";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
-import { takeProvidersOffline } from "../helpers/isolation.js";
+import { clearMarketplace } from "../helpers/isolation.js";
 import { FIXTURES, freePort, start, tempDir, writeExecutable, type Spawned } from "./helpers.js";
 
 /** A fake nvidia-smi answering the CSV query and the banner from captured-format fixtures. */
@@ -59,7 +59,7 @@ export function useTsDaemonServer() {
   });
   afterEach(async () => {
     await h.killDaemons();
-    await takeProvidersOffline(h.srv);
+    await clearMarketplace(h.srv);
   });
   afterAll(() => h.srv?.close());
   return h;

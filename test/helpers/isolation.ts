@@ -10,6 +10,7 @@
 import { providersChanged } from "../../src/domain/invalidation.js";
 import { heartbeatPipeline } from "../../src/domain/heartbeat.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
+import { client } from "./http.js";
 import type { TestServer } from "./server.js";
 
 export async function takeProvidersOffline(srv: TestServer): Promise<void> {
@@ -24,3 +25,19 @@ export async function takeProvidersOffline(srv: TestServer): Promise<void> {
     await providersChanged(deps.sql, tx, rows.map((r) => r.id));
   });
 }
+
+/**
+ * An empty marketplace: every earlier provider offline and every unfinished job
+ * cancelled through the API (so the books stay balanced), so a job left queued
+ * by one test cannot land on the next test's provider.
+ */
+export async function clearMarketplace(srv: TestServer): Promise<void> {
+  await takeProvidersOffline(srv);
+  const api = client(srv.url);
+  const active = await srv.sql<{ job_id: string }[]>`SELECT job_id FROM jobs WHERE status IN ('queued', 'pending', 'running')`;
+  for (const j of active) {
+    const r = await api.post(`/api/jobs/${j.job_id}/cancel`, { reason: "test isolation" }, { "x-admin-token": srv.config.adminToken });
+    if (r.status !== 200 && r.status !== 409) throw new Error(`cancel ${j.job_id}: ${r.status} ${r.text}`);
+  }
+}
+
