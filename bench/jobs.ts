@@ -380,7 +380,9 @@ async function main() {
     for (const child of children) child.kill("SIGTERM");
     await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))));
     await sql.end();
-    await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+    // BENCH_KEEP_DB=1 keeps the database for a look at its plans afterwards.
+    if (process.env.BENCH_KEEP_DB) note(`kept database ${dbName}`);
+    else await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
     await admin.end();
     await embedded?.stop();
   }

@@ -11,7 +11,7 @@
 import type { Db, Sql, Tx } from "../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "./liveness.js";
 import { withinRunWindowSql } from "./preferences.js";
-import { ASSIGNED_CHANNEL, notifyCancel } from "./job-events.js";
+import { assignedNoticeSql, notifyCancel } from "./job-events.js";
 import type { JobRow } from "./jobs.js";
 import { endLocked, type LockedJob } from "./settlement.js";
 
@@ -90,8 +90,7 @@ async function fill(tx: Tx, target: ReturnType<Tx>): Promise<{ providerId: numbe
       RETURNING job_id
     )
     SELECT t.id AS target_id, m.*,
-           CASE WHEN m.id IS NOT NULL THEN
-             pg_notify(${ASSIGNED_CHANNEL}, json_build_object('provider_id', t.id, 'job_id', m.job_id)::text) END AS notified,
+           CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`t.id`, "m")} END AS notified,
            (SELECT count(*) FROM opened) AS opened
     FROM target t LEFT JOIN moved m ON true ORDER BY m.priority, m.submitted_at, m.id`;
   if (rows.length === 0) return { providerId: null, assigned: [] };

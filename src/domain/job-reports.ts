@@ -9,6 +9,7 @@ import type { Db, Sql, Tx } from "../db/index.js";
 import { badRequest, conflict, forbidden, notFound } from "../http/errors.js";
 import { dispatchForProvider, loseJobLocked, placeJobs } from "./dispatch.js";
 import type { JobRow } from "./jobs.js";
+import type { AssignedJob } from "./job-events.js";
 import { completeLocked, endLocked, figuresOf, lockJob, type Figures, type LockedJob } from "./settlement.js";
 import { checkRange, requireFields } from "./validate.js";
 
@@ -16,7 +17,7 @@ type AssignedJobInit = MessageInitShape<typeof AssignedJobSchema>;
 type ResultInit = MessageInitShape<typeof JobResultResponseSchema>;
 
 /** What a daemon needs to run a job: the signed task and its limits. */
-export function assignedJobMessage(job: JobRow): AssignedJobInit {
+export function assignedJobMessage(job: AssignedJob): AssignedJobInit {
   return {
     id: BigInt(job.id),
     jobId: job.job_id,

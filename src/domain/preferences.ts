@@ -45,7 +45,10 @@ export function withinRunWindow(runMode: string, start: string | null | undefine
  */
 export function withinRunWindowSql(db: Db, alias = "providers") {
   const a = db(alias);
-  return db`svc_within_run_window(${a}.run_mode, ${a}.scheduled_start, ${a}.scheduled_end, now())`;
+  // The function is not inlined (a SQL function with a subquery: ~10 µs a row);
+  // the test in front answers for every provider that is not scheduled.
+  return db`(${a}.run_mode IS DISTINCT FROM 'scheduled'
+    OR svc_within_run_window(${a}.run_mode, ${a}.scheduled_start, ${a}.scheduled_end, now()))`;
 }
 
 export interface PreferencesInput {

@@ -22,6 +22,7 @@ import {
   reportProgress,
   reportResult,
 } from "../domain/job-reports.js";
+import type { AssignedJob } from "../domain/job-events.js";
 import type { JobRow } from "../domain/jobs.js";
 import { providerById, type ProviderRow } from "../domain/providers.js";
 import { recordReadiness } from "../domain/readiness.js";
@@ -89,7 +90,7 @@ class StreamSession {
     this.send({ kind: { case: "settings", value: s } });
   }
 
-  private deliver(job: JobRow) {
+  private deliver(job: AssignedJob) {
     if (this.delivered.has(job.job_id)) return;
     this.delivered.add(job.job_id);
     // Only a task whose stored HMAC verifies gets the stream signature: a row changed behind the
@@ -114,8 +115,10 @@ class StreamSession {
     for (const job of jobs) this.deliver(job);
   }
 
-  async assigned(jobId: string): Promise<void> {
+  async assigned(jobId: string, carried?: AssignedJob): Promise<void> {
     if (this.delivered.has(jobId)) return;
+    // The notice carried the job as committed: no read. A cancel committed since follows in order.
+    if (carried) return this.deliver(carried);
     const [job] = await this.deps.sql<JobRow[]>`
       SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${this.providerId} AND status = 'pending'`;
     if (job) this.deliver(job);
@@ -245,7 +248,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const report = (p: Promise<void>) => p.catch((err) => deps.log.error({ err, providerId }, "daemon stream push failed"));
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {
-        assigned: (jobId) => void report(session.serial(() => session.assigned(jobId))),
+        assigned: (jobId, job) => void report(session.serial(() => session.assigned(jobId, job))),
         cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
         resync: () => void report(session.serial(() => session.deliverPending())),
       });

@@ -7,10 +7,11 @@
 // are lost.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
-import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type JobSignal } from "../domain/job-events.js";
+import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } from "../domain/job-events.js";
 
 export interface JobSignalListener {
-  assigned(jobId: string): void;
+  /** `job` is what the daemon is sent, when the notice carried it. */
+  assigned(jobId: string, job?: AssignedJob): void;
   cancel(jobId: string): void;
   /** Notices may have been missed: look at the database again. */
   resync(): void;
@@ -80,7 +81,8 @@ export class JobSignalHub {
     if (!set) return;
     for (const l of set) {
       try {
-        l[kind](signal.job_id);
+        if (kind === "assigned") l.assigned(signal.job_id, signal.job);
+        else l.cancel(signal.job_id);
       } catch (err) {
         this.log.error({ err }, "job signal listener failed");
       }

@@ -126,6 +126,19 @@ describe("jobs over the stream", () => {
     s.end();
   });
 
+  it("pushes a job too large to ride in the assignment notice, read from the database, signed", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const s = connect(p.key);
+    await s.next("welcome");
+    const submitted = await submit(renter, { job_type: "llm-inference", params: { prompt: "y".repeat(9000) } });
+    const job = await s.next("job", 5_000);
+    expect(job.jobId).toBe(submitted.job_id);
+    expect((job.taskSpec as { inputs: { prompt: string } }).inputs.prompt).toHaveLength(9000);
+    expect(verifyTask(HMAC_SECRET, job.taskSpec, job.taskSpecHmac)).toBe(true);
+    s.end();
+  });
+
   it("delivers jobs assigned while away on reconnect, never twice, and hands back lost ones", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);

@@ -3,10 +3,11 @@
 // priority then age order, explicit provider_id waits for that provider,
 // queue reasons, and the LISTEN/NOTIFY signals of assignment and cancel.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/ledger.js";
+import { verifyTask } from "../../src/domain/task-signing.js";
 import { ASSIGNED_CHANNEL, CANCEL_CHANNEL } from "../../src/domain/job-events.js";
 import { clearMarketplace } from "./helpers.js";
 
@@ -199,7 +200,10 @@ describe("signals", () => {
       // A 503 rolls back whole: no notice escapes.
       expect((await submit(renter.headers, { gpu_requirements: { min_vram_gb: 500 } })).status).toBe(503);
       await expect.poll(() => assigned.length).toBe(1);
-      expect(assigned[0]).toEqual({ provider_id: provider.id, job_id: job });
+      // The assignment carries what the daemon is sent, signed as stored.
+      const notice = assigned[0] as { provider_id: number; job_id: string; job: Record<string, unknown> };
+      expect(notice).toMatchObject({ provider_id: provider.id, job_id: job, job: { job_id: job, job_type: "benchmark", max_duration_seconds: 1800 } });
+      expect(verifyTask(HMAC_SECRET, notice.job.task_spec, notice.job.task_spec_hmac as string)).toBe(true);
       const c = await api.post(`/api/jobs/${job}/cancel`, {}, renter.headers);
       expect(c.status).toBe(200);
       await expect.poll(() => cancelled.length).toBe(1);
@@ -209,5 +213,20 @@ describe("signals", () => {
       await l2.unlisten();
     }
     expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("leaves the job out of an assignment notice too large for NOTIFY (listeners read it)", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    const assigned: Record<string, unknown>[] = [];
+    const l = await srv.sql.listen(ASSIGNED_CHANNEL, (p) => assigned.push(JSON.parse(p)));
+    try {
+      const r = await api.post("/api/jobs/submit", { job_type: "llm-inference", params: { prompt: "x".repeat(9000) } }, renter.headers);
+      expect(r.status, r.text).toBe(201);
+      await expect.poll(() => assigned.length).toBe(1);
+      expect(assigned[0]).toEqual({ provider_id: provider.id, job_id: r.body.job.job_id });
+    } finally {
+      await l.unlisten();
+    }
   });
 });
