@@ -3,6 +3,7 @@
 // with its audit record in the caller's transaction.
 import type { Db, Tx } from "../db/index.js";
 import { badRequest, notFound } from "../http/errors.js";
+import { accountKeysChanged } from "./invalidation.js";
 import type { JobRow } from "./jobs.js";
 import { JOB_TYPES } from "./pricing.js";
 import type { RenterRow } from "./renters.js";
@@ -51,6 +52,8 @@ export async function setRenterStatus(tx: Tx, id: number, status: (typeof RENTER
   if (!before) throw notFound("renter not found");
   if (before.status === status) return { row: before, changed: false };
   const [row] = await tx<RenterRow[]>`UPDATE renters SET status = ${status} WHERE id = ${id} RETURNING *`;
+  // Cached key owners carry the suspension: forget them here and, at commit, everywhere.
+  await accountKeysChanged(tx, "renter", id);
   return { row, changed: true };
 }
 

@@ -20,8 +20,11 @@ export async function providersChanged(sql: Sql, db: Db, ids: number[]): Promise
   }
 }
 
-/** An account's keys were revoked: forget them everywhere. */
-export async function keysRevoked(db: Db, role: KeyRole, accountId: number): Promise<void> {
+/**
+ * An account's keys were revoked, or what a cached key owner carries changed
+ * (a renter suspended or reinstated): forget its keys everywhere.
+ */
+export async function accountKeysChanged(db: Db, role: KeyRole, accountId: number): Promise<void> {
   forgetAccountKeys(role, accountId);
   await db`SELECT pg_notify(${INVALIDATION_CHANNEL}, ${`key:${role}:${accountId}`})`;
 }

@@ -1,7 +1,7 @@
 // API keys: random, prefixed by role, stored only as SHA-256 hashes.
 import crypto from "node:crypto";
 import type { Db } from "../db/index.js";
-import { keysRevoked } from "./invalidation.js";
+import { accountKeysChanged } from "./invalidation.js";
 
 export type KeyRole = "provider" | "renter";
 
@@ -41,30 +41,27 @@ export async function issueKey(db: Db, role: KeyRole, accountId: number): Promis
 export async function rotateKeys(db: Db, role: KeyRole, accountId: number): Promise<string> {
   const column = role === "provider" ? db`provider_id` : db`renter_id`;
   await db`UPDATE api_keys SET revoked_at = now() WHERE role = ${role} AND ${column} = ${accountId} AND revoked_at IS NULL`;
-  await keysRevoked(db, role, accountId);
+  await accountKeysChanged(db, role, accountId);
   return issueKey(db, role, accountId);
 }
 
 export interface KeyOwner {
   role: KeyRole;
   accountId: number;
+  /** A renter whose account is suspended: the key is valid but refused. Always false for providers. */
+  suspended: boolean;
 }
 
 /** The live account a key belongs to, if any. */
 export async function lookupKey(db: Db, key: string): Promise<KeyOwner | undefined> {
   if (!roleOfKey(key) || key.length > 200) return undefined;
-  const [row] = await db<{ role: KeyRole; provider_id: number | null; renter_id: number | null }[]>`
-    SELECT role, provider_id, renter_id FROM api_keys WHERE key_hash = ${hashKey(key)} AND revoked_at IS NULL`;
+  // The renter's status comes along (one round trip); a status change forgets cached owners (admin.ts).
+  const [row] = await db<{ role: KeyRole; provider_id: number | null; renter_id: number | null; suspended: boolean | null }[]>`
+    SELECT k.role, k.provider_id, k.renter_id, r.status = 'suspended' AS suspended
+    FROM api_keys k LEFT JOIN renters r ON r.id = k.renter_id
+    WHERE k.key_hash = ${hashKey(key)} AND k.revoked_at IS NULL`;
   if (!row) return undefined;
-  return { role: row.role, accountId: (row.role === "provider" ? row.provider_id : row.renter_id)! };
-}
-
-/** The renter a renter key belongs to, and whether that account is suspended (keys of suspended renters stay valid but refused). */
-export async function renterOfKey(db: Db, key: string): Promise<{ renterId: number; suspended: boolean } | undefined> {
-  const owner = await lookupKey(db, key);
-  if (owner?.role !== "renter") return undefined;
-  const [renter] = await db<{ status: string }[]>`SELECT status FROM renters WHERE id = ${owner.accountId}`;
-  return renter && { renterId: owner.accountId, suspended: renter.status === "suspended" };
+  return { role: row.role, accountId: (row.role === "provider" ? row.provider_id : row.renter_id)!, suspended: row.suspended === true };
 }
 
 export function constantTimeEqual(a: string, b: string): boolean {

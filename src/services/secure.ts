@@ -31,8 +31,7 @@ async function authenticate(deps: Deps, roles: Role[], ctx: HandlerContext): Pro
     const owner = await cachedLookupKey(deps.sql, key);
     if (!owner) continue;
     if (owner.role === "provider") return { role: "provider", providerId: owner.accountId };
-    const [renter] = await deps.sql<{ status: string }[]>`SELECT status FROM renters WHERE id = ${owner.accountId}`;
-    if (renter?.status === "suspended") throw forbidden("renter account is suspended");
+    if (owner.suspended) throw forbidden("renter account is suspended");
     return { role: "renter", renterId: owner.accountId };
   }
   if (keys.length > 0) throw unauthorized("invalid API key");

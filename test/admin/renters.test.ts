@@ -82,6 +82,31 @@ describe("admin renters", () => {
     expect((await api.post(`/api/admin/renters/999999/suspend`, {}, ADMIN)).status).toBe(404);
   });
 
+  it("refuses a suspended renter at once in every process, /v1 included, though its key was cached", async () => {
+    const other = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" }, srv.databaseUrl);
+    try {
+      const renter = await makeRenter(srv);
+      const there = client(other.url);
+      // Both processes have the key's owner cached (active).
+      expect((await api.get("/api/renters/me", renter.headers)).status).toBe(200);
+      expect((await there.get("/api/renters/me", renter.headers)).status).toBe(200);
+      expect((await there.get("/v1/models", renter.headers)).status).toBe(200);
+
+      expect((await api.post(`/api/admin/renters/${renter.id}/suspend`, { reason: "fraud" }, ADMIN)).status).toBe(200);
+      expect((await api.get("/api/renters/me", renter.headers)).status).toBe(403);
+      // The other process hears of it at commit (NOTIFY).
+      await expect.poll(async () => (await there.get("/api/renters/me", renter.headers)).status, { timeout: 5_000 }).toBe(403);
+      const v1 = await there.get("/v1/models", renter.headers);
+      expect(v1.status).toBe(403);
+      expect(v1.body.error.code).toBe("account_suspended");
+
+      expect((await api.post(`/api/admin/renters/${renter.id}/unsuspend`, {}, ADMIN)).status).toBe(200);
+      await expect.poll(async () => (await there.get("/api/renters/me", renter.headers)).status, { timeout: 5_000 }).toBe(200);
+    } finally {
+      await other.close();
+    }
+  });
+
   it("adjusts a balance through the ledger, never below available funds, once per Idempotency-Key", async () => {
     const renter = await makeRenter(srv, 1_000);
     await seedJob(srv, { renterId: renter.id, cost: 400 });

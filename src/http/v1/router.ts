@@ -10,7 +10,8 @@ import crypto from "node:crypto";
 import type { Config } from "../../config.js";
 import type { Sql } from "../../db/index.js";
 import { LLM_MODELS } from "../../domain/job-schemas.js";
-import { renterOfKey, roleOfKey } from "../../domain/keys.js";
+import { roleOfKey } from "../../domain/keys.js";
+import { cachedLookupKey } from "../../domain/key-cache.js";
 import { renterFunds } from "../../domain/ledger.js";
 import { halalaToSar } from "../../domain/pricing.js";
 import { promptTokensBound, TOKEN_RATES, tokenCostHalala, tokenRate } from "../../domain/token-pricing.js";
@@ -110,10 +111,10 @@ export function createV1Handler(deps: V1Deps) {
     const creds = credentialsFromHeaders(call.req.headers, "", call.requestId);
     if (creds.keys.length === 0) throw v1Error("missing_api_key", "missing API key: send Authorization: Bearer <renter key> or x-renter-key");
     for (const key of creds.keys.filter((k) => roleOfKey(k) === "renter")) {
-      const renter = await renterOfKey(sql, key);
-      if (!renter) continue;
-      if (renter.suspended) throw v1Error("account_suspended", "this renter account is suspended");
-      return renter.renterId;
+      const owner = await cachedLookupKey(sql, key);
+      if (owner?.role !== "renter") continue;
+      if (owner.suspended) throw v1Error("account_suspended", "this renter account is suspended");
+      return owner.accountId;
     }
     if (creds.keys.some((k) => roleOfKey(k) === "provider")) throw v1Error("invalid_api_key", "/v1 needs a renter API key (svc-renter-...), not a provider key");
     throw v1Error("invalid_api_key", "invalid API key");
