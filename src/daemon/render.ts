@@ -26,6 +26,18 @@ const quoteChar = { python: '"', shell: "'", powershell: "'" } as const;
 export const LEGACY_DAEMON_FILE = new URL("./legacy/svc_daemon.py", import.meta.url);
 export const SETUP_SH_FILE = new URL("./installers/setup.sh", import.meta.url);
 export const SETUP_PS1_FILE = new URL("./installers/setup-windows.ps1", import.meta.url);
+/** The in-container programs of the built-in job types, shared by both daemons. */
+export const CONTAINER_SCRIPTS_DIR = new URL("./ts/container-scripts/", import.meta.url);
+
+let containerScripts: string | undefined;
+/** {"llm.py": "<source>", ...} as JSON text, which is also a Python dict literal of strings. */
+function containerScriptsLiteral(): string {
+  if (containerScripts === undefined) {
+    const files = fs.readdirSync(CONTAINER_SCRIPTS_DIR).filter((f) => f.endsWith(".py")).sort();
+    containerScripts = JSON.stringify(Object.fromEntries(files.map((f) => [f, fs.readFileSync(new URL(f, CONTAINER_SCRIPTS_DIR), "utf8")])));
+  }
+  return containerScripts;
+}
 
 const cache = new Map<string, string>();
 function template(file: URL): string {
@@ -55,7 +67,8 @@ export function renderLegacyDaemon(v: RenderValues): string {
     .replace(`DAEMON_VERSION = "{{DAEMON_VERSION}}"`, `DAEMON_VERSION = ${quoteFor.python(v.daemonVersion)}`)
     .replace(`BACKEND_URL = "{{BACKEND_URL}}"`, `BACKEND_URL = ${quoteFor.python(v.backendUrl)}`)
     .replace(`API_KEY = "{{API_KEY}}"`, `API_KEY = ${quoteFor.python(v.apiKey)}`)
-    .replace(`HMAC_SECRET = "{{HMAC_SECRET}}"`, `HMAC_SECRET = ${quoteFor.python(v.hmacSecret)}`);
+    .replace(`HMAC_SECRET = "{{HMAC_SECRET}}"`, `HMAC_SECRET = ${quoteFor.python(v.hmacSecret)}`)
+    .replace("CONTAINER_SCRIPTS = {}  # {{CONTAINER_SCRIPTS}}", () => `CONTAINER_SCRIPTS = ${containerScriptsLiteral()}`);
 }
 
 export function renderSetupShell(v: Pick<RenderValues, "backendUrl" | "apiKey">): string {

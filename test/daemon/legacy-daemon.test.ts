@@ -102,6 +102,55 @@ describe("svc_daemon.py", { timeout: 90_000 }, () => {
     await waitFor(async () => (await srv.sql`SELECT 1 FROM daemon_events WHERE provider_id = ${p.id} AND event_type = 'daemon_stopped'`).length > 0, 10_000, "stop event");
   });
 
+  it("runs a built-in job type in its container with our script mounted (docker CLI faked), settled 75/25", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { file, dir } = await download(p.key);
+    // Plays `docker run`: records its argv, reads the task from the mounted output folder, answers.
+    const calls = path.join(dir, "docker-calls.jsonl");
+    const docker = writeExecutable(
+      dir,
+      "docker",
+      `#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+open(${JSON.stringify(calls)}, "a").write(json.dumps(args) + "\\n")
+if args[:1] != ["run"]:
+    sys.exit(0)
+out = [a.split(":")[0] for a in args if a.endswith(":/svc-output")][0]
+scripts = [a.split(":")[0] for a in args if a.endswith(":/svc-scripts:ro")][0]
+task = json.load(open(os.path.join(out, "task.json")))
+print("SVC_PROGRESS 40 generating", flush=True)
+print("script: " + open(os.path.join(scripts, "llm.py")).readline().strip(), flush=True)
+json.dump({"response": "from the container: " + task["task_spec"]["inputs"]["prompt"]}, open(os.path.join(out, "result.json"), "w"))
+`,
+    );
+    const d = run(file, dir, { SVC_DOCKER: docker });
+    const r = await api().post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 1, params: { prompt: "hello", max_tokens: 64 } }, renter.headers);
+    expect(r.status, r.text).toBe(201);
+    const j = r.body.job as { job_id: string; provider_id: number };
+    expect(j.provider_id).toBe(p.id);
+    const done = await ended(j.job_id, `container job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect(done.metrics.executor).toBe("docker");
+    expect(done.provider_earned_halala + done.platform_fee_halala).toBe(done.actual_cost_halala);
+    expect(done.provider_earned_halala).toBe(Math.floor((done.actual_cost_halala * 75) / 100));
+    expect((await api().get(`/api/jobs/${j.job_id}/output`, renter.headers)).body.response).toBe("from the container: hello");
+    const logs = await api().get(`/api/jobs/${j.job_id}/logs`, renter.headers);
+    expect(logs.body.logs.map((l: { message: string }) => l.message).join("\n")).toMatch(/script: """llm-inference inside the job's container/);
+
+    const runArgs = fs.readFileSync(calls, "utf8").trim().split("\n").map((l) => JSON.parse(l) as string[]).find((a) => a[0] === "run")!;
+    expect(runArgs).toContain("--gpus");
+    expect(runArgs).not.toContain("--network"); // the model is downloaded
+    expect(runArgs.join(" ")).toContain(`-v ${path.join(dir, "work", ".svc-scripts")}:/svc-scripts:ro`);
+    expect(runArgs.slice(-2)).toEqual(["python", "/svc-scripts/llm.py"]);
+    // The mounted program is the TypeScript daemon's, byte for byte.
+    expect(fs.readFileSync(path.join(dir, "work", ".svc-scripts", "llm.py"), "utf8")).toBe(
+      fs.readFileSync(new URL("../../src/daemon/ts/container-scripts/llm.py", import.meta.url), "utf8"),
+    );
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("refuses a tampered task: the job fails and the renter is refunded", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);

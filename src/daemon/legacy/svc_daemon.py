@@ -48,6 +48,12 @@ DAEMON_VERSION = "{{DAEMON_VERSION}}"
 BACKEND_URL = "{{BACKEND_URL}}"
 API_KEY = "{{API_KEY}}"
 HMAC_SECRET = "{{HMAC_SECRET}}"
+# The programs the built-in job types run inside their image: the same files as
+# the TypeScript daemon's container-scripts/, filled in when this file is served
+# ({"llm.py": "<source>", ...}); written under the work folder and mounted read-only.
+CONTAINER_SCRIPTS = {}  # {{CONTAINER_SCRIPTS}}
+SCRIPT_OF_JOB_TYPE = {"llm-inference": "llm.py", "llm_inference": "llm.py", "image_generation": "image.py",
+                      "rendering": "render.py", "training": "train.py"}
 
 PROGRESS_PREFIX = "SVC_PROGRESS"
 LOG_FLUSH_SECONDS = 1.0
@@ -444,7 +450,30 @@ def _safe_name(job_id):
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job_id)[:100]
 
 
-def plan_job(job, runners, docker, workdir, has_gpu):
+def needs_network(job, spec, inputs):
+    """Same rule as the TypeScript daemon: a model, dataset or scene to download, or asked for."""
+    if spec.get("network") is True or job.get("job_type") == "vllm_serve":
+        return True
+    return isinstance(spec.get("model"), str) or isinstance(inputs.get("dataset_url"), str) \
+        or isinstance(inputs.get("scene_url"), str)
+
+
+def write_container_scripts(workdir):
+    """Writes CONTAINER_SCRIPTS into a folder of the work dir; returns it (None when there are none)."""
+    if not CONTAINER_SCRIPTS:
+        return None
+    folder = os.path.join(workdir, ".svc-scripts")
+    os.makedirs(folder, exist_ok=True)
+    for name, source in CONTAINER_SCRIPTS.items():
+        target = os.path.join(folder, os.path.basename(name))
+        with open(target + ".tmp", "w") as f:
+            f.write(source)
+        os.chmod(target + ".tmp", 0o644)
+        os.replace(target + ".tmp", target)
+    return folder
+
+
+def plan_job(job, runners, docker, workdir, has_gpu, scripts_dir=None):
     """Picks the executor for a job: (argv, env_extra, kill_hook, result_file)."""
     job_id = job["job_id"]
     spec = job.get("task_spec") or {}
@@ -461,11 +490,15 @@ def plan_job(job, runners, docker, workdir, has_gpu):
     if job.get("job_type") == "benchmark":
         return [sys.executable, "-c", BENCHMARK_CODE], env, None, result_file
     container = spec.get("container") if isinstance(spec.get("container"), dict) else {}
+    inputs = spec.get("inputs") if isinstance(spec.get("inputs"), dict) else {}
     image = spec.get("image") or container.get("image")
     command = spec.get("command") or container.get("command") or []
     if isinstance(command, str):
         command = shlex.split(command)
-    if image and (command or job.get("job_type") == "custom_container"):
+    script = SCRIPT_OF_JOB_TYPE.get(job.get("job_type"))
+    builtin = bool(image and not command and script and scripts_dir
+                   and os.path.exists(os.path.join(scripts_dir, script)))
+    if image and (command or builtin or job.get("job_type") == "custom_container"):
         if not docker:
             raise RuntimeError("this job needs docker, which is not installed on this host")
         name = "svc-" + _safe_name(job_id)
@@ -475,15 +508,24 @@ def plan_job(job, runners, docker, workdir, has_gpu):
         argv = [docker, "run", "--rm", "--name", name, "--label", "svc.job_id=" + job_id]
         if has_gpu:
             argv += ["--gpus", "all"]
-        if spec.get("network") is not True:
+        if not needs_network(job, spec, inputs):
             argv += ["--network", "none"]
         limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
         memory_mb = limits.get("memory_mb") or 16384
         argv += ["--memory", "%dm" % int(memory_mb), "--pids-limit", str(int(limits.get("pids") or 4096))]
+        # The task goes in as a file beside the result (our scripts read $SVC_TASK_FILE).
+        with open(os.path.join(workspace, "task.json"), "w") as f:
+            json.dump({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": spec}, f)
         argv += ["-v", volume + ":" + mount, "-v", workspace + ":/svc-output",
-                 "-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_JOB_ID=" + job_id]
+                 "-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json",
+                 "-e", "SVC_JOB_ID=" + job_id]
         for key, value in sorted((spec.get("env") or {}).items()):
             argv += ["-e", "%s=%s" % (key, value)]
+        if isinstance(inputs.get("workdir"), str):
+            argv += ["-w", inputs["workdir"]]
+        if builtin:
+            argv += ["-v", scripts_dir + ":/svc-scripts:ro"]
+            command = ["python", "/svc-scripts/" + script]
         argv.append(image)
         argv += [str(c) for c in command]
 
@@ -515,6 +557,7 @@ class Daemon:
         self.cfg = cfg
         self.api = Api(cfg["url"], cfg["key"])
         self.gpus = Gpus(cfg["nvidia_smi"])
+        self.scripts_dir = write_container_scripts(cfg["work_dir"])
         self.started = time.time()
         self.stop_event = threading.Event()
         self.stop_reason = None
@@ -660,7 +703,7 @@ class Daemon:
         started = time.time()
         try:
             argv, extra_env, kill_hook, result_file = plan_job(
-                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], bool(self.gpus.query()))
+                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], bool(self.gpus.query()), self.scripts_dir)
         except (RuntimeError, OSError) as err:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, str(err), {"duration_seconds": 0})
