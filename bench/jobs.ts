@@ -132,7 +132,9 @@ interface Daemon {
 /** A connected daemon: says hello, resolves on welcome, reports each pushed job id. */
 function openDaemon(port: number, key: string, onJob: (jobId: string) => void): Promise<Daemon> {
   return new Promise((resolve, reject) => {
-    const client = new StreamClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure()) as unknown as {
+    // Its own connection, as a real daemon has (grpc-js would otherwise share one per address, and
+    // the server allows 1000 streams per HTTP/2 connection).
+    const client = new StreamClient(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), { "grpc.use_local_subchannel_pool": 1 }) as unknown as {
       connect(md: grpc.Metadata): grpc.ClientDuplexStream<unknown, ServerMessage>;
       close(): void;
     };
@@ -303,6 +305,9 @@ async function main() {
     });
 
     const received = new Map<string, number>();
+    // Planner statistics for the freshly loaded tables, as autovacuum would gather within its first
+    // minute; without them placement's plan is costed on an empty providers table.
+    await sql`ANALYZE providers, provider_load`;
     note(`opening ${PROVIDERS} daemon streams over ${PROCESSES} process(es)`);
     await pool(PROVIDERS, 16, async (i) => {
       daemons.push(await openDaemon(ports[(i + 1) % PROCESSES], providerKeys[i], (jobId) => received.set(jobId, performance.now())));

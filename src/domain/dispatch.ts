@@ -116,6 +116,36 @@ export interface PlaceResult {
   job?: JobRow;
 }
 
+/** How many candidates placement compares before it looks at the whole fleet. */
+const CANDIDATE_WINDOW = 32;
+
+/**
+ * The provider for job `jobId` as a fill() target: among available providers
+ * with a free slot that fit the job, the least busy, then the most reliable,
+ * locked (skipping those others hold). With `window`, only the `window` most
+ * reliable available providers with a free slot are considered, read in order
+ * from providers_dispatch_idx (migration 010) instead of scanning every
+ * provider; the caller asks again without it when none of those fit or could
+ * be locked. (The window leaves the job out on purpose: its fit clauses would
+ * make the planner expect one row and sort the whole fleet instead.)
+ */
+function bestProviderSql(tx: Tx, jobId: number, tried: number[], window: number | null): ReturnType<Tx> {
+  const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
+  // ANY(ARRAY(...)): the window is read once, in index order, then each candidate by primary key.
+  const candidates =
+    window === null
+      ? tx`true`
+      : tx`l.provider_id = ANY(ARRAY(
+          SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
+          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${window}))`;
+  return tx`
+    SELECT p.id, ${slotsSql(tx)} - l.active AS free
+    FROM provider_load l JOIN providers p ON p.id = l.provider_id, jobs j
+    WHERE ${candidates} AND j.id = ${jobId} AND j.status = 'queued' AND ${free} AND ${matchesSql(tx)}
+    ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
+    LIMIT 1 FOR UPDATE OF l SKIP LOCKED`;
+}
+
 /**
  * Tries to place a queued job (inside the caller's transaction): the least
  * busy free provider that fits is locked (providers locked by others are
@@ -126,14 +156,8 @@ export interface PlaceResult {
 export async function placeJob(tx: Tx, jobId: number): Promise<PlaceResult> {
   const tried: number[] = [0];
   for (let i = 0; i < 8; i++) {
-    // The least busy free provider that fits, locked (skipping those others hold), and filled.
-    const { providerId, assigned } = await fill(tx, tx`
-      SELECT p.id, ${slotsSql(tx)} - l.active AS free
-      FROM jobs j, providers p JOIN provider_load l ON l.provider_id = p.id
-      WHERE j.id = ${jobId} AND j.status = 'queued' AND ${availableSql(tx)} AND ${matchesSql(tx)}
-        AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})
-      ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
-      LIMIT 1 FOR UPDATE OF l SKIP LOCKED`);
+    let { providerId, assigned } = await fill(tx, bestProviderSql(tx, jobId, tried, CANDIDATE_WINDOW));
+    if (providerId === null) ({ providerId, assigned } = await fill(tx, bestProviderSql(tx, jobId, tried, null)));
     if (providerId === null) break;
     const got = assigned.find((a) => a.id === jobId);
     if (got) return { providerId, contended: [], job: got.job };

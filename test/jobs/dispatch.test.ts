@@ -187,6 +187,37 @@ describe("placement rules", () => {
   });
 });
 
+describe("provider choice", () => {
+  it("gives a job to the least busy provider that fits, then the most reliable", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const [a, b, c] = [await makeProvider(srv), await makeProvider(srv), await makeProvider(srv)];
+    await setGpus(a.id, 2);
+    for (const [p, score] of [[a, 0.99], [b, 0.5], [c, 0.9]] as const) {
+      await srv.sql`UPDATE providers SET reliability_score = ${score} WHERE id = ${p.id}`;
+    }
+    expect((await submit(renter.headers, { provider_id: a.id })).body.job.provider_id).toBe(a.id); // a: 1 of 2 busy
+    const placed: number[] = [];
+    for (let i = 0; i < 3; i++) placed.push((await submit(renter.headers)).body.job.provider_id);
+    expect(placed).toEqual([c.id, b.id, a.id]); // idle first (most reliable first), then a's free GPU
+    const last = (await submit(renter.headers)).body.job;
+    expect(last).toMatchObject({ status: "queued", provider_id: null });
+  });
+
+  it("looks past the most reliable providers when none of them fit (a fleet wider than the candidate window)", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const fleet = [];
+    for (let i = 0; i < 40; i++) fleet.push(await makeProvider(srv));
+    const h100 = await makeProvider(srv, { gpuModel: "NVIDIA H100 80GB HBM3", vramMib: 81559 });
+    await srv.sql`UPDATE providers SET reliability_score = 0.9 + id / 1e9 WHERE id = ANY(${fleet.map((p) => p.id)})`;
+    await srv.sql`UPDATE providers SET reliability_score = 0.1 WHERE id = ${h100.id}`;
+    const big = (await submit(renter.headers, { gpu_requirements: { gpu_model: "H100" } })).body.job;
+    expect(big.provider_id).toBe(h100.id);
+    const plain = (await submit(renter.headers)).body.job;
+    expect(plain.provider_id).toBe(fleet[fleet.length - 1].id); // the most reliable 4090
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});
+
 describe("signals", () => {
   it("notifies listeners of assignments and cancels, only once committed", async () => {
     const renter = await makeRenter(srv, 100_000);
