@@ -17,16 +17,11 @@
 //   the client spends as little of the machine as possible.
 // - Afterwards it checks that every provider's last_heartbeat was written.
 // The last line printed is one JSON object with the figures.
-import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
-import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
-import path from "node:path";
 import { parseArgs } from "node:util";
-import { connect } from "../src/db/index.js";
-import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
-import { createLogger } from "../src/log.js";
+import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -47,43 +42,7 @@ const SERVERS = Number(args.servers);
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
 const HMAC_SECRET = crypto.randomBytes(24).toString("hex");
 
-const note = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-async function waitReady(base: string, child: ChildProcess): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
-    try {
-      const r = await fetch(`${base}/readyz`);
-      if (r.status === 200) return;
-    } catch {
-      /* not listening yet */
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error("server did not become ready within 60 s");
-}
-
-/** Runs `fn` over 0..n-1 with `concurrency` in flight. */
-async function pool(n: number, concurrency: number, fn: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < n) await fn(next++);
-    }),
-  );
-}
+const note = noter("bench");
 
 function gpuStatus(i: number) {
   const vram = [24564, 49140, 81559, 12288][i % 4];
@@ -200,55 +159,18 @@ function runLoad(ports: number[], requests: Buffer[], connections: number, secon
   });
 }
 
-function percentile(sorted: Float64Array, p: number): number {
-  if (sorted.length === 0) return NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return Math.round(sorted[i] * 1000) / 1000;
-}
-
 async function main() {
-  const log = createLogger("silent");
-  let embedded: EmbeddedServer | undefined;
-  let baseUrl = process.env.DATABASE_URL;
-  const databaseKind = baseUrl ? "DATABASE_URL" : "embedded";
-  if (!baseUrl) {
-    note("starting embedded PostgreSQL in .data/bench-pg");
-    embedded = await startEmbedded(path.resolve(".data/bench-pg"), log, 54500);
-    baseUrl = embedded.url;
-  }
-  const dbName = `svc_bench_${crypto.randomBytes(5).toString("hex")}`;
-  const admin = connect(baseUrl, 1);
-  await admin.unsafe(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(baseUrl);
-  dbUrl.pathname = `/${dbName}`;
-  const sql = connect(dbUrl.toString(), 2);
-
-  const ports: number[] = [];
-  for (let i = 0; i < SERVERS; i++) ports.push(await freePort());
+  const db = await benchDatabase("svc_bench", note);
+  const sql = db.sql;
+  const servers = await startServers(SERVERS, db.url, { SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET }).catch(async (err) => {
+    await db.close();
+    throw err;
+  });
+  const { ports, children } = servers;
   const port = ports[0];
   const base = `http://127.0.0.1:${port}`;
-  // BENCH_NODE_ARGS: extra flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=.data/prof".
-  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  const children = ports.map((p) =>
-    spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/main.ts"], {
-      env: {
-        ...process.env,
-        NODE_ENV: "development",
-        DATABASE_URL: dbUrl.toString(),
-        PORT: String(p),
-        HOST: "127.0.0.1",
-        SVC_ADMIN_TOKEN: ADMIN_TOKEN,
-        SVC_HMAC_SECRET: HMAC_SECRET,
-        SVC_RATE_LIMITS: "off",
-        LOG_LEVEL: "warn",
-      },
-      stdio: ["ignore", "inherit", "inherit"],
-    }),
-  );
   let result: Record<string, unknown> | undefined;
   try {
-    // One at a time: the first applies the migrations.
-    for (let i = 0; i < children.length; i++) await waitReady(`http://127.0.0.1:${ports[i]}`, children[i]);
 
     note(`registering ${PROVIDERS} providers over HTTP`);
     const keys: string[] = new Array(PROVIDERS);
@@ -289,7 +211,6 @@ async function main() {
       SELECT count(*) FILTER (WHERE last_heartbeat >= ${t0})::int AS updated, count(*) FILTER (WHERE status = 'online')::int AS online
       FROM providers`;
     const sorted = Float64Array.from(run.latenciesMs).sort();
-    const cpus = os.cpus();
     result = {
       benchmark: "heartbeat",
       providers: PROVIDERS,
@@ -310,16 +231,12 @@ async function main() {
       load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
       first_beats: first,
       verified: { providers_written_during_run: check.updated, providers_online: check.online },
-      machine: { cpus: cpus.length, cpu_model: cpus[0]?.model ?? "unknown", memory_gb: Math.round(os.totalmem() / 2 ** 30), node: process.version },
-      database: databaseKind,
+      machine: machine(),
+      database: db.kind,
     };
   } finally {
-    for (const child of children) child.kill("SIGTERM");
-    await Promise.all(children.map((child) => new Promise((r) => (child.exitCode !== null ? r(null) : child.once("exit", r)))));
-    await sql.end();
-    await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await admin.end();
-    await embedded?.stop();
+    await servers.stop();
+    await db.close();
   }
   console.log(JSON.stringify(result));
 }
@@ -335,17 +252,6 @@ async function runFirstBeats(ports: number[], requests: Buffer[], connections: n
     p50_ms: percentile(sorted, 50),
     p99_ms: percentile(sorted, 99),
   };
-}
-
-/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
-function cpuSecondsOf(pid: number | undefined): number | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
-  } catch {
-    return undefined;
-  }
 }
 
 main().catch((err) => {

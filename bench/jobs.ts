@@ -24,20 +24,15 @@
 // - Afterwards: every 201 is one pending job, the held sum equals the jobs'
 //   estimates, and the ledger's invariants hold.
 // The last line printed is one JSON object with the figures.
-import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
-import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
-import path from "node:path";
 import { parseArgs } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../gen/svc/v1/daemon_pb.js";
-import { connect } from "../src/db/index.js";
-import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
 import { ledgerProblems } from "../src/domain/ledger.js";
-import { createLogger } from "../src/log.js";
+import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -58,39 +53,7 @@ const WARMUP_SECONDS = Number(args.warmup);
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
 const GPUS_PER_PROVIDER = 1024;
 
-const note = (msg: string) => process.stderr.write(`[bench:jobs] ${msg}\n`);
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-async function waitReady(base: string, child: ChildProcess): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
-    try {
-      if ((await fetch(`${base}/readyz`)).status === 200) return;
-    } catch {
-      /* not listening yet */
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error("server did not become ready within 60 s");
-}
-
-async function pool(n: number, concurrency: number, fn: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < n) await fn(next++);
-  }));
-}
+const note = noter("bench:jobs");
 
 async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
   const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
@@ -235,58 +198,19 @@ function runLoad(ports: number[], requests: Buffer[][], connections: number, sec
   });
 }
 
-function percentile(values: number[], p: number): number | null {
-  if (values.length === 0) return null;
-  const sorted = Float64Array.from(values).sort();
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return Math.round(sorted[i] * 1000) / 1000;
-}
-
 async function main() {
-  const log = createLogger("silent");
-  let embedded: EmbeddedServer | undefined;
-  let baseUrl = process.env.DATABASE_URL;
-  const databaseKind = baseUrl ? "DATABASE_URL" : "embedded";
-  if (!baseUrl) {
-    note("starting embedded PostgreSQL in .data/bench-pg");
-    embedded = await startEmbedded(path.resolve(".data/bench-pg"), log, 54500);
-    baseUrl = embedded.url;
-  }
-  const dbName = `svc_bench_jobs_${crypto.randomBytes(5).toString("hex")}`;
-  const admin = connect(baseUrl, 1);
-  await admin.unsafe(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(baseUrl);
-  dbUrl.pathname = `/${dbName}`;
-  const sql = connect(dbUrl.toString(), 2);
-
-  const ports: number[] = [];
-  const children: ChildProcess[] = [];
+  const db = await benchDatabase("svc_bench_jobs", note);
+  const sql = db.sql;
+  const servers = await startServers(PROCESSES, db.url, { SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: crypto.randomBytes(24).toString("hex") }).catch(
+    async (err) => {
+      await db.close();
+      throw err;
+    },
+  );
+  const { ports, children } = servers;
   const daemons: Daemon[] = [];
-  const hmac = crypto.randomBytes(24).toString("hex");
   let result: Record<string, unknown> | undefined;
   try {
-    for (let i = 0; i < PROCESSES; i++) {
-      const port = await freePort();
-      // BENCH_NODE_ARGS: extra flags for the server processes, e.g. "--cpu-prof --cpu-prof-dir=.data/prof".
-      const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
-      const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/main.ts"], {
-        env: {
-          ...process.env,
-          NODE_ENV: "development",
-          DATABASE_URL: dbUrl.toString(),
-          PORT: String(port),
-          HOST: "127.0.0.1",
-          SVC_ADMIN_TOKEN: ADMIN_TOKEN,
-          SVC_HMAC_SECRET: hmac,
-          SVC_RATE_LIMITS: "off",
-          LOG_LEVEL: "warn",
-        },
-        stdio: ["ignore", "inherit", "inherit"],
-      });
-      children.push(child);
-      ports.push(port);
-      await waitReady(`http://127.0.0.1:${port}`, child); // one at a time: migrations run once
-    }
     const base = `http://127.0.0.1:${ports[0]}`;
 
     note(`registering ${RENTERS} renters and ${PROVIDERS} providers over HTTP`);
@@ -347,7 +271,6 @@ async function main() {
              coalesce(sum(cost_halala), 0)::bigint AS estimates
       FROM jobs`;
     const problems = await ledgerProblems(sql);
-    const cpus = os.cpus();
     result = {
       benchmark: "jobs",
       renters: RENTERS,
@@ -377,32 +300,15 @@ async function main() {
         held_equals_estimates: Number(check.held) === Number(check.estimates),
         ledger_problems: problems.length,
       },
-      machine: { cpus: cpus.length, cpu_model: cpus[0]?.model ?? "unknown", memory_gb: Math.round(os.totalmem() / 2 ** 30), node: process.version },
-      database: databaseKind,
+      machine: machine(),
+      database: db.kind,
     };
   } finally {
     for (const d of daemons) d.close();
-    for (const child of children) child.kill("SIGTERM");
-    await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))));
-    await sql.end();
-    // BENCH_KEEP_DB=1 keeps the database for a look at its plans afterwards.
-    if (process.env.BENCH_KEEP_DB) note(`kept database ${dbName}`);
-    else await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await admin.end();
-    await embedded?.stop();
+    await servers.stop();
+    await db.close();
   }
   console.log(JSON.stringify(result));
-}
-
-/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
-function cpuSecondsOf(pid: number | undefined): number | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return undefined;
-  }
 }
 
 main().catch((err) => {

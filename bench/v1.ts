@@ -14,17 +14,13 @@
 //   transactions: reserve, charge); one renter's charges serialize on its
 //   balance row, so per-renter throughput is bounded by the charge commit.
 // The last line printed is one JSON object with the figures.
-import { spawn } from "node:child_process";
 import crypto from "node:crypto";
 import http from "node:http";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { connect } from "../src/db/index.js";
-import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
-import { createLogger } from "../src/log.js";
 import { startFakeVllm } from "../test/v1/fake-vllm.js";
+import { benchDatabase, noter, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -39,18 +35,7 @@ const SECONDS = Number(args.seconds);
 const RENTERS = Number(args.renters);
 const MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
-const note = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+const note = noter("bench:v1");
 
 async function json(base: string, method: string, p: string, body?: unknown, headers: Record<string, string> = {}) {
   const r = await fetch(base + p, { method, headers: { "content-type": "application/json", ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -107,42 +92,19 @@ async function load(url: string, headersOf: (connection: number) => Record<strin
 }
 
 async function main() {
-  let embedded: EmbeddedServer | undefined;
-  let baseUrl = process.env.DATABASE_URL;
-  if (!baseUrl) {
-    embedded = await startEmbedded(path.resolve(".data/bench-pg"), createLogger("warn"), 54900);
-    baseUrl = embedded.url;
-  }
-  const dbName = `svc_bench_${crypto.randomBytes(4).toString("hex")}`;
-  const admin = connect(baseUrl, 1);
-  await admin.unsafe(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(baseUrl);
-  dbUrl.pathname = `/${dbName}`;
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
+  const db = await benchDatabase("svc_bench_v1", note, 54900);
   const upstream = await startFakeVllm("bench");
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
-    env: {
-      ...process.env,
-      DATABASE_URL: dbUrl.toString(),
-      PORT: String(port),
-      HOST: "127.0.0.1",
-      SVC_ADMIN_TOKEN: ADMIN_TOKEN,
-      SVC_HMAC_SECRET: crypto.randomBytes(24).toString("hex"),
-      SVC_DATA_DIR: path.join(os.tmpdir(), "svc-bench-v1"),
-      SVC_RATE_LIMITS: "off",
-      LOG_LEVEL: "warn",
-    },
-    stdio: ["ignore", "inherit", "inherit"],
+  const servers = await startServers(1, db.url, {
+    SVC_ADMIN_TOKEN: ADMIN_TOKEN,
+    SVC_HMAC_SECRET: crypto.randomBytes(24).toString("hex"),
+    SVC_DATA_DIR: path.join(os.tmpdir(), "svc-bench-v1"),
+  }).catch(async (err) => {
+    await upstream.close();
+    await db.close();
+    throw err;
   });
+  const base = `http://127.0.0.1:${servers.ports[0]}`;
   try {
-    for (let i = 0; ; i++) {
-      if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
-      if (i > 300) throw new Error("server did not become ready within 60 s");
-      const ok = await fetch(`${base}/readyz`).then((r) => r.status === 200, () => false);
-      if (ok) break;
-      await new Promise((r) => setTimeout(r, 200));
-    }
     const renters: { api_key: string }[] = [];
     for (let i = 0; i < RENTERS; i++) {
       const renter = await json(base, "POST", "/api/renters/register", { name: "Bench", email: `bench.${Date.now()}.${i}@example.com` });
@@ -166,12 +128,9 @@ async function main() {
     if (billed < gateway.requests) throw new Error(`billed ${billed} of ${gateway.requests} requests`);
     console.log(JSON.stringify({ stream: args.stream, connections: CONNECTIONS, renters: RENTERS, seconds: SECONDS, direct, gateway, billed_requests: billed, cpus: os.cpus().length }));
   } finally {
-    child.kill("SIGTERM");
-    await new Promise((r) => child.once("exit", r));
+    await servers.stop();
     await upstream.close();
-    await admin.unsafe(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await admin.end();
-    await embedded?.stop();
+    await db.close();
   }
 }
 

@@ -1,0 +1,164 @@
+// What every bench needs: a database of its own, the service in child
+// processes on free loopback ports, a worker pool, percentiles, CPU time and
+// a description of the machine. Each bench script keeps only its load.
+import { spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { connect, type Sql } from "../src/db/index.js";
+import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
+import { createLogger } from "../src/log.js";
+
+/** A progress line on stderr (stdout carries only the final JSON line). */
+export const noter = (tag: string) => (msg: string) => process.stderr.write(`[${tag}] ${msg}\n`);
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Runs `fn` over 0..n-1 with `concurrency` calls in flight. */
+export async function pool(n: number, concurrency: number, fn: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < n) await fn(next++);
+    }),
+  );
+}
+
+/** The p-th percentile (nearest rank) in ms, rounded to µs; null when there are no values. */
+export function percentile(values: ArrayLike<number>, p: number): number | null {
+  if (values.length === 0) return null;
+  const sorted = Float64Array.from(values).sort();
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return Math.round(sorted[i] * 1000) / 1000;
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+export function cpuSecondsOf(pid: number | undefined): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+  } catch {
+    return undefined;
+  }
+}
+
+export function machine() {
+  const cpus = os.cpus();
+  return { cpus: cpus.length, cpu_model: cpus[0]?.model ?? "unknown", memory_gb: Math.round(os.totalmem() / 2 ** 30), node: process.version };
+}
+
+export interface BenchDatabase {
+  /** URL of the bench's own, empty database. */
+  url: string;
+  /** "DATABASE_URL" or "embedded": where it lives. */
+  kind: string;
+  /** A small pool on it, for set-up and checks. */
+  sql: Sql;
+  /** Closes the pool and drops the database (BENCH_KEEP_DB=1 keeps it, to look at plans). */
+  close(): Promise<void>;
+}
+
+/**
+ * A fresh database on DATABASE_URL when set, otherwise on an embedded
+ * PostgreSQL under .data/bench-pg (started here, stopped by close()).
+ */
+export async function benchDatabase(prefix: string, note: (msg: string) => void, embeddedPort = 54500): Promise<BenchDatabase> {
+  let embedded: EmbeddedServer | undefined;
+  let baseUrl = process.env.DATABASE_URL;
+  const kind = baseUrl ? "DATABASE_URL" : "embedded";
+  if (!baseUrl) {
+    note("starting embedded PostgreSQL in .data/bench-pg");
+    embedded = await startEmbedded(path.resolve(".data/bench-pg"), createLogger("silent"), embeddedPort);
+    baseUrl = embedded.url;
+  }
+  const name = `${prefix}_${crypto.randomBytes(5).toString("hex")}`;
+  const admin = connect(baseUrl, 1);
+  await admin.unsafe(`CREATE DATABASE ${name}`);
+  const url = new URL(baseUrl);
+  url.pathname = `/${name}`;
+  const sql = connect(url.toString(), 2);
+  return {
+    url: url.toString(),
+    kind,
+    sql,
+    async close() {
+      await sql.end();
+      if (process.env.BENCH_KEEP_DB) note(`kept database ${name}`);
+      else await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.end();
+      await embedded?.stop();
+    },
+  };
+}
+
+async function waitReady(base: string, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}`);
+    const ok = await fetch(`${base}/readyz`).then((r) => r.status === 200, () => false);
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error("server did not become ready within 60 s");
+}
+
+export interface BenchServers {
+  ports: number[];
+  children: ChildProcess[];
+  /** SIGTERM to each, and waits for them to exit. */
+  stop(): Promise<void>;
+}
+
+/**
+ * `count` copies of src/main.ts on free loopback ports, on one database, with
+ * rate limits off (the documented limits would otherwise be the whole bench)
+ * and warn-level logs; started one at a time, so the first applies the
+ * migrations. BENCH_NODE_ARGS adds node flags, e.g.
+ * "--cpu-prof --cpu-prof-dir=.data/prof".
+ */
+export async function startServers(count: number, databaseUrl: string, env: Record<string, string>): Promise<BenchServers> {
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  const ports: number[] = [];
+  const children: ChildProcess[] = [];
+  const stop = async () => {
+    for (const c of children) c.kill("SIGTERM");
+    await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))));
+  };
+  try {
+    for (let i = 0; i < count; i++) {
+      const port = await freePort();
+      const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/main.ts"], {
+        env: {
+          ...process.env,
+          NODE_ENV: "development",
+          DATABASE_URL: databaseUrl,
+          PORT: String(port),
+          HOST: "127.0.0.1",
+          SVC_RATE_LIMITS: "off",
+          LOG_LEVEL: "warn",
+          ...env,
+        },
+        stdio: ["ignore", "inherit", "inherit"],
+      });
+      children.push(child);
+      ports.push(port);
+      await waitReady(`http://127.0.0.1:${port}`, child);
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { ports, children, stop };
+}
