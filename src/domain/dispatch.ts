@@ -125,19 +125,21 @@ const CANDIDATE_WINDOW = 32;
  * locked (skipping those others hold). With `window`, only the `window` most
  * reliable available providers with a free slot are considered, read in order
  * from providers_dispatch_idx (migration 010) instead of scanning every
- * provider; the caller asks again without it when none of those fit or could
- * be locked. (The window leaves the job out on purpose: its fit clauses would
- * make the planner expect one row and sort the whole fleet instead.)
+ * provider, plus the provider the job asked for; the caller asks again
+ * without it (for jobs not bound to a provider) when none of those fit or
+ * could be locked. (The window leaves the job's fit out on purpose: its
+ * clauses would make the planner expect one row and sort the whole fleet.)
  */
 function bestProviderSql(tx: Tx, jobId: number, tried: number[], window: number | null): ReturnType<Tx> {
   const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
   // ANY(ARRAY(...)): the window is read once, in index order, then each candidate by primary key.
   const candidates =
     window === null
-      ? tx`true`
+      ? tx`j.requested_provider_id IS NULL`
       : tx`l.provider_id = ANY(ARRAY(
           SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
-          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${window}))`;
+          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${window})
+        || ARRAY(SELECT requested_provider_id FROM jobs WHERE id = ${jobId} AND requested_provider_id IS NOT NULL))`;
   return tx`
     SELECT p.id, ${slotsSql(tx)} - l.active AS free
     FROM provider_load l JOIN providers p ON p.id = l.provider_id, jobs j
@@ -151,18 +153,21 @@ function bestProviderSql(tx: Tx, jobId: number, tried: number[], window: number 
  * busy free provider that fits is locked (providers locked by others are
  * skipped) and filled from the queue in priority order. The job lands when it
  * is the best one for some provider; otherwise it stays queued behind
- * higher-priority work.
+ * higher-priority work. `wholeFleet: false` (the sweep's retries) looks at
+ * the candidate window only and reports no contention: one index read.
  */
-export async function placeJob(tx: Tx, jobId: number): Promise<PlaceResult> {
+export async function placeJob(tx: Tx, jobId: number, opts: { wholeFleet?: boolean } = {}): Promise<PlaceResult> {
+  const wholeFleet = opts.wholeFleet ?? true;
   const tried: number[] = [0];
   for (let i = 0; i < 8; i++) {
     let { providerId, assigned } = await fill(tx, bestProviderSql(tx, jobId, tried, CANDIDATE_WINDOW));
-    if (providerId === null) ({ providerId, assigned } = await fill(tx, bestProviderSql(tx, jobId, tried, null)));
+    if (providerId === null && wholeFleet) ({ providerId, assigned } = await fill(tx, bestProviderSql(tx, jobId, tried, null)));
     if (providerId === null) break;
     const got = assigned.find((a) => a.id === jobId);
     if (got) return { providerId, contended: [], job: got.job };
     tried.push(providerId);
   }
+  if (!wholeFleet) return { providerId: null, contended: [] };
   const contended = await tx<{ id: number }[]>`
     SELECT p.id FROM jobs j, providers p JOIN provider_load l ON l.provider_id = p.id
     WHERE j.id = ${jobId} AND j.status = 'queued' AND ${availableSql(tx)} AND ${matchesSql(tx)}
@@ -187,21 +192,21 @@ export async function dispatchForProvider(sql: Sql, providerId: number): Promise
 }
 
 /**
- * Safety net run by the job worker (and after re-queues): every available
- * provider with a free slot and a queued job it can run gets filled.
+ * Safety net run by the job worker (and after re-queues): the oldest queued
+ * jobs, in dispatch order, are offered to the candidate window again (a slot
+ * opened, a provider came back, a lock was busy). Driven by the queue, not by
+ * the fleet: a job waiting for one offline provider costs one index read, not
+ * a pass over every provider. Returns how many of them were placed.
  */
-export async function dispatchQueued(sql: Sql, limit = 200): Promise<Assignment[]> {
-  const [{ any }] = await sql<{ any: boolean }[]>`SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'queued') AS any`;
-  if (!any) return [];
-  const providers = await sql<{ id: number }[]>`
-    SELECT p.id FROM providers p
-    WHERE ${availableSql(sql)} AND ${busySql(sql)} < ${slotsSql(sql)}
-      AND EXISTS (SELECT 1 FROM jobs j WHERE j.status = 'queued' AND ${matchesSql(sql)})
-    ORDER BY ${busySql(sql)}, p.reliability_score DESC NULLS LAST, p.id
-    LIMIT ${limit}`;
-  const out: Assignment[] = [];
-  for (const p of providers) out.push(...(await dispatchForProvider(sql, p.id)));
-  return out;
+export async function dispatchQueued(sql: Sql, limit = 100): Promise<number> {
+  const queued = await sql<{ id: number }[]>`
+    SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${limit}`;
+  let placed = 0;
+  for (const { id } of queued) {
+    const r = await sql.begin((tx) => placeJob(tx, id, { wholeFleet: false }));
+    if (r.providerId !== null) placed++;
+  }
+  return placed;
 }
 
 // ---- re-queue ----

@@ -43,7 +43,7 @@ export async function sweepJobs(sql: Sql): Promise<SweepResult> {
   out.requeued += unclaimed.requeued;
   out.failed += unclaimed.failed;
   for (const providerId of freed) out.assigned += (await dispatchForProvider(sql, providerId)).length;
-  out.assigned += (await dispatchQueued(sql)).length;
+  out.assigned += await dispatchQueued(sql);
   return out;
 }
 

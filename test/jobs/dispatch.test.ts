@@ -8,6 +8,7 @@ import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/ledger.js";
 import { verifyTask } from "../../src/domain/task-signing.js";
+import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { ASSIGNED_CHANNEL, CANCEL_CHANNEL } from "../../src/domain/job-events.js";
 import { clearMarketplace } from "./helpers.js";
 
@@ -214,6 +215,32 @@ describe("provider choice", () => {
     expect(big.provider_id).toBe(h100.id);
     const plain = (await submit(renter.headers)).body.job;
     expect(plain.provider_id).toBe(fleet[fleet.length - 1].id); // the most reliable 4090
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});
+
+describe("the sweep's safety net", () => {
+  it("places queued jobs once capacity appears behind its back: a bound job on its provider, a free job anywhere", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const bound = await makeProvider(srv);
+    const other = await makeProvider(srv);
+    await setGpus(other.id, 2);
+    // Everything busy: bound runs b1 (b2 waits for it), other runs two fillers (free waits).
+    const b1 = (await submit(renter.headers, { provider_id: bound.id })).body.job;
+    const b2 = (await submit(renter.headers, { provider_id: bound.id })).body.job;
+    expect([b1.provider_id, b2.status]).toEqual([bound.id, "queued"]);
+    const fillers = [(await submit(renter.headers)).body.job, (await submit(renter.headers)).body.job];
+    expect(fillers.map((j) => j.provider_id)).toEqual([other.id, other.id]);
+    const free = (await submit(renter.headers)).body.job;
+    expect(free.status).toBe("queued");
+
+    // Slots open with no event (as if another process's notice was lost): only the sweep can notice.
+    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${bound.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 3 WHERE id = ${other.id}`;
+    const swept = await sweepJobs(srv.sql);
+    expect(swept.assigned).toBeGreaterThanOrEqual(2);
+    expect(await statusOf(b2.job_id)).toMatchObject({ status: "pending", provider_id: bound.id });
+    expect(await statusOf(free.job_id)).toMatchObject({ status: "pending", provider_id: other.id });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 });
