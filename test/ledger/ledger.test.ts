@@ -110,6 +110,37 @@ describe("hold, settle, release", () => {
   });
 });
 
+describe("accounts", () => {
+  it("creating an account another transaction is creating at the same moment leaves no row lock behind", async () => {
+    // Two settles paying a provider for the first time both create its earnings account. The second
+    // waits for the first; it must not come out of that wait holding a lock on the account, or it
+    // holds it outside the id order in which settle locks accounts (a deadlock, seen under load).
+    const p = await makeProvider(srv);
+    const first = await sql.reserve();
+    const second = await sql.reserve();
+    try {
+      await first`BEGIN`;
+      const [{ id }] = await first<{ id: number }[]>`SELECT ledger_account('provider_earnings', ${p.id}::bigint) AS id`;
+      await second`BEGIN`;
+      const waiting = second<{ id: number }[]>`SELECT ledger_account('provider_earnings', ${p.id}::bigint) AS id`.execute();
+      await new Promise((r) => setTimeout(r, 200)); // the second is now waiting on the first's insert
+      await first`COMMIT`;
+      const [{ id: again }] = await waiting;
+      expect(again).toBe(id);
+      // Another transaction can lock the account at once: the second holds nothing on it.
+      const locked = await sql.begin((tx) => tx`SELECT id FROM ledger_accounts WHERE id = ${id} FOR NO KEY UPDATE NOWAIT`);
+      expect(locked).toHaveLength(1);
+      await second`COMMIT`;
+    } finally {
+      // Back to the pool with no transaction open, whatever happened above.
+      for (const c of [first, second]) {
+        await c`ROLLBACK`.catch(() => {});
+        c.release();
+      }
+    }
+  });
+});
+
 describe("no overdraft", () => {
   it("a short hold is 402, writes nothing and leaves the transaction usable", async () => {
     const r = await makeRenter(srv, 100);
