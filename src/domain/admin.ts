@@ -48,7 +48,9 @@ export async function listRenters(
 
 /** Sets a renter's status; answers the row and whether it changed. */
 export async function setRenterStatus(tx: Tx, id: number, status: (typeof RENTER_STATUSES)[number]): Promise<{ row: RenterRow; changed: boolean }> {
-  const [before] = await tx<RenterRow[]>`SELECT * FROM renters WHERE id = ${id} FOR UPDATE`;
+  // NO KEY UPDATE: the status is not a key, so submits inserting jobs for this renter (foreign key
+  // share locks) are not held up.
+  const [before] = await tx<RenterRow[]>`SELECT * FROM renters WHERE id = ${id} FOR NO KEY UPDATE`;
   if (!before) throw notFound("renter not found");
   if (before.status === status) return { row: before, changed: false };
   const [row] = await tx<RenterRow[]>`UPDATE renters SET status = ${status} WHERE id = ${id} RETURNING *`;
@@ -73,7 +75,9 @@ export async function setQuota(
   if (input.monthlySpendLimitHalala !== undefined) {
     checkRange(input.monthlySpendLimitHalala, 0, QUOTA_MAX, "monthly_spend_limit_halala", true);
   }
-  const [renter] = await tx`SELECT id FROM renters WHERE id = ${renterId} FOR UPDATE`;
+  // No lock on the renter: a submit locks renter_quota first and touches the renter row after, so
+  // taking them the other way round here could deadlock with it. The upsert locks the quota row.
+  const [renter] = await tx`SELECT id FROM renters WHERE id = ${renterId}`;
   if (!renter) throw notFound("renter not found");
   const [q] = await tx<{ daily_jobs_limit: number; monthly_spend_limit_halala: number }[]>`
     INSERT INTO renter_quota (renter_id, daily_jobs_limit, monthly_spend_limit_halala)

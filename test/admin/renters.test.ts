@@ -145,6 +145,27 @@ describe("admin renters", () => {
     expect(log.entries[2].details.reason).toBe("goodwill");
   });
 
+  it("sets a quota while a submit of that renter is mid-transaction, without deadlocking it", async () => {
+    const renter = await makeRenter(srv);
+    expect((await api.put(`/api/admin/renters/${renter.id}/quota`, { daily_jobs_limit: 50 }, ADMIN)).status).toBe(200);
+    const submit = await srv.sql.reserve();
+    try {
+      // What a submit does, in its order: the quota row first (renter_quota_usage), the renter row last.
+      await submit`BEGIN`;
+      await submit`SELECT * FROM renter_quota WHERE renter_id = ${renter.id} FOR NO KEY UPDATE`;
+      const admin = api.put(`/api/admin/renters/${renter.id}/quota`, { daily_jobs_limit: 70 }, ADMIN);
+      await new Promise((r) => setTimeout(r, 300)); // the admin call is now waiting on the quota row
+      await submit`UPDATE renters SET total_jobs = total_jobs + 1 WHERE id = ${renter.id}`;
+      await submit`COMMIT`;
+      const r = await admin;
+      expect(r.status, r.text).toBe(200);
+      expect(r.body.quota.daily_jobs_limit).toBe(70);
+    } finally {
+      await submit`ROLLBACK`.catch(() => {});
+      submit.release();
+    }
+  });
+
   it("sets quotas (one or both limits), audited with before and after", async () => {
     const renter = await makeRenter(srv);
     const one = await api.put(`/api/admin/renters/${renter.id}/quota`, { daily_jobs_limit: 3 }, ADMIN);
