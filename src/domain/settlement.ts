@@ -34,11 +34,13 @@ export async function lockJobById(tx: Tx, id: number): Promise<LockedJob | undef
  * Locks both of the renter's ledger accounts in id order before any transfer,
  * so a settlement (held -> ..., then held -> available) and a concurrent
  * submit of the same renter (available -> held) take them in the same order.
+ * NO KEY UPDATE, the ledger's own strength: FOR UPDATE would also wait for the
+ * key-share locks a concurrent transfer's row holds on these accounts.
  */
 export async function lockRenterFunds(tx: Tx, renterId: number): Promise<void> {
   await tx`
     SELECT id FROM ledger_accounts WHERE owner_id = ${renterId} AND kind IN ('renter_available', 'renter_held')
-    ORDER BY id FOR UPDATE`;
+    ORDER BY id FOR NO KEY UPDATE`;
 }
 
 export interface Figures {

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type Sql } from "../../src/db/index.js";
 import { accountBalance, accountId, adjust, credit, debit, hold, ledgerProblems, release, renterFunds, settle, transfer } from "../../src/domain/ledger.js";
 import { checkSubmitQuota, quotaUsage } from "../../src/domain/quota.js";
+import { lockRenterFunds } from "../../src/domain/settlement.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
@@ -138,6 +139,38 @@ describe("accounts", () => {
         c.release();
       }
     }
+  });
+});
+
+describe("lock order", () => {
+  it("a settlement locking a renter's funds does not deadlock with a transfer of that renter under way", async () => {
+    // A transfer inserts its row first (foreign keys: KEY SHARE on both accounts), then locks the
+    // accounts FOR NO KEY UPDATE. A settlement locking the funds FOR UPDATE would wait for that key
+    // share, queued in front of the transfer's own lock on the same rows (see migration 009): it must
+    // take the same NO KEY UPDATE strength as the ledger and not wait for a key share at all.
+    const renter = await makeRenter(srv, 1_000);
+    const acct = await renterFunds(sql, renter.id);
+    const [{ available, held }] = await sql<{ available: number; held: number }[]>`
+      SELECT ledger_account('renter_available', ${renter.id}::bigint) AS available, ledger_account('renter_held', ${renter.id}::bigint) AS held`;
+    const transferTx = await sql.reserve();
+    try {
+      await transferTx`BEGIN`;
+      await transferTx`
+        INSERT INTO ledger_transfers (debit_account_id, credit_account_id, amount, kind, idempotency_key)
+        VALUES (${available}, ${held}, 1, 'hold', ${`lock-order-${renter.id}`})`;
+      const settling = sql.begin(async (tx) => {
+        await tx`SET LOCAL lock_timeout = '2s'`;
+        await lockRenterFunds(tx, renter.id);
+        await new Promise((r) => setTimeout(r, 300));
+      });
+      await new Promise((r) => setTimeout(r, 100)); // the settlement holds (or waits for) the funds now
+      await transferTx`SELECT id FROM ledger_accounts WHERE id IN (${available}, ${held}) ORDER BY id FOR NO KEY UPDATE`;
+      await settling;
+    } finally {
+      await transferTx`ROLLBACK`.catch(() => {});
+      transferTx.release();
+    }
+    expect(await renterFunds(sql, renter.id)).toEqual(acct);
   });
 });
 
