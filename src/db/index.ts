@@ -7,8 +7,37 @@ export type Tx = postgres.TransactionSql<{ bigint: number }>;
 /** Either the pool or a transaction: domain functions accept both. */
 export type Db = Sql | Tx;
 
+/** deadlock_detected and serialization_failure: the transaction was rolled back whole and may run again. */
+const RETRYABLE_CODES = new Set(["40P01", "40001"]);
+/** Runs of one transaction before its error reaches the caller. */
+const TRANSACTION_ATTEMPTS = 3;
+
+/**
+ * Every `sql.begin` of the pool re-runs its transaction when PostgreSQL
+ * aborted it as a deadlock victim or a serialization failure (after a short
+ * random pause), instead of answering 500: the transaction was rolled back
+ * whole, and the bodies write nothing outside the database but idempotent
+ * cache forgets. Lock order is still the first defence (see dispatch.ts and
+ * settlement.ts); this covers what slips through.
+ */
+function retryTransactions(sql: Sql): Sql {
+  const begin = sql.begin.bind(sql) as (...args: unknown[]) => Promise<unknown>;
+  (sql as unknown as { begin: (...args: unknown[]) => Promise<unknown> }).begin = async (...args: unknown[]) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await begin(...args);
+      } catch (err) {
+        const code = (err as { code?: string } | null)?.code;
+        if (attempt >= TRANSACTION_ATTEMPTS || !code || !RETRYABLE_CODES.has(code)) throw err;
+        await new Promise((r) => setTimeout(r, 5 + Math.random() * 20 * attempt));
+      }
+    }
+  };
+  return sql;
+}
+
 export function connect(url: string, max = 10): Sql {
-  return postgres(url, {
+  return retryTransactions(postgres(url, {
     max,
     onnotice: () => {},
     types: {
@@ -20,5 +49,5 @@ export function connect(url: string, max = 10): Sql {
       },
     },
     connection: { application_name: "svc" },
-  }) as unknown as Sql;
+  }) as unknown as Sql);
 }
