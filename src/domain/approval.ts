@@ -23,7 +23,7 @@ export interface ActionOutcome {
 }
 
 async function lockProvider(tx: Tx, id: number): Promise<ProviderRow> {
-  const [row] = await tx<ProviderRow[]>`SELECT * FROM providers WHERE id = ${id} FOR UPDATE`;
+  const [row] = await tx<ProviderRow[]>`SELECT * FROM providers WHERE id = ${id} FOR NO KEY UPDATE`;
   if (!row) throw notFound("provider not found");
   return row;
 }

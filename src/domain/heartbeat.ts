@@ -4,7 +4,10 @@
 // Write path, built for 100,000 providers beating every 30 s (3,300/s):
 // - A heartbeat that changes state (first beat, offline -> online) is
 //   written synchronously, in one statement, before it is acknowledged; the
-//   row lock orders it against admin actions and the sweep.
+//   row lock orders it against admin actions and the sweep. Provider rows are
+//   locked FOR NO KEY UPDATE everywhere: FOR UPDATE would also wait for the
+//   key-share locks of rows that reference the provider (a job's hold, an
+//   event), queued in front of that transaction's own update of the provider.
 // - A heartbeat that changes no state (approved and online, or paused, by
 //   the in-process cache, src/domain/provider-cache.ts, or else by one
 //   primary-key read) is pure telemetry: it is acknowledged at once, and its
@@ -263,7 +266,7 @@ export class HeartbeatPipeline {
         SELECT id, status, approval_status, is_paused, last_heartbeat, rejection_reason, suspended_reason,
                uptime_hour, uptime_hour_seconds,
                (reputation_at IS NULL OR reputation_at < now() - make_interval(secs => ${REPUTATION_REFRESH_SECONDS})) AS reputation_due
-        FROM providers WHERE id = ${providerId} FOR UPDATE
+        FROM providers WHERE id = ${providerId} FOR NO KEY UPDATE
       ), upd AS (
         UPDATE providers p SET
           ${coverageSet(sql, sql`date_trunc('hour', greatest(p.last_heartbeat, ${ts}::timestamptz))`, sql`svc_heartbeat_credit(p.last_heartbeat, ${ts}, ${ts})`)},
@@ -435,7 +438,7 @@ export class HeartbeatPipeline {
                (p.reputation_at IS NULL OR p.reputation_at < now() - make_interval(secs => ${REPUTATION_REFRESH_SECONDS})) AS reputation_due
         FROM providers p JOIN v ON v.id = p.id
         WHERE p.approval_status = 'approved' AND p.status <> 'suspended'
-        ORDER BY p.id FOR UPDATE OF p
+        ORDER BY p.id FOR NO KEY UPDATE OF p
       ), upd AS (
         UPDATE providers p SET
           ${coverageSet(sql, sql`date_trunc('hour', v.last_ts)`, sql`svc_heartbeat_credit(p.last_heartbeat, v.first_ts, v.last_ts)`)},

@@ -26,7 +26,7 @@ export async function markSilentProvidersOffline(sql: Sql): Promise<number[]> {
             AND (status = 'online' OR status_since < now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))
           ORDER BY id
           LIMIT ${SWEEP_BATCH}
-          FOR UPDATE SKIP LOCKED
+          FOR NO KEY UPDATE SKIP LOCKED
         )
         UPDATE providers p SET status = 'offline', status_since = now(), updated_at = now()
         FROM silent WHERE p.id = silent.id

@@ -98,7 +98,7 @@ export async function setPreferences(db: Db, providerId: number, input: Preferen
 
   const [current] = await db<Preferences[]>`
     SELECT run_mode, scheduled_start, scheduled_end, gpu_usage_cap_pct, vram_reserve_gb, temp_limit_c
-    FROM providers WHERE id = ${providerId} FOR UPDATE`;
+    FROM providers WHERE id = ${providerId} FOR NO KEY UPDATE`;
   const next: Preferences = {
     run_mode: runMode ?? current.run_mode,
     scheduled_start: start === undefined ? current.scheduled_start : start,

@@ -118,7 +118,7 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
  */
 export async function pauseProvider(sql: Sql, id: number): Promise<string> {
   return sql.begin(async (tx) => {
-    const [row] = await tx<{ status: string }[]>`SELECT status FROM providers WHERE id = ${id} FOR UPDATE`;
+    const [row] = await tx<{ status: string }[]>`SELECT status FROM providers WHERE id = ${id} FOR NO KEY UPDATE`;
     if (!row) throw notFound("provider not found");
     if (row.status === "suspended") throw forbidden("provider is suspended; contact support");
     await tx`
@@ -137,7 +137,7 @@ export async function pauseProvider(sql: Sql, id: number): Promise<string> {
  */
 export async function resumeProvider(sql: Sql, id: number): Promise<{ status: string; becameOnline: boolean }> {
   return sql.begin(async (tx) => {
-    const [row] = await tx<{ status: string }[]>`SELECT status FROM providers WHERE id = ${id} FOR UPDATE`;
+    const [row] = await tx<{ status: string }[]>`SELECT status FROM providers WHERE id = ${id} FOR NO KEY UPDATE`;
     if (!row) throw notFound("provider not found");
     if (row.status === "suspended") throw forbidden("provider is suspended; contact support");
     const [after] = await tx<{ status: string }[]>`

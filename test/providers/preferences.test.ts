@@ -52,6 +52,31 @@ describe("pause and resume", () => {
   });
 });
 
+describe("row locks", () => {
+  it("pausing does not wait for a transaction that references the provider, nor deadlock with it", async () => {
+    // A settlement records the provider on the job's hold (a foreign key: KEY SHARE on the provider
+    // row) and updates the provider's totals at the end. A pause taking FOR UPDATE in between would
+    // wait for that key share and make the settlement's own update wait behind it: a deadlock.
+    const p = await newProvider(srv);
+    const settlement = await srv.sql.reserve();
+    try {
+      await settlement`BEGIN`;
+      await settlement`INSERT INTO daemon_events (provider_id, event_type, severity) VALUES (${p.id}, 'lock_test', 'info')`;
+      // Answered while that transaction is still open (not queued behind its key share).
+      const pausing = api.post("/api/providers/pause", { key: p.key });
+      const pause = await Promise.race([pausing, new Promise<"blocked">((r) => setTimeout(() => r("blocked"), 3_000))]);
+      expect(pause === "blocked" ? pause : pause.status).toBe(200);
+      await settlement`UPDATE providers SET total_jobs = total_jobs + 1 WHERE id = ${p.id}`;
+      await settlement`COMMIT`;
+    } finally {
+      await settlement`ROLLBACK`.catch(() => {});
+      settlement.release();
+    }
+    const [row] = await srv.sql`SELECT status, total_jobs FROM providers WHERE id = ${p.id}`;
+    expect(row).toMatchObject({ status: "paused", total_jobs: 1 });
+  });
+});
+
 describe("preferences", () => {
   it("stores every preference and answers them all", async () => {
     const p = await newProvider(srv);
