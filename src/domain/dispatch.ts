@@ -28,7 +28,11 @@ export const liveSql = (db: Db) => db`(
 /** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/preferences.ts). */
 export const runWindowSql = (db: Db) => withinRunWindowSql(db, "p");
 
-/** Live and taking work now: not paused, inside its run window. */
+/**
+ * Live and taking work now: not paused, inside its run window. Its state part is
+ * also the predicate of providers_dispatch_idx (migration 010): change both, or
+ * placement stops using the index (slower, still correct).
+ */
 export const availableSql = (db: Db) => db`(${liveSql(db)} AND NOT p.is_paused AND p.status <> 'paused' AND ${runWindowSql(db)})`;
 
 /**
