@@ -5,12 +5,20 @@ import { apiError } from "./errors.js";
 
 export const DEFAULT_BODY_LIMIT_KB = 64;
 
+/**
+ * 413 for a body over the limit. The rest of the body is discarded, not read
+ * into memory; on HTTP/1.1 the connection closes after the answer so a
+ * client streaming without end cannot keep it busy (HTTP/2 resets the stream).
+ */
+function tooLarge(req: IncomingMessage | Http2ServerRequest, limitBytes: number) {
+  req.resume();
+  const close: Record<string, string> | undefined = req.httpVersionMajor === 1 ? { connection: "close" } : undefined;
+  return apiError(413, `request body too large (limit ${Math.floor(limitBytes / 1024)} KiB)`, close);
+}
+
 export async function readBody(req: IncomingMessage | Http2ServerRequest, limitBytes: number): Promise<Buffer> {
   const declared = Number(req.headers["content-length"]);
-  if (Number.isFinite(declared) && declared > limitBytes) {
-    req.resume();
-    throw apiError(413, `request body too large (limit ${Math.floor(limitBytes / 1024)} KiB)`);
-  }
+  if (Number.isFinite(declared) && declared > limitBytes) throw tooLarge(req, limitBytes);
   // Events rather than `for await`: the async iterator costs several times
   // more per request, and most bodies arrive in one chunk.
   return new Promise<Buffer>((resolve, reject) => new BodyReader(req, limitBytes, resolve, reject).start());
@@ -49,9 +57,10 @@ class BodyReader {
   private data(chunk: Buffer): void {
     this.size += chunk.length;
     if (this.size > this.limitBytes) {
+      // Answer 413 (a destroyed request would leave the client with a reset, not an answer).
       this.cleanup();
-      this.req.destroy();
-      this.reject(apiError(413, `request body too large (limit ${Math.floor(this.limitBytes / 1024)} KiB)`));
+      this.chunks.length = 0;
+      this.reject(tooLarge(this.req, this.limitBytes));
       return;
     }
     this.chunks.push(chunk);

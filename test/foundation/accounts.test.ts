@@ -1,5 +1,6 @@
 // The first vertical slice over real HTTP: provider and renter register,
 // login-email and me, field by field against the spec.
+import http from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
@@ -155,6 +156,21 @@ describe("transcoder edges", () => {
     const big = await api.post("/api/renters/register", { name: "x".repeat(100 * 1024), email: uniqueEmail() });
     expect(big.status).toBe(413);
     expect(big.body.error).toMatch(/too large/);
+
+    // Chunked (no content-length): the limit is found while reading; still a 413 answer, not a reset.
+    const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = http.request(`${srv.url}/api/renters/register`, { method: "POST", headers: { "content-type": "application/json" } }, (res) => {
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (c) => (body += c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on("error", reject);
+      req.write(`{"name":"${"x".repeat(40 * 1024)}`);
+      setTimeout(() => req.end(`${"y".repeat(40 * 1024)}","email":"${uniqueEmail()}"}`), 20);
+    });
+    expect(chunked.status).toBe(413);
+    expect(JSON.parse(chunked.body).error).toMatch(/too large/);
   });
 
   it("serves health and readiness", async () => {
