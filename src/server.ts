@@ -1,6 +1,5 @@
 // Builds the whole service: database, migrations, services, both wires on
 // one port, background workers. `main.ts` only calls `startApp`.
-import crypto from "node:crypto";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createContextValues } from "@connectrpc/connect";
 import type { Config } from "./config.js";
@@ -9,6 +8,7 @@ import { startEmbedded, type EmbeddedServer } from "./db/embedded.js";
 import { migrate, migrationsCurrent } from "./db/migrate.js";
 import { createLogger, type Logger } from "./log.js";
 import { createEdge } from "./http/edge.js";
+import { callLogInterceptor, requestIdOf } from "./http/call-log.js";
 import { credentialsFromHeaders, credentialsKey } from "./http/credentials.js";
 import { buildRouteTable, clientIpOf, createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
 import { buildServices } from "./services/index.js";
@@ -88,11 +88,11 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       for (const s of services) router.service(s.service, s.impl);
     },
     shutdownSignal: shutdown.signal,
-    interceptors: limits ? [limits.interceptor] : [],
+    interceptors: [callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])],
     contextValues: (req) =>
       createContextValues().set(
         credentialsKey,
-        credentialsFromHeaders(req.headers as Record<string, string>, clientIpOf(req as NodeRequest, config.trustProxy), crypto.randomUUID()),
+        credentialsFromHeaders(req.headers as Record<string, string>, clientIpOf(req as NodeRequest, config.trustProxy), requestIdOf(req.headers)),
       ),
     fallback: async (req, res) => {
       const url = new URL(req.url ?? "/", "http://localhost");

@@ -2,7 +2,6 @@
 // options declared on the RPCs in proto/; each request is turned into the
 // RPC's request message, handed to the same (secured) implementation the
 // Connect router serves, and the answer written as the documented JSON.
-import crypto from "node:crypto";
 import { setMaxListeners } from "node:events";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
@@ -12,6 +11,7 @@ import { RawBodySchema, route, type RawBody } from "../../gen/svc/v1/options_pb.
 import type { Logger } from "../log.js";
 import { maskSecrets } from "../log.js";
 import { DEFAULT_BODY_LIMIT_KB, readBody } from "./body.js";
+import { requestIdOf } from "./call-log.js";
 import { credentialsFromRest, credentialsKey } from "./credentials.js";
 import { apiError, toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
@@ -295,7 +295,8 @@ export function createRestHandler(opts: RestHandlerOptions) {
       sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${url.pathname.startsWith("/api/") ? maskSecrets(url.pathname) : url.pathname}` });
       return true;
     }
-    const requestId = (req.headers["x-request-id"] as string) || crypto.randomUUID();
+    const requestId = requestIdOf(req.headers);
+    res.setHeader("x-request-id", requestId);
     const clientIp = clientIpOf(req, opts.trustProxy);
     let status = 500;
     // Only a client gone before the answer, or shutdown, cancels the handler.

@@ -6,7 +6,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Role, route } from "../../gen/svc/v1/options_pb.js";
 import { constantTimeEqual, roleOfKey } from "../domain/keys.js";
 import { cachedLookupKey } from "../domain/key-cache.js";
-import { badRequest, forbidden, unauthorized } from "../http/errors.js";
+import { badRequest, forbidden, notFound, unauthorized } from "../http/errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { principalKey, type Deps, type Principal } from "./deps.js";
 
@@ -15,7 +15,17 @@ export function rolesOf(method: DescMethod): Role[] {
   return roles.length > 0 ? roles : [Role.PUBLIC];
 }
 
-async function authenticate(deps: Deps, roles: Role[], ctx: HandlerContext): Promise<Principal> {
+interface Guard {
+  roles: Role[];
+  /** 404 rather than 401 for a key of no account (route option unknown_key_not_found). */
+  unknownKeyNotFound: boolean;
+}
+
+function guardOf(method: DescMethod): Guard {
+  return { roles: rolesOf(method), unknownKeyNotFound: getOption(method, route).unknownKeyNotFound };
+}
+
+async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ctx: HandlerContext): Promise<Principal> {
   const creds = ctx.values.get(credentialsKey);
   if (roles.includes(Role.ADMIN) && creds.adminTokens.some((t) => constantTimeEqual(t, deps.config.adminToken))) {
     return { role: "admin" };
@@ -26,6 +36,8 @@ async function authenticate(deps: Deps, roles: Role[], ctx: HandlerContext): Pro
   if (roles.includes(Role.PROVIDER)) wanted.add("provider");
   if (roles.includes(Role.RENTER)) wanted.add("renter");
   const keys = creds.keys.filter((k) => wanted.has(roleOfKey(k) ?? ""));
+  const unknownKey = () =>
+    unknownKeyNotFound ? notFound(`${[...wanted].join(" or ")} not found: no account has this API key`) : unauthorized("invalid API key");
   for (const key of keys) {
     // Cached briefly in process; rotation revokes at once (see key-cache.ts).
     const owner = await cachedLookupKey(deps.sql, key);
@@ -34,14 +46,14 @@ async function authenticate(deps: Deps, roles: Role[], ctx: HandlerContext): Pro
     if (owner.suspended) throw forbidden("renter account is suspended");
     return { role: "renter", renterId: owner.accountId };
   }
-  if (keys.length > 0) throw unauthorized("invalid API key");
+  if (keys.length > 0) throw unknownKey();
   const adminOnly = wanted.size === 0;
   if (adminOnly) {
     throw unauthorized(creds.adminTokens.length > 0 ? "invalid admin token" : "admin token required (x-admin-token or Authorization: Bearer)");
   }
   const otherKeys = creds.keys.filter((k) => roleOfKey(k) !== undefined);
   if (otherKeys.length > 0) throw forbidden(`this endpoint needs a ${[...wanted].join(" or ")} key`);
-  if (creds.keys.length > 0) throw unauthorized("invalid API key");
+  if (creds.keys.length > 0) throw unknownKey();
   if (creds.adminTokens.length > 0 && roles.includes(Role.ADMIN)) throw unauthorized("invalid admin token");
   throw badRequest("API key required");
 }
@@ -52,15 +64,15 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
   const out: Record<string, AnyImpl> = {};
   for (const method of service.methods) {
     const fn = (impl as unknown as Record<string, AnyImpl>)[method.localName].bind(impl);
-    const roles = rolesOf(method);
+    const guard = guardOf(method);
     if (method.methodKind === "unary") {
       out[method.localName] = async (req, ctx) => {
-        ctx.values.set(principalKey, await authenticate(deps, roles, ctx));
+        ctx.values.set(principalKey, await authenticate(deps, guard, ctx));
         return fn(req, ctx);
       };
     } else {
       out[method.localName] = async function* (req, ctx) {
-        ctx.values.set(principalKey, await authenticate(deps, roles, ctx));
+        ctx.values.set(principalKey, await authenticate(deps, guard, ctx));
         yield* fn(req, ctx) as AsyncIterable<unknown>;
       };
     }

@@ -89,11 +89,13 @@ describe("provider accounts", () => {
     expect((await api.post("/api/providers/login-email", {})).status).toBe(400);
   });
 
-  it("answers me with 400 without a key, 401 with an unknown one, 403 with a renter key", async () => {
+  it("answers me with 400 without a key, 404 with an unknown one (spec), 403 with a renter key", async () => {
     expect((await api.get("/api/providers/me")).body).toEqual({ error: "API key required" });
     expect((await api.get("/api/providers/me")).status).toBe(400);
     const bad = await api.get("/api/providers/me?key=svc-provider-doesnotexist");
-    expect(bad.status).toBe(401);
+    expect(bad.status).toBe(404);
+    expect(bad.body.error).toMatch(/provider not found/);
+    expect((await api.get("/api/providers/status/svc-provider-doesnotexist")).status).toBe(404);
     const renter = await api.post("/api/renters/register", { name: "R", email: uniqueEmail("r") });
     expect((await api.get(`/api/providers/me?key=${renter.body.api_key}`)).status).toBe(403);
   });
@@ -131,9 +133,11 @@ describe("renter accounts", () => {
     expect((await api.post("/api/renters/login-email", { email: uniqueEmail("none") })).status).toBe(404);
   });
 
-  it("answers me with 400 without a key and 401 with a wrong one", async () => {
+  it("answers me with 400 without a key and 404 with an unknown one (spec)", async () => {
     expect((await api.get("/api/renters/me")).status).toBe(400);
-    expect((await api.get("/api/renters/me", { "x-renter-key": "svc-renter-nope" })).status).toBe(401);
+    const unknown = await api.get("/api/renters/me", { "x-renter-key": "svc-renter-nope" });
+    expect(unknown.status).toBe(404);
+    expect(unknown.body.error).toMatch(/renter not found/);
   });
 });
 

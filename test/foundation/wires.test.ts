@@ -52,12 +52,21 @@ describe("gRPC with @grpc/grpc-js on the shared port", () => {
     expect(dup.details).toMatch(/already registered/);
     const bad = await call({ name: "x" }).catch((e) => e);
     expect(bad.code).toBe(grpc.status.INVALID_ARGUMENT);
-    c.close();
+
+    // The caller's request id comes back in the response metadata (and in the call's log line).
+    const md = new grpc.Metadata();
+    md.set("x-request-id", "trace-grpc-1");
+    const echoed = await new Promise<grpc.Metadata>((resolve, reject) => {
+      const unary = c.register(create(register.input, { name: "x" } as never), md, (err: unknown) => err ?? reject(new Error("expected an error")));
+      unary.on("status", (st: grpc.StatusObject) => resolve(st.metadata));
+    });
+    expect(echoed.get("x-request-id")).toEqual(["trace-grpc-1"]);
 
     // The same account is visible over REST: one implementation, two wires.
     const login = await client(srv.url).post("/api/providers/login-email", { email });
     expect(login.status).toBe(200);
     expect(login.body.provider.id).toBe(Number(res.providerId));
+    c.close();
   });
 
   it("opens the daemon bidi stream: hello -> welcome, authenticated by metadata", async () => {
@@ -114,7 +123,7 @@ describe("generated Connect clients", () => {
       const me = await renters.getMe({}, { headers: { "x-renter-key": reg.apiKey } });
       expect(me.renter?.email).toBe(email);
       expect(me.renter?.balanceHalala).toBe(0n);
-      await expect(renters.getMe({}, { headers: { "x-renter-key": "svc-renter-wrong" } })).rejects.toThrow(/invalid API key/);
+      await expect(renters.getMe({}, { headers: { "x-renter-key": "svc-renter-wrong" } })).rejects.toThrow(/renter not found/);
     }
   });
 });

@@ -5,7 +5,7 @@
 //
 // Documented statuses (src/services/secure.ts, spec "Errors"):
 //   no credential  public: served | key roles: 400 "API key required" | admin only: 401
-//   malformed      public: served | key roles: 401 "invalid API key"  | admin only: 401
+//   malformed      public: served | key roles: 401 "invalid API key" (404 "not found" on the me reads) | admin only: 401
 //   wrong role     a provider key on a renter route (or the reverse): 403; a key on an admin-only route: 401
 //   another owner  a job or payment of someone else: 403 (spec: "job belongs to another caller")
 //   right owner    served: neither 401 nor 403 (validation may still answer 4xx)
@@ -37,6 +37,9 @@ interface Case {
   expected: Expected;
 }
 
+/** Reads whose documented answer for a key of no account is 404 "not found" (spec Errors table: me). */
+const UNKNOWN_KEY_NOT_FOUND = new Set(["GET /api/providers/me", "GET /api/renters/me", "GET /api/providers/status/{api_key}"]);
+
 /** The documented status of each column for a route, from its declared roles and its entry. */
 function casesFor(r: RestRoute, entry: Entry, fx: Fx): Case[] {
   const roles = rolesOf(r.method);
@@ -64,7 +67,8 @@ function casesFor(r: RestRoute, entry: Entry, fx: Fx): Case[] {
   cases.push({
     column: "malformed",
     cred: adminOnly ? { kind: "admin", token: garbage } : { kind: renter ? "renter" : "provider", key: garbage },
-    expected: 401,
+    // The `me` reads answer 404 "not found" for a key of no account (spec Errors table).
+    expected: UNKNOWN_KEY_NOT_FOUND.has(routeKey(r)) ? 404 : 401,
   });
   if (adminOnly) cases.push({ column: "wrong role", cred: { kind: "renter", key: fx.renterA.key }, expected: 401 });
   else if (!provider) cases.push({ column: "wrong role", cred: { kind: "provider", key: fx.provider1.key }, expected: 403 });
