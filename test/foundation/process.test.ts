@@ -3,6 +3,7 @@
 // shuts down cleanly. Also: secrets never reach the logs.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -49,6 +50,32 @@ describe("process", () => {
       expect(reg.status).toBe(201);
       expect(output).toContain(path.join(dataDir, "secrets.json"));
       expect(output).not.toContain(reg.body.api_key);
+
+      // Graceful: a request in flight when SIGTERM arrives is still answered; new connections are refused.
+      let refusedDuring: Promise<string> | undefined;
+      const inFlight = new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = http.request(`http://127.0.0.1:${port}/api/renters/register`, { method: "POST", headers: { "content-type": "application/json" } }, (res) => {
+          let body = "";
+          res.on("data", (c) => (body += c));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+        });
+        req.on("error", reject);
+        req.write('{"name": "Late",');
+        req.on("socket", (sock) =>
+          sock.on("connect", () =>
+            setTimeout(() => {
+              child.kill("SIGTERM");
+              refusedDuring = new Promise((r) => setTimeout(r, 250)).then(() =>
+                fetch(`http://127.0.0.1:${port}/healthz`).then(() => "served", (e) => String(e.cause?.code ?? e)),
+              );
+              setTimeout(() => req.end(` "email": "${uniqueEmail("late")}"}`), 500);
+            }, 100),
+          ),
+        );
+      });
+      const answered = await inFlight;
+      expect(answered.status, answered.body).toBe(201);
+      expect(await refusedDuring).toBe("ECONNREFUSED"); // asked while the late request was still open
     } finally {
       child.kill("SIGTERM");
     }
@@ -89,6 +116,25 @@ describe("process", () => {
     } finally {
       await app.close();
       await db.drop();
+    }
+  });
+
+  it("/readyz answers 503 once the database is gone, /healthz still 200", async () => {
+    const db = await freshDatabase();
+    const config = loadConfig({
+      SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET, DATABASE_URL: db.url, PORT: "0", HOST: "127.0.0.1",
+      SVC_DATA_DIR: path.join(os.tmpdir(), "svc-test-data"), SVC_RATE_LIMITS: "off", LOG_LEVEL: "silent",
+    });
+    const app = await startApp(config, { log: pino({ level: "silent" }) });
+    try {
+      expect((await fetch(`${app.url}/readyz`)).status).toBe(200);
+      await db.drop(); // terminates the pool's connections
+      const r = await fetch(`${app.url}/readyz`);
+      expect(r.status).toBe(503);
+      expect(await r.json()).toEqual({ error: "database unreachable" });
+      expect((await fetch(`${app.url}/healthz`)).status).toBe(200);
+    } finally {
+      await app.close();
     }
   });
 });
