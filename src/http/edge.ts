@@ -14,6 +14,8 @@ export interface Edge {
 }
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0");
+/** How long a new connection may take to send enough bytes to tell its protocol. */
+const SNIFF_TIMEOUT_MS = 10_000;
 
 export function createEdge(handler: Handler): Edge {
   const h1 = http.createServer({ keepAliveTimeout: 65_000, headersTimeout: 66_000, requestTimeout: 0 }, handler as http.RequestListener);
@@ -42,11 +44,18 @@ export function createEdge(handler: Handler): Edge {
   const tcp = net.createServer((socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
-    socket.once("data", (first) => {
+    // Wait until the first bytes either differ from the preface or hold all of it:
+    // a client may send its first request in pieces ("P", then "OST / ...").
+    let head = Buffer.alloc(0);
+    const onData = (chunk: Buffer) => {
+      head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
+      const n = Math.min(head.length, PREFACE.length);
+      const isH2 = head.subarray(0, n).equals(PREFACE.subarray(0, n));
+      if (isH2 && head.length < PREFACE.length) return;
+      socket.off("data", onData);
+      socket.setTimeout(0);
       socket.pause();
-      socket.unshift(first);
-      const n = Math.min(first.length, PREFACE.length);
-      const isH2 = first.subarray(0, n).equals(PREFACE.subarray(0, n));
+      socket.unshift(head);
       if (isH2) {
         // The h2 session reads the socket's buffered bytes itself; resuming here would drop them.
         h2Sockets.add(socket);
@@ -55,7 +64,9 @@ export function createEdge(handler: Handler): Edge {
         h1.emit("connection", socket);
         socket.resume();
       }
-    });
+    };
+    socket.on("data", onData);
+    socket.setTimeout(SNIFF_TIMEOUT_MS, () => socket.destroy()); // silent connections do not stay open
     socket.on("error", () => socket.destroy());
   });
 

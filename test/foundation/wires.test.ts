@@ -127,3 +127,23 @@ describe("generated Connect clients", () => {
     }
   });
 });
+
+describe("one port", () => {
+  it("tells HTTP/1.1 from h2c even when the first bytes arrive one at a time", async () => {
+    const { default: net } = await import("node:net");
+    const answer = await new Promise<string>((resolve, reject) => {
+      const sock = net.connect(srv.port, "127.0.0.1", async () => {
+        sock.write("P"); // also the first byte of the HTTP/2 preface
+        await new Promise((r) => setTimeout(r, 50));
+        sock.write("OST /api/renters/register HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}");
+      });
+      let data = "";
+      sock.on("data", (c) => (data += c));
+      sock.on("end", () => resolve(data));
+      sock.on("error", reject);
+    });
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect(answer).toContain("missing required fields");
+  });
+});
+
