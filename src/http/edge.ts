@@ -46,7 +46,7 @@ export function createEdge(handler: Handler): Edge {
     socket.on("close", () => sockets.delete(socket));
     // Wait until the first bytes either differ from the preface or hold all of it:
     // a client may send its first request in pieces ("P", then "OST / ...").
-    let head = Buffer.alloc(0);
+    let head: Buffer = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
       const n = Math.min(head.length, PREFACE.length);
