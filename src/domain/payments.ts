@@ -227,13 +227,16 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
       return { outcome: "failed", payment: row };
     }
     case "refunded": {
-      if (p.status === "refunded") return { outcome: "duplicate", payment: p };
-      if (p.status !== "paid") return { outcome: "ignored", payment: p, note: `cannot refund a ${p.status} payment` };
-      const amount = Math.min(p.amount_halala, ev.refunded !== undefined && ev.refunded > 0 ? ev.refunded : p.amount_halala);
-      const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund`, "refund", p.payment_id);
+      if (p.status !== "paid" && p.status !== "refunded") return { outcome: "ignored", payment: p, note: `cannot refund a ${p.status} payment` };
+      // `refunded` is the gateway's running total: a second partial refund takes only the difference.
+      const total = Math.min(p.amount_halala, ev.refunded !== undefined && ev.refunded > 0 ? ev.refunded : p.amount_halala);
+      const already = p.refunded_halala + p.refund_shortfall_halala;
+      if (total <= already) return { outcome: "duplicate", payment: p };
+      const amount = total - already;
+      const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id);
       const [row] = await tx<PaymentRow[]>`
-        UPDATE payments SET status = 'refunded', refunded_halala = ${taken.debited},
-               refund_shortfall_halala = ${taken.shortfall}, updated_at = now()
+        UPDATE payments SET status = 'refunded', refunded_halala = refunded_halala + ${taken.debited},
+               refund_shortfall_halala = refund_shortfall_halala + ${taken.shortfall}, updated_at = now()
         WHERE id = ${p.id} RETURNING *`;
       if (taken.shortfall > 0) {
         await recordAudit(tx, "gateway", "payment.refund_shortfall", "renter", p.renter_id, {

@@ -331,6 +331,28 @@ describe("POST /api/payments/webhook", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("partial refunds: the gateway's running total takes only the difference each time; replays move nothing", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    await webhook(paidEvent(payment.payment_id, 5000));
+    const refund = (id: string, refunded: number) =>
+      webhook({ id, type: "payment_refunded", data: { status: "refunded", amount: 5000, refunded, metadata: { payment_id: payment.payment_id } } });
+    expect((await refund("pr1", 1000)).body.outcome).toBe("refunded");
+    expect((await balance(r.headers)).balance_halala).toBe(4000);
+    expect((await refund("pr1", 1000)).body.outcome).toBe("duplicate");
+    expect((await refund("pr2", 3500)).body.outcome).toBe("refunded");
+    expect((await balance(r.headers)).balance_halala).toBe(1500);
+    expect((await refund("pr2", 3500)).body.outcome).toBe("duplicate");
+    expect((await refund("pr0", 500)).body.outcome).toBe("duplicate"); // an older, smaller total arriving late
+    expect((await refund("pr3", 9999)).body.outcome).toBe("refunded"); // capped at the payment's amount
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    const [row] = await srv.sql`SELECT status, refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${payment.payment_id}`;
+    expect(row).toEqual({ status: "refunded", refunded_halala: 5000, refund_shortfall_halala: 0 });
+    const moves = await srv.sql`SELECT amount FROM ledger_transfers WHERE payment_id = ${payment.payment_id} AND kind = 'refund' ORDER BY id`;
+    expect(moves.map((m) => Number(m.amount))).toEqual([1000, 2500, 1500]);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("records every verified event", async () => {
     const r = await makeRenter(srv);
     const { payment } = await cardTopup(r.headers, 700);
