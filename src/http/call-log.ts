@@ -30,7 +30,8 @@ export function callLogInterceptor(log: Logger): Interceptor {
       return res;
     } catch (err) {
       const ms = Math.round(performance.now() - started);
-      if (err instanceof ConnectError && err.code !== Code.Internal && err.code !== Code.Unknown) {
+      if (err instanceof ConnectError) {
+        // A documented error, 500s included ("heartbeat failed"); their causes were logged where they were made.
         err.metadata.set("x-request-id", requestId);
         if (log.isLevelEnabled("info")) log.info({ requestId, procedure, code: Code[err.code], ms }, "call");
         throw err;

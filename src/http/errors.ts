@@ -2,6 +2,7 @@
 // Services throw `apiError(status, message)`; gRPC clients see the Connect
 // code, REST clients the exact documented status.
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { Logger } from "../log.js";
 
 const STATUS_HEADER = "x-svc-http-status";
 
@@ -44,6 +45,20 @@ export function apiError(status: number, message: string, headers?: Record<strin
   const metadata = new Headers(headers);
   metadata.set(STATUS_HEADER, String(status));
   return new ConnectError(message, CODE_FOR_STATUS[status] ?? Code.Unknown, metadata);
+}
+
+/**
+ * Runs `fn`; a failure that is not already a documented error (the database is
+ * down, ...) becomes the route's documented 500 answer, its cause only logged.
+ */
+export async function or500<T>(log: Logger, message: string, context: Record<string, unknown>, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof ConnectError) throw err;
+    log.error({ err, ...context }, message);
+    throw apiError(500, message);
+  }
 }
 
 export const badRequest = (m: string) => apiError(400, m);

@@ -1,5 +1,5 @@
 // ProviderService: thin translation between messages and domain calls.
-import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { loginByEmail } from "../domain/login.js";
 import {
@@ -26,7 +26,7 @@ import {
   availableProviders,
   marketplaceSummary,
 } from "../domain/marketplace.js";
-import { apiError, notFound } from "../http/errors.js";
+import { notFound, or500 } from "../http/errors.js";
 import { callerProviderId, type Deps } from "./deps.js";
 
 /** available-providers answers at most this many per page. */
@@ -100,14 +100,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
 
     async heartbeat(req, ctx) {
       const id = callerProviderId(ctx);
-      try {
-        return await recordHeartbeat(deps, id, req);
-      } catch (err) {
-        if (err instanceof ConnectError) throw err;
-        // The documented answer when the service itself fails (database down, ...).
-        log.error({ err, providerId: id }, "heartbeat failed");
-        throw apiError(500, "heartbeat failed");
-      }
+      return or500(log, "heartbeat failed", { providerId: id }, () => recordHeartbeat(deps, id, req));
     },
 
     daemonEvent(req, ctx) {

@@ -12,7 +12,7 @@ import { halalaToSar } from "../domain/pricing.js";
 import { registerRenter, renterByEmail, renterById, renterJobCount, renterMessage, renterQuota, updateRenter, type RenterPatch } from "../domain/renters.js";
 import { checkEmail, checkLength, optionalText, requireFields } from "../domain/validate.js";
 import { checkWebhookUrl } from "../domain/webhook-outbox.js";
-import { badRequest, forbidden, notFound } from "../http/errors.js";
+import { badRequest, forbidden, notFound, or500 } from "../http/errors.js";
 import { callerRenterId, type Deps } from "./deps.js";
 
 export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterService>> {
@@ -50,13 +50,15 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
 
     async getMe(_req, ctx) {
       const id = callerRenterId(ctx);
-      const renter = await renterById(sql, id);
-      const [message, recent, quota] = await Promise.all([renterMessage(sql, renter), recentJobsOfRenter(sql, id), renterQuota(sql, id)]);
-      return {
-        renter: message,
-        recentJobs: recent.map(jobMessage),
-        quota: { dailyJobsLimit: BigInt(quota.dailyJobsLimit), monthlySpendLimitHalala: BigInt(quota.monthlySpendLimitHalala) },
-      };
+      return or500(log, "failed to fetch renter data", { renterId: id }, async () => {
+        const renter = await renterById(sql, id);
+        const [message, recent, quota] = await Promise.all([renterMessage(sql, renter), recentJobsOfRenter(sql, id), renterQuota(sql, id)]);
+        return {
+          renter: message,
+          recentJobs: recent.map(jobMessage),
+          quota: { dailyJobsLimit: BigInt(quota.dailyJobsLimit), monthlySpendLimitHalala: BigInt(quota.monthlySpendLimitHalala) },
+        };
+      });
     },
 
     async updateMe(req, ctx) {

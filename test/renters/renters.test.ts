@@ -170,6 +170,20 @@ describe("PATCH /api/renters/me", () => {
 });
 
 describe("rotate-key", () => {
+  it("me answers the documented 500 {error: \"failed to fetch renter data\"} when its reads fail", async () => {
+    const r = await makeRenter(srv);
+    expect((await api.get("/api/renters/me", r.headers)).status).toBe(200);
+    await srv.sql`ALTER TABLE renter_quota RENAME TO renter_quota_unavailable`;
+    try {
+      const res = await api.get("/api/renters/me", r.headers);
+      expect(res.status).toBe(500);
+      expect(res.body).toEqual({ error: "failed to fetch renter data" });
+    } finally {
+      await srv.sql`ALTER TABLE renter_quota_unavailable RENAME TO renter_quota`;
+    }
+    expect((await api.get("/api/renters/me", r.headers)).status).toBe(200);
+  });
+
   it("issues a new key and every earlier key stops at once", async () => {
     const r = await makeRenter(srv, 100);
     const login = await api.post("/api/renters/login-email", { email: (await api.get("/api/renters/me", r.headers)).body.renter.email });
