@@ -34,3 +34,13 @@ export async function idempotent<D extends DescMessage>(
     return result;
   })) as MessageShape<D>;
 }
+
+/**
+ * Replaces the stored answer of a key whose request changed what it answers
+ * after its transaction (a submit placed once contended providers were
+ * refilled), so that a replay repeats what the first caller was told.
+ */
+export async function restoreAnswer<D extends DescMessage>(sql: Sql, schema: D, scope: string, key: string | undefined, answer: MessageShape<D>): Promise<void> {
+  if (!key) return;
+  await sql`UPDATE idempotency_keys SET response = ${sql.json(toJson(schema, answer) as never)} WHERE scope = ${scope} AND key = ${key}`;
+}

@@ -1,12 +1,12 @@
 // JobService: thin translation between messages and the job domain
 // (submit.ts, dispatch.ts, job-reports.ts, settlement.ts, job-control.ts).
-import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
 import type { Db } from "../db/index.js";
 import { apiError, badRequest, notFound } from "../http/errors.js";
 import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch.js";
-import { idempotent } from "../domain/idempotency.js";
+import { idempotent, restoreAnswer } from "../domain/idempotency.js";
 import { cancelJob } from "../domain/job-control.js";
 import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/job-reports.js";
 import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader, type JobRow } from "../domain/jobs.js";
@@ -93,7 +93,8 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       const { idempotencyKey, ...fields } = req;
       let contended: number[] = [];
       let id = 0;
-      const res = await idempotent(sql, SubmitJobResponseSchema, `jobs.submit:renter:${renterId}`, idempotencyKey, toJson(SubmitJobRequestSchema, { ...fields, idempotencyKey: undefined } as never), async (tx) => {
+      const scope = `jobs.submit:renter:${renterId}`;
+      const res = await idempotent(sql, SubmitJobResponseSchema, scope, idempotencyKey, toJson(SubmitJobRequestSchema, { ...fields, idempotencyKey: undefined } as never), async (tx) => {
         const { job, placement } = await submitJob(tx, config.hmacSecret, renterId, {
           jobType: req.jobType,
           durationMinutes: req.durationMinutes,
@@ -114,7 +115,9 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       // Providers another transaction was filling at that moment: try them now that the job is visible.
       if (contended.length > 0) {
         for (const p of contended) await dispatchForProvider(sql, p);
-        return submission(sql, await reloadJob(sql, id));
+        const answer = create(SubmitJobResponseSchema, await submission(sql, await reloadJob(sql, id)));
+        await restoreAnswer(sql, SubmitJobResponseSchema, scope, idempotencyKey, answer);
+        return answer;
       }
       return res;
     },

@@ -195,6 +195,29 @@ describe("submit", () => {
   });
 });
 
+describe("submit placed after its transaction", () => {
+  it("a replay of its Idempotency-Key repeats the final answer (assigned once the contended provider was free)", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    // Another transaction holds the provider's load row: placement skips it and the submit commits queued,
+    // then the service fills the contended provider once the lock is gone.
+    const conn = await srv.sql.reserve();
+    await conn`BEGIN`;
+    await conn`SELECT active FROM provider_load WHERE provider_id = ${provider.id} FOR UPDATE`;
+    const h = { ...renter.headers, "idempotency-key": "contended-1" };
+    const first = api.post("/api/jobs/submit", { job_type: "benchmark" }, h);
+    await new Promise((r) => setTimeout(r, 300));
+    await conn`COMMIT`;
+    conn.release();
+    const a = await first;
+    expect(a.status).toBe(201);
+    expect(a.body.job).toMatchObject({ status: "pending", provider_id: provider.id });
+    const b = await api.post("/api/jobs/submit", { job_type: "benchmark" }, h);
+    expect(b.status).toBe(201);
+    expect(b.body).toEqual(a.body);
+  });
+});
+
 describe("the legacy daemon protocol", () => {
   it("polls the signed task, runs it, reports logs and progress, and settles 75/25", async () => {
     const renter = await makeRenter(srv, 10_000);
