@@ -4,14 +4,15 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { GetDashboardResponseSchema } from "../../gen/svc/v1/admin_pb.js";
 import type { Sql } from "../db/index.js";
+import { CHARGE_KINDS, PLATFORM_FEE_KINDS } from "./ledger.js";
 import { LIVE_WINDOW_SECONDS } from "./liveness.js";
 import { iso } from "./validate.js";
 
 export const RECENT_LIMIT = 10;
 
-/** Revenue is what renters paid for settled jobs: both legs of a settlement. */
-const CHARGE_KINDS = ["charge_provider", "charge_platform"];
-const FEE_KIND = "charge_platform";
+/** Revenue is what renters paid: both legs of job settlements and of /v1 token charges; fees are the platform's legs. */
+const REVENUE_KINDS = [...CHARGE_KINDS];
+const FEE_KINDS = [...PLATFORM_FEE_KINDS];
 
 interface StatsRow {
   total_providers: number;
@@ -55,12 +56,12 @@ export async function dashboard(sql: Sql): Promise<MessageInitShape<typeof GetDa
         (SELECT count(*) FROM jobs WHERE status = 'failed')::bigint AS failed_jobs,
         (SELECT count(*) FROM jobs WHERE status IN ('queued', 'pending', 'running'))::bigint AS active_jobs,
         (SELECT count(*) FROM jobs, day WHERE submitted_at >= day.start)::bigint AS today_jobs,
-        (SELECT coalesce(sum(amount), 0) FROM ledger_transfers WHERE kind = ANY(${CHARGE_KINDS}))::bigint AS total_revenue_halala,
-        (SELECT coalesce(sum(amount), 0) FROM ledger_transfers WHERE kind = ${FEE_KIND})::bigint AS total_svc_fees_halala,
+        (SELECT coalesce(sum(amount), 0) FROM ledger_transfers WHERE kind = ANY(${REVENUE_KINDS}))::bigint AS total_revenue_halala,
+        (SELECT coalesce(sum(amount), 0) FROM ledger_transfers WHERE kind = ANY(${FEE_KINDS}))::bigint AS total_svc_fees_halala,
         (SELECT coalesce(sum(amount), 0) FROM ledger_transfers, day
-          WHERE kind = ANY(${CHARGE_KINDS}) AND created_at >= day.start)::bigint AS today_revenue_halala,
+          WHERE kind = ANY(${REVENUE_KINDS}) AND created_at >= day.start)::bigint AS today_revenue_halala,
         (SELECT coalesce(sum(amount), 0) FROM ledger_transfers, day
-          WHERE kind = ${FEE_KIND} AND created_at >= day.start)::bigint AS today_svc_fees_halala,
+          WHERE kind = ANY(${FEE_KINDS}) AND created_at >= day.start)::bigint AS today_svc_fees_halala,
         now() AS now`;
 
     const gpus = await tx<{ gpu_model: string; providers: number; online: number; total_vram_mib: number }[]>`

@@ -7,7 +7,8 @@ import { dispatchForProvider, placeJobs, requeueLocked } from "./dispatch.js";
 import type { JobRow } from "./jobs.js";
 import { endLocked, isActive, lockJob } from "./settlement.js";
 
-export type Canceller = { role: "renter"; renterId: number } | { role: "admin"; actor: string };
+/** Who cancels; an admin's client IP goes into the audit entry like every admin action's. */
+export type Canceller = { role: "renter"; renterId: number } | { role: "admin"; actor: string; ip?: string };
 
 export interface CancelOutcome {
   job: JobRow;
@@ -27,7 +28,9 @@ export async function cancelJob(sql: Sql, jobId: string, by: Canceller, reason?:
     if (!isActive(job.status)) throw conflict(`job is already ${job.status}`);
     const who = by.role === "admin" ? "admin" : "renter";
     await endLocked(tx, job, "cancelled", "cancelled", `cancelled by ${who}${reason ? `: ${reason}` : ""}`);
-    if (by.role === "admin") await recordAudit(tx, by.actor, "job.cancel", "job", jobId, { status: job.status, reason: reason ?? null });
+    if (by.role === "admin") {
+      await recordAudit(tx, by.actor, "job.cancel", "job", jobId, { status: job.status, reason: reason ?? null, ip: by.ip ?? null });
+    }
     return { id: job.id, providerId: job.provider_id, refunded: job.cost_halala };
   });
   if (providerId !== null) await dispatchForProvider(sql, providerId);
@@ -36,12 +39,17 @@ export async function cancelJob(sql: Sql, jobId: string, by: Canceller, reason?:
 }
 
 /** Admin: end the current attempt of a pending/running job and queue it again (beyond the retry limit). */
-export async function requeueJob(sql: Sql, jobId: string, actor: string, reason?: string): Promise<JobRow> {
+export async function requeueJob(sql: Sql, jobId: string, actor: string, reason?: string, ip?: string): Promise<JobRow> {
   const { id, from } = await sql.begin(async (tx) => {
     const job = await lockJob(tx, jobId);
     if (job.status !== "pending" && job.status !== "running") throw conflict(`only a pending or running job can be re-queued (job is ${job.status})`);
     await requeueLocked(tx, job, "admin", reason ? `re-queued by admin: ${reason}` : "re-queued by admin");
-    await recordAudit(tx, actor, "job.requeue", "job", jobId, { from_provider: job.provider_id, attempt: job.attempt, reason: reason ?? null });
+    await recordAudit(tx, actor, "job.requeue", "job", jobId, {
+      from_provider: job.provider_id,
+      attempt: job.attempt,
+      reason: reason ?? null,
+      ip: ip ?? null,
+    });
     return { id: job.id, from: job.provider_id! };
   });
   await placeJobs(sql, [id]);

@@ -22,6 +22,23 @@ import { splitRevenue } from "./pricing.js";
 
 export type AccountKind = "renter_available" | "renter_held" | "provider_earnings" | "platform_fees" | "gateway" | "adjustments";
 
+/**
+ * Kinds of the transfers that charge a renter for compute, the one place for
+ * the rule "what is revenue": a job's settlement (settle() below) and a /v1
+ * request's per-token charge (chargeTokenUsage in usage-billing.ts). Each
+ * charge is two legs, the provider's share and the platform's fee.
+ */
+export const CHARGE_KIND = {
+  jobProvider: "charge_provider",
+  jobPlatform: "charge_platform",
+  v1Provider: "v1_charge_provider",
+  v1Platform: "v1_charge_platform",
+} as const;
+/** Every leg of every charge: what renters paid (dashboard revenue, quota spend). */
+export const CHARGE_KINDS: readonly string[] = Object.values(CHARGE_KIND);
+/** The platform's legs: its fees from jobs and from /v1. */
+export const PLATFORM_FEE_KINDS: readonly string[] = [CHARGE_KIND.jobPlatform, CHARGE_KIND.v1Platform];
+
 /** Accounts whose balance column is kept (and checked >= 0). */
 const MATERIALIZED: readonly AccountKind[] = ["renter_available", "renter_held", "provider_earnings"];
 const SYSTEM: readonly AccountKind[] = ["platform_fees", "gateway", "adjustments"];
@@ -243,8 +260,8 @@ export async function settle(tx: Tx, renterId: number, providerId: number, jobId
   // concurrent hold (available, then held) and this settle (held, then available) deadlock.
   await tx`SELECT id FROM ledger_accounts WHERE id IN (${acct.held}, ${acct.available}, ${earnings}) ORDER BY id FOR NO KEY UPDATE`;
   const legs: Omit<Transfer, "from" | "jobId">[] = [
-    { to: earnings, amount: providerEarned, kind: "charge_provider", key: `settle:job:${jobId}:provider` },
-    { to: await accountId(tx, "platform_fees"), amount: platformFee, kind: "charge_platform", key: `settle:job:${jobId}:platform` },
+    { to: earnings, amount: providerEarned, kind: CHARGE_KIND.jobProvider, key: `settle:job:${jobId}:provider` },
+    { to: await accountId(tx, "platform_fees"), amount: platformFee, kind: CHARGE_KIND.jobPlatform, key: `settle:job:${jobId}:platform` },
     { to: acct.available, amount: h.amount - cost, kind: "release", key: `settle:job:${jobId}:remainder` },
   ];
   for (const leg of legs) await transfer(tx, { ...leg, from: acct.held, jobId });

@@ -1,10 +1,8 @@
 // Renter quotas at submit: jobs per UTC day and spend per UTC month.
 import type { Tx } from "../db/index.js";
 import { apiError } from "../http/errors.js";
+import { CHARGE_KINDS } from "./ledger.js";
 import { DEFAULT_QUOTA } from "./renters.js";
-
-/** Ledger movements that are a renter's spending: job settlements and /v1 token charges. */
-const CHARGE_KINDS = ["charge_provider", "charge_platform", "v1_charge_provider", "v1_charge_platform"];
 
 export interface QuotaUsage {
   dailyJobsLimit: number;

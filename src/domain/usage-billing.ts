@@ -11,7 +11,7 @@
 // provider and the platform with the 75/25 split, once per request.
 import type { Db, Tx } from "../db/index.js";
 import { paymentRequired } from "../http/errors.js";
-import { accountId, transfer } from "./ledger.js";
+import { accountId, CHARGE_KIND, transfer } from "./ledger.js";
 import { splitRevenue } from "./pricing.js";
 import { affordableCompletionTokens, DEFAULT_MAX_COMPLETION_TOKENS, tokenCostHalala, type TokenRate } from "./token-pricing.js";
 
@@ -140,8 +140,8 @@ export async function chargeTokenUsage(
   const memo = `v1 ${requestId}`;
   // The platform's account keeps no balance row (no lock); the provider's does, and every request to
   // its endpoint moves it, so it is taken last and held only until the commit.
-  await transfer(tx, { from: availableId, to: feesId, amount: platformFee, kind: "v1_charge_platform", key: `v1:${requestId}:platform`, memo });
-  await transfer(tx, { from: availableId, to: earningsId, amount: providerEarned, kind: "v1_charge_provider", key: `v1:${requestId}:provider`, memo });
+  await transfer(tx, { from: availableId, to: feesId, amount: platformFee, kind: CHARGE_KIND.v1Platform, key: `v1:${requestId}:platform`, memo });
+  await transfer(tx, { from: availableId, to: earningsId, amount: providerEarned, kind: CHARGE_KIND.v1Provider, key: `v1:${requestId}:provider`, memo });
   const shortfall = costHalala - charged;
   // Independent rows: sent together (postgres.js pipelines them on the transaction's connection).
   await Promise.all([

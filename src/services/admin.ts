@@ -147,15 +147,15 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
 
     async cancelJob(req, ctx) {
       requireFields({ job_id: req.jobId });
-      const { actor } = auditActor(ctx);
-      const { job } = await cancelJob(sql, req.jobId, { role: "admin", actor }, optionalText(req.reason, REASON_MAX, "reason"));
+      const { actor, ip } = auditActor(ctx);
+      const { job } = await cancelJob(sql, req.jobId, { role: "admin", actor, ip }, optionalText(req.reason, REASON_MAX, "reason"));
       return jobMessage(job);
     },
 
     async requeueJob(req, ctx) {
       requireFields({ job_id: req.jobId });
-      const { actor } = auditActor(ctx);
-      return jobMessage(await requeueJob(sql, req.jobId, actor, optionalText(req.reason, REASON_MAX, "reason")));
+      const { actor, ip } = auditActor(ctx);
+      return jobMessage(await requeueJob(sql, req.jobId, actor, optionalText(req.reason, REASON_MAX, "reason"), ip));
     },
 
     async listAudit(req) {

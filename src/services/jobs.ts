@@ -12,6 +12,7 @@ import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, report
 import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader, type JobRow } from "../domain/jobs.js";
 import { reloadJob, submitJob } from "../domain/submit.js";
 import { checkEnum, iso, page } from "../domain/validate.js";
+import { auditActor } from "./admin.js";
 import { callerProviderId, callerRenterId, principalOf, type Deps } from "./deps.js";
 
 /** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
@@ -214,7 +215,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
 
     async cancel(req, ctx) {
       const p = principalOf(ctx);
-      const by = p.role === "renter" ? { role: "renter" as const, renterId: p.renterId } : { role: "admin" as const, actor: "admin" };
+      const by = p.role === "renter" ? { role: "renter" as const, renterId: p.renterId } : { role: "admin" as const, ...auditActor(ctx) };
       const out = await cancelJob(sql, req.jobId, by, req.reason?.trim().slice(0, 500) || undefined);
       return { success: true, job: await jobView(sql, out.job), refundedHalala: BigInt(out.refunded), chargedHalala: BigInt(out.charged) };
     },

@@ -1,7 +1,11 @@
 // GET /api/admin/dashboard: every figure from the database, checked against
-// a known fleet, jobs and ledger; today = UTC day; admin auth.
+// a known fleet, jobs and ledger (job settlements and /v1 token charges);
+// today = UTC day, also for a database whose TimeZone is not UTC; admin auth.
+import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect } from "../../src/db/index.js";
 import { release } from "../../src/domain/ledger.js";
+import { chargeTokenUsage, reserveTokenBudget } from "../../src/domain/usage-billing.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
@@ -16,6 +20,24 @@ beforeAll(async () => {
   api = client(srv.url);
 });
 afterAll(() => srv?.close());
+
+/**
+ * A /v1 request billed the way the gateway bills it (reserveTokenBudget, then
+ * chargeTokenUsage): `cost` halala from the renter, 75/25 to the provider and
+ * the platform. `at` back-dates its ledger legs. Returns the request id.
+ */
+async function chargeV1(renterId: number, providerId: number, cost: number, at?: Date): Promise<string> {
+  const requestId = `req-${crypto.randomBytes(8).toString("hex")}`;
+  // 1 halala per token: the cap is prompt + max_tokens halala.
+  const rate = { input: 1_000_000, output: 1_000_000 };
+  await srv.sql.begin((tx) => reserveTokenBudget(tx as never, {
+    requestId, renterId, model: "test/model", stream: false, rate, promptTokens: 10, maxTokens: cost, choices: 1, ttlSeconds: 600,
+  }));
+  const c = await srv.sql.begin((tx) => chargeTokenUsage(tx as never, renterId, providerId, requestId, cost, { promptTokens: 10, completionTokens: cost - 10 }));
+  expect(c).toMatchObject({ charged: cost, moved: true });
+  if (at) await srv.sql`UPDATE ledger_transfers SET created_at = ${at} WHERE idempotency_key LIKE ${`v1:${requestId}:%`}`;
+  return requestId;
+}
 
 const STAT_FIELDS = [
   "total_providers", "online_now", "offline", "total_renters", "active_renters", "total_renter_balance_halala",
@@ -61,6 +83,9 @@ describe("admin dashboard", () => {
     const j5 = await seedJob(srv, { renterId: r1.id, providerId: p1.id, status: "running", cost: 100, submittedAt: yesterday });
     await settleJob(srv, j5, r1.id, p1.id, 100, 60);
     await srv.sql`UPDATE ledger_transfers SET created_at = ${yesterday} WHERE job_id = ${j5.id}`;
+    // /v1 per-token billing is revenue too: 40 today (30 provider / 10 platform), 20 yesterday (15 / 5).
+    await chargeV1(r1.id, p1.id, 40);
+    await chargeV1(r1.id, p1.id, 20, yesterday);
 
     const r = await api.get("/api/admin/dashboard", ADMIN);
     expect(r.status).toBe(200);
@@ -73,17 +98,17 @@ describe("admin dashboard", () => {
       offline: 2,
       total_renters: 2,
       active_renters: 1,
-      // 10 500 funded, 80 + 60 paid; holds still count in the balance.
-      total_renter_balance_halala: 10_500 - 140,
+      // 10 500 funded, 80 + 60 paid for jobs and 40 + 20 for /v1; holds still count in the balance.
+      total_renter_balance_halala: 10_500 - 140 - 60,
       total_jobs: 5,
       completed_jobs: 2,
       failed_jobs: 1,
       active_jobs: 2,
-      total_revenue_halala: 140,
-      // 80 -> 60/20, 60 -> 45/15
-      total_svc_fees_halala: 35,
-      today_revenue_halala: 80,
-      today_svc_fees_halala: 20,
+      total_revenue_halala: 140 + 60,
+      // jobs: 80 -> 60/20, 60 -> 45/15; /v1: 40 -> 30/10, 20 -> 15/5
+      total_svc_fees_halala: 35 + 15,
+      today_revenue_halala: 80 + 40,
+      today_svc_fees_halala: 20 + 10,
       today_jobs: 3,
     });
     expect(r.body.gpu_breakdown).toEqual([
@@ -109,5 +134,85 @@ describe("admin dashboard", () => {
     const r = await api.get("/api/admin/dashboard", ADMIN);
     expect(r.body.recent_signups).toHaveLength(10);
     expect(r.body.stats.total_renters).toBe(14);
+  });
+
+  it("lists only the 10 most recent heartbeats, newest first", async () => {
+    await srv.sql`TRUNCATE providers CASCADE`;
+    const ps = [];
+    for (let i = 0; i < 12; i++) ps.push(await makeProvider(srv));
+    // Provider i was heard from i minutes ago; one more never was.
+    for (const [i, p] of ps.entries()) {
+      await srv.sql`UPDATE providers SET last_heartbeat = now() - make_interval(mins => ${i}) WHERE id = ${p.id}`;
+    }
+    await makeProvider(srv, { online: false });
+    const r = await api.get("/api/admin/dashboard", ADMIN);
+    expect(r.status).toBe(200);
+    expect(r.body.stats.total_providers).toBe(13);
+    expect(r.body.recent_heartbeats.map((h: any) => h.provider_id)).toEqual(ps.slice(0, 10).map((p) => p.id));
+  });
+
+  it("counts today from 00:00 UTC, also when the database's TimeZone is not UTC", async () => {
+    // The dashboard's day start is date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC':
+    // UTC wall clock, truncated, read back as UTC, so the session TimeZone cannot move it. Proven
+    // below with rows one second either side of 00:00 UTC, read by a server whose connections run
+    // in Asia/Riyadh (UTC+3): there a local-day rule would start the day at 21:00 UTC and count
+    // the wrong side of one of the two rows at any hour.
+    const dayMs = 86_400_000;
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    // Near a midnight the row "after" could be in the future or the day could turn mid-test: wait until 3 s past it.
+    const msOfDay = () => Date.now() % dayMs;
+    if (msOfDay() < 3_000) await sleep(3_000 - msOfDay());
+    else if (dayMs - msOfDay() < 10_000) await sleep(dayMs - msOfDay() + 3_000);
+    const start = Date.now() - msOfDay();
+    const before = new Date(start - 1000);
+    const after = new Date(start + 1000);
+
+    await srv.sql`TRUNCATE renters, providers, jobs, ledger_transfers, api_keys, renter_quota, job_attempts, job_logs CASCADE`;
+    await srv.sql`UPDATE ledger_accounts SET balance = 0`;
+    const p = await makeProvider(srv);
+    const r1 = await makeRenter(srv, 10_000);
+    const jBefore = await seedJob(srv, { renterId: r1.id, providerId: p.id, status: "running", cost: 100, submittedAt: before });
+    await settleJob(srv, jBefore, r1.id, p.id, 100, 80); // 60 / 20
+    await srv.sql`UPDATE ledger_transfers SET created_at = ${before} WHERE job_id = ${jBefore.id}`;
+    const jAfter = await seedJob(srv, { renterId: r1.id, providerId: p.id, status: "running", cost: 100, submittedAt: after });
+    await settleJob(srv, jAfter, r1.id, p.id, 100, 40); // 30 / 10
+    await srv.sql`UPDATE ledger_transfers SET created_at = ${after} WHERE job_id = ${jAfter.id}`;
+    await chargeV1(r1.id, p.id, 200, before); // 150 / 50
+    await chargeV1(r1.id, p.id, 100, after); // 75 / 25
+
+    const expected = {
+      total_jobs: 2,
+      today_jobs: 1,
+      total_revenue_halala: 80 + 40 + 200 + 100,
+      total_svc_fees_halala: 20 + 10 + 50 + 25,
+      today_revenue_halala: 40 + 100,
+      today_svc_fees_halala: 10 + 25,
+    };
+    const utc = await api.get("/api/admin/dashboard", ADMIN);
+    expect(utc.status).toBe(200);
+    expect(utc.body.stats).toMatchObject(expected);
+
+    const dbName = new URL(srv.databaseUrl).pathname.slice(1);
+    await srv.sql.unsafe(`ALTER DATABASE ${dbName} SET timezone TO 'Asia/Riyadh'`);
+    // The setting applies to new connections: one shows it, and that a day taken in the session's zone starts elsewhere.
+    const probe = connect(srv.databaseUrl, 1);
+    try {
+      const [z] = await probe<{ tz: string; local_start: Date }[]>`SELECT current_setting('TimeZone') AS tz, date_trunc('day', now()) AS local_start`;
+      expect(z.tz).toBe("Asia/Riyadh");
+      expect(z.local_start.getTime()).not.toBe(start);
+    } finally {
+      await probe.end();
+    }
+    // A second server process on the same database: its pool opens its connections now, in Asia/Riyadh.
+    const riyadh = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" }, srv.databaseUrl);
+    try {
+      const r = await client(riyadh.url).get("/api/admin/dashboard", ADMIN);
+      expect(r.status).toBe(200);
+      expect(r.body.stats).toMatchObject(expected);
+      expect(r.body.stats.timestamp).toMatch(/Z$/);
+    } finally {
+      await riyadh.close();
+      await srv.sql.unsafe(`ALTER DATABASE ${dbName} RESET timezone`);
+    }
   });
 });

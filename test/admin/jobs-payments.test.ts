@@ -43,10 +43,32 @@ describe("admin job actions", () => {
 
     const log = (await api.get(`/api/admin/audit?target_type=job&target_id=${jobId}`, ADMIN)).body;
     expect(log.entries.map((e: any) => e.action)).toEqual(["job.cancel", "job.requeue"]);
-    expect(log.entries[0].details).toMatchObject({ reason: "renter asked" });
-    expect(log.entries[1].details).toMatchObject({ reason: "provider stuck" });
+    expect(log.entries[0].details).toMatchObject({ reason: "renter asked", ip: "127.0.0.1" });
+    expect(log.entries[1].details).toMatchObject({ reason: "provider stuck", ip: "127.0.0.1" });
     const listed = (await api.get(`/api/admin/jobs?renter_id=${renter.id}&status=cancelled`, ADMIN)).body;
     expect(listed.jobs.map((j: any) => j.job_id)).toEqual([jobId]);
+  });
+
+  it("audits an admin cancel through POST /api/jobs/{job_id}/cancel with the client IP; a renter's own cancel is not audited", async () => {
+    const renter = await makeRenter(srv, 5_000);
+    const provider = await makeProvider(srv);
+    const submit = async () => {
+      const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2, provider_id: provider.id }, renter.headers);
+      expect(sub.status).toBe(201);
+      return sub.body.job.job_id as string;
+    };
+    const byAdmin = await submit();
+    const c = await api.post(`/api/jobs/${byAdmin}/cancel`, { reason: "operator stop" }, ADMIN);
+    expect(c.status).toBe(200);
+    expect(c.body).toMatchObject({ success: true, job: { job_id: byAdmin, status: "cancelled" } });
+    const log = (await api.get(`/api/admin/audit?target_type=job&target_id=${byAdmin}`, ADMIN)).body;
+    expect(log.entries).toHaveLength(1);
+    expect(log.entries[0]).toMatchObject({ actor: "admin", action: "job.cancel", target_id: byAdmin });
+    expect(log.entries[0].details).toEqual({ status: expect.any(String), reason: "operator stop", ip: "127.0.0.1" });
+
+    const byRenter = await submit();
+    expect((await api.post(`/api/jobs/${byRenter}/cancel`, {}, renter.headers)).status).toBe(200);
+    expect((await api.get(`/api/admin/audit?target_type=job&target_id=${byRenter}`, ADMIN)).body.entries).toEqual([]);
   });
 });
 

@@ -101,14 +101,15 @@ export type DashboardStats = Message<"svc.v1.DashboardStats"> & {
   activeJobs: bigint;
 
   /**
-   * What renters paid for settled jobs: ledger charge_provider + charge_platform.
+   * What renters paid for settled jobs and /v1 token usage: ledger
+   * charge_provider + charge_platform + v1_charge_provider + v1_charge_platform.
    *
    * @generated from field: int64 total_revenue_halala = 11;
    */
   totalRevenueHalala: bigint;
 
   /**
-   * The platform's 25%: ledger charge_platform.
+   * The platform's 25%: ledger charge_platform + v1_charge_platform.
    *
    * @generated from field: int64 total_svc_fees_halala = 12;
    */
