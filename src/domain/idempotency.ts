@@ -8,6 +8,27 @@ import type { Sql, Tx } from "../db/index.js";
 import { badRequest, conflict } from "../http/errors.js";
 import { canonicalJson } from "./task-signing.js";
 
+function hashOf(key: string, request: unknown): string {
+  if (key.length > 255) throw badRequest("Idempotency-Key must be at most 255 characters");
+  return crypto.createHash("sha256").update(canonicalJson(request)).digest("hex");
+}
+
+/**
+ * The answer already stored for this key and request (a replay), without
+ * waiting on a request still in flight; 409 when the key was used with
+ * another request. For work with an outside effect that should not be
+ * repeated for a replay (a gateway invoice); idempotent() still decides.
+ */
+export async function priorAnswer<D extends DescMessage>(sql: Sql, schema: D, scope: string, key: string | undefined, request: unknown): Promise<MessageShape<D> | undefined> {
+  if (!key) return undefined;
+  const requestHash = hashOf(key, request);
+  const [prior] = await sql<{ request_hash: string; response: unknown }[]>`
+    SELECT request_hash, response FROM idempotency_keys WHERE scope = ${scope} AND key = ${key}`;
+  if (!prior) return undefined;
+  if (prior.request_hash !== requestHash) throw conflict("Idempotency-Key was already used with a different request");
+  return prior.response === null ? undefined : fromJson(schema, prior.response as never);
+}
+
 export async function idempotent<D extends DescMessage>(
   sql: Sql,
   schema: D,
@@ -17,8 +38,7 @@ export async function idempotent<D extends DescMessage>(
   run: (tx: Tx) => Promise<MessageInitShape<D>>,
 ): Promise<MessageShape<D>> {
   if (!key) return create(schema, (await sql.begin(run)) as MessageInitShape<D>);
-  if (key.length > 255) throw badRequest("Idempotency-Key must be at most 255 characters");
-  const requestHash = crypto.createHash("sha256").update(canonicalJson(request)).digest("hex");
+  const requestHash = hashOf(key, request);
   return (await sql.begin(async (tx) => {
     const inserted = await tx`
       INSERT INTO idempotency_keys (scope, key, request_hash) VALUES (${scope}, ${key}, ${requestHash})

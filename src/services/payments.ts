@@ -3,7 +3,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { PaymentService, PaymentTopupResponseSchema } from "../../gen/svc/v1/payments_pb.js";
 import { createInvoice } from "../domain/gateway.js";
-import { idempotent } from "../domain/idempotency.js";
+import { idempotent, priorAnswer } from "../domain/idempotency.js";
 import {
   CARD_SOURCES,
   PAYMENT_SOURCES,
@@ -54,28 +54,31 @@ export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentSe
         source_type: source,
         description: req.description ?? null,
       };
-      return idempotent(sql, PaymentTopupResponseSchema, `payment-topup:${renterId}`, req.idempotencyKey, request, async (tx) => {
-        const paymentId = newPaymentId();
-        let checkoutUrl: string;
-        let gatewayId: string | undefined;
-        if (card) {
-          // Inside the transaction: if the gateway refuses, no payment row is left behind.
-          const invoice = await createInvoice(
-            { url: config.paymentGatewayUrl, secretKey: config.paymentGatewaySecretKey! },
-            {
-              amountHalala: amount,
-              description,
-              callbackUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
-              successUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
-              backUrl: `${config.frontendUrl}/billing`,
-              metadata: { payment_id: paymentId, renter_id: String(renterId), source_type: source },
-            },
-          );
-          checkoutUrl = invoice.url;
-          gatewayId = invoice.id;
-        } else {
-          checkoutUrl = `/api/payments/${paymentId}/sandbox-confirm`;
-        }
+      const scope = `payment-topup:${renterId}`;
+      // A replayed key answers without asking the gateway for another invoice.
+      const replay = await priorAnswer(sql, PaymentTopupResponseSchema, scope, req.idempotencyKey, request);
+      if (replay) return replay;
+      const paymentId = newPaymentId();
+      let checkoutUrl = `/api/payments/${paymentId}/sandbox-confirm`;
+      let gatewayId: string | undefined;
+      if (card) {
+        // Before the transaction: no database connection waits on the gateway, a
+        // re-run transaction asks for no second invoice, and a refusal leaves no row.
+        const invoice = await createInvoice(
+          { url: config.paymentGatewayUrl, secretKey: config.paymentGatewaySecretKey! },
+          {
+            amountHalala: amount,
+            description,
+            callbackUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
+            successUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
+            backUrl: `${config.frontendUrl}/billing`,
+            metadata: { payment_id: paymentId, renter_id: String(renterId), source_type: source },
+          },
+        );
+        checkoutUrl = invoice.url;
+        gatewayId = invoice.id;
+      }
+      return idempotent(sql, PaymentTopupResponseSchema, scope, req.idempotencyKey, request, async (tx) => {
         const row = await insertPayment(tx, { paymentId, renterId, amountHalala: amount, source, description, gatewayId, checkoutUrl });
         log.info({ renterId, paymentId, amount, source }, "payment initiated");
         return { success: true, payment: paymentMessage(row), checkoutUrl };

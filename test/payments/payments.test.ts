@@ -26,10 +26,12 @@ function fakeGateway() {
   const seen: Seen[] = [];
   let mode: "ok" | "unauthorized" | "error" | "garbage" | "wrong-amount" = "ok";
   let n = 0;
+  let delayMs = 0;
   const server = http.createServer((req, res) => {
     let raw = "";
     req.on("data", (c) => (raw += c));
-    req.on("end", () => {
+    req.on("end", async () => {
+      if (delayMs) await new Promise((r) => setTimeout(r, delayMs));
       const body = raw ? JSON.parse(raw) : undefined;
       seen.push({ method: req.method!, path: req.url!, auth: req.headers.authorization, body });
       if (req.method !== "POST" || req.url !== "/v1/invoices") {
@@ -66,6 +68,7 @@ function fakeGateway() {
   return {
     seen,
     setMode: (m: typeof mode) => (mode = m),
+    setDelay: (ms: number) => (delayMs = ms),
     async listen() {
       await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
       return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -185,6 +188,23 @@ describe("POST /api/payments/topup with the gateway", () => {
     }
     expect((await api.post("/api/payments/topup", { amount_halala: 5000, source_type: "creditcard" })).status).toBe(400);
     expect((await api.post("/api/payments/topup", { amount_halala: 5000, source_type: "creditcard" }, { "x-renter-key": "svc-renter-bogus" })).status).toBe(401);
+  });
+
+  it("no database transaction stays open while the gateway makes its invoice", async () => {
+    const r = await makeRenter(srv);
+    gw.setDelay(800);
+    try {
+      const pending = api.post("/api/payments/topup", { amount_halala: 3000, source_type: "mada" }, r.headers);
+      await new Promise((res) => setTimeout(res, 400)); // the gateway is still answering
+      const [{ db }] = await srv.sql`SELECT current_database() AS db`;
+      const open = await srv.sql`
+        SELECT pid FROM pg_stat_activity
+        WHERE datname = ${db} AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()`;
+      expect(open).toEqual([]);
+      expect((await pending).status).toBe(201);
+    } finally {
+      gw.setDelay(0);
+    }
   });
 
   it("Idempotency-Key: a retry gets the same payment and makes no second invoice; another body is 409", async () => {
