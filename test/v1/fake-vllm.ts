@@ -1,10 +1,23 @@
 // A small OpenAI-compatible HTTP server that plays vLLM in tests: answers
 // POST /v1/chat/completions (JSON or SSE) with a fixed reply and exact usage,
 // and can be told to fail, hang or stream slowly. It records what it saw.
+// The "stream-*" modes answer a streaming request 200 (headers flushed) and
+// then fail before the first event: the connection drops, the response ends
+// empty, the first event is an error, or nothing more comes.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
-export type Mode = "ok" | "error500" | "hang" | "slow-stream" | "break-stream";
+export type Mode =
+  | "ok"
+  | "error500"
+  | "hang"
+  | "slow-stream"
+  | "break-stream"
+  | "slow-json"
+  | "stream-drop-before-first"
+  | "stream-end-before-first"
+  | "stream-error-first"
+  | "stream-stall-before-first";
 
 export interface FakeVllm {
   url: string;
@@ -63,6 +76,10 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
       return;
     }
     if (fake.mode === "hang") return; // never answers
+    if (fake.mode === "slow-json" && !body.stream) {
+      await new Promise((r) => setTimeout(r, 2000)); // answers, but late
+      if (res.destroyed) return;
+    }
     const id = `chatcmpl-${name}-${fake.requests.length}`;
     const created = Math.floor(Date.now() / 1000);
     const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length, total_tokens: PROMPT_TOKENS + REPLY_WORDS.length };
@@ -80,6 +97,21 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
       return;
     }
     res.writeHead(200, { "content-type": "text/event-stream" });
+    if (fake.mode.endsWith("-before-first") || fake.mode === "stream-error-first") {
+      res.flushHeaders();
+      await new Promise((r) => setTimeout(r, 50)); // the 200 reaches the gateway before the failure
+      if (fake.mode === "stream-drop-before-first") res.destroy();
+      if (fake.mode === "stream-end-before-first") {
+        finished = true;
+        res.end();
+      }
+      if (fake.mode === "stream-error-first") {
+        res.write(`data: ${JSON.stringify({ error: { message: "engine died", type: "InternalServerError", code: 500 } })}\n\n`);
+        finished = true;
+        res.end();
+      }
+      return; // stream-stall-before-first: nothing more
+    }
     const send = (obj: unknown) => res.write(`data: ${typeof obj === "string" ? obj : JSON.stringify(obj)}\n\n`);
     const chunk = (delta: Record<string, unknown>, finish: string | null) => ({
       id,

@@ -233,6 +233,88 @@ describe("chat completions", () => {
     expect(await availableOf(poor.id)).toBe(100 - COST);
   });
 
+  it("authenticates chat completions with x-renter-key alone, JSON and streamed, and bills that renter", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const body = { model: MODEL, messages: [{ role: "user" as const, content: "hi" }] };
+    const post = (headers: Record<string, string>, extra: Record<string, unknown> = {}) =>
+      fetch(`${srv.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ ...body, ...extra }) });
+
+    const json = await post({ "x-renter-key": renter.key });
+    expect(json.status).toBe(200);
+    expect((await json.json()).choices[0].message.content).toBe(REPLY_WORDS.join(""));
+    expect(json.headers.get("x-svc-cost-halala")).toBe(String(COST));
+
+    const streamed = await post({ "x-renter-key": renter.key }, { stream: true });
+    expect(streamed.status).toBe(200);
+    expect(streamed.headers.get("content-type")).toContain("text/event-stream");
+    expect((await streamed.text()).trimEnd().endsWith("data: [DONE]")).toBe(true);
+
+    // The official client too, with the key in x-renter-key and no Authorization header at all.
+    const ai = new OpenAI({ apiKey: "unused", baseURL: `${srv.url}/v1`, maxRetries: 0, defaultHeaders: { authorization: null, "x-renter-key": renter.key } });
+    const viaSdk = await ai.chat.completions.create(body);
+    expect(viaSdk.choices[0].message.content).toBe(REPLY_WORDS.join(""));
+    expect(await availableOf(renter.id)).toBe(10_000 - 3 * COST);
+    const [{ n }] = await srv.sql`SELECT count(*)::int AS n FROM v1_usage WHERE renter_id = ${renter.id} AND state = 'settled'`;
+    expect(n).toBe(3);
+
+    // A wrong x-renter-key (and none at all) is refused in the envelope before anything is proxied.
+    const before = vllm.requests.length;
+    const wrong = await post({ "x-renter-key": "svc-renter-not-a-real-key" });
+    expect(wrong.status).toBe(401);
+    expect((await wrong.json()).error).toMatchObject({ type: "authentication_error", code: "invalid_api_key", status: 401, retryable: false });
+    const none = await post({});
+    expect(none.status).toBe(401);
+    expect((await none.json()).error.code).toBe("missing_api_key");
+    expect(vllm.requests.length).toBe(before);
+  });
+
+  it("answers an oversized body with 413 in the /v1 envelope, declared or streamed, and proxies nothing", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const before = vllm.requests.length;
+    const big = JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "x".repeat(4 * 1024 * 1024) }] });
+    const expected = {
+      error: { message: expect.stringMatching(/too large/), type: "invalid_request_error", code: "request_too_large", status: 413, retryable: false },
+    };
+
+    // With a content-length over the limit.
+    const declared = await client(srv.url).post("/v1/chat/completions", big, { authorization: `Bearer ${renter.key}` });
+    expect(declared.status).toBe(413);
+    expect(declared.body).toEqual(expected);
+    expect(declared.headers.get("content-type")).toContain("application/json");
+    // As on /api: the connection closes after the answer, so the rest of an endless body cannot keep it busy.
+    expect(declared.headers.get("connection")).toBe("close");
+
+    // Chunked, without a content-length: refused once the limit is passed.
+    const chunks = [Buffer.from(big.slice(0, 1024 * 1024)), Buffer.from(big.slice(1024 * 1024))];
+    const streamed = await fetch(`${srv.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${renter.key}`, "content-type": "application/json" },
+      body: new ReadableStream({
+        pull(ctl) {
+          const c = chunks.shift();
+          if (c) ctl.enqueue(c);
+          else ctl.close();
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    expect(streamed.status).toBe(413);
+    expect(await streamed.json()).toEqual(expected);
+    expect(streamed.headers.get("connection")).toBe("close");
+
+    // The official client sees a 413 APIError with the code.
+    const err = await openai(renter.key)
+      .chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "x".repeat(4 * 1024 * 1024) }] })
+      .catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(err.status).toBe(413);
+    expect(err.code).toBe("request_too_large");
+
+    expect(vllm.requests.length).toBe(before);
+    expect(await srv.sql`SELECT 1 FROM v1_usage WHERE renter_id = ${renter.id}`).toHaveLength(0);
+    expect(await availableOf(renter.id)).toBe(10_000);
+  });
+
   it("rejects a malformed request with invalid_request_error naming the field", async () => {
     const renter = await makeRenter(srv, 1000);
     const api = client(srv.url);
@@ -352,11 +434,17 @@ describe("endpoint lifecycle", () => {
 });
 
 describe("client disconnect", () => {
-  it("aborts the upstream call when the client goes away mid-stream, and bills what was delivered", async () => {
-    const model = "google/gemma-2-9b-it";
-    const slow = await startFakeVllm("slow", "slow-stream");
+  const model = "google/gemma-2-9b-it";
+  let slow: FakeVllm;
+  beforeAll(async () => {
+    slow = await startFakeVllm("slow", "slow-stream");
     cleanup.push(slow.close);
     await serveModel(srv, model, slow.url);
+  });
+
+  it("aborts the upstream call when the client goes away mid-stream, and bills what was delivered", async () => {
+    slow.mode = "slow-stream";
+    slow.aborted = 0;
     const renter = await makeRenter(srv, 10_000);
     const aborted = slow.nextAbort();
     const ctl = new AbortController();
@@ -374,5 +462,29 @@ describe("client disconnect", () => {
       state: "settled",
       usage_estimated: true,
     });
+  });
+
+  it("aborts the upstream call when the client goes away before a non-streamed answer, and charges nothing", async () => {
+    slow.mode = "slow-json"; // answers after 2 s unless its caller goes away first
+    slow.aborted = 0;
+    const renter = await makeRenter(srv, 10_000);
+    const aborted = slow.nextAbort();
+    const ctl = new AbortController();
+    const before = slow.requests.length;
+    const pending = openai(renter.key)
+      .chat.completions.create({ model, messages: [{ role: "user", content: "hi" }] }, { signal: ctl.signal })
+      .catch((e) => e);
+    await expect.poll(() => slow.requests.length, { timeout: 5_000, interval: 20 }).toBe(before + 1);
+    ctl.abort();
+    expect(await pending).toBeInstanceOf(OpenAI.APIUserAbortError);
+    // The gateway hangs up on the endpoint well before it would have answered.
+    const outcome = await Promise.race([aborted.then(() => "aborted"), new Promise((r) => setTimeout(() => r("answered"), 1500))]);
+    expect(outcome).toBe("aborted");
+    expect(slow.aborted).toBe(1);
+    await expect.poll(async () => (await srv.sql`SELECT state, cost_halala FROM v1_usage WHERE renter_id = ${renter.id}`)[0], { timeout: 5_000 }).toMatchObject({
+      state: "released",
+      cost_halala: 0,
+    });
+    expect(await availableOf(renter.id)).toBe(10_000);
   });
 });

@@ -36,10 +36,12 @@ export class V1Error extends Error {
   readonly type: string;
   readonly retryable: boolean;
   readonly retryAfterMs: number | undefined;
+  /** Response headers the cause asked for (`connection: close` after a 413 body). */
+  readonly headers: Record<string, string>;
   constructor(
     readonly code: V1Code | string,
     message: string,
-    opts: { retryAfterMs?: number; status?: number; type?: string } = {},
+    opts: { retryAfterMs?: number; status?: number; type?: string; headers?: Record<string, string> } = {},
   ) {
     super(message);
     const kind: Kind = KINDS[code as V1Code] ?? KINDS.invalid_request;
@@ -47,6 +49,7 @@ export class V1Error extends Error {
     this.type = opts.type ?? kind.type;
     this.retryable = kind.retryable;
     this.retryAfterMs = opts.retryAfterMs;
+    this.headers = opts.headers ?? {};
   }
 }
 
@@ -73,12 +76,13 @@ export function toV1Error(err: unknown): V1Error {
     413: "request_too_large",
     503: "no_capacity_available",
   };
-  return new V1Error(code[e.status] ?? "internal_error", e.message, { status: e.status >= 400 ? e.status : 500 });
+  const headers = e.headers.connection ? { connection: e.headers.connection } : undefined;
+  return new V1Error(code[e.status] ?? "internal_error", e.message, { status: e.status >= 400 ? e.status : 500, headers });
 }
 
 export function sendV1Error(res: NodeResponse, err: V1Error, headers: Record<string, string> = {}): void {
   const body = envelope(err);
-  const extra: Record<string, string> = { ...headers };
+  const extra: Record<string, string> = { ...headers, ...err.headers };
   if (err.retryAfterMs !== undefined) {
     const retry = body as { retry_after_seconds: number; retry_after_ms: number };
     extra["retry-after"] = String(retry.retry_after_seconds);
