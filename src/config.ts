@@ -23,7 +23,12 @@ export interface Config {
   frontendUrl: string;
   backendUrl: string;
   corsOrigins: string[];
-  trustProxy: boolean;
+  /**
+   * Trusted proxy hops in front of the service (SVC_TRUST_PROXY: off = 0,
+   * on = 1, or a number): the client IP is the N-th X-Forwarded-For entry
+   * from the right; 0 takes the socket address and ignores the header.
+   */
+  trustProxy: number;
   /** Redis for the shared rate-limit store (REDIS_URL); PostgreSQL when unset. */
   redisUrl: string | undefined;
   /** Rate-limit rows replaced (benchmarks): SVC_RATE_LIMIT_OVERRIDES="heartbeat=1000/60,default=10000/60". */
@@ -80,6 +85,16 @@ function bool(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean 
   if (["1", "true", "on", "yes"].includes(raw.toLowerCase())) return true;
   if (["0", "false", "off", "no"].includes(raw.toLowerCase())) return false;
   throw new ConfigError(`${name} must be on/off or true/false (got "${raw}")`);
+}
+
+/** SVC_TRUST_PROXY: off (default), on (one trusted hop) or the number of trusted proxy hops. */
+function trustProxyHops(env: NodeJS.ProcessEnv): number {
+  const raw = (env.SVC_TRUST_PROXY ?? "").trim().toLowerCase();
+  if (raw === "" || ["off", "false", "no"].includes(raw)) return 0;
+  if (["on", "true", "yes"].includes(raw)) return 1;
+  const n = Number(raw);
+  if (/^\d+$/.test(raw) && n <= 32) return n;
+  throw new ConfigError(`SVC_TRUST_PROXY must be off, on or a number of trusted proxy hops 0-32 (got "${env.SVC_TRUST_PROXY}")`);
 }
 
 function url(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
@@ -178,7 +193,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     frontendUrl: url(env, "FRONTEND_URL", DEFAULT_FRONTEND_URL),
     backendUrl: url(env, "BACKEND_URL", DEFAULT_BACKEND_URL),
     corsOrigins: (env.CORS_ORIGINS || "").split(",").map((s) => s.trim()).filter(Boolean),
-    trustProxy: bool(env, "SVC_TRUST_PROXY", false),
+    trustProxy: trustProxyHops(env),
     redisUrl: env.REDIS_URL || undefined,
     rateLimitOverrides: rateLimitOverrides(env.SVC_RATE_LIMIT_OVERRIDES),
     allowTopup: bool(env, "SVC_ALLOW_TOPUP", !production),

@@ -50,12 +50,20 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const applied = await migrate(sql);
   if (applied.length) log.info({ applied }, "migrations applied");
 
-  const deps: Deps = { config, sql, log };
-  const shutdown = new AbortController();
-  const services = buildServices(deps);
-  checkRouteRows(services.flatMap((s) => s.service.methods));
   // One limiter set shared by REST and gRPC; counters live in PostgreSQL or Redis.
+  // Made before the services: rows per renter key are counted after
+  // authentication, inside the secured services (deps.keyRowCounter).
   const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
+  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter };
+  const shutdown = new AbortController();
+  let services: ReturnType<typeof buildServices>;
+  try {
+    services = buildServices(deps);
+    checkRouteRows(services.flatMap((s) => s.service.methods));
+  } catch (err) {
+    await limits?.close();
+    throw err;
+  }
   const rest = createRestHandler({
     routes: buildRouteTable(services),
     log,

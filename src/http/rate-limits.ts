@@ -4,8 +4,10 @@
 //
 // Each RPC names its row with the `rate_limit` route option; a route without
 // one counts against `default`. A request counts against exactly one row.
-// The same rows apply to REST (the transcoder's guard) and to gRPC/Connect
-// calls (an interceptor), keyed by client IP or by the renter key presented.
+// The same rows apply to REST and to gRPC/Connect calls. Rows per client IP
+// are counted before authentication (the transcoder's guard, an
+// interceptor); rows per renter key after it (secure.ts calls `afterAuth`),
+// against the key that authenticated, or against the client IP when none did.
 import crypto from "node:crypto";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
@@ -14,8 +16,8 @@ import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRe
 import { route as routeOption } from "../../gen/svc/v1/options_pb.js";
 import { ConfigError, type Config } from "../config.js";
 import type { Sql } from "../db/index.js";
-import { KEY_PREFIX } from "../domain/keys.js";
 import type { Logger } from "../log.js";
+import type { KeyRowCounter } from "../services/deps.js";
 import { credentialsKey } from "./credentials.js";
 import { apiError } from "./errors.js";
 import type { RestRoute, RouteGuard } from "./rest.js";
@@ -27,7 +29,7 @@ export interface RateLimitRow {
   applies: string;
   points: number;
   durationSec: number;
-  /** Counted per client IP, or per renter API key (falling back to the IP when none is sent). */
+  /** Counted per client IP, or per renter API key (the client IP when no renter key authenticated). */
   per: Subject;
 }
 
@@ -47,6 +49,9 @@ export const RATE_LIMITS = {
 export type RateLimitName = keyof typeof RATE_LIMITS;
 
 export const RATE_LIMIT_TABLE = "rate_limits";
+
+/** Tries of the shared store per request before the process's own count is used. */
+const STORE_ATTEMPTS = 2;
 
 /** The row a route counts against. */
 export function rowNameOf(rateLimit: string): RateLimitName {
@@ -77,13 +82,13 @@ export function effectiveRows(overrides: Config["rateLimitOverrides"]): Record<R
 
 /**
  * The counting subject. Keys are hashed: the store never holds a credential.
- * A key-limited row falls back to the IP when no renter key was sent (the
- * request then fails authentication, but it still counts).
+ * A key row counts against the renter key that authenticated the request;
+ * when none did (no key, an unknown key, a key of another role) it counts
+ * against the client IP, so rotating invented keys is limited too.
  */
-export function subjectOf(row: RateLimitRow, clientIp: string, keys: string[]): string {
-  if (row.per === "renter_key") {
-    const key = keys.find((k) => k.startsWith(KEY_PREFIX.renter));
-    if (key) return `key:${crypto.createHash("sha256").update(key).digest("hex").slice(0, 40)}`;
+export function subjectOf(row: RateLimitRow, clientIp: string, authenticatedRenterKey?: string): string {
+  if (row.per === "renter_key" && authenticatedRenterKey) {
+    return `key:${crypto.createHash("sha256").update(authenticatedRenterKey).digest("hex").slice(0, 40)}`;
   }
   return `ip:${clientIp || "unknown"}`;
 }
@@ -110,12 +115,18 @@ export function pgClientAdapter(sql: Sql) {
 }
 
 export interface RateLimits {
-  /** The REST transcoder's guard (throws a 429 apiError with Retry-After). */
+  /** The REST transcoder's guard, before authentication: IP rows only (throws a 429 apiError with Retry-After). */
   guard: RouteGuard;
-  /** The same limits for gRPC and Connect calls. */
+  /** The same IP rows for gRPC and Connect calls. */
   interceptor: Interceptor;
+  /**
+   * Key rows, after authentication, on both wires (secure.ts, through
+   * Deps.keyRowCounter): the counter of a method whose row is kept per renter
+   * key, undefined for other methods.
+   */
+  keyRowCounter(method: DescMethod): KeyRowCounter | undefined;
   /** Counts one request of `row` for this caller; throws the 429. */
-  check(row: RateLimitName, clientIp: string, keys: string[]): Promise<void>;
+  check(row: RateLimitName, clientIp: string, authenticatedRenterKey?: string): Promise<void>;
   /** Where the counters live, for logs and tests. */
   store: "postgres" | "redis";
   close(): Promise<void>;
@@ -130,6 +141,7 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
     await redis.connect();
   }
   const limiters = new Map<RateLimitName, RateLimiterAbstract>();
+  const fallbacks = new Map<RateLimitName, RateLimiterMemory>();
   for (const [name, row] of Object.entries(rows) as [RateLimitName, RateLimitRow][]) {
     const common = {
       keyPrefix: name,
@@ -138,10 +150,11 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       // Once a subject is over its limit this process answers 429 from memory
       // until the window ends, so abuse does not become store load.
       inMemoryBlockOnConsumed: row.points + 1,
-      // If the shared store fails, each process keeps limiting on its own
-      // rather than letting everything through or failing requests.
-      insuranceLimiter: new RateLimiterMemory({ keyPrefix: name, points: row.points, duration: row.durationSec }),
     };
+    // If the shared store fails, this process keeps limiting on its own from
+    // the counts the store last gave it (see `consume`), rather than letting
+    // everything through or failing requests.
+    fallbacks.set(name, new RateLimiterMemory({ keyPrefix: name, points: row.points, duration: row.durationSec }));
     limiters.set(
       name,
       redis
@@ -166,10 +179,43 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       }, 300_000);
   sweep?.unref();
 
-  async function check(name: RateLimitName, clientIp: string, keys: string[]): Promise<void> {
+  let lastStoreWarning = 0;
+  /**
+   * Counts one point in the shared store. A store error (a connection
+   * refused or cut: "too many clients", a database restart) is tried once
+   * more; if it fails again this request is counted by the process's own
+   * fallback counter, which carries the count the store last reported for
+   * the subject, so a failure does not start a client's count again from
+   * zero (the library's insurance limiter did: under database pressure the
+   * 31st marketplace call passed). Rejections (RateLimiterRes) pass through.
+   */
+  async function consume(name: RateLimitName, subject: string): Promise<void> {
+    const fallback = fallbacks.get(name)!;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const res = await limiters.get(name)!.consume(subject);
+        if (res.msBeforeNext > 0) void fallback.set(subject, res.consumedPoints, res.msBeforeNext / 1000);
+        return;
+      } catch (err) {
+        if (err instanceof RateLimiterRes) throw err;
+        if (attempt < STORE_ATTEMPTS) {
+          await new Promise((r) => setTimeout(r, 25 * attempt));
+          continue;
+        }
+        if (Date.now() - lastStoreWarning > 10_000) {
+          lastStoreWarning = Date.now();
+          log.warn({ err: (err as Error)?.message ?? String(err), row: name }, "rate-limit store failed; counting in this process");
+        }
+        await fallback.consume(subject);
+        return;
+      }
+    }
+  }
+
+  async function check(name: RateLimitName, clientIp: string, authenticatedRenterKey?: string): Promise<void> {
     const row = rows[name];
     try {
-      await limiters.get(name)!.consume(subjectOf(row, clientIp, keys));
+      await consume(name, subjectOf(row, clientIp, authenticatedRenterKey));
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
       const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
@@ -182,11 +228,19 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
   return {
     store: redis ? "redis" : "postgres",
     check,
-    guard: (r: RestRoute, clientIp, keys) => check(rowNameOf(r.rateLimit), clientIp, keys),
+    guard: async (r: RestRoute, clientIp) => {
+      const name = rowNameOf(r.rateLimit);
+      if (rows[name].per === "ip") await check(name, clientIp);
+    },
     interceptor: (next) => async (req) => {
-      const creds = req.contextValues.get(credentialsKey);
-      await check(rowNameOf(getOption(req.method, routeOption).rateLimit), creds.clientIp, creds.keys);
+      const name = rowNameOf(getOption(req.method, routeOption).rateLimit);
+      if (rows[name].per === "ip") await check(name, req.contextValues.get(credentialsKey).clientIp);
       return next(req);
+    },
+    keyRowCounter(method) {
+      const name = rowNameOf(getOption(method, routeOption).rateLimit);
+      if (rows[name]?.per !== "renter_key") return undefined;
+      return (clientIp, renterKey) => check(name, clientIp, renterKey);
     },
     async close() {
       if (sweep) clearInterval(sweep);

@@ -38,7 +38,7 @@ export interface RestRoute {
   bodyLimitBytes: number;
 }
 
-/** Runs before the handler (rate limits); may throw an apiError. */
+/** Runs before the handler and before authentication (rate-limit rows per client IP); may throw an apiError. */
 export type RouteGuard = (route: RestRoute, clientIp: string, credentialKeys: string[]) => Promise<void>;
 
 function compileTemplate(template: string): { pattern: RegExp; params: string[]; literalSegments: number } {
@@ -161,11 +161,23 @@ export function sendJson(res: NodeResponse, status: number, body: unknown, heade
   res.end(data);
 }
 
-export function clientIpOf(req: NodeRequest, trustProxy: boolean): string {
-  if (trustProxy) {
+/**
+ * The client address: the socket's, unless `trustedHops` proxies stand in
+ * front of the service (SVC_TRUST_PROXY). Each proxy appends the address it
+ * saw to X-Forwarded-For, so the client controls every entry left of those:
+ * the client is the `trustedHops`-th entry from the right (what the outermost
+ * trusted proxy saw), or the socket when the header has fewer entries.
+ */
+export function clientIpOf(req: NodeRequest, trustedHops: number): string {
+  if (trustedHops > 0) {
     const fwd = req.headers["x-forwarded-for"];
-    const first = (Array.isArray(fwd) ? fwd[0] : fwd)?.split(",")[0]?.trim();
-    if (first) return first;
+    if (fwd) {
+      const entries = (Array.isArray(fwd) ? fwd.join(",") : fwd).split(",").map((e) => e.trim());
+      if (entries.length >= trustedHops) {
+        const ip = entries[entries.length - trustedHops];
+        if (ip) return ip;
+      }
+    }
   }
   return req.socket?.remoteAddress ?? "";
 }
@@ -173,7 +185,8 @@ export function clientIpOf(req: NodeRequest, trustProxy: boolean): string {
 export interface RestHandlerOptions {
   routes: RestRoute[];
   log: Logger;
-  trustProxy: boolean;
+  /** Trusted proxy hops (config.trustProxy). */
+  trustProxy: number;
   guard?: RouteGuard;
   shutdownSignal?: AbortSignal;
 }

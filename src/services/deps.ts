@@ -1,14 +1,25 @@
 // What every service implementation is built from, and the caller's principal.
+import type { DescMethod } from "@bufbuild/protobuf";
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Config } from "../config.js";
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { forbidden } from "../http/errors.js";
 
+/**
+ * Counts a call on a rate-limit row kept per renter key, once its
+ * authentication is decided, on both wires (src/http/rate-limits.ts).
+ * `renterKey` is the renter key that authenticated the call, undefined when
+ * none did (the row then counts against `clientIp`). Throws the 429.
+ */
+export type KeyRowCounter = (clientIp: string, renterKey: string | undefined) => Promise<void>;
+
 export interface Deps {
   config: Config;
   sql: Sql;
   log: Logger;
+  /** Set when rate limits are on: the counter of a method on a per-renter-key row, or undefined for other methods. */
+  keyRowCounter?: (method: DescMethod) => KeyRowCounter | undefined;
 }
 
 export type Principal =

@@ -8,7 +8,7 @@ import { constantTimeEqual, roleOfKey } from "../domain/keys.js";
 import { cachedLookupKey } from "../domain/key-cache.js";
 import { badRequest, forbidden, notFound, unauthorized } from "../http/errors.js";
 import { credentialsKey } from "../http/credentials.js";
-import { principalKey, type Deps, type Principal } from "./deps.js";
+import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
 
 export function rolesOf(method: DescMethod): Role[] {
   const roles = getOption(method, route).roles;
@@ -25,12 +25,18 @@ function guardOf(method: DescMethod): Guard {
   return { roles: rolesOf(method), unknownKeyNotFound: getOption(method, route).unknownKeyNotFound };
 }
 
-async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ctx: HandlerContext): Promise<Principal> {
+interface Authenticated {
+  principal: Principal;
+  /** The API key that authenticated the call (none for admin and public). */
+  key?: string;
+}
+
+async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ctx: HandlerContext): Promise<Authenticated> {
   const creds = ctx.values.get(credentialsKey);
   if (roles.includes(Role.ADMIN) && creds.adminTokens.some((t) => constantTimeEqual(t, deps.config.adminToken))) {
-    return { role: "admin" };
+    return { principal: { role: "admin" } };
   }
-  if (roles.includes(Role.PUBLIC)) return { role: "public" };
+  if (roles.includes(Role.PUBLIC)) return { principal: { role: "public" } };
 
   const wanted = new Set<string>();
   if (roles.includes(Role.PROVIDER)) wanted.add("provider");
@@ -42,9 +48,9 @@ async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ct
     // Cached briefly in process; rotation revokes at once (see key-cache.ts).
     const owner = await cachedLookupKey(deps.sql, key);
     if (!owner) continue;
-    if (owner.role === "provider") return { role: "provider", providerId: owner.accountId };
+    if (owner.role === "provider") return { principal: { role: "provider", providerId: owner.accountId }, key };
     if (owner.suspended) throw forbidden("renter account is suspended");
-    return { role: "renter", renterId: owner.accountId };
+    return { principal: { role: "renter", renterId: owner.accountId }, key };
   }
   if (keys.length > 0) throw unknownKey();
   const adminOnly = wanted.size === 0;
@@ -58,6 +64,26 @@ async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ct
   throw badRequest("API key required");
 }
 
+/**
+ * Authenticates the call, then counts it on its rate-limit row when that row
+ * is kept per renter key: against the renter key that authenticated, never a
+ * decoy sent beside it. A call that fails authentication counts against the
+ * client IP on the same row, and answers 429 once that is over.
+ */
+async function authenticateAndCount(deps: Deps, guard: Guard, ctx: HandlerContext, count: KeyRowCounter | undefined): Promise<Principal> {
+  if (!count) return (await authenticate(deps, guard, ctx)).principal;
+  const { clientIp } = ctx.values.get(credentialsKey);
+  let auth: Authenticated;
+  try {
+    auth = await authenticate(deps, guard, ctx);
+  } catch (err) {
+    await count(clientIp, undefined);
+    throw err;
+  }
+  await count(clientIp, auth.principal.role === "renter" ? auth.key : undefined);
+  return auth.principal;
+}
+
 type AnyImpl = (req: unknown, ctx: HandlerContext) => unknown;
 
 export function secure<S extends DescService>(deps: Deps, service: S, impl: ServiceImpl<S>): ServiceImpl<S> {
@@ -65,14 +91,15 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
   for (const method of service.methods) {
     const fn = (impl as unknown as Record<string, AnyImpl>)[method.localName].bind(impl);
     const guard = guardOf(method);
+    const count = deps.keyRowCounter?.(method);
     if (method.methodKind === "unary") {
       out[method.localName] = async (req, ctx) => {
-        ctx.values.set(principalKey, await authenticate(deps, guard, ctx));
+        ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
         return fn(req, ctx);
       };
     } else {
       out[method.localName] = async function* (req, ctx) {
-        ctx.values.set(principalKey, await authenticate(deps, guard, ctx));
+        ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
         yield* fn(req, ctx) as AsyncIterable<unknown>;
       };
     }

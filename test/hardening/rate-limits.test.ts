@@ -1,16 +1,21 @@
 // Rate limits: every row of the spec's table, counted across two server
-// processes sharing one database (and, when redis-server is installed, one
-// Redis), with 429 + Retry-After; client IP from the socket unless a trusted
-// proxy is configured; rows configurable for benchmarks; off switch.
+// instances sharing one database (and, when redis-server is installed, one
+// Redis), with 429 + Retry-After; rows per renter key count the key that
+// authenticated (not a decoy beside it), and failed authentication counts
+// against the IP; client IP from the socket unless trusted proxy hops are
+// configured (then from the right of X-Forwarded-For); rows configurable for
+// benchmarks; off switch. Two real OS processes: rate-limits-processes.test.ts.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import net from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { JobService } from "../../gen/svc/v1/jobs_pb.js";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { loadConfig } from "../../src/config.js";
-import { effectiveRows, RATE_LIMITS, rowNameOf, type RateLimitName } from "../../src/http/rate-limits.js";
-import { buildRouteTable } from "../../src/http/rest.js";
+import { createRateLimits, effectiveRows, RATE_LIMITS, rowNameOf, type RateLimitName } from "../../src/http/rate-limits.js";
+import { createLogger } from "../../src/log.js";
+import { buildRouteTable, clientIpOf, type NodeRequest } from "../../src/http/rest.js";
 import { buildServices } from "../../src/services/index.js";
 import { client, uniqueEmail, type Reply } from "../helpers/http.js";
 import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
@@ -25,6 +30,7 @@ const LIMITED = { SVC_RATE_LIMITS: "on", SVC_TRUST_PROXY: "on" };
 beforeAll(async () => {
   a = await startTestServer(LIMITED);
   b = await startTestServer(LIMITED, a.databaseUrl);
+  renterKey = await realRenterKey();
 });
 afterAll(async () => {
   await b?.app.close();
@@ -44,14 +50,22 @@ const post = (path: string, body: (i: number) => unknown, headers: Record<string
 const get = (path: string, headers: Record<string, string> = {}): Send => (srv, ip) =>
   client(srv.url).get(path, { "x-forwarded-for": ip, ...headers });
 
-const renterKey = fakeKey("renter");
+/** Registers a renter (from a fresh address) and returns its key. */
+async function realRenterKey(srv: TestServer = a): Promise<string> {
+  const r = await client(srv.url).post("/api/renters/register", { name: "R", email: uniqueEmail("rlkey") }, { "x-forwarded-for": freshIp() });
+  expect(r.status, r.text).toBe(201);
+  return r.body.api_key;
+}
+
+let renterKey: string;
 const REQUESTS: Record<RateLimitName, Send> = {
   provider_register: post("/api/providers/register", () => ({ name: "Rig", email: uniqueEmail("rl"), gpu_model: "RTX 4090", os: "linux" })),
   heartbeat: post("/api/providers/heartbeat", () => ({ api_key: fakeKey("provider") })),
   renter_register: post("/api/renters/register", () => ({ name: "R", email: uniqueEmail("rl") })),
-  job_submit: post("/api/jobs/submit", () => ({ job_type: "benchmark", duration_minutes: 1 }), { "x-renter-key": renterKey }),
+  job_submit: (srv, ip) =>
+    client(srv.url).post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1 }, { "x-forwarded-for": ip, "x-renter-key": renterKey }),
   payment_topup: post("/api/payments/topup", () => ({ amount_sar: 10 })),
-  renter_topup: post("/api/renters/topup", () => ({ amount_halala: 100 }), { "x-renter-key": renterKey }),
+  renter_topup: (srv, ip) => client(srv.url).post("/api/renters/topup", { amount_halala: 100 }, { "x-forwarded-for": ip, "x-renter-key": renterKey }),
   marketplace: get("/api/providers/marketplace"),
   admin: get("/api/admin/dashboard", { "x-admin-token": ADMIN_TOKEN }),
   default: get("/api/templates"),
@@ -119,7 +133,7 @@ describe("each row, shared by two server processes", () => {
 
   it("counts job_submit per renter key: another key from the same IP passes, the same key from another IP does not", async () => {
     const ip = freshIp();
-    const other = fakeKey("renter");
+    const other = await realRenterKey();
     const submit = (srv: TestServer, from: string, key: string) =>
       client(srv.url).post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1 }, { "x-forwarded-for": from, "x-renter-key": key });
     // renterKey was used up by the job_submit row test above (same file, same database).
@@ -156,6 +170,172 @@ describe("each row, shared by two server processes", () => {
     expect(codes.at(-1)).toBe(Code.ResourceExhausted);
     // The REST route of the same RPC shares the count.
     expect((await REQUESTS.marketplace(b, ip, 0)).status).toBe(429);
+  });
+});
+
+describe("rows per renter key count the key that authenticated", () => {
+  const SUBMIT = { job_type: "benchmark", duration_minutes: 1 };
+  const submit = (srv: TestServer, headers: Record<string, string>) => client(srv.url).post("/api/jobs/submit", SUBMIT, headers);
+
+  it("a decoy x-renter-key beside the real Bearer key changes nothing: the real key's 11th submit in a minute is 429", async () => {
+    const key = await realRenterKey();
+    for (let i = 0; i < RATE_LIMITS.job_submit.points; i++) {
+      // A fresh decoy and a fresh address each time: neither opens a bucket.
+      const r = await submit(i % 2 ? b : a, { "x-forwarded-for": freshIp(), "x-renter-key": fakeKey("renter"), authorization: `Bearer ${key}` });
+      expect(r.status, `submit ${i + 1}: ${r.text}`).not.toBe(429);
+      expect(r.status, r.text).toBeLessThan(500);
+    }
+    const over = await submit(a, { "x-forwarded-for": freshIp(), "x-renter-key": fakeKey("renter"), authorization: `Bearer ${key}` });
+    expect429(over, 60);
+    // The same over the other wire and the other header order.
+    expect429(await submit(b, { "x-forwarded-for": freshIp(), "x-renter-key": key, authorization: `Bearer ${fakeKey("renter")}` }), 60);
+    // The decoys were never counted: a request carrying only a decoy fails authentication, not the limit.
+    expect((await submit(a, { "x-forwarded-for": freshIp(), "x-renter-key": fakeKey("renter") })).status).toBe(401);
+  });
+
+  it("requests failing authentication count against the client IP: rotating invented keys from one IP is 429 after 10", async () => {
+    const ip = freshIp();
+    for (let i = 0; i < RATE_LIMITS.job_submit.points; i++) {
+      const r = await submit(i % 2 ? b : a, { "x-forwarded-for": ip, "x-renter-key": fakeKey("renter") });
+      expect(r.status, r.text).toBe(401);
+    }
+    expect429(await submit(a, { "x-forwarded-for": ip, "x-renter-key": fakeKey("renter") }), 60);
+    // No key, or a provider key, from the same IP: the same bucket.
+    expect429(await submit(b, { "x-forwarded-for": ip }), 60);
+    expect429(await submit(a, { "x-forwarded-for": ip, "x-provider-key": fakeKey("provider") }), 60);
+    // A real key from that IP has its own bucket; another IP with an invented key is refused by authentication.
+    expect((await submit(a, { "x-forwarded-for": ip, "x-renter-key": await realRenterKey() })).status).not.toBe(429);
+    expect((await submit(b, { "x-forwarded-for": freshIp(), "x-renter-key": fakeKey("renter") })).status).toBe(401);
+    // renter_topup is the same kind of row.
+    const ip2 = freshIp();
+    for (let i = 0; i < RATE_LIMITS.renter_topup.points; i++) {
+      expect((await client(a.url).post("/api/renters/topup", { amount_halala: 100 }, { "x-forwarded-for": ip2, "x-renter-key": fakeKey("renter") })).status).toBe(401);
+    }
+    expect429(await client(b.url).post("/api/renters/topup", { amount_halala: 100 }, { "x-forwarded-for": ip2, "x-renter-key": fakeKey("renter") }), 60);
+  });
+
+  it("does the same for gRPC/Connect calls", async () => {
+    const jobs = (ip: string, headers: Record<string, string>) =>
+      createClient(
+        JobService,
+        createConnectTransport({
+          baseUrl: b.url,
+          httpVersion: "1.1",
+          interceptors: [
+            (next) => (req) => {
+              req.header.set("x-forwarded-for", ip);
+              for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
+              return next(req);
+            },
+          ],
+        }),
+      );
+    const codeOf = (p: Promise<unknown>) => p.then(() => "ok", (err) => Code[ConnectError.from(err).code]);
+    const key = await realRenterKey();
+    const codes: string[] = [];
+    for (let i = 0; i <= RATE_LIMITS.job_submit.points; i++) {
+      codes.push(await codeOf(jobs(freshIp(), { "x-renter-key": fakeKey("renter"), authorization: `Bearer ${key}` }).submit({ jobType: "benchmark", durationMinutes: 1 })));
+    }
+    expect(codes.slice(0, -1)).not.toContain("ResourceExhausted");
+    expect(codes.slice(0, -1)).not.toContain("Unauthenticated");
+    expect(codes.at(-1)).toBe("ResourceExhausted");
+
+    const ip = freshIp();
+    const invented: string[] = [];
+    for (let i = 0; i <= RATE_LIMITS.job_submit.points; i++) {
+      invented.push(await codeOf(jobs(ip, { "x-renter-key": fakeKey("renter") }).submit({ jobType: "benchmark", durationMinutes: 1 })));
+    }
+    expect(invented).toEqual([...Array(RATE_LIMITS.job_submit.points).fill("Unauthenticated"), "ResourceExhausted"]);
+    // REST from that IP shares the count.
+    expect429(await submit(a, { "x-forwarded-for": ip, "x-renter-key": fakeKey("renter") }), 60);
+  });
+
+  it("keeps only hashes of keys in the store", async () => {
+    const rows = await a.sql<{ key: string }[]>`SELECT key FROM rate_limits`;
+    expect(rows.length).toBeGreaterThan(0);
+    expect(rows.filter((r) => r.key.includes("svc-"))).toEqual([]);
+    expect(rows.some((r) => /^job_submit:key:[0-9a-f]{40}$/.test(r.key))).toBe(true);
+  });
+});
+
+describe("when the shared store fails", () => {
+  it("retries once, then counts on from the store's last count in this process (never from zero)", async () => {
+    let failures = 0;
+    let queries = 0;
+    const tooMany = () => Object.assign(new Error("sorry, too many clients already"), { code: "53300" });
+    // The pool of server a, but the limiter's statements fail while `failures` lasts.
+    const flaky = new Proxy(a.sql, {
+      get(target, prop, receiver) {
+        if (prop !== "unsafe") return Reflect.get(target, prop, receiver);
+        return (...args: Parameters<typeof target.unsafe>) => {
+          queries++;
+          if (failures > 0) {
+            failures--;
+            return Promise.reject(tooMany());
+          }
+          return target.unsafe(...args);
+        };
+      },
+    });
+    const limits = await createRateLimits(loadConfig(BASE_ENV), flaky, createLogger("silent"));
+    try {
+      const ip = freshIp();
+      const outcome = () => limits.check("marketplace", ip).then(() => "ok", (err) => (ConnectError.from(err).code === Code.ResourceExhausted ? "429" : String(err)));
+      for (let i = 0; i < 20; i++) expect(await outcome()).toBe("ok");
+      // One failed statement is tried again: still counted in the store.
+      failures = 1;
+      queries = 0;
+      expect(await outcome()).toBe("ok");
+      expect(queries).toBe(2);
+      const [row] = await a.sql<{ points: number }[]>`SELECT points FROM rate_limits WHERE key = ${`marketplace:ip:${ip}`}`;
+      expect(row.points).toBe(21);
+      // The store is gone: the count goes on from 21 in this process; the 31st call is refused.
+      failures = 1_000;
+      const codes: string[] = [];
+      for (let i = 21; i < RATE_LIMITS.marketplace.points + 1; i++) codes.push(await outcome());
+      expect(codes).toEqual([...Array(RATE_LIMITS.marketplace.points - 21).fill("ok"), "429"]);
+    } finally {
+      await limits.close();
+    }
+  });
+});
+
+describe("SVC_TRUST_PROXY", () => {
+  const req = (xff: string | string[] | undefined, remoteAddress = "203.0.113.9") =>
+    ({ headers: xff === undefined ? {} : { "x-forwarded-for": xff }, socket: { remoteAddress } }) as unknown as NodeRequest;
+
+  it("takes off, on or a number of trusted hops", () => {
+    const hops = (v?: string) => loadConfig({ ...BASE_ENV, ...(v === undefined ? {} : { SVC_TRUST_PROXY: v }) }).trustProxy;
+    expect([hops(), hops("off"), hops("false"), hops("0"), hops("on"), hops("true"), hops("1"), hops("2"), hops(" 3 ")]).toEqual([0, 0, 0, 0, 1, 1, 1, 2, 3]);
+    expect(() => hops("maybe")).toThrow(/SVC_TRUST_PROXY/);
+    expect(() => hops("-1")).toThrow(/SVC_TRUST_PROXY/);
+    expect(() => hops("1.5")).toThrow(/SVC_TRUST_PROXY/);
+  });
+
+  it("reads the client IP as the N-th X-Forwarded-For entry from the right, else the socket", () => {
+    expect(clientIpOf(req("198.51.100.1"), 0)).toBe("203.0.113.9");
+    expect(clientIpOf(req("spoofed, 198.51.100.1"), 1)).toBe("198.51.100.1");
+    expect(clientIpOf(req("spoofed,198.51.100.1 , 10.0.0.2"), 2)).toBe("198.51.100.1");
+    expect(clientIpOf(req(["spoofed, 198.51.100.1", "10.0.0.2"]), 2)).toBe("198.51.100.1");
+    // Fewer entries than trusted hops, or none: the socket.
+    expect(clientIpOf(req("198.51.100.1"), 2)).toBe("203.0.113.9");
+    expect(clientIpOf(req(undefined), 1)).toBe("203.0.113.9");
+    expect(clientIpOf(req("spoofed, "), 1)).toBe("203.0.113.9");
+  });
+
+  it("with on, a client-supplied leftmost X-Forwarded-For entry opens no new bucket", async () => {
+    const c = await startTestServer({ SVC_RATE_LIMITS: "on", SVC_TRUST_PROXY: "on", SVC_RATE_LIMIT_OVERRIDES: "renter_register=2/3600" });
+    try {
+      const api = client(c.url);
+      const register = (xff: string) => api.post("/api/renters/register", { name: "R", email: uniqueEmail("xff") }, { "x-forwarded-for": xff });
+      const codes: number[] = [];
+      // What the trusted proxy appended (the rightmost entry) stays the same; the client varies what it sent.
+      for (let i = 0; i < 3; i++) codes.push((await register(`192.0.2.${i}, 198.51.100.7`)).status);
+      expect(codes).toEqual([201, 201, 429]);
+      expect((await register("198.51.100.8")).status).toBe(201);
+    } finally {
+      await c.close();
+    }
   });
 });
 
