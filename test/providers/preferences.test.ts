@@ -216,8 +216,10 @@ describe("status/{api_key}", () => {
     });
   });
 
-  it("401 for an unknown key in the path", async () => {
+  it("404 'provider not found' for an unknown key in the status path; 401 on the job poll", async () => {
     const r = await api.get("/api/providers/status/svc-provider-unknownunknownunknown");
-    expect(r.status).toBe(401);
+    expect(r.status).toBe(404);
+    expect(r.body.error).toMatch(/provider not found/);
+    expect((await api.get("/api/providers/svc-provider-unknownunknownunknown/jobs")).status).toBe(401);
   });
 });
