@@ -87,10 +87,13 @@ export function effectiveRows(overrides: Config["rateLimitOverrides"]): Record<R
  * against the client IP, so rotating invented keys is limited too.
  */
 export function subjectOf(row: RateLimitRow, clientIp: string, authenticatedRenterKey?: string): string {
-  if (row.per === "renter_key" && authenticatedRenterKey) {
-    return `key:${crypto.createHash("sha256").update(authenticatedRenterKey).digest("hex").slice(0, 40)}`;
-  }
+  if (row.per === "renter_key" && authenticatedRenterKey) return keySubject(authenticatedRenterKey);
   return `ip:${clientIp || "unknown"}`;
+}
+
+/** The store's name for an API key's counters: a hash, never the credential. */
+export function keySubject(key: string): string {
+  return `key:${crypto.createHash("sha256").update(key).digest("hex").slice(0, 40)}`;
 }
 
 function per(durationSec: number): string {
@@ -132,6 +135,64 @@ export interface RateLimits {
   close(): Promise<void>;
 }
 
+/** Where shared counters live: the service's PostgreSQL pool, or Redis when configured. */
+export type CounterStore = { sql: Sql; redis?: Redis };
+
+/** One limit counted in the shared store (see sharedLimit). */
+export interface SharedLimit {
+  /** Counts one point for `subject`; throws RateLimiterRes when over the limit. */
+  consume(subject: string): Promise<RateLimiterRes>;
+}
+
+/**
+ * A limit of `points` per `durationSec` shared by every server process. Once a
+ * subject is over it, this process answers from memory until the window ends,
+ * so abuse does not become store load. A store error (a connection refused or
+ * cut: "too many clients", a database restart) is tried once more; if it fails
+ * again the request is counted by the process's own fallback counter, which
+ * carries the count the store last reported for the subject, so a failure
+ * does not start a client's count again from zero (the library's insurance
+ * limiter did: under database pressure the 31st marketplace call passed).
+ */
+export function sharedLimit(store: CounterStore, name: string, points: number, durationSec: number, log: Logger): SharedLimit {
+  const common = { keyPrefix: name, points, duration: durationSec, inMemoryBlockOnConsumed: points + 1 };
+  const limiter: RateLimiterAbstract = store.redis
+    ? new RateLimiterRedis({ ...common, storeClient: store.redis, keyPrefix: `svc:rl:${name}` })
+    : new RateLimiterPostgres({
+        ...common,
+        storeClient: pgClientAdapter(store.sql),
+        storeType: "pool",
+        tableName: RATE_LIMIT_TABLE,
+        tableCreated: true,
+        // One sweep (createRateLimits) for the whole table instead of a timer per row.
+        clearExpiredByTimeout: false,
+      });
+  const fallback = new RateLimiterMemory({ keyPrefix: name, points, duration: durationSec });
+  let lastStoreWarning = 0;
+  return {
+    async consume(subject) {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const res = await limiter.consume(subject);
+          if (res.msBeforeNext > 0) void fallback.set(subject, res.consumedPoints, res.msBeforeNext / 1000);
+          return res;
+        } catch (err) {
+          if (err instanceof RateLimiterRes) throw err;
+          if (attempt < STORE_ATTEMPTS) {
+            await new Promise((r) => setTimeout(r, 25 * attempt));
+            continue;
+          }
+          if (Date.now() - lastStoreWarning > 10_000) {
+            lastStoreWarning = Date.now();
+            log.warn({ err: (err as Error)?.message ?? String(err), limit: name }, "rate-limit store failed; counting in this process");
+          }
+          return fallback.consume(subject);
+        }
+      }
+    },
+  };
+}
+
 export async function createRateLimits(config: Config, sql: Sql, log: Logger): Promise<RateLimits> {
   const rows = effectiveRows(config.rateLimitOverrides);
   let redis: Redis | undefined;
@@ -140,35 +201,9 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
     redis.on("error", (err) => log.warn({ err: err.message }, "rate-limit store (redis) error"));
     await redis.connect();
   }
-  const limiters = new Map<RateLimitName, RateLimiterAbstract>();
-  const fallbacks = new Map<RateLimitName, RateLimiterMemory>();
+  const limits = new Map<RateLimitName, SharedLimit>();
   for (const [name, row] of Object.entries(rows) as [RateLimitName, RateLimitRow][]) {
-    const common = {
-      keyPrefix: name,
-      points: row.points,
-      duration: row.durationSec,
-      // Once a subject is over its limit this process answers 429 from memory
-      // until the window ends, so abuse does not become store load.
-      inMemoryBlockOnConsumed: row.points + 1,
-    };
-    // If the shared store fails, this process keeps limiting on its own from
-    // the counts the store last gave it (see `consume`), rather than letting
-    // everything through or failing requests.
-    fallbacks.set(name, new RateLimiterMemory({ keyPrefix: name, points: row.points, duration: row.durationSec }));
-    limiters.set(
-      name,
-      redis
-        ? new RateLimiterRedis({ ...common, storeClient: redis, keyPrefix: `svc:rl:${name}` })
-        : new RateLimiterPostgres({
-            ...common,
-            storeClient: pgClientAdapter(sql),
-            storeType: "pool",
-            tableName: RATE_LIMIT_TABLE,
-            tableCreated: true,
-            // One sweep below for the whole table instead of a timer per row.
-            clearExpiredByTimeout: false,
-          }),
-    );
+    limits.set(name, sharedLimit({ sql, redis }, name, row.points, row.durationSec, log));
   }
 
   // Expired counters are only garbage; drop those an hour past their window.
@@ -179,43 +214,10 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       }, 300_000);
   sweep?.unref();
 
-  let lastStoreWarning = 0;
-  /**
-   * Counts one point in the shared store. A store error (a connection
-   * refused or cut: "too many clients", a database restart) is tried once
-   * more; if it fails again this request is counted by the process's own
-   * fallback counter, which carries the count the store last reported for
-   * the subject, so a failure does not start a client's count again from
-   * zero (the library's insurance limiter did: under database pressure the
-   * 31st marketplace call passed). Rejections (RateLimiterRes) pass through.
-   */
-  async function consume(name: RateLimitName, subject: string): Promise<void> {
-    const fallback = fallbacks.get(name)!;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const res = await limiters.get(name)!.consume(subject);
-        if (res.msBeforeNext > 0) void fallback.set(subject, res.consumedPoints, res.msBeforeNext / 1000);
-        return;
-      } catch (err) {
-        if (err instanceof RateLimiterRes) throw err;
-        if (attempt < STORE_ATTEMPTS) {
-          await new Promise((r) => setTimeout(r, 25 * attempt));
-          continue;
-        }
-        if (Date.now() - lastStoreWarning > 10_000) {
-          lastStoreWarning = Date.now();
-          log.warn({ err: (err as Error)?.message ?? String(err), row: name }, "rate-limit store failed; counting in this process");
-        }
-        await fallback.consume(subject);
-        return;
-      }
-    }
-  }
-
   async function check(name: RateLimitName, clientIp: string, authenticatedRenterKey?: string): Promise<void> {
     const row = rows[name];
     try {
-      await consume(name, subjectOf(row, clientIp, authenticatedRenterKey));
+      await limits.get(name)!.consume(subjectOf(row, clientIp, authenticatedRenterKey));
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
       const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));

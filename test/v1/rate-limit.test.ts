@@ -1,4 +1,4 @@
-// The per-renter /v1 rate limit: the 429 envelope with its retry fields
+// The per-key /v1 rate limit: the 429 envelope with its retry fields
 // (inside `error` and at the top level) and Retry-After, seen through the
 // official openai client and on the wire.
 import OpenAI from "openai";
@@ -56,8 +56,29 @@ it("answers the request over the limit with 429 rate_limit_exceeded and retry fi
   expect(raw.headers.get("retry-after")).toBe(String(retry_after_seconds));
   expect(raw.headers.get("retry-after-ms")).toBe(String(retry_after_ms));
 
-  // The budget is per renter: another renter still gets through.
+  // The budget is per API key: another renter still gets through.
   const other = await makeRenter(srv, 10_000);
   const ok = await new OpenAI({ apiKey: other.key, baseURL: `${srv.url}/v1`, maxRetries: 0 }).models.list();
   expect(ok.data.map((m) => m.id)).toContain(MODEL);
+  // The store holds hashes of keys only, never a credential.
+  const subjects = await srv.sql`SELECT key FROM rate_limits WHERE key LIKE 'v1:%'`;
+  expect(subjects.length).toBeGreaterThan(0);
+  for (const { key } of subjects) {
+    expect(key).toMatch(/^v1:key:[0-9a-f]{40}$/);
+    expect(key).not.toContain(renter.key.slice("svc-renter-".length, 20));
+  }
+});
+
+it("counts each key on its own, also two keys of one renter, and ignores a decoy key sent beside the real one", async () => {
+  const renter = await makeRenter(srv, 10_000);
+  const login = await client(srv.url).post("/api/renters/login-email", { email: (await client(srv.url).get("/api/renters/me", renter.headers)).body.renter.email });
+  const second: string = login.body.api_key;
+  expect(second).toMatch(/^svc-renter-/);
+  const models = (headers: Record<string, string>) => client(srv.url).get("/v1/models", headers);
+  expect((await models({ authorization: `Bearer ${renter.key}` })).status).toBe(200);
+  expect((await models({ authorization: `Bearer ${renter.key}` })).status).toBe(200);
+  expect((await models({ authorization: `Bearer ${renter.key}` })).status).toBe(429);
+  expect((await models({ authorization: `Bearer ${second}` })).status).toBe(200);
+  // A decoy key first, the exhausted real key second: still the real key's budget.
+  expect((await models({ "x-renter-key": "svc-renter-decoydecoydecoy", authorization: `Bearer ${renter.key}` })).status).toBe(429);
 });

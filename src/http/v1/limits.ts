@@ -1,36 +1,25 @@
-// Per-renter request limit for /v1 (SVC_V1_RATE_LIMIT_PER_MINUTE), counted in
-// the shared PostgreSQL store of src/http/rate-limits.ts (its table and
-// adapter), so that every API process sees the same budget.
-import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRes } from "rate-limiter-flexible";
+// Per-key request limit for /v1 (SVC_V1_RATE_LIMIT_PER_MINUTE), counted in the
+// shared store of src/http/rate-limits.ts, so that every API process sees the
+// same budget, with the same fallback when the store fails.
+import { RateLimiterRes } from "rate-limiter-flexible";
 import type { Sql } from "../../db/index.js";
-import { pgClientAdapter, RATE_LIMIT_TABLE } from "../rate-limits.js";
+import type { Logger } from "../../log.js";
+import { keySubject, sharedLimit } from "../rate-limits.js";
 
 export type LimitOutcome = { ok: true; limit: number; remaining: number; resetMs: number } | { ok: false; limit: number; retryAfterMs: number };
 
 export interface V1Limiter {
-  consume(subject: string): Promise<LimitOutcome>;
+  /** Counts one request of the renter key that authenticated it. */
+  consume(renterKey: string): Promise<LimitOutcome>;
 }
 
-export function createV1Limiter(sql: Sql, perMinute: number): V1Limiter | undefined {
+export function createV1Limiter(sql: Sql, perMinute: number, log: Logger): V1Limiter | undefined {
   if (perMinute <= 0) return undefined;
-  const limiter = new RateLimiterPostgres({
-    storeClient: pgClientAdapter(sql),
-    storeType: "pool",
-    tableName: RATE_LIMIT_TABLE,
-    tableCreated: true,
-    clearExpiredByTimeout: false,
-    keyPrefix: "v1",
-    points: perMinute,
-    duration: 60,
-    // As for /api: over-limit callers are answered from memory until the window ends,
-    // and a failing store degrades to a per-process limit instead of failing requests.
-    inMemoryBlockOnConsumed: perMinute + 1,
-    insuranceLimiter: new RateLimiterMemory({ keyPrefix: "v1", points: perMinute, duration: 60 }),
-  });
+  const limit = sharedLimit({ sql }, "v1", perMinute, 60, log);
   return {
-    async consume(subject) {
+    async consume(renterKey) {
       try {
-        const r = await limiter.consume(subject);
+        const r = await limit.consume(keySubject(renterKey));
         return { ok: true, limit: perMinute, remaining: r.remainingPoints, resetMs: r.msBeforeNext };
       } catch (err) {
         if (err instanceof RateLimiterRes) return { ok: false, limit: perMinute, retryAfterMs: err.msBeforeNext };

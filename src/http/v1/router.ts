@@ -101,28 +101,28 @@ function parseChatRequest(raw: Buffer): ChatRequest {
 export function createV1Handler(deps: V1Deps) {
   const { config, sql } = deps;
   const picker = new EndpointPicker();
-  const limiter = config.rateLimits ? createV1Limiter(sql, config.v1.rateLimitPerMinute) : undefined;
+  const limiter = config.rateLimits ? createV1Limiter(sql, config.v1.rateLimitPerMinute, deps.log) : undefined;
   const startedAt = Math.floor(Date.now() / 1000);
   const knownModels = new Set<string>([...config.v1.models, ...LLM_MODELS, ...Object.keys(TOKEN_RATES), ...Object.keys(config.v1.tokenRates)]);
   knownModels.delete("*");
 
-  /** The calling renter, from `Authorization: Bearer` or `x-renter-key`. */
-  async function authenticate(call: Call): Promise<number> {
+  /** The calling renter and the key that authenticated, from `Authorization: Bearer` or `x-renter-key`. */
+  async function authenticate(call: Call): Promise<{ renterId: number; key: string }> {
     const creds = credentialsFromHeaders(call.req.headers, "", call.requestId);
     if (creds.keys.length === 0) throw v1Error("missing_api_key", "missing API key: send Authorization: Bearer <renter key> or x-renter-key");
     for (const key of creds.keys.filter((k) => roleOfKey(k) === "renter")) {
       const owner = await cachedLookupKey(sql, key);
       if (owner?.role !== "renter") continue;
       if (owner.suspended) throw v1Error("account_suspended", "this renter account is suspended");
-      return owner.accountId;
+      return { renterId: owner.accountId, key };
     }
     if (creds.keys.some((k) => roleOfKey(k) === "provider")) throw v1Error("invalid_api_key", "/v1 needs a renter API key (svc-renter-...), not a provider key");
     throw v1Error("invalid_api_key", "invalid API key");
   }
 
-  async function limit(call: Call, renterId: number): Promise<void> {
+  async function limit(call: Call, renterKey: string): Promise<void> {
     if (!limiter) return;
-    const r = await limiter.consume(`renter:${renterId}`);
+    const r = await limiter.consume(renterKey);
     call.headers["x-ratelimit-limit-requests"] = String(r.limit);
     if (r.ok) {
       call.headers["x-ratelimit-remaining-requests"] = String(r.remaining);
@@ -130,7 +130,7 @@ export function createV1Handler(deps: V1Deps) {
       return;
     }
     call.headers["x-ratelimit-remaining-requests"] = "0";
-    throw v1Error("rate_limit_exceeded", `rate limit of ${r.limit} /v1 requests per minute exceeded for this renter; retry later`, r.retryAfterMs);
+    throw v1Error("rate_limit_exceeded", `rate limit of ${r.limit} /v1 requests per minute exceeded for this API key; retry later`, r.retryAfterMs);
   }
 
   async function listModels(): Promise<Record<string, unknown>[]> {
@@ -293,9 +293,9 @@ export function createV1Handler(deps: V1Deps) {
       if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${url.pathname}`);
       const wanted = route === "chat" ? "POST" : "GET";
       if (method !== wanted) throw v1Error("method_not_allowed", `${url.pathname} accepts ${wanted}, not ${method}`);
-      const renterId = await authenticate(call);
+      const { renterId, key } = await authenticate(call);
       call.log.renterId = renterId;
-      await limit(call, renterId);
+      await limit(call, key);
       if (route === "chat") {
         status = await chatCompletions(call, renterId);
       } else if (route === "usage") {
