@@ -340,7 +340,15 @@ function describeRequirements(req: Record<string, unknown> | null): string {
 }
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
-const allOf = (n: number, verb: string) => (n === 1 ? `the only matching provider is ${verb}` : `all ${n} matching providers are ${verb}`);
+const allOf = (n: number, verb: string) =>
+  n === 1 ? `the only matching provider is ${verb}` : n > EXPLAIN_CAP ? `all of the ${EXPLAIN_CAP.toLocaleString("en-US")}+ matching providers looked at are ${verb}` : `all ${n} matching providers are ${verb}`;
+
+/**
+ * How many live providers that fit a job explainQueue looks at: the reason is
+ * read on every poll of a queued job and for each one GET /api/jobs lists, so
+ * its cost must not grow with the fleet. Past this many, counts read "N+".
+ */
+export const EXPLAIN_CAP = 1000;
 
 /** Why a queued job is still waiting, answered on submit and every read. */
 export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
@@ -366,12 +374,16 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
     if (p.busy >= p.slots) return { code: "provider_busy", reason: `requested provider ${id} is busy (${p.busy} of ${plural(p.slots, "GPU")} running jobs)${aheadText}` };
     return { code: "waiting_for_dispatch", reason: `requested provider ${id} has a free GPU; the job is being assigned${aheadText}` };
   }
+  // Counted over at most EXPLAIN_CAP + 1 live providers that fit (see EXPLAIN_CAP).
   const [c] = await db<{ fit: number; live: number; available: number; free: number }[]>`
-    SELECT count(*) FILTER (WHERE ${liveSql(db)})::bigint AS fit,
-           count(*) FILTER (WHERE ${liveSql(db)} AND ${matchesSql(db)})::bigint AS live,
+    SELECT count(*)::bigint AS fit,
+           count(*) FILTER (WHERE ${matchesSql(db)})::bigint AS live,
            count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)})::bigint AS available,
            count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)} AND ${busySql(db)} < ${slotsSql(db)})::bigint AS free
-    FROM providers p, jobs j WHERE j.id = ${job.id} AND ${hardwareFitSql(db)}`;
+    FROM jobs j, LATERAL (
+      SELECT p.* FROM providers p WHERE ${liveSql(db)} AND ${hardwareFitSql(db)} LIMIT ${EXPLAIN_CAP + 1}
+    ) p
+    WHERE j.id = ${job.id}`;
   const live = Number(c.live);
   const available = Number(c.available);
   if (Number(c.fit) === 0) return { code: "no_matching_provider", reason: `no approved provider${describeRequirements(job.gpu_requirements)} is online` };

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { EXPLAIN_CAP } from "../../src/domain/dispatch.js";
 import { ledgerProblems } from "../../src/domain/ledger.js";
 import { verifyTask } from "../../src/domain/task-signing.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
@@ -286,5 +287,22 @@ describe("signals", () => {
     } finally {
       await l.unlisten();
     }
+  });
+});
+
+describe("queue reasons at fleet scale", () => {
+  it("looks at no more than EXPLAIN_CAP live providers that fit, and says so in the reason", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const tag = Math.random().toString(36).slice(2, 8);
+    await srv.sql`
+      INSERT INTO providers (name, email, gpu_model, os, status, approval_status, last_heartbeat, gpu_count, gpu_vram_mib, is_paused)
+      SELECT 'bulk', 'bulk-' || g || '-' || ${tag} || '@example.com', 'RTX 4090', 'linux', 'online', 'approved', now(), 1, 24576, true
+      FROM generate_series(1, ${EXPLAIN_CAP + 5}) g`;
+    const r = await submit(renter.headers);
+    expect(r.status).toBe(201);
+    expect(r.body.job).toMatchObject({ status: "queued", queue_reason_code: "providers_paused" });
+    expect(r.body.job.queue_reason).toMatch(/all of the 1,000\+ matching providers looked at are paused/);
+    const read = await api.get(`/api/jobs/${r.body.job.job_id}`, renter.headers);
+    expect(read.body.queue_reason).toBe(r.body.job.queue_reason);
   });
 });
