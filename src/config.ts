@@ -21,6 +21,7 @@ export interface Config {
   emailApiKey: string | undefined;
   emailApiUrl: string;
   frontendUrl: string;
+  /** Baked into installers and the daemon; outside production it defaults to this server's own address. */
   backendUrl: string;
   corsOrigins: string[];
   /**
@@ -191,7 +192,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     emailApiKey: env.EMAIL_API_KEY || undefined,
     emailApiUrl: url(env, "EMAIL_API_URL", "https://api.resend.com"),
     frontendUrl: url(env, "FRONTEND_URL", DEFAULT_FRONTEND_URL),
-    backendUrl: url(env, "BACKEND_URL", DEFAULT_BACKEND_URL),
+    // Outside production an unset BACKEND_URL becomes this server's own address once it listens (server.ts).
+    backendUrl: env.BACKEND_URL || production ? url(env, "BACKEND_URL", DEFAULT_BACKEND_URL) : "",
     corsOrigins: (env.CORS_ORIGINS || "").split(",").map((s) => s.trim()).filter(Boolean),
     trustProxy: trustProxyHops(env),
     redisUrl: env.REDIS_URL || undefined,

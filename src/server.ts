@@ -116,6 +116,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   });
   const port = await edge.listen(config.port, config.host);
   const hostForUrl = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+  // Local default: installers and daemons point at this very server.
+  if (!config.backendUrl) config.backendUrl = `http://${hostForUrl}:${port}`;
   log.info({ port }, "listening (HTTP/1.1 and gRPC h2c)");
 
   // Background work, started once the port is open and stopped before the pool closes.

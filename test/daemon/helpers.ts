@@ -23,9 +23,9 @@ export async function freePort(): Promise<number> {
 }
 
 /** A test server that renders its own URL into installers and the daemon. */
+/** A test server whose installers and daemon point at itself (BACKEND_URL's local default). */
 export async function startSelfServer(env: Record<string, string> = {}): Promise<TestServer> {
-  const port = await freePort();
-  return startTestServer({ PORT: String(port), BACKEND_URL: `http://127.0.0.1:${port}`, ...env });
+  return startTestServer(env);
 }
 
 export function tempDir(prefix: string): string {

@@ -27,6 +27,15 @@ describe("config", () => {
     expect(() => loadConfig({ NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20) })).toThrow(/SVC_HMAC_SECRET, DATABASE_URL/);
   });
 
+  it("BACKEND_URL: the public origin in production, this server's own address (filled at listen) outside it", () => {
+    const prod = { NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20), SVC_HMAC_SECRET: "y".repeat(20), DATABASE_URL: "postgres://x@h/db" };
+    expect(loadConfig(prod).backendUrl).toBe("https://api.svc.example.com");
+    expect(loadConfig({ ...prod, BACKEND_URL: "https://api.example.org" }).backendUrl).toBe("https://api.example.org");
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-cfg-"));
+    expect(loadConfig({ SVC_DATA_DIR: dir }).backendUrl).toBe(""); // server.ts sets it to http://host:port once listening
+    expect(loadConfig({ SVC_DATA_DIR: dir, BACKEND_URL: "http://10.0.0.5:8080" }).backendUrl).toBe("http://10.0.0.5:8080");
+  });
+
   it("rejects malformed values with the variable's name", () => {
     const dir = tmp();
     expect(() => loadConfig({ SVC_DATA_DIR: dir, PORT: "http" })).toThrow(/PORT/);
