@@ -156,17 +156,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       throw new ConfigError(`missing required environment variables for production: ${missing.join(", ")}`);
     }
   }
-  let adminToken = env.SVC_ADMIN_TOKEN;
-  let hmacSecret = env.SVC_HMAC_SECRET;
-  let secretsFile: string | undefined;
-  if (!adminToken || !hmacSecret) {
-    const local = localSecrets(dataDir);
-    adminToken ||= local.adminToken;
-    hmacSecret ||= local.hmacSecret;
-    secretsFile = local.file;
-  }
-  if (adminToken.length < 16) throw new ConfigError("SVC_ADMIN_TOKEN must be at least 16 characters");
-  if (hmacSecret.length < 16) throw new ConfigError("SVC_HMAC_SECRET must be at least 16 characters");
+  if (env.SVC_ADMIN_TOKEN && env.SVC_ADMIN_TOKEN.length < 16) throw new ConfigError("SVC_ADMIN_TOKEN must be at least 16 characters");
+  if (env.SVC_HMAC_SECRET && env.SVC_HMAC_SECRET.length < 16) throw new ConfigError("SVC_HMAC_SECRET must be at least 16 characters");
 
   const logLevel = env.LOG_LEVEL || (env.VITEST ? "silent" : "info");
   if (!["fatal", "error", "warn", "info", "debug", "trace", "silent"].includes(logLevel)) {
@@ -176,7 +167,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!["on", "off"].includes(rateLimitsRaw)) throw new ConfigError(`SVC_RATE_LIMITS must be on or off (got "${env.SVC_RATE_LIMITS}")`);
   const gatewayKey = env.PAYMENT_GATEWAY_SECRET_KEY || undefined;
 
-  return {
+  const config: Omit<Config, "adminToken" | "hmacSecret" | "secretsFile"> = {
     production,
     port: int(env, "PORT", 8080, 0, 65535),
     host: env.HOST || "0.0.0.0",
@@ -184,8 +175,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir,
     logLevel,
     rateLimits: rateLimitsRaw === "on",
-    adminToken,
-    hmacSecret,
     paymentGatewaySecretKey: gatewayKey,
     paymentGatewayWebhookSecret: env.PAYMENT_GATEWAY_WEBHOOK_SECRET || gatewayKey,
     paymentGatewayUrl: url(env, "PAYMENT_GATEWAY_URL", "https://api.moyasar.com"),
@@ -214,8 +203,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxRequestSeconds: int(env, "SVC_V1_MAX_REQUEST_SECONDS", 900, 1, 86_400),
       allowPrivateUpstreams: bool(env, "SVC_V1_PRIVATE_UPSTREAMS", !production),
     },
-    secretsFile,
   };
+  // Local secrets are generated (and written) only once every other variable passed its checks.
+  if (env.SVC_ADMIN_TOKEN && env.SVC_HMAC_SECRET) {
+    return { ...config, adminToken: env.SVC_ADMIN_TOKEN, hmacSecret: env.SVC_HMAC_SECRET, secretsFile: undefined };
+  }
+  const local = localSecrets(dataDir);
+  return { ...config, adminToken: env.SVC_ADMIN_TOKEN || local.adminToken, hmacSecret: env.SVC_HMAC_SECRET || local.hmacSecret, secretsFile: local.file };
 }
 
 function v1TokenRates(raw: string | undefined): TokenRates {

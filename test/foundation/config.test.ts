@@ -41,7 +41,11 @@ describe("config", () => {
     expect(() => loadConfig({ SVC_DATA_DIR: dir, PORT: "http" })).toThrow(/PORT/);
     expect(() => loadConfig({ SVC_DATA_DIR: dir, SVC_RATE_LIMITS: "maybe" })).toThrow(/SVC_RATE_LIMITS/);
     expect(() => loadConfig({ SVC_DATA_DIR: dir, FRONTEND_URL: "not a url" })).toThrow(/FRONTEND_URL/);
+    expect(() => loadConfig({ SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "short" })).toThrow(/SVC_ADMIN_TOKEN must be at least 16/);
+    // A refused configuration leaves nothing behind: secrets are generated only for a valid one.
+    expect(fs.existsSync(path.join(dir, "secrets.json"))).toBe(false);
     expect(loadConfig({ SVC_DATA_DIR: dir, SVC_RATE_LIMITS: "off" }).rateLimits).toBe(false);
+    expect(fs.existsSync(path.join(dir, "secrets.json"))).toBe(true);
   });
 
   it("exits at start with a message naming the missing variables (real process)", () => {
