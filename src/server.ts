@@ -8,6 +8,7 @@ import { startEmbedded, type EmbeddedServer } from "./db/embedded.js";
 import { migrate, migrationsCurrent } from "./db/migrate.js";
 import { createLogger, type Logger } from "./log.js";
 import { createEdge } from "./http/edge.js";
+import { bodyLimitBytesOf } from "./http/body.js";
 import { callLogInterceptor, requestIdOf } from "./http/call-log.js";
 import { credentialsFromHeaders, credentialsKey } from "./http/credentials.js";
 import { buildRouteTable, clientIpOf, createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
@@ -93,7 +94,12 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
 
   const handler = connectNodeAdapter({
     routes: (router) => {
-      for (const s of services) router.service(s.service, s.impl);
+      // Method by method, each with its route's size limit: a message is never read past it
+      // (the library's default is 4 GiB, and bodies are read before authentication).
+      for (const s of services) {
+        const impl = s.impl as unknown as Record<string, never>;
+        for (const m of s.service.methods) router.rpc(m, impl[m.localName], { readMaxBytes: bodyLimitBytesOf(m) });
+      }
     },
     shutdownSignal: shutdown.signal,
     interceptors: [callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])],

@@ -1,9 +1,20 @@
 // Request body reading with a per-route size limit.
 import type { IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
+import { getOption, type DescMethod } from "@bufbuild/protobuf";
+import { route } from "../../gen/svc/v1/options_pb.js";
 import { apiError } from "./errors.js";
 
 export const DEFAULT_BODY_LIMIT_KB = 64;
+
+/**
+ * The request size limit of an RPC: its `body_limit_kb` route option, else
+ * the default. The REST transcoder applies it to the body; the gRPC/Connect
+ * router to each message (after decompression), so neither wire reads more.
+ */
+export function bodyLimitBytesOf(method: DescMethod): number {
+  return (getOption(method, route).bodyLimitKb || DEFAULT_BODY_LIMIT_KB) * 1024;
+}
 
 /**
  * 413 for a body over the limit. The rest of the body is discarded, not read

@@ -10,7 +10,7 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Handl
 import { RawBodySchema, route, type RawBody } from "../../gen/svc/v1/options_pb.js";
 import type { Logger } from "../log.js";
 import { maskSecrets } from "../log.js";
-import { DEFAULT_BODY_LIMIT_KB, readBody } from "./body.js";
+import { bodyLimitBytesOf, readBody } from "./body.js";
 import { requestIdOf } from "./call-log.js";
 import { credentialsFromRest, credentialsKey } from "./credentials.js";
 import { apiError, toHttpError } from "./errors.js";
@@ -77,7 +77,7 @@ export function buildRouteTable(services: RegisteredService[]): RestRoute[] {
           impl: (impl as unknown as Record<string, (req: unknown, ctx: unknown) => unknown>)[method.localName],
           status: opts.status || 200,
           rateLimit: opts.rateLimit,
-          bodyLimitBytes: (opts.bodyLimitKb || DEFAULT_BODY_LIMIT_KB) * 1024,
+          bodyLimitBytes: bodyLimitBytesOf(method),
         });
       }
     }
