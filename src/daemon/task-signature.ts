@@ -1,10 +1,21 @@
 // The stream's task signature beside the HMAC (DESIGN §3 allows a stronger
-// scheme): an Ed25519 key derived from SVC_HMAC_SECRET signs
-// "<job_id>\n<canonical task_spec>". Daemons hold only the public key, so
-// the secret never leaves the server for them, and a key pinned on first
-// contact detects a server impostor too.
+// scheme): an Ed25519 key signs "<job_id>\n<canonical task_spec>". Daemons
+// hold only the public key, and a key pinned on first contact detects a server
+// impostor too. The private key is a random seed the server generates once and
+// keeps in the database (server_keys, migration 012), shared by every process;
+// it must not be derivable from SVC_HMAC_SECRET, which legacy daemons carry.
 import crypto from "node:crypto";
+import type { Db } from "../db/index.js";
 import { canonicalJson } from "../domain/task-signing.js";
+
+const SIGNING_KEY_NAME = "task-signing-ed25519";
+
+/** The server's signer: its seed is created on first use (any process may win the race; all read the same row). */
+export async function loadTaskSigner(db: Db): Promise<TaskSigner> {
+  await db`INSERT INTO server_keys (name, secret) VALUES (${SIGNING_KEY_NAME}, ${crypto.randomBytes(32)}) ON CONFLICT (name) DO NOTHING`;
+  const [row] = await db<{ secret: Buffer }[]>`SELECT secret FROM server_keys WHERE name = ${SIGNING_KEY_NAME}`;
+  return taskSigner(row.secret);
+}
 
 // PKCS#8 wrapping of a raw Ed25519 seed (RFC 8410).
 const PKCS8_PREFIX = Buffer.from("302e020100300506032b657004220420", "hex");
@@ -16,8 +27,9 @@ export interface TaskSigner {
   sign(jobId: string, taskSpec: unknown): string;
 }
 
-export function taskSigner(hmacSecret: string): TaskSigner {
-  const seed = crypto.createHmac("sha256", hmacSecret).update("svc stream task signing ed25519 v1").digest();
+/** A signer for a raw 32-byte Ed25519 seed. */
+export function taskSigner(seed: Buffer): TaskSigner {
+  if (seed.length !== 32) throw new Error("an Ed25519 seed is 32 bytes");
   const key = crypto.createPrivateKey({ key: Buffer.concat([PKCS8_PREFIX, seed]), format: "der", type: "pkcs8" });
   const spki = crypto.createPublicKey(key).export({ format: "der", type: "spki" });
   return {

@@ -27,7 +27,7 @@ import type { JobRow } from "../domain/jobs.js";
 import { providerById, type ProviderRow } from "../domain/providers.js";
 import { recordReadiness } from "../domain/readiness.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
-import { taskSigner, type TaskSigner } from "../daemon/task-signature.js";
+import { loadTaskSigner, type TaskSigner } from "../daemon/task-signature.js";
 import { verifyTask } from "../domain/task-signing.js";
 import { badRequest, toHttpError } from "../http/errors.js";
 import { jobSignalHub } from "../workers/job-signals.js";
@@ -237,14 +237,16 @@ class StreamSession {
 
 export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonService>> {
   const hub = jobSignalHub(deps.sql, deps.log);
-  const signer = taskSigner(deps.config.hmacSecret);
+  // Loaded on the first stream (the key row may not exist before migrations ran); a failed load is retried.
+  let signer: Promise<TaskSigner> | undefined;
+  const signerOnce = () => (signer ??= loadTaskSigner(deps.sql).catch((err) => ((signer = undefined), Promise.reject(err))));
   return {
     async *connect(requests: AsyncIterable<DaemonMessage>, ctx): AsyncIterable<Out> {
       const providerId = callerProviderId(ctx);
       const iterator = requests[Symbol.asyncIterator]();
       const first = await iterator.next();
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
-      const session = new StreamSession(deps, providerId, signer);
+      const session = new StreamSession(deps, providerId, await signerOnce());
       const report = (p: Promise<void>) => p.catch((err) => deps.log.error({ err, providerId }, "daemon stream push failed"));
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {

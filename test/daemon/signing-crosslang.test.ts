@@ -3,6 +3,7 @@
 // python3 on hand-picked edge cases (integral floats, exponents, UTF-16 key
 // order, escapes, lone surrogates) and on random values; and both daemons'
 // nvidia-smi parsers read the captured-format output the same way.
+import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -89,16 +90,17 @@ describe("canonical JSON and HMAC: Python daemon = server", () => {
 
 describe("stream task signature (Ed25519)", () => {
   it("verifies with the public key only, and fails for another job, task or key", () => {
-    const signer = taskSigner(SECRET);
+    const seed = crypto.randomBytes(32);
+    const signer = taskSigner(seed);
     const task = { inputs: { prompt: "x" }, n: 1.5 };
     const sig = signer.sign("job-1", task);
     expect(verifyTaskSignature(signer.publicKey, "job-1", task, sig)).toBe(true);
     expect(verifyTaskSignature(signer.publicKey, "job-2", task, sig)).toBe(false);
     expect(verifyTaskSignature(signer.publicKey, "job-1", { ...task, n: 2 }, sig)).toBe(false);
-    expect(verifyTaskSignature(taskSigner("another-secret-0123456789").publicKey, "job-1", task, sig)).toBe(false);
+    expect(verifyTaskSignature(taskSigner(crypto.randomBytes(32)).publicKey, "job-1", task, sig)).toBe(false);
     expect(verifyTaskSignature(signer.publicKey, "job-1", task, "")).toBe(false);
-    // Deterministic: every server process with the same secret has the same key.
-    expect(taskSigner(SECRET).publicKey).toBe(signer.publicKey);
+    // Deterministic: every server process reading the same seed has the same key.
+    expect(taskSigner(Buffer.from(seed)).publicKey).toBe(signer.publicKey);
   });
 });
 

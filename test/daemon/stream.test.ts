@@ -2,12 +2,14 @@
 // port: handshake, pushed assignments, reports through the same domain code
 // as the JSON routes, settlement, cancel, resumption after a reconnect
 // (nothing twice), hand-back, and the drain notice on shutdown.
+import crypto from "node:crypto";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { verifyTask } from "../../src/domain/task-signing.js";
+import { taskSigner } from "../../src/daemon/task-signature.js";
 import { ledgerProblems } from "../../src/domain/ledger.js";
 import { clearMarketplace } from "../jobs/helpers.js";
 import { openStream, type TestStream } from "./grpc-stream.js";
@@ -52,6 +54,12 @@ describe("handshake", () => {
     expect(welcome.heartbeatIntervalSeconds).toBe(30);
     expect(welcome.approvalStatus).toBe("approved");
     expect(welcome.settings).toMatchObject({ paused: false, tempLimitC: 77, gpuUsageCapPct: 60, runMode: "always-on" });
+    // The task-signing key is the server's own random key (server_keys), not derivable from the HMAC secret
+    // that legacy daemon files carry: the old derivation does not give it.
+    const [{ secret }] = await srv.sql<{ secret: Buffer }[]>`SELECT secret FROM server_keys WHERE name = 'task-signing-ed25519'`;
+    expect(welcome.taskSigningKey).toBe(taskSigner(secret).publicKey);
+    const derived = crypto.createHmac("sha256", HMAC_SECRET).update("svc stream task signing ed25519 v1").digest();
+    expect(welcome.taskSigningKey).not.toBe(taskSigner(derived).publicKey);
 
     s.send({ case: "heartbeat", value: { daemonVersion: "3.2.0", gpuStatus: { kind: { case: "structValue", value: { fields: {} } } } as never } });
     const ack = await s.next("heartbeatAck");

@@ -13,7 +13,7 @@ beforeAll(async () => {
 afterAll(() => srv?.close());
 
 const connectCall = (path: string, body: Buffer, headers: Record<string, string> = {}) =>
-  fetch(`${srv.url}/${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
+  fetch(`${srv.url}/${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: new Uint8Array(body) });
 
 describe("message size limits on the Connect/gRPC wire", () => {
   it("a public RPC refuses a message over its 64 KiB limit, and serves one under it", async () => {
