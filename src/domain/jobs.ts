@@ -108,9 +108,14 @@ export async function jobForReader(db: Db, jobId: string, reader: JobReader): Pr
   throw forbidden("this job belongs to another caller");
 }
 
-/** The Job resource, with why it waits when it is queued. */
-export async function jobView(db: Db, job: JobRow): Promise<MessageInitShape<typeof JobSchema>> {
+/**
+ * The Job resource, with why it waits when it is queued. A renter does not see
+ * a serving job's endpoint_url: models are reached through /v1, where requests
+ * are billed per token; the raw endpoint would serve them unbilled.
+ */
+export async function jobView(db: Db, job: JobRow, reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>> {
   const msg = jobMessage(job);
+  if (reader?.role === "renter") msg.endpointUrl = undefined;
   if (job.status === "queued") {
     const q = await explainQueue(db, job);
     msg.queueReason = q.reason;

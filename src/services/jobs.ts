@@ -127,11 +127,13 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       const status = req.status ? checkEnum(req.status, JOB_STATUSES, "status") : undefined;
       const { limit, offset } = page(req.limit, req.offset);
       const { rows, total } = await listJobs(sql, readerOf(ctx), { status, limit, offset });
-      return { jobs: await Promise.all(rows.map((r) => jobView(sql, r))), total: BigInt(total), limit, offset };
+      const reader = readerOf(ctx);
+      return { jobs: await Promise.all(rows.map((r) => jobView(sql, r, reader))), total: BigInt(total), limit, offset };
     },
 
     async get(req, ctx) {
-      return jobView(sql, await jobForReader(sql, req.jobId, readerOf(ctx)));
+      const reader = readerOf(ctx);
+      return jobView(sql, await jobForReader(sql, req.jobId, reader), reader);
     },
 
     async getOutput(req, ctx): Promise<OutputInit> {
@@ -217,7 +219,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       const p = principalOf(ctx);
       const by = p.role === "renter" ? { role: "renter" as const, renterId: p.renterId } : { role: "admin" as const, ...auditActor(ctx) };
       const out = await cancelJob(sql, req.jobId, by, req.reason?.trim().slice(0, 500) || undefined);
-      return { success: true, job: await jobView(sql, out.job), refundedHalala: BigInt(out.refunded), chargedHalala: BigInt(out.charged) };
+      return { success: true, job: await jobView(sql, out.job, readerOf(ctx)), refundedHalala: BigInt(out.refunded), chargedHalala: BigInt(out.charged) };
     },
 
     async poll(_req, ctx) {

@@ -346,8 +346,14 @@ describe("the legacy daemon protocol", () => {
     const r = await api.post(`/api/jobs/${id}/endpoint-ready`, { api_key: provider.key, endpoint_url: "https://node-7.example.com:8000/v1" });
     expect(r.status).toBe(200);
     expect(r.body).toEqual({ success: true, job_id: id, endpoint_url: "https://node-7.example.com:8000/v1" });
+    // The provider and an admin see the endpoint; the renter reaches the model through /v1 (billed per token).
+    expect((await api.get(`/api/jobs/${id}`, provider.headers)).body).toMatchObject({ status: "running", endpoint_url: "https://node-7.example.com:8000/v1" });
+    expect((await api.get(`/api/jobs/${id}`, { "x-admin-token": srv.config.adminToken })).body.endpoint_url).toBe("https://node-7.example.com:8000/v1");
     const job = await api.get(`/api/jobs/${id}`, renter.headers);
-    expect(job.body).toMatchObject({ status: "running", endpoint_url: "https://node-7.example.com:8000/v1" });
+    expect(job.body).toMatchObject({ status: "running", endpoint_url: null });
+    const listed = await api.get("/api/jobs?status=running", renter.headers);
+    expect(listed.body.jobs.find((j: { job_id: string }) => j.job_id === id).endpoint_url).toBeNull();
+    expect(JSON.stringify((await api.post(`/api/jobs/${id}/cancel`, {}, renter.headers)).body)).not.toContain("node-7.example.com");
   });
 });
 
