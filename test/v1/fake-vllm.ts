@@ -4,6 +4,9 @@
 // The "stream-*" modes answer a streaming request 200 (headers flushed) and
 // then fail before the first event: the connection drops, the response ends
 // empty, the first event is an error, or nothing more comes.
+// The endless modes never stop sending until the gateway hangs up: one event
+// that never ends (from the start, or after the first words), or a flood of
+// well-formed chunks.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -17,7 +20,10 @@ export type Mode =
   | "stream-drop-before-first"
   | "stream-end-before-first"
   | "stream-error-first"
-  | "stream-stall-before-first";
+  | "stream-stall-before-first"
+  | "stream-endless-event-first"
+  | "stream-endless-event"
+  | "stream-flood";
 
 export interface FakeVllm {
   url: string;
@@ -25,6 +31,8 @@ export interface FakeVllm {
   mode: Mode;
   /** Request bodies received. */
   requests: Record<string, unknown>[];
+  /** Bytes the endless modes poured out until the gateway hung up. */
+  sent: number;
   /** Requests whose client (the gateway) went away before the answer ended. */
   aborted: number;
   /** Resolves when the next request is aborted by its client. */
@@ -44,6 +52,7 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
     name,
     mode,
     requests: [],
+    sent: 0,
     aborted: 0,
     nextAbort: () => new Promise((resolve) => abortWaiters.push(resolve)),
     close: async () => {
@@ -112,6 +121,26 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
       }
       return; // stream-stall-before-first: nothing more
     }
+    /** Writes `piece` again and again, minding backpressure, until the gateway hangs up. */
+    const pour = async (piece: string) => {
+      while (!res.destroyed) {
+        fake.sent += piece.length;
+        if (res.write(piece)) continue;
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            res.off("drain", done);
+            res.off("close", done);
+            resolve();
+          };
+          res.on("drain", done);
+          res.on("close", done);
+        });
+      }
+    };
+    if (fake.mode === "stream-endless-event-first") {
+      res.write(`data: {"id":"${id}","choices":[{"index":0,"delta":{"content":"`);
+      return pour("x".repeat(1024));
+    }
     const send = (obj: unknown) => res.write(`data: ${typeof obj === "string" ? obj : JSON.stringify(obj)}\n\n`);
     const chunk = (delta: Record<string, unknown>, finish: string | null) => ({
       id,
@@ -125,6 +154,15 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
       if (fake.mode === "slow-stream") await new Promise((r) => setTimeout(r, 100));
       if (res.destroyed) return;
       send(chunk({ content: w }, null));
+      if (fake.mode === "stream-endless-event" && i === 2) {
+        await new Promise((r) => setTimeout(r, 50)); // the first words reach the client
+        res.write(`data: {"id":"${id}","choices":[{"index":0,"delta":{"content":"`);
+        return pour("x".repeat(1024));
+      }
+      if (fake.mode === "stream-flood" && i === 2) {
+        await new Promise((r) => setTimeout(r, 50));
+        return pour(`data: ${JSON.stringify(chunk({ content: "y".repeat(32 * 1024) }, null))}\n\n`);
+      }
       if (fake.mode === "break-stream" && i === 2) {
         await new Promise((r) => setTimeout(r, 50)); // let the chunks so far reach the gateway
         res.destroy();

@@ -7,11 +7,17 @@ import type { IncomingMessage } from "node:http";
 import type { NodeResponse } from "../rest.js";
 import type { EndpointPicker, Upstream } from "./endpoints.js";
 import { V1Error } from "./errors.js";
-import { SseReader, sseEvent } from "./sse.js";
+import { MAX_SSE_EVENT_LENGTH, SseReader, sseEvent } from "./sse.js";
 import { postJson, readAll } from "./upstream.js";
 
 /** Largest non-streamed upstream answer accepted. */
 const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+/**
+ * Most bytes read from one streamed upstream answer (twice the non-streamed cap: every chunk repeats
+ * the id, model and choice framing). Past it, or past one event of MAX_SSE_EVENT_LENGTH, the stream is
+ * cut like one that broke off: failover when nothing was sent yet, else an error event.
+ */
+export const MAX_STREAM_BYTES = 2 * MAX_RESPONSE_BYTES;
 
 export interface TokenUsage {
   promptTokens: number;
@@ -213,6 +219,8 @@ async function relayStream(
   let finished = false;
   let usage: { promptTokens: number; completionTokens: number } | undefined;
   let counted = 0;
+  /** Bytes read from the upstream so far (MAX_STREAM_BYTES). */
+  let received = 0;
   let out: string[] = [];
   // Without include_usage from the client, finishing chunks wait for the usage chunk and carry its usage.
   let held: Record<string, unknown>[] = [];
@@ -274,12 +282,20 @@ async function relayStream(
         break;
       }
       disarm();
-      const events = r.done ? sse.end() : sse.push(r.value);
-      for (const data of events) {
-        error = take(data);
-        if (error || finished) break;
+      if (!r.done) received += r.value.length;
+      if (received > MAX_STREAM_BYTES) {
+        error = new V1Error("provider_unavailable", `the serving endpoint's stream exceeded ${MAX_STREAM_BYTES} bytes`);
+      } else {
+        const events = r.done ? sse.end() : sse.push(r.value);
+        for (const data of events) {
+          error = take(data);
+          if (error || finished) break;
+        }
+        if (!error && !finished && sse.overflowed) {
+          error = new V1Error("provider_unavailable", `the serving endpoint sent an event longer than ${MAX_SSE_EVENT_LENGTH} characters`);
+        }
+        if (r.done && !finished && !error) error = new V1Error("provider_unavailable", "the serving endpoint ended the stream early");
       }
-      if (r.done && !finished && !error) error = new V1Error("provider_unavailable", "the serving endpoint ended the stream early");
       if (!started && error) return { kind: "retry", error };
       if (out.length > 0) {
         if (!started) {
