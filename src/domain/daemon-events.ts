@@ -3,14 +3,18 @@
 import { type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import type { DaemonEventRecordSchema } from "../../gen/svc/v1/admin_pb.js";
 import type { DaemonEventRequest, DaemonEventResponseSchema } from "../../gen/svc/v1/providers_pb.js";
-import type { Db } from "../db/index.js";
-import { badRequest } from "../http/errors.js";
+import type { Db, Sql } from "../db/index.js";
+import { apiError, badRequest } from "../http/errors.js";
 import { text, truncate } from "./lenient.js";
 import { checkEnum, iso, requireFields } from "./validate.js";
 
 export const SEVERITIES = ["info", "warning", "error", "critical"] as const;
 /** Spec: daemon-event `details` max 5000 characters; longer details are truncated and stored. */
 export const MAX_DETAILS_CHARS = 5000;
+/** Events one provider may store per hour (both wires); past it 429 with Retry-After. */
+export const MAX_EVENTS_PER_HOUR = 600;
+/** Advisory-lock namespace: one provider's events are counted and stored one at a time. */
+const EVENT_LOCK_NS = 0x7634;
 
 export interface DaemonEventInput {
   eventType?: string;
@@ -65,7 +69,7 @@ export function daemonEventInputOf(req: DaemonEventRequest): DaemonEventInput {
  * the documented answer `{success, event_type, provider_id}`.
  */
 export async function recordDaemonEvent(
-  deps: { sql: Db },
+  deps: { sql: Sql },
   providerId: number,
   req: DaemonEventRequest,
 ): Promise<MessageInitShape<typeof DaemonEventResponseSchema>> {
@@ -73,8 +77,11 @@ export async function recordDaemonEvent(
   return { success: true, eventType: e.eventType, providerId: BigInt(providerId) };
 }
 
-/** Stores one event; 400 names the field for a missing type, an unknown severity or a bad timestamp. */
-export async function storeDaemonEvent(db: Db, providerId: number, input: DaemonEventInput): Promise<{ eventType: string; providerId: number; id: number }> {
+/**
+ * Stores one event; 400 names the field for a missing type, an unknown severity or a bad timestamp;
+ * 429 once the provider stored MAX_EVENTS_PER_HOUR in the last hour.
+ */
+export async function storeDaemonEvent(sql: Sql, providerId: number, input: DaemonEventInput): Promise<{ eventType: string; providerId: number; id: number }> {
   requireFields({ event_type: input.eventType });
   const eventType = input.eventType!.trim();
   if (eventType.length > 200) throw badRequest("event_type must be at most 200 characters");
@@ -85,14 +92,29 @@ export async function storeDaemonEvent(db: Db, providerId: number, input: Daemon
     if (Number.isNaN(reportedAt.getTime())) throw badRequest("timestamp must be an ISO 8601 date-time");
   }
   const details = input.details === undefined ? undefined : truncate(input.details, MAX_DETAILS_CHARS);
-  const [row] = await db<{ id: number }[]>`
-    INSERT INTO daemon_events (provider_id, event_type, severity, details, details_truncated, details_length, job_id,
-                               daemon_version, hostname, os_info, python_version, reported_at)
-    VALUES (${providerId}, ${eventType}, ${severity}, ${details?.value ?? null}, ${details?.truncated ?? false},
-            ${details?.length ?? 0}, ${text(input.jobId, 200) ?? null}, ${text(input.daemonVersion, 64) ?? null},
-            ${text(input.hostname, 255) ?? null}, ${text(input.osInfo, 255) ?? null}, ${text(input.pythonVersion, 64) ?? null},
-            ${reportedAt})
-    RETURNING id`;
+  const row = await sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${EVENT_LOCK_NS}, ${providerId % 2147483647}::int)`;
+    // The 600th newest event (ids follow time): while it is less than an hour old, the hour is full.
+    // Reads at most MAX_EVENTS_PER_HOUR entries of the (provider_id, id DESC) index.
+    const [full] = await tx<{ retry: number }[]>`
+      SELECT ceil(extract(epoch FROM created_at + interval '1 hour' - now()))::int AS retry FROM (
+        SELECT created_at FROM daemon_events WHERE provider_id = ${providerId}
+        ORDER BY id DESC OFFSET ${MAX_EVENTS_PER_HOUR - 1} LIMIT 1) e
+      WHERE created_at > now() - interval '1 hour'`;
+    if (full) {
+      const retry = Math.max(1, full.retry);
+      throw apiError(429, `at most ${MAX_EVENTS_PER_HOUR} daemon events per provider per hour; retry after ${retry} s`, { "retry-after": String(retry) });
+    }
+    const [r] = await tx<{ id: number }[]>`
+      INSERT INTO daemon_events (provider_id, event_type, severity, details, details_truncated, details_length, job_id,
+                                 daemon_version, hostname, os_info, python_version, reported_at)
+      VALUES (${providerId}, ${eventType}, ${severity}, ${details?.value ?? null}, ${details?.truncated ?? false},
+              ${details?.length ?? 0}, ${text(input.jobId, 200) ?? null}, ${text(input.daemonVersion, 64) ?? null},
+              ${text(input.hostname, 255) ?? null}, ${text(input.osInfo, 255) ?? null}, ${text(input.pythonVersion, 64) ?? null},
+              ${reportedAt})
+      RETURNING id`;
+    return r;
+  });
   return { eventType, providerId, id: row.id };
 }
 

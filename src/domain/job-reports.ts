@@ -8,7 +8,7 @@ import type { AssignedJobSchema, JobResultResponseSchema } from "../../gen/svc/v
 import type { Db, Sql, Tx } from "../db/index.js";
 import { badRequest, conflict, forbidden, notFound } from "../http/errors.js";
 import { dispatchForProvider, loseJobLocked, placeJobs } from "./dispatch.js";
-import type { JobRow } from "./jobs.js";
+import { MAX_LOG_LINES_READ, type JobRow } from "./jobs.js";
 import type { AssignedJob } from "./job-events.js";
 import { completeLocked, endLocked, figuresOf, lockJob, type Figures, type LockedJob } from "./settlement.js";
 import { checkRange, requireFields } from "./validate.js";
@@ -41,7 +41,7 @@ export async function assignedJobFor(db: Db, providerId: number, jobId: string):
   return job ? assignedJobMessage(job) : undefined;
 }
 
-function assertAssignee(job: JobRow, providerId: number): void {
+function assertAssignee(job: Pick<JobRow, "provider_id">, providerId: number): void {
   if (job.provider_id !== providerId) throw forbidden("this job is not assigned to this provider");
 }
 
@@ -196,21 +196,58 @@ function logLine(v: JsonValue, i: number): { level: string; message: string } {
   return { level, message: message as string };
 }
 
-/** Appends log lines to the job's current attempt. Late lines after the job ended are kept too. */
-export async function appendLogs(sql: Sql, providerId: number, msg: { jobId: string; logs: (Value | JsonValue)[] }): Promise<{ count: number }> {
+/** Lines stored per job attempt, the truncation notice included: what a read returns (one constant). */
+export const MAX_LOG_LINES_PER_ATTEMPT = MAX_LOG_LINES_READ;
+/** Daemons flush their last lines shortly after the result: logs are taken this long after the attempt ended. */
+export const LOG_GRACE_AFTER_END_MINUTES = 5;
+export const LOG_TRUNCATED_NOTICE = `log truncated: at most ${MAX_LOG_LINES_PER_ATTEMPT.toLocaleString("en-US")} lines are kept per job attempt; later lines were dropped`;
+/** Advisory-lock namespace: appends to one job run one at a time, so the per-attempt cap holds. */
+const LOG_LOCK_NS = 0x7633;
+
+/**
+ * Appends log lines to the job's current attempt. Lines past the per-attempt
+ * cap are dropped (one notice line says so); lines come up to
+ * LOG_GRACE_AFTER_END_MINUTES after the attempt ended, later ones are 409.
+ * `count` is the number of lines kept.
+ */
+export async function appendLogs(
+  sql: Sql,
+  providerId: number,
+  msg: { jobId: string; logs: (Value | JsonValue)[] },
+): Promise<{ count: number; dropped: number }> {
   requireFields({ job_id: msg.jobId });
   if (msg.logs.length > MAX_LOG_LINES_PER_CALL) throw badRequest(`logs must hold at most ${MAX_LOG_LINES_PER_CALL} lines per call`);
   const lines = msg.logs.map((v, i) => logLine(resultJson(v) ?? null, i));
-  const [job] = await sql<JobRow[]>`SELECT id, job_id, provider_id, attempt FROM jobs WHERE job_id = ${msg.jobId}`;
+  const [job] = await sql<(Pick<JobRow, "id" | "job_id" | "provider_id" | "attempt"> & { closed: boolean })[]>`
+    SELECT j.id, j.job_id, j.provider_id, j.attempt,
+           coalesce(a.ended_at < now() - make_interval(mins => ${LOG_GRACE_AFTER_END_MINUTES}), false) AS closed
+    FROM jobs j LEFT JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt
+    WHERE j.job_id = ${msg.jobId}`;
   if (!job) throw notFound("job not found");
   assertAssignee(job, providerId);
-  if (lines.length === 0) return { count: 0 };
-  await sql`
-    INSERT INTO job_logs (job_id, attempt, level, message)
-    SELECT ${job.id}, ${job.attempt}, l.level, l.message
-    FROM unnest(${sql.array(lines.map((l) => l.level))}::text[], ${sql.array(lines.map((l) => l.message))}::text[]) WITH ORDINALITY AS l(level, message, n)
-    ORDER BY l.n`;
-  return { count: lines.length };
+  if (job.closed) {
+    throw conflict(`the job's attempt ended more than ${LOG_GRACE_AFTER_END_MINUTES} minutes ago; its logs are closed`);
+  }
+  if (lines.length === 0) return { count: 0, dropped: 0 };
+  return sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${LOG_LOCK_NS}, ${job.id % 2147483647}::int)`;
+    const [{ stored }] = await tx<{ stored: number }[]>`
+      SELECT count(*)::int AS stored FROM (
+        SELECT 1 FROM job_logs WHERE job_id = ${job.id} AND attempt = ${job.attempt} LIMIT ${MAX_LOG_LINES_PER_ATTEMPT}) s`;
+    // Room for daemon lines keeps one line free for the notice; a full attempt already holds it.
+    const room = stored >= MAX_LOG_LINES_PER_ATTEMPT ? 0 : MAX_LOG_LINES_PER_ATTEMPT - 1 - stored;
+    const kept = lines.slice(0, room);
+    const dropped = lines.length - kept.length;
+    if (dropped > 0 && stored < MAX_LOG_LINES_PER_ATTEMPT) kept.push({ level: "warning", message: LOG_TRUNCATED_NOTICE });
+    if (kept.length > 0) {
+      await tx`
+        INSERT INTO job_logs (job_id, attempt, level, message)
+        SELECT ${job.id}, ${job.attempt}, l.level, l.message
+        FROM unnest(${tx.array(kept.map((l) => l.level))}::text[], ${tx.array(kept.map((l) => l.message))}::text[]) WITH ORDINALITY AS l(level, message, n)
+        ORDER BY l.n`;
+    }
+    return { count: lines.length - dropped, dropped };
+  });
 }
 
 /** Progress of a job (0-100 and a phase marker); the first report also marks a pending job running. */

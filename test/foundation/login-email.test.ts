@@ -84,6 +84,92 @@ describe("login-email with one-time codes", () => {
     expect(locked.body.error).toMatch(/no valid sign-in code/);
   });
 
+  it("a new code ends the older unused ones: an earlier code no longer works, even after the new one is locked", async () => {
+    const email = uniqueEmail("codes-a");
+    expect((await api.post("/api/renters/register", { name: "R", email })).status).toBe(201);
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    const first = codeIn(sent.at(-1)!);
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    const second = codeIn(sent.at(-1)!);
+    const wrong = ["000000", "000001", "000002"].find((c) => c !== first && c !== second)!;
+    if (first !== second) expect((await api.post("/api/renters/login-email", { email, code: first })).status).toBe(401);
+    // Lock the new code with wrong guesses: the older one does not come back to life.
+    for (let i = 0; i < 5; i++) expect((await api.post("/api/renters/login-email", { email, code: wrong })).status).toBe(401);
+    const old = await api.post("/api/renters/login-email", { email, code: first });
+    expect(old.status).toBe(401);
+    expect(old.body.error).toMatch(/no valid sign-in code/);
+    // Of the two codes only the newest is still unexpired (and it is locked).
+    const rows = await srv.sql<{ attempts: number }[]>`
+      SELECT c.attempts FROM login_codes c JOIN renters r ON r.id = c.account_id
+      WHERE c.role = 'renter' AND r.email = ${email} AND c.used_at IS NULL AND c.expires_at > now()`;
+    expect(rows.map((r) => r.attempts)).toEqual([5]);
+  });
+
+  it("at most 5 codes per account per hour: the 6th request is 429 with Retry-After and mails nothing; another account is unaffected", async () => {
+    const email = uniqueEmail("codes-b");
+    const reg = await api.post("/api/providers/register", { name: "B", email, gpu_model: "L4", os: "linux" });
+    expect(reg.status).toBe(200);
+    for (let i = 0; i < 5; i++) expect((await api.post("/api/providers/login-email", { email })).status).toBe(202);
+    const lastCode = codeIn(sent.at(-1)!);
+    const before = sent.length;
+    const sixth = await api.post("/api/providers/login-email", { email });
+    expect(sixth.status).toBe(429);
+    expect(sixth.body.error).toMatch(/at most 5 sign-in codes per hour/);
+    const retry = Number(sixth.headers.get("retry-after"));
+    expect(retry).toBeGreaterThan(3500);
+    expect(retry).toBeLessThanOrEqual(3600);
+    expect(sent.length).toBe(before);
+    // The last code sent still works.
+    expect((await api.post("/api/providers/login-email", { email, code: lastCode })).status).toBe(200);
+    // Another account has its own allowance.
+    const otherEmail = uniqueEmail("codes-b2");
+    await api.post("/api/providers/register", { name: "B2", email: otherEmail, gpu_model: "L4", os: "linux" });
+    expect((await api.post("/api/providers/login-email", { email: otherEmail })).status).toBe(202);
+    // An hour later the account may ask again.
+    await srv.sql`
+      UPDATE login_codes SET created_at = created_at - interval '61 minutes', expires_at = expires_at - interval '61 minutes'
+      WHERE role = 'provider' AND account_id = ${reg.body.provider_id}`;
+    expect((await api.post("/api/providers/login-email", { email })).status).toBe(202);
+  });
+
+  it("at most 10 wrong guesses per account per hour across codes: then 429 with Retry-After, even for the right code", async () => {
+    const email = uniqueEmail("codes-c");
+    const reg = await api.post("/api/renters/register", { name: "C", email });
+    expect(reg.status).toBe(201);
+    const guessWrong = async (code: string, times: number) => {
+      const wrong = code === "000000" ? "000001" : "000000";
+      for (let i = 0; i < times; i++) {
+        const r = await api.post("/api/renters/login-email", { email, code: wrong });
+        expect(r.status).toBe(401);
+        expect(r.body.error).toBe("wrong sign-in code");
+      }
+    };
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    await guessWrong(codeIn(sent.at(-1)!), 5);
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    await guessWrong(codeIn(sent.at(-1)!), 4);
+    // Nine wrong so far; one more on a third code is the tenth.
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    const third = codeIn(sent.at(-1)!);
+    await guessWrong(third, 1);
+    const locked = await api.post("/api/renters/login-email", { email, code: third });
+    expect(locked.status).toBe(429);
+    expect(locked.body.error).toMatch(/too many wrong sign-in codes/);
+    const retry = Number(locked.headers.get("retry-after"));
+    expect(retry).toBeGreaterThan(3000);
+    expect(retry).toBeLessThanOrEqual(3600 + 10 * 60);
+    // A fresh code does not reopen the hour.
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    expect((await api.post("/api/renters/login-email", { email, code: codeIn(sent.at(-1)!) })).status).toBe(429);
+    // Once the guesses are more than an hour old, the right code works.
+    await srv.sql`
+      UPDATE login_codes SET created_at = created_at - interval '2 hours', expires_at = expires_at - interval '2 hours'
+      WHERE role = 'renter' AND account_id = ${reg.body.renter_id} AND attempts > 0`;
+    const ok = await api.post("/api/renters/login-email", { email, code: codeIn(sent.at(-1)!) });
+    expect(ok.status).toBe(200);
+    expect(ok.body.api_key).toMatch(/^svc-renter-/);
+  });
+
   it("503 when the email service fails; an unknown address is 404 and sends nothing", async () => {
     const email = uniqueEmail("codes-f");
     await api.post("/api/renters/register", { name: "R", email });

@@ -1,0 +1,207 @@
+// What one provider can store: at most MAX_LOG_LINES_PER_ATTEMPT log lines per
+// job attempt (past it lines are dropped, one notice line says so), no logs
+// once the attempt ended more than 5 minutes ago (409), and at most 600
+// daemon events per provider per hour (429 with Retry-After). Both wires.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { LOG_TRUNCATED_NOTICE, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/job-reports.js";
+import { MAX_EVENTS_PER_HOUR } from "../../src/domain/daemon-events.js";
+import { MAX_LOG_LINES_READ } from "../../src/domain/jobs.js";
+import { openStream, type TestStream } from "../daemon/grpc-stream.js";
+import { clearMarketplace } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+const streams: TestStream[] = [];
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+  api = client(srv.url);
+});
+afterAll(async () => {
+  for (const s of streams) s.cancel();
+  await srv?.close();
+});
+beforeEach(() => clearMarketplace(srv));
+
+/** A job assigned to a fresh provider and picked up by its legacy poll (running). */
+async function runningJob() {
+  const renter = await makeRenter(srv, 10_000);
+  const provider = await makeProvider(srv);
+  const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 } }, renter.headers);
+  expect(sub.status, sub.text).toBe(201);
+  const jobId: string = sub.body.job.job_id;
+  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(jobId);
+  const [{ id }] = await srv.sql<{ id: number }[]>`SELECT id FROM jobs WHERE job_id = ${jobId}`;
+  return { renter, provider, jobId, id };
+}
+
+/** Stores `n` log lines for the job's attempt 1 directly (fast setup). */
+async function fill(id: number, n: number) {
+  await srv.sql`INSERT INTO job_logs (job_id, attempt, level, message) SELECT ${id}, 1, 'info', 'filler ' || g FROM generate_series(1, ${n}) g`;
+}
+
+const storedLines = async (id: number) => (await srv.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM job_logs WHERE job_id = ${id} AND attempt = 1`)[0].n;
+
+describe("log lines per job attempt", () => {
+  it("uses the read cap as the one limit", () => {
+    expect(MAX_LOG_LINES_PER_ATTEMPT).toBe(MAX_LOG_LINES_READ);
+    expect(MAX_LOG_LINES_PER_ATTEMPT).toBe(10_000);
+  });
+
+  it("keeps lines up to the cap in 1,000-line calls, then drops the rest and stores one notice; a read shows it last", async () => {
+    const { renter, provider, jobId, id } = await runningJob();
+    const batch = (from: number) => Array.from({ length: 1000 }, (_, i) => `line ${from + i}`);
+    for (let b = 0; b < 9; b++) {
+      const r = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: batch(b * 1000) });
+      expect(r.status).toBe(200);
+      expect(r.body).toMatchObject({ success: true, count: 1000 });
+    }
+    // 9,000 stored; 999 more fit (one line is kept for the notice).
+    const tenth = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: batch(9000) });
+    expect(tenth.status).toBe(200);
+    expect(tenth.body).toMatchObject({ success: true, count: 999 });
+    const eleventh = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["more", "and more"] });
+    expect(eleventh.status).toBe(200);
+    expect(eleventh.body).toMatchObject({ success: true, count: 0 });
+    expect(await storedLines(id)).toBe(MAX_LOG_LINES_PER_ATTEMPT);
+    const notices = await srv.sql`SELECT level FROM job_logs WHERE job_id = ${id} AND message = ${LOG_TRUNCATED_NOTICE}`;
+    expect(notices.map((n) => n.level)).toEqual(["warning"]);
+
+    const read = await api.get(`/api/jobs/${jobId}/logs`, renter.headers);
+    expect(read.body.logs).toHaveLength(MAX_LOG_LINES_PER_ATTEMPT);
+    expect(read.body.logs.at(-2).message).toBe("line 9998");
+    expect(read.body.logs.at(-1)).toMatchObject({ level: "warning", message: LOG_TRUNCATED_NOTICE });
+    expect(LOG_TRUNCATED_NOTICE).toMatch(/10,000 lines/);
+  });
+
+  it("a call that straddles the cap keeps what fits; the notice is written once", async () => {
+    const { provider, jobId, id } = await runningJob();
+    await fill(id, MAX_LOG_LINES_PER_ATTEMPT - 10);
+    const r = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: Array.from({ length: 25 }, (_, i) => `x${i}`) });
+    expect(r.status).toBe(200);
+    expect(r.body.count).toBe(9);
+    for (let i = 0; i < 3; i++) expect((await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["late"] })).body.count).toBe(0);
+    expect(await storedLines(id)).toBe(MAX_LOG_LINES_PER_ATTEMPT);
+    const tail = await srv.sql<{ message: string }[]>`SELECT message FROM job_logs WHERE job_id = ${id} ORDER BY id DESC LIMIT 2`;
+    expect(tail.map((t) => t.message)).toEqual([LOG_TRUNCATED_NOTICE, "x8"]);
+    // An empty call is still fine.
+    expect((await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: [] })).body.count).toBe(0);
+  });
+
+  it("concurrent calls never store more than the cap", async () => {
+    const { provider, jobId, id } = await runningJob();
+    await fill(id, MAX_LOG_LINES_PER_ATTEMPT - 500);
+    const replies = await Promise.all(
+      Array.from({ length: 8 }, (_, c) => api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: Array.from({ length: 100 }, (_, i) => `c${c}-${i}`) })),
+    );
+    expect(replies.every((r) => r.status === 200)).toBe(true);
+    expect(replies.reduce((a, r) => a + r.body.count, 0)).toBe(499);
+    expect(await storedLines(id)).toBe(MAX_LOG_LINES_PER_ATTEMPT);
+  });
+
+  it("takes logs up to 5 minutes after the attempt ended (the daemon's last flush), then 409", async () => {
+    const { provider, jobId, id } = await runningJob();
+    const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { ok: true } });
+    expect(res.status).toBe(200);
+    const flush = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["last line after the result"] });
+    expect(flush.status).toBe(200);
+    expect(flush.body.count).toBe(1);
+    await srv.sql`UPDATE job_attempts SET ended_at = now() - interval '4 minutes' WHERE job_id = ${id}`;
+    expect((await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["still in the grace window"] })).status).toBe(200);
+    await srv.sql`UPDATE job_attempts SET ended_at = now() - interval '6 minutes' WHERE job_id = ${id}`;
+    const late = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["too late"] });
+    expect(late.status).toBe(409);
+    expect(late.body.error).toMatch(/ended more than 5 minutes ago/);
+    expect(await storedLines(id)).toBe(2);
+    // Who asks still matters first: another provider is 403, an unknown job 404.
+    const other = await makeProvider(srv, { online: false });
+    expect((await api.post(`/api/jobs/${jobId}/logs`, { api_key: other.key, logs: ["x"] })).status).toBe(403);
+    expect((await api.post(`/api/jobs/job-nope/logs`, { api_key: provider.key, logs: ["x"] })).status).toBe(404);
+  });
+
+  it("the stream: lines past the cap are dropped without an error; logs of a long-ended attempt get a non-fatal error", async () => {
+    const { provider, jobId, id } = await runningJob();
+    const s = openStream(srv.port, provider.key);
+    streams.push(s);
+    s.send({ case: "hello", value: { daemonVersion: "3.2.0", runningJobIds: [jobId] } });
+    await s.next("welcome");
+    await fill(id, MAX_LOG_LINES_PER_ATTEMPT - 2);
+    const line = (v: string) => ({ kind: { case: "stringValue", value: v } });
+    s.send({ case: "logs", value: { jobId, logs: [line("a"), line("b"), line("c")] as never } });
+    s.send({ case: "heartbeat", value: {} });
+    await s.next("heartbeatAck");
+    expect(await storedLines(id)).toBe(MAX_LOG_LINES_PER_ATTEMPT);
+    expect(s.received.some((m) => m.kind.case === "error")).toBe(false);
+
+    await srv.sql`UPDATE jobs SET status = 'failed', updated_at = now() WHERE id = ${id}`;
+    await srv.sql`UPDATE job_attempts SET status = 'failed', ended_at = now() - interval '10 minutes' WHERE job_id = ${id}`;
+    s.send({ case: "logs", value: { jobId, logs: [line("late")] as never } });
+    const err = await s.next("error");
+    expect(err).toMatchObject({ code: "already_exists", jobId });
+    expect(err.message).toMatch(/ended more than 5 minutes ago/);
+    // The stream stays open.
+    s.send({ case: "heartbeat", value: {} });
+    await s.next("heartbeatAck");
+    s.end();
+  });
+});
+
+describe("daemon events per provider per hour", () => {
+  const eventsOf = async (providerId: number) =>
+    (await srv.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM daemon_events WHERE provider_id = ${providerId}`)[0].n;
+  /** Stores `n` events `minutesAgo` old directly (fast setup). */
+  const seed = (providerId: number, n: number, minutesAgo: number) => srv.sql`
+    INSERT INTO daemon_events (provider_id, event_type, severity, created_at)
+    SELECT ${providerId}, 'seeded', 'info', now() - make_interval(mins => ${minutesAgo}) FROM generate_series(1, ${n})`;
+
+  it("the 601st event of the hour is 429 with Retry-After on the JSON route; older events do not count", async () => {
+    const p = await makeProvider(srv);
+    await seed(p.id, 1000, 90); // more than an hour old
+    await seed(p.id, MAX_EVENTS_PER_HOUR - 1, 20);
+    const last = await api.post("/api/providers/daemon-event", { api_key: p.key, event_type: "job_started" });
+    expect(last.status).toBe(200);
+    const over = await api.post("/api/providers/daemon-event", { api_key: p.key, event_type: "job_started", severity: "critical" });
+    expect(over.status).toBe(429);
+    expect(over.body.error).toMatch(/at most 600 daemon events per provider per hour/);
+    const retry = Number(over.headers.get("retry-after"));
+    // The oldest of the hour's 600 is 20 minutes old: room again in about 40 minutes.
+    expect(retry).toBeGreaterThan(39 * 60);
+    expect(retry).toBeLessThanOrEqual(40 * 60 + 1);
+    expect(await eventsOf(p.id)).toBe(1000 + MAX_EVENTS_PER_HOUR);
+    // Another provider is not affected.
+    const q = await makeProvider(srv);
+    expect((await api.post("/api/providers/daemon-event", { api_key: q.key, event_type: "job_started" })).status).toBe(200);
+    // Once the hour moves on, events are taken again.
+    await srv.sql`UPDATE daemon_events SET created_at = created_at - interval '41 minutes' WHERE provider_id = ${p.id}`;
+    expect((await api.post("/api/providers/daemon-event", { api_key: p.key, event_type: "job_started" })).status).toBe(200);
+  });
+
+  it("concurrent events never pass the limit", async () => {
+    const p = await makeProvider(srv);
+    await seed(p.id, MAX_EVENTS_PER_HOUR - 5, 1);
+    const replies = await Promise.all(Array.from({ length: 20 }, () => api.post("/api/providers/daemon-event", { api_key: p.key, event_type: "burst" })));
+    expect(replies.filter((r) => r.status === 200)).toHaveLength(5);
+    expect(replies.filter((r) => r.status === 429)).toHaveLength(15);
+    expect(await eventsOf(p.id)).toBe(MAX_EVENTS_PER_HOUR);
+  });
+
+  it("the stream: an event past the limit gets a resource_exhausted error and the stream stays open", async () => {
+    const p = await makeProvider(srv);
+    await seed(p.id, MAX_EVENTS_PER_HOUR, 30);
+    const s = openStream(srv.port, p.key);
+    streams.push(s);
+    s.send({ case: "hello", value: { daemonVersion: "3.2.0" } });
+    await s.next("welcome");
+    s.send({ case: "event", value: { eventType: "daemon_started" } });
+    const err = await s.next("error");
+    expect(err.code).toBe("resource_exhausted");
+    expect(err.message).toMatch(/at most 600 daemon events .* retry after \d+ s/);
+    s.send({ case: "heartbeat", value: {} });
+    await s.next("heartbeatAck");
+    expect(await eventsOf(p.id)).toBe(MAX_EVENTS_PER_HOUR);
+    s.end();
+  });
+});
