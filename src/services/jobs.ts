@@ -237,8 +237,8 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async appendLogs(req, ctx) {
-      const { count } = await appendLogs(sql, callerProviderId(ctx), { jobId: req.jobId, logs: req.logs });
-      return { success: true, jobId: req.jobId, count: BigInt(count) };
+      const { count, dropped } = await appendLogs(sql, callerProviderId(ctx), { jobId: req.jobId, logs: req.logs });
+      return { success: true, jobId: req.jobId, count: BigInt(count), dropped: BigInt(dropped) };
     },
 
     async reportProgress(req, ctx) {

@@ -57,15 +57,15 @@ describe("log lines per job attempt", () => {
     for (let b = 0; b < 9; b++) {
       const r = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: batch(b * 1000) });
       expect(r.status).toBe(200);
-      expect(r.body).toMatchObject({ success: true, count: 1000 });
+      expect(r.body).toMatchObject({ success: true, count: 1000, dropped: 0 });
     }
     // 9,000 stored; 999 more fit (one line is kept for the notice).
     const tenth = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: batch(9000) });
     expect(tenth.status).toBe(200);
-    expect(tenth.body).toMatchObject({ success: true, count: 999 });
+    expect(tenth.body).toMatchObject({ success: true, count: 999, dropped: 1 });
     const eleventh = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["more", "and more"] });
     expect(eleventh.status).toBe(200);
-    expect(eleventh.body).toMatchObject({ success: true, count: 0 });
+    expect(eleventh.body).toMatchObject({ success: true, count: 0, dropped: 2 });
     expect(await storedLines(id)).toBe(MAX_LOG_LINES_PER_ATTEMPT);
     const notices = await srv.sql`SELECT level FROM job_logs WHERE job_id = ${id} AND message = ${LOG_TRUNCATED_NOTICE}`;
     expect(notices.map((n) => n.level)).toEqual(["warning"]);
