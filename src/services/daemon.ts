@@ -77,10 +77,10 @@ class StreamSession {
     this.out.push(m);
   }
 
-  private fail(err: unknown, jobId = "") {
+  private fail(err: unknown, jobId = "", report = "") {
     const e = toHttpError(err);
-    if (e.status >= 500) this.deps.log.error({ err, providerId: this.providerId, jobId }, "daemon stream report failed");
-    this.send({ kind: { case: "error", value: { code: errorCode(err), message: e.message, jobId } } });
+    if (e.status >= 500) this.deps.log.error({ err, providerId: this.providerId, jobId, report }, "daemon stream report failed");
+    this.send({ kind: { case: "error", value: { code: errorCode(err), message: e.message, jobId, report } } });
   }
 
   private pushSettings(s: Settings) {
@@ -230,7 +230,7 @@ class StreamSession {
           throw badRequest("empty daemon message");
       }
     } catch (err) {
-      this.fail(err, jobId);
+      this.fail(err, jobId, k.case ?? "");
     }
   }
 }

@@ -90,7 +90,10 @@ describe("handshake", () => {
     expect(err.code).toBe("permission_denied");
     // Still open: a report about someone else's job is refused with its id.
     s.send({ case: "logs", value: { jobId: "job-nope", logs: [] } });
-    expect((await s.next("error")).jobId).toBe("job-nope");
+    expect(await s.next("error")).toMatchObject({ jobId: "job-nope", report: "logs" });
+    // The refused kind is named, so a daemon gives up a result only when the result was refused.
+    s.send({ case: "result", value: { jobId: "job-nope", success: true } });
+    expect(await s.next("error")).toMatchObject({ jobId: "job-nope", report: "result" });
     s.end();
   });
 });

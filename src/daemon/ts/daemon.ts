@@ -222,7 +222,8 @@ export class ProviderDaemon {
         this.unackedResults.delete(k.value.jobId);
         return;
       case "error":
-        if (k.value.jobId) this.unackedResults.delete(k.value.jobId);
+        // Only a refused result is given up on; a refused log line or event about the same job is not.
+        if (k.value.jobId && k.value.report === "result") this.unackedResults.delete(k.value.jobId);
         this.cfg.log(`server refused a report${k.value.jobId ? ` about ${k.value.jobId}` : ""}: ${k.value.message}`);
         return;
     }
