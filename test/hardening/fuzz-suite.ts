@@ -159,7 +159,8 @@ describe(`fuzzing every JSON route: ${name}`, () => {
             if (current !== before) failures.push(`${label}: rejected with ${res.status} but changed ${changedTables(before, current).join(", ")}`);
           }
         }),
-        { numRuns: 8, seed: 7 },
+        // CI runs a fixed, small sample; FUZZ_RUNS / FUZZ_SEED widen it for a local soak.
+        { numRuns: Number(process.env.FUZZ_RUNS ?? 8), seed: process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : 7 },
       );
     }
     console.info(`fuzz: ${rejected} rejected requests checked, ${quietCalls} waits for quiet`);
