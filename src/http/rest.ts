@@ -39,7 +39,8 @@ export interface RestRoute {
 }
 
 /** Runs before the handler and before authentication (rate-limit rows per client IP); may throw an apiError. */
-export type RouteGuard = (route: RestRoute, clientIp: string, credentialKeys: string[]) => Promise<void>;
+/** Checks a request before its body is read (the per-IP rate-limit rows). */
+export type RouteGuard = (route: RestRoute, clientIp: string) => Promise<void>;
 
 function compileTemplate(template: string): { pattern: RegExp; params: string[]; literalSegments: number } {
   const params: string[] = [];
@@ -318,6 +319,8 @@ export function createRestHandler(opts: RestHandlerOptions) {
       if (!res.writableFinished) cancel.abort(CLIENT_GONE);
     });
     try {
+      // Counted before the body is read: a malformed or oversized request still counts, and costs no read.
+      if (opts.guard) await opts.guard(r, clientIp);
       let rawBody: Buffer = Buffer.alloc(0);
       let body: JsonValue | undefined;
       if (httpMethod !== "GET" && httpMethod !== "HEAD") {
@@ -331,7 +334,6 @@ export function createRestHandler(opts: RestHandlerOptions) {
         }
       }
       const creds = credentialsFromRest(req.headers, pathParams, url.searchParams, body, clientIp, requestId);
-      if (opts.guard) await opts.guard(r, clientIp, creds.keys);
       rejectNul(pathParams, url.searchParams, body, rawBody);
       const input = requestFromRest(r.method.input, { pathParams, query: url.searchParams, headers: req.headers, body, rawBody });
       const ctx = new RestContext(r, httpMethod, url, cancel, requestId, createContextValues().set(credentialsKey, creds));

@@ -149,6 +149,19 @@ describe("each row, shared by two server processes", () => {
     expect(r.status).toBe(404);
   });
 
+  it("counts a request before reading its body: malformed JSON and oversized bodies count on the IP row too", async () => {
+    const ip = freshIp();
+    const raw = (srv: TestServer, body: string) =>
+      fetch(`${srv.url}/api/renters/register`, { method: "POST", headers: { "content-type": "application/json", "x-forwarded-for": ip }, body });
+    expect((await raw(a, "{not json")).status).toBe(400);
+    expect((await raw(b, "{not json")).status).toBe(400);
+    expect((await raw(a, JSON.stringify({ name: "x".repeat(100 * 1024) }))).status).toBe(413);
+    for (let i = 0; i < RATE_LIMITS.renter_register.points - 3; i++) await raw(i % 2 ? a : b, "{}");
+    const over = await raw(a, JSON.stringify({ name: "Late", email: "late@example.com" }));
+    expect(over.status).toBe(429);
+    expect(over.headers.get("retry-after")).toMatch(/^\d+$/);
+  });
+
   it("limits gRPC/Connect calls with the same rows", async () => {
     const ip = freshIp();
     const transport = createConnectTransport({
