@@ -255,3 +255,19 @@ describe("checkSubmitQuota", () => {
     await expect(sql.begin((tx) => checkSubmitQuota(tx, r.id, 700))).rejects.toThrow(/monthly_spend_limit_halala/);
   });
 });
+
+describe("reads by owner at scale", () => {
+  it("a renter's accounts are found through an index on the owner, not by scanning every renter's accounts", async () => {
+    const r = await makeRenter(srv, 100);
+    const plan = await srv.sql.begin(async (tx) => {
+      // Small test tables favour scans; forbid them to see whether an index can answer at all.
+      await tx`SET LOCAL enable_seqscan = off`;
+      await tx`SET LOCAL enable_bitmapscan = off`;
+      const rows = await tx.unsafe(`EXPLAIN SELECT kind, balance FROM ledger_accounts WHERE owner_id = ${Number(r.id)} AND kind IN ('renter_available', 'renter_held')`);
+      return rows.map((x) => x["QUERY PLAN"] as string).join("\n");
+    });
+    expect(plan).toMatch(/Index (Only )?Scan using ledger_accounts_owner_idx/);
+    expect(plan).toMatch(/Index Cond: \(owner_id = /);
+    expect(await renterFunds(srv.sql, r.id)).toMatchObject({ available: 100, held: 0 });
+  });
+});
