@@ -198,9 +198,10 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
     const f = byName.get(k);
     if (!f || optionsOf(f).rawBody || optionsOf(f).wholeBody) continue;
     if (f.fieldKind === "list") {
-      const arr = (json[f.jsonName] as JsonValue[] | undefined) ?? [];
-      arr.push(coerceText(f, v));
-      json[f.jsonName] = arr;
+      const given = json[f.jsonName];
+      // A body that sent a non-array here keeps it, and the message conversion answers 400 for it.
+      if (given === undefined) json[f.jsonName] = [coerceText(f, v)];
+      else if (Array.isArray(given)) given.push(coerceText(f, v));
     } else if (!(f.jsonName in json)) {
       json[f.jsonName] = coerceText(f, v);
     }

@@ -1,6 +1,6 @@
 // Request decoding errors name the offending field, also for nested decoders.
 import { describe, expect, it } from "vitest";
-import { SubmitJobRequestSchema } from "../../gen/svc/v1/jobs_pb.js";
+import { AppendJobLogsRequestSchema, SubmitJobRequestSchema } from "../../gen/svc/v1/jobs_pb.js";
 import { RegisterProviderRequestSchema } from "../../gen/svc/v1/providers_pb.js";
 import { requestFromRest } from "../../src/http/json.js";
 
@@ -25,5 +25,14 @@ describe("requestFromRest", () => {
     expect(() => requestFromRest(SubmitJobRequestSchema, { ...input(undefined), query: new URLSearchParams("priority=high") })).toThrow(
       "priority must be a number",
     );
+  });
+
+  it("a repeated field sent as a non-array in the body and again in the query is a 400 naming it, not a crash", () => {
+    const body = { logs: 4.35e225, job_id: "x" };
+    expect(() => requestFromRest(AppendJobLogsRequestSchema, { ...input(body), query: new URLSearchParams("logs=-1") })).toThrow(
+      "invalid value for field 'logs': expected an array",
+    );
+    const both = requestFromRest(AppendJobLogsRequestSchema, { ...input({ logs: ["a"] }), query: new URLSearchParams("logs=b") }) as any;
+    expect(both.logs.map((v: any) => v.kind.value)).toEqual(["a", "b"]);
   });
 });

@@ -46,7 +46,7 @@ export async function startTestServer(env: Record<string, string> = {}, database
     PORT: "0",
     HOST: "127.0.0.1",
     SVC_DATA_DIR: path.join(os.tmpdir(), "svc-test-data"),
-    LOG_LEVEL: "silent",
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL || "silent", // TEST_LOG_LEVEL=error shows a server's errors while debugging a test
     SVC_RATE_LIMITS: "off",
     ...env,
   });
