@@ -65,10 +65,17 @@ describe("process", () => {
           sock.on("connect", () =>
             setTimeout(() => {
               child.kill("SIGTERM");
-              refusedDuring = new Promise((r) => setTimeout(r, 250)).then(() =>
-                fetch(`http://127.0.0.1:${port}/healthz`).then(() => "served", (e) => String(e.cause?.code ?? e)),
-              );
-              setTimeout(() => req.end(` "email": "${uniqueEmail("late")}"}`), 500);
+              // New connections are refused while the late request is still open; then it finishes.
+              refusedDuring = (async () => {
+                let outcome = "";
+                // (a pooled keep-alive connection closed by the shutdown may fail differently first)
+                for (let i = 0; i < 100 && outcome !== "ECONNREFUSED"; i++) {
+                  await new Promise((r) => setTimeout(r, 50));
+                  outcome = await fetch(`http://127.0.0.1:${port}/healthz`).then(() => "served", (e) => String(e.cause?.code ?? e));
+                }
+                return outcome;
+              })();
+              void refusedDuring.finally(() => req.end(` "email": "${uniqueEmail("late")}"}`));
             }, 100),
           ),
         );
