@@ -230,8 +230,10 @@ async function main() {
 
     const received = new Map<string, number>();
     // Planner statistics for the freshly loaded tables, as autovacuum would gather within its first
-    // minute; without them placement's plan is costed on an empty providers table.
-    await sql`ANALYZE providers, provider_load`;
+    // minutes; without them plans are costed (and cached, also inside the ledger's SQL functions) on
+    // tables that were empty: placement on an empty providers table, the ledger on empty accounts
+    // (a sequential scan of 40,000 accounts per hold with --renters 20000).
+    await sql`ANALYZE`;
     note(`opening ${PROVIDERS} daemon streams over ${PROCESSES} process(es)`);
     await pool(PROVIDERS, 16, async (i) => {
       daemons.push(await openDaemon(ports[(i + 1) % PROCESSES], providerKeys[i], (jobId) => received.set(jobId, performance.now())));
