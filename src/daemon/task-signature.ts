@@ -24,7 +24,8 @@ const SPKI_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
 export interface TaskSigner {
   /** Raw 32-byte public key, base64. */
   publicKey: string;
-  sign(jobId: string, taskSpec: unknown): string;
+  /** `canonical`: canonicalJson(taskSpec) when the caller already has it. */
+  sign(jobId: string, taskSpec: unknown, canonical?: string): string;
 }
 
 /** A signer for a raw 32-byte Ed25519 seed. */
@@ -34,12 +35,12 @@ export function taskSigner(seed: Buffer): TaskSigner {
   const spki = crypto.createPublicKey(key).export({ format: "der", type: "spki" });
   return {
     publicKey: spki.subarray(SPKI_PREFIX.length).toString("base64"),
-    sign: (jobId, taskSpec) => crypto.sign(null, signedBytes(jobId, taskSpec), key).toString("base64"),
+    sign: (jobId, taskSpec, canonical) => crypto.sign(null, signedBytes(jobId, taskSpec, canonical), key).toString("base64"),
   };
 }
 
-function signedBytes(jobId: string, taskSpec: unknown): Buffer {
-  return Buffer.from(`${jobId}\n${canonicalJson(taskSpec)}`, "utf8");
+function signedBytes(jobId: string, taskSpec: unknown, canonical = canonicalJson(taskSpec)): Buffer {
+  return Buffer.from(`${jobId}\n${canonical}`, "utf8");
 }
 
 export function verifyTaskSignature(publicKeyBase64: string, jobId: string, taskSpec: unknown, signature: string): boolean {

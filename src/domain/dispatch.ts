@@ -120,64 +120,188 @@ export interface PlaceResult {
   job?: JobRow;
 }
 
-/** How many candidates placement compares before it looks at the whole fleet. */
+/** How many candidates placement compares before it looks at the whole fleet (at least; more for a large batch). */
 const CANDIDATE_WINDOW = 32;
+/** The most candidates one placement round compares. */
+const MAX_CANDIDATES = 256;
+/** Queued jobs ahead of a batch that placement also offers to the providers it locks (priority order holds across submits). */
+const QUEUE_HEAD = 32;
 
-/**
- * The provider for job `jobId` as a fill() target: among available providers
- * with a free slot that fit the job, the least busy, then the most reliable,
- * locked (skipping those others hold). With `window`, only the `window` most
- * reliable available providers with a free slot are considered, read in order
- * from providers_dispatch_idx (migration 010) instead of scanning every
- * provider, plus the provider the job asked for; the caller asks again
- * without it (for jobs not bound to a provider) when none of those fit or
- * could be locked. (The window leaves the job's fit out on purpose: its
- * clauses would make the planner expect one row and sort the whole fleet.)
- */
-function bestProviderSql(tx: Tx, jobId: number, tried: number[], window: number | null): ReturnType<Tx> {
-  const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
-  // ANY(ARRAY(...)): the window is read once, in index order, then each candidate by primary key.
-  const candidates =
-    window === null
-      ? tx`j.requested_provider_id IS NULL`
-      : tx`l.provider_id = ANY(ARRAY(
-          SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
-          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${window})
-        || ARRAY(SELECT requested_provider_id FROM jobs WHERE id = ${jobId} AND requested_provider_id IS NOT NULL))`;
-  return tx`
-    SELECT p.id, ${slotsSql(tx)} - l.active AS free
-    FROM provider_load l JOIN providers p ON p.id = l.provider_id, jobs j
-    WHERE ${candidates} AND j.id = ${jobId} AND j.status = 'queued' AND ${free} AND ${matchesSql(tx)}
-    ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
-    LIMIT 1 FOR UPDATE OF l SKIP LOCKED`;
+export interface Placement {
+  providerId: number;
+  /** The job row as assigned. */
+  job: JobRow;
+}
+
+export interface PlaceManyResult {
+  /** Jobs that went to a provider, by id: those asked for, and jobs from the head of the queue placed on the way. */
+  placed: Map<number, Placement>;
+  /** Providers with room that fit a job left queued but were locked by another transaction at that moment. */
+  contended: number[];
+}
+
+interface Candidate {
+  id: number;
+  active: number;
+  slots: number;
+  reliability: number | null;
+  /** Ids of the queued jobs (of those offered) this provider can run. */
+  fits: number[];
+  /** The offered queued jobs in dispatch order (the same on every row). */
+  queue: number[];
 }
 
 /**
- * Tries to place a queued job (inside the caller's transaction): the least
- * busy free provider that fits is locked (providers locked by others are
- * skipped) and filled from the queue in priority order. The job lands when it
- * is the best one for some provider; otherwise it stays queued behind
- * higher-priority work. `wholeFleet: false` (the sweep's retries) looks at
- * the candidate window only and reports no contention: one index read.
+ * Available providers with a free slot that can run at least one of the
+ * queued jobs `offered` (plus the head of the queue), least busy first, then
+ * most reliable; read without locks (the assignment locks and re-checks).
+ * Windowed: the most reliable available providers with a free slot, read in
+ * order from providers_dispatch_idx (migration 010), plus the providers the
+ * jobs asked for; otherwise the whole fleet for jobs not bound to a provider.
+ * (The window leaves the jobs' fit out on purpose: its clauses would make the
+ * planner expect one row and sort the whole fleet.)
  */
-export async function placeJob(tx: Tx, jobId: number, opts: { wholeFleet?: boolean } = {}): Promise<PlaceResult> {
-  const wholeFleet = opts.wholeFleet ?? true;
-  const tried: number[] = [0];
-  for (let i = 0; i < 8; i++) {
-    let { providerId, assigned } = await fill(tx, bestProviderSql(tx, jobId, tried, CANDIDATE_WINDOW));
-    if (providerId === null && wholeFleet) ({ providerId, assigned } = await fill(tx, bestProviderSql(tx, jobId, tried, null)));
-    if (providerId === null) break;
-    const got = assigned.find((a) => a.id === jobId);
-    if (got) return { providerId, contended: [], job: got.job };
-    tried.push(providerId);
+async function readCandidates(tx: Tx, offered: number[], tried: number[], windowed: boolean): Promise<Candidate[]> {
+  const size = Math.min(MAX_CANDIDATES, Math.max(CANDIDATE_WINDOW, offered.length));
+  const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
+  const where = windowed
+    ? // ANY(ARRAY(...)): the window is read once, in index order, then each candidate by primary key.
+      tx`l.provider_id = ANY(ARRAY(
+          SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
+          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${size})
+        || ARRAY(SELECT requested_provider_id FROM jobs WHERE id IN (SELECT id FROM js) AND requested_provider_id IS NOT NULL))`
+    : tx`EXISTS (SELECT 1 FROM js JOIN jobs j ON j.id = js.id WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
+  return tx<Candidate[]>`
+    WITH js AS MATERIALIZED (
+      SELECT id, row_number() OVER (ORDER BY priority, submitted_at, id) AS rank FROM jobs
+      WHERE status = 'queued' AND (id = ANY(${offered}::bigint[]) OR id IN (
+        SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${QUEUE_HEAD}))
+    )
+    SELECT * FROM (
+      SELECT p.id, l.active, ${slotsSql(tx)} AS slots, p.reliability_score AS reliability,
+             ARRAY(SELECT js.id FROM js JOIN jobs j ON j.id = js.id WHERE ${matchesSql(tx)} ORDER BY js.rank) AS fits,
+             ARRAY(SELECT id FROM js ORDER BY rank) AS queue
+      FROM provider_load l JOIN providers p ON p.id = l.provider_id
+      WHERE ${where} AND ${free}
+      ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
+      LIMIT ${size}) c
+    WHERE cardinality(c.fits) > 0`;
+}
+
+/**
+ * Water-filling: each queued job, in dispatch order, goes to the least busy
+ * candidate (counting what this plan already gave it) that fits and has a
+ * free slot, then the most reliable. Returns [job id, provider id] pairs.
+ */
+export function planAssignments(candidates: Candidate[]): [number, number][] {
+  if (candidates.length === 0) return [];
+  const state = candidates.map((c) => ({ ...c, load: c.active, fits: new Set(c.fits) }));
+  const better = (a: (typeof state)[number], b: (typeof state)[number]) =>
+    a.load !== b.load ? a.load < b.load : (a.reliability ?? -Infinity) !== (b.reliability ?? -Infinity) ? (a.reliability ?? -Infinity) > (b.reliability ?? -Infinity) : a.id < b.id;
+  const plan: [number, number][] = [];
+  for (const jobId of candidates[0].queue) {
+    let best: (typeof state)[number] | undefined;
+    for (const c of state) if (c.load < c.slots && c.fits.has(jobId) && (!best || better(c, best))) best = c;
+    if (!best) continue;
+    plan.push([jobId, best.id]);
+    best.load++;
   }
-  if (!wholeFleet) return { providerId: null, contended: [] };
-  const contended = await tx<{ id: number }[]>`
-    SELECT p.id FROM jobs j, providers p JOIN provider_load l ON l.provider_id = p.id
-    WHERE j.id = ${jobId} AND j.status = 'queued' AND ${availableSql(tx)} AND ${matchesSql(tx)}
-      AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})
-    LIMIT 8`;
-  return { providerId: null, contended: contended.map((r) => r.id) };
+  return plan;
+}
+
+/**
+ * Carries out a plan in one statement: the planned providers' provider_load
+ * rows are locked (skipping those other transactions hold) and re-checked,
+ * the planned jobs still queued are locked (skipping held ones), each
+ * provider takes its planned jobs up to its free slots now, and the moved
+ * jobs get their attempt rows and a notice for connected daemons (NOTIFY,
+ * delivered on commit). Returns the moved rows and the providers it locked.
+ */
+async function assignPlanned(tx: Tx, plan: [number, number][]): Promise<{ moved: Placement[]; locked: number[] }> {
+  const rows = await tx<(JobRow & { notified: string | null; opened: number; locked_ids: number[] | null })[]>`
+    WITH plan AS (
+      SELECT * FROM unnest(${plan.map((p) => p[0])}::bigint[], ${plan.map((p) => p[1])}::bigint[]) WITH ORDINALITY AS x(job_id, provider_id, ord)
+    ), locked AS MATERIALIZED (
+      SELECT l.provider_id AS id, ${slotsSql(tx)} - l.active AS free
+      FROM provider_load l JOIN providers p ON p.id = l.provider_id
+      WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND l.active < ${slotsSql(tx)}
+      ORDER BY l.provider_id FOR UPDATE OF l SKIP LOCKED
+    ), held AS MATERIALIZED (
+      SELECT id FROM jobs WHERE id IN (SELECT job_id FROM plan) AND status = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED
+    ), picked AS (
+      SELECT job_id AS id, provider_id FROM (
+        SELECT plan.job_id, plan.provider_id, locked.free, row_number() OVER (PARTITION BY plan.provider_id ORDER BY plan.ord) AS n
+        FROM plan JOIN locked ON locked.id = plan.provider_id JOIN held ON held.id = plan.job_id) x
+      WHERE n <= free
+    ), moved AS (
+      UPDATE jobs SET status = 'pending', provider_id = picked.provider_id, assigned_at = now(),
+             timeout_at = now() + make_interval(secs => jobs.max_duration_seconds), updated_at = now()
+      FROM picked WHERE jobs.id = picked.id AND jobs.status = 'queued'
+      RETURNING jobs.*
+    ), opened AS (
+      INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at)
+      SELECT id, attempt, provider_id, 'pending', now() FROM moved
+      ON CONFLICT (job_id, attempt) DO UPDATE SET provider_id = EXCLUDED.provider_id, status = 'pending', assigned_at = now()
+      RETURNING job_id
+    )
+    SELECT m.*,
+           CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`m.provider_id`, "m")} END AS notified,
+           (SELECT count(*) FROM opened) AS opened,
+           (SELECT array_agg(id) FROM locked) AS locked_ids
+    FROM (SELECT 1) one LEFT JOIN moved m ON true ORDER BY m.priority, m.submitted_at, m.id`;
+  const locked = rows[0]?.locked_ids ?? [];
+  const moved = rows
+    .filter((r) => r.id !== null)
+    .map(({ notified: _n, opened: _o, locked_ids: _l, ...job }) => ({ providerId: job.provider_id as number, job: job as JobRow }));
+  return { moved, locked };
+}
+
+/**
+ * Places queued jobs (inside the caller's transaction), any number at once:
+ * candidates are read, a water-filling plan is made (planAssignments), and
+ * the plan is carried out under the providers' locks (assignPlanned); jobs
+ * the plan could not place (their provider was taken meanwhile) are tried
+ * again elsewhere, first within the candidate window, then, with
+ * `wholeFleet`, over every provider. Queued jobs ahead of these in priority
+ * order are offered too, so a new job never overtakes an older one that the
+ * same provider can run. `wholeFleet: false` (the sweep's retries) looks at
+ * the candidate window only and reports no contention.
+ */
+export async function placeMany(tx: Tx, jobIds: number[], opts: { wholeFleet?: boolean } = {}): Promise<PlaceManyResult> {
+  const wholeFleet = opts.wholeFleet ?? true;
+  const placed = new Map<number, Placement>();
+  const contended = new Set<number>();
+  const tried: number[] = [0];
+  let pending = [...jobIds];
+  let windowed = true;
+  for (let round = 0; round < 8 && pending.length > 0; round++) {
+    const plan = planAssignments(await readCandidates(tx, pending, tried, windowed));
+    if (plan.length === 0) {
+      if (windowed && wholeFleet) {
+        windowed = false;
+        continue;
+      }
+      break;
+    }
+    // Carried out also when it gives every free slot to older jobs (they come first):
+    // those providers are then tried, and the next round looks further for these jobs.
+    const { moved, locked } = await assignPlanned(tx, plan);
+    for (const m of moved) placed.set(m.job.id, m);
+    const lockedSet = new Set(locked);
+    for (const [, providerId] of plan) {
+      if (!tried.includes(providerId)) tried.push(providerId);
+      if (!lockedSet.has(providerId)) contended.add(providerId);
+    }
+    pending = pending.filter((id) => !placed.has(id));
+  }
+  return { placed, contended: wholeFleet && pending.length > 0 ? [...contended] : [] };
+}
+
+/** placeMany for one job. */
+export async function placeJob(tx: Tx, jobId: number, opts: { wholeFleet?: boolean } = {}): Promise<PlaceResult> {
+  const { placed, contended } = await placeMany(tx, [jobId], opts);
+  const got = placed.get(jobId);
+  return got ? { providerId: got.providerId, contended: [], job: got.job } : { providerId: null, contended };
 }
 
 /**
@@ -205,12 +329,10 @@ export async function dispatchForProvider(sql: Sql, providerId: number): Promise
 export async function dispatchQueued(sql: Sql, limit = 100): Promise<number> {
   const queued = await sql<{ id: number }[]>`
     SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${limit}`;
-  let placed = 0;
-  for (const { id } of queued) {
-    const r = await sql.begin((tx) => placeJob(tx, id, { wholeFleet: false }));
-    if (r.providerId !== null) placed++;
-  }
-  return placed;
+  if (queued.length === 0) return 0;
+  const ids = queued.map((q) => q.id);
+  const { placed } = await sql.begin((tx) => placeMany(tx, ids, { wholeFleet: false }));
+  return ids.filter((id) => placed.has(id)).length;
 }
 
 // ---- re-queue ----
@@ -231,9 +353,9 @@ export async function requeueLocked(tx: Tx, job: JobRow, reason: string, error?:
   if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
 }
 
-/** Places jobs that just went back to the queue, each in its own transaction. */
+/** Places jobs that just went back to the queue (one transaction). */
 export async function placeJobs(sql: Sql, ids: number[]): Promise<void> {
-  for (const id of ids) await sql.begin((tx) => placeJob(tx, id));
+  if (ids.length > 0) await sql.begin((tx) => placeMany(tx, ids));
 }
 
 /**

@@ -179,17 +179,102 @@ export async function adjust(tx: Tx, renterId: number, amount: number, key: stri
     : transfer(tx, { from: renter, to: adj, amount: -amount, kind: "adjustment", key, memo });
 }
 
+export interface HoldRequest {
+  renterId: number;
+  jobId: number;
+  amount: number;
+}
+
+export type HoldOutcome =
+  | { jobId: number; opened: true }
+  /** The job already had a hold (a repeat): nothing moved. */
+  | { jobId: number; opened: false }
+  /** Available funds were short (`available` left for it): nothing was written for this job. */
+  | { jobId: number; opened: false; shortBalance: number };
+
 /**
- * Holds a job's estimate: available -> held, and opens the job's hold.
- * 402 when available funds are short (then nothing is written and the
- * transaction stays usable). Returns false when the job already has a hold.
+ * Holds jobs' estimates: for each, available -> held and the job's hold
+ * opened, for any number of jobs in three statements (the submit batch holds
+ * all of its jobs at once). The renters' two accounts are locked in id order
+ * and read (the truth from then on: nobody else can move them), then each
+ * renter's requests are judged in the order given against what is available,
+ * then what passed is written in one statement. A short request or a repeat
+ * (the job already has a hold) writes nothing, and the transaction stays usable.
+ */
+export async function holdMany(tx: Tx, requests: HoldRequest[]): Promise<HoldOutcome[]> {
+  if (requests.length === 0) return [];
+  for (const r of requests) if (!Number.isSafeInteger(r.amount) || r.amount <= 0) throw new Error(`invalid hold amount ${r.amount}`);
+  const jobIds = requests.map((r) => r.jobId);
+  if (new Set(jobIds).size !== requests.length) throw new Error("holdMany: a job appears twice");
+  const renterIds = [...new Set(requests.map((r) => r.renterId))].sort((a, b) => a - b);
+  let [accounts, existing] = await Promise.all([lockRenterAccounts(tx, renterIds), tx<{ job_id: number }[]>`SELECT job_id FROM ledger_holds WHERE job_id = ANY(${jobIds}::bigint[])`]);
+  const missing = renterIds.filter((id) => !accounts.has(id));
+  if (missing.length > 0) {
+    // Accounts are opened at registration; a renter from before that may lack them.
+    for (const id of missing) await openRenterAccounts(tx, id);
+    accounts = await lockRenterAccounts(tx, renterIds);
+  }
+  const repeats = new Set(existing.map((e) => e.job_id));
+  const outcomes: HoldOutcome[] = [];
+  const accepted: (HoldRequest & { from: number; to: number })[] = [];
+  for (const r of requests) {
+    const acct = accounts.get(r.renterId)!;
+    if (repeats.has(r.jobId)) outcomes.push({ jobId: r.jobId, opened: false });
+    else if (acct.available < r.amount) outcomes.push({ jobId: r.jobId, opened: false, shortBalance: acct.available });
+    else {
+      acct.available -= r.amount;
+      accepted.push({ ...r, from: acct.availableId, to: acct.heldId });
+      outcomes.push({ jobId: r.jobId, opened: true });
+    }
+  }
+  if (accepted.length > 0) {
+    const col = <T>(f: (a: (typeof accepted)[number]) => T) => accepted.map(f);
+    await tx`
+      WITH h AS (
+        SELECT * FROM unnest(${col((a) => a.jobId)}::bigint[], ${col((a) => a.renterId)}::bigint[], ${col((a) => a.amount)}::bigint[],
+                             ${col((a) => a.from)}::bigint[], ${col((a) => a.to)}::bigint[]) WITH ORDINALITY AS x(job_id, renter_id, amount, from_id, to_id, ord)
+      ), opened AS (
+        INSERT INTO ledger_holds (job_id, renter_id, amount) SELECT job_id, renter_id, amount FROM h ORDER BY ord
+      ), moved AS (
+        INSERT INTO ledger_transfers (debit_account_id, credit_account_id, amount, kind, idempotency_key, job_id)
+        SELECT from_id, to_id, amount, 'hold', 'hold:job:' || job_id, job_id FROM h ORDER BY ord
+      )
+      UPDATE ledger_accounts a SET balance = a.balance + d.delta
+      FROM (SELECT id, sum(delta)::bigint AS delta FROM (
+              SELECT from_id AS id, -amount AS delta FROM h UNION ALL SELECT to_id, amount FROM h) m GROUP BY id) d
+      WHERE a.id = d.id`;
+  }
+  return outcomes;
+}
+
+/**
+ * Locks renters' available and held accounts (NO KEY UPDATE, in id order, the
+ * ledger's lock order) and reads them: by renter, the two ids and what is available.
+ */
+async function lockRenterAccounts(tx: Tx, renterIds: number[]): Promise<Map<number, { availableId: number; heldId: number; available: number }>> {
+  const rows = await tx<{ id: number; owner_id: number; kind: AccountKind; balance: number }[]>`
+    SELECT id, owner_id, kind, balance FROM ledger_accounts
+    WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
+    ORDER BY id FOR NO KEY UPDATE`;
+  const out = new Map<number, { availableId: number; heldId: number; available: number }>();
+  for (const r of rows) {
+    const a = out.get(r.owner_id) ?? { availableId: 0, heldId: 0, available: 0 };
+    if (r.kind === "renter_available") Object.assign(a, { availableId: r.id, available: r.balance });
+    else a.heldId = r.id;
+    out.set(r.owner_id, a);
+  }
+  for (const [id, a] of out) if (a.availableId === 0 || a.heldId === 0) out.delete(id);
+  return out;
+}
+
+/**
+ * Holds one job's estimate (holdMany for one). 402 when available funds are
+ * short (then nothing is written and the transaction stays usable). Returns
+ * false when the job already has a hold.
  */
 export async function hold(tx: Tx, renterId: number, jobId: number, amount: number): Promise<boolean> {
-  if (!Number.isSafeInteger(amount) || amount <= 0) throw new Error(`invalid hold amount ${amount}`);
-  // One round trip (SQL ledger_hold, migration 009): the hold row, then the transfer.
-  const [r] = await tx<{ opened: boolean; short_balance: number | null }[]>`
-    SELECT * FROM ledger_hold(${renterId}::bigint, ${jobId}::bigint, ${amount}::bigint, ${`hold:job:${jobId}`}, ${MATERIALIZED_SQL}::text[])`;
-  if (r.short_balance !== null) throw insufficient(r.short_balance, amount);
+  const [r] = await holdMany(tx, [{ renterId, jobId, amount }]);
+  if ("shortBalance" in r) throw insufficient(r.shortBalance, amount);
   return r.opened;
 }
 

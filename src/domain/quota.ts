@@ -12,36 +12,75 @@ export interface QuotaUsage {
   spentAndHeldHalala: number;
 }
 
-/** Current usage against the renter's quota (inside the submit transaction). */
+/**
+ * Current usage against each renter's quota, in one statement. Call it in the
+ * submit transaction after the renters' ledger accounts are locked (in an
+ * earlier statement: under READ COMMITTED each statement reads what was
+ * committed when it started), so that two racing submits of one renter cannot
+ * both pass the last free slot. What is held is the renter_held balance,
+ * which the ledger keeps equal to the renter's open holds.
+ */
+export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<number, QuotaUsage>> {
+  // Set-based: one pass per table for all renters (a subquery per renter made PostgreSQL
+  // scan the transfers once per renter). Charges are read through the accounts'
+  // (debit_account_id, kind, created_at) index, migration 014.
+  const rows = await tx<{ renter_id: number; daily_jobs_limit: number | null; monthly_spend_limit_halala: number | null; jobs_today: number; settled: number; held: number }[]>`
+    WITH acc AS (
+      SELECT id, owner_id, kind, balance FROM ledger_accounts
+      WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
+    ), charges AS (
+      SELECT a.owner_id, sum(t.amount) AS settled FROM acc a JOIN ledger_transfers t ON t.debit_account_id = a.id
+      WHERE t.kind = ANY (${CHARGE_KINDS as string[]}::text[])
+        AND t.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+      GROUP BY a.owner_id
+    ), today AS (
+      SELECT renter_id, count(*) AS n FROM jobs
+      WHERE renter_id = ANY(${renterIds}::bigint[]) AND submitted_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+      GROUP BY renter_id
+    )
+    SELECT r.id AS renter_id, q.daily_jobs_limit, q.monthly_spend_limit_halala,
+           coalesce(today.n, 0) AS jobs_today, coalesce(charges.settled, 0) AS settled,
+           coalesce((SELECT balance FROM acc WHERE acc.owner_id = r.id AND acc.kind = 'renter_held'), 0) AS held
+    FROM unnest(${renterIds}::bigint[]) AS r(id)
+    LEFT JOIN renter_quota q ON q.renter_id = r.id
+    LEFT JOIN charges ON charges.owner_id = r.id
+    LEFT JOIN today ON today.renter_id = r.id`;
+  return new Map(
+    rows.map((u) => [
+      u.renter_id,
+      {
+        dailyJobsLimit: u.daily_jobs_limit ?? DEFAULT_QUOTA.dailyJobsLimit,
+        jobsToday: Number(u.jobs_today),
+        monthlySpendLimitHalala: u.monthly_spend_limit_halala ?? DEFAULT_QUOTA.monthlySpendLimitHalala,
+        spentAndHeldHalala: Number(u.settled) + Number(u.held),
+      },
+    ]),
+  );
+}
+
 export async function quotaUsage(tx: Tx, renterId: number): Promise<QuotaUsage> {
-  // One round trip (SQL renter_quota_usage, migration 009): the quota row is
-  // locked first, which serialises one renter's submits, and the usage is read
-  // after the lock is held, so two racing submits cannot both pass the last free slot.
-  const [u] = await tx<{ daily_jobs_limit: number | null; monthly_spend_limit_halala: number | null; jobs_today: number; settled: number; held: number }[]>`
-    SELECT * FROM renter_quota_usage(${renterId}::bigint, ${`{${CHARGE_KINDS.join(",")}}`}::text[])`;
-  return {
-    dailyJobsLimit: u.daily_jobs_limit ?? DEFAULT_QUOTA.dailyJobsLimit,
-    jobsToday: u.jobs_today,
-    monthlySpendLimitHalala: u.monthly_spend_limit_halala ?? DEFAULT_QUOTA.monthlySpendLimitHalala,
-    spentAndHeldHalala: u.settled + u.held,
-  };
+  return (await quotaUsageMany(tx, [renterId])).get(renterId)!;
 }
 
 /**
- * 429 when one more job (holding `estimate`) would exceed the renter's daily
- * job count or monthly spend (settled this UTC month + held). Call it in the
- * submit transaction, before the job row is inserted.
+ * Why one more job (holding `estimate`) would exceed the renter's daily job
+ * count or monthly spend (settled this UTC month + held), or null when it fits.
  */
-export async function checkSubmitQuota(tx: Tx, renterId: number, estimate: number): Promise<void> {
-  const u = await quotaUsage(tx, renterId);
+export function quotaRefusal(u: QuotaUsage, estimate: number): string | null {
   if (u.jobsToday + 1 > u.dailyJobsLimit) {
-    throw apiError(429, `renter quota exceeded: daily_jobs_limit is ${u.dailyJobsLimit} jobs per UTC day and ${u.jobsToday} were submitted today`);
+    return `renter quota exceeded: daily_jobs_limit is ${u.dailyJobsLimit} jobs per UTC day and ${u.jobsToday} were submitted today`;
   }
   if (u.spentAndHeldHalala + estimate > u.monthlySpendLimitHalala) {
-    throw apiError(
-      429,
+    return (
       `renter quota exceeded: monthly_spend_limit_halala is ${u.monthlySpendLimitHalala}; ` +
-        `${u.spentAndHeldHalala} halala spent or held this UTC month and this job would hold ${estimate} more`,
+      `${u.spentAndHeldHalala} halala spent or held this UTC month and this job would hold ${estimate} more`
     );
   }
+  return null;
+}
+
+/** 429 when one more job would exceed the renter's quota (quotaRefusal). */
+export async function checkSubmitQuota(tx: Tx, renterId: number, estimate: number): Promise<void> {
+  const refusal = quotaRefusal(await quotaUsage(tx, renterId), estimate);
+  if (refusal) throw apiError(429, refusal);
 }

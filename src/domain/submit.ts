@@ -1,15 +1,17 @@
-// POST /api/jobs/submit: validation, the estimate hold, and placement, in one
-// transaction. Nothing is held unless the job row exists and some approved,
-// online provider could run it (503 otherwise, rolled back whole).
+// POST /api/jobs/submit: validation (prepareSubmit), then the writes
+// (submitMany): the job row, the estimate hold and placement, for one submit
+// or a batch of them in one transaction. Nothing is written for a submit that
+// is refused (402, 429, 404, 503).
 import crypto from "node:crypto";
-import type { Sql, Tx } from "../db/index.js";
+import type { ConnectError } from "@connectrpc/connect";
+import type { Db, Sql, Tx } from "../db/index.js";
 import { apiError, badRequest, notFound, paymentRequired } from "../http/errors.js";
-import { liveSql, hardwareFitSql, placeJob, type PlaceResult } from "./dispatch.js";
+import { liveSql, hardwareFitSql, placeMany, type PlaceResult } from "./dispatch.js";
 import { validateParams } from "./job-schemas.js";
 import type { JobRow } from "./jobs.js";
-import { hold, renterFunds } from "./ledger.js";
+import { holdMany } from "./ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "./pricing.js";
-import { checkSubmitQuota } from "./quota.js";
+import { quotaRefusal, quotaUsageMany, type QuotaUsage } from "./quota.js";
 import { signTask } from "./task-signing.js";
 import { buildTaskSpec, modelOf, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
 import { templateById, templateGpuRequirements } from "./templates.js";
@@ -65,8 +67,34 @@ export interface Submitted {
   placement: PlaceResult;
 }
 
-/** Submits inside `tx`; the caller commits (and may refill contended providers after). */
-export async function submitJob(tx: Tx, hmacSecret: string, renterId: number, input: SubmitInput): Promise<Submitted> {
+/** A validated submit, ready to be written: everything but what the database decides. */
+export interface SubmitIntent {
+  renterId: number;
+  jobId: string;
+  jobType: JobType;
+  durationMinutes: number;
+  maxDurationSeconds: number;
+  priority: number;
+  requestedProvider: number | null;
+  rate: number;
+  estimate: number;
+  params: Record<string, unknown>;
+  containerSpec: Record<string, unknown>;
+  gpuRequirements: Record<string, unknown> | null;
+  taskSpec: Record<string, unknown>;
+  taskSpecHmac: string;
+  model: string | null;
+  checkpointEnabled: boolean;
+  prewarm: boolean;
+  templateId: string | null;
+}
+
+/**
+ * Validates a submit and builds what the job will run (task spec, signature):
+ * 400 naming the field, 403 for an unapproved image. Reads only (the
+ * registry's approved images), so it runs before any transaction.
+ */
+export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number, input: SubmitInput): Promise<SubmitIntent> {
   const template = input.templateId ? templateById(input.templateId) : undefined;
   const rawType = input.jobType?.trim() || template?.jobType;
   if (!rawType) throw badRequest("missing required fields: job_type");
@@ -81,79 +109,170 @@ export async function submitJob(tx: Tx, hmacSecret: string, renterId: number, in
   const params = validateParams(jobType, input.params);
   let gpuRequirements = normalizeGpuRequirements(input.gpuRequirements);
   if (template) gpuRequirements = templateGpuRequirements(template, gpuRequirements);
-  const containerSpec = await normalizeContainerSpec(tx, jobType, input.containerSpec ?? (template ? { image: template.image } : undefined));
+  const containerSpec = await normalizeContainerSpec(db, jobType, input.containerSpec ?? (template ? { image: template.image } : undefined));
 
   const rate = RATE_HALALA_PER_MINUTE[jobType];
   const estimate = estimateHalala(rate, durationMinutes);
-
   const jobId = newJobId();
-  const volume = workspaceVolumeName(jobId);
   const model = modelOf(jobType, params);
   const checkpointEnabled = input.checkpointEnabled ?? false;
-  const taskSpec = buildTaskSpec({ jobId, jobType, params, containerSpec, gpuRequirements, maxDurationSeconds, workspaceVolumeName: volume, checkpointEnabled, model });
-
-  // Money first (402), then quotas (429), then capacity (503). The funds read,
-  // the quota check and the job row go out together (pipelined on the
-  // transaction's connection, run in that order: the quota counts jobs before
-  // this one); a refusal throws and rolls the row back. 402 wins over 429.
-  const [funds, quota, inserted] = await Promise.allSettled([
-    renterFunds(tx, renterId),
-    checkSubmitQuota(tx, renterId, estimate),
-    tx<JobRow[]>`
-      INSERT INTO jobs (job_id, renter_id, requested_provider_id, job_type, status, priority, duration_minutes, max_duration_seconds,
-                        rate_halala_per_minute, cost_halala, params, container_spec, gpu_requirements, task_spec, task_spec_hmac,
-                        model, pricing_class, checkpoint_enabled, prewarm_requested, template_id)
-      VALUES (${jobId}, ${renterId}, ${requestedProvider}, ${jobType}, 'queued', ${priority}, ${durationMinutes}, ${maxDurationSeconds},
-              ${rate}, ${estimate}, ${tx.json(params as never)}, ${tx.json(containerSpec as never)},
-              ${gpuRequirements ? tx.json(gpuRequirements as never) : null}, ${tx.json(taskSpec as never)}, ${signTask(hmacSecret, taskSpec)},
-              ${model}, ${containerSpec.pricing_class as string}, ${checkpointEnabled}, ${input.prewarm ?? false}, ${template?.id ?? null})
-      RETURNING *`,
-  ]);
-  if (funds.status === "rejected") throw funds.reason;
-  if (funds.value.balance <= 0) throw paymentRequired("insufficient balance: the wallet balance is 0; top up before submitting jobs");
-  if (funds.value.available < estimate) {
-    throw paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${funds.value.available} halala is available`);
-  }
-  if (quota.status === "rejected") throw quota.reason;
-  if (inserted.status === "rejected") throw inserted.reason;
-  const [job] = inserted.value;
-
-  // The hold, the first placement attempt and the renter's job count go out
-  // together, run in that order: renter accounts are locked before
-  // provider_load, as on every path. A 402 from the hold rolls everything back.
-  const [held, placed, counted] = await Promise.allSettled([
-    hold(tx, renterId, job.id, estimate),
-    placeJob(tx, job.id),
-    tx`UPDATE renters SET total_jobs = total_jobs + 1 WHERE id = ${renterId}`,
-  ]);
-  for (const r of [held, placed, counted]) if (r.status === "rejected") throw r.reason;
-  const placement = (placed as PromiseFulfilledResult<PlaceResult>).value;
-  if (placement.providerId === null) {
-    await assertCapacity(tx, job.id, requestedProvider); // 503/404 roll the whole submit back
-    return { job, placement };
-  }
-  return { job: placement.job!, placement };
+  const taskSpec = buildTaskSpec({ jobId, jobType, params, containerSpec, gpuRequirements, maxDurationSeconds, workspaceVolumeName: workspaceVolumeName(jobId), checkpointEnabled, model });
+  return {
+    renterId, jobId, jobType, durationMinutes, maxDurationSeconds, priority, requestedProvider, rate, estimate, params, containerSpec,
+    gpuRequirements, taskSpec, taskSpecHmac: signTask(hmacSecret, taskSpec), model, checkpointEnabled, prewarm: input.prewarm ?? false,
+    templateId: template?.id ?? null,
+  };
 }
 
-/** 404 for an unknown requested provider; 503 when no approved, online provider could ever run the job. */
-async function assertCapacity(tx: Tx, id: number, requestedProvider: number | null): Promise<void> {
-  if (requestedProvider !== null) {
-    const [p] = await tx`SELECT 1 FROM providers WHERE id = ${requestedProvider}`;
-    if (!p) throw notFound(`provider_id ${requestedProvider}: provider not found`);
+export type SubmitOutcome = { ok: true; submitted: Submitted } | { ok: false; error: ConnectError };
+
+interface RenterState {
+  available: number;
+  held: number;
+  usage: QuotaUsage;
+}
+
+/**
+ * Writes any number of submits in the caller's transaction, set-based (the
+ * submit batcher's group commit, or one submit): each one is judged in the
+ * order given, as if they came one after another. Money first (402), then
+ * quotas (429), then capacity (404 for an unknown requested provider, 503
+ * when no approved, online provider could ever run it); a refused submit
+ * writes nothing. The others' job rows are inserted, their estimates held,
+ * their renters' job counts raised and the jobs placed, each step one
+ * statement for the whole set.
+ *
+ * Locks, in the order every path takes them: the renters' ledger accounts in
+ * id order (which also serialises one renter's submits, so the funds and
+ * quota reads that follow are the truth), then providers' load rows.
+ */
+export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<SubmitOutcome[]> {
+  const renterIds = [...new Set(intents.map((i) => i.renterId))].sort((a, b) => a - b);
+  const [accounts, usage, capacity] = await Promise.all([
+    tx<{ owner_id: number; kind: string; balance: number }[]>`
+      SELECT owner_id, kind, balance FROM ledger_accounts
+      WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
+      ORDER BY id FOR NO KEY UPDATE`,
+    quotaUsageMany(tx, renterIds),
+    capacityOf(tx, intents),
+  ]);
+  const renters = new Map<number, RenterState>(renterIds.map((id) => [id, { available: 0, held: 0, usage: usage.get(id)! }]));
+  for (const a of accounts) {
+    const r = renters.get(a.owner_id)!;
+    if (a.kind === "renter_available") r.available = a.balance;
+    else r.held = a.balance;
   }
-  const [ok] = await tx`
-    SELECT 1 FROM providers p, jobs j
-    WHERE j.id = ${id} AND ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND (j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)
-    LIMIT 1`;
-  if (!ok) {
-    throw apiError(
-      503,
-      requestedProvider !== null
-        ? `provider ${requestedProvider} is not available: it must be approved, online and meet gpu_requirements`
-        : "no providers available: no approved, online provider matches this job's gpu_requirements",
-      { "retry-after": "30" },
-    );
-  }
+
+  const outcomes: (SubmitOutcome | undefined)[] = intents.map((intent, i) => {
+    const r = renters.get(intent.renterId)!;
+    const { estimate, rate, durationMinutes } = intent;
+    if (r.available + r.held <= 0) return refused(paymentRequired("insufficient balance: the wallet balance is 0; top up before submitting jobs"));
+    if (r.available < estimate) {
+      return refused(paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${r.available} halala is available`));
+    }
+    const quota = quotaRefusal(r.usage, estimate);
+    if (quota) return refused(apiError(429, quota));
+    const cap = capacity[i];
+    if (!cap.known) return refused(notFound(`provider_id ${intent.requestedProvider}: provider not found`));
+    if (!cap.capable) {
+      return refused(
+        apiError(
+          503,
+          intent.requestedProvider !== null
+            ? `provider ${intent.requestedProvider} is not available: it must be approved, online and meet gpu_requirements`
+            : "no providers available: no approved, online provider matches this job's gpu_requirements",
+          { "retry-after": "30" },
+        ),
+      );
+    }
+    r.available -= estimate;
+    r.held += estimate;
+    r.usage = { ...r.usage, jobsToday: r.usage.jobsToday + 1, spentAndHeldHalala: r.usage.spentAndHeldHalala + estimate };
+    return undefined;
+  });
+  const accepted = intents.filter((_, i) => outcomes[i] === undefined);
+  if (accepted.length === 0) return outcomes as SubmitOutcome[];
+
+  const rows = await insertJobs(tx, accepted);
+  const byJobId = new Map(rows.map((r) => [r.job_id, r]));
+  const ids = accepted.map((a) => byJobId.get(a.jobId)!.id);
+  const counts = new Map<number, number>();
+  for (const a of accepted) counts.set(a.renterId, (counts.get(a.renterId) ?? 0) + 1);
+  // Run in this order on the transaction's connection: accounts (already ours), then providers.
+  const [held, placement] = await Promise.all([
+    holdMany(tx, accepted.map((a, k) => ({ renterId: a.renterId, jobId: ids[k], amount: a.estimate }))),
+    placeMany(tx, ids),
+    tx`UPDATE renters SET total_jobs = total_jobs + c.n
+       FROM unnest(${[...counts.keys()]}::bigint[], ${[...counts.values()]}::bigint[]) AS c(id, n) WHERE renters.id = c.id`,
+  ]);
+  const notHeld = held.find((h) => !h.opened);
+  // Cannot happen: the funds were read under the accounts' locks and judged above.
+  if (notHeld) throw new Error(`submit: the hold of job ${notHeld.jobId} did not open`);
+
+  let k = 0;
+  return outcomes.map((o) => {
+    if (o) return o;
+    const id = ids[k++];
+    const got = placement.placed.get(id);
+    const submitted: Submitted = got
+      ? { job: got.job, placement: { providerId: got.providerId, contended: [], job: got.job } }
+      : { job: rows.find((r) => r.id === id)!, placement: { providerId: null, contended: placement.contended } };
+    return { ok: true, submitted };
+  });
+}
+
+const refused = (error: ConnectError): SubmitOutcome => ({ ok: false, error });
+
+/** One submit inside `tx` (submitMany for one); throws its refusal. */
+export async function submitJob(tx: Tx, hmacSecret: string, renterId: number, input: SubmitInput): Promise<Submitted> {
+  const [o] = await submitMany(tx, [await prepareSubmit(tx, hmacSecret, renterId, input)]);
+  if (!o.ok) throw o.error;
+  return o.submitted;
+}
+
+async function insertJobs(tx: Tx, list: SubmitIntent[]): Promise<JobRow[]> {
+  const col = <T>(f: (i: SubmitIntent) => T) => list.map(f);
+  // Booleans go as text: postgres.js does not send a boolean array as bool[].
+  const json = (v: unknown) => (v === null ? null : JSON.stringify(v));
+  return tx<JobRow[]>`
+    INSERT INTO jobs (job_id, renter_id, requested_provider_id, job_type, status, priority, duration_minutes, max_duration_seconds,
+                      rate_halala_per_minute, cost_halala, params, container_spec, gpu_requirements, task_spec, task_spec_hmac,
+                      model, pricing_class, checkpoint_enabled, prewarm_requested, template_id)
+    SELECT job_id, renter_id, requested_provider_id, job_type, 'queued', priority, duration_minutes, max_duration_seconds,
+           rate, estimate, params::jsonb, container_spec::jsonb, gpu_requirements::jsonb, task_spec::jsonb, task_spec_hmac,
+           model, pricing_class, checkpoint_enabled::bool, prewarm::bool, template_id
+    FROM unnest(${col((i) => i.jobId)}::text[], ${col((i) => i.renterId)}::bigint[], ${col((i) => i.requestedProvider)}::bigint[],
+                ${col((i) => i.jobType)}::text[], ${col((i) => i.priority)}::int[], ${col((i) => i.durationMinutes)}::float8[],
+                ${col((i) => i.maxDurationSeconds)}::bigint[], ${col((i) => i.rate)}::bigint[], ${col((i) => i.estimate)}::bigint[],
+                ${col((i) => json(i.params))}::text[], ${col((i) => json(i.containerSpec))}::text[], ${col((i) => json(i.gpuRequirements))}::text[],
+                ${col((i) => json(i.taskSpec))}::text[], ${col((i) => i.taskSpecHmac)}::text[], ${col((i) => i.model)}::text[],
+                ${col((i) => i.containerSpec.pricing_class as string)}::text[], ${col((i) => String(i.checkpointEnabled))}::text[],
+                ${col((i) => String(i.prewarm))}::text[], ${col((i) => i.templateId)}::text[])
+         WITH ORDINALITY AS x(job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
+                              rate, estimate, params, container_spec, gpu_requirements, task_spec, task_spec_hmac, model,
+                              pricing_class, checkpoint_enabled, prewarm, template_id, ord)
+    ORDER BY ord
+    RETURNING *`;
+}
+
+/**
+ * For each submit: whether its requested provider exists (`known`) and
+ * whether some approved, online provider fits it (`capable`), evaluated once
+ * per distinct (gpu_requirements, provider_id).
+ */
+async function capacityOf(tx: Tx, intents: SubmitIntent[]): Promise<{ known: boolean; capable: boolean }[]> {
+  const keyOf = (i: SubmitIntent) => JSON.stringify([i.gpuRequirements, i.requestedProvider]);
+  const distinct = [...new Map(intents.map((i) => [keyOf(i), i])).values()];
+  const rows = await tx<{ ord: number; known: boolean; capable: boolean }[]>`
+    SELECT j.ord,
+           (j.requested_provider_id IS NULL OR EXISTS (SELECT 1 FROM providers WHERE id = j.requested_provider_id)) AS known,
+           EXISTS (SELECT 1 FROM providers p
+                   WHERE ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND (j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)) AS capable
+    FROM (SELECT req::jsonb AS gpu_requirements, requested_provider_id, ord
+          FROM unnest(${distinct.map((i) => (i.gpuRequirements ? JSON.stringify(i.gpuRequirements) : null))}::text[],
+                      ${distinct.map((i) => i.requestedProvider)}::bigint[]) WITH ORDINALITY AS x(req, requested_provider_id, ord)) j`;
+  const byKey = new Map(rows.map((r) => [keyOf(distinct[Number(r.ord) - 1]), r]));
+  return intents.map((i) => byKey.get(keyOf(i))!);
 }
 
 /** Re-reads a job after the submit committed and contended providers were refilled. */

@@ -28,7 +28,7 @@ import { providerById, type ProviderRow } from "../domain/providers.js";
 import { recordReadiness } from "../domain/readiness.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
 import { loadTaskSigner, type TaskSigner } from "../daemon/task-signature.js";
-import { verifyTask } from "../domain/task-signing.js";
+import { canonicalJson, verifyTask } from "../domain/task-signing.js";
 import { badRequest, toHttpError } from "../http/errors.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, type Deps } from "./deps.js";
@@ -95,9 +95,10 @@ class StreamSession {
     this.delivered.add(job.job_id);
     // Only a task whose stored HMAC verifies gets the stream signature: a row changed behind the
     // service's back goes out unsigned, and the daemon refuses it.
-    const intact = verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac);
+    const canonical = canonicalJson(job.task_spec);
+    const intact = verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac, canonical);
     if (!intact) this.deps.log.error({ jobId: job.job_id, providerId: this.providerId }, "task_spec does not match its HMAC; pushed unsigned");
-    this.send({ kind: { case: "job", value: assignedJobMessage(job) }, taskSignature: intact ? this.signer.sign(job.job_id, job.task_spec) : "" });
+    this.send({ kind: { case: "job", value: assignedJobMessage(job) }, taskSignature: intact ? this.signer.sign(job.job_id, job.task_spec, canonical) : "" });
   }
 
   /** Runs fn after every earlier notice was handled (a re-queue's cancel goes out before its new assignment). */

@@ -10,7 +10,8 @@ import { idempotent, restoreAnswer } from "../domain/idempotency.js";
 import { cancelJob } from "../domain/job-control.js";
 import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/job-reports.js";
 import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader, type JobRow } from "../domain/jobs.js";
-import { reloadJob, submitJob } from "../domain/submit.js";
+import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/submit.js";
+import { SubmitBatcher } from "../domain/submit-batcher.js";
 import { checkEnum, iso, page } from "../domain/validate.js";
 import { auditActor } from "./admin.js";
 import { callerProviderId, callerRenterId, principalOf, type Deps } from "./deps.js";
@@ -77,6 +78,7 @@ function imageBytes(obj: JsonObject | undefined): Buffer | undefined {
 export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> {
   const { sql, config } = deps;
   jobPolicy.maxAttempts = config.jobMaxAttempts;
+  const batcher = new SubmitBatcher(sql);
 
   /** A finished job's output object, or the status error for the format routes. */
   async function completedOutput(ctx: HandlerContext, jobId: string): Promise<{ job: JobRow; obj: JsonObject }> {
@@ -92,35 +94,39 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     async submit(req, ctx) {
       const renterId = callerRenterId(ctx);
       const { idempotencyKey, ...fields } = req;
-      let contended: number[] = [];
-      let id = 0;
+      const input: SubmitInput = {
+        jobType: req.jobType,
+        durationMinutes: req.durationMinutes,
+        providerId: req.providerId === undefined ? undefined : Number(req.providerId),
+        params: req.params,
+        containerSpec: req.containerSpec,
+        gpuRequirements: req.gpuRequirements,
+        maxDurationSeconds: req.maxDurationSeconds === undefined ? undefined : Number(req.maxDurationSeconds),
+        priority: req.priority,
+        templateId: req.templateId,
+        checkpointEnabled: req.checkpointEnabled,
+        prewarm: req.prewarm,
+      };
+      let submitted: Submitted | undefined;
       const scope = `jobs.submit:renter:${renterId}`;
-      const res = await idempotent(sql, SubmitJobResponseSchema, scope, idempotencyKey, toJson(SubmitJobRequestSchema, { ...fields, idempotencyKey: undefined } as never), async (tx) => {
-        const { job, placement } = await submitJob(tx, config.hmacSecret, renterId, {
-          jobType: req.jobType,
-          durationMinutes: req.durationMinutes,
-          providerId: req.providerId === undefined ? undefined : Number(req.providerId),
-          params: req.params,
-          containerSpec: req.containerSpec,
-          gpuRequirements: req.gpuRequirements,
-          maxDurationSeconds: req.maxDurationSeconds === undefined ? undefined : Number(req.maxDurationSeconds),
-          priority: req.priority,
-          templateId: req.templateId,
-          checkpointEnabled: req.checkpointEnabled,
-          prewarm: req.prewarm,
+      if (idempotencyKey) {
+        // The key's row and the submit share one transaction (a batch of one), so a replay answers what was stored.
+        const res = await idempotent(sql, SubmitJobResponseSchema, scope, idempotencyKey, toJson(SubmitJobRequestSchema, { ...fields, idempotencyKey: undefined } as never), async (tx) => {
+          submitted = await submitJob(tx, config.hmacSecret, renterId, input);
+          return submission(tx, submitted.job);
         });
-        contended = placement.contended;
-        id = job.id;
-        return submission(tx, job);
-      });
-      // Providers another transaction was filling at that moment: try them now that the job is visible.
-      if (contended.length > 0) {
-        for (const p of contended) await dispatchForProvider(sql, p);
-        const answer = create(SubmitJobResponseSchema, await submission(sql, await reloadJob(sql, id)));
-        await restoreAnswer(sql, SubmitJobResponseSchema, scope, idempotencyKey, answer);
-        return answer;
+        const written = submitted as Submitted | undefined; // undefined: a replay of the stored answer
+        if (!written || written.placement.contended.length === 0) return res;
+        submitted = written;
+      } else {
+        submitted = await batcher.submit(await prepareSubmit(sql, config.hmacSecret, renterId, input));
+        if (submitted.placement.contended.length === 0) return submission(sql, submitted.job);
       }
-      return res;
+      // Providers another transaction was filling at that moment: try them now that the job is visible.
+      for (const p of submitted.placement.contended) await dispatchForProvider(sql, p);
+      const answer = create(SubmitJobResponseSchema, await submission(sql, await reloadJob(sql, submitted.job.id)));
+      await restoreAnswer(sql, SubmitJobResponseSchema, scope, idempotencyKey, answer);
+      return answer;
     },
 
     async list(req, ctx) {
