@@ -140,7 +140,7 @@ export interface PlaceManyResult {
   contended: number[];
 }
 
-interface Candidate {
+export interface Candidate {
   id: number;
   active: number;
   slots: number;
@@ -152,40 +152,72 @@ interface Candidate {
 }
 
 /**
- * Available providers with a free slot that can run at least one of the
- * queued jobs `offered` (plus the head of the queue), least busy first, then
- * most reliable; read without locks (the assignment locks and re-checks).
- * Windowed: the most reliable available providers with a free slot, read in
- * order from providers_dispatch_idx (migration 010), plus the providers the
- * jobs asked for; otherwise the whole fleet for jobs not bound to a provider.
- * (The window leaves the jobs' fit out on purpose: its clauses would make the
- * planner expect one row and sort the whole fleet.)
+ * A job not written yet (a submit in its batch): placement can read
+ * candidates for it before its row exists, so that the row, its hold and its
+ * assignment then go out together. It is attempt 1, submitted now.
  */
-async function readCandidates(tx: Tx, offered: number[], tried: number[], windowed: boolean): Promise<Candidate[]> {
-  const size = Math.min(MAX_CANDIDATES, Math.max(CANDIDATE_WINDOW, offered.length));
+export interface NewJob {
+  id: number;
+  priority: number;
+  requestedProviderId: number | null;
+  gpuRequirements: Record<string, unknown> | null;
+}
+
+/**
+ * Available providers with a free slot that can run at least one of the
+ * queued jobs `offered` or `fresh` (plus the head of the queue), least busy
+ * first, then most reliable; read without locks (the assignment locks and
+ * re-checks). Windowed: the most reliable available providers with a free
+ * slot, read in order from providers_dispatch_idx (migration 010), plus the
+ * providers the jobs asked for; otherwise the whole fleet for jobs not bound
+ * to a provider. (The window leaves the jobs' fit out on purpose: its clauses
+ * would make the planner expect one row and sort the whole fleet.)
+ */
+export async function readCandidates(tx: Tx, offered: number[], tried: number[], windowed: boolean, fresh: NewJob[] = []): Promise<Candidate[]> {
+  const size = Math.min(MAX_CANDIDATES, Math.max(CANDIDATE_WINDOW, offered.length + fresh.length));
   const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
   const where = windowed
     ? // ANY(ARRAY(...)): the window is read once, in index order, then each candidate by primary key.
       tx`l.provider_id = ANY(ARRAY(
           SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
           ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${size})
-        || ARRAY(SELECT requested_provider_id FROM jobs WHERE id IN (SELECT id FROM js) AND requested_provider_id IS NOT NULL))`
-    : tx`EXISTS (SELECT 1 FROM js JOIN jobs j ON j.id = js.id WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
+        || ARRAY(SELECT requested_provider_id FROM js WHERE requested_provider_id IS NOT NULL))`
+    : tx`EXISTS (SELECT 1 FROM js j WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
+  // js: the jobs offered, with what matchesSql reads of a job (as j), in dispatch order.
   return tx<Candidate[]>`
     WITH js AS MATERIALIZED (
-      SELECT id, row_number() OVER (ORDER BY priority, submitted_at, id) AS rank FROM jobs
-      WHERE status = 'queued' AND (id = ANY(${offered}::bigint[]) OR id IN (
-        SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${QUEUE_HEAD}))
+      SELECT q.*, row_number() OVER (ORDER BY q.priority, q.submitted_at, q.id) AS rank FROM (
+        SELECT id, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
+        WHERE status = 'queued' AND (id = ANY(${offered}::bigint[]) OR id IN (
+          SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${QUEUE_HEAD}))
+        UNION ALL
+        SELECT id, priority, now(), requested_provider_id, req::jsonb, 1
+        FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.priority)}::int[],
+                    ${fresh.map((f) => f.requestedProviderId)}::bigint[],
+                    ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, priority, requested_provider_id, req)
+      ) q
     )
     SELECT * FROM (
       SELECT p.id, l.active, ${slotsSql(tx)} AS slots, p.reliability_score AS reliability,
-             ARRAY(SELECT js.id FROM js JOIN jobs j ON j.id = js.id WHERE ${matchesSql(tx)} ORDER BY js.rank) AS fits,
+             ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits,
              ARRAY(SELECT id FROM js ORDER BY rank) AS queue
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
       WHERE ${where} AND ${free}
       ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
       LIMIT ${size}) c
     WHERE cardinality(c.fits) > 0`;
+}
+
+/**
+ * Candidates with the jobs renamed by `rename` (a fresh job's placeholder id to
+ * its row's id) and dropped where it answers undefined (a refused submit).
+ */
+export function renameJobs(candidates: Candidate[], rename: (id: number) => number | undefined): Candidate[] {
+  const map = (ids: number[]) => ids.flatMap((id) => {
+    const to = rename(id);
+    return to === undefined ? [] : [to];
+  });
+  return candidates.map((c) => ({ ...c, fits: map(c.fits), queue: map(c.queue) })).filter((c) => c.fits.length > 0);
 }
 
 /**
@@ -265,17 +297,20 @@ async function assignPlanned(tx: Tx, plan: [number, number][]): Promise<{ moved:
  * `wholeFleet`, over every provider. Queued jobs ahead of these in priority
  * order are offered too, so a new job never overtakes an older one that the
  * same provider can run. `wholeFleet: false` (the sweep's retries) looks at
- * the candidate window only and reports no contention.
+ * the candidate window only and reports no contention. `firstRound`: the
+ * candidates already read for these jobs (readCandidates, in the same transaction).
  */
-export async function placeMany(tx: Tx, jobIds: number[], opts: { wholeFleet?: boolean } = {}): Promise<PlaceManyResult> {
+export async function placeMany(tx: Tx, jobIds: number[], opts: { wholeFleet?: boolean; firstRound?: Candidate[] } = {}): Promise<PlaceManyResult> {
   const wholeFleet = opts.wholeFleet ?? true;
+  let given = opts.firstRound;
   const placed = new Map<number, Placement>();
   const contended = new Set<number>();
   const tried: number[] = [0];
   let pending = [...jobIds];
   let windowed = true;
   for (let round = 0; round < 8 && pending.length > 0; round++) {
-    const plan = planAssignments(await readCandidates(tx, pending, tried, windowed));
+    const plan = planAssignments(given ?? (await readCandidates(tx, pending, tried, windowed)));
+    given = undefined;
     if (plan.length === 0) {
       if (windowed && wholeFleet) {
         windowed = false;

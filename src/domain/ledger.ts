@@ -203,68 +203,102 @@ export type HoldOutcome =
  */
 export async function holdMany(tx: Tx, requests: HoldRequest[]): Promise<HoldOutcome[]> {
   if (requests.length === 0) return [];
-  for (const r of requests) if (!Number.isSafeInteger(r.amount) || r.amount <= 0) throw new Error(`invalid hold amount ${r.amount}`);
   const jobIds = requests.map((r) => r.jobId);
   if (new Set(jobIds).size !== requests.length) throw new Error("holdMany: a job appears twice");
   const renterIds = [...new Set(requests.map((r) => r.renterId))].sort((a, b) => a - b);
-  let [accounts, existing] = await Promise.all([lockRenterAccounts(tx, renterIds), tx<{ job_id: number }[]>`SELECT job_id FROM ledger_holds WHERE job_id = ANY(${jobIds}::bigint[])`]);
-  const missing = renterIds.filter((id) => !accounts.has(id));
-  if (missing.length > 0) {
-    // Accounts are opened at registration; a renter from before that may lack them.
-    for (const id of missing) await openRenterAccounts(tx, id);
-    accounts = await lockRenterAccounts(tx, renterIds);
-  }
+  const [accounts, existing] = await Promise.all([
+    lockRenterAccounts(tx, renterIds),
+    tx<{ job_id: number }[]>`SELECT job_id FROM ledger_holds WHERE job_id = ANY(${jobIds}::bigint[])`,
+  ]);
   const repeats = new Set(existing.map((e) => e.job_id));
   const outcomes: HoldOutcome[] = [];
-  const accepted: (HoldRequest & { from: number; to: number })[] = [];
+  const accepted: AcceptedHold[] = [];
   for (const r of requests) {
     const acct = accounts.get(r.renterId)!;
     if (repeats.has(r.jobId)) outcomes.push({ jobId: r.jobId, opened: false });
     else if (acct.available < r.amount) outcomes.push({ jobId: r.jobId, opened: false, shortBalance: acct.available });
     else {
-      acct.available -= r.amount;
-      accepted.push({ ...r, from: acct.availableId, to: acct.heldId });
+      accepted.push(takeHold(acct, r));
       outcomes.push({ jobId: r.jobId, opened: true });
     }
   }
-  if (accepted.length > 0) {
-    const col = <T>(f: (a: (typeof accepted)[number]) => T) => accepted.map(f);
-    await tx`
-      WITH h AS (
-        SELECT * FROM unnest(${col((a) => a.jobId)}::bigint[], ${col((a) => a.renterId)}::bigint[], ${col((a) => a.amount)}::bigint[],
-                             ${col((a) => a.from)}::bigint[], ${col((a) => a.to)}::bigint[]) WITH ORDINALITY AS x(job_id, renter_id, amount, from_id, to_id, ord)
-      ), opened AS (
-        INSERT INTO ledger_holds (job_id, renter_id, amount) SELECT job_id, renter_id, amount FROM h ORDER BY ord
-      ), moved AS (
-        INSERT INTO ledger_transfers (debit_account_id, credit_account_id, amount, kind, idempotency_key, job_id)
-        SELECT from_id, to_id, amount, 'hold', 'hold:job:' || job_id, job_id FROM h ORDER BY ord
-      )
-      UPDATE ledger_accounts a SET balance = a.balance + d.delta
-      FROM (SELECT id, sum(delta)::bigint AS delta FROM (
-              SELECT from_id AS id, -amount AS delta FROM h UNION ALL SELECT to_id, amount FROM h) m GROUP BY id) d
-      WHERE a.id = d.id`;
-  }
+  await writeHolds(tx, accepted);
   return outcomes;
+}
+
+/** A hold judged affordable against locked accounts (takeHold), ready for writeHolds. */
+export interface AcceptedHold extends HoldRequest {
+  from: number;
+  to: number;
+}
+
+/** Takes a hold's amount out of a renter's locked, read accounts (the caller checked it is available). */
+export function takeHold(acct: RenterAccounts, r: HoldRequest): AcceptedHold {
+  if (!Number.isSafeInteger(r.amount) || r.amount <= 0) throw new Error(`invalid hold amount ${r.amount}`);
+  if (acct.available < r.amount) throw new Error(`hold of job ${r.jobId}: ${r.amount} asked, ${acct.available} available`);
+  acct.available -= r.amount;
+  acct.held += r.amount;
+  return { ...r, from: acct.availableId, to: acct.heldId };
+}
+
+/**
+ * Writes judged holds in one statement: the holds opened, one transfer each
+ * (available -> held), the two balances of each renter moved once. The
+ * accounts must be locked by this transaction (lockRenterAccounts), and the
+ * jobs must have no hold yet.
+ */
+export async function writeHolds(tx: Tx, accepted: AcceptedHold[]): Promise<void> {
+  if (accepted.length === 0) return;
+  const col = <T>(f: (a: AcceptedHold) => T) => accepted.map(f);
+  await tx`
+    WITH h AS (
+      SELECT * FROM unnest(${col((a) => a.jobId)}::bigint[], ${col((a) => a.renterId)}::bigint[], ${col((a) => a.amount)}::bigint[],
+                           ${col((a) => a.from)}::bigint[], ${col((a) => a.to)}::bigint[]) WITH ORDINALITY AS x(job_id, renter_id, amount, from_id, to_id, ord)
+    ), opened AS (
+      INSERT INTO ledger_holds (job_id, renter_id, amount) SELECT job_id, renter_id, amount FROM h ORDER BY ord
+    ), moved AS (
+      INSERT INTO ledger_transfers (debit_account_id, credit_account_id, amount, kind, idempotency_key, job_id)
+      SELECT from_id, to_id, amount, 'hold', 'hold:job:' || job_id, job_id FROM h ORDER BY ord
+    )
+    UPDATE ledger_accounts a SET balance = a.balance + d.delta
+    FROM (SELECT id, sum(delta)::bigint AS delta FROM (
+            SELECT from_id AS id, -amount AS delta FROM h UNION ALL SELECT to_id, amount FROM h) m GROUP BY id) d
+    WHERE a.id = d.id`;
+}
+
+export interface RenterAccounts {
+  availableId: number;
+  heldId: number;
+  available: number;
+  held: number;
 }
 
 /**
  * Locks renters' available and held accounts (NO KEY UPDATE, in id order, the
- * ledger's lock order) and reads them: by renter, the two ids and what is available.
+ * ledger's lock order) and reads them, by renter. From then on they are the
+ * truth: nobody else can move them until the transaction ends. Accounts are
+ * opened at registration; a renter from before that gets them here.
  */
-async function lockRenterAccounts(tx: Tx, renterIds: number[]): Promise<Map<number, { availableId: number; heldId: number; available: number }>> {
-  const rows = await tx<{ id: number; owner_id: number; kind: AccountKind; balance: number }[]>`
-    SELECT id, owner_id, kind, balance FROM ledger_accounts
-    WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
-    ORDER BY id FOR NO KEY UPDATE`;
-  const out = new Map<number, { availableId: number; heldId: number; available: number }>();
-  for (const r of rows) {
-    const a = out.get(r.owner_id) ?? { availableId: 0, heldId: 0, available: 0 };
-    if (r.kind === "renter_available") Object.assign(a, { availableId: r.id, available: r.balance });
-    else a.heldId = r.id;
-    out.set(r.owner_id, a);
-  }
-  for (const [id, a] of out) if (a.availableId === 0 || a.heldId === 0) out.delete(id);
-  return out;
+export async function lockRenterAccounts(tx: Tx, renterIds: number[]): Promise<Map<number, RenterAccounts>> {
+  const read = async () => {
+    const rows = await tx<{ id: number; owner_id: number; kind: AccountKind; balance: number }[]>`
+      SELECT id, owner_id, kind, balance FROM ledger_accounts
+      WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
+      ORDER BY id FOR NO KEY UPDATE`;
+    const out = new Map<number, RenterAccounts>();
+    for (const r of rows) {
+      const a = out.get(r.owner_id) ?? { availableId: 0, heldId: 0, available: 0, held: 0 };
+      if (r.kind === "renter_available") Object.assign(a, { availableId: r.id, available: r.balance });
+      else Object.assign(a, { heldId: r.id, held: r.balance });
+      out.set(r.owner_id, a);
+    }
+    return out;
+  };
+  const accounts = await read();
+  const missing = renterIds.filter((id) => !accounts.get(id)?.availableId || !accounts.get(id)?.heldId);
+  if (missing.length === 0) return accounts;
+  for (const id of missing) await openRenterAccounts(tx, id);
+  return read();
 }
 
 /**

@@ -6,10 +6,10 @@ import crypto from "node:crypto";
 import type { ConnectError } from "@connectrpc/connect";
 import type { Db, Sql, Tx } from "../db/index.js";
 import { apiError, badRequest, notFound, paymentRequired } from "../http/errors.js";
-import { liveSql, hardwareFitSql, placeMany, type PlaceResult } from "./dispatch.js";
+import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type NewJob, type PlaceResult } from "./dispatch.js";
 import { validateParams } from "./job-schemas.js";
 import type { JobRow } from "./jobs.js";
-import { holdMany } from "./ledger.js";
+import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "./ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "./pricing.js";
 import { quotaRefusal, quotaUsageMany, type QuotaUsage } from "./quota.js";
 import { signTask } from "./task-signing.js";
@@ -127,8 +127,8 @@ export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number
 export type SubmitOutcome = { ok: true; submitted: Submitted } | { ok: false; error: ConnectError };
 
 interface RenterState {
-  available: number;
-  held: number;
+  /** Locked by this transaction: the judgement below takes each accepted hold out of it. */
+  accounts: RenterAccounts;
   usage: QuotaUsage;
 }
 
@@ -148,27 +148,33 @@ interface RenterState {
  */
 export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<SubmitOutcome[]> {
   const renterIds = [...new Set(intents.map((i) => i.renterId))].sort((a, b) => a - b);
-  const [accounts, usage, capacity] = await Promise.all([
-    tx<{ owner_id: number; kind: string; balance: number }[]>`
-      SELECT owner_id, kind, balance FROM ledger_accounts
-      WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
-      ORDER BY id FOR NO KEY UPDATE`,
+  // One round trip: the locks and everything the judgement needs, and ids for the rows
+  // (so that the writes below can all go out together, without waiting for the insert).
+  // Placement's first read too: the new jobs as they will be, under placeholder ids
+  // (above any row's id, in arrival order) until the sequence has given theirs.
+  const fresh: NewJob[] = intents.map((it, i) => ({
+    id: PLACEHOLDER_ID + i,
+    priority: it.priority,
+    requestedProviderId: it.requestedProvider,
+    gpuRequirements: it.gpuRequirements,
+  }));
+  const [accounts, usage, capacity, newIds, candidates] = await Promise.all([
+    lockRenterAccounts(tx, renterIds),
     quotaUsageMany(tx, renterIds),
     capacityOf(tx, intents),
+    tx<{ id: number }[]>`SELECT nextval('jobs_id_seq') AS id FROM generate_series(1, ${intents.length})`,
+    readCandidates(tx, [], [0], true, fresh),
   ]);
-  const renters = new Map<number, RenterState>(renterIds.map((id) => [id, { available: 0, held: 0, usage: usage.get(id)! }]));
-  for (const a of accounts) {
-    const r = renters.get(a.owner_id)!;
-    if (a.kind === "renter_available") r.available = a.balance;
-    else r.held = a.balance;
-  }
+  const renters = new Map<number, RenterState>(renterIds.map((id) => [id, { accounts: accounts.get(id)!, usage: usage.get(id)! }]));
 
+  const holds: AcceptedHold[] = [];
   const outcomes: (SubmitOutcome | undefined)[] = intents.map((intent, i) => {
     const r = renters.get(intent.renterId)!;
     const { estimate, rate, durationMinutes } = intent;
-    if (r.available + r.held <= 0) return refused(paymentRequired("insufficient balance: the wallet balance is 0; top up before submitting jobs"));
-    if (r.available < estimate) {
-      return refused(paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${r.available} halala is available`));
+    const { available, held } = r.accounts;
+    if (available + held <= 0) return refused(paymentRequired("insufficient balance: the wallet balance is 0; top up before submitting jobs"));
+    if (available < estimate) {
+      return refused(paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${available} halala is available`));
     }
     const quota = quotaRefusal(r.usage, estimate);
     if (quota) return refused(apiError(429, quota));
@@ -185,29 +191,31 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
         ),
       );
     }
-    r.available -= estimate;
-    r.held += estimate;
+    holds.push(takeHold(r.accounts, { renterId: intent.renterId, jobId: newIds[i].id, amount: estimate }));
     r.usage = { ...r.usage, jobsToday: r.usage.jobsToday + 1, spentAndHeldHalala: r.usage.spentAndHeldHalala + estimate };
     return undefined;
   });
-  const accepted = intents.filter((_, i) => outcomes[i] === undefined);
-  if (accepted.length === 0) return outcomes as SubmitOutcome[];
+  const acceptedAt = intents.flatMap((_, i) => (outcomes[i] === undefined ? [i] : []));
+  if (acceptedAt.length === 0) return outcomes as SubmitOutcome[];
 
-  const rows = await insertJobs(tx, accepted);
-  const byJobId = new Map(rows.map((r) => [r.job_id, r]));
-  const ids = accepted.map((a) => byJobId.get(a.jobId)!.id);
+  const ids = acceptedAt.map((i) => newIds[i].id);
   const counts = new Map<number, number>();
-  for (const a of accepted) counts.set(a.renterId, (counts.get(a.renterId) ?? 0) + 1);
-  // Run in this order on the transaction's connection: accounts (already ours), then providers.
-  const [held, placement] = await Promise.all([
-    holdMany(tx, accepted.map((a, k) => ({ renterId: a.renterId, jobId: ids[k], amount: a.estimate }))),
-    placeMany(tx, ids),
+  for (const i of acceptedAt) counts.set(intents[i].renterId, (counts.get(intents[i].renterId) ?? 0) + 1);
+  const accepted = new Set(acceptedAt);
+  const firstRound = renameJobs(candidates, (id) => {
+    if (id < PLACEHOLDER_ID) return id;
+    const i = id - PLACEHOLDER_ID;
+    return accepted.has(i) ? newIds[i].id : undefined;
+  });
+  // One round trip, run in this order on the transaction's connection: the rows, their holds
+  // (accounts already ours), the renters' counts, then the assignment (providers' locks).
+  const [rows, , , placement] = await Promise.all([
+    insertJobs(tx, acceptedAt.map((i) => ({ id: newIds[i].id, intent: intents[i] }))),
+    writeHolds(tx, holds),
     tx`UPDATE renters SET total_jobs = total_jobs + c.n
        FROM unnest(${[...counts.keys()]}::bigint[], ${[...counts.values()]}::bigint[]) AS c(id, n) WHERE renters.id = c.id`,
+    placeMany(tx, ids, { firstRound }),
   ]);
-  const notHeld = held.find((h) => !h.opened);
-  // Cannot happen: the funds were read under the accounts' locks and judged above.
-  if (notHeld) throw new Error(`submit: the hold of job ${notHeld.jobId} did not open`);
 
   let k = 0;
   return outcomes.map((o) => {
@@ -221,6 +229,9 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   });
 }
 
+/** Ids the fresh jobs carry in placement's first read, before the sequence gives theirs: above any real id. */
+const PLACEHOLDER_ID = 2 ** 52;
+
 const refused = (error: ConnectError): SubmitOutcome => ({ ok: false, error });
 
 /** One submit inside `tx` (submitMany for one); throws its refusal. */
@@ -230,25 +241,26 @@ export async function submitJob(tx: Tx, hmacSecret: string, renterId: number, in
   return o.submitted;
 }
 
-async function insertJobs(tx: Tx, list: SubmitIntent[]): Promise<JobRow[]> {
+async function insertJobs(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): Promise<JobRow[]> {
+  const list = rows.map((r) => r.intent);
   const col = <T>(f: (i: SubmitIntent) => T) => list.map(f);
   // Booleans go as text: postgres.js does not send a boolean array as bool[].
   const json = (v: unknown) => (v === null ? null : JSON.stringify(v));
   return tx<JobRow[]>`
-    INSERT INTO jobs (job_id, renter_id, requested_provider_id, job_type, status, priority, duration_minutes, max_duration_seconds,
+    INSERT INTO jobs (id, job_id, renter_id, requested_provider_id, job_type, status, priority, duration_minutes, max_duration_seconds,
                       rate_halala_per_minute, cost_halala, params, container_spec, gpu_requirements, task_spec, task_spec_hmac,
                       model, pricing_class, checkpoint_enabled, prewarm_requested, template_id)
-    SELECT job_id, renter_id, requested_provider_id, job_type, 'queued', priority, duration_minutes, max_duration_seconds,
+    SELECT id, job_id, renter_id, requested_provider_id, job_type, 'queued', priority, duration_minutes, max_duration_seconds,
            rate, estimate, params::jsonb, container_spec::jsonb, gpu_requirements::jsonb, task_spec::jsonb, task_spec_hmac,
            model, pricing_class, checkpoint_enabled::bool, prewarm::bool, template_id
-    FROM unnest(${col((i) => i.jobId)}::text[], ${col((i) => i.renterId)}::bigint[], ${col((i) => i.requestedProvider)}::bigint[],
+    FROM unnest(${rows.map((r) => r.id)}::bigint[], ${col((i) => i.jobId)}::text[], ${col((i) => i.renterId)}::bigint[], ${col((i) => i.requestedProvider)}::bigint[],
                 ${col((i) => i.jobType)}::text[], ${col((i) => i.priority)}::int[], ${col((i) => i.durationMinutes)}::float8[],
                 ${col((i) => i.maxDurationSeconds)}::bigint[], ${col((i) => i.rate)}::bigint[], ${col((i) => i.estimate)}::bigint[],
                 ${col((i) => json(i.params))}::text[], ${col((i) => json(i.containerSpec))}::text[], ${col((i) => json(i.gpuRequirements))}::text[],
                 ${col((i) => json(i.taskSpec))}::text[], ${col((i) => i.taskSpecHmac)}::text[], ${col((i) => i.model)}::text[],
                 ${col((i) => i.containerSpec.pricing_class as string)}::text[], ${col((i) => String(i.checkpointEnabled))}::text[],
                 ${col((i) => String(i.prewarm))}::text[], ${col((i) => i.templateId)}::text[])
-         WITH ORDINALITY AS x(job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
+         WITH ORDINALITY AS x(id, job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
                               rate, estimate, params, container_spec, gpu_requirements, task_spec, task_spec_hmac, model,
                               pricing_class, checkpoint_enabled, prewarm, template_id, ord)
     ORDER BY ord
