@@ -209,7 +209,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   });
   // One round trip, run in this order on the transaction's connection: the rows, their holds
   // (accounts already ours), the renters' counts, then the assignment (providers' locks).
-  const [rows, , , placement] = await Promise.all([
+  const [, , , placement] = await Promise.all([
     insertJobs(tx, acceptedAt.map((i) => ({ id: newIds[i].id, intent: intents[i] }))),
     writeHolds(tx, holds),
     tx`UPDATE renters SET total_jobs = total_jobs + c.n
@@ -217,6 +217,11 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     placeMany(tx, ids, { firstRound }),
   ]);
 
+  // Placed jobs come back with their rows; only the ones left queued are read.
+  const queuedIds = ids.filter((id) => !placement.placed.has(id));
+  const queued = new Map(
+    queuedIds.length === 0 ? [] : (await tx<JobRow[]>`SELECT * FROM jobs WHERE id = ANY(${queuedIds}::bigint[])`).map((r) => [r.id, r]),
+  );
   let k = 0;
   return outcomes.map((o) => {
     if (o) return o;
@@ -224,7 +229,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     const got = placement.placed.get(id);
     const submitted: Submitted = got
       ? { job: got.job, placement: { providerId: got.providerId, contended: [], job: got.job } }
-      : { job: rows.find((r) => r.id === id)!, placement: { providerId: null, contended: placement.contended } };
+      : { job: queued.get(id)!, placement: { providerId: null, contended: placement.contended } };
     return { ok: true, submitted };
   });
 }
@@ -241,12 +246,12 @@ export async function submitJob(tx: Tx, hmacSecret: string, renterId: number, in
   return o.submitted;
 }
 
-async function insertJobs(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): Promise<JobRow[]> {
+async function insertJobs(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): Promise<void> {
   const list = rows.map((r) => r.intent);
   const col = <T>(f: (i: SubmitIntent) => T) => list.map(f);
   // Booleans go as text: postgres.js does not send a boolean array as bool[].
   const json = (v: unknown) => (v === null ? null : JSON.stringify(v));
-  return tx<JobRow[]>`
+  await tx`
     INSERT INTO jobs (id, job_id, renter_id, requested_provider_id, job_type, status, priority, duration_minutes, max_duration_seconds,
                       rate_halala_per_minute, cost_halala, params, container_spec, gpu_requirements, task_spec, task_spec_hmac,
                       model, pricing_class, checkpoint_enabled, prewarm_requested, template_id)
@@ -263,8 +268,7 @@ async function insertJobs(tx: Tx, rows: { id: number; intent: SubmitIntent }[]):
          WITH ORDINALITY AS x(id, job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
                               rate, estimate, params, container_spec, gpu_requirements, task_spec, task_spec_hmac, model,
                               pricing_class, checkpoint_enabled, prewarm, template_id, ord)
-    ORDER BY ord
-    RETURNING *`;
+    ORDER BY ord`;
 }
 
 /**
