@@ -146,7 +146,6 @@ it("an event that never ends after the first words: the words, then an error eve
   expect(a.done).toBe(false);
   expect(a.error).toMatchObject({ code: "provider_unavailable", type: "server_error", retryable: true });
   expect(String(a.error!.message)).toMatch(/event longer than/);
-  expect(a.models!.ms).toBeLessThan(1000);
   await hungUp;
   expect(bad.aborted).toBe(1);
   const row = await usageRow(renterId);
@@ -164,7 +163,6 @@ it("a flood of chunks past MAX_STREAM_BYTES: relayed up to the cap, then an erro
   expect(a.error).toMatchObject({ code: "provider_unavailable", type: "server_error", retryable: true });
   expect(String(a.error!.message)).toMatch(/stream exceeded/);
   expect(a.models).toEqual({ ms: expect.any(Number), duringStream: true });
-  expect(a.models!.ms).toBeLessThan(1000);
   // Everything relayed came within the cap.
   expect(a.text.length).toBeLessThanOrEqual(MAX_STREAM_BYTES);
   expect(a.text.length).toBeGreaterThan(MAX_STREAM_BYTES / 2);

@@ -20,8 +20,15 @@ export class SseReader {
   /** The last chunk ended in CR: a LF opening the next one belongs to that line end. */
   private afterCr = false;
   private over = false;
+  /** Characters searched for line ends so far (each arrives once: the reader's cost is linear in its input). */
+  private searched = 0;
 
   constructor(private readonly maxEventLength = MAX_SSE_EVENT_LENGTH) {}
+
+  /** Characters searched for line ends so far: at most what was pushed. */
+  get scannedChars(): number {
+    return this.searched;
+  }
 
   /** An event grew past the limit: the reader has dropped it and reads nothing more. */
   get overflowed(): boolean {
@@ -56,6 +63,7 @@ export class SseReader {
       LINE_END.lastIndex = i;
       const m = LINE_END.exec(text);
       const end = m ? m.index : text.length;
+      this.searched += (m ? end + m[0].length : text.length) - i;
       this.length += end - i + (m ? 1 : 0);
       if (this.length > this.maxEventLength) {
         this.over = true;
