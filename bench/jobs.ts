@@ -32,7 +32,7 @@ import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../gen/svc/v1/daemon_pb.js";
 import { ledgerProblems } from "../src/domain/ledger.js";
-import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -249,8 +249,10 @@ async function main() {
     note(`measuring ${SECONDS} s with ${CONNECTIONS} connections`);
     const samples = new Map<string, Sample>();
     const cpuBefore = children.map((c) => cpuSecondsOf(c.pid));
+    const [pgBefore, selfBefore, machineBefore] = [postgresCpuSeconds(), process.cpuUsage(), machineCpuSeconds()];
     const run = await runLoad(ports, requests, CONNECTIONS, SECONDS, samples);
     const cpuAfter = children.map((c) => cpuSecondsOf(c.pid));
+    const [pgCpu, selfCpu, machineAfter] = [postgresCpuSeconds() - pgBefore, process.cpuUsage(selfBefore), machineCpuSeconds()];
     const serverCpu = cpuAfter.every((v, i) => v !== undefined && cpuBefore[i] !== undefined)
       ? cpuAfter.reduce((sum: number, v, i) => sum + (v! - cpuBefore[i]!), 0)
       : undefined;
@@ -294,6 +296,11 @@ async function main() {
       assign_after_201_p50_ms: percentile(fromAnswer, 50),
       assign_after_201_p99_ms: percentile(fromAnswer, 99),
       server_cpu_ms_per_submit: serverCpu === undefined ? null : Math.round((serverCpu * 1e5) / Math.max(1, run.ok)) / 100,
+      // Where the machine's CPU went per submit: PostgreSQL's processes (a local database only)
+      // and this load generator with its daemon streams; and how busy all cores were.
+      database_cpu_ms_per_submit: Math.round((pgCpu * 1e5) / Math.max(1, run.ok)) / 100,
+      load_generator_cpu_ms_per_submit: Math.round(((selfCpu.user + selfCpu.system) / 10) / Math.max(1, run.ok)) / 100,
+      machine_busy_pct: Math.round((1000 * (machineAfter.busy - machineBefore.busy)) / Math.max(0.01, machineAfter.total - machineBefore.total)) / 10,
       load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
       verified: {
         jobs_created_during_run: check.jobs - before,

@@ -54,6 +54,29 @@ export function cpuSecondsOf(pid: number | undefined): number | undefined {
   }
 }
 
+/** CPU seconds of every process named `postgres` on this machine (the database's backends; local databases only). */
+export function postgresCpuSeconds(): number {
+  let total = 0;
+  for (const pid of fs.readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      if (fs.readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== "postgres") continue;
+      total += cpuSecondsOf(Number(pid)) ?? 0;
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  return total;
+}
+
+/** Busy and total CPU time of the whole machine so far (seconds, all cores), from /proc/stat. */
+export function machineCpuSeconds(): { busy: number; total: number } {
+  const [, ...fields] = fs.readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/);
+  const t = fields.map(Number);
+  const total = t.reduce((a, b) => a + b, 0);
+  const idle = t[3] + (t[4] ?? 0); // idle + iowait
+  return { busy: (total - idle) / 100, total: total / 100 };
+}
+
 export function machine() {
   const cpus = os.cpus();
   return { cpus: cpus.length, cpu_model: cpus[0]?.model ?? "unknown", memory_gb: Math.round(os.totalmem() / 2 ** 30), node: process.version };
