@@ -200,7 +200,7 @@ export async function readCandidates(tx: Tx, offered: number[], tried: number[],
     SELECT * FROM (
       SELECT p.id, l.active, ${slotsSql(tx)} AS slots, p.reliability_score AS reliability,
              ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits,
-             ARRAY(SELECT id FROM js ORDER BY rank) AS queue
+             (SELECT array_agg(id ORDER BY rank) FROM js) AS queue
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
       WHERE ${where} AND ${free}
       ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
