@@ -8,6 +8,7 @@
 // processes. Order is priority (1 high .. 3 low), then submit time.
 //
 // Lock order everywhere: job rows -> renter ledger accounts -> provider_load.
+import type { PendingQuery, Row } from "postgres";
 import type { Db, Sql, Tx } from "../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "./liveness.js";
 import { withinRunWindowSql } from "./preferences.js";
@@ -242,17 +243,48 @@ export function planAssignments(candidates: Candidate[]): [number, number][] {
 }
 
 /**
+ * New job rows for assignPlanned to write (a submit batch's): `select` yields
+ * one row per job with exactly `columns` (the jobs columns a submit sets, `id`
+ * among them) plus `ord`, their order.
+ */
+export interface FreshRows {
+  columns: string[];
+  // A query fragment (postgres.js): run only as part of assignPlanned's statement.
+  select: PendingQuery<Row[]>;
+}
+
+/**
  * Carries out a plan in one statement: the planned providers' provider_load
  * rows are locked (skipping those other transactions hold) and re-checked,
  * the planned jobs still queued are locked (skipping held ones), each
- * provider takes its planned jobs up to its free slots now, and the moved
+ * provider takes its planned jobs up to its free slots now, and the assigned
  * jobs get their attempt rows and a notice for connected daemons (NOTIFY,
- * delivered on commit). Returns the moved rows and the providers it locked.
+ * delivered on commit). With `fresh`, those new rows are inserted by the same
+ * statement, already assigned where their provider was taken and queued
+ * otherwise: a job placed at submit never passes through the queue (no queue
+ * entry to update and leave behind). Returns the assigned rows and the
+ * providers it locked.
  */
-async function assignPlanned(tx: Tx, plan: [number, number][]): Promise<{ moved: Placement[]; locked: number[] }> {
+async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows): Promise<{ moved: Placement[]; locked: number[] }> {
+  const columns = fresh?.columns ?? [];
+  // Identifier lists as fragments, one identifier at a time (an array would be taken for rows).
+  const list = (names: string[]) => names.reduce((acc: ReturnType<Tx> | undefined, c) => (acc ? tx`${acc}, ${tx(c)}` : tx`${tx(c)}`), undefined) ?? tx``;
+  const inserted = fresh
+    ? tx`, inserted AS (
+        INSERT INTO jobs (${list(columns)}, status, provider_id, assigned_at, timeout_at)
+        SELECT ${list(columns.map((c) => `f.${c}`))},
+               CASE WHEN p.provider_id IS NULL THEN 'queued' ELSE 'pending' END, p.provider_id,
+               CASE WHEN p.provider_id IS NOT NULL THEN now() END,
+               CASE WHEN p.provider_id IS NOT NULL THEN now() + make_interval(secs => f.max_duration_seconds) END
+        FROM fresh f LEFT JOIN picked p ON p.id = f.id ORDER BY f.ord
+        RETURNING *
+      )`
+    : tx``;
   const rows = await tx<(JobRow & { notified: string | null; opened: number; locked_ids: number[] | null })[]>`
     WITH plan AS (
       SELECT * FROM unnest(${plan.map((p) => p[0])}::bigint[], ${plan.map((p) => p[1])}::bigint[]) WITH ORDINALITY AS x(job_id, provider_id, ord)
+    ), fresh AS MATERIALIZED (
+      ${fresh ? fresh.select : tx`SELECT NULL::bigint AS id WHERE false`}
     ), locked AS MATERIALIZED (
       SELECT l.provider_id AS id, ${slotsSql(tx)} - l.active AS free
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
@@ -263,16 +295,19 @@ async function assignPlanned(tx: Tx, plan: [number, number][]): Promise<{ moved:
     ), picked AS (
       SELECT job_id AS id, provider_id FROM (
         SELECT plan.job_id, plan.provider_id, locked.free, row_number() OVER (PARTITION BY plan.provider_id ORDER BY plan.ord) AS n
-        FROM plan JOIN locked ON locked.id = plan.provider_id JOIN held ON held.id = plan.job_id) x
+        FROM plan JOIN locked ON locked.id = plan.provider_id
+        WHERE plan.job_id IN (SELECT id FROM held) OR plan.job_id IN (SELECT id FROM fresh)) x
       WHERE n <= free
-    ), moved AS (
+    )${inserted}, moved AS (
       UPDATE jobs SET status = 'pending', provider_id = picked.provider_id, assigned_at = now(),
              timeout_at = now() + make_interval(secs => jobs.max_duration_seconds), updated_at = now()
       FROM picked WHERE jobs.id = picked.id AND jobs.status = 'queued'
       RETURNING jobs.*
+    ), assigned AS (
+      ${fresh ? tx`SELECT * FROM inserted WHERE status = 'pending' UNION ALL ` : tx``}SELECT * FROM moved
     ), opened AS (
       INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at)
-      SELECT id, attempt, provider_id, 'pending', now() FROM moved
+      SELECT id, attempt, provider_id, 'pending', now() FROM assigned
       ON CONFLICT (job_id, attempt) DO UPDATE SET provider_id = EXCLUDED.provider_id, status = 'pending', assigned_at = now()
       RETURNING job_id
     )
@@ -280,7 +315,7 @@ async function assignPlanned(tx: Tx, plan: [number, number][]): Promise<{ moved:
            CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`m.provider_id`, "m")} END AS notified,
            (SELECT count(*) FROM opened) AS opened,
            (SELECT array_agg(id) FROM locked) AS locked_ids
-    FROM (SELECT 1) one LEFT JOIN moved m ON true ORDER BY m.priority, m.submitted_at, m.id`;
+    FROM (SELECT 1) one LEFT JOIN assigned m ON true ORDER BY m.priority, m.submitted_at, m.id`;
   const locked = rows[0]?.locked_ids ?? [];
   const moved = rows
     .filter((r) => r.id !== null)
@@ -298,11 +333,17 @@ async function assignPlanned(tx: Tx, plan: [number, number][]): Promise<{ moved:
  * order are offered too, so a new job never overtakes an older one that the
  * same provider can run. `wholeFleet: false` (the sweep's retries) looks at
  * the candidate window only and reports no contention. `firstRound`: the
- * candidates already read for these jobs (readCandidates, in the same transaction).
+ * candidates already read for these jobs (readCandidates, in the same
+ * transaction); `fresh`: their rows, not written yet (the first round inserts them).
  */
-export async function placeMany(tx: Tx, jobIds: number[], opts: { wholeFleet?: boolean; firstRound?: Candidate[] } = {}): Promise<PlaceManyResult> {
+export async function placeMany(
+  tx: Tx,
+  jobIds: number[],
+  opts: { wholeFleet?: boolean; firstRound?: Candidate[]; fresh?: FreshRows } = {},
+): Promise<PlaceManyResult> {
   const wholeFleet = opts.wholeFleet ?? true;
   let given = opts.firstRound;
+  let fresh = opts.fresh;
   const placed = new Map<number, Placement>();
   const contended = new Set<number>();
   const tried: number[] = [0];
@@ -311,7 +352,7 @@ export async function placeMany(tx: Tx, jobIds: number[], opts: { wholeFleet?: b
   for (let round = 0; round < 8 && pending.length > 0; round++) {
     const plan = planAssignments(given ?? (await readCandidates(tx, pending, tried, windowed)));
     given = undefined;
-    if (plan.length === 0) {
+    if (plan.length === 0 && !fresh) {
       if (windowed && wholeFleet) {
         windowed = false;
         continue;
@@ -320,7 +361,8 @@ export async function placeMany(tx: Tx, jobIds: number[], opts: { wholeFleet?: b
     }
     // Carried out also when it gives every free slot to older jobs (they come first):
     // those providers are then tried, and the next round looks further for these jobs.
-    const { moved, locked } = await assignPlanned(tx, plan);
+    const { moved, locked } = await assignPlanned(tx, plan, fresh);
+    fresh = undefined;
     for (const m of moved) placed.set(m.job.id, m);
     const lockedSet = new Set(locked);
     for (const [, providerId] of plan) {

@@ -6,7 +6,7 @@ import crypto from "node:crypto";
 import type { ConnectError } from "@connectrpc/connect";
 import type { Db, Sql, Tx } from "../db/index.js";
 import { apiError, badRequest, notFound, paymentRequired } from "../http/errors.js";
-import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type NewJob, type PlaceResult } from "./dispatch.js";
+import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult } from "./dispatch.js";
 import { validateParams } from "./job-schemas.js";
 import type { JobRow } from "./jobs.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "./ledger.js";
@@ -207,14 +207,15 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     const i = id - PLACEHOLDER_ID;
     return accepted.has(i) ? newIds[i].id : undefined;
   });
-  // One round trip, run in this order on the transaction's connection: the rows, their holds
-  // (accounts already ours), the renters' counts, then the assignment (providers' locks).
-  const [, , , placement] = await Promise.all([
-    insertJobs(tx, acceptedAt.map((i) => ({ id: newIds[i].id, intent: intents[i] }))),
+  // One round trip, run in this order on the transaction's connection: the rows, written by
+  // placement's first assignment (assigned where their provider was taken, queued otherwise;
+  // the providers are locked after the accounts, which are ours already), their holds, the
+  // renters' counts.
+  const [placement] = await Promise.all([
+    placeMany(tx, ids, { firstRound, fresh: freshRows(tx, acceptedAt.map((i) => ({ id: newIds[i].id, intent: intents[i] }))) }),
     writeHolds(tx, holds),
     tx`UPDATE renters SET total_jobs = total_jobs + c.n
        FROM unnest(${[...counts.keys()]}::bigint[], ${[...counts.values()]}::bigint[]) AS c(id, n) WHERE renters.id = c.id`,
-    placeMany(tx, ids, { firstRound }),
   ]);
 
   // Placed jobs come back with their rows; only the ones left queued are read.
@@ -246,18 +247,24 @@ export async function submitJob(tx: Tx, hmacSecret: string, renterId: number, in
   return o.submitted;
 }
 
-async function insertJobs(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): Promise<void> {
+/** The jobs columns a submit writes (besides status and assignment, which placement sets). */
+const FRESH_COLUMNS = [
+  "id", "job_id", "renter_id", "requested_provider_id", "job_type", "priority", "duration_minutes", "max_duration_seconds",
+  "rate_halala_per_minute", "cost_halala", "params", "container_spec", "gpu_requirements", "task_spec", "task_spec_hmac",
+  "model", "pricing_class", "checkpoint_enabled", "prewarm_requested", "template_id",
+];
+
+/** The new rows, for placement to insert (placeMany's `fresh`): FRESH_COLUMNS and their order. */
+function freshRows(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): FreshRows {
   const list = rows.map((r) => r.intent);
   const col = <T>(f: (i: SubmitIntent) => T) => list.map(f);
-  // Booleans go as text: postgres.js does not send a boolean array as bool[].
   const json = (v: unknown) => (v === null ? null : JSON.stringify(v));
-  await tx`
-    INSERT INTO jobs (id, job_id, renter_id, requested_provider_id, job_type, status, priority, duration_minutes, max_duration_seconds,
-                      rate_halala_per_minute, cost_halala, params, container_spec, gpu_requirements, task_spec, task_spec_hmac,
-                      model, pricing_class, checkpoint_enabled, prewarm_requested, template_id)
-    SELECT id, job_id, renter_id, requested_provider_id, job_type, 'queued', priority, duration_minutes, max_duration_seconds,
-           rate, estimate, params::jsonb, container_spec::jsonb, gpu_requirements::jsonb, task_spec::jsonb, task_spec_hmac,
-           model, pricing_class, checkpoint_enabled::bool, prewarm::bool, template_id
+  // Booleans go as text: postgres.js does not send a boolean array as bool[].
+  const select = tx`
+    SELECT id, job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
+           rate AS rate_halala_per_minute, estimate AS cost_halala, params::jsonb AS params, container_spec::jsonb AS container_spec,
+           gpu_requirements::jsonb AS gpu_requirements, task_spec::jsonb AS task_spec, task_spec_hmac, model, pricing_class,
+           checkpoint_enabled::bool AS checkpoint_enabled, prewarm::bool AS prewarm_requested, template_id, ord
     FROM unnest(${rows.map((r) => r.id)}::bigint[], ${col((i) => i.jobId)}::text[], ${col((i) => i.renterId)}::bigint[], ${col((i) => i.requestedProvider)}::bigint[],
                 ${col((i) => i.jobType)}::text[], ${col((i) => i.priority)}::int[], ${col((i) => i.durationMinutes)}::float8[],
                 ${col((i) => i.maxDurationSeconds)}::bigint[], ${col((i) => i.rate)}::bigint[], ${col((i) => i.estimate)}::bigint[],
@@ -267,8 +274,8 @@ async function insertJobs(tx: Tx, rows: { id: number; intent: SubmitIntent }[]):
                 ${col((i) => String(i.prewarm))}::text[], ${col((i) => i.templateId)}::text[])
          WITH ORDINALITY AS x(id, job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
                               rate, estimate, params, container_spec, gpu_requirements, task_spec, task_spec_hmac, model,
-                              pricing_class, checkpoint_enabled, prewarm, template_id, ord)
-    ORDER BY ord`;
+                              pricing_class, checkpoint_enabled, prewarm, template_id, ord)`;
+  return { columns: FRESH_COLUMNS, select };
 }
 
 /**
