@@ -23,7 +23,8 @@ export interface QuotaUsage {
 export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<number, QuotaUsage>> {
   // Set-based: one pass per table for all renters (a subquery per renter made PostgreSQL
   // scan the transfers once per renter). Charges are read through the accounts'
-  // (debit_account_id, kind, created_at) index, migration 014.
+  // (debit_account_id, kind, created_at) index, migration 014; today's jobs from
+  // their counter, migration 015.
   const rows = await tx<{ renter_id: number; daily_jobs_limit: number | null; monthly_spend_limit_halala: number | null; jobs_today: number; settled: number; held: number }[]>`
     WITH acc AS (
       SELECT id, owner_id, kind, balance FROM ledger_accounts
@@ -34,9 +35,9 @@ export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<n
         AND t.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
       GROUP BY a.owner_id
     ), today AS (
-      SELECT renter_id, count(*) AS n FROM jobs
-      WHERE renter_id = ANY(${renterIds}::bigint[]) AND submitted_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-      GROUP BY renter_id
+      -- Kept per renter and UTC day by a trigger on jobs (migration 015).
+      SELECT renter_id, jobs AS n FROM renter_daily_jobs
+      WHERE renter_id = ANY(${renterIds}::bigint[]) AND day = (now() AT TIME ZONE 'UTC')::date
     )
     SELECT r.id AS renter_id, q.daily_jobs_limit, q.monthly_spend_limit_halala,
            coalesce(today.n, 0) AS jobs_today, coalesce(charges.settled, 0) AS settled,
