@@ -51,3 +51,16 @@ export function connect(url: string, max = 10): Sql {
     connection: { application_name: "svc" },
   }) as unknown as Sql);
 }
+
+/**
+ * Promise.all for steps pipelined on one transaction: waits until every step
+ * has settled, then throws the first failure in order. Promise.all would give
+ * up at the first failure while a step of several statements (a placement
+ * round, an account opened) is still running, and that step could then issue
+ * its next statement after the transaction ended, on a connection back in the pool.
+ */
+export async function allInTransaction<T extends readonly unknown[] | []>(steps: T): Promise<{ -readonly [P in keyof T]: Awaited<T[P]> }> {
+  const results = await Promise.allSettled(steps);
+  for (const r of results) if (r.status === "rejected") throw r.reason;
+  return results.map((r) => (r as PromiseFulfilledResult<unknown>).value) as { -readonly [P in keyof T]: Awaited<T[P]> };
+}

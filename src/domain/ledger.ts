@@ -16,7 +16,7 @@
 // Jobs: hold() opens a ledger_holds row with the estimate; settle() and
 // release() close it with one conditional UPDATE, so whichever of a result, a
 // failure, a cancel or a timeout comes first wins and the others move nothing.
-import type { Db, Tx } from "../db/index.js";
+import { allInTransaction, type Db, type Tx } from "../db/index.js";
 import { apiError } from "../http/errors.js";
 import { splitRevenue } from "./pricing.js";
 
@@ -206,7 +206,7 @@ export async function holdMany(tx: Tx, requests: HoldRequest[]): Promise<HoldOut
   const jobIds = requests.map((r) => r.jobId);
   if (new Set(jobIds).size !== requests.length) throw new Error("holdMany: a job appears twice");
   const renterIds = [...new Set(requests.map((r) => r.renterId))].sort((a, b) => a - b);
-  const [accounts, existing] = await Promise.all([
+  const [accounts, existing] = await allInTransaction([
     lockRenterAccounts(tx, renterIds),
     tx<{ job_id: number }[]>`SELECT job_id FROM ledger_holds WHERE job_id = ANY(${jobIds}::bigint[])`,
   ]);

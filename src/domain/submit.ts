@@ -4,7 +4,7 @@
 // is refused (402, 429, 404, 503).
 import crypto from "node:crypto";
 import type { ConnectError } from "@connectrpc/connect";
-import type { Db, Sql, Tx } from "../db/index.js";
+import { allInTransaction, type Db, type Sql, type Tx } from "../db/index.js";
 import { apiError, badRequest, notFound, paymentRequired } from "../http/errors.js";
 import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult } from "./dispatch.js";
 import { validateParams } from "./job-schemas.js";
@@ -158,7 +158,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     requestedProviderId: it.requestedProvider,
     gpuRequirements: it.gpuRequirements,
   }));
-  const [accounts, usage, capacity, newIds, candidates] = await Promise.all([
+  const [accounts, usage, capacity, newIds, candidates] = await allInTransaction([
     lockRenterAccounts(tx, renterIds),
     quotaUsageMany(tx, renterIds),
     capacityOf(tx, intents),
@@ -211,7 +211,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   // placement's first assignment (assigned where their provider was taken, queued otherwise;
   // the providers are locked after the accounts, which are ours already), their holds, the
   // renters' counts.
-  const [placement] = await Promise.all([
+  const [placement] = await allInTransaction([
     placeMany(tx, ids, { firstRound, fresh: freshRows(tx, acceptedAt.map((i) => ({ id: newIds[i].id, intent: intents[i] }))) }),
     writeHolds(tx, holds),
     tx`UPDATE renters SET total_jobs = total_jobs + c.n
