@@ -75,8 +75,8 @@ export async function setQuota(
   if (input.monthlySpendLimitHalala !== undefined) {
     checkRange(input.monthlySpendLimitHalala, 0, QUOTA_MAX, "monthly_spend_limit_halala", true);
   }
-  // No lock on the renter: a submit locks renter_quota first and touches the renter row after, so
-  // taking them the other way round here could deadlock with it. The upsert locks the quota row.
+  // No lock on the renter row: a submit writes it (total_jobs) while holding the renter's ledger
+  // accounts, and only reads the quota row, so the upsert's own lock on that row is all this needs.
   const [renter] = await tx`SELECT id FROM renters WHERE id = ${renterId}`;
   if (!renter) throw notFound("renter not found");
   const [q] = await tx<{ daily_jobs_limit: number; monthly_spend_limit_halala: number }[]>`

@@ -166,7 +166,8 @@ export interface NewJob {
 
 /**
  * Available providers with a free slot that can run at least one of the
- * queued jobs `offered` or `fresh` (plus the head of the queue), least busy
+ * queued jobs `offered` or `fresh` (plus the head of the queue, but not the
+ * jobs `skipped`: ones an earlier round found held elsewhere), least busy
  * first, then most reliable; read without locks (the assignment locks and
  * re-checks). Windowed: the most reliable available providers with a free
  * slot, read in order from providers_dispatch_idx (migration 010), plus the
@@ -174,28 +175,54 @@ export interface NewJob {
  * to a provider. (The window leaves the jobs' fit out on purpose: its clauses
  * would make the planner expect one row and sort the whole fleet.)
  */
-export async function readCandidates(tx: Tx, offered: number[], tried: number[], windowed: boolean, fresh: NewJob[] = []): Promise<Candidate[]> {
+export async function readCandidates(
+  tx: Tx,
+  offered: number[],
+  tried: number[],
+  windowed: boolean,
+  fresh: NewJob[] = [],
+  skipped: number[] = [],
+): Promise<Candidate[]> {
   const size = Math.min(MAX_CANDIDATES, Math.max(CANDIDATE_WINDOW, offered.length + fresh.length));
   const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
-  const where = windowed
-    ? // ANY(ARRAY(...)): the window is read once, in index order, then each candidate by primary key.
-      tx`l.provider_id = ANY(ARRAY(
+  const freshRows = tx`
+    SELECT id, priority, now() AS submitted_at, requested_provider_id, req::jsonb AS gpu_requirements, 1 AS attempt
+    FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.priority)}::int[],
+                ${fresh.map((f) => f.requestedProviderId)}::bigint[],
+                ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, priority, requested_provider_id, req)`;
+  const offeredRows = tx`
+    SELECT id, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
+    WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[])`;
+  // Windowed: the candidates are the window (read once, in index order) and the providers the
+  // offered jobs ask for; the older queued jobs offered with them are the first QUEUE_HEAD, in
+  // dispatch order, that one of those providers can run (a head of jobs waiting for other
+  // providers does not hide them). Whole fleet: any free provider that fits a job not bound to
+  // one, with the plain head of the queue.
+  const pool = windowed
+    ? tx`SELECT ARRAY(
           SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
           ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${size})
-        || ARRAY(SELECT requested_provider_id FROM js WHERE requested_provider_id IS NOT NULL))`
+        || ARRAY(SELECT requested_provider_id FROM (${offeredRows} UNION ALL ${freshRows}) r WHERE requested_provider_id IS NOT NULL) AS ids`
+    : tx`SELECT NULL::bigint[] AS ids`;
+  const olderFit = windowed
+    ? tx`AND EXISTS (SELECT 1 FROM providers p JOIN provider_load l ON l.provider_id = p.id, pool
+                     WHERE l.provider_id = ANY(pool.ids) AND ${free} AND ${matchesSql(tx)})`
+    : tx``;
+  const where = windowed
+    ? tx`l.provider_id = ANY((SELECT ids FROM pool)::bigint[])`
     : tx`EXISTS (SELECT 1 FROM js j WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
   // js: the jobs offered, with what matchesSql reads of a job (as j), in dispatch order.
   return tx<Candidate[]>`
-    WITH js AS MATERIALIZED (
+    WITH pool AS MATERIALIZED (${pool}), js AS MATERIALIZED (
       SELECT q.*, row_number() OVER (ORDER BY q.priority, q.submitted_at, q.id) AS rank FROM (
-        SELECT id, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
-        WHERE status = 'queued' AND (id = ANY(${offered}::bigint[]) OR id IN (
-          SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${QUEUE_HEAD}))
+        ${offeredRows}
+        UNION
+        SELECT * FROM (
+          SELECT j.id, j.priority, j.submitted_at, j.requested_provider_id, j.gpu_requirements, j.attempt FROM jobs j
+          WHERE j.status = 'queued' AND j.id <> ALL(${skipped}::bigint[]) ${olderFit}
+          ORDER BY j.priority, j.submitted_at, j.id LIMIT ${QUEUE_HEAD}) older
         UNION ALL
-        SELECT id, priority, now(), requested_provider_id, req::jsonb, 1
-        FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.priority)}::int[],
-                    ${fresh.map((f) => f.requestedProviderId)}::bigint[],
-                    ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, priority, requested_provider_id, req)
+        ${freshRows}
       ) q
     )
     SELECT * FROM (
@@ -263,9 +290,9 @@ export interface FreshRows {
  * statement, already assigned where their provider was taken and queued
  * otherwise: a job placed at submit never passes through the queue (no queue
  * entry to update and leave behind). Returns the assigned rows and the
- * providers it locked.
+ * providers it locked, with their free slots when locked.
  */
-async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows): Promise<{ moved: Placement[]; locked: number[] }> {
+async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows): Promise<{ moved: Placement[]; locked: Map<number, number> }> {
   const columns = fresh?.columns ?? [];
   // Identifier lists as fragments, one identifier at a time (an array would be taken for rows).
   const list = (names: string[]) => names.reduce((acc: ReturnType<Tx> | undefined, c) => (acc ? tx`${acc}, ${tx(c)}` : tx`${tx(c)}`), undefined) ?? tx``;
@@ -280,7 +307,7 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
         RETURNING *
       )`
     : tx``;
-  const rows = await tx<(JobRow & { notified: string | null; opened: number; locked_ids: number[] | null })[]>`
+  const rows = await tx<(JobRow & { notified: string | null; opened: number; locked_ids: number[] | null; locked_free: number[] | null })[]>`
     WITH plan AS (
       SELECT * FROM unnest(${plan.map((p) => p[0])}::bigint[], ${plan.map((p) => p[1])}::bigint[]) WITH ORDINALITY AS x(job_id, provider_id, ord)
     ), fresh AS MATERIALIZED (
@@ -314,12 +341,15 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
     SELECT m.*,
            CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`m.provider_id`, "m")} END AS notified,
            (SELECT count(*) FROM opened) AS opened,
-           (SELECT array_agg(id) FROM locked) AS locked_ids
+           (SELECT array_agg(id ORDER BY id) FROM locked) AS locked_ids,
+           (SELECT array_agg(free ORDER BY id) FROM locked) AS locked_free
     FROM (SELECT 1) one LEFT JOIN assigned m ON true ORDER BY m.priority, m.submitted_at, m.id`;
-  const locked = rows[0]?.locked_ids ?? [];
+  const ids = rows[0]?.locked_ids ?? [];
+  const free = rows[0]?.locked_free ?? [];
+  const locked = new Map(ids.map((id, i) => [id, free[i]]));
   const moved = rows
     .filter((r) => r.id !== null)
-    .map(({ notified: _n, opened: _o, locked_ids: _l, ...job }) => ({ providerId: job.provider_id as number, job: job as JobRow }));
+    .map(({ notified: _n, opened: _o, locked_ids: _l, locked_free: _f, ...job }) => ({ providerId: job.provider_id as number, job: job as JobRow }));
   return { moved, locked };
 }
 
@@ -347,10 +377,11 @@ export async function placeMany(
   const placed = new Map<number, Placement>();
   const contended = new Set<number>();
   const tried: number[] = [0];
+  const skipped: number[] = [];
   let pending = [...jobIds];
   let windowed = true;
   for (let round = 0; round < 8 && pending.length > 0; round++) {
-    const plan = planAssignments(given ?? (await readCandidates(tx, pending, tried, windowed)));
+    const plan = planAssignments(given ?? (await readCandidates(tx, pending, tried, windowed, [], skipped)));
     given = undefined;
     if (plan.length === 0 && !fresh) {
       if (windowed && wholeFleet) {
@@ -364,10 +395,17 @@ export async function placeMany(
     const { moved, locked } = await assignPlanned(tx, plan, fresh);
     fresh = undefined;
     for (const m of moved) placed.set(m.job.id, m);
-    const lockedSet = new Set(locked);
-    for (const [, providerId] of plan) {
-      if (!tried.includes(providerId)) tried.push(providerId);
-      if (!lockedSet.has(providerId)) contended.add(providerId);
+    const took = new Map<number, number>();
+    for (const m of moved) took.set(m.providerId, (took.get(m.providerId) ?? 0) + 1);
+    for (const [jobId, providerId] of plan) {
+      const free = locked.get(providerId);
+      if (free === undefined) contended.add(providerId); // held by another transaction, or no longer free
+      // A provider is done with once it could not be locked or is full; one we hold that still has room
+      // (a job planned for it was held elsewhere or already gone) is planned again next round, without that job.
+      const full = free === undefined || (took.get(providerId) ?? 0) >= free;
+      if (full && !tried.includes(providerId)) tried.push(providerId);
+      // Not moved though its provider had room: the job itself was held elsewhere or already gone.
+      if (!full && !placed.has(jobId) && !skipped.includes(jobId)) skipped.push(jobId);
     }
     pending = pending.filter((id) => !placed.has(id));
   }

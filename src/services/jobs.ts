@@ -112,6 +112,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       if (idempotencyKey) {
         // The key's row and the submit share one transaction (a batch of one), so a replay answers what was stored.
         const res = await idempotent(sql, SubmitJobResponseSchema, scope, idempotencyKey, toJson(SubmitJobRequestSchema, { ...fields, idempotencyKey: undefined } as never), async (tx) => {
+          submitted = undefined; // a re-run transaction (deadlock victim) may end up replaying a stored answer
           submitted = await submitJob(tx, config.hmacSecret, renterId, input);
           return submission(tx, submitted.job);
         });

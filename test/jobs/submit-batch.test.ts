@@ -261,6 +261,47 @@ describe("priority across batches", () => {
   });
 });
 
+describe("placement finds the free GPU past what another transaction holds", () => {
+  const submitOne = async (renterId: number, input: SubmitInput = {}) => {
+    const [o] = await submitBatch([await prepare(renterId, input)]);
+    if (!o.ok) throw o.error;
+    return o.submitted.job;
+  };
+
+  it("the older job planned for the free GPU is held elsewhere (a cancel under way): the new job gets the GPU", async () => {
+    const [a, b] = [await makeRenter(srv, 10_000), await makeRenter(srv, 10_000)];
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${provider.id}`;
+    const older = await submitOne(a.id);
+    await srv.sql`UPDATE providers SET is_paused = false WHERE id = ${provider.id}`;
+    // Another transaction holds the older job's row while the new one is submitted.
+    const other = await srv.sql.reserve();
+    try {
+      await other`BEGIN`;
+      await other`SELECT id FROM jobs WHERE id = ${older.id} FOR UPDATE`;
+      const fresh = await submitOne(b.id);
+      expect(fresh).toMatchObject({ status: "pending", provider_id: provider.id });
+      expect((await jobState(older.job_id)).status).toBe("queued");
+    } finally {
+      await other`ROLLBACK`;
+      other.release();
+    }
+  });
+
+  it("a queue head full of jobs waiting for another provider does not hide an older job this provider can run", async () => {
+    const renter = await makeRenter(srv, 1_000_000);
+    const [busy, free] = [await makeProvider(srv), await makeProvider(srv)];
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id IN (${busy.id}, ${free.id})`;
+    // More high-priority jobs bound to the paused provider than placement offers from the head.
+    for (let i = 0; i < 40; i++) await submitOne(renter.id, { priority: 1, providerId: busy.id });
+    const older = await submitOne(renter.id, { priority: 2 });
+    await srv.sql`UPDATE providers SET is_paused = false WHERE id = ${free.id}`;
+    const newer = await submitOne(renter.id, { priority: 3 });
+    expect(await jobState(older.job_id)).toMatchObject({ status: "pending", provider_id: free.id });
+    expect((await jobState(newer.job_id)).status).toBe("queued");
+  });
+});
+
 describe("SubmitBatcher", () => {
   it("fails only the submits that the database rejects; the rest of their batch is written", async () => {
     const renter = await makeRenter(srv, 100_000);

@@ -11,9 +11,6 @@ CREATE TABLE renter_daily_jobs (
   PRIMARY KEY (renter_id, day)
 );
 
-INSERT INTO renter_daily_jobs (renter_id, day, jobs)
-SELECT renter_id, (submitted_at AT TIME ZONE 'UTC')::date, count(*) FROM jobs GROUP BY 1, 2;
-
 CREATE FUNCTION jobs_count_daily() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO renter_daily_jobs (renter_id, day, jobs)
@@ -25,3 +22,8 @@ END $$;
 
 CREATE TRIGGER jobs_count_daily AFTER INSERT ON jobs
   REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION jobs_count_daily();
+
+-- The backfill comes after the trigger: creating it locks jobs against inserts until this migration
+-- commits, so a job another process inserts meanwhile is counted once, by the trigger, after this.
+INSERT INTO renter_daily_jobs (renter_id, day, jobs)
+SELECT renter_id, (submitted_at AT TIME ZONE 'UTC')::date, count(*) FROM jobs GROUP BY 1, 2;
