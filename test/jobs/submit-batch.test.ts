@@ -303,6 +303,34 @@ describe("placement finds the free GPU past what another transaction holds", () 
 });
 
 describe("SubmitBatcher", () => {
+  it("a batch that waits on one renter's locked accounts gives up and splits: the other renters' submits are written meanwhile", async () => {
+    const [stuck, other] = [await makeRenter(srv, 10_000), await makeRenter(srv, 10_000)];
+    const provider = await makeProvider(srv);
+    await setGpus(provider.id, 8);
+    const batcher = new SubmitBatcher(srv.sql, { lockTimeoutMs: 200 });
+    // A slow transaction holds the stuck renter's accounts (as a settlement would, for longer).
+    const holder = await srv.sql.reserve();
+    try {
+      await holder`BEGIN`;
+      await holder`SELECT id FROM ledger_accounts WHERE owner_id = ${stuck.id} FOR NO KEY UPDATE`;
+      // A lone submit goes first; the next three arrive meanwhile and form one batch with the stuck renter.
+      const lone = batcher.submit(await prepare(other.id));
+      const batch = [await prepare(stuck.id), await prepare(other.id), await prepare(other.id)];
+      const [stuckResult, ...others] = batch.map((i) => batcher.submit(i));
+      await lone;
+      const written = await Promise.all(others);
+      expect(written.map((w) => w.job.status)).toEqual(["pending", "pending"]);
+      // The stuck renter's submit still waits, alone, while its accounts are held.
+      expect(await rowsFor(batch[0].jobId)).toBe(0);
+      await holder`COMMIT`;
+      expect((await stuckResult).job).toMatchObject({ job_id: batch[0].jobId, status: "pending" });
+    } finally {
+      await holder`ROLLBACK`.catch(() => undefined);
+      holder.release();
+    }
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("fails only the submits that the database rejects; the rest of their batch is written", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
