@@ -59,6 +59,26 @@ export const busySql = (db: Db) => db`coalesce((SELECT l.active FROM provider_lo
 
 // ---- assignment ----
 
+// How a queued job becomes assigned, in one place for every path (fill() and assignPlanned()):
+// pending on its provider, with its deadline, an attempt row, and a notice for connected daemons.
+
+/** When an assigned job times out: its max_duration_seconds from now. `job` is the row's alias. */
+const timeoutAtSql = (tx: Tx, job: string) => tx`now() + make_interval(secs => ${tx(job)}.max_duration_seconds)`;
+
+/** The CTE body moving the queued jobs of `picked` (columns id, provider_id) to pending, returning their rows. */
+const moveToPendingSql = (tx: Tx) => tx`
+  UPDATE jobs SET status = 'pending', provider_id = picked.provider_id, assigned_at = now(),
+         timeout_at = ${timeoutAtSql(tx, "jobs")}, updated_at = now()
+  FROM picked WHERE jobs.id = picked.id AND jobs.status = 'queued'
+  RETURNING jobs.*`;
+
+/** The CTE body opening the attempt row of each job just assigned in `assigned` (a CTE of job rows). */
+const openAttemptsSql = (tx: Tx, assigned: string) => tx`
+  INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at)
+  SELECT id, attempt, provider_id, 'pending', now() FROM ${tx(assigned)}
+  ON CONFLICT (job_id, attempt) DO UPDATE SET provider_id = EXCLUDED.provider_id, status = 'pending', assigned_at = now()
+  RETURNING job_id`;
+
 export interface Assignment {
   id: number;
   jobId: string;
@@ -79,20 +99,12 @@ export interface Assignment {
 async function fill(tx: Tx, target: ReturnType<Tx>): Promise<{ providerId: number | null; assigned: Assignment[] }> {
   const rows = await tx<(JobRow & { target_id: number; notified: string | null; opened: number })[]>`
     WITH target AS MATERIALIZED (${target}), picked AS (
-      SELECT j.id FROM jobs j, providers p, target t
+      SELECT j.id, t.id AS provider_id FROM jobs j, providers p, target t
       WHERE p.id = t.id AND j.status = 'queued' AND ${matchesSql(tx)}
       ORDER BY j.priority, j.submitted_at, j.id
       LIMIT (SELECT free FROM target) FOR UPDATE OF j SKIP LOCKED
-    ), moved AS (
-      UPDATE jobs SET status = 'pending', provider_id = t.id, assigned_at = now(),
-             timeout_at = now() + make_interval(secs => jobs.max_duration_seconds), updated_at = now()
-      FROM picked, target t WHERE jobs.id = picked.id AND jobs.status = 'queued'
-      RETURNING jobs.*
-    ), opened AS (
-      INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at)
-      SELECT id, attempt, provider_id, 'pending', now() FROM moved
-      ON CONFLICT (job_id, attempt) DO UPDATE SET provider_id = EXCLUDED.provider_id, status = 'pending', assigned_at = now()
-      RETURNING job_id
+    ), moved AS (${moveToPendingSql(tx)}
+    ), opened AS (${openAttemptsSql(tx, "moved")}
     )
     SELECT t.id AS target_id, m.*,
            CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`t.id`, "m")} END AS notified,
@@ -302,7 +314,7 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
         SELECT ${list(columns.map((c) => `f.${c}`))},
                CASE WHEN p.provider_id IS NULL THEN 'queued' ELSE 'pending' END, p.provider_id,
                CASE WHEN p.provider_id IS NOT NULL THEN now() END,
-               CASE WHEN p.provider_id IS NOT NULL THEN now() + make_interval(secs => f.max_duration_seconds) END
+               CASE WHEN p.provider_id IS NOT NULL THEN ${timeoutAtSql(tx, "f")} END
         FROM fresh f LEFT JOIN picked p ON p.id = f.id ORDER BY f.ord
         RETURNING *
       )`
@@ -325,18 +337,10 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
         FROM plan JOIN locked ON locked.id = plan.provider_id
         WHERE plan.job_id IN (SELECT id FROM held) OR plan.job_id IN (SELECT id FROM fresh)) x
       WHERE n <= free
-    )${inserted}, moved AS (
-      UPDATE jobs SET status = 'pending', provider_id = picked.provider_id, assigned_at = now(),
-             timeout_at = now() + make_interval(secs => jobs.max_duration_seconds), updated_at = now()
-      FROM picked WHERE jobs.id = picked.id AND jobs.status = 'queued'
-      RETURNING jobs.*
+    )${inserted}, moved AS (${moveToPendingSql(tx)}
     ), assigned AS (
       ${fresh ? tx`SELECT * FROM inserted WHERE status = 'pending' UNION ALL ` : tx``}SELECT * FROM moved
-    ), opened AS (
-      INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at)
-      SELECT id, attempt, provider_id, 'pending', now() FROM assigned
-      ON CONFLICT (job_id, attempt) DO UPDATE SET provider_id = EXCLUDED.provider_id, status = 'pending', assigned_at = now()
-      RETURNING job_id
+    ), opened AS (${openAttemptsSql(tx, "assigned")}
     )
     SELECT m.*,
            CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`m.provider_id`, "m")} END AS notified,
