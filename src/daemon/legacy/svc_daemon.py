@@ -450,12 +450,16 @@ def _safe_name(job_id):
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job_id)[:100]
 
 
+def _remote(value):
+    """A URL to download; the built-in inputs ("builtin:...") are made inside the container."""
+    return isinstance(value, str) and value.lower().startswith(("http://", "https://"))
+
+
 def needs_network(job, spec, inputs):
     """Same rule as the TypeScript daemon: a model, dataset or scene to download, or asked for."""
     if spec.get("network") is True or job.get("job_type") == "vllm_serve":
         return True
-    return isinstance(spec.get("model"), str) or isinstance(inputs.get("dataset_url"), str) \
-        or isinstance(inputs.get("scene_url"), str)
+    return isinstance(spec.get("model"), str) or _remote(inputs.get("dataset_url")) or _remote(inputs.get("scene_url"))
 
 
 def write_container_scripts(workdir):
