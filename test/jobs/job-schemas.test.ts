@@ -5,9 +5,10 @@ import { describe, expect, it } from "vitest";
 import { Ajv } from "ajv";
 import { JOB_TYPES } from "../../src/domain/money/pricing.js";
 import {
-  BUILTIN_DATASETS, BUILTIN_SCENES, DEFAULT_CUSTOM_COMMAND, DEFAULT_IMAGE_PROMPT, DEFAULT_LLM_PROMPT, DEFAULT_TRAINING_BASE_MODEL,
+  BUILTIN_DATASETS, BUILTIN_SCENES, DEFAULT_CONTAINERS, DEFAULT_CUSTOM_COMMAND, DEFAULT_IMAGE_PROMPT, DEFAULT_LLM_PROMPT, DEFAULT_TRAINING_BASE_MODEL,
   IMAGE_MODELS, LLM_MODELS, PARAMS_SCHEMAS, validateParams,
 } from "../../src/domain/jobs/job-schemas.js";
+import { BUILTIN_IMAGES } from "../../src/domain/jobs/registry.js";
 
 const err = (type: string, params: unknown, opts?: { defaultImage?: boolean }) => {
   try {
@@ -66,6 +67,19 @@ describe("job params schemas", () => {
     // A given value is kept, and a built-in input is accepted where a URL is.
     expect(validateParams("training", { dataset_url: "https://d.example.com/x.txt" }).dataset_url).toBe("https://d.example.com/x.txt");
     expect(validateParams("rendering", { scene_url: "builtin:benchmark-scene" }).scene_url).toBe("builtin:benchmark-scene");
+  });
+
+  it("documents the defaults in the README's job defaults table", async () => {
+    const { readFileSync } = await import("node:fs");
+    const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
+    const table = readme.slice(readme.indexOf("## Job defaults"), readme.indexOf("## Tests"));
+    for (const v of [
+      DEFAULT_LLM_PROMPT, DEFAULT_IMAGE_PROMPT, LLM_MODELS[2], IMAGE_MODELS[0], DEFAULT_TRAINING_BASE_MODEL, ...BUILTIN_DATASETS, ...BUILTIN_SCENES,
+      DEFAULT_CONTAINERS.custom_container.image, DEFAULT_CUSTOM_COMMAND.join(" "),
+    ]) {
+      expect(table).toContain(v);
+    }
+    expect(BUILTIN_IMAGES.map((b) => b.image)).toEqual(expect.arrayContaining(Object.values(DEFAULT_CONTAINERS).map((c) => c.image)));
   });
 
   it("names unknown and malformed fields", () => {
