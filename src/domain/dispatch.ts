@@ -47,12 +47,17 @@ export const hardwareFitSql = (db: Db) => db`(
   AND (j.gpu_requirements->>'gpu_model' IS NULL
     OR strpos(lower(p.gpu_model), lower(j.gpu_requirements->>'gpu_model')) > 0))`;
 
-/** Fit, the requested provider if any, and not one that declined or never started this job. */
+/**
+ * Fit, the requested provider if any, and not one that declined or never started this job, nor
+ * one whose daemon was shut down mid-job and has not heartbeated since (it is still "live" for a while).
+ */
 export const matchesSql = (db: Db) => db`(
   (j.requested_provider_id IS NULL OR j.requested_provider_id = p.id)
   AND ${hardwareFitSql(db)}
   AND (j.attempt = 1 OR NOT EXISTS (
-    SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id AND x.end_reason IN ('rejected', 'not_picked_up'))))`;
+    SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id
+      AND (x.end_reason IN ('rejected', 'not_picked_up')
+        OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))))))`;
 
 export const slotsSql = (db: Db) => db`greatest(p.gpu_count, 1)`;
 export const busySql = (db: Db) => db`coalesce((SELECT l.active FROM provider_load l WHERE l.provider_id = p.id), 0)`;
@@ -484,7 +489,7 @@ export async function placeJobs(sql: Sql, ids: number[]): Promise<void> {
 export async function loseJobLocked(
   tx: Tx,
   job: LockedJob,
-  reason: "provider_lost" | "rejected" | "not_picked_up",
+  reason: "provider_lost" | "rejected" | "provider_interrupted" | "not_picked_up",
   error: string,
 ): Promise<"requeued" | "failed"> {
   const exhausted = job.attempt >= jobPolicy.maxAttempts;

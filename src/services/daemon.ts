@@ -202,7 +202,7 @@ class StreamSession {
           this.delivered.add(k.value.jobId);
           return;
         case "jobRejected":
-          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason });
+          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted });
           return;
         case "logs":
           await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });

@@ -48,7 +48,10 @@ export interface DaemonConfig {
   heartbeatSeconds?: number;
   reconnectMinMs: number;
   reconnectMaxMs: number;
-  /** How long SIGTERM waits for running jobs before handing them back. */
+  /**
+   * SIGTERM/SIGINT: running jobs are stopped at once and reported as interrupted; the
+   * daemon has exited within this long (a job gets half of it to exit before SIGKILL).
+   */
   stopGraceMs: number;
   log: (line: string) => void;
 }
@@ -57,7 +60,8 @@ interface ActiveJob {
   spec: JobSpec;
   running?: RunningJob;
   cancelled: boolean;
-  handedBack: boolean;
+  /** Stopped because the daemon is shutting down: reported as interrupted by the provider. */
+  interrupted: boolean;
   logs: string[];
   flushTimer?: NodeJS.Timeout;
 }
@@ -67,6 +71,17 @@ const LOG_FLUSH_MS = 300;
 const LOG_BATCH = 200;
 
 const toValue = (v: JsonValue) => fromJson(ValueSchema, v);
+
+/** How long a job that died of a stop signal waits for the daemon's own stop before it is reported as failed. */
+const STOP_SIGNAL_WAIT_MS = 1000;
+const STOP_SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGHUP"]);
+
+/** Whether the job ended by SIGTERM/SIGINT/SIGHUP from outside (directly, or as a shell's 128+n exit status). */
+function stopSignalled(o: Outcome): boolean {
+  if (o.success) return false;
+  const { signal, exit_code: code } = o.metrics;
+  return (typeof signal === "string" && STOP_SIGNALS.has(signal)) || code === 143 || code === 130 || code === 129;
+}
 
 /** Exponential backoff with full jitter in [0.5, 1.5) of the step. */
 export function backoffMs(attempt: number, minMs: number, maxMs: number, random = Math.random): number {
@@ -91,12 +106,13 @@ export class ProviderDaemon {
   private keyMismatch = false;
   private readinessSent = false;
   private runLoop: Promise<void> | undefined;
+  private stopped: Promise<void> | undefined;
   paused = false;
   approved = false;
   providerId: number | undefined;
 
   constructor(private readonly cfg: DaemonConfig) {
-    this.probe = new GpuProbe(cfg.nvidiaSmi);
+    this.probe = new GpuProbe(cfg.nvidiaSmi, this.stopSignal.signal);
     this.signingKey = cfg.serverKey ?? this.readPinnedKey();
   }
 
@@ -117,6 +133,7 @@ export class ProviderDaemon {
       this.abortConn = abort;
       let drainMs: number | undefined;
       const snapshot = await this.probe.snapshot();
+      if (this.stopping) break;
       out.push({
         kind: {
           case: "hello",
@@ -237,7 +254,10 @@ export class ProviderDaemon {
   // ---- reports --------------------------------------------------------------
 
   private async heartbeat() {
+    // While stopping, the probe is aborted: a heartbeat now would report no GPUs.
+    if (this.stopping) return;
     const snap = await this.probe.snapshot();
+    if (this.stopping) return;
     this.send({
       case: "heartbeat",
       value: {
@@ -253,7 +273,7 @@ export class ProviderDaemon {
 
   private async readiness() {
     const snap = await this.probe.snapshot();
-    const torch = await runCommand("python3", ["-c", "import torch"], { timeoutMs: 20_000 });
+    const torch = await runCommand("python3", ["-c", "import torch"], { timeoutMs: 20_000, signal: this.stopSignal.signal });
     this.send({
       case: "readiness",
       value: {
@@ -326,7 +346,7 @@ export class ProviderDaemon {
       taskSpec: (job.taskSpec ?? {}) as JsonObject,
       maxDurationSeconds: Number(job.maxDurationSeconds) || 1800,
     };
-    const active: ActiveJob = { spec, cancelled: false, handedBack: false, logs: [] };
+    const active: ActiveJob = { spec, cancelled: false, interrupted: false, logs: [] };
     this.jobs.set(job.jobId, active);
     try {
       if (!this.verified(job, signature)) {
@@ -341,9 +361,14 @@ export class ProviderDaemon {
       } catch (err) {
         return this.reject(job.jobId, (err as Error).message);
       }
+      // SIGTERM came while the task was being checked: nothing started, refuse it.
+      if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
       this.send({ case: "jobAccepted", value: { jobId: job.jobId } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
       const outcome = await this.execute(active, executor.start.bind(executor));
+      // A service manager's stop signals every process of the service at once (systemd's
+      // control-group kill): the job may die of it a moment before the daemon hears its own.
+      if (!active.cancelled && !active.interrupted && stopSignalled(outcome)) await waitUntil(() => this.stopping, Date.now() + STOP_SIGNAL_WAIT_MS);
       this.finish(active, outcome);
     } finally {
       this.jobs.delete(job.jobId);
@@ -388,8 +413,12 @@ export class ProviderDaemon {
       this.event("job_cancelled", "info", outcome.error, jobId);
       return;
     }
-    if (active.handedBack) {
-      this.send({ case: "jobRejected", value: { jobId, reason: "the provider daemon stopped before the job finished (handed back)" } });
+    // Stopped by the shutdown (also when a service manager's stop signal reached the job's own
+    // processes first): the provider's doing. A job that completed meanwhile still reports its result.
+    if (active.interrupted || (this.stopping && !outcome.success)) {
+      this.cfg.log(`job ${jobId} interrupted: the daemon is stopping`);
+      this.send({ case: "jobRejected", value: { jobId, reason: "the provider's daemon was stopped while the job ran", interrupted: true } });
+      this.event("job_interrupted", "warning", outcome.error, jobId);
       return;
     }
     const result: MsgKind = {
@@ -409,31 +438,42 @@ export class ProviderDaemon {
 
   // ---- shutdown ---------------------------------------------------------------
 
-  /** SIGTERM: let running jobs finish within the grace period, hand back the rest, close the stream. */
+  /**
+   * SIGTERM/SIGINT: take no more work, stop the running jobs (SIGTERM to their process groups,
+   * SIGKILL after half the grace period; containers are killed), report them as interrupted,
+   * then half-close the stream: the server answers every report before it ends its side, so
+   * the end of the stream acknowledges them. Bounded by the stop grace period; nothing of ours
+   * (timer, child process, connection) is left to hold the process once it returns.
+   */
   async stop(): Promise<void> {
-    if (this.stopping) return this.runLoop;
+    if (this.stopping) return this.stopped;
     this.stopping = true;
+    this.stopped = this.shutdown();
+    return this.stopped;
+  }
+
+  private async shutdown(): Promise<void> {
+    const deadline = Date.now() + this.cfg.stopGraceMs;
+    const left = () => Math.max(0, deadline - Date.now());
     this.cfg.log(`stopping; ${this.jobs.size} job(s) running`);
-    const all = [...this.jobs.values()];
-    const finished = Promise.all(all.map((j) => j.running?.done));
-    const inTime = await Promise.race([finished.then(() => true), sleep(this.cfg.stopGraceMs).then(() => false)]);
-    if (!inTime) {
-      for (const j of this.jobs.values()) {
-        j.handedBack = true;
-        await j.running?.stop("the provider daemon stopped before the job finished");
-      }
-    }
-    // Let onJob report (result or hand-back) before the stream closes.
-    while (this.jobs.size > 0) await sleep(20);
-    this.event("daemon_stopped", "info", "SIGTERM");
-    const unacked = () => this.unackedResults.size > 0;
-    const deadline = Date.now() + 5000;
-    while (this.connected && unacked() && Date.now() < deadline) await sleep(50);
-    this.out?.close();
+    // Kills a probe or readiness check in flight and wakes a reconnect wait.
     this.stopSignal.abort();
-    const closed = await Promise.race([this.runLoop?.then(() => true), sleep(5000).then(() => false)]);
-    if (!closed) this.abortConn?.abort();
-    await this.runLoop;
+    const jobs = [...this.jobs.values()];
+    for (const j of jobs) j.interrupted = !j.cancelled;
+    const killAfterMs = Math.floor(this.cfg.stopGraceMs / 2);
+    await within(Promise.all(jobs.map((j) => j.running?.stop("the provider's daemon was stopped", killAfterMs))), left());
+    // Let onJob send each job's report before the stream closes.
+    await waitUntil(() => this.jobs.size === 0, deadline);
+    this.event("daemon_stopped", "info", `${jobs.length} job(s) interrupted`);
+    await waitUntil(() => !this.connected || this.unackedResults.size === 0, deadline);
+    const undelivered = this.backlog.length;
+    if (undelivered > 0) this.cfg.log(`${undelivered} report(s) not delivered: not connected to the server`);
+    this.out?.close();
+    if (!(await within(this.runLoop ?? Promise.resolve(), left()))) {
+      this.cfg.log("the server did not close the stream in time; closing it");
+      this.abortConn?.abort();
+      await this.runLoop;
+    }
   }
 
   // ---- pinned key -------------------------------------------------------------
@@ -467,11 +507,27 @@ function resourceSpec(): JsonObject {
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
+    const t = setTimeout(done, ms);
+    function done() {
       clearTimeout(t);
+      signal?.removeEventListener("abort", done);
       resolve();
-    }, { once: true });
+    }
+    signal?.addEventListener("abort", done, { once: true });
   });
 }
 
+/** Whether p settled within ms; the timer is cleared either way (a pending one would hold the process). */
+async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  const stop = new AbortController();
+  try {
+    return await Promise.race([p.then(() => true), sleep(ms, stop.signal).then(() => false)]);
+  } finally {
+    stop.abort();
+  }
+}
+
+/** Polls until cond() holds or the deadline (epoch ms) passed. */
+async function waitUntil(cond: () => boolean, deadline: number): Promise<void> {
+  while (!cond() && Date.now() < deadline) await sleep(Math.min(20, deadline - Date.now()));
+}
