@@ -21,9 +21,12 @@ export const jobPolicy = { maxAttempts: 3 };
 
 // ---- SQL fragments over `providers p` (and `jobs j`, `provider_load l`) ----
 
-/** Approved, heartbeating, not suspended or offline: could run jobs at all. */
+/**
+ * Approved, heartbeating, not suspended or offline, and its daemon can verify this server's
+ * tasks (no task-signing key mismatch, src/domain/task-key.ts): could run jobs at all.
+ */
 export const liveSql = (db: Db) => db`(
-  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline')
+  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND p.task_key_mismatch IS NULL
   AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))`;
 
 /** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/preferences.ts). */
@@ -602,8 +605,8 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
   const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
   if (job.requested_provider_id !== null) {
     const id = job.requested_provider_id;
-    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null }[]>`
-      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused,
+    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null }[]>`
+      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused, p.task_key_mismatch,
              ${runWindowSql(db)} AS in_window, ${busySql(db)} AS busy, ${slotsSql(db)} AS slots,
              p.scheduled_start, p.scheduled_end,
              (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits
@@ -611,6 +614,7 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
     if (!p || p.approval_status !== "approved" || p.status === "suspended") {
       return { code: "provider_unavailable", reason: `requested provider ${id} is not approved for jobs` };
     }
+    if (p.task_key_mismatch) return { code: "provider_cannot_verify_tasks", reason: `requested provider ${id} cannot take jobs: ${p.task_key_mismatch}` };
     if (!p.live) return { code: "provider_offline", reason: `requested provider ${id} is offline (no heartbeat in the last 120 seconds)` };
     if (!p.fits) return { code: "provider_mismatch", reason: `requested provider ${id} does not meet the job's gpu_requirements` };
     if (p.paused) return { code: "provider_paused", reason: `requested provider ${id} is paused` };

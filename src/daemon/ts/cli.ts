@@ -17,11 +17,14 @@ Options (environment variable in brackets):
   --url URL                 service origin [SVC_URL]
   --key KEY                 provider key [SVC_API_KEY]
   --hmac-secret SECRET      also check task_spec_hmac [SVC_HMAC_SECRET]
-  --server-key BASE64       pin the server's task-signing key (default: pinned on first connect) [SVC_SERVER_KEY]
+  --server-key BASE64       the server's task-signing key (default: pinned per server on first connect,
+                            in <state-dir>/server-keys/) [SVC_SERVER_KEY]
+  --trust-new-server-key    pin the key the server presents now, replacing a different pinned one; only
+                            after checking it with the server's operator [SVC_TRUST_NEW_SERVER_KEY=1]
   --runner TYPE=COMMAND     run jobs of TYPE with a local program (repeatable) [SVC_RUNNERS="T=CMD;T2=CMD2"]
   --docker PATH|none        docker CLI [SVC_DOCKER] (default: docker when it answers)
   --nvidia-smi PATH         [SVC_NVIDIA_SMI]
-  --state-dir DIR           pinned key and state [SVC_STATE_DIR] (default ~/.svc-daemon)
+  --state-dir DIR           pinned keys and state [SVC_STATE_DIR] (default ~/.svc-daemon)
   --work-dir DIR            job folders [SVC_WORK_DIR] (default <state-dir>/work)
   --public-host HOST        address served endpoints are reached at [SVC_PUBLIC_HOST]
   --serve-port PORT         host port for vllm_serve [SVC_SERVE_PORT]
@@ -66,6 +69,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
       key: { type: "string" },
       "hmac-secret": { type: "string" },
       "server-key": { type: "string" },
+      "trust-new-server-key": { type: "boolean" },
       runner: { type: "string", multiple: true },
       docker: { type: "string" },
       "nvidia-smi": { type: "string" },
@@ -113,6 +117,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
     key,
     hmacSecret: values["hmac-secret"] ?? env.SVC_HMAC_SECRET,
     serverKey: values["server-key"] ?? env.SVC_SERVER_KEY,
+    trustNewServerKey: values["trust-new-server-key"] ?? ["1", "true", "yes"].includes((env.SVC_TRUST_NEW_SERVER_KEY ?? "").toLowerCase()),
     stateDir,
     nvidiaSmi,
     executors: {
@@ -164,5 +169,5 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
     log(`exiting; still open: ${process.getActiveResourcesInfo().join(", ")}`);
     process.exit(process.exitCode ?? 0);
   }, 1000).unref();
-  return 0;
+  return daemon.exitCode;
 }

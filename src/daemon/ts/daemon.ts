@@ -38,8 +38,10 @@ export interface DaemonConfig {
   key: string;
   /** SVC_HMAC_SECRET, when the operator has it: tasks are also checked against task_spec_hmac. */
   hmacSecret?: string;
-  /** The server's task-signing key (base64); pinned from the first welcome when not given. */
+  /** The server's task-signing key (base64); pinned per server from the first welcome when not given. */
   serverKey?: string;
+  /** --trust-new-server-key: pin the key the server presents now, replacing a different pinned one. */
+  trustNewServerKey?: boolean;
   stateDir: string;
   nvidiaSmi: string;
   executors: ExecutorConfig;
@@ -103,7 +105,13 @@ export class ProviderDaemon {
   private readonly jobs = new Map<string, ActiveJob>();
   private settings: DaemonSettings | undefined;
   private signingKey: string | undefined;
+  /** Where signingKey came from: the per-server file, the single file of older versions, or --server-key. */
+  private keySource: "pinned" | "legacy" | "configured" | undefined;
+  /** The next welcome's key is pinned whatever was pinned before (--trust-new-server-key, once). */
+  private trustNextKey: boolean;
   private keyMismatch = false;
+  /** The process's exit status: 0, or EXIT_KEY_MISMATCH when the daemon left because it cannot trust the server. */
+  exitCode = 0;
   private readinessSent = false;
   private runLoop: Promise<void> | undefined;
   private stopped: Promise<void> | undefined;
@@ -113,7 +121,14 @@ export class ProviderDaemon {
 
   constructor(private readonly cfg: DaemonConfig) {
     this.probe = new GpuProbe(cfg.nvidiaSmi, this.stopSignal.signal);
-    this.signingKey = cfg.serverKey ?? this.readPinnedKey();
+    this.trustNextKey = !!cfg.trustNewServerKey && !cfg.serverKey;
+    if (cfg.serverKey) [this.signingKey, this.keySource] = [cfg.serverKey, "configured"];
+    else {
+      const pinned = readKey(pinnedKeyFile(cfg.stateDir, cfg.url));
+      const legacy = pinned ? undefined : readKey(path.join(cfg.stateDir, LEGACY_KEY_FILE));
+      this.signingKey = pinned ?? legacy;
+      this.keySource = pinned ? "pinned" : legacy ? "legacy" : undefined;
+    }
   }
 
   // ---- connection ---------------------------------------------------------
@@ -143,6 +158,8 @@ export class ProviderDaemon {
             resourceSpec: resourceSpec(),
             cachedModels: this.cfg.cachedModels,
             runningJobIds: [...this.jobs.keys()],
+            // The server keeps a provider whose daemon would refuse its tasks out of dispatch.
+            taskSigningKey: this.trustNextKey ? undefined : this.signingKey,
           },
         },
       });
@@ -182,7 +199,16 @@ export class ProviderDaemon {
     this.providerId = Number(w.providerId);
     this.approved = w.approvalStatus === "approved";
     if (w.settings) this.applySettings(w.settings);
-    this.checkSigningKey(w.taskSigningKey);
+    const distrust = this.checkSigningKey(w.taskSigningKey);
+    if (distrust) {
+      // Takes no work (the server pushes none: our hello named the key) and leaves.
+      this.keyMismatch = true;
+      this.exitCode = EXIT_KEY_MISMATCH;
+      this.cfg.log(distrust);
+      this.out?.push({ kind: this.eventKind("task_signing_key_mismatch", "critical", distrust) });
+      void this.stop();
+      return;
+    }
     this.connected = true;
     this.cfg.log(`connected as provider ${this.providerId} (${w.approvalStatus})`);
     for (const kind of this.backlog.splice(0)) this.out?.push({ kind });
@@ -198,17 +224,50 @@ export class ProviderDaemon {
     }
   }
 
-  private checkSigningKey(key: string) {
-    if (!key) return;
-    if (!this.signingKey) {
-      this.signingKey = key;
-      this.writePinnedKey(key);
-      return;
+  /** Pins the welcome's key when nothing (or --trust-new-server-key) says otherwise; else why it cannot be trusted. */
+  private checkSigningKey(key: string): string | undefined {
+    if (!key) return undefined;
+    const origin = new URL(this.cfg.url).origin;
+    if (!this.signingKey || this.trustNextKey) {
+      if (this.signingKey && this.signingKey !== key) this.cfg.log(`pinned the new task-signing key of ${origin} (${key}), replacing ${this.signingKey}, as --trust-new-server-key asked`);
+      this.trustNextKey = false;
+      this.pin(key);
+      return undefined;
     }
-    this.keyMismatch = this.signingKey !== key;
-    if (this.keyMismatch) {
-      this.cfg.log("the server's task-signing key differs from the pinned one: refusing every task");
-      this.event("task_signing_key_mismatch", "critical", "welcome carried a task-signing key other than the pinned one");
+    if (this.signingKey === key) {
+      // A pin of an older version (one file for every server) moves to this server's own file.
+      if (this.keySource === "legacy") this.pin(key);
+      return undefined;
+    }
+    const source =
+      this.keySource === "configured"
+        ? "given with --server-key (SVC_SERVER_KEY)"
+        : `pinned for it in ${this.keySource === "legacy" ? path.join(this.cfg.stateDir, LEGACY_KEY_FILE) : pinnedKeyFile(this.cfg.stateDir, this.cfg.url)}`;
+    const fix =
+      this.keySource === "configured"
+        ? "After checking the server's key with its operator, set --server-key to it."
+        : "After checking the server's key with its operator, restart with --trust-new-server-key (SVC_TRUST_NEW_SERVER_KEY=1) to pin it.";
+    return [
+      `the server at ${origin} signs tasks with another key than the one ${source}:`,
+      `  pinned: ${this.signingKey}`,
+      `  server: ${key}`,
+      "Either the server was replaced or its database recreated, or something impersonates it. This daemon takes no work from it and exits.",
+      fix,
+    ].join("\n");
+  }
+
+  private pin(key: string) {
+    this.signingKey = key;
+    this.keySource = "pinned";
+    const file = pinnedKeyFile(this.cfg.stateDir, this.cfg.url);
+    try {
+      fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+      // Renamed into place: daemons sharing the state folder never read half a key.
+      const tmp = `${file}.${process.pid}.tmp`;
+      fs.writeFileSync(tmp, key + "\n", { mode: 0o600 });
+      fs.renameSync(tmp, file);
+    } catch (err) {
+      this.cfg.log(`could not pin the server key: ${(err as Error).message}`);
     }
   }
 
@@ -289,7 +348,11 @@ export class ProviderDaemon {
   }
 
   event(eventType: string, severity: "info" | "warning" | "error" | "critical", details?: string, jobId?: string) {
-    this.send({
+    this.send(this.eventKind(eventType, severity, details, jobId));
+  }
+
+  private eventKind(eventType: string, severity: "info" | "warning" | "error" | "critical", details?: string, jobId?: string): MsgKind {
+    return {
       case: "event",
       value: {
         eventType,
@@ -301,7 +364,7 @@ export class ProviderDaemon {
         hostname: os.hostname(),
         osInfo: `${os.type()} ${os.release()}`,
       },
-    });
+    };
   }
 
   // ---- jobs -------------------------------------------------------------------
@@ -464,7 +527,7 @@ export class ProviderDaemon {
     await within(Promise.all(jobs.map((j) => j.running?.stop("the provider's daemon was stopped", killAfterMs))), left());
     // Let onJob send each job's report before the stream closes.
     await waitUntil(() => this.jobs.size === 0, deadline);
-    this.event("daemon_stopped", "info", `${jobs.length} job(s) interrupted`);
+    if (this.connected) this.event("daemon_stopped", "info", `${jobs.length} job(s) interrupted`);
     await waitUntil(() => !this.connected || this.unackedResults.size === 0, deadline);
     const undelivered = this.backlog.length;
     if (undelivered > 0) this.cfg.log(`${undelivered} report(s) not delivered: not connected to the server`);
@@ -475,28 +538,26 @@ export class ProviderDaemon {
       await this.runLoop;
     }
   }
+}
 
-  // ---- pinned key -------------------------------------------------------------
+/** Older versions pinned one key for every server here; it still counts for a server without a pin of its own. */
+const LEGACY_KEY_FILE = "server-task-key";
 
-  private keyFile() {
-    return path.join(this.cfg.stateDir, "server-task-key");
-  }
+/** Exit status when the daemon leaves because it cannot trust the server's key (EX_CONFIG: a service manager should not restart it). */
+export const EXIT_KEY_MISMATCH = 78;
 
-  private readPinnedKey(): string | undefined {
-    try {
-      return fs.readFileSync(this.keyFile(), "utf8").trim() || undefined;
-    } catch {
-      return undefined;
-    }
-  }
+/** The file holding the task-signing key pinned for a server: one per origin, so one state folder serves several servers. */
+export function pinnedKeyFile(stateDir: string, url: string): string {
+  const { protocol, hostname, port } = new URL(url);
+  const name = [protocol.replace(/:$/, ""), hostname, port].filter(Boolean).join("_").replace(/[^A-Za-z0-9.-]/g, "_");
+  return path.join(stateDir, "server-keys", name);
+}
 
-  private writePinnedKey(key: string) {
-    try {
-      fs.mkdirSync(this.cfg.stateDir, { recursive: true });
-      fs.writeFileSync(this.keyFile(), key + "\n", { mode: 0o600 });
-    } catch (err) {
-      this.cfg.log(`could not pin the server key: ${(err as Error).message}`);
-    }
+function readKey(file: string): string | undefined {
+  try {
+    return fs.readFileSync(file, "utf8").trim() || undefined;
+  } catch {
+    return undefined;
   }
 }
 
