@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { freePort, tempDir, waitFor } from "./helpers.js";
 import { useTsDaemonServer } from "./ts-harness.js";
 

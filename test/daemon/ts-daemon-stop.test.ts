@@ -5,7 +5,7 @@
 // (re-queued, nothing charged) and no process of it is left.
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { waitFor, type Spawned } from "./helpers.js";
 import { groupProcesses, jobProcesses } from "./procs.js";
 import { useTsDaemonServer } from "./ts-harness.js";
