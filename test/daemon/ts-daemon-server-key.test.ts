@@ -39,7 +39,7 @@ describe("svc-daemon (TypeScript) server key pinning", { timeout: 120_000 }, () 
       const d = h.startDaemon(pb.key, [], {}, { url: urlB, stateDir: state });
       await daemonUp(b, pb.id);
       expect(await h.stopDaemon(d)).toBe(0);
-      expect(fs.readdirSync(path.join(state, "server-keys")).sort()).toEqual([`http_127.0.0.1_${h.port}`, `http_127.0.0.1_${portB}`]);
+      expect(fs.readdirSync(path.join(state, "server-keys")).sort()).toEqual([`http_127.0.0.1_${h.port}`, `http_127.0.0.1_${portB}`].sort());
       await b.close();
       b = undefined;
 
