@@ -18,8 +18,8 @@ import {
   markFailed,
   webhookSignature,
   type OutboxRow,
-} from "../domain/webhook-outbox.js";
-import { publicOnlyLookup } from "../net/address.js";
+} from "../domain/notify/webhooks.js";
+import { publicOnlyLookup } from "../domain/shared/address.js";
 import type { Worker } from "./worker.js";
 
 export interface WebhookWorkerOptions {

@@ -4,8 +4,8 @@
 // recorded against the provider and docks its reliability. The books balance.
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ledgerProblems } from "../../src/domain/ledger.js";
-import { refreshReputation, reliabilityScore } from "../../src/domain/reputation.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { refreshReputation, reliabilityScore } from "../../src/domain/providers/reputation.js";
 import {
   COMPLETION_TOKENS_PER_CHOICE,
   COMPLETION_TOKENS_PER_TOOL_CALL,
@@ -14,7 +14,7 @@ import {
   PROMPT_TOKENS_PER_MESSAGE,
   PROMPT_TOKENS_PER_REQUEST,
   promptTokensBound,
-} from "../../src/domain/token-pricing.js";
+} from "../../src/domain/money/token-pricing.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { OVERSTATED_TOKENS, PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";

@@ -4,7 +4,7 @@
 // the next endpoint. A client disconnect or the request's deadline aborts the
 // upstream call (`signal`).
 import type { IncomingMessage } from "node:http";
-import { addDelivered, deliveredText, type DeliveredText, type TokenCounts } from "../../domain/token-pricing.js";
+import { addDelivered, deliveredText, type DeliveredText, type TokenCounts } from "../../domain/money/token-pricing.js";
 import type { NodeResponse } from "../rest.js";
 import type { EndpointPicker, Upstream } from "./endpoints.js";
 import { V1Error } from "./errors.js";

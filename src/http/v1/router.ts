@@ -9,11 +9,11 @@
 import crypto from "node:crypto";
 import type { Config } from "../../config.js";
 import type { Sql } from "../../db/index.js";
-import { LLM_MODELS } from "../../domain/job-schemas.js";
-import { roleOfKey } from "../../domain/keys.js";
-import { cachedLookupKey } from "../../domain/key-cache.js";
-import { renterFunds } from "../../domain/ledger.js";
-import { halalaToSar } from "../../domain/pricing.js";
+import { LLM_MODELS } from "../../domain/jobs/job-schemas.js";
+import { roleOfKey } from "../../domain/accounts/keys.js";
+import { cachedLookupKey } from "../../domain/accounts/key-cache.js";
+import { renterFunds } from "../../domain/money/ledger.js";
+import { halalaToSar } from "../../domain/money/pricing.js";
 import {
   billableTokens,
   completionTokensBound,
@@ -23,8 +23,8 @@ import {
   tokenRate,
   type DeliveredText,
   type TokenCounts,
-} from "../../domain/token-pricing.js";
-import { chargeTokenUsage, releaseTokenBudget, reserveTokenBudget, usageTotals } from "../../domain/usage-billing.js";
+} from "../../domain/money/token-pricing.js";
+import { chargeTokenUsage, releaseTokenBudget, reserveTokenBudget, usageTotals } from "../../domain/money/usage-billing.js";
 import type { Logger } from "../../log.js";
 import { readBody } from "../body.js";
 import { credentialsFromHeaders } from "../credentials.js";

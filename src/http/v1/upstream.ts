@@ -5,7 +5,7 @@
 // (the address actually dialled, so DNS rebinding cannot slip through).
 import http from "node:http";
 import https from "node:https";
-import { isIpLiteral, isPrivateAddress, publicOnlyLookup } from "../../net/address.js";
+import { isIpLiteral, isPrivateAddress, publicOnlyLookup } from "../../domain/shared/address.js";
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
 
