@@ -48,6 +48,10 @@ DAEMON_VERSION = "{{DAEMON_VERSION}}"
 BACKEND_URL = "{{BACKEND_URL}}"
 API_KEY = "{{API_KEY}}"
 HMAC_SECRET = "{{HMAC_SECRET}}"
+# The secret served in this file is this provider's own (tasks sent to other
+# providers are signed with theirs); the readiness report tells the server so.
+# SVC_HMAC_SECRET in the environment replaces it with the service-wide one.
+TASK_SIGNING_OWN = "provider"
 # The programs the built-in job types run inside their image: the same files as
 # the TypeScript daemon's container-scripts/, filled in when this file is served
 # ({"llm.py": "<source>", ...}); written under the work folder and mounted read-only.
@@ -630,7 +634,8 @@ class Daemon:
                   "vram_gb": round(sum((g.get("vram_mib") or 0) for g in gpus) / 1024.0, 1),
                   "driver": (gpus[0].get("driver_version") if gpus else None) or ""}
         try:
-            res = self.api.post("/api/providers/readiness", {"daemon_version": DAEMON_VERSION, "checks": checks})
+            signing = "service" if os.environ.get("SVC_HMAC_SECRET") else TASK_SIGNING_OWN
+            res = self.api.post("/api/providers/readiness", {"daemon_version": DAEMON_VERSION, "checks": checks, "task_signing": signing})
             self.log("readiness: %s" % res.get("readiness_status"))
         except ApiError as err:
             self.log("readiness report failed: %s" % err)
