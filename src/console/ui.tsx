@@ -200,7 +200,8 @@ export interface Series {
   bars?: boolean;
 }
 
-const bars = uPlot.paths.bars!({ size: [0.6, 40] });
+// Bars of several series stand side by side (two at most here: left and right of the tick).
+const barsFor = (i: number, n: number) => uPlot.paths.bars!({ size: [0.7 / n, 40], align: n === 1 ? 0 : i === 0 ? -1 : 1 });
 
 /** A uPlot chart that follows its container's width; x is seconds since 1970 (UTC) unless `labels` name categories. */
 export function Chart({ title, x, series, height = 200, labels }: { title: string; x: number[]; series: Series[]; height?: number; labels?: string[] }) {
@@ -218,14 +219,15 @@ export function Chart({ title, x, series, height = 200, labels }: { title: strin
         labels ? { splits: () => x, values: (_u: uPlot, vals: number[]) => vals.map((v) => labels[v] ?? "") } : {},
         { size: 60 },
       ],
+      legend: { live: false },
       series: [
         {},
         ...series.map((s) => ({
           label: s.label,
           stroke: s.color,
-          fill: s.bars ? s.color + "99" : s.color + "22",
+          fill: s.bars ? s.color + "cc" : s.color + "22",
           width: 2,
-          paths: s.bars ? bars : undefined,
+          paths: s.bars ? barsFor(series.filter((x) => x.bars).indexOf(s), series.filter((x) => x.bars).length) : undefined,
           points: { show: !s.bars && x.length < 40 },
         })),
       ],

@@ -184,6 +184,13 @@ describe("web console", () => {
     await page.getByRole("img", { name: "Temperature (°C)" }).waitFor({ timeout: STEP_MS });
     await shot(page, "provider-status");
 
+    // A lost connection is shown, retried, and cleared once the service answers again.
+    await page.context().setOffline(true);
+    const banner = page.getByRole("status").filter({ hasText: "Lost connection to the service" });
+    await banner.waitFor({ timeout: STEP_MS });
+    await page.context().setOffline(false);
+    await banner.waitFor({ state: "detached", timeout: STEP_MS });
+
     await page.getByRole("link", { name: "Earnings" }).click();
     const row = page.locator(`tr[data-job="${shared.jobId}"]`);
     await expect.poll(() => row.textContent(), { timeout: STEP_MS }).toContain("completed");

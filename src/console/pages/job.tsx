@@ -94,7 +94,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
         <div class="job-head">
           <StatusBadge status={j.status} />
           <span>{j.jobType}</span>
-          {j.progressPhase ? <span class="muted">{j.progressPhase}</span> : null}
+          {j.progressPhase && !TERMINAL.has(j.status) ? <span class="muted">{j.progressPhase}</span> : null}
         </div>
         <ProgressBar pct={pct} status={j.status} label="Job progress" />
         {j.queueReason ? <p class="note" data-testid="queue-reason">Waiting: {j.queueReason}</p> : null}

@@ -55,7 +55,7 @@ function DashboardPage() {
                 {d.gpuBreakdown.length === 0 ? (
                   <Empty>No providers yet. Providers register from the console's Provider tab or the API, then appear here for approval.</Empty>
                 ) : (
-                  <Chart title="Providers by GPU model" x={d.gpuBreakdown.map((_, i) => i)} labels={d.gpuBreakdown.map((g) => g.gpuModel)}
+                  <Chart title="Providers by GPU model" x={d.gpuBreakdown.map((_, i) => i)} labels={d.gpuBreakdown.map((g) => g.gpuModel.replace(/^NVIDIA (GeForce )?/, ""))}
                     series={[
                       { label: "Online", values: d.gpuBreakdown.map((g) => Number(g.online)), color: "#16a34a", bars: true },
                       { label: "All", values: d.gpuBreakdown.map((g) => Number(g.providers)), color: "#94a3b8", bars: true },
