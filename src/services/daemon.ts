@@ -11,8 +11,8 @@ import {
   type Hello,
   ServerMessageSchema,
 } from "../../gen/svc/v1/daemon_pb.js";
-import { recordDaemonEvent } from "../domain/daemon-events.js";
-import { recordHeartbeat } from "../domain/heartbeat.js";
+import { recordDaemonEvent } from "../domain/providers/daemon-events.js";
+import { recordHeartbeat } from "../domain/providers/heartbeat.js";
 import {
   appendLogs,
   assignedJobMessage,
@@ -21,15 +21,17 @@ import {
   markJobRejected,
   reportProgress,
   reportResult,
-} from "../domain/job-reports.js";
-import type { AssignedJob } from "../domain/job-events.js";
-import type { JobRow } from "../domain/jobs.js";
-import { providerById, type ProviderRow } from "../domain/providers.js";
-import { recordReadiness } from "../domain/readiness.js";
+} from "../domain/jobs/job-reports.js";
+import type { AssignedJob } from "../domain/notify/job-notices.js";
+import type { JobRow } from "../domain/shared/job-row.js";
+import { providerById, type ProviderRow } from "../domain/providers/providers.js";
+import { recordReadiness } from "../domain/providers/readiness.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
-import { loadTaskSigner, type TaskSigner } from "../daemon/task-signature.js";
-import { canonicalJson, verifyTask } from "../domain/task-signing.js";
-import { badRequest, toHttpError } from "../http/errors.js";
+import type { TaskSigner } from "../shared/task-signature.js";
+import { loadTaskSigner } from "../domain/jobs/task-signer.js";
+import { canonicalJson, verifyTask } from "../shared/task-signature.js";
+import { badRequest } from "../errors.js";
+import { toConnectError, toHttpError } from "../http/errors.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, type Deps } from "./deps.js";
 
@@ -53,7 +55,8 @@ function settingsOf(p: Pick<ProviderRow, "is_paused" | "status" | "run_mode" | "
   };
 }
 
-function errorCode(err: unknown): string {
+function errorCode(thrown: unknown): string {
+  const err = toConnectError(thrown);
   if (err instanceof ConnectError) return Code[err.code].replace(/[A-Z]/g, (c, i) => (i ? "_" : "") + c.toLowerCase());
   return "internal";
 }

@@ -4,17 +4,17 @@ import { create, toJson, type JsonObject, type JsonValue, type MessageInitShape 
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
 import type { Db } from "../db/index.js";
-import { apiError, badRequest, notFound } from "../http/errors.js";
-import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch.js";
-import { idempotent, restoreAnswer } from "../domain/idempotency.js";
-import { cancelJob } from "../domain/job-control.js";
-import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/job-reports.js";
-import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader, type JobRow } from "../domain/jobs.js";
-import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/submit.js";
-import { SubmitBatcher } from "../domain/submit-batcher.js";
-import { checkEnum, iso, page } from "../domain/validate.js";
-import { auditActor } from "./admin.js";
-import { callerProviderId, callerRenterId, principalOf, type Deps } from "./deps.js";
+import { apiError, badRequest, notFound } from "../errors.js";
+import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch/dispatch.js";
+import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
+import { cancelJob } from "../domain/jobs/job-control.js";
+import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
+import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader } from "../domain/jobs/jobs.js";
+import { type JobRow } from "../domain/shared/job-row.js";
+import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
+import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
+import { checkEnum, iso, page } from "../domain/shared/validate.js";
+import { callerProviderId, callerRenterId, principalOf, type Deps, auditActor } from "./deps.js";
 
 /** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
 export function timeoutAtText(d: Date | null): string | undefined {

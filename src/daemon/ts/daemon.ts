@@ -20,10 +20,9 @@ import {
   type Welcome,
 } from "../../../gen/svc/v1/daemon_pb.js";
 import type { AssignedJob } from "../../../gen/svc/v1/jobs_pb.js";
-import { verifyTask } from "../../domain/task-signing.js";
-import { withinRunWindow } from "../../domain/preferences.js";
+import { withinRunWindow } from "../../shared/run-window.js";
+import { verifyTask, verifyTaskSignature } from "../../shared/task-signature.js";
 import { AsyncQueue } from "../async-queue.js";
-import { verifyTaskSignature } from "../task-signature.js";
 import { runCommand } from "./exec.js";
 import { executorFor, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
