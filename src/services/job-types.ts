@@ -1,7 +1,7 @@
 // JobTypeService: the job-type rules (public), for forms and tools.
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
-import { jobTypeRules } from "../domain/job-rules.js";
+import { jobTypeRules } from "../domain/jobs/job-rules.js";
 import type { Deps } from "./deps.js";
 
 export function jobTypeService(_deps: Deps): Partial<ServiceImpl<typeof JobTypeService>> {

@@ -1,7 +1,7 @@
 // ReportService: figures per day for charts (a provider's earnings, a renter's /v1 usage, the platform's).
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { ReportService } from "../../gen/svc/v1/reports_pb.js";
-import { platformByDay, providerEarningsByDay, renterUsageByDay, reportDays } from "../domain/daily-reports.js";
+import { platformByDay, providerEarningsByDay, renterUsageByDay, reportDays } from "../domain/money/daily-reports.js";
 import { callerProviderId, callerRenterId, type Deps } from "./deps.js";
 
 export function reportService({ sql }: Deps): Partial<ServiceImpl<typeof ReportService>> {

@@ -1,9 +1,9 @@
 // Figures per UTC day for the console's charts. Money comes from the ledger
 // (the same transfer kinds the dashboard sums), so a chart and the dashboard
 // never disagree. Each series has every day of the window, zeros included.
-import type { Sql } from "../db/index.js";
+import type { Sql } from "../../db/index.js";
 import { CHARGE_KIND, CHARGE_KINDS, PLATFORM_FEE_KINDS } from "./ledger.js";
-import { checkRange } from "./validate.js";
+import { checkRange } from "../shared/validate.js";
 
 export const REPORT_DAYS = { default: 14, max: 90 } as const;
 

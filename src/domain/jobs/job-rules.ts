@@ -2,9 +2,9 @@
 // schemas, rates and limits that submit validates with, never restated.
 import { fromJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import type { JobParamSchema, ListJobTypesResponseSchema } from "../../gen/svc/v1/job_types_pb.js";
+import type { JobParamSchema, ListJobTypesResponseSchema } from "../../../gen/svc/v1/job_types_pb.js";
 import { PARAMS_SCHEMAS } from "./job-schemas.js";
-import { JOB_TYPES, PROVIDER_SHARE_PERCENT, RATE_HALALA_PER_MINUTE } from "./pricing.js";
+import { JOB_TYPES, PROVIDER_SHARE_PERCENT, RATE_HALALA_PER_MINUTE } from "../money/pricing.js";
 import { SUBMIT_LIMITS } from "./submit.js";
 
 type Schema = Record<string, unknown>;
