@@ -26,6 +26,7 @@ import type { AssignedJob } from "../domain/notify/job-notices.js";
 import type { JobRow } from "../domain/shared/job-row.js";
 import { providerById, type ProviderRow } from "../domain/providers/providers.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
+import { recordTaskKeyCheck, taskKeyMismatch } from "../domain/dispatch/task-key.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
 import type { TaskSigner } from "../shared/task-signature.js";
 import { loadTaskSigner } from "../domain/jobs/task-signer.js";
@@ -67,6 +68,8 @@ class StreamSession {
   /** Jobs this stream has handed to the daemon (or the daemon said it runs): never pushed twice. */
   private readonly delivered = new Set<string>();
   private lastSettings = "";
+  /** The daemon pinned another task-signing key: it would refuse every task, so none is pushed. */
+  private keyMismatch = false;
   /** Pushes triggered by notices run one at a time, in the order the notices came. */
   private chain: Promise<void> = Promise.resolve();
 
@@ -94,7 +97,7 @@ class StreamSession {
   }
 
   private deliver(job: AssignedJob) {
-    if (this.delivered.has(job.job_id)) return;
+    if (this.keyMismatch || this.delivered.has(job.job_id)) return;
     this.delivered.add(job.job_id);
     // Only a task whose stored HMAC verifies gets the stream signature: a row changed behind the
     // service's back goes out unsigned, and the daemon refuses it.
@@ -140,6 +143,11 @@ class StreamSession {
   /** Welcome: settings, then resumption of what the daemon still runs, then the backlog. */
   async open(hello: Hello): Promise<void> {
     const { sql, config } = this.deps;
+    // Decided before anything is pushed: a daemon that cannot verify our tasks gets none.
+    const mismatch = taskKeyMismatch(hello.taskSigningKey, this.signer.publicKey);
+    this.keyMismatch = mismatch !== undefined;
+    if (mismatch) this.deps.log.warn({ providerId: this.providerId }, "daemon pinned another task-signing key; provider kept out of dispatch");
+    await recordTaskKeyCheck(sql, this.providerId, mismatch);
     const provider = await providerById(sql, this.providerId);
     const settings = settingsOf(provider);
     this.lastSettings = JSON.stringify(settings);
@@ -157,6 +165,8 @@ class StreamSession {
         },
       },
     });
+    // The welcome tells the daemon the key it does not trust; it explains and leaves.
+    if (this.keyMismatch) return;
     const stillRunning = new Set(hello.runningJobIds);
     const held = await sql<{ job_id: string; status: string; provider_id: number | null }[]>`
       SELECT job_id, status, provider_id FROM jobs
@@ -205,7 +215,7 @@ class StreamSession {
           this.delivered.add(k.value.jobId);
           return;
         case "jobRejected":
-          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason });
+          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted });
           return;
         case "logs":
           await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });

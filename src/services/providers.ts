@@ -162,6 +162,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
         approvalStatus: p.approval_status,
         isPaused: p.is_paused,
         reliabilityScore: p.reliability_score ?? undefined,
+        taskKeyMismatch: p.task_key_mismatch ?? undefined,
       };
     },
 

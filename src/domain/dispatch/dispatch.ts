@@ -25,9 +25,12 @@ export const jobPolicy = { maxAttempts: 3 };
 
 // ---- SQL fragments over `providers p` (and `jobs j`, `provider_load l`) ----
 
-/** Approved, heartbeating, not suspended or offline: could run jobs at all. */
+/**
+ * Approved, heartbeating, not suspended or offline, and its daemon can verify this server's
+ * tasks (no task-signing key mismatch, task-key.ts): could run jobs at all.
+ */
 export const liveSql = (db: Db) => db`(
-  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline')
+  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND p.task_key_mismatch IS NULL
   AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))`;
 
 /** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/providers/preferences.ts). */
@@ -51,12 +54,17 @@ export const hardwareFitSql = (db: Db) => db`(
   AND (j.gpu_requirements->>'gpu_model' IS NULL
     OR strpos(lower(p.gpu_model), lower(j.gpu_requirements->>'gpu_model')) > 0))`;
 
-/** Fit, the requested provider if any, and not one that declined or never started this job. */
+/**
+ * Fit, the requested provider if any, and not one that declined or never started this job, nor
+ * one whose daemon was shut down mid-job and has not heartbeated since (it is still "live" for a while).
+ */
 export const matchesSql = (db: Db) => db`(
   (j.requested_provider_id IS NULL OR j.requested_provider_id = p.id)
   AND ${hardwareFitSql(db)}
   AND (j.attempt = 1 OR NOT EXISTS (
-    SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id AND x.end_reason IN ('rejected', 'not_picked_up'))))`;
+    SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id
+      AND (x.end_reason IN ('rejected', 'not_picked_up')
+        OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))))))`;
 
 export const slotsSql = (db: Db) => db`greatest(p.gpu_count, 1)`;
 export const busySql = (db: Db) => db`coalesce((SELECT l.active FROM provider_load l WHERE l.provider_id = p.id), 0)`;
@@ -488,7 +496,7 @@ export async function placeJobs(sql: Sql, ids: number[]): Promise<void> {
 export async function loseJobLocked(
   tx: Tx,
   job: LockedJob,
-  reason: "provider_lost" | "rejected" | "not_picked_up",
+  reason: "provider_lost" | "rejected" | "provider_interrupted" | "not_picked_up",
   error: string,
 ): Promise<"requeued" | "failed"> {
   const exhausted = job.attempt >= jobPolicy.maxAttempts;
@@ -601,8 +609,8 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
   const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
   if (job.requested_provider_id !== null) {
     const id = job.requested_provider_id;
-    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null }[]>`
-      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused,
+    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null }[]>`
+      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused, p.task_key_mismatch,
              ${runWindowSql(db)} AS in_window, ${busySql(db)} AS busy, ${slotsSql(db)} AS slots,
              p.scheduled_start, p.scheduled_end,
              (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits
@@ -610,6 +618,7 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
     if (!p || p.approval_status !== "approved" || p.status === "suspended") {
       return { code: "provider_unavailable", reason: `requested provider ${id} is not approved for jobs` };
     }
+    if (p.task_key_mismatch) return { code: "provider_cannot_verify_tasks", reason: `requested provider ${id} cannot take jobs: ${p.task_key_mismatch}` };
     if (!p.live) return { code: "provider_offline", reason: `requested provider ${id} is offline (no heartbeat in the last 120 seconds)` };
     if (!p.fits) return { code: "provider_mismatch", reason: `requested provider ${id} does not meet the job's gpu_requirements` };
     if (p.paused) return { code: "provider_paused", reason: `requested provider ${id} is paused` };

@@ -87,12 +87,17 @@ export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId
   await sql.begin(async (tx) => startLocked(tx, await lockOwnActive(tx, providerId, msg.jobId)));
 }
 
-/** A daemon refuses a job: it goes back to the queue for another provider (a new attempt). */
-export async function markJobRejected(sql: Sql, providerId: number, msg: { jobId: string; reason?: string }): Promise<"requeued" | "failed"> {
+/**
+ * A daemon refuses a job, or (`interrupted`) stopped one it had started because
+ * the provider shut it down: either way it goes back to the queue for another
+ * provider (a new attempt) and the renter is charged nothing for this one.
+ */
+export async function markJobRejected(sql: Sql, providerId: number, msg: { jobId: string; reason?: string; interrupted?: boolean }): Promise<"requeued" | "failed"> {
   const { outcome, id } = await sql.begin(async (tx) => {
     const job = await lockOwnActive(tx, providerId, msg.jobId);
-    const why = `provider ${providerId} rejected the job${msg.reason ? `: ${msg.reason.slice(0, 500)}` : ""}`;
-    return { outcome: await loseJobLocked(tx, job, "rejected", why), id: job.id };
+    const what = msg.interrupted ? "interrupted the job" : "rejected the job";
+    const why = `provider ${providerId} ${what}${msg.reason ? `: ${msg.reason.slice(0, 500)}` : ""}`;
+    return { outcome: await loseJobLocked(tx, job, msg.interrupted ? "provider_interrupted" : "rejected", why), id: job.id };
   });
   if (outcome === "requeued") await placeJobs(sql, [id]);
   return outcome;

@@ -50,18 +50,50 @@ export async function recentJobsOfProvider(db: Db, providerId: number, limit = 1
 
 // ---- readers ----
 
-/** Who reads: the owning renter, any provider that held an attempt, or an admin. */
+/**
+ * Who reads: the owning renter, an admin, or a provider. A provider reads a
+ * job (its spec, endpoint, output) only while it is the job's current
+ * provider; after the job moved on it reads only its own attempts (their
+ * history rows and logs), never another provider's endpoint, logs or the output.
+ */
 export type JobReader = { role: "renter"; renterId: number } | { role: "provider"; providerId: number } | { role: "admin" } | { role: "public" };
 
-export async function jobForReader(db: Db, jobId: string, reader: JobReader): Promise<JobRow> {
+const MOVED_ON = "this job moved to another provider; a provider reads only its own attempts of it";
+
+async function jobByPublicId(db: Db, jobId: string): Promise<JobRow> {
   const [job] = await db<JobRow[]>`SELECT * FROM jobs WHERE job_id = ${jobId}`;
   if (!job) throw notFound("job not found");
+  return job;
+}
+
+async function attemptsHeldBy(db: Db, job: JobRow, providerId: number): Promise<number[]> {
+  const rows = await db<{ attempt: number }[]>`SELECT attempt FROM job_attempts WHERE job_id = ${job.id} AND provider_id = ${providerId} ORDER BY attempt`;
+  return rows.map((r) => r.attempt);
+}
+
+/** The whole job, for its renter, an admin, or its current provider. */
+export async function jobForReader(db: Db, jobId: string, reader: JobReader): Promise<JobRow> {
+  const job = await jobByPublicId(db, jobId);
   if (reader.role === "admin") return job;
   if (reader.role === "renter" && job.renter_id === reader.renterId) return job;
   if (reader.role === "provider") {
     if (job.provider_id === reader.providerId) return job;
-    const [held] = await db`SELECT 1 FROM job_attempts WHERE job_id = ${job.id} AND provider_id = ${reader.providerId} LIMIT 1`;
-    if (held) return job;
+    if ((await attemptsHeldBy(db, job, reader.providerId)).length > 0) throw forbidden(MOVED_ON);
+  }
+  throw forbidden("this job belongs to another caller");
+}
+
+/** The attempts of a job a reader may see: every one, or the numbers of a provider's own. */
+export type AttemptScope = "all" | number[];
+
+/** The job and the attempts the reader may see (a provider: its own, also after the job moved on). */
+export async function attemptsForReader(db: Db, jobId: string, reader: JobReader): Promise<{ job: JobRow; attempts: AttemptScope }> {
+  const job = await jobByPublicId(db, jobId);
+  if (reader.role === "admin") return { job, attempts: "all" };
+  if (reader.role === "renter" && job.renter_id === reader.renterId) return { job, attempts: "all" };
+  if (reader.role === "provider") {
+    const own = await attemptsHeldBy(db, job, reader.providerId);
+    if (own.length > 0) return { job, attempts: own };
   }
   throw forbidden("this job belongs to another caller");
 }
@@ -94,7 +126,7 @@ export async function listJobs(
     reader.role === "renter"
       ? db`j.renter_id = ${reader.renterId}`
       : reader.role === "provider"
-        ? db`(j.provider_id = ${reader.providerId} OR j.id IN (SELECT a.job_id FROM job_attempts a WHERE a.provider_id = ${reader.providerId}))`
+        ? db`j.provider_id = ${reader.providerId}`
         : reader.role === "admin"
           ? db`true`
           : db`false`;

@@ -108,7 +108,7 @@ export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, me
   return f;
 }
 
-export type EndReason = "result" | "timeout" | "cancelled" | "provider_lost" | "rejected" | "not_picked_up" | "admin";
+export type EndReason = "result" | "timeout" | "cancelled" | "provider_lost" | "rejected" | "provider_interrupted" | "not_picked_up" | "admin";
 
 /**
  * Ends an active job (row locked, status checked by the caller) as failed or

@@ -52,6 +52,8 @@ export interface ProviderRow {
   first_heartbeat_at: Date | null;
   status_since: Date;
   suspended_reason: string | null;
+  /** Why its daemon cannot verify this server's tasks (task-key.ts); no dispatch while set. */
+  task_key_mismatch: string | null;
 }
 
 export const PROVIDER_STATUSES = ["registered", "connected", "online", "offline", "paused", "suspended"] as const;
@@ -114,6 +116,7 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
     createdAt: iso(p.created_at)!,
     readinessStatus: p.readiness_status ?? undefined,
     rejectionReason: p.rejection_reason ?? undefined,
+    taskKeyMismatch: p.task_key_mismatch ?? undefined,
   };
 }
 
