@@ -85,4 +85,21 @@ function App() {
   );
 }
 
-render(<App />, document.getElementById("app")!);
+/**
+ * On narrow screens tables stack each row as a card (style.css); every cell
+ * is labelled with its column's heading for that, whichever page drew it.
+ */
+function labelCells(root: ParentNode) {
+  for (const table of root.querySelectorAll("table")) {
+    const heads = [...table.querySelectorAll("thead th")].map((th) => th.textContent ?? "");
+    for (const tr of table.querySelectorAll("tbody tr")) {
+      [...tr.children].forEach((td, i) => {
+        if (heads[i] && (td as HTMLElement).dataset.label !== heads[i]) (td as HTMLElement).dataset.label = heads[i];
+      });
+    }
+  }
+}
+
+const app = document.getElementById("app")!;
+new MutationObserver(() => labelCells(app)).observe(app, { childList: true, subtree: true });
+render(<App />, app);

@@ -203,6 +203,8 @@ export interface Series {
 // Bars of several series stand side by side (two at most here: left and right of the tick).
 const barsFor = (i: number, n: number) => uPlot.paths.bars!({ size: [0.7 / n, 40], align: n === 1 ? 0 : i === 0 ? -1 : 1 });
 
+const halfStep = (x: number[]) => (x.length > 1 ? (x[1] - x[0]) / 2 : 43_200);
+
 /** A uPlot chart that follows its container's width; x is seconds since 1970 (UTC) unless `labels` name categories. */
 export function Chart({ title, x, series, height = 200, labels }: { title: string; x: number[]; series: Series[]; height?: number; labels?: string[] }) {
   const box = useRef<HTMLDivElement>(null);
@@ -214,7 +216,10 @@ export function Chart({ title, x, series, height = 200, labels }: { title: strin
       height,
       title,
       // With labels, x is a category index (0, 1, …) named by labels.
-      scales: labels ? { x: { time: false, range: [-0.5, Math.max(x.length - 0.5, 0.5)] } } : { x: { time: true } },
+      // Bars get half a step of room at both ends, so the first and last are drawn whole.
+      scales: labels
+        ? { x: { time: false, range: [-0.5, Math.max(x.length - 0.5, 0.5)] } }
+        : { x: { time: true, range: series.some((s) => s.bars) ? (_u, min, max) => [min - halfStep(x), max + halfStep(x)] : undefined } },
       axes: [
         labels ? { splits: () => x, values: (_u: uPlot, vals: number[]) => vals.map((v) => labels[v] ?? "") } : {},
         { size: 60 },

@@ -108,7 +108,8 @@ describe("web console", () => {
     const page = await newPage();
     await page.goto(srv.url + "/");
     await page.getByLabel("Name", { exact: true }).fill("Lab One");
-    await page.getByLabel("Email").first().fill(uniqueEmail("console"));
+    const email = uniqueEmail("console");
+    await page.getByLabel("Email").first().fill(email);
     await page.getByRole("button", { name: "Create renter account" }).click();
     const key = await page.getByLabel("Your new API key").inputValue();
     expect(key).toMatch(/^svc-renter-/);
@@ -168,6 +169,15 @@ describe("web console", () => {
     await page.getByRole("button", { name: "Sign out" }).click();
     expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toBeNull();
     await page.getByRole("heading", { name: "Sign in to svc" }).waitFor();
+
+    // Back by email (one step here: no email service is configured), remembered this time.
+    await page.getByRole("region", { name: "Sign in with email" }).getByLabel("Email").fill(email);
+    await page.getByRole("region", { name: "Sign in with email" }).getByRole("checkbox", { name: "Remember me on this device" }).check();
+    await page.getByRole("button", { name: "Sign in with email" }).click();
+    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("4.80 SAR");
+    expect(await page.evaluate(() => localStorage.getItem("svc-console-session"))).toContain("svc-renter-");
+    await page.getByRole("button", { name: "Sign out" }).click();
+    expect(await page.evaluate(() => localStorage.getItem("svc-console-session") ?? sessionStorage.getItem("svc-console-session"))).toBeNull();
     assertNoProblems(page);
   }, 240_000);
 
@@ -241,6 +251,7 @@ describe("web console", () => {
     await page.getByRole("link", { name: "Providers" }).click();
     const row = page.locator(`tr[data-provider="${reg.body.provider_id}"]`);
     await row.waitFor({ timeout: STEP_MS });
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
     await shot(page, "operator-providers-375");
     await row.getByRole("button", { name: "Approve Pending Rig" }).click();
     await expect.poll(() => page.getByText("No provider waits for approval.").count(), { timeout: STEP_MS }).toBe(1);

@@ -59,13 +59,14 @@ function EmailSignIn({ role }: { role: "renter" | "provider" }) {
   const [email, setEmail] = useState("");
   const [code, setCode] = useState("");
   const [codeSent, setCodeSent] = useState<string>();
+  const [remember, setRemember] = useState(false);
   const a = useAction();
   const emailId = useId("email");
   const codeId = useId("code");
   const submit = async () => {
     const req = { email, ...(codeSent ? { code } : {}) };
     const r = role === "renter" ? await api.renters.loginEmail(req) : await api.providers.loginEmail(req);
-    if (r.apiKey) return verifyAndSignIn(role, r.apiKey, false);
+    if (r.apiKey) return verifyAndSignIn(role, r.apiKey, remember);
     setCodeSent(r.message ?? "We sent a one-time code to that address.");
   };
   return (
@@ -86,6 +87,7 @@ function EmailSignIn({ role }: { role: "renter" | "provider" }) {
           </Field>
         </>
       ) : null}
+      <Remember value={remember} onChange={setRemember} />
       <ErrorBox error={a.error} />
       <button type="submit" disabled={a.busy}>
         {codeSent ? "Sign in with code" : settings.emailCodes ? "Email me a code" : "Sign in with email"}
@@ -223,10 +225,10 @@ export function SignIn() {
             <Card title={role === "renter" ? "New renter" : "New provider"}>{role === "renter" ? <RenterSignUp /> : <ProviderSignUp />}</Card>
             <div>
               <Card title="Sign in with an API key">
-                <KeySignIn role={role} />
+                <KeySignIn key={role} role={role} />
               </Card>
               <Card title="Sign in with email">
-                <EmailSignIn role={role} />
+                <EmailSignIn key={role} role={role} />
               </Card>
             </div>
           </>
