@@ -1,5 +1,6 @@
 // JobService: thin translation between messages and the job domain
-// (submit.ts, dispatch.ts, job-reports.ts, settlement.ts, job-control.ts).
+// (submit.ts, dispatch.ts, job-reports.ts, settlement.ts, job-control.ts);
+// WatchJob streams from the per-process hub (workers/job-watch.ts).
 import { create, toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
@@ -12,6 +13,8 @@ import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, report
 import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader, type JobRow } from "../domain/jobs.js";
 import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/submit.js";
 import { SubmitBatcher } from "../domain/submit-batcher.js";
+import { parseCursor } from "../domain/job-watch.js";
+import { jobWatchHub } from "../workers/job-watch.js";
 import { checkEnum, iso, page } from "../domain/validate.js";
 import { auditActor } from "./admin.js";
 import { callerProviderId, callerRenterId, principalOf, type Deps } from "./deps.js";
@@ -79,6 +82,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
   const { sql, config } = deps;
   jobPolicy.maxAttempts = config.jobMaxAttempts;
   const batcher = new SubmitBatcher(sql);
+  const watchHub = jobWatchHub(sql, deps.log);
 
   /** A finished job's output object, or the status error for the format routes. */
   async function completedOutput(ctx: HandlerContext, jobId: string): Promise<{ job: JobRow; obj: JsonObject }> {
@@ -201,6 +205,13 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         attempt,
         logs: lines.map((l) => ({ seq: BigInt(l.id), level: l.level, message: l.message, createdAt: iso(l.created_at)! })),
       };
+    },
+
+    async *watchJob(req, ctx) {
+      const reader = readerOf(ctx);
+      const cursor = parseCursor(req.cursor);
+      const job = await jobForReader(sql, req.jobId, reader);
+      yield* watchHub.watch(job.id, reader, cursor, ctx.signal);
     },
 
     async getHistory(req, ctx) {

@@ -1,0 +1,279 @@
+// Live job events for WatchJob and GET /api/jobs/{id}/events. One LISTEN per
+// process on the job-watch channel (migration 016's triggers send the job's
+// id from whichever process changed it); a notice for a job that watchers of
+// this process follow starts one read of that job (readJobChanges), whose
+// events are handed to all of them: a thousand watchers of one job cost one
+// read per change in each process, not a thousand. Notices that arrive while
+// a read is running fold into one more read after it.
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Sql } from "../db/index.js";
+import type { Logger } from "../log.js";
+import {
+  JOB_WATCH_CHANNEL,
+  WATCH_LOG_PAGE,
+  changeEvents,
+  logEvent,
+  outcomeEvent,
+  readJobChanges,
+  snapshotEvent,
+  watchState,
+  type JobEventInit,
+  type WatchState,
+} from "../domain/job-watch.js";
+import type { JobReader } from "../domain/jobs.js";
+
+/** Events a watcher may have waiting before it is cut off (it resumes from its last cursor). */
+export const MAX_QUEUED_EVENTS = 4 * WATCH_LOG_PAGE;
+/** How often a queued job's reason is read again (it changes with providers, which send no notice). */
+const QUEUE_REFRESH_MS = 10_000;
+/** Longest wait for slow watchers to take a page of log lines before the next page is read. */
+const DRAIN_WAIT_MS = 5_000;
+
+class Watcher {
+  private readonly queue: JobEventInit[] = [];
+  private head = 0;
+  private wake: (() => void) | undefined;
+  private drained: (() => void) | undefined;
+  /** Snapshot not yet sent. */
+  fresh = true;
+  done = false;
+  error: ConnectError | undefined;
+
+  constructor(
+    /** Seq of the last log line this watcher was given. */
+    public cursor: number,
+    readonly reader: JobReader,
+  ) {}
+
+  get queued(): number {
+    return this.queue.length - this.head;
+  }
+
+  push(e: JobEventInit): void {
+    if (this.done) return;
+    if (this.queued >= MAX_QUEUED_EVENTS) {
+      this.finish(new ConnectError(`this watcher fell behind the job's events; watch again from cursor ${this.lastCursor()}`, Code.ResourceExhausted));
+      return;
+    }
+    this.queue.push(e);
+    this.notify();
+  }
+
+  private lastCursor(): string {
+    return this.head > 0 ? String(this.queue[this.head - 1].cursor) : "(the last event received)";
+  }
+
+  finish(error?: ConnectError): void {
+    if (this.done) return;
+    this.done = true;
+    this.error = error;
+    if (error) this.queue.length = this.head = 0;
+    this.notify();
+    this.drained?.();
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = undefined;
+    w?.();
+  }
+
+  take(): JobEventInit | undefined {
+    if (this.head >= this.queue.length) return undefined;
+    const e = this.queue[this.head++];
+    if (this.head > 1024 && this.head * 2 > this.queue.length) {
+      this.queue.splice(0, this.head);
+      this.head = 0;
+    }
+    if (this.queued < WATCH_LOG_PAGE) this.drained?.();
+    return e;
+  }
+
+  wait(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const onAbort = () => resolve();
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.wake = () => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      };
+    });
+  }
+
+  /** Resolves once fewer than a page of events wait (or the watcher ended). */
+  untilDrained(): Promise<void> {
+    if (this.done || this.queued < WATCH_LOG_PAGE) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.drained = () => {
+        this.drained = undefined;
+        resolve();
+      };
+    });
+  }
+}
+
+class Feed {
+  readonly watchers = new Set<Watcher>();
+  prev: WatchState | undefined;
+  running = false;
+  dirty = false;
+  constructor(readonly id: number) {}
+}
+
+export class JobWatchHub {
+  private readonly feeds = new Map<number, Feed>();
+  private started: Promise<void> | undefined;
+  private unlisten: (() => Promise<void>) | undefined;
+  private listens = 0;
+  private refresh: NodeJS.Timeout | undefined;
+  /** Reads of job changes made (for tests and the bench: one per change per process, however many watch). */
+  reads = 0;
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly log: Logger,
+  ) {}
+
+  /** Watchers held by this process. */
+  get watchers(): number {
+    let n = 0;
+    for (const f of this.feeds.values()) n += f.watchers.size;
+    return n;
+  }
+
+  /**
+   * The events of job `id` (internal id; the caller checked that `reader` may
+   * read it), from log cursor `cursor`, until the job is terminal and all was
+   * sent, or `signal` aborts.
+   */
+  async *watch(id: number, reader: JobReader, cursor: number, signal: AbortSignal): AsyncGenerator<JobEventInit> {
+    await this.start();
+    const w = new Watcher(cursor, reader);
+    let feed = this.feeds.get(id);
+    if (!feed) this.feeds.set(id, (feed = new Feed(id)));
+    feed.watchers.add(w);
+    void this.run(feed);
+    try {
+      for (;;) {
+        const e = w.take();
+        if (e) {
+          yield e;
+          continue;
+        }
+        if (w.done) {
+          if (w.error) throw w.error;
+          return;
+        }
+        if (signal.aborted) return;
+        await w.wait(signal);
+      }
+    } finally {
+      w.finish();
+      feed.watchers.delete(w);
+      if (feed.watchers.size === 0 && !feed.running && this.feeds.get(id) === feed) this.feeds.delete(id);
+    }
+  }
+
+  private start(): Promise<void> {
+    this.started ??= (async () => {
+      const sub = await this.sql.listen(
+        JOB_WATCH_CHANNEL,
+        (payload) => {
+          const feed = this.feeds.get(Number(payload));
+          if (feed) void this.run(feed);
+        },
+        // After a reconnect, notices sent while the connection was down are lost: read every followed job again.
+        () => {
+          if (++this.listens > 1) for (const f of this.feeds.values()) void this.run(f);
+        },
+      );
+      this.unlisten = sub.unlisten;
+      this.refresh = setInterval(() => {
+        for (const f of this.feeds.values()) if (f.prev?.status.status === "queued") void this.run(f);
+      }, QUEUE_REFRESH_MS);
+      this.refresh.unref();
+    })().catch((err) => {
+      this.started = undefined;
+      throw err;
+    });
+    return this.started;
+  }
+
+  /** Reads the job and hands out what changed; a call while a read runs asks for one more after it. */
+  private async run(feed: Feed): Promise<void> {
+    if (feed.running) {
+      feed.dirty = true;
+      return;
+    }
+    feed.running = true;
+    try {
+      do {
+        feed.dirty = false;
+        // Watchers that join during the read are served by the next one (their cursor may be older).
+        const ws = [...feed.watchers].filter((w) => !w.done);
+        if (ws.length === 0) break;
+        const from = Math.min(...ws.map((w) => w.cursor));
+        this.reads++;
+        let c;
+        try {
+          c = await readJobChanges(this.sql, feed.id, from);
+        } catch (err) {
+          this.log.error({ err, job: feed.id }, "job watch read failed");
+          for (const w of ws) w.finish(new ConnectError("could not read the job's events; watch again from the last cursor", Code.Unavailable));
+          break;
+        }
+        if (!c) {
+          for (const w of ws) w.finish(new ConnectError("job not found", Code.NotFound));
+          break;
+        }
+        const next = watchState(c);
+        const pageFull = c.logs.length >= WATCH_LOG_PAGE;
+        for (const w of ws) {
+          if (w.done) continue;
+          if (w.fresh) {
+            w.push(snapshotEvent(c, next, w.reader, w.cursor));
+            w.fresh = false;
+          } else if (feed.prev) {
+            for (const e of changeEvents(feed.prev, next, w.cursor)) w.push(e);
+          }
+          for (const l of c.logs) {
+            if (l.id <= w.cursor) continue;
+            w.push(logEvent(l));
+            w.cursor = l.id;
+          }
+          if (next.terminal && !pageFull) {
+            w.push(outcomeEvent(c, w.cursor));
+            w.finish();
+          }
+        }
+        feed.prev = next;
+        if (pageFull) {
+          feed.dirty = true;
+          await Promise.race([Promise.all(ws.map((w) => w.untilDrained())), new Promise((r) => setTimeout(r, DRAIN_WAIT_MS).unref())]);
+        }
+      } while (feed.dirty);
+    } finally {
+      feed.running = false;
+      for (const w of feed.watchers) if (w.done) feed.watchers.delete(w);
+      if (feed.watchers.size === 0 && this.feeds.get(feed.id) === feed) this.feeds.delete(feed.id);
+    }
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.refresh);
+    const un = this.unlisten;
+    this.unlisten = undefined;
+    this.started = undefined;
+    for (const f of this.feeds.values()) for (const w of f.watchers) w.finish(new ConnectError("the server is shutting down", Code.Unavailable));
+    await un?.().catch(() => {});
+  }
+}
+
+const hubs = new WeakMap<Sql, JobWatchHub>();
+
+/** The hub of a pool: one LISTEN and one read per job change per process. */
+export function jobWatchHub(sql: Sql, log: Logger): JobWatchHub {
+  let hub = hubs.get(sql);
+  if (!hub) hubs.set(sql, (hub = new JobWatchHub(sql, log)));
+  return hub;
+}
