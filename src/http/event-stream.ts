@@ -47,6 +47,19 @@ export function sseFrame(desc: DescMessage, msg: Message): string {
   return `${out}data: ${JSON.stringify(messageToJson(desc, msg))}\n\n`;
 }
 
+/**
+ * Frames by the streamed value: a stream that hands the same object to many
+ * watchers (the job-watch hub does, per change) is serialized once, not once
+ * per watcher.
+ */
+const frames = new WeakMap<object, string>();
+
+function frameOf(desc: DescMessage, value: object): string {
+  let f = frames.get(value);
+  if (f === undefined) frames.set(value, (f = sseFrame(desc, create(desc, value as never))));
+  return f;
+}
+
 const gone = (res: NodeResponse) => res.destroyed || res.writableEnded;
 /** HTTP/1.1 and HTTP/2 responses write alike; their union's overloads do not type-check as one. */
 const write = (res: NodeResponse, text: string): boolean => (res as ServerResponse).write(text);
@@ -83,7 +96,7 @@ export async function writeEventStream(res: NodeResponse, desc: DescMessage, str
   }, KEEPALIVE_MS);
   try {
     while (!next.done && !gone(res)) {
-      if (!write(res, sseFrame(desc, create(desc, next.value as never)))) await drained(res);
+      if (!write(res, frameOf(desc, next.value as object))) await drained(res);
       next = await it.next();
     }
   } catch (err) {

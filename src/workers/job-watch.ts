@@ -228,21 +228,32 @@ export class JobWatchHub {
         }
         const next = watchState(c);
         const pageFull = c.logs.length >= WATCH_LOG_PAGE;
+        // Events are made once per read and handed to every watcher as the same objects (serialized
+        // once, event-stream.ts); only those that carry a watcher's own cursor are made per cursor.
+        const lines = c.logs.map(logEvent);
+        const prev = feed.prev;
+        const changes = new Map<number, ReturnType<typeof changeEvents>>();
+        const outcomes = new Map<number, ReturnType<typeof outcomeEvent>>();
+        const perCursor = <T>(m: Map<number, T>, cursor: number, make: () => T) => {
+          let v = m.get(cursor);
+          if (v === undefined) m.set(cursor, (v = make()));
+          return v;
+        };
         for (const w of ws) {
           if (w.done) continue;
           if (w.fresh) {
             w.push(snapshotEvent(c, next, w.reader, w.cursor));
             w.fresh = false;
-          } else if (feed.prev) {
-            for (const e of changeEvents(feed.prev, next, w.cursor)) w.push(e);
+          } else if (prev) {
+            for (const e of perCursor(changes, w.cursor, () => changeEvents(prev, next, w.cursor))) w.push(e);
           }
-          for (const l of c.logs) {
-            if (l.id <= w.cursor) continue;
-            w.push(logEvent(l));
-            w.cursor = l.id;
+          for (let i = 0; i < lines.length; i++) {
+            if (c.logs[i].id <= w.cursor) continue;
+            w.push(lines[i]);
+            w.cursor = c.logs[i].id;
           }
           if (next.terminal && !pageFull) {
-            w.push(outcomeEvent(c, w.cursor));
+            w.push(perCursor(outcomes, w.cursor, () => outcomeEvent(c, w.cursor)));
             w.finish();
           }
         }
