@@ -77,7 +77,7 @@ function barDisplay(): Display {
       else out(t);
     },
     stop(complete) {
-      if (bar && complete) bar.update(100, { phase: phase || "done" });
+      if (complete) ensure().update(100, { phase: phase || "done" });
       multi.stop();
     },
   };
@@ -111,7 +111,7 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   const onEvent = (e: JobEvent) => {
     cursor = e.cursor;
     if (opts.json) {
-      printJsonLine(toJson(JobEventSchema, e, { useProtoFieldName: true }));
+      printJsonLine(toJson(JobEventSchema, e, { useProtoFieldName: true, alwaysEmitImplicit: true }));
       if (e.event.case === "outcome") outcome = e.event.value;
       return;
     }

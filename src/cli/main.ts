@@ -8,7 +8,7 @@ import { Command, CommanderError, Option } from "commander";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { clientsFor, type Clients } from "./clients.js";
 import { follow } from "./follow.js";
-import { EXIT, Exit, colour, out, printFields, printJson, printTable, reportError, sar, statusColour } from "./output.js";
+import { EXIT, Exit, colour, out, printFields, printJson, printJsonLine, printTable, reportError, sar, statusColour } from "./output.js";
 import { ROLES, maskSecret, resolveProfile, roleOfKey, saveProfile, UsageError, type Profile, type Role } from "./profiles.js";
 
 const EXIT_HELP = `
@@ -113,6 +113,8 @@ export function buildProgram(): Command {
       const c = clientsFor(p);
       // Checked before it is saved: a bad key is refused here, with the server's answer.
       let who: string;
+      // The `me` reads answer 404 for a key of no account (the spec's table); a list answers 401 "invalid API key".
+      if (role !== "admin") await c.jobs.list({ limit: 1 });
       if (role === "renter") {
         const me = await c.renters.getMe({});
         who = `renter ${me.renter?.id} (${me.renter?.email})`;
@@ -200,7 +202,9 @@ export function buildProgram(): Command {
         idempotencyKey: o.idempotencyKey,
       });
       const job = r.job!.job!;
-      if (g().json) printJson(o.follow ? { submitted: r } : r);
+      // Following with --json: one JSON object per line, the submission first.
+      if (g().json && o.follow) printJsonLine({ submitted: r });
+      else if (g().json) printJson(r);
       else out(`submitted ${job.jobId}: ${statusColour(job.status)} — ${r.message} (estimate ${job.costHalala} halala held)`);
       if (o.follow) throw new Exit(await follow(c, job.jobId, { json: !!g().json, outFile: o.out }));
     });
