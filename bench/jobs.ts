@@ -31,7 +31,7 @@ import { parseArgs } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../gen/svc/v1/daemon_pb.js";
-import { ledgerProblems } from "../src/domain/ledger.js";
+import { ledgerProblems } from "../src/domain/money/ledger.js";
 import { benchDatabase, cpuSecondsOf, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({

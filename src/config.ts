@@ -2,8 +2,8 @@
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
-import { parseVersion } from "./domain/versions.js";
-import { parseTokenRates, type TokenRates } from "./domain/token-pricing.js";
+import { parseVersion } from "./domain/providers/versions.js";
+import { parseTokenRates, type TokenRates } from "./domain/money/token-pricing.js";
 
 export interface Config {
   production: boolean;
@@ -50,7 +50,7 @@ export interface Config {
   v1: {
     /** Requests per renter key per minute (0: no limit; SVC_RATE_LIMITS=off turns it off too). */
     rateLimitPerMinute: number;
-    /** Per-model token rates replacing or extending the built-in table (src/domain/token-pricing.ts). */
+    /** Per-model token rates replacing or extending the built-in table (src/domain/money/token-pricing.ts). */
     tokenRates: TokenRates;
     /** Models always listed by GET /v1/models, served right now or not. */
     models: string[];
@@ -108,7 +108,7 @@ function url(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
   return raw.replace(/\/+$/, "");
 }
 
-/** A daemon version compared by semantic-version precedence (src/domain/versions.ts). */
+/** A daemon version compared by semantic-version precedence (src/domain/providers/versions.ts). */
 function version(env: NodeJS.ProcessEnv, name: string, fallback: string): string {
   const raw = env[name] || fallback;
   if (!parseVersion(raw)) throw new ConfigError(`${name} must be a semantic version such as 3.2.0 (got "${raw}")`);

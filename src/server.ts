@@ -21,6 +21,7 @@ import type { Worker } from "./workers/worker.js";
 import { webhookOutboxWorker } from "./workers/webhook-outbox.js";
 import { providerWorkers } from "./workers/liveness-sweep.js";
 import { jobTimeoutsWorker } from "./workers/job-timeouts.js";
+import { offerWorkTo } from "./domain/dispatch/job-hooks.js";
 
 export interface App {
   port: number;
@@ -55,7 +56,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // Made before the services: rows per renter key are counted after
   // authentication, inside the secured services (deps.keyRowCounter).
   const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
-  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter };
+  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (id) => offerWorkTo(sql, log, id) };
   const shutdown = new AbortController();
   let services: ReturnType<typeof buildServices>;
   try {

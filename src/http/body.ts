@@ -3,7 +3,7 @@ import type { IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import { route } from "../../gen/svc/v1/options_pb.js";
-import { apiError } from "./errors.js";
+import { apiError } from "../errors.js";
 
 export const DEFAULT_BODY_LIMIT_KB = 64;
 

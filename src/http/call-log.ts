@@ -1,12 +1,14 @@
 // Request ids and the log line of each gRPC / Connect call (REST requests are
-// logged by the transcoder). A failure that is not a ConnectError is an
-// internal error: logged with its cause, answered as "internal error" so
-// database or code details never reach the caller.
+// logged by the transcoder). A ServiceError becomes its ConnectError here
+// (src/http/errors.ts), also when a streamed answer fails midway. Any other
+// failure is an internal error: logged with its cause, answered as "internal
+// error" so database or code details never reach the caller.
 import crypto from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
 import { credentialsKey } from "./credentials.js";
+import { toConnectError } from "./errors.js";
 
 const CLIENT_REQUEST_ID = /^[\w.:-]{1,128}$/;
 
@@ -21,23 +23,36 @@ export function callLogInterceptor(log: Logger): Interceptor {
     const started = performance.now();
     const { requestId } = req.contextValues.get(credentialsKey);
     const procedure = `${req.service.typeName}/${req.method.name}`;
+    const failed = (thrown: unknown): ConnectError => {
+      const err = toConnectError(thrown);
+      const ms = Math.round(performance.now() - started);
+      if (err instanceof ConnectError) {
+        // A documented error, 500s included ("heartbeat failed"); their causes were logged where they were made.
+        err.metadata.set("x-request-id", requestId);
+        if (log.isLevelEnabled("info")) log.info({ requestId, procedure, code: Code[err.code], ms }, "call");
+        return err;
+      }
+      log.error({ err, requestId, procedure, ms }, "call failed");
+      return new ConnectError("internal error", Code.Internal, { "x-request-id": requestId });
+    };
     try {
       const res = await next(req);
       res.header.set("x-request-id", requestId);
       if (log.isLevelEnabled("info")) {
         log.info({ requestId, procedure, stream: req.stream, code: "ok", ms: Math.round(performance.now() - started) }, req.stream ? "stream opened" : "call");
       }
-      return res;
+      if (!res.stream) return res;
+      return { ...res, message: mapStreamErrors(res.message, failed) };
     } catch (err) {
-      const ms = Math.round(performance.now() - started);
-      if (err instanceof ConnectError) {
-        // A documented error, 500s included ("heartbeat failed"); their causes were logged where they were made.
-        err.metadata.set("x-request-id", requestId);
-        if (log.isLevelEnabled("info")) log.info({ requestId, procedure, code: Code[err.code], ms }, "call");
-        throw err;
-      }
-      log.error({ err, requestId, procedure, ms }, "call failed");
-      throw new ConnectError("internal error", Code.Internal, { "x-request-id": requestId });
+      throw failed(err);
     }
   };
+}
+
+async function* mapStreamErrors<T>(messages: AsyncIterable<T>, failed: (err: unknown) => ConnectError): AsyncIterable<T> {
+  try {
+    yield* messages;
+  } catch (err) {
+    throw failed(err);
+  }
 }

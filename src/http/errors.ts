@@ -1,8 +1,9 @@
-// The one error mapping: HTTP status <-> Connect code, and the {"error"} body.
-// Services throw `apiError(status, message)`; gRPC clients see the Connect
-// code, REST clients the exact documented status.
+// The one mapping of ServiceError (src/errors.ts) to the wires: HTTP status
+// <-> Connect code, and the REST {"error"} answer. gRPC and Connect clients
+// see the Connect code (with the documented status in a header), REST
+// clients the exact documented status.
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Logger } from "../log.js";
+import { ServiceError } from "../errors.js";
 
 const STATUS_HEADER = "x-svc-http-status";
 
@@ -40,34 +41,13 @@ const STATUS_FOR_CODE: Partial<Record<Code, number>> = {
   [Code.Canceled]: 499,
 };
 
-/** An error with a documented HTTP status; `headers` travel on both wires (e.g. Retry-After). */
-export function apiError(status: number, message: string, headers?: Record<string, string>): ConnectError {
-  const metadata = new Headers(headers);
-  metadata.set(STATUS_HEADER, String(status));
-  return new ConnectError(message, CODE_FOR_STATUS[status] ?? Code.Unknown, metadata);
+/** The Connect form of a ServiceError; other errors pass through unchanged. */
+export function toConnectError(err: unknown): unknown {
+  if (!(err instanceof ServiceError)) return err;
+  const metadata = new Headers(err.headers);
+  metadata.set(STATUS_HEADER, String(err.status));
+  return new ConnectError(err.message, CODE_FOR_STATUS[err.status] ?? Code.Unknown, metadata);
 }
-
-/**
- * Runs `fn`; a failure that is not already a documented error (the database is
- * down, ...) becomes the route's documented 500 answer, its cause only logged.
- */
-export async function or500<T>(log: Logger, message: string, context: Record<string, unknown>, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (err instanceof ConnectError) throw err;
-    log.error({ err, ...context }, message);
-    throw apiError(500, message);
-  }
-}
-
-export const badRequest = (m: string) => apiError(400, m);
-export const unauthorized = (m: string) => apiError(401, m);
-export const paymentRequired = (m: string) => apiError(402, m);
-export const forbidden = (m: string) => apiError(403, m);
-export const notFound = (m: string) => apiError(404, m);
-export const conflict = (m: string) => apiError(409, m);
-export const unavailable = (m: string) => apiError(503, m);
 
 export interface HttpError {
   status: number;
@@ -77,6 +57,7 @@ export interface HttpError {
 
 /** Maps anything thrown by a handler to the REST answer. Unknown errors are 500 with a generic text. */
 export function toHttpError(err: unknown): HttpError {
+  if (err instanceof ServiceError) return { status: err.status, message: err.message, headers: { ...err.headers } };
   if (err instanceof ConnectError) {
     const explicit = Number(err.metadata.get(STATUS_HEADER));
     const status = explicit || STATUS_FOR_CODE[err.code] || 500;
@@ -88,10 +69,4 @@ export function toHttpError(err: unknown): HttpError {
     return { status, message, headers };
   }
   return { status: 500, message: "internal error", headers: {} };
-}
-
-/** Postgres unique violations on the given constraint become a 409 with `message`. */
-export function isUniqueViolation(err: unknown, constraint?: string): boolean {
-  const e = err as { code?: string; constraint_name?: string };
-  return e?.code === "23505" && (!constraint || e.constraint_name === constraint);
 }

@@ -10,7 +10,9 @@ import { sse_id } from "../../gen/svc/v1/options_pb.js";
 import { messageToJson } from "./json.js";
 import { toHttpError } from "./errors.js";
 import type { ServerResponse } from "node:http";
-import type { NodeResponse } from "./rest.js";
+import type { Http2ServerResponse } from "node:http2";
+
+type NodeResponse = ServerResponse | Http2ServerResponse;
 
 /** A comment line this often keeps proxies and load balancers from closing a quiet stream. */
 const KEEPALIVE_MS = 15_000;

@@ -15,7 +15,7 @@ import {
   ScalarType,
 } from "@bufbuild/protobuf";
 import { http_status, inline, nullable, whole_body, from_header, raw_body } from "../../gen/svc/v1/options_pb.js";
-import { badRequest } from "./errors.js";
+import { badRequest } from "../errors.js";
 
 /** Our field options, read once per field: getOption builds a new container on every call. */
 interface FieldOptions {

@@ -19,7 +19,7 @@ import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import type { KeyRowCounter } from "../services/deps.js";
 import { credentialsKey } from "./credentials.js";
-import { apiError } from "./errors.js";
+import { apiError } from "../errors.js";
 import type { RestRoute, RouteGuard } from "./rest.js";
 
 export type Subject = "ip" | "renter_key";

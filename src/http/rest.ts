@@ -13,7 +13,8 @@ import { maskSecrets } from "../log.js";
 import { bodyLimitBytesOf, readBody } from "./body.js";
 import { requestIdOf } from "./call-log.js";
 import { credentialsFromRest, credentialsKey } from "./credentials.js";
-import { apiError, toHttpError } from "./errors.js";
+import { apiError } from "../errors.js";
+import { toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
 import { writeEventStream } from "./event-stream.js";
 

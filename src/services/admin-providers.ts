@@ -2,12 +2,12 @@
 // requests and the daemon event log. The rest of AdminService is admin.ts.
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { AdminService } from "../../gen/svc/v1/admin_pb.js";
-import { decideProvider, requestPreload, type AdminActor, type ApprovalAction } from "../domain/approval.js";
-import { daemonEventMessage, listDaemonEvents } from "../domain/daemon-events.js";
-import { requeueWorkOf } from "../domain/job-hooks.js";
-import { listProviders, providerById, providerMessage } from "../domain/providers.js";
-import { checkId } from "../domain/admin.js";
-import { page } from "../domain/validate.js";
+import { decideProvider, requestPreload, type AdminActor, type ApprovalAction } from "../domain/providers/approval.js";
+import { daemonEventMessage, listDaemonEvents } from "../domain/providers/daemon-events.js";
+import { requeueWorkOf } from "../domain/dispatch/job-hooks.js";
+import { listProviders, providerById, providerMessage } from "../domain/providers/providers.js";
+import { checkId } from "../domain/admin/admin.js";
+import { page } from "../domain/shared/validate.js";
 import { credentialsKey } from "../http/credentials.js";
 import type { Deps } from "./deps.js";
 

@@ -6,25 +6,21 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { AdminRenterResponseSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
 import type { Db } from "../db/index.js";
-import { checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin.js";
-import { recordAudit } from "../domain/audit.js";
-import { dashboard } from "../domain/dashboard.js";
-import { idempotent } from "../domain/idempotency.js";
-import { cancelJob, requeueJob } from "../domain/job-control.js";
-import { jobMessage } from "../domain/jobs.js";
-import { adjust, renterFunds } from "../domain/ledger.js";
-import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/payments.js";
-import { DEFAULT_QUOTA, renterById, renterMessage, renterQuota, type RenterRow } from "../domain/renters.js";
-import { checkEnum, optionalText, page, requireFields } from "../domain/validate.js";
-import { credentialsKey } from "../http/credentials.js";
-import { badRequest } from "../http/errors.js";
-import type { Deps } from "./deps.js";
+import { checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
+import { recordAudit } from "../domain/shared/audit.js";
+import { dashboard } from "../domain/admin/dashboard.js";
+import { idempotent } from "../domain/money/idempotency.js";
+import { cancelJob, requeueJob } from "../domain/jobs/job-control.js";
+import { jobMessage } from "../domain/jobs/jobs.js";
+import { adjust, renterFunds } from "../domain/money/ledger.js";
+import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/money/payments.js";
+import { DEFAULT_QUOTA } from "../domain/money/quota.js";
+import { renterById, renterMessage, renterQuota, type RenterRow } from "../domain/accounts/renters.js";
+import { checkEnum, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { badRequest } from "../errors.js";
+import { auditActor, type Deps } from "./deps.js";
 
 /** Who did it, for the audit log: the admin token has no identity beyond the caller's address. */
-export function auditActor(ctx: HandlerContext): { actor: string; ip: string } {
-  return { actor: "admin", ip: ctx.values.get(credentialsKey).clientIp };
-}
-
 const REASON_MAX = 1000;
 
 export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminService>> {

@@ -11,8 +11,8 @@ import {
   type Hello,
   ServerMessageSchema,
 } from "../../gen/svc/v1/daemon_pb.js";
-import { recordDaemonEvent } from "../domain/daemon-events.js";
-import { recordHeartbeat } from "../domain/heartbeat.js";
+import { recordDaemonEvent } from "../domain/providers/daemon-events.js";
+import { recordHeartbeat } from "../domain/providers/heartbeat.js";
 import {
   appendLogs,
   assignedJobMessage,
@@ -21,15 +21,18 @@ import {
   markJobRejected,
   reportProgress,
   reportResult,
-} from "../domain/job-reports.js";
-import type { AssignedJob } from "../domain/job-events.js";
-import type { JobRow } from "../domain/jobs.js";
-import { providerById, type ProviderRow } from "../domain/providers.js";
-import { recordReadiness } from "../domain/readiness.js";
+} from "../domain/jobs/job-reports.js";
+import type { AssignedJob } from "../domain/notify/job-notices.js";
+import type { JobRow } from "../domain/shared/job-row.js";
+import { providerById, type ProviderRow } from "../domain/providers/providers.js";
+import { recordReadiness } from "../domain/providers/readiness.js";
+import { recordTaskKeyCheck, taskKeyMismatch } from "../domain/dispatch/task-key.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
-import { loadTaskSigner, type TaskSigner } from "../daemon/task-signature.js";
-import { canonicalJson, verifyTask } from "../domain/task-signing.js";
-import { badRequest, toHttpError } from "../http/errors.js";
+import type { TaskSigner } from "../shared/task-signature.js";
+import { loadTaskSigner } from "../domain/jobs/task-signer.js";
+import { canonicalJson, verifyTask } from "../shared/task-signature.js";
+import { badRequest } from "../errors.js";
+import { toConnectError, toHttpError } from "../http/errors.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, type Deps } from "./deps.js";
 
@@ -53,7 +56,8 @@ function settingsOf(p: Pick<ProviderRow, "is_paused" | "status" | "run_mode" | "
   };
 }
 
-function errorCode(err: unknown): string {
+function errorCode(thrown: unknown): string {
+  const err = toConnectError(thrown);
   if (err instanceof ConnectError) return Code[err.code].replace(/[A-Z]/g, (c, i) => (i ? "_" : "") + c.toLowerCase());
   return "internal";
 }
@@ -64,6 +68,8 @@ class StreamSession {
   /** Jobs this stream has handed to the daemon (or the daemon said it runs): never pushed twice. */
   private readonly delivered = new Set<string>();
   private lastSettings = "";
+  /** The daemon pinned another task-signing key: it would refuse every task, so none is pushed. */
+  private keyMismatch = false;
   /** Pushes triggered by notices run one at a time, in the order the notices came. */
   private chain: Promise<void> = Promise.resolve();
 
@@ -91,7 +97,7 @@ class StreamSession {
   }
 
   private deliver(job: AssignedJob) {
-    if (this.delivered.has(job.job_id)) return;
+    if (this.keyMismatch || this.delivered.has(job.job_id)) return;
     this.delivered.add(job.job_id);
     // Only a task whose stored HMAC verifies gets the stream signature: a row changed behind the
     // service's back goes out unsigned, and the daemon refuses it.
@@ -137,6 +143,11 @@ class StreamSession {
   /** Welcome: settings, then resumption of what the daemon still runs, then the backlog. */
   async open(hello: Hello): Promise<void> {
     const { sql, config } = this.deps;
+    // Decided before anything is pushed: a daemon that cannot verify our tasks gets none.
+    const mismatch = taskKeyMismatch(hello.taskSigningKey, this.signer.publicKey);
+    this.keyMismatch = mismatch !== undefined;
+    if (mismatch) this.deps.log.warn({ providerId: this.providerId }, "daemon pinned another task-signing key; provider kept out of dispatch");
+    await recordTaskKeyCheck(sql, this.providerId, mismatch);
     const provider = await providerById(sql, this.providerId);
     const settings = settingsOf(provider);
     this.lastSettings = JSON.stringify(settings);
@@ -154,6 +165,8 @@ class StreamSession {
         },
       },
     });
+    // The welcome tells the daemon the key it does not trust; it explains and leaves.
+    if (this.keyMismatch) return;
     const stillRunning = new Set(hello.runningJobIds);
     const held = await sql<{ job_id: string; status: string; provider_id: number | null }[]>`
       SELECT job_id, status, provider_id FROM jobs
@@ -202,7 +215,7 @@ class StreamSession {
           this.delivered.add(k.value.jobId);
           return;
         case "jobRejected":
-          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason });
+          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted });
           return;
         case "logs":
           await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });

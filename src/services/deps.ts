@@ -4,7 +4,8 @@ import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Config } from "../config.js";
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
-import { forbidden } from "../http/errors.js";
+import { credentialsKey } from "../http/credentials.js";
+import { forbidden } from "../errors.js";
 
 /**
  * Counts a call on a rate-limit row kept per renter key, once its
@@ -20,6 +21,8 @@ export interface Deps {
   log: Logger;
   /** Set when rate limits are on: the counter of a method on a per-renter-key row, or undefined for other methods. */
   keyRowCounter?: (method: DescMethod) => KeyRowCounter | undefined;
+  /** Offers queued work to a provider that became available (dispatch; never throws). */
+  offerWork(providerId: number): Promise<void>;
 }
 
 export type Principal =
@@ -45,4 +48,9 @@ export function callerRenterId(ctx: HandlerContext): number {
   const p = principalOf(ctx);
   if (p.role !== "renter") throw forbidden("this endpoint needs a renter key");
   return p.renterId;
+}
+
+/** Who an admin call's audit record names, and from where. */
+export function auditActor(ctx: HandlerContext): { actor: string; ip: string } {
+  return { actor: "admin", ip: ctx.values.get(credentialsKey).clientIp };
 }

@@ -6,9 +6,9 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { RawBodySchema } from "../../gen/svc/v1/options_pb.js";
 import { ProviderDownloadService } from "../../gen/svc/v1/providers_pb.js";
 import { renderLegacyDaemon, renderSetupPowerShell, renderSetupShell, sha256Hex } from "../daemon/render.js";
-import { lookupKey, roleOfKey } from "../domain/keys.js";
-import { providerById } from "../domain/providers.js";
-import { badRequest, notFound } from "../http/errors.js";
+import { lookupKey, roleOfKey } from "../domain/accounts/keys.js";
+import { providerById } from "../domain/providers/providers.js";
+import { badRequest, notFound } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { callerProviderId, type Deps } from "./deps.js";
 

@@ -5,19 +5,19 @@ import { create, toJson, type JsonObject, type JsonValue, type MessageInitShape 
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
 import type { Db } from "../db/index.js";
-import { apiError, badRequest, notFound } from "../http/errors.js";
-import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch.js";
-import { idempotent, restoreAnswer } from "../domain/idempotency.js";
-import { cancelJob } from "../domain/job-control.js";
-import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/job-reports.js";
-import { JOB_STATUSES, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader, type JobRow } from "../domain/jobs.js";
-import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/submit.js";
-import { SubmitBatcher } from "../domain/submit-batcher.js";
-import { parseCursor } from "../domain/job-watch.js";
+import { apiError, badRequest, forbidden, notFound } from "../errors.js";
+import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch/dispatch.js";
+import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
+import { cancelJob } from "../domain/jobs/job-control.js";
+import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
+import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader } from "../domain/jobs/jobs.js";
+import { type JobRow } from "../domain/shared/job-row.js";
+import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
+import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
+import { parseCursor } from "../domain/jobs/job-watch.js";
 import { jobWatchHub } from "../workers/job-watch.js";
-import { checkEnum, iso, page } from "../domain/validate.js";
-import { auditActor } from "./admin.js";
-import { callerProviderId, callerRenterId, principalOf, type Deps } from "./deps.js";
+import { checkEnum, iso, page } from "../domain/shared/validate.js";
+import { callerProviderId, callerRenterId, principalOf, type Deps, auditActor } from "./deps.js";
 
 /** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
 export function timeoutAtText(d: Date | null): string | undefined {
@@ -196,10 +196,12 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async getLogs(req, ctx) {
-      const job = await jobForReader(sql, req.jobId, readerOf(ctx));
-      const attempt = req.attempt ?? job.attempt;
+      const { job, attempts: scope } = await attemptsForReader(sql, req.jobId, readerOf(ctx));
+      // A provider's default is the latest attempt it held.
+      const attempt = req.attempt ?? (scope === "all" ? job.attempt : scope[scope.length - 1]);
       if (!Number.isInteger(attempt) || attempt < 1) throw badRequest("attempt must be an integer >= 1");
       if (attempt > job.attempt) throw notFound(`attempt ${attempt} does not exist (the job has ${job.attempt})`);
+      if (scope !== "all" && !scope.includes(attempt)) throw forbidden(`attempt ${attempt} ran on another provider; a provider reads only its own attempts' logs`);
       const lines = await jobLogs(sql, job.id, attempt);
       return {
         attempt,
@@ -215,8 +217,8 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async getHistory(req, ctx) {
-      const job = await jobForReader(sql, req.jobId, readerOf(ctx));
-      const attempts = await jobAttempts(sql, job.id);
+      const { job, attempts: scope } = await attemptsForReader(sql, req.jobId, readerOf(ctx));
+      const attempts = (await jobAttempts(sql, job.id)).filter((a) => scope === "all" || scope.includes(a.attempt));
       return {
         jobId: job.job_id,
         attempts: attempts.map((a) => ({

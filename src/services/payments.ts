@@ -2,8 +2,8 @@
 // the sandbox source for trying the whole flow locally.
 import type { ServiceImpl } from "@connectrpc/connect";
 import { PaymentService, PaymentTopupResponseSchema } from "../../gen/svc/v1/payments_pb.js";
-import { createInvoice } from "../domain/gateway.js";
-import { idempotent, priorAnswer } from "../domain/idempotency.js";
+import { createInvoice } from "../domain/money/gateway.js";
+import { idempotent, priorAnswer } from "../domain/money/idempotency.js";
 import {
   CARD_SOURCES,
   PAYMENT_SOURCES,
@@ -18,10 +18,10 @@ import {
   verifySignature,
   type PaymentRow,
   type PaymentSource,
-} from "../domain/payments.js";
-import { halalaToSar } from "../domain/pricing.js";
-import { checkEnum, optionalText, page, requireFields } from "../domain/validate.js";
-import { badRequest, forbidden, notFound, unauthorized, unavailable } from "../http/errors.js";
+} from "../domain/money/payments.js";
+import { halalaToSar } from "../domain/money/pricing.js";
+import { checkEnum, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { badRequest, forbidden, notFound, unauthorized, unavailable } from "../errors.js";
 import { callerRenterId, principalOf, type Deps } from "./deps.js";
 
 /** Card gateways do not take less than 1 SAR. */

@@ -1,7 +1,7 @@
 // ProviderService: thin translation between messages and domain calls.
 import type { ServiceImpl } from "@connectrpc/connect";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
-import { loginByEmail } from "../domain/login.js";
+import { loginByEmail } from "../domain/accounts/login.js";
 import {
   PROVIDER_OS,
   pauseProvider,
@@ -10,23 +10,23 @@ import {
   providerMessage,
   registerProvider,
   resumeProvider,
-} from "../domain/providers.js";
-import { jobMessage, recentJobsOfProvider } from "../domain/jobs.js";
-import { checkEmail, checkEnum, iso, optionalText, page, requireFields } from "../domain/validate.js";
-import { recordHeartbeat } from "../domain/heartbeat.js";
-import { recordDaemonEvent } from "../domain/daemon-events.js";
-import { recordReadiness } from "../domain/readiness.js";
-import { setPreferences } from "../domain/preferences.js";
-import { isLive } from "../domain/liveness.js";
-import { offerWorkTo } from "../domain/job-hooks.js";
+} from "../domain/providers/providers.js";
+import { jobMessage, recentJobsOfProvider } from "../domain/jobs/jobs.js";
+import { checkEmail, checkEnum, iso, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { recordHeartbeat } from "../domain/providers/heartbeat.js";
+import { recordDaemonEvent } from "../domain/providers/daemon-events.js";
+import { recordReadiness } from "../domain/providers/readiness.js";
+import { setPreferences } from "../domain/providers/preferences.js";
+import { isLive } from "../domain/shared/liveness.js";
+import { offerWorkTo } from "../domain/dispatch/job-hooks.js";
 import {
   DISCOVERY_HEALTH,
   DISCOVERY_MODE,
   MARKETPLACE_MAX_AGE_SECONDS,
   availableProviders,
   marketplaceSummary,
-} from "../domain/marketplace.js";
-import { notFound, or500 } from "../http/errors.js";
+} from "../domain/providers/marketplace.js";
+import { notFound, or500 } from "../errors.js";
 import { callerProviderId, type Deps } from "./deps.js";
 
 /** available-providers answers at most this many per page. */
@@ -162,6 +162,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
         approvalStatus: p.approval_status,
         isPaused: p.is_paused,
         reliabilityScore: p.reliability_score ?? undefined,
+        taskKeyMismatch: p.task_key_mismatch ?? undefined,
       };
     },
 

@@ -1,8 +1,8 @@
 // RegistryService: approved images, renters' image requests, admin review.
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { RegistryService } from "../../gen/svc/v1/templates_pb.js";
-import { checkId } from "../domain/admin.js";
-import { recordAudit } from "../domain/audit.js";
+import { checkId } from "../domain/admin/admin.js";
+import { recordAudit } from "../domain/shared/audit.js";
 import {
   checkImageReference,
   listApprovedImages,
@@ -11,10 +11,9 @@ import {
   reviewImageRequest,
   SCAN_STATUSES,
   type ImageRequestRow,
-} from "../domain/registry.js";
-import { checkEnum, iso, optionalText, page, requireFields } from "../domain/validate.js";
-import { auditActor } from "./admin.js";
-import { principalOf, callerRenterId, type Deps } from "./deps.js";
+} from "../domain/jobs/registry.js";
+import { checkEnum, iso, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { principalOf, callerRenterId, type Deps, auditActor } from "./deps.js";
 
 const TEXT_MAX = 1000;
 

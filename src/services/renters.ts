@@ -2,17 +2,17 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import crypto from "node:crypto";
 import { RenterService, TopupResponseSchema } from "../../gen/svc/v1/renters_pb.js";
-import { idempotent } from "../domain/idempotency.js";
-import { rotateKeys } from "../domain/keys.js";
-import { credit, renterFunds } from "../domain/ledger.js";
-import { loginByEmail } from "../domain/login.js";
-import { recentJobsOfRenter, jobMessage } from "../domain/jobs.js";
-import { topupAmount } from "../domain/payments.js";
-import { halalaToSar } from "../domain/pricing.js";
-import { registerRenter, renterByEmail, renterById, renterJobCount, renterMessage, renterQuota, updateRenter, type RenterPatch } from "../domain/renters.js";
-import { checkEmail, checkLength, optionalText, requireFields } from "../domain/validate.js";
-import { checkWebhookUrl } from "../domain/webhook-outbox.js";
-import { badRequest, forbidden, notFound, or500 } from "../http/errors.js";
+import { idempotent } from "../domain/money/idempotency.js";
+import { rotateKeys } from "../domain/accounts/key-rotation.js";
+import { credit, renterFunds } from "../domain/money/ledger.js";
+import { loginByEmail } from "../domain/accounts/login.js";
+import { recentJobsOfRenter, jobMessage } from "../domain/jobs/jobs.js";
+import { topupAmount } from "../domain/money/payments.js";
+import { halalaToSar } from "../domain/money/pricing.js";
+import { registerRenter, renterByEmail, renterById, renterJobCount, renterMessage, renterQuota, updateRenter, type RenterPatch } from "../domain/accounts/renters.js";
+import { checkEmail, checkLength, optionalText, requireFields } from "../domain/shared/validate.js";
+import { checkWebhookUrl } from "../domain/notify/webhooks.js";
+import { badRequest, forbidden, notFound, or500 } from "../errors.js";
 import { callerRenterId, type Deps } from "./deps.js";
 
 export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterService>> {

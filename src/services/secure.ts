@@ -4,9 +4,9 @@
 import { getOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Role, route } from "../../gen/svc/v1/options_pb.js";
-import { constantTimeEqual, roleOfKey } from "../domain/keys.js";
-import { cachedLookupKey } from "../domain/key-cache.js";
-import { badRequest, forbidden, notFound, unauthorized } from "../http/errors.js";
+import { constantTimeEqual, roleOfKey } from "../domain/accounts/keys.js";
+import { cachedLookupKey } from "../domain/accounts/key-cache.js";
+import { badRequest, forbidden, notFound, unauthorized } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
 

@@ -1,8 +1,8 @@
 // TemplateService: the built-in compute templates (public).
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { TemplateService } from "../../gen/svc/v1/templates_pb.js";
-import { listTemplates, templateById, templateMessage } from "../domain/templates.js";
-import { optionalText } from "../domain/validate.js";
+import { listTemplates, templateById, templateMessage } from "../domain/jobs/templates.js";
+import { optionalText } from "../domain/shared/validate.js";
 import type { Deps } from "./deps.js";
 
 export function templateService(_deps: Deps): Partial<ServiceImpl<typeof TemplateService>> {

@@ -7,7 +7,7 @@
 // are lost.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
-import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } from "../domain/job-events.js";
+import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } from "../domain/notify/job-notices.js";
 
 export interface JobSignalListener {
   /** `job` is what the daemon is sent, when the notice carried it. */

@@ -10,8 +10,8 @@
 // processes can sweep at once and a result racing a timeout settles once.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
-import { dispatchForProvider, dispatchQueued, providersWithLostJobs, releaseUnclaimed, requeueJobsOfProvider } from "../domain/dispatch.js";
-import { overdueJobIds, timeOutJob } from "../domain/settlement.js";
+import { dispatchForProvider, dispatchQueued, providersWithLostJobs, releaseUnclaimed, requeueJobsOfProvider } from "../domain/dispatch/dispatch.js";
+import { overdueJobIds, timeOutJob } from "../domain/money/settlement.js";
 import type { Worker } from "./worker.js";
 
 const BATCH = 200;

@@ -17,10 +17,11 @@ import {
   readJobChanges,
   snapshotEvent,
   watchState,
+  type JobChanges,
   type JobEventInit,
   type WatchState,
-} from "../domain/job-watch.js";
-import type { JobReader } from "../domain/jobs.js";
+} from "../domain/jobs/job-watch.js";
+import type { JobReader } from "../domain/jobs/jobs.js";
 
 /** Events a watcher may have waiting before it is cut off (it resumes from its last cursor). */
 export const MAX_QUEUED_EVENTS = 4 * WATCH_LOG_PAGE;
@@ -28,6 +29,19 @@ export const MAX_QUEUED_EVENTS = 4 * WATCH_LOG_PAGE;
 const QUEUE_REFRESH_MS = 10_000;
 /** Longest wait for slow watchers to take a page of log lines before the next page is read. */
 const DRAIN_WAIT_MS = 5_000;
+
+const MOVED_ON = "this job moved to another provider; a provider watches a job only while it runs it";
+
+/** The attempt numbers a provider held. */
+function ownAttempts(c: JobChanges, providerId: number): Set<number> {
+  return new Set(c.attempts.filter((a) => a.provider_id === providerId).map((a) => a.attempt));
+}
+
+/** A state with only these attempts (a provider's view). */
+function scoped(s: WatchState, own: Set<number>): WatchState {
+  const attempts = s.attempts.filter((a) => own.has(a.attempt!));
+  return { ...s, attempts, attemptsKey: JSON.stringify(attempts.map((a) => [a.attempt, a.status, a.endedAt, a.endReason, String(a.costHalala)])) };
+}
 
 class Watcher {
   private readonly queue: JobEventInit[] = [];
@@ -241,15 +255,22 @@ export class JobWatchHub {
         };
         for (const w of ws) {
           if (w.done) continue;
+          // A provider watches a job while it is the job's provider, and sees only its own attempts and their lines.
+          const own = w.reader.role === "provider" ? ownAttempts(c, w.reader.providerId) : undefined;
+          if (own && c.job.provider_id !== (w.reader as { providerId: number }).providerId) {
+            w.finish(new ConnectError(MOVED_ON, Code.PermissionDenied));
+            continue;
+          }
           if (w.fresh) {
-            w.push(snapshotEvent(c, next, w.reader, w.cursor));
+            w.push(snapshotEvent(c, own ? scoped(next, own) : next, w.reader, w.cursor));
             w.fresh = false;
           } else if (prev) {
-            for (const e of perCursor(changes, w.cursor, () => changeEvents(prev, next, w.cursor))) w.push(e);
+            if (own) for (const e of changeEvents(scoped(prev, own), scoped(next, own), w.cursor)) w.push(e);
+            else for (const e of perCursor(changes, w.cursor, () => changeEvents(prev, next, w.cursor))) w.push(e);
           }
           for (let i = 0; i < lines.length; i++) {
             if (c.logs[i].id <= w.cursor) continue;
-            w.push(lines[i]);
+            if (!own || own.has(c.logs[i].attempt)) w.push(lines[i]);
             w.cursor = c.logs[i].id;
           }
           if (next.terminal && !pageFull) {

@@ -5,12 +5,11 @@
 // - the heartbeat telemetry flusher, stopped (and drained) at shutdown;
 // - the cache-invalidation listener (LISTEN), which keeps this process's key
 //   and provider caches in step with changes committed by any process.
-import type { Deps } from "../services/deps.js";
-import { heartbeatPipeline } from "../domain/heartbeat.js";
-import { INVALIDATION_CHANNEL, applyInvalidation, forgetEverything } from "../domain/invalidation.js";
-import { requeueWorkOf } from "../domain/job-hooks.js";
-import { markSilentProvidersOffline } from "../domain/liveness-sweep.js";
-import { refreshDueReputations } from "../domain/reputation.js";
+import { heartbeatPipeline, type HeartbeatDeps as Deps } from "../domain/providers/heartbeat.js";
+import { INVALIDATION_CHANNEL, applyInvalidation, forgetEverything } from "../domain/accounts/invalidation.js";
+import { requeueWorkOf } from "../domain/dispatch/job-hooks.js";
+import { markSilentProvidersOffline } from "../domain/dispatch/liveness-sweep.js";
+import { refreshDueReputations } from "../domain/providers/reputation.js";
 import type { Worker } from "./worker.js";
 
 /** One sweep: offline marking, re-queueing, then due reputation refreshes. */

@@ -21,7 +21,7 @@ import {
   markFailed,
   webhookSignature,
   type OutboxRow,
-} from "../domain/webhook-outbox.js";
+} from "../domain/notify/webhooks.js";
 import type { Worker } from "./worker.js";
 
 export interface WebhookWorkerOptions {

@@ -4,8 +4,8 @@
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect } from "../../src/db/index.js";
-import { release } from "../../src/domain/ledger.js";
-import { chargeTokenUsage, reserveTokenBudget } from "../../src/domain/usage-billing.js";
+import { release } from "../../src/domain/money/ledger.js";
+import { chargeTokenUsage, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";

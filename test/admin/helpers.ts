@@ -1,7 +1,7 @@
 // Shared setup for admin tests: the admin header and rows written straight
 // into the database where another area's endpoint is not what is under test.
 import crypto from "node:crypto";
-import { hold, settle } from "../../src/domain/ledger.js";
+import { hold, settle } from "../../src/domain/money/ledger.js";
 import { ADMIN_TOKEN, type TestServer } from "../helpers/server.js";
 
 export const ADMIN = { "x-admin-token": ADMIN_TOKEN };

@@ -98,14 +98,26 @@ export interface Spawned {
   kill(signal?: NodeJS.Signals): void;
 }
 
-/** Starts a long-running process, collecting its combined output. */
-export function start(cmd: string, args: string[], opts: { env?: Record<string, string>; cwd?: string } = {}): Spawned {
-  const child = spawn(cmd, args, { env: { ...process.env, ...opts.env }, cwd: opts.cwd, stdio: ["ignore", "pipe", "pipe"] });
+/**
+ * Starts a long-running process, collecting its combined output. `detached`:
+ * in a process group of its own, as a service manager runs it (`kill` then
+ * signals the whole group).
+ */
+export function start(cmd: string, args: string[], opts: { env?: Record<string, string>; cwd?: string; detached?: boolean } = {}): Spawned {
+  const child = spawn(cmd, args, { env: { ...process.env, ...opts.env }, cwd: opts.cwd, stdio: ["ignore", "pipe", "pipe"], detached: opts.detached });
   let out = "";
   child.stdout.on("data", (d) => (out += d));
   child.stderr.on("data", (d) => (out += d));
   const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
-  return { output: () => out, exited, pid: child.pid!, kill: (s = "SIGTERM") => child.kill(s) };
+  const kill = (s: NodeJS.Signals = "SIGTERM") => {
+    if (!opts.detached) return void child.kill(s);
+    try {
+      process.kill(-child.pid!, s);
+    } catch {
+      // The group is gone already.
+    }
+  };
+  return { output: () => out, exited, pid: child.pid!, kill };
 }
 
 /** Whether a process id is alive. */

@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { FIXTURES, start, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
 import { clearMarketplace } from "../helpers/isolation.js";

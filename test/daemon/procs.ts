@@ -18,3 +18,20 @@ export function jobProcesses(jobId: string): number[] {
   }
   return pids;
 }
+
+/** Live (not zombie) processes of a process group. */
+export function groupProcesses(pgid: number): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // Fields after the command name: state, ppid, pgrp, ...
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, "latin1");
+      const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (state !== "Z" && Number(pgrp) === pgid) pids.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return pids;
+}

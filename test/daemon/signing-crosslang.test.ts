@@ -1,5 +1,5 @@
 // The Python daemon's canonical JSON and HMAC agree with the server's
-// (src/domain/task-signing.ts) byte for byte, checked with the machine's
+// (src/shared/task-signature.ts) byte for byte, checked with the machine's
 // python3 on hand-picked edge cases (integral floats, exponents, UTF-16 key
 // order, escapes, lone surrogates) and on random values; and both daemons'
 // nvidia-smi parsers read the captured-format output the same way.
@@ -7,9 +7,9 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { canonicalJson, signTask } from "../../src/domain/task-signing.js";
+import { canonicalJson, signTask } from "../../src/shared/task-signature.js";
 import { parseCudaVersion, parseGpuCsv } from "../../src/daemon/ts/nvidia-smi.js";
-import { verifyTaskSignature, taskSigner } from "../../src/daemon/task-signature.js";
+import { verifyTaskSignature, taskSigner } from "../../src/shared/task-signature.js";
 import { FIXTURES, python } from "./helpers.js";
 
 const SECRET = "cross-language-secret-0123456789";

@@ -8,9 +8,10 @@ import * as grpc from "@grpc/grpc-js";
 import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { verifyTask } from "../../src/domain/task-signing.js";
-import { taskSigner } from "../../src/daemon/task-signature.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { verifyTask } from "../../src/shared/task-signature.js";
+import { taskSigner } from "../../src/shared/task-signature.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { dispatchQueued } from "../../src/domain/dispatch/dispatch.js";
 import { clearMarketplace } from "../jobs/helpers.js";
 import { openStream, type TestStream } from "./grpc-stream.js";
 import { waitFor } from "./helpers.js";
@@ -95,6 +96,14 @@ describe("handshake", () => {
     s.send({ case: "result", value: { jobId: "job-nope", success: true } });
     expect(await s.next("error")).toMatchObject({ jobId: "job-nope", report: "result" });
     s.end();
+  });
+
+  it("refuses a hello whose task_signing_key is not an Ed25519 public key", async () => {
+    const p = await makeProvider(srv);
+    const s = openStream(srv.port, p.key);
+    streams.push(s);
+    s.send({ case: "hello", value: { daemonVersion: "3.2.0", taskSigningKey: "not-a-key" } });
+    expect((await s.ended).code).toBe(grpc.status.INVALID_ARGUMENT);
   });
 });
 
@@ -213,6 +222,38 @@ describe("jobs over the stream", () => {
     expect(row).toMatchObject({ attempt: 2, provider_id: p2.id });
     s.end();
     s2.end();
+  });
+
+  it("re-queues a job the provider interrupted, at no charge, and offers it back to that provider only once it heartbeats again", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const s = connect(p.key);
+    await s.next("welcome");
+    const j = await submit(renter);
+    await s.next("job");
+    s.send({ case: "jobAccepted", value: { jobId: j.job_id } });
+    await waitFor(async () => (await jobStatus(j.job_id)) === "running", 5_000, "running");
+    s.send({ case: "jobRejected", value: { jobId: j.job_id, reason: "the provider's daemon was stopped while the job ran", interrupted: true } });
+    const row = await waitFor(async () => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${j.job_id} AND attempt = 2`)[0], 5_000, "re-queued");
+    expect(row).toMatchObject({ status: "queued", provider_id: null });
+    const [first] = await srv.sql`SELECT status, end_reason, error, cost_halala FROM job_attempts WHERE job_id = ${row.id} AND attempt = 1`;
+    expect(first).toMatchObject({ status: "requeued", end_reason: "provider_interrupted" });
+    expect(first.error).toMatch(/interrupted the job/);
+    expect((await api.get("/api/renters/balance", renter.headers)).body.balance_halala).toBe(1_000);
+    // Still live by its last heartbeat, but its daemon went away: the queue does not hand the job back to it...
+    await dispatchQueued(srv.sql);
+    expect(await jobStatus(j.job_id)).toBe("queued");
+    // ...until it heartbeats again (its daemon is back).
+    await new Promise((r) => setTimeout(r, 5));
+    s.send({ case: "heartbeat", value: {} });
+    await s.next("heartbeatAck");
+    await waitFor(async () => {
+      await dispatchQueued(srv.sql);
+      return (await jobStatus(j.job_id)) === "pending";
+    }, 5_000, "offered again after a heartbeat");
+    expect((await s.next("job")).jobId).toBe(j.job_id);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+    s.end();
   });
 });
 

@@ -25,7 +25,7 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     await waitFor(() => /cancelled by the server/.test(d.output()), 5_000, "daemon saw the cancel");
   });
 
-  it("on SIGTERM mid-job hands the job back to the queue and leaves no process", async () => {
+  it("on SIGTERM mid-job stops the job, reports it interrupted (back to the queue) and leaves no process", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);
     const d = h.startDaemon(p.key);
@@ -38,11 +38,11 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     const row = await waitFor(async () => {
       const r = await h.job(j.job_id);
       return r.attempt === 2 ? r : undefined;
-    }, 10_000, "handed back");
+    }, 10_000, "re-queued");
     expect(row.status).toBe("queued");
     const [first] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id} AND a.attempt = 1`;
-    expect(first.end_reason).toBe("rejected");
-    expect(first.error).toMatch(/handed back/);
+    expect(first.end_reason).toBe("provider_interrupted");
+    expect(first.error).toMatch(/interrupted the job: the provider's daemon was stopped/);
   });
 
   // Last: the original server process is gone afterwards.

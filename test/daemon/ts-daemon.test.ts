@@ -7,7 +7,7 @@
 import fs from "node:fs";
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { useTsDaemonServer } from "./ts-harness.js";
 

@@ -25,12 +25,13 @@ export function useTsDaemonServer() {
   const h = {
     srv: undefined as unknown as TestServer,
     port: 0,
-    startDaemon(key: string, extra: string[] = [], env: Record<string, string> = {}) {
+    /** `url`: another server (default: this one); `stateDir`: shared between daemons (default: a new one); `detached`: its own process group. */
+    startDaemon(key: string, extra: string[] = [], env: Record<string, string> = {}, opts: { url?: string; stateDir?: string; detached?: boolean } = {}) {
       const dir = tempDir("tsd");
       const d = start(process.execPath, [
-        "bin/svc-daemon.js", "--url", `http://127.0.0.1:${h.port}`, "--key", key, "--docker", "none",
-        "--nvidia-smi", fakeSmi(dir), "--state-dir", path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1", ...extra,
-      ], { env });
+        "bin/svc-daemon.js", "--url", opts.url ?? `http://127.0.0.1:${h.port}`, "--key", key, "--docker", "none",
+        "--nvidia-smi", fakeSmi(dir), "--state-dir", opts.stateDir ?? path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1", ...extra,
+      ], { env, detached: opts.detached });
       daemons.push(d);
       return d;
     },

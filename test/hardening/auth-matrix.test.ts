@@ -8,6 +8,8 @@
 //   malformed      public: served | key roles: 401 "invalid API key" (404 "not found" on the me reads) | admin only: 401
 //   wrong role     a provider key on a renter route (or the reverse): 403; a key on an admin-only route: 401
 //   another owner  a job or payment of someone else: 403 (spec: "job belongs to another caller")
+//   former provider  a provider's key on a job that moved on to another provider: its own attempts'
+//                  logs and history are served, everything else (the job, its output, reports) is 403
 //   right owner    served: neither 401 nor 403 (validation may still answer 4xx)
 // "served" never means a 5xx; routes still being built may answer 501 and are listed.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -27,7 +29,7 @@ beforeAll(async () => {
 });
 afterAll(() => srv?.close());
 
-type Column = "no credential" | "malformed" | "wrong role" | "another owner" | "right owner" | "admin";
+type Column = "no credential" | "malformed" | "wrong role" | "another owner" | "former provider" | "right owner" | "admin";
 const SERVED = "served";
 type Expected = number | typeof SERVED;
 
@@ -35,7 +37,12 @@ interface Case {
   column: Column;
   cred: Cred;
   expected: Expected;
+  /** The fixtures this case acts on, when not the route's own (the former provider's moved job). */
+  fx?: Fx;
 }
+
+/** What a provider still reads of a job that moved on: its own attempts. */
+const FORMER_PROVIDER_READS = new Set(["GET /api/jobs/{job_id}/logs", "GET /api/jobs/{job_id}/history"]);
 
 /** Reads whose documented answer for a key of no account is 404 "not found" (spec Errors table: me). */
 const UNKNOWN_KEY_NOT_FOUND = new Set(["GET /api/providers/me", "GET /api/renters/me", "GET /api/providers/status/{api_key}"]);
@@ -80,6 +87,14 @@ function casesFor(r: RestRoute, entry: Entry, fx: Fx): Case[] {
       expected: 403,
     });
   }
+  if (entry.owner === "job" && provider) {
+    cases.push({
+      column: "former provider",
+      cred: { kind: "provider", key: fx.provider2.key },
+      expected: FORMER_PROVIDER_READS.has(routeKey(r)) ? SERVED : 403,
+      fx: { ...fx, jobId: fx.movedJobId },
+    });
+  }
   if (admin && !adminOnly) cases.push({ column: "admin", cred: { kind: "admin", token: ADMIN_TOKEN }, expected: SERVED });
   cases.push({
     column: "right owner",
@@ -113,7 +128,7 @@ describe("auth matrix (generated from the route table)", () => {
       // The right owner runs last: it may change state.
       for (const c of cases) {
         if (c.column === "another owner" && ownerUnbuilt) continue;
-        const res = await send(srv, r, entry, fx, c.cred);
+        const res = await send(srv, r, entry, c.fx ?? fx, c.cred);
         const label = `${routeKey(r)} [${c.column}] -> ${res.status} ${res.text.slice(0, 160)}`;
         if (res.status >= 400 && (typeof res.body !== "object" || typeof res.body?.error !== "string")) failures.push(`${label}: no {"error"} body`);
         if (c.expected === SERVED) {

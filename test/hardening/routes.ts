@@ -18,6 +18,8 @@ export interface Fx {
   provider2: Account;
   jobId: string;
   paymentId: string;
+  /** A job provider2 ran first (attempt 1) that moved on to provider1 (attempt 2, running). */
+  movedJobId: string;
   imageRequestId: number;
   /** Targets of the admin routes, never used as credentials. */
   renterT: Account;
@@ -133,8 +135,13 @@ export async function fixtures(srv: TestServer): Promise<Fx> {
   const pay = await api.post("/api/payments/topup", { amount_halala: 500, source_type: "sandbox" }, a.headers);
   const paymentId = pay.status === 201 ? (pay.body.payment.payment_id as string) : "pay-missing";
   const req = await api.post("/api/registry/requests", { image: `ghcr.io/matrix/fixture:${crypto.randomInt(1e9)}` }, a.headers);
+  const moved = await seedJob(srv, { renterId: a.id, providerId: p1.id, status: "running" });
+  await srv.sql`UPDATE jobs SET attempt = 2, started_at = now() WHERE id = ${moved.id}`;
+  await srv.sql`
+    INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, end_reason)
+    VALUES (${moved.id}, 1, ${p2.id}, 'requeued', now(), now(), now(), 'admin'), (${moved.id}, 2, ${p1.id}, 'running', now(), now(), NULL, NULL)`;
   const [renterT, providerT] = [await makeRenter(srv, 1_000), await makeProvider(srv)];
-  return { renterA: a, renterB: b, provider1: p1, provider2: p2, jobId, paymentId, imageRequestId: req.body.id, renterT, providerT };
+  return { renterA: a, renterB: b, provider1: p1, provider2: p2, jobId, paymentId, movedJobId: moved.jobId, imageRequestId: req.body.id, renterT, providerT };
 }
 
 export type Cred =

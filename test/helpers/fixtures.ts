@@ -1,6 +1,6 @@
 // Ready-made accounts for tests: registered over real HTTP, then brought to
 // the state a test needs (funded, approved and online) through the domain.
-import { credit } from "../../src/domain/ledger.js";
+import { credit } from "../../src/domain/money/ledger.js";
 import type { TestServer } from "./server.js";
 import { client, uniqueEmail } from "./http.js";
 

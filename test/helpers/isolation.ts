@@ -3,12 +3,12 @@
 // provider whose daemon is gone.
 //
 // Order matters. A heartbeat the server received just before a daemon was
-// killed may still sit in the telemetry batch (src/domain/heartbeat.ts); its
+// killed may still sit in the telemetry batch (src/domain/providers/heartbeat.ts); its
 // write would bring the provider back online with a fresh last_heartbeat
 // (correctly: it was heard from then). So: wait until no daemon stream is
 // still being handled here, write the batch, and only then go offline.
-import { providersChanged } from "../../src/domain/invalidation.js";
-import { heartbeatPipeline } from "../../src/domain/heartbeat.js";
+import { providersChanged } from "../../src/domain/accounts/invalidation.js";
+import { heartbeatPipeline } from "../../src/domain/providers/heartbeat.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
 import { client } from "./http.js";
 import type { TestServer } from "./server.js";

@@ -6,11 +6,11 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { EXPLAIN_CAP } from "../../src/domain/dispatch.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
-import { verifyTask } from "../../src/domain/task-signing.js";
+import { EXPLAIN_CAP } from "../../src/domain/dispatch/dispatch.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { verifyTask } from "../../src/shared/task-signature.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
-import { ASSIGNED_CHANNEL, CANCEL_CHANNEL } from "../../src/domain/job-events.js";
+import { ASSIGNED_CHANNEL, CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
 import { clearMarketplace } from "./helpers.js";
 
 let srv: TestServer;

@@ -2,14 +2,14 @@
 // allowed models, defaults for absent fields, 400 naming the field.
 import { describe, expect, it } from "vitest";
 import { Ajv } from "ajv";
-import { JOB_TYPES } from "../../src/domain/pricing.js";
-import { IMAGE_MODELS, LLM_MODELS, PARAMS_SCHEMAS, validateParams } from "../../src/domain/job-schemas.js";
+import { JOB_TYPES } from "../../src/domain/money/pricing.js";
+import { IMAGE_MODELS, LLM_MODELS, PARAMS_SCHEMAS, validateParams } from "../../src/domain/jobs/job-schemas.js";
 
 const err = (type: string, params: unknown) => {
   try {
     validateParams(type, params);
   } catch (e) {
-    return (e as { rawMessage: string }).rawMessage;
+    return (e as Error).message;
   }
   return "no error";
 };

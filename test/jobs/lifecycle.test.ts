@@ -5,8 +5,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startTestServer, HMAC_SECRET, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { verifyTask } from "../../src/domain/task-signing.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { verifyTask } from "../../src/shared/task-signature.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { clearMarketplace } from "./helpers.js";
 
 let srv: TestServer;

@@ -10,8 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
-import { splitRevenue } from "../../src/domain/pricing.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { splitRevenue } from "../../src/domain/money/pricing.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { clearMarketplace } from "./helpers.js";
 

@@ -6,9 +6,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { LOG_TRUNCATED_NOTICE, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/job-reports.js";
-import { MAX_EVENTS_PER_HOUR } from "../../src/domain/daemon-events.js";
-import { MAX_LOG_LINES_READ } from "../../src/domain/jobs.js";
+import { LOG_TRUNCATED_NOTICE, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/jobs/job-reports.js";
+import { MAX_EVENTS_PER_HOUR } from "../../src/domain/providers/daemon-events.js";
+import { MAX_LOG_LINES_READ } from "../../src/domain/jobs/jobs.js";
 import { openStream, type TestStream } from "../daemon/grpc-stream.js";
 import { clearMarketplace } from "./helpers.js";
 

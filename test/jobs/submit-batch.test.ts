@@ -9,10 +9,10 @@ import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import type { Sql } from "../../src/db/index.js";
-import { placeMany } from "../../src/domain/dispatch.js";
-import { ledgerProblems, renterFunds } from "../../src/domain/ledger.js";
-import { prepareSubmit, submitMany, type SubmitInput, type SubmitIntent, type SubmitOutcome } from "../../src/domain/submit.js";
-import { SubmitBatcher } from "../../src/domain/submit-batcher.js";
+import { placeMany } from "../../src/domain/dispatch/dispatch.js";
+import { ledgerProblems, renterFunds } from "../../src/domain/money/ledger.js";
+import { prepareSubmit, submitMany, type SubmitInput, type SubmitIntent, type SubmitOutcome } from "../../src/domain/jobs/submit.js";
+import { SubmitBatcher } from "../../src/domain/jobs/submit-batcher.js";
 import { toHttpError } from "../../src/http/errors.js";
 import { clearMarketplace } from "./helpers.js";
 

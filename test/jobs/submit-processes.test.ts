@@ -6,7 +6,7 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ledgerProblems, renterFunds } from "../../src/domain/ledger.js";
+import { ledgerProblems, renterFunds } from "../../src/domain/money/ledger.js";
 
 let a: TestServer;
 let b: TestServer;

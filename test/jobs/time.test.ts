@@ -6,10 +6,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ledgerProblems } from "../../src/domain/ledger.js";
-import { requeueJobsOfProvider } from "../../src/domain/dispatch.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { requeueJobsOfProvider } from "../../src/domain/dispatch/dispatch.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
-import { CANCEL_CHANNEL } from "../../src/domain/job-events.js";
+import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
 import { clearMarketplace } from "./helpers.js";
 
 let srv: TestServer;

@@ -210,6 +210,22 @@ describe("WatchJob and GET /api/jobs/{id}/events", () => {
     );
   });
 
+  it("a provider's watch ends with 403 once the job moves to another provider", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    const asProvider = await openSse(`${srv.url}/api/jobs/${jobId}/events`, provider.headers);
+    const asRenter = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
+    await asProvider.until((es) => es.length >= 1);
+    await asRenter.until((es) => es.length >= 1);
+    const rq = await api.post(`/api/admin/jobs/${jobId}/requeue`, {}, { "x-admin-token": ADMIN_TOKEN });
+    expect(rq.status, rq.text).toBe(200);
+    await asProvider.ended;
+    expect(asProvider.events.at(-1)!.data).toMatchObject({ status: 403, error: expect.stringMatching(/moved to another provider/) });
+    // The renter keeps watching: the job is queued again, with the reason.
+    await asRenter.until((es) => es.some((e) => e.event === "status" && e.data.status.status === "queued"));
+    expect(asRenter.events.find((e) => e.event === "status" && e.data.status.status === "queued")!.data.status.queue_reason).toBeTruthy();
+    asRenter.cut();
+  });
+
   it("many watchers of one job in a process cost one read per change, not one per watcher", async () => {
     const { renter, provider, jobId } = await assignedJob();
     await api.get(`/api/providers/${provider.key}/jobs`);

@@ -7,7 +7,7 @@
 import crypto from "node:crypto";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { accountBalance, accountId, ledgerProblems } from "../../src/domain/ledger.js";
+import { accountBalance, accountId, ledgerProblems } from "../../src/domain/money/ledger.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";

@@ -11,7 +11,7 @@ import crypto from "node:crypto";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type Sql } from "../../src/db/index.js";
-import { accountBalance, accountId, hold, ledgerProblems, release, renterFunds, settle } from "../../src/domain/ledger.js";
+import { accountBalance, accountId, hold, ledgerProblems, release, renterFunds, settle } from "../../src/domain/money/ledger.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";

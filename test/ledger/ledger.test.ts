@@ -3,9 +3,9 @@
 // overdraft guard, and the submit quota.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type Sql } from "../../src/db/index.js";
-import { accountBalance, accountId, adjust, credit, debit, hold, ledgerProblems, release, renterFunds, settle, transfer } from "../../src/domain/ledger.js";
-import { checkSubmitQuota, quotaUsage } from "../../src/domain/quota.js";
-import { lockRenterFunds } from "../../src/domain/settlement.js";
+import { accountBalance, accountId, adjust, credit, debit, hold, ledgerProblems, release, renterFunds, settle, transfer } from "../../src/domain/money/ledger.js";
+import { checkSubmitQuota, quotaUsage } from "../../src/domain/money/quota.js";
+import { lockRenterFunds } from "../../src/domain/money/settlement.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
@@ -228,7 +228,7 @@ describe("checkSubmitQuota", () => {
     await newJob(r.id, 10);
     const err = await sql.begin((tx) => checkSubmitQuota(tx, r.id, 10)).catch((e) => e);
     expect(err.message).toMatch(/renter quota exceeded: daily_jobs_limit is 2 jobs per UTC day and 2 were submitted today/);
-    expect(err.metadata.get("x-svc-http-status")).toBe("429");
+    expect(err.status).toBe(429);
   });
 
   it("429 when settled this month + held + the new estimate exceed monthly_spend_limit_halala", async () => {

@@ -5,7 +5,7 @@ import crypto from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { ledgerProblems, hold } from "../../src/domain/ledger.js";
+import { ledgerProblems, hold } from "../../src/domain/money/ledger.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";

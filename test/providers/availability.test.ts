@@ -6,8 +6,8 @@ import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
-import { reliabilityScore } from "../../src/domain/reputation.js";
-import { RATE_HALALA_PER_MINUTE } from "../../src/domain/pricing.js";
+import { reliabilityScore } from "../../src/domain/providers/reputation.js";
+import { RATE_HALALA_PER_MINUTE } from "../../src/domain/money/pricing.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heardSecondsAgo, heartbeat, newProvider } from "./helpers.js";
 
 let srv: TestServer;

@@ -152,7 +152,7 @@ describe("heartbeat: accepted", () => {
   it("stores telemetry with NUL characters removed (PostgreSQL cannot hold them) on the typed wire", async () => {
     const { create } = await import("@bufbuild/protobuf");
     const { HeartbeatRequestSchema } = await import("../../gen/svc/v1/providers_pb.js");
-    const { recordHeartbeat } = await import("../../src/domain/heartbeat.js");
+    const { recordHeartbeat } = await import("../../src/domain/providers/heartbeat.js");
     const p = await newProvider(srv);
     await heartbeat(srv, p.key);
     const req = create(HeartbeatRequestSchema, {

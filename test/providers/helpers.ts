@@ -2,7 +2,7 @@
 // the admin API, and clock edits for liveness edges.
 import { client, uniqueEmail } from "../helpers/http.js";
 import { ADMIN_TOKEN, type TestServer } from "../helpers/server.js";
-import { heartbeatPipeline } from "../../src/domain/heartbeat.js";
+import { heartbeatPipeline } from "../../src/domain/providers/heartbeat.js";
 
 export const ADMIN = { "x-admin-token": ADMIN_TOKEN };
 

@@ -3,7 +3,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
-import { withinRunWindow, withinRunWindowSql } from "../../src/domain/preferences.js";
+import { withinRunWindowSql } from "../../src/domain/providers/preferences.js";
+import { withinRunWindow } from "../../src/shared/run-window.js";
 import { ADMIN, flushHeartbeats, heardSecondsAgo, heartbeat, newProvider } from "./helpers.js";
 
 let srv: TestServer;

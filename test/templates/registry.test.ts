@@ -1,7 +1,7 @@
 // The container registry: built-in images, renters' requests, admin review
 // (audited), and isImageApproved for custom_container jobs.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BUILTIN_IMAGES, isImageApproved } from "../../src/domain/registry.js";
+import { BUILTIN_IMAGES, isImageApproved } from "../../src/domain/jobs/registry.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";

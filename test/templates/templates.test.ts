@@ -4,8 +4,8 @@
 import { Ajv } from "ajv";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PARAMS_SCHEMAS, validateParams } from "../../src/domain/job-schemas.js";
-import { templateById, templateGpuRequirements } from "../../src/domain/templates.js";
+import { PARAMS_SCHEMAS, validateParams } from "../../src/domain/jobs/job-schemas.js";
+import { templateById, templateGpuRequirements } from "../../src/domain/jobs/templates.js";
 import { client } from "../helpers/http.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 
@@ -80,7 +80,7 @@ describe("templates", () => {
             validateParams(t.job_type, params);
           } catch (err) {
             submitOk = false;
-            expect((err as { rawMessage?: string }).rawMessage ?? "").toMatch(/params/);
+            expect((err as Error).message).toMatch(/params/);
           }
           expect(submitOk).toBe(servedOk);
         }),

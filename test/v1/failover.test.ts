@@ -7,7 +7,7 @@
 // was tried; the endpoint that failed rests, so it sees exactly one request.
 import OpenAI from "openai";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type Mode } from "./fake-vllm.js";

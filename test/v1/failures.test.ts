@@ -2,8 +2,8 @@
 // that keeps concurrent requests within the renter's balance.
 import OpenAI from "openai";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { ledgerProblems } from "../../src/domain/ledger.js";
-import { promptTokensBound } from "../../src/domain/token-pricing.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { promptTokensBound } from "../../src/domain/money/token-pricing.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { startFakeVllm } from "./fake-vllm.js";

@@ -2,7 +2,7 @@
 // real server and a fake vLLM upstream registered the way a provider does.
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
@@ -423,7 +423,7 @@ describe("endpoint lifecycle", () => {
     // Back (a heartbeat), then the daemon reports the serving job finished.
     const beat = await client(srv.url).post("/api/providers/heartbeat", { api_key: s.provider.key, gpu_status: {} });
     expect(beat.status).toBe(200);
-    // A heartbeat that changes no state is written with the next telemetry batch (src/domain/heartbeat.ts).
+    // A heartbeat that changes no state is written with the next telemetry batch (src/domain/providers/heartbeat.ts).
     await expect.poll(listed, { timeout: 15_000 }).toBe(true);
     const done = await client(srv.url).post("/api/providers/job-result", { api_key: s.provider.key, job_id: s.jobId, success: true, result: {} });
     expect(done.status).toBe(200);

@@ -5,7 +5,7 @@
 // bills a cut stream by its own count of delivered chunks within the reservation.
 import OpenAI from "openai";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { ledgerProblems } from "../../src/domain/ledger.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { MAX_STREAM_BYTES } from "../../src/http/v1/proxy.js";
 import { MAX_SSE_EVENT_LENGTH } from "../../src/http/v1/sse.js";
 import { makeRenter } from "../helpers/fixtures.js";

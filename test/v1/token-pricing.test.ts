@@ -12,7 +12,7 @@ import {
   TOKEN_RATES,
   tokenCostHalala,
   tokenRate,
-} from "../../src/domain/token-pricing.js";
+} from "../../src/domain/money/token-pricing.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";

@@ -17,17 +17,21 @@ Options (environment variable in brackets):
   --url URL                 service origin [SVC_URL]
   --key KEY                 provider key [SVC_API_KEY]
   --hmac-secret SECRET      also check task_spec_hmac [SVC_HMAC_SECRET]
-  --server-key BASE64       pin the server's task-signing key (default: pinned on first connect) [SVC_SERVER_KEY]
+  --server-key BASE64       the server's task-signing key (default: pinned per server on first connect,
+                            in <state-dir>/server-keys/) [SVC_SERVER_KEY]
+  --trust-new-server-key    pin the key the server presents now, replacing a different pinned one; only
+                            after checking it with the server's operator [SVC_TRUST_NEW_SERVER_KEY=1]
   --runner TYPE=COMMAND     run jobs of TYPE with a local program (repeatable) [SVC_RUNNERS="T=CMD;T2=CMD2"]
   --docker PATH|none        docker CLI [SVC_DOCKER] (default: docker when it answers)
   --nvidia-smi PATH         [SVC_NVIDIA_SMI]
-  --state-dir DIR           pinned key and state [SVC_STATE_DIR] (default ~/.svc-daemon)
+  --state-dir DIR           pinned keys and state [SVC_STATE_DIR] (default ~/.svc-daemon)
   --work-dir DIR            job folders [SVC_WORK_DIR] (default <state-dir>/work)
   --public-host HOST        address served endpoints are reached at [SVC_PUBLIC_HOST]
   --serve-port PORT         host port for vllm_serve [SVC_SERVE_PORT]
   --cached-models A,B       models already on disk [SVC_CACHED_MODELS]
   --heartbeat-seconds N     override the server's interval [SVC_HEARTBEAT_SECONDS]
-  --stop-grace-seconds N    SIGTERM waits this long for jobs (default 20) [SVC_STOP_GRACE_SECONDS]
+  --stop-grace-seconds N    on SIGTERM/SIGINT, stop running jobs (reported as interrupted:
+                            re-queued, no charge) and exit within N s (default 10) [SVC_STOP_GRACE_SECONDS]
 `;
 
 function splitCommand(command: string): string[] {
@@ -37,6 +41,9 @@ function splitCommand(command: string): string[] {
   for (let m; (m = re.exec(command)); ) words.push(m[1] ?? m[2] ?? m[3]);
   return words;
 }
+
+/** How long a stopped daemon may take to stop its jobs, report them and exit (README). */
+export const DEFAULT_STOP_GRACE_SECONDS = 10;
 
 export function parseRunners(specs: string[]): Record<string, string[]> {
   const out: Record<string, string[]> = {};
@@ -62,6 +69,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
       key: { type: "string" },
       "hmac-secret": { type: "string" },
       "server-key": { type: "string" },
+      "trust-new-server-key": { type: "boolean" },
       runner: { type: "string", multiple: true },
       docker: { type: "string" },
       "nvidia-smi": { type: "string" },
@@ -109,6 +117,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
     key,
     hmacSecret: values["hmac-secret"] ?? env.SVC_HMAC_SECRET,
     serverKey: values["server-key"] ?? env.SVC_SERVER_KEY,
+    trustNewServerKey: values["trust-new-server-key"] ?? ["1", "true", "yes"].includes((env.SVC_TRUST_NEW_SERVER_KEY ?? "").toLowerCase()),
     stateDir,
     nvidiaSmi,
     executors: {
@@ -122,7 +131,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
     heartbeatSeconds: number(values["heartbeat-seconds"] ?? env.SVC_HEARTBEAT_SECONDS, "--heartbeat-seconds"),
     reconnectMinMs: 500,
     reconnectMaxMs: 30_000,
-    stopGraceMs: (number(values["stop-grace-seconds"] ?? env.SVC_STOP_GRACE_SECONDS, "--stop-grace-seconds") ?? 20) * 1000,
+    stopGraceMs: (number(values["stop-grace-seconds"] ?? env.SVC_STOP_GRACE_SECONDS, "--stop-grace-seconds") ?? DEFAULT_STOP_GRACE_SECONDS) * 1000,
     log,
   };
 }
@@ -138,13 +147,27 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
   }
   const daemon = new ProviderDaemon(cfg);
   log(`starting ${DAEMON_VERSION} against ${cfg.url}`);
+  let signalled = false;
   const onSignal = (sig: NodeJS.Signals) => {
+    // A repeated signal must not kill the process by default action: the jobs' process groups would outlive it.
+    if (signalled) return log(`${sig} received; already stopping (within ${cfg.stopGraceMs / 1000} s)`);
+    signalled = true;
     log(`${sig} received`);
     void daemon.stop();
   };
-  process.once("SIGTERM", onSignal);
-  process.once("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
   await daemon.start();
+  // The stream loop ends once stopping; the shutdown (jobs stopped and reported) may still be finishing.
+  await daemon.stop();
+  process.off("SIGTERM", onSignal);
+  process.off("SIGINT", onSignal);
   log("stopped");
-  return 0;
+  // Safety net after the orderly shutdown: nothing of ours holds the event loop any more, so
+  // this fires only if a library's handle still does; a service manager must not wait on it.
+  setTimeout(() => {
+    log(`exiting; still open: ${process.getActiveResourcesInfo().join(", ")}`);
+    process.exit(process.exitCode ?? 0);
+  }, 1000).unref();
+  return daemon.exitCode;
 }

@@ -20,10 +20,9 @@ import {
   type Welcome,
 } from "../../../gen/svc/v1/daemon_pb.js";
 import type { AssignedJob } from "../../../gen/svc/v1/jobs_pb.js";
-import { verifyTask } from "../../domain/task-signing.js";
-import { withinRunWindow } from "../../domain/preferences.js";
+import { withinRunWindow } from "../../shared/run-window.js";
+import { verifyTask, verifyTaskSignature } from "../../shared/task-signature.js";
 import { AsyncQueue } from "../async-queue.js";
-import { verifyTaskSignature } from "../task-signature.js";
 import { runCommand } from "./exec.js";
 import { executorFor, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
@@ -38,8 +37,10 @@ export interface DaemonConfig {
   key: string;
   /** SVC_HMAC_SECRET, when the operator has it: tasks are also checked against task_spec_hmac. */
   hmacSecret?: string;
-  /** The server's task-signing key (base64); pinned from the first welcome when not given. */
+  /** The server's task-signing key (base64); pinned per server from the first welcome when not given. */
   serverKey?: string;
+  /** --trust-new-server-key: pin the key the server presents now, replacing a different pinned one. */
+  trustNewServerKey?: boolean;
   stateDir: string;
   nvidiaSmi: string;
   executors: ExecutorConfig;
@@ -48,7 +49,10 @@ export interface DaemonConfig {
   heartbeatSeconds?: number;
   reconnectMinMs: number;
   reconnectMaxMs: number;
-  /** How long SIGTERM waits for running jobs before handing them back. */
+  /**
+   * SIGTERM/SIGINT: running jobs are stopped at once and reported as interrupted; the
+   * daemon has exited within this long (a job gets half of it to exit before SIGKILL).
+   */
   stopGraceMs: number;
   log: (line: string) => void;
 }
@@ -57,7 +61,8 @@ interface ActiveJob {
   spec: JobSpec;
   running?: RunningJob;
   cancelled: boolean;
-  handedBack: boolean;
+  /** Stopped because the daemon is shutting down: reported as interrupted by the provider. */
+  interrupted: boolean;
   logs: string[];
   flushTimer?: NodeJS.Timeout;
 }
@@ -67,6 +72,17 @@ const LOG_FLUSH_MS = 300;
 const LOG_BATCH = 200;
 
 const toValue = (v: JsonValue) => fromJson(ValueSchema, v);
+
+/** How long a job that died of a stop signal waits for the daemon's own stop before it is reported as failed. */
+const STOP_SIGNAL_WAIT_MS = 1000;
+const STOP_SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGHUP"]);
+
+/** Whether the job ended by SIGTERM/SIGINT/SIGHUP from outside (directly, or as a shell's 128+n exit status). */
+function stopSignalled(o: Outcome): boolean {
+  if (o.success) return false;
+  const { signal, exit_code: code } = o.metrics;
+  return (typeof signal === "string" && STOP_SIGNALS.has(signal)) || code === 143 || code === 130 || code === 129;
+}
 
 /** Exponential backoff with full jitter in [0.5, 1.5) of the step. */
 export function backoffMs(attempt: number, minMs: number, maxMs: number, random = Math.random): number {
@@ -88,16 +104,30 @@ export class ProviderDaemon {
   private readonly jobs = new Map<string, ActiveJob>();
   private settings: DaemonSettings | undefined;
   private signingKey: string | undefined;
+  /** Where signingKey came from: the per-server file, the single file of older versions, or --server-key. */
+  private keySource: "pinned" | "legacy" | "configured" | undefined;
+  /** The next welcome's key is pinned whatever was pinned before (--trust-new-server-key, once). */
+  private trustNextKey: boolean;
   private keyMismatch = false;
+  /** The process's exit status: 0, or EXIT_KEY_MISMATCH when the daemon left because it cannot trust the server. */
+  exitCode = 0;
   private readinessSent = false;
   private runLoop: Promise<void> | undefined;
+  private stopped: Promise<void> | undefined;
   paused = false;
   approved = false;
   providerId: number | undefined;
 
   constructor(private readonly cfg: DaemonConfig) {
-    this.probe = new GpuProbe(cfg.nvidiaSmi);
-    this.signingKey = cfg.serverKey ?? this.readPinnedKey();
+    this.probe = new GpuProbe(cfg.nvidiaSmi, this.stopSignal.signal);
+    this.trustNextKey = !!cfg.trustNewServerKey && !cfg.serverKey;
+    if (cfg.serverKey) [this.signingKey, this.keySource] = [cfg.serverKey, "configured"];
+    else {
+      const pinned = readKey(pinnedKeyFile(cfg.stateDir, cfg.url));
+      const legacy = pinned ? undefined : readKey(path.join(cfg.stateDir, LEGACY_KEY_FILE));
+      this.signingKey = pinned ?? legacy;
+      this.keySource = pinned ? "pinned" : legacy ? "legacy" : undefined;
+    }
   }
 
   // ---- connection ---------------------------------------------------------
@@ -117,6 +147,7 @@ export class ProviderDaemon {
       this.abortConn = abort;
       let drainMs: number | undefined;
       const snapshot = await this.probe.snapshot();
+      if (this.stopping) break;
       out.push({
         kind: {
           case: "hello",
@@ -126,6 +157,8 @@ export class ProviderDaemon {
             resourceSpec: resourceSpec(),
             cachedModels: this.cfg.cachedModels,
             runningJobIds: [...this.jobs.keys()],
+            // The server keeps a provider whose daemon would refuse its tasks out of dispatch.
+            taskSigningKey: this.trustNextKey ? undefined : this.signingKey,
           },
         },
       });
@@ -165,7 +198,16 @@ export class ProviderDaemon {
     this.providerId = Number(w.providerId);
     this.approved = w.approvalStatus === "approved";
     if (w.settings) this.applySettings(w.settings);
-    this.checkSigningKey(w.taskSigningKey);
+    const distrust = this.checkSigningKey(w.taskSigningKey);
+    if (distrust) {
+      // Takes no work (the server pushes none: our hello named the key) and leaves.
+      this.keyMismatch = true;
+      this.exitCode = EXIT_KEY_MISMATCH;
+      this.cfg.log(distrust);
+      this.out?.push({ kind: this.eventKind("task_signing_key_mismatch", "critical", distrust) });
+      void this.stop();
+      return;
+    }
     this.connected = true;
     this.cfg.log(`connected as provider ${this.providerId} (${w.approvalStatus})`);
     for (const kind of this.backlog.splice(0)) this.out?.push({ kind });
@@ -181,17 +223,50 @@ export class ProviderDaemon {
     }
   }
 
-  private checkSigningKey(key: string) {
-    if (!key) return;
-    if (!this.signingKey) {
-      this.signingKey = key;
-      this.writePinnedKey(key);
-      return;
+  /** Pins the welcome's key when nothing (or --trust-new-server-key) says otherwise; else why it cannot be trusted. */
+  private checkSigningKey(key: string): string | undefined {
+    if (!key) return undefined;
+    const origin = new URL(this.cfg.url).origin;
+    if (!this.signingKey || this.trustNextKey) {
+      if (this.signingKey && this.signingKey !== key) this.cfg.log(`pinned the new task-signing key of ${origin} (${key}), replacing ${this.signingKey}, as --trust-new-server-key asked`);
+      this.trustNextKey = false;
+      this.pin(key);
+      return undefined;
     }
-    this.keyMismatch = this.signingKey !== key;
-    if (this.keyMismatch) {
-      this.cfg.log("the server's task-signing key differs from the pinned one: refusing every task");
-      this.event("task_signing_key_mismatch", "critical", "welcome carried a task-signing key other than the pinned one");
+    if (this.signingKey === key) {
+      // A pin of an older version (one file for every server) moves to this server's own file.
+      if (this.keySource === "legacy") this.pin(key);
+      return undefined;
+    }
+    const source =
+      this.keySource === "configured"
+        ? "given with --server-key (SVC_SERVER_KEY)"
+        : `pinned for it in ${this.keySource === "legacy" ? path.join(this.cfg.stateDir, LEGACY_KEY_FILE) : pinnedKeyFile(this.cfg.stateDir, this.cfg.url)}`;
+    const fix =
+      this.keySource === "configured"
+        ? "After checking the server's key with its operator, set --server-key to it."
+        : "After checking the server's key with its operator, restart with --trust-new-server-key (SVC_TRUST_NEW_SERVER_KEY=1) to pin it.";
+    return [
+      `the server at ${origin} signs tasks with another key than the one ${source}:`,
+      `  pinned: ${this.signingKey}`,
+      `  server: ${key}`,
+      "Either the server was replaced or its database recreated, or something impersonates it. This daemon takes no work from it and exits.",
+      fix,
+    ].join("\n");
+  }
+
+  private pin(key: string) {
+    this.signingKey = key;
+    this.keySource = "pinned";
+    const file = pinnedKeyFile(this.cfg.stateDir, this.cfg.url);
+    try {
+      fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+      // Renamed into place: daemons sharing the state folder never read half a key.
+      const tmp = `${file}.${process.pid}.tmp`;
+      fs.writeFileSync(tmp, key + "\n", { mode: 0o600 });
+      fs.renameSync(tmp, file);
+    } catch (err) {
+      this.cfg.log(`could not pin the server key: ${(err as Error).message}`);
     }
   }
 
@@ -237,7 +312,10 @@ export class ProviderDaemon {
   // ---- reports --------------------------------------------------------------
 
   private async heartbeat() {
+    // While stopping, the probe is aborted: a heartbeat now would report no GPUs.
+    if (this.stopping) return;
     const snap = await this.probe.snapshot();
+    if (this.stopping) return;
     this.send({
       case: "heartbeat",
       value: {
@@ -253,7 +331,7 @@ export class ProviderDaemon {
 
   private async readiness() {
     const snap = await this.probe.snapshot();
-    const torch = await runCommand("python3", ["-c", "import torch"], { timeoutMs: 20_000 });
+    const torch = await runCommand("python3", ["-c", "import torch"], { timeoutMs: 20_000, signal: this.stopSignal.signal });
     this.send({
       case: "readiness",
       value: {
@@ -269,7 +347,11 @@ export class ProviderDaemon {
   }
 
   event(eventType: string, severity: "info" | "warning" | "error" | "critical", details?: string, jobId?: string) {
-    this.send({
+    this.send(this.eventKind(eventType, severity, details, jobId));
+  }
+
+  private eventKind(eventType: string, severity: "info" | "warning" | "error" | "critical", details?: string, jobId?: string): MsgKind {
+    return {
       case: "event",
       value: {
         eventType,
@@ -281,7 +363,7 @@ export class ProviderDaemon {
         hostname: os.hostname(),
         osInfo: `${os.type()} ${os.release()}`,
       },
-    });
+    };
   }
 
   // ---- jobs -------------------------------------------------------------------
@@ -326,7 +408,7 @@ export class ProviderDaemon {
       taskSpec: (job.taskSpec ?? {}) as JsonObject,
       maxDurationSeconds: Number(job.maxDurationSeconds) || 1800,
     };
-    const active: ActiveJob = { spec, cancelled: false, handedBack: false, logs: [] };
+    const active: ActiveJob = { spec, cancelled: false, interrupted: false, logs: [] };
     this.jobs.set(job.jobId, active);
     try {
       if (!this.verified(job, signature)) {
@@ -341,9 +423,14 @@ export class ProviderDaemon {
       } catch (err) {
         return this.reject(job.jobId, (err as Error).message);
       }
+      // SIGTERM came while the task was being checked: nothing started, refuse it.
+      if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
       this.send({ case: "jobAccepted", value: { jobId: job.jobId } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
       const outcome = await this.execute(active, executor.start.bind(executor));
+      // A service manager's stop signals every process of the service at once (systemd's
+      // control-group kill): the job may die of it a moment before the daemon hears its own.
+      if (!active.cancelled && !active.interrupted && stopSignalled(outcome)) await waitUntil(() => this.stopping, Date.now() + STOP_SIGNAL_WAIT_MS);
       this.finish(active, outcome);
     } finally {
       this.jobs.delete(job.jobId);
@@ -388,8 +475,12 @@ export class ProviderDaemon {
       this.event("job_cancelled", "info", outcome.error, jobId);
       return;
     }
-    if (active.handedBack) {
-      this.send({ case: "jobRejected", value: { jobId, reason: "the provider daemon stopped before the job finished (handed back)" } });
+    // Stopped by the shutdown (also when a service manager's stop signal reached the job's own
+    // processes first): the provider's doing. A job that completed meanwhile still reports its result.
+    if (active.interrupted || (this.stopping && !outcome.success)) {
+      this.cfg.log(`job ${jobId} interrupted: the daemon is stopping`);
+      this.send({ case: "jobRejected", value: { jobId, reason: "the provider's daemon was stopped while the job ran", interrupted: true } });
+      this.event("job_interrupted", "warning", outcome.error, jobId);
       return;
     }
     const result: MsgKind = {
@@ -409,54 +500,63 @@ export class ProviderDaemon {
 
   // ---- shutdown ---------------------------------------------------------------
 
-  /** SIGTERM: let running jobs finish within the grace period, hand back the rest, close the stream. */
+  /**
+   * SIGTERM/SIGINT: take no more work, stop the running jobs (SIGTERM to their process groups,
+   * SIGKILL after half the grace period; containers are killed), report them as interrupted,
+   * then half-close the stream: the server answers every report before it ends its side, so
+   * the end of the stream acknowledges them. Bounded by the stop grace period; nothing of ours
+   * (timer, child process, connection) is left to hold the process once it returns.
+   */
   async stop(): Promise<void> {
-    if (this.stopping) return this.runLoop;
+    if (this.stopping) return this.stopped;
     this.stopping = true;
+    this.stopped = this.shutdown();
+    return this.stopped;
+  }
+
+  private async shutdown(): Promise<void> {
+    const deadline = Date.now() + this.cfg.stopGraceMs;
+    const left = () => Math.max(0, deadline - Date.now());
     this.cfg.log(`stopping; ${this.jobs.size} job(s) running`);
-    const all = [...this.jobs.values()];
-    const finished = Promise.all(all.map((j) => j.running?.done));
-    const inTime = await Promise.race([finished.then(() => true), sleep(this.cfg.stopGraceMs).then(() => false)]);
-    if (!inTime) {
-      for (const j of this.jobs.values()) {
-        j.handedBack = true;
-        await j.running?.stop("the provider daemon stopped before the job finished");
-      }
-    }
-    // Let onJob report (result or hand-back) before the stream closes.
-    while (this.jobs.size > 0) await sleep(20);
-    this.event("daemon_stopped", "info", "SIGTERM");
-    const unacked = () => this.unackedResults.size > 0;
-    const deadline = Date.now() + 5000;
-    while (this.connected && unacked() && Date.now() < deadline) await sleep(50);
-    this.out?.close();
+    // Kills a probe or readiness check in flight and wakes a reconnect wait.
     this.stopSignal.abort();
-    const closed = await Promise.race([this.runLoop?.then(() => true), sleep(5000).then(() => false)]);
-    if (!closed) this.abortConn?.abort();
-    await this.runLoop;
-  }
-
-  // ---- pinned key -------------------------------------------------------------
-
-  private keyFile() {
-    return path.join(this.cfg.stateDir, "server-task-key");
-  }
-
-  private readPinnedKey(): string | undefined {
-    try {
-      return fs.readFileSync(this.keyFile(), "utf8").trim() || undefined;
-    } catch {
-      return undefined;
+    const jobs = [...this.jobs.values()];
+    for (const j of jobs) j.interrupted = !j.cancelled;
+    const killAfterMs = Math.floor(this.cfg.stopGraceMs / 2);
+    await within(Promise.all(jobs.map((j) => j.running?.stop("the provider's daemon was stopped", killAfterMs))), left());
+    // Let onJob send each job's report before the stream closes.
+    await waitUntil(() => this.jobs.size === 0, deadline);
+    if (this.connected) this.event("daemon_stopped", "info", `${jobs.length} job(s) interrupted`);
+    await waitUntil(() => !this.connected || this.unackedResults.size === 0, deadline);
+    const undelivered = this.backlog.length;
+    if (undelivered > 0) this.cfg.log(`${undelivered} report(s) not delivered: not connected to the server`);
+    this.out?.close();
+    if (!(await within(this.runLoop ?? Promise.resolve(), left()))) {
+      this.cfg.log("the server did not close the stream in time; closing it");
+      this.abortConn?.abort();
+      await this.runLoop;
     }
   }
+}
 
-  private writePinnedKey(key: string) {
-    try {
-      fs.mkdirSync(this.cfg.stateDir, { recursive: true });
-      fs.writeFileSync(this.keyFile(), key + "\n", { mode: 0o600 });
-    } catch (err) {
-      this.cfg.log(`could not pin the server key: ${(err as Error).message}`);
-    }
+/** Older versions pinned one key for every server here; it still counts for a server without a pin of its own. */
+const LEGACY_KEY_FILE = "server-task-key";
+
+/** Exit status when the daemon leaves because it cannot trust the server's key (EX_CONFIG: a service manager should not restart it). */
+export const EXIT_KEY_MISMATCH = 78;
+
+/** The file holding the task-signing key pinned for a server: one per origin, so one state folder serves several servers. */
+export function pinnedKeyFile(stateDir: string, url: string): string {
+  const { protocol, hostname, port } = new URL(url);
+  const name = [protocol.replace(/:$/, ""), hostname, port].filter(Boolean).join("_").replace(/[^A-Za-z0-9.-]/g, "_");
+  return path.join(stateDir, "server-keys", name);
+}
+
+function readKey(file: string): string | undefined {
+  try {
+    return fs.readFileSync(file, "utf8").trim() || undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -467,11 +567,27 @@ function resourceSpec(): JsonObject {
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal?.aborted) return resolve();
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
+    const t = setTimeout(done, ms);
+    function done() {
       clearTimeout(t);
+      signal?.removeEventListener("abort", done);
       resolve();
-    }, { once: true });
+    }
+    signal?.addEventListener("abort", done, { once: true });
   });
 }
 
+/** Whether p settled within ms; the timer is cleared either way (a pending one would hold the process). */
+async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  const stop = new AbortController();
+  try {
+    return await Promise.race([p.then(() => true), sleep(ms, stop.signal).then(() => false)]);
+  } finally {
+    stop.abort();
+  }
+}
+
+/** Polls until cond() holds or the deadline (epoch ms) passed. */
+async function waitUntil(cond: () => boolean, deadline: number): Promise<void> {
+  while (!cond() && Date.now() < deadline) await sleep(Math.min(20, deadline - Date.now()));
+}

@@ -10,13 +10,14 @@ export interface CommandResult {
   missing: boolean;
 }
 
-export function runCommand(cmd: string, args: string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<CommandResult> {
+/** `signal`: kills the command when aborted (the daemon is stopping), so it does not hold the process. */
+export function runCommand(cmd: string, args: string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv; signal?: AbortSignal } = {}): Promise<CommandResult> {
   return new Promise((resolve) => {
     let stdout = "";
     let stderr = "";
     let child;
     try {
-      child = spawn(cmd, args, { env: opts.env ?? process.env, stdio: ["ignore", "pipe", "pipe"], timeout: opts.timeoutMs });
+      child = spawn(cmd, args, { env: opts.env ?? process.env, stdio: ["ignore", "pipe", "pipe"], timeout: opts.timeoutMs, signal: opts.signal });
     } catch {
       resolve({ code: null, stdout, stderr, missing: true });
       return;

@@ -89,19 +89,23 @@ export interface GpuSnapshot {
 
 export class GpuProbe {
   private cuda: string | null | undefined;
-  constructor(private readonly smi = "nvidia-smi") {}
+  /** `signal`: aborting it kills a running nvidia-smi (a wedged driver can hang it for the whole timeout). */
+  constructor(
+    private readonly smi = "nvidia-smi",
+    private readonly signal?: AbortSignal,
+  ) {}
 
   async snapshot(): Promise<GpuSnapshot> {
     let fields: readonly string[] = GPU_QUERY_FIELDS;
-    let out = await runCommand(this.smi, [`--query-gpu=${fields.join(",")}`, "--format=csv,noheader,nounits"], { timeoutMs: 15_000 });
+    let out = await runCommand(this.smi, [`--query-gpu=${fields.join(",")}`, "--format=csv,noheader,nounits"], { timeoutMs: 15_000, signal: this.signal });
     if (out.code !== 0 && out.code !== null && !out.missing) {
       // Drivers before 510 do not know compute_cap.
       fields = GPU_QUERY_FIELDS.filter((f) => f !== "compute_cap");
-      out = await runCommand(this.smi, [`--query-gpu=${fields.join(",")}`, "--format=csv,noheader,nounits"], { timeoutMs: 15_000 });
+      out = await runCommand(this.smi, [`--query-gpu=${fields.join(",")}`, "--format=csv,noheader,nounits"], { timeoutMs: 15_000, signal: this.signal });
     }
     if (out.code !== 0) return { gpus: [], cudaVersion: null, driverVersion: null };
     if (this.cuda === undefined) {
-      const banner = await runCommand(this.smi, [], { timeoutMs: 15_000 });
+      const banner = await runCommand(this.smi, [], { timeoutMs: 15_000, signal: this.signal });
       this.cuda = banner.code === 0 ? parseCudaVersion(banner.stdout) : null;
     }
     const gpus = parseGpuCsv(out.stdout, fields);

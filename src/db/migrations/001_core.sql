@@ -94,7 +94,7 @@ CREATE TABLE login_codes (
 CREATE INDEX login_codes_account_idx ON login_codes (role, account_id, created_at DESC);
 
 -- Double-entry ledger. Balances are kept on accounts and moved only by
--- transfers written in the same transaction (src/domain/ledger.ts).
+-- transfers written in the same transaction (src/domain/money/ledger.ts).
 CREATE TABLE ledger_accounts (
   id        bigserial PRIMARY KEY,
   kind      text NOT NULL CHECK (kind IN ('renter_available','renter_held','provider_earnings','platform_fees','gateway','adjustments')),

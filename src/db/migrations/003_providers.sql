@@ -18,7 +18,7 @@ ALTER TABLE providers
 ALTER TABLE providers SET (fillfactor = 70);
 
 -- Coverage of the current UTC hour accumulates on the row (see
--- src/domain/heartbeat.ts); finished hours are filed in provider_uptime.
+-- src/domain/providers/heartbeat.ts); finished hours are filed in provider_uptime.
 ALTER TABLE providers
   ADD COLUMN uptime_hour          timestamptz,
   ADD COLUMN uptime_hour_seconds  integer NOT NULL DEFAULT 0 CHECK (uptime_hour_seconds BETWEEN 0 AND 3600);
@@ -30,7 +30,7 @@ CREATE INDEX providers_reputation_idx ON providers (reputation_at) WHERE first_h
 -- Heartbeat coverage of finished hours: seconds per provider per UTC hour
 -- during which the provider was live (each heartbeat covers the time since
 -- the previous one, at most the 120 s live window). uptime_percent is the
--- covered share of a sliding 24 h window (src/domain/reputation.ts).
+-- covered share of a sliding 24 h window (src/domain/providers/reputation.ts).
 CREATE TABLE provider_uptime (
   provider_id      bigint NOT NULL REFERENCES providers(id) ON DELETE CASCADE,
   hour             timestamptz NOT NULL,
@@ -53,7 +53,7 @@ RETURNS integer LANGUAGE sql IMMUTABLE AS $$
   END
 $$;
 
--- Same rule as withinRunWindow in src/domain/preferences.ts: always-on and
+-- Same rule as withinRunWindow in src/domain/providers/preferences.ts: always-on and
 -- manual always; scheduled only inside [start, end) UTC, crossing midnight
 -- when end < start; no valid window means outside.
 CREATE FUNCTION svc_within_run_window(run_mode text, start_hhmm text, end_hhmm text, at timestamptz)

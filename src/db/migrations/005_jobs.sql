@@ -28,7 +28,7 @@ ALTER TABLE job_attempts ADD COLUMN error text;
 -- Busy slots per provider (one row per provider), kept by a trigger on every
 -- job status move so that dispatch reads one row instead of counting jobs.
 -- The row is also the provider's dispatch lock: assignments to a provider
--- happen only while holding it FOR UPDATE (src/domain/dispatch.ts), and the
+-- happen only while holding it FOR UPDATE (src/domain/dispatch/dispatch.ts), and the
 -- lock re-reads `active`, so "one running job per GPU" holds under concurrency.
 CREATE TABLE provider_load (
   provider_id  bigint PRIMARY KEY REFERENCES providers(id),

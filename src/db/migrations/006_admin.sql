@@ -18,7 +18,7 @@ CREATE UNIQUE INDEX image_requests_open_key ON image_requests (renter_id, image)
 CREATE INDEX image_requests_status_idx ON image_requests (status, created_at DESC);
 CREATE INDEX image_requests_renter_idx ON image_requests (renter_id, created_at DESC);
 
--- Images approved by an admin (the built-in list lives in src/domain/registry.ts).
+-- Images approved by an admin (the built-in list lives in src/domain/jobs/registry.ts).
 CREATE TABLE approved_images (
   image        text PRIMARY KEY,
   description  text NOT NULL DEFAULT '',

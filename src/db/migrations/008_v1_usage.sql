@@ -1,4 +1,4 @@
--- One row per /v1 chat completion (src/domain/usage-billing.ts). While the
+-- One row per /v1 chat completion (src/domain/money/usage-billing.ts). While the
 -- request runs the row is `open` and reserves its price cap against the
 -- renter's available funds (no money moves, so concurrent requests cannot
 -- together spend more than the balance); it then becomes `settled` (tokens,

@@ -1,5 +1,5 @@
 -- Submit fast path: ledger movements as one round trip each. The rules are the
--- ones src/domain/ledger.ts documents (it calls these and nothing else moves
+-- ones src/domain/money/ledger.ts documents (it calls these and nothing else moves
 -- money): the transfer row first (its idempotency key makes a repeat a no-op),
 -- then the kept balances locked in id order and the debit checked, so an
 -- overdraft is refused without aborting the caller's transaction. Which kinds
@@ -80,7 +80,7 @@ BEGIN
   opened := true;
 END $$;
 
--- A renter's quota and usage for a submit (src/domain/quota.ts holds the
+-- A renter's quota and usage for a submit (src/domain/money/quota.ts holds the
 -- rules and defaults). Two statements, one round trip: the quota row is
 -- locked first (serialising one renter's submits), and the usage is read
 -- after that lock is held, by a statement with a fresh snapshot, so two

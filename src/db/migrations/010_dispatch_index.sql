@@ -2,7 +2,7 @@
 -- every provider and sort them; with 100,000 providers that is the whole
 -- table per submit. This index holds the providers that could take work, most
 -- reliable first, so placement reads candidates in that order and stops after
--- a few (src/domain/dispatch.ts placeJob). Its predicate is the state part of
+-- a few (src/domain/dispatch/dispatch.ts placeJob). Its predicate is the state part of
 -- availableSql (dispatch.ts); what depends on the clock (last heartbeat, run
 -- window) and on the job (fit, free slot) is checked per candidate.
 --

@@ -3,7 +3,7 @@
 // live providers. The picker spreads load (fewest requests in flight from this
 // process first, random among equals) and rests an endpoint that just failed.
 import type { Db } from "../../db/index.js";
-import { LIVE_WINDOW_SECONDS } from "../../domain/liveness.js";
+import { LIVE_WINDOW_SECONDS } from "../../domain/shared/liveness.js";
 
 export interface Upstream {
   jobId: number;

@@ -7,7 +7,7 @@ import dns from "node:dns";
 import http from "node:http";
 import https from "node:https";
 import net, { type LookupFunction } from "node:net";
-import { isPrivateAddress } from "../../domain/webhook-outbox.js";
+import { isPrivateAddress } from "../../domain/notify/webhooks.js";
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
 

@@ -90,12 +90,12 @@ export function startChildJob(opts: ChildJobOptions, hooks: JobHooks): RunningJo
 
   return {
     done,
-    async stop(reason) {
+    async stop(reason, killAfterMs) {
       if (stopReason) return;
       stopReason = reason;
       await opts.onStop?.().catch(() => {});
       signalGroup(child, "SIGTERM");
-      const timer = setTimeout(() => signalGroup(child, "SIGKILL"), opts.killGraceMs ?? 5000);
+      const timer = setTimeout(() => signalGroup(child, "SIGKILL"), killAfterMs ?? opts.killGraceMs ?? 5000);
       await exited;
       clearTimeout(timer);
       signalGroup(child, "SIGKILL");

@@ -161,9 +161,9 @@ export class DockerExecutor implements Executor {
     })();
     return {
       done: ready.then((r) => r.done),
-      async stop(reason) {
+      async stop(reason, killAfterMs) {
         stopped ??= reason;
-        await (await ready).stop(reason);
+        await (await ready).stop(reason, killAfterMs);
       },
     };
   }

@@ -27,8 +27,11 @@ export interface Outcome {
 export interface RunningJob {
   /** Settles once, when the job ended (by itself or stopped). */
   done: Promise<Outcome>;
-  /** Stops the job (cancel, max duration, shutdown); `done` then settles with this reason as the error. */
-  stop(reason: string): Promise<void>;
+  /**
+   * Stops the job (cancel, max duration, shutdown); `done` then settles with this reason as the error.
+   * `killAfterMs`: how long the job may take to exit after SIGTERM before it is killed (the executor's own default otherwise).
+   */
+  stop(reason: string, killAfterMs?: number): Promise<void>;
 }
 
 export interface Executor {

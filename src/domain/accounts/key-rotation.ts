@@ -1,0 +1,18 @@
+// Key rotation: revoking an account's keys reaches the key caches of every
+// process (src/domain/accounts/invalidation.ts), so it lives apart from the
+// key store that the caches read.
+import type { Db } from "../../db/index.js";
+import { accountKeysChanged } from "./invalidation.js";
+import { issueKey, type KeyRole } from "./keys.js";
+
+/**
+ * Revokes every key of the account (rotation), then issues a fresh one. The
+ * old keys stop at once in this process and, at commit, in every other
+ * (src/domain/accounts/key-cache.ts).
+ */
+export async function rotateKeys(db: Db, role: KeyRole, accountId: number): Promise<string> {
+  const column = role === "provider" ? db`provider_id` : db`renter_id`;
+  await db`UPDATE api_keys SET revoked_at = now() WHERE role = ${role} AND ${column} = ${accountId} AND revoked_at IS NULL`;
+  await accountKeysChanged(db, role, accountId);
+  return issueKey(db, role, accountId);
+}

@@ -1,0 +1,114 @@
+// login-email for both account kinds. Without email delivery configured the
+// documented one-step answer applies (refused in production: anyone knowing
+// an address would get a key). With EMAIL_API_KEY, the first call mails a
+// one-time code and the second call, with the code, issues an extra key.
+// Guessing is bounded per account, whatever the callers' addresses: one live
+// code (5 wrong guesses), 5 codes an hour, 10 wrong guesses an hour (429).
+import crypto from "node:crypto";
+import type { Config } from "../../config.js";
+import type { Sql, Tx } from "../../db/index.js";
+import { apiError, badRequest, unauthorized } from "../../errors.js";
+import type { Logger } from "../../log.js";
+import { issueKey, type KeyRole } from "./keys.js";
+
+const CODE_TTL_MINUTES = 10;
+/** Wrong guesses one code allows. */
+const MAX_ATTEMPTS = 5;
+/** Codes issued per account per hour (a new code also ends the older unused ones). */
+export const CODES_PER_HOUR = 5;
+/** Wrong guesses per account per hour across all its codes; past it even the right code waits. */
+export const WRONG_GUESSES_PER_HOUR = 10;
+/** Advisory-lock namespace: issuing and checking codes of one account run one at a time. */
+const LOGIN_LOCK_NS = 0x7632;
+
+export type LoginOutcome = { kind: "key"; apiKey: string } | { kind: "code_sent"; message: string };
+
+const hashCode = (code: string) => crypto.createHash("sha256").update(code).digest();
+
+async function lockAccount(tx: Tx, role: KeyRole, accountId: number): Promise<void> {
+  await tx`SELECT pg_advisory_xact_lock(${LOGIN_LOCK_NS}, hashtext(${role} || ':' || ${accountId}::text))`;
+}
+
+const tooMany = (message: string, retrySeconds: number) => apiError(429, message, { "retry-after": String(Math.max(1, retrySeconds)) });
+
+export async function sendEmail(config: Config, to: string, subject: string, text: string): Promise<void> {
+  const res = await fetch(`${config.emailApiUrl}/emails`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${config.emailApiKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ from: "no-reply@svc.example.com", to: [to], subject, text }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  if (!res.ok) throw apiError(503, "email delivery failed; try again later");
+}
+
+export async function loginByEmail(
+  sql: Sql,
+  config: Config,
+  log: Logger,
+  role: KeyRole,
+  accountId: number,
+  email: string,
+  code: string | undefined,
+): Promise<LoginOutcome> {
+  if (!config.emailApiKey) {
+    if (config.production) {
+      throw apiError(503, "login-email is disabled: email delivery (EMAIL_API_KEY) is not configured");
+    }
+    return { kind: "key", apiKey: await issueKey(sql, role, accountId) };
+  }
+  if (!code) {
+    const fresh = String(crypto.randomInt(0, 1_000_000)).padStart(6, "0");
+    await sql.begin(async (tx) => {
+      await lockAccount(tx, role, accountId);
+      // The fifth newest code of the last hour: while there is one, no new code until it is an hour old.
+      const [fifth] = await tx<{ retry: number }[]>`
+        SELECT ceil(extract(epoch FROM created_at + interval '1 hour' - now()))::int AS retry FROM login_codes
+        WHERE role = ${role} AND account_id = ${accountId} AND created_at > now() - interval '1 hour'
+        ORDER BY created_at DESC OFFSET ${CODES_PER_HOUR - 1} LIMIT 1`;
+      if (fifth) {
+        throw tooMany(`at most ${CODES_PER_HOUR} sign-in codes per hour; use the last code sent or try again later`, fifth.retry);
+      }
+      // One live code per account: a new code ends the older unused ones (their wrong guesses still count).
+      await tx`
+        UPDATE login_codes SET expires_at = now()
+        WHERE role = ${role} AND account_id = ${accountId} AND used_at IS NULL AND expires_at > now()`;
+      await tx`
+        INSERT INTO login_codes (role, account_id, code_hash, expires_at)
+        VALUES (${role}, ${accountId}, ${hashCode(fresh)}, now() + make_interval(mins => ${CODE_TTL_MINUTES}))`;
+    });
+    await sendEmail(config, email, "Your sign-in code", `Your sign-in code is ${fresh}. It expires in ${CODE_TTL_MINUTES} minutes.`);
+    log.info({ role, accountId }, "login code sent");
+    return { kind: "code_sent", message: "a sign-in code was sent to the email address; call again with email and code" };
+  }
+  if (!/^\d{6}$/.test(code)) throw badRequest("code must be the 6-digit code from the email");
+  const right = await sql.begin(async (tx) => {
+    await lockAccount(tx, role, accountId);
+    // Wrong guesses of the last hour, across all codes: a code is guessed at only before its
+    // expires_at, so every guess of the last hour is on a code that expired less than an hour ago.
+    // retry: when enough of the oldest of those codes are out of the window to leave fewer than the limit.
+    const [g] = await tx<{ wrong: number; retry: number | null }[]>`
+      WITH c AS (
+        SELECT attempts, expires_at,
+               sum(attempts) OVER (ORDER BY expires_at DESC, id DESC) - attempts AS newer
+        FROM login_codes
+        WHERE role = ${role} AND account_id = ${accountId} AND attempts > 0 AND expires_at > now() - interval '1 hour')
+      SELECT coalesce(sum(attempts), 0)::int AS wrong,
+             ceil(extract(epoch FROM min(expires_at) FILTER (WHERE newer < ${WRONG_GUESSES_PER_HOUR}) + interval '1 hour' - now()))::int AS retry
+      FROM c`;
+    if (g.wrong >= WRONG_GUESSES_PER_HOUR) {
+      throw tooMany(`too many wrong sign-in codes (${WRONG_GUESSES_PER_HOUR} per hour); try again later`, g.retry ?? 3600);
+    }
+    const [latest] = await tx<{ id: number; ok: boolean }[]>`
+      SELECT id, code_hash = ${hashCode(code)} AS ok FROM login_codes
+      WHERE role = ${role} AND account_id = ${accountId} AND used_at IS NULL AND expires_at > now() AND attempts < ${MAX_ATTEMPTS}
+      ORDER BY created_at DESC, id DESC LIMIT 1`;
+    if (!latest) throw unauthorized("no valid sign-in code; request a new one");
+    // A wrong guess is counted and committed (not thrown here, which would roll the count back).
+    await (latest.ok
+      ? tx`UPDATE login_codes SET used_at = now() WHERE id = ${latest.id}`
+      : tx`UPDATE login_codes SET attempts = attempts + 1 WHERE id = ${latest.id}`);
+    return latest.ok;
+  });
+  if (!right) throw unauthorized("wrong sign-in code");
+  return { kind: "key", apiKey: await issueKey(sql, role, accountId) };
+}

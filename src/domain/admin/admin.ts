@@ -1,0 +1,142 @@
+// Area admin (src/domain/admin): the operator's reads and actions and the
+// dashboard. It sits on top and may use every other area; none imports it.
+//
+// The operator's reads and account actions: renter, job and audit lists with
+// filters and paging, renter suspension and quotas. Each action is written
+// with its audit record in the caller's transaction.
+import type { Db, Tx } from "../../db/index.js";
+import { badRequest, notFound } from "../../errors.js";
+import { accountKeysChanged } from "../accounts/invalidation.js";
+import type { JobRow } from "../shared/job-row.js";
+import { JOB_TYPES } from "../money/pricing.js";
+import type { RenterRow } from "../accounts/renters.js";
+import { checkEnum, checkRange } from "../shared/validate.js";
+
+export const RENTER_STATUSES = ["active", "suspended"] as const;
+export const JOB_STATUSES = ["queued", "pending", "running", "completed", "failed", "cancelled"] as const;
+
+export interface Paged<T> {
+  rows: T[];
+  total: number;
+}
+
+/** `q` as a case-insensitive substring pattern, with LIKE's own characters escaped. */
+export function likePattern(q: string): string {
+  return `%${q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+}
+
+/** An id from a path or filter: a positive integer. */
+export function checkId(value: bigint | number | undefined, field: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 1) throw badRequest(`${field} must be a positive integer`);
+  return n;
+}
+
+export async function listRenters(
+  db: Db,
+  f: { status?: string; q?: string; limit: number; offset: number },
+): Promise<Paged<RenterRow>> {
+  const status = f.status === undefined ? undefined : checkEnum(f.status, RENTER_STATUSES, "status");
+  const q = f.q?.trim() ? likePattern(f.q.trim().slice(0, 200)) : undefined;
+  const where = () => db`
+    WHERE true
+      ${status ? db`AND status = ${status}` : db``}
+      ${q ? db`AND (name ILIKE ${q} OR email ILIKE ${q} OR coalesce(organization, '') ILIKE ${q})` : db``}`;
+  const [rows, [c]] = await Promise.all([
+    db<RenterRow[]>`SELECT * FROM renters ${where()} ORDER BY id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
+    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM renters ${where()}`,
+  ]);
+  return { rows, total: c.n };
+}
+
+/** Sets a renter's status; answers the row and whether it changed. */
+export async function setRenterStatus(tx: Tx, id: number, status: (typeof RENTER_STATUSES)[number]): Promise<{ row: RenterRow; changed: boolean }> {
+  // NO KEY UPDATE: the status is not a key, so submits inserting jobs for this renter (foreign key
+  // share locks) are not held up.
+  const [before] = await tx<RenterRow[]>`SELECT * FROM renters WHERE id = ${id} FOR NO KEY UPDATE`;
+  if (!before) throw notFound("renter not found");
+  if (before.status === status) return { row: before, changed: false };
+  const [row] = await tx<RenterRow[]>`UPDATE renters SET status = ${status} WHERE id = ${id} RETURNING *`;
+  // Cached key owners carry the suspension: forget them here and, at commit, everywhere.
+  await accountKeysChanged(tx, "renter", id);
+  return { row, changed: true };
+}
+
+export const QUOTA_MAX = 1_000_000_000_000;
+
+/** Upserts a renter's quota; an omitted limit keeps its value (or the default). */
+export async function setQuota(
+  tx: Tx,
+  renterId: number,
+  input: { dailyJobsLimit?: number; monthlySpendLimitHalala?: number },
+  defaults: { dailyJobsLimit: number; monthlySpendLimitHalala: number },
+): Promise<{ dailyJobsLimit: number; monthlySpendLimitHalala: number }> {
+  if (input.dailyJobsLimit === undefined && input.monthlySpendLimitHalala === undefined) {
+    throw badRequest("give daily_jobs_limit, monthly_spend_limit_halala or both");
+  }
+  if (input.dailyJobsLimit !== undefined) checkRange(input.dailyJobsLimit, 0, QUOTA_MAX, "daily_jobs_limit", true);
+  if (input.monthlySpendLimitHalala !== undefined) {
+    checkRange(input.monthlySpendLimitHalala, 0, QUOTA_MAX, "monthly_spend_limit_halala", true);
+  }
+  // No lock on the renter row: a submit writes it (total_jobs) while holding the renter's ledger
+  // accounts, and only reads the quota row, so the upsert's own lock on that row is all this needs.
+  const [renter] = await tx`SELECT id FROM renters WHERE id = ${renterId}`;
+  if (!renter) throw notFound("renter not found");
+  const [q] = await tx<{ daily_jobs_limit: number; monthly_spend_limit_halala: number }[]>`
+    INSERT INTO renter_quota (renter_id, daily_jobs_limit, monthly_spend_limit_halala)
+    VALUES (${renterId}, ${input.dailyJobsLimit ?? defaults.dailyJobsLimit},
+            ${input.monthlySpendLimitHalala ?? defaults.monthlySpendLimitHalala})
+    ON CONFLICT (renter_id) DO UPDATE SET
+      daily_jobs_limit = ${input.dailyJobsLimit === undefined ? tx`renter_quota.daily_jobs_limit` : tx`EXCLUDED.daily_jobs_limit`},
+      monthly_spend_limit_halala = ${
+        input.monthlySpendLimitHalala === undefined ? tx`renter_quota.monthly_spend_limit_halala` : tx`EXCLUDED.monthly_spend_limit_halala`
+      },
+      updated_at = now()
+    RETURNING daily_jobs_limit, monthly_spend_limit_halala`;
+  return { dailyJobsLimit: q.daily_jobs_limit, monthlySpendLimitHalala: q.monthly_spend_limit_halala };
+}
+
+export async function listJobs(
+  db: Db,
+  f: { status?: string; renterId?: number; providerId?: number; jobType?: string; limit: number; offset: number },
+): Promise<Paged<JobRow>> {
+  const status = f.status === undefined ? undefined : checkEnum(f.status, JOB_STATUSES, "status");
+  const jobType = f.jobType === undefined ? undefined : checkEnum(f.jobType, JOB_TYPES, "job_type");
+  const where = () => db`
+    WHERE true
+      ${status ? db`AND status = ${status}` : db``}
+      ${f.renterId ? db`AND renter_id = ${f.renterId}` : db``}
+      ${f.providerId ? db`AND provider_id = ${f.providerId}` : db``}
+      ${jobType ? db`AND job_type = ${jobType}` : db``}`;
+  const [rows, [c]] = await Promise.all([
+    db<JobRow[]>`SELECT * FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
+    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM jobs ${where()}`,
+  ]);
+  return { rows, total: c.n };
+}
+
+export interface AuditRow {
+  id: number;
+  actor: string;
+  action: string;
+  target_type: string;
+  target_id: string;
+  details: Record<string, unknown>;
+  created_at: Date;
+}
+
+export async function listAudit(
+  db: Db,
+  f: { action?: string; targetType?: string; targetId?: string; limit: number; offset: number },
+): Promise<Paged<AuditRow>> {
+  const where = () => db`
+    WHERE true
+      ${f.action ? db`AND action = ${f.action}` : db``}
+      ${f.targetType ? db`AND target_type = ${f.targetType}` : db``}
+      ${f.targetId ? db`AND target_id = ${f.targetId}` : db``}`;
+  const [rows, [c]] = await Promise.all([
+    db<AuditRow[]>`SELECT * FROM audit_log ${where()} ORDER BY id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
+    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM audit_log ${where()}`,
+  ]);
+  return { rows, total: c.n };
+}

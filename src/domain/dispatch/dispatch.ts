@@ -1,0 +1,652 @@
+// Area dispatch (src/domain/dispatch): placement, the queue and why a job
+// waits, re-queueing, and the liveness sweep. It may use every area below it
+// (shared, notify, money, accounts, providers); jobs and admin sit above it.
+//
+// Dispatch: which provider runs which job, decided in one place.
+//
+// A job goes to exactly one provider: queued jobs are claimed with
+// `FOR UPDATE SKIP LOCKED` and moved with a status guard, and every assignment
+// to a provider happens while holding that provider's `provider_load` row
+// FOR UPDATE (its busy-slot count, kept by a trigger on jobs): locking re-reads
+// the count, so "one running job per GPU" holds across any number of server
+// processes. Order is priority (1 high .. 3 low), then submit time.
+//
+// Lock order everywhere: job rows -> renter ledger accounts -> provider_load.
+import type { PendingQuery, Row } from "postgres";
+import type { Db, Sql, Tx } from "../../db/index.js";
+import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
+import { withinRunWindowSql } from "../providers/preferences.js";
+import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
+import type { JobRow } from "../shared/job-row.js";
+import { endLocked, type LockedJob } from "../money/settlement.js";
+
+/** How many attempts a job gets before a lost provider fails it; set from config at start. */
+export const jobPolicy = { maxAttempts: 3 };
+
+// ---- SQL fragments over `providers p` (and `jobs j`, `provider_load l`) ----
+
+/**
+ * Approved, heartbeating, not suspended or offline, and its daemon can verify this server's
+ * tasks (no task-signing key mismatch, task-key.ts): could run jobs at all.
+ */
+export const liveSql = (db: Db) => db`(
+  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND p.task_key_mismatch IS NULL
+  AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))`;
+
+/** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/providers/preferences.ts). */
+export const runWindowSql = (db: Db) => withinRunWindowSql(db, "p");
+
+/**
+ * Live and taking work now: not paused, inside its run window. Its state part is
+ * also the predicate of providers_dispatch_idx (migration 010): change both, or
+ * placement stops using the index (slower, still correct).
+ */
+export const availableSql = (db: Db) => db`(${liveSql(db)} AND NOT p.is_paused AND p.status <> 'paused' AND ${runWindowSql(db)})`;
+
+/**
+ * Hardware fit of provider p for job j's gpu_requirements. min_vram_gb counts
+ * 1000 MiB per GB so nominal sizes match what nvidia-smi reports (24 GB =
+ * 24564 MiB); the provider's vram_reserve_gb is not usable.
+ */
+export const hardwareFitSql = (db: Db) => db`(
+  (j.gpu_requirements->>'min_vram_gb' IS NULL
+    OR coalesce(p.gpu_vram_mib, 0) - p.vram_reserve_gb * 1024 >= (j.gpu_requirements->>'min_vram_gb')::float8 * 1000)
+  AND (j.gpu_requirements->>'gpu_model' IS NULL
+    OR strpos(lower(p.gpu_model), lower(j.gpu_requirements->>'gpu_model')) > 0))`;
+
+/**
+ * Fit, the requested provider if any, and not one that declined or never started this job, nor
+ * one whose daemon was shut down mid-job and has not heartbeated since (it is still "live" for a while).
+ */
+export const matchesSql = (db: Db) => db`(
+  (j.requested_provider_id IS NULL OR j.requested_provider_id = p.id)
+  AND ${hardwareFitSql(db)}
+  AND (j.attempt = 1 OR NOT EXISTS (
+    SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id
+      AND (x.end_reason IN ('rejected', 'not_picked_up')
+        OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))))))`;
+
+export const slotsSql = (db: Db) => db`greatest(p.gpu_count, 1)`;
+export const busySql = (db: Db) => db`coalesce((SELECT l.active FROM provider_load l WHERE l.provider_id = p.id), 0)`;
+
+// ---- assignment ----
+
+// How a queued job becomes assigned, in one place for every path (fill() and assignPlanned()):
+// pending on its provider, with its deadline, an attempt row, and a notice for connected daemons.
+
+/** When an assigned job times out: its max_duration_seconds from now. `job` is the row's alias. */
+const timeoutAtSql = (tx: Tx, job: string) => tx`now() + make_interval(secs => ${tx(job)}.max_duration_seconds)`;
+
+/** The CTE body moving the queued jobs of `picked` (columns id, provider_id) to pending, returning their rows. */
+const moveToPendingSql = (tx: Tx) => tx`
+  UPDATE jobs SET status = 'pending', provider_id = picked.provider_id, assigned_at = now(),
+         timeout_at = ${timeoutAtSql(tx, "jobs")}, updated_at = now()
+  FROM picked WHERE jobs.id = picked.id AND jobs.status = 'queued'
+  RETURNING jobs.*`;
+
+/** The CTE body opening the attempt row of each job just assigned in `assigned` (a CTE of job rows). */
+const openAttemptsSql = (tx: Tx, assigned: string) => tx`
+  INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at)
+  SELECT id, attempt, provider_id, 'pending', now() FROM ${tx(assigned)}
+  ON CONFLICT (job_id, attempt) DO UPDATE SET provider_id = EXCLUDED.provider_id, status = 'pending', assigned_at = now()
+  RETURNING job_id`;
+
+export interface Assignment {
+  id: number;
+  jobId: string;
+  providerId: number;
+  /** The job row as assigned. */
+  job: JobRow;
+}
+
+/**
+ * Moves up to `free` queued jobs that the provider `target` names can run to
+ * pending there, best first, skipping jobs other transactions hold: one
+ * statement that also opens the attempt rows and tells connected daemons
+ * (NOTIFY, delivered on commit). `target` is a query of one row (id, free)
+ * whose provider_load row is locked: by the caller already, or by `target`
+ * itself (then the lock and the fill are one round trip).
+ * Returns the provider named (null when `target` found none) and what moved.
+ */
+async function fill(tx: Tx, target: ReturnType<Tx>): Promise<{ providerId: number | null; assigned: Assignment[] }> {
+  const rows = await tx<(JobRow & { target_id: number; notified: string | null; opened: number })[]>`
+    WITH target AS MATERIALIZED (${target}), picked AS (
+      SELECT j.id, t.id AS provider_id FROM jobs j, providers p, target t
+      WHERE p.id = t.id AND j.status = 'queued' AND ${matchesSql(tx)}
+      ORDER BY j.priority, j.submitted_at, j.id
+      LIMIT (SELECT free FROM target) FOR UPDATE OF j SKIP LOCKED
+    ), moved AS (${moveToPendingSql(tx)}
+    ), opened AS (${openAttemptsSql(tx, "moved")}
+    )
+    SELECT t.id AS target_id, m.*,
+           CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`t.id`, "m")} END AS notified,
+           (SELECT count(*) FROM opened) AS opened
+    FROM target t LEFT JOIN moved m ON true ORDER BY m.priority, m.submitted_at, m.id`;
+  if (rows.length === 0) return { providerId: null, assigned: [] };
+  const providerId = rows[0].target_id;
+  const assigned = rows
+    .filter((r) => r.id !== null)
+    .map(({ target_id: _t, notified: _n, opened: _o, ...job }) => ({ id: job.id, jobId: job.job_id, providerId, job: job as JobRow }));
+  return { providerId, assigned };
+}
+
+/** fill() for a provider whose provider_load row the caller holds locked. */
+async function fillLocked(tx: Tx, providerId: number, free: number): Promise<Assignment[]> {
+  if (free <= 0) return [];
+  return (await fill(tx, tx`SELECT ${providerId}::bigint AS id, ${free}::int AS free`)).assigned;
+}
+
+export interface PlaceResult {
+  /** The provider the job went to, or null when it stays queued. */
+  providerId: number | null;
+  /** Providers with room that were locked by another transaction at that moment. */
+  contended: number[];
+  /** The job row after placement, when it was placed. */
+  job?: JobRow;
+}
+
+/** How many candidates placement compares before it looks at the whole fleet (at least; more for a large batch). */
+const CANDIDATE_WINDOW = 32;
+/** The most candidates one placement round compares. */
+const MAX_CANDIDATES = 256;
+/** Queued jobs ahead of a batch that placement also offers to the providers it locks (priority order holds across submits). */
+const QUEUE_HEAD = 32;
+
+export interface Placement {
+  providerId: number;
+  /** The job row as assigned. */
+  job: JobRow;
+}
+
+export interface PlaceManyResult {
+  /** Jobs that went to a provider, by id: those asked for, and jobs from the head of the queue placed on the way. */
+  placed: Map<number, Placement>;
+  /** Providers with room that fit a job left queued but were locked by another transaction at that moment. */
+  contended: number[];
+}
+
+export interface Candidate {
+  id: number;
+  active: number;
+  slots: number;
+  reliability: number | null;
+  /** Ids of the queued jobs (of those offered) this provider can run. */
+  fits: number[];
+  /** The offered queued jobs in dispatch order (the same on every row). */
+  queue: number[];
+}
+
+/**
+ * A job not written yet (a submit in its batch): placement can read
+ * candidates for it before its row exists, so that the row, its hold and its
+ * assignment then go out together. It is attempt 1, submitted now.
+ */
+export interface NewJob {
+  id: number;
+  priority: number;
+  requestedProviderId: number | null;
+  gpuRequirements: Record<string, unknown> | null;
+}
+
+/**
+ * Available providers with a free slot that can run at least one of the
+ * queued jobs `offered` or `fresh` (plus the head of the queue, but not the
+ * jobs `skipped`: ones an earlier round found held elsewhere), least busy
+ * first, then most reliable; read without locks (the assignment locks and
+ * re-checks). Windowed: the most reliable available providers with a free
+ * slot, read in order from providers_dispatch_idx (migration 010), plus the
+ * providers the jobs asked for; otherwise the whole fleet for jobs not bound
+ * to a provider. (The window leaves the jobs' fit out on purpose: its clauses
+ * would make the planner expect one row and sort the whole fleet.)
+ */
+export async function readCandidates(
+  tx: Tx,
+  offered: number[],
+  tried: number[],
+  windowed: boolean,
+  fresh: NewJob[] = [],
+  skipped: number[] = [],
+): Promise<Candidate[]> {
+  const size = Math.min(MAX_CANDIDATES, Math.max(CANDIDATE_WINDOW, offered.length + fresh.length));
+  const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
+  const freshRows = tx`
+    SELECT id, priority, now() AS submitted_at, requested_provider_id, req::jsonb AS gpu_requirements, 1 AS attempt
+    FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.priority)}::int[],
+                ${fresh.map((f) => f.requestedProviderId)}::bigint[],
+                ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, priority, requested_provider_id, req)`;
+  const offeredRows = tx`
+    SELECT id, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
+    WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[])`;
+  // Windowed: the candidates are the window (read once, in index order) and the providers the
+  // offered jobs ask for; the older queued jobs offered with them are the first QUEUE_HEAD, in
+  // dispatch order, that one of those providers can run (a head of jobs waiting for other
+  // providers does not hide them). Whole fleet: any free provider that fits a job not bound to
+  // one, with the plain head of the queue.
+  const pool = windowed
+    ? tx`SELECT ARRAY(
+          SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
+          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${size})
+        || ARRAY(SELECT requested_provider_id FROM (${offeredRows} UNION ALL ${freshRows}) r WHERE requested_provider_id IS NOT NULL) AS ids`
+    : tx`SELECT NULL::bigint[] AS ids`;
+  const olderFit = windowed
+    ? tx`AND EXISTS (SELECT 1 FROM providers p JOIN provider_load l ON l.provider_id = p.id, pool
+                     WHERE l.provider_id = ANY(pool.ids) AND ${free} AND ${matchesSql(tx)})`
+    : tx``;
+  const where = windowed
+    ? tx`l.provider_id = ANY((SELECT ids FROM pool)::bigint[])`
+    : tx`EXISTS (SELECT 1 FROM js j WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
+  // js: the jobs offered, with what matchesSql reads of a job (as j), in dispatch order.
+  return tx<Candidate[]>`
+    WITH pool AS MATERIALIZED (${pool}), js AS MATERIALIZED (
+      SELECT q.*, row_number() OVER (ORDER BY q.priority, q.submitted_at, q.id) AS rank FROM (
+        ${offeredRows}
+        UNION
+        SELECT * FROM (
+          SELECT j.id, j.priority, j.submitted_at, j.requested_provider_id, j.gpu_requirements, j.attempt FROM jobs j
+          WHERE j.status = 'queued' AND j.id <> ALL(${skipped}::bigint[]) ${olderFit}
+          ORDER BY j.priority, j.submitted_at, j.id LIMIT ${QUEUE_HEAD}) older
+        UNION ALL
+        ${freshRows}
+      ) q
+    )
+    SELECT * FROM (
+      SELECT p.id, l.active, ${slotsSql(tx)} AS slots, p.reliability_score AS reliability,
+             ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits,
+             (SELECT array_agg(id ORDER BY rank) FROM js) AS queue
+      FROM provider_load l JOIN providers p ON p.id = l.provider_id
+      WHERE ${where} AND ${free}
+      ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
+      LIMIT ${size}) c
+    WHERE cardinality(c.fits) > 0`;
+}
+
+/**
+ * Candidates with the jobs renamed by `rename` (a fresh job's placeholder id to
+ * its row's id) and dropped where it answers undefined (a refused submit).
+ */
+export function renameJobs(candidates: Candidate[], rename: (id: number) => number | undefined): Candidate[] {
+  const map = (ids: number[]) => ids.flatMap((id) => {
+    const to = rename(id);
+    return to === undefined ? [] : [to];
+  });
+  return candidates.map((c) => ({ ...c, fits: map(c.fits), queue: map(c.queue) })).filter((c) => c.fits.length > 0);
+}
+
+/**
+ * Water-filling: each queued job, in dispatch order, goes to the least busy
+ * candidate (counting what this plan already gave it) that fits and has a
+ * free slot, then the most reliable. Returns [job id, provider id] pairs.
+ */
+export function planAssignments(candidates: Candidate[]): [number, number][] {
+  if (candidates.length === 0) return [];
+  const state = candidates.map((c) => ({ ...c, load: c.active, fits: new Set(c.fits) }));
+  const better = (a: (typeof state)[number], b: (typeof state)[number]) =>
+    a.load !== b.load ? a.load < b.load : (a.reliability ?? -Infinity) !== (b.reliability ?? -Infinity) ? (a.reliability ?? -Infinity) > (b.reliability ?? -Infinity) : a.id < b.id;
+  const plan: [number, number][] = [];
+  for (const jobId of candidates[0].queue) {
+    let best: (typeof state)[number] | undefined;
+    for (const c of state) if (c.load < c.slots && c.fits.has(jobId) && (!best || better(c, best))) best = c;
+    if (!best) continue;
+    plan.push([jobId, best.id]);
+    best.load++;
+  }
+  return plan;
+}
+
+/**
+ * New job rows for assignPlanned to write (a submit batch's): `select` yields
+ * one row per job with exactly `columns` (the jobs columns a submit sets, `id`
+ * among them) plus `ord`, their order.
+ */
+export interface FreshRows {
+  columns: string[];
+  // A query fragment (postgres.js): run only as part of assignPlanned's statement.
+  select: PendingQuery<Row[]>;
+}
+
+/**
+ * Carries out a plan in one statement: the planned providers' provider_load
+ * rows are locked (skipping those other transactions hold) and re-checked,
+ * the planned jobs still queued are locked (skipping held ones), each
+ * provider takes its planned jobs up to its free slots now, and the assigned
+ * jobs get their attempt rows and a notice for connected daemons (NOTIFY,
+ * delivered on commit). With `fresh`, those new rows are inserted by the same
+ * statement, already assigned where their provider was taken and queued
+ * otherwise: a job placed at submit never passes through the queue (no queue
+ * entry to update and leave behind). Returns the assigned rows and the
+ * providers it locked, with their free slots when locked.
+ */
+async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows): Promise<{ moved: Placement[]; locked: Map<number, number> }> {
+  const columns = fresh?.columns ?? [];
+  // Identifier lists as fragments, one identifier at a time (an array would be taken for rows).
+  const list = (names: string[]) => names.reduce((acc: ReturnType<Tx> | undefined, c) => (acc ? tx`${acc}, ${tx(c)}` : tx`${tx(c)}`), undefined) ?? tx``;
+  const inserted = fresh
+    ? tx`, inserted AS (
+        INSERT INTO jobs (${list(columns)}, status, provider_id, assigned_at, timeout_at)
+        SELECT ${list(columns.map((c) => `f.${c}`))},
+               CASE WHEN p.provider_id IS NULL THEN 'queued' ELSE 'pending' END, p.provider_id,
+               CASE WHEN p.provider_id IS NOT NULL THEN now() END,
+               CASE WHEN p.provider_id IS NOT NULL THEN ${timeoutAtSql(tx, "f")} END
+        FROM fresh f LEFT JOIN picked p ON p.id = f.id ORDER BY f.ord
+        RETURNING *
+      )`
+    : tx``;
+  const rows = await tx<(JobRow & { notified: string | null; opened: number; locked_ids: number[] | null; locked_free: number[] | null })[]>`
+    WITH plan AS (
+      SELECT * FROM unnest(${plan.map((p) => p[0])}::bigint[], ${plan.map((p) => p[1])}::bigint[]) WITH ORDINALITY AS x(job_id, provider_id, ord)
+    ), fresh AS MATERIALIZED (
+      ${fresh ? fresh.select : tx`SELECT NULL::bigint AS id WHERE false`}
+    ), locked AS MATERIALIZED (
+      SELECT l.provider_id AS id, ${slotsSql(tx)} - l.active AS free
+      FROM provider_load l JOIN providers p ON p.id = l.provider_id
+      WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND l.active < ${slotsSql(tx)}
+      ORDER BY l.provider_id FOR UPDATE OF l SKIP LOCKED
+    ), held AS MATERIALIZED (
+      SELECT id FROM jobs WHERE id IN (SELECT job_id FROM plan) AND status = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED
+    ), picked AS (
+      SELECT job_id AS id, provider_id FROM (
+        SELECT plan.job_id, plan.provider_id, locked.free, row_number() OVER (PARTITION BY plan.provider_id ORDER BY plan.ord) AS n
+        FROM plan JOIN locked ON locked.id = plan.provider_id
+        WHERE plan.job_id IN (SELECT id FROM held) OR plan.job_id IN (SELECT id FROM fresh)) x
+      WHERE n <= free
+    )${inserted}, moved AS (${moveToPendingSql(tx)}
+    ), assigned AS (
+      ${fresh ? tx`SELECT * FROM inserted WHERE status = 'pending' UNION ALL ` : tx``}SELECT * FROM moved
+    ), opened AS (${openAttemptsSql(tx, "assigned")}
+    )
+    SELECT m.*,
+           CASE WHEN m.id IS NOT NULL THEN ${assignedNoticeSql(tx, tx`m.provider_id`, "m")} END AS notified,
+           (SELECT count(*) FROM opened) AS opened,
+           (SELECT array_agg(id ORDER BY id) FROM locked) AS locked_ids,
+           (SELECT array_agg(free ORDER BY id) FROM locked) AS locked_free
+    FROM (SELECT 1) one LEFT JOIN assigned m ON true ORDER BY m.priority, m.submitted_at, m.id`;
+  const ids = rows[0]?.locked_ids ?? [];
+  const free = rows[0]?.locked_free ?? [];
+  const locked = new Map(ids.map((id, i) => [id, free[i]]));
+  const moved = rows
+    .filter((r) => r.id !== null)
+    .map(({ notified: _n, opened: _o, locked_ids: _l, locked_free: _f, ...job }) => ({ providerId: job.provider_id as number, job: job as JobRow }));
+  return { moved, locked };
+}
+
+/**
+ * Places queued jobs (inside the caller's transaction), any number at once:
+ * candidates are read, a water-filling plan is made (planAssignments), and
+ * the plan is carried out under the providers' locks (assignPlanned); jobs
+ * the plan could not place (their provider was taken meanwhile) are tried
+ * again elsewhere, first within the candidate window, then, with
+ * `wholeFleet`, over every provider. Queued jobs ahead of these in priority
+ * order are offered too, so a new job never overtakes an older one that the
+ * same provider can run. `wholeFleet: false` (the sweep's retries) looks at
+ * the candidate window only and reports no contention. `firstRound`: the
+ * candidates already read for these jobs (readCandidates, in the same
+ * transaction); `fresh`: their rows, not written yet (the first round inserts them).
+ */
+export async function placeMany(
+  tx: Tx,
+  jobIds: number[],
+  opts: { wholeFleet?: boolean; firstRound?: Candidate[]; fresh?: FreshRows } = {},
+): Promise<PlaceManyResult> {
+  const wholeFleet = opts.wholeFleet ?? true;
+  let given = opts.firstRound;
+  let fresh = opts.fresh;
+  const placed = new Map<number, Placement>();
+  const contended = new Set<number>();
+  const tried: number[] = [0];
+  const skipped: number[] = [];
+  let pending = [...jobIds];
+  let windowed = true;
+  for (let round = 0; round < 8 && pending.length > 0; round++) {
+    const plan = planAssignments(given ?? (await readCandidates(tx, pending, tried, windowed, [], skipped)));
+    given = undefined;
+    if (plan.length === 0 && !fresh) {
+      if (windowed && wholeFleet) {
+        windowed = false;
+        continue;
+      }
+      break;
+    }
+    // Carried out also when it gives every free slot to older jobs (they come first):
+    // those providers are then tried, and the next round looks further for these jobs.
+    const { moved, locked } = await assignPlanned(tx, plan, fresh);
+    fresh = undefined;
+    for (const m of moved) placed.set(m.job.id, m);
+    const took = new Map<number, number>();
+    for (const m of moved) took.set(m.providerId, (took.get(m.providerId) ?? 0) + 1);
+    for (const [jobId, providerId] of plan) {
+      const free = locked.get(providerId);
+      if (free === undefined) contended.add(providerId); // held by another transaction, or no longer free
+      // A provider is done with once it could not be locked or is full; one we hold that still has room
+      // (a job planned for it was held elsewhere or already gone) is planned again next round, without that job.
+      const full = free === undefined || (took.get(providerId) ?? 0) >= free;
+      if (full && !tried.includes(providerId)) tried.push(providerId);
+      // Not moved though its provider had room: the job itself was held elsewhere or already gone.
+      if (!full && !placed.has(jobId) && !skipped.includes(jobId)) skipped.push(jobId);
+    }
+    pending = pending.filter((id) => !placed.has(id));
+  }
+  return { placed, contended: wholeFleet && pending.length > 0 ? [...contended] : [] };
+}
+
+/** placeMany for one job. */
+export async function placeJob(tx: Tx, jobId: number, opts: { wholeFleet?: boolean } = {}): Promise<PlaceResult> {
+  const { placed, contended } = await placeMany(tx, [jobId], opts);
+  const got = placed.get(jobId);
+  return got ? { providerId: got.providerId, contended: [], job: got.job } : { providerId: null, contended };
+}
+
+/**
+ * A provider may have room (it heartbeated, resumed, finished a job, or a
+ * slot opened): assign it the next queued jobs it can run, at once.
+ */
+export async function dispatchForProvider(sql: Sql, providerId: number): Promise<Assignment[]> {
+  return sql.begin(async (tx) => {
+    const [p] = await tx<{ free: number; ok: boolean }[]>`
+      SELECT ${slotsSql(tx)} - l.active AS free, ${availableSql(tx)} AS ok
+      FROM providers p JOIN provider_load l ON l.provider_id = p.id
+      WHERE p.id = ${providerId} FOR UPDATE OF l`;
+    if (!p?.ok || p.free <= 0) return [];
+    return fillLocked(tx, providerId, p.free);
+  });
+}
+
+/**
+ * Safety net run by the job worker (and after re-queues): the oldest queued
+ * jobs, in dispatch order, are offered to the candidate window again (a slot
+ * opened, a provider came back, a lock was busy). Driven by the queue, not by
+ * the fleet: a job waiting for one offline provider costs one index read, not
+ * a pass over every provider. Returns how many of them were placed.
+ */
+export async function dispatchQueued(sql: Sql, limit = 100): Promise<number> {
+  const queued = await sql<{ id: number }[]>`
+    SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${limit}`;
+  if (queued.length === 0) return 0;
+  const ids = queued.map((q) => q.id);
+  const { placed } = await sql.begin((tx) => placeMany(tx, ids, { wholeFleet: false }));
+  return ids.filter((id) => placed.has(id)).length;
+}
+
+// ---- re-queue ----
+
+/**
+ * Ends the current attempt of a pending/running job (row locked by the caller)
+ * and puts the job back in the queue as a new attempt. The old provider is
+ * told to stop. Money is untouched: the hold stays for the next attempt.
+ */
+export async function requeueLocked(tx: Tx, job: JobRow, reason: string, error?: string): Promise<void> {
+  await tx`
+    UPDATE job_attempts SET status = 'requeued', ended_at = now(), end_reason = ${reason}, error = ${error ?? null}
+    WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
+  await tx`
+    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL,
+           timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, endpoint_url = NULL, updated_at = now()
+    WHERE id = ${job.id}`;
+  if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
+}
+
+/** Places jobs that just went back to the queue (one transaction). */
+export async function placeJobs(sql: Sql, ids: number[]): Promise<void> {
+  if (ids.length > 0) await sql.begin((tx) => placeMany(tx, ids));
+}
+
+/**
+ * A job whose provider is gone (silent, rejected it): a new attempt in the
+ * queue, or, once the attempts are used up, failed and refunded.
+ */
+export async function loseJobLocked(
+  tx: Tx,
+  job: LockedJob,
+  reason: "provider_lost" | "rejected" | "provider_interrupted" | "not_picked_up",
+  error: string,
+): Promise<"requeued" | "failed"> {
+  const exhausted = job.attempt >= jobPolicy.maxAttempts;
+  // A job bound to one provider cannot go elsewhere once that provider refused it.
+  if (exhausted || (reason !== "provider_lost" && job.requested_provider_id !== null)) {
+    const why = exhausted ? `${error}; gave up after ${job.attempt} attempt${job.attempt === 1 ? "" : "s"}` : `${error}; the requested provider refused the job`;
+    await endLocked(tx, job, "failed", reason, why);
+    return "failed";
+  }
+  await requeueLocked(tx, job, reason, error);
+  return "requeued";
+}
+
+/**
+ * Called by the provider liveness sweep (and the job worker) when a provider
+ * stopped heartbeating: each of its pending/running jobs is re-queued as a new
+ * attempt (recorded in history) or, past the attempt limit, failed and
+ * refunded. Safe to call any number of times, from any process.
+ */
+export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason: string): Promise<{ requeued: string[]; failed: string[] }> {
+  const out = { requeued: [] as string[], failed: [] as string[] };
+  const requeuedIds: number[] = [];
+  await sql.begin(async (tx) => {
+    const jobs = await tx<LockedJob[]>`
+      SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
+      ORDER BY id FOR UPDATE`;
+    for (const job of jobs) {
+      const r = await loseJobLocked(tx, job, "provider_lost", reason || "provider stopped responding");
+      out[r].push(job.job_id);
+      if (r === "requeued") requeuedIds.push(job.id);
+    }
+  });
+  await placeJobs(sql, requeuedIds);
+  return out;
+}
+
+/** How long an assigned job may wait for its daemon to pick it up (poll or stream ack). */
+export const PICKUP_SECONDS = LIVE_WINDOW_SECONDS;
+
+/**
+ * Pending jobs whose live provider never picked them up: the daemon is not
+ * taking work, so the job goes to another provider (this one is skipped for
+ * it from now on) or, past the attempt limit, fails and is refunded.
+ */
+export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeued: number; failed: number }> {
+  const ids = await sql<{ id: number }[]>`
+    SELECT id FROM jobs WHERE status = 'pending' AND assigned_at < now() - make_interval(secs => ${PICKUP_SECONDS})
+    ORDER BY assigned_at LIMIT ${limit}`;
+  const out = { requeued: 0, failed: 0 };
+  for (const { id } of ids) {
+    const r = await sql.begin(async (tx) => {
+      const [job] = await tx<LockedJob[]>`SELECT *, now() AS db_now FROM jobs WHERE id = ${id} FOR UPDATE`;
+      if (job?.status !== "pending" || new Date(job.assigned_at!).getTime() > new Date(job.db_now).getTime() - PICKUP_SECONDS * 1000) return undefined;
+      return loseJobLocked(tx, job, "not_picked_up", `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`);
+    });
+    if (r === "requeued") {
+      out.requeued++;
+      await placeJobs(sql, [id]);
+    } else if (r === "failed") out.failed++;
+  }
+  return out;
+}
+
+/** Jobs held by providers that are no longer live (the worker's safety net). */
+export async function providersWithLostJobs(db: Db, limit = 100): Promise<number[]> {
+  const rows = await db<{ id: number }[]>`
+    SELECT DISTINCT p.id FROM jobs j JOIN providers p ON p.id = j.provider_id
+    WHERE j.status IN ('pending', 'running') AND NOT ${liveSql(db)}
+    LIMIT ${limit}`;
+  return rows.map((r) => r.id);
+}
+
+// ---- why a job waits ----
+
+export interface QueueReason {
+  code: string;
+  reason: string;
+}
+
+/** 1-based place of a queued job in dispatch order (priority, then submit time). */
+export async function queuePosition(db: Db, id: number): Promise<number> {
+  const [r] = await db<{ pos: number }[]>`
+    SELECT count(q.id)::bigint + 1 AS pos FROM jobs me
+    LEFT JOIN jobs q ON q.status = 'queued' AND (q.priority, q.submitted_at, q.id) < (me.priority, me.submitted_at, me.id)
+    WHERE me.id = ${id}`;
+  return Number(r.pos);
+}
+
+function describeRequirements(req: Record<string, unknown> | null): string {
+  const parts: string[] = [];
+  if (req?.min_vram_gb !== undefined) parts.push(`≥ ${req.min_vram_gb} GB VRAM`);
+  if (req?.gpu_model !== undefined) parts.push(`a GPU model matching '${req.gpu_model}'`);
+  return parts.length ? ` with ${parts.join(" and ")}` : "";
+}
+
+const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+const allOf = (n: number, verb: string) =>
+  n === 1 ? `the only matching provider is ${verb}` : n > EXPLAIN_CAP ? `all of the ${EXPLAIN_CAP.toLocaleString("en-US")}+ matching providers looked at are ${verb}` : `all ${n} matching providers are ${verb}`;
+
+/**
+ * How many live providers that fit a job explainQueue looks at: the reason is
+ * read on every poll of a queued job and for each one GET /api/jobs lists, so
+ * its cost must not grow with the fleet. Past this many, counts read "N+".
+ */
+export const EXPLAIN_CAP = 1000;
+
+/** Why a queued job is still waiting, answered on submit and every read. */
+export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
+  const ahead = (await queuePosition(db, job.id)) - 1;
+  const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
+  if (job.requested_provider_id !== null) {
+    const id = job.requested_provider_id;
+    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null }[]>`
+      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused, p.task_key_mismatch,
+             ${runWindowSql(db)} AS in_window, ${busySql(db)} AS busy, ${slotsSql(db)} AS slots,
+             p.scheduled_start, p.scheduled_end,
+             (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits
+      FROM providers p WHERE p.id = ${id}`;
+    if (!p || p.approval_status !== "approved" || p.status === "suspended") {
+      return { code: "provider_unavailable", reason: `requested provider ${id} is not approved for jobs` };
+    }
+    if (p.task_key_mismatch) return { code: "provider_cannot_verify_tasks", reason: `requested provider ${id} cannot take jobs: ${p.task_key_mismatch}` };
+    if (!p.live) return { code: "provider_offline", reason: `requested provider ${id} is offline (no heartbeat in the last 120 seconds)` };
+    if (!p.fits) return { code: "provider_mismatch", reason: `requested provider ${id} does not meet the job's gpu_requirements` };
+    if (p.paused) return { code: "provider_paused", reason: `requested provider ${id} is paused` };
+    if (!p.in_window) {
+      return { code: "provider_outside_schedule", reason: `requested provider ${id} is outside its scheduled window (${p.scheduled_start ?? "?"}-${p.scheduled_end ?? "?"} UTC)` };
+    }
+    if (p.busy >= p.slots) return { code: "provider_busy", reason: `requested provider ${id} is busy (${p.busy} of ${plural(p.slots, "GPU")} running jobs)${aheadText}` };
+    return { code: "waiting_for_dispatch", reason: `requested provider ${id} has a free GPU; the job is being assigned${aheadText}` };
+  }
+  // Counted over at most EXPLAIN_CAP + 1 live providers that fit (see EXPLAIN_CAP).
+  const [c] = await db<{ fit: number; live: number; available: number; free: number }[]>`
+    SELECT count(*)::bigint AS fit,
+           count(*) FILTER (WHERE ${matchesSql(db)})::bigint AS live,
+           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)})::bigint AS available,
+           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)} AND ${busySql(db)} < ${slotsSql(db)})::bigint AS free
+    FROM jobs j, LATERAL (
+      SELECT p.* FROM providers p WHERE ${liveSql(db)} AND ${hardwareFitSql(db)} LIMIT ${EXPLAIN_CAP + 1}
+    ) p
+    WHERE j.id = ${job.id}`;
+  const live = Number(c.live);
+  const available = Number(c.available);
+  if (Number(c.fit) === 0) return { code: "no_matching_provider", reason: `no approved provider${describeRequirements(job.gpu_requirements)} is online` };
+  if (live === 0) {
+    return { code: "providers_declined", reason: `every online provider that fits declined this job or did not start it; waiting for another` };
+  }
+  if (available === 0) {
+    return { code: "providers_paused", reason: allOf(live, "paused or outside scheduled hours") };
+  }
+  if (Number(c.free) === 0) return { code: "providers_busy", reason: `${allOf(available, "busy")}${aheadText}` };
+  return { code: "waiting_for_dispatch", reason: `a matching provider has a free GPU; the job is being assigned${aheadText}` };
+}

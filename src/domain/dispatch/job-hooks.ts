@@ -1,0 +1,25 @@
+// The two calls the provider side makes into the jobs issue's dispatcher
+// (src/domain/dispatch/dispatch.ts): re-queue the work of a provider that went silent
+// or was suspended, and hand queued work to a provider that became available.
+// Neither may fail the provider-side operation that triggered it (the state
+// change is already committed); errors are logged, and the job worker's own
+// sweep is the safety net.
+import type { Sql } from "../../db/index.js";
+import type { Logger } from "../../log.js";
+import { dispatchForProvider, requeueJobsOfProvider } from "./dispatch.js";
+
+export async function requeueWorkOf(sql: Sql, log: Logger, providerId: number, reason: string): Promise<void> {
+  try {
+    await requeueJobsOfProvider(sql, providerId, reason);
+  } catch (err) {
+    log.error({ err, providerId }, "re-queueing a provider's jobs failed");
+  }
+}
+
+export async function offerWorkTo(sql: Sql, log: Logger, providerId: number): Promise<void> {
+  try {
+    await dispatchForProvider(sql, providerId);
+  } catch (err) {
+    log.error({ err, providerId }, "dispatching to a provider failed");
+  }
+}

@@ -1,0 +1,59 @@
+// Cancel (renter or admin) and admin re-queue: each one transaction with the
+// job row locked, then the freed provider is refilled at once.
+import type { Sql } from "../../db/index.js";
+import { conflict, forbidden } from "../../errors.js";
+import { recordAudit } from "../shared/audit.js";
+import { dispatchForProvider, placeJobs, requeueLocked } from "../dispatch/dispatch.js";
+import type { JobRow } from "../shared/job-row.js";
+import { endLocked, isActive, lockJob } from "../money/settlement.js";
+
+/** Who cancels; an admin's client IP goes into the audit entry like every admin action's. */
+export type Canceller = { role: "renter"; renterId: number } | { role: "admin"; actor: string; ip?: string };
+
+export interface CancelOutcome {
+  job: JobRow;
+  refunded: number;
+  charged: number;
+}
+
+/**
+ * Cancels a queued, pending or running job: the whole hold goes back to the
+ * renter (also for a running job: DESIGN §3 charges only results), a provider
+ * on it is told to stop. 409 for a job that already ended, moving nothing.
+ */
+export async function cancelJob(sql: Sql, jobId: string, by: Canceller, reason?: string): Promise<CancelOutcome> {
+  const { id, providerId, refunded } = await sql.begin(async (tx) => {
+    const job = await lockJob(tx, jobId);
+    if (by.role === "renter" && job.renter_id !== by.renterId) throw forbidden("this job belongs to another renter");
+    if (!isActive(job.status)) throw conflict(`job is already ${job.status}`);
+    const who = by.role === "admin" ? "admin" : "renter";
+    await endLocked(tx, job, "cancelled", "cancelled", `cancelled by ${who}${reason ? `: ${reason}` : ""}`);
+    if (by.role === "admin") {
+      await recordAudit(tx, by.actor, "job.cancel", "job", jobId, { status: job.status, reason: reason ?? null, ip: by.ip ?? null });
+    }
+    return { id: job.id, providerId: job.provider_id, refunded: job.cost_halala };
+  });
+  if (providerId !== null) await dispatchForProvider(sql, providerId);
+  const [job] = await sql<JobRow[]>`SELECT * FROM jobs WHERE id = ${id}`;
+  return { job, refunded, charged: 0 };
+}
+
+/** Admin: end the current attempt of a pending/running job and queue it again (beyond the retry limit). */
+export async function requeueJob(sql: Sql, jobId: string, actor: string, reason?: string, ip?: string): Promise<JobRow> {
+  const { id, from } = await sql.begin(async (tx) => {
+    const job = await lockJob(tx, jobId);
+    if (job.status !== "pending" && job.status !== "running") throw conflict(`only a pending or running job can be re-queued (job is ${job.status})`);
+    await requeueLocked(tx, job, "admin", reason ? `re-queued by admin: ${reason}` : "re-queued by admin");
+    await recordAudit(tx, actor, "job.requeue", "job", jobId, {
+      from_provider: job.provider_id,
+      attempt: job.attempt,
+      reason: reason ?? null,
+      ip: ip ?? null,
+    });
+    return { id: job.id, from: job.provider_id! };
+  });
+  await placeJobs(sql, [id]);
+  await dispatchForProvider(sql, from);
+  const [row] = await sql<JobRow[]>`SELECT * FROM jobs WHERE id = ${id}`;
+  return row;
+}

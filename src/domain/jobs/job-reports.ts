@@ -1,0 +1,306 @@
+// What a daemon reports about its jobs. One function per report, taking
+// (sql, providerId, message): the legacy JSON routes and the gRPC stream
+// share them. Only the provider holding the job's current attempt may report
+// on it (403 otherwise).
+import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
+import type { AssignedJobSchema, JobResultResponseSchema } from "../../../gen/svc/v1/jobs_pb.js";
+import type { Db, Sql, Tx } from "../../db/index.js";
+import { badRequest, conflict, forbidden, notFound } from "../../errors.js";
+import { dispatchForProvider, loseJobLocked, placeJobs } from "../dispatch/dispatch.js";
+import { MAX_LOG_LINES_READ } from "./jobs.js";
+import { type JobRow } from "../shared/job-row.js";
+import type { AssignedJob } from "../notify/job-notices.js";
+import { completeLocked, endLocked, figuresOf, lockJob, type Figures, type LockedJob } from "../money/settlement.js";
+import { checkRange, requireFields } from "../shared/validate.js";
+
+type AssignedJobInit = MessageInitShape<typeof AssignedJobSchema>;
+type ResultInit = MessageInitShape<typeof JobResultResponseSchema>;
+
+/** What a daemon needs to run a job: the signed task and its limits. */
+export function assignedJobMessage(job: AssignedJob): AssignedJobInit {
+  return {
+    id: BigInt(job.id),
+    jobId: job.job_id,
+    jobType: job.job_type,
+    taskSpec: job.task_spec as JsonObject,
+    taskSpecHmac: job.task_spec_hmac,
+    gpuRequirements: (job.gpu_requirements ?? undefined) as JsonObject | undefined,
+    durationMinutes: BigInt(Math.ceil(job.duration_minutes)),
+    maxDurationSeconds: BigInt(job.max_duration_seconds),
+  };
+}
+
+/** Jobs assigned to a provider and not yet picked up (stream daemons on connect). */
+export async function pendingJobsForProvider(db: Db, providerId: number): Promise<JobRow[]> {
+  return db<JobRow[]>`SELECT * FROM jobs WHERE provider_id = ${providerId} AND status = 'pending' ORDER BY assigned_at, id`;
+}
+
+/** A job assigned to this provider, for the stream after an assignment notice; undefined when no longer pending there. */
+export async function assignedJobFor(db: Db, providerId: number, jobId: string): Promise<AssignedJobInit | undefined> {
+  const [job] = await db<JobRow[]>`SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${providerId} AND status = 'pending'`;
+  return job ? assignedJobMessage(job) : undefined;
+}
+
+function assertAssignee(job: Pick<JobRow, "provider_id">, providerId: number): void {
+  if (job.provider_id !== providerId) throw forbidden("this job is not assigned to this provider");
+}
+
+/** pending -> running: the daemon picked the job up; the max-duration clock restarts now. */
+async function startLocked(tx: Tx, job: JobRow): Promise<void> {
+  if (job.status !== "pending") return;
+  await tx`
+    UPDATE jobs SET status = 'running', started_at = now(), timeout_at = now() + make_interval(secs => max_duration_seconds), updated_at = now()
+    WHERE id = ${job.id} AND status = 'pending'`;
+  await tx`UPDATE job_attempts SET status = 'running', started_at = now() WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
+}
+
+async function lockOwnActive(tx: Tx, providerId: number, jobId: string): Promise<LockedJob> {
+  requireFields({ job_id: jobId });
+  const job = await lockJob(tx, jobId);
+  assertAssignee(job, providerId);
+  if (job.status !== "pending" && job.status !== "running") throw conflict(`job is already ${job.status}`);
+  return job;
+}
+
+/**
+ * Legacy poll: the oldest pending job of this provider, now running; when it
+ * has none, free GPUs are filled from the queue first. Undefined: no work.
+ */
+export async function pollJob(sql: Sql, providerId: number): Promise<AssignedJobInit | undefined> {
+  const take = () =>
+    sql.begin(async (tx) => {
+      const [job] = await tx<JobRow[]>`
+        SELECT * FROM jobs WHERE provider_id = ${providerId} AND status = 'pending'
+        ORDER BY assigned_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`;
+      if (!job) return undefined;
+      await startLocked(tx, job);
+      return job;
+    });
+  let job = await take();
+  if (!job && (await dispatchForProvider(sql, providerId)).length > 0) job = await take();
+  return job ? assignedJobMessage(job) : undefined;
+}
+
+/** Stream daemons acknowledge an assignment: pending -> running. */
+export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId: string }): Promise<void> {
+  await sql.begin(async (tx) => startLocked(tx, await lockOwnActive(tx, providerId, msg.jobId)));
+}
+
+/**
+ * A daemon refuses a job, or (`interrupted`) stopped one it had started because
+ * the provider shut it down: either way it goes back to the queue for another
+ * provider (a new attempt) and the renter is charged nothing for this one.
+ */
+export async function markJobRejected(sql: Sql, providerId: number, msg: { jobId: string; reason?: string; interrupted?: boolean }): Promise<"requeued" | "failed"> {
+  const { outcome, id } = await sql.begin(async (tx) => {
+    const job = await lockOwnActive(tx, providerId, msg.jobId);
+    const what = msg.interrupted ? "interrupted the job" : "rejected the job";
+    const why = `provider ${providerId} ${what}${msg.reason ? `: ${msg.reason.slice(0, 500)}` : ""}`;
+    return { outcome: await loseJobLocked(tx, job, msg.interrupted ? "provider_interrupted" : "rejected", why), id: job.id };
+  });
+  if (outcome === "requeued") await placeJobs(sql, [id]);
+  return outcome;
+}
+
+function resultResponse(jobId: string, f: Figures): ResultInit {
+  return {
+    success: true,
+    jobId,
+    status: f.status,
+    actualMinutes: BigInt(f.actualMinutes),
+    costHalala: BigInt(f.cost),
+    providerEarnedHalala: BigInt(f.providerEarned),
+    platformFeeHalala: BigInt(f.platformFee),
+  };
+}
+
+export interface ResultReport {
+  jobId: string;
+  success?: boolean;
+  result?: Value | JsonValue;
+  error?: string;
+  metrics?: JsonObject;
+}
+
+const MAX_ERROR = 10_000;
+
+function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
+  if (v === undefined) return undefined;
+  if (v !== null && typeof v === "object" && "$typeName" in v) return toJson(ValueSchema, v as Value);
+  return v as JsonValue;
+}
+
+/**
+ * The final report of a job: success settles it (75/25 of min(rate x
+ * minutes, estimate)), failure refunds it. A repeat after a result answers
+ * the same figures and moves no money; a result after a timeout or cancel is
+ * 409 (the job ended without it).
+ */
+export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
+  requireFields({ job_id: msg.jobId });
+  const result = resultJson(msg.result);
+  const error = msg.error?.trim() ? msg.error.slice(0, MAX_ERROR) : undefined;
+  const success = msg.success ?? error === undefined;
+  const { figures, freed } = await sql.begin(async (tx) => {
+    const job = await lockJob(tx, msg.jobId);
+    assertAssignee(job, providerId);
+    if (job.status === "completed" || job.status === "failed" || job.status === "cancelled") {
+      if (job.end_reason === "result") return { figures: figuresOf(job), freed: false };
+      throw conflict(`job already ${job.status} (${job.end_reason ?? "ended"}); the result was not accepted`);
+    }
+    const f = success
+      ? await completeLocked(tx, job, result ?? null, msg.metrics)
+      : await endLocked(tx, job, "failed", "result", error ?? "the job failed on the provider", { result, metrics: msg.metrics });
+    return { figures: f, freed: true };
+  });
+  if (freed) await dispatchForProvider(sql, providerId);
+  return resultResponse(msg.jobId, figures);
+}
+
+const RESERVED_COMPLETE_FIELDS = new Set(["api_key", "key", "job_id", "success", "error", "metrics", "result"]);
+
+/** POST /api/jobs/{id}/complete: the body is the result; `error` or `success: false` marks a failure. */
+export async function completeJob(sql: Sql, providerId: number, jobId: string, body: JsonObject): Promise<ResultInit> {
+  const rest: JsonObject = {};
+  for (const [k, v] of Object.entries(body)) if (!RESERVED_COMPLETE_FIELDS.has(k)) rest[k] = v;
+  if (body.error !== undefined && body.error !== null && typeof body.error !== "string") throw badRequest("error must be a string");
+  if (body.success !== undefined && typeof body.success !== "boolean") throw badRequest("success must be a boolean");
+  if (body.metrics !== undefined && body.metrics !== null && (typeof body.metrics !== "object" || Array.isArray(body.metrics))) {
+    throw badRequest("metrics must be an object");
+  }
+  const error = typeof body.error === "string" ? body.error : undefined;
+  return reportResult(sql, providerId, {
+    jobId,
+    success: body.success === false || error ? false : true,
+    result: body.result !== undefined ? body.result : rest,
+    error: error ?? (body.success === false ? "the job failed on the provider" : undefined),
+    metrics: (body.metrics ?? undefined) as JsonObject | undefined,
+  });
+}
+
+export const LOG_LEVELS = ["debug", "info", "warning", "error", "critical"] as const;
+const LEVEL_ALIASES: Record<string, string> = { warn: "warning", fatal: "critical", trace: "debug" };
+export const MAX_LOG_LINES_PER_CALL = 1000;
+export const MAX_LOG_LINE_CHARS = 16_384;
+
+function logLine(v: JsonValue, i: number): { level: string; message: string } {
+  let level = "info";
+  let message: unknown = v;
+  if (v !== null && typeof v === "object" && !Array.isArray(v)) {
+    message = v.message;
+    if (v.level !== undefined && v.level !== null) {
+      const l = typeof v.level === "string" ? v.level.toLowerCase() : "";
+      level = LEVEL_ALIASES[l] ?? l;
+      if (!(LOG_LEVELS as readonly string[]).includes(level)) throw badRequest(`logs[${i}].level must be one of ${LOG_LEVELS.join(", ")}`);
+    }
+    if (typeof message !== "string") throw badRequest(`logs[${i}].message must be a string`);
+  } else if (typeof message !== "string") {
+    throw badRequest(`logs[${i}] must be a string or an object {level, message}`);
+  }
+  if ((message as string).length > MAX_LOG_LINE_CHARS) throw badRequest(`logs[${i}] must be at most ${MAX_LOG_LINE_CHARS} characters`);
+  return { level, message: message as string };
+}
+
+/** Lines stored per job attempt, the truncation notice included: what a read returns (one constant). */
+export const MAX_LOG_LINES_PER_ATTEMPT = MAX_LOG_LINES_READ;
+/** Daemons flush their last lines shortly after the result: logs are taken this long after the attempt ended. */
+export const LOG_GRACE_AFTER_END_MINUTES = 5;
+export const LOG_TRUNCATED_NOTICE = `log truncated: at most ${MAX_LOG_LINES_PER_ATTEMPT.toLocaleString("en-US")} lines are kept per job attempt; later lines were dropped`;
+/** Advisory-lock namespace: appends to one job run one at a time, so the per-attempt cap holds. */
+const LOG_LOCK_NS = 0x7633;
+
+/**
+ * Appends log lines to the job's current attempt. Lines past the per-attempt
+ * cap are dropped (one notice line says so); lines come up to
+ * LOG_GRACE_AFTER_END_MINUTES after the attempt ended, later ones are 409.
+ * `count` is the number of lines kept.
+ */
+export async function appendLogs(
+  sql: Sql,
+  providerId: number,
+  msg: { jobId: string; logs: (Value | JsonValue)[] },
+): Promise<{ count: number; dropped: number }> {
+  requireFields({ job_id: msg.jobId });
+  if (msg.logs.length > MAX_LOG_LINES_PER_CALL) throw badRequest(`logs must hold at most ${MAX_LOG_LINES_PER_CALL} lines per call`);
+  const lines = msg.logs.map((v, i) => logLine(resultJson(v) ?? null, i));
+  const [job] = await sql<(Pick<JobRow, "id" | "job_id" | "provider_id" | "attempt"> & { closed: boolean })[]>`
+    SELECT j.id, j.job_id, j.provider_id, j.attempt,
+           coalesce(a.ended_at < now() - make_interval(mins => ${LOG_GRACE_AFTER_END_MINUTES}), false) AS closed
+    FROM jobs j LEFT JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt
+    WHERE j.job_id = ${msg.jobId}`;
+  if (!job) throw notFound("job not found");
+  assertAssignee(job, providerId);
+  if (job.closed) {
+    throw conflict(`the job's attempt ended more than ${LOG_GRACE_AFTER_END_MINUTES} minutes ago; its logs are closed`);
+  }
+  if (lines.length === 0) return { count: 0, dropped: 0 };
+  return sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${LOG_LOCK_NS}, ${job.id % 2147483647}::int)`;
+    const [{ stored }] = await tx<{ stored: number }[]>`
+      SELECT count(*)::int AS stored FROM (
+        SELECT 1 FROM job_logs WHERE job_id = ${job.id} AND attempt = ${job.attempt} LIMIT ${MAX_LOG_LINES_PER_ATTEMPT}) s`;
+    // Room for daemon lines keeps one line free for the notice; a full attempt already holds it.
+    const room = stored >= MAX_LOG_LINES_PER_ATTEMPT ? 0 : MAX_LOG_LINES_PER_ATTEMPT - 1 - stored;
+    const kept = lines.slice(0, room);
+    const dropped = lines.length - kept.length;
+    if (dropped > 0 && stored < MAX_LOG_LINES_PER_ATTEMPT) kept.push({ level: "warning", message: LOG_TRUNCATED_NOTICE });
+    if (kept.length > 0) {
+      await tx`
+        INSERT INTO job_logs (job_id, attempt, level, message)
+        SELECT ${job.id}, ${job.attempt}, l.level, l.message
+        FROM unnest(${tx.array(kept.map((l) => l.level))}::text[], ${tx.array(kept.map((l) => l.message))}::text[]) WITH ORDINALITY AS l(level, message, n)
+        ORDER BY l.n`;
+    }
+    return { count: lines.length - dropped, dropped };
+  });
+}
+
+/** Progress of a job (0-100 and a phase marker); the first report also marks a pending job running. */
+export async function reportProgress(sql: Sql, providerId: number, msg: { jobId: string; progressPct?: number; phase?: string }): Promise<void> {
+  if (msg.progressPct === undefined && (msg.phase === undefined || msg.phase === "")) throw badRequest("missing required fields: progress_pct or phase");
+  const pct = msg.progressPct === undefined ? undefined : checkRange(msg.progressPct, 0, 100, "progress_pct");
+  const phase = msg.phase === undefined ? undefined : msg.phase.trim().slice(0, 200) || undefined;
+  if (msg.phase !== undefined && msg.phase.length > 200) throw badRequest("phase must be at most 200 characters");
+  await sql.begin(async (tx) => {
+    const job = await lockOwnActive(tx, providerId, msg.jobId);
+    await startLocked(tx, job);
+    await tx`
+      UPDATE jobs SET progress_pct = coalesce(${pct ?? null}, progress_pct), progress_phase = coalesce(${phase ?? null}, progress_phase), updated_at = now()
+      WHERE id = ${job.id}`;
+  });
+}
+
+/** vllm_serve and other serving jobs: where the endpoint listens (a URL, or a port on the provider's address). */
+export async function endpointReady(
+  sql: Sql,
+  providerId: number,
+  msg: { jobId: string; endpointUrl?: string; port?: number; model?: string },
+): Promise<{ endpointUrl: string }> {
+  let url = msg.endpointUrl?.trim();
+  if (url) {
+    let u: URL;
+    try {
+      u = new URL(url);
+    } catch {
+      throw badRequest("endpoint_url must be an absolute http(s) URL");
+    }
+    if (u.protocol !== "http:" && u.protocol !== "https:") throw badRequest("endpoint_url must be an absolute http(s) URL");
+    if (url.length > 2000) throw badRequest("endpoint_url must be at most 2000 characters");
+  } else if (msg.port !== undefined) {
+    checkRange(msg.port, 1, 65535, "port", true);
+    const [p] = await sql<{ provider_ip: string | null }[]>`SELECT provider_ip FROM providers WHERE id = ${providerId}`;
+    if (!p?.provider_ip) throw badRequest("endpoint_url is required: no provider address is on record to combine with port");
+    const host = p.provider_ip.includes(":") ? `[${p.provider_ip}]` : p.provider_ip;
+    url = `http://${host}:${msg.port}`;
+  } else {
+    throw badRequest("missing required fields: endpoint_url (or port)");
+  }
+  const endpoint = url;
+  await sql.begin(async (tx) => {
+    const job = await lockOwnActive(tx, providerId, msg.jobId);
+    await startLocked(tx, job);
+    await tx`UPDATE jobs SET endpoint_url = ${endpoint}, updated_at = now() WHERE id = ${job.id}`;
+  });
+  return { endpointUrl: endpoint };
+}

@@ -1,0 +1,203 @@
+// The `params` of every job type as a JSON Schema, and the one validator
+// that checks them. Submit and compute templates (`params_schema`) both use
+// these: a bound or an allowed model is written here and nowhere else.
+// Bounds are enforced, never clamped; defaults fill only absent fields.
+import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+import { badRequest } from "../../errors.js";
+import type { JobType } from "../money/pricing.js";
+
+/** Image models a provider daemon may be asked to load for image_generation. */
+export const IMAGE_MODELS = [
+  "stabilityai/stable-diffusion-xl-base-1.0",
+  "stabilityai/sdxl-turbo",
+  "stable-diffusion-v1-5/stable-diffusion-v1-5",
+  "black-forest-labs/FLUX.1-schnell",
+] as const;
+
+/** LLMs for llm-inference / llm_inference and managed vllm_serve. */
+export const LLM_MODELS = [
+  "meta-llama/Llama-3.1-8B-Instruct",
+  "mistralai/Mistral-7B-Instruct-v0.3",
+  "Qwen/Qwen2.5-7B-Instruct",
+  "google/gemma-2-9b-it",
+  "microsoft/Phi-3-mini-4k-instruct",
+  "humain-ai/ALLaM-7B-Instruct-preview",
+  "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+] as const;
+
+/** Base models that training jobs may fine-tune. */
+export const TRAINING_BASE_MODELS = [...LLM_MODELS, "stabilityai/stable-diffusion-xl-base-1.0"] as const;
+
+export const DEFAULT_IMAGE_MODEL = IMAGE_MODELS[0];
+export const DEFAULT_LLM_MODEL = LLM_MODELS[2];
+
+export const BENCHMARK_SUITES = ["quick", "matmul", "memory", "llm", "image", "full"] as const;
+export const RENDER_ENGINES = ["cycles", "eevee"] as const;
+
+type Schema = Record<string, unknown>;
+
+const text = (maxLength: number, description: string): Schema => ({ type: "string", minLength: 1, maxLength, description });
+const int = (minimum: number, maximum: number, description: string, def?: number): Schema => ({
+  type: "integer",
+  minimum,
+  maximum,
+  description,
+  ...(def === undefined ? {} : { default: def }),
+});
+const url: Schema = { type: "string", pattern: "^https?://\\S+$", maxLength: 2048, "x-error": "must be an http(s) URL" };
+const envMap: Schema = {
+  type: "object",
+  propertyNames: { pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$" },
+  additionalProperties: { type: "string", maxLength: 4096 },
+  maxProperties: 64,
+};
+
+function objectSchema(title: string, properties: Record<string, Schema>, required: string[] = []): Schema {
+  return { $schema: "http://json-schema.org/draft-07/schema#", title, type: "object", properties, required, additionalProperties: false };
+}
+
+const llmParams = (title: string) =>
+  objectSchema(
+    title,
+    {
+      prompt: text(100_000, "The prompt text"),
+      system: { type: "string", maxLength: 20_000, description: "Optional system prompt" },
+      max_tokens: int(32, 4096, "Most tokens to generate", 512),
+      temperature: { type: "number", minimum: 0.1, maximum: 2.0, default: 0.7, description: "Sampling temperature" },
+      top_p: { type: "number", exclusiveMinimum: 0, maximum: 1, description: "Nucleus sampling" },
+      model: { type: "string", enum: [...LLM_MODELS], default: DEFAULT_LLM_MODEL, description: "Allowed LLM" },
+    },
+    ["prompt"],
+  );
+
+/** JSON Schema of `params` per job type (draft-07). */
+export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
+  image_generation: objectSchema(
+    "image_generation params",
+    {
+      prompt: text(4000, "What to draw"),
+      negative_prompt: { type: "string", maxLength: 4000, description: "What to avoid" },
+      steps: int(5, 100, "Denoising steps", 30),
+      width: int(256, 1024, "Image width in pixels", 1024),
+      height: int(256, 1024, "Image height in pixels", 1024),
+      seed: int(0, 4_294_967_295, "Random seed (same seed, same image)"),
+      guidance_scale: { type: "number", minimum: 0, maximum: 30, description: "Classifier-free guidance" },
+      model: { type: "string", enum: [...IMAGE_MODELS], default: DEFAULT_IMAGE_MODEL, description: "Allowed image model" },
+    },
+    ["prompt"],
+  ),
+  "llm-inference": llmParams("llm-inference params"),
+  llm_inference: llmParams("llm_inference params"),
+  vllm_serve: objectSchema(
+    "vllm_serve params",
+    {
+      model: { type: "string", enum: [...LLM_MODELS], default: DEFAULT_LLM_MODEL, description: "Model to serve" },
+      max_model_len: int(256, 131_072, "Context length the server accepts", 8192),
+      dtype: { type: "string", enum: ["auto", "float16", "bfloat16"], default: "auto" },
+      gpu_memory_utilization: { type: "number", minimum: 0.1, maximum: 0.95, default: 0.9 },
+    },
+    [],
+  ),
+  training: objectSchema(
+    "training params",
+    {
+      base_model: { type: "string", enum: [...TRAINING_BASE_MODELS], description: "Model to fine-tune" },
+      dataset_url: { ...url, description: "HTTP(S) URL of the training data" },
+      method: { type: "string", enum: ["lora", "qlora", "full"], default: "lora" },
+      epochs: int(1, 100, "Passes over the data", 3),
+      batch_size: int(1, 512, "Examples per step", 8),
+      learning_rate: { type: "number", exclusiveMinimum: 0, maximum: 1, default: 0.0002 },
+      max_steps: int(1, 1_000_000, "Stop after this many steps"),
+      output_name: { type: "string", pattern: "^[A-Za-z0-9._-]{1,128}$", "x-error": "must be 1-128 letters, digits, '.', '_' or '-'" },
+    },
+    ["base_model", "dataset_url"],
+  ),
+  rendering: objectSchema(
+    "rendering params",
+    {
+      scene_url: { ...url, description: "HTTP(S) URL of the .blend scene" },
+      engine: { type: "string", enum: [...RENDER_ENGINES], default: "cycles" },
+      frame_start: int(0, 1_000_000, "First frame", 1),
+      frame_end: int(0, 1_000_000, "Last frame", 1),
+      samples: int(1, 16_384, "Samples per pixel", 128),
+      resolution_x: int(16, 8192, "Output width", 1920),
+      resolution_y: int(16, 8192, "Output height", 1080),
+      output_format: { type: "string", enum: ["PNG", "JPEG", "OPEN_EXR"], default: "PNG" },
+    },
+    ["scene_url"],
+  ),
+  benchmark: objectSchema(
+    "benchmark params",
+    {
+      suite: { type: "string", enum: [...BENCHMARK_SUITES], default: "quick" },
+      iterations: int(1, 1000, "Repetitions per test", 10),
+    },
+    [],
+  ),
+  custom_container: objectSchema(
+    "custom_container params",
+    {
+      command: { type: "array", items: { type: "string", maxLength: 4096 }, minItems: 1, maxItems: 256, description: "Entrypoint and arguments" },
+      env: { ...envMap, description: "Environment variables" },
+      workdir: { type: "string", pattern: "^/\\S*$", maxLength: 1024, "x-error": "must be an absolute path" },
+      expose_port: int(1, 65535, "Container port to expose"),
+    },
+    [],
+  ),
+};
+
+const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: true, strictRequired: false });
+// Our own annotation: the plain-words message for a pattern mismatch.
+ajv.addKeyword({ keyword: "x-error", schemaType: "string" });
+const validators = new Map<string, ValidateFunction>(
+  Object.entries(PARAMS_SCHEMAS).map(([type, schema]) => [type, ajv.compile(schema)]),
+);
+
+function typeWord(s: Schema): string {
+  return s.type === "integer" ? "an integer" : s.type === "number" ? "a number" : s.type === "string" ? "a string" : s.type === "array" ? "an array" : s.type === "object" ? "an object" : "a value";
+}
+
+/** One 400 message naming the field (`params.steps ...`). */
+function describe(jobType: string, schema: Schema, err: ErrorObject): string {
+  const path = err.instancePath.split("/").filter(Boolean).join(".");
+  const field = path ? `params.${path}` : "params";
+  const top = err.instancePath.split("/").filter(Boolean)[0];
+  const prop = top ? ((schema.properties as Record<string, Schema>)[top] ?? {}) : {};
+  switch (err.keyword) {
+    case "required":
+      return `params.${(err.params as { missingProperty: string }).missingProperty} is required for ${jobType}`;
+    case "additionalProperties":
+      return `params.${path ? path + "." : ""}${(err.params as { additionalProperty: string }).additionalProperty} is not a parameter of ${jobType}`;
+    case "propertyNames":
+      return `${field} has an invalid name '${(err.params as { propertyName: string }).propertyName}'`;
+    case "pattern":
+      if (err.propertyName !== undefined) return `${field} has an invalid name '${err.propertyName}'`;
+      if (path === top && typeof prop["x-error"] === "string") return `${field} ${prop["x-error"]}`;
+      return `${field} ${err.message}`;
+    case "enum":
+      return `${field} must be one of ${(err.params as { allowedValues: unknown[] }).allowedValues.join(", ")}`;
+    case "minimum":
+    case "maximum":
+    case "exclusiveMinimum":
+    case "type":
+      if (path === top && typeof prop.minimum === "number" && typeof prop.maximum === "number") {
+        return `${field} must be ${typeWord(prop)} between ${prop.minimum} and ${prop.maximum}`;
+      }
+      return err.keyword === "type" ? `${field} must be of type ${(err.params as { type: string }).type}` : `${field} ${err.message}`;
+    default:
+      return `${field} ${err.message}`;
+  }
+}
+
+/**
+ * Validates `params` of a job type; answers a copy with defaults filled in.
+ * Throws 400 naming the first offending field.
+ */
+export function validateParams(jobType: string, params: unknown): Record<string, unknown> {
+  const validate = validators.get(jobType);
+  if (!validate) throw badRequest(`job_type must be one of ${Object.keys(PARAMS_SCHEMAS).join(", ")}`);
+  const copy = params === undefined || params === null ? {} : structuredClone(params);
+  if (typeof copy !== "object" || Array.isArray(copy)) throw badRequest("params must be an object");
+  if (!validate(copy)) throw badRequest(describe(jobType, PARAMS_SCHEMAS[jobType as JobType], validate.errors![0]));
+  return copy as Record<string, unknown>;
+}

@@ -1,0 +1,166 @@
+// Area jobs (src/domain/jobs): submit (with its batcher), job schemas and
+// templates, task specs and their signing, reads, reports from daemons and
+// control (cancel). It may use every area below it, dispatch included.
+//
+// Job rows and the Job resource shape.
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { JobSchema } from "../../../gen/svc/v1/models_pb.js";
+import type { Db } from "../../db/index.js";
+import { forbidden, notFound } from "../../errors.js";
+import { explainQueue } from "../dispatch/dispatch.js";
+import { iso } from "../shared/validate.js";
+import { ACTIVE_STATUSES, TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
+
+const big = (n: number | null) => (n === null ? undefined : BigInt(n));
+
+export function jobMessage(j: JobRow): MessageInitShape<typeof JobSchema> {
+  return {
+    id: BigInt(j.id),
+    jobId: j.job_id,
+    jobType: j.job_type,
+    status: j.status,
+    submittedAt: iso(j.submitted_at)!,
+    startedAt: iso(j.started_at),
+    completedAt: iso(j.completed_at),
+    costHalala: BigInt(j.cost_halala),
+    actualCostHalala: big(j.actual_cost_halala),
+    providerEarnedHalala: big(j.provider_earned_halala),
+    platformFeeHalala: big(j.platform_fee_halala),
+    providerId: big(j.provider_id),
+    renterId: BigInt(j.renter_id),
+    durationMinutes: j.duration_minutes,
+    maxDurationSeconds: BigInt(j.max_duration_seconds),
+    priority: j.priority,
+    error: j.error ?? undefined,
+    progressPct: j.progress_pct ?? undefined,
+    progressPhase: j.progress_phase ?? undefined,
+    endpointUrl: j.endpoint_url ?? undefined,
+    attempt: j.attempt,
+    model: j.model ?? undefined,
+  };
+}
+
+export async function recentJobsOfRenter(db: Db, renterId: number, limit = 10): Promise<JobRow[]> {
+  return db<JobRow[]>`SELECT * FROM jobs WHERE renter_id = ${renterId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
+}
+
+export async function recentJobsOfProvider(db: Db, providerId: number, limit = 10): Promise<JobRow[]> {
+  return db<JobRow[]>`SELECT * FROM jobs WHERE provider_id = ${providerId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
+}
+
+// ---- readers ----
+
+/**
+ * Who reads: the owning renter, an admin, or a provider. A provider reads a
+ * job (its spec, endpoint, output) only while it is the job's current
+ * provider; after the job moved on it reads only its own attempts (their
+ * history rows and logs), never another provider's endpoint, logs or the output.
+ */
+export type JobReader = { role: "renter"; renterId: number } | { role: "provider"; providerId: number } | { role: "admin" } | { role: "public" };
+
+const MOVED_ON = "this job moved to another provider; a provider reads only its own attempts of it";
+
+async function jobByPublicId(db: Db, jobId: string): Promise<JobRow> {
+  const [job] = await db<JobRow[]>`SELECT * FROM jobs WHERE job_id = ${jobId}`;
+  if (!job) throw notFound("job not found");
+  return job;
+}
+
+async function attemptsHeldBy(db: Db, job: JobRow, providerId: number): Promise<number[]> {
+  const rows = await db<{ attempt: number }[]>`SELECT attempt FROM job_attempts WHERE job_id = ${job.id} AND provider_id = ${providerId} ORDER BY attempt`;
+  return rows.map((r) => r.attempt);
+}
+
+/** The whole job, for its renter, an admin, or its current provider. */
+export async function jobForReader(db: Db, jobId: string, reader: JobReader): Promise<JobRow> {
+  const job = await jobByPublicId(db, jobId);
+  if (reader.role === "admin") return job;
+  if (reader.role === "renter" && job.renter_id === reader.renterId) return job;
+  if (reader.role === "provider") {
+    if (job.provider_id === reader.providerId) return job;
+    if ((await attemptsHeldBy(db, job, reader.providerId)).length > 0) throw forbidden(MOVED_ON);
+  }
+  throw forbidden("this job belongs to another caller");
+}
+
+/** The attempts of a job a reader may see: every one, or the numbers of a provider's own. */
+export type AttemptScope = "all" | number[];
+
+/** The job and the attempts the reader may see (a provider: its own, also after the job moved on). */
+export async function attemptsForReader(db: Db, jobId: string, reader: JobReader): Promise<{ job: JobRow; attempts: AttemptScope }> {
+  const job = await jobByPublicId(db, jobId);
+  if (reader.role === "admin") return { job, attempts: "all" };
+  if (reader.role === "renter" && job.renter_id === reader.renterId) return { job, attempts: "all" };
+  if (reader.role === "provider") {
+    const own = await attemptsHeldBy(db, job, reader.providerId);
+    if (own.length > 0) return { job, attempts: own };
+  }
+  throw forbidden("this job belongs to another caller");
+}
+
+/**
+ * The Job resource, with why it waits when it is queued. A renter does not see
+ * a serving job's endpoint_url: models are reached through /v1, where requests
+ * are billed per token; the raw endpoint would serve them unbilled.
+ */
+export async function jobView(db: Db, job: JobRow, reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>> {
+  const msg = jobMessage(job);
+  if (reader?.role === "renter") msg.endpointUrl = undefined;
+  if (job.status === "queued") {
+    const q = await explainQueue(db, job);
+    msg.queueReason = q.reason;
+    msg.queueReasonCode = q.code;
+  }
+  return msg;
+}
+
+export const JOB_STATUSES = [...ACTIVE_STATUSES, ...TERMINAL_STATUSES];
+
+export async function listJobs(
+  db: Db,
+  reader: JobReader,
+  f: { status?: string; limit: number; offset: number },
+): Promise<{ rows: JobRow[]; total: number }> {
+  const status = f.status ? db`AND j.status = ${f.status}` : db``;
+  const owner =
+    reader.role === "renter"
+      ? db`j.renter_id = ${reader.renterId}`
+      : reader.role === "provider"
+        ? db`j.provider_id = ${reader.providerId}`
+        : reader.role === "admin"
+          ? db`true`
+          : db`false`;
+  const rows = await db<(JobRow & { total: number })[]>`
+    SELECT j.*, count(*) OVER () AS total FROM jobs j WHERE ${owner} ${status}
+    ORDER BY j.submitted_at DESC, j.id DESC LIMIT ${f.limit} OFFSET ${f.offset}`;
+  let total = rows[0]?.total ?? 0;
+  if (rows.length === 0 && f.offset > 0) {
+    const [c] = await db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM jobs j WHERE ${owner} ${status}`;
+    total = Number(c.n);
+  }
+  return { rows, total: Number(total) };
+}
+
+export interface AttemptRow {
+  attempt: number;
+  provider_id: number | null;
+  status: string;
+  assigned_at: Date | null;
+  started_at: Date | null;
+  ended_at: Date | null;
+  end_reason: string | null;
+  cost_halala: number | null;
+  error: string | null;
+}
+
+export async function jobAttempts(db: Db, id: number): Promise<AttemptRow[]> {
+  return db<AttemptRow[]>`SELECT * FROM job_attempts WHERE job_id = ${id} ORDER BY attempt`;
+}
+
+export const MAX_LOG_LINES_READ = 10_000;
+
+export async function jobLogs(db: Db, id: number, attempt: number) {
+  return db<{ id: number; level: string; message: string; created_at: Date }[]>`
+    SELECT id, level, message, created_at FROM job_logs WHERE job_id = ${id} AND attempt = ${attempt}
+    ORDER BY id LIMIT ${MAX_LOG_LINES_READ}`;
+}

@@ -1,0 +1,304 @@
+// POST /api/jobs/submit: validation (prepareSubmit), then the writes
+// (submitMany): the job row, the estimate hold and placement, for one submit
+// or a batch of them in one transaction. Nothing is written for a submit that
+// is refused (402, 429, 404, 503).
+import crypto from "node:crypto";
+import { allInTransaction, type Db, type Sql, type Tx } from "../../db/index.js";
+import { type ServiceError, apiError, badRequest, notFound, paymentRequired } from "../../errors.js";
+import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult } from "../dispatch/dispatch.js";
+import { validateParams } from "./job-schemas.js";
+import type { JobRow } from "../shared/job-row.js";
+import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
+import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
+import { quotaRefusal, quotaUsageMany, type QuotaUsage } from "../money/quota.js";
+import { signTask } from "../../shared/task-signature.js";
+import { buildTaskSpec, modelOf, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
+import { templateById, templateGpuRequirements } from "./templates.js";
+import { checkEnum, checkRange } from "../shared/validate.js";
+
+export const SUBMIT_LIMITS = {
+  durationMinutes: { min: 0.01, max: 1440, default: 10 },
+  maxDurationSeconds: { min: 1, max: 86_400, default: 1800 },
+  priority: { min: 1, max: 3, default: 2 },
+  minVramGb: { min: 0, max: 1024 },
+} as const;
+
+export interface SubmitInput {
+  jobType?: string;
+  durationMinutes?: number;
+  providerId?: number;
+  params?: Record<string, unknown>;
+  containerSpec?: Record<string, unknown>;
+  gpuRequirements?: Record<string, unknown>;
+  maxDurationSeconds?: number;
+  priority?: number;
+  templateId?: string;
+  checkpointEnabled?: boolean;
+  prewarm?: boolean;
+}
+
+const GPU_REQUIREMENT_FIELDS = ["min_vram_gb", "gpu_model"];
+
+/** gpu_requirements: min_vram_gb (number) and gpu_model (substring), or null for none. */
+export function normalizeGpuRequirements(req: Record<string, unknown> | undefined | null): Record<string, unknown> | null {
+  if (!req) return null;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(req)) {
+    if (v === null || v === undefined) continue;
+    if (k === "min_vram_gb") {
+      out.min_vram_gb = checkRange(typeof v === "number" ? v : NaN, SUBMIT_LIMITS.minVramGb.min, SUBMIT_LIMITS.minVramGb.max, "gpu_requirements.min_vram_gb");
+    } else if (k === "gpu_model") {
+      if (typeof v !== "string" || v.trim() === "" || v.length > 100) throw badRequest("gpu_requirements.gpu_model must be a non-empty string of at most 100 characters");
+      out.gpu_model = v.trim();
+    } else {
+      throw badRequest(`gpu_requirements.${k} is not supported (allowed: ${GPU_REQUIREMENT_FIELDS.join(", ")})`);
+    }
+  }
+  return Object.keys(out).length ? out : null;
+}
+
+export function newJobId(): string {
+  return `job-${Date.now().toString(36)}-${crypto.randomBytes(6).toString("hex")}`;
+}
+
+export interface Submitted {
+  job: JobRow;
+  placement: PlaceResult;
+}
+
+/** A validated submit, ready to be written: everything but what the database decides. */
+export interface SubmitIntent {
+  renterId: number;
+  jobId: string;
+  jobType: JobType;
+  durationMinutes: number;
+  maxDurationSeconds: number;
+  priority: number;
+  requestedProvider: number | null;
+  rate: number;
+  estimate: number;
+  params: Record<string, unknown>;
+  containerSpec: Record<string, unknown>;
+  gpuRequirements: Record<string, unknown> | null;
+  taskSpec: Record<string, unknown>;
+  taskSpecHmac: string;
+  model: string | null;
+  checkpointEnabled: boolean;
+  prewarm: boolean;
+  templateId: string | null;
+}
+
+/**
+ * Validates a submit and builds what the job will run (task spec, signature):
+ * 400 naming the field, 403 for an unapproved image. Reads only (the
+ * registry's approved images), so it runs before any transaction.
+ */
+export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number, input: SubmitInput): Promise<SubmitIntent> {
+  const template = input.templateId ? templateById(input.templateId) : undefined;
+  const rawType = input.jobType?.trim() || template?.jobType;
+  if (!rawType) throw badRequest("missing required fields: job_type");
+  const jobType = checkEnum(rawType, JOB_TYPES, "job_type") as JobType;
+  if (template && template.jobType !== jobType) throw badRequest(`job_type must be ${template.jobType} for template ${template.id}`);
+
+  const L = SUBMIT_LIMITS;
+  const durationMinutes = checkRange(input.durationMinutes ?? L.durationMinutes.default, L.durationMinutes.min, L.durationMinutes.max, "duration_minutes");
+  const maxDurationSeconds = checkRange(input.maxDurationSeconds ?? L.maxDurationSeconds.default, L.maxDurationSeconds.min, L.maxDurationSeconds.max, "max_duration_seconds", true);
+  const priority = checkRange(input.priority ?? L.priority.default, L.priority.min, L.priority.max, "priority", true);
+  const requestedProvider = input.providerId === undefined ? null : checkRange(input.providerId, 1, Number.MAX_SAFE_INTEGER, "provider_id", true);
+  const params = validateParams(jobType, input.params);
+  let gpuRequirements = normalizeGpuRequirements(input.gpuRequirements);
+  if (template) gpuRequirements = templateGpuRequirements(template, gpuRequirements);
+  const containerSpec = await normalizeContainerSpec(db, jobType, input.containerSpec ?? (template ? { image: template.image } : undefined));
+
+  const rate = RATE_HALALA_PER_MINUTE[jobType];
+  const estimate = estimateHalala(rate, durationMinutes);
+  const jobId = newJobId();
+  const model = modelOf(jobType, params);
+  const checkpointEnabled = input.checkpointEnabled ?? false;
+  const taskSpec = buildTaskSpec({ jobId, jobType, params, containerSpec, gpuRequirements, maxDurationSeconds, workspaceVolumeName: workspaceVolumeName(jobId), checkpointEnabled, model });
+  return {
+    renterId, jobId, jobType, durationMinutes, maxDurationSeconds, priority, requestedProvider, rate, estimate, params, containerSpec,
+    gpuRequirements, taskSpec, taskSpecHmac: signTask(hmacSecret, taskSpec), model, checkpointEnabled, prewarm: input.prewarm ?? false,
+    templateId: template?.id ?? null,
+  };
+}
+
+export type SubmitOutcome = { ok: true; submitted: Submitted } | { ok: false; error: ServiceError };
+
+interface RenterState {
+  /** Locked by this transaction: the judgement below takes each accepted hold out of it. */
+  accounts: RenterAccounts;
+  usage: QuotaUsage;
+}
+
+/**
+ * Writes any number of submits in the caller's transaction, set-based (the
+ * submit batcher's group commit, or one submit): each one is judged in the
+ * order given, as if they came one after another. Money first (402), then
+ * quotas (429), then capacity (404 for an unknown requested provider, 503
+ * when no approved, online provider could ever run it); a refused submit
+ * writes nothing. The others' job rows are inserted, their estimates held,
+ * their renters' job counts raised and the jobs placed, each step one
+ * statement for the whole set.
+ *
+ * Locks, in the order every path takes them: the renters' ledger accounts in
+ * id order (which also serialises one renter's submits, so the funds and
+ * quota reads that follow are the truth), then providers' load rows.
+ */
+export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<SubmitOutcome[]> {
+  const renterIds = [...new Set(intents.map((i) => i.renterId))].sort((a, b) => a - b);
+  // One round trip: the locks and everything the judgement needs, and ids for the rows
+  // (so that the writes below can all go out together, without waiting for the insert).
+  // Placement's first read too: the new jobs as they will be, under placeholder ids
+  // (above any row's id, in arrival order) until the sequence has given theirs.
+  const fresh: NewJob[] = intents.map((it, i) => ({
+    id: PLACEHOLDER_ID + i,
+    priority: it.priority,
+    requestedProviderId: it.requestedProvider,
+    gpuRequirements: it.gpuRequirements,
+  }));
+  const [accounts, usage, capacity, newIds, candidates] = await allInTransaction([
+    lockRenterAccounts(tx, renterIds),
+    quotaUsageMany(tx, renterIds),
+    capacityOf(tx, intents),
+    tx<{ id: number }[]>`SELECT nextval('jobs_id_seq') AS id FROM generate_series(1, ${intents.length})`,
+    readCandidates(tx, [], [0], true, fresh),
+  ]);
+  const renters = new Map<number, RenterState>(renterIds.map((id) => [id, { accounts: accounts.get(id)!, usage: usage.get(id)! }]));
+
+  const holds: AcceptedHold[] = [];
+  const outcomes: (SubmitOutcome | undefined)[] = intents.map((intent, i) => {
+    const r = renters.get(intent.renterId)!;
+    const { estimate, rate, durationMinutes } = intent;
+    const { available, held } = r.accounts;
+    if (available + held <= 0) return refused(paymentRequired("insufficient balance: the wallet balance is 0; top up before submitting jobs"));
+    if (available < estimate) {
+      return refused(paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${available} halala is available`));
+    }
+    const quota = quotaRefusal(r.usage, estimate);
+    if (quota) return refused(apiError(429, quota));
+    const cap = capacity[i];
+    if (!cap.known) return refused(notFound(`provider_id ${intent.requestedProvider}: provider not found`));
+    if (!cap.capable) {
+      return refused(
+        apiError(
+          503,
+          intent.requestedProvider !== null
+            ? `provider ${intent.requestedProvider} is not available: it must be approved, online and meet gpu_requirements`
+            : "no providers available: no approved, online provider matches this job's gpu_requirements",
+          { "retry-after": "30" },
+        ),
+      );
+    }
+    holds.push(takeHold(r.accounts, { renterId: intent.renterId, jobId: newIds[i].id, amount: estimate }));
+    r.usage = { ...r.usage, jobsToday: r.usage.jobsToday + 1, spentAndHeldHalala: r.usage.spentAndHeldHalala + estimate };
+    return undefined;
+  });
+  const acceptedAt = intents.flatMap((_, i) => (outcomes[i] === undefined ? [i] : []));
+  if (acceptedAt.length === 0) return outcomes as SubmitOutcome[];
+
+  const ids = acceptedAt.map((i) => newIds[i].id);
+  const counts = new Map<number, number>();
+  for (const i of acceptedAt) counts.set(intents[i].renterId, (counts.get(intents[i].renterId) ?? 0) + 1);
+  const accepted = new Set(acceptedAt);
+  const firstRound = renameJobs(candidates, (id) => {
+    if (id < PLACEHOLDER_ID) return id;
+    const i = id - PLACEHOLDER_ID;
+    return accepted.has(i) ? newIds[i].id : undefined;
+  });
+  // One round trip, run in this order on the transaction's connection: the rows, written by
+  // placement's first assignment (assigned where their provider was taken, queued otherwise;
+  // the providers are locked after the accounts, which are ours already), their holds, the
+  // renters' counts.
+  const [placement] = await allInTransaction([
+    placeMany(tx, ids, { firstRound, fresh: freshRows(tx, acceptedAt.map((i) => ({ id: newIds[i].id, intent: intents[i] }))) }),
+    writeHolds(tx, holds),
+    tx`UPDATE renters SET total_jobs = total_jobs + c.n
+       FROM unnest(${[...counts.keys()]}::bigint[], ${[...counts.values()]}::bigint[]) AS c(id, n) WHERE renters.id = c.id`,
+  ]);
+
+  // Placed jobs come back with their rows; only the ones left queued are read.
+  const queuedIds = ids.filter((id) => !placement.placed.has(id));
+  const queued = new Map(
+    queuedIds.length === 0 ? [] : (await tx<JobRow[]>`SELECT * FROM jobs WHERE id = ANY(${queuedIds}::bigint[])`).map((r) => [r.id, r]),
+  );
+  let k = 0;
+  return outcomes.map((o) => {
+    if (o) return o;
+    const id = ids[k++];
+    const got = placement.placed.get(id);
+    const submitted: Submitted = got
+      ? { job: got.job, placement: { providerId: got.providerId, contended: [], job: got.job } }
+      : { job: queued.get(id)!, placement: { providerId: null, contended: placement.contended } };
+    return { ok: true, submitted };
+  });
+}
+
+/** Ids the fresh jobs carry in placement's first read, before the sequence gives theirs: above any real id. */
+const PLACEHOLDER_ID = 2 ** 52;
+
+const refused = (error: ServiceError): SubmitOutcome => ({ ok: false, error });
+
+/** One submit inside `tx` (submitMany for one); throws its refusal. */
+export async function submitJob(tx: Tx, hmacSecret: string, renterId: number, input: SubmitInput): Promise<Submitted> {
+  const [o] = await submitMany(tx, [await prepareSubmit(tx, hmacSecret, renterId, input)]);
+  if (!o.ok) throw o.error;
+  return o.submitted;
+}
+
+/** The jobs columns a submit writes (besides status and assignment, which placement sets). */
+const FRESH_COLUMNS = [
+  "id", "job_id", "renter_id", "requested_provider_id", "job_type", "priority", "duration_minutes", "max_duration_seconds",
+  "rate_halala_per_minute", "cost_halala", "params", "container_spec", "gpu_requirements", "task_spec", "task_spec_hmac",
+  "model", "pricing_class", "checkpoint_enabled", "prewarm_requested", "template_id",
+];
+
+/** The new rows, for placement to insert (placeMany's `fresh`): FRESH_COLUMNS and their order. */
+function freshRows(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): FreshRows {
+  const list = rows.map((r) => r.intent);
+  const col = <T>(f: (i: SubmitIntent) => T) => list.map(f);
+  const json = (v: unknown) => (v === null ? null : JSON.stringify(v));
+  // Booleans go as text: postgres.js does not send a boolean array as bool[].
+  const select = tx`
+    SELECT id, job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
+           rate AS rate_halala_per_minute, estimate AS cost_halala, params::jsonb AS params, container_spec::jsonb AS container_spec,
+           gpu_requirements::jsonb AS gpu_requirements, task_spec::jsonb AS task_spec, task_spec_hmac, model, pricing_class,
+           checkpoint_enabled::bool AS checkpoint_enabled, prewarm::bool AS prewarm_requested, template_id, ord
+    FROM unnest(${rows.map((r) => r.id)}::bigint[], ${col((i) => i.jobId)}::text[], ${col((i) => i.renterId)}::bigint[], ${col((i) => i.requestedProvider)}::bigint[],
+                ${col((i) => i.jobType)}::text[], ${col((i) => i.priority)}::int[], ${col((i) => i.durationMinutes)}::float8[],
+                ${col((i) => i.maxDurationSeconds)}::bigint[], ${col((i) => i.rate)}::bigint[], ${col((i) => i.estimate)}::bigint[],
+                ${col((i) => json(i.params))}::text[], ${col((i) => json(i.containerSpec))}::text[], ${col((i) => json(i.gpuRequirements))}::text[],
+                ${col((i) => json(i.taskSpec))}::text[], ${col((i) => i.taskSpecHmac)}::text[], ${col((i) => i.model)}::text[],
+                ${col((i) => i.containerSpec.pricing_class as string)}::text[], ${col((i) => String(i.checkpointEnabled))}::text[],
+                ${col((i) => String(i.prewarm))}::text[], ${col((i) => i.templateId)}::text[])
+         WITH ORDINALITY AS x(id, job_id, renter_id, requested_provider_id, job_type, priority, duration_minutes, max_duration_seconds,
+                              rate, estimate, params, container_spec, gpu_requirements, task_spec, task_spec_hmac, model,
+                              pricing_class, checkpoint_enabled, prewarm, template_id, ord)`;
+  return { columns: FRESH_COLUMNS, select };
+}
+
+/**
+ * For each submit: whether its requested provider exists (`known`) and
+ * whether some approved, online provider fits it (`capable`), evaluated once
+ * per distinct (gpu_requirements, provider_id).
+ */
+async function capacityOf(tx: Tx, intents: SubmitIntent[]): Promise<{ known: boolean; capable: boolean }[]> {
+  const keyOf = (i: SubmitIntent) => JSON.stringify([i.gpuRequirements, i.requestedProvider]);
+  const distinct = [...new Map(intents.map((i) => [keyOf(i), i])).values()];
+  const rows = await tx<{ ord: number; known: boolean; capable: boolean }[]>`
+    SELECT j.ord,
+           (j.requested_provider_id IS NULL OR EXISTS (SELECT 1 FROM providers WHERE id = j.requested_provider_id)) AS known,
+           EXISTS (SELECT 1 FROM providers p
+                   WHERE ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND (j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)) AS capable
+    FROM (SELECT req::jsonb AS gpu_requirements, requested_provider_id, ord
+          FROM unnest(${distinct.map((i) => (i.gpuRequirements ? JSON.stringify(i.gpuRequirements) : null))}::text[],
+                      ${distinct.map((i) => i.requestedProvider)}::bigint[]) WITH ORDINALITY AS x(req, requested_provider_id, ord)) j`;
+  const byKey = new Map(rows.map((r) => [keyOf(distinct[Number(r.ord) - 1]), r]));
+  return intents.map((i) => byKey.get(keyOf(i))!);
+}
+
+/** Re-reads a job after the submit committed and contended providers were refilled. */
+export async function reloadJob(sql: Sql, id: number): Promise<JobRow> {
+  const [job] = await sql<JobRow[]>`SELECT * FROM jobs WHERE id = ${id}`;
+  return job;
+}

@@ -1,0 +1,111 @@
+// The task payload a daemon runs (task_spec), generated from the validated
+// params of every job type, and the container spec it runs in. The spec is
+// signed (task-signing.ts) and never changes after submit: a re-queued job
+// runs the very same signed task on its next provider.
+import { badRequest, forbidden } from "../../errors.js";
+import type { Db } from "../../db/index.js";
+import { RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
+import { checkImageReference, isImageApproved } from "./registry.js";
+
+export const IMAGE_TYPES = ["llm", "vllm", "diffusion", "training", "render", "benchmark", "custom"] as const;
+export type ImageType = (typeof IMAGE_TYPES)[number];
+
+/** The image each built-in job type runs in (all on the registry's built-in list). */
+export const DEFAULT_CONTAINERS: Record<Exclude<JobType, "custom_container">, { image_type: ImageType; image: string }> = {
+  "llm-inference": { image_type: "llm", image: "huggingface/transformers-pytorch-gpu:4.41.3" },
+  llm_inference: { image_type: "llm", image: "huggingface/transformers-pytorch-gpu:4.41.3" },
+  vllm_serve: { image_type: "vllm", image: "vllm/vllm-openai:v0.6.3" },
+  image_generation: { image_type: "diffusion", image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime" },
+  training: { image_type: "training", image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime" },
+  rendering: { image_type: "render", image: "linuxserver/blender:4.2.3" },
+  benchmark: { image_type: "benchmark", image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" },
+};
+
+/** How a job type is priced, named after its per-minute rate tier (pricing.ts holds the rates). */
+export function pricingClassOf(jobType: JobType): string {
+  const rate = RATE_HALALA_PER_MINUTE[jobType];
+  return rate <= 10 ? "economy" : rate <= 15 ? "inference" : rate <= 20 ? "standard" : "premium";
+}
+
+/** What each job type hands back, so daemons know where to put the result. */
+const OUTPUTS: Record<JobType, Record<string, string>> = {
+  "llm-inference": { kind: "text", field: "response" },
+  llm_inference: { kind: "text", field: "response" },
+  vllm_serve: { kind: "endpoint", report: "endpoint-ready" },
+  image_generation: { kind: "image", field: "data", format: "png", encoding: "base64" },
+  training: { kind: "artifacts", field: "artifacts" },
+  rendering: { kind: "files", field: "files" },
+  benchmark: { kind: "json", field: "scores" },
+  custom_container: { kind: "json" },
+};
+
+const CONTAINER_FIELDS = ["image", "image_type"];
+
+/**
+ * Normalizes container_spec: `image_type` always present, the image always
+ * explicit, `pricing_class` added. A renter-chosen image (required for
+ * custom_container) must be a pinned reference on the approved registry list.
+ */
+export async function normalizeContainerSpec(db: Db, jobType: JobType, spec: Record<string, unknown> | undefined): Promise<Record<string, unknown>> {
+  const given = spec ?? {};
+  for (const k of Object.keys(given)) {
+    if (!CONTAINER_FIELDS.includes(k)) throw badRequest(`container_spec.${k} is not supported (allowed: ${CONTAINER_FIELDS.join(", ")})`);
+  }
+  if (given.image !== undefined && typeof given.image !== "string") throw badRequest("container_spec.image must be a string");
+  if (given.image_type !== undefined && (typeof given.image_type !== "string" || !IMAGE_TYPES.includes(given.image_type as ImageType))) {
+    throw badRequest(`container_spec.image_type must be one of ${IMAGE_TYPES.join(", ")}`);
+  }
+  const fallback = jobType === "custom_container" ? undefined : DEFAULT_CONTAINERS[jobType];
+  let image = fallback?.image;
+  if (typeof given.image === "string" && given.image.trim() !== "") {
+    image = checkImageReference(given.image, "container_spec.image");
+    if (!(await isImageApproved(db, image))) {
+      throw forbidden(`container_spec.image ${image} is not an approved image; only images on the registry's approved list can run`);
+    }
+  }
+  if (!image) throw badRequest("container_spec.image is required for custom_container");
+  const imageType = (given.image_type as ImageType | undefined) ?? fallback?.image_type ?? "custom";
+  return { image, image_type: imageType, pricing_class: pricingClassOf(jobType) };
+}
+
+export interface TaskSpecInput {
+  jobId: string;
+  jobType: JobType;
+  params: Record<string, unknown>;
+  containerSpec: Record<string, unknown>;
+  gpuRequirements: Record<string, unknown> | null;
+  maxDurationSeconds: number;
+  workspaceVolumeName: string;
+  checkpointEnabled: boolean;
+  model: string | null;
+}
+
+/** The signed payload: what to run (image, command or model), its inputs and its limits. */
+export function buildTaskSpec(t: TaskSpecInput): Record<string, unknown> {
+  const spec: Record<string, unknown> = {
+    version: 1,
+    job_id: t.jobId,
+    job_type: t.jobType,
+    container: { image: t.containerSpec.image, image_type: t.containerSpec.image_type },
+    inputs: t.params,
+    output: OUTPUTS[t.jobType],
+    limits: { max_duration_seconds: t.maxDurationSeconds, gpu_requirements: t.gpuRequirements },
+    workspace: { volume: t.workspaceVolumeName, mount_path: "/workspace", checkpoint_enabled: t.checkpointEnabled },
+  };
+  if (t.model) spec.model = t.model;
+  if (t.jobType === "custom_container") {
+    if (t.params.command) spec.command = t.params.command;
+    if (t.params.env) spec.env = t.params.env;
+  }
+  if (t.jobType === "vllm_serve") spec.serve = { api: "openai", container_port: 8000 };
+  return spec;
+}
+
+/** The model a job runs, echoed in the submission (model-bearing types only). */
+export function modelOf(jobType: JobType, params: Record<string, unknown>): string | null {
+  if (typeof params.model === "string") return params.model;
+  if (jobType === "training" && typeof params.base_model === "string") return params.base_model;
+  return null;
+}
+
+export const workspaceVolumeName = (jobId: string) => `svc-ws-${jobId}`;

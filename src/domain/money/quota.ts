@@ -1,0 +1,89 @@
+// Renter quotas at submit: jobs per UTC day and spend per UTC month.
+import type { Tx } from "../../db/index.js";
+import { apiError } from "../../errors.js";
+import { CHARGE_KINDS } from "./ledger.js";
+
+/** A new renter's quota, until an admin sets another. */
+export const DEFAULT_QUOTA = { dailyJobsLimit: 500, monthlySpendLimitHalala: 10_000_000 } as const;
+
+export interface QuotaUsage {
+  dailyJobsLimit: number;
+  jobsToday: number;
+  monthlySpendLimitHalala: number;
+  /** Settled this UTC month plus every open hold. */
+  spentAndHeldHalala: number;
+}
+
+/**
+ * Current usage against each renter's quota, in one statement. Call it in the
+ * submit transaction after the renters' ledger accounts are locked (in an
+ * earlier statement: under READ COMMITTED each statement reads what was
+ * committed when it started), so that two racing submits of one renter cannot
+ * both pass the last free slot. What is held is the renter_held balance,
+ * which the ledger keeps equal to the renter's open holds.
+ */
+export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<number, QuotaUsage>> {
+  // Set-based: one pass per table for all renters (a subquery per renter made PostgreSQL
+  // scan the transfers once per renter). Charges are read through the accounts'
+  // (debit_account_id, kind, created_at) index, migration 014; today's jobs from
+  // their counter, migration 015.
+  const rows = await tx<{ renter_id: number; daily_jobs_limit: number | null; monthly_spend_limit_halala: number | null; jobs_today: number; settled: number; held: number }[]>`
+    WITH acc AS (
+      SELECT id, owner_id, kind, balance FROM ledger_accounts
+      WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
+    ), charges AS (
+      SELECT a.owner_id, sum(t.amount) AS settled FROM acc a JOIN ledger_transfers t ON t.debit_account_id = a.id
+      WHERE t.kind = ANY (${CHARGE_KINDS as string[]}::text[])
+        AND t.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+      GROUP BY a.owner_id
+    ), today AS (
+      -- Kept per renter and UTC day by a trigger on jobs (migration 015).
+      SELECT renter_id, jobs AS n FROM renter_daily_jobs
+      WHERE renter_id = ANY(${renterIds}::bigint[]) AND day = (now() AT TIME ZONE 'UTC')::date
+    )
+    SELECT r.id AS renter_id, q.daily_jobs_limit, q.monthly_spend_limit_halala,
+           coalesce(today.n, 0) AS jobs_today, coalesce(charges.settled, 0) AS settled,
+           coalesce((SELECT balance FROM acc WHERE acc.owner_id = r.id AND acc.kind = 'renter_held'), 0) AS held
+    FROM unnest(${renterIds}::bigint[]) AS r(id)
+    LEFT JOIN renter_quota q ON q.renter_id = r.id
+    LEFT JOIN charges ON charges.owner_id = r.id
+    LEFT JOIN today ON today.renter_id = r.id`;
+  return new Map(
+    rows.map((u) => [
+      u.renter_id,
+      {
+        dailyJobsLimit: u.daily_jobs_limit ?? DEFAULT_QUOTA.dailyJobsLimit,
+        jobsToday: Number(u.jobs_today),
+        monthlySpendLimitHalala: u.monthly_spend_limit_halala ?? DEFAULT_QUOTA.monthlySpendLimitHalala,
+        spentAndHeldHalala: Number(u.settled) + Number(u.held),
+      },
+    ]),
+  );
+}
+
+export async function quotaUsage(tx: Tx, renterId: number): Promise<QuotaUsage> {
+  return (await quotaUsageMany(tx, [renterId])).get(renterId)!;
+}
+
+/**
+ * Why one more job (holding `estimate`) would exceed the renter's daily job
+ * count or monthly spend (settled this UTC month + held), or null when it fits.
+ */
+export function quotaRefusal(u: QuotaUsage, estimate: number): string | null {
+  if (u.jobsToday + 1 > u.dailyJobsLimit) {
+    return `renter quota exceeded: daily_jobs_limit is ${u.dailyJobsLimit} jobs per UTC day and ${u.jobsToday} were submitted today`;
+  }
+  if (u.spentAndHeldHalala + estimate > u.monthlySpendLimitHalala) {
+    return (
+      `renter quota exceeded: monthly_spend_limit_halala is ${u.monthlySpendLimitHalala}; ` +
+      `${u.spentAndHeldHalala} halala spent or held this UTC month and this job would hold ${estimate} more`
+    );
+  }
+  return null;
+}
+
+/** 429 when one more job would exceed the renter's quota (quotaRefusal). */
+export async function checkSubmitQuota(tx: Tx, renterId: number, estimate: number): Promise<void> {
+  const refusal = quotaRefusal(await quotaUsage(tx, renterId), estimate);
+  if (refusal) throw apiError(429, refusal);
+}

@@ -1,0 +1,199 @@
+// Billing of /v1 chat completions by token.
+//
+// A request first reserves its price cap (prompt bound + max_tokens at the
+// model's rate) in `v1_usage`, against the available balance minus the other
+// open reservations, one reservation of a renter at a time (an advisory lock):
+// concurrent requests cannot together promise more than the renter has. No
+// money moves then, so that transaction commits without waiting for the disk
+// (a reservation lost in a crash is harmless) and takes no ledger lock. When
+// the response is done, `chargeTokenUsage` moves the actual cost (never above
+// the cap, never above the available balance) from the renter to the serving
+// provider and the platform with the 75/25 split, once per request.
+import type { Db, Tx } from "../../db/index.js";
+import { paymentRequired } from "../../errors.js";
+import { accountId, CHARGE_KIND, transfer } from "./ledger.js";
+import { splitRevenue } from "./pricing.js";
+import { affordableCompletionTokens, DEFAULT_MAX_COMPLETION_TOKENS, tokenCostHalala, type TokenRate } from "./token-pricing.js";
+
+export interface ReserveInput {
+  requestId: string;
+  renterId: number;
+  model: string;
+  stream: boolean;
+  rate: TokenRate;
+  /** Upper bound of the prompt's tokens. */
+  promptTokens: number;
+  /** max_tokens the client asked for; when absent the gateway sets one the balance pays for. */
+  maxTokens?: number;
+  /** n: completions per request. */
+  choices: number;
+  /** An open reservation older than this no longer counts (its request is past the gateway's time limit). */
+  ttlSeconds: number;
+}
+
+export interface Reservation {
+  reserved: number;
+  /** The completion-token limit the upstream is asked to respect. */
+  maxTokens: number;
+}
+
+/** Advisory-lock namespace of /v1 reservations (two-key form: the renter id is the second key). */
+const RESERVE_LOCK_NS = 0x7631;
+
+/** Reserves a request's price cap; 402 when the renter's free balance cannot pay for it. */
+export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reservation> {
+  await tx`SET LOCAL synchronous_commit TO off`;
+  await tx`SELECT pg_advisory_xact_lock(${RESERVE_LOCK_NS}, ${r.renterId % 2147483647}::int)`;
+  await tx`
+    UPDATE v1_usage SET state = 'released', ended_at = now()
+    WHERE renter_id = ${r.renterId} AND state = 'open' AND created_at < now() - make_interval(secs => ${r.ttlSeconds})`;
+  // One statement, one snapshot: a charge committing meanwhile is seen in both figures or in neither.
+  const [row] = await tx<{ balance: number | null; reserved: number }[]>`
+    SELECT (SELECT balance FROM ledger_accounts WHERE kind = 'renter_available' AND coalesce(owner_id, 0) = ${r.renterId}) AS balance,
+           (SELECT coalesce(sum(reserved_halala), 0) FROM v1_usage WHERE renter_id = ${r.renterId} AND state = 'open')::bigint AS reserved`;
+  const balance = row.balance ?? 0;
+  const reserved = Number(row.reserved);
+  if (balance <= 0) throw paymentRequired("insufficient balance: your available balance is 0 halala; top up to use /v1");
+  const free = balance - reserved;
+  let maxTokens = r.maxTokens;
+  if (maxTokens === undefined) {
+    const affordable = affordableCompletionTokens(r.rate, free, r.promptTokens, r.choices);
+    if (affordable < 1) {
+      throw paymentRequired(`insufficient balance: ${Math.max(free, 0)} halala free (${balance} available, ${reserved} reserved by requests in flight) does not cover this prompt`);
+    }
+    maxTokens = Math.min(DEFAULT_MAX_COMPLETION_TOKENS, affordable);
+  }
+  const cap = tokenCostHalala(r.rate, r.promptTokens, maxTokens * r.choices);
+  if (cap > free) {
+    throw paymentRequired(
+      `insufficient balance: this request may cost up to ${cap} halala (max_tokens ${maxTokens}) but ${Math.max(free, 0)} halala is free ` +
+        `(${balance} available, ${reserved} reserved by requests in flight); lower max_tokens or top up`,
+    );
+  }
+  await tx`
+    INSERT INTO v1_usage (request_id, renter_id, model, stream, reserved_halala)
+    VALUES (${r.requestId}, ${r.renterId}, ${r.model}, ${r.stream}, ${cap})`;
+  return { reserved: cap, maxTokens };
+}
+
+/** Ends an open reservation without a charge (nothing was delivered). False when already ended. */
+export async function releaseTokenBudget(db: Db, requestId: string): Promise<boolean> {
+  const rows = await db`UPDATE v1_usage SET state = 'released', ended_at = now() WHERE request_id = ${requestId} AND state = 'open' RETURNING 1`;
+  return rows.length > 0;
+}
+
+export interface UsageDetail {
+  promptTokens: number;
+  completionTokens: number;
+  /** The tokens were counted by the gateway (the upstream sent no usage). */
+  estimated?: boolean;
+  /** The vllm_serve job that served the request. */
+  jobId?: number;
+}
+
+export interface UsageCharge {
+  /** Halala taken from the renter. */
+  charged: number;
+  providerEarned: number;
+  platformFee: number;
+  /** What the tokens cost beyond the price cap or the available balance (not charged). */
+  shortfall: number;
+  /** False when this request was already settled or released (nothing moved). */
+  moved: boolean;
+}
+
+/**
+ * Charges a request's token cost once: min(cost, reserved cap, available
+ * balance) from the renter's available funds, 75/25 to the serving provider
+ * and the platform (splitRevenue). A repeat answers the first figures.
+ */
+export async function chargeTokenUsage(
+  tx: Tx,
+  renterId: number,
+  providerId: number,
+  requestId: string,
+  costHalala: number,
+  usage: UsageDetail = { promptTokens: 0, completionTokens: 0 },
+): Promise<UsageCharge> {
+  if (!Number.isSafeInteger(costHalala) || costHalala < 0) throw new Error(`invalid cost ${costHalala}`);
+  // The request's row first (once-only), the accounts next, the renter's balance lock as late as possible.
+  const [open] = await tx<{ reserved_halala: number }[]>`
+    UPDATE v1_usage
+    SET state = 'settled', ended_at = now(), provider_id = ${providerId}, job_id = ${usage.jobId ?? null},
+        prompt_tokens = ${usage.promptTokens}, completion_tokens = ${usage.completionTokens}, usage_estimated = ${usage.estimated ?? false}
+    WHERE request_id = ${requestId} AND renter_id = ${renterId} AND state = 'open'
+    RETURNING reserved_halala`;
+  if (!open) {
+    const [prior] = await tx<{ cost_halala: number; provider_earned_halala: number; platform_fee_halala: number; shortfall_halala: number }[]>`
+      SELECT cost_halala, provider_earned_halala, platform_fee_halala, shortfall_halala FROM v1_usage WHERE request_id = ${requestId}`;
+    if (!prior) throw new Error(`no reservation for request ${requestId}`);
+    return { charged: prior.cost_halala, providerEarned: prior.provider_earned_halala, platformFee: prior.platform_fee_halala, shortfall: prior.shortfall_halala, moved: false };
+  }
+  const [availableId, earningsId, feesId] = await Promise.all([
+    accountId(tx, "renter_available", renterId),
+    accountId(tx, "provider_earnings", providerId),
+    accountId(tx, "platform_fees"),
+  ]);
+  const [{ balance }] = await tx<{ balance: number }[]>`SELECT balance FROM ledger_accounts WHERE id = ${availableId} FOR NO KEY UPDATE`;
+  const charged = Math.min(costHalala, open.reserved_halala, balance);
+  const { providerEarned, platformFee } = splitRevenue(charged);
+  const memo = `v1 ${requestId}`;
+  // The platform's account keeps no balance row (no lock); the provider's does, and every request to
+  // its endpoint moves it, so it is taken last and held only until the commit.
+  await transfer(tx, { from: availableId, to: feesId, amount: platformFee, kind: CHARGE_KIND.v1Platform, key: `v1:${requestId}:platform`, memo });
+  await transfer(tx, { from: availableId, to: earningsId, amount: providerEarned, kind: CHARGE_KIND.v1Provider, key: `v1:${requestId}:provider`, memo });
+  const shortfall = costHalala - charged;
+  // Independent rows: sent together (postgres.js pipelines them on the transaction's connection).
+  await Promise.all([
+    tx`UPDATE v1_usage SET cost_halala = ${charged}, shortfall_halala = ${shortfall},
+         provider_earned_halala = ${providerEarned}, platform_fee_halala = ${platformFee}
+       WHERE request_id = ${requestId}`,
+    tx`UPDATE renters SET total_spent_halala = total_spent_halala + ${charged} WHERE id = ${renterId}`,
+    tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned} WHERE id = ${providerId}`,
+  ]);
+  return { charged, providerEarned, platformFee, shortfall, moved: true };
+}
+
+export interface UsageTotals {
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  costHalala: number;
+  inFlight: number;
+  reservedHalala: number;
+}
+
+export interface ModelUsage extends Omit<UsageTotals, "inFlight" | "reservedHalala"> {
+  model: string;
+}
+
+/** A renter's running /v1 totals (settled requests), overall and by model, plus what is in flight. */
+export async function usageTotals(db: Db, renterId: number): Promise<{ total: UsageTotals; byModel: ModelUsage[] }> {
+  const rows = await db<{ model: string; requests: number; prompt: number; completion: number; cost: number }[]>`
+    SELECT model, count(*)::bigint AS requests, sum(prompt_tokens)::bigint AS prompt,
+           sum(completion_tokens)::bigint AS completion, sum(cost_halala)::bigint AS cost
+    FROM v1_usage WHERE renter_id = ${renterId} AND state = 'settled'
+    GROUP BY model ORDER BY model`;
+  const [open] = await db<{ n: number; reserved: number }[]>`
+    SELECT count(*)::bigint AS n, coalesce(sum(reserved_halala), 0)::bigint AS reserved
+    FROM v1_usage WHERE renter_id = ${renterId} AND state = 'open'`;
+  const byModel = rows.map((r) => ({
+    model: r.model,
+    requests: Number(r.requests),
+    promptTokens: Number(r.prompt),
+    completionTokens: Number(r.completion),
+    costHalala: Number(r.cost),
+  }));
+  const sum = (f: (m: ModelUsage) => number) => byModel.reduce((a, m) => a + f(m), 0);
+  return {
+    total: {
+      requests: sum((m) => m.requests),
+      promptTokens: sum((m) => m.promptTokens),
+      completionTokens: sum((m) => m.completionTokens),
+      costHalala: sum((m) => m.costHalala),
+      inFlight: Number(open.n),
+      reservedHalala: Number(open.reserved),
+    },
+    byModel,
+  };
+}

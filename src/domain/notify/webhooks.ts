@@ -1,0 +1,151 @@
+// Renter webhooks: the URL rules, the signature, and the transactional outbox.
+// A notification is written in the same transaction as the state change that
+// causes it (so it exists exactly when the change committed) and delivered
+// later by src/workers/webhook-outbox.ts; no request ever waits on a renter's
+// server.
+import crypto from "node:crypto";
+import net from "node:net";
+import type { Db, Tx } from "../../db/index.js";
+import { badRequest } from "../../errors.js";
+
+export const WEBHOOK_NOTIFY_CHANNEL = "svc_webhook_outbox";
+export const SIGNATURE_HEADER = "x-svc-signature";
+export const TIMESTAMP_HEADER = "x-svc-timestamp";
+export const EVENT_HEADER = "x-svc-event";
+export const DELIVERY_HEADER = "x-svc-delivery";
+/** Receivers should refuse a timestamp further than this from their clock (replay window). */
+export const SIGNATURE_TOLERANCE_SECONDS = 300;
+
+export type RenterWebhookEvent = "job.completed" | "job.failed" | "job.cancelled" | (string & {});
+
+const BLOCKED = new net.BlockList();
+for (const [net4, bits] of [
+  ["0.0.0.0", 8], ["10.0.0.0", 8], ["100.64.0.0", 10], ["127.0.0.0", 8], ["169.254.0.0", 16], ["172.16.0.0", 12],
+  ["192.0.0.0", 24], ["192.0.2.0", 24], ["192.168.0.0", 16], ["198.18.0.0", 15], ["198.51.100.0", 24],
+  ["203.0.113.0", 24], ["224.0.0.0", 4], ["240.0.0.0", 4],
+] as const) BLOCKED.addSubnet(net4, bits, "ipv4");
+for (const [net6, bits] of [
+  ["::", 128], ["::1", 128], ["fc00::", 7], ["fe80::", 10], ["ff00::", 8], ["2001:db8::", 32], ["64:ff9b::", 96], ["100::", 64],
+] as const) BLOCKED.addSubnet(net6, bits, "ipv6");
+
+/** True for loopback, private, link-local, multicast, documentation and other non-public addresses. */
+export function isPrivateAddress(address: string): boolean {
+  const family = net.isIP(address);
+  if (family === 4) return BLOCKED.check(address, "ipv4");
+  if (family === 6) {
+    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+    if (mapped) return BLOCKED.check(mapped[1], "ipv4");
+    return BLOCKED.check(address, "ipv6");
+  }
+  return true; // not an address at all: refuse
+}
+
+/**
+ * Validates a renter webhook URL: absolute http(s), no credentials, https only
+ * in production, and in production no loopback/private literal hosts (names
+ * are resolved and checked again at every delivery).
+ */
+export function checkWebhookUrl(raw: string, production: boolean, field = "webhook_url"): string {
+  const text = raw.trim();
+  if (text.length > 2000) throw badRequest(`${field} must be at most 2000 characters`);
+  let u: URL;
+  try {
+    u = new URL(text);
+  } catch {
+    throw badRequest(`${field} must be an absolute URL`);
+  }
+  if (u.protocol !== "https:" && !(u.protocol === "http:" && !production)) {
+    throw badRequest(production ? `${field} must use https` : `${field} must use https or http`);
+  }
+  if (u.username || u.password) throw badRequest(`${field} must not contain credentials`);
+  if (production) {
+    const host = u.hostname.replace(/^\[|\]$/g, "").toLowerCase();
+    if (net.isIP(host) ? isPrivateAddress(host) : host === "localhost" || host.endsWith(".localhost") || host.endsWith(".local") || host.endsWith(".internal") || !host.includes(".")) {
+      throw badRequest(`${field} must not point at a private or loopback address`);
+    }
+  }
+  u.hash = "";
+  return u.toString();
+}
+
+export function newWebhookSecret(): string {
+  return "whsec_" + crypto.randomBytes(24).toString("base64url");
+}
+
+/** Lowercase hex HMAC-SHA256 over `${timestamp}.${body}`. */
+export function webhookSignature(secret: string, timestamp: number, body: string): string {
+  return crypto.createHmac("sha256", secret).update(`${timestamp}.`).update(body).digest("hex");
+}
+
+/**
+ * Queues a notification for the renter's webhook_url in the caller's
+ * transaction. Does nothing (returns undefined) when the renter has no
+ * webhook. The body is fixed now, so every retry signs the same bytes.
+ */
+export async function enqueueRenterWebhook(
+  tx: Tx,
+  renterId: number,
+  event: RenterWebhookEvent,
+  payload: Record<string, unknown>,
+): Promise<string | undefined> {
+  const [r] = await tx<{ webhook_url: string | null }[]>`SELECT webhook_url FROM renters WHERE id = ${renterId}`;
+  if (!r?.webhook_url) return undefined;
+  const eventId = "evt_" + crypto.randomBytes(12).toString("hex");
+  const body = JSON.stringify({ id: eventId, event, created_at: new Date().toISOString(), renter_id: renterId, data: payload });
+  await tx`
+    INSERT INTO webhook_outbox (event_id, renter_id, event, url, body)
+    VALUES (${eventId}, ${renterId}, ${event}, ${r.webhook_url}, ${body})`;
+  await tx`SELECT pg_notify(${WEBHOOK_NOTIFY_CHANNEL}, '')`;
+  return eventId;
+}
+
+export interface OutboxRow {
+  id: number;
+  event_id: string;
+  renter_id: number;
+  event: string;
+  url: string;
+  body: string;
+  attempts: number;
+  secret: string | null;
+}
+
+/** How long a claimed delivery is reserved for the process that claimed it. */
+const CLAIM_SECONDS = 60;
+
+/**
+ * Claims up to `limit` due deliveries: each is pushed out of reach of other
+ * processes for CLAIM_SECONDS (a crashed worker's claim simply expires).
+ */
+export async function claimDue(db: Db, limit: number): Promise<OutboxRow[]> {
+  return db<OutboxRow[]>`
+    WITH due AS (
+      SELECT id FROM webhook_outbox
+      WHERE status = 'pending' AND next_attempt_at <= now()
+      ORDER BY next_attempt_at
+      LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED
+    )
+    UPDATE webhook_outbox o
+    SET attempts = o.attempts + 1, next_attempt_at = now() + make_interval(secs => ${CLAIM_SECONDS})
+    FROM due, renters r
+    WHERE o.id = due.id AND r.id = o.renter_id
+    RETURNING o.id, o.event_id, o.renter_id, o.event, o.url, o.body, o.attempts, r.webhook_secret AS secret`;
+}
+
+export async function markDelivered(db: Db, id: number, status: number): Promise<void> {
+  await db`UPDATE webhook_outbox SET status = 'delivered', delivered_at = now(), last_status = ${status}, last_error = NULL WHERE id = ${id}`;
+}
+
+/** Schedules the next try after `delayMs`, or gives up (dead) after the last attempt. */
+export async function markFailed(db: Db, id: number, status: number | null, error: string, delayMs: number | null): Promise<void> {
+  if (delayMs === null) {
+    await db`UPDATE webhook_outbox SET status = 'dead', last_status = ${status}, last_error = ${error.slice(0, 500)} WHERE id = ${id}`;
+  } else {
+    await db`
+      UPDATE webhook_outbox
+      SET last_status = ${status}, last_error = ${error.slice(0, 500)},
+          next_attempt_at = now() + make_interval(secs => ${delayMs / 1000})
+      WHERE id = ${id}`;
+  }
+}

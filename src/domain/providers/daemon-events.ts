@@ -1,0 +1,173 @@
+// The daemon event log: what daemons report (crashes, errors, job lifecycle),
+// stored per provider and listed for admins.
+import { type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
+import type { DaemonEventRecordSchema } from "../../../gen/svc/v1/admin_pb.js";
+import type { DaemonEventRequest, DaemonEventResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
+import type { Db, Sql } from "../../db/index.js";
+import { apiError, badRequest } from "../../errors.js";
+import { text, truncate } from "../shared/lenient.js";
+import { checkEnum, iso, requireFields } from "../shared/validate.js";
+
+export const SEVERITIES = ["info", "warning", "error", "critical"] as const;
+/** Spec: daemon-event `details` max 5000 characters; longer details are truncated and stored. */
+export const MAX_DETAILS_CHARS = 5000;
+/** Events one provider may store per hour (both wires); past it 429 with Retry-After. */
+export const MAX_EVENTS_PER_HOUR = 600;
+/** Advisory-lock namespace: one provider's events are counted and stored one at a time. */
+const EVENT_LOCK_NS = 0x7634;
+
+export interface DaemonEventInput {
+  eventType?: string;
+  severity?: string;
+  daemonVersion?: string;
+  timestamp?: string;
+  hostname?: string;
+  osInfo?: string;
+  pythonVersion?: string;
+  details?: string;
+  jobId?: string;
+}
+
+/** Strings stay strings; an object or list sent as `details` is kept as its JSON text. */
+function detailsText(v: unknown): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+
+/** REST sends the whole body (`raw`, read leniently); gRPC the typed fields. */
+export function daemonEventInputOf(req: DaemonEventRequest): DaemonEventInput {
+  const raw: JsonObject | undefined = req.raw && Object.keys(req.raw).length > 0 ? req.raw : undefined;
+  if (!raw) {
+    return {
+      eventType: req.eventType,
+      severity: req.severity,
+      daemonVersion: req.daemonVersion,
+      timestamp: req.timestamp,
+      hostname: req.hostname,
+      osInfo: req.osInfo,
+      pythonVersion: req.pythonVersion,
+      details: req.details,
+      jobId: req.jobId,
+    };
+  }
+  const s = (k: string) => (typeof raw[k] === "string" ? (raw[k] as string) : typeof raw[k] === "number" ? String(raw[k]) : undefined);
+  return {
+    eventType: s("event_type"),
+    severity: s("severity"),
+    daemonVersion: s("daemon_version"),
+    timestamp: s("timestamp"),
+    hostname: s("hostname"),
+    osInfo: s("os_info"),
+    pythonVersion: s("python_version"),
+    details: detailsText(raw.details),
+    jobId: s("job_id"),
+  };
+}
+
+/**
+ * Records a daemon event of an authenticated provider (both wires) and returns
+ * the documented answer `{success, event_type, provider_id}`.
+ */
+export async function recordDaemonEvent(
+  deps: { sql: Sql },
+  providerId: number,
+  req: DaemonEventRequest,
+): Promise<MessageInitShape<typeof DaemonEventResponseSchema>> {
+  const e = await storeDaemonEvent(deps.sql, providerId, daemonEventInputOf(req));
+  return { success: true, eventType: e.eventType, providerId: BigInt(providerId) };
+}
+
+/**
+ * Stores one event; 400 names the field for a missing type, an unknown severity or a bad timestamp;
+ * 429 once the provider stored MAX_EVENTS_PER_HOUR in the last hour.
+ */
+export async function storeDaemonEvent(sql: Sql, providerId: number, input: DaemonEventInput): Promise<{ eventType: string; providerId: number; id: number }> {
+  requireFields({ event_type: input.eventType });
+  const eventType = input.eventType!.trim();
+  if (eventType.length > 200) throw badRequest("event_type must be at most 200 characters");
+  const severity = input.severity === undefined || input.severity.trim() === "" ? "info" : checkEnum(input.severity.trim().toLowerCase(), SEVERITIES, "severity");
+  let reportedAt: Date | null = null;
+  if (input.timestamp !== undefined && input.timestamp.trim() !== "") {
+    reportedAt = new Date(input.timestamp);
+    if (Number.isNaN(reportedAt.getTime())) throw badRequest("timestamp must be an ISO 8601 date-time");
+  }
+  const details = input.details === undefined ? undefined : truncate(input.details, MAX_DETAILS_CHARS);
+  const row = await sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(${EVENT_LOCK_NS}, ${providerId % 2147483647}::int)`;
+    // The 600th newest event (ids follow time): while it is less than an hour old, the hour is full.
+    // Reads at most MAX_EVENTS_PER_HOUR entries of the (provider_id, id DESC) index.
+    const [full] = await tx<{ retry: number }[]>`
+      SELECT ceil(extract(epoch FROM created_at + interval '1 hour' - now()))::int AS retry FROM (
+        SELECT created_at FROM daemon_events WHERE provider_id = ${providerId}
+        ORDER BY id DESC OFFSET ${MAX_EVENTS_PER_HOUR - 1} LIMIT 1) e
+      WHERE created_at > now() - interval '1 hour'`;
+    if (full) {
+      const retry = Math.max(1, full.retry);
+      throw apiError(429, `at most ${MAX_EVENTS_PER_HOUR} daemon events per provider per hour; retry after ${retry} s`, { "retry-after": String(retry) });
+    }
+    const [r] = await tx<{ id: number }[]>`
+      INSERT INTO daemon_events (provider_id, event_type, severity, details, details_truncated, details_length, job_id,
+                                 daemon_version, hostname, os_info, python_version, reported_at)
+      VALUES (${providerId}, ${eventType}, ${severity}, ${details?.value ?? null}, ${details?.truncated ?? false},
+              ${details?.length ?? 0}, ${text(input.jobId, 200) ?? null}, ${text(input.daemonVersion, 64) ?? null},
+              ${text(input.hostname, 255) ?? null}, ${text(input.osInfo, 255) ?? null}, ${text(input.pythonVersion, 64) ?? null},
+              ${reportedAt})
+      RETURNING id`;
+    return r;
+  });
+  return { eventType, providerId, id: row.id };
+}
+
+interface EventRow {
+  id: number;
+  provider_id: number;
+  event_type: string;
+  severity: string;
+  details: string | null;
+  details_truncated: boolean;
+  details_length: number;
+  job_id: string | null;
+  daemon_version: string | null;
+  hostname: string | null;
+  os_info: string | null;
+  python_version: string | null;
+  reported_at: Date | null;
+  created_at: Date;
+}
+
+export function daemonEventMessage(e: EventRow): MessageInitShape<typeof DaemonEventRecordSchema> {
+  return {
+    id: BigInt(e.id),
+    providerId: BigInt(e.provider_id),
+    eventType: e.event_type,
+    severity: e.severity,
+    details: e.details ?? undefined,
+    detailsTruncated: e.details_truncated,
+    detailsLength: BigInt(e.details_length),
+    jobId: e.job_id ?? undefined,
+    daemonVersion: e.daemon_version ?? undefined,
+    hostname: e.hostname ?? undefined,
+    osInfo: e.os_info ?? undefined,
+    pythonVersion: e.python_version ?? undefined,
+    reportedAt: iso(e.reported_at),
+    createdAt: iso(e.created_at)!,
+  };
+}
+
+/** A provider's events, newest first, optionally of one severity and/or type. */
+export async function listDaemonEvents(
+  db: Db,
+  providerId: number,
+  filter: { severity?: string; eventType?: string; limit: number; offset: number },
+): Promise<{ rows: EventRow[]; total: number }> {
+  const severity = filter.severity ? checkEnum(filter.severity, SEVERITIES, "severity") : null;
+  const eventType = filter.eventType || null;
+  const where = db`provider_id = ${providerId}
+    AND (${severity}::text IS NULL OR severity = ${severity})
+    AND (${eventType}::text IS NULL OR event_type = ${eventType})`;
+  const [rows, [{ total }]] = await Promise.all([
+    db<EventRow[]>`SELECT * FROM daemon_events WHERE ${where} ORDER BY id DESC LIMIT ${filter.limit} OFFSET ${filter.offset}`,
+    db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM daemon_events WHERE ${where}`,
+  ]);
+  return { rows, total };
+}

@@ -1,0 +1,108 @@
+// What renters see of the supply: the available-providers list and the
+// public marketplace summary (GPU models, counts online, VRAM, prices).
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { AvailableProviderSchema, GetMarketplaceResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
+import type { Db } from "../../db/index.js";
+import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
+import { RATE_HALALA_PER_MINUTE } from "../money/pricing.js";
+
+/** Discovery is the database only (no DHT): the documented `sqlite` mode and source. */
+export const DISCOVERY_MODE = "sqlite";
+export const DISCOVERY_SOURCE = "sqlite";
+export const DISCOVERY_HEALTH = { mode: DISCOVERY_MODE, enabled: false, announcementEnabled: false, bootstrapConfigured: false };
+
+/** VRAM in whole GB as listed to renters (MiB / 1024, rounded: a 24564 MiB card is 24 GB). */
+export const vramGb = (mib: number | null) => Math.round((mib ?? 0) / 1024);
+
+interface AvailableRow {
+  id: number;
+  name: string;
+  gpu_model: string;
+  gpu_vram_mib: number | null;
+  gpu_count: number;
+  gpu_driver_version: string | null;
+  gpu_compute_capability: string | null;
+  gpu_cuda_version: string | null;
+  status: string;
+  location: string | null;
+  reliability_score: number | null;
+  cached_models: string[];
+  total: number;
+}
+
+/** Available = status online with a heartbeat inside the live window, approved, not paused. */
+const AVAILABLE = (db: Db) => db`
+  status = 'online' AND NOT is_paused AND approval_status = 'approved'
+  AND last_heartbeat >= now() - make_interval(secs => ${LIVE_WINDOW_SECONDS})`;
+
+/** The available providers, largest VRAM first (then most reliable, then oldest). */
+export async function availableProviders(
+  db: Db,
+  limit: number,
+  offset: number,
+): Promise<{ providers: MessageInitShape<typeof AvailableProviderSchema>[]; total: number }> {
+  const rows = await db<AvailableRow[]>`
+    SELECT id, name, gpu_model, gpu_vram_mib, gpu_count, gpu_driver_version, gpu_compute_capability, gpu_cuda_version,
+           status, location, reliability_score, cached_models, count(*) OVER ()::bigint AS total
+    FROM providers WHERE ${AVAILABLE(db)}
+    ORDER BY gpu_vram_mib DESC NULLS LAST, reliability_score DESC NULLS LAST, id
+    LIMIT ${limit} OFFSET ${offset}`;
+  let total = rows[0]?.total ?? 0;
+  if (rows.length === 0 && offset > 0) {
+    [{ total }] = await db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM providers WHERE ${AVAILABLE(db)}`;
+  }
+  return {
+    total,
+    providers: rows.map((r) => ({
+      id: BigInt(r.id),
+      name: r.name,
+      gpuModel: r.gpu_model,
+      vramGb: BigInt(vramGb(r.gpu_vram_mib)),
+      vramMib: BigInt(r.gpu_vram_mib ?? 0),
+      gpuCount: BigInt(r.gpu_count),
+      driverVersion: r.gpu_driver_version ?? undefined,
+      computeCapability: r.gpu_compute_capability ?? undefined,
+      cudaVersion: r.gpu_cuda_version ?? undefined,
+      status: r.status,
+      isLive: true, // the filter above admits live providers only
+      location: r.location ?? undefined,
+      reliabilityScore: r.reliability_score ?? undefined,
+      cachedModels: r.cached_models,
+      discoverySource: DISCOVERY_SOURCE,
+      discoveredAt: undefined,
+      addrs: [],
+      stale: false,
+    })),
+  };
+}
+
+/** Seconds a marketplace answer may be cached by clients and proxies. */
+export const MARKETPLACE_MAX_AGE_SECONDS = 30;
+
+/** Supply per GPU model among approved providers, with the rate table. */
+export async function marketplaceSummary(db: Db): Promise<MessageInitShape<typeof GetMarketplaceResponseSchema>> {
+  const rows = await db<{ gpu_model: string; online: number; total: number; vram_mib: number; gpus_online: number }[]>`
+    SELECT gpu_model,
+           count(*) FILTER (WHERE ${AVAILABLE(db)})::bigint AS online,
+           count(*)::bigint AS total,
+           coalesce(max(gpu_vram_mib), 0)::bigint AS vram_mib,
+           coalesce(sum(greatest(gpu_count, 1)) FILTER (WHERE ${AVAILABLE(db)}), 0)::bigint AS gpus_online
+    FROM providers
+    WHERE approval_status = 'approved' AND status <> 'suspended'
+    GROUP BY gpu_model
+    ORDER BY online DESC, vram_mib DESC, gpu_model`;
+  return {
+    gpus: rows.map((r) => ({
+      gpuModel: r.gpu_model,
+      providersOnline: BigInt(r.online),
+      providersTotal: BigInt(r.total),
+      vramMib: BigInt(r.vram_mib),
+      vramGb: BigInt(vramGb(r.vram_mib)),
+      gpuCountOnline: BigInt(r.gpus_online),
+    })),
+    providersOnline: BigInt(rows.reduce((n, r) => n + r.online, 0)),
+    gpusOnline: BigInt(rows.reduce((n, r) => n + r.gpus_online, 0)),
+    rates: Object.entries(RATE_HALALA_PER_MINUTE).map(([jobType, rate]) => ({ jobType, rateHalalaPerMinute: BigInt(rate) })),
+    generatedAt: new Date().toISOString(),
+  };
+}

@@ -1,0 +1,48 @@
+// A jobs table row and the job statuses: a leaf every area that reads jobs
+// can import (dispatch and settlement among them) without importing job logic.
+export interface JobRow {
+  id: number;
+  job_id: string;
+  renter_id: number;
+  provider_id: number | null;
+  requested_provider_id: number | null;
+  job_type: string;
+  status: string;
+  priority: number;
+  duration_minutes: number;
+  max_duration_seconds: number;
+  rate_halala_per_minute: number;
+  cost_halala: number;
+  actual_cost_halala: number | null;
+  provider_earned_halala: number | null;
+  platform_fee_halala: number | null;
+  params: Record<string, unknown> | null;
+  container_spec: Record<string, unknown>;
+  gpu_requirements: Record<string, unknown> | null;
+  task_spec: Record<string, unknown>;
+  task_spec_hmac: string;
+  model: string | null;
+  pricing_class: string;
+  checkpoint_enabled: boolean;
+  prewarm_requested: boolean;
+  template_id: string | null;
+  attempt: number;
+  submitted_at: Date;
+  assigned_at: Date | null;
+  started_at: Date | null;
+  completed_at: Date | null;
+  timeout_at: Date | null;
+  /** The daemon's result: an object, or a string for plain-text results. */
+  result: unknown;
+  error: string | null;
+  metrics: Record<string, unknown> | null;
+  progress_pct: number | null;
+  progress_phase: string | null;
+  endpoint_url: string | null;
+  /** Why a terminal job ended: result, timeout, cancelled, provider_lost, rejected, not_picked_up, admin. */
+  end_reason: string | null;
+  actual_minutes: number | null;
+}
+
+export const ACTIVE_STATUSES = ["queued", "pending", "running"] as const;
+export const TERMINAL_STATUSES = ["completed", "failed", "cancelled"] as const;

@@ -1,0 +1,55 @@
+// Area shared (src/domain/shared): the leaves every other area may use —
+// input validation, lenient parsing of daemon reports, the audit record, the
+// liveness window and the jobs row type. It imports nothing of the domain.
+//
+// Input rules shared by every service: each failure is a 400 naming the field.
+import { badRequest } from "../../errors.js";
+
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+
+/** 400 listing every missing required field at once. */
+export function requireFields(values: Record<string, unknown>): void {
+  const missing = Object.entries(values)
+    .filter(([, v]) => v === undefined || v === null || (typeof v === "string" && v.trim() === ""))
+    .map(([k]) => k);
+  if (missing.length > 0) throw badRequest(`missing required fields: ${missing.join(", ")}`);
+}
+
+export function checkEmail(email: string, field = "email"): string {
+  const e = email.trim();
+  if (!EMAIL.test(e) || e.length > 254) throw badRequest(`${field} must be a valid email address`);
+  return e.toLowerCase();
+}
+
+export function checkEnum<T extends string>(value: string, allowed: readonly T[], field: string): T {
+  if (!allowed.includes(value as T)) throw badRequest(`${field} must be one of ${allowed.join(", ")}`);
+  return value as T;
+}
+
+export function checkRange(value: number, min: number, max: number, field: string, integer = false): number {
+  if (!Number.isFinite(value) || value < min || value > max || (integer && !Number.isInteger(value))) {
+    throw badRequest(`${field} must be ${integer ? "an integer" : "a number"} between ${min} and ${max}`);
+  }
+  return value;
+}
+
+export function checkLength(value: string | undefined, max: number, field: string): string | undefined {
+  if (value !== undefined && value.length > max) throw badRequest(`${field} must be at most ${max} characters`);
+  return value;
+}
+
+/** Trims, and maps "" to undefined for optional text. */
+export function optionalText(value: string | undefined, max: number, field: string): string | undefined {
+  const v = value?.trim();
+  return v ? checkLength(v, max, field) : undefined;
+}
+
+/** Paging with sane bounds. */
+export function page(limit: number | undefined, offset: number | undefined, max = 200): { limit: number; offset: number } {
+  const l = limit === undefined ? 50 : checkRange(limit, 1, max, "limit", true);
+  const o = offset === undefined ? 0 : checkRange(offset, 0, 1_000_000_000, "offset", true);
+  return { limit: l, offset: o };
+}
+
+export const iso = (d: Date | string | null | undefined): string | undefined =>
+  d === null || d === undefined ? undefined : new Date(d).toISOString();
