@@ -16,6 +16,7 @@ import { buildServices } from "./services/index.js";
 import { createCors } from "./http/cors.js";
 import { checkRouteRows, createRateLimits } from "./http/rate-limits.js";
 import { createV1Handler } from "./http/v1/router.js";
+import { createConsoleHandler } from "./http/console.js";
 import type { Deps } from "./services/deps.js";
 import type { Worker } from "./workers/worker.js";
 import { webhookOutboxWorker } from "./workers/webhook-outbox.js";
@@ -91,6 +92,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       return true;
     },
     createV1Handler({ config, sql, log }),
+    createConsoleHandler(config, log),
   ];
 
   const handler = connectNodeAdapter({

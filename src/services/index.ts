@@ -8,6 +8,8 @@ import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
 import { ProviderDownloadService, ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { RegistryService, TemplateService } from "../../gen/svc/v1/templates_pb.js";
+import { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
+import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import type { RegisteredService } from "../http/rest.js";
 import type { Deps } from "./deps.js";
 import { providerService } from "./providers.js";
@@ -20,6 +22,8 @@ import { adminProviderService } from "./admin-providers.js";
 import { registryService } from "./registry.js";
 import { templateService } from "./templates.js";
 import { jobService } from "./jobs.js";
+import { jobTypeService } from "./job-types.js";
+import { reportService } from "./reports.js";
 import { secure } from "./secure.js";
 
 type Impl = Partial<Record<string, (...args: never[]) => unknown>>;
@@ -42,6 +46,8 @@ export function buildServices(deps: Deps): RegisteredService[] {
     [TemplateService, templateService(deps) as Impl],
     [RegistryService, registryService(deps) as Impl],
     [DaemonService, daemonService(deps) as Impl],
+    [JobTypeService, jobTypeService(deps) as Impl],
+    [ReportService, reportService(deps) as Impl],
   ];
   return entries.map(([service, impl]) => ({
     service,

@@ -1,0 +1,58 @@
+// The generated Connect clients over the Connect protocol (HTTP/1.1, same
+// origin). The signed-in role's secret is added as its header by one
+// interceptor; nothing else in the console touches credentials.
+import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { AdminService } from "../../gen/svc/v1/admin_pb.js";
+import { JobService } from "../../gen/svc/v1/jobs_pb.js";
+import { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
+import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
+import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
+import { RenterService } from "../../gen/svc/v1/renters_pb.js";
+import { ReportService } from "../../gen/svc/v1/reports_pb.js";
+import { RegistryService, TemplateService } from "../../gen/svc/v1/templates_pb.js";
+import { session } from "./session.js";
+
+const HEADER = { renter: "x-renter-key", provider: "x-provider-key", admin: "x-admin-token" } as const;
+
+const credentials: Interceptor = (next) => (req) => {
+  const s = session();
+  if (s) req.header.set(HEADER[s.role], s.secret);
+  return next(req);
+};
+
+const transport = createConnectTransport({ baseUrl: location.origin, interceptors: [credentials] });
+
+export const api = {
+  renters: createClient(RenterService, transport),
+  providers: createClient(ProviderService, transport),
+  jobs: createClient(JobService, transport),
+  jobTypes: createClient(JobTypeService, transport),
+  payments: createClient(PaymentService, transport),
+  admin: createClient(AdminService, transport),
+  reports: createClient(ReportService, transport),
+  templates: createClient(TemplateService, transport),
+  registry: createClient(RegistryService, transport),
+};
+
+/**
+ * True when the call never got an answer from the service (network down,
+ * server restarting): shown as a lost connection and retried. A 503 the
+ * service itself answered carries its own message and is not one of these.
+ */
+export function isConnectionLost(err: unknown): boolean {
+  if (!(err instanceof ConnectError)) return err instanceof TypeError;
+  if (err.cause instanceof TypeError) return true;
+  return err.code === Code.Unavailable && /fetch|network|connection|HTTP 50[234]/i.test(err.rawMessage) && !err.metadata.has("content-type");
+}
+
+/** The service's own message for an error, for showing in place. */
+export function messageOf(err: unknown): string {
+  if (isConnectionLost(err)) return "Lost connection to the service.";
+  if (err instanceof ConnectError) return err.rawMessage || Code[err.code];
+  return err instanceof Error ? err.message : String(err);
+}
+
+export function isUnauthenticated(err: unknown): boolean {
+  return err instanceof ConnectError && (err.code === Code.Unauthenticated || err.code === Code.NotFound && /no account has this API key/.test(err.rawMessage));
+}

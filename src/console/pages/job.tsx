@@ -1,0 +1,161 @@
+// One job: live status and progress, logs, attempts, output, cost, cancel.
+import type { JsonObject } from "@bufbuild/protobuf";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { api } from "../api.js";
+import { sar, TERMINAL, when } from "../format.js";
+import { watchJob, type LiveJob } from "../live-job.js";
+import { href } from "../router.js";
+import { session } from "../session.js";
+import { Card, Empty, ErrorBox, Loading, ProgressBar, StatusBadge, useAction, useLoad } from "../ui.js";
+
+function useLiveJob(jobId: string): LiveJob {
+  const [s, set] = useState<LiveJob>({ attempts: [], logs: [], lost: false, done: false });
+  useEffect(() => watchJob(jobId, set), [jobId]);
+  return s;
+}
+
+function base64ToBytes(b64: string): Uint8Array<ArrayBuffer> {
+  const bin = atob(b64);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+/** An object URL for `blob` that lives as long as the component. */
+function useObjectUrl(blob: Blob | undefined): string | undefined {
+  const url = useMemo(() => (blob ? URL.createObjectURL(blob) : undefined), [blob]);
+  useEffect(() => () => (url ? URL.revokeObjectURL(url) : undefined), [url]);
+  return url;
+}
+
+function Output({ jobId, status }: { jobId: string; status: string }) {
+  const out = useLoad(() => api.jobs.getOutput({ jobId }), [jobId, status]);
+  const result = out.data?.body.case === "result" ? (out.data.body.value as JsonObject) : undefined;
+  const png = result && result.format === "png" && typeof result.data === "string" ? result.data : undefined;
+  const text = result && typeof result.response === "string" ? result.response : undefined;
+  const blob = useMemo(() => {
+    if (!result) return undefined;
+    if (png) return new Blob([base64ToBytes(png)], { type: "image/png" });
+    if (text !== undefined) return new Blob([text], { type: "text/plain" });
+    return new Blob([JSON.stringify(result, null, 2)], { type: "application/json" });
+  }, [result]);
+  const url = useObjectUrl(blob);
+  if (!out.data) return out.error ? <ErrorBox error={out.error} /> : <Loading what="output" />;
+  const body = out.data.body;
+  if (body.case === "pending") return <Empty>The output appears here when the job completes.</Empty>;
+  if (body.case === "gone") return <p class="error" role="alert">No output: the job {body.value.status}{body.value.error ? ` (${body.value.error})` : ""}.</p>;
+  const ext = png ? "png" : text !== undefined ? "txt" : "json";
+  const shown: JsonObject = { ...result };
+  delete shown.data;
+  return (
+    <div class="output">
+      {png && url ? <img src={url} alt={`PNG output of job ${jobId}`} data-testid="output-image" /> : null}
+      {text !== undefined ? <pre class="output-text">{text}</pre> : null}
+      {!png && text === undefined ? <pre class="output-text">{JSON.stringify(shown, null, 2)}</pre> : null}
+      {url ? <a class="button" href={url} download={`${jobId}.${ext}`}>Download {ext.toUpperCase()}</a> : null}
+    </div>
+  );
+}
+
+function Logs({ live }: { live: LiveJob }) {
+  const box = useRef<HTMLPreElement>(null);
+  useEffect(() => {
+    const el = box.current;
+    if (el) el.scrollTop = el.scrollHeight;
+  }, [live.logs.length]);
+  if (live.logs.length === 0) return <Empty>No log lines yet{live.done ? "" : "; they appear here as the provider sends them"}.</Empty>;
+  return (
+    <pre class="logs" ref={box} tabIndex={0} aria-label="Job log" aria-live="polite">
+      {live.logs.map((l) => `${l.createdAt.slice(11, 19)} ${l.level.padEnd(5)} ${l.message}`).join("\n")}
+    </pre>
+  );
+}
+
+export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
+  const live = useLiveJob(jobId);
+  const cancel = useAction();
+  const [reason, setReason] = useState("");
+  const j = live.job;
+  if (!j) {
+    return (
+      <>
+        <h1>Job {jobId}</h1>
+        {live.error ? <ErrorBox error={live.error} /> : <Loading what="job" />}
+      </>
+    );
+  }
+  const pct = j.status === "completed" ? 100 : j.progressPct ?? 0;
+  return (
+    <>
+      <p><a href={href(...back)}>← Back</a></p>
+      <h1>Job <span class="mono">{j.jobId}</span></h1>
+      <ErrorBox error={live.error} />
+      <Card title="Status">
+        <div class="job-head">
+          <StatusBadge status={j.status} />
+          <span>{j.jobType}</span>
+          {j.progressPhase && !TERMINAL.has(j.status) ? <span class="muted">{j.progressPhase}</span> : null}
+        </div>
+        <ProgressBar pct={pct} status={j.status} label="Job progress" />
+        {j.queueReason ? <p class="note" data-testid="queue-reason">Waiting: {j.queueReason}</p> : null}
+        {j.error ? <p class="error" role="alert">{j.error}</p> : null}
+        <dl class="facts">
+          <dt>Submitted</dt><dd>{when(j.submittedAt)}</dd>
+          <dt>Started</dt><dd>{when(j.startedAt)}</dd>
+          <dt>Ended</dt><dd>{when(j.completedAt)}</dd>
+          <dt>Provider</dt><dd>{j.providerId !== undefined ? `#${j.providerId}` : "not assigned yet"}</dd>
+          <dt>Priority</dt><dd>{j.priority}</dd>
+          <dt>Attempt</dt><dd>{j.attempt}</dd>
+        </dl>
+        {!TERMINAL.has(j.status) && session()?.role !== "provider" ? (
+          <form class="inline" onSubmit={(e) => { e.preventDefault(); void cancel.run(() => api.jobs.cancel({ jobId, ...(reason ? { reason } : {}) })); }}>
+            <label for="cancel-reason">Cancel reason (optional)</label>
+            <input id="cancel-reason" value={reason} onInput={(e) => setReason((e.target as HTMLInputElement).value)} />
+            <button class="danger" type="submit" disabled={cancel.busy}>Cancel job</button>
+          </form>
+        ) : null}
+        <ErrorBox error={cancel.error} />
+      </Card>
+      <div class="grid2">
+        <Card title="Cost">
+          <dl class="facts" data-testid="cost">
+            <dt>Held at submit</dt><dd>{sar(j.costHalala)}</dd>
+            <dt>Charged</dt><dd>{j.actualCostHalala !== undefined ? sar(j.actualCostHalala) : "not settled yet"}</dd>
+            <dt>Provider's share</dt><dd>{sar(j.providerEarnedHalala)}</dd>
+            <dt>Platform fee</dt><dd>{sar(j.platformFeeHalala)}</dd>
+            <dt>Duration booked</dt><dd>{j.durationMinutes} min</dd>
+          </dl>
+        </Card>
+        <Card title="Attempts">
+          {live.attempts.length === 0 ? (
+            <Empty>No attempt yet: the job has not been handed to a provider.</Empty>
+          ) : (
+            <div class="table-wrap">
+              <table>
+                <thead><tr><th>#</th><th>Provider</th><th>Status</th><th>Started</th><th>Ended</th><th>Cost</th></tr></thead>
+                <tbody>
+                  {live.attempts.map((a) => (
+                    <tr>
+                      <td>{a.attempt}</td>
+                      <td>{a.providerId !== undefined ? `#${a.providerId}` : "—"}</td>
+                      <td>{a.status}{a.endReason ? ` (${a.endReason})` : ""}</td>
+                      <td>{when(a.startedAt)}</td>
+                      <td>{when(a.endedAt)}</td>
+                      <td>{a.costHalala !== undefined ? sar(a.costHalala) : "—"}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </Card>
+      </div>
+      <Card title="Output">
+        <Output jobId={jobId} status={j.status} />
+      </Card>
+      <Card title="Logs">
+        <Logs live={live} />
+      </Card>
+    </>
+  );
+}

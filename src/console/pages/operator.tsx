@@ -1,0 +1,355 @@
+// Operator pages (admin token): dashboard, providers and approval, renters,
+// jobs, payments, the audit log and registry requests.
+import { useState } from "preact/hooks";
+import type { Provider } from "../../../gen/svc/v1/models_pb.js";
+import { api } from "../api.js";
+import { ago, dayToSeconds, sar, when } from "../format.js";
+import { href } from "../router.js";
+import { Card, Chart, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { JobPage } from "./job.js";
+import { JobTable } from "./renter.js";
+
+export const OPERATOR_NAV: [string, string][] = [
+  ["", "Dashboard"], ["providers", "Providers"], ["renters", "Renters"], ["jobs", "Jobs"], ["payments", "Payments"], ["audit", "Audit"], ["registry", "Registry"],
+];
+
+export function OperatorPages({ route }: { route: string[] }) {
+  const [page, id] = route;
+  if (page === "providers") return <ProvidersPage />;
+  if (page === "renters") return <RentersPage />;
+  if (page === "jobs" && id) return <JobPage jobId={id} back={["admin", "jobs"]} />;
+  if (page === "jobs") return <JobsPage />;
+  if (page === "payments") return <PaymentsPage />;
+  if (page === "audit") return <AuditPage />;
+  if (page === "registry") return <RegistryPage />;
+  return <DashboardPage />;
+}
+
+function DashboardPage() {
+  const dash = useLoad(() => api.admin.getDashboard({}), [], 10_000);
+  const daily = useLoad(() => api.reports.getPlatformDaily({ days: 14 }), [], 30_000);
+  return (
+    <>
+      <h1>Dashboard</h1>
+      <Show l={dash} what="dashboard">
+        {(d) => {
+          const s = d.stats!;
+          return (
+            <>
+              <Card title="Now" actions={<span class="muted">as of {when(s.timestamp)}</span>}>
+                <div class="stats">
+                  <Stat label="Providers" value={String(s.totalProviders)} testid="total-providers" />
+                  <Stat label="Online now" value={String(s.onlineNow)} testid="online-now" />
+                  <Stat label="Renters" value={String(s.totalRenters)} testid="total-renters" />
+                  <Stat label="Jobs" value={String(s.totalJobs)} testid="total-jobs" />
+                  <Stat label="Active jobs" value={String(s.activeJobs)} />
+                  <Stat label="Completed" value={String(s.completedJobs)} testid="completed-jobs" />
+                  <Stat label="Failed" value={String(s.failedJobs)} />
+                  <Stat label="Revenue" value={sar(s.totalRevenueHalala)} testid="revenue" />
+                  <Stat label="Platform fees" value={sar(s.totalSvcFeesHalala)} />
+                  <Stat label="Revenue today" value={sar(s.todayRevenueHalala)} />
+                  <Stat label="Renter balances" value={sar(s.totalRenterBalanceHalala)} />
+                </div>
+              </Card>
+              <Card title="Providers online by GPU model">
+                {d.gpuBreakdown.length === 0 ? (
+                  <Empty>No providers yet. Providers register from the console's Provider tab or the API, then appear here for approval.</Empty>
+                ) : (
+                  <Chart title="Providers by GPU model" x={d.gpuBreakdown.map((_, i) => i)} labels={d.gpuBreakdown.map((g) => g.gpuModel.replace(/^NVIDIA (GeForce )?/, ""))}
+                    series={[
+                      { label: "Online", values: d.gpuBreakdown.map((g) => Number(g.online)), color: "#16a34a", bars: true },
+                      { label: "All", values: d.gpuBreakdown.map((g) => Number(g.providers)), color: "#94a3b8", bars: true },
+                    ]} />
+                )}
+              </Card>
+              <Card title="Recent heartbeats">
+                {d.recentHeartbeats.length === 0 ? <Empty>No heartbeats yet: no daemon has connected.</Empty> : (
+                  <div class="table-wrap">
+                    <table>
+                      <thead><tr><th>Provider</th><th>GPU</th><th>Status</th><th>Heard</th><th>Util.</th><th>Temp.</th></tr></thead>
+                      <tbody>
+                        {d.recentHeartbeats.map((h) => (
+                          <tr><td>{h.name} #{String(h.providerId)}</td><td>{h.gpuModel}</td><td><StatusBadge status={h.status} /></td><td>{ago(h.lastHeartbeat)}</td>
+                            <td>{h.gpuUtilPct ?? "—"}%</td><td>{h.tempC ?? "—"} °C</td></tr>
+                        ))}
+                      </tbody>
+                    </table>
+                  </div>
+                )}
+              </Card>
+            </>
+          );
+        }}
+      </Show>
+      <Card title="Last 14 days">
+        <Show l={daily} what="daily figures">
+          {(r) => (
+            <div class="charts">
+              <Chart title="Revenue per day (SAR)" x={r.days.map((x) => dayToSeconds(x.day))}
+                series={[
+                  { label: "Revenue", values: r.days.map((x) => Number(x.revenueHalala) / 100), color: "#2563eb", bars: true },
+                  { label: "Platform fees", values: r.days.map((x) => Number(x.svcFeesHalala) / 100), color: "#f59e0b", bars: true },
+                ]} />
+              <Chart title="Jobs per day" x={r.days.map((x) => dayToSeconds(x.day))}
+                series={[
+                  { label: "Submitted", values: r.days.map((x) => Number(x.jobs)), color: "#7c3aed" },
+                  { label: "Completed", values: r.days.map((x) => Number(x.completedJobs)), color: "#16a34a" },
+                ]} />
+            </div>
+          )}
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+function ProviderActions({ p, onDone }: { p: Provider; onDone(): void }) {
+  const a = useAction();
+  const act = (fn: () => Promise<unknown>) => void a.run(async () => { await fn(); onDone(); });
+  const id = { id: p.id };
+  return (
+    <div class="actions">
+      {p.approvalStatus !== "approved" ? <button onClick={() => act(() => api.admin.approveProvider(id))} disabled={a.busy} aria-label={`Approve ${p.name}`}>Approve</button> : null}
+      {p.approvalStatus === "pending" ? (
+        <button class="secondary" disabled={a.busy} aria-label={`Reject ${p.name}`}
+          onClick={() => { const reason = prompt(`Why reject ${p.name}?`); if (reason) act(() => api.admin.rejectProvider({ ...id, reason })); }}>Reject</button>
+      ) : null}
+      {p.status === "suspended" ? (
+        <button class="secondary" disabled={a.busy} onClick={() => act(() => api.admin.unsuspendProvider(id))} aria-label={`Unsuspend ${p.name}`}>Unsuspend</button>
+      ) : (
+        <button class="danger" disabled={a.busy} onClick={() => act(() => api.admin.suspendProvider(id))} aria-label={`Suspend ${p.name}`}>Suspend</button>
+      )}
+      <ErrorBox error={a.error} />
+    </div>
+  );
+}
+
+function ProvidersPage() {
+  const [approval, setApproval] = useState("pending");
+  const [q, setQ] = useState("");
+  const ids = { approval: useId("approval"), q: useId("q") };
+  const list = useLoad(() => api.admin.listProviders({ limit: 100, ...(approval ? { approvalStatus: approval } : {}), ...(q ? { q } : {}) }), [approval, q]);
+  return (
+    <>
+      <h1>Providers</h1>
+      <Card title={approval === "pending" ? "Waiting for approval" : "Providers"}>
+        <div class="filters">
+          <Field id={ids.approval} label="Approval">
+            <select id={ids.approval} value={approval} onChange={(e) => setApproval((e.target as HTMLSelectElement).value)}>
+              <option value="pending">pending</option><option value="approved">approved</option><option value="rejected">rejected</option><option value="">any</option>
+            </select>
+          </Field>
+          <Field id={ids.q} label="Search name or email">
+            <input id={ids.q} type="search" value={q} onChange={(e) => setQ((e.target as HTMLInputElement).value)} />
+          </Field>
+        </div>
+        <Show l={list} what="providers">
+          {(r) =>
+            r.providers.length === 0 ? (
+              <Empty>{approval === "pending" ? "No provider waits for approval." : "No provider matches these filters."}</Empty>
+            ) : (
+              <div class="table-wrap">
+                <table>
+                  <thead><tr><th>Provider</th><th>GPU</th><th>Status</th><th>Approval</th><th>Heard</th><th>Actions</th></tr></thead>
+                  <tbody>
+                    {r.providers.map((p) => (
+                      <tr data-provider={String(p.id)}>
+                        <td>{p.name} #{String(p.id)}<br /><small>{p.email}</small></td>
+                        <td>{p.gpuModel}</td>
+                        <td><StatusBadge status={p.status} /></td>
+                        <td><StatusBadge status={p.approvalStatus} /></td>
+                        <td>{ago(p.lastHeartbeat)}</td>
+                        <td><ProviderActions p={p} onDone={list.reload} /></td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )
+          }
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+function RentersPage() {
+  const [q, setQ] = useState("");
+  const [status, setStatus] = useState("");
+  const ids = { q: useId("rq"), status: useId("rstatus") };
+  const list = useLoad(() => api.admin.listRenters({ limit: 100, ...(q ? { q } : {}), ...(status ? { status } : {}) }), [q, status]);
+  return (
+    <>
+      <h1>Renters</h1>
+      <Card title="Renters">
+        <div class="filters">
+          <Field id={ids.q} label="Search name or email">
+            <input id={ids.q} type="search" value={q} onChange={(e) => setQ((e.target as HTMLInputElement).value)} />
+          </Field>
+          <Field id={ids.status} label="Status">
+            <select id={ids.status} value={status} onChange={(e) => setStatus((e.target as HTMLSelectElement).value)}>
+              <option value="">any</option><option value="active">active</option><option value="suspended">suspended</option>
+            </select>
+          </Field>
+        </div>
+        <Show l={list} what="renters">
+          {(r) => r.renters.length === 0 ? <Empty>No renter matches. Renters sign up from the console's Renter tab.</Empty> : (
+            <div class="table-wrap">
+              <table>
+                <thead><tr><th>Renter</th><th>Status</th><th>Balance</th><th>Held</th><th>Spent</th><th>Jobs</th><th>Since</th></tr></thead>
+                <tbody>
+                  {r.renters.map((x) => (
+                    <tr><td>{x.name} #{String(x.id)}<br /><small>{x.email}</small></td><td><StatusBadge status={x.status} /></td>
+                      <td>{sar(x.balanceHalala)}</td><td>{sar(x.heldHalala)}</td><td>{sar(x.totalSpentHalala)}</td><td>{String(x.totalJobs)}</td><td>{when(x.createdAt)}</td></tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+const optId = (v: string) => (v && /^\d+$/.test(v) ? { v: BigInt(v) } : undefined);
+
+function JobsPage() {
+  const [f, setF] = useState({ status: "", jobType: "", renter: "", provider: "" });
+  const ids = { status: useId("jstatus"), type: useId("jtype"), renter: useId("jrenter"), provider: useId("jprov") };
+  const set = (k: keyof typeof f) => (e: Event) => setF({ ...f, [k]: (e.target as HTMLInputElement).value });
+  const list = useLoad(
+    () => api.admin.listJobs({
+      limit: 100,
+      ...(f.status ? { status: f.status } : {}),
+      ...(f.jobType ? { jobType: f.jobType } : {}),
+      ...(optId(f.renter) ? { renterId: optId(f.renter)!.v } : {}),
+      ...(optId(f.provider) ? { providerId: optId(f.provider)!.v } : {}),
+    }),
+    [f.status, f.jobType, f.renter, f.provider],
+    5000,
+  );
+  return (
+    <>
+      <h1>Jobs</h1>
+      <Card title="All jobs">
+        <div class="filters">
+          <Field id={ids.status} label="Status">
+            <select id={ids.status} value={f.status} onChange={set("status")}>
+              {["", "queued", "pending", "running", "completed", "failed", "cancelled"].map((s) => <option value={s}>{s || "any"}</option>)}
+            </select>
+          </Field>
+          <Field id={ids.type} label="Job type"><input id={ids.type} value={f.jobType} onChange={set("jobType")} /></Field>
+          <Field id={ids.renter} label="Renter id"><input id={ids.renter} inputMode="numeric" value={f.renter} onChange={set("renter")} /></Field>
+          <Field id={ids.provider} label="Provider id"><input id={ids.provider} inputMode="numeric" value={f.provider} onChange={set("provider")} /></Field>
+        </div>
+        <Show l={list} what="jobs">
+          {(r) => r.jobs.length === 0 ? <Empty>No job matches these filters.</Empty> : <JobTable jobs={r.jobs} base={["admin", "jobs"]} />}
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+function PaymentsPage() {
+  const [status, setStatus] = useState("");
+  const [renter, setRenter] = useState("");
+  const ids = { status: useId("pstatus"), renter: useId("prenter") };
+  const list = useLoad(() => api.admin.listPayments({ limit: 100, ...(status ? { status } : {}), ...(optId(renter) ? { renterId: optId(renter)!.v } : {}) }), [status, renter]);
+  return (
+    <>
+      <h1>Payments</h1>
+      <Card title="Payments">
+        <div class="filters">
+          <Field id={ids.status} label="Status">
+            <select id={ids.status} value={status} onChange={(e) => setStatus((e.target as HTMLSelectElement).value)}>
+              {["", "initiated", "paid", "failed", "refunded"].map((s) => <option value={s}>{s || "any"}</option>)}
+            </select>
+          </Field>
+          <Field id={ids.renter} label="Renter id"><input id={ids.renter} inputMode="numeric" value={renter} onChange={(e) => setRenter((e.target as HTMLInputElement).value)} /></Field>
+        </div>
+        <Show l={list} what="payments">
+          {(r) => r.payments.length === 0 ? <Empty>No payment matches these filters.</Empty> : (
+            <div class="table-wrap">
+              <table>
+                <thead><tr><th>Payment</th><th>Renter</th><th>Amount</th><th>Source</th><th>Status</th><th>Created</th></tr></thead>
+                <tbody>
+                  {r.payments.map((p) => (
+                    <tr><td class="mono">{p.paymentId}</td><td>#{String(p.renterId)}</td><td>{sar(p.amountHalala)}</td><td>{p.sourceType}</td><td><StatusBadge status={p.status} /></td><td>{when(p.createdAt)}</td></tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+function AuditPage() {
+  const [action, setAction] = useState("");
+  const [target, setTarget] = useState("");
+  const ids = { action: useId("aaction"), target: useId("atarget") };
+  const list = useLoad(() => api.admin.listAudit({ limit: 100, ...(action ? { action } : {}), ...(target ? { targetType: target } : {}) }), [action, target]);
+  return (
+    <>
+      <h1>Audit log</h1>
+      <Card title="Operator actions">
+        <div class="filters">
+          <Field id={ids.action} label="Action"><input id={ids.action} value={action} placeholder="e.g. provider.approve" onChange={(e) => setAction((e.target as HTMLInputElement).value)} /></Field>
+          <Field id={ids.target} label="Target type"><input id={ids.target} value={target} placeholder="provider, renter, job" onChange={(e) => setTarget((e.target as HTMLInputElement).value)} /></Field>
+        </div>
+        <Show l={list} what="audit log">
+          {(r) => r.entries.length === 0 ? <Empty>Nothing recorded yet: approvals, suspensions and adjustments appear here.</Empty> : (
+            <div class="table-wrap">
+              <table>
+                <thead><tr><th>When</th><th>Actor</th><th>Action</th><th>Target</th><th>Details</th></tr></thead>
+                <tbody>
+                  {r.entries.map((e) => (
+                    <tr><td>{when(e.createdAt)}</td><td>{e.actor}</td><td>{e.action}</td><td>{e.targetType} {e.targetId}</td><td class="mono small">{JSON.stringify(e.details ?? {})}</td></tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+function RegistryPage() {
+  const list = useLoad(() => api.registry.listRequests({}), []);
+  const a = useAction();
+  return (
+    <>
+      <h1>Registry requests</h1>
+      <Card title="Images renters asked for">
+        <ErrorBox error={a.error} />
+        <Show l={list} what="registry requests">
+          {(r) => r.requests.length === 0 ? <Empty>No image requests. Renters ask for container images with POST /api/registry/requests.</Empty> : (
+            <div class="table-wrap">
+              <table>
+                <thead><tr><th>Image</th><th>Status</th><th>Requested</th><th>Actions</th></tr></thead>
+                <tbody>
+                  {r.requests.map((x) => (
+                    <tr>
+                      <td class="mono">{x.image}</td><td><StatusBadge status={x.status} /></td><td>{when(x.createdAt)}</td>
+                      <td>{x.status === "pending" ? (
+                        <div class="actions">
+                          <button disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.approveRequest({ id: x.id }); list.reload(); })}>Approve</button>
+                          <button class="secondary" disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.rejectRequest({ id: x.id }); list.reload(); })}>Reject</button>
+                        </div>
+                      ) : null}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
+        </Show>
+      </Card>
+    </>
+  );
+}

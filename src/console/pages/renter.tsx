@@ -1,0 +1,270 @@
+// Renter pages: balance and top-up, jobs, the submit form, a job, /v1 usage and the key.
+import { useState } from "preact/hooks";
+import type { Job } from "../../../gen/svc/v1/models_pb.js";
+import { api } from "../api.js";
+import { ago, dayToSeconds, sar, when } from "../format.js";
+import { href } from "../router.js";
+import { replaceSecret } from "../session.js";
+import { settings } from "../settings.js";
+import { Card, Chart, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { JobPage } from "./job.js";
+import { SubmitPage } from "./submit.js";
+
+export const RENTER_NAV: [string, string][] = [["", "Balance"], ["jobs", "Jobs"], ["submit", "New job"], ["account", "Usage & key"]];
+
+export function RenterPages({ route }: { route: string[] }) {
+  const [page, id] = route;
+  if (page === "jobs" && id) return <JobPage jobId={id} back={["renter", "jobs"]} />;
+  if (page === "jobs") return <JobsPage />;
+  if (page === "submit") return <SubmitPage />;
+  if (page === "account") return <AccountPage />;
+  return <BalancePage />;
+}
+
+function BalancePage() {
+  const balance = useLoad(() => api.renters.getBalance({}), []);
+  const payments = useLoad(() => api.payments.history({ limit: 20 }), []);
+  const refresh = () => {
+    balance.reload();
+    payments.reload();
+  };
+  return (
+    <>
+      <h1>Balance</h1>
+      <Card title="Your funds">
+        <Show l={balance} what="balance">
+          {(b) => (
+            <div class="stats">
+              <Stat label="Balance" value={sar(b.balanceHalala)} testid="balance" />
+              <Stat label="Held for running jobs" value={sar(b.heldHalala)} testid="held" />
+              <Stat label="Available" value={sar(b.availableHalala)} testid="available" />
+              <Stat label="Spent so far" value={sar(b.totalSpentHalala)} />
+              <Stat label="Jobs" value={String(b.totalJobs)} />
+            </div>
+          )}
+        </Show>
+      </Card>
+      <TopUp onDone={refresh} />
+      <Card title="Payment history">
+        <Show l={payments} what="payments">
+          {(p) =>
+            p.payments.length === 0 ? (
+              <Empty>No payments yet. Add funds above to run your first job.</Empty>
+            ) : (
+              <div class="table-wrap">
+                <table>
+                  <thead>
+                    <tr><th>When</th><th>Amount</th><th>Source</th><th>Status</th><th>Payment</th></tr>
+                  </thead>
+                  <tbody>
+                    {p.payments.map((x) => (
+                      <tr>
+                        <td>{when(x.createdAt)}</td>
+                        <td>{sar(x.amountHalala)}</td>
+                        <td>{x.sourceType}</td>
+                        <td><StatusBadge status={x.status} /></td>
+                        <td class="mono">{x.paymentId}</td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            )
+          }
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+function TopUp({ onDone }: { onDone(): void }) {
+  const [amount, setAmount] = useState("10");
+  const [done, setDone] = useState<string>();
+  const a = useAction();
+  const id = useId("amount");
+  if (!settings.sandboxTopup && !settings.cardCheckout) {
+    return (
+      <Card title="Add funds">
+        <Empty>Top-ups are not enabled on this server; ask the operator to credit your account.</Empty>
+      </Card>
+    );
+  }
+  const amountSar = Number(amount);
+  return (
+    <Card title="Add funds">
+      <form
+        onSubmit={(e) => {
+          e.preventDefault();
+          setDone(undefined);
+          const source = (e.submitter as HTMLButtonElement | null)?.value ?? "sandbox";
+          void a.run(async () => {
+            const r = await api.payments.topup({ amountSar, sourceType: source, idempotencyKey: crypto.randomUUID() });
+            if (source === "sandbox") {
+              await api.payments.confirmSandbox({ paymentId: r.payment!.paymentId });
+              setDone(`Added ${sar(r.payment!.amountHalala)} (sandbox).`);
+              onDone();
+            } else {
+              // The gateway's hosted checkout; it returns to FRONTEND_URL when paid.
+              location.assign(r.checkoutUrl);
+            }
+          });
+        }}
+      >
+        <Field id={id} label="Amount (SAR)">
+          <input id={id} type="number" min="0.01" step="0.01" required value={amount} onInput={(e) => setAmount((e.target as HTMLInputElement).value)} />
+        </Field>
+        <ErrorBox error={a.error} />
+        {done ? <p class="ok" role="status">{done}</p> : null}
+        <div class="buttons">
+          {settings.sandboxTopup && !settings.production ? (
+            <button type="submit" value="sandbox" disabled={a.busy}>Top up (sandbox)</button>
+          ) : null}
+          {settings.cardCheckout ? (
+            <button type="submit" value="creditcard" disabled={a.busy}>Pay by card</button>
+          ) : null}
+        </div>
+      </form>
+    </Card>
+  );
+}
+
+const STATUSES = ["", "queued", "pending", "running", "completed", "failed", "cancelled"];
+
+export function JobTable({ jobs, base }: { jobs: Job[]; base: string[] }) {
+  return (
+    <div class="table-wrap">
+      <table>
+        <thead>
+          <tr><th>Job</th><th>Type</th><th>Status</th><th>Submitted</th><th>Cost</th><th>Why waiting</th></tr>
+        </thead>
+        <tbody>
+          {jobs.map((j) => (
+            <tr data-job={j.jobId}>
+              <td><a class="mono" href={href(...base, j.jobId)}>{j.jobId}</a></td>
+              <td>{j.jobType}</td>
+              <td><StatusBadge status={j.status} />{j.progressPct !== undefined && j.status === "running" ? ` ${Math.round(j.progressPct)}%` : ""}</td>
+              <td>{ago(j.submittedAt)}</td>
+              <td>{sar(j.actualCostHalala ?? j.costHalala)}</td>
+              <td>{j.queueReason ?? ""}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function JobsPage() {
+  const [status, setStatus] = useState("");
+  const id = useId("status");
+  // Polled: the list shows live status and why queued jobs wait.
+  const jobs = useLoad(() => api.jobs.list({ limit: 50, ...(status ? { status } : {}) }), [status], 3000);
+  return (
+    <>
+      <h1>Jobs</h1>
+      <Card title="Your jobs" actions={<a class="button" href={href("renter", "submit")}>New job</a>}>
+        <Field id={id} label="Status">
+          <select id={id} value={status} onChange={(e) => setStatus((e.target as HTMLSelectElement).value)}>
+            {STATUSES.map((s) => <option value={s}>{s || "any"}</option>)}
+          </select>
+        </Field>
+        <Show l={jobs} what="jobs">
+          {(r) =>
+            r.jobs.length === 0 ? (
+              <Empty>
+                No jobs{status ? ` with status ${status}` : ""} yet. <a href={href("renter", "submit")}>Submit a job</a> to get started.
+              </Empty>
+            ) : (
+              <JobTable jobs={r.jobs} base={["renter", "jobs"]} />
+            )
+          }
+        </Show>
+      </Card>
+    </>
+  );
+}
+
+function AccountPage() {
+  const usage = useLoad(() => api.reports.getRenterUsage({ days: 14 }), []);
+  const me = useLoad(() => api.renters.getMe({}), []);
+  return (
+    <>
+      <h1>Usage & key</h1>
+      <Card title="/v1 usage, last 14 days">
+        <Show l={usage} what="usage">
+          {(u) => (
+            <>
+              <Chart
+                title="Tokens per day"
+                x={u.days.map((d) => dayToSeconds(d.day))}
+                series={[
+                  { label: "Prompt tokens", values: u.days.map((d) => Number(d.promptTokens)), color: "#2563eb", bars: true },
+                  { label: "Completion tokens", values: u.days.map((d) => Number(d.completionTokens)), color: "#db2777", bars: true },
+                ]}
+              />
+              {u.models.length === 0 ? (
+                <Empty>No /v1 requests yet. Point an OpenAI SDK at this server's /v1 with your API key as the bearer token.</Empty>
+              ) : (
+                <div class="table-wrap">
+                  <table>
+                    <thead><tr><th>Model</th><th>Requests</th><th>Prompt tokens</th><th>Completion tokens</th><th>Cost</th></tr></thead>
+                    <tbody>
+                      {u.models.map((m) => (
+                        <tr><td>{m.model}</td><td>{String(m.requests)}</td><td>{String(m.promptTokens)}</td><td>{String(m.completionTokens)}</td><td>{sar(m.costHalala)}</td></tr>
+                      ))}
+                    </tbody>
+                  </table>
+                </div>
+              )}
+            </>
+          )}
+        </Show>
+      </Card>
+      <Card title="Account">
+        <Show l={me} what="account">
+          {(m) => (
+            <dl class="facts">
+              <dt>Name</dt><dd>{m.renter?.name}</dd>
+              <dt>Email</dt><dd>{m.renter?.email}</dd>
+              <dt>Daily job limit</dt><dd>{String(m.quota?.dailyJobsLimit ?? "—")}</dd>
+              <dt>Monthly spend limit</dt><dd>{sar(m.quota?.monthlySpendLimitHalala)}</dd>
+            </dl>
+          )}
+        </Show>
+      </Card>
+      <RotateKey />
+    </>
+  );
+}
+
+function RotateKey() {
+  const [confirming, setConfirming] = useState(false);
+  const [key, setKey] = useState<string>();
+  const a = useAction();
+  const id = useId("rotated");
+  return (
+    <Card title="API key">
+      <p>Rotating issues a new key and revokes every earlier key of this account at once (scripts using them stop working).</p>
+      {key ? (
+        <Field id={id} label="Your new API key (shown once)">
+          <input id={id} readOnly value={key} onFocus={(e) => (e.target as HTMLInputElement).select()} />
+        </Field>
+      ) : confirming ? (
+        <div class="buttons">
+          <button class="danger" disabled={a.busy}
+            onClick={() => void a.run(async () => {
+              const r = await api.renters.rotateKey({});
+              replaceSecret(r.apiKey);
+              setKey(r.apiKey);
+            })}>
+            Yes, rotate my key
+          </button>
+          <button class="secondary" onClick={() => setConfirming(false)}>Keep the current key</button>
+        </div>
+      ) : (
+        <button onClick={() => setConfirming(true)}>Rotate key…</button>
+      )}
+      <ErrorBox error={a.error} />
+    </Card>
+  );
+}

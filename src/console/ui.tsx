@@ -1,0 +1,252 @@
+// Shared pieces: labelled fields, errors in place, empty states, loaders that
+// retry a lost connection, charts (uPlot), the progress bar.
+import type { ComponentChildren } from "preact";
+import { useEffect, useRef, useState } from "preact/hooks";
+import uPlot from "uplot";
+import { isConnectionLost, isUnauthenticated, messageOf } from "./api.js";
+import { signOut } from "./session.js";
+
+// ---- connection state, shown once for the whole page --------------------------------------
+let lostLoaders = 0;
+const connectionListeners = new Set<(lost: boolean) => void>();
+function setLost(delta: number) {
+  lostLoaders += delta;
+  connectionListeners.forEach((l) => l(lostLoaders > 0));
+}
+
+export function useConnectionLost(): boolean {
+  const [lost, set] = useState(lostLoaders > 0);
+  useEffect(() => {
+    connectionListeners.add(set);
+    return () => void connectionListeners.delete(set);
+  }, []);
+  return lost;
+}
+
+export interface Loaded<T> {
+  data: T | undefined;
+  error: string | undefined;
+  lost: boolean;
+  reload(): void;
+}
+
+/**
+ * Loads `fn` now, again whenever `deps` change, and every `everyMs` when
+ * given. A lost connection is retried with backoff (1 s doubling up to 10 s)
+ * until the service answers; a server error is kept for showing in place.
+ */
+export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: number): Loaded<T> {
+  const [state, setState] = useState<{ data?: T; error?: string; lost: boolean }>({ lost: false });
+  const [tick, setTick] = useState(0);
+  useEffect(() => {
+    let stopped = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let lost = false;
+    let backoff = 1000;
+    const markLost = (v: boolean) => {
+      if (v !== lost) setLost(v ? 1 : -1);
+      lost = v;
+    };
+    const run = async () => {
+      try {
+        const data = await fn();
+        if (stopped) return;
+        markLost(false);
+        backoff = 1000;
+        setState({ data, lost: false });
+        if (everyMs) timer = setTimeout(run, everyMs);
+      } catch (err) {
+        if (stopped) return;
+        if (isUnauthenticated(err)) signOut();
+        if (isConnectionLost(err)) {
+          markLost(true);
+          setState((s) => ({ ...s, lost: true }));
+          timer = setTimeout(run, backoff);
+          backoff = Math.min(backoff * 2, 10_000);
+          return;
+        }
+        markLost(false);
+        setState((s) => ({ data: s.data, error: messageOf(err), lost: false }));
+        if (everyMs) timer = setTimeout(run, everyMs);
+      }
+    };
+    void run();
+    return () => {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      markLost(false);
+    };
+  }, [...deps, tick]);
+  return { data: state.data, error: state.error, lost: state.lost, reload: () => setTick((t) => t + 1) };
+}
+
+/** Runs an action (a button, a form): busy while it runs, its error shown in place. */
+export function useAction() {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string>();
+  const run = async <T,>(fn: () => Promise<T>): Promise<T | undefined> => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      return await fn();
+    } catch (err) {
+      if (isUnauthenticated(err)) signOut();
+      setError(messageOf(err));
+      return undefined;
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { busy, error, run, setError };
+}
+
+// ---- small components ---------------------------------------------------------------------
+export function ErrorBox({ error }: { error?: string }) {
+  if (!error) return null;
+  return (
+    <p class="error" role="alert">
+      {error}
+    </p>
+  );
+}
+
+export function Empty({ children }: { children: ComponentChildren }) {
+  return <p class="empty">{children}</p>;
+}
+
+export function Loading({ what }: { what: string }) {
+  return (
+    <p class="loading" aria-live="polite">
+      Loading {what}…
+    </p>
+  );
+}
+
+/** Shows a loader's error or spinner, else its content. */
+export function Show<T>({ l, what, children }: { l: Loaded<T>; what: string; children: (data: T) => ComponentChildren }) {
+  if (l.data === undefined) return l.error ? <ErrorBox error={l.error} /> : <Loading what={what} />;
+  return (
+    <>
+      <ErrorBox error={l.error} />
+      {children(l.data)}
+    </>
+  );
+}
+
+let fieldSeq = 0;
+export function useId(prefix: string): string {
+  const ref = useRef<string | undefined>(undefined);
+  ref.current ??= `${prefix}-${++fieldSeq}`;
+  return ref.current;
+}
+
+/** A labelled field: the label names the control for screen readers and tests. */
+export function Field({ label, hint, children, id }: { label: string; hint?: string; id: string; children: ComponentChildren }) {
+  return (
+    <div class="field">
+      <label for={id}>{label}</label>
+      {children}
+      {hint ? (
+        <small id={`${id}-hint`} class="hint">
+          {hint}
+        </small>
+      ) : null}
+    </div>
+  );
+}
+
+export function Card({ title, children, actions }: { title: string; children: ComponentChildren; actions?: ComponentChildren }) {
+  return (
+    <section class="card" aria-label={title}>
+      <header>
+        <h2>{title}</h2>
+        {actions}
+      </header>
+      {children}
+    </section>
+  );
+}
+
+export function Stat({ label, value, testid }: { label: string; value: ComponentChildren; testid?: string }) {
+  return (
+    <div class="stat" data-testid={testid}>
+      <span class="stat-label">{label}</span>
+      <span class="stat-value">{value}</span>
+    </div>
+  );
+}
+
+export function StatusBadge({ status }: { status: string }) {
+  return <span class={`badge badge-${status}`}>{status}</span>;
+}
+
+export function ProgressBar({ pct, status, label }: { pct: number; status: string; label: string }) {
+  const v = Math.max(0, Math.min(100, Math.round(pct)));
+  return (
+    <div class="progress" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={100} aria-valuenow={v} data-status={status}>
+      <div class={`progress-fill progress-${status}`} style={{ width: `${v}%` }} />
+      <span class="progress-text">
+        {v}% · {status}
+      </span>
+    </div>
+  );
+}
+
+// ---- charts -------------------------------------------------------------------------------
+export interface Series {
+  label: string;
+  values: (number | null)[];
+  color: string;
+  bars?: boolean;
+}
+
+// Bars of several series stand side by side (two at most here: left and right of the tick).
+const barsFor = (i: number, n: number) => uPlot.paths.bars!({ size: [0.7 / n, 40], align: n === 1 ? 0 : i === 0 ? -1 : 1 });
+
+const halfStep = (x: number[]) => (x.length > 1 ? (x[1] - x[0]) / 2 : 43_200);
+
+/** A uPlot chart that follows its container's width; x is seconds since 1970 (UTC) unless `labels` name categories. */
+export function Chart({ title, x, series, height = 200, labels }: { title: string; x: number[]; series: Series[]; height?: number; labels?: string[] }) {
+  const box = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | undefined>(undefined);
+  useEffect(() => {
+    const el = box.current!;
+    const opts: uPlot.Options = {
+      width: Math.max(el.clientWidth, 200),
+      height,
+      title,
+      // With labels, x is a category index (0, 1, …) named by labels.
+      // Bars get half a step of room at both ends, so the first and last are drawn whole.
+      scales: labels
+        ? { x: { time: false, range: [-0.5, Math.max(x.length - 0.5, 0.5)] } }
+        : { x: { time: true, range: series.some((s) => s.bars) ? (_u, min, max) => [min - halfStep(x), max + halfStep(x)] : undefined } },
+      axes: [
+        labels ? { splits: () => x, values: (_u: uPlot, vals: number[]) => vals.map((v) => labels[v] ?? "") } : {},
+        { size: 60 },
+      ],
+      legend: { live: false },
+      series: [
+        {},
+        ...series.map((s) => ({
+          label: s.label,
+          stroke: s.color,
+          fill: s.bars ? s.color + "cc" : s.color + "22",
+          width: 2,
+          paths: s.bars ? barsFor(series.filter((x) => x.bars).indexOf(s), series.filter((x) => x.bars).length) : undefined,
+          points: { show: !s.bars && x.length < 40 },
+        })),
+      ],
+    };
+    plot.current = new uPlot(opts, [x, ...series.map((s) => s.values)] as uPlot.AlignedData, el);
+    const ro = new ResizeObserver(() => plot.current?.setSize({ width: Math.max(el.clientWidth, 200), height }));
+    ro.observe(el);
+    return () => {
+      ro.disconnect();
+      plot.current?.destroy();
+    };
+  }, [title, series.length]);
+  useEffect(() => {
+    plot.current?.setData([x, ...series.map((s) => s.values)] as uPlot.AlignedData);
+  }, [x, series]);
+  return <div class="chart" ref={box} role="img" aria-label={title} />;
+}

@@ -1,0 +1,138 @@
+// The web console: one HTML page and its bundle (src/console, TypeScript +
+// Preact), built with esbuild in this process on first request and kept in
+// memory, so `npm start` serves it with no build step and it can never be
+// stale. Pages route by URL hash; keys never appear in a URL. Every answer
+// carries a Content-Security-Policy that allows only this origin.
+import crypto from "node:crypto";
+import { fileURLToPath } from "node:url";
+import type { Config } from "../config.js";
+import type { Logger } from "../log.js";
+import type { NodeRequest, NodeResponse } from "./rest.js";
+
+export const CONSOLE_CSP = [
+  "default-src 'self'",
+  "script-src 'self'",
+  "style-src 'self'",
+  // PNG output is previewed from an object URL made in the page.
+  "img-src 'self' blob:",
+  "connect-src 'self'",
+  "font-src 'self'",
+  "object-src 'none'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join("; ");
+
+const FAVICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#0f172a"/><path d="M8 22V10h4v12zm6 0V6h4v16zm6 0v-8h4v8z" fill="#60a5fa"/></svg>`;
+
+const ENTRY = fileURLToPath(new URL("../console/main.tsx", import.meta.url));
+
+interface Asset {
+  body: Buffer;
+  type: string;
+  etag: string;
+}
+
+async function buildBundle(log: Logger): Promise<Map<string, Asset>> {
+  const started = Date.now();
+  // Imported here so that processes which never serve the console never load esbuild.
+  const esbuild = await import("esbuild");
+  const result = await esbuild.build({
+    entryPoints: { app: ENTRY },
+    bundle: true,
+    write: false,
+    outdir: "/console",
+    format: "esm",
+    target: "es2020",
+    minify: true,
+    jsx: "automatic",
+    jsxImportSource: "preact",
+    legalComments: "none",
+    logLevel: "silent",
+  });
+  const assets = new Map<string, Asset>();
+  for (const f of result.outputFiles) {
+    const name = f.path.slice(f.path.lastIndexOf("/") + 1);
+    const type = name.endsWith(".css") ? "text/css; charset=utf-8" : "text/javascript; charset=utf-8";
+    const body = Buffer.from(f.contents);
+    assets.set(`/console/${name}`, { body, type, etag: `"${crypto.createHash("sha256").update(body).digest("base64url").slice(0, 22)}"` });
+  }
+  const icon = Buffer.from(FAVICON);
+  assets.set("/console/icon.svg", { body: icon, type: "image/svg+xml", etag: `"${crypto.createHash("sha256").update(icon).digest("base64url").slice(0, 22)}"` });
+  log.info({ ms: Date.now() - started, files: [...assets.keys()] }, "console bundle built");
+  return assets;
+}
+
+function page(config: Config, assets: Map<string, Asset>): Asset {
+  const v = (p: string) => `${p}?v=${assets.get(p)!.etag.slice(1, 9)}`;
+  // What the page needs to know of this deployment; no secret ever goes here.
+  const settings = JSON.stringify({
+    production: config.production,
+    sandboxTopup: config.allowTopup,
+    cardCheckout: config.paymentGatewaySecretKey !== undefined,
+    emailCodes: config.emailApiKey !== undefined,
+  }).replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;");
+  const html = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="svc-settings" content="${settings}">
+<title>svc console</title>
+<link rel="icon" href="${v("/console/icon.svg")}" type="image/svg+xml">
+<link rel="stylesheet" href="${v("/console/app.css")}">
+<script type="module" src="${v("/console/app.js")}"></script>
+</head>
+<body><div id="app"><noscript>The console needs JavaScript.</noscript></div></body>
+</html>
+`;
+  const body = Buffer.from(html);
+  return { body, type: "text/html; charset=utf-8", etag: `"${crypto.createHash("sha256").update(body).digest("base64url").slice(0, 22)}"` };
+}
+
+/** Serves `/`, `/index.html` and `/console/*`; answers false for anything else. */
+export function createConsoleHandler(config: Config, log: Logger) {
+  let built: Promise<{ assets: Map<string, Asset>; index: Asset }> | undefined;
+  const load = () => {
+    built ??= buildBundle(log).then((assets) => ({ assets, index: page(config, assets) }));
+    // A failed build is retried on the next request rather than cached.
+    built.catch(() => (built = undefined));
+    return built;
+  };
+  return async function consoleHandler(req: NodeRequest, res: NodeResponse, url: URL): Promise<boolean> {
+    const isPage = url.pathname === "/" || url.pathname === "/index.html";
+    if (!isPage && !url.pathname.startsWith("/console/")) return false;
+    if (req.method !== "GET" && req.method !== "HEAD") return false;
+    let asset: Asset | undefined;
+    try {
+      const b = await load();
+      asset = isPage ? b.index : b.assets.get(url.pathname);
+    } catch (err) {
+      log.error({ err }, "console bundle failed to build");
+      res.writeHead(500, { "content-type": "text/plain; charset=utf-8", "content-security-policy": CONSOLE_CSP });
+      res.end("console unavailable: its bundle failed to build (see the server log)");
+      return true;
+    }
+    if (!asset) return false;
+    const headers: Record<string, string> = {
+      "content-type": asset.type,
+      "content-security-policy": CONSOLE_CSP,
+      "x-content-type-options": "nosniff",
+      "referrer-policy": "no-referrer",
+      "x-frame-options": "DENY",
+      etag: asset.etag,
+      // Versioned asset URLs may be cached; the page itself is revalidated.
+      "cache-control": isPage ? "no-cache" : "public, max-age=31536000, immutable",
+    };
+    if (req.headers["if-none-match"] === asset.etag) {
+      res.writeHead(304, headers);
+      res.end();
+      return true;
+    }
+    headers["content-length"] = String(asset.body.length);
+    res.writeHead(200, headers);
+    if (req.method === "HEAD") res.end();
+    else res.end(asset.body);
+    return true;
+  };
+}

@@ -1,0 +1,275 @@
+// The web console end to end in a real browser (Debian chromium): a renter
+// signs up, tops up, submits an image job that a TypeScript stream daemon
+// runs with a --runner program, watches the progress bar to done and sees
+// the PNG; the provider sees the job in its earnings; an operator approves a
+// pending provider and sees the dashboard change. Screenshots of each main
+// page go to test-artifacts/console/ (gitignored).
+import path from "node:path";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import { client, uniqueEmail } from "../helpers/http.js";
+import { makeProvider } from "../helpers/fixtures.js";
+import { FIXTURES, start, tempDir, waitFor, writeExecutable, type Spawned } from "../daemon/helpers.js";
+import { launchBrowser, shot, watchProblems } from "./browser.js";
+import { writeRunner } from "./runner.js";
+
+const STEP_MS = 45_000;
+
+let srv: TestServer;
+let browser: Browser;
+let daemon: Spawned | undefined;
+const contexts: BrowserContext[] = [];
+const shared = { jobId: "", providerKey: "", providerId: 0 };
+const runDir = tempDir("console");
+const { runner, release } = writeRunner(runDir);
+
+async function newPage(width = 1280): Promise<Page> {
+  const ctx = await browser.newContext({ viewport: { width, height: 900 } });
+  contexts.push(ctx);
+  const page = await ctx.newPage();
+  // Read at the end of each test through `assertNoProblems`.
+  (page as Page & { problems?: string[] }).problems = watchProblems(page);
+  return page;
+}
+
+function assertNoProblems(page: Page) {
+  expect((page as Page & { problems?: string[] }).problems ?? []).toEqual([]);
+}
+
+function startDaemon(key: string): Spawned {
+  const dir = tempDir("console-daemon");
+  const smi = writeExecutable(
+    dir,
+    "nvidia-smi",
+    `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${path.join(FIXTURES, "nvidia-smi-query-2gpu.csv")}' ;;\n  -L) echo 'GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-5c7e4b6a)' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`,
+  );
+  return start(process.execPath, [
+    "bin/svc-daemon.js", "--url", srv.url, "--key", key, "--docker", "none", "--nvidia-smi", smi,
+    "--state-dir", path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1",
+    "--runner", `image_generation=${process.execPath} ${runner}`,
+  ]);
+}
+
+beforeAll(async () => {
+  // The browser first: when it cannot start, every test fails with that reason.
+  browser = await launchBrowser();
+  srv = await startTestServer();
+});
+
+afterAll(async () => {
+  for (const c of contexts) await c.close().catch(() => {});
+  await browser?.close();
+  if (daemon) {
+    daemon.kill("SIGKILL");
+    await daemon.exited;
+  }
+  await srv?.close();
+});
+
+describe("web console", () => {
+  it("is served at / with a self-only Content-Security-Policy, and the job rules come from the server", async () => {
+    const res = await fetch(srv.url + "/");
+    expect(res.status).toBe(200);
+    const csp = res.headers.get("content-security-policy") ?? "";
+    expect(csp).toContain("default-src 'self'");
+    expect(csp).toContain("script-src 'self'");
+    expect(csp).toContain("connect-src 'self'");
+    expect(csp).not.toMatch(/unsafe-inline|unsafe-eval|https?:/);
+    const html = await res.text();
+    const js = /src="(\/console\/app\.js\?v=\w+)"/.exec(html)?.[1];
+    expect(js).toBeDefined();
+    const bundle = await fetch(srv.url + js);
+    expect(bundle.status).toBe(200);
+    expect(bundle.headers.get("content-security-policy")).toBe(csp);
+    // Nothing the browser runs comes from elsewhere.
+    expect(await bundle.text()).not.toMatch(/https?:\/\/(cdn|fonts|unpkg)/);
+
+    const rules = await client(srv.url).get("/api/job-types");
+    expect(rules.status).toBe(200);
+    const image = rules.body.job_types.find((t: { job_type: string }) => t.job_type === "image_generation");
+    expect(image.rate_halala_per_minute).toBe(20);
+    const steps = image.params.find((p: { name: string }) => p.name === "steps");
+    expect(steps).toMatchObject({ type: "integer", minimum: 5, maximum: 100, default_value: 30, required: false });
+    expect(image.params.find((p: { name: string }) => p.name === "prompt").required).toBe(true);
+    expect(rules.body.duration_minutes).toMatchObject({ minimum: 0.01, maximum: 1440, default_value: 10 });
+  });
+
+  it("a renter signs up, tops up, submits a job, watches it to done and sees the PNG", async () => {
+    // The provider whose stream daemon runs image jobs with the --runner program.
+    const p = await makeProvider(srv, { online: false });
+    shared.providerKey = p.key;
+    shared.providerId = p.id;
+    daemon = startDaemon(p.key);
+    await waitFor(async () => (await srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, STEP_MS, "daemon up").catch((err) => {
+      throw new Error(`${err.message}: ${daemon!.output()}`);
+    });
+
+    const page = await newPage();
+    await page.goto(srv.url + "/");
+    await page.getByLabel("Name", { exact: true }).fill("Lab One");
+    const email = uniqueEmail("console");
+    await page.getByLabel("Email").first().fill(email);
+    await page.getByRole("button", { name: "Create renter account" }).click();
+    const key = await page.getByLabel("Your new API key").inputValue();
+    expect(key).toMatch(/^svc-renter-/);
+    await page.getByRole("button", { name: "Continue to the console" }).click();
+
+    // The key is kept for the tab only: not in localStorage, not in the URL.
+    expect(await page.evaluate(() => JSON.stringify(localStorage))).not.toContain(key);
+    expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toContain(key);
+    expect(page.url()).not.toContain(key);
+
+    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("0.00 SAR");
+    await page.getByRole("button", { name: "Top up (sandbox)" }).isVisible();
+    await page.getByLabel("Amount (SAR)").fill("5");
+    await page.getByRole("button", { name: "Top up (sandbox)" }).click();
+    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("5.00 SAR");
+    await expect.poll(() => page.getByRole("cell", { name: "sandbox" }).count()).toBe(1);
+    await shot(page, "renter-balance");
+
+    // A server error is shown in place with the server's message.
+    await page.getByRole("link", { name: "New job" }).first().click();
+    await page.getByLabel("Job type").selectOption("image_generation");
+    await page.getByLabel("prompt", { exact: true }).fill("a red square");
+    await page.getByLabel("steps (optional)").fill("4");
+    await page.getByLabel("Duration (minutes)").fill("1");
+    await expect.poll(() => page.getByTestId("estimate").textContent()).toContain("0.20 SAR");
+    await page.getByLabel("steps (optional)").evaluate((el: HTMLInputElement) => el.removeAttribute("min"));
+    await page.getByRole("button", { name: "Submit job" }).click();
+    await expect.poll(() => page.getByRole("alert").textContent(), { timeout: STEP_MS }).toContain("params.steps must be an integer between 5 and 100");
+    await page.getByLabel("steps (optional)").fill("20");
+    await shot(page, "renter-submit");
+    await page.getByRole("button", { name: "Submit job" }).click();
+
+    await page.waitForURL(/#\/renter\/jobs\/.+/, { timeout: STEP_MS });
+    shared.jobId = decodeURIComponent(page.url().split("/").pop()!);
+    const bar = page.getByRole("progressbar", { name: "Job progress" });
+    // The runner reports 40% and waits: the bar must show it while running.
+    await expect.poll(() => bar.getAttribute("aria-valuenow"), { timeout: STEP_MS }).toBe("40");
+    expect(await bar.getAttribute("data-status")).toBe("running");
+    await expect.poll(() => page.getByLabel("Job log").textContent(), { timeout: STEP_MS }).toContain("drawing: a red square");
+    await shot(page, "renter-job-running");
+    release();
+    await expect.poll(() => bar.getAttribute("data-status"), { timeout: STEP_MS }).toBe("completed");
+    expect(await bar.getAttribute("aria-valuenow")).toBe("100");
+
+    const img = page.getByTestId("output-image");
+    await img.waitFor({ timeout: STEP_MS });
+    await expect.poll(() => img.evaluate((el: HTMLImageElement) => el.complete && el.naturalWidth)).toBe(64);
+    expect(await page.getByRole("link", { name: "Download PNG" }).getAttribute("download")).toBe(`${shared.jobId}.png`);
+    await expect.poll(() => page.getByTestId("cost").textContent()).toContain("Charged0.20 SAR");
+    await shot(page, "renter-job-done");
+
+    await page.getByRole("link", { name: "Jobs" }).first().click();
+    await expect.poll(() => page.locator(`tr[data-job="${shared.jobId}"]`).textContent(), { timeout: STEP_MS }).toContain("completed");
+    await shot(page, "renter-jobs");
+
+    // Sign-out forgets the key.
+    await page.getByRole("button", { name: "Sign out" }).click();
+    expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toBeNull();
+    await page.getByRole("heading", { name: "Sign in to svc" }).waitFor();
+
+    // Back by email (one step here: no email service is configured), remembered this time.
+    await page.getByRole("region", { name: "Sign in with email" }).getByLabel("Email").fill(email);
+    await page.getByRole("region", { name: "Sign in with email" }).getByRole("checkbox", { name: "Remember me on this device" }).check();
+    await page.getByRole("button", { name: "Sign in with email" }).click();
+    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("4.80 SAR");
+    expect(await page.evaluate(() => localStorage.getItem("svc-console-session"))).toContain("svc-renter-");
+    await page.getByRole("button", { name: "Sign out" }).click();
+    expect(await page.evaluate(() => localStorage.getItem("svc-console-session") ?? sessionStorage.getItem("svc-console-session"))).toBeNull();
+    assertNoProblems(page);
+  }, 240_000);
+
+  it("the provider signs in with its key and sees the job in its earnings", async () => {
+    expect(shared.jobId, "the renter test ran first").not.toBe("");
+    const page = await newPage();
+    await page.goto(srv.url + "/");
+    await page.getByRole("tab", { name: "Provider" }).click();
+    await page.getByRole("textbox", { name: "API key" }).fill(shared.providerKey);
+    await page.getByRole("textbox", { name: "API key" }).press("Enter");
+    await expect.poll(() => page.getByTestId("approval").textContent(), { timeout: STEP_MS }).toContain("approved");
+    await expect.poll(() => page.getByTestId("provider-status").textContent(), { timeout: STEP_MS }).toContain("online");
+    // Telemetry charts fill from heartbeats sampled while the page is open.
+    await page.getByRole("img", { name: "Temperature (°C)" }).waitFor({ timeout: STEP_MS });
+    await shot(page, "provider-status");
+
+    // A lost connection is shown, retried, and cleared once the service answers again.
+    await page.context().setOffline(true);
+    const banner = page.getByRole("status").filter({ hasText: "Lost connection to the service" });
+    await banner.waitFor({ timeout: STEP_MS });
+    await page.context().setOffline(false);
+    await banner.waitFor({ state: "detached", timeout: STEP_MS });
+
+    await page.getByRole("link", { name: "Earnings" }).click();
+    const row = page.locator(`tr[data-job="${shared.jobId}"]`);
+    await expect.poll(() => row.textContent(), { timeout: STEP_MS }).toContain("completed");
+    // 75% of the 20 halala charged, rounded down.
+    expect(await row.textContent()).toContain("0.15 SAR");
+    await expect.poll(() => page.getByTestId("window-earnings").textContent()).toBe("0.15 SAR");
+    await page.getByRole("img", { name: "Earned per day (SAR)" }).waitFor();
+    await shot(page, "provider-earnings");
+
+    await page.getByRole("link", { name: "Install" }).click();
+    expect(await page.locator("pre.cmd").first().textContent()).not.toContain(shared.providerKey);
+    await page.getByRole("button", { name: "Show key" }).click();
+    expect(await page.locator("pre.cmd").first().textContent()).toContain(shared.providerKey);
+    assertNoProblems(page);
+  }, 120_000);
+
+  it("an operator approves a pending provider and sees the dashboard figures change", async () => {
+    const api = client(srv.url);
+    const reg = await api.post("/api/providers/register", { name: "Pending Rig", email: uniqueEmail("pending"), gpu_model: "NVIDIA H100 80GB HBM3", os: "linux" });
+    expect(reg.status).toBe(200);
+    const pendingKey = { "x-provider-key": reg.body.api_key as string };
+    const beat = () => api.post("/api/providers/heartbeat", { gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, temp_c: 41, gpu_util_pct: 3 } }, pendingKey);
+    expect((await beat()).status).toBe(403);
+
+    // A 375 px wide screen, keyboard only for the sign-in.
+    const page = await newPage(375);
+    await page.goto(srv.url + "/");
+    await page.getByRole("tab", { name: "Renter" }).focus();
+    await page.keyboard.press("ArrowRight");
+    await page.keyboard.press("ArrowRight");
+    expect(await page.getByRole("tab", { name: "Operator" }).getAttribute("aria-selected")).toBe("true");
+    await page.getByLabel("Admin token").fill("wrong-token");
+    await page.keyboard.press("Enter");
+    await expect.poll(() => page.getByRole("alert").textContent(), { timeout: STEP_MS }).toContain("invalid admin token");
+    await page.getByLabel("Admin token").fill(ADMIN_TOKEN);
+    await page.keyboard.press("Enter");
+
+    const online = page.getByTestId("online-now");
+    await expect.poll(() => online.textContent(), { timeout: STEP_MS }).toContain("Online now1");
+    await expect.poll(() => page.getByTestId("total-providers").textContent()).toContain("2");
+    await expect.poll(() => page.getByTestId("completed-jobs").textContent()).toContain("1");
+    await expect.poll(() => page.getByTestId("revenue").textContent()).toContain("0.20 SAR");
+    // Nothing is wider than the screen.
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+    await shot(page, "operator-dashboard-375");
+
+    await page.getByRole("button", { name: "Menu" }).click();
+    await page.getByRole("link", { name: "Providers" }).click();
+    const row = page.locator(`tr[data-provider="${reg.body.provider_id}"]`);
+    await row.waitFor({ timeout: STEP_MS });
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+    await shot(page, "operator-providers-375");
+    await row.getByRole("button", { name: "Approve Pending Rig" }).click();
+    await expect.poll(() => page.getByText("No provider waits for approval.").count(), { timeout: STEP_MS }).toBe(1);
+
+    // Approved, its heartbeats are taken: it is online now.
+    expect((await beat()).status).toBe(200);
+    await page.getByRole("button", { name: "Menu" }).click();
+    await page.getByRole("link", { name: "Dashboard" }).click();
+    await expect.poll(() => online.textContent(), { timeout: STEP_MS }).toContain("Online now2");
+
+    await page.setViewportSize({ width: 1280, height: 900 });
+    await page.getByRole("img", { name: "Providers by GPU model" }).waitFor();
+    await page.getByRole("img", { name: "Revenue per day (SAR)" }).waitFor();
+    await shot(page, "operator-dashboard");
+
+    await page.getByRole("link", { name: "Audit" }).click();
+    await expect.poll(() => page.getByRole("cell", { name: /provider.*approve|approve/ }).count(), { timeout: STEP_MS }).toBeGreaterThan(0);
+    await shot(page, "operator-audit");
+    assertNoProblems(page);
+  }, 120_000);
+});

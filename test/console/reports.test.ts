@@ -1,0 +1,74 @@
+// ReportService: figures per UTC day for the console's charts, checked
+// against rows and ledger transfers whose days the test chose.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ADMIN, seedJob, settleJob } from "../admin/helpers.js";
+
+let srv: TestServer;
+beforeAll(async () => {
+  srv = await startTestServer();
+});
+afterAll(() => srv?.close());
+
+const today = () => new Date().toISOString().slice(0, 10);
+
+describe("daily reports", () => {
+  it("a provider's earnings per day come from its ledger credits, every day of the window present", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const p = await makeProvider(srv);
+    const other = await makeProvider(srv);
+    for (const [prov, cost] of [[p, 40], [p, 21], [other, 100]] as const) {
+      const job = await seedJob(srv, { renterId: renter.id, providerId: prov.id, status: "running", cost: 100 });
+      await settleJob(srv, job, renter.id, prov.id, 100, cost);
+    }
+    const r = await client(srv.url).get("/api/providers/earnings?days=3", p.headers);
+    expect(r.status, r.text).toBe(200);
+    expect(r.body.days.map((d: { day: string }) => d.day).at(-1)).toBe(today());
+    expect(r.body.days).toHaveLength(3);
+    // floor(40 x 75%) + floor(21 x 75%) = 30 + 15; the other provider's job is not here.
+    expect(r.body.days.at(-1)).toMatchObject({ jobs: 2, earned_halala: 45 });
+    expect(r.body.days[0]).toMatchObject({ jobs: 0, earned_halala: 0 });
+    expect(r.body.total_earned_halala).toBe(45);
+    expect((await client(srv.url).get("/api/providers/earnings?days=91", p.headers)).status).toBe(400);
+  });
+
+  it("the platform's revenue today matches the dashboard's, and jobs are counted by the day they were submitted", async () => {
+    const renter = await makeRenter(srv, 1_000);
+    const yesterday = new Date(Date.now() - 86_400_000);
+    await seedJob(srv, { renterId: renter.id, status: "queued", cost: 10, submittedAt: yesterday });
+    const api = client(srv.url);
+    const [daily, dash] = await Promise.all([api.get("/api/admin/daily?days=2", ADMIN), api.get("/api/admin/dashboard", ADMIN)]);
+    expect(daily.status, daily.text).toBe(200);
+    const [y, t] = daily.body.days;
+    expect(y.day).toBe(yesterday.toISOString().slice(0, 10));
+    expect(y.jobs).toBe(1);
+    expect(t.revenue_halala).toBe(dash.body.stats.today_revenue_halala);
+    expect(t.svc_fees_halala).toBe(dash.body.stats.today_svc_fees_halala);
+    expect(t.revenue_halala).toBe(161); // 40 + 21 + 100 charged in the test above
+    expect(t.jobs).toBe(dash.body.stats.today_jobs);
+    expect(t.completed_jobs).toBe(3);
+  });
+
+  it("a renter's /v1 usage per day and per model counts settled requests only", async () => {
+    const renter = await makeRenter(srv);
+    const other = await makeRenter(srv);
+    const row = (id: string, renterId: number, model: string, state: string, prompt: number, completion: number, cost: number) =>
+      srv.sql`INSERT INTO v1_usage (request_id, renter_id, model, state, reserved_halala, prompt_tokens, completion_tokens, cost_halala)
+              VALUES (${id}, ${renterId}, ${model}, ${state}, 0, ${prompt}, ${completion}, ${cost})`;
+    await row("u1", renter.id, "m-a", "settled", 100, 20, 3);
+    await row("u2", renter.id, "m-a", "settled", 50, 10, 2);
+    await row("u3", renter.id, "m-b", "settled", 7, 1, 1);
+    await row("u4", renter.id, "m-b", "open", 1000, 0, 0);
+    await row("u5", other.id, "m-a", "settled", 999, 999, 99);
+    const r = await client(srv.url).get("/api/renters/usage", renter.headers);
+    expect(r.status, r.text).toBe(200);
+    expect(r.body.days).toHaveLength(14);
+    expect(r.body.days.at(-1)).toMatchObject({ day: today(), requests: 3, prompt_tokens: 157, completion_tokens: 31, cost_halala: 6 });
+    expect(r.body.models).toEqual([
+      { model: "m-a", requests: 2, prompt_tokens: 150, completion_tokens: 30, cost_halala: 5 },
+      { model: "m-b", requests: 1, prompt_tokens: 7, completion_tokens: 1, cost_halala: 1 },
+    ]);
+  });
+});
