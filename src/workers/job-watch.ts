@@ -1,5 +1,5 @@
 // Live job events for WatchJob and GET /api/jobs/{id}/events. One LISTEN per
-// process on the job-watch channel (migration 016's triggers send the job's
+// process on the job-watch channel (migration 019's triggers send the job's
 // id from whichever process changed it); a notice for a job that watchers of
 // this process follow starts one read of that job (readJobChanges), whose
 // events are handed to all of them: a thousand watchers of one job cost one

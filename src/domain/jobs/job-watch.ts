@@ -1,7 +1,7 @@
 // What a watcher of a job is shown (WatchJob, GET /api/jobs/{id}/events):
 // one read of a job's state, attempts and new log lines, and the events made
 // from it. The fan-out to watchers lives in workers/job-watch.ts; the
-// notices that trigger a read come from triggers (migration 016).
+// notices that trigger a read come from triggers (migration 019).
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { JobAttemptSchema, JobEventSchema } from "../../../gen/svc/v1/jobs_pb.js";
 import type { Db } from "../../db/index.js";
@@ -14,7 +14,7 @@ import { jobMessage, type JobReader } from "./jobs.js";
 export type JobEventInit = MessageInitShape<typeof JobEventSchema>;
 type AttemptInit = MessageInitShape<typeof JobAttemptSchema>;
 
-/** The notice channel the triggers of migration 016 send on; the payload is the job's internal id. */
+/** The notice channel the triggers of migration 019 send on; the payload is the job's internal id. */
 export const JOB_WATCH_CHANNEL = "svc_job_watch";
 /** Log lines read per round: a job with more is read in several, each delivered before the next. */
 export const WATCH_LOG_PAGE = 1000;
