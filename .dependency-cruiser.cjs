@@ -27,6 +27,13 @@ module.exports = {
       comment: "The domain (and the errors and database below it) knows nothing of the wires or the services",
       severity: "error",
       from: { path: "^src/(domain/|db/|errors\\.ts|shared/)" },
+      to: { path: ["^src/(http|services|workers|cli|console|daemon|metrics)/", "^node_modules/@connectrpc/", "^node_modules/@grpc/", "^node_modules/prom-client/"] },
+    },
+    {
+      name: "metrics-below-the-wires",
+      comment: "The metrics registry (src/metrics) is counted into by the wires, services and workers and reads the domain; it imports none of them but the domain",
+      severity: "error",
+      from: { path: "^src/metrics/" },
       to: { path: ["^src/(http|services|workers|cli|console|daemon)/", "^node_modules/@connectrpc/", "^node_modules/@grpc/"] },
     },
     {

@@ -61,6 +61,22 @@ export interface Config {
     /** Proxy to endpoints on private/loopback addresses (off in production: provider-supplied URLs must not reach internal hosts). */
     allowPrivateUpstreams: boolean;
   };
+  /** Prometheus metrics (GET /metrics, src/http/metrics.ts). */
+  metrics: {
+    /**
+     * /metrics on the service's port: "token" (the admin token, or `token`
+     * when set), "open" (no credential; refused in production) or "off".
+     */
+    access: "token" | "open" | "off";
+    /** A bearer token that reads /metrics and nothing else (SVC_METRICS_TOKEN). */
+    token: string | undefined;
+    /** A separate listener serving only /metrics, without credentials (SVC_METRICS_LISTEN=host:port). */
+    listen: { host: string; port: number } | undefined;
+    /** Least seconds between two reads of the database figures (fleet, queue, outbox, audit) per process. */
+    dbFiguresSeconds: number;
+  };
+  /** Seconds between ledger audits, run by one process at a time (0: only on demand). */
+  ledgerAuditSeconds: number;
   /** Where the admin token and HMAC secret were generated (local default only). */
   secretsFile: string | undefined;
 }
@@ -146,6 +162,28 @@ function rateLimitOverrides(raw: string | undefined): Record<string, { points: n
   return out;
 }
 
+/** SVC_METRICS_LISTEN: "host:port" or ":port" (all interfaces), "[v6]:port" for an IPv6 address. */
+function listenAddress(env: NodeJS.ProcessEnv): { host: string; port: number } | undefined {
+  const raw = (env.SVC_METRICS_LISTEN ?? "").trim();
+  if (!raw) return undefined;
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]*)):(\d{1,5})$/.exec(raw);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new ConfigError(`SVC_METRICS_LISTEN must be host:port, e.g. 127.0.0.1:9464 (got "${raw}")`);
+  return { host: m[1] ?? (m[2] || "0.0.0.0"), port };
+}
+
+function metricsConfig(env: NodeJS.ProcessEnv, production: boolean): Config["metrics"] {
+  const access = (env.SVC_METRICS || "token").toLowerCase();
+  if (access !== "token" && access !== "open" && access !== "off") throw new ConfigError(`SVC_METRICS must be token, open or off (got "${env.SVC_METRICS}")`);
+  // Never readable by anyone on the service's public port in production: a token, or a listener the operator placed.
+  if (access === "open" && production) {
+    throw new ConfigError("SVC_METRICS=open is refused in production: use SVC_METRICS_TOKEN or SVC_METRICS_LISTEN on an internal address");
+  }
+  const token = env.SVC_METRICS_TOKEN || undefined;
+  if (token !== undefined && token.length < 16) throw new ConfigError("SVC_METRICS_TOKEN must be at least 16 characters");
+  return { access, token, listen: listenAddress(env), dbFiguresSeconds: int(env, "SVC_METRICS_DB_SECONDS", 5, 1, 3600) };
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const production = env.NODE_ENV === "production";
   const dataDir = path.resolve(env.SVC_DATA_DIR || "./.data");
@@ -195,6 +233,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
     jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),
+    metrics: metricsConfig(env, production),
+    ledgerAuditSeconds: int(env, "SVC_LEDGER_AUDIT_SECONDS", 900, 0, 604_800),
     v1: {
       rateLimitPerMinute: int(env, "SVC_V1_RATE_LIMIT_PER_MINUTE", 60, 0, 1_000_000),
       tokenRates: v1TokenRates(env.SVC_V1_TOKEN_RATES),

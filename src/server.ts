@@ -23,9 +23,14 @@ import { webhookOutboxWorker } from "./workers/webhook-outbox.js";
 import { providerWorkers } from "./workers/liveness-sweep.js";
 import { jobTimeoutsWorker } from "./workers/job-timeouts.js";
 import { offerWorkTo } from "./domain/dispatch/job-hooks.js";
+import { createMetrics } from "./metrics/metrics.js";
+import { createMetricsHandler, metricsInterceptor, startMetricsListener, type MetricsListener } from "./http/metrics.js";
+import { ledgerAuditWorker } from "./workers/ledger-audit.js";
 
 export interface App {
   port: number;
+  /** The separate metrics listener's port (SVC_METRICS_LISTEN), when there is one. */
+  metricsPort: number | undefined;
   url: string;
   sql: Sql;
   deps: Deps;
@@ -57,13 +62,15 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // Made before the services: rows per renter key are counted after
   // authentication, inside the secured services (deps.keyRowCounter).
   const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
-  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (id) => offerWorkTo(sql, log, id) };
+  const metrics = createMetrics({ sql, log, dbFiguresSeconds: config.metrics.dbFiguresSeconds });
+  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (id) => offerWorkTo(sql, log, id), metrics };
   const shutdown = new AbortController();
   let services: ReturnType<typeof buildServices>;
   try {
     services = buildServices(deps);
     checkRouteRows(services.flatMap((s) => s.service.methods));
   } catch (err) {
+    metrics.close();
     await limits?.close();
     throw err;
   }
@@ -73,6 +80,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     trustProxy: config.trustProxy,
     guard: limits?.guard,
     shutdownSignal: shutdown.signal,
+    onAnswered: (r, status, seconds) => metrics.request("rest", `${r.httpMethod} ${r.template}`, status, seconds),
   });
 
   const plain: PlainHandler[] = [
@@ -91,7 +99,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       }
       return true;
     },
-    createV1Handler({ config, sql, log }),
+    createMetricsHandler(config, metrics, log),
+    createV1Handler({ config, sql, log, metrics }),
     createConsoleHandler(config, log),
   ];
 
@@ -105,7 +114,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       }
     },
     shutdownSignal: shutdown.signal,
-    interceptors: [callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])],
+    interceptors: [metricsInterceptor(metrics), callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])],
     contextValues: (req) =>
       createContextValues().set(
         credentialsKey,
@@ -128,15 +137,30 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // Local default: installers and daemons point at this very server.
   if (!config.backendUrl) config.backendUrl = `http://${hostForUrl}:${port}`;
   log.info({ port }, "listening (HTTP/1.1 and gRPC h2c)");
+  let metricsListener: MetricsListener | undefined;
+  if (config.metrics.listen) {
+    try {
+      metricsListener = await startMetricsListener(config.metrics.listen, metrics, log);
+    } catch (err) {
+      await edge.close();
+      await limits?.close();
+      throw err;
+    }
+  }
 
   // Background work, started once the port is open and stopped before the pool closes.
-  const workers: Worker[] = [webhookOutboxWorker({ sql, log, production: config.production }), ...providerWorkers(deps),
-    jobTimeoutsWorker({ sql, log, intervalMs: config.jobSweepMs })];
+  const workers: Worker[] = [
+    webhookOutboxWorker({ sql, log, production: config.production, onFailure: (final) => metrics.webhookFailure(final) }),
+    ...providerWorkers(deps),
+    jobTimeoutsWorker({ sql, log, intervalMs: config.jobSweepMs }),
+    ledgerAuditWorker({ sql, log, periodSeconds: config.ledgerAuditSeconds }),
+  ];
   for (const w of workers) await w.start();
 
   let closing: Promise<void> | undefined;
   return {
     port,
+    metricsPort: metricsListener?.port,
     url: `http://${hostForUrl}:${port}`,
     sql,
     deps,
@@ -145,6 +169,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
         shutdown.abort();
         await Promise.all(workers.map((w) => w.stop()));
         await edge.close();
+        await metricsListener?.close();
+        metrics.close();
         await limits?.close();
         if (!opts.sql) await sql.end({ timeout: 5 });
         if (embedded) await embedded.stop();

@@ -20,24 +20,85 @@ const TRANSACTION_ATTEMPTS = 3;
  * cache forgets. Lock order is still the first defence (see dispatch.ts and
  * settlement.ts); this covers what slips through.
  */
-function retryTransactions(sql: Sql): Sql {
+function retryTransactions(sql: Sql, stats: PoolStats): Sql {
   const begin = sql.begin.bind(sql) as (...args: unknown[]) => Promise<unknown>;
   (sql as unknown as { begin: (...args: unknown[]) => Promise<unknown> }).begin = async (...args: unknown[]) => {
     for (let attempt = 1; ; attempt++) {
+      // Hooks of this run only: a rolled-back run's hooks are dropped with it.
+      let hooks: (() => void)[] = [];
+      let entered = false;
+      stats.waiting++;
+      const body = args[args.length - 1] as (tx: Tx) => unknown;
+      const wrapped = (tx: Tx) => {
+        entered = true;
+        stats.waiting--;
+        stats.inUse++;
+        commitHooks.set(tx, hooks);
+        return body(tx);
+      };
       try {
-        return await begin(...args);
+        const result = await begin(...args.slice(0, -1), wrapped);
+        for (const h of hooks) runHook(h);
+        return result;
       } catch (err) {
+        hooks = [];
         const code = (err as { code?: string } | null)?.code;
         if (attempt >= TRANSACTION_ATTEMPTS || !code || !RETRYABLE_CODES.has(code)) throw err;
         await new Promise((r) => setTimeout(r, 5 + Math.random() * 20 * attempt));
+      } finally {
+        if (entered) stats.inUse--;
+        else stats.waiting--;
       }
     }
   };
   return sql;
 }
 
+/** Transactions of a pool (each holds one connection while it runs): the figures /metrics shows. */
+export interface PoolStats {
+  /** Connections the pool may open. */
+  max: number;
+  /** Transactions running, each on a connection of its own. */
+  inUse: number;
+  /** Transactions waiting for a connection. */
+  waiting: number;
+}
+
+const poolStatsOf = new WeakMap<object, PoolStats>();
+
+/**
+ * The pool's transaction figures. postgres.js keeps its connection queues
+ * private; transactions are what hold a connection for long (single
+ * statements are pipelined), so the begin() wrapper counts those.
+ */
+export function poolStats(sql: Sql): PoolStats | undefined {
+  return poolStatsOf.get(sql);
+}
+
+const commitHooks = new WeakMap<object, (() => void)[]>();
+
+function runHook(h: () => void): void {
+  try {
+    h();
+  } catch {
+    // A hook only counts (metrics); it must never fail a committed transaction's caller.
+  }
+}
+
+/**
+ * Runs `hook` once `tx` has committed (at once when `db` is the pool, not a
+ * transaction of sql.begin). Not run when the transaction rolls back, nor for
+ * a run that a deadlock made start again: figures count what was committed.
+ */
+export function afterCommit(db: Db, hook: () => void): void {
+  const hooks = commitHooks.get(db);
+  if (hooks) hooks.push(hook);
+  else runHook(hook);
+}
+
 export function connect(url: string, max = 10): Sql {
-  return retryTransactions(postgres(url, {
+  const stats: PoolStats = { max, inUse: 0, waiting: 0 };
+  const sql = retryTransactions(postgres(url, {
     max,
     onnotice: () => {},
     types: {
@@ -49,7 +110,9 @@ export function connect(url: string, max = 10): Sql {
       },
     },
     connection: { application_name: "svc" },
-  }) as unknown as Sql);
+  }) as unknown as Sql, stats);
+  poolStatsOf.set(sql, stats);
+  return sql;
 }
 
 /**

@@ -192,6 +192,8 @@ export interface RestHandlerOptions {
   trustProxy: number;
   guard?: RouteGuard;
   shutdownSignal?: AbortSignal;
+  /** Told of every answered route request (metrics): its status and seconds taken (a stream: until it ended). */
+  onAnswered?: (route: RestRoute, status: number, seconds: number) => void;
 }
 
 const CLIENT_GONE = new ConnectError("the client closed the connection", Code.Canceled);
@@ -366,6 +368,7 @@ export function createRestHandler(opts: RestHandlerOptions) {
       else res.end();
     } finally {
       cancel.release();
+      opts.onAnswered?.(r, status, (performance.now() - started) / 1000);
       if (opts.log.isLevelEnabled("info")) {
         opts.log.info(
           { requestId, method: httpMethod, path: maskSecrets(url.pathname), route: r.template, status, ms: Math.round(performance.now() - started) },

@@ -208,6 +208,7 @@ class StreamSession {
       switch (k.case) {
         case "heartbeat":
           this.send({ kind: { case: "heartbeatAck", value: await recordHeartbeat(this.deps, pid, k.value) } });
+          this.deps.metrics?.heartbeat("stream");
           await this.refresh();
           return;
         case "jobAccepted":
@@ -274,6 +275,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
         });
         session.out.close();
       };
+      deps.metrics?.daemonStreams.inc();
       try {
         await session.serial(() => session.open(first.value.kind.value as Hello));
         if (ctx.signal.aborted) onShutdown();
@@ -290,6 +292,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
           .finally(() => session.out.close());
         yield* session.out;
       } finally {
+        deps.metrics?.daemonStreams.dec();
         ctx.signal.removeEventListener("abort", onShutdown);
         unsubscribe();
       }

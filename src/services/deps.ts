@@ -4,6 +4,7 @@ import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Config } from "../config.js";
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
+import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "../http/credentials.js";
 import { forbidden } from "../errors.js";
 
@@ -23,6 +24,8 @@ export interface Deps {
   keyRowCounter?: (method: DescMethod) => KeyRowCounter | undefined;
   /** Offers queued work to a provider that became available (dispatch; never throws). */
   offerWork(providerId: number): Promise<void>;
+  /** The process's Prometheus metrics (absent in tools that build services without a server). */
+  metrics?: Metrics;
 }
 
 export type Principal =

@@ -5,7 +5,7 @@ import { create, toJson, type JsonObject, type JsonValue, type MessageInitShape 
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
 import type { Db } from "../db/index.js";
-import { apiError, badRequest, forbidden, notFound } from "../errors.js";
+import { apiError, badRequest, forbidden, notFound, ServiceError } from "../errors.js";
 import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch/dispatch.js";
 import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
 import { cancelJob } from "../domain/jobs/job-control.js";
@@ -28,6 +28,18 @@ type OutputInit = MessageInitShape<typeof JobOutputSchema>;
 
 function readerOf(ctx: HandlerContext): JobReader {
   return principalOf(ctx) as JobReader;
+}
+
+/** Runs a submit and counts its outcome (assigned, queued, or the refusal's status) in the metrics. */
+async function countedSubmit<T extends { queued: boolean }>(deps: Deps, submit: () => Promise<T>): Promise<T> {
+  try {
+    const answer = await submit();
+    deps.metrics?.submit(answer.queued ? "queued" : "assigned");
+    return answer;
+  } catch (err) {
+    deps.metrics?.submit(err instanceof ServiceError ? String(err.status) : "error");
+    throw err;
+  }
 }
 
 async function submission(db: Db, job: JobRow) {
@@ -95,7 +107,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
   }
 
   return {
-    async submit(req, ctx) {
+    submit: (req, ctx) => countedSubmit(deps, async () => {
       const renterId = callerRenterId(ctx);
       const { idempotencyKey, ...fields } = req;
       const input: SubmitInput = {
@@ -132,7 +144,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       const answer = create(SubmitJobResponseSchema, await submission(sql, await reloadJob(sql, submitted.job.id)));
       await restoreAnswer(sql, SubmitJobResponseSchema, scope, idempotencyKey, answer);
       return answer;
-    },
+    }),
 
     async list(req, ctx) {
       const status = req.status ? checkEnum(req.status, JOB_STATUSES, "status") : undefined;

@@ -100,7 +100,9 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
 
     async heartbeat(req, ctx) {
       const id = callerProviderId(ctx);
-      return or500(log, "heartbeat failed", { providerId: id }, () => recordHeartbeat(deps, id, req));
+      const answer = await or500(log, "heartbeat failed", { providerId: id }, () => recordHeartbeat(deps, id, req));
+      deps.metrics?.heartbeat("legacy");
+      return answer;
     },
 
     daemonEvent(req, ctx) {

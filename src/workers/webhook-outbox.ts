@@ -33,6 +33,8 @@ export interface WebhookWorkerOptions {
   maxAttempts?: number;
   timeoutMs?: number;
   batch?: number;
+  /** Told of each failed delivery (metrics); `final` when it was given up. */
+  onFailure?: (final: boolean) => void;
 }
 
 /** Backoff before attempt `attempts + 1`, with ±20% jitter; null once attempts are used up. */
@@ -112,6 +114,7 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
     const delay = out.permanent ? null : retryDelayMs(row.attempts, base, max, maxAttempts);
     opts.log.warn({ outboxId: row.id, renterId: row.renter_id, attempts: row.attempts, error: out.error, giveUp: delay === null }, "webhook delivery failed");
     await markFailed(opts.sql, row.id, out.status, out.error, delay);
+    opts.onFailure?.(delay === null);
   }
 
   async function drain() {

@@ -23,6 +23,7 @@
 import { allInTransaction, type Db, type Tx } from "../../db/index.js";
 import { apiError } from "../../errors.js";
 import { splitRevenue } from "./pricing.js";
+import { reportLedgerMoves } from "../shared/observe.js";
 
 export type AccountKind = "renter_available" | "renter_held" | "provider_earnings" | "platform_fees" | "gateway" | "adjustments";
 
@@ -92,6 +93,7 @@ export async function transfer(tx: Tx, t: Transfer): Promise<boolean> {
     SELECT * FROM ledger_transfer(${t.from}::bigint, ${t.to}::bigint, ${t.amount}::bigint, ${t.kind}, ${t.key},
                                   ${t.jobId ?? null}::bigint, ${t.paymentId ?? null}, ${t.memo ?? null}, ${MATERIALIZED_SQL}::text[])`;
   if (r.short_balance !== null) throw insufficient(r.short_balance, t.amount);
+  if (r.moved) reportLedgerMoves(tx, [{ kind: t.kind, amount: t.amount }]);
   return r.moved;
 }
 
@@ -268,6 +270,7 @@ export async function writeHolds(tx: Tx, accepted: AcceptedHold[]): Promise<void
     FROM (SELECT id, sum(delta)::bigint AS delta FROM (
             SELECT from_id AS id, -amount AS delta FROM h UNION ALL SELECT to_id, amount FROM h) m GROUP BY id) d
     WHERE a.id = d.id`;
+  reportLedgerMoves(tx, [{ kind: "hold", amount: accepted.reduce((n, a) => n + a.amount, 0) }]);
 }
 
 export interface RenterAccounts {

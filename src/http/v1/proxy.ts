@@ -50,6 +50,8 @@ export interface ProxyRequest {
   res: NodeResponse;
   /** Headers for the client's response (request id). */
   headers: Record<string, string>;
+  /** Told of each endpoint attempt that failed and moved on (metrics), with its error code. */
+  onUpstreamError?: (code: string) => void;
 }
 
 export type ProxyResult =
@@ -129,6 +131,7 @@ export async function proxyChatCompletion(p: ProxyRequest): Promise<ProxyResult>
     try {
       const r = await attempt(p, u);
       if (r.kind === "retry") {
+        p.onUpstreamError?.(r.error.code);
         p.picker.failed(u);
         last = r.error;
         continue;

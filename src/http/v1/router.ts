@@ -26,6 +26,7 @@ import {
 } from "../../domain/money/token-pricing.js";
 import { chargeTokenUsage, releaseTokenBudget, reserveTokenBudget, usageTotals } from "../../domain/money/usage-billing.js";
 import type { Logger } from "../../log.js";
+import type { Metrics } from "../../metrics/metrics.js";
 import { readBody } from "../body.js";
 import { credentialsFromHeaders } from "../credentials.js";
 import type { NodeRequest, NodeResponse } from "../rest.js";
@@ -40,7 +41,11 @@ export interface V1Deps {
   config: Config;
   sql: Sql;
   log: Logger;
+  metrics?: Metrics;
 }
+
+/** The route label of a /v1 request in the metrics (unknown paths: "other"). */
+const V1_ROUTE_LABELS = { chat: "POST /v1/chat/completions", models: "GET /v1/models", model: "GET /v1/models/{model}", usage: "GET /v1/usage" } as const;
 
 /** Chat requests carry whole conversations (and images as data URLs): a larger limit than /api. */
 const BODY_LIMIT_BYTES = 4 * 1024 * 1024;
@@ -201,6 +206,7 @@ export function createV1Handler(deps: V1Deps) {
         jobId: upstream.jobId,
       }),
     );
+    deps.metrics?.v1Tokens(billed.promptTokens, billed.completionTokens);
     const overstated = u.promptTokens + u.completionTokens - billed.promptTokens - billed.completionTokens;
     Object.assign(call.log, { cost: charge.charged, tokens: billed.promptTokens + billed.completionTokens, providerId: upstream.providerId });
     if (overstated > 0 && !u.estimated) call.log.overstatedTokens = overstated;
@@ -258,6 +264,7 @@ export function createV1Handler(deps: V1Deps) {
         timeoutMs: config.v1.upstreamTimeoutMs,
         signal: abort.signal,
         maxAttempts: MAX_ATTEMPTS,
+        onUpstreamError: (code) => deps.metrics?.v1UpstreamError(code),
         allowPrivate: config.v1.allowPrivateUpstreams,
         res: call.res,
         headers: { ...call.headers },
@@ -268,7 +275,10 @@ export function createV1Handler(deps: V1Deps) {
       }
       call.log.jobId = result.upstream.jobId;
       if (result.kind === "streamed") {
-        if (result.error) call.log.streamError = result.error.code;
+        if (result.error) {
+          call.log.streamError = result.error.code;
+          deps.metrics?.v1UpstreamError(result.error.code);
+        }
         // The stream is over (fully or broken off): what was delivered is billed before the response ends
         // (or carries its error event), so a client that saw the end also sees the charge.
         try {
@@ -301,8 +311,9 @@ export function createV1Handler(deps: V1Deps) {
     const method = (req.method ?? "GET").toUpperCase();
     const path = url.pathname.replace(/\/+$/, "");
     let status = 500;
+    let route: "chat" | "models" | "model" | "usage" | undefined;
     try {
-      const route =
+      route =
         path === "/v1/chat/completions" ? "chat" : path === "/v1/models" ? "models" : path.startsWith("/v1/models/") ? "model" : path === "/v1/usage" ? "usage" : undefined;
       if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${url.pathname}`);
       const wanted = route === "chat" ? "POST" : "GET";
@@ -335,6 +346,7 @@ export function createV1Handler(deps: V1Deps) {
       else if (!res.writableEnded) res.end();
     } finally {
       res.off("close", onClose);
+      deps.metrics?.request("v1", route ? V1_ROUTE_LABELS[route] : "other", status, (performance.now() - started) / 1000);
       deps.log.info(
         { requestId, method, path: url.pathname, status, ms: Math.round(performance.now() - started), ip: clientIpOf(req, config.trustProxy), ...call.log },
         "request",
