@@ -13,6 +13,7 @@ import { callLogInterceptor, requestIdOf } from "./http/call-log.js";
 import { credentialsFromHeaders, credentialsKey } from "./http/credentials.js";
 import { buildRouteTable, clientIpOf, createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
 import { buildServices } from "./services/index.js";
+import { createApiDocsHandler } from "./http/api-docs.js";
 import { createCors } from "./http/cors.js";
 import { checkRouteRows, createRateLimits } from "./http/rate-limits.js";
 import { createV1Handler } from "./http/v1/router.js";
@@ -100,6 +101,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       return true;
     },
     createMetricsHandler(config, metrics, log),
+    createApiDocsHandler(services.map((s) => s.service)),
     createV1Handler({ config, sql, log, metrics }),
     createConsoleHandler(config, log),
   ];

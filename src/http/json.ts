@@ -18,7 +18,7 @@ import { http_status, inline, nullable, whole_body, from_header, raw_body } from
 import { badRequest } from "../errors.js";
 
 /** Our field options, read once per field: getOption builds a new container on every call. */
-interface FieldOptions {
+export interface FieldOptions {
   httpStatus: boolean;
   nullable: boolean;
   inline: boolean;
@@ -28,7 +28,8 @@ interface FieldOptions {
 }
 const fieldOptionsCache = new WeakMap<DescField, FieldOptions>();
 
-function optionsOf(field: DescField): FieldOptions {
+/** Our options of a field (cached): what the transcoder, and the OpenAPI document, do with it. */
+export function fieldOptionsOf(field: DescField): FieldOptions {
   let o = fieldOptionsCache.get(field);
   if (!o) {
     o = {
@@ -106,7 +107,7 @@ function fieldToJson(field: DescField, value: unknown): JsonValue {
 export function messageToJson(desc: DescMessage, msg: Message): JsonObject {
   const out: JsonObject = {};
   for (const field of desc.fields) {
-    if (optionsOf(field).httpStatus) continue;
+    if (fieldOptionsOf(field).httpStatus) continue;
     let value: unknown;
     if (field.oneof) {
       const o = (msg as unknown as Record<string, { case?: string; value?: unknown }>)[field.oneof.localName];
@@ -115,13 +116,13 @@ export function messageToJson(desc: DescMessage, msg: Message): JsonObject {
     } else {
       const explicitPresence = field.fieldKind === "message" || (field.fieldKind === "scalar" && field.proto.proto3Optional);
       if (explicitPresence && !isFieldSet(msg, field)) {
-        if (optionsOf(field).nullable) out[field.name] = null;
+        if (fieldOptionsOf(field).nullable) out[field.name] = null;
         continue;
       }
       value = (msg as unknown as Record<string, unknown>)[field.localName];
     }
     const json = fieldToJson(field, value);
-    if (optionsOf(field).inline && json && typeof json === "object" && !Array.isArray(json)) {
+    if (fieldOptionsOf(field).inline && json && typeof json === "object" && !Array.isArray(json)) {
       Object.assign(out, json);
     } else {
       out[field.name] = json;
@@ -132,7 +133,7 @@ export function messageToJson(desc: DescMessage, msg: Message): JsonObject {
 
 /** The HTTP status a response message asks for, if it carries one. */
 export function responseStatus(desc: DescMessage, msg: Message): number | undefined {
-  const f = desc.fields.find((x) => optionsOf(x).httpStatus);
+  const f = desc.fields.find((x) => fieldOptionsOf(x).httpStatus);
   const v = f ? Number((msg as unknown as Record<string, unknown>)[f.localName]) : 0;
   return v > 0 ? v : undefined;
 }
@@ -196,7 +197,7 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
   }
   for (const [k, v] of input.query) {
     const f = byName.get(k);
-    if (!f || optionsOf(f).rawBody || optionsOf(f).wholeBody) continue;
+    if (!f || fieldOptionsOf(f).rawBody || fieldOptionsOf(f).wholeBody) continue;
     if (f.fieldKind === "list") {
       const given = json[f.jsonName];
       // A body that sent a non-array here keeps it, and the message conversion answers 400 for it.
@@ -211,7 +212,7 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
     if (f) json[f.jsonName] = coerceText(f, v);
   }
   for (const f of desc.fields) {
-    const header = optionsOf(f).fromHeader;
+    const header = fieldOptionsOf(f).fromHeader;
     if (header) {
       const v = input.headers[header.toLowerCase()];
       if (typeof v === "string") json[f.jsonName] = v;
@@ -231,7 +232,7 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
     throw badRequest(field ? `invalid value for field '${field.name}': ${describeExpected(field)}` : `invalid request: ${text}`);
   }
   for (const f of desc.fields) {
-    if (optionsOf(f).rawBody) (msg as unknown as Record<string, unknown>)[f.localName] = new Uint8Array(input.rawBody);
+    if (fieldOptionsOf(f).rawBody) (msg as unknown as Record<string, unknown>)[f.localName] = new Uint8Array(input.rawBody);
   }
   if (wholeBodyStruct) (msg as unknown as Record<string, unknown>)[wholeBodyField!.localName] = (input.body as JsonObject) ?? {};
   return msg;
@@ -249,7 +250,7 @@ function shapeOf(desc: DescMessage): MessageShape {
   if (!shape) {
     shape = {
       byName: new Map(desc.fields.map((f) => [f.name, f] as const)),
-      wholeBodyField: desc.fields.find((f) => optionsOf(f).wholeBody),
+      wholeBodyField: desc.fields.find((f) => fieldOptionsOf(f).wholeBody),
     };
     shapes.set(desc, shape);
   }

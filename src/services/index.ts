@@ -35,22 +35,27 @@ function complete<S extends DescService>(service: S, impl: Impl): ServiceImpl<S>
   return impl as unknown as ServiceImpl<S>;
 }
 
+/** Every service the process serves, with the function that implements it. */
+const SERVICES: [DescService, (deps: Deps) => Impl][] = [
+  [ProviderService, (d) => providerService(d) as Impl],
+  [ProviderDownloadService, (d) => downloadService(d) as Impl],
+  [RenterService, (d) => renterService(d) as Impl],
+  [JobService, (d) => jobService(d) as Impl],
+  [PaymentService, (d) => paymentService(d) as Impl],
+  [AdminService, (d) => ({ ...adminProviderService(d), ...adminService(d) }) as Impl],
+  [TemplateService, (d) => templateService(d) as Impl],
+  [RegistryService, (d) => registryService(d) as Impl],
+  [DaemonService, (d) => daemonService(d) as Impl],
+  [JobTypeService, (d) => jobTypeService(d) as Impl],
+  [ReportService, (d) => reportService(d) as Impl],
+];
+
+/** The descriptors of every served service (the OpenAPI document is made from them). */
+export const SERVED_SERVICES: readonly DescService[] = SERVICES.map(([s]) => s);
+
 export function buildServices(deps: Deps): RegisteredService[] {
-  const entries: [DescService, Impl][] = [
-    [ProviderService, providerService(deps) as Impl],
-    [ProviderDownloadService, downloadService(deps) as Impl],
-    [RenterService, renterService(deps) as Impl],
-    [JobService, jobService(deps) as Impl],
-    [PaymentService, paymentService(deps) as Impl],
-    [AdminService, { ...adminProviderService(deps), ...adminService(deps) } as Impl],
-    [TemplateService, templateService(deps) as Impl],
-    [RegistryService, registryService(deps) as Impl],
-    [DaemonService, daemonService(deps) as Impl],
-    [JobTypeService, jobTypeService(deps) as Impl],
-    [ReportService, reportService(deps) as Impl],
-  ];
-  return entries.map(([service, impl]) => ({
+  return SERVICES.map(([service, make]) => ({
     service,
-    impl: secure(deps, service, complete(service, impl)) as ServiceImpl<DescService>,
+    impl: secure(deps, service, complete(service, make(deps))) as ServiceImpl<DescService>,
   }));
 }

@@ -1,0 +1,117 @@
+// GET /api/openapi.json (the document generated from the proto, openapi.ts)
+// and GET /api/docs, a reference page on Swagger UI served from the
+// installed swagger-ui-dist package: no CDN, nothing fetched from elsewhere
+// (its Content-Security-Policy allows this origin only).
+import crypto from "node:crypto";
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import type { DescService } from "@bufbuild/protobuf";
+import { buildOpenApi } from "./openapi.js";
+import type { NodeRequest, NodeResponse } from "./rest.js";
+import { sendJson } from "./rest.js";
+
+export const DOCS_CSP = [
+  "default-src 'self'",
+  "script-src 'self'",
+  // Swagger UI (React) sets style attributes on its elements.
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "font-src 'self'",
+  "object-src 'none'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join("; ");
+
+/** The package's version: the document's info.version. */
+export function packageVersion(): string {
+  return JSON.parse(fs.readFileSync(new URL("../../package.json", import.meta.url), "utf8")).version as string;
+}
+
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>svc API reference</title>
+<link rel="stylesheet" href="/api/docs/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="/api/docs/swagger-ui-bundle.js"></script>
+<script src="/api/docs/init.js"></script>
+</body>
+</html>
+`;
+
+// validatorUrl null: Swagger UI would otherwise send the document to validator.swagger.io.
+const INIT = `window.ui = SwaggerUIBundle({
+  url: "/api/openapi.json",
+  dom_id: "#swagger-ui",
+  deepLinking: true,
+  validatorUrl: null,
+  tryItOutEnabled: false,
+  presets: [SwaggerUIBundle.presets.apis],
+});
+`;
+
+interface Asset {
+  body: Buffer;
+  type: string;
+  etag: string;
+}
+
+const asset = (body: Buffer | string, type: string): Asset => {
+  const b = Buffer.isBuffer(body) ? body : Buffer.from(body);
+  return { body: b, type, etag: `"${crypto.createHash("sha256").update(b).digest("base64url").slice(0, 22)}"` };
+};
+
+/** The viewer's files, read from node_modules on first use. */
+function viewerFile(name: "swagger-ui.css" | "swagger-ui-bundle.js"): Buffer {
+  const dir = path.dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
+  return fs.readFileSync(path.join(dir, name));
+}
+
+export function createApiDocsHandler(services: readonly DescService[]) {
+  let doc: Asset | undefined;
+  const assets = new Map<string, Asset | (() => Asset)>([
+    ["/api/docs", () => asset(PAGE, "text/html; charset=utf-8")],
+    ["/api/docs/init.js", () => asset(INIT, "text/javascript; charset=utf-8")],
+    ["/api/docs/swagger-ui.css", () => asset(viewerFile("swagger-ui.css"), "text/css; charset=utf-8")],
+    ["/api/docs/swagger-ui-bundle.js", () => asset(viewerFile("swagger-ui-bundle.js"), "text/javascript; charset=utf-8")],
+  ]);
+
+  function send(req: NodeRequest, res: NodeResponse, a: Asset, headers: Record<string, string>) {
+    if (req.headers["if-none-match"] === a.etag) {
+      res.writeHead(304, { etag: a.etag, ...headers });
+      res.end();
+      return;
+    }
+    res.writeHead(200, { "content-type": a.type, "content-length": a.body.length, etag: a.etag, "cache-control": "no-cache", ...headers });
+    if (req.method === "HEAD") res.end();
+    else res.end(a.body);
+  }
+
+  return (req: NodeRequest, res: NodeResponse, url: URL): boolean => {
+    const p = url.pathname.length > 1 && url.pathname.endsWith("/") ? url.pathname.slice(0, -1) : url.pathname;
+    if (p !== "/api/openapi.json" && !assets.has(p)) return false;
+    if (req.method !== "GET" && req.method !== "HEAD") {
+      sendJson(res, 405, { error: `method ${req.method} not allowed on ${p}` }, { allow: "GET" });
+      return true;
+    }
+    if (p === "/api/openapi.json") {
+      doc ??= asset(JSON.stringify(buildOpenApi([...services], { version: packageVersion() })), "application/json; charset=utf-8");
+      send(req, res, doc, {});
+      return true;
+    }
+    let a = assets.get(p)!;
+    if (typeof a === "function") {
+      a = a();
+      assets.set(p, a);
+    }
+    send(req, res, a, { "content-security-policy": DOCS_CSP, "x-content-type-options": "nosniff" });
+    return true;
+  };
+}
