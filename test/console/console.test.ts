@@ -82,6 +82,7 @@ describe("web console", () => {
     const bundle = await fetch(srv.url + js);
     expect(bundle.status).toBe(200);
     expect(bundle.headers.get("content-security-policy")).toBe(csp);
+    expect(bundle.headers.get("content-encoding")).toBe("gzip");
     // Nothing the browser runs comes from elsewhere.
     expect(await bundle.text()).not.toMatch(/https?:\/\/(cdn|fonts|unpkg)/);
 
