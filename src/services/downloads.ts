@@ -7,8 +7,9 @@ import type { RawBodySchema } from "../../gen/svc/v1/options_pb.js";
 import { ProviderDownloadService } from "../../gen/svc/v1/providers_pb.js";
 import { renderLegacyDaemon, renderSetupPowerShell, renderSetupShell, sha256Hex } from "../daemon/render.js";
 import { lookupKey, roleOfKey } from "../domain/accounts/keys.js";
+import { legacySigningOf, providerTaskSecret } from "../domain/accounts/provider-secret.js";
 import { providerById } from "../domain/providers/providers.js";
-import { badRequest, notFound } from "../errors.js";
+import { badRequest, forbidden, notFound } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { callerProviderId, type Deps } from "./deps.js";
 
@@ -81,10 +82,16 @@ export function downloadService(deps: Deps): Partial<ServiceImpl<typeof Provider
     async downloadDaemon(req, ctx) {
       const checkOnly = req.checkOnly.trim().toLowerCase();
       if (!["", "true", "false"].includes(checkOnly)) throw badRequest(`check_only must be true or false (got "${req.checkOnly}")`);
+      const provider = await providerById(sql, callerProviderId(ctx));
+      // The file carries the provider's own task-signing secret: only for a provider the operator approved.
+      if (provider.approval_status !== "approved") {
+        throw forbidden(`the daemon file carries this provider's task-signing secret and is served once the provider is approved (approval: ${provider.approval_status})`);
+      }
+      const { epoch } = await legacySigningOf(sql, provider.id);
       const file = renderLegacyDaemon({
         backendUrl: config.backendUrl,
         apiKey: await callerKey(ctx),
-        hmacSecret: config.hmacSecret,
+        hmacSecret: providerTaskSecret(config.hmacSecret, provider.id, epoch),
         daemonVersion: config.daemonLatestVersion,
       });
       if (checkOnly === "true") {

@@ -232,7 +232,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async poll(_req, ctx) {
-      return { job: await pollJob(sql, callerProviderId(ctx)) };
+      return { job: await pollJob(sql, config.hmacSecret, callerProviderId(ctx)) };
     },
 
     async reportResult(req, ctx) {

@@ -2,10 +2,8 @@
 // backoff, never on a request's path. Woken by NOTIFY when a transaction
 // queues one, and polling for retries that fall due; several processes can
 // run it at once (claims use FOR UPDATE SKIP LOCKED).
-import dns from "node:dns";
 import http from "node:http";
 import https from "node:https";
-import type { LookupFunction } from "node:net";
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import {
@@ -16,12 +14,12 @@ import {
   WEBHOOK_NOTIFY_CHANNEL,
   checkWebhookUrl,
   claimDue,
-  isPrivateAddress,
   markDelivered,
   markFailed,
   webhookSignature,
   type OutboxRow,
 } from "../domain/notify/webhooks.js";
+import { publicOnlyLookup } from "../domain/shared/address.js";
 import type { Worker } from "./worker.js";
 
 export interface WebhookWorkerOptions {
@@ -45,16 +43,7 @@ export function retryDelayMs(attempts: number, base: number, max: number, maxAtt
 }
 
 /** Resolves names and refuses private/loopback answers (production: no SSRF, also via DNS rebinding). */
-export const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
-  dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
-    if (err) return callback(err, "", 0);
-    const list = addresses as dns.LookupAddress[];
-    const bad = list.find((a) => isPrivateAddress(a.address));
-    if (bad || list.length === 0) return callback(new Error(`webhook host ${hostname} resolves to a private address`), "", 0);
-    if (options.all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, list);
-    callback(null, list[0].address, list[0].family);
-  });
-};
+const lookup = publicOnlyLookup("webhook");
 
 interface Outcome {
   ok: boolean;
@@ -87,7 +76,7 @@ function post(row: OutboxRow, production: boolean, timeoutMs: number): Promise<O
       method: "POST",
       headers,
       timeout: timeoutMs,
-      ...(production ? { lookup: publicOnlyLookup } : {}),
+      ...(production ? { lookup } : {}),
     });
     req.on("response", (res) => {
       res.resume(); // the body is not needed

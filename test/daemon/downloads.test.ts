@@ -11,6 +11,7 @@ import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { hasCommand, run, startSelfServer, tempDir, writeExecutable } from "./helpers.js";
+import { providerTaskSecret } from "../../src/domain/accounts/provider-secret.js";
 
 let srv: TestServer;
 let provider: { id: number; key: string };
@@ -189,7 +190,9 @@ describe("downloads", () => {
     expect(r.headers.get("content-disposition")).toBe('attachment; filename="svc_daemon.py"');
     expect(r.text).toContain(`BACKEND_URL = "${srv.url}"`);
     expect(r.text).toContain(`API_KEY = "${provider.key}"`);
-    expect(r.text).toContain(`HMAC_SECRET = "${HMAC_SECRET}"`);
+    // The provider's own task-signing secret, never the service's.
+    expect(r.text).toContain(`HMAC_SECRET = "${providerTaskSecret(HMAC_SECRET, provider.id, 0)}"`);
+    expect(r.text).not.toContain(HMAC_SECRET);
     expect(r.text).toContain(`DAEMON_VERSION = "3.2.0"`);
     const dir = tempDir("py");
     const file = path.join(dir, "svc_daemon.py");

@@ -10,6 +10,10 @@ import { DockerExecutor, dockerRunArgs } from "../../src/daemon/ts/executors/doc
 import { ProcessExecutor } from "../../src/daemon/ts/executors/process.js";
 import { CONTAINER_SCRIPTS, executorFor } from "../../src/daemon/ts/executors/plan.js";
 import { parseProgress, type JobHooks, type JobSpec } from "../../src/daemon/ts/executors/types.js";
+import type { JsonObject } from "@bufbuild/protobuf";
+import { BUILTIN_DATASETS, BUILTIN_SCENES, DEFAULT_CONTAINERS, validateParams } from "../../src/domain/jobs/job-schemas.js";
+import { buildTaskSpec, modelOf } from "../../src/domain/jobs/task-spec.js";
+import type { JobType } from "../../src/domain/money/pricing.js";
 import { backoffMs } from "../../src/daemon/ts/daemon.js";
 import { configFromArgs, parseRunners } from "../../src/daemon/ts/cli.js";
 import { GpuProbe } from "../../src/daemon/ts/nvidia-smi.js";
@@ -69,6 +73,17 @@ function hooks() {
   return { seen, h };
 }
 
+/** The task a minimal submit ({job_type, duration_minutes}) produces, built by the server's own code. */
+function minimalJob(jobType: JobType): JobSpec {
+  const jobId = `job-min-${jobType}`;
+  const params = validateParams(jobType, undefined, { defaultImage: true });
+  const taskSpec = buildTaskSpec({
+    jobId, jobType, params, containerSpec: DEFAULT_CONTAINERS[jobType], gpuRequirements: null, maxDurationSeconds: 1800,
+    workspaceVolumeName: `svc-ws-${jobId}`, checkpointEnabled: false, model: modelOf(jobType, params),
+  });
+  return { jobId, jobType, maxDurationSeconds: 1800, taskSpec: taskSpec as JsonObject };
+}
+
 const llmJob: JobSpec = {
   jobId: "job-llm1",
   jobType: "llm-inference",
@@ -122,6 +137,20 @@ describe("docker executor (fake docker CLI)", () => {
     expect(a).toContain("--network none");
     expect(a).not.toContain("--gpus");
     expect(a).toContain("-e A=1 -e B=2 -w /app python:3.12-slim python -c print(1)");
+  });
+
+  it("runs the minimal jobs' defaults: the built-in scene and the smoke check need no network", () => {
+    const argv = (t: JobType) => dockerRunArgs(minimalJob(t), opts).argv;
+    expect(argv("rendering")).toContain("--network");
+    expect(argv("rendering").slice(-3)).toEqual(["linuxserver/blender:4.2.3", "python", "/svc-scripts/render.py"]);
+    expect(argv("custom_container").join(" ")).toContain("--gpus all --network none");
+    expect(argv("custom_container").slice(-2)).toEqual(["nvidia/cuda:12.4.1-runtime-ubuntu22.04", "nvidia-smi"]);
+    // Training still downloads its base model; the tiny dataset is made in the container.
+    expect(argv("training")).not.toContain("--network");
+    expect(argv("training").slice(-3)).toEqual(["pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime", "python", "/svc-scripts/train.py"]);
+    const remoteScene = minimalJob("rendering");
+    (remoteScene.taskSpec.inputs as JsonObject).scene_url = "https://scenes.example.com/a.blend";
+    expect(dockerRunArgs(remoteScene, opts).argv).not.toContain("--network");
   });
 
   it("stops a job with docker kill and reports the reason", async () => {
@@ -197,6 +226,30 @@ describe("process executor", () => {
       const r = spawnSync("python3", ["-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')", file], { encoding: "utf8" });
       expect(r.stderr, script).toBe("");
     }
+  });
+
+  it("the in-container programs make the built-in inputs the schemas default to, without a download", async () => {
+    const { spawnSync } = await import("node:child_process");
+    const py = (script: string, code: string) =>
+      spawnSync("python3", ["-c", `import json, runpy, sys\nm = runpy.run_path(sys.argv[1], run_name="check")\n${code}`, path.join(CONTAINER_SCRIPTS, script)], { encoding: "utf8" });
+    for (const name of BUILTIN_DATASETS) {
+      const r = py("train.py", `lines = m["load_lines"](${JSON.stringify(name)})\nprint(json.dumps(lines))`);
+      expect(r.stderr, name).toBe("");
+      const lines = JSON.parse(r.stdout) as string[];
+      expect(lines.length, name).toBeGreaterThanOrEqual(64);
+      expect(lines.every((l) => l.trim() !== "" && !l.includes("\n")), name).toBe(true);
+    }
+    expect(py("train.py", `m["load_lines"]("builtin:nope")`).stderr).toMatch(/unknown built-in dataset 'builtin:nope'/);
+    for (const name of BUILTIN_SCENES) {
+      // The scene program is handed to Blender on its factory scene; it must at least be valid Python.
+      const r = py("render.py", `a = m["blender_argv"]({"scene_url": ${JSON.stringify(name)}, "samples": 16}, "/tmp/out")\ncompile(a[4], "scene", "exec")\nprint(json.dumps(a))`);
+      expect(r.stderr, name).toBe("");
+      const a = JSON.parse(r.stdout) as string[];
+      expect(a.slice(0, 4), name).toEqual(["blender", "--factory-startup", "-b", "--python-expr"]);
+      expect(a[4], name).toMatch(/primitive_uv_sphere_add/);
+      expect(a.slice(-9), name).toEqual(["-o", "/tmp/out/frame_####", "-F", "PNG", "-s", "1", "-e", "1", "-a"]);
+    }
+    expect(py("render.py", `m["blender_argv"]({"scene_url": "builtin:nope"}, "/tmp/out")`).stderr).toMatch(/unknown built-in scene 'builtin:nope'/);
   });
 
   it("picks the executor per job type", () => {

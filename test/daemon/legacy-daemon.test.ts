@@ -151,6 +151,55 @@ json.dump({"response": "from the container: " + task["task_spec"]["inputs"]["pro
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("runs the minimal custom_container and rendering jobs on their defaults, offline (docker CLI faked)", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { file, dir } = await download(p.key);
+    const calls = path.join(dir, "docker-calls.jsonl");
+    // Plays the container: nvidia-smi prints what the real one prints; our render program reports the scene it was given.
+    const docker = writeExecutable(
+      dir,
+      "docker",
+      `#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+open(${JSON.stringify(calls)}, "a").write(json.dumps(args) + "\\n")
+if args[:1] != ["run"]:
+    sys.exit(0)
+out = [a.split(":")[0] for a in args if a.endswith(":/svc-output")][0]
+task = json.load(open(os.path.join(out, "task.json")))["task_spec"]
+if args[-1] == "nvidia-smi":
+    sys.stdout.write(open(${JSON.stringify(path.join(FIXTURES, "nvidia-smi.txt"))}).read())
+elif args[-1] == "/svc-scripts/render.py":
+    json.dump({"files": [], "frames": 1, "scene": task["inputs"]["scene_url"]}, open(os.path.join(out, "result.json"), "w"))
+else:
+    sys.exit(9)
+`,
+    );
+    const d = run(file, dir, { SVC_DOCKER: docker });
+    const runs = () => fs.readFileSync(calls, "utf8").trim().split("\n").map((l) => JSON.parse(l) as string[]).filter((a) => a[0] === "run");
+
+    const smoke = await api().post("/api/jobs/submit", { job_type: "custom_container", duration_minutes: 2 }, renter.headers);
+    expect(smoke.status, smoke.text).toBe(201);
+    const smokeDone = await ended(smoke.body.job.job_id, `smoke check end (${d.output()})`);
+    expect(smokeDone.status, smokeDone.error).toBe("completed");
+    expect((await api().get(`/api/jobs/${smoke.body.job.job_id}/output`, renter.headers)).body.response).toMatch(/NVIDIA-SMI/);
+    const smokeRun = runs()[0];
+    expect(smokeRun.slice(-2)).toEqual(["nvidia/cuda:12.4.1-runtime-ubuntu22.04", "nvidia-smi"]);
+    expect(smokeRun.join(" ")).toContain("--gpus all --network none");
+
+    const render = await api().post("/api/jobs/submit", { job_type: "rendering", duration_minutes: 2 }, renter.headers);
+    expect(render.status, render.text).toBe(201);
+    const renderDone = await ended(render.body.job.job_id, `render end (${d.output()})`);
+    expect(renderDone.status, renderDone.error).toBe("completed");
+    expect(renderDone.result).toMatchObject({ scene: "builtin:benchmark-scene" });
+    const renderRun = runs()[1];
+    expect(renderRun.slice(-3)).toEqual(["linuxserver/blender:4.2.3", "python", "/svc-scripts/render.py"]);
+    // The built-in scene is built in the container: nothing to download, so no network.
+    expect(renderRun).toContain("--network");
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("refuses a tampered task: the job fails and the renter is refunded", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);

@@ -1,13 +1,18 @@
 // The params validator shared by submit and templates: documented bounds,
-// allowed models, defaults for absent fields, 400 naming the field.
+// allowed models, defaults for absent fields (every field has one or is
+// optional), 400 naming the field.
 import { describe, expect, it } from "vitest";
 import { Ajv } from "ajv";
 import { JOB_TYPES } from "../../src/domain/money/pricing.js";
-import { IMAGE_MODELS, LLM_MODELS, PARAMS_SCHEMAS, validateParams } from "../../src/domain/jobs/job-schemas.js";
+import {
+  BUILTIN_DATASETS, BUILTIN_SCENES, DEFAULT_CONTAINERS, DEFAULT_CUSTOM_COMMAND, DEFAULT_IMAGE_PROMPT, DEFAULT_LLM_PROMPT, DEFAULT_TRAINING_BASE_MODEL,
+  IMAGE_MODELS, LLM_MODELS, PARAMS_SCHEMAS, validateParams,
+} from "../../src/domain/jobs/job-schemas.js";
+import { BUILTIN_IMAGES } from "../../src/domain/jobs/registry.js";
 
-const err = (type: string, params: unknown) => {
+const err = (type: string, params: unknown, opts?: { defaultImage?: boolean }) => {
   try {
-    validateParams(type, params);
+    validateParams(type, params, opts);
   } catch (e) {
     return (e as Error).message;
   }
@@ -45,10 +50,48 @@ describe("job params schemas", () => {
     expect(err("vllm_serve", { model: "evil/model" })).toMatch(/^params\.model must be one of /);
   });
 
-  it("names missing, unknown and malformed fields", () => {
-    expect(err("image_generation", {})).toBe("params.prompt is required for image_generation");
+  it("needs no field: every job type runs from no params at all, on its documented defaults", () => {
+    for (const t of JOB_TYPES) expect(validateParams(t, undefined)).toEqual(validateParams(t, {}));
+    expect(validateParams("image_generation", undefined)).toMatchObject({ prompt: DEFAULT_IMAGE_PROMPT, model: IMAGE_MODELS[0] });
+    for (const t of ["llm-inference", "llm_inference"]) {
+      expect(validateParams(t, undefined)).toEqual({ prompt: DEFAULT_LLM_PROMPT, max_tokens: 512, temperature: 0.7, model: LLM_MODELS[2] });
+    }
+    expect(validateParams("training", undefined)).toEqual({
+      base_model: DEFAULT_TRAINING_BASE_MODEL, dataset_url: BUILTIN_DATASETS[0], method: "lora", epochs: 3, batch_size: 8, learning_rate: 0.0002,
+    });
+    expect(validateParams("rendering", null)).toMatchObject({ scene_url: BUILTIN_SCENES[0], engine: "cycles", frame_start: 1, frame_end: 1 });
+    // custom_container: the smoke check only on the platform's image; a renter's own image keeps its own CMD.
+    expect(validateParams("custom_container", undefined, { defaultImage: true })).toEqual({ command: DEFAULT_CUSTOM_COMMAND });
+    expect(validateParams("custom_container", { command: ["python3", "x.py"] }, { defaultImage: true })).toEqual({ command: ["python3", "x.py"] });
+    expect(validateParams("custom_container", undefined)).toEqual({});
+    // A given value is kept, and a built-in input is accepted where a URL is.
+    expect(validateParams("training", { dataset_url: "https://d.example.com/x.txt" }).dataset_url).toBe("https://d.example.com/x.txt");
+    expect(validateParams("rendering", { scene_url: "builtin:benchmark-scene" }).scene_url).toBe("builtin:benchmark-scene");
+  });
+
+  it("documents the defaults in the README's job defaults table", async () => {
+    const { readFileSync } = await import("node:fs");
+    const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
+    const table = readme.slice(readme.indexOf("## Job defaults"), readme.indexOf("## Tests"));
+    for (const v of [
+      DEFAULT_LLM_PROMPT, DEFAULT_IMAGE_PROMPT, LLM_MODELS[2], IMAGE_MODELS[0], DEFAULT_TRAINING_BASE_MODEL, ...BUILTIN_DATASETS, ...BUILTIN_SCENES,
+      DEFAULT_CONTAINERS.custom_container.image, DEFAULT_CUSTOM_COMMAND.join(" "),
+    ]) {
+      expect(table).toContain(v);
+    }
+    expect(BUILTIN_IMAGES.map((b) => b.image)).toEqual(expect.arrayContaining(Object.values(DEFAULT_CONTAINERS).map((c) => c.image)));
+  });
+
+  it("names unknown and malformed fields", () => {
+    expect(err("image_generation", { prompt: "" })).toBe("params.prompt must NOT have fewer than 1 characters");
+    expect(err("llm-inference", { prompt: null })).toBe("params.prompt must be of type string");
+    expect(err("training", { base_model: "nope/model" })).toMatch(/^params\.base_model must be one of /);
+    expect(err("training", { dataset_url: "builtin:huge" })).toBe("params.dataset_url must be an http(s) URL or builtin:tiny-instruct");
+    expect(err("rendering", { scene_url: "file:///etc/passwd" })).toBe("params.scene_url must be an http(s) URL or builtin:benchmark-scene");
+    expect(err("custom_container", { command: [] })).toMatch(/^params\.command /);
+    expect(err("custom_container", { command: "nvidia-smi" }, { defaultImage: true })).toBe("params.command must be of type array");
     expect(err("image_generation", { prompt: "p", stpes: 3 })).toBe("params.stpes is not a parameter of image_generation");
-    expect(err("training", { base_model: LLM_MODELS[0], dataset_url: "ftp://x" })).toBe("params.dataset_url must be an http(s) URL");
+    expect(err("training", { base_model: LLM_MODELS[0], dataset_url: "ftp://x" })).toBe("params.dataset_url must be an http(s) URL or builtin:tiny-instruct");
     expect(err("custom_container", { env: { "1A": "x" } })).toBe("params.env has an invalid name '1A'");
     expect(err("benchmark", [1])).toBe("params must be an object");
     expect(err("quantum", {})).toMatch(/^job_type must be one of/);

@@ -10,8 +10,9 @@ import { connect, type Sql } from "../../src/db/index.js";
 import { migrate } from "../../src/db/migrate.js";
 import { createLogger } from "../../src/log.js";
 import { registerRenter } from "../../src/domain/accounts/renters.js";
-import { enqueueRenterWebhook, isPrivateAddress, webhookSignature, SIGNATURE_TOLERANCE_SECONDS } from "../../src/domain/notify/webhooks.js";
-import { publicOnlyLookup, retryDelayMs, webhookOutboxWorker } from "../../src/workers/webhook-outbox.js";
+import { enqueueRenterWebhook, webhookSignature, SIGNATURE_TOLERANCE_SECONDS } from "../../src/domain/notify/webhooks.js";
+import { isPrivateAddress, publicOnlyLookup } from "../../src/domain/shared/address.js";
+import { retryDelayMs, webhookOutboxWorker } from "../../src/workers/webhook-outbox.js";
 import { freshDatabase, startTestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 
@@ -230,7 +231,7 @@ describe("rules", () => {
 
   it("the production resolver refuses names that resolve to loopback (DNS cannot smuggle a private target)", async () => {
     for (const all of [true, false]) {
-      const err = await new Promise<Error | null>((resolve) => publicOnlyLookup("localhost", { all }, (e) => resolve(e)));
+      const err = await new Promise<Error | null>((resolve) => publicOnlyLookup("webhook")("localhost", { all }, (e) => resolve(e)));
       expect(err?.message).toMatch(/resolves to a private address/);
     }
   });

@@ -48,8 +48,8 @@ describe("submit with templates and the registry", () => {
     const image = "ghcr.io/acme/solver:3.2.1";
     const job = { job_type: "custom_container", duration_minutes: 1, container_spec: { image }, params: { command: ["solve"] } };
     const before = await api.post("/api/jobs/submit", job, renter.headers);
-    expect(before.status).toBe(403);
-    expect(before.body.error).toMatch(/not an approved image/);
+    expect(before.status).toBe(400);
+    expect(before.body.error).toMatch(/^container_spec\.image .* not an approved image/);
     const req = await api.post("/api/registry/requests", { image, reason: "solver" }, renter.headers);
     expect((await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, {}, ADMIN)).status).toBe(200);
     const after = await api.post("/api/jobs/submit", job, renter.headers);

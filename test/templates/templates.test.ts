@@ -1,6 +1,7 @@
 // GET /api/templates: the built-in set, its documented fields, and proof that
-// params_schema is the very schema submit validates with (same verdicts on
-// generated params), and resource_requirements -> gpu_requirements.
+// params_schema is the very schema submit validates with (same verdicts and
+// the same defaults on generated params), and resource_requirements ->
+// gpu_requirements.
 import { Ajv } from "ajv";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -74,18 +75,24 @@ describe("templates", () => {
       const check = ajv.compile(t.params_schema);
       fc.assert(
         fc.property(fc.dictionary(fc.constantFrom(...props, "unknown_field"), value, { maxKeys: 5 }), (params) => {
-          const servedOk = check(structuredClone(params));
-          let submitOk = true;
+          const served = structuredClone(params);
+          const servedOk = check(served);
+          let submitted: Record<string, unknown> | undefined;
           try {
-            validateParams(t.job_type, params);
+            submitted = validateParams(t.job_type, params);
           } catch (err) {
-            submitOk = false;
             expect((err as Error).message).toMatch(/params/);
           }
-          expect(submitOk).toBe(servedOk);
+          expect(submitted !== undefined).toBe(servedOk);
+          // Accepted: the served schema's defaults fill in exactly what submit runs with.
+          if (submitted) expect(submitted).toEqual(served);
         }),
         { numRuns: 150 },
       );
+      // No params at all: the served defaults are the whole job, and submit uses the same.
+      const empty = {};
+      expect(check(empty)).toBe(true);
+      expect(validateParams(t.job_type, undefined)).toEqual(empty);
     }
   });
 

@@ -68,7 +68,7 @@ it("reserves each request's price cap, so concurrent requests cannot promise mor
   await serveModel(srv, model, slow.url);
   const messages = [{ role: "user" as const, content: "hi" }];
   const maxTokens = 100;
-  const cap = promptTokensBound([messages, null]) * 1 + maxTokens * 2;
+  const cap = promptTokensBound({ messages }) * 1 + maxTokens * 2;
   const renter = await makeRenter(srv, cap + Math.floor(cap / 2)); // one cap fits, two do not
   const ai = openai(renter.key);
 

@@ -6,12 +6,14 @@
 // empty, the first event is an error, or nothing more comes.
 // The endless modes never stop sending until the gateway hangs up: one event
 // that never ends (from the start, or after the first words), or a flood of
-// well-formed chunks.
+// well-formed chunks. "overstate" answers like "ok" but reports usage of
+// OVERSTATED_TOKENS prompt and completion tokens, far beyond what it sent.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
 export type Mode =
   | "ok"
+  | "overstate"
   | "error500"
   | "hang"
   | "slow-stream"
@@ -43,6 +45,8 @@ export interface FakeVllm {
 /** Words of the reply; one stream chunk each, and `completion_tokens` = their count. */
 export const REPLY_WORDS = ["Hello", " from", " a", " provider", " GPU", "."];
 export const PROMPT_TOKENS = 11;
+/** The prompt and completion tokens "overstate" claims. */
+export const OVERSTATED_TOKENS = 900_000_000;
 
 export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<FakeVllm> {
   const sockets = new Set<import("node:net").Socket>();
@@ -91,7 +95,10 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
     }
     const id = `chatcmpl-${name}-${fake.requests.length}`;
     const created = Math.floor(Date.now() / 1000);
-    const usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length, total_tokens: PROMPT_TOKENS + REPLY_WORDS.length };
+    const usage =
+      fake.mode === "overstate"
+        ? { prompt_tokens: OVERSTATED_TOKENS, completion_tokens: OVERSTATED_TOKENS, total_tokens: 2 * OVERSTATED_TOKENS }
+        : { prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length, total_tokens: PROMPT_TOKENS + REPLY_WORDS.length };
     if (!body.stream) {
       const json = {
         id,

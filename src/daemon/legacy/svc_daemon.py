@@ -48,6 +48,10 @@ DAEMON_VERSION = "{{DAEMON_VERSION}}"
 BACKEND_URL = "{{BACKEND_URL}}"
 API_KEY = "{{API_KEY}}"
 HMAC_SECRET = "{{HMAC_SECRET}}"
+# The secret served in this file is this provider's own (tasks sent to other
+# providers are signed with theirs); the readiness report tells the server so.
+# SVC_HMAC_SECRET in the environment replaces it with the service-wide one.
+TASK_SIGNING_OWN = "provider"
 # The programs the built-in job types run inside their image: the same files as
 # the TypeScript daemon's container-scripts/, filled in when this file is served
 # ({"llm.py": "<source>", ...}); written under the work folder and mounted read-only.
@@ -450,12 +454,16 @@ def _safe_name(job_id):
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job_id)[:100]
 
 
+def _remote(value):
+    """A URL to download; the built-in inputs ("builtin:...") are made inside the container."""
+    return isinstance(value, str) and value.lower().startswith(("http://", "https://"))
+
+
 def needs_network(job, spec, inputs):
     """Same rule as the TypeScript daemon: a model, dataset or scene to download, or asked for."""
     if spec.get("network") is True or job.get("job_type") == "vllm_serve":
         return True
-    return isinstance(spec.get("model"), str) or isinstance(inputs.get("dataset_url"), str) \
-        or isinstance(inputs.get("scene_url"), str)
+    return isinstance(spec.get("model"), str) or _remote(inputs.get("dataset_url")) or _remote(inputs.get("scene_url"))
 
 
 def write_container_scripts(workdir):
@@ -626,7 +634,8 @@ class Daemon:
                   "vram_gb": round(sum((g.get("vram_mib") or 0) for g in gpus) / 1024.0, 1),
                   "driver": (gpus[0].get("driver_version") if gpus else None) or ""}
         try:
-            res = self.api.post("/api/providers/readiness", {"daemon_version": DAEMON_VERSION, "checks": checks})
+            signing = "service" if os.environ.get("SVC_HMAC_SECRET") else TASK_SIGNING_OWN
+            res = self.api.post("/api/providers/readiness", {"daemon_version": DAEMON_VERSION, "checks": checks, "task_signing": signing})
             self.log("readiness: %s" % res.get("readiness_status"))
         except ApiError as err:
             self.log("readiness report failed: %s" % err)

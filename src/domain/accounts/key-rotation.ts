@@ -13,6 +13,8 @@ import { issueKey, type KeyRole } from "./keys.js";
 export async function rotateKeys(db: Db, role: KeyRole, accountId: number): Promise<string> {
   const column = role === "provider" ? db`provider_id` : db`renter_id`;
   await db`UPDATE api_keys SET revoked_at = now() WHERE role = ${role} AND ${column} = ${accountId} AND revoked_at IS NULL`;
+  // A provider's legacy task-signing secret is derived per key epoch: rotating its keys rotates it.
+  if (role === "provider") await db`UPDATE providers SET task_secret_epoch = task_secret_epoch + 1, updated_at = now() WHERE id = ${accountId}`;
   await accountKeysChanged(db, role, accountId);
   return issueKey(db, role, accountId);
 }

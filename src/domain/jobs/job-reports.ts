@@ -13,6 +13,8 @@ import { type JobRow } from "../shared/job-row.js";
 import type { AssignedJob } from "../notify/job-notices.js";
 import { completeLocked, endLocked, figuresOf, lockJob, type Figures, type LockedJob } from "../money/settlement.js";
 import { checkRange, requireFields } from "../shared/validate.js";
+import { legacySigningOf, providerTaskSecret } from "../accounts/provider-secret.js";
+import { canonicalJson, signTask, verifyTask } from "../../shared/task-signature.js";
 
 type AssignedJobInit = MessageInitShape<typeof AssignedJobSchema>;
 type ResultInit = MessageInitShape<typeof JobResultResponseSchema>;
@@ -67,7 +69,14 @@ async function lockOwnActive(tx: Tx, providerId: number, jobId: string): Promise
  * Legacy poll: the oldest pending job of this provider, now running; when it
  * has none, free GPUs are filled from the queue first. Undefined: no work.
  */
-export async function pollJob(sql: Sql, providerId: number): Promise<AssignedJobInit | undefined> {
+/**
+ * The legacy poll: the provider's oldest pending job, now running. Its
+ * task_spec_hmac is signed with the secret the provider's daemon holds (its
+ * own, src/domain/accounts/provider-secret.ts; the service's for a file from
+ * before per-provider secrets), and only when the stored HMAC still verifies:
+ * a task changed behind the service's back goes out unsigned and is refused.
+ */
+export async function pollJob(sql: Sql, serviceSecret: string, providerId: number): Promise<AssignedJobInit | undefined> {
   const take = () =>
     sql.begin(async (tx) => {
       const [job] = await tx<JobRow[]>`
@@ -79,7 +88,16 @@ export async function pollJob(sql: Sql, providerId: number): Promise<AssignedJob
     });
   let job = await take();
   if (!job && (await dispatchForProvider(sql, providerId)).length > 0) job = await take();
-  return job ? assignedJobMessage(job) : undefined;
+  if (!job) return undefined;
+  const msg = assignedJobMessage(job);
+  const signing = await legacySigningOf(sql, providerId);
+  if (signing.holds === "provider") {
+    const canonical = canonicalJson(job.task_spec);
+    msg.taskSpecHmac = verifyTask(serviceSecret, job.task_spec, job.task_spec_hmac, canonical)
+      ? signTask(providerTaskSecret(serviceSecret, providerId, signing.epoch), job.task_spec)
+      : "";
+  }
+  return msg;
 }
 
 /** Stream daemons acknowledge an assignment: pending -> running. */

@@ -1,7 +1,10 @@
 // The `params` of every job type as a JSON Schema, and the one validator
 // that checks them. Submit and compute templates (`params_schema`) both use
-// these: a bound or an allowed model is written here and nowhere else.
-// Bounds are enforced, never clamped; defaults fill only absent fields.
+// these: a bound, an allowed model or a default is written here and nowhere
+// else. Bounds are enforced, never clamped; defaults fill only absent fields.
+// `params` is optional for every job type (interface spec), so every field a
+// job needs to run has a default: the minimal body runs a small, documented
+// job (README "Job defaults"), and the task spec carries the filled-in values.
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { badRequest } from "../../errors.js";
 import type { JobType } from "../money/pricing.js";
@@ -30,6 +33,41 @@ export const TRAINING_BASE_MODELS = [...LLM_MODELS, "stabilityai/stable-diffusio
 
 export const DEFAULT_IMAGE_MODEL = IMAGE_MODELS[0];
 export const DEFAULT_LLM_MODEL = LLM_MODELS[2];
+/** The smallest listed LLM: what training fine-tunes when no base_model is given. */
+export const DEFAULT_TRAINING_BASE_MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
+export const DEFAULT_IMAGE_PROMPT = "a lighthouse on a rocky coast at sunset, photograph";
+export const DEFAULT_LLM_PROMPT = "Introduce yourself in one sentence.";
+
+/**
+ * Inputs the container programs build themselves, no download: the training
+ * data (question/answer lines generated in the container, train.py) and the
+ * benchmark scene (built procedurally in Blender, render.py).
+ */
+export const BUILTIN_DATASETS = ["builtin:tiny-instruct"] as const;
+export const BUILTIN_SCENES = ["builtin:benchmark-scene"] as const;
+
+export const IMAGE_TYPES = ["llm", "vllm", "diffusion", "training", "render", "benchmark", "custom"] as const;
+export type ImageType = (typeof IMAGE_TYPES)[number];
+
+/**
+ * The image each job type runs in when container_spec names none (all on
+ * the registry's built-in list, so approved by default). custom_container's
+ * is the platform's CUDA base image, which then runs DEFAULT_CUSTOM_COMMAND
+ * unless params.command is given.
+ */
+export const DEFAULT_CONTAINERS: Record<JobType, { image_type: ImageType; image: string }> = {
+  "llm-inference": { image_type: "llm", image: "huggingface/transformers-pytorch-gpu:4.41.3" },
+  llm_inference: { image_type: "llm", image: "huggingface/transformers-pytorch-gpu:4.41.3" },
+  vllm_serve: { image_type: "vllm", image: "vllm/vllm-openai:v0.6.3" },
+  image_generation: { image_type: "diffusion", image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime" },
+  training: { image_type: "training", image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime" },
+  rendering: { image_type: "render", image: "linuxserver/blender:4.2.3" },
+  benchmark: { image_type: "benchmark", image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" },
+  custom_container: { image_type: "custom", image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" },
+};
+
+/** A GPU smoke check: lists the GPUs the container sees (fails when it sees none). */
+export const DEFAULT_CUSTOM_COMMAND = ["nvidia-smi"];
 
 export const BENCHMARK_SUITES = ["quick", "matmul", "memory", "llm", "image", "full"] as const;
 export const RENDER_ENGINES = ["cycles", "eevee"] as const;
@@ -44,7 +82,15 @@ const int = (minimum: number, maximum: number, description: string, def?: number
   description,
   ...(def === undefined ? {} : { default: def }),
 });
-const url: Schema = { type: "string", pattern: "^https?://\\S+$", maxLength: 2048, "x-error": "must be an http(s) URL" };
+/** An http(s) URL or one of the built-in inputs (plain names: no regex metacharacters), the first being the default. */
+const source = (builtins: readonly string[], description: string): Schema => ({
+  type: "string",
+  pattern: `^(?:https?://\\S+|${builtins.join("|")})$`,
+  maxLength: 2048,
+  default: builtins[0],
+  description,
+  "x-error": `must be an http(s) URL or ${builtins.join(", ")}`,
+});
 const envMap: Schema = {
   type: "object",
   propertyNames: { pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$" },
@@ -52,22 +98,22 @@ const envMap: Schema = {
   maxProperties: 64,
 };
 
-function objectSchema(title: string, properties: Record<string, Schema>, required: string[] = []): Schema {
-  return { $schema: "http://json-schema.org/draft-07/schema#", title, type: "object", properties, required, additionalProperties: false };
+// No field is required: `params` itself is optional, so each needed field has a default.
+function objectSchema(title: string, properties: Record<string, Schema>): Schema {
+  return { $schema: "http://json-schema.org/draft-07/schema#", title, type: "object", properties, additionalProperties: false };
 }
 
 const llmParams = (title: string) =>
   objectSchema(
     title,
     {
-      prompt: text(100_000, "The prompt text"),
+      prompt: { ...text(100_000, "The prompt text"), default: DEFAULT_LLM_PROMPT },
       system: { type: "string", maxLength: 20_000, description: "Optional system prompt" },
       max_tokens: int(32, 4096, "Most tokens to generate", 512),
       temperature: { type: "number", minimum: 0.1, maximum: 2.0, default: 0.7, description: "Sampling temperature" },
       top_p: { type: "number", exclusiveMinimum: 0, maximum: 1, description: "Nucleus sampling" },
       model: { type: "string", enum: [...LLM_MODELS], default: DEFAULT_LLM_MODEL, description: "Allowed LLM" },
     },
-    ["prompt"],
   );
 
 /** JSON Schema of `params` per job type (draft-07). */
@@ -75,7 +121,7 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
   image_generation: objectSchema(
     "image_generation params",
     {
-      prompt: text(4000, "What to draw"),
+      prompt: { ...text(4000, "What to draw"), default: DEFAULT_IMAGE_PROMPT },
       negative_prompt: { type: "string", maxLength: 4000, description: "What to avoid" },
       steps: int(5, 100, "Denoising steps", 30),
       width: int(256, 1024, "Image width in pixels", 1024),
@@ -84,7 +130,6 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       guidance_scale: { type: "number", minimum: 0, maximum: 30, description: "Classifier-free guidance" },
       model: { type: "string", enum: [...IMAGE_MODELS], default: DEFAULT_IMAGE_MODEL, description: "Allowed image model" },
     },
-    ["prompt"],
   ),
   "llm-inference": llmParams("llm-inference params"),
   llm_inference: llmParams("llm_inference params"),
@@ -96,13 +141,12 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       dtype: { type: "string", enum: ["auto", "float16", "bfloat16"], default: "auto" },
       gpu_memory_utilization: { type: "number", minimum: 0.1, maximum: 0.95, default: 0.9 },
     },
-    [],
   ),
   training: objectSchema(
     "training params",
     {
-      base_model: { type: "string", enum: [...TRAINING_BASE_MODELS], description: "Model to fine-tune" },
-      dataset_url: { ...url, description: "HTTP(S) URL of the training data" },
+      base_model: { type: "string", enum: [...TRAINING_BASE_MODELS], default: DEFAULT_TRAINING_BASE_MODEL, description: "Model to fine-tune" },
+      dataset_url: source(BUILTIN_DATASETS, "HTTP(S) URL of the training data (text lines), or a built-in dataset"),
       method: { type: "string", enum: ["lora", "qlora", "full"], default: "lora" },
       epochs: int(1, 100, "Passes over the data", 3),
       batch_size: int(1, 512, "Examples per step", 8),
@@ -110,12 +154,11 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       max_steps: int(1, 1_000_000, "Stop after this many steps"),
       output_name: { type: "string", pattern: "^[A-Za-z0-9._-]{1,128}$", "x-error": "must be 1-128 letters, digits, '.', '_' or '-'" },
     },
-    ["base_model", "dataset_url"],
   ),
   rendering: objectSchema(
     "rendering params",
     {
-      scene_url: { ...url, description: "HTTP(S) URL of the .blend scene" },
+      scene_url: source(BUILTIN_SCENES, "HTTP(S) URL of the .blend scene, or the built-in benchmark scene"),
       engine: { type: "string", enum: [...RENDER_ENGINES], default: "cycles" },
       frame_start: int(0, 1_000_000, "First frame", 1),
       frame_end: int(0, 1_000_000, "Last frame", 1),
@@ -124,7 +167,6 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       resolution_y: int(16, 8192, "Output height", 1080),
       output_format: { type: "string", enum: ["PNG", "JPEG", "OPEN_EXR"], default: "PNG" },
     },
-    ["scene_url"],
   ),
   benchmark: objectSchema(
     "benchmark params",
@@ -132,7 +174,6 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       suite: { type: "string", enum: [...BENCHMARK_SUITES], default: "quick" },
       iterations: int(1, 1000, "Repetitions per test", 10),
     },
-    [],
   ),
   custom_container: objectSchema(
     "custom_container params",
@@ -142,9 +183,24 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       workdir: { type: "string", pattern: "^/\\S*$", maxLength: 1024, "x-error": "must be an absolute path" },
       expose_port: int(1, 65535, "Container port to expose"),
     },
-    [],
   ),
 };
+
+/**
+ * custom_container params when container_spec names no image: the platform's
+ * CUDA base image then runs the GPU smoke check unless a command is given. A
+ * renter's own image keeps the plain schema, so an absent command runs that
+ * image's own CMD, as it always has.
+ */
+export const DEFAULT_IMAGE_CUSTOM_PARAMS_SCHEMA: Schema = (() => {
+  const base = PARAMS_SCHEMAS.custom_container;
+  const props = base.properties as Record<string, Schema>;
+  return {
+    ...base,
+    title: "custom_container params (default image)",
+    properties: { ...props, command: { ...props.command, default: DEFAULT_CUSTOM_COMMAND } },
+  };
+})();
 
 const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: true, strictRequired: false });
 // Our own annotation: the plain-words message for a pattern mismatch.
@@ -152,6 +208,7 @@ ajv.addKeyword({ keyword: "x-error", schemaType: "string" });
 const validators = new Map<string, ValidateFunction>(
   Object.entries(PARAMS_SCHEMAS).map(([type, schema]) => [type, ajv.compile(schema)]),
 );
+const defaultImageCustomValidator = ajv.compile(DEFAULT_IMAGE_CUSTOM_PARAMS_SCHEMA);
 
 function typeWord(s: Schema): string {
   return s.type === "integer" ? "an integer" : s.type === "number" ? "a number" : s.type === "string" ? "a string" : s.type === "array" ? "an array" : s.type === "object" ? "an object" : "a value";
@@ -164,8 +221,6 @@ function describe(jobType: string, schema: Schema, err: ErrorObject): string {
   const top = err.instancePath.split("/").filter(Boolean)[0];
   const prop = top ? ((schema.properties as Record<string, Schema>)[top] ?? {}) : {};
   switch (err.keyword) {
-    case "required":
-      return `params.${(err.params as { missingProperty: string }).missingProperty} is required for ${jobType}`;
     case "additionalProperties":
       return `params.${path ? path + "." : ""}${(err.params as { additionalProperty: string }).additionalProperty} is not a parameter of ${jobType}`;
     case "propertyNames":
@@ -191,10 +246,12 @@ function describe(jobType: string, schema: Schema, err: ErrorObject): string {
 
 /**
  * Validates `params` of a job type; answers a copy with defaults filled in.
- * Throws 400 naming the first offending field.
+ * `defaultImage`: container_spec names no image (custom_container's command
+ * default depends on it). Throws 400 naming the first offending field.
  */
-export function validateParams(jobType: string, params: unknown): Record<string, unknown> {
-  const validate = validators.get(jobType);
+export function validateParams(jobType: string, params: unknown, opts: { defaultImage?: boolean } = {}): Record<string, unknown> {
+  const defaultImageCustom = jobType === "custom_container" && opts.defaultImage === true;
+  const validate = defaultImageCustom ? defaultImageCustomValidator : validators.get(jobType);
   if (!validate) throw badRequest(`job_type must be one of ${Object.keys(PARAMS_SCHEMAS).join(", ")}`);
   const copy = params === undefined || params === null ? {} : structuredClone(params);
   if (typeof copy !== "object" || Array.isArray(copy)) throw badRequest("params must be an object");

@@ -12,7 +12,7 @@ import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type Rente
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
 import { quotaRefusal, quotaUsageMany, type QuotaUsage } from "../money/quota.js";
 import { signTask } from "../../shared/task-signature.js";
-import { buildTaskSpec, modelOf, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
+import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
 import { templateById, templateGpuRequirements } from "./templates.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
 
@@ -90,7 +90,7 @@ export interface SubmitIntent {
 
 /**
  * Validates a submit and builds what the job will run (task spec, signature):
- * 400 naming the field, 403 for an unapproved image. Reads only (the
+ * 400 naming the field (an unapproved image included). Reads only (the
  * registry's approved images), so it runs before any transaction.
  */
 export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number, input: SubmitInput): Promise<SubmitIntent> {
@@ -105,10 +105,12 @@ export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number
   const maxDurationSeconds = checkRange(input.maxDurationSeconds ?? L.maxDurationSeconds.default, L.maxDurationSeconds.min, L.maxDurationSeconds.max, "max_duration_seconds", true);
   const priority = checkRange(input.priority ?? L.priority.default, L.priority.min, L.priority.max, "priority", true);
   const requestedProvider = input.providerId === undefined ? null : checkRange(input.providerId, 1, Number.MAX_SAFE_INTEGER, "provider_id", true);
-  const params = validateParams(jobType, input.params);
+  const givenContainer = input.containerSpec ?? (template ? { image: template.image } : undefined);
+  // Absent inputs take the defaults of job-schemas.ts, so what the task spec says is what runs and is billed.
+  const params = validateParams(jobType, input.params, { defaultImage: !namesImage(givenContainer) });
   let gpuRequirements = normalizeGpuRequirements(input.gpuRequirements);
   if (template) gpuRequirements = templateGpuRequirements(template, gpuRequirements);
-  const containerSpec = await normalizeContainerSpec(db, jobType, input.containerSpec ?? (template ? { image: template.image } : undefined));
+  const containerSpec = await normalizeContainerSpec(db, jobType, givenContainer);
 
   const rate = RATE_HALALA_PER_MINUTE[jobType];
   const estimate = estimateHalala(rate, durationMinutes);

@@ -2,24 +2,11 @@
 // params of every job type, and the container spec it runs in. The spec is
 // signed (task-signing.ts) and never changes after submit: a re-queued job
 // runs the very same signed task on its next provider.
-import { badRequest, forbidden } from "../../errors.js";
+import { badRequest } from "../../errors.js";
 import type { Db } from "../../db/index.js";
 import { RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
 import { checkImageReference, isImageApproved } from "./registry.js";
-
-export const IMAGE_TYPES = ["llm", "vllm", "diffusion", "training", "render", "benchmark", "custom"] as const;
-export type ImageType = (typeof IMAGE_TYPES)[number];
-
-/** The image each built-in job type runs in (all on the registry's built-in list). */
-export const DEFAULT_CONTAINERS: Record<Exclude<JobType, "custom_container">, { image_type: ImageType; image: string }> = {
-  "llm-inference": { image_type: "llm", image: "huggingface/transformers-pytorch-gpu:4.41.3" },
-  llm_inference: { image_type: "llm", image: "huggingface/transformers-pytorch-gpu:4.41.3" },
-  vllm_serve: { image_type: "vllm", image: "vllm/vllm-openai:v0.6.3" },
-  image_generation: { image_type: "diffusion", image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime" },
-  training: { image_type: "training", image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime" },
-  rendering: { image_type: "render", image: "linuxserver/blender:4.2.3" },
-  benchmark: { image_type: "benchmark", image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" },
-};
+import { DEFAULT_CONTAINERS, IMAGE_TYPES, type ImageType } from "./job-schemas.js";
 
 /** How a job type is priced, named after its per-minute rate tier (pricing.ts holds the rates). */
 export function pricingClassOf(jobType: JobType): string {
@@ -41,10 +28,16 @@ const OUTPUTS: Record<JobType, Record<string, string>> = {
 
 const CONTAINER_FIELDS = ["image", "image_type"];
 
+/** Whether a container_spec names an image; one that does not runs the job type's default (job-schemas.ts). */
+export function namesImage(spec: Record<string, unknown> | undefined): boolean {
+  return typeof spec?.image === "string" && spec.image.trim() !== "";
+}
+
 /**
  * Normalizes container_spec: `image_type` always present, the image always
- * explicit, `pricing_class` added. A renter-chosen image (required for
- * custom_container) must be a pinned reference on the approved registry list.
+ * explicit (the job type's default when none is named), `pricing_class`
+ * added. A renter-chosen image must be a pinned reference on the approved
+ * registry list.
  */
 export async function normalizeContainerSpec(db: Db, jobType: JobType, spec: Record<string, unknown> | undefined): Promise<Record<string, unknown>> {
   const given = spec ?? {};
@@ -55,16 +48,16 @@ export async function normalizeContainerSpec(db: Db, jobType: JobType, spec: Rec
   if (given.image_type !== undefined && (typeof given.image_type !== "string" || !IMAGE_TYPES.includes(given.image_type as ImageType))) {
     throw badRequest(`container_spec.image_type must be one of ${IMAGE_TYPES.join(", ")}`);
   }
-  const fallback = jobType === "custom_container" ? undefined : DEFAULT_CONTAINERS[jobType];
-  let image = fallback?.image;
-  if (typeof given.image === "string" && given.image.trim() !== "") {
-    image = checkImageReference(given.image, "container_spec.image");
+  const fallback = DEFAULT_CONTAINERS[jobType];
+  let image = fallback.image;
+  if (namesImage(given)) {
+    image = checkImageReference(given.image as string, "container_spec.image");
     if (!(await isImageApproved(db, image))) {
-      throw forbidden(`container_spec.image ${image} is not an approved image; only images on the registry's approved list can run`);
+      // 400, as for any other present and wrong value (the interface documents no 403 for submit).
+      throw badRequest(`container_spec.image ${image} is not an approved image; only images on the registry's approved list can run`);
     }
   }
-  if (!image) throw badRequest("container_spec.image is required for custom_container");
-  const imageType = (given.image_type as ImageType | undefined) ?? fallback?.image_type ?? "custom";
+  const imageType = (given.image_type as ImageType | undefined) ?? fallback.image_type;
   return { image, image_type: imageType, pricing_class: pricingClassOf(jobType) };
 }
 

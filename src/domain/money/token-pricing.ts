@@ -66,13 +66,105 @@ export function tokenCostHalala(rate: TokenRate, promptTokens: number, completio
   return Math.ceil((promptTokens * rate.input + completionTokens * rate.output) / PER);
 }
 
+// What the gateway can bill is bounded by what it can see. A byte-level BPE
+// token decodes to at least one byte, so text of B UTF-8 bytes is at most B
+// tokens; the allowances below cover the tokens that never appear as text.
+// Usage an endpoint reports beyond these bounds is not billed (usage-billing.ts
+// records it against the provider, reputation.ts docks its reliability).
+
+/** Prompt tokens a chat template adds around each message (role header, separators, end marker). */
+export const PROMPT_TOKENS_PER_MESSAGE = 8;
+/** Prompt tokens a template adds once per request (BOS, generation prompt, a model's default system prompt). */
+export const PROMPT_TOKENS_PER_REQUEST = 64;
+/** Completion tokens per choice beyond its delivered text (end of sequence and other special tokens, stripped reasoning markers). */
+export const COMPLETION_TOKENS_PER_CHOICE = 16;
+/** Completion tokens per tool call beyond its name and arguments (the model's tool-call markup, parsed away). */
+export const COMPLETION_TOKENS_PER_TOOL_CALL = 16;
+
+export interface TokenCounts {
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/** UTF-8 bytes of every string inside a JSON value (object keys excluded). */
+export function stringBytes(v: unknown): number {
+  if (typeof v === "string") return Buffer.byteLength(v);
+  if (Array.isArray(v)) return v.reduce((n: number, x) => n + stringBytes(x), 0);
+  if (v && typeof v === "object") return Object.values(v).reduce((n: number, x) => n + stringBytes(x), 0);
+  return 0;
+}
+
 /**
- * An upper bound of the prompt's tokens without its tokenizer: byte-level BPE
- * tokens cover at least one byte each, and the JSON quoting and keys we count
- * exceed the chat template's few tokens per message.
+ * The most prompt tokens a chat request can make: the text of its messages
+ * (every string in them: content and its parts, names, tool calls) plus
+ * PROMPT_TOKENS_PER_MESSAGE each, what a template renders from the request
+ * besides them (tools and functions as JSON, documents, a request's own
+ * chat_template), and PROMPT_TOKENS_PER_REQUEST. Also the prompt part of the
+ * price cap held before the request is proxied.
  */
-export function promptTokensBound(promptParts: unknown): number {
-  return Buffer.byteLength(JSON.stringify(promptParts ?? "")) + 16;
+export function promptTokensBound(body: Record<string, unknown>): number {
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  let n = PROMPT_TOKENS_PER_REQUEST + stringBytes(messages) + messages.length * PROMPT_TOKENS_PER_MESSAGE;
+  for (const f of ["tools", "functions", "documents"]) if (body[f] != null) n += Buffer.byteLength(JSON.stringify(body[f]));
+  return n + stringBytes(body.chat_template);
+}
+
+/** Text of a completion the renter receives: bytes of its generated fields and the tool calls among them. */
+export interface DeliveredText {
+  bytes: number;
+  toolCalls: number;
+}
+
+const GENERATED_TEXT = ["content", "reasoning_content", "reasoning", "refusal"] as const;
+
+/**
+ * The generated text in a response's `choices` (their `message`, or a stream
+ * chunk's `delta`): content, reasoning and refusal text, tool and function
+ * call names and arguments. A tool call is counted where its name is sent
+ * (once per call, also when streamed).
+ */
+export function deliveredText(choices: unknown, part: "message" | "delta"): DeliveredText {
+  const out: DeliveredText = { bytes: 0, toolCalls: 0 };
+  if (!Array.isArray(choices)) return out;
+  for (const c of choices) {
+    const m = (c as Record<string, unknown> | null)?.[part] as Record<string, unknown> | undefined;
+    if (!m || typeof m !== "object") continue;
+    for (const f of GENERATED_TEXT) if (typeof m[f] === "string") out.bytes += Buffer.byteLength(m[f] as string);
+    const calls = [...(Array.isArray(m.tool_calls) ? m.tool_calls : []), ...(m.function_call ? [{ function: m.function_call }] : [])];
+    for (const call of calls) {
+      const fn = (call as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
+      if (!fn || typeof fn !== "object") continue;
+      if (typeof fn.name === "string") {
+        out.bytes += Buffer.byteLength(fn.name);
+        if (fn.name) out.toolCalls++;
+      }
+      if (typeof fn.arguments === "string") out.bytes += Buffer.byteLength(fn.arguments);
+    }
+  }
+  return out;
+}
+
+export function addDelivered(a: DeliveredText, b: DeliveredText): DeliveredText {
+  return { bytes: a.bytes + b.bytes, toolCalls: a.toolCalls + b.toolCalls };
+}
+
+/**
+ * The most completion tokens behind `delivered`: its bytes, plus per requested
+ * choice COMPLETION_TOKENS_PER_CHOICE and the longest `stop` string (generated,
+ * then cut from the text), plus COMPLETION_TOKENS_PER_TOOL_CALL per tool call.
+ */
+export function completionTokensBound(delivered: DeliveredText, choices: number, stop: unknown): number {
+  const stops = typeof stop === "string" ? [stop] : Array.isArray(stop) ? stop.filter((s): s is string => typeof s === "string") : [];
+  const longestStop = stops.reduce((n, s) => Math.max(n, Buffer.byteLength(s)), 0);
+  return delivered.bytes + choices * (COMPLETION_TOKENS_PER_CHOICE + longestStop) + delivered.toolCalls * COMPLETION_TOKENS_PER_TOOL_CALL;
+}
+
+/** The tokens billed of those reported: each count capped at its bound. */
+export function billableTokens(reported: TokenCounts, bound: TokenCounts): TokenCounts {
+  return {
+    promptTokens: Math.min(reported.promptTokens, bound.promptTokens),
+    completionTokens: Math.min(reported.completionTokens, bound.completionTokens),
+  };
 }
 
 /** The most completion tokens `availableHalala` pays for after the prompt (may be <= 0). */

@@ -8,7 +8,9 @@
 // (a reservation lost in a crash is harmless) and takes no ledger lock. When
 // the response is done, `chargeTokenUsage` moves the actual cost (never above
 // the cap, never above the available balance) from the renter to the serving
-// provider and the platform with the 75/25 split, once per request.
+// provider and the platform with the 75/25 split, once per request. The tokens
+// billed are the upstream's usage within what the gateway forwarded and
+// delivered (token-pricing.ts); what it reported beyond that is kept on the row.
 import type { Db, Tx } from "../../db/index.js";
 import { paymentRequired } from "../../errors.js";
 import { accountId, CHARGE_KIND, transfer } from "./ledger.js";
@@ -83,10 +85,13 @@ export async function releaseTokenBudget(db: Db, requestId: string): Promise<boo
 }
 
 export interface UsageDetail {
+  /** Tokens billed (within the bounds of what was forwarded and delivered). */
   promptTokens: number;
   completionTokens: number;
   /** The tokens were counted by the gateway (the upstream sent no usage). */
   estimated?: boolean;
+  /** What the upstream reported, when it reported usage; beyond the billed figures it is recorded as overstated. */
+  reported?: { promptTokens: number; completionTokens: number };
   /** The vllm_serve job that served the request. */
   jobId?: number;
 }
@@ -116,11 +121,16 @@ export async function chargeTokenUsage(
   usage: UsageDetail = { promptTokens: 0, completionTokens: 0 },
 ): Promise<UsageCharge> {
   if (!Number.isSafeInteger(costHalala) || costHalala < 0) throw new Error(`invalid cost ${costHalala}`);
+  const r = usage.reported;
+  // Reported beyond what is billed: recorded against the provider (its reliability counts such requests).
+  const overstated = r ? Math.max(0, r.promptTokens - usage.promptTokens) + Math.max(0, r.completionTokens - usage.completionTokens) : 0;
   // The request's row first (once-only), the accounts next, the renter's balance lock as late as possible.
   const [open] = await tx<{ reserved_halala: number }[]>`
     UPDATE v1_usage
     SET state = 'settled', ended_at = now(), provider_id = ${providerId}, job_id = ${usage.jobId ?? null},
-        prompt_tokens = ${usage.promptTokens}, completion_tokens = ${usage.completionTokens}, usage_estimated = ${usage.estimated ?? false}
+        prompt_tokens = ${usage.promptTokens}, completion_tokens = ${usage.completionTokens}, usage_estimated = ${usage.estimated ?? false},
+        reported_prompt_tokens = ${r?.promptTokens ?? null}, reported_completion_tokens = ${r?.completionTokens ?? null},
+        overstated_tokens = ${overstated}
     WHERE request_id = ${requestId} AND renter_id = ${renterId} AND state = 'open'
     RETURNING reserved_halala`;
   if (!open) {
@@ -149,7 +159,10 @@ export async function chargeTokenUsage(
          provider_earned_halala = ${providerEarned}, platform_fee_halala = ${platformFee}
        WHERE request_id = ${requestId}`,
     tx`UPDATE renters SET total_spent_halala = total_spent_halala + ${charged} WHERE id = ${renterId}`,
-    tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned} WHERE id = ${providerId}`,
+    // An overstatement makes the provider's reliability due now (its next heartbeat recomputes it).
+    overstated > 0
+      ? tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned}, reputation_at = NULL WHERE id = ${providerId}`
+      : tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned} WHERE id = ${providerId}`,
   ]);
   return { charged, providerEarned, platformFee, shortfall, moved: true };
 }

@@ -4,9 +4,9 @@
 // later by src/workers/webhook-outbox.ts; no request ever waits on a renter's
 // server.
 import crypto from "node:crypto";
-import net from "node:net";
 import type { Db, Tx } from "../../db/index.js";
 import { badRequest } from "../../errors.js";
+import { isPrivateHost } from "../shared/address.js";
 
 export const WEBHOOK_NOTIFY_CHANNEL = "svc_webhook_outbox";
 export const SIGNATURE_HEADER = "x-svc-signature";
@@ -18,32 +18,11 @@ export const SIGNATURE_TOLERANCE_SECONDS = 300;
 
 export type RenterWebhookEvent = "job.completed" | "job.failed" | "job.cancelled" | (string & {});
 
-const BLOCKED = new net.BlockList();
-for (const [net4, bits] of [
-  ["0.0.0.0", 8], ["10.0.0.0", 8], ["100.64.0.0", 10], ["127.0.0.0", 8], ["169.254.0.0", 16], ["172.16.0.0", 12],
-  ["192.0.0.0", 24], ["192.0.2.0", 24], ["192.168.0.0", 16], ["198.18.0.0", 15], ["198.51.100.0", 24],
-  ["203.0.113.0", 24], ["224.0.0.0", 4], ["240.0.0.0", 4],
-] as const) BLOCKED.addSubnet(net4, bits, "ipv4");
-for (const [net6, bits] of [
-  ["::", 128], ["::1", 128], ["fc00::", 7], ["fe80::", 10], ["ff00::", 8], ["2001:db8::", 32], ["64:ff9b::", 96], ["100::", 64],
-] as const) BLOCKED.addSubnet(net6, bits, "ipv6");
-
-/** True for loopback, private, link-local, multicast, documentation and other non-public addresses. */
-export function isPrivateAddress(address: string): boolean {
-  const family = net.isIP(address);
-  if (family === 4) return BLOCKED.check(address, "ipv4");
-  if (family === 6) {
-    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-    if (mapped) return BLOCKED.check(mapped[1], "ipv4");
-    return BLOCKED.check(address, "ipv6");
-  }
-  return true; // not an address at all: refuse
-}
-
 /**
  * Validates a renter webhook URL: absolute http(s), no credentials, https only
- * in production, and in production no loopback/private literal hosts (names
- * are resolved and checked again at every delivery).
+ * in production, and in production no private host (shared/address.ts: a
+ * non-public IP literal or a local name; other names are resolved and their
+ * addresses checked at every delivery).
  */
 export function checkWebhookUrl(raw: string, production: boolean, field = "webhook_url"): string {
   const text = raw.trim();
@@ -59,8 +38,7 @@ export function checkWebhookUrl(raw: string, production: boolean, field = "webho
   }
   if (u.username || u.password) throw badRequest(`${field} must not contain credentials`);
   if (production) {
-    const host = u.hostname.replace(/^\[|\]$/g, "").toLowerCase();
-    if (net.isIP(host) ? isPrivateAddress(host) : host === "localhost" || host.endsWith(".localhost") || host.endsWith(".local") || host.endsWith(".internal") || !host.includes(".")) {
+    if (isPrivateHost(u.hostname)) {
       throw badRequest(`${field} must not point at a private or loopback address`);
     }
   }

@@ -3,6 +3,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ReadinessRequest, ReadinessResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
 import type { Db } from "../../db/index.js";
+import { checkEnum } from "../shared/validate.js";
 
 export const MIN_READY_VRAM_GB = 4;
 
@@ -16,6 +17,8 @@ export interface ReadinessChecks {
 export function readinessOf(c: ReadinessChecks): "ready" | "failed" {
   return c.cuda === true && c.pytorch === true && typeof c.vram_gb === "number" && c.vram_gb >= MIN_READY_VRAM_GB ? "ready" : "failed";
 }
+
+const TASK_SIGNING = ["service", "provider"] as const;
 
 /**
  * Records the readiness report of an authenticated provider (both wires) and
@@ -34,9 +37,11 @@ export async function recordReadiness(
   if (c?.driver !== undefined) checks.driver = c.driver.slice(0, 64);
   const readinessStatus = readinessOf(checks);
   const daemonVersion = req.daemonVersion?.trim().slice(0, 64) || null;
+  const taskSigning = req.taskSigning === undefined ? null : checkEnum(req.taskSigning, TASK_SIGNING, "task_signing");
   await deps.sql`
     UPDATE providers SET readiness_status = ${readinessStatus}, readiness_checks = ${deps.sql.json(checks as never)},
-      readiness_at = now(), daemon_version = coalesce(${daemonVersion}::text, daemon_version), updated_at = now()
+      readiness_at = now(), daemon_version = coalesce(${daemonVersion}::text, daemon_version),
+      legacy_task_secret = coalesce(${taskSigning}::text, legacy_task_secret), updated_at = now()
     WHERE id = ${providerId}`;
   return {
     success: true,

@@ -19,6 +19,8 @@ export interface ReliabilityInputs {
   uptimePercent: number;
   /** Days since the provider's first accepted heartbeat. */
   ageDays: number;
+  /** /v1 requests (last 30 days) whose reported usage its endpoint overstated beyond what was delivered. */
+  overstatedRequests?: number;
 }
 
 /**
@@ -26,8 +28,11 @@ export interface ReliabilityInputs {
  *
  *   100 × (0.50 × S + 0.35 × U + 0.15 × A)
  *
- *   S = (completed + 1) / (completed + failed + 2)   job success rate over the last
- *       30 days, Laplace-smoothed so a new provider starts at 0.5, not 0 or 1
+ *   S = (completed + 1) / (completed + failed + overstated + 2)
+ *       job success rate over the last 30 days, Laplace-smoothed so a new
+ *       provider starts at 0.5, not 0 or 1; each /v1 request of the window whose
+ *       usage the provider's endpoint overstated (reported more tokens than the
+ *       gateway's bounds allow, token-pricing.ts) counts as one failed job
  *   U = uptime_percent / 100                          heartbeat coverage, last 24 h
  *   A = min(1, age_days / 30)                         time since the first heartbeat
  *
@@ -36,7 +41,7 @@ export interface ReliabilityInputs {
  * less certain). A provider that never sent an accepted heartbeat has no score (null).
  */
 export function reliabilityScore(i: ReliabilityInputs): number {
-  const s = (i.completedJobs + 1) / (i.completedJobs + i.failedJobs + 2);
+  const s = (i.completedJobs + 1) / (i.completedJobs + i.failedJobs + Math.max(0, i.overstatedRequests ?? 0) + 2);
   const u = Math.min(100, Math.max(0, i.uptimePercent)) / 100;
   const a = Math.min(1, Math.max(0, i.ageDays) / MATURITY_DAYS);
   return Math.round(1000 * (0.5 * s + 0.35 * u + 0.15 * a)) / 10;
@@ -46,6 +51,7 @@ interface ReputationRow {
   id: number;
   completed: number;
   failed: number;
+  overstated: number;
   covered: number;
   window_seconds: number;
   age_days: number;
@@ -64,6 +70,7 @@ export async function refreshReputation(db: Db, providerIds: number[]): Promise<
     SELECT p.id,
            coalesce(j.completed, 0)::int AS completed,
            coalesce(j.failed, 0)::int AS failed,
+           coalesce(o.overstated, 0)::int AS overstated,
            coalesce(c.covered, 0)
              + CASE WHEN p.uptime_hour >= w.start THEN p.uptime_hour_seconds ELSE 0 END
              + CASE WHEN p.last_heartbeat >= greatest(w.start, p.first_heartbeat_at)
@@ -80,6 +87,10 @@ export async function refreshReputation(db: Db, providerIds: number[]): Promise<
       FROM jobs WHERE provider_id = p.id AND status IN ('completed', 'failed')
         AND submitted_at >= now() - make_interval(days => ${SUCCESS_WINDOW_DAYS})
     ) j ON true
+    LEFT JOIN LATERAL (
+      SELECT count(*) AS overstated FROM v1_usage
+      WHERE provider_id = p.id AND overstated_tokens > 0 AND ended_at >= now() - make_interval(days => ${SUCCESS_WINDOW_DAYS})
+    ) o ON true
     WHERE p.id = ANY(${providerIds}::bigint[]) AND p.first_heartbeat_at IS NOT NULL`;
   if (rows.length === 0) return;
   const ids: number[] = [];
@@ -89,7 +100,13 @@ export async function refreshReputation(db: Db, providerIds: number[]): Promise<
     const uptime = Math.round(1000 * Math.min(100, (100 * Number(r.covered)) / Number(r.window_seconds))) / 1000;
     ids.push(r.id);
     uptimes.push(uptime);
-    scores.push(reliabilityScore({ completedJobs: r.completed, failedJobs: r.failed, uptimePercent: uptime, ageDays: Number(r.age_days) }));
+    scores.push(reliabilityScore({
+        completedJobs: r.completed,
+        failedJobs: r.failed,
+        overstatedRequests: r.overstated,
+        uptimePercent: uptime,
+        ageDays: Number(r.age_days),
+      }));
   }
   await db`
     UPDATE providers p SET uptime_percent = v.uptime, reliability_score = v.score, reputation_at = now()

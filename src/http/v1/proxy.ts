@@ -4,6 +4,7 @@
 // the next endpoint. A client disconnect or the request's deadline aborts the
 // upstream call (`signal`).
 import type { IncomingMessage } from "node:http";
+import { addDelivered, deliveredText, type DeliveredText, type TokenCounts } from "../../domain/money/token-pricing.js";
 import type { NodeResponse } from "../rest.js";
 import type { EndpointPicker, Upstream } from "./endpoints.js";
 import { V1Error } from "./errors.js";
@@ -36,6 +37,8 @@ export interface ProxyRequest {
   clientWantsUsage: boolean;
   /** Prompt tokens to assume if the upstream never reports usage. */
   promptTokensEstimate: number;
+  /** The tokens billed of a reported usage, given the text delivered so far; the client's copy of `usage` shows these. */
+  billedUsage: (reported: TokenCounts, delivered: DeliveredText) => TokenCounts;
   /** Longest wait for response headers, and between two streamed chunks. */
   timeoutMs: number;
   /** Aborted on client disconnect (reason "client_closed") or at the deadline (reason "deadline"). */
@@ -51,12 +54,12 @@ export interface ProxyRequest {
 
 export type ProxyResult =
   /** Non-streaming success: the caller settles, then sends `json`. */
-  | { kind: "json"; upstream: Upstream; json: Record<string, unknown>; usage: TokenUsage }
+  | { kind: "json"; upstream: Upstream; json: Record<string, unknown>; usage: TokenUsage; delivered: DeliveredText }
   /**
    * Streaming: the response was started and the upstream's events written. The caller settles,
    * then (when `error` says the stream broke off) writes the error event, and ends it.
    */
-  | { kind: "streamed"; upstream: Upstream; usage: TokenUsage; error?: V1Error }
+  | { kind: "streamed"; upstream: Upstream; usage: TokenUsage; delivered: DeliveredText; error?: V1Error }
   /** Nothing was sent; the caller answers with `error`. */
   | { kind: "failed"; error: V1Error };
 
@@ -71,6 +74,16 @@ function usageOf(json: unknown): { promptTokens: number; completionTokens: numbe
   const c = Number(u.completion_tokens);
   if (!Number.isSafeInteger(p) || !Number.isSafeInteger(c) || p < 0 || c < 0) return undefined;
   return { promptTokens: p, completionTokens: c };
+}
+
+/** The upstream's usage object with the billed counts in place of the reported ones. */
+function billedUsageJson(raw: unknown, billed: TokenCounts): Record<string, unknown> {
+  return {
+    ...(raw as Record<string, unknown>),
+    prompt_tokens: billed.promptTokens,
+    completion_tokens: billed.completionTokens,
+    total_tokens: billed.promptTokens + billed.completionTokens,
+  };
 }
 
 function upstreamMessage(text: string): string {
@@ -182,10 +195,13 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
       }
       if (!json || typeof json !== "object" || !Array.isArray(json.choices)) return failure("response without choices");
       const usage = usageOf(json);
+      const delivered = deliveredText(json.choices, "message");
+      if (usage) json.usage = billedUsageJson(json.usage, p.billedUsage(usage, delivered));
       return {
         kind: "json",
         upstream: u,
         json,
+        delivered,
         usage: usage
           ? { ...usage, estimated: false }
           : { promptTokens: p.promptTokensEstimate, completionTokens: estimateCompletion(json), estimated: true },
@@ -224,7 +240,14 @@ async function relayStream(
   let out: string[] = [];
   // Without include_usage from the client, finishing chunks wait for the usage chunk and carry its usage.
   let held: Record<string, unknown>[] = [];
-  const emit = (chunk: unknown) => out.push(sseEvent(JSON.stringify(chunk)));
+  /** Generated text written to the client: what the completion tokens are bounded by. */
+  let delivered: DeliveredText = { bytes: 0, toolCalls: 0 };
+  const emit = (chunk: Record<string, unknown>) => {
+    delivered = addDelivered(delivered, deliveredText(chunk.choices, "delta"));
+    const reported = usageOf(chunk);
+    if (reported) chunk.usage = billedUsageJson(chunk.usage, p.billedUsage(reported, delivered));
+    out.push(sseEvent(JSON.stringify(chunk)));
+  };
   const flushHeld = () => {
     held.forEach(emit);
     held = [];
@@ -324,6 +347,7 @@ async function relayStream(
   return {
     kind: "streamed",
     upstream: u,
+    delivered,
     usage: usage ? { ...usage, estimated: false } : { promptTokens: p.promptTokensEstimate, completionTokens: counted, estimated: true },
     error,
   };

@@ -14,7 +14,16 @@ import { roleOfKey } from "../../domain/accounts/keys.js";
 import { cachedLookupKey } from "../../domain/accounts/key-cache.js";
 import { renterFunds } from "../../domain/money/ledger.js";
 import { halalaToSar } from "../../domain/money/pricing.js";
-import { promptTokensBound, TOKEN_RATES, tokenCostHalala, tokenRate } from "../../domain/money/token-pricing.js";
+import {
+  billableTokens,
+  completionTokensBound,
+  promptTokensBound,
+  TOKEN_RATES,
+  tokenCostHalala,
+  tokenRate,
+  type DeliveredText,
+  type TokenCounts,
+} from "../../domain/money/token-pricing.js";
 import { chargeTokenUsage, releaseTokenBudget, reserveTokenBudget, usageTotals } from "../../domain/money/usage-billing.js";
 import type { Logger } from "../../log.js";
 import { readBody } from "../body.js";
@@ -181,17 +190,20 @@ export function createV1Handler(deps: V1Deps) {
     });
   }
 
-  async function settle(call: Call, renterId: number, requestId: string, upstream: Upstream, model: string, u: TokenUsage) {
-    const cost = tokenCostHalala(tokenRate(model, config.v1.tokenRates), u.promptTokens, u.completionTokens);
+  /** Bills the tokens of `u` that what was forwarded and delivered can account for (token-pricing.ts bounds). */
+  async function settle(call: Call, renterId: number, requestId: string, upstream: Upstream, model: string, u: TokenUsage, billed: TokenCounts) {
+    const cost = tokenCostHalala(tokenRate(model, config.v1.tokenRates), billed.promptTokens, billed.completionTokens);
     const charge = await sql.begin((tx) =>
       chargeTokenUsage(tx, renterId, upstream.providerId, requestId, cost, {
-        promptTokens: u.promptTokens,
-        completionTokens: u.completionTokens,
+        ...billed,
         estimated: u.estimated,
+        reported: u.estimated ? undefined : { promptTokens: u.promptTokens, completionTokens: u.completionTokens },
         jobId: upstream.jobId,
       }),
     );
-    Object.assign(call.log, { cost: charge.charged, tokens: u.promptTokens + u.completionTokens, providerId: upstream.providerId });
+    const overstated = u.promptTokens + u.completionTokens - billed.promptTokens - billed.completionTokens;
+    Object.assign(call.log, { cost: charge.charged, tokens: billed.promptTokens + billed.completionTokens, providerId: upstream.providerId });
+    if (overstated > 0 && !u.estimated) call.log.overstatedTokens = overstated;
     return charge;
   }
 
@@ -206,8 +218,9 @@ export function createV1Handler(deps: V1Deps) {
       throw v1Error("model_not_found", `model "${chat.model}" is not served here; GET /v1/models lists the models`);
     }
     const rate = tokenRate(chat.model, config.v1.tokenRates);
-    const promptParts = [chat.body.messages, chat.body.tools ?? null];
-    const promptBound = promptTokensBound(promptParts);
+    const promptBound = promptTokensBound(chat.body);
+    const billedUsage = (reported: TokenCounts, delivered: DeliveredText) =>
+      billableTokens(reported, { promptTokens: promptBound, completionTokens: completionTokensBound(delivered, chat.choices, chat.body.stop) });
     const requestId = call.requestId;
     const reservation = await sql.begin((tx) =>
       reserveTokenBudget(tx, {
@@ -241,6 +254,7 @@ export function createV1Handler(deps: V1Deps) {
         stream: chat.stream,
         clientWantsUsage: chat.clientWantsUsage,
         promptTokensEstimate: Math.ceil(promptBound / 4),
+        billedUsage,
         timeoutMs: config.v1.upstreamTimeoutMs,
         signal: abort.signal,
         maxAttempts: MAX_ATTEMPTS,
@@ -258,14 +272,14 @@ export function createV1Handler(deps: V1Deps) {
         // The stream is over (fully or broken off): what was delivered is billed before the response ends
         // (or carries its error event), so a client that saw the end also sees the charge.
         try {
-          await settle(call, renterId, requestId, result.upstream, chat.model, result.usage);
+          await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
         } finally {
           if (result.error) await write(call.res, sseEvent(JSON.stringify(envelope(result.error))));
           call.res.end();
         }
         return 200;
       }
-      const charge = await settle(call, renterId, requestId, result.upstream, chat.model, result.usage);
+      const charge = await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
       sendJson(call, 200, result.json, { "x-svc-cost-halala": String(charge.charged) });
       return 200;
     } finally {

@@ -3,25 +3,13 @@
 // off in production) the gateway connects only to public addresses: literal
 // hosts are checked before connecting and names at the moment of connecting
 // (the address actually dialled, so DNS rebinding cannot slip through).
-import dns from "node:dns";
 import http from "node:http";
 import https from "node:https";
-import net, { type LookupFunction } from "node:net";
-import { isPrivateAddress } from "../../domain/notify/webhooks.js";
+import { isIpLiteral, isPrivateAddress, publicOnlyLookup } from "../../domain/shared/address.js";
 
 const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
 
-const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
-  dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
-    if (err) return callback(err, "", 0);
-    const list = addresses as dns.LookupAddress[];
-    if (list.length === 0 || list.some((a) => isPrivateAddress(a.address))) {
-      return callback(new Error(`endpoint host ${hostname} resolves to a private address`), "", 0);
-    }
-    if (options.all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, list);
-    callback(null, list[0].address, list[0].family);
-  });
-};
+const lookup = publicOnlyLookup("endpoint");
 
 export interface PostOptions {
   signal: AbortSignal;
@@ -34,7 +22,7 @@ export function postJson(url: string, body: string, opts: PostOptions): Promise<
   return new Promise((resolve, reject) => {
     const u = new URL(url);
     const host = u.hostname.replace(/^\[|\]$/g, "");
-    if (!opts.allowPrivate && net.isIP(host) && isPrivateAddress(host)) {
+    if (!opts.allowPrivate && isIpLiteral(host) && isPrivateAddress(host)) {
       return reject(new Error(`endpoint host ${host} is a private address`));
     }
     const secure = u.protocol === "https:";
@@ -43,7 +31,7 @@ export function postJson(url: string, body: string, opts: PostOptions): Promise<
       agent: secure ? agents.https : agents.http,
       headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), accept: opts.accept },
       signal: opts.signal,
-      lookup: opts.allowPrivate ? undefined : publicOnlyLookup,
+      lookup: opts.allowPrivate ? undefined : lookup,
     });
     req.once("response", resolve);
     req.once("error", reject);

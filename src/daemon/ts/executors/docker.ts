@@ -46,11 +46,14 @@ const SCRIPTS: Record<string, string> = {
   training: "train.py",
 };
 
+/** A URL to download; the built-in inputs ("builtin:...") are made inside the container. */
+const remote = (v: unknown): boolean => typeof v === "string" && /^https?:\/\//i.test(v);
+
 export function needsNetwork(job: JobSpec): boolean {
   const t = job.taskSpec;
   const inputs = obj(t.inputs);
   if (t.network === true || job.jobType === "vllm_serve") return true;
-  return typeof t.model === "string" || typeof inputs.dataset_url === "string" || typeof inputs.scene_url === "string";
+  return typeof t.model === "string" || remote(inputs.dataset_url) || remote(inputs.scene_url);
 }
 
 export interface DockerPlan {
