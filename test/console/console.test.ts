@@ -92,7 +92,7 @@ describe("web console", () => {
     expect(image.rate_halala_per_minute).toBe(20);
     const steps = image.params.find((p: { name: string }) => p.name === "steps");
     expect(steps).toMatchObject({ type: "integer", minimum: 5, maximum: 100, default_value: 30, required: false });
-    expect(image.params.find((p: { name: string }) => p.name === "prompt").required).toBe(true);
+    expect(image.params.find((p: { name: string }) => p.name === "prompt")).toMatchObject({ type: "string", required: false, default_value: expect.any(String), max_length: 4000 });
     expect(rules.body.duration_minutes).toMatchObject({ minimum: 0.01, maximum: 1440, default_value: 10 });
   });
 
@@ -132,7 +132,7 @@ describe("web console", () => {
     // A server error is shown in place with the server's message.
     await page.getByRole("link", { name: "New job" }).first().click();
     await page.getByLabel("Job type").selectOption("image_generation");
-    await page.getByLabel("prompt", { exact: true }).fill("a red square");
+    await page.getByLabel("prompt (optional)", { exact: true }).fill("a red square");
     await page.getByLabel("steps (optional)").fill("4");
     await page.getByLabel("Duration (minutes)").fill("1");
     await expect.poll(() => page.getByTestId("estimate").textContent()).toContain("0.20 SAR");
