@@ -1,6 +1,8 @@
 // The live source of the job page, the only module that knows how job
-// updates arrive. It polls GetJob / GetHistory / GetLogs once a second until
-// the job ends, and retries a lost connection with backoff.
+// updates arrive. It polls GetJob every 2 s until the job ends, and reads the
+// logs while the job runs or changes and the attempts when its status or
+// attempt changes, so an open page stays well inside the per-IP rate limit.
+// A lost connection is retried with backoff.
 import type { Job } from "../../gen/svc/v1/models_pb.js";
 import type { JobAttempt, JobLogLine } from "../../gen/svc/v1/jobs_pb.js";
 import { api, isConnectionLost, messageOf } from "./api.js";
@@ -18,7 +20,7 @@ export interface LiveJob {
   done: boolean;
 }
 
-const POLL_MS = 1000;
+const POLL_MS = 2000;
 
 /** Calls `onChange` with the job's state as it changes; returns a function that stops watching. */
 export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => void {
@@ -32,14 +34,17 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
   };
   const poll = async () => {
     try {
-      const [job, history, logs] = await Promise.all([
-        api.jobs.get({ jobId }),
-        api.jobs.getHistory({ jobId }),
-        api.jobs.getLogs({ jobId }),
+      const job = await api.jobs.get({ jobId });
+      const was = state.job;
+      const moved = !was || was.status !== job.status || was.attempt !== job.attempt;
+      const changed = moved || was.progressPct !== job.progressPct || was.progressPhase !== job.progressPhase;
+      const [history, logs] = await Promise.all([
+        moved ? api.jobs.getHistory({ jobId }) : undefined,
+        changed || job.status === "running" ? api.jobs.getLogs({ jobId }) : undefined,
       ]);
       backoff = POLL_MS;
       const done = TERMINAL.has(job.status);
-      emit({ job, attempts: history.attempts, logs: logs.logs, error: undefined, lost: false, done });
+      emit({ job, attempts: history?.attempts ?? state.attempts, logs: logs?.logs ?? state.logs, error: undefined, lost: false, done });
       if (!done && !stopped) timer = setTimeout(poll, POLL_MS);
     } catch (err) {
       if (stopped) return;
