@@ -166,6 +166,18 @@ describe("web console", () => {
     await expect.poll(() => page.locator(`tr[data-job="${shared.jobId}"]`).textContent(), { timeout: STEP_MS }).toContain("completed");
     await shot(page, "renter-jobs");
 
+    // Key rotation: the new key is shown once and used from then on; the old one stops at once.
+    await page.getByRole("link", { name: "Usage & key" }).click();
+    await page.getByText("No /v1 requests yet.").waitFor({ timeout: STEP_MS });
+    await page.getByRole("button", { name: "Rotate key…" }).click();
+    await page.getByRole("button", { name: "Yes, rotate my key" }).click();
+    const rotated = await page.getByLabel("Your new API key (shown once)").inputValue();
+    expect(rotated).toMatch(/^svc-renter-/);
+    expect(rotated).not.toBe(key);
+    expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toContain(rotated);
+    expect((await client(srv.url).get("/api/renters/balance", { "x-renter-key": key })).status).toBe(401);
+    await shot(page, "renter-usage-key");
+
     // Sign-out forgets the key.
     await page.getByRole("button", { name: "Sign out" }).click();
     expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toBeNull();
@@ -210,6 +222,19 @@ describe("web console", () => {
     await expect.poll(() => page.getByTestId("window-earnings").textContent()).toBe("0.15 SAR");
     await page.getByRole("img", { name: "Earned per day (SAR)" }).waitFor();
     await shot(page, "provider-earnings");
+
+    // Preferences and pause go to the service.
+    await page.getByRole("link", { name: "Settings" }).click();
+    await page.getByLabel("Temperature limit (°C)").fill("77");
+    await page.getByRole("button", { name: "Save preferences" }).click();
+    await page.getByText("Saved.").waitFor({ timeout: STEP_MS });
+    expect((await srv.sql`SELECT temp_limit_c FROM providers WHERE id = ${shared.providerId}`)[0].temp_limit_c).toBe(77);
+    await page.getByRole("link", { name: "Status" }).click();
+    await page.getByRole("button", { name: "Pause (take no new jobs)" }).click();
+    await page.getByRole("button", { name: "Resume (take jobs again)" }).waitFor({ timeout: STEP_MS });
+    expect((await srv.sql`SELECT is_paused FROM providers WHERE id = ${shared.providerId}`)[0].is_paused).toBe(true);
+    await page.getByRole("button", { name: "Resume (take jobs again)" }).click();
+    await page.getByRole("button", { name: "Pause (take no new jobs)" }).waitFor({ timeout: STEP_MS });
 
     await page.getByRole("link", { name: "Install" }).click();
     expect(await page.locator("pre.cmd").first().textContent()).not.toContain(shared.providerKey);
