@@ -69,7 +69,8 @@ async function buildBundle(log: Logger): Promise<Map<string, Asset>> {
 }
 
 function page(config: Config, assets: Map<string, Asset>): Asset {
-  const v = (p: string) => `${p}?v=${assets.get(p)!.etag.slice(1, 9)}`;
+  // Asset URLs carry a hash of their content, so they may be cached for good.
+  const v = (p: string) => `${p}?v=${crypto.createHash("sha256").update(assets.get(p)!.body).digest("hex").slice(0, 12)}`;
   // What the page needs to know of this deployment; no secret ever goes here.
   const settings = JSON.stringify({
     production: config.production,

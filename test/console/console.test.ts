@@ -77,7 +77,7 @@ describe("web console", () => {
     expect(csp).toContain("connect-src 'self'");
     expect(csp).not.toMatch(/unsafe-inline|unsafe-eval|https?:/);
     const html = await res.text();
-    const js = /src="(\/console\/app\.js\?v=\w+)"/.exec(html)?.[1];
+    const js = /src="(\/console\/app\.js\?v=[\w-]+)"/.exec(html)?.[1];
     expect(js).toBeDefined();
     const bundle = await fetch(srv.url + js);
     expect(bundle.status).toBe(200);
