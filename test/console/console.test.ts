@@ -15,6 +15,8 @@ import { launchBrowser, shot, watchProblems } from "./browser.js";
 import { writeRunner } from "./runner.js";
 
 const STEP_MS = 45_000;
+/** Polls until the assertion holds; generous, for a loaded CI machine (no timing is asserted). */
+const poll = <T,>(fn: () => Promise<T> | T) => expect.poll(fn, { timeout: STEP_MS, interval: 100 });
 
 let srv: TestServer;
 let browser: Browser;
@@ -121,12 +123,12 @@ describe("web console", () => {
     expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toContain(key);
     expect(page.url()).not.toContain(key);
 
-    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("0.00 SAR");
+    await poll(() => page.getByTestId("balance").textContent()).toContain("0.00 SAR");
     await page.getByRole("button", { name: "Top up (sandbox)" }).isVisible();
     await page.getByLabel("Amount (SAR)").fill("5");
     await page.getByRole("button", { name: "Top up (sandbox)" }).click();
-    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("5.00 SAR");
-    await expect.poll(() => page.getByRole("cell", { name: "sandbox" }).count()).toBe(1);
+    await poll(() => page.getByTestId("balance").textContent()).toContain("5.00 SAR");
+    await poll(() => page.getByRole("cell", { name: "sandbox" }).count()).toBe(1);
     await shot(page, "renter-balance");
 
     // A server error is shown in place with the server's message.
@@ -135,10 +137,10 @@ describe("web console", () => {
     await page.getByLabel("prompt (optional)", { exact: true }).fill("a red square");
     await page.getByLabel("steps (optional)").fill("4");
     await page.getByLabel("Duration (minutes)").fill("1");
-    await expect.poll(() => page.getByTestId("estimate").textContent()).toContain("0.20 SAR");
+    await poll(() => page.getByTestId("estimate").textContent()).toContain("0.20 SAR");
     await page.getByLabel("steps (optional)").evaluate((el: HTMLInputElement) => el.removeAttribute("min"));
     await page.getByRole("button", { name: "Submit job" }).click();
-    await expect.poll(() => page.getByRole("alert").textContent(), { timeout: STEP_MS }).toContain("params.steps must be an integer between 5 and 100");
+    await poll(() => page.getByRole("alert").textContent()).toContain("params.steps must be an integer between 5 and 100");
     await page.getByLabel("steps (optional)").fill("20");
     await shot(page, "renter-submit");
     await page.getByRole("button", { name: "Submit job" }).click();
@@ -147,23 +149,23 @@ describe("web console", () => {
     shared.jobId = decodeURIComponent(page.url().split("/").pop()!);
     const bar = page.getByRole("progressbar", { name: "Job progress" });
     // The runner reports 40% and waits: the bar must show it while running.
-    await expect.poll(() => bar.getAttribute("aria-valuenow"), { timeout: STEP_MS }).toBe("40");
+    await poll(() => bar.getAttribute("aria-valuenow")).toBe("40");
     expect(await bar.getAttribute("data-status")).toBe("running");
-    await expect.poll(() => page.getByLabel("Job log").textContent(), { timeout: STEP_MS }).toContain("drawing: a red square");
+    await poll(() => page.getByLabel("Job log").textContent()).toContain("drawing: a red square");
     await shot(page, "renter-job-running");
     release();
-    await expect.poll(() => bar.getAttribute("data-status"), { timeout: STEP_MS }).toBe("completed");
+    await poll(() => bar.getAttribute("data-status")).toBe("completed");
     expect(await bar.getAttribute("aria-valuenow")).toBe("100");
 
     const img = page.getByTestId("output-image");
     await img.waitFor({ timeout: STEP_MS });
-    await expect.poll(() => img.evaluate((el: HTMLImageElement) => el.complete && el.naturalWidth)).toBe(64);
+    await poll(() => img.evaluate((el: HTMLImageElement) => el.complete && el.naturalWidth)).toBe(64);
     expect(await page.getByRole("link", { name: "Download PNG" }).getAttribute("download")).toBe(`${shared.jobId}.png`);
-    await expect.poll(() => page.getByTestId("cost").textContent()).toContain("Charged0.20 SAR");
+    await poll(() => page.getByTestId("cost").textContent()).toContain("Charged0.20 SAR");
     await shot(page, "renter-job-done");
 
     await page.getByRole("link", { name: "Jobs" }).first().click();
-    await expect.poll(() => page.locator(`tr[data-job="${shared.jobId}"]`).textContent(), { timeout: STEP_MS }).toContain("completed");
+    await poll(() => page.locator(`tr[data-job="${shared.jobId}"]`).textContent()).toContain("completed");
     await shot(page, "renter-jobs");
 
     // Key rotation: the new key is shown once and used from then on; the old one stops at once.
@@ -187,7 +189,7 @@ describe("web console", () => {
     await page.getByRole("region", { name: "Sign in with email" }).getByLabel("Email").fill(email);
     await page.getByRole("region", { name: "Sign in with email" }).getByRole("checkbox", { name: "Remember me on this device" }).check();
     await page.getByRole("button", { name: "Sign in with email" }).click();
-    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("4.80 SAR");
+    await poll(() => page.getByTestId("balance").textContent()).toContain("4.80 SAR");
     expect(await page.evaluate(() => localStorage.getItem("svc-console-session"))).toContain("svc-renter-");
     await page.getByRole("button", { name: "Sign out" }).click();
     expect(await page.evaluate(() => localStorage.getItem("svc-console-session") ?? sessionStorage.getItem("svc-console-session"))).toBeNull();
@@ -201,8 +203,8 @@ describe("web console", () => {
     await page.getByRole("tab", { name: "Provider" }).click();
     await page.getByRole("textbox", { name: "API key" }).fill(shared.providerKey);
     await page.getByRole("textbox", { name: "API key" }).press("Enter");
-    await expect.poll(() => page.getByTestId("approval").textContent(), { timeout: STEP_MS }).toContain("approved");
-    await expect.poll(() => page.getByTestId("provider-status").textContent(), { timeout: STEP_MS }).toContain("online");
+    await poll(() => page.getByTestId("approval").textContent()).toContain("approved");
+    await poll(() => page.getByTestId("provider-status").textContent()).toContain("online");
     // Telemetry charts fill from heartbeats sampled while the page is open.
     await page.getByRole("img", { name: "Temperature (°C)" }).waitFor({ timeout: STEP_MS });
     await shot(page, "provider-status");
@@ -216,10 +218,10 @@ describe("web console", () => {
 
     await page.getByRole("link", { name: "Earnings" }).click();
     const row = page.locator(`tr[data-job="${shared.jobId}"]`);
-    await expect.poll(() => row.textContent(), { timeout: STEP_MS }).toContain("completed");
+    await poll(() => row.textContent()).toContain("completed");
     // 75% of the 20 halala charged, rounded down.
     expect(await row.textContent()).toContain("0.15 SAR");
-    await expect.poll(() => page.getByTestId("window-earnings").textContent()).toBe("0.15 SAR");
+    await poll(() => page.getByTestId("window-earnings").textContent()).toBe("0.15 SAR");
     await page.getByRole("img", { name: "Earned per day (SAR)" }).waitFor();
     await shot(page, "provider-earnings");
 
@@ -260,15 +262,15 @@ describe("web console", () => {
     expect(await page.getByRole("tab", { name: "Operator" }).getAttribute("aria-selected")).toBe("true");
     await page.getByLabel("Admin token").fill("wrong-token");
     await page.keyboard.press("Enter");
-    await expect.poll(() => page.getByRole("alert").textContent(), { timeout: STEP_MS }).toContain("invalid admin token");
+    await poll(() => page.getByRole("alert").textContent()).toContain("invalid admin token");
     await page.getByLabel("Admin token").fill(ADMIN_TOKEN);
     await page.keyboard.press("Enter");
 
     const online = page.getByTestId("online-now");
-    await expect.poll(() => online.textContent(), { timeout: STEP_MS }).toContain("Online now1");
-    await expect.poll(() => page.getByTestId("total-providers").textContent()).toContain("2");
-    await expect.poll(() => page.getByTestId("completed-jobs").textContent()).toContain("1");
-    await expect.poll(() => page.getByTestId("revenue").textContent()).toContain("0.20 SAR");
+    await poll(() => online.textContent()).toContain("Online now1");
+    await poll(() => page.getByTestId("total-providers").textContent()).toContain("2");
+    await poll(() => page.getByTestId("completed-jobs").textContent()).toContain("1");
+    await poll(() => page.getByTestId("revenue").textContent()).toContain("0.20 SAR");
     // Nothing is wider than the screen.
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
     await shot(page, "operator-dashboard-375");
@@ -280,13 +282,13 @@ describe("web console", () => {
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
     await shot(page, "operator-providers-375");
     await row.getByRole("button", { name: "Approve Pending Rig" }).click();
-    await expect.poll(() => page.getByText("No provider waits for approval.").count(), { timeout: STEP_MS }).toBe(1);
+    await poll(() => page.getByText("No provider waits for approval.").count()).toBe(1);
 
     // Approved, its heartbeats are taken: it is online now.
     expect((await beat()).status).toBe(200);
     await page.getByRole("button", { name: "Menu" }).click();
     await page.getByRole("link", { name: "Dashboard" }).click();
-    await expect.poll(() => online.textContent(), { timeout: STEP_MS }).toContain("Online now2");
+    await poll(() => online.textContent()).toContain("Online now2");
 
     await page.setViewportSize({ width: 1280, height: 900 });
     await page.getByRole("img", { name: "Providers by GPU model" }).waitFor();
@@ -294,7 +296,7 @@ describe("web console", () => {
     await shot(page, "operator-dashboard");
 
     await page.getByRole("link", { name: "Audit" }).click();
-    await expect.poll(() => page.getByRole("cell", { name: /provider.*approve|approve/ }).count(), { timeout: STEP_MS }).toBeGreaterThan(0);
+    await poll(() => page.getByRole("cell", { name: /provider.*approve|approve/ }).count()).toBeGreaterThan(0);
     await shot(page, "operator-audit");
     assertNoProblems(page);
   }, 120_000);
