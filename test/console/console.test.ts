@@ -27,6 +27,7 @@ const runDir = tempDir("console");
 const { runner, release } = writeRunner(runDir);
 
 async function newPage(width = 1280): Promise<Page> {
+  if (launchError) throw launchError;
   const ctx = await browser.newContext({ viewport: { width, height: 900 } });
   contexts.push(ctx);
   const page = await ctx.newPage();
@@ -53,10 +54,14 @@ function startDaemon(key: string): Spawned {
   ]);
 }
 
+let launchError: unknown;
 beforeAll(async () => {
-  // The browser first: when it cannot start, every test fails with that reason.
-  browser = await launchBrowser();
   srv = await startTestServer();
+  // When the browser cannot start, every test below fails with the reason (none is skipped).
+  browser = await launchBrowser().catch((err) => {
+    launchError = err;
+    return undefined as unknown as Browser;
+  });
 });
 
 afterAll(async () => {
@@ -71,6 +76,7 @@ afterAll(async () => {
 
 describe("web console", () => {
   it("is served at / with a self-only Content-Security-Policy, and the job rules come from the server", async () => {
+    if (launchError) throw launchError;
     const res = await fetch(srv.url + "/");
     expect(res.status).toBe(200);
     const csp = res.headers.get("content-security-policy") ?? "";
