@@ -16,6 +16,7 @@ import { credentialsFromRest, credentialsKey } from "./credentials.js";
 import { apiError } from "../errors.js";
 import { toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
+import { writeEventStream } from "./event-stream.js";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
 export type NodeResponse = ServerResponse | Http2ServerResponse;
@@ -338,6 +339,11 @@ export function createRestHandler(opts: RestHandlerOptions) {
       rejectNul(pathParams, url.searchParams, body, rawBody);
       const input = requestFromRest(r.method.input, { pathParams, query: url.searchParams, headers: req.headers, body, rawBody });
       const ctx = new RestContext(r, httpMethod, url, cancel, requestId, createContextValues().set(credentialsKey, creds));
+      if (r.method.methodKind === "server_streaming") {
+        status = 200;
+        await writeEventStream(res, r.method.output, r.impl(input, ctx) as AsyncIterable<unknown>, ctx.responseHeaderRecord());
+        return true;
+      }
       const init = await r.impl(input, ctx);
       const output = create(r.method.output, init as never) as Message;
       const extra = ctx.responseHeaderRecord();

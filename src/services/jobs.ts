@@ -1,5 +1,6 @@
 // JobService: thin translation between messages and the job domain
-// (submit.ts, dispatch.ts, job-reports.ts, settlement.ts, job-control.ts).
+// (submit.ts, dispatch.ts, job-reports.ts, settlement.ts, job-control.ts);
+// WatchJob streams from the per-process hub (workers/job-watch.ts).
 import { create, toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
@@ -13,6 +14,8 @@ import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jo
 import { type JobRow } from "../domain/shared/job-row.js";
 import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
 import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
+import { parseCursor } from "../domain/jobs/job-watch.js";
+import { jobWatchHub } from "../workers/job-watch.js";
 import { checkEnum, iso, page } from "../domain/shared/validate.js";
 import { callerProviderId, callerRenterId, principalOf, type Deps, auditActor } from "./deps.js";
 
@@ -79,6 +82,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
   const { sql, config } = deps;
   jobPolicy.maxAttempts = config.jobMaxAttempts;
   const batcher = new SubmitBatcher(sql);
+  const watchHub = jobWatchHub(sql, deps.log);
 
   /** A finished job's output object, or the status error for the format routes. */
   async function completedOutput(ctx: HandlerContext, jobId: string): Promise<{ job: JobRow; obj: JsonObject }> {
@@ -203,6 +207,13 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         attempt,
         logs: lines.map((l) => ({ seq: BigInt(l.id), level: l.level, message: l.message, createdAt: iso(l.created_at)! })),
       };
+    },
+
+    async *watchJob(req, ctx) {
+      const reader = readerOf(ctx);
+      const cursor = parseCursor(req.cursor);
+      const job = await jobForReader(sql, req.jobId, reader);
+      yield* watchHub.watch(job.id, reader, cursor, ctx.signal);
     },
 
     async getHistory(req, ctx) {

@@ -34,6 +34,8 @@ export interface Entry {
   body?: (fx: Fx) => Record<string, unknown>;
   /** Its right-owner call changes what later routes rely on: it gets accounts and a job of its own. */
   fresh?: boolean;
+  /** A server-sent event stream: only its status and headers are read, then the connection is cut. */
+  stream?: boolean;
 }
 
 const job = (body?: Entry["body"]): Entry => ({ owner: "job", body });
@@ -79,6 +81,7 @@ export const MATRIX: Record<string, Entry> = {
   "GET /api/jobs/{job_id}/output/{format}": job(),
   "GET /api/jobs/{job_id}/logs": job(),
   "GET /api/jobs/{job_id}/history": job(),
+  "GET /api/jobs/{job_id}/events": { owner: "job", stream: true },
   "POST /api/jobs/{job_id}/cancel": jobChange(),
   "POST /api/jobs/{job_id}/logs": jobChange(() => ({ logs: ["matrix"] })),
   "POST /api/jobs/{job_id}/progress": jobChange(() => ({ progress_pct: 50, phase: "matrix" })),
@@ -197,7 +200,24 @@ export async function send(srv: TestServer, r: RestRoute, entry: Entry, fx: Fx, 
   Object.assign(values, o.path);
   const path = r.template.replace(/\{(\w+)\}/g, (_, p) => encodeURIComponent(values[p]));
   const url = query.size ? `${path}?${query}` : path;
+  if (entry.stream) return streamHead(srv.url + url, headers);
   return api.call(r.httpMethod, url, isGet ? undefined : body, headers);
+}
+
+/** A stream's answer up to its headers (and its JSON body when it is an error), then the connection cut. */
+async function streamHead(url: string, headers: Record<string, string>): Promise<Reply> {
+  const ac = new AbortController();
+  const res = await fetch(url, { headers, signal: ac.signal });
+  if (res.status === 200) {
+    ac.abort();
+    return { status: 200, body: undefined, headers: res.headers, text: "" };
+  }
+  const text = await res.text();
+  let body: unknown = text;
+  try {
+    body = JSON.parse(text);
+  } catch {}
+  return { status: res.status, body, headers: res.headers, text };
 }
 
 

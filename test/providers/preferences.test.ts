@@ -214,6 +214,8 @@ describe("status/{api_key}", () => {
       approval_status: "approved",
       is_paused: false,
       reliability_score: expect.any(Number),
+      // Why dispatch skips the provider, when its daemon refused the server's task-signing key (docs/daemons.md).
+      task_key_mismatch: null,
     });
   });
 

@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file svc/v1/jobs.proto.
  */
 export const file_svc_v1_jobs: GenFile = /*@__PURE__*/
-  fileDesc("ChFzdmMvdjEvam9icy5wcm90bxIGc3ZjLnYxIvwEChBTdWJtaXRKb2JSZXF1ZXN0EhAKCGpvYl90eXBlGAEgASgJEh0KEGR1cmF0aW9uX21pbnV0ZXMYAiABKAFIAIgBARIYCgtwcm92aWRlcl9pZBgDIAEoA0gBiAEBEiwKBnBhcmFtcxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAogBARI0Cg5jb250YWluZXJfc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIA4gBARI2ChBncHVfcmVxdWlyZW1lbnRzGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgEiAEBEiEKFG1heF9kdXJhdGlvbl9zZWNvbmRzGAcgASgDSAWIAQESFQoIcHJpb3JpdHkYCCABKAVIBogBARIYCgt0ZW1wbGF0ZV9pZBgJIAEoCUgHiAEBEh8KEmNoZWNrcG9pbnRfZW5hYmxlZBgKIAEoCEgIiAEBEhQKB3ByZXdhcm0YCyABKAhICYgBARIxCg9pZGVtcG90ZW5jeV9rZXkYDCABKAlCE9LzGA9pZGVtcG90ZW5jeS1rZXlICogBAUITChFfZHVyYXRpb25fbWludXRlc0IOCgxfcHJvdmlkZXJfaWRCCQoHX3BhcmFtc0IRCg9fY29udGFpbmVyX3NwZWNCEwoRX2dwdV9yZXF1aXJlbWVudHNCFwoVX21heF9kdXJhdGlvbl9zZWNvbmRzQgsKCV9wcmlvcml0eUIOCgxfdGVtcGxhdGVfaWRCFQoTX2NoZWNrcG9pbnRfZW5hYmxlZEIKCghfcHJld2FybUISChBfaWRlbXBvdGVuY3lfa2V5ImkKEVN1Ym1pdEpvYlJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSIgoDam9iGAIgASgLMhUuc3ZjLnYxLkpvYlN1Ym1pc3Npb24SDgoGcXVldWVkGAMgASgIEg8KB21lc3NhZ2UYBCABKAkibwoPTGlzdEpvYnNSZXF1ZXN0EhMKBnN0YXR1cxgBIAEoCUgAiAEBEhIKBWxpbWl0GAIgASgFSAGIAQESEwoGb2Zmc2V0GAMgASgFSAKIAQFCCQoHX3N0YXR1c0IICgZfbGltaXRCCQoHX29mZnNldCJbChBMaXN0Sm9ic1Jlc3BvbnNlEhkKBGpvYnMYASADKAsyCy5zdmMudjEuSm9iEg0KBXRvdGFsGAIgASgDEg0KBWxpbWl0GAMgASgFEg4KBm9mZnNldBgEIAEoBSIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIlChNHZXRKb2JPdXRwdXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSK/AQoJSm9iT3V0cHV0EhkKC3N0YXR1c19jb2RlGAcgASgFQgTw8xgBEjEKB3BlbmRpbmcYCCABKAsyGC5zdmMudjEuSm9iT3V0cHV0UGVuZGluZ0IE4PMYAUgAEi8KBnJlc3VsdBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBODzGAFIABIrCgRnb25lGAkgASgLMhUuc3ZjLnYxLkpvYk91dHB1dEdvbmVCBODzGAFIAEIGCgRib2R5IqsBChBKb2JPdXRwdXRQZW5kaW5nEg4KBnN0YXR1cxgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEiEKDnByb2dyZXNzX3BoYXNlGAMgASgJQgTI8xgBSACIAQESDgoGam9iX2lkGAQgASgJEh8KDHByb2dyZXNzX3BjdBgFIAEoAUIEyPMYAUgBiAEBQhEKD19wcm9ncmVzc19waGFzZUIPCg1fcHJvZ3Jlc3NfcGN0Ij4KDUpvYk91dHB1dEdvbmUSDgoGc3RhdHVzGAEgASgJEg0KBWVycm9yGAIgASgJEg4KBmpvYl9pZBgDIAEoCSI7ChlHZXRKb2JPdXRwdXRGb3JtYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZmb3JtYXQYAiABKAkiRQoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhQKB2F0dGVtcHQYAiABKAVIAIgBAUIKCghfYXR0ZW1wdCJNCgpKb2JMb2dMaW5lEgsKA3NlcRgBIAEoAxINCgVsZXZlbBgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhIKCmNyZWF0ZWRfYXQYBCABKAkiRwoSR2V0Sm9iTG9nc1Jlc3BvbnNlEiAKBGxvZ3MYASADKAsyEi5zdmMudjEuSm9iTG9nTGluZRIPCgdhdHRlbXB0GAIgASgFIiYKFEdldEpvYkhpc3RvcnlSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSLnAgoKSm9iQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEh4KC3Byb3ZpZGVyX2lkGAIgASgDQgTI8xgBSACIAQESDgoGc3RhdHVzGAMgASgJEh4KC2Fzc2lnbmVkX2F0GAQgASgJQgTI8xgBSAGIAQESHQoKc3RhcnRlZF9hdBgFIAEoCUIEyPMYAUgCiAEBEhsKCGVuZGVkX2F0GAYgASgJQgTI8xgBSAOIAQESHQoKZW5kX3JlYXNvbhgHIAEoCUIEyPMYAUgEiAEBEh4KC2Nvc3RfaGFsYWxhGAggASgDQgTI8xgBSAWIAQESGAoFZXJyb3IYCSABKAlCBMjzGAFIBogBAUIOCgxfcHJvdmlkZXJfaWRCDgoMX2Fzc2lnbmVkX2F0Qg0KC19zdGFydGVkX2F0QgsKCV9lbmRlZF9hdEINCgtfZW5kX3JlYXNvbkIOCgxfY29zdF9oYWxhbGFCCAoGX2Vycm9yIk0KFUdldEpvYkhpc3RvcnlSZXNwb25zZRIOCgZqb2JfaWQYASABKAkSJAoIYXR0ZW1wdHMYAiADKAsyEi5zdmMudjEuSm9iQXR0ZW1wdCJCChBDYW5jZWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRITCgZyZWFzb24YAiABKAlIAIgBAUIJCgdfcmVhc29uIm8KEUNhbmNlbEpvYlJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSGAoDam9iGAIgASgLMgsuc3ZjLnYxLkpvYhIXCg9yZWZ1bmRlZF9oYWxhbGEYAyABKAMSFgoOY2hhcmdlZF9oYWxhbGEYBCABKAMiIQoOUG9sbEpvYlJlcXVlc3QSDwoHYXBpX2tleRgBIAEoCSKKAgoLQXNzaWduZWRKb2ISCgoCaWQYASABKAMSDgoGam9iX2lkGAIgASgJEhAKCGpvYl90eXBlGAMgASgJEioKCXRhc2tfc3BlYxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFgoOdGFza19zcGVjX2htYWMYBSABKAkSPAoQZ3B1X3JlcXVpcmVtZW50cxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBMjzGAFIAIgBARIYChBkdXJhdGlvbl9taW51dGVzGAcgASgDEhwKFG1heF9kdXJhdGlvbl9zZWNvbmRzGAggASgDQhMKEV9ncHVfcmVxdWlyZW1lbnRzIkYKD1BvbGxKb2JSZXNwb25zZRIrCgNqb2IYASABKAsyEy5zdmMudjEuQXNzaWduZWRKb2JCBMjzGAFIAIgBAUIGCgRfam9iIsUBChBKb2JSZXN1bHRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIUCgdzdWNjZXNzGAIgASgISACIAQESJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhIKBWVycm9yGAQgASgJSAGIAQESLQoHbWV0cmljcxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAogBAUIKCghfc3VjY2Vzc0IICgZfZXJyb3JCCgoIX21ldHJpY3MirgEKEUpvYlJlc3VsdFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSDgoGam9iX2lkGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIWCg5hY3R1YWxfbWludXRlcxgEIAEoAxITCgtjb3N0X2hhbGFsYRgFIAEoAxIeChZwcm92aWRlcl9lYXJuZWRfaGFsYWxhGAYgASgDEhsKE3BsYXRmb3JtX2ZlZV9oYWxhbGEYByABKAMiTAoUQXBwZW5kSm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEiQKBGxvZ3MYAiADKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiXwoLQWNrUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIOCgZqb2JfaWQYAiABKAkSDQoFY291bnQYAyABKAMSFAoHZHJvcHBlZBgEIAEoA0gAiAEBQgoKCF9kcm9wcGVkIm4KEkpvYlByb2dyZXNzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSGQoMcHJvZ3Jlc3NfcGN0GAIgASgBSACIAQESEgoFcGhhc2UYAyABKAlIAYgBAUIPCg1fcHJvZ3Jlc3NfcGN0QggKBl9waGFzZSKMAQoURW5kcG9pbnRSZWFkeVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhkKDGVuZHBvaW50X3VybBgCIAEoCUgAiAEBEhEKBHBvcnQYAyABKAVIAYgBARISCgVtb2RlbBgEIAEoCUgCiAEBQg8KDV9lbmRwb2ludF91cmxCBwoFX3BvcnRCCAoGX21vZGVsIk4KFUVuZHBvaW50UmVhZHlSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg4KBmpvYl9pZBgCIAEoCRIUCgxlbmRwb2ludF91cmwYAyABKAkiUQoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIrCgRib2R5GAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE6PMYATKTDAoKSm9iU2VydmljZRJvCgZTdWJtaXQSGC5zdmMudjEuU3VibWl0Sm9iUmVxdWVzdBoZLnN2Yy52MS5TdWJtaXRKb2JSZXNwb25zZSIwwvMYLAoYCgRQT1NUEhAvYXBpL2pvYnMvc3VibWl0EMkBGgEDIgpqb2Jfc3VibWl0ElYKBExpc3QSFy5zdmMudjEuTGlzdEpvYnNSZXF1ZXN0Ghguc3ZjLnYxLkxpc3RKb2JzUmVzcG9uc2UiG8LzGBcKEAoDR0VUEgkvYXBpL2pvYnMaAwMCBBJPCgNHZXQSFS5zdmMudjEuR2V0Sm9iUmVxdWVzdBoLLnN2Yy52MS5Kb2IiJMLzGCAKGQoDR0VUEhIvYXBpL2pvYnMve2pvYl9pZH0aAwMCBBJoCglHZXRPdXRwdXQSGy5zdmMudjEuR2V0Sm9iT3V0cHV0UmVxdWVzdBoRLnN2Yy52MS5Kb2JPdXRwdXQiK8LzGCcKIAoDR0VUEhkvYXBpL2pvYnMve2pvYl9pZH0vb3V0cHV0GgMDAgQSewoPR2V0T3V0cHV0Rm9ybWF0EiEuc3ZjLnYxLkdldEpvYk91dHB1dEZvcm1hdFJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSI0wvMYMAopCgNHRVQSIi9hcGkvam9icy97am9iX2lkfS9vdXRwdXQve2Zvcm1hdH0aAwMCBBJrCgdHZXRMb2dzEhkuc3ZjLnYxLkdldEpvYkxvZ3NSZXF1ZXN0Ghouc3ZjLnYxLkdldEpvYkxvZ3NSZXNwb25zZSIpwvMYJQoeCgNHRVQSFy9hcGkvam9icy97am9iX2lkfS9sb2dzGgMDAgQSdwoKR2V0SGlzdG9yeRIcLnN2Yy52MS5HZXRKb2JIaXN0b3J5UmVxdWVzdBodLnN2Yy52MS5HZXRKb2JIaXN0b3J5UmVzcG9uc2UiLMLzGCgKIQoDR0VUEhovYXBpL2pvYnMve2pvYl9pZH0vaGlzdG9yeRoDAwIEEmoKBkNhbmNlbBIYLnN2Yy52MS5DYW5jZWxKb2JSZXF1ZXN0Ghkuc3ZjLnYxLkNhbmNlbEpvYlJlc3BvbnNlIivC8xgnCiEKBFBPU1QSGS9hcGkvam9icy97am9iX2lkfS9jYW5jZWwaAgMEEmYKBFBvbGwSFi5zdmMudjEuUG9sbEpvYlJlcXVlc3QaFy5zdmMudjEuUG9sbEpvYlJlc3BvbnNlIi3C8xgpCiQKA0dFVBIdL2FwaS9wcm92aWRlcnMve2FwaV9rZXl9L2pvYnMaAQIScwoMUmVwb3J0UmVzdWx0Ehguc3ZjLnYxLkpvYlJlc3VsdFJlcXVlc3QaGS5zdmMudjEuSm9iUmVzdWx0UmVzcG9uc2UiLsLzGCoKIQoEUE9TVBIZL2FwaS9wcm92aWRlcnMvam9iLXJlc3VsdBoBAiiAgAESbAoKQXBwZW5kTG9ncxIcLnN2Yy52MS5BcHBlbmRKb2JMb2dzUmVxdWVzdBoTLnN2Yy52MS5BY2tSZXNwb25zZSIrwvMYJwofCgRQT1NUEhcvYXBpL2pvYnMve2pvYl9pZH0vbG9ncxoBAiiACBJvCg5SZXBvcnRQcm9ncmVzcxIaLnN2Yy52MS5Kb2JQcm9ncmVzc1JlcXVlc3QaEy5zdmMudjEuQWNrUmVzcG9uc2UiLMLzGCgKIwoEUE9TVBIbL2FwaS9qb2JzL3tqb2JfaWR9L3Byb2dyZXNzGgECEoABCg1FbmRwb2ludFJlYWR5Ehwuc3ZjLnYxLkVuZHBvaW50UmVhZHlSZXF1ZXN0Gh0uc3ZjLnYxLkVuZHBvaW50UmVhZHlSZXNwb25zZSIywvMYLgopCgRQT1NUEiEvYXBpL2pvYnMve2pvYl9pZH0vZW5kcG9pbnQtcmVhZHkaAQIScwoIQ29tcGxldGUSGi5zdmMudjEuQ29tcGxldGVKb2JSZXF1ZXN0Ghkuc3ZjLnYxLkpvYlJlc3VsdFJlc3BvbnNlIjDC8xgsCiMKBFBPU1QSGy9hcGkvam9icy97am9iX2lkfS9jb21wbGV0ZRoBAiiAgAFiBnByb3RvMw", [file_google_protobuf_struct, file_svc_v1_models, file_svc_v1_options]);
+  fileDesc("ChFzdmMvdjEvam9icy5wcm90bxIGc3ZjLnYxIvwEChBTdWJtaXRKb2JSZXF1ZXN0EhAKCGpvYl90eXBlGAEgASgJEh0KEGR1cmF0aW9uX21pbnV0ZXMYAiABKAFIAIgBARIYCgtwcm92aWRlcl9pZBgDIAEoA0gBiAEBEiwKBnBhcmFtcxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAogBARI0Cg5jb250YWluZXJfc3BlYxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIA4gBARI2ChBncHVfcmVxdWlyZW1lbnRzGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEgEiAEBEiEKFG1heF9kdXJhdGlvbl9zZWNvbmRzGAcgASgDSAWIAQESFQoIcHJpb3JpdHkYCCABKAVIBogBARIYCgt0ZW1wbGF0ZV9pZBgJIAEoCUgHiAEBEh8KEmNoZWNrcG9pbnRfZW5hYmxlZBgKIAEoCEgIiAEBEhQKB3ByZXdhcm0YCyABKAhICYgBARIxCg9pZGVtcG90ZW5jeV9rZXkYDCABKAlCE9LzGA9pZGVtcG90ZW5jeS1rZXlICogBAUITChFfZHVyYXRpb25fbWludXRlc0IOCgxfcHJvdmlkZXJfaWRCCQoHX3BhcmFtc0IRCg9fY29udGFpbmVyX3NwZWNCEwoRX2dwdV9yZXF1aXJlbWVudHNCFwoVX21heF9kdXJhdGlvbl9zZWNvbmRzQgsKCV9wcmlvcml0eUIOCgxfdGVtcGxhdGVfaWRCFQoTX2NoZWNrcG9pbnRfZW5hYmxlZEIKCghfcHJld2FybUISChBfaWRlbXBvdGVuY3lfa2V5ImkKEVN1Ym1pdEpvYlJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSIgoDam9iGAIgASgLMhUuc3ZjLnYxLkpvYlN1Ym1pc3Npb24SDgoGcXVldWVkGAMgASgIEg8KB21lc3NhZ2UYBCABKAkibwoPTGlzdEpvYnNSZXF1ZXN0EhMKBnN0YXR1cxgBIAEoCUgAiAEBEhIKBWxpbWl0GAIgASgFSAGIAQESEwoGb2Zmc2V0GAMgASgFSAKIAQFCCQoHX3N0YXR1c0IICgZfbGltaXRCCQoHX29mZnNldCJbChBMaXN0Sm9ic1Jlc3BvbnNlEhkKBGpvYnMYASADKAsyCy5zdmMudjEuSm9iEg0KBXRvdGFsGAIgASgDEg0KBWxpbWl0GAMgASgFEg4KBm9mZnNldBgEIAEoBSIfCg1HZXRKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSIlChNHZXRKb2JPdXRwdXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSK/AQoJSm9iT3V0cHV0EhkKC3N0YXR1c19jb2RlGAcgASgFQgTw8xgBEjEKB3BlbmRpbmcYCCABKAsyGC5zdmMudjEuSm9iT3V0cHV0UGVuZGluZ0IE4PMYAUgAEi8KBnJlc3VsdBgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBODzGAFIABIrCgRnb25lGAkgASgLMhUuc3ZjLnYxLkpvYk91dHB1dEdvbmVCBODzGAFIAEIGCgRib2R5IqsBChBKb2JPdXRwdXRQZW5kaW5nEg4KBnN0YXR1cxgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEiEKDnByb2dyZXNzX3BoYXNlGAMgASgJQgTI8xgBSACIAQESDgoGam9iX2lkGAQgASgJEh8KDHByb2dyZXNzX3BjdBgFIAEoAUIEyPMYAUgBiAEBQhEKD19wcm9ncmVzc19waGFzZUIPCg1fcHJvZ3Jlc3NfcGN0Ij4KDUpvYk91dHB1dEdvbmUSDgoGc3RhdHVzGAEgASgJEg0KBWVycm9yGAIgASgJEg4KBmpvYl9pZBgDIAEoCSI7ChlHZXRKb2JPdXRwdXRGb3JtYXRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIOCgZmb3JtYXQYAiABKAkiRQoRR2V0Sm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEhQKB2F0dGVtcHQYAiABKAVIAIgBAUIKCghfYXR0ZW1wdCJNCgpKb2JMb2dMaW5lEgsKA3NlcRgBIAEoAxINCgVsZXZlbBgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhIKCmNyZWF0ZWRfYXQYBCABKAkiRwoSR2V0Sm9iTG9nc1Jlc3BvbnNlEiAKBGxvZ3MYASADKAsyEi5zdmMudjEuSm9iTG9nTGluZRIPCgdhdHRlbXB0GAIgASgFIiYKFEdldEpvYkhpc3RvcnlSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCSLnAgoKSm9iQXR0ZW1wdBIPCgdhdHRlbXB0GAEgASgFEh4KC3Byb3ZpZGVyX2lkGAIgASgDQgTI8xgBSACIAQESDgoGc3RhdHVzGAMgASgJEh4KC2Fzc2lnbmVkX2F0GAQgASgJQgTI8xgBSAGIAQESHQoKc3RhcnRlZF9hdBgFIAEoCUIEyPMYAUgCiAEBEhsKCGVuZGVkX2F0GAYgASgJQgTI8xgBSAOIAQESHQoKZW5kX3JlYXNvbhgHIAEoCUIEyPMYAUgEiAEBEh4KC2Nvc3RfaGFsYWxhGAggASgDQgTI8xgBSAWIAQESGAoFZXJyb3IYCSABKAlCBMjzGAFIBogBAUIOCgxfcHJvdmlkZXJfaWRCDgoMX2Fzc2lnbmVkX2F0Qg0KC19zdGFydGVkX2F0QgsKCV9lbmRlZF9hdEINCgtfZW5kX3JlYXNvbkIOCgxfY29zdF9oYWxhbGFCCAoGX2Vycm9yIk0KFUdldEpvYkhpc3RvcnlSZXNwb25zZRIOCgZqb2JfaWQYASABKAkSJAoIYXR0ZW1wdHMYAiADKAsyEi5zdmMudjEuSm9iQXR0ZW1wdCJUCg9XYXRjaEpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEiYKBmN1cnNvchgCIAEoCUIR0vMYDWxhc3QtZXZlbnQtaWRIAIgBAUIJCgdfY3Vyc29yIp0CCghKb2JFdmVudBIUCgZjdXJzb3IYASABKAlCBPjzGAESJwoIc25hcHNob3QYAiABKAsyEy5zdmMudjEuSm9iU25hcHNob3RIABIpCgZzdGF0dXMYAyABKAsyFy5zdmMudjEuSm9iU3RhdHVzQ2hhbmdlSAASJwoIcHJvZ3Jlc3MYBCABKAsyEy5zdmMudjEuSm9iUHJvZ3Jlc3NIABIiCgNsb2cYBSABKAsyEy5zdmMudjEuSm9iTG9nRXZlbnRIABIqCghhdHRlbXB0cxgGIAEoCzIWLnN2Yy52MS5Kb2JBdHRlbXB0TGlzdEgAEiUKB291dGNvbWUYByABKAsyEi5zdmMudjEuSm9iT3V0Y29tZUgAQgcKBWV2ZW50Ik0KC0pvYlNuYXBzaG90EhgKA2pvYhgBIAEoCzILLnN2Yy52MS5Kb2ISJAoIYXR0ZW1wdHMYAiADKAsyEi5zdmMudjEuSm9iQXR0ZW1wdCLQAQoPSm9iU3RhdHVzQ2hhbmdlEg4KBnN0YXR1cxgBIAEoCRIfCgxxdWV1ZV9yZWFzb24YAiABKAlCBMjzGAFIAIgBARIkChFxdWV1ZV9yZWFzb25fY29kZRgDIAEoCUIEyPMYAUgBiAEBEh4KC3Byb3ZpZGVyX2lkGAQgASgDQgTI8xgBSAKIAQESDwoHYXR0ZW1wdBgFIAEoBUIPCg1fcXVldWVfcmVhc29uQhQKEl9xdWV1ZV9yZWFzb25fY29kZUIOCgxfcHJvdmlkZXJfaWQiYwoLSm9iUHJvZ3Jlc3MSHwoMcHJvZ3Jlc3NfcGN0GAEgASgBQgTI8xgBSACIAQESGAoFcGhhc2UYAiABKAlCBMjzGAFIAYgBAUIPCg1fcHJvZ3Jlc3NfcGN0QggKBl9waGFzZSJfCgtKb2JMb2dFdmVudBILCgNzZXEYASABKAMSDwoHYXR0ZW1wdBgCIAEoBRINCgVsZXZlbBgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEhIKCmNyZWF0ZWRfYXQYBSABKAkiNgoOSm9iQXR0ZW1wdExpc3QSJAoIYXR0ZW1wdHMYASADKAsyEi5zdmMudjEuSm9iQXR0ZW1wdCKdAgoKSm9iT3V0Y29tZRIOCgZzdGF0dXMYASABKAkSHQoKZW5kX3JlYXNvbhgCIAEoCUIEyPMYAUgAiAEBEhMKC2Nvc3RfaGFsYWxhGAQgASgDEiEKDmFjdHVhbF9taW51dGVzGAUgASgDQgTI8xgBSAGIAQESGAoFZXJyb3IYBiABKAlCBMjzGAFIAogBARIeCgtvdXRwdXRfcGF0aBgHIAEoCUIEyPMYAUgDiAEBEiAKDW91dHB1dF9mb3JtYXQYCCABKAlCBMjzGAFIBIgBAUINCgtfZW5kX3JlYXNvbkIRCg9fYWN0dWFsX21pbnV0ZXNCCAoGX2Vycm9yQg4KDF9vdXRwdXRfcGF0aEIQCg5fb3V0cHV0X2Zvcm1hdCJCChBDYW5jZWxKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRITCgZyZWFzb24YAiABKAlIAIgBAUIJCgdfcmVhc29uIm8KEUNhbmNlbEpvYlJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSGAoDam9iGAIgASgLMgsuc3ZjLnYxLkpvYhIXCg9yZWZ1bmRlZF9oYWxhbGEYAyABKAMSFgoOY2hhcmdlZF9oYWxhbGEYBCABKAMiIQoOUG9sbEpvYlJlcXVlc3QSDwoHYXBpX2tleRgBIAEoCSKKAgoLQXNzaWduZWRKb2ISCgoCaWQYASABKAMSDgoGam9iX2lkGAIgASgJEhAKCGpvYl90eXBlGAMgASgJEioKCXRhc2tfc3BlYxgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSFgoOdGFza19zcGVjX2htYWMYBSABKAkSPAoQZ3B1X3JlcXVpcmVtZW50cxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBMjzGAFIAIgBARIYChBkdXJhdGlvbl9taW51dGVzGAcgASgDEhwKFG1heF9kdXJhdGlvbl9zZWNvbmRzGAggASgDQhMKEV9ncHVfcmVxdWlyZW1lbnRzIkYKD1BvbGxKb2JSZXNwb25zZRIrCgNqb2IYASABKAsyEy5zdmMudjEuQXNzaWduZWRKb2JCBMjzGAFIAIgBAUIGCgRfam9iIsUBChBKb2JSZXN1bHRSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIUCgdzdWNjZXNzGAIgASgISACIAQESJgoGcmVzdWx0GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhIKBWVycm9yGAQgASgJSAGIAQESLQoHbWV0cmljcxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAogBAUIKCghfc3VjY2Vzc0IICgZfZXJyb3JCCgoIX21ldHJpY3MirgEKEUpvYlJlc3VsdFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSDgoGam9iX2lkGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIWCg5hY3R1YWxfbWludXRlcxgEIAEoAxITCgtjb3N0X2hhbGFsYRgFIAEoAxIeChZwcm92aWRlcl9lYXJuZWRfaGFsYWxhGAYgASgDEhsKE3BsYXRmb3JtX2ZlZV9oYWxhbGEYByABKAMiTAoUQXBwZW5kSm9iTG9nc1JlcXVlc3QSDgoGam9iX2lkGAEgASgJEiQKBGxvZ3MYAiADKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiXwoLQWNrUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIOCgZqb2JfaWQYAiABKAkSDQoFY291bnQYAyABKAMSFAoHZHJvcHBlZBgEIAEoA0gAiAEBQgoKCF9kcm9wcGVkIm4KEkpvYlByb2dyZXNzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSGQoMcHJvZ3Jlc3NfcGN0GAIgASgBSACIAQESEgoFcGhhc2UYAyABKAlIAYgBAUIPCg1fcHJvZ3Jlc3NfcGN0QggKBl9waGFzZSKMAQoURW5kcG9pbnRSZWFkeVJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhkKDGVuZHBvaW50X3VybBgCIAEoCUgAiAEBEhEKBHBvcnQYAyABKAVIAYgBARISCgVtb2RlbBgEIAEoCUgCiAEBQg8KDV9lbmRwb2ludF91cmxCBwoFX3BvcnRCCAoGX21vZGVsIk4KFUVuZHBvaW50UmVhZHlSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg4KBmpvYl9pZBgCIAEoCRIUCgxlbmRwb2ludF91cmwYAyABKAkiUQoSQ29tcGxldGVKb2JSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIrCgRib2R5GAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIE6PMYATL5DAoKSm9iU2VydmljZRJvCgZTdWJtaXQSGC5zdmMudjEuU3VibWl0Sm9iUmVxdWVzdBoZLnN2Yy52MS5TdWJtaXRKb2JSZXNwb25zZSIwwvMYLAoYCgRQT1NUEhAvYXBpL2pvYnMvc3VibWl0EMkBGgEDIgpqb2Jfc3VibWl0ElYKBExpc3QSFy5zdmMudjEuTGlzdEpvYnNSZXF1ZXN0Ghguc3ZjLnYxLkxpc3RKb2JzUmVzcG9uc2UiG8LzGBcKEAoDR0VUEgkvYXBpL2pvYnMaAwMCBBJPCgNHZXQSFS5zdmMudjEuR2V0Sm9iUmVxdWVzdBoLLnN2Yy52MS5Kb2IiJMLzGCAKGQoDR0VUEhIvYXBpL2pvYnMve2pvYl9pZH0aAwMCBBJoCglHZXRPdXRwdXQSGy5zdmMudjEuR2V0Sm9iT3V0cHV0UmVxdWVzdBoRLnN2Yy52MS5Kb2JPdXRwdXQiK8LzGCcKIAoDR0VUEhkvYXBpL2pvYnMve2pvYl9pZH0vb3V0cHV0GgMDAgQSewoPR2V0T3V0cHV0Rm9ybWF0EiEuc3ZjLnYxLkdldEpvYk91dHB1dEZvcm1hdFJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSI0wvMYMAopCgNHRVQSIi9hcGkvam9icy97am9iX2lkfS9vdXRwdXQve2Zvcm1hdH0aAwMCBBJrCgdHZXRMb2dzEhkuc3ZjLnYxLkdldEpvYkxvZ3NSZXF1ZXN0Ghouc3ZjLnYxLkdldEpvYkxvZ3NSZXNwb25zZSIpwvMYJQoeCgNHRVQSFy9hcGkvam9icy97am9iX2lkfS9sb2dzGgMDAgQSdwoKR2V0SGlzdG9yeRIcLnN2Yy52MS5HZXRKb2JIaXN0b3J5UmVxdWVzdBodLnN2Yy52MS5HZXRKb2JIaXN0b3J5UmVzcG9uc2UiLMLzGCgKIQoDR0VUEhovYXBpL2pvYnMve2pvYl9pZH0vaGlzdG9yeRoDAwIEEmQKCFdhdGNoSm9iEhcuc3ZjLnYxLldhdGNoSm9iUmVxdWVzdBoQLnN2Yy52MS5Kb2JFdmVudCIrwvMYJwogCgNHRVQSGS9hcGkvam9icy97am9iX2lkfS9ldmVudHMaAwMCBDABEmoKBkNhbmNlbBIYLnN2Yy52MS5DYW5jZWxKb2JSZXF1ZXN0Ghkuc3ZjLnYxLkNhbmNlbEpvYlJlc3BvbnNlIivC8xgnCiEKBFBPU1QSGS9hcGkvam9icy97am9iX2lkfS9jYW5jZWwaAgMEEmYKBFBvbGwSFi5zdmMudjEuUG9sbEpvYlJlcXVlc3QaFy5zdmMudjEuUG9sbEpvYlJlc3BvbnNlIi3C8xgpCiQKA0dFVBIdL2FwaS9wcm92aWRlcnMve2FwaV9rZXl9L2pvYnMaAQIScwoMUmVwb3J0UmVzdWx0Ehguc3ZjLnYxLkpvYlJlc3VsdFJlcXVlc3QaGS5zdmMudjEuSm9iUmVzdWx0UmVzcG9uc2UiLsLzGCoKIQoEUE9TVBIZL2FwaS9wcm92aWRlcnMvam9iLXJlc3VsdBoBAiiAgAESbAoKQXBwZW5kTG9ncxIcLnN2Yy52MS5BcHBlbmRKb2JMb2dzUmVxdWVzdBoTLnN2Yy52MS5BY2tSZXNwb25zZSIrwvMYJwofCgRQT1NUEhcvYXBpL2pvYnMve2pvYl9pZH0vbG9ncxoBAiiACBJvCg5SZXBvcnRQcm9ncmVzcxIaLnN2Yy52MS5Kb2JQcm9ncmVzc1JlcXVlc3QaEy5zdmMudjEuQWNrUmVzcG9uc2UiLMLzGCgKIwoEUE9TVBIbL2FwaS9qb2JzL3tqb2JfaWR9L3Byb2dyZXNzGgECEoABCg1FbmRwb2ludFJlYWR5Ehwuc3ZjLnYxLkVuZHBvaW50UmVhZHlSZXF1ZXN0Gh0uc3ZjLnYxLkVuZHBvaW50UmVhZHlSZXNwb25zZSIywvMYLgopCgRQT1NUEiEvYXBpL2pvYnMve2pvYl9pZH0vZW5kcG9pbnQtcmVhZHkaAQIScwoIQ29tcGxldGUSGi5zdmMudjEuQ29tcGxldGVKb2JSZXF1ZXN0Ghkuc3ZjLnYxLkpvYlJlc3VsdFJlc3BvbnNlIjDC8xgsCiMKBFBPU1QSGy9hcGkvam9icy97am9iX2lkfS9jb21wbGV0ZRoBAiiAgAFiBnByb3RvMw", [file_google_protobuf_struct, file_svc_v1_models, file_svc_v1_options]);
 
 /**
  * @generated from message svc.v1.SubmitJobRequest
@@ -532,6 +532,314 @@ export const GetJobHistoryResponseSchema: GenMessage<GetJobHistoryResponse> = /*
   messageDesc(file_svc_v1_jobs, 15);
 
 /**
+ * @generated from message svc.v1.WatchJobRequest
+ */
+export type WatchJobRequest = Message<"svc.v1.WatchJobRequest"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * Resume point: the cursor of the last event received. Log lines up to it
+   * are not sent again; everything else starts over with a fresh snapshot.
+   * Unset or empty: from the first log line.
+   *
+   * @generated from field: optional string cursor = 2;
+   */
+  cursor?: string | undefined;
+};
+
+/**
+ * Describes the message svc.v1.WatchJobRequest.
+ * Use `create(WatchJobRequestSchema)` to create a new message.
+ */
+export const WatchJobRequestSchema: GenMessage<WatchJobRequest> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 16);
+
+/**
+ * One event of WatchJob. Every stream starts with `snapshot` and, once the
+ * job is terminal and every log line before its end was sent, ends with
+ * `outcome`. Changes that commit close together may be seen as one: a status
+ * event gives the state now, not each step in between.
+ *
+ * @generated from message svc.v1.JobEvent
+ */
+export type JobEvent = Message<"svc.v1.JobEvent"> & {
+  /**
+   * Opaque resume token: the position in the job's log after this event.
+   * Send the last one received as WatchJobRequest.cursor (REST: Last-Event-ID).
+   *
+   * @generated from field: string cursor = 1;
+   */
+  cursor: string;
+
+  /**
+   * @generated from oneof svc.v1.JobEvent.event
+   */
+  event: {
+    /**
+     * First event of every stream: the job as it is now and its attempts.
+     *
+     * @generated from field: svc.v1.JobSnapshot snapshot = 2;
+     */
+    value: JobSnapshot;
+    case: "snapshot";
+  } | {
+    /**
+     * The status, the queue reason (while queued), the provider or the attempt changed.
+     *
+     * @generated from field: svc.v1.JobStatusChange status = 3;
+     */
+    value: JobStatusChange;
+    case: "status";
+  } | {
+    /**
+     * Progress or phase reported by the daemon.
+     *
+     * @generated from field: svc.v1.JobProgress progress = 4;
+     */
+    value: JobProgress;
+    case: "progress";
+  } | {
+    /**
+     * One new log line (any attempt), in the order they were stored.
+     *
+     * @generated from field: svc.v1.JobLogEvent log = 5;
+     */
+    value: JobLogEvent;
+    case: "log";
+  } | {
+    /**
+     * The attempt history changed: every attempt, as GetHistory answers.
+     *
+     * @generated from field: svc.v1.JobAttemptList attempts = 6;
+     */
+    value: JobAttemptList;
+    case: "attempts";
+  } | {
+    /**
+     * Last event: how the job ended.
+     *
+     * @generated from field: svc.v1.JobOutcome outcome = 7;
+     */
+    value: JobOutcome;
+    case: "outcome";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message svc.v1.JobEvent.
+ * Use `create(JobEventSchema)` to create a new message.
+ */
+export const JobEventSchema: GenMessage<JobEvent> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 17);
+
+/**
+ * @generated from message svc.v1.JobSnapshot
+ */
+export type JobSnapshot = Message<"svc.v1.JobSnapshot"> & {
+  /**
+   * As Get answers it (queue_reason set while queued).
+   *
+   * @generated from field: svc.v1.Job job = 1;
+   */
+  job?: Job | undefined;
+
+  /**
+   * @generated from field: repeated svc.v1.JobAttempt attempts = 2;
+   */
+  attempts: JobAttempt[];
+};
+
+/**
+ * Describes the message svc.v1.JobSnapshot.
+ * Use `create(JobSnapshotSchema)` to create a new message.
+ */
+export const JobSnapshotSchema: GenMessage<JobSnapshot> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 18);
+
+/**
+ * @generated from message svc.v1.JobStatusChange
+ */
+export type JobStatusChange = Message<"svc.v1.JobStatusChange"> & {
+  /**
+   * queued, pending, running, completed, failed, cancelled
+   *
+   * @generated from field: string status = 1;
+   */
+  status: string;
+
+  /**
+   * While queued: why the job waits, in words and as a code (see Job.queue_reason).
+   *
+   * @generated from field: optional string queue_reason = 2;
+   */
+  queueReason?: string | undefined;
+
+  /**
+   * @generated from field: optional string queue_reason_code = 3;
+   */
+  queueReasonCode?: string | undefined;
+
+  /**
+   * @generated from field: optional int64 provider_id = 4;
+   */
+  providerId?: bigint | undefined;
+
+  /**
+   * @generated from field: int32 attempt = 5;
+   */
+  attempt: number;
+};
+
+/**
+ * Describes the message svc.v1.JobStatusChange.
+ * Use `create(JobStatusChangeSchema)` to create a new message.
+ */
+export const JobStatusChangeSchema: GenMessage<JobStatusChange> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 19);
+
+/**
+ * @generated from message svc.v1.JobProgress
+ */
+export type JobProgress = Message<"svc.v1.JobProgress"> & {
+  /**
+   * @generated from field: optional double progress_pct = 1;
+   */
+  progressPct?: number | undefined;
+
+  /**
+   * @generated from field: optional string phase = 2;
+   */
+  phase?: string | undefined;
+};
+
+/**
+ * Describes the message svc.v1.JobProgress.
+ * Use `create(JobProgressSchema)` to create a new message.
+ */
+export const JobProgressSchema: GenMessage<JobProgress> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 20);
+
+/**
+ * @generated from message svc.v1.JobLogEvent
+ */
+export type JobLogEvent = Message<"svc.v1.JobLogEvent"> & {
+  /**
+   * The line's position in the job's log (GetLogs seq); increasing.
+   *
+   * @generated from field: int64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * @generated from field: string level = 3;
+   */
+  level: string;
+
+  /**
+   * @generated from field: string message = 4;
+   */
+  message: string;
+
+  /**
+   * @generated from field: string created_at = 5;
+   */
+  createdAt: string;
+};
+
+/**
+ * Describes the message svc.v1.JobLogEvent.
+ * Use `create(JobLogEventSchema)` to create a new message.
+ */
+export const JobLogEventSchema: GenMessage<JobLogEvent> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 21);
+
+/**
+ * @generated from message svc.v1.JobAttemptList
+ */
+export type JobAttemptList = Message<"svc.v1.JobAttemptList"> & {
+  /**
+   * @generated from field: repeated svc.v1.JobAttempt attempts = 1;
+   */
+  attempts: JobAttempt[];
+};
+
+/**
+ * Describes the message svc.v1.JobAttemptList.
+ * Use `create(JobAttemptListSchema)` to create a new message.
+ */
+export const JobAttemptListSchema: GenMessage<JobAttemptList> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 22);
+
+/**
+ * @generated from message svc.v1.JobOutcome
+ */
+export type JobOutcome = Message<"svc.v1.JobOutcome"> & {
+  /**
+   * completed, failed or cancelled
+   *
+   * @generated from field: string status = 1;
+   */
+  status: string;
+
+  /**
+   * Why it ended: result, timeout, cancelled, provider_lost, rejected, not_picked_up, admin, ...
+   *
+   * @generated from field: optional string end_reason = 2;
+   */
+  endReason?: string | undefined;
+
+  /**
+   * Field 3 is kept for whose fault the end was, once the job read carries it.
+   * What the renter paid, in halala (0 when the hold was released in full).
+   *
+   * @generated from field: int64 cost_halala = 4;
+   */
+  costHalala: bigint;
+
+  /**
+   * GPU minutes billed (null when nothing was billed).
+   *
+   * @generated from field: optional int64 actual_minutes = 5;
+   */
+  actualMinutes?: bigint | undefined;
+
+  /**
+   * @generated from field: optional string error = 6;
+   */
+  error?: string | undefined;
+
+  /**
+   * Where the result is: GET this path (null when there is no output).
+   *
+   * @generated from field: optional string output_path = 7;
+   */
+  outputPath?: string | undefined;
+
+  /**
+   * png (or another image format: GET output_path + "/png" for the bytes),
+   * text (a {response} result) or json; null when there is no output.
+   *
+   * @generated from field: optional string output_format = 8;
+   */
+  outputFormat?: string | undefined;
+};
+
+/**
+ * Describes the message svc.v1.JobOutcome.
+ * Use `create(JobOutcomeSchema)` to create a new message.
+ */
+export const JobOutcomeSchema: GenMessage<JobOutcome> = /*@__PURE__*/
+  messageDesc(file_svc_v1_jobs, 23);
+
+/**
  * @generated from message svc.v1.CancelJobRequest
  */
 export type CancelJobRequest = Message<"svc.v1.CancelJobRequest"> & {
@@ -551,7 +859,7 @@ export type CancelJobRequest = Message<"svc.v1.CancelJobRequest"> & {
  * Use `create(CancelJobRequestSchema)` to create a new message.
  */
 export const CancelJobRequestSchema: GenMessage<CancelJobRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 16);
+  messageDesc(file_svc_v1_jobs, 24);
 
 /**
  * @generated from message svc.v1.CancelJobResponse
@@ -583,7 +891,7 @@ export type CancelJobResponse = Message<"svc.v1.CancelJobResponse"> & {
  * Use `create(CancelJobResponseSchema)` to create a new message.
  */
 export const CancelJobResponseSchema: GenMessage<CancelJobResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 17);
+  messageDesc(file_svc_v1_jobs, 25);
 
 /**
  * @generated from message svc.v1.PollJobRequest
@@ -600,7 +908,7 @@ export type PollJobRequest = Message<"svc.v1.PollJobRequest"> & {
  * Use `create(PollJobRequestSchema)` to create a new message.
  */
 export const PollJobRequestSchema: GenMessage<PollJobRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 18);
+  messageDesc(file_svc_v1_jobs, 26);
 
 /**
  * @generated from message svc.v1.AssignedJob
@@ -652,7 +960,7 @@ export type AssignedJob = Message<"svc.v1.AssignedJob"> & {
  * Use `create(AssignedJobSchema)` to create a new message.
  */
 export const AssignedJobSchema: GenMessage<AssignedJob> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 19);
+  messageDesc(file_svc_v1_jobs, 27);
 
 /**
  * @generated from message svc.v1.PollJobResponse
@@ -669,7 +977,7 @@ export type PollJobResponse = Message<"svc.v1.PollJobResponse"> & {
  * Use `create(PollJobResponseSchema)` to create a new message.
  */
 export const PollJobResponseSchema: GenMessage<PollJobResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 20);
+  messageDesc(file_svc_v1_jobs, 28);
 
 /**
  * @generated from message svc.v1.JobResultRequest
@@ -708,7 +1016,7 @@ export type JobResultRequest = Message<"svc.v1.JobResultRequest"> & {
  * Use `create(JobResultRequestSchema)` to create a new message.
  */
 export const JobResultRequestSchema: GenMessage<JobResultRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 21);
+  messageDesc(file_svc_v1_jobs, 29);
 
 /**
  * @generated from message svc.v1.JobResultResponse
@@ -757,7 +1065,7 @@ export type JobResultResponse = Message<"svc.v1.JobResultResponse"> & {
  * Use `create(JobResultResponseSchema)` to create a new message.
  */
 export const JobResultResponseSchema: GenMessage<JobResultResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 22);
+  messageDesc(file_svc_v1_jobs, 30);
 
 /**
  * @generated from message svc.v1.AppendJobLogsRequest
@@ -781,7 +1089,7 @@ export type AppendJobLogsRequest = Message<"svc.v1.AppendJobLogsRequest"> & {
  * Use `create(AppendJobLogsRequestSchema)` to create a new message.
  */
 export const AppendJobLogsRequestSchema: GenMessage<AppendJobLogsRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 23);
+  messageDesc(file_svc_v1_jobs, 31);
 
 /**
  * @generated from message svc.v1.AckResponse
@@ -817,7 +1125,7 @@ export type AckResponse = Message<"svc.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 24);
+  messageDesc(file_svc_v1_jobs, 32);
 
 /**
  * @generated from message svc.v1.JobProgressRequest
@@ -844,7 +1152,7 @@ export type JobProgressRequest = Message<"svc.v1.JobProgressRequest"> & {
  * Use `create(JobProgressRequestSchema)` to create a new message.
  */
 export const JobProgressRequestSchema: GenMessage<JobProgressRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 25);
+  messageDesc(file_svc_v1_jobs, 33);
 
 /**
  * @generated from message svc.v1.EndpointReadyRequest
@@ -876,7 +1184,7 @@ export type EndpointReadyRequest = Message<"svc.v1.EndpointReadyRequest"> & {
  * Use `create(EndpointReadyRequestSchema)` to create a new message.
  */
 export const EndpointReadyRequestSchema: GenMessage<EndpointReadyRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 26);
+  messageDesc(file_svc_v1_jobs, 34);
 
 /**
  * @generated from message svc.v1.EndpointReadyResponse
@@ -903,7 +1211,7 @@ export type EndpointReadyResponse = Message<"svc.v1.EndpointReadyResponse"> & {
  * Use `create(EndpointReadyResponseSchema)` to create a new message.
  */
 export const EndpointReadyResponseSchema: GenMessage<EndpointReadyResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 27);
+  messageDesc(file_svc_v1_jobs, 35);
 
 /**
  * Body of POST /api/jobs/{job_id}/complete: any JSON object, taken as the
@@ -928,7 +1236,7 @@ export type CompleteJobRequest = Message<"svc.v1.CompleteJobRequest"> & {
  * Use `create(CompleteJobRequestSchema)` to create a new message.
  */
 export const CompleteJobRequestSchema: GenMessage<CompleteJobRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_jobs, 28);
+  messageDesc(file_svc_v1_jobs, 36);
 
 /**
  * @generated from service svc.v1.JobService
@@ -994,6 +1302,21 @@ export const JobService: GenService<{
     methodKind: "unary";
     input: typeof GetJobHistoryRequestSchema;
     output: typeof GetJobHistoryResponseSchema;
+  },
+  /**
+   * Live events of one job: a snapshot of the job as it is now, then each
+   * change as it commits (status with the queue reason, progress, log lines,
+   * attempts), and last the outcome, after which the stream ends. Readers as
+   * for Get. On REST the events are server-sent events (text/event-stream):
+   * `event:` is the JobEvent member's name, `id:` its cursor, `data:` the
+   * whole JobEvent as JSON; Last-Event-ID (or ?cursor=) resumes.
+   *
+   * @generated from rpc svc.v1.JobService.WatchJob
+   */
+  watchJob: {
+    methodKind: "server_streaming";
+    input: typeof WatchJobRequestSchema;
+    output: typeof JobEventSchema;
   },
   /**
    * @generated from rpc svc.v1.JobService.Cancel

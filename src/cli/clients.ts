@@ -1,0 +1,35 @@
+// The generated Connect clients over gRPC (HTTP/2, the service's core wire),
+// with the profile's credential in metadata the documented way per role.
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { AdminService } from "../../gen/svc/v1/admin_pb.js";
+import { JobService } from "../../gen/svc/v1/jobs_pb.js";
+import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
+import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
+import { RenterService } from "../../gen/svc/v1/renters_pb.js";
+import type { Profile } from "./profiles.js";
+
+const HEADER = { renter: "x-renter-key", provider: "x-provider-key", admin: "x-admin-token" } as const;
+
+export interface Clients {
+  jobs: Client<typeof JobService>;
+  renters: Client<typeof RenterService>;
+  payments: Client<typeof PaymentService>;
+  providers: Client<typeof ProviderService>;
+  admin: Client<typeof AdminService>;
+}
+
+export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients {
+  const auth: Interceptor = (next) => (req) => {
+    req.header.set(HEADER[p.role], p.secret);
+    return next(req);
+  };
+  const transport = createGrpcTransport({ baseUrl: p.url, interceptors: [auth] });
+  return {
+    jobs: createClient(JobService, transport),
+    renters: createClient(RenterService, transport),
+    payments: createClient(PaymentService, transport),
+    providers: createClient(ProviderService, transport),
+    admin: createClient(AdminService, transport),
+  };
+}

@@ -1,0 +1,544 @@
+// svc: the command-line client of the marketplace, on the generated Connect
+// clients (gRPC). Commands for renters, providers and operators; profiles
+// from `svc login`; --json everywhere; exit codes in output.ts (EXIT).
+import fs from "node:fs";
+import readline from "node:readline";
+import { Writable } from "node:stream";
+import { Command, CommanderError, Option } from "commander";
+import type { JsonObject } from "@bufbuild/protobuf";
+import { clientsFor, type Clients } from "./clients.js";
+import { follow } from "./follow.js";
+import { EXIT, Exit, colour, out, printFields, printJson, printJsonLine, printTable, reportError, sar, statusColour } from "./output.js";
+import { ROLES, maskSecret, resolveProfile, roleOfKey, saveProfile, UsageError, type Profile, type Role } from "./profiles.js";
+
+const EXIT_HELP = `
+Exit codes:
+  0  done (a followed job completed)
+  1  the job failed or was cancelled
+  2  usage error
+  3  authentication: no profile, a bad key or token, or not allowed
+  4  server unreachable
+  5  the server refused the request (its error text and status are printed)
+
+Environment: SVC_PROFILE, SVC_URL, SVC_KEY (renter or provider key), SVC_ADMIN_TOKEN,
+SVC_CONFIG_DIR (default $XDG_CONFIG_HOME/svc or ~/.config/svc).`;
+
+interface Globals {
+  profile?: string;
+  json?: boolean;
+}
+
+/** Reads a secret: piped stdin, else a prompt that does not echo it. Never from argv. */
+async function readSecret(prompt: string): Promise<string> {
+  if (!process.stdin.isTTY) {
+    let data = "";
+    for await (const chunk of process.stdin) data += chunk;
+    return data.trim();
+  }
+  let muted = false;
+  const output = new Writable({
+    write(chunk, _enc, cb) {
+      if (!muted) process.stderr.write(chunk);
+      cb();
+    },
+  });
+  const rl = readline.createInterface({ input: process.stdin, output, terminal: true });
+  return new Promise((resolve) => {
+    rl.question(prompt, (answer) => {
+      rl.close();
+      process.stderr.write("\n");
+      resolve(answer.trim());
+    });
+    muted = true;
+  });
+}
+
+/** k=v (the value as JSON when it parses: numbers, booleans, objects; else text). */
+function parseParam(text: string, prev: JsonObject = {}): JsonObject {
+  const i = text.indexOf("=");
+  if (i <= 0) throw new UsageError(`--param wants key=value, got "${text}"`);
+  const raw = text.slice(i + 1);
+  let value: JsonObject[string];
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    value = raw;
+  }
+  return { ...prev, [text.slice(0, i)]: value };
+}
+
+const int = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new UsageError(`${name} must be an integer`);
+  return n;
+};
+const num = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new UsageError(`${name} must be a number`);
+  return n;
+};
+
+export function buildProgram(): Command {
+  const program = new Command("svc")
+    .description("Command-line client of the GPU compute marketplace")
+    .option("--profile <name>", "profile to use (default: SVC_PROFILE, else the first one saved)")
+    .option("--json", "print JSON instead of tables (one object per event when following)")
+    .addHelpText("after", EXIT_HELP)
+    .showHelpAfterError()
+    .exitOverride();
+  program.configureOutput({ writeErr: (s) => process.stderr.write(s) });
+
+  const g = (): Globals => program.opts<Globals>();
+  const session = (role?: Role | Role[]): { c: Clients; p: Profile } => {
+    const p = resolveProfile(g().profile);
+    const wanted = role === undefined ? undefined : Array.isArray(role) ? role : [role];
+    if (wanted && !wanted.includes(p.role)) throw new UsageError(`this command is for a ${wanted.join(" or ")} profile; "${resolveProfile(g().profile).name}" is a ${p.role} profile`);
+    return { c: clientsFor(p), p };
+  };
+  const show = (value: unknown, human: () => void) => (g().json ? printJson(value) : human());
+
+  // ---- profiles ----
+  program
+    .command("login")
+    .description("save a profile: the key (or admin token) is read from stdin or a prompt, never from arguments")
+    .requiredOption("--url <url>", "server base URL, e.g. http://localhost:8080")
+    .addOption(new Option("--role <role>", "renter, provider or admin (default: from the key's prefix)").choices([...ROLES]))
+    .option("--name <profile>", "profile name (default: --profile, else \"default\")")
+    .action(async (o: { url: string; role?: Role; name?: string }) => {
+      const envSecret = o.role === "admin" ? process.env.SVC_ADMIN_TOKEN : (process.env.SVC_KEY ?? (o.role ? undefined : process.env.SVC_ADMIN_TOKEN));
+      const secret = envSecret ?? (await readSecret(o.role === "admin" ? "Admin token: " : "API key: "));
+      if (!secret) throw new UsageError("no key given (pipe it on stdin, type it at the prompt, or set SVC_KEY)");
+      const role = o.role ?? roleOfKey(secret) ?? "admin";
+      const p: Profile = { url: o.url.replace(/\/+$/, ""), role, secret };
+      const c = clientsFor(p);
+      // Checked before it is saved: a bad key is refused here, with the server's answer.
+      let who: string;
+      // The `me` reads answer 404 for a key of no account (the spec's table); a list answers 401 "invalid API key".
+      if (role !== "admin") await c.jobs.list({ limit: 1 });
+      if (role === "renter") {
+        const me = await c.renters.getMe({});
+        who = `renter ${me.renter?.id} (${me.renter?.email})`;
+      } else if (role === "provider") {
+        const me = await c.providers.getMe({});
+        who = `provider ${me.provider?.provider?.id} (${me.provider?.provider?.name})`;
+      } else {
+        await c.admin.getDashboard({});
+        who = "admin";
+      }
+      const name = o.name ?? g().profile ?? "default";
+      const file = saveProfile(name, p);
+      show({ profile: name, url: p.url, role, key: maskSecret(secret), file }, () => out(`logged in as ${who} on ${p.url}: profile "${name}" saved in ${file} (key ${maskSecret(secret)})`));
+    });
+
+  program
+    .command("whoami")
+    .description("the profile in effect (the key masked)")
+    .action(() => {
+      const p = resolveProfile(g().profile);
+      show({ profile: p.name, url: p.url, role: p.role, key: maskSecret(p.secret) }, () =>
+        printFields([["profile", p.name], ["url", p.url], ["role", p.role], ["key", maskSecret(p.secret)]]),
+      );
+    });
+
+  // ---- renter ----
+  program
+    .command("balance")
+    .description("renter balance")
+    .action(async () => {
+      const { c } = session("renter");
+      const b = await c.renters.getBalance({});
+      show(b, () =>
+        printFields([
+          ["balance", `${b.balanceHalala} halala (${sar(b.balanceHalala)})`],
+          ["held", `${b.heldHalala} halala`],
+          ["available", `${b.availableHalala} halala (${sar(b.availableHalala)})`],
+          ["spent", `${b.totalSpentHalala} halala`],
+          ["jobs", b.totalJobs],
+        ]),
+      );
+    });
+
+  program
+    .command("topup")
+    .description("add funds: sandbox payments are confirmed at once (outside production); card sources print a checkout URL")
+    .requiredOption("--sar <amount>", "amount in SAR", num("--sar"))
+    .addOption(new Option("--source <type>", "payment source").choices(["sandbox", "creditcard", "mada", "applepay"]).default("sandbox"))
+    .option("--idempotency-key <key>", "makes a retried top-up safe")
+    .action(async (o: { sar: number; source: string; idempotencyKey?: string }) => {
+      const { c, p } = session("renter");
+      const t = await c.payments.topup({ amountSar: o.sar, sourceType: o.source, idempotencyKey: o.idempotencyKey });
+      const pay = t.payment!;
+      if (o.source !== "sandbox") {
+        return show(t, () => out(`payment ${pay.paymentId} (${sar(pay.amountHalala)}): pay at ${new URL(t.checkoutUrl, p.url)}`));
+      }
+      const confirmed = await c.payments.confirmSandbox({ paymentId: pay.paymentId });
+      const b = await c.renters.getBalance({});
+      show({ payment: confirmed, balance: b }, () =>
+        out(`payment ${confirmed.paymentId}: ${confirmed.status}, ${sar(confirmed.amountHalala)} added; balance ${b.balanceHalala} halala (${sar(b.balanceHalala)})`),
+      );
+    });
+
+  program
+    .command("submit")
+    .description("submit a job; --follow watches it to the end (exit code: how it ended)")
+    .argument("<type>", "job type, e.g. llm-inference, image_generation, benchmark")
+    .option("-p, --param <key=value>", "a job parameter (repeatable; values parsed as JSON when they can be)", parseParam)
+    .option("-d, --duration <minutes>", "duration estimate in minutes (the hold)", num("--duration"))
+    .option("--priority <1-3>", "1 high, 2 normal, 3 low", int("--priority"))
+    .option("--provider <id>", "run on this provider", int("--provider"))
+    .option("--max-duration <seconds>", "hard limit of the run", int("--max-duration"))
+    .option("--idempotency-key <key>", "a retried submit with the same key answers the first job")
+    .option("-f, --follow", "watch the job until it ends")
+    .option("-o, --out <file>", "with --follow: where to write the output")
+    .action(async (type: string, o: { param?: JsonObject; duration?: number; priority?: number; provider?: number; maxDuration?: number; idempotencyKey?: string; follow?: boolean; out?: string }) => {
+      const { c } = session("renter");
+      const r = await c.jobs.submit({
+        jobType: type,
+        params: o.param,
+        durationMinutes: o.duration,
+        priority: o.priority,
+        providerId: o.provider === undefined ? undefined : BigInt(o.provider),
+        maxDurationSeconds: o.maxDuration === undefined ? undefined : BigInt(o.maxDuration),
+        idempotencyKey: o.idempotencyKey,
+      });
+      const job = r.job!.job!;
+      // Following with --json: one JSON object per line, the submission first.
+      if (g().json && o.follow) printJsonLine({ submitted: r });
+      else if (g().json) printJson(r);
+      else out(`submitted ${job.jobId}: ${statusColour(job.status)} — ${r.message} (estimate ${job.costHalala} halala held)`);
+      if (o.follow) throw new Exit(await follow(c, job.jobId, { json: !!g().json, outFile: o.out }));
+    });
+
+  const jobs = program.command("jobs").description("your jobs (renter), your runs (provider), any job (admin)");
+  jobs
+    .command("ls")
+    .description("list jobs")
+    .option("--status <status>", "queued, pending, running, completed, failed, cancelled")
+    .option("--limit <n>", "how many", int("--limit"), 20)
+    .action(async (o: { status?: string; limit: number }) => {
+      const { c } = session();
+      const r = await c.jobs.list({ status: o.status, limit: o.limit });
+      show(r, () =>
+        printTable(r.jobs, [
+          ["job", (j) => j.jobId],
+          ["type", (j) => j.jobType],
+          ["status", (j) => statusColour(j.status)],
+          ["progress", (j) => (j.progressPct === undefined ? undefined : `${Math.round(j.progressPct)}%`)],
+          ["cost", (j) => j.actualCostHalala ?? j.costHalala],
+          ["submitted", (j) => j.submittedAt],
+        ]),
+      );
+    });
+  jobs
+    .command("show")
+    .argument("<job_id>")
+    .description("one job")
+    .action(async (jobId: string) => {
+      const { c } = session();
+      const j = await c.jobs.get({ jobId });
+      show(j, () =>
+        printFields([
+          ["job", j.jobId],
+          ["type", j.jobType],
+          ["status", statusColour(j.status)],
+          ["queue reason", j.queueReason],
+          ["provider", j.providerId],
+          ["attempt", j.attempt],
+          ["progress", j.progressPct === undefined ? undefined : `${Math.round(j.progressPct)}% ${j.progressPhase ?? ""}`.trim()],
+          ["held / cost", `${j.costHalala} / ${j.actualCostHalala ?? "-"} halala`],
+          ["submitted", j.submittedAt],
+          ["completed", j.completedAt],
+          ["error", j.error],
+        ]),
+      );
+    });
+  jobs
+    .command("logs")
+    .argument("<job_id>")
+    .option("-f, --follow", "keep printing new lines until the job ends")
+    .option("--attempt <n>", "an earlier attempt's lines", int("--attempt"))
+    .description("a job's log lines")
+    .action(async (jobId: string, o: { follow?: boolean; attempt?: number }) => {
+      const { c } = session();
+      if (o.follow) throw new Exit(await follow(c, jobId, { json: !!g().json, logsOnly: true }));
+      const r = await c.jobs.getLogs({ jobId, attempt: o.attempt });
+      show(r, () => {
+        for (const l of r.logs) out(`${colour(l.level.padEnd(7), "dim")} ${l.message}`);
+      });
+    });
+  jobs
+    .command("watch")
+    .argument("<job_id>")
+    .option("-o, --out <file>", "where to write the output")
+    .description("follow a job live until it ends (exit code: how it ended)")
+    .action(async (jobId: string, o: { out?: string }) => {
+      const { c } = session();
+      throw new Exit(await follow(c, jobId, { json: !!g().json, outFile: o.out }));
+    });
+  jobs
+    .command("cancel")
+    .argument("<job_id>")
+    .option("--reason <text>")
+    .description("cancel a queued, pending or running job (the hold is released)")
+    .action(async (jobId: string, o: { reason?: string }) => {
+      const { c, p } = session(["renter", "admin"]);
+      if (p.role === "admin") {
+        const j = await c.admin.cancelJob({ jobId, reason: o.reason });
+        return show(j, () => out(`${j.jobId}: ${statusColour(j.status)}`));
+      }
+      const r = await c.jobs.cancel({ jobId, reason: o.reason });
+      show(r, () => out(`${r.job?.jobId}: ${statusColour(r.job?.status ?? "")}; refunded ${r.refundedHalala} halala, charged ${r.chargedHalala}`));
+    });
+  jobs
+    .command("output")
+    .argument("<job_id>")
+    .option("-o, --out <file>", "write it to this file (images default to <job_id>.png)")
+    .description("a finished job's output")
+    .action(async (jobId: string, o: { out?: string }) => {
+      const { c } = session();
+      const r = await c.jobs.getOutput({ jobId });
+      if (r.body.case !== "result") {
+        const v = r.body.value!;
+        show(v, () => out(`${v.jobId}: ${statusColour(v.status)} — ${"message" in v ? v.message : v.error}`));
+        throw new Exit(r.body.case === "gone" ? EXIT.jobFailed : EXIT.refused);
+      }
+      const obj = r.body.value as JsonObject;
+      const image = typeof obj.data === "string";
+      if (!image && !o.out) {
+        if (g().json) printJson(obj);
+        else out(typeof obj.response === "string" ? obj.response : JSON.stringify(obj, null, 2));
+        return;
+      }
+      const raw = await c.jobs.getOutputFormat({ jobId, format: image ? "raw" : "json" });
+      const file = o.out ?? `${jobId}.${image && typeof obj.format === "string" ? obj.format : image ? "png" : "json"}`;
+      fs.writeFileSync(file, raw.data);
+      show({ job_id: jobId, file, bytes: raw.data.length }, () => out(`written to ${file} (${raw.data.length} bytes)`));
+    });
+
+  program
+    .command("usage")
+    .description("your /v1 (OpenAI-compatible) token usage")
+    .action(async () => {
+      const { p } = session("renter");
+      // /v1 is the OpenAI-compatible surface, a plain HTTP handler outside the proto services: read as JSON.
+      let res: Response;
+      try {
+        res = await fetch(`${p.url}/v1/usage`, { headers: { authorization: `Bearer ${p.secret}` } });
+      } catch (err) {
+        process.stderr.write(`svc: server unreachable: ${(err as Error).cause ?? (err as Error).message}\n`);
+        throw new Exit(EXIT.unreachable);
+      }
+      const body = (await res.json().catch(() => ({}))) as any;
+      if (!res.ok) {
+        process.stderr.write(`svc: ${body?.error?.message ?? body?.error ?? res.statusText} (HTTP ${res.status})\n`);
+        throw new Exit(res.status === 401 || res.status === 403 ? EXIT.auth : EXIT.refused);
+      }
+      show(body, () => printFields(Object.entries(body).filter(([, v]) => typeof v !== "object") as [string, unknown][]));
+      if (!g().json && Array.isArray(body.by_model)) printTable(body.by_model as any[], Object.keys(body.by_model[0] ?? {}).map((k) => [k, (r: any) => r[k]]));
+    });
+
+  // ---- provider ----
+  const provider = program.command("provider").description("provider commands (a provider profile)");
+  provider
+    .command("status")
+    .description("online, last heartbeat, GPUs, earnings")
+    .action(async () => {
+      const { c } = session("provider");
+      const me = await c.providers.getMe({});
+      const d = me.provider!;
+      const pr = d.provider!;
+      show(me, () =>
+        printFields([
+          ["provider", `${pr.id} ${pr.name}`],
+          ["status", statusColour(pr.status)],
+          ["approval", pr.approvalStatus],
+          ["paused", pr.isPaused],
+          ["last heartbeat", pr.lastHeartbeat],
+          ["GPU", `${pr.gpuCountReported} x ${pr.gpuModel}${pr.gpuVramMib ? ` (${pr.gpuVramMib} MiB)` : ""}`],
+          ["daemon", pr.daemonVersion],
+          ["active job", d.activeJob?.jobId],
+          ["today", sar(d.todayEarningsHalala)],
+          ["this week", sar(d.weekEarningsHalala)],
+          ["total", sar(pr.totalEarningsHalala)],
+        ]),
+      );
+    });
+  provider
+    .command("earnings")
+    .description("earnings by day (UTC), from your completed runs")
+    .option("--limit <n>", "runs to look at", int("--limit"), 100)
+    .action(async (o: { limit: number }) => {
+      const { c } = session("provider");
+      const r = await c.jobs.list({ status: "completed", limit: o.limit });
+      const days = new Map<string, { day: string; jobs: number; earned_halala: number }>();
+      for (const j of r.jobs) {
+        const day = (j.completedAt ?? j.submittedAt).slice(0, 10);
+        const d = days.get(day) ?? { day, jobs: 0, earned_halala: 0 };
+        d.jobs++;
+        d.earned_halala += Number(j.providerEarnedHalala ?? 0n);
+        days.set(day, d);
+      }
+      const rows = [...days.values()].sort((a, b) => b.day.localeCompare(a.day));
+      show(rows, () => printTable(rows, [["day", (d) => d.day], ["jobs", (d) => d.jobs], ["earned", (d) => `${d.earned_halala} halala (${sar(d.earned_halala)})`]]));
+    });
+  provider
+    .command("jobs")
+    .description("jobs run on this provider")
+    .option("--status <status>")
+    .option("--limit <n>", "how many", int("--limit"), 20)
+    .action(async (o: { status?: string; limit: number }) => {
+      const { c } = session("provider");
+      const r = await c.jobs.list({ status: o.status, limit: o.limit });
+      show(r, () =>
+        printTable(r.jobs, [
+          ["job", (j) => j.jobId],
+          ["type", (j) => j.jobType],
+          ["status", (j) => statusColour(j.status)],
+          ["earned", (j) => j.providerEarnedHalala],
+          ["submitted", (j) => j.submittedAt],
+        ]),
+      );
+    });
+  for (const verb of ["pause", "resume"] as const) {
+    provider
+      .command(verb)
+      .description(verb === "pause" ? "take no new jobs" : "take jobs again")
+      .action(async () => {
+        const { c } = session("provider");
+        const r = verb === "pause" ? await c.providers.pause({}) : await c.providers.resume({});
+        show(r, () => out(`provider ${verb === "pause" ? "paused" : "resumed"}`));
+      });
+  }
+  provider
+    .command("preferences")
+    .description("show or set run preferences")
+    .addOption(new Option("--run-mode <mode>").choices(["always-on", "manual", "scheduled"]))
+    .option("--scheduled-start <HH:MM>")
+    .option("--scheduled-end <HH:MM>")
+    .option("--gpu-usage-cap <pct>", "", int("--gpu-usage-cap"))
+    .option("--vram-reserve <GB>", "", num("--vram-reserve"))
+    .option("--temp-limit <C>", "", int("--temp-limit"))
+    .action(async (o: { runMode?: string; scheduledStart?: string; scheduledEnd?: string; gpuUsageCap?: number; vramReserve?: number; tempLimit?: number }) => {
+      const { c } = session("provider");
+      const set = Object.values(o).some((v) => v !== undefined);
+      if (set) {
+        await c.providers.setPreferences({
+          runMode: o.runMode,
+          scheduledStart: o.scheduledStart,
+          scheduledEnd: o.scheduledEnd,
+          gpuUsageCapPct: o.gpuUsageCap,
+          vramReserveGb: o.vramReserve,
+          tempLimitC: o.tempLimit,
+        });
+      }
+      const pr = (await c.providers.getMe({})).provider!.provider!;
+      const prefs = {
+        run_mode: pr.runMode,
+        scheduled_start: pr.scheduledStart ?? null,
+        scheduled_end: pr.scheduledEnd ?? null,
+        gpu_usage_cap_pct: pr.gpuUsageCapPct,
+        vram_reserve_gb: pr.vramReserveGb,
+        temp_limit_c: pr.tempLimitC,
+      };
+      show(prefs, () => printFields(Object.entries(prefs)));
+    });
+
+  // ---- operator ----
+  const admin = program.command("admin").description("operator commands (an admin profile)");
+  admin
+    .command("providers")
+    .description("providers")
+    .option("--pending", "only those waiting for approval")
+    .option("--status <status>")
+    .option("--limit <n>", "how many", int("--limit"), 50)
+    .action(async (o: { pending?: boolean; status?: string; limit: number }) => {
+      const { c } = session("admin");
+      const r = await c.admin.listProviders({ approvalStatus: o.pending ? "pending" : undefined, status: o.status, limit: o.limit });
+      show(r, () =>
+        printTable(r.providers, [
+          ["id", (p) => p.id],
+          ["name", (p) => p.name],
+          ["gpu", (p) => p.gpuModel],
+          ["status", (p) => p.status],
+          ["approval", (p) => p.approvalStatus],
+          ["last heartbeat", (p) => p.lastHeartbeat],
+        ]),
+      );
+    });
+  for (const verb of ["approve", "reject", "suspend", "unsuspend"] as const) {
+    admin
+      .command(verb)
+      .argument("<provider_id>")
+      .option("--reason <text>")
+      .description(`${verb} a provider`)
+      .action(async (id: string, o: { reason?: string }) => {
+        const { c } = session("admin");
+        const req = { id: BigInt(int("provider_id")(id)), reason: o.reason };
+        const r =
+          verb === "approve"
+            ? await c.admin.approveProvider(req)
+            : verb === "reject"
+              ? await c.admin.rejectProvider(req)
+              : verb === "suspend"
+                ? await c.admin.suspendProvider(req)
+                : await c.admin.unsuspendProvider(req);
+        show(r, () => out(`provider ${id}: ${verb} done`));
+      });
+  }
+  admin
+    .command("dashboard")
+    .description("platform figures")
+    .action(async () => {
+      const { c } = session("admin");
+      const d = await c.admin.getDashboard({});
+      show(d, () => printFields(Object.entries(d.stats ?? {}).filter(([k]) => !k.startsWith("$")) as [string, unknown][]));
+    });
+  admin
+    .command("renters")
+    .description("renters")
+    .option("--q <text>", "search name or email")
+    .option("--limit <n>", "how many", int("--limit"), 50)
+    .action(async (o: { q?: string; limit: number }) => {
+      const { c } = session("admin");
+      const r = await c.admin.listRenters({ q: o.q, limit: o.limit });
+      show(r, () => printTable(r.renters, [["id", (x) => x.id], ["name", (x) => x.name], ["email", (x) => x.email], ["status", (x) => x.status], ["balance", (x) => x.balanceHalala]]));
+    });
+  admin
+    .command("jobs")
+    .description("every job")
+    .option("--status <status>")
+    .option("--limit <n>", "how many", int("--limit"), 50)
+    .action(async (o: { status?: string; limit: number }) => {
+      const { c } = session("admin");
+      const r = await c.admin.listJobs({ status: o.status, limit: o.limit });
+      show(r, () =>
+        printTable(r.jobs, [["job", (j) => j.jobId], ["type", (j) => j.jobType], ["status", (j) => statusColour(j.status)], ["renter", (j) => j.renterId], ["provider", (j) => j.providerId], ["submitted", (j) => j.submittedAt]]),
+      );
+    });
+  admin
+    .command("audit")
+    .description("the audit log")
+    .option("--action <action>")
+    .option("--limit <n>", "how many", int("--limit"), 50)
+    .action(async (o: { action?: string; limit: number }) => {
+      const { c } = session("admin");
+      const r = await c.admin.listAudit({ action: o.action, limit: o.limit });
+      show(r, () => printTable(r.entries, [["when", (e) => e.createdAt], ["actor", (e) => e.actor], ["action", (e) => e.action], ["target", (e) => `${e.targetType} ${e.targetId}`]]));
+    });
+  return program;
+}
+
+/** Runs svc with these arguments; resolves to the exit code. */
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help and --version are not errors; commander has printed its message.
+      return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    }
+    return reportError(err);
+  }
+}

@@ -1,0 +1,110 @@
+// How svc prints: tables (or key/value lists) by default, one JSON document
+// with --json, plain text with no colour when stdout is not a terminal, and
+// errors as the server's text with its HTTP status and gRPC code (never a
+// stack trace). Exit codes are fixed here.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { AuthMissing, UsageError } from "./profiles.js";
+
+/** Documented exit codes (README, `svc --help`). */
+export const EXIT = {
+  ok: 0,
+  /** The job ended failed or cancelled. */
+  jobFailed: 1,
+  usage: 2,
+  auth: 3,
+  unreachable: 4,
+  /** The server refused the request for another reason (402, 404, 409, 429, 5xx...). */
+  refused: 5,
+} as const;
+
+export class Exit extends Error {
+  constructor(readonly code: number) {
+    super(`exit ${code}`);
+  }
+}
+
+export const isTty = () => process.stdout.isTTY === true;
+const useColour = () => isTty() && !process.env.NO_COLOR && process.env.TERM !== "dumb";
+
+export function colour(text: string, c: "green" | "red" | "yellow" | "dim" | "cyan"): string {
+  if (!useColour()) return text;
+  const codes = { green: 32, red: 31, yellow: 33, dim: 2, cyan: 36 };
+  return `\x1b[${codes[c]}m${text}\x1b[0m`;
+}
+
+export function statusColour(status: string): string {
+  if (status === "completed") return colour(status, "green");
+  if (status === "failed" || status === "cancelled") return colour(status, "red");
+  if (status === "queued") return colour(status, "yellow");
+  return colour(status, "cyan");
+}
+
+export const out = (line = "") => process.stdout.write(line + "\n");
+
+/** JSON.stringify with 64-bit integers (bigint) as numbers. */
+export function printJson(value: unknown): void {
+  out(JSON.stringify(value, (_k, v) => (typeof v === "bigint" ? Number(v) : v), 2));
+}
+
+export function printJsonLine(value: unknown): void {
+  out(JSON.stringify(value, (_k, v) => (typeof v === "bigint" ? Number(v) : v)));
+}
+
+const cell = (v: unknown): string => {
+  if (v === undefined || v === null || v === "") return "-";
+  if (typeof v === "bigint") return v.toString();
+  if (typeof v === "object") return JSON.stringify(v, (_k, x) => (typeof x === "bigint" ? Number(x) : x));
+  return String(v);
+};
+
+/** A table with a header row; columns are [title, value-of-row]. */
+export function printTable<T>(rows: T[], columns: [string, (r: T) => unknown][]): void {
+  const cells = rows.map((r) => columns.map(([, f]) => cell(f(r))));
+  const widths = columns.map(([t], i) => Math.max(t.length, ...cells.map((c) => c[i].length)));
+  const line = (cs: string[]) => cs.map((c, i) => (i === cs.length - 1 ? c : c.padEnd(widths[i]))).join("  ").trimEnd();
+  out(colour(line(columns.map(([t]) => t.toUpperCase())), "dim"));
+  for (const c of cells) out(line(c));
+  if (rows.length === 0) out(colour("(none)", "dim"));
+}
+
+/** Aligned `key  value` lines. */
+export function printFields(fields: [string, unknown][]): void {
+  const w = Math.max(...fields.map(([k]) => k.length));
+  for (const [k, v] of fields) out(`${k.padEnd(w)}  ${cell(v)}`);
+}
+
+export const sar = (halala: bigint | number | undefined) => (halala === undefined ? "-" : `${(Number(halala) / 100).toFixed(2)} SAR`);
+
+const CODE_NAMES: Partial<Record<Code, string>> = Object.fromEntries(
+  Object.entries(Code)
+    .filter(([, v]) => typeof v === "number")
+    .map(([k, v]) => [v, k.replace(/[A-Z]/g, (c, i) => (i ? "_" : "") + c.toLowerCase())]),
+);
+
+/** Prints an error the way svc reports every failure, and returns its exit code. */
+export function reportError(err: unknown): number {
+  if (err instanceof Exit) return err.code;
+  if (err instanceof UsageError) {
+    process.stderr.write(`svc: ${err.message}\n`);
+    return EXIT.usage;
+  }
+  if (err instanceof AuthMissing) {
+    process.stderr.write(`svc: ${err.message}\n`);
+    return EXIT.auth;
+  }
+  if (err instanceof ConnectError) {
+    const http = Number(err.metadata.get("x-svc-http-status")) || undefined;
+    const code = CODE_NAMES[err.code] ?? String(err.code);
+    // No status from our server: the request never reached it (refused, reset, DNS, TLS).
+    if (!http && (err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal || err.code === Code.DeadlineExceeded)) {
+      process.stderr.write(`svc: server unreachable: ${err.rawMessage} (gRPC ${code})\n`);
+      return EXIT.unreachable;
+    }
+    process.stderr.write(`svc: ${err.rawMessage} (${http ? `HTTP ${http}, ` : ""}gRPC ${code})\n`);
+    if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) return EXIT.auth;
+    return EXIT.refused;
+  }
+  const e = err as NodeJS.ErrnoException;
+  process.stderr.write(`svc: ${e?.message ?? String(err)}\n`);
+  return EXIT.refused;
+}

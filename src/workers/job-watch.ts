@@ -1,0 +1,311 @@
+// Live job events for WatchJob and GET /api/jobs/{id}/events. One LISTEN per
+// process on the job-watch channel (migration 019's triggers send the job's
+// id from whichever process changed it); a notice for a job that watchers of
+// this process follow starts one read of that job (readJobChanges), whose
+// events are handed to all of them: a thousand watchers of one job cost one
+// read per change in each process, not a thousand. Notices that arrive while
+// a read is running fold into one more read after it.
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Sql } from "../db/index.js";
+import type { Logger } from "../log.js";
+import {
+  JOB_WATCH_CHANNEL,
+  WATCH_LOG_PAGE,
+  changeEvents,
+  logEvent,
+  outcomeEvent,
+  readJobChanges,
+  snapshotEvent,
+  watchState,
+  type JobChanges,
+  type JobEventInit,
+  type WatchState,
+} from "../domain/jobs/job-watch.js";
+import type { JobReader } from "../domain/jobs/jobs.js";
+
+/** Events a watcher may have waiting before it is cut off (it resumes from its last cursor). */
+export const MAX_QUEUED_EVENTS = 4 * WATCH_LOG_PAGE;
+/** How often a queued job's reason is read again (it changes with providers, which send no notice). */
+const QUEUE_REFRESH_MS = 10_000;
+/** Longest wait for slow watchers to take a page of log lines before the next page is read. */
+const DRAIN_WAIT_MS = 5_000;
+
+const MOVED_ON = "this job moved to another provider; a provider watches a job only while it runs it";
+
+/** The attempt numbers a provider held. */
+function ownAttempts(c: JobChanges, providerId: number): Set<number> {
+  return new Set(c.attempts.filter((a) => a.provider_id === providerId).map((a) => a.attempt));
+}
+
+/** A state with only these attempts (a provider's view). */
+function scoped(s: WatchState, own: Set<number>): WatchState {
+  const attempts = s.attempts.filter((a) => own.has(a.attempt!));
+  return { ...s, attempts, attemptsKey: JSON.stringify(attempts.map((a) => [a.attempt, a.status, a.endedAt, a.endReason, String(a.costHalala)])) };
+}
+
+class Watcher {
+  private readonly queue: JobEventInit[] = [];
+  private head = 0;
+  private wake: (() => void) | undefined;
+  private drained: (() => void) | undefined;
+  /** Snapshot not yet sent. */
+  fresh = true;
+  done = false;
+  error: ConnectError | undefined;
+
+  constructor(
+    /** Seq of the last log line this watcher was given. */
+    public cursor: number,
+    readonly reader: JobReader,
+  ) {}
+
+  get queued(): number {
+    return this.queue.length - this.head;
+  }
+
+  push(e: JobEventInit): void {
+    if (this.done) return;
+    if (this.queued >= MAX_QUEUED_EVENTS) {
+      this.finish(new ConnectError(`this watcher fell behind the job's events; watch again from cursor ${this.lastCursor()}`, Code.ResourceExhausted));
+      return;
+    }
+    this.queue.push(e);
+    this.notify();
+  }
+
+  private lastCursor(): string {
+    return this.head > 0 ? String(this.queue[this.head - 1].cursor) : "(the last event received)";
+  }
+
+  finish(error?: ConnectError): void {
+    if (this.done) return;
+    this.done = true;
+    this.error = error;
+    if (error) this.queue.length = this.head = 0;
+    this.notify();
+    this.drained?.();
+  }
+
+  private notify(): void {
+    const w = this.wake;
+    this.wake = undefined;
+    w?.();
+  }
+
+  take(): JobEventInit | undefined {
+    if (this.head >= this.queue.length) return undefined;
+    const e = this.queue[this.head++];
+    if (this.head > 1024 && this.head * 2 > this.queue.length) {
+      this.queue.splice(0, this.head);
+      this.head = 0;
+    }
+    if (this.queued < WATCH_LOG_PAGE) this.drained?.();
+    return e;
+  }
+
+  wait(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const onAbort = () => resolve();
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.wake = () => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      };
+    });
+  }
+
+  /** Resolves once fewer than a page of events wait (or the watcher ended). */
+  untilDrained(): Promise<void> {
+    if (this.done || this.queued < WATCH_LOG_PAGE) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.drained = () => {
+        this.drained = undefined;
+        resolve();
+      };
+    });
+  }
+}
+
+class Feed {
+  readonly watchers = new Set<Watcher>();
+  prev: WatchState | undefined;
+  running = false;
+  dirty = false;
+  constructor(readonly id: number) {}
+}
+
+export class JobWatchHub {
+  private readonly feeds = new Map<number, Feed>();
+  private started: Promise<void> | undefined;
+  private unlisten: (() => Promise<void>) | undefined;
+  private listens = 0;
+  private refresh: NodeJS.Timeout | undefined;
+  /** Reads of job changes made (for tests and the bench: one per change per process, however many watch). */
+  reads = 0;
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly log: Logger,
+  ) {}
+
+  /** Watchers held by this process. */
+  get watchers(): number {
+    let n = 0;
+    for (const f of this.feeds.values()) n += f.watchers.size;
+    return n;
+  }
+
+  /**
+   * The events of job `id` (internal id; the caller checked that `reader` may
+   * read it), from log cursor `cursor`, until the job is terminal and all was
+   * sent, or `signal` aborts.
+   */
+  async *watch(id: number, reader: JobReader, cursor: number, signal: AbortSignal): AsyncGenerator<JobEventInit> {
+    await this.start();
+    const w = new Watcher(cursor, reader);
+    let feed = this.feeds.get(id);
+    if (!feed) this.feeds.set(id, (feed = new Feed(id)));
+    feed.watchers.add(w);
+    void this.run(feed);
+    try {
+      for (;;) {
+        const e = w.take();
+        if (e) {
+          yield e;
+          continue;
+        }
+        if (w.done) {
+          if (w.error) throw w.error;
+          return;
+        }
+        if (signal.aborted) return;
+        await w.wait(signal);
+      }
+    } finally {
+      w.finish();
+      feed.watchers.delete(w);
+      if (feed.watchers.size === 0 && !feed.running && this.feeds.get(id) === feed) this.feeds.delete(id);
+    }
+  }
+
+  private start(): Promise<void> {
+    this.started ??= (async () => {
+      const sub = await this.sql.listen(
+        JOB_WATCH_CHANNEL,
+        (payload) => {
+          const feed = this.feeds.get(Number(payload));
+          if (feed) void this.run(feed);
+        },
+        // After a reconnect, notices sent while the connection was down are lost: read every followed job again.
+        () => {
+          if (++this.listens > 1) for (const f of this.feeds.values()) void this.run(f);
+        },
+      );
+      this.unlisten = sub.unlisten;
+      this.refresh = setInterval(() => {
+        for (const f of this.feeds.values()) if (f.prev?.status.status === "queued") void this.run(f);
+      }, QUEUE_REFRESH_MS);
+      this.refresh.unref();
+    })().catch((err) => {
+      this.started = undefined;
+      throw err;
+    });
+    return this.started;
+  }
+
+  /** Reads the job and hands out what changed; a call while a read runs asks for one more after it. */
+  private async run(feed: Feed): Promise<void> {
+    if (feed.running) {
+      feed.dirty = true;
+      return;
+    }
+    feed.running = true;
+    try {
+      do {
+        feed.dirty = false;
+        // Watchers that join during the read are served by the next one (their cursor may be older).
+        const ws = [...feed.watchers].filter((w) => !w.done);
+        if (ws.length === 0) break;
+        const from = Math.min(...ws.map((w) => w.cursor));
+        this.reads++;
+        let c;
+        try {
+          c = await readJobChanges(this.sql, feed.id, from);
+        } catch (err) {
+          this.log.error({ err, job: feed.id }, "job watch read failed");
+          for (const w of ws) w.finish(new ConnectError("could not read the job's events; watch again from the last cursor", Code.Unavailable));
+          break;
+        }
+        if (!c) {
+          for (const w of ws) w.finish(new ConnectError("job not found", Code.NotFound));
+          break;
+        }
+        const next = watchState(c);
+        const pageFull = c.logs.length >= WATCH_LOG_PAGE;
+        // Events are made once per read and handed to every watcher as the same objects (serialized
+        // once, event-stream.ts); only those that carry a watcher's own cursor are made per cursor.
+        const lines = c.logs.map(logEvent);
+        const prev = feed.prev;
+        const changes = new Map<number, ReturnType<typeof changeEvents>>();
+        const outcomes = new Map<number, ReturnType<typeof outcomeEvent>>();
+        const perCursor = <T>(m: Map<number, T>, cursor: number, make: () => T) => {
+          let v = m.get(cursor);
+          if (v === undefined) m.set(cursor, (v = make()));
+          return v;
+        };
+        for (const w of ws) {
+          if (w.done) continue;
+          // A provider watches a job while it is the job's provider, and sees only its own attempts and their lines.
+          const own = w.reader.role === "provider" ? ownAttempts(c, w.reader.providerId) : undefined;
+          if (own && c.job.provider_id !== (w.reader as { providerId: number }).providerId) {
+            w.finish(new ConnectError(MOVED_ON, Code.PermissionDenied));
+            continue;
+          }
+          if (w.fresh) {
+            w.push(snapshotEvent(c, own ? scoped(next, own) : next, w.reader, w.cursor));
+            w.fresh = false;
+          } else if (prev) {
+            if (own) for (const e of changeEvents(scoped(prev, own), scoped(next, own), w.cursor)) w.push(e);
+            else for (const e of perCursor(changes, w.cursor, () => changeEvents(prev, next, w.cursor))) w.push(e);
+          }
+          for (let i = 0; i < lines.length; i++) {
+            if (c.logs[i].id <= w.cursor) continue;
+            if (!own || own.has(c.logs[i].attempt)) w.push(lines[i]);
+            w.cursor = c.logs[i].id;
+          }
+          if (next.terminal && !pageFull) {
+            w.push(perCursor(outcomes, w.cursor, () => outcomeEvent(c, w.cursor)));
+            w.finish();
+          }
+        }
+        feed.prev = next;
+        if (pageFull) {
+          feed.dirty = true;
+          await Promise.race([Promise.all(ws.map((w) => w.untilDrained())), new Promise((r) => setTimeout(r, DRAIN_WAIT_MS).unref())]);
+        }
+      } while (feed.dirty);
+    } finally {
+      feed.running = false;
+      for (const w of feed.watchers) if (w.done) feed.watchers.delete(w);
+      if (feed.watchers.size === 0 && this.feeds.get(feed.id) === feed) this.feeds.delete(feed.id);
+    }
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.refresh);
+    const un = this.unlisten;
+    this.unlisten = undefined;
+    this.started = undefined;
+    for (const f of this.feeds.values()) for (const w of f.watchers) w.finish(new ConnectError("the server is shutting down", Code.Unavailable));
+    await un?.().catch(() => {});
+  }
+}
+
+const hubs = new WeakMap<Sql, JobWatchHub>();
+
+/** The hub of a pool: one LISTEN and one read per job change per process. */
+export function jobWatchHub(sql: Sql, log: Logger): JobWatchHub {
+  let hub = hubs.get(sql);
+  if (!hub) hubs.set(sql, (hub = new JobWatchHub(sql, log)));
+  return hub;
+}

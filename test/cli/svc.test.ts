@@ -1,0 +1,200 @@
+// svc, the command-line client, as a real subprocess against a real server,
+// with a provider served by the TypeScript stream daemon whose --runner
+// program reports progress and writes a PNG.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ADMIN_TOKEN } from "../helpers/server.js";
+import { useTsDaemonServer } from "../daemon/ts-harness.js";
+import { tempDir, waitFor, writeExecutable } from "../daemon/helpers.js";
+
+const SVC = path.resolve("bin/svc.js");
+const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+// A 1x1 PNG.
+const PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+const h = useTsDaemonServer();
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs svc with a config folder of its own; `input` goes to its stdin. */
+function svc(args: string[], opts: { home: string; input?: string; env?: Record<string, string>; cwd?: string }): Promise<Run> {
+  const env: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(opts.home, "config"), NO_COLOR: "", ...opts.env };
+  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"]) if (!opts.env?.[k]) delete env[k];
+  const child = spawn(process.execPath, [SVC, ...args], { env, cwd: opts.cwd ?? opts.home, stdio: ["pipe", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  child.stdin.end(opts.input ?? "");
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+/** A runner that paces itself, reports progress and logs, and answers a PNG (or fails when asked). */
+function imageRunner(): string {
+  const dir = tempDir("svc-runner");
+  return writeExecutable(
+    dir,
+    "draw.py",
+    `#!/usr/bin/env python3
+import json, os, sys, time
+job = json.load(sys.stdin)
+params = job["task_spec"].get("inputs") or job["task_spec"].get("params") or {}
+time.sleep(1)
+print("SVC_PROGRESS 10 loading", flush=True)
+print("loading the model", flush=True)
+time.sleep(0.5)
+if "fail" in json.dumps(job["task_spec"]):
+    print("out of memory", file=sys.stderr, flush=True)
+    sys.exit(3)
+print("SVC_PROGRESS 60 drawing", flush=True)
+print("drawing", flush=True)
+time.sleep(0.5)
+print("SVC_PROGRESS 100 done", flush=True)
+json.dump({"data": "${PNG_B64}", "format": "png"}, open(os.environ["SVC_RESULT_FILE"], "w"))
+`,
+  );
+}
+
+async function providerWithDaemon() {
+  const p = await makeProvider(h.srv);
+  h.startDaemon(p.key, ["--runner", `image_generation=python3 ${imageRunner()}`]);
+  await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
+  return p;
+}
+
+// Each svc run is a fresh Node process loading TypeScript: slow on a loaded two-core machine.
+describe("svc", { timeout: 180_000 }, () => {
+  it("a renter logs in, tops up, submits with --follow: exit 0, the PNG written, the cost shown", async () => {
+    const home = tempDir("svc-home");
+    const renter = await makeRenter(h.srv);
+    await providerWithDaemon();
+
+    const login = await svc(["login", "--url", h.srv.url], { home, input: renter.key + "\n" });
+    expect(login.code, login.stderr).toBe(0);
+    expect(login.stdout).toMatch(/logged in as renter/);
+    expect(login.stdout).not.toContain(renter.key);
+    expect(login.stdout).toContain(`…${renter.key.slice(-4)}`);
+    const file = path.join(home, "config", "profiles.json");
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+    expect(JSON.parse(fs.readFileSync(file, "utf8")).profiles.default).toMatchObject({ url: h.srv.url, role: "renter" });
+
+    const topup = await svc(["topup", "--sar", "25"], { home });
+    expect(topup.code, topup.stderr).toBe(0);
+    expect(topup.stdout).toMatch(/paid, 25\.00 SAR added; balance 2500 halala/);
+
+    const run = await svc(["submit", "image_generation", "--param", "prompt=a red square", "--param", "steps=20", "--duration", "2", "--follow"], { home });
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/submitted job-\S+: pending/);
+    expect(run.stdout).toMatch(/progress: 60% drawing/);
+    expect(run.stdout).toMatch(/loading the model/);
+    expect(run.stdout).toMatch(/result: completed/);
+    const cost = /cost: (\d+) halala \((\d+\.\d\d) SAR\)/.exec(run.stdout);
+    expect(cost, run.stdout).not.toBeNull();
+    expect(Number(cost![1])).toBeGreaterThan(0);
+    const written = /output: written to (\S+\.png)/.exec(run.stdout)![1];
+    expect(fs.readFileSync(written).subarray(0, 8).equals(PNG_MAGIC)).toBe(true);
+    // Not a terminal: plain lines, no bar and no colour.
+    expect(run.stdout).not.toMatch(/\u2588|\x1b\[/);
+
+    // --json answers parse; the balance shows the charge.
+    const bal = await svc(["--json", "balance"], { home });
+    expect(bal.code).toBe(0);
+    expect(JSON.parse(bal.stdout)).toMatchObject({ balanceHalala: 2500 - Number(cost![1]), heldHalala: 0 });
+    const ls = await svc(["--json", "jobs", "ls"], { home });
+    const listed = JSON.parse(ls.stdout);
+    expect(listed.jobs[0]).toMatchObject({ jobType: "image_generation", status: "completed" });
+    const jobId = listed.jobs[0].jobId as string;
+    const logs = await svc(["jobs", "logs", jobId], { home });
+    expect(logs.stdout).toMatch(/loading the model[\s\S]*drawing/);
+    const out = await svc(["jobs", "output", jobId, "--out", "again.png"], { home });
+    expect(out.code, out.stderr).toBe(0);
+    expect(fs.readFileSync(path.join(home, "again.png")).subarray(0, 8).equals(PNG_MAGIC)).toBe(true);
+    // Environment overrides stand in for a profile.
+    const env = await svc(["--json", "whoami"], { home: tempDir("svc-empty"), env: { SVC_URL: h.srv.url, SVC_KEY: renter.key } });
+    expect(JSON.parse(env.stdout)).toMatchObject({ role: "renter", url: h.srv.url });
+    expect(env.stdout).not.toContain(renter.key);
+  });
+
+  it("--json --follow prints one JSON event per line; a failing job exits 1", async () => {
+    const home = tempDir("svc-home");
+    const renter = await makeRenter(h.srv, 10_000);
+    await providerWithDaemon();
+    const env = { SVC_URL: h.srv.url, SVC_KEY: renter.key };
+    const run = await svc(["--json", "submit", "image_generation", "--param", "prompt=fail please", "--follow"], { home, env });
+    expect(run.code, run.stdout + run.stderr).toBe(1);
+    const lines = run.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    const [first, ...events] = lines;
+    expect(first.submitted.job.job.status).toBeDefined();
+    expect(Object.keys(events[0])).toContain("snapshot");
+    const outcome = events.at(-1).outcome;
+    expect(outcome).toMatchObject({ status: "failed", end_reason: "result" });
+    expect(Number(outcome.cost_halala)).toBeGreaterThanOrEqual(0);
+    expect(outcome.error).toBeTruthy();
+
+    const plain = await svc(["jobs", "watch", first.submitted.job.job.jobId], { home, env });
+    expect(plain.code).toBe(1);
+    expect(plain.stdout).toMatch(/result: failed/);
+  });
+
+  it("a bad key exits 3 with the server's message; usage errors exit 2; an unreachable server exits 4", async () => {
+    const home = tempDir("svc-home");
+    const bad = await svc(["login", "--url", h.srv.url], { home, input: "svc-renter-not-a-real-key\n" });
+    expect(bad.code).toBe(3);
+    expect(bad.stderr).toMatch(/invalid API key \(HTTP 401, gRPC unauthenticated\)/);
+    expect(bad.stderr).not.toMatch(/\n\s+at /); // no stack trace
+    expect(fs.existsSync(path.join(home, "config", "profiles.json"))).toBe(false);
+    const badAdmin = await svc(["admin", "dashboard"], { home, env: { SVC_URL: h.srv.url, SVC_ADMIN_TOKEN: "wrong-token" } });
+    expect(badAdmin.code).toBe(3);
+    expect(badAdmin.stderr).toMatch(/invalid admin token/);
+    expect((await svc(["submit"], { home, env: { SVC_URL: h.srv.url, SVC_KEY: "svc-renter-x" } })).code).toBe(2);
+    expect((await svc(["submit", "benchmark", "--priority", "high"], { home, env: { SVC_URL: h.srv.url, SVC_KEY: "svc-renter-x" } })).code).toBe(2);
+    const down = await svc(["balance"], { home, env: { SVC_URL: "http://127.0.0.1:9", SVC_KEY: "svc-renter-x" } });
+    expect(down.code).toBe(4);
+    expect(down.stderr).toMatch(/unreachable/);
+    // Operators: an admin profile lists pending providers and approves one.
+    const pending = await makeProvider(h.srv, { approved: false });
+    const adminEnv = { SVC_URL: h.srv.url, SVC_ADMIN_TOKEN: ADMIN_TOKEN };
+    const list = await svc(["--json", "admin", "providers", "--pending"], { home, env: adminEnv });
+    expect(JSON.parse(list.stdout).providers.map((p: { id: number }) => p.id)).toContain(pending.id);
+    const approve = await svc(["admin", "approve", String(pending.id)], { home, env: adminEnv });
+    expect(approve.code, approve.stderr).toBe(0);
+    const status = await svc(["--json", "provider", "status"], { home, env: { SVC_URL: h.srv.url, SVC_KEY: pending.key } });
+    expect(JSON.parse(status.stdout).provider.provider).toMatchObject({ id: pending.id, approvalStatus: "approved" });
+  });
+
+  it("draws the progress bar in a real terminal: it reaches 100% and leaves the cursor shown", async () => {
+    const home = tempDir("svc-home");
+    const renter = await makeRenter(h.srv, 10_000);
+    await providerWithDaemon();
+    const r = await h.api().post("/api/jobs/submit", { job_type: "image_generation", duration_minutes: 1, params: { prompt: "tty" } }, renter.headers);
+    expect(r.status).toBe(201);
+    const jobId = r.body.job.job_id;
+    // script(1) gives svc a pseudo-terminal as stdout; the typescript file is not needed.
+    const cmd = `${JSON.stringify(process.execPath)} ${JSON.stringify(SVC)} jobs watch ${jobId}`;
+    const run = await new Promise<Run>((resolve) => {
+      const env: NodeJS.ProcessEnv = { ...process.env, SVC_URL: h.srv.url, SVC_KEY: renter.key, SVC_CONFIG_DIR: path.join(home, "config"), TERM: "xterm", COLUMNS: "100" };
+      delete env.NO_COLOR;
+      const child = spawn("script", ["-qfec", cmd, "/dev/null"], { env, cwd: home, stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (d) => (stdout += d));
+      child.stderr.on("data", (d) => (stderr += d));
+      child.on("close", (code) => resolve({ code, stdout, stderr }));
+    });
+    expect(run.code, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/\u2588{10,}/); // the bar was drawn
+    expect(run.stdout).toMatch(/100% \| done/);
+    expect(run.stdout).toMatch(/\x1b\[\?25l/); // cursor hidden while drawing...
+    const lastShow = run.stdout.lastIndexOf("\x1b[?25h");
+    expect(lastShow).toBeGreaterThan(run.stdout.lastIndexOf("\x1b[?25l")); // ...and shown again
+    expect(run.stdout).toMatch(/result: .*completed/);
+    expect(run.stdout).toMatch(/output: written to .*\.png/);
+  });
+});

@@ -1,0 +1,303 @@
+// Live job events: WatchJob (gRPC and Connect) and GET /api/jobs/{id}/events
+// (server-sent events) against a real server: order of events, resume from a
+// cursor after a cut connection, who may watch, one read per change however
+// many watch, and events written by a second server process.
+import { spawn, type ChildProcess } from "node:child_process";
+import net from "node:net";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { toJson } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { JobEventSchema } from "../../gen/svc/v1/jobs_pb.js";
+import { ADMIN_TOKEN, HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { jobWatchHub } from "../../src/workers/job-watch.js";
+import { clearMarketplace } from "./helpers.js";
+import { jobClient, openSse, watchAll, type SseEvent } from "./watch-helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+beforeEach(() => clearMarketplace(srv));
+
+/** A renter with a benchmark job assigned to a fresh provider (pending). */
+async function assignedJob() {
+  const renter = await makeRenter(srv, 10_000);
+  const provider = await makeProvider(srv);
+  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 3 }, renter.headers);
+  expect(r.status).toBe(201);
+  expect(r.body.job.status).toBe("pending");
+  return { renter, provider, jobId: r.body.job.job_id as string };
+}
+
+const logs = (base: string, provider: { key: string }, jobId: string, lines: string[]) =>
+  client(base).post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: lines });
+const progress = (base: string, provider: { key: string }, jobId: string, pct: number, phase: string) =>
+  client(base).post(`/api/jobs/${jobId}/progress`, { api_key: provider.key, progress_pct: pct, phase });
+const result = (base: string, provider: { key: string }, jobId: string, body: Record<string, unknown>) =>
+  client(base).post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, ...body });
+
+const kinds = (es: SseEvent[]) => es.map((e) => e.event);
+const logMessages = (es: SseEvent[]) => es.filter((e) => e.event === "log").map((e) => e.data.log.message);
+
+/** WatchJob over a generated client, collected as it arrives. */
+function grpcWatch(headers: Record<string, string>, jobId: string, cursor?: string) {
+  const events: any[] = [];
+  const ac = new AbortController();
+  const done = (async () => {
+    for await (const e of jobClient(srv.url).watchJob({ jobId, cursor }, { headers, signal: ac.signal })) {
+      events.push(toJson(JobEventSchema, e, { useProtoFieldName: true }));
+    }
+  })();
+  done.catch(() => {});
+  const until = async (pred: (es: any[]) => boolean) => {
+    while (!pred(events)) {
+      const settled = await Promise.race([done.then(() => true, () => true), new Promise((r) => setTimeout(() => r(false), 20))]);
+      if (settled && !pred(events)) throw new Error(`stream ended before the condition held: ${JSON.stringify(events)}`);
+    }
+  };
+  return { events, done, until, cut: () => ac.abort() };
+}
+const eventKind = (e: any) => Object.keys(e).find((k) => k !== "cursor");
+
+describe("WatchJob and GET /api/jobs/{id}/events", () => {
+  it("sends the snapshot first, then status, progress and log lines in order, and ends with the outcome", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    const sse = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
+    expect(sse.status).toBe(200);
+    expect(sse.contentType).toMatch(/^text\/event-stream/);
+    const grpc = grpcWatch(renter.headers, jobId);
+    await sse.until((es) => es.length >= 1);
+    await grpc.until((es) => es.length >= 1);
+    expect(sse.events[0].event).toBe("snapshot");
+    expect(sse.events[0].data.snapshot.job).toMatchObject({ job_id: jobId, status: "pending", provider_id: provider.id });
+    expect(sse.events[0].data.snapshot.attempts).toHaveLength(1);
+    expect(sse.events[0].data.snapshot.job).not.toHaveProperty("endpoint_url", expect.any(String));
+    expect(eventKind(grpc.events[0])).toBe("snapshot");
+
+    // Each step waits until both watchers saw the last, so every change is its own event.
+    const both = async (pred: (n: number) => boolean) => {
+      await sse.until((es) => pred(es.length));
+      await grpc.until((es) => pred(es.length));
+    };
+    const poll = await api.get(`/api/providers/${provider.key}/jobs`);
+    expect(poll.body.job.job_id).toBe(jobId);
+    await sse.until((es) => es.some((e) => e.event === "status" && e.data.status.status === "running"));
+    await progress(srv.url, provider, jobId, 10, "loading");
+    await sse.until((es) => es.some((e) => e.event === "progress"));
+    await logs(srv.url, provider, jobId, ["line a", "line b"]);
+    await sse.until((es) => logMessages(es).length === 2);
+    await progress(srv.url, provider, jobId, 60, "generating");
+    await sse.until((es) => es.filter((e) => e.event === "progress").length === 2);
+    await logs(srv.url, provider, jobId, ["line c"]);
+    await sse.until((es) => logMessages(es).length === 3);
+    await both((n) => n === sse.events.length);
+    expect((await result(srv.url, provider, jobId, { success: true, result: { response: "done" } })).status).toBe(200);
+    await sse.ended;
+    await grpc.done;
+
+    const k = kinds(sse.events);
+    expect(k.slice(0, 3)).toEqual(["snapshot", "status", "attempts"]);
+    expect(k.slice(3, 8)).toEqual(["progress", "log", "log", "progress", "log"]);
+    expect(k.at(-1)).toBe("outcome");
+    expect(k.slice(8)).toContain("status");
+    expect(sse.events[1].data.status).toMatchObject({ status: "running", provider_id: provider.id, attempt: 1 });
+    expect(sse.events[3].data.progress).toEqual({ progress_pct: 10, phase: "loading" });
+    expect(sse.events[6].data.progress).toEqual({ progress_pct: 60, phase: "generating" });
+    expect(logMessages(sse.events)).toEqual(["line a", "line b", "line c"]);
+    const seqs = sse.events.filter((e) => e.event === "log").map((e) => e.data.log.seq);
+    expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
+    // Every event's id is its cursor: the seq of the last line sent before or with it.
+    for (const e of sse.events) expect(e.id).toBe(e.data.cursor);
+    for (const e of sse.events.filter((x) => x.event === "log")) expect(e.id).toBe(String(e.data.log.seq));
+    const finalStatus = sse.events.filter((e) => e.event === "status").at(-1)!;
+    expect(finalStatus.data.status.status).toBe("completed");
+    const outcome = sse.events.at(-1)!.data.outcome;
+    expect(outcome).toMatchObject({ status: "completed", end_reason: "result", error: null, output_path: `/api/jobs/${jobId}/output`, output_format: "text" });
+    expect(outcome.cost_halala).toBeGreaterThan(0);
+    expect(outcome.actual_minutes).toBe(1);
+
+    // The gRPC watcher got the same events (64-bit integers as strings in proto JSON).
+    expect(grpc.events.map(eventKind)).toEqual(k);
+    expect(grpc.events.filter((e) => e.log).map((e) => e.log.message)).toEqual(["line a", "line b", "line c"]);
+    expect(grpc.events.at(-1).outcome.cost_halala).toBe(String(outcome.cost_halala));
+  });
+
+  it("a terminal job streams its snapshot, every line and the outcome, then ends; a failed job says why", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    await logs(srv.url, provider, jobId, ["x1", "x2"]);
+    await result(srv.url, provider, jobId, { success: false, error: "CUDA out of memory" });
+    const events = await watchAll(srv.url, renter.headers, jobId, undefined, "connect");
+    expect(events.map(eventKind)).toEqual(["snapshot", "log", "log", "outcome"]);
+    expect(events[3].outcome).toMatchObject({ status: "failed", error: "CUDA out of memory", end_reason: "result" });
+    expect(events[3].outcome.output_path).toBeUndefined();
+    // From a cursor: only the lines after it.
+    const after = await watchAll(srv.url, renter.headers, jobId, events[1].cursor);
+    expect(after.map(eventKind)).toEqual(["snapshot", "log", "outcome"]);
+    expect(after[1].log.message).toBe("x2");
+  });
+
+  it("resumes after a cut connection from Last-Event-ID (or a cursor) with no line lost or repeated", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    const first = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
+    await logs(srv.url, provider, jobId, ["1", "2", "3", "4", "5"]);
+    await first.until((es) => logMessages(es).length === 5);
+    first.cut();
+    await first.ended;
+    // The client processed only three of them before the cut: it resumes from the third's id.
+    const third = first.events.filter((e) => e.event === "log")[2];
+    await logs(srv.url, provider, jobId, ["6", "7"]); // written while nobody watched
+    const second = await openSse(`${srv.url}/api/jobs/${jobId}/events`, { ...renter.headers, "last-event-id": third.id! });
+    expect(second.status).toBe(200);
+    await second.until((es) => logMessages(es).length === 4);
+    expect(second.events[0].event).toBe("snapshot");
+    expect(second.events[0].id).toBe(third.id);
+    const grpc = grpcWatch(renter.headers, jobId, third.id);
+    await grpc.until((es) => es.filter((e) => e.log).length === 4);
+    await logs(srv.url, provider, jobId, ["8"]);
+    await result(srv.url, provider, jobId, { success: true, result: { response: "ok" } });
+    await second.ended;
+    await grpc.done;
+    const seen = [...logMessages(first.events).slice(0, 3), ...logMessages(second.events)];
+    expect(seen).toEqual(["1", "2", "3", "4", "5", "6", "7", "8"]);
+    expect(grpc.events.filter((e) => e.log).map((e) => e.log.message)).toEqual(["4", "5", "6", "7", "8"]);
+    expect(kinds(second.events).at(-1)).toBe("outcome");
+    // ?cursor= does the same for clients that cannot set headers; a bad cursor is 400.
+    const viaQuery = await openSse(`${srv.url}/api/jobs/${jobId}/events?cursor=${third.id}`, renter.headers);
+    await viaQuery.ended;
+    expect(logMessages(viaQuery.events)).toEqual(["4", "5", "6", "7", "8"]);
+    const bad = await api.get(`/api/jobs/${jobId}/events`, { ...renter.headers, "last-event-id": "abc" });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toMatch(/cursor/);
+  });
+
+  it("readers: the owning renter, the job's provider and admins; others are refused with the read's errors", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    const other = await makeRenter(srv);
+    const otherProvider = await makeProvider(srv);
+    const path = `${srv.url}/api/jobs/${jobId}/events`;
+    for (const headers of [renter.headers, provider.headers, { "x-admin-token": ADMIN_TOKEN }]) {
+      const s = await openSse(path, headers);
+      expect(s.status).toBe(200);
+      await s.until((es) => es.length >= 1);
+      expect(s.events[0].event).toBe("snapshot");
+      s.cut();
+    }
+    const refused = [
+      [other.headers, 403, /another caller/],
+      [otherProvider.headers, 403, /another caller/],
+      [{ "x-renter-key": "svc-renter-not-a-real-key" }, 401, /invalid API key/],
+      [{ "x-admin-token": "wrong" }, 401, /invalid admin token/],
+    ] as const;
+    for (const [headers, status, error] of refused) {
+      const s = await openSse(path, headers);
+      expect(s.status).toBe(status);
+      expect(s.errorBody.error).toMatch(error);
+    }
+    const missing = await openSse(`${srv.url}/api/jobs/job-does-not-exist/events`, renter.headers);
+    expect(missing.status).toBe(404);
+    // gRPC: the same decisions as codes.
+    await expect(watchAll(srv.url, other.headers, jobId)).rejects.toSatisfy((e) => ConnectError.from(e).code === Code.PermissionDenied);
+    await expect(watchAll(srv.url, { "x-provider-key": "svc-provider-nope" }, jobId)).rejects.toSatisfy(
+      (e) => ConnectError.from(e).code === Code.Unauthenticated,
+    );
+  });
+
+  it("a provider's watch ends with 403 once the job moves to another provider", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    const asProvider = await openSse(`${srv.url}/api/jobs/${jobId}/events`, provider.headers);
+    const asRenter = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
+    await asProvider.until((es) => es.length >= 1);
+    await asRenter.until((es) => es.length >= 1);
+    const rq = await api.post(`/api/admin/jobs/${jobId}/requeue`, {}, { "x-admin-token": ADMIN_TOKEN });
+    expect(rq.status, rq.text).toBe(200);
+    await asProvider.ended;
+    expect(asProvider.events.at(-1)!.data).toMatchObject({ status: 403, error: expect.stringMatching(/moved to another provider/) });
+    // The renter keeps watching: the job is queued again, with the reason.
+    await asRenter.until((es) => es.some((e) => e.event === "status" && e.data.status.status === "queued"));
+    expect(asRenter.events.find((e) => e.event === "status" && e.data.status.status === "queued")!.data.status.queue_reason).toBeTruthy();
+    asRenter.cut();
+  });
+
+  it("many watchers of one job in a process cost one read per change, not one per watcher", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    const hub = jobWatchHub(srv.app.sql, srv.app.deps.log);
+    const WATCHERS = 40;
+    const streams = await Promise.all(Array.from({ length: WATCHERS }, () => openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers)));
+    await Promise.all(streams.map((s) => s.until((es) => es.length >= 1)));
+    expect(hub.watchers).toBeGreaterThanOrEqual(WATCHERS);
+    const before = hub.reads;
+    await progress(srv.url, provider, jobId, 42, "one change");
+    await Promise.all(streams.map((s) => s.until((es) => es.some((e) => e.event === "progress" && e.data.progress.progress_pct === 42))));
+    const reads = hub.reads - before;
+    expect(reads).toBeGreaterThanOrEqual(1);
+    expect(reads).toBeLessThanOrEqual(2);
+    await result(srv.url, provider, jobId, { success: true, result: { response: "ok" } });
+    await Promise.all(streams.map((s) => s.ended));
+    for (const s of streams) expect(kinds(s.events).at(-1)).toBe("outcome");
+  });
+});
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
+describe("a second server process", () => {
+  let child: ChildProcess | undefined;
+  afterAll(async () => {
+    if (child && child.exitCode === null) {
+      const exited = new Promise((r) => child!.once("exit", r));
+      child.kill("SIGTERM");
+      await exited;
+    }
+  });
+
+  it("changes written through another process reach a watcher of this one", async () => {
+    const port = await freePort();
+    const env = {
+      ...process.env,
+      DATABASE_URL: srv.databaseUrl,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      SVC_ADMIN_TOKEN: ADMIN_TOKEN,
+      SVC_HMAC_SECRET: HMAC_SECRET,
+      SVC_RATE_LIMITS: "off",
+      SVC_JOB_SWEEP_MS: "60000",
+      LOG_LEVEL: "silent",
+    } as NodeJS.ProcessEnv;
+    delete env.VITEST;
+    child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { env, stdio: "ignore" });
+    const other = `http://127.0.0.1:${port}`;
+    let ready = false;
+    while (!ready && child.exitCode === null) {
+      await new Promise((r) => setTimeout(r, 200));
+      ready = await fetch(`${other}/readyz`).then((r) => r.status === 200, () => false);
+    }
+    expect(ready).toBe(true);
+
+    const { renter, provider, jobId } = await assignedJob();
+    const sse = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
+    await sse.until((es) => es.length >= 1);
+    expect((await client(other).get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(jobId);
+    await sse.until((es) => es.some((e) => e.event === "status" && e.data.status.status === "running"));
+    expect((await logs(other, provider, jobId, ["from the other process"])).status).toBe(200);
+    await sse.until((es) => logMessages(es).length === 1);
+    expect((await result(other, provider, jobId, { success: true, result: { data: Buffer.from("img").toString("base64"), format: "png" } })).status).toBe(200);
+    await sse.ended;
+    expect(logMessages(sse.events)).toEqual(["from the other process"]);
+    expect(sse.events.at(-1)!.data.outcome).toMatchObject({ status: "completed", output_format: "png" });
+  });
+});
