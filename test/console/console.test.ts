@@ -151,6 +151,12 @@ describe("web console", () => {
     await shot(page, "renter-submit");
     await page.getByRole("button", { name: "Submit job" }).click();
 
+    // The job page follows the job over the WatchJob server stream (Connect, HTTP/1.1), not by polling.
+    const rpcs: string[] = [];
+    page.on("request", (r) => {
+      const m = /\/svc\.v1\.JobService\/(\w+)$/.exec(r.url());
+      if (m) rpcs.push(m[1]);
+    });
     await page.waitForURL(/#\/renter\/jobs\/.+/, { timeout: STEP_MS });
     shared.jobId = decodeURIComponent(page.url().split("/").pop()!);
     const bar = page.getByRole("progressbar", { name: "Job progress" });
@@ -162,6 +168,8 @@ describe("web console", () => {
     release();
     await poll(() => bar.getAttribute("data-status")).toBe("completed");
     expect(await bar.getAttribute("aria-valuenow")).toBe("100");
+    expect(rpcs).toContain("WatchJob");
+    expect(rpcs.filter((m) => m === "GetLogs" || m === "GetHistory")).toEqual([]);
 
     const img = page.getByTestId("output-image");
     await img.waitFor({ timeout: STEP_MS });
