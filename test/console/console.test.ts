@@ -163,6 +163,7 @@ describe("web console", () => {
     // The runner reports 40% and waits: the bar must show it while running.
     await poll(() => bar.getAttribute("aria-valuenow")).toBe("40");
     expect(await bar.getAttribute("data-status")).toBe("running");
+    await poll(() => page.getByTestId("facts").textContent()).toMatch(/Started\d/);
     await poll(() => page.getByLabel("Job log").textContent()).toContain("drawing: a red square");
     await shot(page, "renter-job-running");
     release();
