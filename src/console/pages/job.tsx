@@ -90,6 +90,11 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
       <p><a href={href(...back)}>← Back</a></p>
       <h1>Job <span class="mono">{j.jobId}</span></h1>
       <ErrorBox error={live.error} />
+      {live.lost ? (
+        <div class="banner" role="status">
+          Lost connection to the service. Reconnecting to the job's events…
+        </div>
+      ) : null}
       <Card title="Status">
         <div class="job-head">
           <StatusBadge status={j.status} />

@@ -72,10 +72,12 @@ function ParamField({ p, value, onChange }: { p: JobParam; value: string; onChan
   } else if (p.type === "boolean") {
     control = <input {...common} type="checkbox" checked={value === "true"} onChange={(e) => onChange((e.target as HTMLInputElement).checked ? "true" : "")} />;
   } else if (p.type === "array" || p.type === "object" || (p.maxLength ?? 0) > 500) {
-    const ph = p.type === "array" ? "one item per line" : p.type === "object" ? "NAME=value, one per line" : "";
+    const d = defaultOf(p);
+    const ph = p.type === "array" ? "one item per line" : p.type === "object" ? "NAME=value, one per line" : typeof d === "string" ? d : "";
     control = <textarea {...common} rows={p.type === "string" ? 4 : 3} maxLength={p.maxLength} placeholder={ph} value={value} onInput={input} />;
   } else {
-    control = <input {...common} type="text" maxLength={p.maxLength} value={value} onInput={input} />;
+    const d = defaultOf(p);
+    control = <input {...common} type="text" maxLength={p.maxLength} placeholder={typeof d === "string" ? d : ""} value={value} onInput={input} />;
   }
   return (
     <Field id={id} label={label} hint={hint}>
