@@ -27,6 +27,7 @@ import { offerWorkTo } from "./domain/dispatch/job-hooks.js";
 import { createMetrics } from "./metrics/metrics.js";
 import { createMetricsHandler, metricsInterceptor, startMetricsListener, type MetricsListener } from "./http/metrics.js";
 import { ledgerAuditWorker } from "./workers/ledger-audit.js";
+import { daemonPolicy } from "./domain/providers/versions.js";
 
 export interface App {
   port: number;
@@ -63,6 +64,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // Made before the services: rows per renter key are counted after
   // authentication, inside the secured services (deps.keyRowCounter).
   const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
+  daemonPolicy.minVersion = config.daemonMinVersion;
   const metrics = createMetrics({ sql, log, dbFiguresSeconds: config.metrics.dbFiguresSeconds });
   const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (id) => offerWorkTo(sql, log, id), metrics };
   const shutdown = new AbortController();
