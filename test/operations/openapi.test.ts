@@ -169,7 +169,7 @@ describe("real answers validate against the document", () => {
       .map(routeKey);
     expect(notOk.filter((n) => expected.includes(n.replace(/ \d+$/, "")) && !(n.replace(/ \d+$/, "") in NOT_A_SUCCESS))).toEqual([]);
     expect(validated.length).toBeGreaterThan(routes.length * 0.75);
-  });
+  }, 180_000);
 
   it("on the job event stream (each event's data is a JobEvent)", async () => {
     const fx = await fixtures(srv);
