@@ -9,6 +9,7 @@ import type { Db } from "../db/index.js";
 import { checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
 import { recordAudit } from "../domain/shared/audit.js";
 import { dashboard } from "../domain/admin/dashboard.js";
+import { auditLedgerNow } from "../domain/money/ledger-audit.js";
 import { idempotent } from "../domain/money/idempotency.js";
 import { cancelJob, requeueJob } from "../domain/jobs/job-control.js";
 import { jobMessage } from "../domain/jobs/jobs.js";
@@ -53,6 +54,25 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
   return {
     async getDashboard() {
       return dashboard(sql);
+    },
+
+    async auditLedger() {
+      const r = await auditLedgerNow(sql);
+      return {
+        ok: r.discrepancyCount === 0,
+        startedAt: r.startedAt.toISOString(),
+        finishedAt: r.finishedAt.toISOString(),
+        durationMs: BigInt(r.ms),
+        accounts: BigInt(r.accounts),
+        entries: BigInt(r.entries),
+        holds: BigInt(r.holds),
+        openHolds: BigInt(r.openHolds),
+        settledJobs: BigInt(r.settledJobs),
+        booksSumHalala: BigInt(r.booksSumHalala),
+        driftHalala: BigInt(r.driftHalala),
+        discrepancyCount: BigInt(r.discrepancyCount),
+        discrepancies: r.discrepancies.map((d) => ({ ...d, expectedHalala: BigInt(d.expectedHalala), actualHalala: BigInt(d.actualHalala) })),
+      };
     },
 
     async listRenters(req) {

@@ -124,6 +124,7 @@ export const MATRIX: Record<string, Entry> = {
   "POST /api/admin/jobs/{job_id}/cancel": { owner: "admin", fresh: true },
   "GET /api/admin/payments": ADMIN,
   "GET /api/admin/audit": ADMIN,
+  "GET /api/admin/ledger/audit": ADMIN,
   "POST /api/admin/registry/requests/{id}/approve": ADMIN,
   "POST /api/admin/registry/requests/{id}/reject": ADMIN,
 };

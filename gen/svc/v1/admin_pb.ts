@@ -16,7 +16,152 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file svc/v1/admin.proto.
  */
 export const file_svc_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChJzdmMvdjEvYWRtaW4ucHJvdG8SBnN2Yy52MSIVChNHZXREYXNoYm9hcmRSZXF1ZXN0IpkDCg5EYXNoYm9hcmRTdGF0cxIXCg90b3RhbF9wcm92aWRlcnMYASABKAMSEgoKb25saW5lX25vdxgCIAEoAxIPCgdvZmZsaW5lGAMgASgDEhUKDXRvdGFsX3JlbnRlcnMYBCABKAMSFgoOYWN0aXZlX3JlbnRlcnMYBSABKAMSIwobdG90YWxfcmVudGVyX2JhbGFuY2VfaGFsYWxhGAYgASgDEhIKCnRvdGFsX2pvYnMYByABKAMSFgoOY29tcGxldGVkX2pvYnMYCCABKAMSEwoLZmFpbGVkX2pvYnMYCSABKAMSEwoLYWN0aXZlX2pvYnMYCiABKAMSHAoUdG90YWxfcmV2ZW51ZV9oYWxhbGEYCyABKAMSHQoVdG90YWxfc3ZjX2ZlZXNfaGFsYWxhGAwgASgDEhwKFHRvZGF5X3JldmVudWVfaGFsYWxhGA0gASgDEh0KFXRvZGF5X3N2Y19mZWVzX2hhbGFsYRgOIAEoAxISCgp0b2RheV9qb2JzGA8gASgDEhEKCXRpbWVzdGFtcBgQIAEoCSJfCg9HcHVCcmVha2Rvd25Sb3cSEQoJZ3B1X21vZGVsGAEgASgJEhEKCXByb3ZpZGVycxgCIAEoAxIOCgZvbmxpbmUYAyABKAMSFgoOdG90YWxfdnJhbV9taWIYBCABKAMiWQoMUmVjZW50U2lnbnVwEgwKBGtpbmQYASABKAkSCgoCaWQYAiABKAMSDAoEbmFtZRgDIAEoCRINCgVlbWFpbBgEIAEoCRISCgpjcmVhdGVkX2F0GAUgASgJIuUBCg9SZWNlbnRIZWFydGJlYXQSEwoLcHJvdmlkZXJfaWQYASABKAMSDAoEbmFtZRgCIAEoCRIRCglncHVfbW9kZWwYAyABKAkSDgoGc3RhdHVzGAQgASgJEiEKDmxhc3RfaGVhcnRiZWF0GAUgASgJQgTI8xgBSACIAQESHwoMZ3B1X3V0aWxfcGN0GAYgASgBQgTI8xgBSAGIAQESGQoGdGVtcF9jGAcgASgBQgTI8xgBSAKIAQFCEQoPX2xhc3RfaGVhcnRiZWF0Qg8KDV9ncHVfdXRpbF9wY3RCCQoHX3RlbXBfYyLPAQoUR2V0RGFzaGJvYXJkUmVzcG9uc2USJQoFc3RhdHMYASABKAsyFi5zdmMudjEuRGFzaGJvYXJkU3RhdHMSLgoNZ3B1X2JyZWFrZG93bhgCIAMoCzIXLnN2Yy52MS5HcHVCcmVha2Rvd25Sb3cSLAoOcmVjZW50X3NpZ251cHMYAyADKAsyFC5zdmMudjEuUmVjZW50U2lnbnVwEjIKEXJlY2VudF9oZWFydGJlYXRzGAQgAygLMhcuc3ZjLnYxLlJlY2VudEhlYXJ0YmVhdCLnAQoZQWRtaW5MaXN0UHJvdmlkZXJzUmVxdWVzdBITCgZzdGF0dXMYASABKAlIAIgBARIcCg9hcHByb3ZhbF9zdGF0dXMYAiABKAlIAYgBARIWCglncHVfbW9kZWwYAyABKAlIAogBARIOCgFxGAQgASgJSAOIAQESEgoFbGltaXQYBSABKAVIBIgBARITCgZvZmZzZXQYBiABKAVIBYgBAUIJCgdfc3RhdHVzQhIKEF9hcHByb3ZhbF9zdGF0dXNCDAoKX2dwdV9tb2RlbEIECgJfcUIICgZfbGltaXRCCQoHX29mZnNldCJvChpBZG1pbkxpc3RQcm92aWRlcnNSZXNwb25zZRIjCglwcm92aWRlcnMYASADKAsyEC5zdmMudjEuUHJvdmlkZXISDQoFdG90YWwYAiABKAMSDQoFbGltaXQYAyABKAUSDgoGb2Zmc2V0GAQgASgFIkIKFEFkbWluUHJvdmlkZXJSZXF1ZXN0EgoKAmlkGAEgASgDEhMKBnJlYXNvbhgCIAEoCUgAiAEBQgkKB19yZWFzb24iTAoVQWRtaW5Qcm92aWRlclJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSIgoIcHJvdmlkZXIYAiABKAsyEC5zdmMudjEuUHJvdmlkZXIiOAoWU2V0UHJlbG9hZE1vZGVsUmVxdWVzdBIKCgJpZBgBIAEoAxISCgptb2RlbF9uYW1lGAIgASgJIrEBChlMaXN0UHJvdmlkZXJFdmVudHNSZXF1ZXN0EgoKAmlkGAEgASgDEhUKCHNldmVyaXR5GAIgASgJSACIAQESEgoFbGltaXQYAyABKAVIAYgBARITCgZvZmZzZXQYBCABKAVIAogBARIXCgpldmVudF90eXBlGAUgASgJSAOIAQFCCwoJX3NldmVyaXR5QggKBl9saW1pdEIJCgdfb2Zmc2V0Qg0KC19ldmVudF90eXBlIt0DChFEYWVtb25FdmVudFJlY29yZBIKCgJpZBgBIAEoAxITCgtwcm92aWRlcl9pZBgCIAEoAxISCgpldmVudF90eXBlGAMgASgJEhAKCHNldmVyaXR5GAQgASgJEhoKB2RldGFpbHMYBSABKAlCBMjzGAFIAIgBARIZChFkZXRhaWxzX3RydW5jYXRlZBgGIAEoCBIZCgZqb2JfaWQYByABKAlCBMjzGAFIAYgBARIhCg5kYWVtb25fdmVyc2lvbhgIIAEoCUIEyPMYAUgCiAEBEhsKCGhvc3RuYW1lGAkgASgJQgTI8xgBSAOIAQESHgoLcmVwb3J0ZWRfYXQYCiABKAlCBMjzGAFIBIgBARISCgpjcmVhdGVkX2F0GAsgASgJEhoKB29zX2luZm8YDCABKAlCBMjzGAFIBYgBARIhCg5weXRob25fdmVyc2lvbhgNIAEoCUIEyPMYAUgGiAEBEhYKDmRldGFpbHNfbGVuZ3RoGA4gASgDQgoKCF9kZXRhaWxzQgkKB19qb2JfaWRCEQoPX2RhZW1vbl92ZXJzaW9uQgsKCV9ob3N0bmFtZUIOCgxfcmVwb3J0ZWRfYXRCCgoIX29zX2luZm9CEQoPX3B5dGhvbl92ZXJzaW9uIlYKGkxpc3RQcm92aWRlckV2ZW50c1Jlc3BvbnNlEikKBmV2ZW50cxgBIAMoCzIZLnN2Yy52MS5EYWVtb25FdmVudFJlY29yZBINCgV0b3RhbBgCIAEoAyKNAQoXQWRtaW5MaXN0UmVudGVyc1JlcXVlc3QSEwoGc3RhdHVzGAEgASgJSACIAQESDgoBcRgCIAEoCUgBiAEBEhIKBWxpbWl0GAMgASgFSAKIAQESEwoGb2Zmc2V0GAQgASgFSAOIAQFCCQoHX3N0YXR1c0IECgJfcUIICgZfbGltaXRCCQoHX29mZnNldCJpChhBZG1pbkxpc3RSZW50ZXJzUmVzcG9uc2USHwoHcmVudGVycxgBIAMoCzIOLnN2Yy52MS5SZW50ZXISDQoFdG90YWwYAiABKAMSDQoFbGltaXQYAyABKAUSDgoGb2Zmc2V0GAQgASgFIkAKEkFkbWluUmVudGVyUmVxdWVzdBIKCgJpZBgBIAEoAxITCgZyZWFzb24YAiABKAlIAIgBAUIJCgdfcmVhc29uImoKE0FkbWluUmVudGVyUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIeCgZyZW50ZXIYAiABKAsyDi5zdmMudjEuUmVudGVyEiIKBXF1b3RhGAMgASgLMhMuc3ZjLnYxLlJlbnRlclF1b3RhIpABChRBZGp1c3RCYWxhbmNlUmVxdWVzdBIKCgJpZBgBIAEoAxIVCg1hbW91bnRfaGFsYWxhGAIgASgDEg4KBnJlYXNvbhgDIAEoCRIxCg9pZGVtcG90ZW5jeV9rZXkYBCABKAlCE9LzGA9pZGVtcG90ZW5jeS1rZXlIAIgBAUISChBfaWRlbXBvdGVuY3lfa2V5IpkBCg9TZXRRdW90YVJlcXVlc3QSCgoCaWQYASABKAMSHQoQZGFpbHlfam9ic19saW1pdBgCIAEoA0gAiAEBEicKGm1vbnRobHlfc3BlbmRfbGltaXRfaGFsYWxhGAMgASgDSAGIAQFCEwoRX2RhaWx5X2pvYnNfbGltaXRCHQobX21vbnRobHlfc3BlbmRfbGltaXRfaGFsYWxhIugBChRBZG1pbkxpc3RKb2JzUmVxdWVzdBITCgZzdGF0dXMYASABKAlIAIgBARIWCglyZW50ZXJfaWQYAiABKANIAYgBARIYCgtwcm92aWRlcl9pZBgDIAEoA0gCiAEBEhIKBWxpbWl0GAQgASgFSAOIAQESEwoGb2Zmc2V0GAUgASgFSASIAQESFQoIam9iX3R5cGUYBiABKAlIBYgBAUIJCgdfc3RhdHVzQgwKCl9yZW50ZXJfaWRCDgoMX3Byb3ZpZGVyX2lkQggKBl9saW1pdEIJCgdfb2Zmc2V0QgsKCV9qb2JfdHlwZSJgChVBZG1pbkxpc3RKb2JzUmVzcG9uc2USGQoEam9icxgBIAMoCzILLnN2Yy52MS5Kb2ISDQoFdG90YWwYAiABKAMSDQoFbGltaXQYAyABKAUSDgoGb2Zmc2V0GAQgASgFIkEKD0FkbWluSm9iUmVxdWVzdBIOCgZqb2JfaWQYASABKAkSEwoGcmVhc29uGAIgASgJSACIAQFCCQoHX3JlYXNvbiKeAQoYQWRtaW5MaXN0UGF5bWVudHNSZXF1ZXN0EhMKBnN0YXR1cxgBIAEoCUgAiAEBEhYKCXJlbnRlcl9pZBgCIAEoA0gBiAEBEhIKBWxpbWl0GAMgASgFSAKIAQESEwoGb2Zmc2V0GAQgASgFSAOIAQFCCQoHX3N0YXR1c0IMCgpfcmVudGVyX2lkQggKBl9saW1pdEIJCgdfb2Zmc2V0ImwKGUFkbWluTGlzdFBheW1lbnRzUmVzcG9uc2USIQoIcGF5bWVudHMYASADKAsyDy5zdmMudjEuUGF5bWVudBINCgV0b3RhbBgCIAEoAxINCgVsaW1pdBgDIAEoBRIOCgZvZmZzZXQYBCABKAUiwAEKEExpc3RBdWRpdFJlcXVlc3QSEwoGYWN0aW9uGAEgASgJSACIAQESGAoLdGFyZ2V0X3R5cGUYAiABKAlIAYgBARISCgVsaW1pdBgDIAEoBUgCiAEBEhMKBm9mZnNldBgEIAEoBUgDiAEBEhYKCXRhcmdldF9pZBgFIAEoCUgEiAEBQgkKB19hY3Rpb25CDgoMX3RhcmdldF90eXBlQggKBl9saW1pdEIJCgdfb2Zmc2V0QgwKCl90YXJnZXRfaWQinQEKCkF1ZGl0RW50cnkSCgoCaWQYASABKAMSDQoFYWN0b3IYAiABKAkSDgoGYWN0aW9uGAMgASgJEhMKC3RhcmdldF90eXBlGAQgASgJEhEKCXRhcmdldF9pZBgFIAEoCRIoCgdkZXRhaWxzGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgpjcmVhdGVkX2F0GAcgASgJImYKEUxpc3RBdWRpdFJlc3BvbnNlEiMKB2VudHJpZXMYASADKAsyEi5zdmMudjEuQXVkaXRFbnRyeRINCgV0b3RhbBgCIAEoAxINCgVsaW1pdBgDIAEoBRIOCgZvZmZzZXQYBCABKAUymhQKDEFkbWluU2VydmljZRJ2CgxHZXREYXNoYm9hcmQSGy5zdmMudjEuR2V0RGFzaGJvYXJkUmVxdWVzdBocLnN2Yy52MS5HZXREYXNoYm9hcmRSZXNwb25zZSIrwvMYJwobCgNHRVQSFC9hcGkvYWRtaW4vZGFzaGJvYXJkGgEEIgVhZG1pbhKDAQoNTGlzdFByb3ZpZGVycxIhLnN2Yy52MS5BZG1pbkxpc3RQcm92aWRlcnNSZXF1ZXN0GiIuc3ZjLnYxLkFkbWluTGlzdFByb3ZpZGVyc1Jlc3BvbnNlIivC8xgnChsKA0dFVBIUL2FwaS9hZG1pbi9wcm92aWRlcnMaAQQiBWFkbWluEm8KC0dldFByb3ZpZGVyEhwuc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXF1ZXN0GhAuc3ZjLnYxLlByb3ZpZGVyIjDC8xgsCiAKA0dFVBIZL2FwaS9hZG1pbi9wcm92aWRlcnMve2lkfRoBBCIFYWRtaW4SrgEKD0FwcHJvdmVQcm92aWRlchIcLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVxdWVzdBodLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVzcG9uc2UiXsLzGFoKKQoEUE9TVBIhL2FwaS9hZG1pbi9wcm92aWRlcnMve2lkfS9hcHByb3ZlCioKBVBBVENIEiEvYXBpL2FkbWluL3Byb3ZpZGVycy97aWR9L2FwcHJvdmUaAQQSgAEKDlJlamVjdFByb3ZpZGVyEhwuc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXF1ZXN0Gh0uc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXNwb25zZSIxwvMYLQooCgRQT1NUEiAvYXBpL2FkbWluL3Byb3ZpZGVycy97aWR9L3JlamVjdBoBBBKCAQoPU3VzcGVuZFByb3ZpZGVyEhwuc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXF1ZXN0Gh0uc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXNwb25zZSIywvMYLgopCgRQT1NUEiEvYXBpL2FkbWluL3Byb3ZpZGVycy97aWR9L3N1c3BlbmQaAQQShgEKEVVuc3VzcGVuZFByb3ZpZGVyEhwuc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXF1ZXN0Gh0uc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXNwb25zZSI0wvMYMAorCgRQT1NUEiMvYXBpL2FkbWluL3Byb3ZpZGVycy97aWR9L3Vuc3VzcGVuZBoBBBKKAQoPU2V0UHJlbG9hZE1vZGVsEh4uc3ZjLnYxLlNldFByZWxvYWRNb2RlbFJlcXVlc3QaHS5zdmMudjEuQWRtaW5Qcm92aWRlclJlc3BvbnNlIjjC8xg0Ci8KBFBPU1QSJy9hcGkvYWRtaW4vcHJvdmlkZXJzL3tpZH0vcHJlbG9hZC1tb2RlbBoBBBKUAQoSTGlzdFByb3ZpZGVyRXZlbnRzEiEuc3ZjLnYxLkxpc3RQcm92aWRlckV2ZW50c1JlcXVlc3QaIi5zdmMudjEuTGlzdFByb3ZpZGVyRXZlbnRzUmVzcG9uc2UiN8LzGDMKJwoDR0VUEiAvYXBpL2FkbWluL3Byb3ZpZGVycy97aWR9L2V2ZW50cxoBBCIFYWRtaW4SewoLTGlzdFJlbnRlcnMSHy5zdmMudjEuQWRtaW5MaXN0UmVudGVyc1JlcXVlc3QaIC5zdmMudjEuQWRtaW5MaXN0UmVudGVyc1Jlc3BvbnNlIinC8xglChkKA0dFVBISL2FwaS9hZG1pbi9yZW50ZXJzGgEEIgVhZG1pbhJ0CglHZXRSZW50ZXISGi5zdmMudjEuQWRtaW5SZW50ZXJSZXF1ZXN0Ghsuc3ZjLnYxLkFkbWluUmVudGVyUmVzcG9uc2UiLsLzGCoKHgoDR0VUEhcvYXBpL2FkbWluL3JlbnRlcnMve2lkfRoBBCIFYWRtaW4SegoNU3VzcGVuZFJlbnRlchIaLnN2Yy52MS5BZG1pblJlbnRlclJlcXVlc3QaGy5zdmMudjEuQWRtaW5SZW50ZXJSZXNwb25zZSIwwvMYLAonCgRQT1NUEh8vYXBpL2FkbWluL3JlbnRlcnMve2lkfS9zdXNwZW5kGgEEEn4KD1Vuc3VzcGVuZFJlbnRlchIaLnN2Yy52MS5BZG1pblJlbnRlclJlcXVlc3QaGy5zdmMudjEuQWRtaW5SZW50ZXJSZXNwb25zZSIywvMYLgopCgRQT1NUEiEvYXBpL2FkbWluL3JlbnRlcnMve2lkfS91bnN1c3BlbmQaAQQSgwEKDUFkanVzdEJhbGFuY2USHC5zdmMudjEuQWRqdXN0QmFsYW5jZVJlcXVlc3QaGy5zdmMudjEuQWRtaW5SZW50ZXJSZXNwb25zZSI3wvMYMwouCgRQT1NUEiYvYXBpL2FkbWluL3JlbnRlcnMve2lkfS9hZGp1c3QtYmFsYW5jZRoBBBKWAQoIU2V0UXVvdGESFy5zdmMudjEuU2V0UXVvdGFSZXF1ZXN0Ghsuc3ZjLnYxLkFkbWluUmVudGVyUmVzcG9uc2UiVMLzGFAKJAoDUFVUEh0vYXBpL2FkbWluL3JlbnRlcnMve2lkfS9xdW90YQolCgRQT1NUEh0vYXBpL2FkbWluL3JlbnRlcnMve2lkfS9xdW90YRoBBBJvCghMaXN0Sm9icxIcLnN2Yy52MS5BZG1pbkxpc3RKb2JzUmVxdWVzdBodLnN2Yy52MS5BZG1pbkxpc3RKb2JzUmVzcG9uc2UiJsLzGCIKFgoDR0VUEg8vYXBpL2FkbWluL2pvYnMaAQQiBWFkbWluEmUKClJlcXVldWVKb2ISFy5zdmMudjEuQWRtaW5Kb2JSZXF1ZXN0Ggsuc3ZjLnYxLkpvYiIxwvMYLQooCgRQT1NUEiAvYXBpL2FkbWluL2pvYnMve2pvYl9pZH0vcmVxdWV1ZRoBBBJjCglDYW5jZWxKb2ISFy5zdmMudjEuQWRtaW5Kb2JSZXF1ZXN0Ggsuc3ZjLnYxLkpvYiIwwvMYLAonCgRQT1NUEh8vYXBpL2FkbWluL2pvYnMve2pvYl9pZH0vY2FuY2VsGgEEEn8KDExpc3RQYXltZW50cxIgLnN2Yy52MS5BZG1pbkxpc3RQYXltZW50c1JlcXVlc3QaIS5zdmMudjEuQWRtaW5MaXN0UGF5bWVudHNSZXNwb25zZSIqwvMYJgoaCgNHRVQSEy9hcGkvYWRtaW4vcGF5bWVudHMaAQQiBWFkbWluEmkKCUxpc3RBdWRpdBIYLnN2Yy52MS5MaXN0QXVkaXRSZXF1ZXN0Ghkuc3ZjLnYxLkxpc3RBdWRpdFJlc3BvbnNlIifC8xgjChcKA0dFVBIQL2FwaS9hZG1pbi9hdWRpdBoBBCIFYWRtaW5iBnByb3RvMw", [file_google_protobuf_struct, file_svc_v1_models, file_svc_v1_options]);
+  fileDesc("ChJzdmMvdjEvYWRtaW4ucHJvdG8SBnN2Yy52MSIUChJBdWRpdExlZGdlclJlcXVlc3QicwoRTGVkZ2VyRGlzY3JlcGFuY3kSDAoEa2luZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEhcKD2V4cGVjdGVkX2hhbGFsYRgDIAEoAxIVCg1hY3R1YWxfaGFsYWxhGAQgASgDEg8KB21lc3NhZ2UYBSABKAkiuAIKE0F1ZGl0TGVkZ2VyUmVzcG9uc2USCgoCb2sYASABKAgSEgoKc3RhcnRlZF9hdBgCIAEoCRITCgtmaW5pc2hlZF9hdBgDIAEoCRITCgtkdXJhdGlvbl9tcxgEIAEoAxIQCghhY2NvdW50cxgFIAEoAxIPCgdlbnRyaWVzGAYgASgDEg0KBWhvbGRzGAcgASgDEhIKCm9wZW5faG9sZHMYCCABKAMSFAoMc2V0dGxlZF9qb2JzGAkgASgDEhgKEGJvb2tzX3N1bV9oYWxhbGEYCiABKAMSFAoMZHJpZnRfaGFsYWxhGAsgASgDEhkKEWRpc2NyZXBhbmN5X2NvdW50GAwgASgDEjAKDWRpc2NyZXBhbmNpZXMYDSADKAsyGS5zdmMudjEuTGVkZ2VyRGlzY3JlcGFuY3kiFQoTR2V0RGFzaGJvYXJkUmVxdWVzdCKZAwoORGFzaGJvYXJkU3RhdHMSFwoPdG90YWxfcHJvdmlkZXJzGAEgASgDEhIKCm9ubGluZV9ub3cYAiABKAMSDwoHb2ZmbGluZRgDIAEoAxIVCg10b3RhbF9yZW50ZXJzGAQgASgDEhYKDmFjdGl2ZV9yZW50ZXJzGAUgASgDEiMKG3RvdGFsX3JlbnRlcl9iYWxhbmNlX2hhbGFsYRgGIAEoAxISCgp0b3RhbF9qb2JzGAcgASgDEhYKDmNvbXBsZXRlZF9qb2JzGAggASgDEhMKC2ZhaWxlZF9qb2JzGAkgASgDEhMKC2FjdGl2ZV9qb2JzGAogASgDEhwKFHRvdGFsX3JldmVudWVfaGFsYWxhGAsgASgDEh0KFXRvdGFsX3N2Y19mZWVzX2hhbGFsYRgMIAEoAxIcChR0b2RheV9yZXZlbnVlX2hhbGFsYRgNIAEoAxIdChV0b2RheV9zdmNfZmVlc19oYWxhbGEYDiABKAMSEgoKdG9kYXlfam9icxgPIAEoAxIRCgl0aW1lc3RhbXAYECABKAkiXwoPR3B1QnJlYWtkb3duUm93EhEKCWdwdV9tb2RlbBgBIAEoCRIRCglwcm92aWRlcnMYAiABKAMSDgoGb25saW5lGAMgASgDEhYKDnRvdGFsX3ZyYW1fbWliGAQgASgDIlkKDFJlY2VudFNpZ251cBIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgDEgwKBG5hbWUYAyABKAkSDQoFZW1haWwYBCABKAkSEgoKY3JlYXRlZF9hdBgFIAEoCSLlAQoPUmVjZW50SGVhcnRiZWF0EhMKC3Byb3ZpZGVyX2lkGAEgASgDEgwKBG5hbWUYAiABKAkSEQoJZ3B1X21vZGVsGAMgASgJEg4KBnN0YXR1cxgEIAEoCRIhCg5sYXN0X2hlYXJ0YmVhdBgFIAEoCUIEyPMYAUgAiAEBEh8KDGdwdV91dGlsX3BjdBgGIAEoAUIEyPMYAUgBiAEBEhkKBnRlbXBfYxgHIAEoAUIEyPMYAUgCiAEBQhEKD19sYXN0X2hlYXJ0YmVhdEIPCg1fZ3B1X3V0aWxfcGN0QgkKB190ZW1wX2MizwEKFEdldERhc2hib2FyZFJlc3BvbnNlEiUKBXN0YXRzGAEgASgLMhYuc3ZjLnYxLkRhc2hib2FyZFN0YXRzEi4KDWdwdV9icmVha2Rvd24YAiADKAsyFy5zdmMudjEuR3B1QnJlYWtkb3duUm93EiwKDnJlY2VudF9zaWdudXBzGAMgAygLMhQuc3ZjLnYxLlJlY2VudFNpZ251cBIyChFyZWNlbnRfaGVhcnRiZWF0cxgEIAMoCzIXLnN2Yy52MS5SZWNlbnRIZWFydGJlYXQi5wEKGUFkbWluTGlzdFByb3ZpZGVyc1JlcXVlc3QSEwoGc3RhdHVzGAEgASgJSACIAQESHAoPYXBwcm92YWxfc3RhdHVzGAIgASgJSAGIAQESFgoJZ3B1X21vZGVsGAMgASgJSAKIAQESDgoBcRgEIAEoCUgDiAEBEhIKBWxpbWl0GAUgASgFSASIAQESEwoGb2Zmc2V0GAYgASgFSAWIAQFCCQoHX3N0YXR1c0ISChBfYXBwcm92YWxfc3RhdHVzQgwKCl9ncHVfbW9kZWxCBAoCX3FCCAoGX2xpbWl0QgkKB19vZmZzZXQibwoaQWRtaW5MaXN0UHJvdmlkZXJzUmVzcG9uc2USIwoJcHJvdmlkZXJzGAEgAygLMhAuc3ZjLnYxLlByb3ZpZGVyEg0KBXRvdGFsGAIgASgDEg0KBWxpbWl0GAMgASgFEg4KBm9mZnNldBgEIAEoBSJCChRBZG1pblByb3ZpZGVyUmVxdWVzdBIKCgJpZBgBIAEoAxITCgZyZWFzb24YAiABKAlIAIgBAUIJCgdfcmVhc29uIkwKFUFkbWluUHJvdmlkZXJSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEiIKCHByb3ZpZGVyGAIgASgLMhAuc3ZjLnYxLlByb3ZpZGVyIjgKFlNldFByZWxvYWRNb2RlbFJlcXVlc3QSCgoCaWQYASABKAMSEgoKbW9kZWxfbmFtZRgCIAEoCSKxAQoZTGlzdFByb3ZpZGVyRXZlbnRzUmVxdWVzdBIKCgJpZBgBIAEoAxIVCghzZXZlcml0eRgCIAEoCUgAiAEBEhIKBWxpbWl0GAMgASgFSAGIAQESEwoGb2Zmc2V0GAQgASgFSAKIAQESFwoKZXZlbnRfdHlwZRgFIAEoCUgDiAEBQgsKCV9zZXZlcml0eUIICgZfbGltaXRCCQoHX29mZnNldEINCgtfZXZlbnRfdHlwZSLdAwoRRGFlbW9uRXZlbnRSZWNvcmQSCgoCaWQYASABKAMSEwoLcHJvdmlkZXJfaWQYAiABKAMSEgoKZXZlbnRfdHlwZRgDIAEoCRIQCghzZXZlcml0eRgEIAEoCRIaCgdkZXRhaWxzGAUgASgJQgTI8xgBSACIAQESGQoRZGV0YWlsc190cnVuY2F0ZWQYBiABKAgSGQoGam9iX2lkGAcgASgJQgTI8xgBSAGIAQESIQoOZGFlbW9uX3ZlcnNpb24YCCABKAlCBMjzGAFIAogBARIbCghob3N0bmFtZRgJIAEoCUIEyPMYAUgDiAEBEh4KC3JlcG9ydGVkX2F0GAogASgJQgTI8xgBSASIAQESEgoKY3JlYXRlZF9hdBgLIAEoCRIaCgdvc19pbmZvGAwgASgJQgTI8xgBSAWIAQESIQoOcHl0aG9uX3ZlcnNpb24YDSABKAlCBMjzGAFIBogBARIWCg5kZXRhaWxzX2xlbmd0aBgOIAEoA0IKCghfZGV0YWlsc0IJCgdfam9iX2lkQhEKD19kYWVtb25fdmVyc2lvbkILCglfaG9zdG5hbWVCDgoMX3JlcG9ydGVkX2F0QgoKCF9vc19pbmZvQhEKD19weXRob25fdmVyc2lvbiJWChpMaXN0UHJvdmlkZXJFdmVudHNSZXNwb25zZRIpCgZldmVudHMYASADKAsyGS5zdmMudjEuRGFlbW9uRXZlbnRSZWNvcmQSDQoFdG90YWwYAiABKAMijQEKF0FkbWluTGlzdFJlbnRlcnNSZXF1ZXN0EhMKBnN0YXR1cxgBIAEoCUgAiAEBEg4KAXEYAiABKAlIAYgBARISCgVsaW1pdBgDIAEoBUgCiAEBEhMKBm9mZnNldBgEIAEoBUgDiAEBQgkKB19zdGF0dXNCBAoCX3FCCAoGX2xpbWl0QgkKB19vZmZzZXQiaQoYQWRtaW5MaXN0UmVudGVyc1Jlc3BvbnNlEh8KB3JlbnRlcnMYASADKAsyDi5zdmMudjEuUmVudGVyEg0KBXRvdGFsGAIgASgDEg0KBWxpbWl0GAMgASgFEg4KBm9mZnNldBgEIAEoBSJAChJBZG1pblJlbnRlclJlcXVlc3QSCgoCaWQYASABKAMSEwoGcmVhc29uGAIgASgJSACIAQFCCQoHX3JlYXNvbiJqChNBZG1pblJlbnRlclJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSHgoGcmVudGVyGAIgASgLMg4uc3ZjLnYxLlJlbnRlchIiCgVxdW90YRgDIAEoCzITLnN2Yy52MS5SZW50ZXJRdW90YSKQAQoUQWRqdXN0QmFsYW5jZVJlcXVlc3QSCgoCaWQYASABKAMSFQoNYW1vdW50X2hhbGFsYRgCIAEoAxIOCgZyZWFzb24YAyABKAkSMQoPaWRlbXBvdGVuY3lfa2V5GAQgASgJQhPS8xgPaWRlbXBvdGVuY3kta2V5SACIAQFCEgoQX2lkZW1wb3RlbmN5X2tleSKZAQoPU2V0UXVvdGFSZXF1ZXN0EgoKAmlkGAEgASgDEh0KEGRhaWx5X2pvYnNfbGltaXQYAiABKANIAIgBARInChptb250aGx5X3NwZW5kX2xpbWl0X2hhbGFsYRgDIAEoA0gBiAEBQhMKEV9kYWlseV9qb2JzX2xpbWl0Qh0KG19tb250aGx5X3NwZW5kX2xpbWl0X2hhbGFsYSLoAQoUQWRtaW5MaXN0Sm9ic1JlcXVlc3QSEwoGc3RhdHVzGAEgASgJSACIAQESFgoJcmVudGVyX2lkGAIgASgDSAGIAQESGAoLcHJvdmlkZXJfaWQYAyABKANIAogBARISCgVsaW1pdBgEIAEoBUgDiAEBEhMKBm9mZnNldBgFIAEoBUgEiAEBEhUKCGpvYl90eXBlGAYgASgJSAWIAQFCCQoHX3N0YXR1c0IMCgpfcmVudGVyX2lkQg4KDF9wcm92aWRlcl9pZEIICgZfbGltaXRCCQoHX29mZnNldEILCglfam9iX3R5cGUiYAoVQWRtaW5MaXN0Sm9ic1Jlc3BvbnNlEhkKBGpvYnMYASADKAsyCy5zdmMudjEuSm9iEg0KBXRvdGFsGAIgASgDEg0KBWxpbWl0GAMgASgFEg4KBm9mZnNldBgEIAEoBSJBCg9BZG1pbkpvYlJlcXVlc3QSDgoGam9iX2lkGAEgASgJEhMKBnJlYXNvbhgCIAEoCUgAiAEBQgkKB19yZWFzb24ingEKGEFkbWluTGlzdFBheW1lbnRzUmVxdWVzdBITCgZzdGF0dXMYASABKAlIAIgBARIWCglyZW50ZXJfaWQYAiABKANIAYgBARISCgVsaW1pdBgDIAEoBUgCiAEBEhMKBm9mZnNldBgEIAEoBUgDiAEBQgkKB19zdGF0dXNCDAoKX3JlbnRlcl9pZEIICgZfbGltaXRCCQoHX29mZnNldCJsChlBZG1pbkxpc3RQYXltZW50c1Jlc3BvbnNlEiEKCHBheW1lbnRzGAEgAygLMg8uc3ZjLnYxLlBheW1lbnQSDQoFdG90YWwYAiABKAMSDQoFbGltaXQYAyABKAUSDgoGb2Zmc2V0GAQgASgFIsABChBMaXN0QXVkaXRSZXF1ZXN0EhMKBmFjdGlvbhgBIAEoCUgAiAEBEhgKC3RhcmdldF90eXBlGAIgASgJSAGIAQESEgoFbGltaXQYAyABKAVIAogBARITCgZvZmZzZXQYBCABKAVIA4gBARIWCgl0YXJnZXRfaWQYBSABKAlIBIgBAUIJCgdfYWN0aW9uQg4KDF90YXJnZXRfdHlwZUIICgZfbGltaXRCCQoHX29mZnNldEIMCgpfdGFyZ2V0X2lkIp0BCgpBdWRpdEVudHJ5EgoKAmlkGAEgASgDEg0KBWFjdG9yGAIgASgJEg4KBmFjdGlvbhgDIAEoCRITCgt0YXJnZXRfdHlwZRgEIAEoCRIRCgl0YXJnZXRfaWQYBSABKAkSKAoHZGV0YWlscxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKY3JlYXRlZF9hdBgHIAEoCSJmChFMaXN0QXVkaXRSZXNwb25zZRIjCgdlbnRyaWVzGAEgAygLMhIuc3ZjLnYxLkF1ZGl0RW50cnkSDQoFdG90YWwYAiABKAMSDQoFbGltaXQYAyABKAUSDgoGb2Zmc2V0GAQgASgFMpIVCgxBZG1pblNlcnZpY2USdgoMR2V0RGFzaGJvYXJkEhsuc3ZjLnYxLkdldERhc2hib2FyZFJlcXVlc3QaHC5zdmMudjEuR2V0RGFzaGJvYXJkUmVzcG9uc2UiK8LzGCcKGwoDR0VUEhQvYXBpL2FkbWluL2Rhc2hib2FyZBoBBCIFYWRtaW4SgwEKDUxpc3RQcm92aWRlcnMSIS5zdmMudjEuQWRtaW5MaXN0UHJvdmlkZXJzUmVxdWVzdBoiLnN2Yy52MS5BZG1pbkxpc3RQcm92aWRlcnNSZXNwb25zZSIrwvMYJwobCgNHRVQSFC9hcGkvYWRtaW4vcHJvdmlkZXJzGgEEIgVhZG1pbhJvCgtHZXRQcm92aWRlchIcLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVxdWVzdBoQLnN2Yy52MS5Qcm92aWRlciIwwvMYLAogCgNHRVQSGS9hcGkvYWRtaW4vcHJvdmlkZXJzL3tpZH0aAQQiBWFkbWluEq4BCg9BcHByb3ZlUHJvdmlkZXISHC5zdmMudjEuQWRtaW5Qcm92aWRlclJlcXVlc3QaHS5zdmMudjEuQWRtaW5Qcm92aWRlclJlc3BvbnNlIl7C8xhaCikKBFBPU1QSIS9hcGkvYWRtaW4vcHJvdmlkZXJzL3tpZH0vYXBwcm92ZQoqCgVQQVRDSBIhL2FwaS9hZG1pbi9wcm92aWRlcnMve2lkfS9hcHByb3ZlGgEEEoABCg5SZWplY3RQcm92aWRlchIcLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVxdWVzdBodLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVzcG9uc2UiMcLzGC0KKAoEUE9TVBIgL2FwaS9hZG1pbi9wcm92aWRlcnMve2lkfS9yZWplY3QaAQQSggEKD1N1c3BlbmRQcm92aWRlchIcLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVxdWVzdBodLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVzcG9uc2UiMsLzGC4KKQoEUE9TVBIhL2FwaS9hZG1pbi9wcm92aWRlcnMve2lkfS9zdXNwZW5kGgEEEoYBChFVbnN1c3BlbmRQcm92aWRlchIcLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVxdWVzdBodLnN2Yy52MS5BZG1pblByb3ZpZGVyUmVzcG9uc2UiNMLzGDAKKwoEUE9TVBIjL2FwaS9hZG1pbi9wcm92aWRlcnMve2lkfS91bnN1c3BlbmQaAQQSigEKD1NldFByZWxvYWRNb2RlbBIeLnN2Yy52MS5TZXRQcmVsb2FkTW9kZWxSZXF1ZXN0Gh0uc3ZjLnYxLkFkbWluUHJvdmlkZXJSZXNwb25zZSI4wvMYNAovCgRQT1NUEicvYXBpL2FkbWluL3Byb3ZpZGVycy97aWR9L3ByZWxvYWQtbW9kZWwaAQQSlAEKEkxpc3RQcm92aWRlckV2ZW50cxIhLnN2Yy52MS5MaXN0UHJvdmlkZXJFdmVudHNSZXF1ZXN0GiIuc3ZjLnYxLkxpc3RQcm92aWRlckV2ZW50c1Jlc3BvbnNlIjfC8xgzCicKA0dFVBIgL2FwaS9hZG1pbi9wcm92aWRlcnMve2lkfS9ldmVudHMaAQQiBWFkbWluEnsKC0xpc3RSZW50ZXJzEh8uc3ZjLnYxLkFkbWluTGlzdFJlbnRlcnNSZXF1ZXN0GiAuc3ZjLnYxLkFkbWluTGlzdFJlbnRlcnNSZXNwb25zZSIpwvMYJQoZCgNHRVQSEi9hcGkvYWRtaW4vcmVudGVycxoBBCIFYWRtaW4SdAoJR2V0UmVudGVyEhouc3ZjLnYxLkFkbWluUmVudGVyUmVxdWVzdBobLnN2Yy52MS5BZG1pblJlbnRlclJlc3BvbnNlIi7C8xgqCh4KA0dFVBIXL2FwaS9hZG1pbi9yZW50ZXJzL3tpZH0aAQQiBWFkbWluEnoKDVN1c3BlbmRSZW50ZXISGi5zdmMudjEuQWRtaW5SZW50ZXJSZXF1ZXN0Ghsuc3ZjLnYxLkFkbWluUmVudGVyUmVzcG9uc2UiMMLzGCwKJwoEUE9TVBIfL2FwaS9hZG1pbi9yZW50ZXJzL3tpZH0vc3VzcGVuZBoBBBJ+Cg9VbnN1c3BlbmRSZW50ZXISGi5zdmMudjEuQWRtaW5SZW50ZXJSZXF1ZXN0Ghsuc3ZjLnYxLkFkbWluUmVudGVyUmVzcG9uc2UiMsLzGC4KKQoEUE9TVBIhL2FwaS9hZG1pbi9yZW50ZXJzL3tpZH0vdW5zdXNwZW5kGgEEEoMBCg1BZGp1c3RCYWxhbmNlEhwuc3ZjLnYxLkFkanVzdEJhbGFuY2VSZXF1ZXN0Ghsuc3ZjLnYxLkFkbWluUmVudGVyUmVzcG9uc2UiN8LzGDMKLgoEUE9TVBImL2FwaS9hZG1pbi9yZW50ZXJzL3tpZH0vYWRqdXN0LWJhbGFuY2UaAQQSlgEKCFNldFF1b3RhEhcuc3ZjLnYxLlNldFF1b3RhUmVxdWVzdBobLnN2Yy52MS5BZG1pblJlbnRlclJlc3BvbnNlIlTC8xhQCiQKA1BVVBIdL2FwaS9hZG1pbi9yZW50ZXJzL3tpZH0vcXVvdGEKJQoEUE9TVBIdL2FwaS9hZG1pbi9yZW50ZXJzL3tpZH0vcXVvdGEaAQQSbwoITGlzdEpvYnMSHC5zdmMudjEuQWRtaW5MaXN0Sm9ic1JlcXVlc3QaHS5zdmMudjEuQWRtaW5MaXN0Sm9ic1Jlc3BvbnNlIibC8xgiChYKA0dFVBIPL2FwaS9hZG1pbi9qb2JzGgEEIgVhZG1pbhJlCgpSZXF1ZXVlSm9iEhcuc3ZjLnYxLkFkbWluSm9iUmVxdWVzdBoLLnN2Yy52MS5Kb2IiMcLzGC0KKAoEUE9TVBIgL2FwaS9hZG1pbi9qb2JzL3tqb2JfaWR9L3JlcXVldWUaAQQSYwoJQ2FuY2VsSm9iEhcuc3ZjLnYxLkFkbWluSm9iUmVxdWVzdBoLLnN2Yy52MS5Kb2IiMMLzGCwKJwoEUE9TVBIfL2FwaS9hZG1pbi9qb2JzL3tqb2JfaWR9L2NhbmNlbBoBBBJ/CgxMaXN0UGF5bWVudHMSIC5zdmMudjEuQWRtaW5MaXN0UGF5bWVudHNSZXF1ZXN0GiEuc3ZjLnYxLkFkbWluTGlzdFBheW1lbnRzUmVzcG9uc2UiKsLzGCYKGgoDR0VUEhMvYXBpL2FkbWluL3BheW1lbnRzGgEEIgVhZG1pbhJpCglMaXN0QXVkaXQSGC5zdmMudjEuTGlzdEF1ZGl0UmVxdWVzdBoZLnN2Yy52MS5MaXN0QXVkaXRSZXNwb25zZSInwvMYIwoXCgNHRVQSEC9hcGkvYWRtaW4vYXVkaXQaAQQiBWFkbWluEnYKC0F1ZGl0TGVkZ2VyEhouc3ZjLnYxLkF1ZGl0TGVkZ2VyUmVxdWVzdBobLnN2Yy52MS5BdWRpdExlZGdlclJlc3BvbnNlIi7C8xgqCh4KA0dFVBIXL2FwaS9hZG1pbi9sZWRnZXIvYXVkaXQaAQQiBWFkbWluYgZwcm90bzM", [file_google_protobuf_struct, file_svc_v1_models, file_svc_v1_options]);
+
+/**
+ * @generated from message svc.v1.AuditLedgerRequest
+ */
+export type AuditLedgerRequest = Message<"svc.v1.AuditLedgerRequest"> & {
+};
+
+/**
+ * Describes the message svc.v1.AuditLedgerRequest.
+ * Use `create(AuditLedgerRequestSchema)` to create a new message.
+ */
+export const AuditLedgerRequestSchema: GenMessage<AuditLedgerRequest> = /*@__PURE__*/
+  messageDesc(file_svc_v1_admin, 0);
+
+/**
+ * @generated from message svc.v1.LedgerDiscrepancy
+ */
+export type LedgerDiscrepancy = Message<"svc.v1.LedgerDiscrepancy"> & {
+  /**
+   * balance_mismatch, negative_balance, unknown_account_kind, books_unbalanced,
+   * held_mismatch, hold_open_on_ended_job, settlement_mismatch,
+   * completed_without_settlement, settled_job_not_completed
+   *
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * What it is about: "account 12 (renter_available of renter 3)", "renter 3", "job 41 (...)", "books".
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+
+  /**
+   * @generated from field: int64 expected_halala = 3;
+   */
+  expectedHalala: bigint;
+
+  /**
+   * @generated from field: int64 actual_halala = 4;
+   */
+  actualHalala: bigint;
+
+  /**
+   * @generated from field: string message = 5;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message svc.v1.LedgerDiscrepancy.
+ * Use `create(LedgerDiscrepancySchema)` to create a new message.
+ */
+export const LedgerDiscrepancySchema: GenMessage<LedgerDiscrepancy> = /*@__PURE__*/
+  messageDesc(file_svc_v1_admin, 1);
+
+/**
+ * @generated from message svc.v1.AuditLedgerResponse
+ */
+export type AuditLedgerResponse = Message<"svc.v1.AuditLedgerResponse"> & {
+  /**
+   * True when no discrepancy was found.
+   *
+   * @generated from field: bool ok = 1;
+   */
+  ok: boolean;
+
+  /**
+   * ISO 8601 (UTC).
+   *
+   * @generated from field: string started_at = 2;
+   */
+  startedAt: string;
+
+  /**
+   * @generated from field: string finished_at = 3;
+   */
+  finishedAt: string;
+
+  /**
+   * @generated from field: int64 duration_ms = 4;
+   */
+  durationMs: bigint;
+
+  /**
+   * @generated from field: int64 accounts = 5;
+   */
+  accounts: bigint;
+
+  /**
+   * Ledger entries (transfers) read.
+   *
+   * @generated from field: int64 entries = 6;
+   */
+  entries: bigint;
+
+  /**
+   * @generated from field: int64 holds = 7;
+   */
+  holds: bigint;
+
+  /**
+   * @generated from field: int64 open_holds = 8;
+   */
+  openHolds: bigint;
+
+  /**
+   * @generated from field: int64 settled_jobs = 9;
+   */
+  settledJobs: bigint;
+
+  /**
+   * Kept balances plus the system accounts' derived ones: 0 when sound.
+   *
+   * @generated from field: int64 books_sum_halala = 10;
+   */
+  booksSumHalala: bigint;
+
+  /**
+   * Halala by which the books are off (the sum of the differences found): 0 when sound.
+   *
+   * @generated from field: int64 drift_halala = 11;
+   */
+  driftHalala: bigint;
+
+  /**
+   * @generated from field: int64 discrepancy_count = 12;
+   */
+  discrepancyCount: bigint;
+
+  /**
+   * The first 200 discrepancies.
+   *
+   * @generated from field: repeated svc.v1.LedgerDiscrepancy discrepancies = 13;
+   */
+  discrepancies: LedgerDiscrepancy[];
+};
+
+/**
+ * Describes the message svc.v1.AuditLedgerResponse.
+ * Use `create(AuditLedgerResponseSchema)` to create a new message.
+ */
+export const AuditLedgerResponseSchema: GenMessage<AuditLedgerResponse> = /*@__PURE__*/
+  messageDesc(file_svc_v1_admin, 2);
 
 /**
  * @generated from message svc.v1.GetDashboardRequest
@@ -29,7 +174,7 @@ export type GetDashboardRequest = Message<"svc.v1.GetDashboardRequest"> & {
  * Use `create(GetDashboardRequestSchema)` to create a new message.
  */
 export const GetDashboardRequestSchema: GenMessage<GetDashboardRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 0);
+  messageDesc(file_svc_v1_admin, 3);
 
 /**
  * Every figure is computed from the database at the time of the call.
@@ -147,7 +292,7 @@ export type DashboardStats = Message<"svc.v1.DashboardStats"> & {
  * Use `create(DashboardStatsSchema)` to create a new message.
  */
 export const DashboardStatsSchema: GenMessage<DashboardStats> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 1);
+  messageDesc(file_svc_v1_admin, 4);
 
 /**
  * One row per reported GPU model, largest fleet first.
@@ -185,7 +330,7 @@ export type GpuBreakdownRow = Message<"svc.v1.GpuBreakdownRow"> & {
  * Use `create(GpuBreakdownRowSchema)` to create a new message.
  */
 export const GpuBreakdownRowSchema: GenMessage<GpuBreakdownRow> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 2);
+  messageDesc(file_svc_v1_admin, 5);
 
 /**
  * The 10 newest accounts, providers and renters together, newest first.
@@ -226,7 +371,7 @@ export type RecentSignup = Message<"svc.v1.RecentSignup"> & {
  * Use `create(RecentSignupSchema)` to create a new message.
  */
 export const RecentSignupSchema: GenMessage<RecentSignup> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 3);
+  messageDesc(file_svc_v1_admin, 6);
 
 /**
  * The 10 providers heard from most recently, newest first; the GPU figures
@@ -276,7 +421,7 @@ export type RecentHeartbeat = Message<"svc.v1.RecentHeartbeat"> & {
  * Use `create(RecentHeartbeatSchema)` to create a new message.
  */
 export const RecentHeartbeatSchema: GenMessage<RecentHeartbeat> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 4);
+  messageDesc(file_svc_v1_admin, 7);
 
 /**
  * @generated from message svc.v1.GetDashboardResponse
@@ -308,7 +453,7 @@ export type GetDashboardResponse = Message<"svc.v1.GetDashboardResponse"> & {
  * Use `create(GetDashboardResponseSchema)` to create a new message.
  */
 export const GetDashboardResponseSchema: GenMessage<GetDashboardResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 5);
+  messageDesc(file_svc_v1_admin, 8);
 
 /**
  * @generated from message svc.v1.AdminListProvidersRequest
@@ -350,7 +495,7 @@ export type AdminListProvidersRequest = Message<"svc.v1.AdminListProvidersReques
  * Use `create(AdminListProvidersRequestSchema)` to create a new message.
  */
 export const AdminListProvidersRequestSchema: GenMessage<AdminListProvidersRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 6);
+  messageDesc(file_svc_v1_admin, 9);
 
 /**
  * @generated from message svc.v1.AdminListProvidersResponse
@@ -382,7 +527,7 @@ export type AdminListProvidersResponse = Message<"svc.v1.AdminListProvidersRespo
  * Use `create(AdminListProvidersResponseSchema)` to create a new message.
  */
 export const AdminListProvidersResponseSchema: GenMessage<AdminListProvidersResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 7);
+  messageDesc(file_svc_v1_admin, 10);
 
 /**
  * @generated from message svc.v1.AdminProviderRequest
@@ -404,7 +549,7 @@ export type AdminProviderRequest = Message<"svc.v1.AdminProviderRequest"> & {
  * Use `create(AdminProviderRequestSchema)` to create a new message.
  */
 export const AdminProviderRequestSchema: GenMessage<AdminProviderRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 8);
+  messageDesc(file_svc_v1_admin, 11);
 
 /**
  * @generated from message svc.v1.AdminProviderResponse
@@ -426,7 +571,7 @@ export type AdminProviderResponse = Message<"svc.v1.AdminProviderResponse"> & {
  * Use `create(AdminProviderResponseSchema)` to create a new message.
  */
 export const AdminProviderResponseSchema: GenMessage<AdminProviderResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 9);
+  messageDesc(file_svc_v1_admin, 12);
 
 /**
  * @generated from message svc.v1.SetPreloadModelRequest
@@ -450,7 +595,7 @@ export type SetPreloadModelRequest = Message<"svc.v1.SetPreloadModelRequest"> & 
  * Use `create(SetPreloadModelRequestSchema)` to create a new message.
  */
 export const SetPreloadModelRequestSchema: GenMessage<SetPreloadModelRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 10);
+  messageDesc(file_svc_v1_admin, 13);
 
 /**
  * @generated from message svc.v1.ListProviderEventsRequest
@@ -487,7 +632,7 @@ export type ListProviderEventsRequest = Message<"svc.v1.ListProviderEventsReques
  * Use `create(ListProviderEventsRequestSchema)` to create a new message.
  */
 export const ListProviderEventsRequestSchema: GenMessage<ListProviderEventsRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 11);
+  messageDesc(file_svc_v1_admin, 14);
 
 /**
  * @generated from message svc.v1.DaemonEventRecord
@@ -571,7 +716,7 @@ export type DaemonEventRecord = Message<"svc.v1.DaemonEventRecord"> & {
  * Use `create(DaemonEventRecordSchema)` to create a new message.
  */
 export const DaemonEventRecordSchema: GenMessage<DaemonEventRecord> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 12);
+  messageDesc(file_svc_v1_admin, 15);
 
 /**
  * @generated from message svc.v1.ListProviderEventsResponse
@@ -593,7 +738,7 @@ export type ListProviderEventsResponse = Message<"svc.v1.ListProviderEventsRespo
  * Use `create(ListProviderEventsResponseSchema)` to create a new message.
  */
 export const ListProviderEventsResponseSchema: GenMessage<ListProviderEventsResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 13);
+  messageDesc(file_svc_v1_admin, 16);
 
 /**
  * @generated from message svc.v1.AdminListRentersRequest
@@ -625,7 +770,7 @@ export type AdminListRentersRequest = Message<"svc.v1.AdminListRentersRequest"> 
  * Use `create(AdminListRentersRequestSchema)` to create a new message.
  */
 export const AdminListRentersRequestSchema: GenMessage<AdminListRentersRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 14);
+  messageDesc(file_svc_v1_admin, 17);
 
 /**
  * @generated from message svc.v1.AdminListRentersResponse
@@ -657,7 +802,7 @@ export type AdminListRentersResponse = Message<"svc.v1.AdminListRentersResponse"
  * Use `create(AdminListRentersResponseSchema)` to create a new message.
  */
 export const AdminListRentersResponseSchema: GenMessage<AdminListRentersResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 15);
+  messageDesc(file_svc_v1_admin, 18);
 
 /**
  * @generated from message svc.v1.AdminRenterRequest
@@ -681,7 +826,7 @@ export type AdminRenterRequest = Message<"svc.v1.AdminRenterRequest"> & {
  * Use `create(AdminRenterRequestSchema)` to create a new message.
  */
 export const AdminRenterRequestSchema: GenMessage<AdminRenterRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 16);
+  messageDesc(file_svc_v1_admin, 19);
 
 /**
  * @generated from message svc.v1.AdminRenterResponse
@@ -708,7 +853,7 @@ export type AdminRenterResponse = Message<"svc.v1.AdminRenterResponse"> & {
  * Use `create(AdminRenterResponseSchema)` to create a new message.
  */
 export const AdminRenterResponseSchema: GenMessage<AdminRenterResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 17);
+  messageDesc(file_svc_v1_admin, 20);
 
 /**
  * @generated from message svc.v1.AdjustBalanceRequest
@@ -746,7 +891,7 @@ export type AdjustBalanceRequest = Message<"svc.v1.AdjustBalanceRequest"> & {
  * Use `create(AdjustBalanceRequestSchema)` to create a new message.
  */
 export const AdjustBalanceRequestSchema: GenMessage<AdjustBalanceRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 18);
+  messageDesc(file_svc_v1_admin, 21);
 
 /**
  * Either or both limits; an omitted one keeps its value.
@@ -775,7 +920,7 @@ export type SetQuotaRequest = Message<"svc.v1.SetQuotaRequest"> & {
  * Use `create(SetQuotaRequestSchema)` to create a new message.
  */
 export const SetQuotaRequestSchema: GenMessage<SetQuotaRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 19);
+  messageDesc(file_svc_v1_admin, 22);
 
 /**
  * @generated from message svc.v1.AdminListJobsRequest
@@ -817,7 +962,7 @@ export type AdminListJobsRequest = Message<"svc.v1.AdminListJobsRequest"> & {
  * Use `create(AdminListJobsRequestSchema)` to create a new message.
  */
 export const AdminListJobsRequestSchema: GenMessage<AdminListJobsRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 20);
+  messageDesc(file_svc_v1_admin, 23);
 
 /**
  * @generated from message svc.v1.AdminListJobsResponse
@@ -849,7 +994,7 @@ export type AdminListJobsResponse = Message<"svc.v1.AdminListJobsResponse"> & {
  * Use `create(AdminListJobsResponseSchema)` to create a new message.
  */
 export const AdminListJobsResponseSchema: GenMessage<AdminListJobsResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 21);
+  messageDesc(file_svc_v1_admin, 24);
 
 /**
  * @generated from message svc.v1.AdminJobRequest
@@ -871,7 +1016,7 @@ export type AdminJobRequest = Message<"svc.v1.AdminJobRequest"> & {
  * Use `create(AdminJobRequestSchema)` to create a new message.
  */
 export const AdminJobRequestSchema: GenMessage<AdminJobRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 22);
+  messageDesc(file_svc_v1_admin, 25);
 
 /**
  * @generated from message svc.v1.AdminListPaymentsRequest
@@ -903,7 +1048,7 @@ export type AdminListPaymentsRequest = Message<"svc.v1.AdminListPaymentsRequest"
  * Use `create(AdminListPaymentsRequestSchema)` to create a new message.
  */
 export const AdminListPaymentsRequestSchema: GenMessage<AdminListPaymentsRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 23);
+  messageDesc(file_svc_v1_admin, 26);
 
 /**
  * @generated from message svc.v1.AdminListPaymentsResponse
@@ -935,7 +1080,7 @@ export type AdminListPaymentsResponse = Message<"svc.v1.AdminListPaymentsRespons
  * Use `create(AdminListPaymentsResponseSchema)` to create a new message.
  */
 export const AdminListPaymentsResponseSchema: GenMessage<AdminListPaymentsResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 24);
+  messageDesc(file_svc_v1_admin, 27);
 
 /**
  * @generated from message svc.v1.ListAuditRequest
@@ -972,7 +1117,7 @@ export type ListAuditRequest = Message<"svc.v1.ListAuditRequest"> & {
  * Use `create(ListAuditRequestSchema)` to create a new message.
  */
 export const ListAuditRequestSchema: GenMessage<ListAuditRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 25);
+  messageDesc(file_svc_v1_admin, 28);
 
 /**
  * @generated from message svc.v1.AuditEntry
@@ -1019,7 +1164,7 @@ export type AuditEntry = Message<"svc.v1.AuditEntry"> & {
  * Use `create(AuditEntrySchema)` to create a new message.
  */
 export const AuditEntrySchema: GenMessage<AuditEntry> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 26);
+  messageDesc(file_svc_v1_admin, 29);
 
 /**
  * @generated from message svc.v1.ListAuditResponse
@@ -1051,7 +1196,7 @@ export type ListAuditResponse = Message<"svc.v1.ListAuditResponse"> & {
  * Use `create(ListAuditResponseSchema)` to create a new message.
  */
 export const ListAuditResponseSchema: GenMessage<ListAuditResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_admin, 27);
+  messageDesc(file_svc_v1_admin, 30);
 
 /**
  * @generated from service svc.v1.AdminService
@@ -1220,6 +1365,21 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListAuditRequestSchema;
     output: typeof ListAuditResponseSchema;
+  },
+  /**
+   * Recomputes every account's balance from its ledger entries and checks
+   * the books (src/domain/money/ledger-audit.ts): kept balances equal their
+   * entries, the books sum to zero, each renter's held amount equals the open
+   * holds of its jobs, each completed job has exactly one settlement. Answers
+   * the figures, every discrepancy (the first 200 listed) and how long it
+   * took; the run is recorded, and /metrics shows the last one.
+   *
+   * @generated from rpc svc.v1.AdminService.AuditLedger
+   */
+  auditLedger: {
+    methodKind: "unary";
+    input: typeof AuditLedgerRequestSchema;
+    output: typeof AuditLedgerResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_svc_v1_admin, 0);
