@@ -10,6 +10,8 @@ import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
 import { openStream } from "../daemon/grpc-stream.js";
+import { startFakeVllm } from "../v1/fake-vllm.js";
+import { serveModel } from "../v1/serving.js";
 
 const METRICS_TOKEN = "metrics-token-0123456789abcdef";
 const admin = { "x-admin-token": ADMIN_TOKEN };
@@ -151,6 +153,36 @@ describe("metrics", () => {
         if (s.name.startsWith("svc_") && !["status", "outcome", "le"].includes(k)) expect(v, `${s.name}{${k}="${v}"}`).not.toMatch(/^\d+$/);
         if (["status", "outcome"].includes(k) && /^\d+$/.test(v)) expect(Number(v)).toBeGreaterThanOrEqual(100);
       }
+    }
+  });
+
+  it("counts /v1 requests, billed tokens and failed upstream attempts", async () => {
+    const good = await startFakeVllm("metrics-good");
+    const bad = await startFakeVllm("metrics-bad", "error500");
+    try {
+      await serveModel(srv, "Qwen/Qwen2.5-7B-Instruct", good.url);
+      await serveModel(srv, "mistralai/Mistral-7B-Instruct-v0.3", bad.url);
+      const renter = await makeRenter(srv, 100_000);
+      const before = (await scrape(srv)).samples;
+      const ask = (model: string) =>
+        fetch(`${srv.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${renter.key}`, "content-type": "application/json" },
+          body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }] }),
+        });
+      const ok = await ask("Qwen/Qwen2.5-7B-Instruct");
+      expect(ok.status, await ok.clone().text()).toBe(200);
+      const usage = (await ok.json()).usage;
+      expect((await ask("mistralai/Mistral-7B-Instruct-v0.3")).status).toBeGreaterThanOrEqual(500);
+      const after = (await scrape(srv)).samples;
+      const delta = (name: string, labels: Record<string, string> = {}) => value(after, name, labels) - value(before, name, labels);
+      expect(delta("svc_requests_total", { wire: "v1", route: "POST /v1/chat/completions", status: "200" })).toBe(1);
+      expect(delta("svc_v1_tokens_total", { type: "prompt" })).toBe(usage.prompt_tokens);
+      expect(delta("svc_v1_tokens_total", { type: "completion" })).toBe(usage.completion_tokens);
+      expect(delta("svc_v1_upstream_errors_total", { code: "provider_unavailable" })).toBe(1);
+    } finally {
+      await good.close();
+      await bad.close();
     }
   });
 
