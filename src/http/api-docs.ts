@@ -36,6 +36,7 @@ const PAGE = `<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>svc API reference</title>
+<link rel="icon" type="image/png" href="/api/docs/favicon-32x32.png">
 <link rel="stylesheet" href="/api/docs/swagger-ui.css">
 </head>
 <body>
@@ -69,7 +70,7 @@ const asset = (body: Buffer | string, type: string): Asset => {
 };
 
 /** The viewer's files, read from node_modules on first use. */
-function viewerFile(name: "swagger-ui.css" | "swagger-ui-bundle.js"): Buffer {
+function viewerFile(name: "swagger-ui.css" | "swagger-ui-bundle.js" | "favicon-32x32.png"): Buffer {
   const dir = path.dirname(createRequire(import.meta.url).resolve("swagger-ui-dist/package.json"));
   return fs.readFileSync(path.join(dir, name));
 }
@@ -81,6 +82,7 @@ export function createApiDocsHandler(services: readonly DescService[]) {
     ["/api/docs/init.js", () => asset(INIT, "text/javascript; charset=utf-8")],
     ["/api/docs/swagger-ui.css", () => asset(viewerFile("swagger-ui.css"), "text/css; charset=utf-8")],
     ["/api/docs/swagger-ui-bundle.js", () => asset(viewerFile("swagger-ui-bundle.js"), "text/javascript; charset=utf-8")],
+    ["/api/docs/favicon-32x32.png", () => asset(viewerFile("favicon-32x32.png"), "image/png")],
   ]);
 
   function send(req: NodeRequest, res: NodeResponse, a: Asset, headers: Record<string, string>) {
