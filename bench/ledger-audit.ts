@@ -67,6 +67,8 @@ async function main() {
                CASE WHEN status = 'running' THEN NULL ELSE 60 END, CASE WHEN status = 'running' THEN NULL ELSE 45 END,
                CASE WHEN status = 'running' THEN NULL ELSE 15 END, CASE WHEN status = 'running' THEN NULL ELSE now() END
         FROM jobs`;
+      // Fresh tables have no statistics: without them the joins below are planned as nested loops.
+      await tx`ANALYZE renters, providers, ledger_accounts, jobs`;
       await tx`
         WITH acc AS (
           SELECT (SELECT id FROM ledger_accounts WHERE kind = 'gateway') AS gateway,
