@@ -131,7 +131,7 @@ describe("metrics", () => {
     expect(delta("svc_job_submits_total", { outcome: "402" })).toBe(1);
     expect(delta("svc_heartbeats_total", { protocol: "legacy" })).toBe(1);
     expect(delta("svc_heartbeats_total", { protocol: "stream" })).toBe(1);
-    expect(delta("svc_job_settlements_total", { status: "completed", reason: "result" })).toBe(1);
+    expect(delta("svc_job_settlements_total", { status: "completed", reason: "completed" })).toBe(1);
     expect(delta("svc_ledger_moved_halala_total", { kind: "topup" })).toBe(50_000);
     expect(delta("svc_ledger_moved_halala_total", { kind: "hold" })).toBe(first.body.job.cost_halala + second.body.job.cost_halala);
     expect(delta("svc_ledger_moved_halala_total", { kind: "charge_provider" })).toBeGreaterThan(0);

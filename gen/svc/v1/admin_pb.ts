@@ -38,7 +38,7 @@ export type LedgerDiscrepancy = Message<"svc.v1.LedgerDiscrepancy"> & {
   /**
    * balance_mismatch, negative_balance, unknown_account_kind, books_unbalanced,
    * held_mismatch, hold_open_on_ended_job, settlement_mismatch,
-   * completed_without_settlement, settled_job_not_completed
+   * charged_without_settlement, settlement_disagrees_with_job
    *
    * @generated from field: string kind = 1;
    */
@@ -1370,7 +1370,7 @@ export const AdminService: GenService<{
    * Recomputes every account's balance from its ledger entries and checks
    * the books (src/domain/money/ledger-audit.ts): kept balances equal their
    * entries, the books sum to zero, each renter's held amount equals the open
-   * holds of its jobs, each completed job has exactly one settlement. Answers
+   * holds of its jobs, each charged job has exactly one settlement. Answers
    * the figures, every discrepancy (the first 200 listed) and how long it
    * took; the run is recorded, and /metrics shows the last one.
    *

@@ -5,9 +5,10 @@
 // - the books sum to zero (kept balances plus the system accounts' derived ones);
 // - each renter's held balance equals the open holds of its jobs, and no hold
 //   stays open on a job that has ended;
-// - each completed job has exactly one settlement: its hold settled, charged
-//   exactly the recorded cost, the rest released, and the job row agrees; no
-//   job that did not complete was charged.
+// - each charged job (completed, or ended by the renter's fault after it ran)
+//   has exactly one settlement: its hold settled, charged exactly the
+//   recorded cost, the rest released, and the job row agrees; a hold released
+//   charged nothing.
 //
 // All of it reads one snapshot (REPEATABLE READ, read only), so transfers
 // committed meanwhile never show as drift. The transfers are read in one
@@ -28,8 +29,8 @@ export type DiscrepancyKind =
   | "held_mismatch"
   | "hold_open_on_ended_job"
   | "settlement_mismatch"
-  | "completed_without_settlement"
-  | "settled_job_not_completed";
+  | "charged_without_settlement"
+  | "settlement_disagrees_with_job";
 
 export interface Discrepancy {
   kind: DiscrepancyKind;
@@ -119,11 +120,13 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
         WHERE charged <> CASE WHEN hold = 'settled' THEN coalesce(cost, 0) ELSE 0 END
            OR released <> CASE WHEN hold = 'open' THEN 0 WHEN hold = 'settled' THEN amount - coalesce(cost, 0) ELSE amount END
            OR (hold = 'open' AND job IN ('completed', 'failed', 'cancelled'))
-           OR (hold = 'settled' AND (job IS DISTINCT FROM 'completed' OR actual_cost IS DISTINCT FROM cost))
+           OR (hold = 'settled' AND (job IS NULL OR job NOT IN ('completed', 'failed', 'cancelled') OR actual_cost IS DISTINCT FROM cost))
         ORDER BY id LIMIT ${MAX_LISTED * 4}`,
-      tx<{ id: number; job_id: string }[]>`
-        SELECT j.id, j.job_id FROM jobs j
-        WHERE j.status = 'completed' AND NOT EXISTS (SELECT 1 FROM ledger_holds h WHERE h.job_id = j.id AND h.status = 'settled')
+      // Charged jobs: completed ones, and those ended by the renter's fault after they ran (a cost recorded).
+      tx<{ id: number; job_id: string; status: string; actual_cost: number | null }[]>`
+        SELECT j.id, j.job_id, j.status, j.actual_cost_halala AS actual_cost FROM jobs j
+        WHERE (j.status = 'completed' OR (j.status IN ('failed', 'cancelled') AND j.actual_cost_halala > 0))
+          AND NOT EXISTS (SELECT 1 FROM ledger_holds h WHERE h.job_id = j.id AND h.status = 'settled')
         ORDER BY j.id LIMIT ${MAX_LISTED}`,
       tx<{ holds: number; open: number; settled: number }[]>`
         SELECT count(*)::bigint AS holds, count(*) FILTER (WHERE status = 'open')::bigint AS open,
@@ -182,14 +185,14 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
       if (j.hold === "open" && j.job && ["completed", "failed", "cancelled"].includes(j.job)) {
         add({ kind: "hold_open_on_ended_job", subject, expectedHalala: 0, actualHalala: j.amount, message: `${subject} is ${j.job} but its hold of ${j.amount} is still open` });
       }
-      if (j.hold === "settled" && (j.job !== "completed" || j.actual_cost !== j.cost)) {
-        add({ kind: "settled_job_not_completed", subject, expectedHalala: j.cost ?? 0, actualHalala: j.actual_cost ?? 0,
+      if (j.hold === "settled" && (!j.job || !["completed", "failed", "cancelled"].includes(j.job) || j.actual_cost !== j.cost)) {
+        add({ kind: "settlement_disagrees_with_job", subject, expectedHalala: j.cost ?? 0, actualHalala: j.actual_cost ?? 0,
           message: `${subject}: hold settled at ${j.cost} but the job is ${j.job ?? "missing"} with actual cost ${j.actual_cost ?? "none"}` }, false);
       }
     }
     for (const j of unsettled) {
-      add({ kind: "completed_without_settlement", subject: `job ${j.id} (${j.job_id})`, expectedHalala: 0, actualHalala: 0,
-        message: `job ${j.id} (${j.job_id}) is completed but has no settled hold` }, false);
+      add({ kind: "charged_without_settlement", subject: `job ${j.id} (${j.job_id})`, expectedHalala: j.actual_cost ?? 0, actualHalala: 0,
+        message: `job ${j.id} (${j.job_id}) is ${j.status} with a cost of ${j.actual_cost ?? "none"} but has no settled hold` }, false);
     }
     const c = counts[0];
     return { accounts: accounts.length, entries, holds: Number(c.holds), openHolds: Number(c.open), settledJobs: Number(c.settled), booksSumHalala: booksSum };
