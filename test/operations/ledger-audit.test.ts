@@ -24,7 +24,7 @@ async function audit() {
   return r.body;
 }
 
-/** Books written by the real flows: two renters, a provider, jobs completed, queued, cancelled, an adjustment. */
+/** Books written by the real flows: a renter topped up, jobs completed, cancelled before and while running, one open, an adjustment. */
 async function realTraffic() {
   const api = client(srv.url);
   const renter = await makeRenter(srv);
@@ -40,10 +40,19 @@ async function realTraffic() {
   expect(result.status, result.text).toBe(200);
   // The queued job was dispatched when the first ended; cancel it: its hold goes back.
   expect((await api.post(`/api/jobs/${queued.body.job.job_id}/cancel`, {}, renter.headers)).status).toBe(200);
-  const third = await submit();
-  expect(third.status).toBe(201);
+  // A job cancelled by its renter while it runs is charged for the time used: a settlement of a cancelled job.
+  const ranThenCancelled = await submit();
+  expect(ranThenCancelled.status).toBe(201);
+  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(ranThenCancelled.body.job.job_id);
+  const cancelled = await api.post(`/api/jobs/${ranThenCancelled.body.job.job_id}/cancel`, {}, renter.headers);
+  expect(cancelled.status, cancelled.text).toBe(200);
+  const [charged] = await srv.sql<{ status: string; actual_cost_halala: number }[]>`SELECT status, actual_cost_halala FROM jobs WHERE job_id = ${ranThenCancelled.body.job.job_id}`;
+  expect(charged).toMatchObject({ status: "cancelled" });
+  expect(charged.actual_cost_halala).toBeGreaterThan(0);
+  const open = await submit();
+  expect(open.status).toBe(201);
   expect((await api.post(`/api/admin/renters/${renter.id}/adjust-balance`, { amount_halala: 700, reason: "audit test" }, admin)).status).toBe(200);
-  return { renter, provider, completedJobId: done.body.job.job_id as string, openJobId: third.body.job.job_id as string };
+  return { renter, provider, completedJobId: done.body.job.job_id as string, openJobId: open.body.job.job_id as string };
 }
 
 describe("ledger audit", () => {
@@ -55,7 +64,7 @@ describe("ledger audit", () => {
     expect(r).toMatchObject({ ok: true, drift_halala: 0, discrepancy_count: 0, books_sum_halala: 0, discrepancies: [] });
     expect(r.entries).toBeGreaterThanOrEqual(8);
     expect(r.accounts).toBeGreaterThanOrEqual(6);
-    expect(r.settled_jobs).toBe(1);
+    expect(r.settled_jobs).toBe(2);
     expect(r.open_holds).toBe(1);
     expect(typeof r.duration_ms).toBe("number");
     expect(Date.parse(r.finished_at)).toBeGreaterThanOrEqual(Date.parse(r.started_at));
