@@ -15,6 +15,7 @@ import { actualCostHalala, actualMinutes } from "./pricing.js";
 import { notifyCancel } from "../notify/job-notices.js";
 import { enqueueRenterWebhook } from "../notify/webhooks.js";
 import type { JobRow } from "../shared/job-row.js";
+import { issueReceipt } from "./receipts.js";
 
 export type LockedJob = JobRow & { db_now: Date };
 
@@ -105,6 +106,7 @@ export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, me
            started_at = coalesce(started_at, ${job.started_at ?? job.assigned_at})
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await webhook(tx, job, "completed", f, null);
+  await issueReceipt(tx, job.id);
   return f;
 }
 
@@ -141,6 +143,7 @@ export async function endLocked(
     if (reason !== "result") await notifyCancel(tx, job.provider_id, job.job_id);
   }
   await webhook(tx, job, status, f, error);
+  await issueReceipt(tx, job.id);
   return f;
 }
 
