@@ -8,6 +8,7 @@ import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
+import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import type { Profile } from "./profiles.js";
 
 const HEADER = { renter: "x-renter-key", provider: "x-provider-key", admin: "x-admin-token" } as const;
@@ -19,6 +20,7 @@ export interface Clients {
   providers: Client<typeof ProviderService>;
   admin: Client<typeof AdminService>;
   receipts: Client<typeof ReceiptService>;
+  reports: Client<typeof ReportService>;
 }
 
 export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients {
@@ -34,5 +36,6 @@ export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients
     providers: createClient(ProviderService, transport),
     admin: createClient(AdminService, transport),
     receipts: createClient(ReceiptService, transport),
+    reports: createClient(ReportService, transport),
   };
 }

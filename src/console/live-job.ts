@@ -1,8 +1,9 @@
 // The live source of the job page, the only module that knows how job
 // updates arrive: the WatchJob server stream (Connect over HTTP/1.1). It
 // resumes from the last cursor after a drop (log lines are not sent twice),
-// reports a lost connection while it retries with backoff, and reads the
-// settled job once the outcome arrives (the cost breakdown is on the job).
+// reports a lost connection while it retries with backoff, and reads the job
+// when its status changes and once the outcome arrives (times and the cost
+// breakdown are on the job, not in the events).
 import type { Job } from "../../gen/svc/v1/models_pb.js";
 import type { JobAttempt, JobLogLine } from "../../gen/svc/v1/jobs_pb.js";
 import { api, isConnectionLost, messageOf } from "./api.js";
@@ -51,6 +52,8 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
                   job: { ...job, status: e.value.status, queueReason: e.value.queueReason, queueReasonCode: e.value.queueReasonCode, providerId: e.value.providerId, attempt: e.value.attempt },
                 });
               }
+              // Status changes are few; the job read brings the fields they move (started_at, …).
+              emit({ job: await api.jobs.get({ jobId }) });
               break;
             case "progress":
               if (job) emit({ job: { ...job, progressPct: e.value.progressPct, progressPhase: e.value.phase } });

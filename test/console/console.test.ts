@@ -102,6 +102,17 @@ describe("web console", () => {
     expect(steps).toMatchObject({ type: "integer", minimum: 5, maximum: 100, default_value: 30, required: false });
     expect(image.params.find((p: { name: string }) => p.name === "prompt")).toMatchObject({ type: "string", required: false, default_value: expect.any(String), max_length: 4000 });
     expect(rules.body.duration_minutes).toMatchObject({ minimum: 0.01, maximum: 1440, default_value: 10 });
+
+    // The form's estimate comes from the server's rule (EstimateJob), validated as submit validates.
+    const est = await client(srv.url).get("/api/job-types/image_generation/estimate?duration_minutes=2.51");
+    expect(est.body).toEqual({ job_type: "image_generation", duration_minutes: 2.51, rate_halala_per_minute: 20, estimate_halala: 51 });
+    expect((await client(srv.url).get("/api/job-types/benchmark/estimate")).body).toMatchObject({ duration_minutes: 10, estimate_halala: 100 });
+    const badType = await client(srv.url).get("/api/job-types/mining/estimate?duration_minutes=1");
+    expect(badType.status).toBe(400);
+    expect(badType.body.error).toMatch(/job_type/);
+    const badMinutes = await client(srv.url).get("/api/job-types/benchmark/estimate?duration_minutes=5000");
+    expect(badMinutes.status).toBe(400);
+    expect(badMinutes.body.error).toMatch(/duration_minutes/);
   });
 
   it("a renter signs up, tops up, submits a job, watches it to done and sees the PNG", async () => {
@@ -163,6 +174,7 @@ describe("web console", () => {
     // The runner reports 40% and waits: the bar must show it while running.
     await poll(() => bar.getAttribute("aria-valuenow")).toBe("40");
     expect(await bar.getAttribute("data-status")).toBe("running");
+    await poll(() => page.getByTestId("facts").textContent()).toMatch(/Started\d/);
     await poll(() => page.getByLabel("Job log").textContent()).toContain("drawing: a red square");
     await shot(page, "renter-job-running");
     release();

@@ -104,7 +104,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
         <ProgressBar pct={pct} status={j.status} label="Job progress" />
         {j.queueReason ? <p class="note" data-testid="queue-reason">Waiting: {j.queueReason}</p> : null}
         {j.error ? <p class="error" role="alert">{j.error}</p> : null}
-        <dl class="facts">
+        <dl class="facts" data-testid="facts">
           <dt>Submitted</dt><dd>{when(j.submittedAt)}</dd>
           <dt>Started</dt><dd>{when(j.startedAt)}</dd>
           <dt>Ended</dt><dd>{when(j.completedAt)}</dd>
