@@ -4,7 +4,9 @@
 // verified before it runs (stream signature with the pinned server key, and
 // the HMAC when the secret is configured); pause, run window, temperature
 // limit, usage cap and VRAM reserve decide whether a job is accepted; jobs
-// run through the executors; results survive reconnects (sent until acked).
+// run through the executors; results survive reconnects (sent until acked)
+// and are signed with the daemon's own key (provider attestation, registered
+// in hello; docs/receipts.md).
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
