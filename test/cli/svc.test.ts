@@ -140,7 +140,8 @@ describe("svc", { timeout: 180_000 }, () => {
     expect(first.submitted.job.job.status).toBeDefined();
     expect(Object.keys(events[0])).toContain("snapshot");
     const outcome = events.at(-1).outcome;
-    expect(outcome).toMatchObject({ status: "failed", end_reason: "result" });
+    // The runner's own failure: the stream daemon reports it as the renter's (runtime_error).
+    expect(outcome).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter" });
     expect(Number(outcome.cost_halala)).toBeGreaterThanOrEqual(0);
     expect(outcome.error).toBeTruthy();
 

@@ -76,6 +76,7 @@ async function checkAgainstBooks(jobId: string, file: any) {
     job_type: job.job_type,
     status: job.status,
     end_reason: job.end_reason,
+    fault: job.fault,
     task_spec_sha256: sha256Hex(canonicalJson(job.task_spec)),
     output_sha256: outputSha256(job.result),
     ended_at: job.completed_at.toISOString(),
@@ -91,6 +92,10 @@ async function checkAgainstBooks(jobId: string, file: any) {
     platform_share_halala: job.platform_fee_halala,
   });
   expect(b.charged_halala + b.refunded_halala).toBe(b.held_halala);
+  const attempts = await srv.sql`SELECT attempt, end_reason, fault, cost_halala FROM job_attempts WHERE job_id = ${job.id} ORDER BY attempt`;
+  expect(r.attempts.map((a: any) => [a.attempt, a.end_reason, a.fault, a.charged_halala])).toEqual(
+    attempts.map((a) => [a.attempt, a.end_reason, a.fault, a.cost_halala ?? 0]),
+  );
   expect(b.provider_share_halala + b.platform_share_halala).toBe(b.charged_halala);
   const v = verifyReceipt(file, await keys());
   expect(v.problems).toEqual([]);
@@ -120,7 +125,8 @@ describe("a receipt for each end of a job", () => {
         attempt: 1,
         provider_id: provider.id,
         status: "completed",
-        end_reason: r.end_reason,
+        end_reason: "completed",
+        fault: "none",
         charged_halala: r.billing.charged_halala,
         gpu: { model: "NVIDIA H100 80GB HBM3", count: 2, vram_mib: 81559, driver_version: "550.54.15", uuids: GPUS.map((g) => g.uuid) },
       }),
@@ -170,7 +176,8 @@ describe("a receipt for each end of a job", () => {
 
     expect((await api.post(`/api/jobs/${running}/cancel`, {}, renter.headers)).status).toBe(200);
     const c = await checkAgainstBooks(running, await receiptOf(running, renter.headers));
-    expect(c).toMatchObject({ status: "cancelled", provider_id: provider.id });
+    expect(c).toMatchObject({ status: "cancelled", provider_id: provider.id, end_reason: "renter_cancelled", fault: "renter" });
+    expect(q).toMatchObject({ end_reason: "renter_cancelled", billing: { charged_halala: 0 } });
     expect(c.attempts).toEqual([expect.objectContaining({ status: "cancelled", gpu: expect.objectContaining({ uuids: GPUS.map((g) => g.uuid) }) })]);
   });
 
@@ -182,7 +189,11 @@ describe("a receipt for each end of a job", () => {
     await srv.sql`UPDATE jobs SET timeout_at = now() - interval '1 second' WHERE job_id = ${jobId}`;
     expect((await sweepJobs(srv.sql)).timedOut).toBe(1);
     const r = await checkAgainstBooks(jobId, await receiptOf(jobId, renter.headers));
-    expect(r).toMatchObject({ status: "failed", end_reason: "timeout" });
+    // The renter's fault (the limit it set): the time used is billed, and the receipt says so.
+    expect(r).toMatchObject({ status: "failed", end_reason: "timeout", fault: "renter" });
+    expect(r.billing.billed_minutes).toBe(1);
+    expect(r.billing.charged_halala).toBeGreaterThan(0);
+    expect(r.attempts[0]).toMatchObject({ end_reason: "timeout", fault: "renter", charged_halala: r.billing.charged_halala });
   });
 
   it("records each attempt of a re-queued job with the GPU of the provider that held it", async () => {
