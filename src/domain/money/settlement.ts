@@ -20,6 +20,7 @@ import { notifyCancel } from "../notify/job-notices.js";
 import { faultOf, type EndReason, type Fault } from "../shared/job-end.js";
 import { enqueueRenterWebhook } from "../notify/webhooks.js";
 import type { JobRow } from "../shared/job-row.js";
+import { issueReceipt } from "./receipts.js";
 
 export type LockedJob = JobRow & { db_now: Date };
 
@@ -126,6 +127,7 @@ export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, me
            started_at = coalesce(started_at, ${job.started_at ?? job.assigned_at})
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await webhook(tx, job, "completed", f, null);
+  await issueReceipt(tx, job.id);
   return f;
 }
 
@@ -178,6 +180,7 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
     if (!o.reported) await notifyCancel(tx, job.provider_id, job.job_id);
   }
   await webhook(tx, job, status, f, o.error);
+  await issueReceipt(tx, job.id);
   return f;
 }
 
