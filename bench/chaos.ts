@@ -31,8 +31,9 @@
 // - Then the faults stop, every process is up, the renters resolve any submit
 //   or top-up left without an answer (same key), and the system settles
 //   within `--settle-seconds`; then the checks (see check()).
-// The last line printed is one JSON object; the exit status is 1 when a check
-// failed. Every process started here is killed on exit, also on SIGINT/SIGTERM.
+// A server or daemon process that exits by itself is started again (as a
+// service manager would) and fails the run. The last line printed is one JSON
+// object; the exit status is 1 when a check failed. Every process started here is killed on exit, also on SIGINT/SIGTERM.
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -1026,7 +1027,9 @@ async function main() {
   const failed = c.results.filter((r) => r.problems.length > 0);
   for (const f of failed) note(`FAILED ${f.name}:\n  ${f.problems.slice(0, 20).join("\n  ")}${f.problems.length > 20 ? `\n  … ${f.problems.length - 20} more` : ""}`);
   if (faultErrors.length) note(`fault injection errors:\n  ${faultErrors.join("\n  ")}`);
-  const minimums: string[] = [];
+  // A server or daemon that died by itself under these faults is a defect (the supervisor hid it from the clients).
+  if (crashes.length) note(`FAILED processes exited by themselves:\n  ${crashes.join("\n  ")}`);
+  const minimums: string[] = crashes.length ? [`${crashes.length} process crash(es)`] : [];
   if (faults.server_kill < 5) minimums.push(`only ${faults.server_kill} server kills`);
   if ((embedded || args["pg-cluster"]) && faults.db_restart < 1) minimums.push("no database restart");
   if (minimums.length) note(`FAILED fault minimums: ${minimums.join(", ")}`);
@@ -1056,7 +1059,7 @@ async function main() {
     legacy_jobs_run: pollers.reduce((s, p) => s + p.jobsRun, 0),
     faults,
     server_starts: instances.reduce((s, i) => s + i.starts, 0),
-    // Exits nobody asked for (a supervisor restarted them): not a failed check, but each is a finding.
+    // Exits nobody asked for (restarted as a service manager would): each fails the run.
     process_crashes: crashes,
     daemon_starts: daemons.reduce((s, d) => s + d.starts, 0),
     ledger_drift_halala: c.drift,
