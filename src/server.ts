@@ -23,6 +23,7 @@ import { webhookOutboxWorker } from "./workers/webhook-outbox.js";
 import { providerWorkers } from "./workers/liveness-sweep.js";
 import { jobTimeoutsWorker } from "./workers/job-timeouts.js";
 import { offerWorkTo } from "./domain/dispatch/job-hooks.js";
+import { daemonPolicy } from "./domain/providers/versions.js";
 
 export interface App {
   port: number;
@@ -57,6 +58,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   // Made before the services: rows per renter key are counted after
   // authentication, inside the secured services (deps.keyRowCounter).
   const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
+  daemonPolicy.minVersion = config.daemonMinVersion;
   const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (id) => offerWorkTo(sql, log, id) };
   const shutdown = new AbortController();
   let services: ReturnType<typeof buildServices>;

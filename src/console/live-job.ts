@@ -1,10 +1,12 @@
 // The live source of the job page, the only module that knows how job
-// updates arrive. It polls GetJob / GetHistory / GetLogs once a second until
-// the job ends, and retries a lost connection with backoff.
+// updates arrive: the WatchJob server stream (Connect over HTTP/1.1). It
+// resumes from the last cursor after a drop (log lines are not sent twice),
+// reports a lost connection while it retries with backoff, and reads the job
+// when its status changes and once the outcome arrives (times and the cost
+// breakdown are on the job, not in the events).
 import type { Job } from "../../gen/svc/v1/models_pb.js";
 import type { JobAttempt, JobLogLine } from "../../gen/svc/v1/jobs_pb.js";
 import { api, isConnectionLost, messageOf } from "./api.js";
-import { TERMINAL } from "./format.js";
 
 export interface LiveJob {
   job?: Job;
@@ -18,40 +20,64 @@ export interface LiveJob {
   done: boolean;
 }
 
-const POLL_MS = 1000;
-
 /** Calls `onChange` with the job's state as it changes; returns a function that stops watching. */
 export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => void {
-  let stopped = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  const abort = new AbortController();
   let state: LiveJob = { attempts: [], logs: [], lost: false, done: false };
-  let backoff = POLL_MS;
+  let cursor: string | undefined;
   const emit = (patch: Partial<LiveJob>) => {
     state = { ...state, ...patch };
-    if (!stopped) onChange(state);
+    if (!abort.signal.aborted) onChange(state);
   };
-  const poll = async () => {
-    try {
-      const [job, history, logs] = await Promise.all([
-        api.jobs.get({ jobId }),
-        api.jobs.getHistory({ jobId }),
-        api.jobs.getLogs({ jobId }),
-      ]);
-      backoff = POLL_MS;
-      const done = TERMINAL.has(job.status);
-      emit({ job, attempts: history.attempts, logs: logs.logs, error: undefined, lost: false, done });
-      if (!done && !stopped) timer = setTimeout(poll, POLL_MS);
-    } catch (err) {
-      if (stopped) return;
-      const lost = isConnectionLost(err);
-      emit(lost ? { lost: true } : { error: messageOf(err), lost: false });
-      timer = setTimeout(poll, backoff);
-      if (lost) backoff = Math.min(backoff * 2, 10_000);
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  const follow = async () => {
+    let backoff = 1000;
+    while (!abort.signal.aborted) {
+      try {
+        const stream = api.jobs.watchJob({ jobId, ...(cursor ? { cursor } : {}) }, { signal: abort.signal });
+        for await (const ev of stream) {
+          cursor = ev.cursor || cursor;
+          backoff = 1000;
+          const e = ev.event;
+          const job = state.job;
+          switch (e.case) {
+            case "snapshot":
+              // A resumed stream does not repeat the log lines already shown.
+              emit({ job: e.value.job, attempts: e.value.attempts, lost: false, error: undefined });
+              break;
+            case "status":
+              if (job) {
+                emit({
+                  job: { ...job, status: e.value.status, queueReason: e.value.queueReason, queueReasonCode: e.value.queueReasonCode, providerId: e.value.providerId, attempt: e.value.attempt },
+                });
+              }
+              // Status changes are few; the job read brings the fields they move (started_at, …).
+              emit({ job: await api.jobs.get({ jobId }) });
+              break;
+            case "progress":
+              if (job) emit({ job: { ...job, progressPct: e.value.progressPct, progressPhase: e.value.phase } });
+              break;
+            case "log":
+              emit({ logs: [...state.logs, { $typeName: "svc.v1.JobLogLine", seq: e.value.seq, level: e.value.level, message: e.value.message, createdAt: e.value.createdAt }] });
+              break;
+            case "attempts":
+              emit({ attempts: e.value.attempts });
+              break;
+            case "outcome":
+              emit({ job: await api.jobs.get({ jobId }), done: true, lost: false });
+              return;
+          }
+        }
+      } catch (err) {
+        if (abort.signal.aborted) return;
+        if (isConnectionLost(err)) emit({ lost: true });
+        else emit({ error: messageOf(err), lost: false });
+      }
+      await sleep(backoff);
+      backoff = Math.min(backoff * 2, 10_000);
     }
   };
-  void poll();
-  return () => {
-    stopped = true;
-    if (timer) clearTimeout(timer);
-  };
+  void follow();
+  return () => abort.abort();
 }

@@ -4,6 +4,7 @@
 // stale. Pages route by URL hash; keys never appear in a URL. Every answer
 // carries a Content-Security-Policy that allows only this origin.
 import crypto from "node:crypto";
+import zlib from "node:zlib";
 import { fileURLToPath } from "node:url";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
@@ -29,8 +30,14 @@ const ENTRY = fileURLToPath(new URL("../console/main.tsx", import.meta.url));
 
 interface Asset {
   body: Buffer;
+  /** Compressed once at build time (the bundle is mostly generated descriptors and libraries). */
+  gzip: Buffer;
   type: string;
   etag: string;
+}
+
+function asset(body: Buffer, type: string): Asset {
+  return { body, gzip: zlib.gzipSync(body, { level: 9 }), type, etag: `"${crypto.createHash("sha256").update(body).digest("base64url").slice(0, 22)}"` };
 }
 
 async function buildBundle(log: Logger): Promise<Map<string, Asset>> {
@@ -54,17 +61,16 @@ async function buildBundle(log: Logger): Promise<Map<string, Asset>> {
   for (const f of result.outputFiles) {
     const name = f.path.slice(f.path.lastIndexOf("/") + 1);
     const type = name.endsWith(".css") ? "text/css; charset=utf-8" : "text/javascript; charset=utf-8";
-    const body = Buffer.from(f.contents);
-    assets.set(`/console/${name}`, { body, type, etag: `"${crypto.createHash("sha256").update(body).digest("base64url").slice(0, 22)}"` });
+    assets.set(`/console/${name}`, asset(Buffer.from(f.contents), type));
   }
-  const icon = Buffer.from(FAVICON);
-  assets.set("/console/icon.svg", { body: icon, type: "image/svg+xml", etag: `"${crypto.createHash("sha256").update(icon).digest("base64url").slice(0, 22)}"` });
+  assets.set("/console/icon.svg", asset(Buffer.from(FAVICON), "image/svg+xml"));
   log.info({ ms: Date.now() - started, files: [...assets.keys()] }, "console bundle built");
   return assets;
 }
 
 function page(config: Config, assets: Map<string, Asset>): Asset {
-  const v = (p: string) => `${p}?v=${assets.get(p)!.etag.slice(1, 9)}`;
+  // Asset URLs carry a hash of their content, so they may be cached for good.
+  const v = (p: string) => `${p}?v=${crypto.createHash("sha256").update(assets.get(p)!.body).digest("hex").slice(0, 12)}`;
   // What the page needs to know of this deployment; no secret ever goes here.
   const settings = JSON.stringify({
     production: config.production,
@@ -86,8 +92,7 @@ function page(config: Config, assets: Map<string, Asset>): Asset {
 <body><div id="app"><noscript>The console needs JavaScript.</noscript></div></body>
 </html>
 `;
-  const body = Buffer.from(html);
-  return { body, type: "text/html; charset=utf-8", etag: `"${crypto.createHash("sha256").update(body).digest("base64url").slice(0, 22)}"` };
+  return asset(Buffer.from(html), "text/html; charset=utf-8");
 }
 
 /** Serves `/`, `/index.html` and `/console/*`; answers false for anything else. */
@@ -103,36 +108,40 @@ export function createConsoleHandler(config: Config, log: Logger) {
     const isPage = url.pathname === "/" || url.pathname === "/index.html";
     if (!isPage && !url.pathname.startsWith("/console/")) return false;
     if (req.method !== "GET" && req.method !== "HEAD") return false;
-    let asset: Asset | undefined;
+    let found: Asset | undefined;
     try {
       const b = await load();
-      asset = isPage ? b.index : b.assets.get(url.pathname);
+      found = isPage ? b.index : b.assets.get(url.pathname);
     } catch (err) {
       log.error({ err }, "console bundle failed to build");
       res.writeHead(500, { "content-type": "text/plain; charset=utf-8", "content-security-policy": CONSOLE_CSP });
       res.end("console unavailable: its bundle failed to build (see the server log)");
       return true;
     }
-    if (!asset) return false;
+    if (!found) return false;
     const headers: Record<string, string> = {
-      "content-type": asset.type,
+      "content-type": found.type,
+      vary: "accept-encoding",
       "content-security-policy": CONSOLE_CSP,
       "x-content-type-options": "nosniff",
       "referrer-policy": "no-referrer",
       "x-frame-options": "DENY",
-      etag: asset.etag,
+      etag: found.etag,
       // Versioned asset URLs may be cached; the page itself is revalidated.
       "cache-control": isPage ? "no-cache" : "public, max-age=31536000, immutable",
     };
-    if (req.headers["if-none-match"] === asset.etag) {
+    if (req.headers["if-none-match"] === found.etag) {
       res.writeHead(304, headers);
       res.end();
       return true;
     }
-    headers["content-length"] = String(asset.body.length);
+    const gzip = /\bgzip\b/.test(String(req.headers["accept-encoding"] ?? ""));
+    const body = gzip ? found.gzip : found.body;
+    if (gzip) headers["content-encoding"] = "gzip";
+    headers["content-length"] = String(body.length);
     res.writeHead(200, headers);
     if (req.method === "HEAD") res.end();
-    else res.end(asset.body);
+    else res.end(body);
     return true;
   };
 }

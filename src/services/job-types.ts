@@ -1,7 +1,7 @@
 // JobTypeService: the job-type rules (public), for forms and tools.
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
-import { jobTypeRules } from "../domain/jobs/job-rules.js";
+import { estimateFor, jobTypeRules } from "../domain/jobs/job-rules.js";
 import type { Deps } from "./deps.js";
 
 export function jobTypeService(_deps: Deps): Partial<ServiceImpl<typeof JobTypeService>> {
@@ -10,6 +10,11 @@ export function jobTypeService(_deps: Deps): Partial<ServiceImpl<typeof JobTypeS
   return {
     async listJobTypes() {
       return rules;
+    },
+
+    async estimateJob(req) {
+      const e = estimateFor(req.jobType, req.durationMinutes);
+      return { jobType: e.jobType, durationMinutes: e.durationMinutes, rateHalalaPerMinute: BigInt(e.rate), estimateHalala: BigInt(e.estimate) };
     },
   };
 }

@@ -15,6 +15,8 @@ import { launchBrowser, shot, watchProblems } from "./browser.js";
 import { writeRunner } from "./runner.js";
 
 const STEP_MS = 45_000;
+/** Polls until the assertion holds; generous, for a loaded CI machine (no timing is asserted). */
+const poll = <T,>(fn: () => Promise<T> | T) => expect.poll(fn, { timeout: STEP_MS, interval: 100 });
 
 let srv: TestServer;
 let browser: Browser;
@@ -25,6 +27,7 @@ const runDir = tempDir("console");
 const { runner, release } = writeRunner(runDir);
 
 async function newPage(width = 1280): Promise<Page> {
+  if (launchError) throw launchError;
   const ctx = await browser.newContext({ viewport: { width, height: 900 } });
   contexts.push(ctx);
   const page = await ctx.newPage();
@@ -51,10 +54,14 @@ function startDaemon(key: string): Spawned {
   ]);
 }
 
+let launchError: unknown;
 beforeAll(async () => {
-  // The browser first: when it cannot start, every test fails with that reason.
-  browser = await launchBrowser();
   srv = await startTestServer();
+  // When the browser cannot start, every test below fails with the reason (none is skipped).
+  browser = await launchBrowser().catch((err) => {
+    launchError = err;
+    return undefined as unknown as Browser;
+  });
 });
 
 afterAll(async () => {
@@ -69,6 +76,7 @@ afterAll(async () => {
 
 describe("web console", () => {
   it("is served at / with a self-only Content-Security-Policy, and the job rules come from the server", async () => {
+    if (launchError) throw launchError;
     const res = await fetch(srv.url + "/");
     expect(res.status).toBe(200);
     const csp = res.headers.get("content-security-policy") ?? "";
@@ -77,11 +85,12 @@ describe("web console", () => {
     expect(csp).toContain("connect-src 'self'");
     expect(csp).not.toMatch(/unsafe-inline|unsafe-eval|https?:/);
     const html = await res.text();
-    const js = /src="(\/console\/app\.js\?v=\w+)"/.exec(html)?.[1];
+    const js = /src="(\/console\/app\.js\?v=[\w-]+)"/.exec(html)?.[1];
     expect(js).toBeDefined();
     const bundle = await fetch(srv.url + js);
     expect(bundle.status).toBe(200);
     expect(bundle.headers.get("content-security-policy")).toBe(csp);
+    expect(bundle.headers.get("content-encoding")).toBe("gzip");
     // Nothing the browser runs comes from elsewhere.
     expect(await bundle.text()).not.toMatch(/https?:\/\/(cdn|fonts|unpkg)/);
 
@@ -91,8 +100,19 @@ describe("web console", () => {
     expect(image.rate_halala_per_minute).toBe(20);
     const steps = image.params.find((p: { name: string }) => p.name === "steps");
     expect(steps).toMatchObject({ type: "integer", minimum: 5, maximum: 100, default_value: 30, required: false });
-    expect(image.params.find((p: { name: string }) => p.name === "prompt").required).toBe(true);
+    expect(image.params.find((p: { name: string }) => p.name === "prompt")).toMatchObject({ type: "string", required: false, default_value: expect.any(String), max_length: 4000 });
     expect(rules.body.duration_minutes).toMatchObject({ minimum: 0.01, maximum: 1440, default_value: 10 });
+
+    // The form's estimate comes from the server's rule (EstimateJob), validated as submit validates.
+    const est = await client(srv.url).get("/api/job-types/image_generation/estimate?duration_minutes=2.51");
+    expect(est.body).toEqual({ job_type: "image_generation", duration_minutes: 2.51, rate_halala_per_minute: 20, estimate_halala: 51 });
+    expect((await client(srv.url).get("/api/job-types/benchmark/estimate")).body).toMatchObject({ duration_minutes: 10, estimate_halala: 100 });
+    const badType = await client(srv.url).get("/api/job-types/mining/estimate?duration_minutes=1");
+    expect(badType.status).toBe(400);
+    expect(badType.body.error).toMatch(/job_type/);
+    const badMinutes = await client(srv.url).get("/api/job-types/benchmark/estimate?duration_minutes=5000");
+    expect(badMinutes.status).toBe(400);
+    expect(badMinutes.body.error).toMatch(/duration_minutes/);
   });
 
   it("a renter signs up, tops up, submits a job, watches it to done and sees the PNG", async () => {
@@ -120,50 +140,71 @@ describe("web console", () => {
     expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toContain(key);
     expect(page.url()).not.toContain(key);
 
-    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("0.00 SAR");
+    await poll(() => page.getByTestId("balance").textContent()).toContain("0.00 SAR");
     await page.getByRole("button", { name: "Top up (sandbox)" }).isVisible();
     await page.getByLabel("Amount (SAR)").fill("5");
     await page.getByRole("button", { name: "Top up (sandbox)" }).click();
-    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("5.00 SAR");
-    await expect.poll(() => page.getByRole("cell", { name: "sandbox" }).count()).toBe(1);
+    await poll(() => page.getByTestId("balance").textContent()).toContain("5.00 SAR");
+    await poll(() => page.getByRole("cell", { name: "sandbox" }).count()).toBe(1);
     await shot(page, "renter-balance");
 
     // A server error is shown in place with the server's message.
     await page.getByRole("link", { name: "New job" }).first().click();
     await page.getByLabel("Job type").selectOption("image_generation");
-    await page.getByLabel("prompt", { exact: true }).fill("a red square");
+    await page.getByLabel("prompt (optional)", { exact: true }).fill("a red square");
     await page.getByLabel("steps (optional)").fill("4");
     await page.getByLabel("Duration (minutes)").fill("1");
-    await expect.poll(() => page.getByTestId("estimate").textContent()).toContain("0.20 SAR");
+    await poll(() => page.getByTestId("estimate").textContent()).toContain("0.20 SAR");
     await page.getByLabel("steps (optional)").evaluate((el: HTMLInputElement) => el.removeAttribute("min"));
     await page.getByRole("button", { name: "Submit job" }).click();
-    await expect.poll(() => page.getByRole("alert").textContent(), { timeout: STEP_MS }).toContain("params.steps must be an integer between 5 and 100");
+    await poll(() => page.getByRole("alert").textContent()).toContain("params.steps must be an integer between 5 and 100");
     await page.getByLabel("steps (optional)").fill("20");
     await shot(page, "renter-submit");
     await page.getByRole("button", { name: "Submit job" }).click();
 
+    // The job page follows the job over the WatchJob server stream (Connect, HTTP/1.1), not by polling.
+    const rpcs: string[] = [];
+    page.on("request", (r) => {
+      const m = /\/svc\.v1\.JobService\/(\w+)$/.exec(r.url());
+      if (m) rpcs.push(m[1]);
+    });
     await page.waitForURL(/#\/renter\/jobs\/.+/, { timeout: STEP_MS });
     shared.jobId = decodeURIComponent(page.url().split("/").pop()!);
     const bar = page.getByRole("progressbar", { name: "Job progress" });
     // The runner reports 40% and waits: the bar must show it while running.
-    await expect.poll(() => bar.getAttribute("aria-valuenow"), { timeout: STEP_MS }).toBe("40");
+    await poll(() => bar.getAttribute("aria-valuenow")).toBe("40");
     expect(await bar.getAttribute("data-status")).toBe("running");
-    await expect.poll(() => page.getByLabel("Job log").textContent(), { timeout: STEP_MS }).toContain("drawing: a red square");
+    await poll(() => page.getByTestId("facts").textContent()).toMatch(/Started\d/);
+    await poll(() => page.getByLabel("Job log").textContent()).toContain("drawing: a red square");
     await shot(page, "renter-job-running");
     release();
-    await expect.poll(() => bar.getAttribute("data-status"), { timeout: STEP_MS }).toBe("completed");
+    await poll(() => bar.getAttribute("data-status")).toBe("completed");
     expect(await bar.getAttribute("aria-valuenow")).toBe("100");
+    expect(rpcs).toContain("WatchJob");
+    expect(rpcs.filter((m) => m === "GetLogs" || m === "GetHistory")).toEqual([]);
 
     const img = page.getByTestId("output-image");
     await img.waitFor({ timeout: STEP_MS });
-    await expect.poll(() => img.evaluate((el: HTMLImageElement) => el.complete && el.naturalWidth)).toBe(64);
+    await poll(() => img.evaluate((el: HTMLImageElement) => el.complete && el.naturalWidth)).toBe(64);
     expect(await page.getByRole("link", { name: "Download PNG" }).getAttribute("download")).toBe(`${shared.jobId}.png`);
-    await expect.poll(() => page.getByTestId("cost").textContent()).toContain("Charged0.20 SAR");
+    await poll(() => page.getByTestId("cost").textContent()).toContain("Charged0.20 SAR");
     await shot(page, "renter-job-done");
 
     await page.getByRole("link", { name: "Jobs" }).first().click();
-    await expect.poll(() => page.locator(`tr[data-job="${shared.jobId}"]`).textContent(), { timeout: STEP_MS }).toContain("completed");
+    await poll(() => page.locator(`tr[data-job="${shared.jobId}"]`).textContent()).toContain("completed");
     await shot(page, "renter-jobs");
+
+    // Key rotation: the new key is shown once and used from then on; the old one stops at once.
+    await page.getByRole("link", { name: "Usage & key" }).click();
+    await page.getByText("No /v1 requests yet.").waitFor({ timeout: STEP_MS });
+    await page.getByRole("button", { name: "Rotate key…" }).click();
+    await page.getByRole("button", { name: "Yes, rotate my key" }).click();
+    const rotated = await page.getByLabel("Your new API key (shown once)").inputValue();
+    expect(rotated).toMatch(/^svc-renter-/);
+    expect(rotated).not.toBe(key);
+    expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toContain(rotated);
+    expect((await client(srv.url).get("/api/renters/balance", { "x-renter-key": key })).status).toBe(401);
+    await shot(page, "renter-usage-key");
 
     // Sign-out forgets the key.
     await page.getByRole("button", { name: "Sign out" }).click();
@@ -174,7 +215,7 @@ describe("web console", () => {
     await page.getByRole("region", { name: "Sign in with email" }).getByLabel("Email").fill(email);
     await page.getByRole("region", { name: "Sign in with email" }).getByRole("checkbox", { name: "Remember me on this device" }).check();
     await page.getByRole("button", { name: "Sign in with email" }).click();
-    await expect.poll(() => page.getByTestId("balance").textContent(), { timeout: STEP_MS }).toContain("4.80 SAR");
+    await poll(() => page.getByTestId("balance").textContent()).toContain("4.80 SAR");
     expect(await page.evaluate(() => localStorage.getItem("svc-console-session"))).toContain("svc-renter-");
     await page.getByRole("button", { name: "Sign out" }).click();
     expect(await page.evaluate(() => localStorage.getItem("svc-console-session") ?? sessionStorage.getItem("svc-console-session"))).toBeNull();
@@ -188,8 +229,8 @@ describe("web console", () => {
     await page.getByRole("tab", { name: "Provider" }).click();
     await page.getByRole("textbox", { name: "API key" }).fill(shared.providerKey);
     await page.getByRole("textbox", { name: "API key" }).press("Enter");
-    await expect.poll(() => page.getByTestId("approval").textContent(), { timeout: STEP_MS }).toContain("approved");
-    await expect.poll(() => page.getByTestId("provider-status").textContent(), { timeout: STEP_MS }).toContain("online");
+    await poll(() => page.getByTestId("approval").textContent()).toContain("approved");
+    await poll(() => page.getByTestId("provider-status").textContent()).toContain("online");
     // Telemetry charts fill from heartbeats sampled while the page is open.
     await page.getByRole("img", { name: "Temperature (°C)" }).waitFor({ timeout: STEP_MS });
     await shot(page, "provider-status");
@@ -203,12 +244,25 @@ describe("web console", () => {
 
     await page.getByRole("link", { name: "Earnings" }).click();
     const row = page.locator(`tr[data-job="${shared.jobId}"]`);
-    await expect.poll(() => row.textContent(), { timeout: STEP_MS }).toContain("completed");
+    await poll(() => row.textContent()).toContain("completed");
     // 75% of the 20 halala charged, rounded down.
     expect(await row.textContent()).toContain("0.15 SAR");
-    await expect.poll(() => page.getByTestId("window-earnings").textContent()).toBe("0.15 SAR");
+    await poll(() => page.getByTestId("window-earnings").textContent()).toBe("0.15 SAR");
     await page.getByRole("img", { name: "Earned per day (SAR)" }).waitFor();
     await shot(page, "provider-earnings");
+
+    // Preferences and pause go to the service.
+    await page.getByRole("link", { name: "Settings" }).click();
+    await page.getByLabel("Temperature limit (°C)").fill("77");
+    await page.getByRole("button", { name: "Save preferences" }).click();
+    await page.getByText("Saved.").waitFor({ timeout: STEP_MS });
+    expect((await srv.sql`SELECT temp_limit_c FROM providers WHERE id = ${shared.providerId}`)[0].temp_limit_c).toBe(77);
+    await page.getByRole("link", { name: "Status" }).click();
+    await page.getByRole("button", { name: "Pause (take no new jobs)" }).click();
+    await page.getByRole("button", { name: "Resume (take jobs again)" }).waitFor({ timeout: STEP_MS });
+    expect((await srv.sql`SELECT is_paused FROM providers WHERE id = ${shared.providerId}`)[0].is_paused).toBe(true);
+    await page.getByRole("button", { name: "Resume (take jobs again)" }).click();
+    await page.getByRole("button", { name: "Pause (take no new jobs)" }).waitFor({ timeout: STEP_MS });
 
     await page.getByRole("link", { name: "Install" }).click();
     expect(await page.locator("pre.cmd").first().textContent()).not.toContain(shared.providerKey);
@@ -234,15 +288,15 @@ describe("web console", () => {
     expect(await page.getByRole("tab", { name: "Operator" }).getAttribute("aria-selected")).toBe("true");
     await page.getByLabel("Admin token").fill("wrong-token");
     await page.keyboard.press("Enter");
-    await expect.poll(() => page.getByRole("alert").textContent(), { timeout: STEP_MS }).toContain("invalid admin token");
+    await poll(() => page.getByRole("alert").textContent()).toContain("invalid admin token");
     await page.getByLabel("Admin token").fill(ADMIN_TOKEN);
     await page.keyboard.press("Enter");
 
     const online = page.getByTestId("online-now");
-    await expect.poll(() => online.textContent(), { timeout: STEP_MS }).toContain("Online now1");
-    await expect.poll(() => page.getByTestId("total-providers").textContent()).toContain("2");
-    await expect.poll(() => page.getByTestId("completed-jobs").textContent()).toContain("1");
-    await expect.poll(() => page.getByTestId("revenue").textContent()).toContain("0.20 SAR");
+    await poll(() => online.textContent()).toContain("Online now1");
+    await poll(() => page.getByTestId("total-providers").textContent()).toContain("2");
+    await poll(() => page.getByTestId("completed-jobs").textContent()).toContain("1");
+    await poll(() => page.getByTestId("revenue").textContent()).toContain("0.20 SAR");
     // Nothing is wider than the screen.
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
     await shot(page, "operator-dashboard-375");
@@ -254,13 +308,13 @@ describe("web console", () => {
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
     await shot(page, "operator-providers-375");
     await row.getByRole("button", { name: "Approve Pending Rig" }).click();
-    await expect.poll(() => page.getByText("No provider waits for approval.").count(), { timeout: STEP_MS }).toBe(1);
+    await poll(() => page.getByText("No provider waits for approval.").count()).toBe(1);
 
     // Approved, its heartbeats are taken: it is online now.
     expect((await beat()).status).toBe(200);
     await page.getByRole("button", { name: "Menu" }).click();
     await page.getByRole("link", { name: "Dashboard" }).click();
-    await expect.poll(() => online.textContent(), { timeout: STEP_MS }).toContain("Online now2");
+    await poll(() => online.textContent()).toContain("Online now2");
 
     await page.setViewportSize({ width: 1280, height: 900 });
     await page.getByRole("img", { name: "Providers by GPU model" }).waitFor();
@@ -268,7 +322,7 @@ describe("web console", () => {
     await shot(page, "operator-dashboard");
 
     await page.getByRole("link", { name: "Audit" }).click();
-    await expect.poll(() => page.getByRole("cell", { name: /provider.*approve|approve/ }).count(), { timeout: STEP_MS }).toBeGreaterThan(0);
+    await poll(() => page.getByRole("cell", { name: /provider.*approve|approve/ }).count()).toBeGreaterThan(0);
     await shot(page, "operator-audit");
     assertNoProblems(page);
   }, 120_000);

@@ -33,7 +33,7 @@ beforeEach(() => clearMarketplace(srv));
 function connect(key: string | undefined, runningJobIds: string[] = []) {
   const s = openStream(srv.port, key);
   streams.push(s);
-  s.send({ case: "hello", value: { daemonVersion: "3.2.0", runningJobIds, gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
+  s.send({ case: "hello", value: { daemonVersion: "5.0.0", runningJobIds, gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
   return s;
 }
 
@@ -62,7 +62,7 @@ describe("handshake", () => {
     const derived = crypto.createHmac("sha256", HMAC_SECRET).update("svc stream task signing ed25519 v1").digest();
     expect(welcome.taskSigningKey).not.toBe(taskSigner(derived).publicKey);
 
-    s.send({ case: "heartbeat", value: { daemonVersion: "3.2.0", gpuStatus: { kind: { case: "structValue", value: { fields: {} } } } as never } });
+    s.send({ case: "heartbeat", value: { daemonVersion: "5.0.0", gpuStatus: { kind: { case: "structValue", value: { fields: {} } } } as never } });
     const ack = await s.next("heartbeatAck");
     const json = await api.post("/api/providers/heartbeat", { api_key: p.key, gpu_status: {} });
     expect(json.status).toBe(200);
@@ -102,7 +102,7 @@ describe("handshake", () => {
     const p = await makeProvider(srv);
     const s = openStream(srv.port, p.key);
     streams.push(s);
-    s.send({ case: "hello", value: { daemonVersion: "3.2.0", taskSigningKey: "not-a-key" } });
+    s.send({ case: "hello", value: { daemonVersion: "5.0.0", taskSigningKey: "not-a-key" } });
     expect((await s.ended).code).toBe(grpc.status.INVALID_ARGUMENT);
   });
 });
@@ -262,7 +262,7 @@ describe("shutdown", () => {
     const own = await startTestServer();
     const p = await makeProvider(own);
     const s = openStream(own.port, p.key);
-    s.send({ case: "hello", value: { daemonVersion: "3.2.0" } });
+    s.send({ case: "hello", value: { daemonVersion: "5.0.0" } });
     await s.next("welcome");
     const closing = own.close();
     const drain = await s.next("drain");

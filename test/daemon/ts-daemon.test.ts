@@ -22,7 +22,7 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
       const [r] = await h.srv.sql`SELECT * FROM providers WHERE id = ${p.id}`;
       return r.gpu_count === 2 && r.readiness_status ? r : undefined;
     }, 45_000, `heartbeat and readiness (${d.output()})`);
-    expect(row.daemon_version).toBe("3.2.0");
+    expect(row.daemon_version).toBe("5.0.0");
     expect(row.gpu_vram_mib).toBe(24564);
     expect(row.gpu_cuda_version).toBe("12.4");
     expect(row.readiness_status).toBe("failed"); // no PyTorch here

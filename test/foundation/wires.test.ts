@@ -85,7 +85,7 @@ describe("gRPC with @grpc/grpc-js on the shared port", () => {
       stream.once("data", resolve);
       stream.once("error", reject);
     });
-    stream.write(create(DaemonMessageSchema, { kind: { case: "hello", value: { daemonVersion: "3.2.0" } } }));
+    stream.write(create(DaemonMessageSchema, { kind: { case: "hello", value: { daemonVersion: "5.0.0" } } }));
     const welcome = await first;
     expect(welcome.kind.case).toBe("welcome");
     expect(Number(welcome.kind.value.providerId)).toBe(reg.body.provider_id);
@@ -103,7 +103,7 @@ describe("gRPC with @grpc/grpc-js on the shared port", () => {
     const err = await new Promise<any>((resolve) => {
       anon.on("error", resolve);
       anon.on("data", () => {});
-      anon.write(create(DaemonMessageSchema, { kind: { case: "hello", value: { daemonVersion: "3.2.0" } } }));
+      anon.write(create(DaemonMessageSchema, { kind: { case: "hello", value: { daemonVersion: "5.0.0" } } }));
     });
     expect([grpc.status.INVALID_ARGUMENT, grpc.status.UNAUTHENTICATED]).toContain(err.code);
     c.close();

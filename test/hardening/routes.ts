@@ -94,6 +94,7 @@ export const MATRIX: Record<string, Entry> = {
   "POST /api/payments/{payment_id}/sandbox-confirm": { owner: "payment" },
   "GET /api/templates": PUBLIC,
   "GET /api/job-types": PUBLIC,
+  "GET /api/job-types/{job_type}/estimate": PUBLIC,
   "GET /api/providers/earnings": SELF,
   "GET /api/renters/usage": SELF,
   "GET /api/admin/daily": ADMIN,
@@ -186,6 +187,7 @@ export async function send(srv: TestServer, r: RestRoute, entry: Entry, fx: Fx, 
   }
   const values: Record<string, string> = {
     job_id: fx.jobId,
+    job_type: "benchmark",
     payment_id: fx.paymentId,
     api_key: pathKey,
     format: "json",

@@ -126,7 +126,7 @@ describe("log lines per job attempt", () => {
     const { provider, jobId, id } = await runningJob();
     const s = openStream(srv.port, provider.key);
     streams.push(s);
-    s.send({ case: "hello", value: { daemonVersion: "3.2.0", runningJobIds: [jobId] } });
+    s.send({ case: "hello", value: { daemonVersion: "5.0.0", runningJobIds: [jobId] } });
     await s.next("welcome");
     await fill(id, MAX_LOG_LINES_PER_ATTEMPT - 2);
     const line = (v: string) => ({ kind: { case: "stringValue", value: v } });
@@ -193,7 +193,7 @@ describe("daemon events per provider per hour", () => {
     await seed(p.id, MAX_EVENTS_PER_HOUR, 30);
     const s = openStream(srv.port, p.key);
     streams.push(s);
-    s.send({ case: "hello", value: { daemonVersion: "3.2.0" } });
+    s.send({ case: "hello", value: { daemonVersion: "5.0.0" } });
     await s.next("welcome");
     s.send({ case: "event", value: { eventType: "daemon_started" } });
     const err = await s.next("error");

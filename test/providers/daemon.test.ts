@@ -23,7 +23,7 @@ describe("daemon-event", () => {
     const r = await api.post("/api/providers/daemon-event", {
       api_key: p.key,
       event_type: "daemon_started",
-      daemon_version: "3.2.0",
+      daemon_version: "5.0.0",
       timestamp: "2025-01-02T03:04:05Z",
       hostname: "rig-01",
       os_info: "Ubuntu 22.04",
@@ -45,7 +45,7 @@ describe("daemon-event", () => {
       details_truncated: false,
       details_length: 18,
       job_id: "job-123",
-      daemon_version: "3.2.0",
+      daemon_version: "5.0.0",
       hostname: "rig-01",
       os_info: "Ubuntu 22.04",
       python_version: "3.11.8",
@@ -121,11 +121,11 @@ describe("daemon-event", () => {
 describe("readiness", () => {
   it("ready with CUDA, PyTorch and at least 4 GB of VRAM; checks echoed and stored", async () => {
     const checks = { cuda: true, pytorch: true, vram_gb: 4, driver: "550.54" };
-    const r = await api.post("/api/providers/readiness", { api_key: p.key, daemon_version: "3.2.0", checks });
+    const r = await api.post("/api/providers/readiness", { api_key: p.key, daemon_version: "5.0.0", checks });
     expect(r.status).toBe(200);
     expect(r.body).toEqual({ success: true, readiness_status: "ready", checks });
     const [row] = await srv.sql`SELECT readiness_status, readiness_checks, daemon_version FROM providers WHERE id = ${p.id}`;
-    expect(row).toEqual({ readiness_status: "ready", readiness_checks: checks, daemon_version: "3.2.0" });
+    expect(row).toEqual({ readiness_status: "ready", readiness_checks: checks, daemon_version: "5.0.0" });
     const admin = await api.get(`/api/admin/providers/${p.id}`, ADMIN);
     expect(admin.body.readiness_status).toBe("ready");
   });

@@ -94,7 +94,7 @@ describe("heartbeat: accepted", () => {
     expect(stored.gpu_compute_capability).toBe("8.9");
     expect(stored.gpu_cuda_version).toBe("12.4");
     expect(stored.gpu_driver_version).toBe("550.54.14");
-    expect(stored.daemon_version).toBe("3.2.0");
+    expect(stored.daemon_version).toBe("5.0.0");
     expect(stored.cached_models).toEqual(["llama-3-8b", "sdxl"]);
     expect(stored.provider_ip).toBe("203.0.113.7");
     expect(stored.hostname).toBe("rig-01");

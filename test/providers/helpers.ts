@@ -35,7 +35,7 @@ export function gpuStatus(vramMib = 24564, extra: Record<string, unknown> = {}) 
     temp_c: 61,
     power_w: 210.5,
     free_vram_mib: 20000,
-    daemon_version: "3.2.0",
+    daemon_version: "5.0.0",
     python_version: "3.11.8",
     os_info: "Ubuntu 22.04",
     compute_capability: "8.9",

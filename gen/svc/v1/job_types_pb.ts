@@ -17,7 +17,65 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file svc/v1/job_types.proto.
  */
 export const file_svc_v1_job_types: GenFile = /*@__PURE__*/
-  fileDesc("ChZzdmMvdjEvam9iX3R5cGVzLnByb3RvEgZzdmMudjEiFQoTTGlzdEpvYlR5cGVzUmVxdWVzdCL/AgoISm9iUGFyYW0SDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEhAKCHJlcXVpcmVkGAQgASgIEhQKB21pbmltdW0YBSABKAFIAIgBARIUCgdtYXhpbXVtGAYgASgBSAGIAQESGQoRZXhjbHVzaXZlX21pbmltdW0YByABKAgSMgoNZGVmYXVsdF92YWx1ZRgIIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUgCiAEBEg8KB2Nob2ljZXMYCSADKAkSFwoKbWF4X2xlbmd0aBgKIAEoBUgDiAEBEhQKB3BhdHRlcm4YCyABKAlIBIgBARIcCg9wYXR0ZXJuX21lc3NhZ2UYDCABKAlIBYgBAUIKCghfbWluaW11bUIKCghfbWF4aW11bUIQCg5fZGVmYXVsdF92YWx1ZUINCgtfbWF4X2xlbmd0aEIKCghfcGF0dGVybkISChBfcGF0dGVybl9tZXNzYWdlIpEBCgtKb2JUeXBlUnVsZRIQCghqb2JfdHlwZRgBIAEoCRIeChZyYXRlX2hhbGFsYV9wZXJfbWludXRlGAIgASgDEiAKBnBhcmFtcxgDIAMoCzIQLnN2Yy52MS5Kb2JQYXJhbRIuCg1wYXJhbXNfc2NoZW1hGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJGCgtOdW1iZXJSYW5nZRIPCgdtaW5pbXVtGAEgASgBEg8KB21heGltdW0YAiABKAESFQoNZGVmYXVsdF92YWx1ZRgDIAEoASKRAgoUTGlzdEpvYlR5cGVzUmVzcG9uc2USJgoJam9iX3R5cGVzGAEgAygLMhMuc3ZjLnYxLkpvYlR5cGVSdWxlEi0KEGR1cmF0aW9uX21pbnV0ZXMYAiABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USMQoUbWF4X2R1cmF0aW9uX3NlY29uZHMYAyABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USJQoIcHJpb3JpdHkYBCABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USKAoLbWluX3ZyYW1fZ2IYBSABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USHgoWcHJvdmlkZXJfc2hhcmVfcGVyY2VudBgGIAEoBTJ4Cg5Kb2JUeXBlU2VydmljZRJmCgxMaXN0Sm9iVHlwZXMSGy5zdmMudjEuTGlzdEpvYlR5cGVzUmVxdWVzdBocLnN2Yy52MS5MaXN0Sm9iVHlwZXNSZXNwb25zZSIbwvMYFwoVCgNHRVQSDi9hcGkvam9iLXR5cGVzYgZwcm90bzM", [file_google_protobuf_struct, file_svc_v1_options]);
+  fileDesc("ChZzdmMvdjEvam9iX3R5cGVzLnByb3RvEgZzdmMudjEiWgoSRXN0aW1hdGVKb2JSZXF1ZXN0EhAKCGpvYl90eXBlGAEgASgJEh0KEGR1cmF0aW9uX21pbnV0ZXMYAiABKAFIAIgBAUITChFfZHVyYXRpb25fbWludXRlcyJ6ChNFc3RpbWF0ZUpvYlJlc3BvbnNlEhAKCGpvYl90eXBlGAEgASgJEhgKEGR1cmF0aW9uX21pbnV0ZXMYAiABKAESHgoWcmF0ZV9oYWxhbGFfcGVyX21pbnV0ZRgDIAEoAxIXCg9lc3RpbWF0ZV9oYWxhbGEYBCABKAMiFQoTTGlzdEpvYlR5cGVzUmVxdWVzdCL/AgoISm9iUGFyYW0SDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEhAKCHJlcXVpcmVkGAQgASgIEhQKB21pbmltdW0YBSABKAFIAIgBARIUCgdtYXhpbXVtGAYgASgBSAGIAQESGQoRZXhjbHVzaXZlX21pbmltdW0YByABKAgSMgoNZGVmYXVsdF92YWx1ZRgIIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUgCiAEBEg8KB2Nob2ljZXMYCSADKAkSFwoKbWF4X2xlbmd0aBgKIAEoBUgDiAEBEhQKB3BhdHRlcm4YCyABKAlIBIgBARIcCg9wYXR0ZXJuX21lc3NhZ2UYDCABKAlIBYgBAUIKCghfbWluaW11bUIKCghfbWF4aW11bUIQCg5fZGVmYXVsdF92YWx1ZUINCgtfbWF4X2xlbmd0aEIKCghfcGF0dGVybkISChBfcGF0dGVybl9tZXNzYWdlIpEBCgtKb2JUeXBlUnVsZRIQCghqb2JfdHlwZRgBIAEoCRIeChZyYXRlX2hhbGFsYV9wZXJfbWludXRlGAIgASgDEiAKBnBhcmFtcxgDIAMoCzIQLnN2Yy52MS5Kb2JQYXJhbRIuCg1wYXJhbXNfc2NoZW1hGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJGCgtOdW1iZXJSYW5nZRIPCgdtaW5pbXVtGAEgASgBEg8KB21heGltdW0YAiABKAESFQoNZGVmYXVsdF92YWx1ZRgDIAEoASKRAgoUTGlzdEpvYlR5cGVzUmVzcG9uc2USJgoJam9iX3R5cGVzGAEgAygLMhMuc3ZjLnYxLkpvYlR5cGVSdWxlEi0KEGR1cmF0aW9uX21pbnV0ZXMYAiABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USMQoUbWF4X2R1cmF0aW9uX3NlY29uZHMYAyABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USJQoIcHJpb3JpdHkYBCABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USKAoLbWluX3ZyYW1fZ2IYBSABKAsyEy5zdmMudjEuTnVtYmVyUmFuZ2USHgoWcHJvdmlkZXJfc2hhcmVfcGVyY2VudBgGIAEoBTLxAQoOSm9iVHlwZVNlcnZpY2USZgoMTGlzdEpvYlR5cGVzEhsuc3ZjLnYxLkxpc3RKb2JUeXBlc1JlcXVlc3QaHC5zdmMudjEuTGlzdEpvYlR5cGVzUmVzcG9uc2UiG8LzGBcKFQoDR0VUEg4vYXBpL2pvYi10eXBlcxJ3CgtFc3RpbWF0ZUpvYhIaLnN2Yy52MS5Fc3RpbWF0ZUpvYlJlcXVlc3QaGy5zdmMudjEuRXN0aW1hdGVKb2JSZXNwb25zZSIvwvMYKwopCgNHRVQSIi9hcGkvam9iLXR5cGVzL3tqb2JfdHlwZX0vZXN0aW1hdGViBnByb3RvMw", [file_google_protobuf_struct, file_svc_v1_options]);
+
+/**
+ * @generated from message svc.v1.EstimateJobRequest
+ */
+export type EstimateJobRequest = Message<"svc.v1.EstimateJobRequest"> & {
+  /**
+   * @generated from field: string job_type = 1;
+   */
+  jobType: string;
+
+  /**
+   * Query parameter; the submit default when absent.
+   *
+   * @generated from field: optional double duration_minutes = 2;
+   */
+  durationMinutes?: number | undefined;
+};
+
+/**
+ * Describes the message svc.v1.EstimateJobRequest.
+ * Use `create(EstimateJobRequestSchema)` to create a new message.
+ */
+export const EstimateJobRequestSchema: GenMessage<EstimateJobRequest> = /*@__PURE__*/
+  messageDesc(file_svc_v1_job_types, 0);
+
+/**
+ * @generated from message svc.v1.EstimateJobResponse
+ */
+export type EstimateJobResponse = Message<"svc.v1.EstimateJobResponse"> & {
+  /**
+   * @generated from field: string job_type = 1;
+   */
+  jobType: string;
+
+  /**
+   * @generated from field: double duration_minutes = 2;
+   */
+  durationMinutes: number;
+
+  /**
+   * @generated from field: int64 rate_halala_per_minute = 3;
+   */
+  rateHalalaPerMinute: bigint;
+
+  /**
+   * Held at submit; the final charge follows the minutes actually run.
+   *
+   * @generated from field: int64 estimate_halala = 4;
+   */
+  estimateHalala: bigint;
+};
+
+/**
+ * Describes the message svc.v1.EstimateJobResponse.
+ * Use `create(EstimateJobResponseSchema)` to create a new message.
+ */
+export const EstimateJobResponseSchema: GenMessage<EstimateJobResponse> = /*@__PURE__*/
+  messageDesc(file_svc_v1_job_types, 1);
 
 /**
  * @generated from message svc.v1.ListJobTypesRequest
@@ -30,7 +88,7 @@ export type ListJobTypesRequest = Message<"svc.v1.ListJobTypesRequest"> & {
  * Use `create(ListJobTypesRequestSchema)` to create a new message.
  */
 export const ListJobTypesRequestSchema: GenMessage<ListJobTypesRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_job_types, 0);
+  messageDesc(file_svc_v1_job_types, 2);
 
 /**
  * One parameter of a job type's `params`.
@@ -114,7 +172,7 @@ export type JobParam = Message<"svc.v1.JobParam"> & {
  * Use `create(JobParamSchema)` to create a new message.
  */
 export const JobParamSchema: GenMessage<JobParam> = /*@__PURE__*/
-  messageDesc(file_svc_v1_job_types, 1);
+  messageDesc(file_svc_v1_job_types, 3);
 
 /**
  * @generated from message svc.v1.JobTypeRule
@@ -148,7 +206,7 @@ export type JobTypeRule = Message<"svc.v1.JobTypeRule"> & {
  * Use `create(JobTypeRuleSchema)` to create a new message.
  */
 export const JobTypeRuleSchema: GenMessage<JobTypeRule> = /*@__PURE__*/
-  messageDesc(file_svc_v1_job_types, 2);
+  messageDesc(file_svc_v1_job_types, 4);
 
 /**
  * @generated from message svc.v1.NumberRange
@@ -175,7 +233,7 @@ export type NumberRange = Message<"svc.v1.NumberRange"> & {
  * Use `create(NumberRangeSchema)` to create a new message.
  */
 export const NumberRangeSchema: GenMessage<NumberRange> = /*@__PURE__*/
-  messageDesc(file_svc_v1_job_types, 3);
+  messageDesc(file_svc_v1_job_types, 5);
 
 /**
  * @generated from message svc.v1.ListJobTypesResponse
@@ -221,7 +279,7 @@ export type ListJobTypesResponse = Message<"svc.v1.ListJobTypesResponse"> & {
  * Use `create(ListJobTypesResponseSchema)` to create a new message.
  */
 export const ListJobTypesResponseSchema: GenMessage<ListJobTypesResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_job_types, 4);
+  messageDesc(file_svc_v1_job_types, 6);
 
 /**
  * @generated from service svc.v1.JobTypeService
@@ -234,6 +292,17 @@ export const JobTypeService: GenService<{
     methodKind: "unary";
     input: typeof ListJobTypesRequestSchema;
     output: typeof ListJobTypesResponseSchema;
+  },
+  /**
+   * What a submit of this type and duration would hold: the one estimate rule
+   * (rate x minutes, in whole halala, at least 1), so forms never restate it.
+   *
+   * @generated from rpc svc.v1.JobTypeService.EstimateJob
+   */
+  estimateJob: {
+    methodKind: "unary";
+    input: typeof EstimateJobRequestSchema;
+    output: typeof EstimateJobResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_svc_v1_job_types, 0);

@@ -90,6 +90,11 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
       <p><a href={href(...back)}>← Back</a></p>
       <h1>Job <span class="mono">{j.jobId}</span></h1>
       <ErrorBox error={live.error} />
+      {live.lost ? (
+        <div class="banner" role="status">
+          Lost connection to the service. Reconnecting to the job's events…
+        </div>
+      ) : null}
       <Card title="Status">
         <div class="job-head">
           <StatusBadge status={j.status} />
@@ -99,7 +104,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
         <ProgressBar pct={pct} status={j.status} label="Job progress" />
         {j.queueReason ? <p class="note" data-testid="queue-reason">Waiting: {j.queueReason}</p> : null}
         {j.error ? <p class="error" role="alert">{j.error}</p> : null}
-        <dl class="facts">
+        <dl class="facts" data-testid="facts">
           <dt>Submitted</dt><dd>{when(j.submittedAt)}</dd>
           <dt>Started</dt><dd>{when(j.startedAt)}</dd>
           <dt>Ended</dt><dd>{when(j.completedAt)}</dd>

@@ -192,19 +192,19 @@ function AccountPage() {
       <h1>Usage & key</h1>
       <Card title="/v1 usage, last 14 days">
         <Show l={usage} what="usage">
-          {(u) => (
-            <>
-              <Chart
-                title="Tokens per day"
-                x={u.days.map((d) => dayToSeconds(d.day))}
-                series={[
-                  { label: "Prompt tokens", values: u.days.map((d) => Number(d.promptTokens)), color: "#2563eb", bars: true },
-                  { label: "Completion tokens", values: u.days.map((d) => Number(d.completionTokens)), color: "#db2777", bars: true },
-                ]}
-              />
-              {u.models.length === 0 ? (
-                <Empty>No /v1 requests yet. Point an OpenAI SDK at this server's /v1 with your API key as the bearer token.</Empty>
-              ) : (
+          {(u) =>
+            u.models.length === 0 ? (
+              <Empty>No /v1 requests yet. Point an OpenAI SDK at this server's /v1 with your API key as the bearer token.</Empty>
+            ) : (
+              <>
+                <Chart
+                  title="Tokens per day"
+                  x={u.days.map((d) => dayToSeconds(d.day))}
+                  series={[
+                    { label: "Prompt tokens", values: u.days.map((d) => Number(d.promptTokens)), color: "#2563eb", bars: true },
+                    { label: "Completion tokens", values: u.days.map((d) => Number(d.completionTokens)), color: "#db2777", bars: true },
+                  ]}
+                />
                 <div class="table-wrap">
                   <table>
                     <thead><tr><th>Model</th><th>Requests</th><th>Prompt tokens</th><th>Completion tokens</th><th>Cost</th></tr></thead>
@@ -215,9 +215,9 @@ function AccountPage() {
                     </tbody>
                   </table>
                 </div>
-              )}
-            </>
-          )}
+              </>
+            )
+          }
         </Show>
       </Card>
       <Card title="Account">

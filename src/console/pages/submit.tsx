@@ -72,10 +72,12 @@ function ParamField({ p, value, onChange }: { p: JobParam; value: string; onChan
   } else if (p.type === "boolean") {
     control = <input {...common} type="checkbox" checked={value === "true"} onChange={(e) => onChange((e.target as HTMLInputElement).checked ? "true" : "")} />;
   } else if (p.type === "array" || p.type === "object" || (p.maxLength ?? 0) > 500) {
-    const ph = p.type === "array" ? "one item per line" : p.type === "object" ? "NAME=value, one per line" : "";
+    const d = defaultOf(p);
+    const ph = p.type === "array" ? "one item per line" : p.type === "object" ? "NAME=value, one per line" : typeof d === "string" ? d : "";
     control = <textarea {...common} rows={p.type === "string" ? 4 : 3} maxLength={p.maxLength} placeholder={ph} value={value} onInput={input} />;
   } else {
-    control = <input {...common} type="text" maxLength={p.maxLength} value={value} onInput={input} />;
+    const d = defaultOf(p);
+    control = <input {...common} type="text" maxLength={p.maxLength} placeholder={typeof d === "string" ? d : ""} value={value} onInput={input} />;
   }
   return (
     <Field id={id} label={label} hint={hint}>
@@ -84,8 +86,6 @@ function ParamField({ p, value, onChange }: { p: JobParam; value: string; onChan
   );
 }
 
-/** The estimate held at submit: the type's per-minute rate times the minutes, in whole halala (at least 1). */
-const estimate = (rule: JobTypeRule, minutes: number) => Math.max(1, Math.ceil(Number(rule.rateHalalaPerMinute) * minutes - 1e-9));
 
 function SubmitForm({ rules }: { rules: ListJobTypesResponse }) {
   const [type, setType] = useState(rules.jobTypes[0]?.jobType ?? "");
@@ -101,6 +101,8 @@ function SubmitForm({ rules }: { rules: ListJobTypesResponse }) {
   const ids = { type: useId("type"), minutes: useId("minutes"), max: useId("maxsec"), prio: useId("prio"), vram: useId("vram"), model: useId("gpumodel"), tpl: useId("tpl") };
   const rule = rules.jobTypes.find((t) => t.jobType === type)!;
   const m = Number(minutes);
+  // The server's estimate rule (EstimateJob), so the form never restates it.
+  const est = useLoad(() => (m > 0 ? api.jobTypes.estimateJob({ jobType: type, durationMinutes: m }) : Promise.resolve(undefined)), [type, m]);
   const d = rules.durationMinutes!;
   const submit = () =>
     a.run(async () => {
@@ -162,7 +164,7 @@ function SubmitForm({ rules }: { rules: ListJobTypesResponse }) {
                 onInput={(e) => setMinutes((e.target as HTMLInputElement).value)} />
             </Field>
             <p class="estimate" data-testid="estimate" aria-live="polite">
-              Estimate: <strong>{m > 0 ? sar(estimate(rule, m)) : "—"}</strong> ({sar(rule.rateHalalaPerMinute)} per minute)
+              Estimate: <strong>{est.data && !est.error && est.data.jobType === type && est.data.durationMinutes === m ? sar(est.data.estimateHalala) : "—"}</strong> ({sar(rule.rateHalalaPerMinute)} per minute)
             </p>
             <Field id={ids.max} label="Longest run (seconds, optional)"
               hint={`${rules.maxDurationSeconds!.minimum} to ${rules.maxDurationSeconds!.maximum}, default ${rules.maxDurationSeconds!.defaultValue}`}>

@@ -842,6 +842,9 @@ def load_config(argv):
     parser.add_argument("--heartbeat-seconds", type=float, default=float(os.environ.get("SVC_HEARTBEAT_SECONDS") or 30))
     parser.add_argument("--poll-seconds", type=float, default=float(os.environ.get("SVC_POLL_SECONDS") or 10))
     parser.add_argument("--runner", action="append", default=[os.environ.get("SVC_RUNNERS", "")])
+    # Accepted for the daemons it replaces, which restart themselves with it: this
+    # daemon runs no separate watchdog (a service manager restarts it).
+    parser.add_argument("--no-watchdog", action="store_true")
     parser.add_argument("--work-dir", default=os.environ.get("SVC_WORK_DIR") or os.path.join(os.path.expanduser("~"), ".svc-daemon", "work"))
     args = parser.parse_args(argv)
     if "{{" in args.url or "{{" in args.key:

@@ -16,6 +16,7 @@ import type { PendingQuery, Row } from "postgres";
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { withinRunWindowSql } from "../providers/preferences.js";
+import { belowMinimum, daemonPolicy, versionRank } from "../providers/versions.js";
 import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
 import type { JobRow } from "../shared/job-row.js";
 import { endLocked, type LockedJob } from "../money/settlement.js";
@@ -27,11 +28,16 @@ export const jobPolicy = { maxAttempts: 3 };
 
 /**
  * Approved, heartbeating, not suspended or offline, and its daemon can verify this server's
- * tasks (no task-signing key mismatch, task-key.ts): could run jobs at all.
+ * tasks (no task-signing key mismatch, task-key.ts; a daemon version not below the minimum):
+ * could run jobs at all.
  */
 export const liveSql = (db: Db) => db`(
   p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND p.task_key_mismatch IS NULL
+  AND (p.daemon_version_rank IS NULL OR p.daemon_version_rank >= ${minDaemonRank()})
   AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))`;
+
+/** The rank of SVC_DAEMON_MIN_VERSION: a daemon below it is not given jobs (providers/versions.ts). */
+const minDaemonRank = () => versionRank(daemonPolicy.minVersion) ?? 0;
 
 /** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/providers/preferences.ts). */
 export const runWindowSql = (db: Db) => withinRunWindowSql(db, "p");
@@ -609,8 +615,8 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
   const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
   if (job.requested_provider_id !== null) {
     const id = job.requested_provider_id;
-    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null }[]>`
-      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused, p.task_key_mismatch,
+    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null; daemon_version: string | null }[]>`
+      SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused, p.task_key_mismatch, p.daemon_version,
              ${runWindowSql(db)} AS in_window, ${busySql(db)} AS busy, ${slotsSql(db)} AS slots,
              p.scheduled_start, p.scheduled_end,
              (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits
@@ -619,6 +625,12 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
       return { code: "provider_unavailable", reason: `requested provider ${id} is not approved for jobs` };
     }
     if (p.task_key_mismatch) return { code: "provider_cannot_verify_tasks", reason: `requested provider ${id} cannot take jobs: ${p.task_key_mismatch}` };
+    if (belowMinimum(p.daemon_version)) {
+      return {
+        code: "provider_daemon_outdated",
+        reason: `requested provider ${id} runs daemon ${p.daemon_version}, below the minimum ${daemonPolicy.minVersion}; it is given jobs once its daemon has updated itself`,
+      };
+    }
     if (!p.live) return { code: "provider_offline", reason: `requested provider ${id} is offline (no heartbeat in the last 120 seconds)` };
     if (!p.fits) return { code: "provider_mismatch", reason: `requested provider ${id} does not meet the job's gpu_requirements` };
     if (p.paused) return { code: "provider_paused", reason: `requested provider ${id} is paused` };

@@ -4,7 +4,8 @@ import { fromJson, type JsonObject, type JsonValue, type MessageInitShape } from
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { JobParamSchema, ListJobTypesResponseSchema } from "../../../gen/svc/v1/job_types_pb.js";
 import { PARAMS_SCHEMAS } from "./job-schemas.js";
-import { JOB_TYPES, PROVIDER_SHARE_PERCENT, RATE_HALALA_PER_MINUTE } from "../money/pricing.js";
+import { JOB_TYPES, PROVIDER_SHARE_PERCENT, RATE_HALALA_PER_MINUTE, estimateHalala, type JobType } from "../money/pricing.js";
+import { checkEnum, checkRange } from "../shared/validate.js";
 import { SUBMIT_LIMITS } from "./submit.js";
 
 type Schema = Record<string, unknown>;
@@ -27,6 +28,15 @@ function paramOf(name: string, s: Schema, required: boolean): MessageInitShape<t
     pattern: typeof s.pattern === "string" ? s.pattern : undefined,
     patternMessage: typeof s["x-error"] === "string" ? s["x-error"] : undefined,
   };
+}
+
+/** What a submit of `jobType` for `durationMinutes` holds, validated as submit validates them. */
+export function estimateFor(jobType: string, durationMinutes: number | undefined): { jobType: JobType; durationMinutes: number; rate: number; estimate: number } {
+  const type = checkEnum(jobType, JOB_TYPES, "job_type") as JobType;
+  const L = SUBMIT_LIMITS.durationMinutes;
+  const minutes = checkRange(durationMinutes ?? L.default, L.min, L.max, "duration_minutes");
+  const rate = RATE_HALALA_PER_MINUTE[type];
+  return { jobType: type, durationMinutes: minutes, rate, estimate: estimateHalala(rate, minutes) };
 }
 
 /** Every job type with its parameters (schema order), rate and the submit limits. */

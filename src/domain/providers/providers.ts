@@ -12,6 +12,7 @@ import { providersChanged } from "../accounts/invalidation.js";
 import { issueKey } from "../accounts/keys.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { checkEnum, iso } from "../shared/validate.js";
+import { belowMinimum } from "./versions.js";
 
 export const PROVIDER_OS = ["windows", "linux", "mac", "darwin"] as const;
 export type ProviderOs = (typeof PROVIDER_OS)[number];
@@ -97,6 +98,7 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
     status: p.status,
     lastHeartbeat: iso(p.last_heartbeat),
     daemonVersion: p.daemon_version ?? undefined,
+    daemonNeedsUpdate: belowMinimum(p.daemon_version),
     runMode: p.run_mode,
     uptimePercent: p.uptime_percent,
     totalEarningsHalala: BigInt(p.total_earnings_halala),

@@ -52,6 +52,28 @@ export function compareVersions(a: Version, b: Version): number {
   return 0;
 }
 
+/**
+ * The minimum daemon version that is given jobs (SVC_DAEMON_MIN_VERSION, set
+ * at start). Below it a daemon may not verify this server's tasks (the field's
+ * legacy line checks task_spec_hmac over a string; ours over the object), so
+ * it only heartbeats until it has updated itself.
+ */
+export const daemonPolicy = { minVersion: "5.0.0" };
+
+/** The rank the database keeps of a version (migration 020, svc_version_rank): major, minor, patch. */
+export function versionRank(text: string): number | undefined {
+  const v = parseVersion(text);
+  if (!v || v.major >= 1e6 || v.minor >= 1e6 || v.patch >= 1e6) return undefined;
+  return v.major * 1e12 + v.minor * 1e6 + v.patch;
+}
+
+/** Whether a reported daemon version is below the minimum given jobs (unknown: not below). */
+export function belowMinimum(reported: string | null | undefined): boolean {
+  const v = parseVersion(reported);
+  const min = parseVersion(daemonPolicy.minVersion);
+  return !!(v && min && compareVersions(v, min) < 0);
+}
+
 export interface UpdateSignals {
   updateAvailable: boolean;
   needsUpdate: boolean;
