@@ -48,6 +48,7 @@ import { splitRevenue } from "../src/domain/money/pricing.js";
 import { LIVE_WINDOW_SECONDS } from "../src/domain/shared/liveness.js";
 import { webhookSignature } from "../src/domain/notify/webhooks.js";
 import { createLogger } from "../src/log.js";
+import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { freePort, machine, noter } from "./lib.js";
 
 const { values: args } = parseArgs({
@@ -467,13 +468,13 @@ class LegacyPoller {
   }
 
   private async beatLoop(): Promise<void> {
-    const gpu = { gpu_name: "NVIDIA GeForce RTX 4090", gpu_vram_mib: 24564, gpu_count: 1, daemon_version: "3.2.0", cuda_version: "12.4" };
+    const gpu = { gpu_name: "NVIDIA GeForce RTX 4090", gpu_vram_mib: 24564, gpu_count: 1, daemon_version: DAEMON_VERSION, cuda_version: "12.4" };
     let first = true;
     while (!this.stopped) {
       await careful("POST", "/api/providers/heartbeat", { api_key: this.account.key, gpu_status: gpu, uptime: 3600 }, {}, 5000);
       if (first) {
         first = false;
-        await careful("POST", "/api/providers/readiness", { api_key: this.account.key, daemon_version: "3.2.0", checks: { gpu: "ok" } }, {}, 5000);
+        await careful("POST", "/api/providers/readiness", { api_key: this.account.key, daemon_version: DAEMON_VERSION, checks: { gpu: "ok" } }, {}, 5000);
       }
       await sleep(2000);
     }
