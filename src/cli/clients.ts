@@ -7,6 +7,7 @@ import { JobService } from "../../gen/svc/v1/jobs_pb.js";
 import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
+import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import type { Profile } from "./profiles.js";
 
 const HEADER = { renter: "x-renter-key", provider: "x-provider-key", admin: "x-admin-token" } as const;
@@ -17,6 +18,7 @@ export interface Clients {
   payments: Client<typeof PaymentService>;
   providers: Client<typeof ProviderService>;
   admin: Client<typeof AdminService>;
+  reports: Client<typeof ReportService>;
 }
 
 export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients {
@@ -31,5 +33,6 @@ export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients
     payments: createClient(PaymentService, transport),
     providers: createClient(ProviderService, transport),
     admin: createClient(AdminService, transport),
+    reports: createClient(ReportService, transport),
   };
 }

@@ -170,7 +170,8 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   // With --json, stdout carries only the events: a text result goes to a file only when --out names one.
   if (ok && !(opts.json && !opts.outFile && (o.outputFormat === "text" || o.outputFormat === "json"))) where = await saveOutput(c, jobId, o, opts.outFile);
   if (opts.json) return ok ? EXIT.ok : EXIT.jobFailed;
-  out(`result: ${statusColour(o.status)}${o.endReason ? ` (${o.endReason})` : ""}${o.error ? `: ${o.error}` : ""}`);
+  const why = [o.endReason, o.fault && o.fault !== "none" ? `${o.fault} fault` : undefined].filter(Boolean).join(", ");
+  out(`result: ${statusColour(o.status)}${why ? ` (${why})` : ""}${o.error ? `: ${o.error}` : ""}`);
   out(`cost: ${o.costHalala} halala (${sar(o.costHalala)})${o.actualMinutes !== undefined ? `, ${o.actualMinutes} GPU minute(s)` : ""}`);
   if (where && where !== "stdout") out(`output: written to ${where}`);
   return ok ? EXIT.ok : EXIT.jobFailed;

@@ -365,21 +365,16 @@ export function buildProgram(): Command {
     });
   provider
     .command("earnings")
-    .description("earnings by day (UTC), from your completed runs")
-    .option("--limit <n>", "runs to look at", int("--limit"), 100)
-    .action(async (o: { limit: number }) => {
+    .description("earnings by day (UTC), from the provider's ledger credits")
+    .option("--days <n>", "days back, today included (at most 90)", int("--days"), 14)
+    .action(async (o: { days: number }) => {
       const { c } = session("provider");
-      const r = await c.jobs.list({ status: "completed", limit: o.limit });
-      const days = new Map<string, { day: string; jobs: number; earned_halala: number }>();
-      for (const j of r.jobs) {
-        const day = (j.completedAt ?? j.submittedAt).slice(0, 10);
-        const d = days.get(day) ?? { day, jobs: 0, earned_halala: 0 };
-        d.jobs++;
-        d.earned_halala += Number(j.providerEarnedHalala ?? 0n);
-        days.set(day, d);
-      }
-      const rows = [...days.values()].sort((a, b) => b.day.localeCompare(a.day));
-      show(rows, () => printTable(rows, [["day", (d) => d.day], ["jobs", (d) => d.jobs], ["earned", (d) => `${d.earned_halala} halala (${sar(d.earned_halala)})`]]));
+      const r = await c.reports.getProviderEarnings({ days: o.days });
+      const rows = r.days.filter((d) => d.jobs > 0n || d.earnedHalala > 0n).reverse();
+      show(r, () => {
+        printTable(rows, [["day", (d) => d.day], ["jobs", (d) => d.jobs], ["earned", (d) => `${d.earnedHalala} halala (${sar(d.earnedHalala)})`]]);
+        console.log(`total: ${r.totalEarnedHalala} halala (${sar(r.totalEarnedHalala)})`);
+      });
     });
   provider
     .command("jobs")

@@ -17,6 +17,7 @@ import {
   appendLogs,
   assignedJobMessage,
   endpointReady,
+  failUnverifiableTask,
   markJobAccepted,
   markJobRejected,
   reportProgress,
@@ -34,7 +35,7 @@ import { canonicalJson, verifyTask } from "../shared/task-signature.js";
 import { badRequest } from "../errors.js";
 import { toConnectError, toHttpError } from "../http/errors.js";
 import { jobSignalHub } from "../workers/job-signals.js";
-import { callerProviderId, type Deps } from "./deps.js";
+import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
 
 export const HEARTBEAT_INTERVAL_SECONDS = 30;
 /** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */
@@ -96,15 +97,19 @@ class StreamSession {
     this.send({ kind: { case: "settings", value: s } });
   }
 
-  private deliver(job: AssignedJob) {
+  private async deliver(job: AssignedJob): Promise<void> {
     if (this.keyMismatch || this.delivered.has(job.job_id)) return;
     this.delivered.add(job.job_id);
-    // Only a task whose stored HMAC verifies gets the stream signature: a row changed behind the
-    // service's back goes out unsigned, and the daemon refuses it.
+    // Only a task whose stored HMAC verifies is pushed, signed: a row changed behind the
+    // service's back is never run; the job fails as the platform's fault (full refund, no re-queue).
     const canonical = canonicalJson(job.task_spec);
-    const intact = verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac, canonical);
-    if (!intact) this.deps.log.error({ jobId: job.job_id, providerId: this.providerId }, "task_spec does not match its HMAC; pushed unsigned");
-    this.send({ kind: { case: "job", value: assignedJobMessage(job) }, taskSignature: intact ? this.signer.sign(job.job_id, job.task_spec, canonical) : "" });
+    if (!verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac, canonical)) {
+      if (await failUnverifiableTask(this.deps.sql, this.providerId, job.job_id)) {
+        logPlatformFault(this.deps, job.job_id, { fault: "platform", endReason: "platform_error" });
+      }
+      return;
+    }
+    this.send({ kind: { case: "job", value: assignedJobMessage(job) }, taskSignature: this.signer.sign(job.job_id, job.task_spec, canonical) });
   }
 
   /** Runs fn after every earlier notice was handled (a re-queue's cancel goes out before its new assignment). */
@@ -119,7 +124,7 @@ class StreamSession {
     const { sql } = this.deps;
     const jobs = await sql<JobRow[]>`
       SELECT * FROM jobs WHERE provider_id = ${this.providerId} AND status = 'pending' ORDER BY assigned_at, id`;
-    for (const job of jobs) this.deliver(job);
+    for (const job of jobs) await this.deliver(job);
   }
 
   async assigned(jobId: string, carried?: AssignedJob): Promise<void> {
@@ -128,7 +133,7 @@ class StreamSession {
     if (carried) return this.deliver(carried);
     const [job] = await this.deps.sql<JobRow[]>`
       SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${this.providerId} AND status = 'pending'`;
-    if (job) this.deliver(job);
+    if (job) await this.deliver(job);
   }
 
   async cancel(jobId: string): Promise<void> {
@@ -185,7 +190,7 @@ class StreamSession {
     // Running here by the record but not on the daemon: it restarted and lost them; hand them back.
     for (const j of held) {
       if (j.provider_id === this.providerId && j.status === "running" && !stillRunning.has(j.job_id)) {
-        await markJobRejected(sql, this.providerId, { jobId: j.job_id, reason: "the daemon reconnected without this job (restarted)" }).catch((err) =>
+        await markJobRejected(sql, this.providerId, { jobId: j.job_id, reason: "the daemon reconnected without this job (restarted)", interrupted: true }).catch((err) =>
           this.fail(err, j.job_id),
         );
       }
@@ -215,7 +220,7 @@ class StreamSession {
           this.delivered.add(k.value.jobId);
           return;
         case "jobRejected":
-          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted });
+          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted, endReason: k.value.endReason });
           return;
         case "logs":
           await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });
@@ -228,7 +233,16 @@ class StreamSession {
           return;
         case "result": {
           const r = k.value;
-          const ack = await reportResult(sql, pid, { jobId: r.jobId, success: r.success, result: r.result, error: r.error, metrics: r.metrics });
+          const ack = await reportResult(sql, pid, {
+            jobId: r.jobId,
+            success: r.success,
+            result: r.result,
+            error: r.error,
+            metrics: r.metrics,
+            fault: r.fault,
+            endReason: r.endReason,
+          });
+          logPlatformFault(this.deps, r.jobId, ack);
           this.send({ kind: { case: "resultAck", value: ack } });
           return;
         }

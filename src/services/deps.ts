@@ -54,3 +54,8 @@ export function callerRenterId(ctx: HandlerContext): number {
 export function auditActor(ctx: HandlerContext): { actor: string; ip: string } {
   return { actor: "admin", ip: ctx.values.get(credentialsKey).clientIp };
 }
+
+/** A job ended by the platform's fault is logged as an error (the operator must look at it). */
+export function logPlatformFault(deps: Pick<Deps, "log">, jobId: string, ack: { fault?: string; endReason?: string; status?: string }): void {
+  if (ack.fault === "platform") deps.log.error({ jobId, endReason: ack.endReason, fault: "platform" }, "job ended by the platform's fault");
+}

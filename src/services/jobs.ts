@@ -17,7 +17,7 @@ import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
 import { parseCursor } from "../domain/jobs/job-watch.js";
 import { jobWatchHub } from "../workers/job-watch.js";
 import { checkEnum, iso, page } from "../domain/shared/validate.js";
-import { callerProviderId, callerRenterId, principalOf, type Deps, auditActor } from "./deps.js";
+import { callerProviderId, callerRenterId, logPlatformFault, principalOf, type Deps, auditActor } from "./deps.js";
 
 /** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
 export function timeoutAtText(d: Date | null): string | undefined {
@@ -229,6 +229,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
           startedAt: iso(a.started_at),
           endedAt: iso(a.ended_at),
           endReason: a.end_reason ?? undefined,
+          fault: a.fault ?? undefined,
           costHalala: a.cost_halala === null ? undefined : BigInt(a.cost_halala),
           error: a.error ?? undefined,
         })),
@@ -243,17 +244,23 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async poll(_req, ctx) {
-      return { job: await pollJob(sql, config.hmacSecret, callerProviderId(ctx)) };
+      const providerId = callerProviderId(ctx);
+      const platformFault = (jobId: string, error: string) => deps.log.error({ jobId, providerId, fault: "platform" }, `job failed by the platform's fault: ${error}`);
+      return { job: await pollJob(sql, config.hmacSecret, providerId, platformFault) };
     },
 
     async reportResult(req, ctx) {
-      return reportResult(sql, callerProviderId(ctx), {
+      const ack = await reportResult(sql, callerProviderId(ctx), {
         jobId: req.jobId,
         success: req.success,
         result: req.result,
         error: req.error,
         metrics: req.metrics,
+        fault: req.fault,
+        endReason: req.endReason,
       });
+      logPlatformFault(deps, req.jobId, ack);
+      return ack;
     },
 
     async appendLogs(req, ctx) {
@@ -272,7 +279,9 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async complete(req, ctx) {
-      return completeJob(sql, callerProviderId(ctx), req.jobId, req.body ?? {});
+      const ack = await completeJob(sql, callerProviderId(ctx), req.jobId, req.body ?? {});
+      logPlatformFault(deps, req.jobId, ack);
+      return ack;
     },
   };
 }

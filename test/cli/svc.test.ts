@@ -74,7 +74,7 @@ describe("svc", { timeout: 180_000 }, () => {
   it("a renter logs in, tops up, submits with --follow: exit 0, the PNG written, the cost shown", async () => {
     const home = tempDir("svc-home");
     const renter = await makeRenter(h.srv);
-    await providerWithDaemon();
+    const provider = await providerWithDaemon();
 
     const login = await svc(["login", "--url", h.srv.url], { home, input: renter.key + "\n" });
     expect(login.code, login.stderr).toBe(0);
@@ -120,6 +120,12 @@ describe("svc", { timeout: 180_000 }, () => {
     const env = await svc(["--json", "whoami"], { home: tempDir("svc-empty"), env: { SVC_URL: h.srv.url, SVC_KEY: renter.key } });
     expect(JSON.parse(env.stdout)).toMatchObject({ role: "renter", url: h.srv.url });
     expect(env.stdout).not.toContain(renter.key);
+    // The provider's earnings by day come from the server's report (its ledger credits): 75% of the charge.
+    const earned = await svc(["--json", "provider", "earnings"], { home: tempDir("svc-provider"), env: { SVC_URL: h.srv.url, SVC_KEY: provider.key } });
+    expect(earned.code, earned.stderr).toBe(0);
+    const report = JSON.parse(earned.stdout);
+    expect(report.totalEarnedHalala).toBe(Math.floor((Number(cost![1]) * 75) / 100));
+    expect(report.days.at(-1)).toMatchObject({ jobs: 1, earnedHalala: report.totalEarnedHalala });
   });
 
   it("--json --follow prints one JSON event per line; a failing job exits 1", async () => {
@@ -134,7 +140,8 @@ describe("svc", { timeout: 180_000 }, () => {
     expect(first.submitted.job.job.status).toBeDefined();
     expect(Object.keys(events[0])).toContain("snapshot");
     const outcome = events.at(-1).outcome;
-    expect(outcome).toMatchObject({ status: "failed", end_reason: "result" });
+    // The runner's own failure: the stream daemon reports it as the renter's (runtime_error).
+    expect(outcome).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter" });
     expect(Number(outcome.cost_halala)).toBeGreaterThanOrEqual(0);
     expect(outcome.error).toBeTruthy();
 

@@ -2,8 +2,10 @@
 // python3 against the real server (its BACKEND_URL is this server's own
 // address): heartbeat with nvidia-smi telemetry, readiness, events, a
 // benchmark job polled, verified, run as a plain process, logs, progress,
-// settled 75/25; a tampered task refused; SIGTERM mid-job leaves no child and
-// refunds; self-update from an old version.
+// settled 75/25; each failure reported with its end reason and fault (the
+// job's own failure billed, a signature it cannot verify re-queued, a task
+// changed behind the service's back never handed out); SIGTERM mid-job leaves
+// no child and hands the job back; self-update from an old version.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
@@ -200,7 +202,7 @@ else:
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
-  it("refuses a tampered task: the job fails and the renter is refunded", async () => {
+  it("never gets a task changed behind the service's back: the job fails as the platform's fault, refunded", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);
     const j = await submit(renter, { suite: "quick", iterations: 1 });
@@ -208,15 +210,50 @@ else:
     const { file, dir } = await download(p.key);
     const d = run(file, dir);
     const done = await ended(j.job_id, `refusal (${d.output()})`);
-    expect(done.status).toBe("failed");
-    expect(done.error).toMatch(/task signature verification failed/);
+    expect(done).toMatchObject({ status: "failed", end_reason: "platform_error", fault: "platform", actual_cost_halala: 0 });
+    expect(done.error).toMatch(/no longer matches the signature/);
     expect(jobProcesses(j.job_id)).toEqual([]);
     expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1000, held_halala: 0 });
-    const events = await srv.sql`SELECT severity FROM daemon_events WHERE provider_id = ${p.id} AND event_type = 'task_signature_invalid'`;
-    expect(events[0]?.severity).toBe("error");
+    const [a] = await srv.sql`SELECT fault, end_reason FROM job_attempts WHERE job_id = ${done.id}`;
+    expect(a).toEqual({ fault: "platform", end_reason: "platform_error" });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
-  it("on SIGTERM mid-job stops the job, leaves no child process and hands the money back", async () => {
+  it("reports a task it cannot verify as signature_mismatch: the provider's fault, the job re-queued at no charge", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { file, dir } = await download(p.key);
+    // A daemon holding the wrong secret (a stale file, a wrong environment): it refuses every task.
+    const d = run(file, dir, { SVC_HMAC_SECRET: "not-this-servers-secret" });
+    await waitFor(async () => (await srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `readiness (${d.output()})`);
+    const j = await submit(renter, { suite: "quick", iterations: 1 });
+    const a = await waitFor(async () => {
+      const [row] = await srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+      return row;
+    }, 45_000, `refusal (${d.output()})`);
+    expect(a).toMatchObject({ status: "requeued", end_reason: "signature_mismatch", fault: "provider", cost_halala: 0 });
+    expect(await job(j.job_id)).toMatchObject({ status: "queued", attempt: 2 });
+    expect(jobProcesses(j.job_id)).toEqual([]);
+    // Nothing charged, nothing earned; the hold waits for the next provider.
+    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1000, held_halala: 10 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("reports the job's own failure as the renter's: the time used is billed 75/25", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { file, dir } = await download(p.key);
+    const runner = writeExecutable(dir, "bad-input", "#!/bin/sh\necho 'bad input'\nexit 3\n");
+    const d = run(file, dir, { SVC_RUNNERS: `benchmark=${runner}` });
+    const j = await submit(renter, { suite: "quick", iterations: 1 });
+    const done = await ended(j.job_id, "job end").catch((err) => Promise.reject(new Error(`${err.message}: ${d.output()}`)));
+    expect(done).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter", actual_cost_halala: 10, provider_earned_halala: 7, platform_fee_halala: 3 });
+    expect(done.error).toMatch(/exited with status 3/);
+    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 990, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("on SIGTERM mid-job stops the job, leaves no child process and hands it back as interrupted (no charge)", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);
     const { file, dir } = await download(p.key);
@@ -226,10 +263,15 @@ else:
     d.kill("SIGTERM");
     expect(await d.exited).toBe(0);
     expect(jobProcesses(j.job_id)).toEqual([]);
-    const done = await ended(j.job_id, "hand back");
-    expect(done.status).toBe("failed");
-    expect(done.error).toMatch(/interrupted/);
-    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1000, held_halala: 0 });
+    const a = await waitFor(async () => {
+      const [row] = await srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+      return row;
+    }, 20_000, "hand back");
+    expect(a).toMatchObject({ status: "requeued", end_reason: "provider_interrupted", fault: "provider", cost_halala: 0 });
+    expect(a.error).toMatch(/interrupted/);
+    expect(await job(j.job_id)).toMatchObject({ status: "queued", attempt: 2 });
+    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1000, held_halala: 10 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
   it("updates itself when the server says so: downloads, verifies, replaces its file, restarts", async () => {

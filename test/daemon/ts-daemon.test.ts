@@ -53,7 +53,7 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     expect(d.output()).toMatch(/stopped/);
   });
 
-  it("refuses a tampered task (the job goes back to the queue, never runs here)", async () => {
+  it("is never pushed a task changed behind the service's back: the job fails as the platform's fault, refunded", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);
     const j = await h.submit(renter, { job_type: "benchmark", params: { suite: "quick", iterations: 1 } });
@@ -61,16 +61,17 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     // Changed behind the service's back: the stored HMAC no longer matches.
     await h.srv.sql`UPDATE jobs SET task_spec = jsonb_set(task_spec, '{inputs,iterations}', '1000') WHERE job_id = ${j.job_id}`;
     const d = h.startDaemon(p.key);
-    const attempt = await waitFor(async () => {
-      const [a] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id} AND a.attempt = 1 AND a.end_reason IS NOT NULL`;
-      return a;
-    }, 45_000, `rejection (${d.output()})`);
-    expect(attempt.end_reason).toBe("rejected");
-    expect(attempt.error).toMatch(/signature verification failed/);
-    expect((await h.job(j.job_id)).status).toBe("queued");
-    const events = await h.srv.sql`SELECT event_type, severity FROM daemon_events WHERE provider_id = ${p.id} AND event_type = 'task_signature_invalid'`;
-    expect(events[0]?.severity).toBe("error");
-    expect(d.output()).toMatch(/refused: task signature verification failed/);
+    const done = await waitFor(async () => {
+      const row = await h.job(j.job_id);
+      return row.status === "failed" ? row : undefined;
+    }, 45_000, `platform failure (${d.output()})`);
+    expect(done).toMatchObject({ end_reason: "platform_error", fault: "platform", actual_cost_halala: 0 });
+    expect((await h.api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1000, held_halala: 0 });
+    // The daemon never saw it, so the provider is not docked: its attempt is the platform's.
+    expect(d.output()).not.toMatch(new RegExp(j.job_id));
+    const [a] = await h.srv.sql`SELECT a.fault FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id}`;
+    expect(a.fault).toBe("platform");
+    expect(await ledgerProblems(h.srv.sql)).toEqual([]);
   });
 
   it("runs a job type with the runner the provider configured (process executor)", async () => {
@@ -94,5 +95,34 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     const out = await h.api().get(`/api/jobs/${j.job_id}/output`, renter.headers);
     expect(out.body.response).toBe("echo: hello there");
     expect(fs.existsSync(runner)).toBe(true);
+  });
+
+  it("reports the job's own failure as the renter's (billed), and a job type it cannot run as unsupported_on_provider (re-queued)", async () => {
+    const p = await makeProvider(h.srv);
+    const renter = await makeRenter(h.srv, 1_000);
+    const dir = tempDir("runner");
+    const runner = writeExecutable(dir, "bad-input.sh", "#!/bin/sh\necho 'prompt rejected by the model'\nexit 2\n");
+    const d = h.startDaemon(p.key, ["--runner", `llm-inference=${runner}`]);
+    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
+    const j = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hello", max_tokens: 64 } });
+    const done = await waitFor(async () => {
+      const r = await h.job(j.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 45_000, `llm job end (${d.output()})`);
+    // Under a minute of llm-inference (15/min): 15 billed, 11 to the provider, 4 to the platform.
+    expect(done).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter", actual_cost_halala: 15, provider_earned_halala: 11, platform_fee_halala: 4 });
+    expect((await h.api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 985, held_halala: 0 });
+
+    // No docker and no runner for rendering here: refused as unsupported, the provider's fault, no charge.
+    const r = await h.submit(renter, { job_type: "rendering" });
+    expect(r.provider_id).toBe(p.id);
+    const a = await waitFor(async () => {
+      const [row] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${r.job_id} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+      return row;
+    }, 45_000, `refusal (${d.output()})`);
+    expect(a).toMatchObject({ status: "requeued", end_reason: "unsupported_on_provider", fault: "provider", cost_halala: 0 });
+    expect(a.error).toMatch(/docker is not available/);
+    expect(await h.job(r.job_id)).toMatchObject({ status: "queued", attempt: 2 });
+    expect(await ledgerProblems(h.srv.sql)).toEqual([]);
   });
 });

@@ -1,7 +1,8 @@
 // Cancel over real HTTP: from queued, pending and running, by the owner or an
-// admin; the whole hold comes back (DESIGN §3: nothing is charged for a
-// cancelled run), the provider is told to stop and its GPU refilled; a
-// terminal job answers 409 and moves nothing.
+// admin. The renter's cancel is the renter's fault: a job that had not started
+// gets the whole hold back, a running one pays the GPU time it used (DESIGN
+// §3); an admin's cancel refunds in full. The provider is told to stop and its
+// GPU refilled; a terminal job answers 409 and moves nothing.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
@@ -24,7 +25,7 @@ const submit = (headers: Record<string, string>, body: Record<string, unknown> =
 const balance = async (key: string) => (await api.get("/api/renters/balance", { "x-renter-key": key })).body;
 
 describe("cancel", () => {
-  it("cancels from queued, pending and running with a full refund", async () => {
+  it("cancels from queued and pending with a full refund, and from running paying the time used", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
     const running = (await submit(renter.headers)).body.job.job_id;
@@ -35,13 +36,15 @@ describe("cancel", () => {
     const q = await api.post(`/api/jobs/${queued}/cancel`, { reason: "changed my mind" }, renter.headers);
     expect(q.status).toBe(200);
     expect(q.body).toMatchObject({ success: true, refunded_halala: 200, charged_halala: 0 });
-    expect(q.body.job).toMatchObject({ job_id: queued, status: "cancelled", actual_cost_halala: 0 });
+    expect(q.body.job).toMatchObject({ job_id: queued, status: "cancelled", actual_cost_halala: 0, end_reason: "renter_cancelled", fault: "renter" });
     expect(q.body.job.error).toMatch(/changed my mind/);
 
     await new Promise((r) => setTimeout(r, 50));
     const r = await api.post(`/api/jobs/${running}/cancel`, {}, renter.headers);
-    expect(r.body).toMatchObject({ success: true, refunded_halala: 200, charged_halala: 0 });
-    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0, total_spent_halala: 0 });
+    // It ran (under a minute): one billable minute of rendering (20), 75/25; the rest of the hold back.
+    expect(r.body).toMatchObject({ success: true, refunded_halala: 180, charged_halala: 20 });
+    expect(r.body.job).toMatchObject({ status: "cancelled", end_reason: "renter_cancelled", fault: "renter", actual_cost_halala: 20, provider_earned_halala: 15, platform_fee_halala: 5 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_980, held_halala: 0, total_spent_halala: 20 });
 
     const out = await api.get(`/api/jobs/${running}/output`, renter.headers);
     expect(out.status).toBe(410);
@@ -50,9 +53,10 @@ describe("cancel", () => {
     const late = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: running, success: true, result: {} });
     expect(late.status).toBe(409);
     expect((await api.post(`/api/jobs/${running}/progress`, { api_key: provider.key, progress_pct: 50 })).status).toBe(409);
-    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_980, held_halala: 0 });
     const hist = (await api.get(`/api/jobs/${running}/history`, renter.headers)).body.attempts;
-    expect(hist).toEqual([expect.objectContaining({ status: "cancelled", end_reason: "cancelled", cost_halala: 0 })]);
+    expect(hist).toEqual([expect.objectContaining({ status: "cancelled", end_reason: "renter_cancelled", fault: "renter", cost_halala: 20 })]);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
   it("refills the provider's GPU from the queue", async () => {
@@ -85,6 +89,9 @@ describe("cancel", () => {
     const byAdmin = await api.post(`/api/jobs/${live}/cancel`, { reason: "abuse report" }, admin(srv));
     expect(byAdmin.status).toBe(200);
     expect(byAdmin.body.job.error).toBe("cancelled by admin: abuse report");
+    // The platform's doing: the whole hold back, nothing charged.
+    expect(byAdmin.body).toMatchObject({ refunded_halala: 200, charged_halala: 0 });
+    expect(byAdmin.body.job).toMatchObject({ end_reason: "admin_cancelled", fault: "platform", actual_cost_halala: 0 });
     expect((await api.post(`/api/jobs/${live}/cancel`, {}, admin(srv))).status).toBe(409);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
@@ -107,7 +114,8 @@ describe("cancel", () => {
     let spent = 0;
     for (const [c, r] of pairs) {
       expect([c.status, r.status].sort()).toEqual([200, 409]);
-      if (r.status === 200) spent += r.body.cost_halala;
+      // Whichever wins, the minute run is billed once: by the result, or by the cancel (the renter's fault).
+      spent += r.status === 200 ? r.body.cost_halala : c.body.charged_halala;
     }
     expect(await balance(renter.key)).toMatchObject({ held_halala: 0, balance_halala: 100_000 - spent, total_spent_halala: spent });
     expect(await ledgerProblems(srv.sql)).toEqual([]);

@@ -273,7 +273,7 @@ describe("the legacy daemon protocol", () => {
     const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { data: png.toString("base64"), format: "png" }, metrics: { it_s: 3.2 } });
     expect(res.status).toBe(200);
     // Ran well under a minute: 1 billable minute x 20 = 20, under the 60 estimate; 75% = 15.
-    expect(res.body).toEqual({ success: true, job_id: jobId, status: "completed", actual_minutes: 1, cost_halala: 20, provider_earned_halala: 15, platform_fee_halala: 5 });
+    expect(res.body).toEqual({ success: true, job_id: jobId, status: "completed", actual_minutes: 1, cost_halala: 20, provider_earned_halala: 15, platform_fee_halala: 5, end_reason: "completed", fault: "none" });
     const again = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { data: "other" } });
     expect(again.status).toBe(200);
     expect(again.body).toEqual(res.body);
@@ -302,7 +302,7 @@ describe("the legacy daemon protocol", () => {
 
     const hist = await api.get(`/api/jobs/${jobId}/history`, renter.headers);
     expect(hist.body.attempts).toEqual([
-      expect.objectContaining({ attempt: 1, provider_id: provider.id, status: "completed", end_reason: "result", cost_halala: 20 }),
+      expect.objectContaining({ attempt: 1, provider_id: provider.id, status: "completed", end_reason: "completed", fault: "none", cost_halala: 20 }),
     ]);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
@@ -324,7 +324,8 @@ describe("the legacy daemon protocol", () => {
     const b = (await api.post("/api/jobs/submit", { job_type: "llm-inference", params: { prompt: "hi" } }, renter.headers)).body.job.job_id;
     const failed = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: b, success: false, error: "CUDA out of memory" });
     expect(failed.status).toBe(200);
-    expect(failed.body).toEqual({ success: true, job_id: b, status: "failed", actual_minutes: 0, cost_halala: 0, provider_earned_halala: 0, platform_fee_halala: 0 });
+    // A legacy failure that names no one: unattributed, the hold released in full (the documented refund).
+    expect(failed.body).toEqual({ success: true, job_id: b, status: "failed", actual_minutes: 0, cost_halala: 0, provider_earned_halala: 0, platform_fee_halala: 0, end_reason: "runtime_error", fault: "unattributed" });
     const gone = await api.get(`/api/jobs/${b}/output`, renter.headers);
     expect(gone.status).toBe(410);
     expect(gone.body).toEqual({ status: "failed", error: "CUDA out of memory", job_id: b });

@@ -49,7 +49,7 @@ describe("admin re-queue", () => {
     expect(r.status).toBe(200);
     expect(r.body).toMatchObject({ job_id: job, status: "pending", provider_id: second.id, attempt: 2 });
     const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
-    expect(hist[0]).toMatchObject({ attempt: 1, provider_id: first.id, status: "requeued", end_reason: "admin" });
+    expect(hist[0]).toMatchObject({ attempt: 1, provider_id: first.id, status: "requeued", end_reason: "admin_requeued", fault: "platform" });
     expect((await api.post(`/api/admin/jobs/${job}/requeue`, {}, renter.headers)).status).toBe(401);
     await api.post(`/api/jobs/${job}/cancel`, {}, renter.headers);
     expect((await api.post(`/api/admin/jobs/${job}/requeue`, {}, admin(srv))).status).toBe(409);

@@ -1,5 +1,6 @@
 // Server-side time over real HTTP: max_duration_seconds enforced by the
-// sweep (the job fails, the renter is refunded, the provider is told to stop),
+// sweep (the job fails as the renter's fault: it pays the time used, the rest
+// of the hold comes back, the provider is told to stop),
 // a silent provider's job re-queued as a new attempt up to the limit, and both
 // paths settling exactly once while a result arrives at the same moment.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
@@ -31,7 +32,7 @@ const expire = (jobId: string) => srv.sql`UPDATE jobs SET timeout_at = now() - i
 const silence = (providerId: number) => srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 minutes' WHERE id = ${providerId}`;
 
 describe("max_duration_seconds", () => {
-  it("fails and refunds a running job past its limit, tells the provider, and refuses the late result", async () => {
+  it("fails a running job past its limit, bills the time used, tells the provider, and refuses the late result", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
     const job = (await submit(renter.headers, { max_duration_seconds: 1 })).body.job.job_id;
@@ -45,15 +46,17 @@ describe("max_duration_seconds", () => {
     await l.unlisten();
 
     const j = (await api.get(`/api/jobs/${job}`, renter.headers)).body;
-    expect(j).toMatchObject({ status: "failed", actual_cost_halala: 0 });
+    // Its time ran out: the renter's fault, so the minute it ran is billed (benchmark: 10 halala), 75/25.
+    expect(j).toMatchObject({ status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 10, provider_earned_halala: 7, platform_fee_halala: 3 });
     expect(j.error).toMatch(/max_duration_seconds/);
     expect((await api.get(`/api/jobs/${job}/output`, renter.headers)).status).toBe(410);
-    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_990, held_halala: 0 });
     const late = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: job, success: true, result: {} });
     expect(late.status).toBe(409);
-    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0, total_spent_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_990, held_halala: 0, total_spent_halala: 10 });
     const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
-    expect(hist).toEqual([expect.objectContaining({ attempt: 1, status: "failed", end_reason: "timeout" })]);
+    expect(hist).toEqual([expect.objectContaining({ attempt: 1, status: "failed", end_reason: "timeout", fault: "renter", cost_halala: 10 })]);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
     expect((await sweepJobs(srv.sql)).timedOut).toBe(0);
   });
 
@@ -65,7 +68,7 @@ describe("max_duration_seconds", () => {
       const job = (await submit(renter.headers, { max_duration_seconds: 1 })).body.job.job_id;
       await api.get(`/api/providers/${provider.key}/jobs`);
       await expect.poll(async () => (await api.get(`/api/jobs/${job}`, renter.headers)).body.status, { timeout: 5000 }).toBe("failed");
-      expect(await balance(renter.key)).toMatchObject({ held_halala: 0, balance_halala: 10_000 });
+      expect(await balance(renter.key)).toMatchObject({ held_halala: 0, balance_halala: 9_990 });
     } finally {
       await fast.app.close();
     }
@@ -85,17 +88,18 @@ describe("max_duration_seconds", () => {
     const results = reversed.reverse();
     const rows = await srv.sql<{ job_id: string; status: string; end_reason: string; actual_cost_halala: number }[]>`
       SELECT job_id, status, end_reason, actual_cost_halala FROM jobs WHERE job_id IN ${srv.sql(ids)}`;
+    // Either way the minute run is billed once: by the result, or by the timeout (the renter's fault).
     let spent = 0;
     for (const [i, id] of ids.entries()) {
       const row = rows.find((r) => r.job_id === id)!;
       if (row.status === "completed") {
         expect(results[i].status).toBe(200);
         expect(results[i].body.cost_halala).toBe(10);
-        spent += 10;
       } else {
-        expect(row).toMatchObject({ status: "failed", end_reason: "timeout", actual_cost_halala: 0 });
+        expect(row).toMatchObject({ status: "failed", end_reason: "timeout", actual_cost_halala: 10 });
         expect(results[i].status).toBe(409);
       }
+      spent += 10;
     }
     const charges = await srv.sql<{ n: number }[]>`
       SELECT count(*)::int AS n FROM ledger_transfers t JOIN jobs j ON j.id = t.job_id WHERE j.job_id IN ${srv.sql(ids)} AND t.kind = 'charge_platform'`;
@@ -121,7 +125,7 @@ describe("silent providers", () => {
     expect(j).toMatchObject({ status: "pending", provider_id: rescue.id, attempt: 2, started_at: null });
     const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
     expect(hist).toEqual([
-      expect.objectContaining({ attempt: 1, provider_id: lost.id, status: "requeued", end_reason: "provider_lost" }),
+      expect.objectContaining({ attempt: 1, provider_id: lost.id, status: "requeued", end_reason: "provider_silent", fault: "provider", cost_halala: 0 }),
       expect.objectContaining({ attempt: 2, provider_id: rescue.id, status: "pending", end_reason: null }),
     ]);
     // The lost provider may still read what it ran, but no longer report on it.
@@ -169,9 +173,9 @@ describe("silent providers", () => {
     expect(j.error).toMatch(/gave up after 3 attempts/);
     const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
     expect(hist.map((a: { status: string; end_reason: string }) => [a.status, a.end_reason])).toEqual([
-      ["requeued", "provider_lost"],
-      ["requeued", "provider_lost"],
-      ["failed", "provider_lost"],
+      ["requeued", "provider_silent"],
+      ["requeued", "provider_silent"],
+      ["failed", "provider_silent"],
     ]);
     expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
   });

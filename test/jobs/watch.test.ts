@@ -118,7 +118,7 @@ describe("WatchJob and GET /api/jobs/{id}/events", () => {
     const finalStatus = sse.events.filter((e) => e.event === "status").at(-1)!;
     expect(finalStatus.data.status.status).toBe("completed");
     const outcome = sse.events.at(-1)!.data.outcome;
-    expect(outcome).toMatchObject({ status: "completed", end_reason: "result", error: null, output_path: `/api/jobs/${jobId}/output`, output_format: "text" });
+    expect(outcome).toMatchObject({ status: "completed", end_reason: "completed", fault: "none", error: null, output_path: `/api/jobs/${jobId}/output`, output_format: "text" });
     expect(outcome.cost_halala).toBeGreaterThan(0);
     expect(outcome.actual_minutes).toBe(1);
 
@@ -135,7 +135,7 @@ describe("WatchJob and GET /api/jobs/{id}/events", () => {
     await result(srv.url, provider, jobId, { success: false, error: "CUDA out of memory" });
     const events = await watchAll(srv.url, renter.headers, jobId, undefined, "connect");
     expect(events.map(eventKind)).toEqual(["snapshot", "log", "log", "outcome"]);
-    expect(events[3].outcome).toMatchObject({ status: "failed", error: "CUDA out of memory", end_reason: "result" });
+    expect(events[3].outcome).toMatchObject({ status: "failed", error: "CUDA out of memory", end_reason: "runtime_error", fault: "unattributed" });
     expect(events[3].outcome.output_path).toBeUndefined();
     // From a cursor: only the lines after it.
     const after = await watchAll(srv.url, renter.headers, jobId, events[1].cursor);

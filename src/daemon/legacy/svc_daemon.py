@@ -146,6 +146,11 @@ def sign_task(secret, task_spec):
     return hmac.new(secret.encode("utf-8"), data, hashlib.sha256).hexdigest()
 
 
+# Whose fault each end reason this daemon reports is (the server's table, docs/daemons.md).
+FAULT_OF = {"runtime_error": "renter", "timeout": "renter", "provider_error": "provider",
+            "provider_interrupted": "provider", "signature_mismatch": "provider", "unsupported_on_provider": "provider"}
+
+
 def verify_task(secret, task_spec, signature):
     if not isinstance(signature, str) or len(signature) != 64:
         return False
@@ -681,8 +686,13 @@ class Daemon:
             return None
         return res.get("job")
 
-    def report(self, job_id, success, result=None, error=None, metrics=None):
+    def report(self, job_id, success, result=None, error=None, metrics=None, end_reason=None):
+        """job-result; a failure names its end reason and whose fault it was (docs/daemons.md), so the
+        server bills the renter's own failures, re-queues this machine's and refunds the platform's."""
         body = {"job_id": job_id, "success": success, "result": result, "error": error, "metrics": metrics or {}}
+        if not success and end_reason:
+            body["end_reason"] = end_reason
+            body["fault"] = FAULT_OF.get(end_reason, "renter")
         for attempt in range(5):
             try:
                 return self.api.post("/api/providers/job-result", body)
@@ -705,7 +715,8 @@ class Daemon:
         if not verify_task(self.cfg["secret"], job.get("task_spec"), job.get("task_spec_hmac")):
             self.log("job %s refused: task signature does not verify" % job_id)
             self.event("task_signature_invalid", "error", "task_spec_hmac does not match the task", job_id)
-            self.report(job_id, False, None, "task signature verification failed: the daemon refused the task")
+            self.report(job_id, False, None, "task signature verification failed: the daemon refused the task",
+                        end_reason="signature_mismatch")
             return
         self.current_job = job_id
         self.event("job_started", "info", job.get("job_type"), job_id)
@@ -715,7 +726,7 @@ class Daemon:
                 job, self.cfg["runners"], self.docker, self.cfg["work_dir"], bool(self.gpus.query()), self.scripts_dir)
         except (RuntimeError, OSError) as err:
             self.event("job_failed", "error", str(err), job_id)
-            self.report(job_id, False, None, str(err), {"duration_seconds": 0})
+            self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider")
             self.current_job = None
             return
         env = dict(os.environ, **extra_env)
@@ -725,10 +736,11 @@ class Daemon:
             run = JobRun(argv, stdin_text, env, os.path.dirname(result_file), kill_hook)
         except OSError as err:
             self.event("job_failed", "error", str(err), job_id)
-            self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0})
+            self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
+                        end_reason="provider_error")
             self.current_job = None
             return
-        pending, output, outcome = [], [], None
+        pending, output, outcome, end_reason = [], [], None, "runtime_error"
         last_flush = last_cancel_check = time.time()
         while True:
             try:
@@ -750,6 +762,7 @@ class Daemon:
                 pending, last_flush = [], now
             if now > deadline:
                 outcome = "max_duration_seconds (%s s) exceeded; the job was killed" % job.get("max_duration_seconds")
+                end_reason = "timeout"
                 run.stop()
             elif now - last_cancel_check >= CANCEL_CHECK_SECONDS:
                 last_cancel_check = now
@@ -758,6 +771,7 @@ class Daemon:
                     run.stop()
             if self.stop_event.is_set() and outcome is None and now > self.stop_deadline:
                 outcome = "interrupted: the provider daemon stopped before the job finished"
+                end_reason = "provider_interrupted"
                 run.stop()
         code = run.proc.wait()
         if pending:
@@ -783,7 +797,9 @@ class Daemon:
                 self.event("job_completed", "info", "%.1fs" % duration, job_id)
                 return
         error = outcome or "the job exited with status %s: %s" % (code, "\n".join(output[-5:])[-1000:])
-        self.report(job_id, False, None, error, metrics)
+        if outcome is None and kill_hook and code == 125:
+            end_reason = "provider_error"  # docker itself failed, not the job
+        self.report(job_id, False, None, error, metrics, end_reason=end_reason)
         self.event("job_failed", "warning", error, job_id)
 
     def post_quietly(self, path, body):

@@ -63,6 +63,8 @@ interface ActiveJob {
   cancelled: boolean;
   /** Stopped because the daemon is shutting down: reported as interrupted by the provider. */
   interrupted: boolean;
+  /** Stopped because its max_duration_seconds ran out: reported as timeout (the renter's limit). */
+  timedOut?: boolean;
   logs: string[];
   flushTimer?: NodeJS.Timeout;
 }
@@ -72,6 +74,11 @@ const LOG_FLUSH_MS = 300;
 const LOG_BATCH = 200;
 
 const toValue = (v: JsonValue) => fromJson(ValueSchema, v);
+
+/** The fault the server's protocol pairs with each end reason this daemon reports. */
+function failureAttribution(endReason: "runtime_error" | "provider_error" | "timeout"): { endReason: string; fault: string } {
+  return { endReason, fault: endReason === "provider_error" ? "provider" : "renter" };
+}
 
 /** How long a job that died of a stop signal waits for the daemon's own stop before it is reported as failed. */
 const STOP_SIGNAL_WAIT_MS = 1000;
@@ -394,9 +401,10 @@ export class ProviderDaemon {
     return hmac === true || sig === true;
   }
 
-  private reject(jobId: string, reason: string) {
+  /** Refuses a job; `endReason` says why in the server's terms (the provider's fault each). */
+  private reject(jobId: string, reason: string, endReason: "provider_refused" | "signature_mismatch" | "unsupported_on_provider" = "provider_refused") {
     this.cfg.log(`job ${jobId} refused: ${reason}`);
-    this.send({ case: "jobRejected", value: { jobId, reason } });
+    this.send({ case: "jobRejected", value: { jobId, reason, endReason } });
   }
 
   private async onJob(job: AssignedJob, signature: string) {
@@ -413,7 +421,7 @@ export class ProviderDaemon {
     try {
       if (!this.verified(job, signature)) {
         this.event("task_signature_invalid", "error", "the task's signature does not verify; refused", job.jobId);
-        return this.reject(job.jobId, "task signature verification failed: the daemon refused a tampered or unsigned task");
+        return this.reject(job.jobId, "task signature verification failed: the daemon refused a tampered or unsigned task", "signature_mismatch");
       }
       const why = await this.refusal(job, await this.probe.snapshot());
       if (why) return this.reject(job.jobId, why);
@@ -421,7 +429,7 @@ export class ProviderDaemon {
       try {
         executor = executorFor(spec, this.cfg.executors);
       } catch (err) {
-        return this.reject(job.jobId, (err as Error).message);
+        return this.reject(job.jobId, (err as Error).message, "unsupported_on_provider");
       }
       // SIGTERM came while the task was being checked: nothing started, refuse it.
       if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
@@ -446,7 +454,10 @@ export class ProviderDaemon {
         this.send({ case: "endpointReady", value: url.startsWith("port:") ? { jobId: spec.jobId, port: Number(url.slice(5)) } : { jobId: spec.jobId, endpointUrl: url } }),
     });
     active.running = running;
-    const timer = setTimeout(() => void running.stop(`max_duration_seconds (${spec.maxDurationSeconds} s) exceeded; the job was killed`), spec.maxDurationSeconds * 1000);
+    const timer = setTimeout(() => {
+      active.timedOut = true;
+      void running.stop(`max_duration_seconds (${spec.maxDurationSeconds} s) exceeded; the job was killed`);
+    }, spec.maxDurationSeconds * 1000);
     try {
       return await running.done;
     } finally {
@@ -491,6 +502,8 @@ export class ProviderDaemon {
         result: outcome.result === undefined ? undefined : toValue(outcome.result),
         error: outcome.error,
         metrics: outcome.metrics,
+        // Whose fault a failure was, so the server bills or re-queues it (docs/daemons.md).
+        ...(outcome.success ? {} : failureAttribution(active.timedOut ? "timeout" : (outcome.endReason ?? "runtime_error"))),
       },
     };
     this.unackedResults.set(jobId, result);

@@ -16,10 +16,12 @@ import type { PendingQuery, Row } from "postgres";
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { withinRunWindowSql } from "../providers/preferences.js";
+import { refreshReputation } from "../providers/reputation.js";
 import { belowMinimum, daemonPolicy, versionRank } from "../providers/versions.js";
 import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
 import type { JobRow } from "../shared/job-row.js";
 import { endLocked, type LockedJob } from "../money/settlement.js";
+import { DECLINED_REASONS, faultOf, type EndReason } from "../shared/job-end.js";
 
 /** How many attempts a job gets before a lost provider fails it; set from config at start. */
 export const jobPolicy = { maxAttempts: 3 };
@@ -69,7 +71,7 @@ export const matchesSql = (db: Db) => db`(
   AND ${hardwareFitSql(db)}
   AND (j.attempt = 1 OR NOT EXISTS (
     SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id
-      AND (x.end_reason IN ('rejected', 'not_picked_up')
+      AND (x.end_reason = ANY(${DECLINED_REASONS as string[]}::text[])
         OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))))))`;
 
 export const slotsSql = (db: Db) => db`greatest(p.gpu_count, 1)`;
@@ -477,11 +479,13 @@ export async function dispatchQueued(sql: Sql, limit = 100): Promise<number> {
 /**
  * Ends the current attempt of a pending/running job (row locked by the caller)
  * and puts the job back in the queue as a new attempt. The old provider is
- * told to stop. Money is untouched: the hold stays for the next attempt.
+ * told to stop. Money is untouched: the renter pays nothing for the attempt
+ * (its hold stays for the next one) and the provider earns nothing for it.
  */
-export async function requeueLocked(tx: Tx, job: JobRow, reason: string, error?: string): Promise<void> {
+export async function requeueLocked(tx: Tx, job: JobRow, reason: EndReason, error?: string): Promise<void> {
   await tx`
-    UPDATE job_attempts SET status = 'requeued', ended_at = now(), end_reason = ${reason}, error = ${error ?? null}
+    UPDATE job_attempts SET status = 'requeued', ended_at = now(), end_reason = ${reason}, fault = ${faultOf(reason)},
+           error = ${error ?? null}, cost_halala = 0
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await tx`
     UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL,
@@ -495,21 +499,25 @@ export async function placeJobs(sql: Sql, ids: number[]): Promise<void> {
   if (ids.length > 0) await sql.begin((tx) => placeMany(tx, ids));
 }
 
+/** End reasons of the provider's fault that take a job off its provider (dispatch re-queues them). */
+export type ProviderFaultReason = "provider_silent" | "provider_refused" | "provider_interrupted" | "not_picked_up" | "provider_error" | "signature_mismatch" | "unsupported_on_provider";
+
 /**
- * A job whose provider is gone (silent, rejected it): a new attempt in the
- * queue, or, once the attempts are used up, failed and refunded.
+ * A job its provider failed (went silent, refused it, stopped it, its machine
+ * failed it): the provider's fault, so the renter pays nothing for the attempt
+ * and the provider earns nothing. A new attempt in the queue while attempts
+ * remain; once they are used up, or when the job is pinned to this provider
+ * (provider_id at submit), failed with the fault shown and the hold released.
+ * The caller refreshes the provider's reliability after commit (reputation.ts).
  */
-export async function loseJobLocked(
-  tx: Tx,
-  job: LockedJob,
-  reason: "provider_lost" | "rejected" | "provider_interrupted" | "not_picked_up",
-  error: string,
-): Promise<"requeued" | "failed"> {
+export async function loseJobLocked(tx: Tx, job: LockedJob, reason: ProviderFaultReason, error: string): Promise<"requeued" | "failed"> {
   const exhausted = job.attempt >= jobPolicy.maxAttempts;
-  // A job bound to one provider cannot go elsewhere once that provider refused it.
-  if (exhausted || (reason !== "provider_lost" && job.requested_provider_id !== null)) {
-    const why = exhausted ? `${error}; gave up after ${job.attempt} attempt${job.attempt === 1 ? "" : "s"}` : `${error}; the requested provider refused the job`;
-    await endLocked(tx, job, "failed", reason, why);
+  const pinned = job.requested_provider_id !== null;
+  if (exhausted || pinned) {
+    const why = exhausted
+      ? `${error}; gave up after ${job.attempt} attempt${job.attempt === 1 ? "" : "s"}`
+      : `${error}; the job asked for this provider, so it is not sent to another`;
+    await endLocked(tx, job, "failed", { reason, error: why });
     return "failed";
   }
   await requeueLocked(tx, job, reason, error);
@@ -525,17 +533,19 @@ export async function loseJobLocked(
 export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason: string): Promise<{ requeued: string[]; failed: string[] }> {
   const out = { requeued: [] as string[], failed: [] as string[] };
   const requeuedIds: number[] = [];
-  await sql.begin(async (tx) => {
+  const jobs = await sql.begin(async (tx) => {
     const jobs = await tx<LockedJob[]>`
       SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
       ORDER BY id FOR UPDATE`;
     for (const job of jobs) {
-      const r = await loseJobLocked(tx, job, "provider_lost", reason || "provider stopped responding");
+      const r = await loseJobLocked(tx, job, "provider_silent", reason || "provider stopped responding");
       out[r].push(job.job_id);
       if (r === "requeued") requeuedIds.push(job.id);
     }
+    return jobs.length;
   });
   await placeJobs(sql, requeuedIds);
+  if (jobs > 0) await refreshReputation(sql, [providerId]);
   return out;
 }
 
@@ -553,15 +563,18 @@ export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeue
     ORDER BY assigned_at LIMIT ${limit}`;
   const out = { requeued: 0, failed: 0 };
   for (const { id } of ids) {
-    const r = await sql.begin(async (tx) => {
+    const lost = await sql.begin(async (tx) => {
       const [job] = await tx<LockedJob[]>`SELECT *, now() AS db_now FROM jobs WHERE id = ${id} FOR UPDATE`;
       if (job?.status !== "pending" || new Date(job.assigned_at!).getTime() > new Date(job.db_now).getTime() - PICKUP_SECONDS * 1000) return undefined;
-      return loseJobLocked(tx, job, "not_picked_up", `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`);
+      const r = await loseJobLocked(tx, job, "not_picked_up", `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`);
+      return { r, providerId: job.provider_id! };
     });
-    if (r === "requeued") {
+    if (!lost) continue;
+    if (lost.r === "requeued") {
       out.requeued++;
       await placeJobs(sql, [id]);
-    } else if (r === "failed") out.failed++;
+    } else out.failed++;
+    await refreshReputation(sql, [lost.providerId]);
   }
   return out;
 }

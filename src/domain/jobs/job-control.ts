@@ -17,25 +17,31 @@ export interface CancelOutcome {
 }
 
 /**
- * Cancels a queued, pending or running job: the whole hold goes back to the
- * renter (also for a running job: DESIGN §3 charges only results), a provider
- * on it is told to stop. 409 for a job that already ended, moving nothing.
+ * Cancels a queued, pending or running job; a provider on it is told to stop.
+ * The renter's cancel is the renter's fault: a running job pays the GPU time
+ * it used (75/25, within the hold) and the rest of the hold goes back; one
+ * that had not started yet gets the whole hold back. An admin's cancel is the
+ * platform's: the whole hold goes back. 409 for a job that already ended,
+ * moving nothing.
  */
 export async function cancelJob(sql: Sql, jobId: string, by: Canceller, reason?: string): Promise<CancelOutcome> {
-  const { id, providerId, refunded } = await sql.begin(async (tx) => {
+  const { id, providerId, refunded, charged } = await sql.begin(async (tx) => {
     const job = await lockJob(tx, jobId);
     if (by.role === "renter" && job.renter_id !== by.renterId) throw forbidden("this job belongs to another renter");
     if (!isActive(job.status)) throw conflict(`job is already ${job.status}`);
     const who = by.role === "admin" ? "admin" : "renter";
-    await endLocked(tx, job, "cancelled", "cancelled", `cancelled by ${who}${reason ? `: ${reason}` : ""}`);
+    const f = await endLocked(tx, job, "cancelled", {
+      reason: by.role === "admin" ? "admin_cancelled" : "renter_cancelled",
+      error: `cancelled by ${who}${reason ? `: ${reason}` : ""}`,
+    });
     if (by.role === "admin") {
       await recordAudit(tx, by.actor, "job.cancel", "job", jobId, { status: job.status, reason: reason ?? null, ip: by.ip ?? null });
     }
-    return { id: job.id, providerId: job.provider_id, refunded: job.cost_halala };
+    return { id: job.id, providerId: job.provider_id, refunded: f.released ?? 0, charged: f.cost };
   });
   if (providerId !== null) await dispatchForProvider(sql, providerId);
   const [job] = await sql<JobRow[]>`SELECT * FROM jobs WHERE id = ${id}`;
-  return { job, refunded, charged: 0 };
+  return { job, refunded, charged };
 }
 
 /** Admin: end the current attempt of a pending/running job and queue it again (beyond the retry limit). */
@@ -43,7 +49,7 @@ export async function requeueJob(sql: Sql, jobId: string, actor: string, reason?
   const { id, from } = await sql.begin(async (tx) => {
     const job = await lockJob(tx, jobId);
     if (job.status !== "pending" && job.status !== "running") throw conflict(`only a pending or running job can be re-queued (job is ${job.status})`);
-    await requeueLocked(tx, job, "admin", reason ? `re-queued by admin: ${reason}` : "re-queued by admin");
+    await requeueLocked(tx, job, "admin_requeued", reason ? `re-queued by admin: ${reason}` : "re-queued by admin");
     await recordAudit(tx, actor, "job.requeue", "job", jobId, {
       from_provider: job.provider_id,
       attempt: job.attempt,

@@ -7,11 +7,13 @@ import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import type { AssignedJobSchema, JobResultResponseSchema } from "../../../gen/svc/v1/jobs_pb.js";
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { badRequest, conflict, forbidden, notFound } from "../../errors.js";
-import { dispatchForProvider, loseJobLocked, placeJobs } from "../dispatch/dispatch.js";
+import { dispatchForProvider, loseJobLocked, placeJobs, type ProviderFaultReason } from "../dispatch/dispatch.js";
 import { MAX_LOG_LINES_READ } from "./jobs.js";
 import { type JobRow } from "../shared/job-row.js";
 import type { AssignedJob } from "../notify/job-notices.js";
-import { completeLocked, endLocked, figuresOf, lockJob, type Figures, type LockedJob } from "../money/settlement.js";
+import { completeLocked, endLocked, figuresOf, isActive, lockJob, type Figures, type LockedJob } from "../money/settlement.js";
+import { refreshReputation } from "../providers/reputation.js";
+import { REFUSAL_REASONS, judgeFailure, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
 import { legacySigningOf, providerTaskSecret } from "../accounts/provider-secret.js";
 import { canonicalJson, signTask, verifyTask } from "../../shared/task-signature.js";
@@ -76,28 +78,56 @@ async function lockOwnActive(tx: Tx, providerId: number, jobId: string): Promise
  * before per-provider secrets), and only when the stored HMAC still verifies:
  * a task changed behind the service's back goes out unsigned and is refused.
  */
-export async function pollJob(sql: Sql, serviceSecret: string, providerId: number): Promise<AssignedJobInit | undefined> {
+export async function pollJob(
+  sql: Sql,
+  serviceSecret: string,
+  providerId: number,
+  onPlatformFault: (jobId: string, error: string) => void = () => {},
+): Promise<AssignedJobInit | undefined> {
   const take = () =>
     sql.begin(async (tx) => {
-      const [job] = await tx<JobRow[]>`
-        SELECT * FROM jobs WHERE provider_id = ${providerId} AND status = 'pending'
-        ORDER BY assigned_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`;
-      if (!job) return undefined;
-      await startLocked(tx, job);
-      return job;
+      for (;;) {
+        const [job] = await tx<LockedJob[]>`
+          SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status = 'pending'
+          ORDER BY assigned_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`;
+        if (!job) return undefined;
+        // A task changed behind the service's back is not handed out: the platform's fault.
+        if (!verifyTask(serviceSecret, job.task_spec, job.task_spec_hmac)) {
+          await endLocked(tx, job, "failed", { reason: "platform_error", error: UNVERIFIABLE_TASK });
+          onPlatformFault(job.job_id, UNVERIFIABLE_TASK);
+          continue;
+        }
+        await startLocked(tx, job);
+        return job;
+      }
     });
   let job = await take();
   if (!job && (await dispatchForProvider(sql, providerId)).length > 0) job = await take();
   if (!job) return undefined;
   const msg = assignedJobMessage(job);
   const signing = await legacySigningOf(sql, providerId);
-  if (signing.holds === "provider") {
-    const canonical = canonicalJson(job.task_spec);
-    msg.taskSpecHmac = verifyTask(serviceSecret, job.task_spec, job.task_spec_hmac, canonical)
-      ? signTask(providerTaskSecret(serviceSecret, providerId, signing.epoch), job.task_spec)
-      : "";
-  }
+  if (signing.holds === "provider") msg.taskSpecHmac = signTask(providerTaskSecret(serviceSecret, providerId, signing.epoch), job.task_spec);
   return msg;
+}
+
+export const UNVERIFIABLE_TASK =
+  "the job's task no longer matches the signature the service gave it (changed after submit); it was not run and the hold was released";
+
+/**
+ * A pending job whose stored task does not verify against its HMAC (changed
+ * behind the service's back): never handed to a daemon; failed as the
+ * platform's fault (the whole hold back, no re-queue, no dock). Returns
+ * whether it ended it (the caller logs it as an error).
+ */
+export async function failUnverifiableTask(sql: Sql, providerId: number, jobId: string): Promise<boolean> {
+  const ended = await sql.begin(async (tx) => {
+    const job = await lockJob(tx, jobId);
+    if (job.provider_id !== providerId || !isActive(job.status)) return false;
+    await endLocked(tx, job, "failed", { reason: "platform_error", error: UNVERIFIABLE_TASK });
+    return true;
+  });
+  if (ended) await dispatchForProvider(sql, providerId);
+  return ended;
 }
 
 /** Stream daemons acknowledge an assignment: pending -> running. */
@@ -107,17 +137,30 @@ export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId
 
 /**
  * A daemon refuses a job, or (`interrupted`) stopped one it had started because
- * the provider shut it down: either way it goes back to the queue for another
- * provider (a new attempt) and the renter is charged nothing for this one.
+ * the provider shut it down: the provider's fault either way (end reason
+ * provider_refused unless the daemon names a more precise one: signature_mismatch,
+ * unsupported_on_provider, provider_interrupted). It goes back to the queue for
+ * another provider (a new attempt, dispatch.ts loseJobLocked), the renter is
+ * charged nothing for this attempt and the provider's reliability is docked.
  */
-export async function markJobRejected(sql: Sql, providerId: number, msg: { jobId: string; reason?: string; interrupted?: boolean }): Promise<"requeued" | "failed"> {
+export async function markJobRejected(
+  sql: Sql,
+  providerId: number,
+  msg: { jobId: string; reason?: string; interrupted?: boolean; endReason?: string },
+): Promise<"requeued" | "failed"> {
+  if (msg.endReason && !(REFUSAL_REASONS as readonly string[]).includes(msg.endReason)) {
+    throw badRequest(`end_reason must be one of ${REFUSAL_REASONS.join(", ")}`);
+  }
+  const code: RefusalReason = msg.interrupted ? "provider_interrupted" : ((msg.endReason || "provider_refused") as RefusalReason);
   const { outcome, id } = await sql.begin(async (tx) => {
     const job = await lockOwnActive(tx, providerId, msg.jobId);
-    const what = msg.interrupted ? "interrupted the job" : "rejected the job";
+    const what = code === "provider_interrupted" ? "interrupted the job" : "rejected the job";
     const why = `provider ${providerId} ${what}${msg.reason ? `: ${msg.reason.slice(0, 500)}` : ""}`;
-    return { outcome: await loseJobLocked(tx, job, msg.interrupted ? "provider_interrupted" : "rejected", why), id: job.id };
+    return { outcome: await loseJobLocked(tx, job, code, why), id: job.id };
   });
   if (outcome === "requeued") await placeJobs(sql, [id]);
+  else await dispatchForProvider(sql, providerId);
+  await refreshReputation(sql, [providerId]);
   return outcome;
 }
 
@@ -130,6 +173,8 @@ function resultResponse(jobId: string, f: Figures): ResultInit {
     costHalala: BigInt(f.cost),
     providerEarnedHalala: BigInt(f.providerEarned),
     platformFeeHalala: BigInt(f.platformFee),
+    endReason: f.endReason,
+    fault: f.fault,
   };
 }
 
@@ -139,6 +184,10 @@ export interface ResultReport {
   result?: Value | JsonValue;
   error?: string;
   metrics?: JsonObject;
+  /** A failure's attribution: renter, provider or platform (absent: unattributed). */
+  fault?: string;
+  /** A failure's end reason (job-end.ts REPORTED_FAILURE_REASONS). */
+  endReason?: string;
 }
 
 const MAX_ERROR = 10_000;
@@ -150,33 +199,53 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
 }
 
 /**
- * The final report of a job: success settles it (75/25 of min(rate x
- * minutes, estimate)), failure refunds it. A repeat after a result answers
- * the same figures and moves no money; a result after a timeout or cancel is
- * 409 (the job ended without it).
+ * The final report of a job. Success settles it (the time used, 75/25). A
+ * failure follows its fault (job-end.ts judgeFailure): the renter's (its code,
+ * image or input; its time ran out) pays the time used; the provider's goes
+ * back to the queue as a new attempt with no charge (dispatch.ts); the
+ * platform's and an unattributed one (no fault named: the legacy protocol's
+ * bare `success:false`) release the whole hold. A repeat after a result
+ * answers the same figures and moves no money; a result after a timeout or
+ * cancel is 409 (the job ended without it).
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
   requireFields({ job_id: msg.jobId });
   const result = resultJson(msg.result);
   const error = msg.error?.trim() ? msg.error.slice(0, MAX_ERROR) : undefined;
   const success = msg.success ?? error === undefined;
-  const { figures, freed } = await sql.begin(async (tx) => {
+  const judged = success ? undefined : judgeFailure(msg.endReason || undefined, msg.fault || undefined);
+  if (judged && "error" in judged) throw badRequest(judged.error);
+  const { figures, freed, requeued } = await sql.begin(async (tx) => {
     const job = await lockJob(tx, msg.jobId);
     assertAssignee(job, providerId);
-    if (job.status === "completed" || job.status === "failed" || job.status === "cancelled") {
-      if (job.end_reason === "result") return { figures: figuresOf(job), freed: false };
+    if (!isActive(job.status)) {
+      // A repeat of the report that ended the job answers its figures again.
+      const repeat = judged ? job.status === "failed" && job.end_reason === judged.reason : job.end_reason === "completed";
+      if (repeat) return { figures: figuresOf(job), freed: false, requeued: undefined };
       throw conflict(`job already ${job.status} (${job.end_reason ?? "ended"}); the result was not accepted`);
     }
-    const f = success
-      ? await completeLocked(tx, job, result ?? null, msg.metrics)
-      : await endLocked(tx, job, "failed", "result", error ?? "the job failed on the provider", { result, metrics: msg.metrics });
-    return { figures: f, freed: true };
+    if (success) return { figures: await completeLocked(tx, job, result ?? null, msg.metrics), freed: true, requeued: undefined };
+    const { reason, fault } = judged as Exclude<typeof judged, { error: string } | undefined>;
+    const text = error ?? "the job failed on the provider";
+    if (fault === "provider") {
+      const outcome = await loseJobLocked(tx, job, reason as ProviderFaultReason, `provider ${providerId} failed the job: ${text}`);
+      if (outcome === "requeued") {
+        const f: Figures = { status: "queued", endReason: reason, fault, actualMinutes: 0, cost: 0, providerEarned: 0, platformFee: 0 };
+        return { figures: f, freed: true, requeued: job.id };
+      }
+      const [ended] = await tx<JobRow[]>`SELECT * FROM jobs WHERE id = ${job.id}`;
+      return { figures: figuresOf(ended), freed: true, requeued: undefined };
+    }
+    const f = await endLocked(tx, job, "failed", { reason, fault, error: text, result, metrics: msg.metrics, reported: true });
+    return { figures: f, freed: true, requeued: undefined };
   });
+  if (requeued !== undefined) await placeJobs(sql, [requeued]);
   if (freed) await dispatchForProvider(sql, providerId);
+  if (figures.fault === "provider") await refreshReputation(sql, [providerId]);
   return resultResponse(msg.jobId, figures);
 }
 
-const RESERVED_COMPLETE_FIELDS = new Set(["api_key", "key", "job_id", "success", "error", "metrics", "result"]);
+const RESERVED_COMPLETE_FIELDS = new Set(["api_key", "key", "job_id", "success", "error", "metrics", "result", "fault", "end_reason"]);
 
 /** POST /api/jobs/{id}/complete: the body is the result; `error` or `success: false` marks a failure. */
 export async function completeJob(sql: Sql, providerId: number, jobId: string, body: JsonObject): Promise<ResultInit> {
@@ -194,6 +263,8 @@ export async function completeJob(sql: Sql, providerId: number, jobId: string, b
     result: body.result !== undefined ? body.result : rest,
     error: error ?? (body.success === false ? "the job failed on the provider" : undefined),
     metrics: (body.metrics ?? undefined) as JsonObject | undefined,
+    fault: typeof body.fault === "string" ? body.fault : undefined,
+    endReason: typeof body.end_reason === "string" ? body.end_reason : undefined,
   });
 }
 

@@ -35,6 +35,7 @@ export interface WatchAttempt {
   started_at: string | null;
   ended_at: string | null;
   end_reason: string | null;
+  fault: string | null;
   cost_halala: number | null;
   error: string | null;
 }
@@ -65,7 +66,7 @@ export async function readJobChanges(db: Db, id: number, afterLogId: number): Pr
            j.duration_minutes, j.max_duration_seconds, j.rate_halala_per_minute, j.cost_halala, j.actual_cost_halala,
            j.provider_earned_halala, j.platform_fee_halala, j.gpu_requirements, j.task_spec_hmac, j.model, j.pricing_class,
            j.checkpoint_enabled, j.prewarm_requested, j.template_id, j.attempt, j.submitted_at, j.assigned_at, j.started_at,
-           j.completed_at, j.timeout_at, j.error, j.progress_pct, j.progress_phase, j.endpoint_url, j.end_reason, j.actual_minutes,
+           j.completed_at, j.timeout_at, j.error, j.progress_pct, j.progress_phase, j.endpoint_url, j.end_reason, j.fault, j.actual_minutes,
            CASE WHEN j.result IS NULL OR jsonb_typeof(j.result) = 'null' THEN NULL
                 WHEN jsonb_typeof(j.result) = 'string' THEN 'text'
                 WHEN jsonb_typeof(j.result) = 'object' AND jsonb_typeof(j.result -> 'data') = 'string'
@@ -73,7 +74,7 @@ export async function readJobChanges(db: Db, id: number, afterLogId: number): Pr
                 WHEN jsonb_typeof(j.result) = 'object' AND jsonb_typeof(j.result -> 'response') = 'string' THEN 'text'
                 ELSE 'json' END AS output_format,
            coalesce((SELECT json_agg(a ORDER BY a.attempt) FROM (
-             SELECT attempt, provider_id, status, assigned_at, started_at, ended_at, end_reason, cost_halala, error
+             SELECT attempt, provider_id, status, assigned_at, started_at, ended_at, end_reason, fault, cost_halala, error
              FROM job_attempts WHERE job_id = j.id) a), '[]') AS attempts_json,
            coalesce((SELECT json_agg(l ORDER BY l.id) FROM (
              SELECT id, attempt, level, message, created_at FROM job_logs
@@ -109,6 +110,7 @@ function attemptMessage(a: WatchAttempt): AttemptInit {
     startedAt: iso(a.started_at),
     endedAt: iso(a.ended_at),
     endReason: a.end_reason ?? undefined,
+    fault: a.fault ?? undefined,
     costHalala: big(a.cost_halala),
     error: a.error ?? undefined,
   };
@@ -187,6 +189,7 @@ export function outcomeEvent(c: JobChanges, cursor: number): JobEventInit {
       value: {
         status: j.status,
         endReason: j.end_reason ?? undefined,
+        fault: j.fault ?? undefined,
         costHalala: BigInt(j.actual_cost_halala ?? 0),
         actualMinutes: big(j.actual_minutes),
         error: j.error ?? undefined,

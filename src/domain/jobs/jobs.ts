@@ -37,6 +37,8 @@ export function jobMessage(j: JobRow): MessageInitShape<typeof JobSchema> {
     endpointUrl: j.endpoint_url ?? undefined,
     attempt: j.attempt,
     model: j.model ?? undefined,
+    endReason: j.end_reason ?? undefined,
+    fault: j.fault ?? undefined,
   };
 }
 
@@ -149,6 +151,7 @@ export interface AttemptRow {
   started_at: Date | null;
   ended_at: Date | null;
   end_reason: string | null;
+  fault: string | null;
   cost_halala: number | null;
   error: string | null;
 }

@@ -4,15 +4,20 @@
 // the ledger in the same transaction: a result racing a timeout or a cancel
 // settles once, whichever commits first; the loser sees a terminal job.
 //
-// Money (DESIGN §3): success pays min(rate x billable minutes, estimate),
-// 75/25, and returns the rest of the hold; failure, cancel and timeout return
-// the whole hold. Cancelling a running job charges nothing either: the
-// renter pays only for results.
+// Money follows the end reason's fault (src/domain/shared/job-end.ts, DESIGN §3):
+// - completed, and the renter's fault once the job ran (its own code or input
+//   failed, cancelled while running, out of time): the renter pays the GPU
+//   time used, rate x billable minutes within the hold, split 75/25; the rest
+//   of the hold goes back;
+// - nothing ran yet, the provider's fault (when the job is not re-queued:
+//   dispatch.ts), the platform's, and an unattributed failure: the whole hold
+//   goes back.
 import type { Db, Tx } from "../../db/index.js";
 import { notFound } from "../../errors.js";
-import { release, settle } from "./ledger.js";
+import { openHold, release, settle } from "./ledger.js";
 import { actualCostHalala, actualMinutes } from "./pricing.js";
 import { notifyCancel } from "../notify/job-notices.js";
+import { faultOf, type EndReason, type Fault } from "../shared/job-end.js";
 import { enqueueRenterWebhook } from "../notify/webhooks.js";
 import type { JobRow } from "../shared/job-row.js";
 
@@ -44,11 +49,16 @@ export async function lockRenterFunds(tx: Tx, renterId: number): Promise<void> {
 }
 
 export interface Figures {
-  status: "completed" | "failed" | "cancelled";
+  /** queued: a provider's failure sent the job back to the queue (a new attempt). */
+  status: "completed" | "failed" | "cancelled" | "queued";
+  endReason: EndReason;
+  fault: Fault;
   actualMinutes: number;
   cost: number;
   providerEarned: number;
   platformFee: number;
+  /** What went back from the hold to the renter's available funds (set when this call ended the job). */
+  released?: number;
 }
 
 export const isActive = (status: string) => status === "queued" || status === "pending" || status === "running";
@@ -57,6 +67,8 @@ export const isActive = (status: string) => status === "queued" || status === "p
 export function figuresOf(job: JobRow): Figures {
   return {
     status: job.status as Figures["status"],
+    endReason: (job.end_reason ?? "completed") as EndReason,
+    fault: (job.fault ?? "none") as Fault,
     actualMinutes: job.actual_minutes ?? 0,
     cost: job.actual_cost_halala ?? 0,
     providerEarned: job.provider_earned_halala ?? 0,
@@ -72,6 +84,8 @@ async function webhook(tx: Tx, job: JobRow, status: string, f: Figures, error: s
     cost_halala: job.cost_halala,
     actual_cost_halala: f.cost,
     actual_minutes: f.actualMinutes,
+    end_reason: f.endReason,
+    fault: f.fault,
     error,
   });
 }
@@ -92,55 +106,71 @@ export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, me
   const cost = actualCostHalala(job.rate_halala_per_minute, minutes, job.cost_halala);
   await lockRenterFunds(tx, job.renter_id);
   const s = await settle(tx, job.renter_id, job.provider_id, job.id, job.cost_halala, cost);
-  const f: Figures = { status: "completed", actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee };
+  const f: Figures = { status: "completed", endReason: "completed", fault: "none", actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee };
   await tx`
-    UPDATE jobs SET status = 'completed', completed_at = now(), end_reason = 'result',
+    UPDATE jobs SET status = 'completed', completed_at = now(), end_reason = 'completed', fault = 'none',
            result = ${tx.json((result ?? null) as never)}, metrics = ${metrics ? tx.json(metrics as never) : null},
            actual_minutes = ${f.actualMinutes}, actual_cost_halala = ${f.cost},
            provider_earned_halala = ${f.providerEarned}, platform_fee_halala = ${f.platformFee},
            progress_pct = 100, updated_at = now()
     WHERE id = ${job.id}`;
   await tx`
-    UPDATE job_attempts SET status = 'completed', ended_at = now(), end_reason = 'result', cost_halala = ${f.cost},
+    UPDATE job_attempts SET status = 'completed', ended_at = now(), end_reason = 'completed', fault = 'none', cost_halala = ${f.cost},
            started_at = coalesce(started_at, ${job.started_at ?? job.assigned_at})
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await webhook(tx, job, "completed", f, null);
   return f;
 }
 
-export type EndReason = "result" | "timeout" | "cancelled" | "provider_lost" | "rejected" | "provider_interrupted" | "not_picked_up" | "admin";
+export interface EndOptions {
+  reason: EndReason;
+  /** Defaults to the reason's own fault; a failure report that names no one passes "unattributed". */
+  fault?: Fault;
+  error: string;
+  result?: unknown;
+  metrics?: unknown;
+  /** The daemon reported this end itself: it needs no cancel notice. */
+  reported?: boolean;
+}
+
+/** Whether an end bills the renter for the time used: the renter's fault, after the job started running. */
+export const billsTimeUsed = (job: Pick<JobRow, "status" | "started_at" | "provider_id">, fault: Fault): boolean =>
+  fault === "renter" && job.status === "running" && job.started_at !== null && job.provider_id !== null;
 
 /**
  * Ends an active job (row locked, status checked by the caller) as failed or
- * cancelled: the whole hold goes back to the renter, a provider still on it
- * is told to stop.
+ * cancelled. The renter's fault after it ran: the time used is paid 75/25
+ * (within the hold) and the rest released; otherwise the whole hold goes back.
+ * A provider still on it is told to stop.
  */
-export async function endLocked(
-  tx: Tx,
-  job: LockedJob,
-  status: "failed" | "cancelled",
-  reason: EndReason,
-  error: string,
-  extra: { result?: unknown; metrics?: unknown } = {},
-): Promise<Figures> {
+export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "cancelled", o: EndOptions): Promise<Figures> {
+  const fault = o.fault ?? faultOf(o.reason);
   await lockRenterFunds(tx, job.renter_id);
-  await release(tx, job.renter_id, job.id);
-  const f: Figures = { status, actualMinutes: 0, cost: 0, providerEarned: 0, platformFee: 0 };
+  const held = (await openHold(tx, job.id)) ?? 0;
+  let f: Figures = { status, endReason: o.reason, fault, actualMinutes: 0, cost: 0, providerEarned: 0, platformFee: 0, released: held };
+  if (billsTimeUsed(job, fault)) {
+    const minutes = actualMinutes(runSeconds(job));
+    const s = await settle(tx, job.renter_id, job.provider_id!, job.id, job.cost_halala, actualCostHalala(job.rate_halala_per_minute, minutes, job.cost_halala));
+    f = { ...f, actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee, released: held - s.cost };
+  } else {
+    await release(tx, job.renter_id, job.id);
+  }
   await tx`
-    UPDATE jobs SET status = ${status}, completed_at = now(), end_reason = ${reason}, error = ${error},
-           result = ${extra.result === undefined ? null : tx.json(extra.result as never)},
-           metrics = ${extra.metrics ? tx.json(extra.metrics as never) : null},
-           actual_minutes = 0, actual_cost_halala = 0, provider_earned_halala = 0, platform_fee_halala = 0,
+    UPDATE jobs SET status = ${status}, completed_at = now(), end_reason = ${o.reason}, fault = ${fault}, error = ${o.error},
+           result = ${o.result === undefined ? null : tx.json(o.result as never)},
+           metrics = ${o.metrics ? tx.json(o.metrics as never) : null},
+           actual_minutes = ${f.actualMinutes}, actual_cost_halala = ${f.cost},
+           provider_earned_halala = ${f.providerEarned}, platform_fee_halala = ${f.platformFee},
            timeout_at = NULL, updated_at = now()
     WHERE id = ${job.id}`;
   if (job.provider_id !== null) {
     await tx`
-      UPDATE job_attempts SET status = ${status}, ended_at = now(), end_reason = ${reason}, error = ${error}, cost_halala = 0
+      UPDATE job_attempts SET status = ${status}, ended_at = now(), end_reason = ${o.reason}, fault = ${fault}, error = ${o.error},
+             cost_halala = ${f.cost}
       WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
-    // The daemon reported this failure itself; anything else means it must stop.
-    if (reason !== "result") await notifyCancel(tx, job.provider_id, job.job_id);
+    if (!o.reported) await notifyCancel(tx, job.provider_id, job.job_id);
   }
-  await webhook(tx, job, status, f, error);
+  await webhook(tx, job, status, f, o.error);
   return f;
 }
 
@@ -153,13 +183,15 @@ export async function overdueJobIds(db: Db, limit: number): Promise<number[]> {
 }
 
 /**
- * Fails a job that exceeded max_duration_seconds and refunds it, unless
- * something else ended it first. Returns the provider to refill, if any.
+ * Fails a running job that exceeded max_duration_seconds, unless something
+ * else ended it first: the renter's fault (the limit it set), so the time
+ * used is paid (a job still pending at its deadline never ran: nothing is).
+ * Returns the provider to refill, if any.
  */
 export async function timeOutJob(tx: Tx, id: number): Promise<{ providerId: number } | undefined> {
   const job = await lockJobById(tx, id);
   if (!job || (job.status !== "pending" && job.status !== "running")) return undefined;
   if (job.timeout_at === null || new Date(job.timeout_at) > new Date(job.db_now)) return undefined;
-  await endLocked(tx, job, "failed", "timeout", `exceeded max_duration_seconds (${job.max_duration_seconds} s)`);
+  await endLocked(tx, job, "failed", { reason: "timeout", error: `exceeded max_duration_seconds (${job.max_duration_seconds} s)` });
   return { providerId: job.provider_id! };
 }

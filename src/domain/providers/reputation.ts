@@ -7,13 +7,15 @@ import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 export const UPTIME_WINDOW_HOURS = 24;
 /** A provider's figures are recomputed on a heartbeat at most this often (and by the sweep when silent). */
 export const REPUTATION_REFRESH_SECONDS = 300;
-/** Job outcomes older than this no longer count toward the success rate. */
+/** Attempt ends older than this no longer count toward the success rate. */
 export const SUCCESS_WINDOW_DAYS = 30;
 /** Age at which a provider's track record counts in full. */
 export const MATURITY_DAYS = 30;
 
 export interface ReliabilityInputs {
+  /** Attempts (last 30 days) the provider carried through: completed, or ended by the renter's fault after running. */
   completedJobs: number;
+  /** Attempts (last 30 days) that ended by the provider's fault (job-end.ts: refused, silent, interrupted, its machine failed, ...). */
   failedJobs: number;
   /** 0-100. */
   uptimePercent: number;
@@ -28,11 +30,17 @@ export interface ReliabilityInputs {
  *
  *   100 × (0.50 × S + 0.35 × U + 0.15 × A)
  *
- *   S = (completed + 1) / (completed + failed + overstated + 2)
- *       job success rate over the last 30 days, Laplace-smoothed so a new
- *       provider starts at 0.5, not 0 or 1; each /v1 request of the window whose
- *       usage the provider's endpoint overstated (reported more tokens than the
- *       gateway's bounds allow, token-pricing.ts) counts as one failed job
+ *   S = (carried + 1) / (carried + provider_faults + overstated + 2)
+ *       over the job attempts that ended on this provider in the last 30 days:
+ *       carried = completed (fault none) or ended by the renter's fault after
+ *       it ran (the provider did its part); provider_faults = attempts whose
+ *       end was the provider's fault (refused, silent, not picked up,
+ *       interrupted, its machine failed the job, a signature it could not
+ *       verify, a job type it cannot run). Platform faults and unattributed
+ *       failures count neither way. Laplace-smoothed so a new provider starts
+ *       at 0.5, not 0 or 1; each /v1 request of the window whose usage the
+ *       provider's endpoint overstated (reported more tokens than the
+ *       gateway's bounds allow, token-pricing.ts) counts as one provider fault
  *   U = uptime_percent / 100                          heartbeat coverage, last 24 h
  *   A = min(1, age_days / 30)                         time since the first heartbeat
  *
@@ -83,9 +91,10 @@ export async function refreshReputation(db: Db, providerIds: number[]): Promise<
       SELECT sum(covered_seconds) AS covered FROM provider_uptime u WHERE u.provider_id = p.id AND u.hour >= w.start
     ) c ON true
     LEFT JOIN LATERAL (
-      SELECT count(*) FILTER (WHERE status = 'completed') AS completed, count(*) FILTER (WHERE status = 'failed') AS failed
-      FROM jobs WHERE provider_id = p.id AND status IN ('completed', 'failed')
-        AND submitted_at >= now() - make_interval(days => ${SUCCESS_WINDOW_DAYS})
+      SELECT count(*) FILTER (WHERE fault = 'none' OR (fault = 'renter' AND started_at IS NOT NULL)) AS completed,
+             count(*) FILTER (WHERE fault = 'provider') AS failed
+      FROM job_attempts WHERE provider_id = p.id AND fault IS NOT NULL
+        AND ended_at >= now() - make_interval(days => ${SUCCESS_WINDOW_DAYS})
     ) j ON true
     LEFT JOIN LATERAL (
       SELECT count(*) AS overstated FROM v1_usage

@@ -39,8 +39,10 @@ export interface JobRow {
   progress_pct: number | null;
   progress_phase: string | null;
   endpoint_url: string | null;
-  /** Why a terminal job ended: result, timeout, cancelled, provider_lost, rejected, not_picked_up, admin. */
+  /** Why a terminal job ended (job-end.ts END_REASONS). */
   end_reason: string | null;
+  /** Whose fault the end was: none, renter, provider, platform, unattributed (job-end.ts). */
+  fault: string | null;
   actual_minutes: number | null;
 }
 

@@ -20,6 +20,8 @@ export interface ChildJobOptions {
   onStop?: () => Promise<void>;
   /** Seconds between SIGTERM and SIGKILL. */
   killGraceMs?: number;
+  /** Exit statuses that mean the executor itself failed, not the job (docker run: 125). */
+  executorExitCodes?: number[];
 }
 
 const MAX_KEPT_OUTPUT = 1_000_000;
@@ -73,16 +75,18 @@ export function startChildJob(opts: ChildJobOptions, hooks: JobHooks): RunningJo
     const metrics = { duration_seconds: (Date.now() - started) / 1000, exit_code: code ?? -1, executor: opts.executor } as Record<string, JsonValue>;
     if (signal) metrics.signal = signal;
     if (stopReason) return { success: false, error: stopReason, metrics };
-    if (error) return { success: false, error: `could not start the job: ${error.message}`, metrics };
+    if (error) return { success: false, error: `could not start the job: ${error.message}`, metrics, endReason: "provider_error" };
     if (code !== 0) {
       const tail = output.trim().split("\n").slice(-5).join("\n").slice(-1000);
-      return { success: false, error: `the job exited with status ${code ?? signal}${tail ? `: ${tail}` : ""}`, metrics };
+      // The job's own exit status is its own doing; the executor's failure (docker's 125) is this machine's.
+      const endReason = code !== null && opts.executorExitCodes?.includes(code) ? "provider_error" : "runtime_error";
+      return { success: false, error: `the job exited with status ${code ?? signal}${tail ? `: ${tail}` : ""}`, metrics, endReason };
     }
     if (fs.existsSync(opts.resultFile)) {
       try {
         return { success: true, result: JSON.parse(fs.readFileSync(opts.resultFile, "utf8")) as JsonValue, metrics };
       } catch (err) {
-        return { success: false, error: `the job wrote an invalid result file: ${(err as Error).message}`, metrics };
+        return { success: false, error: `the job wrote an invalid result file: ${(err as Error).message}`, metrics, endReason: "runtime_error" };
       }
     }
     return { success: true, result: { response: output.trim() }, metrics };

@@ -136,6 +136,8 @@ export class DockerExecutor implements Executor {
         stdin: "",
         resultFile: path.join(plan.outDir, "result.json"),
         executor: "docker",
+        // docker run exits 125 when docker itself failed (its daemon, the GPU runtime), not the job.
+        executorExitCodes: [125],
         // Killing the CLI does not stop the container: kill it by name.
         onStop: async () => {
           await runCommand(this.opts.docker, ["kill", plan.name], { timeoutMs: 30_000 });

@@ -22,6 +22,12 @@ export interface Outcome {
   result?: JsonValue;
   error?: string;
   metrics: JsonObject;
+  /**
+   * A failure's end reason as the server's protocol names it: runtime_error (the job's own
+   * code, image or input failed: the renter's fault), provider_error (this machine could not
+   * run it: the provider's), timeout (its max_duration_seconds ran out).
+   */
+  endReason?: "runtime_error" | "provider_error" | "timeout";
 }
 
 export interface RunningJob {
