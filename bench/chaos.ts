@@ -729,7 +729,7 @@ async function check(sql: Sql, renters: Renter[], receiver: WebhookReceiver, pro
            (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE owner_id = r.id AND kind IN ('renter_available', 'renter_held'))::bigint AS balance,
            (SELECT coalesce(sum(t.amount), 0) FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.credit_account_id
              WHERE a.owner_id = r.id AND a.kind = 'renter_available' AND t.kind = 'topup')::bigint AS credits,
-           (SELECT coalesce(sum(actual_cost_halala), 0) FROM jobs WHERE renter_id = r.id AND status = 'completed')::bigint AS charged
+           (SELECT coalesce(sum(actual_cost_halala), 0) FROM jobs WHERE renter_id = r.id AND status IN ('completed', 'failed', 'cancelled'))::bigint AS charged
     FROM renters r WHERE r.id = ANY(${renterIds}::bigint[])`;
   const renterProblems: string[] = [];
   for (const row of renterRows) {
@@ -746,7 +746,7 @@ async function check(sql: Sql, renters: Renter[], receiver: WebhookReceiver, pro
   // Providers earn 75% of each settled charge (rounded down per job); the platform the rest.
   const settled = await sql<{ job_id: string; provider_id: number; cost: number; earned: number; fee: number }[]>`
     SELECT job_id, provider_id, actual_cost_halala AS cost, provider_earned_halala AS earned, platform_fee_halala AS fee
-    FROM jobs WHERE status = 'completed'`;
+    FROM jobs WHERE status IN ('completed', 'failed', 'cancelled') AND coalesce(actual_cost_halala, 0) > 0`;
   const expectEarn = new Map<number, number>();
   let expectFees = 0;
   const splitProblems: string[] = [];
@@ -776,7 +776,8 @@ async function check(sql: Sql, renters: Renter[], receiver: WebhookReceiver, pro
        OR count(*) FILTER (WHERE kind = 'charge_provider') > 1`;
   const mismatched = await sql<{ job_id: string; status: string; hold: string | null }[]>`
     SELECT j.job_id, j.status, h.status AS hold FROM jobs j LEFT JOIN ledger_holds h ON h.job_id = j.id
-    WHERE NOT ((j.status = 'completed' AND h.status = 'settled') OR (j.status IN ('failed', 'cancelled') AND h.status = 'released')
+    WHERE NOT ((j.status = 'completed' AND h.status = 'settled')
+               OR (j.status IN ('failed', 'cancelled') AND h.status = CASE WHEN coalesce(j.actual_cost_halala, 0) > 0 THEN 'settled' ELSE 'released' END)
                OR (j.status IN ('queued', 'pending', 'running') AND h.status = 'open'))`;
   add("settled at most once", [
     ...twice.map((t) => `job id ${t.job_id}: ${t.n} charge transfers`),
@@ -788,12 +789,15 @@ async function check(sql: Sql, renters: Renter[], receiver: WebhookReceiver, pro
     SELECT j.job_id, j.actual_cost_halala AS cost,
            LEAST(j.cost_halala, j.rate_halala_per_minute * GREATEST(1, ceil(extract(epoch FROM (j.completed_at - coalesce(a.started_at, j.started_at))) / 60)))::bigint AS allowed
     FROM jobs j LEFT JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt
-    WHERE j.status = 'completed'`;
+    WHERE j.status IN ('completed', 'failed', 'cancelled') AND coalesce(j.actual_cost_halala, 0) > 0`;
+  // Only the last attempt can be paid, and never one that ended by the provider's or the platform's fault
+  // (the fault each end records, src/domain/money/settlement.ts).
   const faultCharged = await sql<{ job_id: string; attempt: number; end_reason: string | null; cost: number }[]>`
-    SELECT j.job_id, a.attempt, a.end_reason, a.cost_halala AS cost FROM job_attempts a JOIN jobs j ON j.id = a.job_id
-    WHERE coalesce(a.cost_halala, 0) > 0 AND (a.status <> 'completed' OR a.attempt <> j.attempt)`;
+    SELECT j.job_id, a.attempt, a.end_reason || '/' || coalesce(a.fault, '-') AS end_reason, a.cost_halala AS cost FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+    WHERE coalesce(a.cost_halala, 0) > 0 AND (a.attempt <> j.attempt OR a.fault IN ('provider', 'platform', 'unattributed'))`;
   const unpaidEnds = await sql<{ job_id: string; status: string; cost: number }[]>`
-    SELECT job_id, status, actual_cost_halala AS cost FROM jobs WHERE status IN ('failed', 'cancelled') AND coalesce(actual_cost_halala, 0) <> 0`;
+    SELECT job_id, status || '/' || coalesce(fault, '-') AS status, actual_cost_halala AS cost FROM jobs
+    WHERE status IN ('failed', 'cancelled') AND coalesce(actual_cost_halala, 0) <> 0 AND coalesce(fault, '-') <> 'renter'`;
   add("charged only for time run by the attempt that delivered", [
     ...overcharged.filter((o) => o.cost > Number(o.allowed)).map((o) => `job ${o.job_id}: charged ${o.cost}, at most ${o.allowed} for its run`),
     ...faultCharged.map((f) => `job ${f.job_id} attempt ${f.attempt} (${f.end_reason}) charged ${f.cost}`),
