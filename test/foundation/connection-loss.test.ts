@@ -3,7 +3,7 @@
 // the process. postgres.js 3.4.9 sent the transaction's ROLLBACK to the dead
 // connection from a setImmediate and threw an uncaught TypeError there, which
 // killed a server process when PostgreSQL restarted under load (npm run chaos);
-// scripts/patch-postgres.mjs (postinstall) fixes it. The pool runs in a child
+// bin/patch-postgres.mjs (postinstall) fixes it. The pool runs in a child
 // process: the defect ends the process it happens in.
 import { spawn } from "node:child_process";
 import { afterAll, beforeAll, expect, it } from "vitest";

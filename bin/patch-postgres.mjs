@@ -28,7 +28,7 @@ const nameAt = (dir) => (fs.existsSync(path.join(dir, "package.json")) ? JSON.pa
 while (nameAt(root) !== "postgres" && path.dirname(root) !== root) root = path.dirname(root);
 const version = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")).version;
 if (version !== PINNED) {
-  console.error(`scripts/patch-postgres.mjs: postgres ${version} installed, the patch is for ${PINNED}; check whether the new version fixes porsager/postgres#1208 and update or remove this patch`);
+  console.error(`bin/patch-postgres.mjs: postgres ${version} installed, the patch is for ${PINNED}; check whether the new version fixes porsager/postgres#1208 and update or remove this patch`);
   process.exit(1);
 }
 
@@ -50,7 +50,7 @@ for (const rel of ["src/connection.js", "cjs/src/connection.js", "cf/src/connect
     const count = text.split(from).length - 1;
     const expected = from.includes("clearImmediate") ? 2 : 1;
     if (count !== expected) {
-      console.error(`scripts/patch-postgres.mjs: ${rel}: expected ${expected} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
+      console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
       process.exit(1);
     }
     text = text.split(from).join(to);
