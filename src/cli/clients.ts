@@ -7,6 +7,7 @@ import { JobService } from "../../gen/svc/v1/jobs_pb.js";
 import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
+import { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
 import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import type { Profile } from "./profiles.js";
 
@@ -18,12 +19,13 @@ export interface Clients {
   payments: Client<typeof PaymentService>;
   providers: Client<typeof ProviderService>;
   admin: Client<typeof AdminService>;
+  receipts: Client<typeof ReceiptService>;
   reports: Client<typeof ReportService>;
 }
 
 export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients {
   const auth: Interceptor = (next) => (req) => {
-    req.header.set(HEADER[p.role], p.secret);
+    if (p.secret) req.header.set(HEADER[p.role], p.secret);
     return next(req);
   };
   const transport = createGrpcTransport({ baseUrl: p.url, interceptors: [auth] });
@@ -33,6 +35,7 @@ export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients
     payments: createClient(PaymentService, transport),
     providers: createClient(ProviderService, transport),
     admin: createClient(AdminService, transport),
+    receipts: createClient(ReceiptService, transport),
     reports: createClient(ReportService, transport),
   };
 }

@@ -15,6 +15,8 @@ export const EXIT = {
   unreachable: 4,
   /** The server refused the request for another reason (402, 404, 409, 429, 5xx...). */
   refused: 5,
+  /** `receipt verify`: the receipt (or the output given) does not verify. */
+  invalid: 6,
 } as const;
 
 export class Exit extends Error {

@@ -31,6 +31,10 @@ function loadEmbeddedPostgres() {
 export interface EmbeddedServer {
   url: string;
   stop(): Promise<void>;
+  /** A fast shutdown (SIGINT: sessions are cut, transactions in flight roll back) and a start on the same port. */
+  restart(): Promise<void>;
+  /** The postmaster's pid while it runs (the fault harness stops it from a synchronous exit hook). */
+  pid(): number | undefined;
 }
 
 async function freePort(preferred: number): Promise<number> {
@@ -88,5 +92,16 @@ export async function startEmbedded(dataDir: string, log: Logger, preferredPort 
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     stop: () => pg.stop(),
+    async restart() {
+      await pg.stop();
+      await pg.start();
+    },
+    pid() {
+      try {
+        return Number(fs.readFileSync(pidFile, "utf8").split("\n")[0]) || undefined;
+      } catch {
+        return undefined;
+      }
+    },
   };
 }

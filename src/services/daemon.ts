@@ -27,6 +27,7 @@ import type { AssignedJob } from "../domain/notify/job-notices.js";
 import type { JobRow } from "../domain/shared/job-row.js";
 import { providerById, type ProviderRow } from "../domain/providers/providers.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
+import { recordAttestation, registerProviderKey } from "../domain/providers/attestations.js";
 import { recordTaskKeyCheck, taskKeyMismatch } from "../domain/dispatch/task-key.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
 import type { TaskSigner } from "../shared/task-signature.js";
@@ -153,6 +154,8 @@ class StreamSession {
     this.keyMismatch = mismatch !== undefined;
     if (mismatch) this.deps.log.warn({ providerId: this.providerId }, "daemon pinned another task-signing key; provider kept out of dispatch");
     await recordTaskKeyCheck(sql, this.providerId, mismatch);
+    // The daemon's attestation key: registered on first connect, checked against each result it signs.
+    if (hello.providerKey) await registerProviderKey(sql, this.providerId, hello.providerKey).catch((err) => this.fail(err, "", "hello"));
     const provider = await providerById(sql, this.providerId);
     const settings = settingsOf(provider);
     this.lastSettings = JSON.stringify(settings);
@@ -233,6 +236,7 @@ class StreamSession {
           await endpointReady(sql, pid, { jobId: k.value.jobId, endpointUrl: k.value.endpointUrl, port: k.value.port, model: k.value.model });
           return;
         case "result": {
+          if (k.value.attestation) await recordAttestation(sql, pid, k.value.jobId, k.value.result, k.value.attestation);
           const r = k.value;
           const ack = await reportResult(sql, pid, {
             jobId: r.jobId,

@@ -10,6 +10,7 @@ import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { RegistryService, TemplateService } from "../../gen/svc/v1/templates_pb.js";
 import { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
 import { ReportService } from "../../gen/svc/v1/reports_pb.js";
+import { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
 import type { RegisteredService } from "../http/rest.js";
 import type { Deps } from "./deps.js";
 import { providerService } from "./providers.js";
@@ -24,6 +25,7 @@ import { templateService } from "./templates.js";
 import { jobService } from "./jobs.js";
 import { jobTypeService } from "./job-types.js";
 import { reportService } from "./reports.js";
+import { receiptService } from "./receipts.js";
 import { secure } from "./secure.js";
 
 type Impl = Partial<Record<string, (...args: never[]) => unknown>>;
@@ -48,6 +50,7 @@ const SERVICES: [DescService, (deps: Deps) => Impl][] = [
   [DaemonService, (d) => daemonService(d) as Impl],
   [JobTypeService, (d) => jobTypeService(d) as Impl],
   [ReportService, (d) => reportService(d) as Impl],
+  [ReceiptService, (d) => receiptService(d) as Impl],
 ];
 
 /** The descriptors of every served service (the OpenAPI document is made from them). */

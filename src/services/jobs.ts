@@ -14,6 +14,7 @@ import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jo
 import { type JobRow } from "../domain/shared/job-row.js";
 import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
 import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
+import { recordAttestation } from "../domain/providers/attestations.js";
 import { parseCursor } from "../domain/jobs/job-watch.js";
 import { jobWatchHub } from "../workers/job-watch.js";
 import { checkEnum, iso, page } from "../domain/shared/validate.js";
@@ -262,6 +263,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async reportResult(req, ctx) {
+      if (req.attestation) await recordAttestation(sql, callerProviderId(ctx), req.jobId, req.result, req.attestation);
       const ack = await reportResult(sql, callerProviderId(ctx), {
         jobId: req.jobId,
         success: req.success,

@@ -1,6 +1,8 @@
 // The server side of job time: every sweep (SVC_JOB_SWEEP_MS)
-//  1. fails and refunds pending/running jobs past max_duration_seconds
-//     (the provider is told to stop),
+//  1. fails pending/running jobs past max_duration_seconds (the provider is
+//     told to stop), and grows the hold of running jobs whose paid time is
+//     running out, or stops them when the renter cannot pay for more
+//     (src/domain/money/hold-extension.ts),
 //  2. re-queues (or, past the attempt limit, fails) jobs whose provider is no
 //     longer live: the safety net beside the provider liveness sweep; and jobs
 //     a live provider left pending (never picked up) for 120 s,
@@ -12,12 +14,16 @@ import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { dispatchForProvider, dispatchQueued, providersWithLostJobs, releaseUnclaimed, requeueJobsOfProvider } from "../domain/dispatch/dispatch.js";
 import { overdueJobIds, timeOutJob } from "../domain/money/settlement.js";
+import { fundRunningJob, jobsRunningOutOfPaidTime } from "../domain/money/hold-extension.js";
 import type { Worker } from "./worker.js";
 
 const BATCH = 200;
 
 export interface SweepResult {
   timedOut: number;
+  /** Holds grown, and jobs stopped because the renter could not pay for more. */
+  extended: number;
+  outOfFunds: number;
   requeued: number;
   failed: number;
   assigned: number;
@@ -25,13 +31,21 @@ export interface SweepResult {
 
 /** One pass; exported so tests and tools can drive it directly. */
 export async function sweepJobs(sql: Sql): Promise<SweepResult> {
-  const out: SweepResult = { timedOut: 0, requeued: 0, failed: 0, assigned: 0 };
+  const out: SweepResult = { timedOut: 0, extended: 0, outOfFunds: 0, requeued: 0, failed: 0, assigned: 0 };
   const freed = new Set<number>();
   for (const id of await overdueJobIds(sql, BATCH)) {
     const done = await sql.begin((tx) => timeOutJob(tx, id));
     if (done) {
       out.timedOut++;
       freed.add(done.providerId);
+    }
+  }
+  for (const id of await jobsRunningOutOfPaidTime(sql, BATCH)) {
+    const r = await sql.begin((tx) => fundRunningJob(tx, id));
+    if (r.kind === "extended") out.extended++;
+    if (r.kind === "stopped") {
+      out.outOfFunds++;
+      freed.add(r.providerId);
     }
   }
   for (const providerId of await providersWithLostJobs(sql)) {
@@ -54,7 +68,7 @@ export function jobTimeoutsWorker(opts: { sql: Sql; log: Logger; intervalMs: num
   const tick = () => {
     running = sweepJobs(opts.sql)
       .then((r) => {
-        if (r.timedOut || r.requeued || r.failed) opts.log.info(r, "job sweep");
+        if (r.timedOut || r.outOfFunds || r.requeued || r.failed) opts.log.info(r, "job sweep");
       })
       .catch((err) => {
         if (!stopped) opts.log.error({ err }, "job sweep failed");

@@ -9,7 +9,8 @@
 //   wrong role     a provider key on a renter route (or the reverse): 403; a key on an admin-only route: 401
 //   another owner  a job or payment of someone else: 403 (spec: "job belongs to another caller")
 //   former provider  a provider's key on a job that moved on to another provider: its own attempts'
-//                  logs and history are served, everything else (the job, its output, reports) is 403
+//                  logs and history, and the job's receipt, are served; everything else (the job, its
+//                  output, reports) is 403
 //   right owner    served: neither 401 nor 403 (validation may still answer 4xx)
 // "served" never means a 5xx; routes still being built may answer 501 and are listed.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -42,7 +43,7 @@ interface Case {
 }
 
 /** What a provider still reads of a job that moved on: its own attempts. */
-const FORMER_PROVIDER_READS = new Set(["GET /api/jobs/{job_id}/logs", "GET /api/jobs/{job_id}/history"]);
+const FORMER_PROVIDER_READS = new Set(["GET /api/jobs/{job_id}/logs", "GET /api/jobs/{job_id}/history", "GET /api/jobs/{job_id}/receipt"]);
 
 /** Reads whose documented answer for a key of no account is 404 "not found" (spec Errors table: me). */
 const UNKNOWN_KEY_NOT_FOUND = new Set(["GET /api/providers/me", "GET /api/renters/me", "GET /api/providers/status/{api_key}"]);

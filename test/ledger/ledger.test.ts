@@ -98,14 +98,14 @@ describe("hold, settle, release", () => {
     expect(await ledgerProblems(sql)).toEqual([]);
   });
 
-  it("rejects costs above the estimate and settling without a hold", async () => {
+  it("rejects costs above the hold and settling without a hold", async () => {
     const r = await makeRenter(srv, 100);
     const p = await makeProvider(srv);
     const job = await newJob(r.id, 100);
     await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 100, 50))).rejects.toThrow(/no hold/);
     await sql.begin((tx) => hold(tx, r.id, job, 100));
-    await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 100, 101))).rejects.toThrow(/above estimate/);
-    await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 90, 50))).rejects.toThrow(/estimate 90 given, 100 held/);
+    await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 100, 101))).rejects.toThrow(/above the 100 held/);
+    await expect(sql.begin((tx) => settle(tx, r.id, p.id, job, 90, 50))).rejects.toThrow(/90 given as held, 100 held/);
     await expect(sql.begin((tx) => release(tx, r.id + 1, job))).rejects.toThrow(/belongs to renter/);
     expect(await renterFunds(sql, r.id)).toEqual({ available: 0, held: 100, balance: 100 });
   });

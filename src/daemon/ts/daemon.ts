@@ -4,7 +4,10 @@
 // verified before it runs (stream signature with the pinned server key, and
 // the HMAC when the secret is configured); pause, run window, temperature
 // limit, usage cap and VRAM reserve decide whether a job is accepted; jobs
-// run through the executors; results survive reconnects (sent until acked).
+// run through the executors; results survive reconnects (sent until acked)
+// and are signed with the daemon's own key (provider attestation, registered
+// in hello; docs/receipts.md).
+import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -22,6 +25,7 @@ import {
 import type { AssignedJob } from "../../../gen/svc/v1/jobs_pb.js";
 import { withinRunWindow } from "../../shared/run-window.js";
 import { verifyTask, verifyTaskSignature } from "../../shared/task-signature.js";
+import { attestationStatement, ed25519Signer, keyIdOf, type Ed25519Signer, type GpuFacts } from "../../shared/receipt.js";
 import { AsyncQueue } from "../async-queue.js";
 import { runCommand } from "./exec.js";
 import { executorFor, type ExecutorConfig } from "./executors/plan.js";
@@ -67,6 +71,8 @@ interface ActiveJob {
   timedOut?: boolean;
   logs: string[];
   flushTimer?: NodeJS.Timeout;
+  /** The GPUs as probed when the job was accepted: the facts its result's attestation signs. */
+  gpu?: GpuFacts;
 }
 
 const MAX_BACKLOG = 10_000;
@@ -108,6 +114,8 @@ export class ProviderDaemon {
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private readonly backlog: MsgKind[] = [];
   private readonly unackedResults = new Map<string, MsgKind>();
+  /** This daemon's own key: registered with the server in hello, it signs each result (provider attestation). */
+  private readonly attestKey: Ed25519Signer | undefined;
   private readonly jobs = new Map<string, ActiveJob>();
   private settings: DaemonSettings | undefined;
   private signingKey: string | undefined;
@@ -127,6 +135,7 @@ export class ProviderDaemon {
 
   constructor(private readonly cfg: DaemonConfig) {
     this.probe = new GpuProbe(cfg.nvidiaSmi, this.stopSignal.signal);
+    this.attestKey = loadAttestationKey(cfg.stateDir, cfg.log);
     this.trustNextKey = !!cfg.trustNewServerKey && !cfg.serverKey;
     if (cfg.serverKey) [this.signingKey, this.keySource] = [cfg.serverKey, "configured"];
     else {
@@ -166,6 +175,7 @@ export class ProviderDaemon {
             runningJobIds: [...this.jobs.keys()],
             // The server keeps a provider whose daemon would refuse its tasks out of dispatch.
             taskSigningKey: this.trustNextKey ? undefined : this.signingKey,
+            providerKey: this.attestKey?.publicKey,
           },
         },
       });
@@ -423,8 +433,10 @@ export class ProviderDaemon {
         this.event("task_signature_invalid", "error", "the task's signature does not verify; refused", job.jobId);
         return this.reject(job.jobId, "task signature verification failed: the daemon refused a tampered or unsigned task", "signature_mismatch");
       }
-      const why = await this.refusal(job, await this.probe.snapshot());
+      const snap = await this.probe.snapshot();
+      const why = await this.refusal(job, snap);
       if (why) return this.reject(job.jobId, why);
+      active.gpu = gpuFacts(snap);
       let executor;
       try {
         executor = executorFor(spec, this.cfg.executors);
@@ -504,11 +516,19 @@ export class ProviderDaemon {
         metrics: outcome.metrics,
         // Whose fault a failure was, so the server bills or re-queues it (docs/daemons.md).
         ...(outcome.success ? {} : failureAttribution(active.timedOut ? "timeout" : (outcome.endReason ?? "runtime_error"))),
+        attestation: this.attest(jobId, outcome.result, active.gpu),
       },
     };
     this.unackedResults.set(jobId, result);
     if (this.connected) this.out?.push({ kind: result });
     this.event(outcome.success ? "job_completed" : "job_failed", outcome.success ? "info" : "warning", outcome.error ?? `${outcome.metrics.duration_seconds} s`, jobId);
+  }
+
+  /** The signed statement of a result: its output hash and the GPUs it ran on, by this daemon's key. */
+  private attest(jobId: string, result: JsonValue | undefined, gpu: GpuFacts | undefined) {
+    if (!this.attestKey) return undefined;
+    const statement = attestationStatement(jobId, result ?? null, gpu ?? { model: null, count: 0, vram_mib: null, driver_version: null, uuids: [] });
+    return { keyId: keyIdOf("prv", this.attestKey.publicKey), statement: statement as unknown as JsonObject, signature: this.attestKey.signCanonical(statement) };
   }
 
   // ---- shutdown ---------------------------------------------------------------
@@ -550,6 +570,49 @@ export class ProviderDaemon {
       await this.runLoop;
     }
   }
+}
+
+/** This daemon's attestation key: a raw Ed25519 seed, base64, made on first start (mode 0600). */
+export const ATTESTATION_KEY_FILE = "provider-key";
+
+/**
+ * Reads the daemon's attestation key from its state folder, creating it on first start. Created
+ * under a temporary name and linked into place, so daemons sharing the folder agree on one key.
+ * Without a usable key the daemon runs on and attests nothing (its receipts then say so).
+ */
+function loadAttestationKey(stateDir: string, log: (line: string) => void): Ed25519Signer | undefined {
+  const file = path.join(stateDir, ATTESTATION_KEY_FILE);
+  try {
+    if (!fs.existsSync(file)) {
+      fs.mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+      const tmp = `${file}.${process.pid}.tmp`;
+      fs.writeFileSync(tmp, crypto.randomBytes(32).toString("base64") + "\n", { mode: 0o600 });
+      try {
+        fs.linkSync(tmp, file);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+      } finally {
+        fs.unlinkSync(tmp);
+      }
+    }
+    const seed = Buffer.from(fs.readFileSync(file, "utf8").trim(), "base64");
+    return ed25519Signer(seed);
+  } catch (err) {
+    log(`no provider attestation key (${file}): ${(err as Error).message}; results are reported unsigned`);
+    return undefined;
+  }
+}
+
+/** The GPU facts an attestation signs, from a probe snapshot. */
+function gpuFacts(s: GpuSnapshot): GpuFacts {
+  const g = s.gpus[0];
+  return {
+    model: g?.name ?? null,
+    count: s.gpus.length,
+    vram_mib: g?.vram_mib ?? null,
+    driver_version: s.driverVersion,
+    uuids: s.gpus.map((x) => x.uuid).filter((u): u is string => typeof u === "string"),
+  };
 }
 
 /** Older versions pinned one key for every server here; it still counts for a server without a pin of its own. */

@@ -9,9 +9,17 @@ import type { Db } from "../../db/index.js";
 import { forbidden, notFound } from "../../errors.js";
 import { explainQueue } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
+import { actualCostHalala, actualMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
 
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
+
+/** A running job's cost so far: the billable minutes it has run at its rate, within its hold. */
+function runningCost(j: JobRow, now = Date.now()): bigint | undefined {
+  if (j.status !== "running" || j.started_at === null) return undefined;
+  const minutes = actualMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000));
+  return BigInt(actualCostHalala(j.rate_halala_per_minute, minutes, j.held_halala ?? j.cost_halala));
+}
 
 export function jobMessage(j: JobRow): MessageInitShape<typeof JobSchema> {
   return {
@@ -23,6 +31,8 @@ export function jobMessage(j: JobRow): MessageInitShape<typeof JobSchema> {
     startedAt: iso(j.started_at),
     completedAt: iso(j.completed_at),
     costHalala: BigInt(j.cost_halala),
+    heldHalala: BigInt(j.held_halala ?? j.cost_halala),
+    runningCostHalala: runningCost(j),
     actualCostHalala: big(j.actual_cost_halala),
     providerEarnedHalala: big(j.provider_earned_halala),
     platformFeeHalala: big(j.platform_fee_halala),

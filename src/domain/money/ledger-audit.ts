@@ -5,6 +5,7 @@
 // - the books sum to zero (kept balances plus the system accounts' derived ones);
 // - each renter's held balance equals the open holds of its jobs, and no hold
 //   stays open on a job that has ended;
+// - each job's hold (grown by extensions) equals what its hold entries moved;
 // - each charged job (completed, or ended by the renter's fault after it ran)
 //   has exactly one settlement: its hold settled, charged exactly the
 //   recorded cost, the rest released, and the job row agrees; a hold released
@@ -105,19 +106,21 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
         WHERE a.kind = 'renter_held' AND a.balance <> coalesce(h.open, 0)
         ORDER BY a.owner_id`,
       // Every hold whose money or job disagrees with its state; sound holds are not sent back.
-      tx<{ id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null; charged: number; released: number }[]>`
+      tx<{ id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null; held_in: number; charged: number; released: number }[]>`
         WITH t AS (
           SELECT job_id,
+                 coalesce(sum(amount) FILTER (WHERE kind = 'hold'), 0)::bigint AS held_in,
                  coalesce(sum(amount) FILTER (WHERE kind = ANY(${JOB_CHARGE_KINDS})), 0)::bigint AS charged,
                  coalesce(sum(amount) FILTER (WHERE kind = 'release'), 0)::bigint AS released
           FROM ledger_transfers WHERE job_id IS NOT NULL GROUP BY job_id
         ), x AS (
           SELECT h.job_id AS id, j.job_id, h.status AS hold, j.status AS job, h.amount, h.cost, j.actual_cost_halala AS actual_cost,
-                 coalesce(t.charged, 0) AS charged, coalesce(t.released, 0) AS released
+                 coalesce(t.held_in, 0) AS held_in, coalesce(t.charged, 0) AS charged, coalesce(t.released, 0) AS released
           FROM ledger_holds h LEFT JOIN t ON t.job_id = h.job_id LEFT JOIN jobs j ON j.id = h.job_id
         )
         SELECT * FROM x
-        WHERE charged <> CASE WHEN hold = 'settled' THEN coalesce(cost, 0) ELSE 0 END
+        WHERE held_in <> amount
+           OR charged <> CASE WHEN hold = 'settled' THEN coalesce(cost, 0) ELSE 0 END
            OR released <> CASE WHEN hold = 'open' THEN 0 WHEN hold = 'settled' THEN amount - coalesce(cost, 0) ELSE amount END
            OR (hold = 'open' AND job IN ('completed', 'failed', 'cancelled'))
            OR (hold = 'settled' AND (job IS NULL OR job NOT IN ('completed', 'failed', 'cancelled') OR actual_cost IS DISTINCT FROM cost))
@@ -170,7 +173,13 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
     }
     for (const j of jobs) {
       const subject = `job ${j.id}${j.job_id ? ` (${j.job_id})` : ""}`;
+      const heldIn = Number(j.held_in);
       const charged = Number(j.charged);
+      // The hold (grown by extensions) is what its hold entries moved into held.
+      if (heldIn !== j.amount) {
+        add({ kind: "settlement_mismatch", subject, expectedHalala: j.amount, actualHalala: heldIn,
+          message: `${subject} (hold ${j.hold}): holds ${j.amount} but its hold entries moved ${heldIn}` });
+      }
       const released = Number(j.released);
       const expectCharged = j.hold === "settled" ? (j.cost ?? 0) : 0;
       const expectReleased = j.hold === "open" ? 0 : j.amount - expectCharged;

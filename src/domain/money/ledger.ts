@@ -361,9 +361,14 @@ export interface Settlement {
  * answers the first settlement's figures and moves nothing; after a release
  * it moves nothing and says so.
  */
-export async function settle(tx: Tx, renterId: number, providerId: number, jobId: number, estimate: number, cost: number): Promise<Settlement> {
+/**
+ * Settles a job's open hold: `cost` goes 75/25 to the provider and the
+ * platform, the rest of the hold back to available. `held` must be the hold's
+ * amount (the estimate, plus what was added while the job ran).
+ */
+export async function settle(tx: Tx, renterId: number, providerId: number, jobId: number, held: number, cost: number): Promise<Settlement> {
   if (!Number.isSafeInteger(cost) || cost < 0) throw new Error(`invalid cost ${cost}`);
-  if (cost > estimate) throw new Error(`cost ${cost} above estimate ${estimate}`);
+  if (cost > held) throw new Error(`cost ${cost} above the ${held} held`);
   const { providerEarned, platformFee } = splitRevenue(cost);
   const [h] = await tx<HoldRow[]>`
     UPDATE ledger_holds
@@ -379,7 +384,7 @@ export async function settle(tx: Tx, renterId: number, providerId: number, jobId
     return { cost: prior.cost!, providerEarned: prior.provider_earned!, platformFee: prior.platform_fee!, moved: false, state: "settled" };
   }
   if (h.renter_id !== renterId) throw new Error(`hold of job ${jobId} belongs to renter ${h.renter_id}, not ${renterId}`);
-  if (h.amount !== estimate) throw new Error(`settle of job ${jobId}: estimate ${estimate} given, ${h.amount} held`);
+  if (h.amount !== held) throw new Error(`settle of job ${jobId}: ${held} given as held, ${h.amount} held`);
   const acct = await renterAccounts(tx, renterId);
   const earnings = await accountId(tx, "provider_earnings", providerId);
   // Three legs touch three kept balances: lock them all first, in id order, or a
@@ -397,6 +402,25 @@ export async function settle(tx: Tx, renterId: number, providerId: number, jobId
 }
 
 /** The open hold of a job, if any (amount held). */
+/**
+ * Adds `amount` from the renter's available balance to a running job's open
+ * hold (the caller holds the job row and the renter's accounts, in that
+ * order). `heldAfter` (the hold's new total, which only grows) keys the
+ * transfer. Returns false when the hold is no longer open.
+ */
+export async function extendHold(tx: Tx, renterId: number, jobId: number, amount: number, heldAfter: number): Promise<boolean> {
+  if (!Number.isSafeInteger(amount) || amount <= 0) throw new Error(`invalid hold extension ${amount}`);
+  const [h] = await tx<{ renter_id: number; amount: number }[]>`
+    UPDATE ledger_holds SET amount = amount + ${amount} WHERE job_id = ${jobId} AND status = 'open' RETURNING renter_id, amount`;
+  if (!h) return false;
+  if (h.renter_id !== renterId) throw new Error(`hold of job ${jobId} belongs to renter ${h.renter_id}, not ${renterId}`);
+  if (h.amount !== heldAfter) throw new Error(`hold of job ${jobId} is ${h.amount} after extending, ${heldAfter} expected`);
+  const acct = await renterAccounts(tx, renterId);
+  const moved = await transfer(tx, { from: acct.available, to: acct.held, amount, kind: "hold", key: `hold:job:${jobId}:to:${heldAfter}`, jobId });
+  if (!moved) throw new Error(`hold extension of job ${jobId} to ${heldAfter} was already written`);
+  return true;
+}
+
 export async function openHold(db: Db, jobId: number): Promise<number | undefined> {
   const [h] = await db<{ amount: number }[]>`SELECT amount FROM ledger_holds WHERE job_id = ${jobId} AND status = 'open'`;
   return h?.amount;

@@ -28,9 +28,9 @@ export function actualMinutes(runSeconds: number): number {
   return Math.max(1, Math.ceil(runSeconds / 60));
 }
 
-/** Settled cost: rate x minutes run, capped by the estimate the renter agreed to. */
-export function actualCostHalala(rate: number, minutes: number, estimate: number): number {
-  return Math.min(rate * minutes, estimate);
+/** Settled cost: rate x minutes run, within what is held for the job (the estimate, grown while it ran). */
+export function actualCostHalala(rate: number, minutes: number, held: number): number {
+  return Math.min(rate * minutes, held);
 }
 
 /** 75% to the provider (rounded down), the rest to the platform; sums to `cost`. */

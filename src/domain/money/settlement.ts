@@ -21,6 +21,7 @@ import { faultOf, type EndReason, type Fault } from "../shared/job-end.js";
 import { enqueueRenterWebhook } from "../notify/webhooks.js";
 import type { JobRow } from "../shared/job-row.js";
 import { reportJobSettled } from "../shared/observe.js";
+import { issueReceipt } from "./receipts.js";
 
 export type LockedJob = JobRow & { db_now: Date };
 
@@ -92,21 +93,28 @@ async function webhook(tx: Tx, job: JobRow, status: string, f: Figures, error: s
 }
 
 /** Seconds the current attempt ran, by the database clock. */
-function runSeconds(job: LockedJob): number {
+/** The job's open hold (its amount as the ledger keeps it; the estimate when it never grew). */
+async function heldFor(tx: Tx, job: LockedJob): Promise<number> {
+  return (await openHold(tx, job.id)) ?? job.cost_halala;
+}
+
+export function runSeconds(job: LockedJob): number {
   const from = job.started_at ?? job.assigned_at ?? job.submitted_at;
   return Math.max(0, (new Date(job.db_now).getTime() - new Date(from).getTime()) / 1000);
 }
 
 /**
  * Completes a pending/running job (row locked, status checked by the caller):
- * settles min(rate x minutes, estimate) 75/25 and stores the result.
+ * settles the time used, rate x billable minutes within the hold (the
+ * estimate, grown while the job ran: hold-extension.ts), 75/25, and stores the result.
  */
 export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, metrics: unknown): Promise<Figures> {
   if (job.provider_id === null) throw new Error(`job ${job.job_id} has no provider to pay`);
   const minutes = actualMinutes(runSeconds(job));
-  const cost = actualCostHalala(job.rate_halala_per_minute, minutes, job.cost_halala);
   await lockRenterFunds(tx, job.renter_id);
-  const s = await settle(tx, job.renter_id, job.provider_id, job.id, job.cost_halala, cost);
+  const held = await heldFor(tx, job);
+  const cost = actualCostHalala(job.rate_halala_per_minute, minutes, held);
+  const s = await settle(tx, job.renter_id, job.provider_id, job.id, held, cost);
   const f: Figures = { status: "completed", endReason: "completed", fault: "none", actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee };
   await tx`
     UPDATE jobs SET status = 'completed', completed_at = now(), end_reason = 'completed', fault = 'none',
@@ -120,6 +128,7 @@ export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, me
            started_at = coalesce(started_at, ${job.started_at ?? job.assigned_at})
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await webhook(tx, job, "completed", f, null);
+  await issueReceipt(tx, job.id);
   reportJobSettled(tx, "completed", "completed");
   return f;
 }
@@ -152,7 +161,7 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
   let f: Figures = { status, endReason: o.reason, fault, actualMinutes: 0, cost: 0, providerEarned: 0, platformFee: 0, released: held };
   if (billsTimeUsed(job, fault)) {
     const minutes = actualMinutes(runSeconds(job));
-    const s = await settle(tx, job.renter_id, job.provider_id!, job.id, job.cost_halala, actualCostHalala(job.rate_halala_per_minute, minutes, job.cost_halala));
+    const s = await settle(tx, job.renter_id, job.provider_id!, job.id, held, actualCostHalala(job.rate_halala_per_minute, minutes, held));
     f = { ...f, actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee, released: held - s.cost };
   } else {
     await release(tx, job.renter_id, job.id);
@@ -173,6 +182,7 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
     if (!o.reported) await notifyCancel(tx, job.provider_id, job.job_id);
   }
   await webhook(tx, job, status, f, o.error);
+  await issueReceipt(tx, job.id);
   reportJobSettled(tx, status, o.reason);
   return f;
 }

@@ -13,6 +13,8 @@ export interface JobRow {
   max_duration_seconds: number;
   rate_halala_per_minute: number;
   cost_halala: number;
+  /** The job's hold now: NULL while it is the estimate (cost_halala); grown while the job runs. */
+  held_halala: number | null;
   actual_cost_halala: number | null;
   provider_earned_halala: number | null;
   platform_fee_halala: number | null;

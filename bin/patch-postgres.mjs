@@ -1,0 +1,59 @@
+// Patches postgres.js 3.4.9 (run by `npm install`/`npm ci`: package.json postinstall).
+//
+// The defect (porsager/postgres#1154, #1208; fixes proposed in #1168, #1176,
+// #1209, none released): a write smaller than 1 KiB is deferred with
+// setImmediate; when the connection's socket closes first, closed() sets the
+// socket to null, and a later write on that connection (the ROLLBACK that
+// sql.begin sends after a transaction's connection died, or the next statement
+// of the transaction) runs socket.write on null inside the immediate: an
+// uncaught TypeError that ends the whole process. A PostgreSQL restart under
+// load did exactly that to a server process (npm run chaos). Teardown also
+// cancelled the pending immediate without forgetting it or the buffered bytes,
+// so a connection reused after such a close never flushed a small write again.
+//
+// The patch: a write to a closed connection fails its queries with
+// CONNECTION_CLOSED (a catchable error; the transaction is answered as failed
+// and the client retries), and teardown forgets the pending write. Exact text
+// replacements, checked: a postgres version other than the pinned one, or text
+// that moved, stops the install with a message instead of patching blindly.
+import fs from "node:fs";
+import path from "node:path";
+import { createRequire } from "node:module";
+
+const PINNED = "3.4.9";
+const MARK = "svc patch: write to a closed connection";
+// The package's folder: up from its entry point ("exports" hides its package.json).
+let root = path.dirname(createRequire(import.meta.url).resolve("postgres"));
+const nameAt = (dir) => (fs.existsSync(path.join(dir, "package.json")) ? JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")).name : undefined);
+while (nameAt(root) !== "postgres" && path.dirname(root) !== root) root = path.dirname(root);
+const version = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")).version;
+if (version !== PINNED) {
+  console.error(`bin/patch-postgres.mjs: postgres ${version} installed, the patch is for ${PINNED}; check whether the new version fixes porsager/postgres#1208 and update or remove this patch`);
+  process.exit(1);
+}
+
+const replacements = [
+  [
+    "  function nextWrite(fn) {\n    const x = socket.write(chunk, fn)\n",
+    `  function nextWrite(fn) {\n    // ${MARK}: fail its queries instead of throwing from an immediate\n    if (!socket) {\n      chunk = nextWriteTimer = null\n      error(Errors.connection('CONNECTION_CLOSED', options))\n      return false\n    }\n    const x = socket.write(chunk, fn)\n`,
+  ],
+  // terminate() and closed(): forget the cancelled write, or the next one is never scheduled.
+  ["    clearImmediate(nextWriteTimer)\n", "    clearImmediate(nextWriteTimer)\n    chunk = nextWriteTimer = null\n"],
+];
+
+for (const rel of ["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"]) {
+  const file = path.join(root, rel);
+  if (!fs.existsSync(file)) continue;
+  let text = fs.readFileSync(file, "utf8");
+  if (text.includes(MARK)) continue;
+  for (const [from, to] of replacements) {
+    const count = text.split(from).length - 1;
+    const expected = from.includes("clearImmediate") ? 2 : 1;
+    if (count !== expected) {
+      console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
+      process.exit(1);
+    }
+    text = text.split(from).join(to);
+  }
+  fs.writeFileSync(file, text);
+}

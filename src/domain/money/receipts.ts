@@ -1,0 +1,282 @@
+// Signed job receipts: proof, checkable offline with public keys only, of what
+// ran, where, for how long and for how much (the document and its checks:
+// src/shared/receipt.ts; the procedure: docs/receipts.md).
+//
+// issueReceipt runs inside the transaction that settles a job (settlement.ts,
+// every terminal path), after the job row and its attempts are written, and
+// reads everything it states from the database in that transaction: the job,
+// its attempts (with the GPU facts migration 021's trigger took when each
+// ended), the job's ledger transfers and the daemon's verified attestation. A
+// job gets one receipt (job_receipts' primary key: a second issue fails the
+// settling transaction rather than writing another) and the database refuses
+// to change or delete it.
+//
+// Keys: receipt_keys holds Ed25519 seeds the server generates (like the
+// task-signing key, server_keys); one is current. rotateReceiptKey retires it
+// and adds another; every key stays published by GET /api/receipts/keys.
+import crypto from "node:crypto";
+import { allInTransaction, type Db, type Tx } from "../../db/index.js";
+import { canonicalJson } from "../../shared/task-signature.js";
+import {
+  RECEIPT_TYPE,
+  RECEIPT_VERSION,
+  SIGNATURE_ALGORITHM,
+  ed25519Signer,
+  keyIdOf,
+  outputSha256,
+  sha256Hex,
+  type Ed25519Signer,
+  type GpuFacts,
+  type ReceiptFile,
+} from "../../shared/receipt.js";
+import { iso } from "../shared/validate.js";
+import type { JobRow } from "../shared/job-row.js";
+import { CHARGE_KIND } from "./ledger.js";
+
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+// ---- keys ----
+
+interface KeyRow {
+  key_id: string;
+  seed: Buffer;
+}
+
+/** Signers by key id: a seed is turned into a key once per process. */
+const signers = new Map<string, Ed25519Signer>();
+const signerOf = (row: KeyRow) => {
+  let s = signers.get(row.key_id);
+  if (!s) signers.set(row.key_id, (s = ed25519Signer(row.seed)));
+  return s;
+};
+
+function newKey(): { keyId: string; seed: Buffer; publicKey: string } {
+  const seed = crypto.randomBytes(32);
+  const publicKey = ed25519Signer(seed).publicKey;
+  return { keyId: keyIdOf("srv", publicKey), seed, publicKey };
+}
+
+/** The current signing key, created on first use (concurrent first uses agree: one current key, by index). */
+async function currentKey(db: Db): Promise<{ keyId: string; signer: Ed25519Signer }> {
+  let [row] = await db<KeyRow[]>`SELECT key_id, seed FROM receipt_keys WHERE retired_at IS NULL`;
+  if (!row) {
+    const k = newKey();
+    await db`
+      INSERT INTO receipt_keys (key_id, seed, public_key) VALUES (${k.keyId}, ${k.seed}, ${k.publicKey})
+      ON CONFLICT ((true)) WHERE retired_at IS NULL DO NOTHING`;
+    [row] = await db<KeyRow[]>`SELECT key_id, seed FROM receipt_keys WHERE retired_at IS NULL`;
+  }
+  return { keyId: row.key_id, signer: signerOf(row) };
+}
+
+export interface ServerKeyView {
+  keyId: string;
+  publicKey: string;
+  createdAt: Date;
+  retiredAt: Date | null;
+}
+
+/**
+ * Retires the current receipt key and makes a new one current. Receipts
+ * signed before keep verifying: the retired key stays published.
+ */
+export async function rotateReceiptKey(tx: Tx): Promise<{ current: ServerKeyView; retired: string | null }> {
+  // The current row is locked: two rotations at once run one after the other.
+  const [old] = await tx<{ key_id: string }[]>`SELECT key_id FROM receipt_keys WHERE retired_at IS NULL FOR UPDATE`;
+  if (old) await tx`UPDATE receipt_keys SET retired_at = now() WHERE key_id = ${old.key_id}`;
+  const k = newKey();
+  const [row] = await tx<{ created_at: Date }[]>`
+    INSERT INTO receipt_keys (key_id, seed, public_key) VALUES (${k.keyId}, ${k.seed}, ${k.publicKey}) RETURNING created_at`;
+  return { current: { keyId: k.keyId, publicKey: k.publicKey, createdAt: row.created_at, retiredAt: null }, retired: old?.key_id ?? null };
+}
+
+export interface ProviderKeyView {
+  keyId: string;
+  providerId: number;
+  publicKey: string;
+  registeredAt: Date;
+}
+
+/**
+ * Every server receipt key (oldest first, the current one last; one is
+ * created when there is none yet) and provider keys, all or those asked for.
+ */
+export async function publishedKeys(
+  db: Db,
+  f: { providerId?: number; keyId?: string; limit: number; offset: number },
+): Promise<{ server: ServerKeyView[]; providers: ProviderKeyView[]; providerTotal: number }> {
+  await currentKey(db);
+  const server = await db<{ key_id: string; public_key: string; created_at: Date; retired_at: Date | null }[]>`
+    SELECT key_id, public_key, created_at, retired_at FROM receipt_keys ORDER BY created_at, key_id`;
+  const where = db`WHERE true ${f.providerId === undefined ? db`` : db`AND provider_id = ${f.providerId}`} ${f.keyId === undefined ? db`` : db`AND key_id = ${f.keyId}`}`;
+  const providers = await db<{ key_id: string; provider_id: number; public_key: string; registered_at: Date; total: number }[]>`
+    SELECT key_id, provider_id, public_key, registered_at, count(*) OVER () AS total FROM provider_keys ${where}
+    ORDER BY provider_id, registered_at, key_id LIMIT ${f.limit} OFFSET ${f.offset}`;
+  return {
+    server: server.map((k) => ({ keyId: k.key_id, publicKey: k.public_key, createdAt: k.created_at, retiredAt: k.retired_at })),
+    providers: providers.map((k) => ({ keyId: k.key_id, providerId: k.provider_id, publicKey: k.public_key, registeredAt: k.registered_at })),
+    providerTotal: Number(providers[0]?.total ?? 0),
+  };
+}
+
+// ---- issue ----
+
+interface AttemptRow {
+  attempt: number;
+  provider_id: number | null;
+  status: string;
+  assigned_at: Date | null;
+  started_at: Date | null;
+  ended_at: Date | null;
+  end_reason: string | null;
+  cost_halala: number | null;
+  gpu: GpuFacts | null;
+  /** The attempt's fault, where the schema has that column (null: none recorded; undefined: no column). */
+  fault?: string | null;
+  has_fault: boolean;
+}
+
+interface MoneyRow {
+  held: number;
+  provider_share: number;
+  platform_share: number;
+  refunded: number;
+}
+
+interface AttestationRow {
+  provider_id: number;
+  key_id: string;
+  statement: Record<string, unknown>;
+  signature: string;
+}
+
+/** The GPU facts as stored (a snapshot), with the members a receipt always has. */
+function gpuFacts(g: GpuFacts | null): GpuFacts | null {
+  if (!g) return null;
+  return {
+    model: g.model ?? null,
+    count: g.count ?? null,
+    vram_mib: g.vram_mib === null || g.vram_mib === undefined ? null : Number(g.vram_mib),
+    driver_version: g.driver_version ?? null,
+    uuids: Array.isArray(g.uuids) ? g.uuids.filter((u) => typeof u === "string") : [],
+  };
+}
+
+/**
+ * Issues the receipt of a job that has just settled, in the settling
+ * transaction (`jobId`: jobs.id). Throws when the job is not terminal, and
+ * (unique key) when it already has a receipt.
+ */
+export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
+  const [jobs, attempts, money, key] = await allInTransaction([
+    tx<(JobRow & { fault_col?: string | null; has_fault: boolean; db_now: Date })[]>`
+      SELECT j.*, to_jsonb(j)->>'fault' AS fault_col, to_jsonb(j) ? 'fault' AS has_fault, now() AS db_now FROM jobs j WHERE j.id = ${jobId}`,
+    tx<AttemptRow[]>`
+      SELECT attempt, provider_id, status, assigned_at, started_at, ended_at, end_reason, cost_halala, gpu,
+             to_jsonb(a)->>'fault' AS fault, to_jsonb(a) ? 'fault' AS has_fault
+      FROM job_attempts a WHERE job_id = ${jobId} ORDER BY attempt`,
+    tx<MoneyRow[]>`
+      SELECT coalesce(sum(t.amount) FILTER (WHERE c.kind = 'renter_held'), 0)::bigint AS held,
+             coalesce(sum(t.amount) FILTER (WHERE t.kind = ${CHARGE_KIND.jobProvider}), 0)::bigint AS provider_share,
+             coalesce(sum(t.amount) FILTER (WHERE t.kind = ${CHARGE_KIND.jobPlatform}), 0)::bigint AS platform_share,
+             coalesce(sum(t.amount) FILTER (WHERE d.kind = 'renter_held' AND c.kind = 'renter_available'), 0)::bigint AS refunded
+      FROM ledger_transfers t
+      JOIN ledger_accounts d ON d.id = t.debit_account_id
+      JOIN ledger_accounts c ON c.id = t.credit_account_id
+      WHERE t.job_id = ${jobId}`,
+    currentKey(tx),
+  ]);
+  const job = jobs[0];
+  if (!job) throw new Error(`receipt of job ${jobId}: no such job`);
+  if (!TERMINAL.has(job.status)) throw new Error(`receipt of job ${job.job_id}: the job is ${job.status}, not settled`);
+  const m = money[0];
+  const outputHash = outputSha256(job.result);
+  const [att] =
+    job.provider_id === null
+      ? []
+      : await tx<AttestationRow[]>`
+          SELECT provider_id, key_id, statement, signature FROM job_attestations
+          WHERE job_id = ${jobId} AND attempt = ${job.attempt} AND provider_id = ${job.provider_id}`;
+  const charged = Number(m.provider_share) + Number(m.platform_share);
+  // Billed time: what settlement billed (its run seconds end at this transaction's now(), which is completed_at).
+  const from = job.started_at ?? job.assigned_at ?? job.submitted_at;
+  const billedMinutes = Number(job.actual_minutes ?? 0);
+  const billedSeconds = billedMinutes > 0 ? Math.round(Math.max(0, new Date(job.db_now).getTime() - new Date(from).getTime())) / 1000 : 0;
+
+  const body: Record<string, unknown> = {
+    type: RECEIPT_TYPE,
+    version: RECEIPT_VERSION,
+    receipt_id: `rcpt-${crypto.randomUUID()}`,
+    job_id: job.job_id,
+    renter_id: job.renter_id,
+    provider_id: job.provider_id,
+    job_type: job.job_type,
+    status: job.status,
+    end_reason: job.end_reason,
+    ...(job.has_fault ? { fault: job.fault_col ?? null } : {}),
+    submitted_at: iso(job.submitted_at),
+    ended_at: iso(job.completed_at) ?? null,
+    task_spec_sha256: sha256Hex(canonicalJson(job.task_spec ?? {})),
+    output_sha256: outputHash,
+    attempts: attempts.map((a) => ({
+      attempt: a.attempt,
+      provider_id: a.provider_id,
+      status: a.status,
+      assigned_at: iso(a.assigned_at) ?? null,
+      started_at: iso(a.started_at) ?? null,
+      ended_at: iso(a.ended_at) ?? null,
+      end_reason: a.end_reason,
+      ...(a.has_fault ? { fault: a.fault ?? null } : {}),
+      charged_halala: Number(a.cost_halala ?? 0),
+      gpu: gpuFacts(a.gpu),
+    })),
+    billing: {
+      currency: "SAR",
+      unit: "halala",
+      rate_halala_per_minute: Number(job.rate_halala_per_minute),
+      billed_seconds: billedSeconds,
+      billed_minutes: billedMinutes,
+      held_halala: Number(m.held),
+      charged_halala: charged,
+      provider_share_halala: Number(m.provider_share),
+      platform_share_halala: Number(m.platform_share),
+      refunded_halala: Number(m.refunded),
+    },
+    provider_attestation: attestationOf(job, outputHash, att),
+    signer: { key_id: key.keyId, algorithm: SIGNATURE_ALGORITHM },
+    issued_at: iso(job.db_now),
+  };
+  const document = canonicalJson(body);
+  const signature = key.signer.signCanonical(body);
+  await tx`
+    INSERT INTO job_receipts (job_id, receipt_id, key_id, document, signature, issued_at)
+    VALUES (${jobId}, ${body.receipt_id as string}, ${key.keyId}, ${document}, ${signature}, ${job.db_now})`;
+}
+
+/** The receipt's provider_attestation: the daemon's verified signature, or plainly why there is none. */
+function attestationOf(job: JobRow, outputHash: string | null, att: AttestationRow | undefined): Record<string, unknown> {
+  if (job.provider_id === null) return { status: "none", reason: "no_provider", detail: "the job never reached a provider" };
+  // Stored only after it verified against the provider's registered key (providers/attestations.ts);
+  // it counts only when it is about the output this job stored.
+  if (att && att.statement.job_id === job.job_id && att.statement.output_sha256 === outputHash) {
+    return { status: "attested", provider_id: att.provider_id, key_id: att.key_id, algorithm: SIGNATURE_ALGORITHM, statement: att.statement, signature: att.signature };
+  }
+  if (outputHash === null) {
+    return { status: "none", reason: "no_result", detail: "the job ended without a result from its provider: there is no provider attestation" };
+  }
+  return {
+    status: "none",
+    reason: "not_attested",
+    detail: "the result came without a provider signature (the legacy JSON protocol has no provider key): there is no provider attestation",
+  };
+}
+
+// ---- read ----
+
+/** A job's receipt as issued (`jobId`: jobs.id), or undefined when it has none. */
+export async function storedReceipt(db: Db, jobId: number): Promise<ReceiptFile | undefined> {
+  const [r] = await db<{ key_id: string; document: string; signature: string }[]>`
+    SELECT key_id, document, signature FROM job_receipts WHERE job_id = ${jobId}`;
+  if (!r) return undefined;
+  return { receipt: JSON.parse(r.document) as Record<string, unknown>, signature: { algorithm: SIGNATURE_ALGORITHM, key_id: r.key_id, value: r.signature } };
+}

@@ -1,0 +1,72 @@
+// Provider attestation: a stream daemon holds an Ed25519 key of its own,
+// registers the public key when it connects (Hello.provider_key), and signs
+// the output hash and GPU facts of each result it reports. The signature is
+// checked here against a key this provider registered before the result is
+// taken; a result whose attestation does not verify is refused (400). The
+// verified attestation is kept per attempt, and the job's receipt carries it
+// when it is about the output the job stored (src/domain/money/receipts.ts).
+import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { StructSchema, ValueSchema, type Struct, type Value } from "@bufbuild/protobuf/wkt";
+import type { Db } from "../../db/index.js";
+import { badRequest, conflict } from "../../errors.js";
+import { ATTESTATION_TYPE, keyIdOf, outputSha256, verifyCanonical } from "../../shared/receipt.js";
+
+const BASE64_KEY = /^[A-Za-z0-9+/]{43}=$/;
+
+/**
+ * Registers a daemon's public key for a provider (first connect) or notes it
+ * was seen again; returns its key id. A key registered to another provider is
+ * refused (409): the id names one provider's key.
+ */
+export async function registerProviderKey(db: Db, providerId: number, publicKey: string): Promise<string> {
+  if (!BASE64_KEY.test(publicKey) || Buffer.from(publicKey, "base64").length !== 32) {
+    throw badRequest("provider_key must be a raw 32-byte Ed25519 public key in base64");
+  }
+  const keyId = keyIdOf("prv", publicKey);
+  const [row] = await db<{ provider_id: number }[]>`
+    INSERT INTO provider_keys (key_id, provider_id, public_key) VALUES (${keyId}, ${providerId}, ${publicKey})
+    ON CONFLICT (key_id) DO UPDATE SET last_seen_at = now()
+    RETURNING provider_id`;
+  if (row.provider_id !== providerId) throw conflict("provider_key is registered to another provider");
+  return keyId;
+}
+
+export interface AttestationInput {
+  keyId: string;
+  statement?: Struct | JsonObject;
+  signature: string;
+}
+
+const jsonOf = (v: Value | JsonValue | undefined): JsonValue | undefined =>
+  v !== undefined && v !== null && typeof v === "object" && "$typeName" in v ? toJson(ValueSchema, v as Value) : (v as JsonValue | undefined);
+
+/**
+ * Checks a result's attestation against the reporting provider's registered
+ * key and keeps it for the job's current attempt. Called before the result
+ * is reported; a job this provider does not hold is left to the report to
+ * refuse. `result`: the result as reported (it is stored as it is).
+ */
+export async function recordAttestation(db: Db, providerId: number, jobId: string, result: Value | JsonValue | undefined, a: AttestationInput): Promise<void> {
+  const statement = (a.statement && "$typeName" in a.statement ? toJson(StructSchema, a.statement as Struct) : a.statement) as JsonObject | undefined;
+  if (!a.keyId) throw badRequest("attestation.key_id is required");
+  if (!statement) throw badRequest("attestation.statement is required");
+  if (!a.signature) throw badRequest("attestation.signature is required");
+  const [key] = await db<{ provider_id: number; public_key: string }[]>`SELECT provider_id, public_key FROM provider_keys WHERE key_id = ${a.keyId}`;
+  if (!key || key.provider_id !== providerId) throw badRequest(`attestation.key_id ${a.keyId} is not a key this provider registered`);
+  if (!verifyCanonical(key.public_key, statement, a.signature)) {
+    throw badRequest(`attestation.signature does not verify with the provider's registered key ${a.keyId}`);
+  }
+  if (statement.type !== ATTESTATION_TYPE || statement.version !== 1) throw badRequest(`attestation.statement.type must be ${ATTESTATION_TYPE} version 1`);
+  if (statement.job_id !== jobId) throw badRequest("attestation.statement.job_id is not this result's job");
+  const value = jsonOf(result);
+  if (statement.output_sha256 !== outputSha256(value ?? null)) throw badRequest("attestation.statement.output_sha256 does not match the reported result");
+  // Kept for the provider's current attempt; once the job has its receipt nothing changes.
+  await db`
+    INSERT INTO job_attestations (job_id, attempt, provider_id, key_id, statement, signature)
+    SELECT j.id, j.attempt, ${providerId}, ${a.keyId}, ${db.json(statement as never)}, ${a.signature}
+    FROM jobs j WHERE j.job_id = ${jobId} AND j.provider_id = ${providerId}
+      AND NOT EXISTS (SELECT 1 FROM job_receipts r WHERE r.job_id = j.id)
+    ON CONFLICT (job_id, attempt) DO UPDATE SET key_id = EXCLUDED.key_id, statement = EXCLUDED.statement,
+      signature = EXCLUDED.signature, received_at = now()
+    WHERE NOT EXISTS (SELECT 1 FROM job_receipts r WHERE r.job_id = job_attestations.job_id)`;
+}

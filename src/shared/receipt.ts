@@ -1,0 +1,189 @@
+// Signed job receipts and provider attestations, shared by the server (which
+// issues receipts), the stream daemon (which attests its results) and the CLI
+// (which verifies receipts offline). Nothing here reaches a database or the
+// network: verification needs only the receipt, the public keys and, to check
+// the output too, the output itself.
+//
+// A receipt file is {"receipt": BODY, "signature": {"algorithm": "Ed25519",
+// "key_id", "value"}}: `value` is the base64 Ed25519 signature, by the server
+// key `key_id`, of the UTF-8 bytes of canonicalJson(BODY) (RFC 8785, the
+// canonicalisation task specs use). BODY names the same key in `signer`, so
+// the key id is signed too. A provider attestation inside BODY is the
+// provider daemon's own Ed25519 signature of canonicalJson(statement), where
+// the statement holds the job id, the output hash and the GPU facts.
+//
+// Key ids are derived from the public key (a prefix and the first 16 hex
+// digits of the SHA-256 of the raw 32-byte key): a keys file cannot carry a
+// key under another key's id.
+import crypto from "node:crypto";
+import { canonicalJson } from "./task-signature.js";
+
+export const RECEIPT_TYPE = "svc.job-receipt";
+export const RECEIPT_VERSION = 1;
+export const ATTESTATION_TYPE = "svc.job-result-attestation";
+export const SIGNATURE_ALGORITHM = "Ed25519";
+
+// PKCS#8 and SPKI wrappings of raw Ed25519 keys (RFC 8410).
+const PKCS8_PREFIX = Buffer.from("302e020100300506032b657004220420", "hex");
+const SPKI_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
+
+export const sha256Hex = (data: string | Buffer) => crypto.createHash("sha256").update(data).digest("hex");
+
+/**
+ * The output hash of a receipt: SHA-256 of the canonical JSON of the job's
+ * stored result (the object or string the daemon reported), null when the job
+ * stored none.
+ */
+export function outputSha256(result: unknown): string | null {
+  return result === null || result === undefined ? null : sha256Hex(canonicalJson(result));
+}
+
+/** `srv-…` for server keys, `prv-…` for provider keys. */
+export function keyIdOf(prefix: "srv" | "prv", publicKeyBase64: string): string {
+  return `${prefix}-${sha256Hex(Buffer.from(publicKeyBase64, "base64")).slice(0, 16)}`;
+}
+
+export interface Ed25519Signer {
+  /** Raw 32-byte public key, base64. */
+  publicKey: string;
+  /** Base64 signature of the canonical JSON of value. */
+  signCanonical(value: unknown): string;
+}
+
+export function ed25519Signer(seed: Buffer): Ed25519Signer {
+  if (seed.length !== 32) throw new Error("an Ed25519 seed is 32 bytes");
+  const key = crypto.createPrivateKey({ key: Buffer.concat([PKCS8_PREFIX, seed]), format: "der", type: "pkcs8" });
+  const spki = crypto.createPublicKey(key).export({ format: "der", type: "spki" });
+  return {
+    publicKey: spki.subarray(SPKI_PREFIX.length).toString("base64"),
+    signCanonical: (value) => crypto.sign(null, Buffer.from(canonicalJson(value), "utf8"), key).toString("base64"),
+  };
+}
+
+/** Whether `signature` is the Ed25519 signature of canonicalJson(value) by the raw public key. */
+export function verifyCanonical(publicKeyBase64: string, value: unknown, signature: string): boolean {
+  try {
+    const raw = Buffer.from(publicKeyBase64, "base64");
+    const sig = Buffer.from(signature, "base64");
+    if (raw.length !== 32 || sig.length !== 64) return false;
+    const key = crypto.createPublicKey({ key: Buffer.concat([SPKI_PREFIX, raw]), format: "der", type: "spki" });
+    return crypto.verify(null, Buffer.from(canonicalJson(value), "utf8"), key, sig);
+  } catch {
+    return false;
+  }
+}
+
+/** The GPU facts of a receipt's attempt and of an attestation (null members: not reported). */
+export interface GpuFacts {
+  model: string | null;
+  count: number | null;
+  vram_mib: number | null;
+  driver_version: string | null;
+  /** GPU UUIDs as nvidia-smi reports them, where reported. */
+  uuids: string[];
+}
+
+/** What a provider daemon signs about a result. */
+export interface AttestationStatement {
+  type: typeof ATTESTATION_TYPE;
+  version: 1;
+  job_id: string;
+  /** outputSha256 of the result it reports. */
+  output_sha256: string | null;
+  gpu: GpuFacts;
+}
+
+export function attestationStatement(jobId: string, result: unknown, gpu: GpuFacts): AttestationStatement {
+  return { type: ATTESTATION_TYPE, version: 1, job_id: jobId, output_sha256: outputSha256(result), gpu };
+}
+
+/** Public keys a verifier trusts: the answer of GET /api/receipts/keys (or its saved file). */
+export interface PublishedKeys {
+  server_keys: { key_id: string; public_key: string; algorithm?: string }[];
+  provider_keys?: { key_id: string; provider_id: number | string; public_key: string; algorithm?: string }[];
+}
+
+export interface ReceiptFile {
+  receipt: Record<string, unknown>;
+  signature: { algorithm: string; key_id: string; value: string };
+}
+
+export interface Verification {
+  ok: boolean;
+  /** What was checked and held. */
+  checks: string[];
+  /** What failed; empty when ok. */
+  problems: string[];
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/**
+ * Checks a receipt file offline: the server's signature over the body with the
+ * published key it names, the provider attestation (when the receipt carries
+ * one) with the provider's published key, and, when `output` is given, that
+ * the output hashes to the receipt's output_sha256. `output` is the job's
+ * result as JSON; the answer of GET /api/jobs/{id}/output is accepted too
+ * (its added job_id and status are left out when they match the receipt).
+ */
+export function verifyReceipt(file: unknown, keys: PublishedKeys, output?: { value: unknown }): Verification {
+  const checks: string[] = [];
+  const problems: string[] = [];
+  const done = (): Verification => ({ ok: problems.length === 0, checks, problems });
+  if (!isObject(file) || !isObject(file.receipt) || !isObject(file.signature)) {
+    problems.push("not a receipt file: expected {receipt, signature}");
+    return done();
+  }
+  const body = file.receipt;
+  const sig = file.signature as Record<string, unknown>;
+  if (body.type !== RECEIPT_TYPE || body.version !== RECEIPT_VERSION) problems.push(`unknown receipt type or version: ${String(body.type)} v${String(body.version)}`);
+  if (sig.algorithm !== SIGNATURE_ALGORITHM) problems.push(`unsupported signature algorithm: ${String(sig.algorithm)}`);
+  const signer = isObject(body.signer) ? body.signer : {};
+  if (signer.key_id !== sig.key_id) problems.push(`the signature's key ${String(sig.key_id)} is not the signer the receipt names (${String(signer.key_id)})`);
+  const serverKey = (keys.server_keys ?? []).find((k) => k.key_id === sig.key_id);
+  if (!serverKey) problems.push(`server key ${String(sig.key_id)} is not among the published keys`);
+  else if (keyIdOf("srv", serverKey.public_key) !== serverKey.key_id) problems.push(`published server key ${serverKey.key_id} does not match its id`);
+  else if (typeof sig.value !== "string" || !verifyCanonical(serverKey.public_key, body, sig.value)) problems.push("the server's signature does not match the receipt (changed, or signed by another key)");
+  else checks.push(`server signature: valid (key ${serverKey.key_id})`);
+
+  const att = body.provider_attestation;
+  if (isObject(att) && att.status === "attested") {
+    const statement = att.statement;
+    const pkey = (keys.provider_keys ?? []).find((k) => k.key_id === att.key_id);
+    if (!pkey) problems.push(`provider key ${String(att.key_id)} is not among the published keys`);
+    else if (keyIdOf("prv", pkey.public_key) !== pkey.key_id) problems.push(`published provider key ${pkey.key_id} does not match its id`);
+    else if (String(pkey.provider_id) !== String(att.provider_id)) problems.push(`provider key ${pkey.key_id} belongs to provider ${pkey.provider_id}, not ${String(att.provider_id)}`);
+    else if (typeof att.signature !== "string" || !verifyCanonical(pkey.public_key, statement, att.signature)) problems.push("the provider's attestation signature does not match its statement");
+    else checks.push(`provider attestation: valid (provider ${pkey.provider_id}, key ${pkey.key_id})`);
+    if (!isObject(statement) || statement.job_id !== body.job_id || statement.output_sha256 !== body.output_sha256) {
+      problems.push("the provider's attestation is about another job or output than the receipt");
+    }
+  } else if (isObject(att)) {
+    checks.push(`provider attestation: none (${String(att.reason ?? "not attested")})`);
+  } else {
+    problems.push("the receipt has no provider_attestation member");
+  }
+
+  if (output) {
+    const want = body.output_sha256;
+    if (want === null) problems.push("the receipt records no output, but an output was given");
+    else if (!outputForms(output.value, body).some((v) => outputSha256(v) === want)) problems.push("the output does not match the receipt's output_sha256");
+    else checks.push("output: matches output_sha256");
+  }
+  return done();
+}
+
+/**
+ * The result a given output file may stand for: itself, or the output route's
+ * answer less the job_id and status it adds (a plain-text result is answered
+ * as {response}, any other non-object as {result}).
+ */
+function outputForms(v: unknown, body: Record<string, unknown>): unknown[] {
+  if (!isObject(v) || v.job_id !== body.job_id || v.status !== body.status) return [v];
+  const { job_id: _j, status: _s, ...rest } = v;
+  const keys = Object.keys(rest);
+  const forms: unknown[] = [v, rest];
+  if (keys.length === 1 && keys[0] === "response" && typeof rest.response === "string") forms.push(rest.response);
+  if (keys.length === 1 && keys[0] === "result") forms.push(rest.result);
+  return forms;
+}

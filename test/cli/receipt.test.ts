@@ -1,0 +1,101 @@
+// `svc receipt` as a real subprocess: verify a receipt offline from files
+// alone (no profile, no server), fail on a changed receipt or output (exit
+// 6), and fetch receipts and keys with a profile or from a URL.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { tempDir } from "../daemon/helpers.js";
+
+const SVC = path.resolve("bin/svc.js");
+let srv: TestServer;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+});
+afterAll(() => srv?.close());
+
+function svc(args: string[], home: string, input = ""): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const env: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(home, "config"), NO_COLOR: "1" };
+  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE"]) delete env[k];
+  const child = spawn(process.execPath, [SVC, ...args], { env, cwd: home, stdio: ["pipe", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  child.stdin.end(input);
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+// Each svc run starts a Node process with the TypeScript loader: seconds each on a loaded machine.
+describe("svc receipt", { timeout: 300_000 }, () => {
+  it("verifies a receipt offline from files, and refuses a changed receipt or output", async () => {
+    const api = client(srv.url);
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2 }, renter.headers);
+    const jobId = sub.body.job.job_id;
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { scores: { gflops: 3.5 } } });
+
+    const home = tempDir("svc-receipt");
+    const file = path.join(home, "receipt.json");
+    const keys = path.join(home, "keys.json");
+    const output = path.join(home, "output.json");
+    fs.writeFileSync(file, (await api.get(`/api/jobs/${jobId}/receipt`, renter.headers)).text);
+    fs.writeFileSync(keys, (await api.get("/api/receipts/keys")).text);
+    fs.writeFileSync(output, (await api.get(`/api/jobs/${jobId}/output`, renter.headers)).text);
+
+    // No profile and no server needed: files only.
+    const ok = await svc(["receipt", "verify", file, "--keys", keys, "--output", output], home);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toMatch(/ok\s+server signature: valid \(key srv-[0-9a-f]{16}\)/);
+    expect(ok.stdout).toMatch(/provider attestation: none/);
+    expect(ok.stdout).toMatch(/output: matches output_sha256/);
+    expect(ok.stdout).toMatch(new RegExp(`of job ${jobId}: valid`));
+
+    const changed = JSON.parse(fs.readFileSync(file, "utf8"));
+    changed.receipt.billing.charged_halala += 1;
+    const bad = path.join(home, "changed.json");
+    fs.writeFileSync(bad, JSON.stringify(changed));
+    const refused = await svc(["receipt", "verify", bad, "--keys", keys], home);
+    expect(refused.code).toBe(6);
+    expect(refused.stdout).toMatch(/FAIL the server's signature does not match the receipt/);
+    expect(refused.stdout).toMatch(/NOT valid/);
+
+    const otherOutput = path.join(home, "other-output.json");
+    fs.writeFileSync(otherOutput, JSON.stringify({ scores: { gflops: 4 } }));
+    const wrongOut = await svc(["--json", "receipt", "verify", file, "--keys", keys, "--output", otherOutput], home);
+    expect(wrongOut.code).toBe(6);
+    expect(JSON.parse(wrongOut.stdout)).toMatchObject({ valid: false, job_id: jobId, problems: ["the output does not match the receipt's output_sha256"] });
+
+    expect((await svc(["receipt", "verify", path.join(home, "missing.json"), "--keys", keys], home)).code).toBe(2);
+
+    // With a profile: get the receipt and the keys, verify against the server's published keys.
+    expect((await svc(["login", "--url", srv.url], home, renter.key)).code).toBe(0);
+    const got = await svc(["receipt", "get", jobId, "--out", "mine.json"], home);
+    expect(got.code, got.stderr).toBe(0);
+    expect(JSON.parse(fs.readFileSync(path.join(home, "mine.json"), "utf8"))).toEqual(JSON.parse(fs.readFileSync(file, "utf8")));
+    const viaProfile = await svc(["--json", "receipt", "verify", "mine.json"], home);
+    expect(viaProfile.code, viaProfile.stderr).toBe(0);
+    expect(JSON.parse(viaProfile.stdout)).toMatchObject({ valid: true, job_id: jobId, problems: [] });
+    const k = await svc(["receipt", "keys", "--out", "k.json"], home);
+    expect(k.code, k.stderr).toBe(0);
+    const ids = (f: string) => JSON.parse(fs.readFileSync(f, "utf8")).server_keys.map((x: { key_id: string; public_key: string }) => [x.key_id, x.public_key]);
+    expect(ids(path.join(home, "k.json"))).toEqual(ids(keys));
+
+    // From a URL without any profile (a new home): the public keys route needs no key.
+    const bare = tempDir("svc-receipt-bare");
+    fs.copyFileSync(file, path.join(bare, "r.json"));
+    const viaUrl = await svc(["receipt", "verify", "r.json", "--url", srv.url], bare);
+    expect(viaUrl.code, viaUrl.stderr).toBe(0);
+    // Another renter cannot fetch it.
+    const stranger = await makeRenter(srv, 0);
+    const other = tempDir("svc-receipt-other");
+    await svc(["login", "--url", srv.url], other, stranger.key);
+    expect((await svc(["receipt", "get", jobId], other)).code).toBe(3);
+  });
+});

@@ -1,0 +1,55 @@
+// A transaction whose database connection dies (PostgreSQL restarted, the
+// backend terminated) must fail as an error the caller can handle, never end
+// the process. postgres.js 3.4.9 sent the transaction's ROLLBACK to the dead
+// connection from a setImmediate and threw an uncaught TypeError there, which
+// killed a server process when PostgreSQL restarted under load (npm run chaos);
+// bin/patch-postgres.mjs (postinstall) fixes it. The pool runs in a child
+// process: the defect ends the process it happens in.
+import { spawn } from "node:child_process";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { freshDatabase } from "../helpers/server.js";
+
+let db: Awaited<ReturnType<typeof freshDatabase>>;
+beforeAll(async () => {
+  db = await freshDatabase();
+});
+afterAll(() => db?.drop());
+
+// The service's own pool (src/db/index.ts): three transactions lose their
+// backend mid-way, then the same pool keeps answering on its two connections.
+const CHILD = `
+import { connect } from "./src/db/index.ts";
+const sql = connect(process.env.DATABASE_URL, 2);
+const killer = connect(process.env.DATABASE_URL, 1);
+for (let i = 0; i < 3; i++) {
+  try {
+    await sql.begin(async (tx) => {
+      const [{ pid }] = await tx\`SELECT pg_backend_pid() AS pid\`;
+      await killer\`SELECT pg_terminate_backend(\${pid})\`;
+      await new Promise((r) => setTimeout(r, 50));
+      await tx\`SELECT 1\`;
+    });
+    console.log("committed");
+  } catch (err) {
+    console.log("failed " + err.code);
+  }
+}
+await new Promise((r) => setTimeout(r, 200));
+const rows = await Promise.all(Array.from({ length: 10 }, (_, i) => sql\`SELECT \${i}::int AS i\`));
+console.log("answered " + rows.map((r) => r[0].i).join(","));
+await sql.end({ timeout: 1 });
+await killer.end({ timeout: 1 });
+`;
+
+it("a transaction that loses its connection fails with CONNECTION_CLOSED, the process lives on and the pool keeps working", async () => {
+  const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", CHILD], {
+    env: { ...process.env, DATABASE_URL: db.url },
+  });
+  let out = "";
+  child.stdout.on("data", (d) => (out += d));
+  child.stderr.on("data", (d) => (out += d));
+  const code = await new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
+  expect(out).not.toMatch(/TypeError/);
+  expect(code, out).toBe(0);
+  expect(out.trim().split("\n")).toEqual(["failed CONNECTION_CLOSED", "failed CONNECTION_CLOSED", "failed CONNECTION_CLOSED", "answered 0,1,2,3,4,5,6,7,8,9"]);
+}, 60_000);

@@ -1,0 +1,133 @@
+// A running job pays for the time it runs: its hold grows from the renter's
+// available balance before its paid time runs out, and when the balance cannot
+// pay for more the job is stopped (out_of_funds, the renter's fault) and
+// settled for the time used. Over real HTTP, the sweep driven by the test.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { credit, ledgerProblems } from "../../src/domain/money/ledger.js";
+import { fundRunningJob } from "../../src/domain/money/hold-extension.js";
+import { sweepJobs } from "../../src/workers/job-timeouts.js";
+import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
+import { clearMarketplace } from "./helpers.js";
+
+let srv: TestServer;
+let api: ReturnType<typeof client>;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+  api = client(srv.url);
+});
+afterAll(() => srv?.close());
+beforeEach(() => clearMarketplace(srv));
+
+const balance = async (key: string) => (await api.get("/api/renters/balance", { "x-renter-key": key })).body;
+/** As if the job had been running for `seconds` (the database clock decides billing). */
+const ranFor = (jobId: string, seconds: number) =>
+  srv.sql`UPDATE jobs SET started_at = now() - make_interval(secs => ${seconds}) WHERE job_id = ${jobId}`;
+
+async function runningJob(renter: { headers: Record<string, string> }, provider: { key: string }, body: Record<string, unknown>) {
+  const r = await api.post("/api/jobs/submit", body, renter.headers);
+  expect(r.status, r.text).toBe(201);
+  const jobId = r.body.job.job_id as string;
+  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(jobId);
+  return { jobId, rate: (await srv.sql`SELECT rate_halala_per_minute AS r FROM jobs WHERE job_id = ${jobId}`)[0].r as number };
+}
+
+describe("paying as a job runs", () => {
+  it("bills a job that ran 70 s for 2 minutes and pays the provider for both, though it held 1 halala at submit", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const { jobId, rate } = await runningJob(renter, provider, { job_type: "llm-inference", duration_minutes: 0.01, max_duration_seconds: 86_400 });
+    expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body).toMatchObject({ cost_halala: 1, held_halala: 1 });
+    await ranFor(jobId, 70);
+    const swept = await sweepJobs(srv.sql);
+    expect(swept.extended).toBe(1);
+    const view = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
+    // Whole paid minutes again, EXTEND_MINUTES (5) of them; the running cost shows the 2 minutes used.
+    expect(view).toMatchObject({ status: "running", cost_halala: 1, held_halala: 5 * rate, running_cost_halala: 2 * rate });
+    expect(await balance(renter.key)).toMatchObject({ held_halala: 5 * rate, balance_halala: 10_000 });
+
+    const done = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { response: "hi" } });
+    expect(done.status, done.text).toBe(200);
+    const j = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
+    const cost = 2 * rate;
+    expect(j).toMatchObject({ status: "completed", actual_cost_halala: cost, provider_earned_halala: Math.floor((cost * 75) / 100) });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000 - cost, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("stops a job its renter cannot pay for any longer, as the paid time runs out, and bills the minutes held", async () => {
+    const renter = await makeRenter(srv, 0);
+    const provider = await makeProvider(srv);
+    // Funds for the 1-minute estimate of a benchmark (10 halala/min) plus one more minute.
+    const rate = 10;
+    await srv.sql.begin((tx) => credit(tx, renter.id, 2 * rate, `test-fund:${renter.id}:two-minutes`));
+    const { jobId } = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 1 });
+    // 30 s in: within a minute of the end, the hold grows by the one minute the balance covers.
+    await ranFor(jobId, 30);
+    expect((await sweepJobs(srv.sql)).extended).toBe(1);
+    expect(await balance(renter.key)).toMatchObject({ held_halala: 2 * rate, available_halala: 0 });
+    // 90 s in: no more funds, but paid time is left: the job runs on (a top-up could still come).
+    await ranFor(jobId, 90);
+    const mid = await sweepJobs(srv.sql);
+    expect(mid).toMatchObject({ extended: 0, outOfFunds: 0 });
+    // 116 s in: its paid time is about to end: stopped, the provider told, both minutes billed 75/25.
+    const stops: string[] = [];
+    const l = await srv.sql.listen(CANCEL_CHANNEL, (p) => stops.push(JSON.parse(p).job_id));
+    await ranFor(jobId, 116);
+    expect((await sweepJobs(srv.sql)).outOfFunds).toBe(1);
+    await expect.poll(() => stops).toEqual([jobId]);
+    await l.unlisten();
+    const j = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "failed", end_reason: "out_of_funds", fault: "renter", actual_cost_halala: 2 * rate, provider_earned_halala: 15, platform_fee_halala: 5 });
+    expect(j.error).toMatch(/cannot pay for more than the 2 minutes held/);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 0, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("grows a hold only within a minute of its end, and never past max_duration_seconds", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${provider.id}`;
+    // A 10-minute job 30 s in has minutes of paid time left: nothing to do.
+    const long = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 10 });
+    await ranFor(long.jobId, 30);
+    const [{ id }] = await srv.sql`SELECT id FROM jobs WHERE job_id = ${long.jobId}`;
+    expect((await srv.sql.begin((tx) => fundRunningJob(tx, id))).kind).toBe("unchanged");
+    expect((await sweepJobs(srv.sql)).extended).toBe(0);
+    const { jobId, rate } = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 1, max_duration_seconds: 150 });
+    await ranFor(jobId, 30);
+    await sweepJobs(srv.sql);
+    // The cap is 150 s, 3 billable minutes: the hold grows to 3 minutes, not 6.
+    expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body.held_halala).toBe(3 * rate);
+    await ranFor(jobId, 125);
+    expect((await sweepJobs(srv.sql)).extended).toBe(0);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("keeps the books when extensions race the job's settlement", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 8 WHERE id = ${provider.id}`;
+    const jobs: string[] = [];
+    for (let i = 0; i < 8; i++) jobs.push((await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 0.5, max_duration_seconds: 3600 })).jobId);
+    for (const j of jobs) await ranFor(j, 50);
+    const ids = (await srv.sql`SELECT id FROM jobs WHERE job_id = ANY(${jobs})`).map((r) => r.id as number);
+    await Promise.all([
+      ...ids.map((id) => srv.sql.begin((tx) => fundRunningJob(tx, id))),
+      ...jobs.map((j) => api.post("/api/providers/job-result", { api_key: provider.key, job_id: j, success: true, result: { ok: 1 } })),
+      ...ids.map((id) => srv.sql.begin((tx) => fundRunningJob(tx, id))),
+    ]);
+    // Each settles once: for the minute it ran (10) when its hold grew first, within the 5 held when the result came first.
+    const rows = await srv.sql`SELECT status, actual_cost_halala::int AS cost FROM jobs WHERE job_id = ANY(${jobs})`;
+    expect(rows.map((r) => r.status)).toEqual(Array(8).fill("completed"));
+    for (const r of rows) expect([5, 10]).toContain(r.cost);
+    const charged = rows.reduce((sum, r) => sum + r.cost, 0);
+    const [settlements] = await srv.sql`SELECT count(*)::int AS n FROM ledger_holds h JOIN jobs j ON j.id = h.job_id WHERE j.job_id = ANY(${jobs}) AND h.status = 'settled'`;
+    expect(settlements.n).toBe(8);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 100_000 - charged, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});
