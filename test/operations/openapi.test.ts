@@ -130,6 +130,7 @@ describe("real answers validate against the document", () => {
   const NOT_A_SUCCESS: Record<string, string> = {
     "GET /api/providers/download-windows-exe": "404 until SVC_WINDOWS_EXE_PATH is set",
     "GET /api/jobs/{job_id}/output/{format}": "404 while the fixture's job has no output yet (a file, not JSON, once it has)",
+    "GET /api/jobs/{job_id}/receipt": "404 until the fixture's job has ended (receipts are issued at settlement)",
   };
 
   it("on every renter, provider, public and admin route", async () => {
@@ -170,6 +171,20 @@ describe("real answers validate against the document", () => {
     expect(notOk.filter((n) => expected.includes(n.replace(/ \d+$/, "")) && !(n.replace(/ \d+$/, "") in NOT_A_SUCCESS))).toEqual([]);
     expect(validated.length).toBeGreaterThan(routes.length * 0.75);
   }, 180_000);
+
+  it("on the answers that need an ended job: its output and its receipt", async () => {
+    const fx = await fixtures(srv);
+    const api = client(srv.url);
+    await api.get(`/api/providers/${fx.provider1.key}/jobs`);
+    const done = await api.post("/api/providers/job-result", { api_key: fx.provider1.key, job_id: fx.jobId, success: true, result: { response: "ok" } });
+    expect(done.status, done.text).toBe(200);
+    for (const r of routes.filter((x) => ["GET /api/jobs/{job_id}/receipt", "GET /api/jobs/{job_id}/output"].includes(routeKey(x)))) {
+      const reply = await send(srv, r, MATRIX[routeKey(r)], fx, { kind: "renter", key: fx.renterA.key });
+      expect(reply.status, `${routeKey(r)}: ${reply.text.slice(0, 300)}`).toBe(200);
+      const validate = validator(responseRef(r, 200)!);
+      expect(validate(reply.body), `${routeKey(r)}: ${JSON.stringify(validate.errors?.slice(0, 5))}`).toBe(true);
+    }
+  });
 
   it("on the job event stream (each event's data is a JobEvent)", async () => {
     const fx = await fixtures(srv);
