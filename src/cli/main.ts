@@ -320,24 +320,19 @@ export function buildProgram(): Command {
 
   program
     .command("usage")
-    .description("your /v1 (OpenAI-compatible) token usage")
-    .action(async () => {
-      const { p } = session("renter");
-      // /v1 is the OpenAI-compatible surface, a plain HTTP handler outside the proto services: read as JSON.
-      let res: Response;
-      try {
-        res = await fetch(`${p.url}/v1/usage`, { headers: { authorization: `Bearer ${p.secret}` } });
-      } catch (err) {
-        process.stderr.write(`svc: server unreachable: ${(err as Error).cause ?? (err as Error).message}\n`);
-        throw new Exit(EXIT.unreachable);
-      }
-      const body = (await res.json().catch(() => ({}))) as any;
-      if (!res.ok) {
-        process.stderr.write(`svc: ${body?.error?.message ?? body?.error ?? res.statusText} (HTTP ${res.status})\n`);
-        throw new Exit(res.status === 401 || res.status === 403 ? EXIT.auth : EXIT.refused);
-      }
-      show(body, () => printFields(Object.entries(body).filter(([, v]) => typeof v !== "object") as [string, unknown][]));
-      if (!g().json && Array.isArray(body.by_model)) printTable(body.by_model as any[], Object.keys(body.by_model[0] ?? {}).map((k) => [k, (r: any) => r[k]]));
+    .description("your /v1 (OpenAI-compatible) token usage, by day and by model")
+    .option("--days <n>", "days back, today included (at most 90)", int("--days"), 14)
+    .action(async (o: { days: number }) => {
+      const { c } = session("renter");
+      const r = await c.reports.getRenterUsage({ days: o.days });
+      show(r, () => {
+        const days = r.days.filter((d) => d.requests > 0n).reverse();
+        printTable(days, [["day", (d) => d.day], ["requests", (d) => d.requests], ["prompt", (d) => d.promptTokens], ["completion", (d) => d.completionTokens], ["cost", (d) => sar(d.costHalala)]]);
+        if (r.models.length) {
+          console.log("");
+          printTable(r.models, [["model", (m) => m.model], ["requests", (m) => m.requests], ["prompt", (m) => m.promptTokens], ["completion", (m) => m.completionTokens], ["cost", (m) => sar(m.costHalala)]]);
+        }
+      });
     });
 
   // ---- provider ----

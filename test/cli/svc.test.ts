@@ -120,6 +120,11 @@ describe("svc", { timeout: 180_000 }, () => {
     const env = await svc(["--json", "whoami"], { home: tempDir("svc-empty"), env: { SVC_URL: h.srv.url, SVC_KEY: renter.key } });
     expect(JSON.parse(env.stdout)).toMatchObject({ role: "renter", url: h.srv.url });
     expect(env.stdout).not.toContain(renter.key);
+    // /v1 usage by day and model, on the generated client (no /v1 requests yet: 14 empty days).
+    const usage = await svc(["--json", "usage"], { home });
+    expect(usage.code, usage.stderr).toBe(0);
+    expect(JSON.parse(usage.stdout)).toMatchObject({ days: expect.arrayContaining([expect.objectContaining({ requests: 0 })]) });
+    expect(JSON.parse(usage.stdout).days).toHaveLength(14);
     // The provider's earnings by day come from the server's report (its ledger credits): 75% of the charge.
     const earned = await svc(["--json", "provider", "earnings"], { home: tempDir("svc-provider"), env: { SVC_URL: h.srv.url, SVC_KEY: provider.key } });
     expect(earned.code, earned.stderr).toBe(0);
