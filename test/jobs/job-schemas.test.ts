@@ -69,10 +69,10 @@ describe("job params schemas", () => {
     expect(validateParams("rendering", { scene_url: "builtin:benchmark-scene" }).scene_url).toBe("builtin:benchmark-scene");
   });
 
-  it("documents the defaults in the README's job defaults table", async () => {
+  it("documents the defaults in the job defaults table (docs/jobs.md)", async () => {
     const { readFileSync } = await import("node:fs");
-    const readme = readFileSync(new URL("../../README.md", import.meta.url), "utf8");
-    const table = readme.slice(readme.indexOf("## Job defaults"), readme.indexOf("## Tests"));
+    const doc = readFileSync(new URL("../../docs/jobs.md", import.meta.url), "utf8");
+    const table = doc.slice(doc.indexOf("## Job defaults"), doc.indexOf("## Live job events"));
     for (const v of [
       DEFAULT_LLM_PROMPT, DEFAULT_IMAGE_PROMPT, LLM_MODELS[2], IMAGE_MODELS[0], DEFAULT_TRAINING_BASE_MODEL, ...BUILTIN_DATASETS, ...BUILTIN_SCENES,
       DEFAULT_CONTAINERS.custom_container.image, DEFAULT_CUSTOM_COMMAND.join(" "),

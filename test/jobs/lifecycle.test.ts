@@ -96,7 +96,7 @@ describe("submit", () => {
       [{ job_type: "benchmark", gpu_requirements: { min_vram_gb: "lots" } }, /gpu_requirements\.min_vram_gb/],
       [{ job_type: "benchmark", gpu_requirements: { cores: 4 } }, /gpu_requirements\.cores/],
       [{ job_type: "benchmark", container_spec: { image_type: "vm" } }, /container_spec\.image_type/],
-      // Left out, the image has a documented default (README: Job defaults); present and not approved, it is refused.
+      // Left out, the image has a documented default (docs/jobs.md: Job defaults); present and not approved, it is refused.
       [{ job_type: "custom_container", container_spec: { image: "ghcr.io/unknown/unapproved:1" }, params: { command: ["python"] } }, /container_spec\.image/],
     ];
     for (const [body, msg] of cases) {

@@ -26,7 +26,7 @@ const held = async (key: string) => (await api.get("/api/renters/balance", { "x-
 
 const LLM = { model: "Qwen/Qwen2.5-7B-Instruct", inputs: { prompt: "Introduce yourself in one sentence.", max_tokens: 512, temperature: 0.7, model: "Qwen/Qwen2.5-7B-Instruct" } };
 
-// What each minimal job runs, as the README's "Job defaults" table documents it.
+// What each minimal job runs, as the "Job defaults" table of docs/jobs.md documents it.
 const DEFAULTS: Record<JobType, Record<string, unknown>> = {
   image_generation: {
     container: { image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime", image_type: "diffusion" },

@@ -488,7 +488,7 @@ export type Job = Message<"svc.v1.Job"> & {
    * Why the job ended (null while active): completed, runtime_error, renter_cancelled, timeout,
    * out_of_funds, admin_cancelled, platform_error, provider_refused, provider_silent,
    * not_picked_up, provider_interrupted, provider_error, signature_mismatch,
-   * unsupported_on_provider. README "How a job ends" says what each costs.
+   * unsupported_on_provider. docs/jobs.md "How a job ends" says what each costs.
    *
    * @generated from field: optional string end_reason = 25;
    */

@@ -4,7 +4,7 @@
 // else. Bounds are enforced, never clamped; defaults fill only absent fields.
 // `params` is optional for every job type (interface spec), so every field a
 // job needs to run has a default: the minimal body runs a small, documented
-// job (README "Job defaults"), and the task spec carries the filled-in values.
+// job (docs/jobs.md "Job defaults"), and the task spec carries the filled-in values.
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { badRequest } from "../../errors.js";
 import type { JobType } from "../money/pricing.js";
