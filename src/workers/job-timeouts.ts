@@ -1,5 +1,5 @@
 // The server side of job time: every sweep (SVC_JOB_SWEEP_MS)
-//  1. fails pending/running jobs past max_duration_seconds (the provider is
+//  1. fails running jobs past max_duration_seconds (the provider is
 //     told to stop), and grows the hold of running jobs whose paid time is
 //     running out, or stops them when the renter cannot pay for more
 //     (src/domain/money/hold-extension.ts),

@@ -32,6 +32,25 @@ const expire = (jobId: string) => srv.sql`UPDATE jobs SET timeout_at = now() - i
 const silence = (providerId: number) => srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 minutes' WHERE id = ${providerId}`;
 
 describe("max_duration_seconds", () => {
+  it("limits run time only: a job its provider never picked up is re-queued after the pickup window, not timed out", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const first = await makeProvider(srv);
+    const job = (await submit(renter.headers, { max_duration_seconds: 60 })).body.job.job_id;
+    // Assigned (pending) long ago, past both its deadline and the 120 s pickup window; never picked up.
+    await srv.sql`UPDATE jobs SET timeout_at = now() - interval '1 second', assigned_at = now() - interval '200 seconds' WHERE job_id = ${job}`;
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${first.id}`;
+    const second = await makeProvider(srv);
+    const swept = await sweepJobs(srv.sql);
+    expect(swept.timedOut).toBe(0);
+    expect(swept.requeued).toBe(1);
+    const j = (await api.get(`/api/jobs/${job}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "pending", provider_id: second.id, attempt: 2 });
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist[0]).toMatchObject({ attempt: 1, provider_id: first.id, end_reason: "not_picked_up", fault: "provider", cost_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 100 }); // the 10-minute estimate, still held: nothing charged
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("fails a running job past its limit, bills the time used, tells the provider, and refuses the late result", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);

@@ -187,10 +187,15 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
   return f;
 }
 
-/** Jobs that are past their deadline (oldest first), for the worker. */
+/**
+ * Running jobs past their deadline (oldest first), for the worker.
+ * max_duration_seconds limits how long a job runs: a job still pending (its
+ * provider never picked it up) is the pickup window's to re-queue
+ * (dispatch's releaseUnclaimed, not_picked_up), not the renter's timeout.
+ */
 export async function overdueJobIds(db: Db, limit: number): Promise<number[]> {
   const rows = await db<{ id: number }[]>`
-    SELECT id FROM jobs WHERE status IN ('pending', 'running') AND timeout_at <= now()
+    SELECT id FROM jobs WHERE status = 'running' AND timeout_at <= now()
     ORDER BY timeout_at LIMIT ${limit}`;
   return rows.map((r) => r.id);
 }
@@ -198,12 +203,12 @@ export async function overdueJobIds(db: Db, limit: number): Promise<number[]> {
 /**
  * Fails a running job that exceeded max_duration_seconds, unless something
  * else ended it first: the renter's fault (the limit it set), so the time
- * used is paid (a job still pending at its deadline never ran: nothing is).
+ * used is paid. A pending job is never timed out (see overdueJobIds).
  * Returns the provider to refill, if any.
  */
 export async function timeOutJob(tx: Tx, id: number): Promise<{ providerId: number } | undefined> {
   const job = await lockJobById(tx, id);
-  if (!job || (job.status !== "pending" && job.status !== "running")) return undefined;
+  if (!job || job.status !== "running") return undefined;
   if (job.timeout_at === null || new Date(job.timeout_at) > new Date(job.db_now)) return undefined;
   await endLocked(tx, job, "failed", { reason: "timeout", error: `exceeded max_duration_seconds (${job.max_duration_seconds} s)` });
   return { providerId: job.provider_id! };
