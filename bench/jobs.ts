@@ -276,6 +276,10 @@ async function main() {
   try {
     const base = `http://127.0.0.1:${ports[0]}`;
 
+    if (WARMUP_SECONDS + SECONDS + (OPEN_LOOP === "off" ? 0 : OPEN_SECONDS) > 100) {
+      // The daemons never take their jobs: past the pickup window (120 s) the first ones are re-queued mid-run.
+      note("warning: the phases together run past 100 s; jobs left pending 120 s are re-queued, which adds load");
+    }
     note(`registering ${RENTERS} renters and ${PROVIDERS} providers over HTTP`);
     const renterKeys: string[] = new Array(RENTERS);
     await pool(RENTERS, 16, async (i) => {
@@ -362,7 +366,7 @@ async function main() {
         targets: {
           ...TARGETS,
           met:
-            ol.unanswered === 0 &&
+            ol.ok === ol.scheduled &&
             submitP99 !== null && submitP99 <= TARGETS.submit_p99_ms &&
             olAssign.assign_after_201_p50_ms !== null && olAssign.assign_after_201_p50_ms <= TARGETS.assign_after_201_p50_ms &&
             olAssign.assign_after_201_p99_ms !== null && olAssign.assign_after_201_p99_ms <= TARGETS.assign_after_201_p99_ms,
