@@ -77,6 +77,8 @@ export interface Config {
   };
   /** Seconds between ledger audits, run by one process at a time (0: only on demand). */
   ledgerAuditSeconds: number;
+  /** Seconds between full ledger audits; the periodic runs between them are incremental (0: every run full). */
+  ledgerAuditFullSeconds: number;
   /** Where the admin token and HMAC secret were generated (local default only). */
   secretsFile: string | undefined;
 }
@@ -235,6 +237,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),
     metrics: metricsConfig(env, production),
     ledgerAuditSeconds: int(env, "SVC_LEDGER_AUDIT_SECONDS", 900, 0, 604_800),
+    ledgerAuditFullSeconds: int(env, "SVC_LEDGER_AUDIT_FULL_SECONDS", 86_400, 0, 2_592_000),
     v1: {
       rateLimitPerMinute: int(env, "SVC_V1_RATE_LIMIT_PER_MINUTE", 60, 0, 1_000_000),
       tokenRates: v1TokenRates(env.SVC_V1_TOKEN_RATES),
