@@ -218,11 +218,11 @@ describe("ledger audit", () => {
     await srv.sql`UPDATE ledger_accounts SET balance = balance + ${leg.amount} WHERE id = ${held.id}`;
 
     // The completed job's entries are older than the watermark: an incremental run finds the
-    // balance and the open hold (checked on every run), not the job's lost leg.
+    // balances and the renter's held amount off its holds (checked on every run), not the job's lost leg.
     const inc = await audit();
     expect(inc).toMatchObject({ ok: false, mode: "incremental" });
     expect(inc.discrepancies.some((d: Found) => d.kind === "balance_mismatch" && d.subject.includes(`renter_available of renter ${fx.renter.id}`))).toBe(true);
-    expect(about(inc, "settlement_mismatch", fx.openJobId)).toHaveLength(1);
+    expect(inc.discrepancies.some((d: Found) => d.kind === "held_mismatch" && d.subject === `renter ${fx.renter.id}`)).toBe(true);
     expect(about(inc, "settlement_mismatch", fx.completedJobId)).toEqual([]);
 
     const r = await audit("?full=true");
@@ -246,6 +246,12 @@ describe("ledger audit", () => {
     expect(r.discrepancy_count).toBe(r.discrepancies.length);
     // The older check agrees that the books are broken.
     expect((await ledgerProblems(srv.sql)).length).toBeGreaterThan(0);
+
+    // A job ended without its hold being closed (no ledger movement): every run sees the open hold.
+    await srv.sql`UPDATE jobs SET status = 'failed' WHERE job_id = ${fx.openJobId}`;
+    const ended = await audit();
+    expect(ended.mode).toBe("incremental");
+    expect(about(ended, "hold_open_on_ended_job", fx.openJobId)).toHaveLength(1);
   });
 
   it("shows the last run's drift and discrepancy count on /metrics", async () => {

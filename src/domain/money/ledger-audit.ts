@@ -23,11 +23,11 @@
 // watermark and each account's total up to it (ledger_audit_totals) are
 // kept. An incremental run then reads only the entries after the base's
 // watermark: each account's balance is its base total plus those entries,
-// and the per-job checks run on the jobs that have such an entry and on
-// every open hold. Every account, every renter's held amount and every open
-// hold are still checked on each run. What only a full run sees: an old
-// entry changed behind the trigger's back, and a job row changed after its
-// settlement without a ledger movement. A run that finds a discrepancy is
+// and the per-job checks run on the jobs that have such an entry. Every
+// account and every renter's held amount are still checked on each run, and
+// every open hold for a job that has ended. What only a full run sees: an
+// old entry changed behind the trigger's back, and a job row changed without
+// a ledger movement after its hold was closed. A run that finds a discrepancy is
 // not a base, so the runs after it read the same range again and keep
 // reporting it until it is repaired.
 //
@@ -79,8 +79,9 @@ export interface LedgerAuditReport {
   accounts: number;
   /** Entries read: all of them, or those after fromEntryId. */
   entries: number;
-  /** Holds checked: all of them, or those of the jobs with an entry read plus every open hold. */
+  /** Holds checked: all of them, or those of the jobs with an entry read (every open hold is checked for an ended job). */
   holds: number;
+  /** Open holds (all of them). */
   openHolds: number;
   /** Settled holds among those checked. */
   settledJobs: number;
@@ -181,10 +182,10 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
     const [base] = await tx<{ id: number; watermark: number }[]>`SELECT id, watermark FROM ledger_audits WHERE watermark IS NOT NULL ORDER BY id DESC LIMIT 1`;
     const incremental = !opts.full && base !== undefined;
     const from = incremental ? Number(base.watermark) : 0;
-    // The jobs an incremental run checks: those with an entry after the watermark, and every open hold.
-    const touched = () => (incremental ? tx`WITH touched AS (SELECT job_id FROM ledger_transfers WHERE id > ${from} AND job_id IS NOT NULL UNION SELECT job_id FROM ledger_holds WHERE status = 'open')` : tx``);
-    const holdsIn = () => (incremental ? tx`WHERE h.job_id IN (SELECT job_id FROM touched)` : tx``);
-    const [accounts, pairs, baseTotals, held, jobs, unsettled, counts] = await Promise.all([
+    // The jobs an incremental run checks: those with an entry after the watermark. An array, so each query reads them by index.
+    const inRange = () => tx`ANY(ARRAY(SELECT DISTINCT job_id FROM ledger_transfers WHERE id > ${from} AND job_id IS NOT NULL))`;
+    type HoldRow = { id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null; held_in: number; charged: number; released: number };
+    const [accounts, pairs, baseTotals, held, jobs, openOnEnded, unsettled, counts] = await Promise.all([
       tx<{ id: number; kind: string; owner_id: number | null; balance: number }[]>`SELECT id, kind, owner_id, balance FROM ledger_accounts ORDER BY id`,
       tx<{ d: number; c: number; total: number; upto: number | null; n: number; last: number }[]>`
         SELECT debit_account_id AS d, credit_account_id AS c, sum(amount)::bigint AS total,
@@ -198,17 +199,18 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
         WHERE a.kind = 'renter_held' AND a.balance <> coalesce(h.open, 0)
         ORDER BY a.owner_id`,
       // Every hold whose money or job disagrees with its state; sound holds are not sent back.
-      tx<{ id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null; held_in: number; charged: number; released: number }[]>`
-        ${touched()}${incremental ? tx`,` : tx`WITH`} t AS (
+      tx<HoldRow[]>`
+        WITH t AS (
           SELECT job_id,
                  coalesce(sum(amount) FILTER (WHERE kind = 'hold'), 0)::bigint AS held_in,
                  coalesce(sum(amount) FILTER (WHERE kind = ANY(${JOB_CHARGE_KINDS})), 0)::bigint AS charged,
                  coalesce(sum(amount) FILTER (WHERE kind = 'release'), 0)::bigint AS released
-          FROM ledger_transfers WHERE job_id IS NOT NULL ${incremental ? tx`AND job_id IN (SELECT job_id FROM touched)` : tx``} GROUP BY job_id
+          FROM ledger_transfers WHERE ${incremental ? tx`job_id = ${inRange()}` : tx`job_id IS NOT NULL`} GROUP BY job_id
         ), x AS (
           SELECT h.job_id AS id, j.job_id, h.status AS hold, j.status AS job, h.amount, h.cost, j.actual_cost_halala AS actual_cost,
                  coalesce(t.held_in, 0) AS held_in, coalesce(t.charged, 0) AS charged, coalesce(t.released, 0) AS released
-          FROM ledger_holds h LEFT JOIN t ON t.job_id = h.job_id LEFT JOIN jobs j ON j.id = h.job_id ${holdsIn()}
+          FROM ledger_holds h LEFT JOIN t ON t.job_id = h.job_id LEFT JOIN jobs j ON j.id = h.job_id
+          ${incremental ? tx`WHERE h.job_id = ${inRange()}` : tx``}
         )
         SELECT * FROM x
         WHERE held_in <> amount
@@ -217,18 +219,26 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
            OR (hold = 'open' AND job IN ('completed', 'failed', 'cancelled'))
            OR (hold = 'settled' AND (job IS NULL OR job NOT IN ('completed', 'failed', 'cancelled') OR actual_cost IS DISTINCT FROM cost))
         ORDER BY id LIMIT ${MAX_LISTED * 4}`,
+      // Incremental: every other open hold whose job has ended. (Their money is unchanged since the
+      // base checked it; an amount changed without an entry shows in the renter's held amount.)
+      incremental
+        ? tx<{ id: number; job_id: string; job: string; amount: number }[]>`
+            WITH o AS MATERIALIZED (SELECT job_id, amount FROM ledger_holds WHERE status = 'open')
+            SELECT o.job_id AS id, j.job_id, j.status AS job, o.amount FROM o JOIN jobs j ON j.id = o.job_id
+            WHERE j.status IN ('completed', 'failed', 'cancelled') AND NOT (o.job_id = ${inRange()})
+            ORDER BY o.job_id LIMIT ${MAX_LISTED}`
+        : [],
       // Charged jobs: completed ones, and those ended by the renter's fault after they ran (a cost recorded).
       tx<{ id: number; job_id: string; status: string; actual_cost: number | null }[]>`
-        ${touched()}
         SELECT j.id, j.job_id, j.status, j.actual_cost_halala AS actual_cost FROM jobs j
         WHERE (j.status = 'completed' OR (j.status IN ('failed', 'cancelled') AND j.actual_cost_halala > 0))
-          ${incremental ? tx`AND j.id IN (SELECT job_id FROM touched)` : tx``}
+          ${incremental ? tx`AND j.id = ${inRange()}` : tx``}
           AND NOT EXISTS (SELECT 1 FROM ledger_holds h WHERE h.job_id = j.id AND h.status = 'settled')
         ORDER BY j.id LIMIT ${MAX_LISTED}`,
       tx<{ holds: number; open: number; settled: number }[]>`
-        ${touched()}
-        SELECT count(*)::bigint AS holds, count(*) FILTER (WHERE status = 'open')::bigint AS open,
-               count(*) FILTER (WHERE status = 'settled')::bigint AS settled FROM ledger_holds h ${holdsIn()}`,
+        SELECT count(*)::bigint AS holds, (SELECT count(*) FROM ledger_holds WHERE status = 'open')::bigint AS open,
+               count(*) FILTER (WHERE status = 'settled')::bigint AS settled
+        FROM ledger_holds h ${incremental ? tx`WHERE h.job_id = ${inRange()}` : tx``}`,
     ]);
 
     // Each account's credits minus debits: its base total plus the entries read; and the same up to upTo (the next base).
@@ -305,6 +315,10 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
         add({ kind: "settlement_disagrees_with_job", subject, expectedHalala: j.cost ?? 0, actualHalala: j.actual_cost ?? 0,
           message: `${subject}: hold settled at ${j.cost} but the job is ${j.job ?? "missing"} with actual cost ${j.actual_cost ?? "none"}` }, false);
       }
+    }
+    for (const j of openOnEnded) {
+      const subject = `job ${j.id} (${j.job_id})`;
+      add({ kind: "hold_open_on_ended_job", subject, expectedHalala: 0, actualHalala: j.amount, message: `${subject} is ${j.job} but its hold of ${j.amount} is still open` });
     }
     for (const j of unsettled) {
       add({ kind: "charged_without_settlement", subject: `job ${j.id} (${j.job_id})`, expectedHalala: j.actual_cost ?? 0, actualHalala: 0,
