@@ -13,9 +13,17 @@
 //
 // The patch: a write to a closed connection fails its queries with
 // CONNECTION_CLOSED (a catchable error; the transaction is answered as failed
-// and the client retries), and teardown forgets the pending write. Exact text
-// replacements, checked: a postgres version other than the pinned one, or text
-// that moved, stops the install with a message instead of patching blindly.
+// and the client retries), and teardown forgets the pending write.
+//
+// Second, the pool's figures for /metrics (svc_db_pool_in_use, _waiting):
+// postgres.js keeps its connections in private queues by state and the
+// queries no connection can take yet in another, so nothing outside can
+// count them. The patch adds sql.svcPoolState(), which answers the length
+// of each queue (src/db/index.ts reads it).
+//
+// Exact text replacements, checked: a postgres version other than the pinned
+// one, or text that moved, stops the install with a message instead of
+// patching blindly.
 import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
@@ -41,19 +49,32 @@ const replacements = [
   ["    clearImmediate(nextWriteTimer)\n", "    clearImmediate(nextWriteTimer)\n    chunk = nextWriteTimer = null\n"],
 ];
 
-for (const rel of ["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"]) {
-  const file = path.join(root, rel);
-  if (!fs.existsSync(file)) continue;
-  let text = fs.readFileSync(file, "utf8");
-  if (text.includes(MARK)) continue;
-  for (const [from, to] of replacements) {
-    const count = text.split(from).length - 1;
-    const expected = from.includes("clearImmediate") ? 2 : 1;
-    if (count !== expected) {
-      console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
-      process.exit(1);
+const POOL_MARK = "svc patch: pool state";
+const poolReplacements = [
+  [
+    "    get parameters() { return options.parameters },\n",
+    `    get parameters() { return options.parameters },\n    // ${POOL_MARK}: connections by state, and queries waiting for one\n    svcPoolState: () => ({ connecting: connecting.length, reserved: reserved.length, busy: busy.length, full: full.length, open: open.length, closed: closed.length, ended: ended.length, waiting: queries.length }),\n`,
+  ],
+];
+
+/** Applies `replacements` to each file once (a file carrying `mark` is done); each must match exactly `expected(from)` times. */
+function patch(files, mark, replacements, expected) {
+  for (const rel of files) {
+    const file = path.join(root, rel);
+    if (!fs.existsSync(file)) continue;
+    let text = fs.readFileSync(file, "utf8");
+    if (text.includes(mark)) continue;
+    for (const [from, to] of replacements) {
+      const count = text.split(from).length - 1;
+      if (count !== expected(from)) {
+        console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected(from)} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
+        process.exit(1);
+      }
+      text = text.split(from).join(to);
     }
-    text = text.split(from).join(to);
+    fs.writeFileSync(file, text);
   }
-  fs.writeFileSync(file, text);
 }
+
+patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], MARK, replacements, (from) => (from.includes("clearImmediate") ? 2 : 1));
+patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], POOL_MARK, poolReplacements, () => 1);
