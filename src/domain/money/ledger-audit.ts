@@ -33,10 +33,11 @@
 //
 // Which entries were committed: an entry's id is taken by an INSERT that
 // holds ROW EXCLUSIVE on ledger_transfers from before it takes the id until
-// its transaction ends. So the run reads the id sequence, then waits until
-// every transaction holding that lock at that moment has ended (pg_locks;
-// nobody is blocked): every id up to the sequence value is then committed
-// or never will be, and the snapshot taken after sees them all.
+// its transaction ends, and the sequence hands ids out in order (CACHE 1, the
+// default). So the run reads the sequence, then waits until every
+// transaction holding that lock at that moment has ended (pg_locks; nobody
+// is blocked): every id up to the sequence value is then committed or never
+// will be, and the snapshot taken after sees them all.
 //
 // Drift is the halala by which the books are off: the sum of the absolute
 // differences found (kept vs derived balances, held vs open holds, charged
