@@ -4,6 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { parseVersion } from "./domain/providers/versions.js";
 import { parseTokenRates, type TokenRates } from "./domain/money/token-pricing.js";
+import { DAEMON_RELEASE } from "./shared/daemon-release.js";
 
 export interface Config {
   production: boolean;
@@ -229,8 +230,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimitOverrides: rateLimitOverrides(env.SVC_RATE_LIMIT_OVERRIDES),
     allowTopup: bool(env, "SVC_ALLOW_TOPUP", !production),
     signupCreditHalala: int(env, "SVC_SIGNUP_CREDIT_HALALA", 0, 0, 10_000_000),
-    daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", "5.0.0"),
-    daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", "5.0.0"),
+    daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", DAEMON_RELEASE),
+    daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", DAEMON_RELEASE),
     livenessSweepSeconds: int(env, "SVC_LIVENESS_SWEEP_SECONDS", 15, 0, 3600),
     windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
