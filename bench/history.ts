@@ -76,17 +76,6 @@ const loadAverage = () => os.loadavg().map((l) => Math.round(l * 100) / 100);
 
 // ---- set-up ----
 
-/** Applies the migrations up to `through`, as migrate() does (one transaction, the same bookkeeping). */
-async function migrateThrough(sql: Sql, through: number): Promise<void> {
-  await sql.begin(async (tx) => {
-    await tx`CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`;
-    for (const m of migrationFiles().filter((f) => f.version <= through)) {
-      await tx.unsafe(fs.readFileSync(m.file, "utf8"));
-      await tx`INSERT INTO schema_migrations (version, name) VALUES (${m.version}, ${m.name})`;
-    }
-  });
-}
-
 /** The remaining migrations one at a time, each timed. */
 async function migrateRest(sql: Sql): Promise<{ migration: string; s: number }[]> {
   const done = new Set((await sql<{ version: number }[]>`SELECT version FROM schema_migrations`).map((r) => r.version));
@@ -131,7 +120,7 @@ async function prepareHistoryIn(db: BenchDatabase): Promise<Prepared> {
   }
   note(`seeding ${db.name}: ${JSON.stringify(SHAPE)}`);
   const t = performance.now();
-  await migrateThrough(sql, SEED_SCHEMA);
+  await migrate(sql, { through: SEED_SCHEMA });
   await seedHistory(sql, SHAPE, note);
   await sql`CREATE TABLE bench_history_seed AS SELECT ${SHAPE.jobs}::bigint AS jobs, ${SHAPE.renters}::int AS renters,
                    ${SHAPE.providers}::int AS providers, ${SHAPE.days}::int AS days, now() AS seeded_at`;
@@ -155,7 +144,7 @@ async function prepareHistoryIn(db: BenchDatabase): Promise<Prepared> {
 async function prepareEmpty(): Promise<Prepared> {
   const db = await benchDatabase("svc_bench_history_empty", note);
   try {
-    await migrateThrough(db.sql, SEED_SCHEMA);
+    await migrate(db.sql, { through: SEED_SCHEMA });
     await seedHistory(db.sql, { ...SHAPE, jobs: 0 }, note);
     const migrations = await migrateRest(db.sql);
     await db.sql.unsafe("VACUUM ANALYZE");
