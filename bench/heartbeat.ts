@@ -18,9 +18,10 @@
 //   request in flight per connection, pre-built request bytes per provider), so
 //   the client spends as little of the machine as possible.
 // - Afterwards it checks that every provider's last_heartbeat was written.
-// - --outage: the providers are seeded in SQL (registration has its own
-//   tests; 100,000 over HTTP would only lengthen the setup) and, after the
-//   measured run, the fleet comes back from an outage: silent for 5 minutes,
+// - --outage: the providers are seeded in SQL as a running fleet, approved
+//   and online (registration has its own tests; 100,000 over HTTP would only
+//   lengthen the setup), each beats once, and after the measured run of
+//   ordinary beats the fleet comes back from an outage: silent for 5 minutes,
 //   marked offline by the liveness sweep's own function (which tells the
 //   server's cache), then every provider beats once, `connections` at a
 //   time. Reported under `outage`: first beats/s, p50/p99, and the time until
@@ -178,7 +179,10 @@ function runLoad(ports: number[], requests: Buffer[], connections: number, secon
 async function main() {
   const db = await benchDatabase("svc_bench", note);
   const sql = db.sql;
-  const servers = await startServers(SERVERS, db.url, { SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET }).catch(async (err) => {
+  // --outage: the bench runs the liveness sweep itself, once; the server's own would also take
+  // offline the providers that came back early and beat only once.
+  const env = { SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET, ...(OUTAGE ? { SVC_LIVENESS_SWEEP_SECONDS: "0" } : {}) };
+  const servers = await startServers(SERVERS, db.url, env).catch(async (err) => {
     await db.close();
     throw err;
   });
@@ -192,7 +196,7 @@ async function main() {
     const ids: number[] = new Array(PROVIDERS);
     const regStarted = performance.now();
     if (OUTAGE) {
-      note(`seeding ${PROVIDERS} approved providers in SQL`);
+      note(`seeding ${PROVIDERS} approved, online providers in SQL`);
       await seedProviders(sql, keys, ids);
     } else {
       await registerOverHttp(sql, base, keys, ids);
@@ -202,8 +206,15 @@ async function main() {
 
     const requests = keys.map((k, i) => requestBytes(port, heartbeatBody(k, i)));
     // First beats: every one moves a provider registered -> online before it is answered.
-    note("first heartbeats (state-changing: written before they are answered)");
-    const first = await runFirstBeats(ports, requests, CONNECTIONS);
+    let first: Awaited<ReturnType<typeof runFirstBeats>> | undefined;
+    if (OUTAGE) {
+      // Seeded online, as a running fleet: one round of beats puts every provider in the server's cache.
+      note("one beat from every provider");
+      await runLoad(ports, requests, CONNECTIONS, 600, false, requests.length);
+    } else {
+      note("first heartbeats (state-changing: written before they are answered)");
+      first = await runFirstBeats(ports, requests, CONNECTIONS);
+    }
 
     note(`warm-up ${WARMUP_SECONDS} s`);
     await runLoad(ports, requests, CONNECTIONS, WARMUP_SECONDS, false);
@@ -218,7 +229,7 @@ async function main() {
       SELECT count(*) FILTER (WHERE last_heartbeat >= ${t0})::int AS updated, count(*) FILTER (WHERE status = 'online')::int AS online
       FROM providers`;
     const sorted = Float64Array.from(run.latenciesMs).sort();
-    const outage = OUTAGE ? await runOutage(sql, ports, requests, CONNECTIONS) : undefined;
+    const outage = OUTAGE ? await runOutage(sql, ports, requests, CONNECTIONS, cpuOfServers) : undefined;
     result = {
       benchmark: "heartbeat",
       providers: PROVIDERS,
@@ -286,8 +297,9 @@ async function registerOverHttp(sql: Sql, base: string, keys: string[], ids: num
 }
 
 /**
- * PROVIDERS approved providers with their keys, inserted set-based in chunks
- * (what registration writes: the provider row and its key's hash).
+ * PROVIDERS approved providers, online as if they had been beating, with
+ * their keys, inserted set-based in chunks (what registration writes: the
+ * provider row and its key's hash).
  */
 async function seedProviders(sql: Sql, keys: string[], ids: number[]): Promise<void> {
   const CHUNK = 10_000;
@@ -297,10 +309,10 @@ async function seedProviders(sql: Sql, keys: string[], ids: number[]): Promise<v
     const rows = await sql<{ id: number; i: number }[]>`
       WITH n AS (SELECT i FROM unnest(${idx}::int[]) AS n(i)),
       p AS (
-        INSERT INTO providers (name, email, gpu_model, os, approval_status, approved_at)
+        INSERT INTO providers (name, email, gpu_model, os, approval_status, approved_at, status, status_since, last_heartbeat, first_heartbeat_at)
         SELECT 'bench-rig-' || i, 'bench-' || i || '@bench.example.com',
                (ARRAY['NVIDIA GeForce RTX 4090', 'NVIDIA RTX A6000', 'NVIDIA H100 80GB HBM3', 'NVIDIA GeForce RTX 3060'])[i % 4 + 1],
-               'linux', 'approved', now()
+               'linux', 'approved', now(), 'online', now(), now(), now()
         FROM n ORDER BY i
         RETURNING id, email
       )
@@ -317,15 +329,28 @@ async function seedProviders(sql: Sql, keys: string[], ids: number[]): Promise<v
  * by the liveness sweep (which tells the server's cache), then every provider
  * beats once, `connections` at a time.
  */
-async function runOutage(sql: Sql, ports: number[], requests: Buffer[], connections: number) {
-  await new Promise((r) => setTimeout(r, 1500)); // the server's last telemetry batch lands first
-  await sql`UPDATE providers SET last_heartbeat = now() - interval '5 minutes'`;
-  const offline = await markSilentProvidersOffline(sql);
-  note(`outage: ${offline.length} providers marked offline; every one beats again`);
+async function runOutage(sql: Sql, ports: number[], requests: Buffer[], connections: number, cpuOfServers: () => number) {
+  // The server's last telemetry batches land first (a late one would bring its providers back online).
+  let passes = 0;
+  for (let left = PROVIDERS; left > 0; passes++) {
+    await new Promise((r) => setTimeout(r, 1500));
+    await sql`UPDATE providers SET last_heartbeat = now() - interval '5 minutes' WHERE status <> 'offline'`;
+    await markSilentProvidersOffline(sql);
+    [{ left }] = await sql<{ left: number }[]>`SELECT count(*)::int AS left FROM providers WHERE status <> 'offline'`;
+  }
+  note(`outage: all ${PROVIDERS} providers marked offline (${passes} sweep passes); every one beats again`);
   await new Promise((r) => setTimeout(r, 1000)); // the server hears of it (NOTIFY)
+  const cpuBefore = cpuOfServers();
   const back = await runFirstBeats(ports, requests, connections);
+  const cpu = cpuOfServers() - cpuBefore;
   const [c] = await sql<{ online: number }[]>`SELECT count(*) FILTER (WHERE status = 'online')::int AS online FROM providers`;
-  return { marked_offline: offline.length, ...back, online_after: c.online, all_online_s: c.online === PROVIDERS ? back.elapsed_s : null };
+  return {
+    sweep_passes: passes,
+    ...back,
+    online_after: c.online,
+    all_online_s: c.online === PROVIDERS ? back.elapsed_s : null,
+    server_cpu_us_per_beat: Number.isFinite(cpu) ? Math.round((cpu * 1e6) / Math.max(1, back.beats)) : null,
+  };
 }
 
 /** Samples the servers' resident memory every 500 ms; stop() returns the peaks (VmHWM, MiB) and the largest sample. */

@@ -14,7 +14,8 @@ import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { takeProvidersOffline } from "../helpers/isolation.js";
 import { heartbeatPipeline } from "../../src/domain/providers/heartbeat.js";
-import { ADMIN, heartbeat, newProvider, type TestProvider } from "./helpers.js";
+import { sweepOnce } from "../../src/workers/liveness-sweep.js";
+import { ADMIN, heardSecondsAgo, heartbeat, newProvider, type TestProvider } from "./helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -160,6 +161,22 @@ describe("state-changing beats in groups", () => {
     // Nothing in the cache says it is online: the next beat is refused.
     const next = await heartbeat(srv, p.key);
     expect(next.status).toBe(403);
+  });
+
+  it("after the sweep took providers offline, each one's next beat is a state-changing write, answered once it is online", async () => {
+    const ps = await Promise.all(Array.from({ length: 5 }, () => newProvider(srv)));
+    for (const p of ps) expect((await heartbeat(srv, p.key)).status).toBe(200);
+    for (const p of ps) await heardSecondsAgo(srv, p.id, 300);
+    const { offline } = await sweepOnce(srv.app.deps);
+    expect(offline).toEqual(expect.arrayContaining(ps.map((p) => p.id)));
+    const cache = heartbeatPipeline(srv.app.deps).cache;
+    // Known to have changed: no read first, straight to the state-changing write.
+    for (const p of ps) expect(cache.changed(p.id)).toBe(true);
+    const groups = batcher().groups;
+    const answers = await Promise.all(ps.map(beatAndRead));
+    expect(answers.map((a) => [a.status, a.statusAfter])).toEqual(ps.map(() => [200, "online"]));
+    expect(batcher().groups).toBeGreaterThan(groups);
+    for (const p of ps) expect(cache.get(p.id)?.status).toBe("online");
   });
 
   it("providers that came online in one group are each offered queued work before they are answered", async () => {

@@ -160,9 +160,11 @@ export class HeartbeatPipeline {
 
   async record(providerId: number, input: HeartbeatInput): Promise<HeartbeatResult> {
     const now = Date.now();
+    let cached = this.stopped ? undefined : this.cache.get(providerId, now);
     // Not cached here (another process took its last beats, or it expired):
-    // one primary-key read tells whether this beat changes anything.
-    const cached = this.stopped ? undefined : (this.cache.get(providerId, now) ?? (await this.load(providerId, now)));
+    // one primary-key read tells whether this beat changes anything. Unless
+    // its state was announced changed: the state-changing write reads it.
+    if (!cached && !this.stopped && !this.cache.changed(providerId, now)) cached = await this.load(providerId, now);
     if (cached && steady(cached)) {
       this.enqueue(providerId, now, input);
       if (cached.preloadModel && input.cachedModels?.includes(cached.preloadModel)) cached.preloadModel = null;
