@@ -54,6 +54,17 @@ export function cpuSecondsOf(pid: number | undefined): number | undefined {
   }
 }
 
+/** Resident memory of a process now and at its peak (VmRSS, VmHWM from /proc, in MiB; Linux). */
+export function memoryOf(pid: number | undefined): { rss_mb: number; peak_rss_mb: number } | undefined {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+    const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1]);
+    return { rss_mb: Math.round(kib("VmRSS") / 1024), peak_rss_mb: Math.round(kib("VmHWM") / 1024) };
+  } catch {
+    return undefined;
+  }
+}
+
 /** CPU seconds of every process named `postgres` on this machine (the database's backends; local databases only). */
 export function postgresCpuSeconds(): number {
   let total = 0;

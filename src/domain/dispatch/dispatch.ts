@@ -458,6 +458,12 @@ export async function dispatchForProvider(sql: Sql, providerId: number): Promise
   });
 }
 
+/** Whether any job waits in the queue (one read of the queue index). */
+export async function hasQueuedJobs(db: Db): Promise<boolean> {
+  const [r] = await db<{ any: boolean }[]>`SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'queued') AS any`;
+  return r.any;
+}
+
 /**
  * Safety net run by the job worker (and after re-queues): the oldest queued
  * jobs, in dispatch order, are offered to the candidate window again (a slot

@@ -6,7 +6,7 @@
 // sweep is the safety net.
 import type { Sql } from "../../db/index.js";
 import type { Logger } from "../../log.js";
-import { dispatchForProvider, requeueJobsOfProvider } from "./dispatch.js";
+import { dispatchForProvider, hasQueuedJobs, requeueJobsOfProvider } from "./dispatch.js";
 
 export async function requeueWorkOf(sql: Sql, log: Logger, providerId: number, reason: string): Promise<void> {
   try {
@@ -21,5 +21,22 @@ export async function offerWorkTo(sql: Sql, log: Logger, providerId: number): Pr
     await dispatchForProvider(sql, providerId);
   } catch (err) {
     log.error({ err, providerId }, "dispatching to a provider failed");
+  }
+}
+
+/**
+ * offerWorkTo for providers that came online together (a fleet coming back
+ * after an outage): one index read when no job is queued, and none of the
+ * rest once the queue is empty.
+ */
+export async function offerWorkToEach(sql: Sql, log: Logger, providerIds: number[]): Promise<void> {
+  for (const id of providerIds) {
+    try {
+      if (!(await hasQueuedJobs(sql))) return;
+    } catch (err) {
+      log.error({ err, providers: providerIds.length }, "dispatching to providers failed");
+      return;
+    }
+    await offerWorkTo(sql, log, id);
   }
 }
