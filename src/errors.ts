@@ -67,6 +67,9 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   return DATABASE_UNAVAILABLE_CODES.has(code) || (code.startsWith("08") && code.length === 5 && code !== "08P01");
 }
 
+/** The level a background failure is logged at: a warning while the database cannot be reached (it retries by itself), else an error. */
+export const failureLevel = (err: unknown): "warn" | "error" => (isDatabaseUnavailable(err) ? "warn" : "error");
+
 /** The answer to a request that failed because the database cannot be reached: 503, try again shortly. */
 export function databaseUnavailable(): ServiceError {
   return apiError(503, "service temporarily unavailable (database unreachable); try again shortly", {

@@ -7,7 +7,9 @@
 //   npm run chaos found; bin/patch-postgres.mjs);
 // - while the database cannot be reached, requests answer 503 with
 //   {"error"} and Retry-After on REST, Connect and gRPC (the routes whose
-//   failure the spec documents as 500 keep it, with Retry-After), never a bare 500.
+//   failure the spec documents as 500 keep it, with Retry-After), never a bare 500;
+// - the pool connects again within seconds once it is back (its reconnect
+//   delay is capped at 2 s, postgres.js's default grows to 20 s).
 import { spawn, type ChildProcess } from "node:child_process";
 import net from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
@@ -17,6 +19,7 @@ import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { DbProxy } from "../helpers/db-proxy.js";
+import { reconnectDelaySeconds } from "../../src/db/index.js";
 
 let db: Awaited<ReturnType<typeof freshDatabase>>;
 let proxy: DbProxy;
@@ -35,6 +38,13 @@ async function freePort(): Promise<number> {
 }
 
 const alive = () => child.exitCode === null && child.signalCode === null;
+/** The server's log lines at error level or above (JSON lines; LOG_LEVEL=warn). */
+const errorLines = () =>
+  output
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as { level: number; msg: string })
+    .filter((l) => l.level >= 50);
 const balance = () => fetch(`${base}/api/renters/balance`, { headers: { "x-renter-key": renterKey } });
 
 /** Waits (bounded) until the database answers through the server again. */
@@ -88,6 +98,12 @@ afterAll(async () => {
 });
 
 describe("the database goes away under a running server process", () => {
+  it("the pool's reconnect delay stays at most 2 s however many connects failed in a row", () => {
+    const delays = Array.from({ length: 40 }, (_, failures) => reconnectDelaySeconds(failures));
+    expect(Math.max(...delays)).toBeLessThanOrEqual(2);
+    expect(delays[0]).toBeLessThanOrEqual(0.05);
+  });
+
   it("a connection reset while a new connection fetches its types fails that request, and the process lives on", async () => {
     proxy.resetOnTypesQuery = true;
     proxy.cut();
@@ -155,5 +171,7 @@ describe("the database goes away under a running server process", () => {
     }
     expect(await recovered()).toBe(200);
     expect(alive(), output).toBe(true);
+    // An outage is logged as warnings (requests answered 503, workers that retry by themselves), not as errors.
+    expect(errorLines()).toEqual([]);
   });
 });
