@@ -1,37 +1,43 @@
 // Patches postgres.js 3.4.9 (run by `npm install`/`npm ci`: package.json postinstall).
 //
-// Two defects, each of which ended a server process when PostgreSQL restarted
-// under load (npm run chaos); fixes proposed upstream, none released:
+// The defect (porsager/postgres#1154, #1208; fixes proposed in #1168, #1176,
+// #1209, none released): a write smaller than 1 KiB is deferred with
+// setImmediate; when the connection's socket closes first, closed() sets the
+// socket to null, and a later write on that connection (the ROLLBACK that
+// sql.begin sends after a transaction's connection died, or the next statement
+// of the transaction) runs socket.write on null inside the immediate: an
+// uncaught TypeError that ends the whole process. A PostgreSQL restart under
+// load did exactly that to a server process (npm run chaos). Teardown also
+// cancelled the pending immediate without forgetting it or the buffered bytes,
+// so a connection reused after such a close never flushed a small write again.
 //
-// 1. A write to a closed connection (porsager/postgres#1154, #1208): a write
-//    smaller than 1 KiB is deferred with setImmediate; when the connection's
-//    socket closes first, closed() sets the socket to null, and a later write
-//    on that connection (the ROLLBACK that sql.begin sends after a
-//    transaction's connection died, or the next statement of the transaction)
-//    runs socket.write on null inside the immediate: an uncaught TypeError.
-//    Teardown also cancelled the pending immediate without forgetting it or the
-//    buffered bytes, so a connection reused after such a close never flushed a
-//    small write again. Patched: such a write fails the connection's queries
-//    with CONNECTION_CLOSED (a catchable error; the transaction is answered as
-//    failed and the client retries), and teardown forgets the pending write.
-// 2. The array-types query of a new connection (fetch_types, porsager/postgres#1192,
-//    #1205, #1223): ReadyForQuery starts the async fetchArrayTypes() and drops
-//    its promise, so when the connection dies during that query (a reconnect
-//    while PostgreSQL restarts: `read ECONNRESET`) or the query is refused, the
-//    rejection is unhandled and Node ends the process. The same error already
-//    fails the query that opened the connection; patched: the dropped promise
-//    gets a handler.
+// The patch: a write to a closed connection fails its queries with
+// CONNECTION_CLOSED (a catchable error; the transaction is answered as failed
+// and the client retries), and teardown forgets the pending write.
+//
+// Second defect, also found by npm run chaos (porsager/postgres#1192, #1205,
+// #1223; unreleased): ReadyForQuery starts the async fetchArrayTypes() of a
+// new connection (fetch_types) and drops its promise, so when the connection
+// dies during that query (a reconnect while PostgreSQL restarts: `read
+// ECONNRESET`) or the query is refused, the rejection is unhandled and Node
+// ends the process. The same error already fails the query that opened the
+// connection; the patch gives the dropped promise a handler.
+//
+// Second, the pool's figures for /metrics (svc_db_pool_in_use, _waiting):
+// postgres.js keeps its connections in private queues by state and the
+// queries no connection can take yet in another, so nothing outside can
+// count them. The patch adds sql.svcPoolState(), which answers the length
+// of each queue (src/db/index.ts reads it).
 //
 // Exact text replacements, checked: a postgres version other than the pinned
 // one, or text that moved, stops the install with a message instead of
-// patching blindly. Each replacement is applied once (a re-run skips it).
+// patching blindly.
 import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
 
 const PINNED = "3.4.9";
 const MARK = "svc patch: write to a closed connection";
-const TYPES_MARK = "svc patch: the array-types query's failure";
 // The package's folder: up from its entry point ("exports" hides its package.json).
 let root = path.dirname(createRequire(import.meta.url).resolve("postgres"));
 const nameAt = (dir) => (fs.existsSync(path.join(dir, "package.json")) ? JSON.parse(fs.readFileSync(path.join(dir, "package.json"), "utf8")).name : undefined);
@@ -49,26 +55,43 @@ const replacements = [
   ],
   // terminate() and closed(): forget the cancelled write, or the next one is never scheduled.
   ["    clearImmediate(nextWriteTimer)\n", "    clearImmediate(nextWriteTimer)\n    chunk = nextWriteTimer = null\n"],
+];
+
+const TYPES_MARK = "svc patch: the array-types query's failure";
+const typesReplacements = [
   [
     "        return fetchArrayTypes()\n",
     `        // ${TYPES_MARK} reached the connection's queries; the dropped promise must not reject unhandled\n        return fetchArrayTypes().catch(() => {})\n`,
   ],
 ];
 
-for (const rel of ["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"]) {
-  const file = path.join(root, rel);
-  if (!fs.existsSync(file)) continue;
-  let text = fs.readFileSync(file, "utf8");
-  const before = text;
-  for (const [from, to] of replacements) {
-    const expected = from.includes("clearImmediate") ? 2 : 1;
-    if (text.split(to).length - 1 === expected) continue; // applied by an earlier run
-    const count = text.split(from).length - 1;
-    if (count !== expected) {
-      console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
-      process.exit(1);
+const POOL_MARK = "svc patch: pool state";
+const poolReplacements = [
+  [
+    "    get parameters() { return options.parameters },\n",
+    `    get parameters() { return options.parameters },\n    // ${POOL_MARK}: connections by state, and queries waiting for one\n    svcPoolState: () => ({ connecting: connecting.length, reserved: reserved.length, busy: busy.length, full: full.length, open: open.length, closed: closed.length, ended: ended.length, waiting: queries.length }),\n`,
+  ],
+];
+
+/** Applies `replacements` to each file once (a file carrying `mark` is done); each must match exactly `expected(from)` times. */
+function patch(files, mark, replacements, expected) {
+  for (const rel of files) {
+    const file = path.join(root, rel);
+    if (!fs.existsSync(file)) continue;
+    let text = fs.readFileSync(file, "utf8");
+    if (text.includes(mark)) continue;
+    for (const [from, to] of replacements) {
+      const count = text.split(from).length - 1;
+      if (count !== expected(from)) {
+        console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected(from)} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
+        process.exit(1);
+      }
+      text = text.split(from).join(to);
     }
-    text = text.split(from).join(to);
+    fs.writeFileSync(file, text);
   }
-  if (text !== before) fs.writeFileSync(file, text);
 }
+
+patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], MARK, replacements, (from) => (from.includes("clearImmediate") ? 2 : 1));
+patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], TYPES_MARK, typesReplacements, () => 1);
+patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], POOL_MARK, poolReplacements, () => 1);

@@ -157,7 +157,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     webhookOutboxWorker({ sql, log, production: config.production, onFailure: (final) => metrics.webhookFailure(final) }),
     ...providerWorkers(deps),
     jobTimeoutsWorker({ sql, log, intervalMs: config.jobSweepMs }),
-    ledgerAuditWorker({ sql, log, periodSeconds: config.ledgerAuditSeconds }),
+    ledgerAuditWorker({ sql, log, periodSeconds: config.ledgerAuditSeconds, fullSeconds: config.ledgerAuditFullSeconds }),
   ];
   for (const w of workers) await w.start();
 
