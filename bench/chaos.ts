@@ -1021,6 +1021,9 @@ async function main() {
   const byOutcome = await sql<{ status: string; end_reason: string | null; n: number }[]>`
     SELECT status, end_reason, count(*)::int AS n FROM jobs GROUP BY 1, 2 ORDER BY 1, 2`;
   const attempts = await sql<{ end_reason: string | null; n: number }[]>`SELECT end_reason, count(*)::int AS n FROM job_attempts GROUP BY 1 ORDER BY 1`;
+  // Whose fault each attempt's end was (src/domain/shared/job-end.ts), and what the renters paid for each kind.
+  const byFault = await sql<{ fault: string | null; n: number; charged: number }[]>`
+    SELECT fault, count(*)::int AS n, coalesce(sum(cost_halala), 0)::bigint AS charged FROM job_attempts GROUP BY 1 ORDER BY 1`;
   // Jobs that failed, with where they ran: the faults' casualties, for the reader.
   const streamIds = daemons.map((d) => d.account.id);
   const failedJobs = await sql<{ job_id: string; end_reason: string; provider_id: number | null; attempts: string }[]>`
@@ -1066,6 +1069,7 @@ async function main() {
     outputs_read: outputs.read,
     jobs_by_outcome: jobsByOutcome,
     attempts_by_end: Object.fromEntries(attempts.map((a) => [a.end_reason ?? "active", a.n])),
+    attempts_by_fault: Object.fromEntries(byFault.map((f) => [f.fault ?? "active", { attempts: f.n, charged_halala: Number(f.charged) }])),
     failed_jobs: failedJobList,
     legacy_jobs_run: pollers.reduce((s, p) => s + p.jobsRun, 0),
     faults,
