@@ -101,9 +101,19 @@ export function afterCommit(db: Db, hook: () => void): void {
   else runHook(hook);
 }
 
+/**
+ * Seconds before a connection that closed with an error connects again:
+ * postgres.js's default grows 3^n / 100 with the pool's failed connects in a
+ * row, up to 20 s, so a restart of a few seconds under load left the pool
+ * waiting up to 20 s after PostgreSQL was back (answering 503 meanwhile).
+ * Here it doubles from 50 ms up to 2 s (the Retry-After of those 503s), with jitter.
+ */
+export const reconnectDelaySeconds = (failures: number): number => Math.min(0.05 * 2 ** failures, 2) * (0.5 + Math.random() / 2);
+
 export function connect(url: string, max = 10): Sql {
   const sql = retryTransactions(postgres(url, {
     max,
+    backoff: reconnectDelaySeconds,
     onnotice: () => {},
     types: {
       bigint: {

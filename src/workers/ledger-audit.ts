@@ -7,6 +7,7 @@ import type { Sql } from "../db/index.js";
 import { runScheduledLedgerAudit } from "../domain/money/ledger-audit.js";
 import type { Logger } from "../log.js";
 import type { Worker } from "./worker.js";
+import { failureLevel } from "../errors.js";
 
 export function ledgerAuditWorker(opts: { sql: Sql; log: Logger; periodSeconds: number; fullSeconds: number }): Worker {
   let first: NodeJS.Timeout | undefined;
@@ -20,7 +21,7 @@ export function ledgerAuditWorker(opts: { sql: Sql; log: Logger; periodSeconds: 
         const log = r.discrepancyCount > 0 ? opts.log.error.bind(opts.log) : opts.log.info.bind(opts.log);
         log({ ms: r.ms, mode: r.mode, fromEntryId: r.fromEntryId, toEntryId: r.toEntryId, entries: r.entries, driftHalala: r.driftHalala, discrepancies: r.discrepancyCount }, "ledger audit");
       })
-      .catch((err) => opts.log.error({ err }, "ledger audit failed"))
+      .catch((err) => opts.log[failureLevel(err)]({ err }, "ledger audit failed"))
       .finally(() => (running = undefined));
   };
   return {

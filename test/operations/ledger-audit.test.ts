@@ -58,6 +58,8 @@ async function realTraffic() {
   const ranThenCancelled = await submit();
   expect(ranThenCancelled.status).toBe(201);
   expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(ranThenCancelled.body.job.job_id);
+  // The daemon's first report confirms it has the job: from then on its time is billable.
+  expect((await api.post(`/api/jobs/${ranThenCancelled.body.job.job_id}/progress`, { api_key: provider.key, progress_pct: 1 })).status).toBe(200);
   const cancelled = await api.post(`/api/jobs/${ranThenCancelled.body.job.job_id}/cancel`, {}, renter.headers);
   expect(cancelled.status, cancelled.text).toBe(200);
   const [charged] = await srv.sql<{ status: string; actual_cost_halala: number }[]>`SELECT status, actual_cost_halala FROM jobs WHERE job_id = ${ranThenCancelled.body.job.job_id}`;

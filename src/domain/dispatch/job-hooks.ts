@@ -7,12 +7,13 @@
 import type { Sql } from "../../db/index.js";
 import type { Logger } from "../../log.js";
 import { dispatchForProvider, hasQueuedJobs, requeueJobsOfProvider } from "./dispatch.js";
+import { failureLevel } from "../../errors.js";
 
 export async function requeueWorkOf(sql: Sql, log: Logger, providerId: number, reason: string): Promise<void> {
   try {
     await requeueJobsOfProvider(sql, providerId, reason);
   } catch (err) {
-    log.error({ err, providerId }, "re-queueing a provider's jobs failed");
+    log[failureLevel(err)]({ err, providerId }, "re-queueing a provider's jobs failed");
   }
 }
 
@@ -20,7 +21,7 @@ export async function offerWorkTo(sql: Sql, log: Logger, providerId: number): Pr
   try {
     await dispatchForProvider(sql, providerId);
   } catch (err) {
-    log.error({ err, providerId }, "dispatching to a provider failed");
+    log[failureLevel(err)]({ err, providerId }, "dispatching to a provider failed");
   }
 }
 
@@ -34,7 +35,7 @@ export async function offerWorkToEach(sql: Sql, log: Logger, providerIds: number
     try {
       if (!(await hasQueuedJobs(sql))) return;
     } catch (err) {
-      log.error({ err, providers: providerIds.length }, "dispatching to providers failed");
+      log[failureLevel(err)]({ err, providers: providerIds.length }, "dispatching to providers failed");
       return;
     }
     await offerWorkTo(sql, log, id);

@@ -21,7 +21,7 @@ import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatRequest, HeartbeatResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
 import type { Sql } from "../../db/index.js";
-import { forbidden, notFound } from "../../errors.js";
+import { failureLevel, forbidden, notFound } from "../../errors.js";
 import type { Logger } from "../../log.js";
 import type { Config } from "../../config.js";
 import { count, names, num, object, storableJson, text } from "../shared/lenient.js";
@@ -282,7 +282,7 @@ export class HeartbeatPipeline {
           const newer = this.buffer.get(id);
           this.buffer.set(id, newer ? { firstTs: p.firstTs, lastTs: newer.lastTs, input: merge(p.input, newer.input), attempts: p.attempts } : p);
         }
-        this.deps.log.error({ err, providers: batch.size, dropped }, "heartbeat telemetry batch write failed");
+        this.deps.log[failureLevel(err)]({ err, providers: batch.size, dropped }, "heartbeat telemetry batch write failed");
       })
       .finally(() => {
         this.flushing = undefined;
@@ -305,7 +305,7 @@ export class HeartbeatPipeline {
     if (refreshed > 0) {
       const due = [...this.reputationDue];
       this.reputationDue.clear();
-      await refreshReputation(this.deps.sql, due).catch((err) => this.deps.log.error({ err }, "reputation refresh failed"));
+      await refreshReputation(this.deps.sql, due).catch((err) => this.deps.log[failureLevel(err)]({ err }, "reputation refresh failed"));
     }
     const ms = Math.round(performance.now() - started);
     // A flush slower than its interval means the database is falling behind the beats.
