@@ -2,6 +2,7 @@
 //
 //   npm run bench:heartbeat [-- --providers 5000 --connections 64 --seconds 20 --warmup 3 --servers 1]
 //   npm run bench:heartbeat -- --outage [--providers 100000]
+//   npm run bench:heartbeat -- --open-loop half [--open-seconds 20 --open-sockets 64 --max-sockets 2000]
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
 //   otherwise a real embedded PostgreSQL in .data/bench-pg.
@@ -17,6 +18,11 @@
 // - Load: a hand-rolled HTTP/1.1 generator on raw keep-alive sockets (one
 //   request in flight per connection, pre-built request bytes per provider), so
 //   the client spends as little of the machine as possible.
+// - Open loop (--open-loop half, or a rate per second): after the saturated
+//   phase, beats sent on a fixed schedule at half of its heartbeats/s
+//   (bench/open-loop.ts), each latency measured from the beat's intended send
+//   time, so a stall is not hidden; reported under `open_loop` with the
+//   generator's own lag and the target (p99 <= 20 ms).
 // - Afterwards it checks that every provider's last_heartbeat was written.
 // - --outage: the providers are seeded in SQL as a running fleet, approved
 //   and online (registration has its own tests; 100,000 over HTTP would only
@@ -37,6 +43,7 @@ import { benchDatabase, cpuSecondsOf, machine, memoryOf, noter, percentile, pool
 import { markSilentProvidersOffline } from "../src/domain/dispatch/liveness-sweep.js";
 import { hashKey, newKey } from "../src/domain/accounts/keys.js";
 import type { Sql } from "../src/db/index.js";
+import { openLoop, openLoopRate } from "./open-loop.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -48,6 +55,12 @@ const { values: args } = parseArgs({
     // them like a load balancer (the service is stateless; PostgreSQL is shared).
     servers: { type: "string", default: "1" },
     outage: { type: "boolean", default: false },
+    // After the saturated phase: "half" (of its heartbeats/s) or a fixed rate per second; "off" skips it.
+    "open-loop": { type: "string", default: "off" },
+    "open-seconds": { type: "string" },
+    // Sockets connected before the open-loop schedule starts, and the most it may open.
+    "open-sockets": { type: "string", default: "64" },
+    "max-sockets": { type: "string", default: "2000" },
   },
 });
 const OUTAGE = args.outage;
@@ -56,6 +69,12 @@ const CONNECTIONS = Number(args.connections);
 const SECONDS = Number(args.seconds);
 const WARMUP_SECONDS = Number(args.warmup);
 const SERVERS = Number(args.servers);
+const OPEN_LOOP = args["open-loop"]!;
+const OPEN_SECONDS = Number(args["open-seconds"] ?? args.seconds);
+const OPEN_SOCKETS = Number(args["open-sockets"]);
+const MAX_SOCKETS = Number(args["max-sockets"]);
+/** Target of the open-loop phase (issue: latency at a steady load). */
+const TARGET_P99_MS = 20;
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
 const HMAC_SECRET = crypto.randomBytes(24).toString("hex");
 
@@ -225,6 +244,44 @@ async function main() {
     const run = await runLoad(ports, requests, CONNECTIONS, SECONDS, true);
     const cpuAfter = cpuOfServers();
     await new Promise((r) => setTimeout(r, 1000)); // let the last batch land
+
+    let openLoopFigures: Record<string, unknown> | undefined;
+    if (OPEN_LOOP !== "off") {
+      const rate = openLoopRate(OPEN_LOOP, run.ok / run.elapsedS);
+      note(`open loop: ${rate} heartbeats/s for ${OPEN_SECONDS} s (latency from each beat's intended send time)`);
+      const olCpuBefore = cpuOfServers();
+      const ol = await openLoop({
+        ports,
+        rate,
+        seconds: OPEN_SECONDS,
+        // Providers in turn, each port taking every SERVERS-th beat.
+        request: (i) => requests[i % requests.length],
+        okStatus: "200",
+        initialSockets: Math.ceil(OPEN_SOCKETS / ports.length),
+        maxSockets: MAX_SOCKETS,
+      });
+      const olCpu = cpuOfServers() - olCpuBefore;
+      await new Promise((r) => setTimeout(r, 1000));
+      const p99 = percentile(ol.latenciesMs, 99);
+      openLoopFigures = {
+        mode: OPEN_LOOP === "half" ? "half of the saturated phase's heartbeats/s" : "fixed rate",
+        rate_per_s: rate,
+        duration_s: ol.duration_s,
+        scheduled: ol.scheduled,
+        ok: ol.ok,
+        statuses: ol.statuses,
+        unanswered: ol.unanswered,
+        heartbeats_per_s: ol.ok_per_s,
+        // From each beat's intended send time.
+        p50_ms: percentile(ol.latenciesMs, 50),
+        p90_ms: percentile(ol.latenciesMs, 90),
+        p99_ms: p99,
+        max_ms: percentile(ol.latenciesMs, 100),
+        server_cpu_us_per_heartbeat: Number.isFinite(olCpu) ? Math.round((olCpu * 1e6) / Math.max(1, ol.answered)) : null,
+        generator: ol.generator,
+        targets: { p99_ms: TARGET_P99_MS, met: ol.unanswered === 0 && ol.ok === ol.scheduled && p99 !== null && p99 <= TARGET_P99_MS },
+      };
+    }
     const [check] = await sql<{ updated: number; online: number }[]>`
       SELECT count(*) FILTER (WHERE last_heartbeat >= ${t0})::int AS updated, count(*) FILTER (WHERE status = 'online')::int AS online
       FROM providers`;
@@ -249,6 +306,7 @@ async function main() {
         Number.isFinite(cpuAfter - cpuBefore) ? Math.round(((cpuAfter - cpuBefore) * 1e6) / Math.max(1, run.requests)) : null,
       load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
       first_beats: first,
+      ...(openLoopFigures ? { open_loop: openLoopFigures } : {}),
       verified: { providers_written_during_run: check.updated, providers_online: check.online },
       ...(outage ? { outage: { ...outage, first_beats_vs_ordinary: Math.round((outage.per_s / Math.max(1, run.ok / run.elapsedS)) * 100) / 100 } } : {}),
       server_memory: memory.stop(),

@@ -20,6 +20,7 @@ import crypto from "node:crypto";
 import http from "node:http";
 import { parseArgs } from "node:util";
 import { benchDatabase, cpuSecondsOf, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers } from "./lib.js";
+import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -110,7 +111,7 @@ async function main() {
     await post(`${bases[0]}/api/admin/providers/${prov.provider_id}/approve`, {}, { "x-admin-token": ADMIN_TOKEN });
     await post(`${bases[0]}/api/providers/heartbeat`, {
       api_key: pk,
-      gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: JOBS, daemon_version: "3.2.0" },
+      gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: JOBS, daemon_version: DAEMON_VERSION },
     });
     const jobIds: string[] = [];
     for (let j = 0; j < JOBS; j++) {

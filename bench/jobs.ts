@@ -2,6 +2,7 @@
 // connected daemons. One command, its own servers and database.
 //
 //   npm run bench:jobs [-- --renters 200 --providers 100 --processes 1 --connections 32 --seconds 15 --warmup 3]
+//   npm run bench:jobs -- --open-loop half [--open-seconds 15 --open-sockets 64 --max-sockets 2000]
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
 //   otherwise a real embedded PostgreSQL in .data/bench-pg.
@@ -21,6 +22,12 @@
 // - Figures: submit latency (request sent -> 201 read), and assignment
 //   latency (request sent -> the `job` message read on the daemon stream;
 //   also from the 201 read, which may be negative when the push wins).
+// - Open loop (--open-loop half, or a rate per second): after the saturated
+//   (closed-loop) phase, submits sent on a fixed schedule at half of its
+//   submits/s (bench/open-loop.ts), each latency measured from the submit's
+//   intended send time, so a stall is not hidden; reported under `open_loop`
+//   with the generator's own lag and the targets (submit p99 <= 50 ms; the job
+//   on the daemon stream within 5 ms p50 and 25 ms p99 of the 201).
 // - Afterwards: every 201 is one pending job, the held sum equals the jobs'
 //   estimates, and the ledger's invariants hold.
 // The last line printed is one JSON object with the figures.
@@ -31,7 +38,10 @@ import { parseArgs } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../gen/svc/v1/daemon_pb.js";
+import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { ledgerProblems } from "../src/domain/money/ledger.js";
+import type { ChildProcess } from "node:child_process";
+import { openLoop, openLoopRate } from "./open-loop.js";
 import { benchDatabase, cpuSecondsOf, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
@@ -42,6 +52,12 @@ const { values: args } = parseArgs({
     connections: { type: "string", default: "32" },
     seconds: { type: "string", default: "15" },
     warmup: { type: "string", default: "3" },
+    // After the saturated phase: "half" (of its submits/s) or a fixed rate per second; "off" skips it.
+    "open-loop": { type: "string", default: "off" },
+    "open-seconds": { type: "string" },
+    // Sockets connected before the open-loop schedule starts, and the most it may open.
+    "open-sockets": { type: "string", default: "64" },
+    "max-sockets": { type: "string", default: "2000" },
   },
 });
 const RENTERS = Number(args.renters);
@@ -50,6 +66,12 @@ const PROCESSES = Number(args.processes);
 const CONNECTIONS = Number(args.connections);
 const SECONDS = Number(args.seconds);
 const WARMUP_SECONDS = Number(args.warmup);
+const OPEN_LOOP = args["open-loop"]!;
+const OPEN_SECONDS = Number(args["open-seconds"] ?? args.seconds);
+const OPEN_SOCKETS = Number(args["open-sockets"]);
+const MAX_SOCKETS = Number(args["max-sockets"]);
+/** Targets of the open-loop phase (issue: latency at a steady load). */
+const TARGETS = { submit_p99_ms: 50, assign_after_201_p50_ms: 5, assign_after_201_p99_ms: 25 };
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
 const GPUS_PER_PROVIDER = 1024;
 
@@ -65,7 +87,7 @@ async function post(url: string, body: unknown, headers: Record<string, string> 
 function heartbeat(base: string, key: string, i: number) {
   return post(`${base}/api/providers/heartbeat`, {
     api_key: key,
-    gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: GPUS_PER_PROVIDER, daemon_version: "3.2.0", cuda_version: "12.4" },
+    gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: GPUS_PER_PROVIDER, daemon_version: DAEMON_VERSION, cuda_version: "12.4" },
     uptime: 3600 + i,
   });
 }
@@ -115,7 +137,7 @@ function openDaemon(port: number, key: string, onJob: (jobId: string) => void): 
     call.on("error", (err) => {
       if (!welcomed) reject(err);
     });
-    call.write(create(DaemonMessageSchema, { kind: { case: "hello", value: { daemonVersion: "3.2.0" } } }));
+    call.write(create(DaemonMessageSchema, { kind: { case: "hello", value: { daemonVersion: DAEMON_VERSION } } }));
   });
 }
 
@@ -198,6 +220,47 @@ function runLoad(ports: number[], requests: Buffer[][], connections: number, sec
   });
 }
 
+/** Assignment latency of the submits in `samples` whose job a daemon received. */
+function assignFigures(samples: Map<string, Sample>, received: Map<string, number>) {
+  const fromSend: number[] = [];
+  const fromAnswer: number[] = [];
+  for (const [jobId, s] of samples) {
+    const at = received.get(jobId);
+    if (at === undefined) continue;
+    fromSend.push(at - s.sentAt);
+    fromAnswer.push(at - s.answeredAt);
+  }
+  return {
+    assignments_seen_by_daemons: fromSend.length,
+    assign_visible_p50_ms: percentile(fromSend, 50),
+    assign_visible_p99_ms: percentile(fromSend, 99),
+    assign_after_201_p50_ms: percentile(fromAnswer, 50),
+    assign_after_201_p99_ms: percentile(fromAnswer, 99),
+  };
+}
+
+/** Starts counting CPU; the returned function gives where it went per submit since, and how busy the machine was. */
+function cpuMeter(children: ChildProcess[]) {
+  const cpuBefore = children.map((c) => cpuSecondsOf(c.pid));
+  const [pgBefore, selfBefore, machineBefore] = [postgresCpuSeconds(), process.cpuUsage(), machineCpuSeconds()];
+  return (submits: number) => {
+    const cpuAfter = children.map((c) => cpuSecondsOf(c.pid));
+    const [pgCpu, selfCpu, machineAfter] = [postgresCpuSeconds() - pgBefore, process.cpuUsage(selfBefore), machineCpuSeconds()];
+    const serverCpu = cpuAfter.every((v, i) => v !== undefined && cpuBefore[i] !== undefined)
+      ? cpuAfter.reduce((sum: number, v, i) => sum + (v! - cpuBefore[i]!), 0)
+      : undefined;
+    const n = Math.max(1, submits);
+    return {
+      server_cpu_ms_per_submit: serverCpu === undefined ? null : Math.round((serverCpu * 1e5) / n) / 100,
+      // Where the machine's CPU went per submit: PostgreSQL's processes (a local database only)
+      // and this load generator with its daemon streams; and how busy all cores were.
+      database_cpu_ms_per_submit: Math.round((pgCpu * 1e5) / n) / 100,
+      load_generator_cpu_ms_per_submit: Math.round((selfCpu.user + selfCpu.system) / 10 / n) / 100,
+      machine_busy_pct: Math.round((1000 * (machineAfter.busy - machineBefore.busy)) / Math.max(0.01, machineAfter.total - machineBefore.total)) / 10,
+    };
+  };
+}
+
 async function main() {
   const db = await benchDatabase("svc_bench_jobs", note);
   const sql = db.sql;
@@ -248,26 +311,65 @@ async function main() {
     const [{ before }] = await sql<{ before: number }[]>`SELECT count(*)::int AS before FROM jobs`;
     note(`measuring ${SECONDS} s with ${CONNECTIONS} connections`);
     const samples = new Map<string, Sample>();
-    const cpuBefore = children.map((c) => cpuSecondsOf(c.pid));
-    const [pgBefore, selfBefore, machineBefore] = [postgresCpuSeconds(), process.cpuUsage(), machineCpuSeconds()];
+    let meter = cpuMeter(children);
     const run = await runLoad(ports, requests, CONNECTIONS, SECONDS, samples);
-    const cpuAfter = children.map((c) => cpuSecondsOf(c.pid));
-    const [pgCpu, selfCpu, machineAfter] = [postgresCpuSeconds() - pgBefore, process.cpuUsage(selfBefore), machineCpuSeconds()];
-    const serverCpu = cpuAfter.every((v, i) => v !== undefined && cpuBefore[i] !== undefined)
-      ? cpuAfter.reduce((sum: number, v, i) => sum + (v! - cpuBefore[i]!), 0)
-      : undefined;
+    const cpu = meter(run.ok);
     await new Promise((r) => setTimeout(r, 1000)); // the last pushes in flight
+    const assign = assignFigures(samples, received);
 
-    const fromSend: number[] = [];
-    const fromAnswer: number[] = [];
-    let seen = 0;
-    for (const [jobId, s] of samples) {
-      const at = received.get(jobId);
-      if (at === undefined) continue;
-      seen++;
-      fromSend.push(at - s.sentAt);
-      fromAnswer.push(at - s.answeredAt);
+    let openLoopFigures: { submits: number; [k: string]: unknown } | undefined;
+    if (OPEN_LOOP !== "off") {
+      const rate = openLoopRate(OPEN_LOOP, run.ok / run.elapsedS);
+      await beat();
+      note(`open loop: ${rate} submits/s for ${OPEN_SECONDS} s (latency from each submit's intended send time)`);
+      const openSamples = new Map<string, Sample>();
+      meter = cpuMeter(children);
+      const ol = await openLoop({
+        ports,
+        rate,
+        seconds: OPEN_SECONDS,
+        // Renters in turn on each port, as the closed loop does.
+        request: (i, p) => requests[p][Math.floor(i / ports.length) % RENTERS],
+        okStatus: "201",
+        onAnswer: (a) => {
+          const jobId = /"job_id":"(job-[^"]+)"/.exec(a.body.toString("utf8"))?.[1];
+          if (jobId && a.status === "201") openSamples.set(jobId, { sentAt: a.intendedAt, answeredAt: a.answeredAt });
+        },
+        initialSockets: Math.ceil(OPEN_SOCKETS / ports.length),
+        maxSockets: MAX_SOCKETS,
+      });
+      const olCpu = meter(ol.ok);
+      await new Promise((r) => setTimeout(r, 1000));
+      const olAssign = assignFigures(openSamples, received);
+      const submitP99 = percentile(ol.latenciesMs, 99);
+      openLoopFigures = {
+        mode: OPEN_LOOP === "half" ? "half of the saturated phase's submits/s" : "fixed rate",
+        rate_per_s: rate,
+        duration_s: ol.duration_s,
+        scheduled: ol.scheduled,
+        submits: ol.ok,
+        statuses: ol.statuses,
+        unanswered: ol.unanswered,
+        submits_per_s: ol.ok_per_s,
+        // From each submit's intended send time.
+        submit_p50_ms: percentile(ol.latenciesMs, 50),
+        submit_p90_ms: percentile(ol.latenciesMs, 90),
+        submit_p99_ms: submitP99,
+        submit_max_ms: percentile(ol.latenciesMs, 100),
+        ...olAssign,
+        ...olCpu,
+        generator: ol.generator,
+        targets: {
+          ...TARGETS,
+          met:
+            ol.unanswered === 0 &&
+            submitP99 !== null && submitP99 <= TARGETS.submit_p99_ms &&
+            olAssign.assign_after_201_p50_ms !== null && olAssign.assign_after_201_p50_ms <= TARGETS.assign_after_201_p50_ms &&
+            olAssign.assign_after_201_p99_ms !== null && olAssign.assign_after_201_p99_ms <= TARGETS.assign_after_201_p99_ms,
+        },
+      };
     }
+
     const [check] = await sql<{ jobs: number; pending: number; queued: number; held: number; estimates: number }[]>`
       SELECT count(*)::int AS jobs, count(*) FILTER (WHERE status = 'pending')::int AS pending,
              count(*) FILTER (WHERE status = 'queued')::int AS queued,
@@ -290,25 +392,19 @@ async function main() {
       submit_p90_ms: percentile(run.latenciesMs, 90),
       submit_p99_ms: percentile(run.latenciesMs, 99),
       submit_max_ms: percentile(run.latenciesMs, 100),
-      assignments_seen_by_daemons: seen,
-      assign_visible_p50_ms: percentile(fromSend, 50),
-      assign_visible_p99_ms: percentile(fromSend, 99),
-      assign_after_201_p50_ms: percentile(fromAnswer, 50),
-      assign_after_201_p99_ms: percentile(fromAnswer, 99),
-      server_cpu_ms_per_submit: serverCpu === undefined ? null : Math.round((serverCpu * 1e5) / Math.max(1, run.ok)) / 100,
-      // Where the machine's CPU went per submit: PostgreSQL's processes (a local database only)
-      // and this load generator with its daemon streams; and how busy all cores were.
-      database_cpu_ms_per_submit: Math.round((pgCpu * 1e5) / Math.max(1, run.ok)) / 100,
-      load_generator_cpu_ms_per_submit: Math.round(((selfCpu.user + selfCpu.system) / 10) / Math.max(1, run.ok)) / 100,
-      machine_busy_pct: Math.round((1000 * (machineAfter.busy - machineBefore.busy)) / Math.max(0.01, machineAfter.total - machineBefore.total)) / 10,
+      ...assign,
+      ...cpu,
       load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
       verified: {
         jobs_created_during_run: check.jobs - before,
+        // Both phases: every 201 is one job, and nothing else made one.
+        one_job_per_201: check.jobs - before === run.ok + Number(openLoopFigures?.submits ?? 0),
         pending: check.pending,
         queued: check.queued,
         held_equals_estimates: Number(check.held) === Number(check.estimates),
         ledger_problems: problems.length,
       },
+      ...(openLoopFigures ? { open_loop: openLoopFigures } : {}),
       machine: machine(),
       database: db.kind,
     };

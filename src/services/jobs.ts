@@ -17,6 +17,7 @@ import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
 import { recordAttestation } from "../domain/providers/attestations.js";
 import { parseCursor } from "../domain/jobs/job-watch.js";
 import { jobWatchHub } from "../workers/job-watch.js";
+import { jobSignalHub } from "../workers/job-signals.js";
 import { checkEnum, iso, page } from "../domain/shared/validate.js";
 import { callerProviderId, callerRenterId, logPlatformFault, principalOf, type Deps, auditActor } from "./deps.js";
 
@@ -96,6 +97,11 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
   jobPolicy.maxAttempts = config.jobMaxAttempts;
   const batcher = new SubmitBatcher(sql);
   const watchHub = jobWatchHub(sql, deps.log);
+  const signals = jobSignalHub(sql, deps.log);
+  /** A committed submit placed on a provider whose stream is on this process: pushed now (see assignedHere). */
+  const pushHere = (s: Submitted) => {
+    if (s.placement.providerId !== null && s.job.status === "pending") signals.assignedHere(s.placement.providerId, s.job);
+  };
 
   /** A finished job's output object, or the status error for the format routes. */
   async function completedOutput(ctx: HandlerContext, jobId: string): Promise<{ job: JobRow; obj: JsonObject }> {
@@ -134,10 +140,12 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
           return submission(tx, submitted.job);
         });
         const written = submitted as Submitted | undefined; // undefined: a replay of the stored answer
+        if (written) pushHere(written);
         if (!written || written.placement.contended.length === 0) return res;
         submitted = written;
       } else {
         submitted = await batcher.submit(await prepareSubmit(sql, config.hmacSecret, renterId, input));
+        pushHere(submitted);
         if (submitted.placement.contended.length === 0) return submission(sql, submitted.job);
       }
       // Providers another transaction was filling at that moment: try them now that the job is visible.

@@ -69,6 +69,16 @@ export class JobSignalHub {
     return this.started;
   }
 
+  /**
+   * An assignment this process has just committed (the submit's own job): handed
+   * to this process's streams of that provider at once, instead of after its
+   * notice has gone through PostgreSQL and back. The notice still reaches the
+   * other processes; here it finds the job delivered (a stream pushes a job once).
+   */
+  assignedHere(providerId: number, job: AssignedJob): void {
+    this.deliver("assigned", { provider_id: providerId, job_id: job.job_id, job });
+  }
+
   private dispatch(kind: "assigned" | "cancel", payload: string): void {
     let signal: JobSignal;
     try {
@@ -77,6 +87,10 @@ export class JobSignalHub {
       this.log.warn({ payload: payload.slice(0, 200) }, "ignored a malformed job signal");
       return;
     }
+    this.deliver(kind, signal);
+  }
+
+  private deliver(kind: "assigned" | "cancel", signal: JobSignal): void {
     const set = this.byProvider.get(Number(signal.provider_id));
     if (!set) return;
     for (const l of set) {

@@ -15,6 +15,7 @@ import { dispatchQueued } from "../../src/domain/dispatch/dispatch.js";
 import { clearMarketplace } from "../jobs/helpers.js";
 import { openStream, type TestStream } from "./grpc-stream.js";
 import { waitFor } from "./helpers.js";
+import { jobSignalHub } from "../../src/workers/job-signals.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -151,11 +152,49 @@ describe("jobs over the stream", () => {
     const renter = await makeRenter(srv, 1_000);
     const s = connect(p.key);
     await s.next("welcome");
+    // Queued at submit and assigned from another connection, so that only the notice tells this process
+    // (the submitting process pushes its own submit's job from memory).
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${p.id}`;
     const submitted = await submit(renter, { job_type: "llm-inference", params: { prompt: "y".repeat(9000) } });
+    expect(submitted.status).toBe("queued");
+    await srv.sql`UPDATE providers SET is_paused = false WHERE id = ${p.id}`;
+    await dispatchQueued(srv.sql);
     const job = await s.next("job", 5_000);
     expect(job.jobId).toBe(submitted.job_id);
     expect((job.taskSpec as { inputs: { prompt: string } }).inputs.prompt).toHaveLength(9000);
     expect(verifyTask(HMAC_SECRET, job.taskSpec, job.taskSpecHmac)).toBe(true);
+    s.end();
+  });
+
+  it("pushes the submit's own assignment from the submitting process, without waiting for its notice, and once", async () => {
+    const p = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${p.id}`;
+    const renter = await makeRenter(srv, 1_000);
+    const s = connect(p.key);
+    await s.next("welcome");
+    const hub = jobSignalHub(srv.app.sql, srv.app.deps.log);
+    const heard: string[] = [];
+    let unsubscribe = () => {};
+    // Without notices (this process no longer listens), the submit still reaches the stream.
+    await hub.stop();
+    try {
+      const first = await submit(renter);
+      expect((await s.next("job", 5_000)).jobId).toBe(first.job_id);
+    } finally {
+      // Listening again, as a new stream starts it.
+      unsubscribe = await hub.subscribe(p.id, { assigned: (jobId) => heard.push(jobId), cancel: () => {}, resync: () => {} });
+    }
+    try {
+      const second = await submit(renter);
+      expect((await s.next("job", 5_000)).jobId).toBe(second.job_id);
+      // Its notice comes too (heard here a second time) and pushes nothing more.
+      await waitFor(() => heard.filter((id) => id === second.job_id).length === 2, 5_000, "the notice");
+      s.send({ case: "heartbeat", value: {} });
+      await s.next("heartbeatAck");
+      expect(s.received.filter((m) => m.kind.case === "job" && m.kind.value.jobId === second.job_id)).toHaveLength(1);
+    } finally {
+      unsubscribe();
+    }
     s.end();
   });
 
