@@ -1,6 +1,7 @@
 // Heartbeat benchmark: one command, its own server and database.
 //
 //   npm run bench:heartbeat [-- --providers 5000 --connections 64 --seconds 20 --warmup 3 --servers 1]
+//   npm run bench:heartbeat -- --outage [--providers 100000]
 //   npm run bench:heartbeat -- --open-loop half [--open-seconds 20 --open-sockets 64 --max-sockets 2000]
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
@@ -11,8 +12,9 @@
 //   several, the generator spreads its connections over them like a load
 //   balancer, so a provider's beats land on different processes.
 // - Providers: registered over HTTP and approved in one SQL statement; each
-//   sends one first heartbeat (the synchronous, state-changing path: measured
-//   apart), then all of them beat round-robin for the measured run.
+//   sends one first heartbeat (the state-changing path, answered after its
+//   grouped write committed: measured apart), then all of them beat
+//   round-robin for the measured run.
 // - Load: a hand-rolled HTTP/1.1 generator on raw keep-alive sockets (one
 //   request in flight per connection, pre-built request bytes per provider), so
 //   the client spends as little of the machine as possible.
@@ -22,13 +24,26 @@
 //   time, so a stall is not hidden; reported under `open_loop` with the
 //   generator's own lag and the target (p99 <= 20 ms).
 // - Afterwards it checks that every provider's last_heartbeat was written.
+// - --outage: the providers are seeded in SQL as a running fleet, approved
+//   and online (registration has its own tests; 100,000 over HTTP would only
+//   lengthen the setup), each beats once, and after the measured run of
+//   ordinary beats the fleet comes back from an outage: silent for 5 minutes,
+//   marked offline by the liveness sweep's own function (which tells the
+//   server's cache), then every provider beats once, `connections` at a
+//   time. Reported under `outage`: first beats/s, p50/p99, and the time until
+//   the whole fleet is online again (the last answer; a beat is answered
+//   after its state change committed, checked by counting afterwards).
+// - The server processes' resident memory (VmRSS sampled, VmHWM at the end).
 // The last line printed is one JSON object with the figures.
 import crypto from "node:crypto";
 import net from "node:net";
 import os from "node:os";
 import { parseArgs } from "node:util";
+import { benchDatabase, cpuSecondsOf, machine, memoryOf, noter, percentile, pool, startServers } from "./lib.js";
+import { markSilentProvidersOffline } from "../src/domain/dispatch/liveness-sweep.js";
+import { hashKey, newKey } from "../src/domain/accounts/keys.js";
+import type { Sql } from "../src/db/index.js";
 import { openLoop, openLoopRate } from "./open-loop.js";
-import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -39,6 +54,7 @@ const { values: args } = parseArgs({
     // Server processes behind the generator, which spreads its connections over
     // them like a load balancer (the service is stateless; PostgreSQL is shared).
     servers: { type: "string", default: "1" },
+    outage: { type: "boolean", default: false },
     // After the saturated phase: "half" (of its heartbeats/s) or a fixed rate per second; "off" skips it.
     "open-loop": { type: "string", default: "off" },
     "open-seconds": { type: "string" },
@@ -47,6 +63,7 @@ const { values: args } = parseArgs({
     "max-sockets": { type: "string", default: "2000" },
   },
 });
+const OUTAGE = args.outage;
 const PROVIDERS = Number(args.providers);
 const CONNECTIONS = Number(args.connections);
 const SECONDS = Number(args.seconds);
@@ -181,7 +198,10 @@ function runLoad(ports: number[], requests: Buffer[], connections: number, secon
 async function main() {
   const db = await benchDatabase("svc_bench", note);
   const sql = db.sql;
-  const servers = await startServers(SERVERS, db.url, { SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET }).catch(async (err) => {
+  // --outage: the bench runs the liveness sweep itself, once; the server's own would also take
+  // offline the providers that came back early and beat only once.
+  const env = { SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET, ...(OUTAGE ? { SVC_LIVENESS_SWEEP_SECONDS: "0" } : {}) };
+  const servers = await startServers(SERVERS, db.url, env).catch(async (err) => {
     await db.close();
     throw err;
   });
@@ -189,33 +209,31 @@ async function main() {
   const port = ports[0];
   const base = `http://127.0.0.1:${port}`;
   let result: Record<string, unknown> | undefined;
+  const memory = memorySampler(children.map((c) => c.pid));
   try {
-
-    note(`registering ${PROVIDERS} providers over HTTP`);
     const keys: string[] = new Array(PROVIDERS);
     const ids: number[] = new Array(PROVIDERS);
     const regStarted = performance.now();
-    await pool(PROVIDERS, 64, async (i) => {
-      const r = await fetch(`${base}/api/providers/register`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ name: `bench-rig-${i}`, email: `bench-${i}@bench.example.com`, gpu_model: gpuStatus(i).gpu_name, os: "linux" }),
-      });
-      const body = (await r.json()) as { api_key: string; provider_id: number };
-      if (r.status !== 200) throw new Error(`register ${i}: ${r.status} ${JSON.stringify(body)}`);
-      keys[i] = body.api_key;
-      ids[i] = body.provider_id;
-    });
-    // Approved in one statement: the admin approval path has its own tests, and
-    // thousands of audited transactions would only lengthen the setup.
-    await sql`UPDATE providers SET approval_status = 'approved', approved_at = now() WHERE id = ANY(${ids}::bigint[])`;
+    if (OUTAGE) {
+      note(`seeding ${PROVIDERS} approved, online providers in SQL`);
+      await seedProviders(sql, keys, ids);
+    } else {
+      await registerOverHttp(sql, base, keys, ids);
+    }
     note(`registered and approved in ${((performance.now() - regStarted) / 1000).toFixed(1)} s`);
     if (ids.length !== new Set(ids).size) throw new Error("duplicate provider ids");
 
     const requests = keys.map((k, i) => requestBytes(port, heartbeatBody(k, i)));
-    // First beats: every one moves a provider registered -> online synchronously.
-    note("first heartbeats (state-changing, synchronous path)");
-    const first = await runFirstBeats(ports, requests, CONNECTIONS);
+    // First beats: every one moves a provider registered -> online before it is answered.
+    let first: Awaited<ReturnType<typeof runFirstBeats>> | undefined;
+    if (OUTAGE) {
+      // Seeded online, as a running fleet: one round of beats puts every provider in the server's cache.
+      note("one beat from every provider");
+      await runLoad(ports, requests, CONNECTIONS, 600, false, requests.length);
+    } else {
+      note("first heartbeats (state-changing: written before they are answered)");
+      first = await runFirstBeats(ports, requests, CONNECTIONS);
+    }
 
     note(`warm-up ${WARMUP_SECONDS} s`);
     await runLoad(ports, requests, CONNECTIONS, WARMUP_SECONDS, false);
@@ -268,6 +286,7 @@ async function main() {
       SELECT count(*) FILTER (WHERE last_heartbeat >= ${t0})::int AS updated, count(*) FILTER (WHERE status = 'online')::int AS online
       FROM providers`;
     const sorted = Float64Array.from(run.latenciesMs).sort();
+    const outage = OUTAGE ? await runOutage(sql, ports, requests, CONNECTIONS, cpuOfServers) : undefined;
     result = {
       benchmark: "heartbeat",
       providers: PROVIDERS,
@@ -289,10 +308,13 @@ async function main() {
       first_beats: first,
       ...(openLoopFigures ? { open_loop: openLoopFigures } : {}),
       verified: { providers_written_during_run: check.updated, providers_online: check.online },
+      ...(outage ? { outage: { ...outage, first_beats_vs_ordinary: Math.round((outage.per_s / Math.max(1, run.ok / run.elapsedS)) * 100) / 100 } } : {}),
+      server_memory: memory.stop(),
       machine: machine(),
       database: db.kind,
     };
   } finally {
+    memory.stop();
     await servers.stop();
     await db.close();
   }
@@ -307,8 +329,105 @@ async function runFirstBeats(ports: number[], requests: Buffer[], connections: n
     beats: run.requests,
     statuses: run.statuses,
     per_s: Math.round(run.requests / run.elapsedS),
+    elapsed_s: Math.round(run.elapsedS * 100) / 100,
     p50_ms: percentile(sorted, 50),
     p99_ms: percentile(sorted, 99),
+  };
+}
+
+/** PROVIDERS providers registered over HTTP, 64 at a time, then approved. */
+async function registerOverHttp(sql: Sql, base: string, keys: string[], ids: number[]): Promise<void> {
+  note(`registering ${PROVIDERS} providers over HTTP`);
+  await pool(PROVIDERS, 64, async (i) => {
+    const r = await fetch(`${base}/api/providers/register`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ name: `bench-rig-${i}`, email: `bench-${i}@bench.example.com`, gpu_model: gpuStatus(i).gpu_name, os: "linux" }),
+    });
+    const body = (await r.json()) as { api_key: string; provider_id: number };
+    if (r.status !== 200) throw new Error(`register ${i}: ${r.status} ${JSON.stringify(body)}`);
+    keys[i] = body.api_key;
+    ids[i] = body.provider_id;
+  });
+  // Approved in one statement: the admin approval path has its own tests, and
+  // thousands of audited transactions would only lengthen the setup.
+  await sql`UPDATE providers SET approval_status = 'approved', approved_at = now() WHERE id = ANY(${ids}::bigint[])`;
+}
+
+/**
+ * PROVIDERS approved providers, online as if they had been beating, with
+ * their keys, inserted set-based in chunks (what registration writes: the
+ * provider row and its key's hash).
+ */
+async function seedProviders(sql: Sql, keys: string[], ids: number[]): Promise<void> {
+  const CHUNK = 10_000;
+  for (let from = 0; from < PROVIDERS; from += CHUNK) {
+    const idx = Array.from({ length: Math.min(CHUNK, PROVIDERS - from) }, (_, k) => from + k);
+    for (const i of idx) keys[i] = newKey("provider");
+    const rows = await sql<{ id: number; i: number }[]>`
+      WITH n AS (SELECT i FROM unnest(${idx}::int[]) AS n(i)),
+      p AS (
+        INSERT INTO providers (name, email, gpu_model, os, approval_status, approved_at, status, status_since, last_heartbeat, first_heartbeat_at)
+        SELECT 'bench-rig-' || i, 'bench-' || i || '@bench.example.com',
+               (ARRAY['NVIDIA GeForce RTX 4090', 'NVIDIA RTX A6000', 'NVIDIA H100 80GB HBM3', 'NVIDIA GeForce RTX 3060'])[i % 4 + 1],
+               'linux', 'approved', now(), 'online', now(), now(), now()
+        FROM n ORDER BY i
+        RETURNING id, email
+      )
+      SELECT id, substring(email FROM 'bench-([0-9]+)@')::int AS i FROM p`;
+    for (const r of rows) ids[r.i] = r.id;
+    await sql`
+      INSERT INTO api_keys (key_hash, role, provider_id)
+      SELECT decode(h, 'hex'), 'provider', id FROM unnest(${idx.map((i) => hashKey(keys[i]).toString("hex"))}::text[], ${idx.map((i) => ids[i])}::bigint[]) AS k(h, id)`;
+  }
+}
+
+/**
+ * The fleet comes back from an outage: silent for 5 minutes, marked offline
+ * by the liveness sweep (which tells the server's cache), then every provider
+ * beats once, `connections` at a time.
+ */
+async function runOutage(sql: Sql, ports: number[], requests: Buffer[], connections: number, cpuOfServers: () => number) {
+  // The server's last telemetry batches land first (a late one would bring its providers back online).
+  let passes = 0;
+  for (let left = PROVIDERS; left > 0; passes++) {
+    await new Promise((r) => setTimeout(r, 1500));
+    await sql`UPDATE providers SET last_heartbeat = now() - interval '5 minutes' WHERE status <> 'offline'`;
+    await markSilentProvidersOffline(sql);
+    [{ left }] = await sql<{ left: number }[]>`SELECT count(*)::int AS left FROM providers WHERE status <> 'offline'`;
+  }
+  note(`outage: all ${PROVIDERS} providers marked offline (${passes} sweep passes); every one beats again`);
+  await new Promise((r) => setTimeout(r, 1000)); // the server hears of it (NOTIFY)
+  const cpuBefore = cpuOfServers();
+  const back = await runFirstBeats(ports, requests, connections);
+  const cpu = cpuOfServers() - cpuBefore;
+  const [c] = await sql<{ online: number }[]>`SELECT count(*) FILTER (WHERE status = 'online')::int AS online FROM providers`;
+  return {
+    sweep_passes: passes,
+    ...back,
+    online_after: c.online,
+    all_online_s: c.online === PROVIDERS ? back.elapsed_s : null,
+    server_cpu_us_per_beat: Number.isFinite(cpu) ? Math.round((cpu * 1e6) / Math.max(1, back.beats)) : null,
+  };
+}
+
+/** Samples the servers' resident memory every 500 ms; stop() returns the peaks (VmHWM, MiB) and the largest sample. */
+function memorySampler(pids: (number | undefined)[]) {
+  let sampledMax = 0;
+  let last: { peak_rss_mb: number; rss_mb_sampled_max: number } | undefined;
+  const sample = () => {
+    for (const pid of pids) sampledMax = Math.max(sampledMax, memoryOf(pid)?.rss_mb ?? 0);
+  };
+  const timer = setInterval(sample, 500);
+  timer.unref();
+  return {
+    stop() {
+      if (last) return last;
+      clearInterval(timer);
+      sample();
+      last = { peak_rss_mb: Math.max(0, ...pids.map((pid) => memoryOf(pid)?.peak_rss_mb ?? 0)), rss_mb_sampled_max: sampledMax };
+      return last;
+    },
   };
 }
 

@@ -54,6 +54,17 @@ export function cpuSecondsOf(pid: number | undefined): number | undefined {
   }
 }
 
+/** Resident memory of a process now and at its peak (VmRSS, VmHWM from /proc, in MiB; Linux). */
+export function memoryOf(pid: number | undefined): { rss_mb: number; peak_rss_mb: number } | undefined {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+    const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1]);
+    return { rss_mb: Math.round(kib("VmRSS") / 1024), peak_rss_mb: Math.round(kib("VmHWM") / 1024) };
+  } catch {
+    return undefined;
+  }
+}
+
 /** CPU seconds of every process named `postgres` on this machine (the database's backends; local databases only). */
 export function postgresCpuSeconds(): number {
   let total = 0;
@@ -89,15 +100,34 @@ export interface BenchDatabase {
   kind: string;
   /** A small pool on it, for set-up and checks. */
   sql: Sql;
-  /** Closes the pool and drops the database (BENCH_KEEP_DB=1 keeps it, to look at plans). */
-  close(): Promise<void>;
+  /** The database's name. */
+  name: string;
+  /** True when an existing database was reused (nothing was created). */
+  reused: boolean;
+  /**
+   * Closes the pool and drops the database (unless kept or reused; BENCH_KEEP_DB=1 keeps it, to look at
+   * plans). `drop` drops a new database even when it was to be kept (a failed set-up).
+   */
+  close(opts?: { drop?: boolean }): Promise<void>;
+}
+
+export interface BenchDatabaseOptions {
+  /** Use this existing database (kept by an earlier run) instead of creating one; it is never dropped. */
+  reuse?: string;
+  /** Keep the new database after the run (its name is printed), for a later `reuse`. */
+  keep?: boolean;
 }
 
 /**
  * A fresh database on DATABASE_URL when set, otherwise on an embedded
  * PostgreSQL under .data/bench-pg (started here, stopped by close()).
  */
-export async function benchDatabase(prefix: string, note: (msg: string) => void, embeddedPort = 54500): Promise<BenchDatabase> {
+export async function benchDatabase(
+  prefix: string,
+  note: (msg: string) => void,
+  embeddedPort = 54500,
+  opts: BenchDatabaseOptions = {},
+): Promise<BenchDatabase> {
   let embedded: EmbeddedServer | undefined;
   let baseUrl = process.env.DATABASE_URL;
   const kind = baseUrl ? "DATABASE_URL" : "embedded";
@@ -106,9 +136,10 @@ export async function benchDatabase(prefix: string, note: (msg: string) => void,
     embedded = await startEmbedded(path.resolve(".data/bench-pg"), createLogger("silent"), embeddedPort);
     baseUrl = embedded.url;
   }
-  const name = `${prefix}_${crypto.randomBytes(5).toString("hex")}`;
+  if (opts.reuse !== undefined && !/^[a-z_][a-z0-9_]*$/.test(opts.reuse)) throw new Error(`not a database name: ${opts.reuse}`);
+  const name = opts.reuse ?? `${prefix}_${crypto.randomBytes(5).toString("hex")}`;
   const admin = connect(baseUrl, 1);
-  await admin.unsafe(`CREATE DATABASE ${name}`);
+  if (opts.reuse === undefined) await admin.unsafe(`CREATE DATABASE ${name}`);
   const url = new URL(baseUrl);
   url.pathname = `/${name}`;
   const sql = connect(url.toString(), 2);
@@ -116,9 +147,12 @@ export async function benchDatabase(prefix: string, note: (msg: string) => void,
     url: url.toString(),
     kind,
     sql,
-    async close() {
+    name,
+    reused: opts.reuse !== undefined,
+    async close(how = {}) {
       await sql.end();
-      if (process.env.BENCH_KEEP_DB) note(`kept database ${name}`);
+      if (opts.reuse !== undefined) note(`left database ${name} in place`);
+      else if (!how.drop && (opts.keep || process.env.BENCH_KEEP_DB)) note(`kept database ${name}`);
       else await admin.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       await admin.end();
       await embedded?.stop();

@@ -13,9 +13,38 @@
 //
 // The patch: a write to a closed connection fails its queries with
 // CONNECTION_CLOSED (a catchable error; the transaction is answered as failed
-// and the client retries), and teardown forgets the pending write. Exact text
-// replacements, checked: a postgres version other than the pinned one, or text
-// that moved, stops the install with a message instead of patching blindly.
+// and the client retries), and teardown forgets the pending write.
+//
+// Second defect, also found by npm run chaos (porsager/postgres#1192, #1205,
+// #1223; unreleased): ReadyForQuery starts the async fetchArrayTypes() of a
+// new connection (fetch_types) and drops its promise, so when the connection
+// dies during that query (a reconnect while PostgreSQL restarts: `read
+// ECONNRESET`) or the query is refused, the rejection is unhandled and Node
+// ends the process. The same error already fails the query that opened the
+// connection; the patch gives the dropped promise a handler.
+//
+// Third, a statement left on a dead connection answered the next one's: when
+// a transaction's connection is reset, the socket's error fails its queries,
+// but sql.begin's ROLLBACK (or the transaction's next statement) is queued on
+// the connection before its close event, and closed() failed what was left
+// only after a clean close. The stale ROLLBACK then stayed in the queue of
+// sent statements: once the pool connected again, it took the answer of the
+// next transaction's first statement, and every later statement the answer of
+// the one before; the last one waited forever, holding the connection (found
+// by test/foundation/connection-loss.test.ts on PostgreSQL 15). The patch:
+// closed() fails whatever is left after any close and forgets the current
+// statement, and a statement for a connection whose socket is gone fails at
+// once instead of being queued for the next socket.
+//
+// Second, the pool's figures for /metrics (svc_db_pool_in_use, _waiting):
+// postgres.js keeps its connections in private queues by state and the
+// queries no connection can take yet in another, so nothing outside can
+// count them. The patch adds sql.svcPoolState(), which answers the length
+// of each queue (src/db/index.ts reads it).
+//
+// Exact text replacements, checked: a postgres version other than the pinned
+// one, or text that moved, stops the install with a message instead of
+// patching blindly.
 import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
@@ -41,19 +70,54 @@ const replacements = [
   ["    clearImmediate(nextWriteTimer)\n", "    clearImmediate(nextWriteTimer)\n    chunk = nextWriteTimer = null\n"],
 ];
 
-for (const rel of ["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"]) {
-  const file = path.join(root, rel);
-  if (!fs.existsSync(file)) continue;
-  let text = fs.readFileSync(file, "utf8");
-  if (text.includes(MARK)) continue;
-  for (const [from, to] of replacements) {
-    const count = text.split(from).length - 1;
-    const expected = from.includes("clearImmediate") ? 2 : 1;
-    if (count !== expected) {
-      console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
-      process.exit(1);
+const TYPES_MARK = "svc patch: the array-types query's failure";
+const typesReplacements = [
+  [
+    "        return fetchArrayTypes()\n",
+    `        // ${TYPES_MARK} reached the connection's queries; the dropped promise must not reject unhandled\n        return fetchArrayTypes().catch(() => {})\n`,
+  ],
+];
+
+const STALE_MARK = "svc patch: statements left on a closed connection";
+const staleReplacements = [
+  [
+    "    !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))\n",
+    `    // ${STALE_MARK} fail after any close, or they take the answers of the next connection's statements\n    ;(query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))\n    query = null\n`,
+  ],
+  [
+    "  function execute(q) {\n    if (terminated)\n",
+    `  function execute(q) {\n    // ${STALE_MARK}: none is queued while the connection has no socket\n    if (!socket) {\n      queryError(q, Errors.connection('CONNECTION_CLOSED', options))\n      return true\n    }\n    if (terminated)\n`,
+  ],
+];
+
+const POOL_MARK = "svc patch: pool state";
+const poolReplacements = [
+  [
+    "    get parameters() { return options.parameters },\n",
+    `    get parameters() { return options.parameters },\n    // ${POOL_MARK}: connections by state, and queries waiting for one\n    svcPoolState: () => ({ connecting: connecting.length, reserved: reserved.length, busy: busy.length, full: full.length, open: open.length, closed: closed.length, ended: ended.length, waiting: queries.length }),\n`,
+  ],
+];
+
+/** Applies `replacements` to each file once (a file carrying `mark` is done); each must match exactly `expected(from)` times. */
+function patch(files, mark, replacements, expected) {
+  for (const rel of files) {
+    const file = path.join(root, rel);
+    if (!fs.existsSync(file)) continue;
+    let text = fs.readFileSync(file, "utf8");
+    if (text.includes(mark)) continue;
+    for (const [from, to] of replacements) {
+      const count = text.split(from).length - 1;
+      if (count !== expected(from)) {
+        console.error(`bin/patch-postgres.mjs: ${rel}: expected ${expected(from)} occurrence(s) of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
+        process.exit(1);
+      }
+      text = text.split(from).join(to);
     }
-    text = text.split(from).join(to);
+    fs.writeFileSync(file, text);
   }
-  fs.writeFileSync(file, text);
 }
+
+patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], MARK, replacements, (from) => (from.includes("clearImmediate") ? 2 : 1));
+patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], TYPES_MARK, typesReplacements, () => 1);
+patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], STALE_MARK, staleReplacements, () => 1);
+patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], POOL_MARK, poolReplacements, () => 1);

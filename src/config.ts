@@ -4,6 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { parseVersion } from "./domain/providers/versions.js";
 import { parseTokenRates, type TokenRates } from "./domain/money/token-pricing.js";
+import { DAEMON_RELEASE } from "./shared/daemon-release.js";
 
 export interface Config {
   production: boolean;
@@ -77,6 +78,8 @@ export interface Config {
   };
   /** Seconds between ledger audits, run by one process at a time (0: only on demand). */
   ledgerAuditSeconds: number;
+  /** Seconds between full ledger audits; the periodic runs between them are incremental (0: every run full). */
+  ledgerAuditFullSeconds: number;
   /** Where the admin token and HMAC secret were generated (local default only). */
   secretsFile: string | undefined;
 }
@@ -227,14 +230,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimitOverrides: rateLimitOverrides(env.SVC_RATE_LIMIT_OVERRIDES),
     allowTopup: bool(env, "SVC_ALLOW_TOPUP", !production),
     signupCreditHalala: int(env, "SVC_SIGNUP_CREDIT_HALALA", 0, 0, 10_000_000),
-    daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", "5.0.0"),
-    daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", "5.0.0"),
+    daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", DAEMON_RELEASE),
+    daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", DAEMON_RELEASE),
     livenessSweepSeconds: int(env, "SVC_LIVENESS_SWEEP_SECONDS", 15, 0, 3600),
     windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
     jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),
     metrics: metricsConfig(env, production),
     ledgerAuditSeconds: int(env, "SVC_LEDGER_AUDIT_SECONDS", 900, 0, 604_800),
+    ledgerAuditFullSeconds: int(env, "SVC_LEDGER_AUDIT_FULL_SECONDS", 86_400, 0, 2_592_000),
     v1: {
       rateLimitPerMinute: int(env, "SVC_V1_RATE_LIMIT_PER_MINUTE", 60, 0, 1_000_000),
       tokenRates: v1TokenRates(env.SVC_V1_TOKEN_RATES),

@@ -23,7 +23,7 @@ import type { Worker } from "./workers/worker.js";
 import { webhookOutboxWorker } from "./workers/webhook-outbox.js";
 import { providerWorkers } from "./workers/liveness-sweep.js";
 import { jobTimeoutsWorker } from "./workers/job-timeouts.js";
-import { offerWorkTo } from "./domain/dispatch/job-hooks.js";
+import { offerWorkToEach } from "./domain/dispatch/job-hooks.js";
 import { createMetrics } from "./metrics/metrics.js";
 import { createMetricsHandler, metricsInterceptor, startMetricsListener, type MetricsListener } from "./http/metrics.js";
 import { ledgerAuditWorker } from "./workers/ledger-audit.js";
@@ -66,7 +66,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
   daemonPolicy.minVersion = config.daemonMinVersion;
   const metrics = createMetrics({ sql, log, dbFiguresSeconds: config.metrics.dbFiguresSeconds });
-  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (id) => offerWorkTo(sql, log, id), metrics };
+  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (ids) => offerWorkToEach(sql, log, ids), metrics };
   const shutdown = new AbortController();
   let services: ReturnType<typeof buildServices>;
   try {
@@ -157,7 +157,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     webhookOutboxWorker({ sql, log, production: config.production, onFailure: (final) => metrics.webhookFailure(final) }),
     ...providerWorkers(deps),
     jobTimeoutsWorker({ sql, log, intervalMs: config.jobSweepMs }),
-    ledgerAuditWorker({ sql, log, periodSeconds: config.ledgerAuditSeconds }),
+    ledgerAuditWorker({ sql, log, periodSeconds: config.ledgerAuditSeconds, fullSeconds: config.ledgerAuditFullSeconds }),
   ];
   for (const w of workers) await w.start();
 

@@ -20,19 +20,14 @@ const TRANSACTION_ATTEMPTS = 3;
  * cache forgets. Lock order is still the first defence (see dispatch.ts and
  * settlement.ts); this covers what slips through.
  */
-function retryTransactions(sql: Sql, stats: PoolStats): Sql {
+function retryTransactions(sql: Sql): Sql {
   const begin = sql.begin.bind(sql) as (...args: unknown[]) => Promise<unknown>;
   (sql as unknown as { begin: (...args: unknown[]) => Promise<unknown> }).begin = async (...args: unknown[]) => {
     for (let attempt = 1; ; attempt++) {
       // Hooks of this run only: a rolled-back run's hooks are dropped with it.
       let hooks: (() => void)[] = [];
-      let entered = false;
-      stats.waiting++;
       const body = args[args.length - 1] as (tx: Tx) => unknown;
       const wrapped = (tx: Tx) => {
-        entered = true;
-        stats.waiting--;
-        stats.inUse++;
         commitHooks.set(tx, hooks);
         return body(tx);
       };
@@ -45,34 +40,44 @@ function retryTransactions(sql: Sql, stats: PoolStats): Sql {
         const code = (err as { code?: string } | null)?.code;
         if (attempt >= TRANSACTION_ATTEMPTS || !code || !RETRYABLE_CODES.has(code)) throw err;
         await new Promise((r) => setTimeout(r, 5 + Math.random() * 20 * attempt));
-      } finally {
-        if (entered) stats.inUse--;
-        else stats.waiting--;
       }
     }
   };
   return sql;
 }
 
-/** Transactions of a pool (each holds one connection while it runs): the figures /metrics shows. */
+/** A pool's connections now: the figures /metrics shows. */
 export interface PoolStats {
   /** Connections the pool may open. */
   max: number;
-  /** Transactions running, each on a connection of its own. */
+  /** Connections serving statements (pipelined ones included), held by a transaction, or connecting for a statement. */
   inUse: number;
-  /** Transactions waiting for a connection. */
+  /** Connections open and idle. */
+  idle: number;
+  /** Statements and transactions waiting for a connection: every connection is held by a transaction, or its pipeline is full. */
   waiting: number;
 }
 
-const poolStatsOf = new WeakMap<object, PoolStats>();
+/** The queue lengths bin/patch-postgres.mjs exposes (postgres.js keeps them private). */
+interface PoolState {
+  connecting: number;
+  reserved: number;
+  busy: number;
+  full: number;
+  open: number;
+  closed: number;
+  ended: number;
+  waiting: number;
+}
 
-/**
- * The pool's transaction figures. postgres.js keeps its connection queues
- * private; transactions are what hold a connection for long (single
- * statements are pipelined), so the begin() wrapper counts those.
- */
+const poolMax = new WeakMap<object, number>();
+
+/** The pool's figures, read from postgres.js's queues; undefined for a pool connect() did not open. */
 export function poolStats(sql: Sql): PoolStats | undefined {
-  return poolStatsOf.get(sql);
+  const max = poolMax.get(sql);
+  const state = (sql as unknown as { svcPoolState?: () => PoolState }).svcPoolState?.();
+  if (max === undefined || !state) return undefined;
+  return { max, inUse: state.connecting + state.reserved + state.busy + state.full, idle: state.open, waiting: state.waiting };
 }
 
 const commitHooks = new WeakMap<object, (() => void)[]>();
@@ -96,10 +101,19 @@ export function afterCommit(db: Db, hook: () => void): void {
   else runHook(hook);
 }
 
+/**
+ * Seconds before a connection that closed with an error connects again:
+ * postgres.js's default grows 3^n / 100 with the pool's failed connects in a
+ * row, up to 20 s, so a restart of a few seconds under load left the pool
+ * waiting up to 20 s after PostgreSQL was back (answering 503 meanwhile).
+ * Here it doubles from 50 ms up to 2 s (the Retry-After of those 503s), with jitter.
+ */
+export const reconnectDelaySeconds = (failures: number): number => Math.min(0.05 * 2 ** failures, 2) * (0.5 + Math.random() / 2);
+
 export function connect(url: string, max = 10): Sql {
-  const stats: PoolStats = { max, inUse: 0, waiting: 0 };
   const sql = retryTransactions(postgres(url, {
     max,
+    backoff: reconnectDelaySeconds,
     onnotice: () => {},
     types: {
       bigint: {
@@ -110,8 +124,8 @@ export function connect(url: string, max = 10): Sql {
       },
     },
     connection: { application_name: "svc" },
-  }) as unknown as Sql, stats);
-  poolStatsOf.set(sql, stats);
+  }) as unknown as Sql);
+  poolMax.set(sql, max);
   return sql;
 }
 

@@ -16,7 +16,11 @@ export function migrationFiles(): { version: number; name: string; file: string 
     .map((f) => ({ version: Number(f.slice(0, 3)), name: f, file: path.join(MIGRATIONS_DIR, f) }));
 }
 
-export async function migrate(sql: Sql): Promise<number[]> {
+/**
+ * Applies the migrations not applied yet, in order, in one transaction; returns their versions.
+ * `through` stops after that version (a database at an earlier schema: tests of a backfill, benches).
+ */
+export async function migrate(sql: Sql, opts: { through?: number } = {}): Promise<number[]> {
   const applied: number[] = [];
   await sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(${LOCK_ID})`;
@@ -24,7 +28,7 @@ export async function migrate(sql: Sql): Promise<number[]> {
       version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`;
     const done = new Set((await tx<{ version: number }[]>`SELECT version FROM schema_migrations`).map((r) => r.version));
     for (const m of migrationFiles()) {
-      if (done.has(m.version)) continue;
+      if (done.has(m.version) || (opts.through !== undefined && m.version > opts.through)) continue;
       await tx.unsafe(fs.readFileSync(m.file, "utf8"));
       await tx`INSERT INTO schema_migrations (version, name) VALUES (${m.version}, ${m.name})`;
       applied.push(m.version);

@@ -1,14 +1,17 @@
 // Request ids and the log line of each gRPC / Connect call (REST requests are
 // logged by the transcoder). A ServiceError becomes its ConnectError here
-// (src/http/errors.ts), also when a streamed answer fails midway. Any other
-// failure is an internal error: logged with its cause, answered as "internal
-// error" so database or code details never reach the caller.
+// (src/http/errors.ts), also when a streamed answer fails midway. A database
+// that cannot be reached is answered 503 (Unavailable, Retry-After) and logged
+// as a warning; a client gone mid-call (its stream cut or reset) is logged at
+// info. Any other failure is an internal error: logged with its cause,
+// answered as "internal error" so database or code details never reach the caller.
 import crypto from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
 import { credentialsKey } from "./credentials.js";
-import { toConnectError } from "./errors.js";
+import { isDatabaseUnavailable } from "../errors.js";
+import { failureLogLevel, toConnectError } from "./errors.js";
 
 const CLIENT_REQUEST_ID = /^[\w.:-]{1,128}$/;
 
@@ -27,10 +30,19 @@ export function callLogInterceptor(log: Logger): Interceptor {
       const err = toConnectError(thrown);
       const ms = Math.round(performance.now() - started);
       if (err instanceof ConnectError) {
-        // A documented error, 500s included ("heartbeat failed"); their causes were logged where they were made.
         err.metadata.set("x-request-id", requestId);
-        if (log.isLevelEnabled("info")) log.info({ requestId, procedure, code: Code[err.code], ms }, "call");
+        if (!(thrown instanceof ConnectError) && isDatabaseUnavailable(thrown)) {
+          log.warn({ err: thrown, requestId, procedure, ms }, "call failed: database unreachable");
+        } else if (log.isLevelEnabled("info")) {
+          // A documented error, 500s included ("heartbeat failed"); their causes were logged where they were made.
+          log.info({ requestId, procedure, code: Code[err.code], ms }, "call");
+        }
         return err;
+      }
+      if (failureLogLevel(thrown) === "info") {
+        // Expected: the client cancelled, or its stream or connection was cut; nobody is left to answer.
+        log.info({ requestId, procedure, ms, reason: (thrown as Error)?.message ?? String(thrown) }, "call ended: the client went away");
+        return new ConnectError("the client went away", Code.Canceled, { "x-request-id": requestId });
       }
       log.error({ err, requestId, procedure, ms }, "call failed");
       return new ConnectError("internal error", Code.Internal, { "x-request-id": requestId });

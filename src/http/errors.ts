@@ -1,9 +1,11 @@
 // The one mapping of ServiceError (src/errors.ts) to the wires: HTTP status
 // <-> Connect code, and the REST {"error"} answer. gRPC and Connect clients
 // see the Connect code (with the documented status in a header), REST
-// clients the exact documented status.
+// clients the exact documented status. A database that cannot be reached
+// (src/errors.ts isDatabaseUnavailable) is 503 with Retry-After on every wire.
+// Also: how a failed call is logged (failureLogLevel).
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ServiceError } from "../errors.js";
+import { ServiceError, databaseUnavailable, isDatabaseUnavailable } from "../errors.js";
 
 const STATUS_HEADER = "x-svc-http-status";
 
@@ -41,8 +43,9 @@ const STATUS_FOR_CODE: Partial<Record<Code, number>> = {
   [Code.Canceled]: 499,
 };
 
-/** The Connect form of a ServiceError; other errors pass through unchanged. */
+/** The Connect form of a ServiceError (and of a database that cannot be reached); other errors pass through unchanged. */
 export function toConnectError(err: unknown): unknown {
+  if (isDatabaseUnavailable(err) && !(err instanceof ConnectError)) err = databaseUnavailable();
   if (!(err instanceof ServiceError)) return err;
   const metadata = new Headers(err.headers);
   metadata.set(STATUS_HEADER, String(err.status));
@@ -57,6 +60,7 @@ export interface HttpError {
 
 /** Maps anything thrown by a handler to the REST answer. Unknown errors are 500 with a generic text. */
 export function toHttpError(err: unknown): HttpError {
+  if (isDatabaseUnavailable(err) && !(err instanceof ConnectError)) err = databaseUnavailable();
   if (err instanceof ServiceError) return { status: err.status, message: err.message, headers: { ...err.headers } };
   if (err instanceof ConnectError) {
     const explicit = Number(err.metadata.get(STATUS_HEADER));
@@ -69,4 +73,36 @@ export function toHttpError(err: unknown): HttpError {
     return { status, message, headers };
   }
   return { status: 500, message: "internal error", headers: {} };
+}
+
+/**
+ * Node's codes for a write to, or a read from, an HTTP/2 stream or response the
+ * peer has already closed or reset: the client went away mid-call.
+ */
+const DISCONNECT_CODES = new Set([
+  "ERR_HTTP2_INVALID_STREAM",
+  "ERR_HTTP2_STREAM_ERROR",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_STREAM_DESTROYED",
+  "ERR_STREAM_PREMATURE_CLOSE",
+  "ERR_STREAM_WRITE_AFTER_END",
+]);
+
+/**
+ * The level a failure that is not a documented error is logged at: "info" when
+ * the client went away mid-call (its stream or connection was reset or closed:
+ * a write to it failed), "warn" when the database cannot be reached (answered
+ * 503, the client tries again), "error" for anything else.
+ */
+export function failureLogLevel(err: unknown): "info" | "warn" | "error" {
+  for (let e = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && DISCONNECT_CODES.has(code)) return "info";
+  }
+  return isDatabaseUnavailable(err) ? "warn" : "error";
+}
+
+/** The level a failure answered with `answer` is logged at (5xx only): one the client is told to retry (503, Retry-After) is a warning. */
+export function answeredLogLevel(err: unknown, answer: HttpError): "info" | "warn" | "error" {
+  return answer.status === 503 || answer.headers["retry-after"] ? "warn" : failureLogLevel(err);
 }

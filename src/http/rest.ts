@@ -14,7 +14,7 @@ import { bodyLimitBytesOf, readBody } from "./body.js";
 import { requestIdOf } from "./call-log.js";
 import { credentialsFromRest, credentialsKey } from "./credentials.js";
 import { apiError } from "../errors.js";
-import { toHttpError } from "./errors.js";
+import { answeredLogLevel, toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
 import { writeEventStream } from "./event-stream.js";
 
@@ -363,7 +363,7 @@ export function createRestHandler(opts: RestHandlerOptions) {
     } catch (err) {
       const e = toHttpError(err);
       status = e.status;
-      if (status >= 500) opts.log.error({ err, requestId, route: r.template }, "request failed");
+      if (status >= 500) opts.log[answeredLogLevel(err, e)]({ err, requestId, route: r.template }, "request failed");
       if (!res.headersSent) sendJson(res, status, { error: e.message }, e.headers);
       else res.end();
     } finally {

@@ -1,6 +1,6 @@
 // The process's Prometheus metrics (prom-client): one registry per app, the
 // series the wires, services and workers count into, the domain's committed
-// changes (src/domain/shared/observe.ts), the transaction pool, and figures
+// changes (src/domain/shared/observe.ts), the database pool, and figures
 // read from the database (fleet, queue, outbox, last ledger audit) through a
 // cache: at most one read every `dbFiguresSeconds` per process, however often
 // it is scraped. Labels are bounded: wires, route templates, statuses, kinds
@@ -66,10 +66,10 @@ export function createMetrics(opts: MetricsOptions): Metrics {
   const v1Tokens = new client.Counter({ name: "svc_v1_tokens_total", help: "/v1 tokens billed, by type (prompt, completion)", labelNames: ["type"] as const, ...reg });
   const v1UpstreamErrors = new client.Counter({ name: "svc_v1_upstream_errors_total", help: "/v1 upstream attempts that failed, by error code", labelNames: ["code"] as const, ...reg });
 
-  const pool = poolStats(opts.sql);
-  new client.Gauge({ name: "svc_db_pool_max", help: "Connections the database pool may open", ...reg, collect() { this.set(pool?.max ?? 0); } });
-  new client.Gauge({ name: "svc_db_pool_in_use", help: "Transactions running, each holding a pool connection", ...reg, collect() { this.set(pool?.inUse ?? 0); } });
-  new client.Gauge({ name: "svc_db_pool_waiting", help: "Transactions waiting for a pool connection", ...reg, collect() { this.set(pool?.waiting ?? 0); } });
+  new client.Gauge({ name: "svc_db_pool_max", help: "Connections the database pool may open", ...reg, collect() { this.set(poolStats(opts.sql)?.max ?? 0); } });
+  new client.Gauge({ name: "svc_db_pool_in_use", help: "Pool connections serving statements or held by a transaction", ...reg, collect() { this.set(poolStats(opts.sql)?.inUse ?? 0); } });
+  new client.Gauge({ name: "svc_db_pool_idle", help: "Pool connections open and idle", ...reg, collect() { this.set(poolStats(opts.sql)?.idle ?? 0); } });
+  new client.Gauge({ name: "svc_db_pool_waiting", help: "Statements and transactions waiting for a pool connection", ...reg, collect() { this.set(poolStats(opts.sql)?.waiting ?? 0); } });
 
   // Database figures: one read at a time, reused for dbFiguresSeconds.
   const figureReads = new client.Counter({ name: "svc_db_figure_reads_total", help: "Reads of the database figures by this process (at most one per SVC_METRICS_DB_SECONDS)", ...reg });

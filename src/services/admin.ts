@@ -56,8 +56,8 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       return dashboard(sql);
     },
 
-    async auditLedger() {
-      const r = await auditLedgerNow(sql);
+    async auditLedger(req) {
+      const r = await auditLedgerNow(sql, { full: req.full ?? false });
       return {
         ok: r.discrepancyCount === 0,
         startedAt: r.startedAt.toISOString(),
@@ -72,6 +72,12 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
         driftHalala: BigInt(r.driftHalala),
         discrepancyCount: BigInt(r.discrepancyCount),
         discrepancies: r.discrepancies.map((d) => ({ ...d, expectedHalala: BigInt(d.expectedHalala), actualHalala: BigInt(d.actualHalala) })),
+        mode: r.mode,
+        fromEntryId: BigInt(r.fromEntryId),
+        toEntryId: BigInt(r.toEntryId),
+        baseAuditId: r.baseAuditId === null ? undefined : BigInt(r.baseAuditId),
+        auditId: BigInt(r.auditId ?? 0),
+        watermarkEntryId: r.watermark == null ? undefined : BigInt(r.watermark),
       };
     },
 

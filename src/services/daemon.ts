@@ -34,7 +34,7 @@ import type { TaskSigner } from "../shared/task-signature.js";
 import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
 import { badRequest } from "../errors.js";
-import { toConnectError, toHttpError } from "../http/errors.js";
+import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
 
@@ -87,7 +87,7 @@ class StreamSession {
 
   private fail(err: unknown, jobId = "", report = "") {
     const e = toHttpError(err);
-    if (e.status >= 500) this.deps.log.error({ err, providerId: this.providerId, jobId, report }, "daemon stream report failed");
+    if (e.status >= 500) this.deps.log[answeredLogLevel(err, e)]({ err, providerId: this.providerId, jobId, report }, "daemon stream report failed");
     this.send({ kind: { case: "error", value: { code: errorCode(err), message: e.message, jobId, report } } });
   }
 
@@ -280,7 +280,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const first = await iterator.next();
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
       const session = new StreamSession(deps, providerId, await signerOnce());
-      const report = (p: Promise<void>) => p.catch((err) => deps.log.error({ err, providerId }, "daemon stream push failed"));
+      const report = (p: Promise<void>) => p.catch((err) => deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed"));
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {
         assigned: (jobId, job) => void report(session.serial(() => session.assigned(jobId, job))),

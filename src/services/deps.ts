@@ -22,8 +22,8 @@ export interface Deps {
   log: Logger;
   /** Set when rate limits are on: the counter of a method on a per-renter-key row, or undefined for other methods. */
   keyRowCounter?: (method: DescMethod) => KeyRowCounter | undefined;
-  /** Offers queued work to a provider that became available (dispatch; never throws). */
-  offerWork(providerId: number): Promise<void>;
+  /** Offers queued work to providers that became available (dispatch; never throws). */
+  offerWork(providerIds: number[]): Promise<void>;
   /** The process's Prometheus metrics (absent in tools that build services without a server). */
   metrics?: Metrics;
 }

@@ -79,7 +79,9 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
         SELECT coalesce(sum(t.amount) FILTER (WHERE t.created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint AS today,
                coalesce(sum(t.amount) FILTER (WHERE t.created_at >= now() - interval '7 days'), 0)::bigint AS week
         FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.credit_account_id
-        WHERE a.kind = 'provider_earnings' AND a.owner_id = ${id}`;
+        WHERE a.kind = 'provider_earnings' AND a.owner_id = ${id}
+          -- Bounded by the older of the two windows: the provider's earlier earnings are not read.
+          AND t.created_at >= least(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', now() - interval '7 days')`;
       const active = recent.find((j) => j.status === "running" || j.status === "pending");
       const vramTotal = num(telemetry.gpu_vram_mib) || provider.gpu_vram_mib || 0;
       return {

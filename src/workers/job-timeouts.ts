@@ -16,6 +16,7 @@ import { dispatchForProvider, dispatchQueued, providersWithLostJobs, releaseUncl
 import { overdueJobIds, timeOutJob } from "../domain/money/settlement.js";
 import { fundRunningJob, jobsRunningOutOfPaidTime } from "../domain/money/hold-extension.js";
 import type { Worker } from "./worker.js";
+import { failureLevel } from "../errors.js";
 
 const BATCH = 200;
 
@@ -71,7 +72,7 @@ export function jobTimeoutsWorker(opts: { sql: Sql; log: Logger; intervalMs: num
         if (r.timedOut || r.outOfFunds || r.requeued || r.failed) opts.log.info(r, "job sweep");
       })
       .catch((err) => {
-        if (!stopped) opts.log.error({ err }, "job sweep failed");
+        if (!stopped) opts.log[failureLevel(err)]({ err }, "job sweep failed");
       })
       .finally(() => {
         running = undefined;

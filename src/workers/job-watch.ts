@@ -22,6 +22,7 @@ import {
   type WatchState,
 } from "../domain/jobs/job-watch.js";
 import type { JobReader } from "../domain/jobs/jobs.js";
+import { failureLevel } from "../errors.js";
 
 /** Events a watcher may have waiting before it is cut off (it resumes from its last cursor). */
 export const MAX_QUEUED_EVENTS = 4 * WATCH_LOG_PAGE;
@@ -232,7 +233,7 @@ export class JobWatchHub {
         try {
           c = await readJobChanges(this.sql, feed.id, from);
         } catch (err) {
-          this.log.error({ err, job: feed.id }, "job watch read failed");
+          this.log[failureLevel(err)]({ err, job: feed.id }, "job watch read failed");
           for (const w of ws) w.finish(new ConnectError("could not read the job's events; watch again from the last cursor", Code.Unavailable));
           break;
         }

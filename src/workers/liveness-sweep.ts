@@ -11,6 +11,7 @@ import { requeueWorkOf } from "../domain/dispatch/job-hooks.js";
 import { markSilentProvidersOffline } from "../domain/dispatch/liveness-sweep.js";
 import { refreshDueReputations } from "../domain/providers/reputation.js";
 import type { Worker } from "./worker.js";
+import { failureLevel } from "../errors.js";
 
 /** One sweep: offline marking, re-queueing, then due reputation refreshes. */
 export async function sweepOnce(deps: Deps): Promise<{ offline: number[]; refreshed: number }> {
@@ -28,7 +29,7 @@ export function livenessSweepWorker(deps: Deps): Worker {
   const tick = () => {
     if (running) return;
     running = sweepOnce(deps)
-      .catch((err) => deps.log.error({ err }, "liveness sweep failed"))
+      .catch((err) => deps.log[failureLevel(err)]({ err }, "liveness sweep failed"))
       .finally(() => (running = undefined));
   };
   return {

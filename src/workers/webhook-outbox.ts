@@ -21,6 +21,7 @@ import {
 } from "../domain/notify/webhooks.js";
 import { publicOnlyLookup } from "../domain/shared/address.js";
 import type { Worker } from "./worker.js";
+import { failureLevel } from "../errors.js";
 
 export interface WebhookWorkerOptions {
   sql: Sql;
@@ -121,7 +122,7 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
     do {
       again = false;
       const rows = await claimDue(opts.sql, batch);
-      await Promise.all(rows.map((r) => deliver(r).catch((err) => opts.log.error({ err, outboxId: r.id }, "webhook delivery bookkeeping failed"))));
+      await Promise.all(rows.map((r) => deliver(r).catch((err) => opts.log[failureLevel(err)]({ err, outboxId: r.id }, "webhook delivery bookkeeping failed"))));
       if (rows.length === batch) again = true;
     } while (again && !stopped);
   }
@@ -133,7 +134,7 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
       return running;
     }
     running = drain()
-      .catch((err) => opts.log.error({ err }, "webhook outbox pass failed"))
+      .catch((err) => opts.log[failureLevel(err)]({ err }, "webhook outbox pass failed"))
       .finally(() => {
         running = undefined;
       });

@@ -150,7 +150,7 @@ describe("admin renters", () => {
     expect((await api.put(`/api/admin/renters/${renter.id}/quota`, { daily_jobs_limit: 50 }, ADMIN)).status).toBe(200);
     const submit = await srv.sql.reserve();
     try {
-      // What a submit does, in its order: the quota row first (renter_quota_usage), the renter row last.
+      // A transaction holding the quota row and then writing the renter row, as submits once did.
       await submit`BEGIN`;
       await submit`SELECT * FROM renter_quota WHERE renter_id = ${renter.id} FOR NO KEY UPDATE`;
       const admin = api.put(`/api/admin/renters/${renter.id}/quota`, { daily_jobs_limit: 70 }, ADMIN);

@@ -3,8 +3,11 @@
 // the process. postgres.js 3.4.9 sent the transaction's ROLLBACK to the dead
 // connection from a setImmediate and threw an uncaught TypeError there, which
 // killed a server process when PostgreSQL restarted under load (npm run chaos);
-// bin/patch-postgres.mjs (postinstall) fixes it. The pool runs in a child
-// process: the defect ends the process it happens in.
+// bin/patch-postgres.mjs (postinstall) fixes it. Nor may the ROLLBACK that
+// sql.begin queues on the dead connection stay behind: it took the answer of
+// the next transaction's first statement once the pool had connected again,
+// and that transaction waited forever (the patch fails it at the close). The
+// pool runs in a child process: the first defect ends the process it happens in.
 import { spawn } from "node:child_process";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { freshDatabase } from "../helpers/server.js";

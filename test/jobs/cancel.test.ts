@@ -8,7 +8,7 @@ import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { admin, clearMarketplace } from "./helpers.js";
+import { admin, clearMarketplace, pickUp } from "./helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -29,7 +29,7 @@ describe("cancel", () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
     const running = (await submit(renter.headers)).body.job.job_id;
-    await api.get(`/api/providers/${provider.key}/jobs`);
+    await pickUp(api, provider.key);
     const queued = (await submit(renter.headers)).body.job.job_id;
     expect(await balance(renter.key)).toMatchObject({ held_halala: 400, available_halala: 9_600 });
 
@@ -102,7 +102,7 @@ describe("cancel", () => {
     await srv.sql`UPDATE providers SET gpu_count = 20 WHERE id = ${provider.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 16; i++) ids.push((await submit(renter.headers)).body.job.job_id);
-    for (let i = 0; i < 16; i++) await api.get(`/api/providers/${provider.key}/jobs`);
+    for (let i = 0; i < 16; i++) await pickUp(api, provider.key);
     const pairs = await Promise.all(
       ids.map((id) =>
         Promise.all([

@@ -13,7 +13,7 @@ import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import type { JobResultResponse } from "../../gen/svc/v1/jobs_pb.js";
 import { openStream, type TestStream } from "../daemon/grpc-stream.js";
 import { waitFor } from "../daemon/helpers.js";
-import { admin, clearMarketplace } from "./helpers.js";
+import { admin, clearMarketplace, pickUp } from "./helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -67,8 +67,7 @@ async function daemon(wire: Wire): Promise<Daemon> {
     return {
       provider,
       async start(jobId) {
-        const r = await api.get(`/api/providers/${provider.key}/jobs`);
-        expect(r.body.job?.job_id).toBe(jobId);
+        expect((await pickUp(api, provider.key))?.job_id).toBe(jobId);
       },
       async report(jobId, r) {
         const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: false, ...r });
@@ -263,8 +262,8 @@ describe("cancel and the server's own ends", () => {
 
     const run1 = await submit(renter);
     const run2 = await submit(renter);
-    await api.get(`/api/providers/${p.key}/jobs`);
-    await api.get(`/api/providers/${p.key}/jobs`);
+    await pickUp(api, p.key);
+    await pickUp(api, p.key);
     await ranFor(run1, 90);
     await ranFor(run2, 90);
     const c2 = await api.post(`/api/jobs/${run1}/cancel`, {}, renter.headers);
@@ -283,7 +282,7 @@ describe("cancel and the server's own ends", () => {
     await srv.sql`UPDATE renters SET webhook_url = 'https://hooks.example.com/svc' WHERE id = ${renter.id}`;
     const p = await makeProvider(srv);
     const jobId = await submit(renter);
-    await api.get(`/api/providers/${p.key}/jobs`);
+    await pickUp(api, p.key);
     await ranFor(jobId, 90);
     await api.post("/api/providers/job-result", { api_key: p.key, job_id: jobId, success: false, error: "bad input", fault: "renter" });
     const [row] = await srv.sql`SELECT body FROM webhook_outbox WHERE renter_id = ${renter.id} AND event = 'job.failed'`;

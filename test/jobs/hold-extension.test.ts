@@ -10,7 +10,7 @@ import { credit, ledgerProblems } from "../../src/domain/money/ledger.js";
 import { fundRunningJob } from "../../src/domain/money/hold-extension.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
-import { clearMarketplace } from "./helpers.js";
+import { clearMarketplace, pickUp } from "./helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -31,7 +31,7 @@ async function runningJob(renter: { headers: Record<string, string> }, provider:
   const r = await api.post("/api/jobs/submit", body, renter.headers);
   expect(r.status, r.text).toBe(201);
   const jobId = r.body.job.job_id as string;
-  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(jobId);
+  expect((await pickUp(api, provider.key))?.job_id).toBe(jobId);
   return { jobId, rate: (await srv.sql`SELECT rate_halala_per_minute AS r FROM jobs WHERE job_id = ${jobId}`)[0].r as number };
 }
 

@@ -11,7 +11,7 @@ import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { requeueJobsOfProvider } from "../../src/domain/dispatch/dispatch.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
-import { clearMarketplace } from "./helpers.js";
+import { clearMarketplace, pickUp } from "./helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -55,7 +55,7 @@ describe("max_duration_seconds", () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
     const job = (await submit(renter.headers, { max_duration_seconds: 1 })).body.job.job_id;
-    await api.get(`/api/providers/${provider.key}/jobs`);
+    await pickUp(api, provider.key);
     const stops: string[] = [];
     const l = await srv.sql.listen(CANCEL_CHANNEL, (p) => stops.push(JSON.parse(p).job_id));
     await new Promise((r) => setTimeout(r, 1100));
@@ -85,7 +85,7 @@ describe("max_duration_seconds", () => {
       const renter = await makeRenter(srv, 10_000);
       const provider = await makeProvider(srv);
       const job = (await submit(renter.headers, { max_duration_seconds: 1 })).body.job.job_id;
-      await api.get(`/api/providers/${provider.key}/jobs`);
+      await pickUp(api, provider.key);
       await expect.poll(async () => (await api.get(`/api/jobs/${job}`, renter.headers)).body.status, { timeout: 5000 }).toBe("failed");
       expect(await balance(renter.key)).toMatchObject({ held_halala: 0, balance_halala: 9_990 });
     } finally {
@@ -99,7 +99,7 @@ describe("max_duration_seconds", () => {
     await srv.sql`UPDATE providers SET gpu_count = 30 WHERE id = ${provider.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 24; i++) ids.push((await submit(renter.headers)).body.job.job_id);
-    for (let i = 0; i < 24; i++) await api.get(`/api/providers/${provider.key}/jobs`);
+    for (let i = 0; i < 24; i++) await pickUp(api, provider.key);
     for (const id of ids) await expire(id);
     // Results arrive newest first while sweeps walk the deadlines oldest first: they meet in the middle.
     const report = (id: string) => api.post("/api/providers/job-result", { api_key: provider.key, job_id: id, success: true, result: { scores: {} } });
@@ -205,7 +205,7 @@ describe("silent providers", () => {
     await srv.sql`UPDATE providers SET gpu_count = 30 WHERE id = ${provider.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 24; i++) ids.push((await submit(renter.headers)).body.job.job_id);
-    for (let i = 0; i < 24; i++) await api.get(`/api/providers/${provider.key}/jobs`);
+    for (let i = 0; i < 24; i++) await pickUp(api, provider.key);
     await silence(provider.id);
     const [, , results] = await Promise.all([
       requeueJobsOfProvider(srv.sql, provider.id, "test: provider went silent"),

@@ -1,6 +1,7 @@
 // GET /metrics from a real server: the series are there, change with real
-// traffic on every wire, carry no ids, read the database at most once per
-// period, and are only readable the ways the operator chose.
+// traffic on every wire, carry no ids, show the database pool's connections
+// in use and the statements waiting for one, read the database at most once
+// per period, and are only readable the ways the operator chose.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
@@ -62,7 +63,7 @@ describe("metrics", () => {
       "svc_requests_total", "svc_request_duration_seconds", "svc_job_submits_total", "svc_queue_jobs", "svc_queue_oldest_age_seconds",
       "svc_providers", "svc_daemon_streams_connected", "svc_heartbeats_total", "svc_job_settlements_total", "svc_ledger_moved_halala_total",
       "svc_webhook_outbox_pending", "svc_webhook_delivery_failures_total", "svc_v1_tokens_total", "svc_v1_upstream_errors_total",
-      "svc_db_pool_max", "svc_db_pool_in_use", "svc_db_pool_waiting", "svc_db_figure_reads_total",
+      "svc_db_pool_max", "svc_db_pool_in_use", "svc_db_pool_idle", "svc_db_pool_waiting", "svc_db_figure_reads_total",
       "nodejs_eventloop_lag_seconds", "process_cpu_user_seconds_total", "process_resident_memory_bytes", "nodejs_heap_size_used_bytes",
     ]) {
       expect(text, name).toContain(`# TYPE ${name} `);
@@ -198,6 +199,67 @@ describe("metrics", () => {
     expect((await api.post("/metrics", {}, admin)).status).toBe(405);
     // The metrics token reads metrics only: it is no admin token.
     expect((await api.get("/api/admin/dashboard", { authorization: `Bearer ${METRICS_TOKEN}` })).status).toBe(401);
+  });
+});
+
+describe("database pool metrics", () => {
+  // Database figures read once and then cached, and no background sweeps: the scrapes
+  // below need no connection while the test holds every one of the server's.
+  let srv: TestServer;
+  beforeAll(async () => {
+    srv = await startTestServer({
+      SVC_METRICS_TOKEN: METRICS_TOKEN, SVC_METRICS_DB_SECONDS: "3600", SVC_LEDGER_AUDIT_SECONDS: "0",
+      SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0",
+    });
+  });
+  afterAll(() => srv?.close());
+
+  /** Scrapes until `ok` holds for the pool's figures (bounded), and returns them. */
+  async function poolWhen(ok: (p: { max: number; inUse: number; idle: number; waiting: number }) => boolean) {
+    let p = { max: 0, inUse: 0, idle: 0, waiting: 0 };
+    for (let i = 0; i < 300; i++) {
+      const s = (await scrape(srv)).samples;
+      p = { max: value(s, "svc_db_pool_max"), inUse: value(s, "svc_db_pool_in_use"), idle: value(s, "svc_db_pool_idle"), waiting: value(s, "svc_db_pool_waiting") };
+      if (ok(p)) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return p;
+  }
+
+  it("counts connections busy with single statements, and statements waiting while transactions hold every connection", async () => {
+    const api = client(srv.url);
+    const renter = await makeRenter(srv, 10_000);
+    expect((await api.get("/api/renters/balance", renter.headers)).status).toBe(200); // the key is cached from now on
+    expect((await api.post("/api/renters/topup", { amount_halala: 100 }, renter.headers)).status).toBe(200);
+    const quiet = await poolWhen((p) => p.inUse === 0);
+    expect(quiet).toMatchObject({ max: 20, inUse: 0, waiting: 0 });
+    expect(quiet.idle).toBeGreaterThan(0);
+
+    const locker = await srv.sql.reserve();
+    try {
+      // Single statements (balance reads) blocked by a table lock: each of the 20 connections serves one, the rest pipelined.
+      await locker`BEGIN`;
+      await locker`LOCK TABLE ledger_accounts IN ACCESS EXCLUSIVE MODE`;
+      const reads = Array.from({ length: 25 }, () => api.get("/api/renters/balance", renter.headers));
+      expect(await poolWhen((p) => p.inUse === 20)).toMatchObject({ inUse: 20, idle: 0 });
+      await locker`COMMIT`;
+      for (const r of await Promise.all(reads)) expect(r.status).toBe(200);
+      expect(await poolWhen((p) => p.inUse === 0 && p.waiting === 0)).toMatchObject({ inUse: 0, waiting: 0 });
+
+      // 20 top-ups (transactions) blocked on the renter's account row hold every connection: the next statements wait.
+      await locker`BEGIN`;
+      await locker`SELECT 1 FROM ledger_accounts WHERE owner_id = ${renter.id} AND kind = 'renter_available' FOR UPDATE`;
+      const topups = Array.from({ length: 20 }, () => api.post("/api/renters/topup", { amount_halala: 100 }, renter.headers));
+      expect(await poolWhen((p) => p.inUse === 20)).toMatchObject({ inUse: 20 });
+      const waiting = Array.from({ length: 3 }, () => api.get("/api/renters/balance", renter.headers));
+      expect((await poolWhen((p) => p.waiting >= 3)).waiting).toBeGreaterThanOrEqual(3);
+      await locker`COMMIT`;
+      for (const r of await Promise.all([...topups, ...waiting])) expect(r.status, r.text).toBe(200);
+      expect(await poolWhen((p) => p.inUse === 0 && p.waiting === 0)).toMatchObject({ inUse: 0, waiting: 0 });
+    } finally {
+      await locker`ROLLBACK`.catch(() => {});
+      locker.release();
+    }
   });
 });
 

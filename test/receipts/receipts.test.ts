@@ -49,7 +49,12 @@ const submit = async (headers: Record<string, string>, body: Record<string, unkn
   expect(r.status, r.text).toBe(201);
   return r.body.job.job_id as string;
 };
-const pickUp = async (key: string) => (await api.get(`/api/providers/${key}/jobs`)).body.job?.job_id as string | undefined;
+/** A legacy daemon's poll and its first report on the job (which confirms the pickup: the job is then billable). */
+const pickUp = async (key: string) => {
+  const jobId = (await api.get(`/api/providers/${key}/jobs`)).body.job?.job_id as string | undefined;
+  if (jobId) await api.post(`/api/jobs/${jobId}/progress`, { api_key: key, progress_pct: 0, phase: "starting" });
+  return jobId;
+};
 const result = (key: string, jobId: string, body: Record<string, unknown> = { success: true, result: { response: "done", tokens: 7 } }) =>
   api.post("/api/providers/job-result", { api_key: key, job_id: jobId, ...body });
 const keys = async (): Promise<PublishedKeys> => {

@@ -4,7 +4,10 @@
 // pause/resume, the sweep, a heartbeat's own transition) forgets the entry
 // here and, through NOTIFY at commit, in every other process
 // (src/domain/accounts/invalidation.ts). PROVIDER_CACHE_TTL_MS bounds a missed
-// notification.
+// notification. A forgotten provider is remembered as changed for as long:
+// its next beat goes straight to the state-changing write, which reads the
+// row under its lock anyway (after the sweep took a whole fleet offline, no
+// read per provider first).
 import type { Sql } from "../../db/index.js";
 
 export const PROVIDER_CACHE_TTL_MS = 120_000;
@@ -21,12 +24,24 @@ export interface ProviderState {
 }
 
 export class ProviderStateCache {
-  private readonly map = new Map<number, ProviderState>();
+  /** A state, or when the provider was announced changed. */
+  private readonly map = new Map<number, ProviderState | number>();
 
+  /** The cached state, undefined when not cached (or only known to have changed). */
   get(id: number, now = Date.now()): ProviderState | undefined {
+    const e = this.fresh(id, now);
+    return typeof e === "number" ? undefined : e;
+  }
+
+  /** Whether the provider's state was announced changed since it was last cached. */
+  changed(id: number, now = Date.now()): boolean {
+    return typeof this.fresh(id, now) === "number";
+  }
+
+  private fresh(id: number, now: number): ProviderState | number | undefined {
     const e = this.map.get(id);
-    if (!e) return undefined;
-    if (now - e.checkedAt > PROVIDER_CACHE_TTL_MS) {
+    if (e === undefined) return undefined;
+    if (now - (typeof e === "number" ? e : e.checkedAt) > PROVIDER_CACHE_TTL_MS) {
       this.map.delete(id);
       return undefined;
     }
@@ -38,8 +53,13 @@ export class ProviderStateCache {
     this.map.set(id, state);
   }
 
+  /** Forgets the providers' states, remembering that they changed. */
   forget(ids: Iterable<number>): void {
-    for (const id of ids) this.map.delete(id);
+    const now = Date.now();
+    for (const id of ids) {
+      if (this.map.size >= MAX_ENTRIES && !this.map.has(id)) this.map.clear();
+      this.map.set(id, now);
+    }
   }
 
   clear(): void {

@@ -8,6 +8,7 @@ import { credit, openRenterAccounts, renterFunds } from "../money/ledger.js";
 import { iso } from "../shared/validate.js";
 import { DEFAULT_QUOTA } from "../money/quota.js";
 import { newWebhookSecret } from "../notify/webhooks.js";
+import { ACTIVE_STATUSES, TERMINAL_STATUSES } from "../shared/job-row.js";
 
 /** Defaults for a new renter's quota; admins override per renter. */
 
@@ -105,9 +106,25 @@ export async function renterQuota(db: Db, renterId: number) {
   };
 }
 
-/** Jobs the renter ever submitted (counted, so no code path can forget to bump a counter). */
+/**
+ * How many jobs one renter (or every renter) has, in one status or in all, as
+ * a SQL expression (a bigint). Ended jobs come from renter_job_ends, kept by a
+ * trigger on jobs (migration 031), so no code path can forget to bump it;
+ * active ones (queued, pending, running) are counted, and they are few
+ * whatever the history. So the cost does not grow with the renter's ended jobs.
+ */
+export function jobCountSql(db: Db, f: { renterId?: number; status?: string }) {
+  const ended = !f.status || (TERMINAL_STATUSES as readonly string[]).includes(f.status);
+  const active = !f.status || (ACTIVE_STATUSES as readonly string[]).includes(f.status);
+  const renter = f.renterId === undefined ? db`` : db`AND renter_id = ${f.renterId}`;
+  const endedSql = db`(SELECT coalesce(sum(jobs), 0) FROM renter_job_ends WHERE status = ANY(${f.status ? [f.status] : [...TERMINAL_STATUSES]}::text[]) ${renter})`;
+  const activeSql = db`(SELECT count(*) FROM jobs WHERE status = ANY(${f.status ? [f.status] : [...ACTIVE_STATUSES]}::text[]) ${renter})`;
+  return db`(${ended ? endedSql : db`0`} + ${active ? activeSql : db`0`})::bigint`;
+}
+
+/** Jobs the renter ever submitted (jobCountSql). */
 export async function renterJobCount(db: Db, renterId: number): Promise<number> {
-  const [row] = await db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM jobs WHERE renter_id = ${renterId}`;
+  const [row] = await db<{ n: number }[]>`SELECT ${jobCountSql(db, { renterId })} AS n`;
   return Number(row.n);
 }
 

@@ -9,7 +9,7 @@ import { badRequest, notFound } from "../../errors.js";
 import { accountKeysChanged } from "../accounts/invalidation.js";
 import type { JobRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
-import type { RenterRow } from "../accounts/renters.js";
+import { jobCountSql, type RenterRow } from "../accounts/renters.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
 
 export const RENTER_STATUSES = ["active", "suspended"] as const;
@@ -108,9 +108,12 @@ export async function listJobs(
       ${f.renterId ? db`AND renter_id = ${f.renterId}` : db``}
       ${f.providerId ? db`AND provider_id = ${f.providerId}` : db``}
       ${jobType ? db`AND job_type = ${jobType}` : db``}`;
+  // By renter and status alone, the total comes from the ended jobs' counters (jobCountSql), not
+  // from counting every matching job of the history; other filters are counted.
+  const total = f.providerId || jobType ? db`(SELECT count(*) FROM jobs ${where()})` : jobCountSql(db, { renterId: f.renterId || undefined, status });
   const [rows, [c]] = await Promise.all([
     db<JobRow[]>`SELECT * FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
-    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM jobs ${where()}`,
+    db<{ n: number }[]>`SELECT ${total} AS n`,
   ]);
   return { rows, total: c.n };
 }

@@ -458,6 +458,12 @@ export async function dispatchForProvider(sql: Sql, providerId: number): Promise
   });
 }
 
+/** Whether any job waits in the queue (one read of the queue index). */
+export async function hasQueuedJobs(db: Db): Promise<boolean> {
+  const [r] = await db<{ any: boolean }[]>`SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'queued') AS any`;
+  return r.any;
+}
+
 /**
  * Safety net run by the job worker (and after re-queues): the oldest queued
  * jobs, in dispatch order, are offered to the candidate window again (a slot
@@ -488,7 +494,7 @@ export async function requeueLocked(tx: Tx, job: JobRow, reason: EndReason, erro
            error = ${error ?? null}, cost_halala = 0
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await tx`
-    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL,
+    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL, acked_at = NULL,
            timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, endpoint_url = NULL, updated_at = now()
     WHERE id = ${job.id}`;
   if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
@@ -549,24 +555,44 @@ export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason
   return out;
 }
 
-/** How long an assigned job may wait for its daemon to pick it up (poll or stream ack). */
+/**
+ * How long an assigned job may wait for its daemon to pick it up (poll or
+ * stream ack), and a polled job for the daemon's first report on it.
+ */
 export const PICKUP_SECONDS = LIVE_WINDOW_SECONDS;
 
+/** Why a job counts as never picked up, when it does (row locked, database clock). */
+function unclaimedWhy(job: LockedJob): string | undefined {
+  const since = (at: Date | null) => (at === null ? 0 : new Date(job.db_now).getTime() - new Date(at).getTime());
+  if (job.status === "pending" && since(job.assigned_at) >= PICKUP_SECONDS * 1000) {
+    return `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`;
+  }
+  if (job.status === "running" && job.acked_at === null && since(job.started_at) >= PICKUP_SECONDS * 1000) {
+    return `provider ${job.provider_id} polled the job but sent no report on it within ${PICKUP_SECONDS} seconds (the answer may not have reached its daemon)`;
+  }
+  return undefined;
+}
+
 /**
- * Pending jobs whose live provider never picked them up: the daemon is not
- * taking work, so the job goes to another provider (this one is skipped for
- * it from now on) or, past the attempt limit, fails and is refunded.
+ * Jobs their live provider never picked up: pending ones it did not take, and
+ * running ones it polled without a report since (the poll's answer may never
+ * have reached the daemon: job-reports.ts pollJob). The provider's fault
+ * (not_picked_up): the job goes to another provider (this one is skipped for
+ * it from now on) or, past the attempt limit, fails; nothing is charged.
  */
 export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeued: number; failed: number }> {
   const ids = await sql<{ id: number }[]>`
-    SELECT id FROM jobs WHERE status = 'pending' AND assigned_at < now() - make_interval(secs => ${PICKUP_SECONDS})
-    ORDER BY assigned_at LIMIT ${limit}`;
+    (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND assigned_at < now() - make_interval(secs => ${PICKUP_SECONDS}))
+    UNION ALL
+    (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < now() - make_interval(secs => ${PICKUP_SECONDS}))
+    ORDER BY since LIMIT ${limit}`;
   const out = { requeued: 0, failed: 0 };
   for (const { id } of ids) {
     const lost = await sql.begin(async (tx) => {
       const [job] = await tx<LockedJob[]>`SELECT *, now() AS db_now FROM jobs WHERE id = ${id} FOR UPDATE`;
-      if (job?.status !== "pending" || new Date(job.assigned_at!).getTime() > new Date(job.db_now).getTime() - PICKUP_SECONDS * 1000) return undefined;
-      const r = await loseJobLocked(tx, job, "not_picked_up", `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`);
+      const why = job && unclaimedWhy(job);
+      if (!why) return undefined;
+      const r = await loseJobLocked(tx, job, "not_picked_up", why);
       return { r, providerId: job.provider_id! };
     });
     if (!lost) continue;

@@ -6,13 +6,14 @@
 // sweep is the safety net.
 import type { Sql } from "../../db/index.js";
 import type { Logger } from "../../log.js";
-import { dispatchForProvider, requeueJobsOfProvider } from "./dispatch.js";
+import { dispatchForProvider, hasQueuedJobs, requeueJobsOfProvider } from "./dispatch.js";
+import { failureLevel } from "../../errors.js";
 
 export async function requeueWorkOf(sql: Sql, log: Logger, providerId: number, reason: string): Promise<void> {
   try {
     await requeueJobsOfProvider(sql, providerId, reason);
   } catch (err) {
-    log.error({ err, providerId }, "re-queueing a provider's jobs failed");
+    log[failureLevel(err)]({ err, providerId }, "re-queueing a provider's jobs failed");
   }
 }
 
@@ -20,6 +21,23 @@ export async function offerWorkTo(sql: Sql, log: Logger, providerId: number): Pr
   try {
     await dispatchForProvider(sql, providerId);
   } catch (err) {
-    log.error({ err, providerId }, "dispatching to a provider failed");
+    log[failureLevel(err)]({ err, providerId }, "dispatching to a provider failed");
+  }
+}
+
+/**
+ * offerWorkTo for providers that came online together (a fleet coming back
+ * after an outage): one index read when no job is queued, and none of the
+ * rest once the queue is empty.
+ */
+export async function offerWorkToEach(sql: Sql, log: Logger, providerIds: number[]): Promise<void> {
+  for (const id of providerIds) {
+    try {
+      if (!(await hasQueuedJobs(sql))) return;
+    } catch (err) {
+      log[failureLevel(err)]({ err, providers: providerIds.length }, "dispatching to providers failed");
+      return;
+    }
+    await offerWorkTo(sql, log, id);
   }
 }

@@ -15,6 +15,7 @@ import { completeLocked, endLocked, figuresOf, isActive, lockJob, type Figures, 
 import { refreshReputation } from "../providers/reputation.js";
 import { REFUSAL_REASONS, judgeFailure, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
+import { confirmPickup } from "../shared/job-pickup.js";
 import { legacySigningOf, providerTaskSecret } from "../accounts/provider-secret.js";
 import { canonicalJson, signTask, verifyTask } from "../../shared/task-signature.js";
 
@@ -50,13 +51,34 @@ function assertAssignee(job: Pick<JobRow, "provider_id">, providerId: number): v
   if (job.provider_id !== providerId) throw forbidden("this job is not assigned to this provider");
 }
 
-/** pending -> running: the daemon picked the job up; the max-duration clock restarts now. */
-async function startLocked(tx: Tx, job: JobRow): Promise<void> {
+/**
+ * pending -> running: the daemon picked the job up; the max-duration clock
+ * restarts now. `confirmed`: the daemon itself said so (a stream accept, a
+ * report); a legacy poll is not, its answer may be lost on the way (acked_at).
+ */
+async function startLocked(tx: Tx, job: JobRow, confirmed: boolean): Promise<void> {
   if (job.status !== "pending") return;
   await tx`
-    UPDATE jobs SET status = 'running', started_at = now(), timeout_at = now() + make_interval(secs => max_duration_seconds), updated_at = now()
+    UPDATE jobs SET status = 'running', started_at = now(), timeout_at = now() + make_interval(secs => max_duration_seconds),
+           acked_at = ${confirmed ? tx`now()` : null}, updated_at = now()
     WHERE id = ${job.id} AND status = 'pending'`;
   await tx`UPDATE job_attempts SET status = 'running', started_at = now() WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
+}
+
+/**
+ * The daemon reported on its job: a pending one starts running, a running one
+ * it polled is confirmed (it got the poll's answer). Returns the job as it now is.
+ */
+async function confirmLocked(tx: Tx, job: LockedJob): Promise<LockedJob> {
+  if (job.status === "pending") {
+    await startLocked(tx, job, true);
+    return { ...job, status: "running", started_at: job.db_now, acked_at: job.db_now };
+  }
+  if (job.status === "running" && job.acked_at === null) {
+    await tx`UPDATE jobs SET acked_at = now() WHERE id = ${job.id}`;
+    return { ...job, acked_at: job.db_now };
+  }
+  return job;
 }
 
 async function lockOwnActive(tx: Tx, providerId: number, jobId: string): Promise<LockedJob> {
@@ -68,11 +90,11 @@ async function lockOwnActive(tx: Tx, providerId: number, jobId: string): Promise
 }
 
 /**
- * Legacy poll: the oldest pending job of this provider, now running; when it
- * has none, free GPUs are filled from the queue first. Undefined: no work.
- */
-/**
- * The legacy poll: the provider's oldest pending job, now running. Its
+ * The legacy poll: the provider's oldest pending job, now running (when it has
+ * none, free GPUs are filled from the queue first; undefined: no work). The
+ * answer may be lost on its way to the daemon: the job counts as picked up
+ * once the daemon reports on it (confirmLocked); until then it bills nothing,
+ * and after the pickup window it is re-queued (dispatch.ts releaseUnclaimed). Its
  * task_spec_hmac is signed with the secret the provider's daemon holds (its
  * own, src/domain/accounts/provider-secret.ts; the service's for a file from
  * before per-provider secrets), and only when the stored HMAC still verifies:
@@ -97,7 +119,7 @@ export async function pollJob(
           onPlatformFault(job.job_id, UNVERIFIABLE_TASK);
           continue;
         }
-        await startLocked(tx, job);
+        await startLocked(tx, job, false);
         return job;
       }
     });
@@ -130,9 +152,9 @@ export async function failUnverifiableTask(sql: Sql, providerId: number, jobId: 
   return ended;
 }
 
-/** Stream daemons acknowledge an assignment: pending -> running. */
+/** Stream daemons acknowledge an assignment: pending -> running, confirmed. */
 export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId: string }): Promise<void> {
-  await sql.begin(async (tx) => startLocked(tx, await lockOwnActive(tx, providerId, msg.jobId)));
+  await sql.begin(async (tx) => confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId)));
 }
 
 /**
@@ -216,8 +238,10 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
   const judged = success ? undefined : judgeFailure(msg.endReason || undefined, msg.fault || undefined);
   if (judged && "error" in judged) throw badRequest(judged.error);
   const { figures, freed, requeued } = await sql.begin(async (tx) => {
-    const job = await lockJob(tx, msg.jobId);
+    let job = await lockJob(tx, msg.jobId);
     assertAssignee(job, providerId);
+    // The report is the daemon's evidence that it had the job (a pending one is settled as it stands).
+    if (job.status === "running") job = await confirmLocked(tx, job);
     if (!isActive(job.status)) {
       // A repeat of the report that ended the job answers its figures again.
       const repeat = judged ? job.status === "failed" && job.end_reason === judged.reason : job.end_reason === "completed";
@@ -313,8 +337,8 @@ export async function appendLogs(
   requireFields({ job_id: msg.jobId });
   if (msg.logs.length > MAX_LOG_LINES_PER_CALL) throw badRequest(`logs must hold at most ${MAX_LOG_LINES_PER_CALL} lines per call`);
   const lines = msg.logs.map((v, i) => logLine(resultJson(v) ?? null, i));
-  const [job] = await sql<(Pick<JobRow, "id" | "job_id" | "provider_id" | "attempt"> & { closed: boolean })[]>`
-    SELECT j.id, j.job_id, j.provider_id, j.attempt,
+  const [job] = await sql<(Pick<JobRow, "id" | "job_id" | "provider_id" | "attempt" | "status" | "acked_at"> & { closed: boolean })[]>`
+    SELECT j.id, j.job_id, j.provider_id, j.attempt, j.status, j.acked_at,
            coalesce(a.ended_at < now() - make_interval(mins => ${LOG_GRACE_AFTER_END_MINUTES}), false) AS closed
     FROM jobs j LEFT JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt
     WHERE j.job_id = ${msg.jobId}`;
@@ -323,8 +347,14 @@ export async function appendLogs(
   if (job.closed) {
     throw conflict(`the job's attempt ended more than ${LOG_GRACE_AFTER_END_MINUTES} minutes ago; its logs are closed`);
   }
-  if (lines.length === 0) return { count: 0, dropped: 0 };
+  // Lines of a running job it polled: the daemon got the poll's answer.
+  const unconfirmed = job.status === "running" && job.acked_at === null;
+  if (lines.length === 0) {
+    if (unconfirmed) await confirmPickup(sql, providerId, job.job_id);
+    return { count: 0, dropped: 0 };
+  }
   return sql.begin(async (tx) => {
+    if (unconfirmed) await confirmPickup(tx, providerId, job.job_id);
     await tx`SELECT pg_advisory_xact_lock(${LOG_LOCK_NS}, ${job.id % 2147483647}::int)`;
     const [{ stored }] = await tx<{ stored: number }[]>`
       SELECT count(*)::int AS stored FROM (
@@ -352,8 +382,7 @@ export async function reportProgress(sql: Sql, providerId: number, msg: { jobId:
   const phase = msg.phase === undefined ? undefined : msg.phase.trim().slice(0, 200) || undefined;
   if (msg.phase !== undefined && msg.phase.length > 200) throw badRequest("phase must be at most 200 characters");
   await sql.begin(async (tx) => {
-    const job = await lockOwnActive(tx, providerId, msg.jobId);
-    await startLocked(tx, job);
+    const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId));
     await tx`
       UPDATE jobs SET progress_pct = coalesce(${pct ?? null}, progress_pct), progress_phase = coalesce(${phase ?? null}, progress_phase), updated_at = now()
       WHERE id = ${job.id}`;
@@ -387,8 +416,7 @@ export async function endpointReady(
   }
   const endpoint = url;
   await sql.begin(async (tx) => {
-    const job = await lockOwnActive(tx, providerId, msg.jobId);
-    await startLocked(tx, job);
+    const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId));
     await tx`UPDATE jobs SET endpoint_url = ${endpoint}, updated_at = now() WHERE id = ${job.id}`;
   });
   return { endpointUrl: endpoint };

@@ -11,6 +11,7 @@ import { explainQueue } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
 import { actualCostHalala, actualMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
+import { jobCountSql } from "../accounts/renters.js";
 
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
@@ -142,12 +143,21 @@ export async function listJobs(
         : reader.role === "admin"
           ? db`true`
           : db`false`;
+  // The total in the same statement (one snapshot with the rows). A renter's and the admin's
+  // come from the ended jobs' counters (jobCountSql), not from visiting every row of the
+  // history; a provider's (the jobs it holds now) is counted.
+  const count = () =>
+    reader.role === "renter"
+      ? jobCountSql(db, { renterId: reader.renterId, status: f.status })
+      : reader.role === "admin"
+        ? jobCountSql(db, { status: f.status })
+        : db`(SELECT count(*) FROM jobs j WHERE ${owner} ${status})`;
   const rows = await db<(JobRow & { total: number })[]>`
-    SELECT j.*, count(*) OVER () AS total FROM jobs j WHERE ${owner} ${status}
+    SELECT j.*, ${count()} AS total FROM jobs j WHERE ${owner} ${status}
     ORDER BY j.submitted_at DESC, j.id DESC LIMIT ${f.limit} OFFSET ${f.offset}`;
   let total = rows[0]?.total ?? 0;
   if (rows.length === 0 && f.offset > 0) {
-    const [c] = await db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM jobs j WHERE ${owner} ${status}`;
+    const [c] = await db<{ n: number }[]>`SELECT ${count()} AS n`;
     total = Number(c.n);
   }
   return { rows, total: Number(total) };

@@ -26,7 +26,7 @@ export const paidMinutes = (held: number, rate: number) => Math.floor(held / rat
 export async function jobsRunningOutOfPaidTime(db: Db, limit: number): Promise<number[]> {
   const rows = await db<{ id: number }[]>`
     SELECT id FROM jobs
-    WHERE status = 'running' AND started_at IS NOT NULL
+    WHERE status = 'running' AND started_at IS NOT NULL AND acked_at IS NOT NULL
       AND floor(coalesce(held_halala, cost_halala)::numeric / rate_halala_per_minute) * 60 < max_duration_seconds
       AND started_at + make_interval(secs => floor(coalesce(held_halala, cost_halala)::numeric / rate_halala_per_minute) * 60 - ${EXTEND_LEAD_SECONDS})
           <= now()
@@ -42,7 +42,8 @@ export type FundingOutcome =
 /** Extends one running job's hold if its paid time is running out, or stops it when the renter cannot pay for more. */
 export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome> {
   const job = await lockJobById(tx, id);
-  if (!job || job.status !== "running" || job.started_at === null) return { kind: "unchanged" };
+  // An unconfirmed job (polled, no report yet) bills nothing: neither grown nor stopped until confirmed.
+  if (!job || job.status !== "running" || job.started_at === null || job.acked_at === null) return { kind: "unchanged" };
   const rate = job.rate_halala_per_minute;
   const held = job.held_halala ?? job.cost_halala;
   const paid = paidMinutes(held, rate);

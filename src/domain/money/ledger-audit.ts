@@ -14,8 +14,30 @@
 // All of it reads one snapshot (REPEATABLE READ, read only), so transfers
 // committed meanwhile never show as drift. The transfers are read in one
 // aggregate pass by (debit, credit) account pair and the job checks return
-// only the rows that disagree, so the cost is a scan of the ledger, not a
-// row per entry sent to the process.
+// only the rows that disagree, so nothing is sent to the process per entry.
+//
+// Full and incremental runs. Entries are append-only (migration 025: the
+// database refuses to change or delete one), so what a clean run verified
+// stays verified. A clean run whose every entry up to a watermark was
+// committed when it read them becomes the base of the next run: the
+// watermark and each account's total up to it (ledger_audit_totals) are
+// kept. An incremental run then reads only the entries after the base's
+// watermark: each account's balance is its base total plus those entries,
+// and the per-job checks run on the jobs that have such an entry. Every
+// account and every renter's held amount are still checked on each run, and
+// every open hold for a job that has ended. What only a full run sees: an
+// old entry changed behind the trigger's back, and a job row changed without
+// a ledger movement after its hold was closed. A run that finds a discrepancy is
+// not a base, so the runs after it read the same range again and keep
+// reporting it until it is repaired.
+//
+// Which entries were committed: an entry's id is taken by an INSERT that
+// holds ROW EXCLUSIVE on ledger_transfers from before it takes the id until
+// its transaction ends, and the sequence hands ids out in order (CACHE 1, the
+// default). So the run reads the sequence, then waits until every
+// transaction holding that lock at that moment has ended (pg_locks; nobody
+// is blocked): every id up to the sequence value is then committed or never
+// will be, and the snapshot taken after sees them all.
 //
 // Drift is the halala by which the books are off: the sum of the absolute
 // differences found (kept vs derived balances, held vs open holds, charged
@@ -42,14 +64,27 @@ export interface Discrepancy {
   message: string;
 }
 
+export type AuditMode = "full" | "incremental";
+
 export interface LedgerAuditReport {
   startedAt: Date;
   finishedAt: Date;
   ms: number;
+  mode: AuditMode;
+  /** Entries with a higher id were read (0: every entry). */
+  fromEntryId: number;
+  /** The highest entry id read, at least fromEntryId: the run covered the entries in (fromEntryId, toEntryId]. */
+  toEntryId: number;
+  /** The run an incremental run continues from (its watermark is fromEntryId); null for a full run. */
+  baseAuditId: number | null;
   accounts: number;
+  /** Entries read: all of them, or those after fromEntryId. */
   entries: number;
+  /** Holds checked: all of them, or those of the jobs with an entry read (every open hold is checked for an ended job). */
   holds: number;
+  /** Open holds (all of them). */
   openHolds: number;
+  /** Settled holds among those checked. */
   settledJobs: number;
   /** Kept balances plus derived system balances: 0 when sound. */
   booksSumHalala: number;
@@ -57,6 +92,26 @@ export interface LedgerAuditReport {
   discrepancyCount: number;
   /** The first MAX_LISTED discrepancies (discrepancyCount has them all). */
   discrepancies: Discrepancy[];
+  /** Set once recorded: the run's id. */
+  auditId?: number;
+  /** Set once recorded: the entry id up to which this run is the next one's base; null when it is not a base. */
+  watermark?: number | null;
+}
+
+export interface AuditOptions {
+  /** Read every entry even when a base run exists. */
+  full?: boolean;
+  /** Longest wait for the ledger writes in flight (ms); past it the run still runs but cannot become a base. */
+  writersWaitMs?: number;
+}
+
+/** What a clean run leaves for the next: totals up to the watermark (recordLedgerAudit writes them). */
+interface Checkpoint {
+  baseAuditId: number | null;
+  watermark: number;
+  /** Every account's total (full run) or those of the accounts with entries in the range (incremental). */
+  replace: boolean;
+  totals: Map<number, number>;
 }
 
 /** What /metrics shows of the last audit (any process's). */
@@ -69,12 +124,17 @@ export interface LedgerAuditSummary {
 
 /** Discrepancies listed in an answer; the count covers every one. */
 export const MAX_LISTED = 200;
+const WRITERS_WAIT_MS = 10_000;
 
 const MATERIALIZED = new Set(["renter_available", "renter_held", "provider_earnings"]);
 const SYSTEM = new Set(["platform_fees", "gateway", "adjustments"]);
 const JOB_CHARGE_KINDS = ["charge_provider", "charge_platform"];
 /** Advisory lock id electing the process that runs the periodic audit (migrate.ts uses 0x5ec_0001). */
 const AUDIT_LOCK_ID = 0x5ec_0020;
+/** Advisory lock id serialising the writes of ledger_audit_totals. */
+const CHECKPOINT_LOCK_ID = 0x5ec_0021;
+
+const checkpoints = new WeakMap<LedgerAuditReport, Checkpoint>();
 
 function accountName(a: { id: number; kind: string; owner_id: number | null }): string {
   if (a.owner_id === null) return `account ${a.id} (${a.kind})`;
@@ -82,10 +142,35 @@ function accountName(a: { id: number; kind: string; owner_id: number | null }): 
   return `account ${a.id} (${a.kind} of ${owner} ${a.owner_id})`;
 }
 
-/** Runs the checks on one snapshot. */
-export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
+/**
+ * The entry id up to which every entry is committed or never will be, once
+ * the transactions writing entries now have ended; undefined when they have
+ * not ended within `waitMs`.
+ */
+async function committedUpTo(sql: Sql, waitMs: number): Promise<number | undefined> {
+  const [{ last }] = await sql<{ last: number }[]>`SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last FROM ledger_transfers_id_seq`;
+  // Read after the sequence: whoever took an id up to `last` holds the lock until it ends.
+  const writers = (
+    await sql<{ vxid: string }[]>`
+      SELECT DISTINCT virtualtransaction AS vxid FROM pg_locks
+      WHERE locktype = 'relation' AND relation = 'ledger_transfers'::regclass AND mode = 'RowExclusiveLock' AND granted
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND pid IS DISTINCT FROM pg_backend_pid()`
+  ).map((r) => r.vxid);
+  const deadline = performance.now() + waitMs;
+  for (let pause = 5; writers.length > 0; pause = Math.min(pause * 2, 100)) {
+    const [{ running }] = await sql<{ running: number }[]>`SELECT count(*)::int AS running FROM pg_locks WHERE virtualtransaction = ANY(${writers}::text[])`;
+    if (running === 0) break;
+    if (performance.now() >= deadline) return undefined;
+    await new Promise((r) => setTimeout(r, pause));
+  }
+  return Number(last);
+}
+
+/** Runs the checks on one snapshot: incremental when a base run exists, unless `full`. */
+export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<LedgerAuditReport> {
   const startedAt = new Date();
   const started = performance.now();
+  const upTo = await committedUpTo(sql, opts.writersWaitMs ?? WRITERS_WAIT_MS);
   const found: Discrepancy[] = [];
   let drift = 0;
   const add = (d: Discrepancy, counts = true) => {
@@ -93,12 +178,21 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
     if (counts) drift += Math.abs(d.expectedHalala - d.actualHalala);
   };
 
-  const figures = await sql.begin("isolation level repeatable read read only", async (tx: Tx) => {
-    const [accounts, pairs, held, jobs, unsettled, counts] = await Promise.all([
+  const { figures, checkpoint } = await sql.begin("isolation level repeatable read read only", async (tx: Tx) => {
+    // The base and its totals are written together (recordLedgerAudit), so one snapshot reads a matching pair.
+    const [base] = await tx<{ id: number; watermark: number }[]>`SELECT id, watermark FROM ledger_audits WHERE watermark IS NOT NULL ORDER BY id DESC LIMIT 1`;
+    const incremental = !opts.full && base !== undefined;
+    const from = incremental ? Number(base.watermark) : 0;
+    // The jobs an incremental run checks: those with an entry after the watermark. An array, so each query reads them by index.
+    const inRange = () => tx`ANY(ARRAY(SELECT DISTINCT job_id FROM ledger_transfers WHERE id > ${from} AND job_id IS NOT NULL))`;
+    type HoldRow = { id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null; held_in: number; charged: number; released: number };
+    const [accounts, pairs, baseTotals, held, jobs, openOnEnded, unsettled, counts] = await Promise.all([
       tx<{ id: number; kind: string; owner_id: number | null; balance: number }[]>`SELECT id, kind, owner_id, balance FROM ledger_accounts ORDER BY id`,
-      tx<{ d: number; c: number; total: number; n: number }[]>`
-        SELECT debit_account_id AS d, credit_account_id AS c, sum(amount)::bigint AS total, count(*)::bigint AS n
-        FROM ledger_transfers GROUP BY 1, 2`,
+      tx<{ d: number; c: number; total: number; upto: number | null; n: number; last: number }[]>`
+        SELECT debit_account_id AS d, credit_account_id AS c, sum(amount)::bigint AS total,
+               sum(amount) FILTER (WHERE id <= ${upTo ?? -1})::bigint AS upto, count(*)::bigint AS n, max(id) AS last
+        FROM ledger_transfers ${incremental ? tx`WHERE id > ${from}` : tx``} GROUP BY 1, 2`,
+      incremental ? tx<{ account_id: number; total: number }[]>`SELECT account_id, total FROM ledger_audit_totals` : [],
       tx<{ owner_id: number; balance: number; open: number }[]>`
         SELECT a.owner_id, a.balance, coalesce(h.open, 0)::bigint AS open
         FROM ledger_accounts a
@@ -106,17 +200,18 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
         WHERE a.kind = 'renter_held' AND a.balance <> coalesce(h.open, 0)
         ORDER BY a.owner_id`,
       // Every hold whose money or job disagrees with its state; sound holds are not sent back.
-      tx<{ id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null; held_in: number; charged: number; released: number }[]>`
+      tx<HoldRow[]>`
         WITH t AS (
           SELECT job_id,
                  coalesce(sum(amount) FILTER (WHERE kind = 'hold'), 0)::bigint AS held_in,
                  coalesce(sum(amount) FILTER (WHERE kind = ANY(${JOB_CHARGE_KINDS})), 0)::bigint AS charged,
                  coalesce(sum(amount) FILTER (WHERE kind = 'release'), 0)::bigint AS released
-          FROM ledger_transfers WHERE job_id IS NOT NULL GROUP BY job_id
+          FROM ledger_transfers WHERE ${incremental ? tx`job_id = ${inRange()}` : tx`job_id IS NOT NULL`} GROUP BY job_id
         ), x AS (
           SELECT h.job_id AS id, j.job_id, h.status AS hold, j.status AS job, h.amount, h.cost, j.actual_cost_halala AS actual_cost,
                  coalesce(t.held_in, 0) AS held_in, coalesce(t.charged, 0) AS charged, coalesce(t.released, 0) AS released
           FROM ledger_holds h LEFT JOIN t ON t.job_id = h.job_id LEFT JOIN jobs j ON j.id = h.job_id
+          ${incremental ? tx`WHERE h.job_id = ${inRange()}` : tx``}
         )
         SELECT * FROM x
         WHERE held_in <> amount
@@ -125,24 +220,47 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
            OR (hold = 'open' AND job IN ('completed', 'failed', 'cancelled'))
            OR (hold = 'settled' AND (job IS NULL OR job NOT IN ('completed', 'failed', 'cancelled') OR actual_cost IS DISTINCT FROM cost))
         ORDER BY id LIMIT ${MAX_LISTED * 4}`,
+      // Incremental: every other open hold whose job has ended. (Their money is unchanged since the
+      // base checked it; an amount changed without an entry shows in the renter's held amount.)
+      incremental
+        ? tx<{ id: number; job_id: string; job: string; amount: number }[]>`
+            WITH o AS MATERIALIZED (SELECT job_id, amount FROM ledger_holds WHERE status = 'open')
+            SELECT o.job_id AS id, j.job_id, j.status AS job, o.amount FROM o JOIN jobs j ON j.id = o.job_id
+            WHERE j.status IN ('completed', 'failed', 'cancelled') AND NOT (o.job_id = ${inRange()})
+            ORDER BY o.job_id LIMIT ${MAX_LISTED}`
+        : [],
       // Charged jobs: completed ones, and those ended by the renter's fault after they ran (a cost recorded).
       tx<{ id: number; job_id: string; status: string; actual_cost: number | null }[]>`
         SELECT j.id, j.job_id, j.status, j.actual_cost_halala AS actual_cost FROM jobs j
         WHERE (j.status = 'completed' OR (j.status IN ('failed', 'cancelled') AND j.actual_cost_halala > 0))
+          ${incremental ? tx`AND j.id = ${inRange()}` : tx``}
           AND NOT EXISTS (SELECT 1 FROM ledger_holds h WHERE h.job_id = j.id AND h.status = 'settled')
         ORDER BY j.id LIMIT ${MAX_LISTED}`,
       tx<{ holds: number; open: number; settled: number }[]>`
-        SELECT count(*)::bigint AS holds, count(*) FILTER (WHERE status = 'open')::bigint AS open,
-               count(*) FILTER (WHERE status = 'settled')::bigint AS settled FROM ledger_holds`,
+        SELECT count(*)::bigint AS holds, (SELECT count(*) FROM ledger_holds WHERE status = 'open')::bigint AS open,
+               count(*) FILTER (WHERE status = 'settled')::bigint AS settled
+        FROM ledger_holds h ${incremental ? tx`WHERE h.job_id = ${inRange()}` : tx``}`,
     ]);
 
+    // Each account's credits minus debits: its base total plus the entries read; and the same up to upTo (the next base).
     const derived = new Map<number, number>();
+    const nextTotals = new Map<number, number>();
+    for (const t of baseTotals) {
+      derived.set(t.account_id, Number(t.total));
+      nextTotals.set(t.account_id, Number(t.total));
+    }
     let entries = 0;
+    let lastId = 0;
+    const move = (m: Map<number, number>, id: number, by: number) => m.set(id, (m.get(id) ?? 0) + by);
     for (const p of pairs) {
       const total = Number(p.total);
+      const upto = Number(p.upto ?? 0);
       entries += Number(p.n);
-      derived.set(p.c, (derived.get(p.c) ?? 0) + total);
-      derived.set(p.d, (derived.get(p.d) ?? 0) - total);
+      lastId = Math.max(lastId, Number(p.last));
+      move(derived, p.c, total);
+      move(derived, p.d, -total);
+      move(nextTotals, p.c, upto);
+      move(nextTotals, p.d, -upto);
     }
     let booksSum = 0;
     for (const a of accounts) {
@@ -199,15 +317,45 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
           message: `${subject}: hold settled at ${j.cost} but the job is ${j.job ?? "missing"} with actual cost ${j.actual_cost ?? "none"}` }, false);
       }
     }
+    for (const j of openOnEnded) {
+      const subject = `job ${j.id} (${j.job_id})`;
+      add({ kind: "hold_open_on_ended_job", subject, expectedHalala: 0, actualHalala: j.amount, message: `${subject} is ${j.job} but its hold of ${j.amount} is still open` });
+    }
     for (const j of unsettled) {
       add({ kind: "charged_without_settlement", subject: `job ${j.id} (${j.job_id})`, expectedHalala: j.actual_cost ?? 0, actualHalala: 0,
         message: `job ${j.id} (${j.job_id}) is ${j.status} with a cost of ${j.actual_cost ?? "none"} but has no settled hold` }, false);
     }
     const c = counts[0];
-    return { accounts: accounts.length, entries, holds: Number(c.holds), openHolds: Number(c.open), settledJobs: Number(c.settled), booksSumHalala: booksSum };
+    // The next base: only from a clean run whose entries up to upTo were all committed when read.
+    let checkpoint: Checkpoint | undefined;
+    if (found.length === 0 && upTo !== undefined && upTo >= from) {
+      const totals = new Map<number, number>();
+      if (incremental) {
+        // Only the accounts with an entry read change their total.
+        for (const p of pairs) for (const id of [p.c, p.d]) totals.set(id, nextTotals.get(id) ?? 0);
+      } else {
+        for (const [id, total] of nextTotals) if (total !== 0) totals.set(id, total);
+      }
+      checkpoint = { baseAuditId: incremental ? base.id : null, watermark: upTo, replace: !incremental, totals };
+    }
+    return {
+      checkpoint,
+      figures: {
+        mode: (incremental ? "incremental" : "full") as AuditMode,
+        fromEntryId: from,
+        toEntryId: Math.max(from, lastId),
+        baseAuditId: incremental ? base.id : null,
+        accounts: accounts.length,
+        entries,
+        holds: Number(c.holds),
+        openHolds: Number(c.open),
+        settledJobs: Number(c.settled),
+        booksSumHalala: booksSum,
+      },
+    };
   });
   const ms = Math.round(performance.now() - started);
-  return {
+  const report: LedgerAuditReport = {
     startedAt,
     finishedAt: new Date(),
     ms,
@@ -216,30 +364,62 @@ export async function auditLedger(sql: Sql): Promise<LedgerAuditReport> {
     discrepancyCount: found.length,
     discrepancies: found.slice(0, MAX_LISTED),
   };
+  if (checkpoint) checkpoints.set(report, checkpoint);
+  return report;
 }
 
-/** Keeps a run's figures (what /metrics and the next election read). */
-export async function recordLedgerAudit(db: Db, trigger: "schedule" | "admin", r: LedgerAuditReport): Promise<void> {
-  const report = { ...r, startedAt: r.startedAt.toISOString(), finishedAt: r.finishedAt.toISOString() };
-  await db`
-    INSERT INTO ledger_audits (trigger, started_at, finished_at, ms, drift_halala, discrepancies, report)
-    VALUES (${trigger}, ${r.startedAt}, ${r.finishedAt}, ${r.ms}, ${r.driftHalala}, ${r.discrepancyCount}, ${db.json(report as never)})`;
+/**
+ * Keeps a run's figures (what /metrics and the next election read). A clean
+ * run becomes the next one's base when the base it started from is still the
+ * latest (another run may have moved it meanwhile): its totals are written
+ * with it, in this transaction. Sets the report's auditId and watermark.
+ */
+export async function recordLedgerAudit(db: Db, trigger: "schedule" | "admin", r: LedgerAuditReport): Promise<LedgerAuditReport> {
+  const record = async (tx: Db) => {
+    const cp = checkpoints.get(r);
+    let watermark: number | null = null;
+    if (cp) {
+      await tx`SELECT pg_advisory_xact_lock(${CHECKPOINT_LOCK_ID})`;
+      const [latest] = await tx<{ id: number }[]>`SELECT id FROM ledger_audits WHERE watermark IS NOT NULL ORDER BY id DESC LIMIT 1`;
+      if ((latest?.id ?? null) === cp.baseAuditId || cp.replace) {
+        if (cp.replace) await tx`DELETE FROM ledger_audit_totals`;
+        const ids = [...cp.totals.keys()];
+        await tx`
+          INSERT INTO ledger_audit_totals (account_id, total)
+          SELECT * FROM unnest(${ids}::bigint[], ${ids.map((id) => cp.totals.get(id)!)}::bigint[])
+          ON CONFLICT (account_id) DO UPDATE SET total = EXCLUDED.total`;
+        watermark = cp.watermark;
+      }
+    }
+    const report = { ...r, startedAt: r.startedAt.toISOString(), finishedAt: r.finishedAt.toISOString(), watermark };
+    const [row] = await tx<{ id: number }[]>`
+      INSERT INTO ledger_audits (trigger, started_at, finished_at, ms, drift_halala, discrepancies, mode, from_entry_id, to_entry_id, watermark, report)
+      VALUES (${trigger}, ${r.startedAt}, ${r.finishedAt}, ${r.ms}, ${r.driftHalala}, ${r.discrepancyCount}, ${r.mode},
+              ${r.fromEntryId}, ${r.toEntryId}, ${watermark}, ${tx.json(report as never)})
+      RETURNING id`;
+    r.auditId = row.id;
+    r.watermark = watermark;
+  };
+  // The pool: one transaction of its own; a transaction: its caller's.
+  if ("savepoint" in db) await record(db);
+  else await (db as Sql).begin(record);
+  return r;
 }
 
 /** Runs the audit on demand (the admin route) and records it. */
-export async function auditLedgerNow(sql: Sql): Promise<LedgerAuditReport> {
-  const r = await auditLedger(sql);
-  await recordLedgerAudit(sql, "admin", r);
-  return r;
+export async function auditLedgerNow(sql: Sql, opts: AuditOptions = {}): Promise<LedgerAuditReport> {
+  return recordLedgerAudit(sql, "admin", await auditLedger(sql, opts));
 }
 
 /**
  * The periodic run, at most once per `periodSeconds` across every process:
  * the process that takes the advisory lock checks when the last run finished
  * and runs the audit only when it is due (others skip while it holds the lock).
+ * It is a full run when no full run finished within `fullSeconds` (or when
+ * there is no base yet), an incremental one otherwise.
  * Returns the report when this process ran it.
  */
-export async function runScheduledLedgerAudit(sql: Sql, periodSeconds: number): Promise<LedgerAuditReport | undefined> {
+export async function runScheduledLedgerAudit(sql: Sql, periodSeconds: number, fullSeconds = 86_400): Promise<LedgerAuditReport | undefined> {
   return sql.begin(async (tx) => {
     const [{ elected }] = await tx<{ elected: boolean }[]>`SELECT pg_try_advisory_xact_lock(${AUDIT_LOCK_ID}) AS elected`;
     if (!elected) return undefined;
@@ -247,9 +427,10 @@ export async function runScheduledLedgerAudit(sql: Sql, periodSeconds: number): 
     const [last] = await tx<{ recent: boolean }[]>`
       SELECT finished_at > now() - make_interval(secs => ${periodSeconds * 0.9}) AS recent FROM ledger_audits ORDER BY id DESC LIMIT 1`;
     if (last?.recent) return undefined;
-    const r = await auditLedger(sql);
-    await recordLedgerAudit(tx, "schedule", r);
-    return r;
+    const [{ full }] = await tx<{ full: boolean }[]>`
+      SELECT NOT EXISTS (SELECT 1 FROM ledger_audits WHERE mode = 'full' AND finished_at > now() - make_interval(secs => ${fullSeconds * 0.9})) AS full`;
+    const r = await auditLedger(sql, { full });
+    return recordLedgerAudit(tx, "schedule", r);
   });
 }
 

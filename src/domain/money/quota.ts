@@ -1,7 +1,6 @@
 // Renter quotas at submit: jobs per UTC day and spend per UTC month.
 import type { Tx } from "../../db/index.js";
 import { apiError } from "../../errors.js";
-import { CHARGE_KINDS } from "./ledger.js";
 
 /** A new renter's quota, until an admin sets another. */
 export const DEFAULT_QUOTA = { dailyJobsLimit: 500, monthlySpendLimitHalala: 10_000_000 } as const;
@@ -23,19 +22,18 @@ export interface QuotaUsage {
  * which the ledger keeps equal to the renter's open holds.
  */
 export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<number, QuotaUsage>> {
-  // Set-based: one pass per table for all renters (a subquery per renter made PostgreSQL
-  // scan the transfers once per renter). Charges are read through the accounts'
-  // (debit_account_id, kind, created_at) index, migration 014; today's jobs from
-  // their counter, migration 015.
+  // Set-based: one pass per table for all renters. Both usages come from counters kept
+  // by triggers, so their cost does not grow with the renter's history: this month's
+  // charges from renter_monthly_spend (migration 030), today's jobs from
+  // renter_daily_jobs (migration 015).
   const rows = await tx<{ renter_id: number; daily_jobs_limit: number | null; monthly_spend_limit_halala: number | null; jobs_today: number; settled: number; held: number }[]>`
     WITH acc AS (
       SELECT id, owner_id, kind, balance FROM ledger_accounts
       WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
     ), charges AS (
-      SELECT a.owner_id, sum(t.amount) AS settled FROM acc a JOIN ledger_transfers t ON t.debit_account_id = a.id
-      WHERE t.kind = ANY (${CHARGE_KINDS as string[]}::text[])
-        AND t.created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-      GROUP BY a.owner_id
+      -- Kept per renter and UTC month by triggers on ledger_transfers (migration 030).
+      SELECT renter_id AS owner_id, spent_halala AS settled FROM renter_monthly_spend
+      WHERE renter_id = ANY(${renterIds}::bigint[]) AND month = date_trunc('month', now() AT TIME ZONE 'UTC')::date
     ), today AS (
       -- Kept per renter and UTC day by a trigger on jobs (migration 015).
       SELECT renter_id, jobs AS n FROM renter_daily_jobs

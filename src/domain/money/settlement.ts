@@ -144,9 +144,13 @@ export interface EndOptions {
   reported?: boolean;
 }
 
-/** Whether an end bills the renter for the time used: the renter's fault, after the job started running. */
-export const billsTimeUsed = (job: Pick<JobRow, "status" | "started_at" | "provider_id">, fault: Fault): boolean =>
-  fault === "renter" && job.status === "running" && job.started_at !== null && job.provider_id !== null;
+/**
+ * Whether an end bills the renter for the time used: the renter's fault, after
+ * the job started running and its provider confirmed it had it (a polled job
+ * whose daemon never reported may never have reached it: acked_at).
+ */
+export const billsTimeUsed = (job: Pick<JobRow, "status" | "started_at" | "provider_id" | "acked_at">, fault: Fault): boolean =>
+  fault === "renter" && job.status === "running" && job.started_at !== null && job.acked_at !== null && job.provider_id !== null;
 
 /**
  * Ends an active job (row locked, status checked by the caller) as failed or
@@ -189,13 +193,14 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
 
 /**
  * Running jobs past their deadline (oldest first), for the worker.
- * max_duration_seconds limits how long a job runs: a job still pending (its
- * provider never picked it up) is the pickup window's to re-queue
- * (dispatch's releaseUnclaimed, not_picked_up), not the renter's timeout.
+ * max_duration_seconds limits how long a job runs: a job still pending, or
+ * running unconfirmed (polled, its daemon never reported: the answer may have
+ * been lost), is the pickup window's to re-queue (dispatch's
+ * releaseUnclaimed, not_picked_up), not the renter's timeout.
  */
 export async function overdueJobIds(db: Db, limit: number): Promise<number[]> {
   const rows = await db<{ id: number }[]>`
-    SELECT id FROM jobs WHERE status = 'running' AND timeout_at <= now()
+    SELECT id FROM jobs WHERE status = 'running' AND timeout_at <= now() AND acked_at IS NOT NULL
     ORDER BY timeout_at LIMIT ${limit}`;
   return rows.map((r) => r.id);
 }
@@ -208,7 +213,7 @@ export async function overdueJobIds(db: Db, limit: number): Promise<number[]> {
  */
 export async function timeOutJob(tx: Tx, id: number): Promise<{ providerId: number } | undefined> {
   const job = await lockJobById(tx, id);
-  if (!job || job.status !== "running") return undefined;
+  if (!job || job.status !== "running" || job.acked_at === null) return undefined;
   if (job.timeout_at === null || new Date(job.timeout_at) > new Date(job.db_now)) return undefined;
   await endLocked(tx, job, "failed", { reason: "timeout", error: `exceeded max_duration_seconds (${job.max_duration_seconds} s)` });
   return { providerId: job.provider_id! };

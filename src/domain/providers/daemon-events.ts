@@ -7,6 +7,7 @@ import type { Db, Sql } from "../../db/index.js";
 import { apiError, badRequest } from "../../errors.js";
 import { text, truncate } from "../shared/lenient.js";
 import { checkEnum, iso, requireFields } from "../shared/validate.js";
+import { confirmPickup } from "../shared/job-pickup.js";
 
 export const SEVERITIES = ["info", "warning", "error", "critical"] as const;
 /** Spec: daemon-event `details` max 5000 characters; longer details are truncated and stored. */
@@ -113,6 +114,9 @@ export async function storeDaemonEvent(sql: Sql, providerId: number, input: Daem
               ${text(input.hostname, 255) ?? null}, ${text(input.osInfo, 255) ?? null}, ${text(input.pythonVersion, 64) ?? null},
               ${reportedAt})
       RETURNING id`;
+    // An event naming a job (our legacy daemon's job_started) says the daemon has it.
+    const jobId = text(input.jobId, 200);
+    if (jobId) await confirmPickup(tx, providerId, jobId);
     return r;
   });
   return { eventType, providerId, id: row.id };

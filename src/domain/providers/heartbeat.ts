@@ -1,13 +1,14 @@
 // The heartbeat: one domain function for both wires (REST
 // POST /api/providers/heartbeat and the daemon gRPC stream).
 //
-// Write path, built for 100,000 providers beating every 30 s (3,300/s):
+// Write path, built for 100,000 providers beating every 30 s (3,300/s), and
+// for all of them coming back at once after an outage:
 // - A heartbeat that changes state (first beat, offline -> online) is
-//   written synchronously, in one statement, before it is acknowledged; the
-//   row lock orders it against admin actions and the sweep. Provider rows are
-//   locked FOR NO KEY UPDATE everywhere: FOR UPDATE would also wait for the
-//   key-share locks of rows that reference the provider (a job's hold, an
-//   event), queued in front of that transaction's own update of the provider.
+//   written before it is acknowledged, grouped with the other state-changing
+//   beats that arrive meanwhile (src/domain/providers/state-beats.ts): one
+//   statement per group, committed before any of its beats is answered; the
+//   row lock orders it against admin actions and the sweep. Providers that
+//   came online are offered queued work after the commit, before the answer.
 // - A heartbeat that changes no state (approved and online, or paused, by
 //   the in-process cache, src/domain/accounts/provider-cache.ts, or else by one
 //   primary-key read) is pure telemetry: it is acknowledged at once, and its
@@ -20,13 +21,17 @@ import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatRequest, HeartbeatResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
 import type { Sql } from "../../db/index.js";
-import { forbidden, notFound } from "../../errors.js";
+import { failureLevel, forbidden, notFound } from "../../errors.js";
 import type { Logger } from "../../log.js";
 import type { Config } from "../../config.js";
 import { count, names, num, object, storableJson, text } from "../shared/lenient.js";
 import { providerCacheOf, type ProviderState, type ProviderStateCache } from "../accounts/provider-cache.js";
-import { REPUTATION_REFRESH_SECONDS, refreshReputation } from "./reputation.js";
+import { refreshReputation } from "./reputation.js";
 import { updateSignals } from "./versions.js";
+import { mergeInput as merge, writeTelemetryRows, type HeartbeatInput, type StateRow } from "./heartbeat-write.js";
+import { StateBeatBatcher } from "./state-beats.js";
+
+export type { HeartbeatInput } from "./heartbeat-write.js";
 
 export const FLUSH_INTERVAL_MS = 250;
 /** A buffer this large is flushed without waiting for the timer. */
@@ -41,27 +46,10 @@ export interface HeartbeatDeps {
   sql: Sql;
   log: Logger;
   /**
-   * Called after a provider came online (committed): dispatch offers it queued
-   * work. Given by the caller because dispatch sits above providers.
+   * Called after providers came online (committed): dispatch offers them queued
+   * work. Given by the caller because dispatch sits above providers. Never throws.
    */
-  offerWork(providerId: number): Promise<void>;
-}
-
-/** A heartbeat after lenient parsing; undefined members were not reported. */
-export interface HeartbeatInput {
-  /** The gpu_status object (plus daemon_uptime_s) as JSON text, serialised once. */
-  telemetryJson?: string;
-  daemonVersion?: string;
-  gpuVramMib?: number;
-  gpuCount?: number;
-  computeCapability?: string;
-  cudaVersion?: string;
-  driverVersion?: string;
-  cachedModels?: string[];
-  providerIp?: string;
-  hostname?: string;
-  /** resource_spec as JSON text. */
-  resourceSpecJson?: string;
+  offerWork(providerIds: number[]): Promise<void>;
 }
 
 export type HeartbeatResult = MessageInitShape<typeof HeartbeatResponseSchema>;
@@ -131,6 +119,18 @@ function steady(s: ProviderState): boolean {
   return s.approvalStatus === "approved" && ((s.status === "online" && !s.isPaused) || (s.status === "paused" && s.isPaused));
 }
 
+/** The state a written state-changing beat left (new_status set). */
+function stateOf(row: StateRow, now: number): ProviderState {
+  return {
+    approvalStatus: row.approval_status,
+    status: row.new_status!,
+    isPaused: !!row.new_paused,
+    preloadModel: row.new_preload,
+    daemonVersion: row.new_daemon_version,
+    checkedAt: now,
+  };
+}
+
 interface Pending {
   firstTs: number;
   lastTs: number;
@@ -141,81 +141,6 @@ interface Pending {
 
 const MAX_WRITE_ATTEMPTS = 3;
 
-/** Field-wise merge: a later beat wins, but what it left out keeps the earlier value. */
-function merge(a: HeartbeatInput, b: HeartbeatInput): HeartbeatInput {
-  const out: HeartbeatInput = { ...a };
-  for (const [k, v] of Object.entries(b)) if (v !== undefined) (out as Record<string, unknown>)[k] = v;
-  return out;
-}
-
-interface SyncRow {
-  id: number;
-  status: string;
-  approval_status: string;
-  is_paused: boolean;
-  rejection_reason: string | null;
-  suspended_reason: string | null;
-  reputation_due: boolean;
-  new_status: string | null;
-  new_paused: boolean | null;
-  new_preload: string | null;
-  new_daemon_version: string | null;
-}
-
-interface FlushRow {
-  id: number;
-  old_status: string;
-  new_status: string;
-  reputation_due: boolean;
-}
-
-const str = (v: string | undefined) => (v === undefined ? "null" : JSON.stringify(v));
-const int = (v: number | undefined) => (v === undefined ? "null" : String(v));
-
-/**
- * One batch as a single JSON array for json_to_recordset: built by string
- * concatenation so the telemetry, already JSON text, is not serialised again
- * (cheaper than postgres.js array parameters, one per column).
- */
-function batchJson(entries: [number, Pending][]): string {
-  const parts: string[] = [];
-  for (const [id, p] of entries) {
-    const i = p.input;
-    parts.push(
-      `{"id":${id},"first_ts":"${new Date(p.firstTs).toISOString()}","last_ts":"${new Date(p.lastTs).toISOString()}",` +
-        `"dv":${str(i.daemonVersion)},"vram":${int(i.gpuVramMib)},"cnt":${int(i.gpuCount)},"cc":${str(i.computeCapability)},` +
-        `"cuda":${str(i.cudaVersion)},"driver":${str(i.driverVersion)},"tel":${i.telemetryJson ?? "null"},` +
-        `"cached":${i.cachedModels ? JSON.stringify(i.cachedModels) : "null"},"ip":${str(i.providerIp)},` +
-        `"host":${str(i.hostname)},"rs":${i.resourceSpecJson ?? "null"}}`,
-    );
-  }
-  return `[${parts.join(",")}]`;
-}
-
-/**
- * Uptime coverage accumulates on the provider row for the UTC hour of its
- * latest beat (no extra row written per beat); `credit` is
- * svc_heartbeat_credit of the beat(s) against the previous last_heartbeat
- * (SET expressions see the row before the update). A beat in a later hour
- * starts a new accumulator; finishedHours() files the old one.
- */
-function coverageSet(db: Sql, hour: ReturnType<Sql>, credit: ReturnType<Sql>) {
-  return db`
-    uptime_hour_seconds = CASE WHEN p.uptime_hour = ${hour} THEN least(3600, p.uptime_hour_seconds + ${credit})
-                               ELSE least(3600, ${credit}) END,
-    uptime_hour = ${hour}`;
-}
-
-/** Files each finished hour (`rows`: id, old_hour, old_seconds, new_hour) into provider_uptime. */
-function finishedHours(db: Sql, rows: ReturnType<Sql>) {
-  return db`
-    INSERT INTO provider_uptime (provider_id, hour, covered_seconds)
-    SELECT id, old_hour, old_seconds FROM (${rows}) r
-    WHERE old_hour < new_hour AND old_seconds > 0
-    ON CONFLICT (provider_id, hour) DO UPDATE
-      SET covered_seconds = least(3600, provider_uptime.covered_seconds + excluded.covered_seconds)`;
-}
-
 /** Per-pool heartbeat state: the provider cache and the telemetry buffer. */
 export class HeartbeatPipeline {
   private buffer = new Map<number, Pending>();
@@ -225,16 +150,21 @@ export class HeartbeatPipeline {
   private flushing: Promise<void> | undefined;
   private stopped = false;
   readonly cache: ProviderStateCache;
+  /** Group commit of the state-changing beats. */
+  readonly stateBeats: StateBeatBatcher;
 
   constructor(private readonly deps: HeartbeatDeps) {
     this.cache = providerCacheOf(deps.sql);
+    this.stateBeats = new StateBeatBatcher(deps.sql, (rows) => this.afterStateCommit(rows));
   }
 
   async record(providerId: number, input: HeartbeatInput): Promise<HeartbeatResult> {
     const now = Date.now();
+    let cached = this.stopped ? undefined : this.cache.get(providerId, now);
     // Not cached here (another process took its last beats, or it expired):
-    // one primary-key read tells whether this beat changes anything.
-    const cached = this.stopped ? undefined : (this.cache.get(providerId, now) ?? (await this.load(providerId, now)));
+    // one primary-key read tells whether this beat changes anything. Unless
+    // its state was announced changed: the state-changing write reads it.
+    if (!cached && !this.stopped && !this.cache.changed(providerId, now)) cached = await this.load(providerId, now);
     if (cached && steady(cached)) {
       this.enqueue(providerId, now, input);
       if (cached.preloadModel && input.cachedModels?.includes(cached.preloadModel)) cached.preloadModel = null;
@@ -261,81 +191,36 @@ export class HeartbeatPipeline {
     return state;
   }
 
-  /** The synchronous path: state and telemetry in one statement, then the answer. */
+  /** A beat that changes state: written with its group (state-beats.ts), answered after the commit. */
   private async recordNow(providerId: number, input: HeartbeatInput, now: number): Promise<HeartbeatResult> {
-    const { sql, log } = this.deps;
-    const ts = new Date(now);
-    const [row] = await sql<SyncRow[]>`
-      WITH prev AS MATERIALIZED (
-        SELECT id, status, approval_status, is_paused, last_heartbeat, rejection_reason, suspended_reason,
-               uptime_hour, uptime_hour_seconds,
-               (reputation_at IS NULL OR reputation_at < now() - make_interval(secs => ${REPUTATION_REFRESH_SECONDS})) AS reputation_due
-        FROM providers WHERE id = ${providerId} FOR NO KEY UPDATE
-      ), upd AS (
-        UPDATE providers p SET
-          ${coverageSet(sql, sql`date_trunc('hour', greatest(p.last_heartbeat, ${ts}::timestamptz))`, sql`svc_heartbeat_credit(p.last_heartbeat, ${ts}, ${ts})`)},
-          last_heartbeat = greatest(p.last_heartbeat, ${ts}::timestamptz),
-          first_heartbeat_at = coalesce(p.first_heartbeat_at, ${ts}::timestamptz),
-          status = CASE WHEN p.is_paused THEN 'paused' ELSE 'online' END,
-          status_since = CASE WHEN p.status = (CASE WHEN p.is_paused THEN 'paused' ELSE 'online' END) THEN p.status_since ELSE now() END,
-          ${this.telemetrySet(input)},
-          updated_at = now()
-        FROM prev
-        WHERE p.id = prev.id AND prev.approval_status = 'approved' AND prev.status <> 'suspended'
-        RETURNING p.status, p.is_paused, p.preload_model, p.daemon_version, p.uptime_hour
-      ), done AS (
-        ${finishedHours(sql, sql`SELECT prev.id, prev.uptime_hour AS old_hour, prev.uptime_hour_seconds AS old_seconds, upd.uptime_hour AS new_hour FROM prev JOIN upd ON true`)}
-      )
-      SELECT prev.id, prev.status, prev.approval_status, prev.is_paused, prev.rejection_reason, prev.suspended_reason,
-             prev.reputation_due, upd.status AS new_status, upd.is_paused AS new_paused,
-             upd.preload_model AS new_preload, upd.daemon_version AS new_daemon_version
-      FROM prev LEFT JOIN upd ON true`;
+    const row = await this.stateBeats.write(providerId, now, input);
     if (!row) throw notFound("provider not found");
     if (row.approval_status !== "approved") {
-      this.cache.forget([providerId]);
       const why = row.approval_status === "rejected" && row.rejection_reason ? `: ${row.rejection_reason}` : "";
       throw forbidden(
         `provider not approved (approval_status: ${row.approval_status}${why}); heartbeats are accepted once an administrator approves this provider`,
       );
     }
-    if (row.new_status === null) {
-      this.cache.forget([providerId]);
-      throw forbidden(`provider is suspended${row.suspended_reason ? `: ${row.suspended_reason}` : ""}; contact support`);
-    }
-    const state: ProviderState = {
-      approvalStatus: row.approval_status,
-      status: row.new_status,
-      isPaused: !!row.new_paused,
-      preloadModel: row.new_preload,
-      daemonVersion: row.new_daemon_version,
-      checkedAt: now,
-    };
-    this.cache.set(providerId, state);
-    if (row.status !== "online" && state.status === "online") await this.deps.offerWork(providerId);
-    // Derived figures, not state: recomputed by the next batch write.
-    if (row.reputation_due) {
-      this.reputationDue.add(providerId);
-      this.startTimer();
-    }
-    return this.answer(state, input, now);
+    if (row.new_status === null) throw forbidden(`provider is suspended${row.suspended_reason ? `: ${row.suspended_reason}` : ""}; contact support`);
+    return this.answer(stateOf(row, now), input, now);
   }
 
-  /** The telemetry columns of a heartbeat (unreported ones keep their value). */
-  private telemetrySet(i: HeartbeatInput) {
-    const { sql } = this.deps;
-    return sql`
-      daemon_version = coalesce(${i.daemonVersion ?? null}::text, p.daemon_version),
-      gpu_vram_mib = coalesce(${i.gpuVramMib ?? null}::bigint, p.gpu_vram_mib),
-      gpu_count = coalesce(${i.gpuCount ?? null}::int, p.gpu_count),
-      gpu_compute_capability = coalesce(${i.computeCapability ?? null}::text, p.gpu_compute_capability),
-      gpu_cuda_version = coalesce(${i.cudaVersion ?? null}::text, p.gpu_cuda_version),
-      gpu_driver_version = coalesce(${i.driverVersion ?? null}::text, p.gpu_driver_version),
-      gpu_telemetry = coalesce(${i.telemetryJson ?? null}::text::jsonb, p.gpu_telemetry),
-      cached_models = coalesce(${i.cachedModels ?? null}::text[], p.cached_models),
-      preload_model = CASE WHEN p.preload_model = ANY(${i.cachedModels ?? null}::text[]) THEN NULL ELSE p.preload_model END,
-      provider_ip = coalesce(${i.providerIp ?? null}::text, p.provider_ip),
-      hostname = coalesce(${i.hostname ?? null}::text, p.hostname),
-      resource_spec = coalesce(${i.resourceSpecJson ?? null}::text::jsonb, p.resource_spec)`;
+  /** After a group of state-changing beats committed, before they are answered: cache, dispatch, reputation. */
+  private async afterStateCommit(rows: StateRow[]): Promise<void> {
+    const now = Date.now();
+    const cameOnline: number[] = [];
+    for (const row of rows) {
+      if (row.new_status === null) {
+        this.cache.forget([row.id]);
+        continue;
+      }
+      this.cache.set(row.id, stateOf(row, now));
+      if (row.status !== "online" && row.new_status === "online") cameOnline.push(row.id);
+      // Derived figures, not state: recomputed by the next batch write.
+      if (row.reputation_due) this.reputationDue.add(row.id);
+    }
+    if (this.reputationDue.size > 0) this.startTimer();
+    if (cameOnline.length > 0) await this.deps.offerWork(cameOnline);
   }
 
   private answer(state: ProviderState, input: HeartbeatInput, now: number): HeartbeatResult {
@@ -397,7 +282,7 @@ export class HeartbeatPipeline {
           const newer = this.buffer.get(id);
           this.buffer.set(id, newer ? { firstTs: p.firstTs, lastTs: newer.lastTs, input: merge(p.input, newer.input), attempts: p.attempts } : p);
         }
-        this.deps.log.error({ err, providers: batch.size, dropped }, "heartbeat telemetry batch write failed");
+        this.deps.log[failureLevel(err)]({ err, providers: batch.size, dropped }, "heartbeat telemetry batch write failed");
       })
       .finally(() => {
         this.flushing = undefined;
@@ -409,69 +294,23 @@ export class HeartbeatPipeline {
     const started = performance.now();
     const entries = [...batch.entries()].sort((a, b) => a[0] - b[0]);
     for (let i = 0; i < entries.length; i += BATCH_ROWS) {
-      const rows = await this.writeRows(entries.slice(i, i + BATCH_ROWS));
+      const rows = await writeTelemetryRows(this.deps.sql, entries.slice(i, i + BATCH_ROWS));
       // Consumed: a failure after this point must not write these rows again.
       for (const [id] of entries.slice(i, i + BATCH_ROWS)) batch.delete(id);
-      const { sql, log } = this.deps;
-      for (const r of rows) {
-        if (r.old_status !== "online" && r.new_status === "online") await this.deps.offerWork(r.id);
-      }
+      const cameOnline = rows.filter((r) => r.old_status !== "online" && r.new_status === "online").map((r) => r.id);
+      if (cameOnline.length > 0) await this.deps.offerWork(cameOnline);
       for (const r of rows) if (r.reputation_due) this.reputationDue.add(r.id);
     }
     const refreshed = this.reputationDue.size;
     if (refreshed > 0) {
       const due = [...this.reputationDue];
       this.reputationDue.clear();
-      await refreshReputation(this.deps.sql, due).catch((err) => this.deps.log.error({ err }, "reputation refresh failed"));
+      await refreshReputation(this.deps.sql, due).catch((err) => this.deps.log[failureLevel(err)]({ err }, "reputation refresh failed"));
     }
     const ms = Math.round(performance.now() - started);
     // A flush slower than its interval means the database is falling behind the beats.
     const level = ms > 4 * FLUSH_INTERVAL_MS ? "warn" : "debug";
     this.deps.log[level]({ providers: entries.length, reputations: refreshed, ms }, "heartbeat batch written");
-  }
-
-  private writeRows(entries: [number, Pending][]): Promise<FlushRow[]> {
-    const { sql } = this.deps;
-    return sql<FlushRow[]>`
-      WITH v AS (
-        SELECT * FROM json_to_recordset(${batchJson(entries)}::text::json) AS v(
-          id bigint, first_ts timestamptz, last_ts timestamptz, dv text, vram bigint, cnt int, cc text, cuda text,
-          driver text, tel jsonb, cached jsonb, ip text, host text, rs jsonb)
-      ), prev AS MATERIALIZED (
-        SELECT p.id, p.status, p.last_heartbeat, p.uptime_hour, p.uptime_hour_seconds,
-               (p.reputation_at IS NULL OR p.reputation_at < now() - make_interval(secs => ${REPUTATION_REFRESH_SECONDS})) AS reputation_due
-        FROM providers p JOIN v ON v.id = p.id
-        WHERE p.approval_status = 'approved' AND p.status <> 'suspended'
-        ORDER BY p.id FOR NO KEY UPDATE OF p
-      ), upd AS (
-        UPDATE providers p SET
-          ${coverageSet(sql, sql`date_trunc('hour', v.last_ts)`, sql`svc_heartbeat_credit(p.last_heartbeat, v.first_ts, v.last_ts)`)},
-          last_heartbeat = v.last_ts,
-          first_heartbeat_at = coalesce(p.first_heartbeat_at, v.first_ts),
-          status = CASE WHEN p.status IN ('offline', 'registered', 'connected') AND NOT p.is_paused THEN 'online' ELSE p.status END,
-          status_since = CASE WHEN p.status IN ('offline', 'registered', 'connected') AND NOT p.is_paused THEN now() ELSE p.status_since END,
-          daemon_version = coalesce(v.dv, p.daemon_version),
-          gpu_vram_mib = coalesce(v.vram, p.gpu_vram_mib),
-          gpu_count = coalesce(v.cnt, p.gpu_count),
-          gpu_compute_capability = coalesce(v.cc, p.gpu_compute_capability),
-          gpu_cuda_version = coalesce(v.cuda, p.gpu_cuda_version),
-          gpu_driver_version = coalesce(v.driver, p.gpu_driver_version),
-          gpu_telemetry = coalesce(v.tel, p.gpu_telemetry),
-          cached_models = CASE WHEN v.cached IS NULL THEN p.cached_models
-                               ELSE ARRAY(SELECT jsonb_array_elements_text(v.cached)) END,
-          preload_model = CASE WHEN v.cached IS NOT NULL AND v.cached ? p.preload_model THEN NULL ELSE p.preload_model END,
-          provider_ip = coalesce(v.ip, p.provider_ip),
-          hostname = coalesce(v.host, p.hostname),
-          resource_spec = coalesce(v.rs, p.resource_spec),
-          updated_at = now()
-        FROM v JOIN prev ON prev.id = v.id
-        WHERE p.id = v.id AND (prev.last_heartbeat IS NULL OR v.last_ts > prev.last_heartbeat)
-        RETURNING p.id, prev.status AS old_status, p.status AS new_status, prev.reputation_due,
-                  prev.uptime_hour AS old_hour, prev.uptime_hour_seconds AS old_seconds, p.uptime_hour AS new_hour
-      ), done AS (
-        ${finishedHours(sql, sql`SELECT id, old_hour, old_seconds, new_hour FROM upd`)}
-      )
-      SELECT id, old_status, new_status, reputation_due FROM upd`;
   }
 
   /** Stops the timer and writes what is buffered (shutdown). */

@@ -32,6 +32,12 @@ export interface JobRow {
   submitted_at: Date;
   assigned_at: Date | null;
   started_at: Date | null;
+  /**
+   * When the provider's daemon confirmed it has the running job: a stream
+   * daemon's accept, a legacy daemon's first report on a job it polled. NULL
+   * while running: the poll's answer may never have reached the daemon.
+   */
+  acked_at: Date | null;
   completed_at: Date | null;
   timeout_at: Date | null;
   /** The daemon's result: an object, or a string for plain-text results. */

@@ -1,0 +1,224 @@
+// The counters that keep submit and job reads from growing with the history
+// (migration 030): each renter's charges per UTC month (the monthly spend
+// quota) and its ended jobs per status (job totals). They must agree with the
+// rows they summarise, however those rows were written (the trigger) and for
+// rows written before the migration (the backfill), and the reads that use
+// them must not visit the history.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { connect, type Sql, type Tx } from "../../src/db/index.js";
+import { migrate } from "../../src/db/migrate.js";
+import { accountId, CHARGE_KINDS, credit, hold, settle, transfer } from "../../src/domain/money/ledger.js";
+import { quotaUsage } from "../../src/domain/money/quota.js";
+import { renterJobCount } from "../../src/domain/accounts/renters.js";
+import { listJobs } from "../../src/domain/jobs/jobs.js";
+import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+
+let srv: TestServer;
+let sql: Sql;
+
+beforeAll(async () => {
+  srv = await startTestServer();
+  sql = connect(srv.databaseUrl, 8);
+});
+afterAll(async () => {
+  await sql?.end();
+  await srv?.close();
+});
+
+let seq = 0;
+async function newJob(db: Sql, renterId: number, status = "queued", cost = 100): Promise<number> {
+  const [j] = await db<{ id: number }[]>`
+    INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
+    VALUES (${`job-counters-${process.pid}-${++seq}`}, ${renterId}, 'training', ${status}, 1, 600, 25, ${cost}) RETURNING id`;
+  return j.id;
+}
+
+/** A charge entry written as-is (as an earlier month's would be): no balance moves. */
+async function chargeAt(db: Sql, renterId: number, amount: number, at: Date, kind = "charge_platform") {
+  const from = await accountId(db, "renter_held", renterId);
+  const to = await accountId(db, "platform_fees");
+  await db`
+    INSERT INTO ledger_transfers (debit_account_id, credit_account_id, amount, kind, idempotency_key, created_at)
+    VALUES (${from}, ${to}, ${amount}, ${kind}, ${`test-charge-${process.pid}-${++seq}`}, ${at})`;
+}
+
+/** The first instant of the UTC month `delta` months from now's. */
+function monthStart(delta = 0): Date {
+  const now = new Date();
+  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + delta, 1));
+}
+
+/** What the counters should say, recomputed from the rows they summarise. */
+async function fromLedger(db: Sql, renterId: number) {
+  return db<{ month: string; spent: number }[]>`
+    SELECT to_char(date_trunc('month', t.created_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD') AS month, sum(t.amount)::bigint AS spent
+    FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.debit_account_id
+    WHERE a.owner_id = ${renterId} AND a.kind IN ('renter_available', 'renter_held') AND t.kind = ANY(${CHARGE_KINDS as string[]}::text[])
+    GROUP BY 1 ORDER BY 1`;
+}
+async function fromCounter(db: Sql, renterId: number) {
+  return db<{ month: string; spent: number }[]>`
+    SELECT to_char(month, 'YYYY-MM-DD') AS month, spent_halala AS spent FROM renter_monthly_spend
+    WHERE renter_id = ${renterId} AND spent_halala > 0 ORDER BY 1`;
+}
+async function endsFromJobs(db: Sql, renterId: number) {
+  return db<{ status: string; n: number }[]>`
+    SELECT status, count(*)::bigint AS n FROM jobs WHERE renter_id = ${renterId} AND status IN ('completed', 'failed', 'cancelled')
+    GROUP BY 1 ORDER BY 1`;
+}
+async function endsFromCounter(db: Sql, renterId: number) {
+  return db<{ status: string; n: number }[]>`
+    SELECT status, jobs AS n FROM renter_job_ends WHERE renter_id = ${renterId} AND jobs > 0 ORDER BY 1`;
+}
+
+/** Entries and rows a transaction read from a table and its indexes so far (this transaction's statistics). */
+async function readFrom(tx: Tx, table: string): Promise<number> {
+  const [r] = await tx<{ n: number }[]>`
+    SELECT (pg_stat_get_xact_tuples_returned(${table}::regclass) + pg_stat_get_xact_tuples_fetched(${table}::regclass)
+            + coalesce((SELECT sum(pg_stat_get_xact_tuples_returned(i.indexrelid)) FROM pg_index i WHERE i.indrelid = ${table}::regclass), 0))::bigint AS n`;
+  return Number(r.n);
+}
+
+describe("monthly spend counter", () => {
+  it("counts exactly the charge kinds of ledger.ts CHARGE_KINDS", async () => {
+    const [t] = await sql<{ def: string }[]>`SELECT pg_get_triggerdef(oid) AS def FROM pg_trigger WHERE tgname = 'ledger_count_spend'`;
+    const kinds = [...t.def.matchAll(/'([a-z0-9_]+)'/g)].map((m) => m[1]);
+    expect(new Set(kinds)).toEqual(new Set(CHARGE_KINDS));
+  });
+
+  it("agrees with the ledger's charges per UTC month, across a month boundary; the quota reads this month's", async () => {
+    const r = await makeRenter(srv, 10_000);
+    const p = await makeProvider(srv);
+    // A job settled through the ledger: its provider share and platform fee are charges, its hold and released rest are not.
+    const job = await newJob(sql, r.id);
+    await sql.begin((tx) => hold(tx, r.id, job, 600));
+    await sql.begin((tx) => settle(tx, r.id, p.id, job, 600, 301));
+    // A /v1 charge of each leg.
+    await sql.begin(async (tx) => {
+      const from = await accountId(tx, "renter_available", r.id);
+      await transfer(tx, { from, to: await accountId(tx, "platform_fees"), amount: 7, kind: "v1_charge_platform", key: `t-v1p-${r.id}` });
+      await transfer(tx, { from, to: await accountId(tx, "provider_earnings", p.id), amount: 20, kind: "v1_charge_provider", key: `t-v1e-${r.id}` });
+    });
+    // Charges on either side of the month's first instant, and one of last month.
+    await chargeAt(sql, r.id, 11, new Date(monthStart().getTime() - 1));
+    await chargeAt(sql, r.id, 13, monthStart());
+    await chargeAt(sql, r.id, 17, new Date(monthStart(-1).getTime() + 86_400_000), "charge_provider");
+
+    const ledger = await fromLedger(sql, r.id);
+    expect(ledger).toHaveLength(2);
+    expect(await fromCounter(sql, r.id)).toEqual(ledger);
+    const thisMonth = ledger.find((m) => m.month === monthStart().toISOString().slice(0, 10))!;
+    expect(Number(thisMonth.spent)).toBe(301 + 7 + 20 + 13);
+    expect(await sql.begin((tx) => quotaUsage(tx, r.id))).toMatchObject({ spentAndHeldHalala: 301 + 7 + 20 + 13 });
+  });
+
+  it("does not count a charge the ledger refused for want of funds", async () => {
+    const r = await makeRenter(srv, 50);
+    const spent = await sql.begin(async (tx) => {
+      const from = await accountId(tx, "renter_available", r.id);
+      const to = await accountId(tx, "platform_fees");
+      await transfer(tx, { from, to, amount: 30, kind: "v1_charge_platform", key: `t-ok-${r.id}` });
+      await expect(transfer(tx, { from, to, amount: 30, kind: "v1_charge_platform", key: `t-short-${r.id}` })).rejects.toThrow(/insufficient balance/);
+      return (await quotaUsage(tx, r.id)).spentAndHeldHalala;
+    });
+    expect(spent).toBe(30);
+    expect(await fromCounter(sql, r.id)).toEqual(await fromLedger(sql, r.id));
+  });
+
+  it("the quota read visits none of the renter's charge entries, however many there are", async () => {
+    const r = await makeRenter(srv, 1_000);
+    for (let i = 0; i < 40; i++) await chargeAt(sql, r.id, 1, new Date());
+    const read = await sql.begin(async (tx) => {
+      const before = await readFrom(tx, "ledger_transfers");
+      expect((await quotaUsage(tx, r.id)).spentAndHeldHalala).toBe(40);
+      return (await readFrom(tx, "ledger_transfers")) - before;
+    });
+    expect(read).toBe(0);
+  });
+});
+
+describe("ended jobs counter", () => {
+  it("follows every way a job enters or leaves an end status", async () => {
+    const r = await makeRenter(srv);
+    const a = await newJob(sql, r.id);
+    const b = await newJob(sql, r.id);
+    await newJob(sql, r.id, "completed"); // written ended
+    await sql`UPDATE jobs SET status = 'completed' WHERE id = ${a}`;
+    await sql`UPDATE jobs SET status = 'cancelled' WHERE id = ${b}`;
+    await sql`UPDATE jobs SET status = 'failed' WHERE id = ${a}`; // from one end to another
+    await newJob(sql, r.id);
+    expect(await endsFromCounter(sql, r.id)).toEqual(await endsFromJobs(sql, r.id));
+    await sql`UPDATE jobs SET status = 'queued' WHERE id = ${b}`; // back out of an end
+    await sql`DELETE FROM jobs WHERE id = ${a}`;
+    expect(await endsFromCounter(sql, r.id)).toEqual(await endsFromJobs(sql, r.id));
+    expect(await renterJobCount(sql, r.id)).toBe(3);
+  });
+
+  it("job totals of a renter with many ended jobs read its page, not its history", async () => {
+    const r = await makeRenter(srv);
+    await sql`
+      INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala, submitted_at)
+      SELECT 'job-many-' || ${r.id} || '-' || g, ${r.id}, 'training', (ARRAY['completed', 'failed', 'cancelled'])[1 + g % 3], 1, 600, 25, 25,
+             now() - make_interval(mins => g)
+      FROM generate_series(1, 90) g`;
+    await newJob(sql, r.id, "queued");
+    await sql`ANALYZE jobs`;
+    const reader = { role: "renter" as const, renterId: r.id };
+    const { all, completed, queued, read, count, countRead } = await sql.begin(async (tx) => {
+      // Small test tables favour scans that read every row; forbid them to see what the indexes make the reads visit.
+      await tx`SET LOCAL enable_seqscan = off`;
+      await tx`SET LOCAL enable_bitmapscan = off`;
+      const before = await readFrom(tx, "jobs");
+      const all = await listJobs(tx, reader, { limit: 5, offset: 0 });
+      const completed = await listJobs(tx, reader, { status: "completed", limit: 5, offset: 0 });
+      const queued = await listJobs(tx, reader, { status: "queued", limit: 5, offset: 0 });
+      const read = (await readFrom(tx, "jobs")) - before;
+      const count = await renterJobCount(tx, r.id);
+      return { all, completed, queued, read, count, countRead: (await readFrom(tx, "jobs")) - before - read };
+    });
+    expect(all.total).toBe(91);
+    expect(all.rows).toHaveLength(5);
+    expect(completed.total).toBe(30);
+    expect(completed.rows.every((j) => j.status === "completed")).toBe(true);
+    expect(queued.total).toBe(1);
+    expect(count).toBe(91);
+    // Three pages of five (index entry and row each, and a row or two past each page, where its order
+    // is settled) and the one active job: about 25. Counting the history visited the 91 again per page (132).
+    expect(read).toBeLessThan(45);
+    expect(countRead).toBeLessThan(5);
+    // Past the last page the total is still answered.
+    expect((await listJobs(sql, reader, { limit: 5, offset: 500 })).total).toBe(91);
+  });
+});
+
+describe("backfill", () => {
+  it("counts what was written before the migration: this month's charges and every ended job", async () => {
+    const db = await freshDatabase();
+    const pool = connect(db.url, 2);
+    try {
+      await migrate(pool, { through: 24 });
+      const [{ id: renter }] = await pool<{ id: number }[]>`INSERT INTO renters (name, email) VALUES ('Old', 'old@example.com') RETURNING id`;
+      const [{ id: other }] = await pool<{ id: number }[]>`INSERT INTO renters (name, email) VALUES ('Other', 'other@example.com') RETURNING id`;
+      await pool.begin((tx) => credit(tx, renter, 1_000, "old-topup"));
+      for (const [who, status] of [[renter, "completed"], [renter, "completed"], [renter, "failed"], [renter, "queued"], [other, "cancelled"]] as const) {
+        await newJob(pool, who, status);
+      }
+      await chargeAt(pool, renter, 40, new Date());
+      await chargeAt(pool, renter, 2, new Date(), "v1_charge_provider");
+      await chargeAt(pool, renter, 9, new Date(monthStart().getTime() - 1)); // last month: not backfilled, not read
+      expect(await migrate(pool)).toEqual(expect.arrayContaining([30]));
+
+      const month = monthStart().toISOString().slice(0, 10);
+      expect(await fromCounter(pool, renter)).toEqual([{ month, spent: 42 }]);
+      expect((await fromLedger(pool, renter)).find((m) => m.month === month)).toEqual({ month, spent: 42 });
+      expect(await endsFromCounter(pool, renter)).toEqual(await endsFromJobs(pool, renter));
+      expect(await endsFromCounter(pool, other)).toEqual([{ status: "cancelled", n: 1 }]);
+      expect(await renterJobCount(pool, renter)).toBe(4);
+      expect(await pool.begin((tx) => quotaUsage(tx, renter))).toMatchObject({ spentAndHeldHalala: 42 });
+    } finally {
+      await pool.end();
+      await db.drop();
+    }
+  });
+});
