@@ -2,7 +2,11 @@
 // writes them; BENCH_CPU_PROF=dir on a bench): self time by function, by
 // file (node_modules grouped by package) and by what the process was doing.
 //
-//   npx tsx bench/cpuprofile-top.ts [--top 25] file.cpuprofile|dir ...
+//   npx tsx bench/cpuprofile-top.ts [--top 25] [--callers regex] file.cpuprofile|dir ...
+//
+// --callers: for the functions whose name matches, the call paths (4 frames
+// up) their self time came from. --inclusive: total time (self and callees)
+// of the functions whose name matches, each counted once per sample.
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -18,7 +22,7 @@ interface Profile {
   timeDeltas: number[];
 }
 
-const { values: args, positionals } = parseArgs({ options: { top: { type: "string", default: "25" } }, allowPositionals: true });
+const { values: args, positionals } = parseArgs({ options: { top: { type: "string", default: "25" }, callers: { type: "string" }, inclusive: { type: "string" } }, allowPositionals: true });
 const TOP = Number(args.top);
 const files = positionals.flatMap((p) =>
   fs.statSync(p).isDirectory() ? fs.readdirSync(p).filter((f) => f.endsWith(".cpuprofile")).map((f) => path.join(p, f)) : [p],
@@ -43,11 +47,19 @@ function fileOf(url: string): string {
 
 const byFunction = new Map<string, number>();
 const byFile = new Map<string, number>();
+const byCallers = new Map<string, number>();
+const byInclusive = new Map<string, number>();
+const inclusiveOf = args.inclusive ? new RegExp(args.inclusive) : undefined;
+const DEPTH = Number(process.env.CALLER_DEPTH ?? 4);
+const callersOf = args.callers ? new RegExp(args.callers) : undefined;
+const frameName = (n: ProfileNode) => `${n.callFrame.functionName || "(anonymous)"} ${fileOf(n.callFrame.url)}`;
 let total = 0;
 let idle = 0;
 for (const file of files) {
   const prof = JSON.parse(fs.readFileSync(file, "utf8")) as Profile;
   const nodes = new Map(prof.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of prof.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   // A sample's time is the delta to the next sample (the last one's is unknown and dropped).
   for (let i = 0; i < prof.samples.length - 1; i++) {
     const n = nodes.get(prof.samples[i])!;
@@ -61,6 +73,20 @@ for (const file of files) {
     const key = `${functionName || "(anonymous)"}  ${f}${url ? `:${lineNumber + 1}` : ""}`;
     byFunction.set(key, (byFunction.get(key) ?? 0) + us);
     byFile.set(f, (byFile.get(f) ?? 0) + us);
+    if (inclusiveOf) {
+      const seen = new Set<string>();
+      for (let id: number | undefined = n.id; id !== undefined; id = parent.get(id)) {
+        const fn = nodes.get(id)!;
+        if (inclusiveOf.test(fn.callFrame.functionName)) seen.add(frameName(fn));
+      }
+      for (const k of seen) byInclusive.set(k, (byInclusive.get(k) ?? 0) + us);
+    }
+    if (callersOf?.test(functionName)) {
+      const chain: string[] = [];
+      for (let id = parent.get(n.id); id !== undefined && chain.length < DEPTH; id = parent.get(id)) chain.push(frameName(nodes.get(id)!));
+      const k = `${functionName} <- ${chain.join(" <- ")}`;
+      byCallers.set(k, (byCallers.get(k) ?? 0) + us);
+    }
     total += us;
   }
 }
@@ -74,3 +100,5 @@ const print = (title: string, m: Map<string, number>) => {
 };
 print("self time by function", byFunction);
 print("self time by file", byFile);
+if (inclusiveOf) print(`inclusive time of /${args.inclusive}/`, byInclusive);
+if (callersOf) print(`callers of /${args.callers}/`, byCallers);

@@ -2,8 +2,9 @@
 // described in proto/svc/v1/daemon.proto). Every report runs the same domain
 // function as its JSON route; assignments are pushed from the process-wide
 // LISTEN hub (workers/job-signals.ts) the moment they commit.
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { AssignedJobSchema } from "../../gen/svc/v1/jobs_pb.js";
 import {
   DaemonService,
   type DaemonMessage,
@@ -35,6 +36,7 @@ import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
 import { badRequest } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
+import { setStructBytes } from "../http/struct-binary.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
 
@@ -79,6 +81,8 @@ class StreamSession {
     private readonly deps: Deps,
     private readonly providerId: number,
     private readonly signer: TaskSigner,
+    /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (http/struct-binary.ts). */
+    private readonly binary: boolean,
   ) {}
 
   private send(m: Out) {
@@ -110,7 +114,17 @@ class StreamSession {
       }
       return;
     }
-    this.send({ kind: { case: "job", value: assignedJobMessage(job) }, taskSignature: this.signer.sign(job.job_id, job.task_spec, canonical) });
+    this.send({ kind: { case: "job", value: this.jobMessage(job) }, taskSignature: this.signer.sign(job.job_id, job.task_spec, canonical) });
+  }
+
+  private jobMessage(job: AssignedJob) {
+    const init = assignedJobMessage(job);
+    if (!this.binary) return init;
+    const { taskSpec, gpuRequirements, ...rest } = init;
+    const msg = create(AssignedJobSchema, rest);
+    setStructBytes(msg, AssignedJobSchema.field.taskSpec, taskSpec ?? {});
+    if (gpuRequirements) setStructBytes(msg, AssignedJobSchema.field.gpuRequirements, gpuRequirements);
+    return msg;
   }
 
   /** Runs fn after every earlier notice was handled (a re-queue's cancel goes out before its new assignment). */
@@ -279,7 +293,8 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const iterator = requests[Symbol.asyncIterator]();
       const first = await iterator.next();
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
-      const session = new StreamSession(deps, providerId, await signerOnce());
+      const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
+      const session = new StreamSession(deps, providerId, await signerOnce(), binary);
       const report = (p: Promise<void>) => p.catch((err) => deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed"));
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {
