@@ -222,7 +222,13 @@ export async function readCandidates(
     FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.priority)}::int[],
                 ${fresh.map((f) => f.requestedProviderId)}::bigint[],
                 ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, priority, requested_provider_id, req)`;
-  const offeredRows = tx`
+  // None offered (a submit's batch): no read of jobs at all. A cached generic plan made while
+  // jobs was small scans the whole table for `id = ANY('{}')`, once per batch.
+  const offeredRows =
+    offered.length === 0
+      ? tx`SELECT NULL::bigint AS id, NULL::int AS priority, NULL::timestamptz AS submitted_at, NULL::bigint AS requested_provider_id,
+                  NULL::jsonb AS gpu_requirements, NULL::int AS attempt WHERE false`
+      : tx`
     SELECT id, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
     WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[])`;
   // Windowed: the candidates are the window (read once, in index order) and the providers the
@@ -308,6 +314,8 @@ export function planAssignments(candidates: Candidate[]): [number, number][] {
  */
 export interface FreshRows {
   columns: string[];
+  /** Their ids. */
+  ids: number[];
   // A query fragment (postgres.js): run only as part of assignPlanned's statement.
   select: PendingQuery<Row[]>;
 }
@@ -326,6 +334,11 @@ export interface FreshRows {
  */
 async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows): Promise<{ moved: Placement[]; locked: Map<number, number> }> {
   const columns = fresh?.columns ?? [];
+  // The planned jobs already in the table (queued ones). When there are none (a submit's batch
+  // with no older job offered), the statement does not touch jobs but to insert: a cached
+  // generic plan made while jobs was small would scan the whole table for them.
+  const freshIds = new Set(fresh?.ids ?? []);
+  const queuedIds = plan.map((p) => p[0]).filter((id) => !freshIds.has(id));
   // Identifier lists as fragments, one identifier at a time (an array would be taken for rows).
   const list = (names: string[]) => names.reduce((acc: ReturnType<Tx> | undefined, c) => (acc ? tx`${acc}, ${tx(c)}` : tx`${tx(c)}`), undefined) ?? tx``;
   const inserted = fresh
@@ -349,15 +362,17 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
       WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND l.active < ${slotsSql(tx)}
       ORDER BY l.provider_id FOR UPDATE OF l SKIP LOCKED
-    ), held AS MATERIALIZED (
-      SELECT id FROM jobs WHERE id IN (SELECT job_id FROM plan) AND status = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED
+    ), held AS MATERIALIZED (${
+      queuedIds.length === 0
+        ? tx`SELECT NULL::bigint AS id WHERE false`
+        : tx`SELECT id FROM jobs WHERE id = ANY(${queuedIds}::bigint[]) AND status = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED`}
     ), picked AS (
       SELECT job_id AS id, provider_id FROM (
         SELECT plan.job_id, plan.provider_id, locked.free, row_number() OVER (PARTITION BY plan.provider_id ORDER BY plan.ord) AS n
         FROM plan JOIN locked ON locked.id = plan.provider_id
         WHERE plan.job_id IN (SELECT id FROM held) OR plan.job_id IN (SELECT id FROM fresh)) x
       WHERE n <= free
-    )${inserted}, moved AS (${moveToPendingSql(tx)}
+    )${inserted}, moved AS (${queuedIds.length === 0 ? tx`SELECT * FROM jobs WHERE false` : moveToPendingSql(tx)}
     ), assigned AS (
       ${fresh ? tx`SELECT * FROM inserted WHERE status = 'pending' UNION ALL ` : tx``}SELECT * FROM moved
     ), opened AS (${openAttemptsSql(tx, "assigned")}
