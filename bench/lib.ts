@@ -183,6 +183,13 @@ export async function benchDatabase(
   const name = opts.reuse ?? `${prefix}_${crypto.randomBytes(5).toString("hex")}`;
   const admin = connect(baseUrl, 1);
   if (opts.reuse === undefined) await admin.unsafe(`CREATE DATABASE ${name}`);
+  // BENCH_DB_SETTINGS="name=value;..." sets parameters for the database's sessions, e.g. auto_explain
+  // (session_preload_libraries=auto_explain;auto_explain.log_min_duration=0) to see the plans run.
+  for (const setting of (process.env.BENCH_DB_SETTINGS ?? "").split(";").filter(Boolean)) {
+    const [key, ...value] = setting.split("=");
+    if (!/^[a-z_][a-z0-9_.]*$/.test(key.trim())) throw new Error(`not a parameter name: ${key}`);
+    await admin.unsafe(`ALTER DATABASE ${name} SET ${key.trim()} = '${value.join("=").replace(/'/g, "''")}'`);
+  }
   const url = new URL(baseUrl);
   url.pathname = `/${name}`;
   const sql = connect(url.toString(), 2);
