@@ -102,13 +102,14 @@ class StreamSession {
     this.send({ kind: { case: "settings", value: s } });
   }
 
-  private async deliver(job: AssignedJob): Promise<void> {
+  /** `signed`: the task spec's canonical JSON, as this process signed it when it made the job (no need to verify). */
+  private async deliver(job: AssignedJob, signed?: string): Promise<void> {
     if (this.keyMismatch || this.delivered.has(job.job_id)) return;
     this.delivered.add(job.job_id);
     // Only a task whose stored HMAC verifies is pushed, signed: a row changed behind the
     // service's back is never run; the job fails as the platform's fault (full refund, no re-queue).
-    const canonical = canonicalJson(job.task_spec);
-    if (!verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac, canonical)) {
+    const canonical = signed ?? canonicalJson(job.task_spec);
+    if (signed === undefined && !verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac, canonical)) {
       if (await failUnverifiableTask(this.deps.sql, this.providerId, job.job_id)) {
         logPlatformFault(this.deps, job.job_id, { fault: "platform", endReason: "platform_error" });
       }
@@ -142,10 +143,10 @@ class StreamSession {
     for (const job of jobs) await this.deliver(job);
   }
 
-  async assigned(jobId: string, carried?: AssignedJob): Promise<void> {
+  async assigned(jobId: string, carried?: AssignedJob, signed?: string): Promise<void> {
     if (this.delivered.has(jobId)) return;
     // The notice carried the job as committed: no read. A cancel committed since follows in order.
-    if (carried) return this.deliver(carried);
+    if (carried) return this.deliver(carried, signed);
     const [job] = await this.deps.sql<JobRow[]>`
       SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${this.providerId} AND status = 'pending'`;
     if (job) await this.deliver(job);
@@ -298,7 +299,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const report = (p: Promise<void>) => p.catch((err) => deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed"));
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {
-        assigned: (jobId, job) => void report(session.serial(() => session.assigned(jobId, job))),
+        assigned: (jobId, job, signed) => void report(session.serial(() => session.assigned(jobId, job, signed))),
         cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
         resync: () => void report(session.serial(() => session.deliverPending())),
       });

@@ -11,7 +11,7 @@ import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
 import { quotaRefusal, quotaUsageMany, type QuotaUsage } from "../money/quota.js";
-import { signTask } from "../../shared/task-signature.js";
+import { canonicalJson, hmacOfCanonical } from "../../shared/task-signature.js";
 import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
 import { templateById, templateGpuRequirements } from "./templates.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
@@ -92,6 +92,8 @@ export interface SubmitIntent {
   gpuRequirements: Record<string, unknown> | null;
   taskSpec: Record<string, unknown>;
   taskSpecHmac: string;
+  /** canonicalJson(taskSpec), which taskSpecHmac signs: the job's stored task spec has this form too. */
+  taskSpecCanonical: string;
   model: string | null;
   checkpointEnabled: boolean;
   prewarm: boolean;
@@ -128,9 +130,10 @@ export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number
   const model = modelOf(jobType, params);
   const checkpointEnabled = input.checkpointEnabled ?? false;
   const taskSpec = buildTaskSpec({ jobId, jobType, params, containerSpec, gpuRequirements, maxDurationSeconds, workspaceVolumeName: workspaceVolumeName(jobId), checkpointEnabled, model });
+  const taskSpecCanonical = canonicalJson(taskSpec);
   return {
     renterId, jobId, jobType, durationMinutes, maxDurationSeconds, priority, requestedProvider, rate, estimate, params, containerSpec,
-    gpuRequirements, taskSpec, taskSpecHmac: signTask(hmacSecret, taskSpec), model, checkpointEnabled, prewarm: input.prewarm ?? false,
+    gpuRequirements, taskSpec, taskSpecHmac: hmacOfCanonical(hmacSecret, taskSpecCanonical), taskSpecCanonical, model, checkpointEnabled, prewarm: input.prewarm ?? false,
     templateId: template?.id ?? null,
   };
 }
