@@ -37,7 +37,7 @@ import { badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
-import { StreamRefresher } from "./stream-refresh.js";
+import { StreamRefresher } from "../domain/jobs/stream-refresh.js";
 
 export const HEARTBEAT_INTERVAL_SECONDS = 30;
 /** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */

@@ -1,4 +1,4 @@
-// The read a daemon stream makes after each heartbeat (src/services/stream-refresh.ts):
+// The read a daemon stream makes after each heartbeat (src/domain/jobs/stream-refresh.ts):
 // beats that arrive together share one read of their providers' settings and
 // pending jobs, and each gets its own provider's answer.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,7 +6,7 @@ import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../jobs/helpers.js";
-import { StreamRefresher } from "../../src/services/stream-refresh.js";
+import { StreamRefresher } from "../../src/domain/jobs/stream-refresh.js";
 
 let srv: TestServer;
 

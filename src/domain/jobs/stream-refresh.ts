@@ -5,9 +5,9 @@
 // arrive while a read is in flight wait for the next one, which reads all of
 // their providers with two set-based statements (group commit's shape, for
 // reads): one read at a time per process, as large as the load makes it.
-import type { Sql } from "../db/index.js";
-import { pendingJobIdsOf } from "../domain/jobs/job-reports.js";
-import { daemonSettingsOf, type DaemonSettingsRow } from "../domain/providers/providers.js";
+import type { Sql } from "../../db/index.js";
+import { pendingJobIdsOf } from "./job-reports.js";
+import { daemonSettingsOf, type DaemonSettingsRow } from "../providers/providers.js";
 
 /** Providers per statement; a larger wave is read in several. */
 const MAX_IDS = 5000;
