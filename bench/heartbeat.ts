@@ -36,12 +36,11 @@
 // - The server processes' resident memory (VmRSS sampled, VmHWM at the end).
 // The last line printed is one JSON object with the figures.
 import crypto from "node:crypto";
-import net from "node:net";
 import os from "node:os";
 import { parseArgs } from "node:util";
-import { benchDatabase, cpuSecondsOf, machine, memoryOf, noter, percentile, pool, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, startServers } from "./lib.js";
+import { gpuStatus, heartbeatBody, heartbeatRequest, memorySampler, runHeartbeats, seedProviders } from "./fleet.js";
 import { markSilentProvidersOffline } from "../src/domain/dispatch/liveness-sweep.js";
-import { hashKey, newKey } from "../src/domain/accounts/keys.js";
 import type { Sql } from "../src/db/index.js";
 import { openLoop, openLoopRate } from "./open-loop.js";
 
@@ -80,121 +79,6 @@ const HMAC_SECRET = crypto.randomBytes(24).toString("hex");
 
 const note = noter("bench");
 
-function gpuStatus(i: number) {
-  const vram = [24564, 49140, 81559, 12288][i % 4];
-  return {
-    gpu_name: ["NVIDIA GeForce RTX 4090", "NVIDIA RTX A6000", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3060"][i % 4],
-    gpu_vram_mib: vram,
-    driver_version: "550.54.14",
-    gpu_util_pct: (i * 7) % 100,
-    temp_c: 45 + (i % 30),
-    power_w: 120 + (i % 200),
-    free_vram_mib: Math.floor(vram * 0.8),
-    daemon_version: "3.2.0",
-    python_version: "3.11.8",
-    os_info: "Ubuntu 22.04.4 LTS",
-    compute_capability: "8.9",
-    cuda_version: "12.4",
-    gpu_count: 1,
-    all_gpus: [{ index: 0, name: "gpu0", vram_mib: vram, util_pct: (i * 7) % 100, temp_c: 45 + (i % 30) }],
-  };
-}
-
-function heartbeatBody(key: string, i: number): string {
-  return JSON.stringify({
-    api_key: key,
-    gpu_status: gpuStatus(i),
-    uptime: 3600 + i,
-    provider_hostname: `rig-${i}`,
-    cached_models: ["llama-3-8b-instruct"],
-  });
-}
-
-function requestBytes(port: number, body: string): Buffer {
-  const b = Buffer.from(body);
-  return Buffer.concat([
-    Buffer.from(
-      `POST /api/providers/heartbeat HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n`,
-    ),
-    b,
-  ]);
-}
-
-interface RunResult {
-  requests: number;
-  ok: number;
-  nonOk: number;
-  statuses: Record<string, number>;
-  latenciesMs: Float64Array;
-  elapsedS: number;
-}
-
-/**
- * Keep-alive connections, one request in flight each, for `seconds`.
- * Requests started after the deadline are not sent; the figures count
- * responses received within the run.
- */
-function runLoad(ports: number[], requests: Buffer[], connections: number, seconds: number, record: boolean, maxRequests = Infinity): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    let next = 0;
-    let open = connections;
-    let ok = 0;
-    let nonOk = 0;
-    const statuses: Record<string, number> = {};
-    let lat = new Float64Array(1 << 20);
-    let n = 0;
-    const started = performance.now();
-    const deadline = started + seconds * 1000;
-    for (let c = 0; c < connections; c++) {
-      const sock = net.connect(ports[c % ports.length], "127.0.0.1");
-      sock.setNoDelay(true);
-      let buf = Buffer.alloc(0);
-      let sentAt = 0;
-      const send = () => {
-        if (performance.now() >= deadline || next >= maxRequests) {
-          sock.end();
-          return;
-        }
-        const req = requests[next++ % requests.length];
-        sentAt = performance.now();
-        sock.write(req);
-      };
-      sock.on("connect", send);
-      sock.on("data", (chunk) => {
-        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-        for (;;) {
-          const headEnd = buf.indexOf("\r\n\r\n");
-          if (headEnd < 0) return;
-          const head = buf.subarray(0, headEnd).toString("latin1");
-          const m = /content-length:\s*(\d+)/i.exec(head);
-          const len = m ? Number(m[1]) : 0;
-          if (buf.length < headEnd + 4 + len) return;
-          const status = head.slice(9, 12);
-          buf = buf.subarray(headEnd + 4 + len);
-          if (status === "200") ok++;
-          else nonOk++;
-          statuses[status] = (statuses[status] ?? 0) + 1;
-          if (record) {
-            if (n === lat.length) {
-              const bigger = new Float64Array(lat.length * 2);
-              bigger.set(lat);
-              lat = bigger;
-            }
-            lat[n++] = performance.now() - sentAt;
-          }
-          send();
-        }
-      });
-      sock.on("error", reject);
-      sock.on("close", () => {
-        if (--open === 0) {
-          resolve({ requests: ok + nonOk, ok, nonOk, statuses, latenciesMs: lat.subarray(0, n), elapsedS: (performance.now() - started) / 1000 });
-        }
-      });
-    }
-  });
-}
-
 async function main() {
   const db = await benchDatabase("svc_bench", note);
   const sql = db.sql;
@@ -216,32 +100,32 @@ async function main() {
     const regStarted = performance.now();
     if (OUTAGE) {
       note(`seeding ${PROVIDERS} approved, online providers in SQL`);
-      await seedProviders(sql, keys, ids);
+      await seedProviders(sql, PROVIDERS, keys, ids);
     } else {
       await registerOverHttp(sql, base, keys, ids);
     }
     note(`registered and approved in ${((performance.now() - regStarted) / 1000).toFixed(1)} s`);
     if (ids.length !== new Set(ids).size) throw new Error("duplicate provider ids");
 
-    const requests = keys.map((k, i) => requestBytes(port, heartbeatBody(k, i)));
+    const requests = keys.map((k, i) => heartbeatRequest(port, heartbeatBody(k, i)));
     // First beats: every one moves a provider registered -> online before it is answered.
     let first: Awaited<ReturnType<typeof runFirstBeats>> | undefined;
     if (OUTAGE) {
       // Seeded online, as a running fleet: one round of beats puts every provider in the server's cache.
       note("one beat from every provider");
-      await runLoad(ports, requests, CONNECTIONS, 600, false, requests.length);
+      await runHeartbeats(ports, requests, CONNECTIONS, 600, false, requests.length);
     } else {
       note("first heartbeats (state-changing: written before they are answered)");
       first = await runFirstBeats(ports, requests, CONNECTIONS);
     }
 
     note(`warm-up ${WARMUP_SECONDS} s`);
-    await runLoad(ports, requests, CONNECTIONS, WARMUP_SECONDS, false);
+    await runHeartbeats(ports, requests, CONNECTIONS, WARMUP_SECONDS, false);
     const [{ t0 }] = await sql<{ t0: Date }[]>`SELECT now() AS t0`;
     note(`measuring ${SECONDS} s with ${CONNECTIONS} connections over ${PROVIDERS} providers`);
     const cpuOfServers = () => children.reduce((t, c) => t + (cpuSecondsOf(c.pid) ?? NaN), 0);
     const cpuBefore = cpuOfServers();
-    const run = await runLoad(ports, requests, CONNECTIONS, SECONDS, true);
+    const run = await runHeartbeats(ports, requests, CONNECTIONS, SECONDS, true);
     const cpuAfter = cpuOfServers();
     await new Promise((r) => setTimeout(r, 1000)); // let the last batch land
 
@@ -323,7 +207,7 @@ async function main() {
 
 /** Each provider's first beat once, `connections` at a time; figures for that phase alone. */
 async function runFirstBeats(ports: number[], requests: Buffer[], connections: number) {
-  const run = await runLoad(ports, requests, Math.min(connections, requests.length), 600, true, requests.length);
+  const run = await runHeartbeats(ports, requests, Math.min(connections, requests.length), 600, true, requests.length);
   const sorted = Float64Array.from(run.latenciesMs).sort();
   return {
     beats: run.requests,
@@ -355,34 +239,6 @@ async function registerOverHttp(sql: Sql, base: string, keys: string[], ids: num
 }
 
 /**
- * PROVIDERS approved providers, online as if they had been beating, with
- * their keys, inserted set-based in chunks (what registration writes: the
- * provider row and its key's hash).
- */
-async function seedProviders(sql: Sql, keys: string[], ids: number[]): Promise<void> {
-  const CHUNK = 10_000;
-  for (let from = 0; from < PROVIDERS; from += CHUNK) {
-    const idx = Array.from({ length: Math.min(CHUNK, PROVIDERS - from) }, (_, k) => from + k);
-    for (const i of idx) keys[i] = newKey("provider");
-    const rows = await sql<{ id: number; i: number }[]>`
-      WITH n AS (SELECT i FROM unnest(${idx}::int[]) AS n(i)),
-      p AS (
-        INSERT INTO providers (name, email, gpu_model, os, approval_status, approved_at, status, status_since, last_heartbeat, first_heartbeat_at)
-        SELECT 'bench-rig-' || i, 'bench-' || i || '@bench.example.com',
-               (ARRAY['NVIDIA GeForce RTX 4090', 'NVIDIA RTX A6000', 'NVIDIA H100 80GB HBM3', 'NVIDIA GeForce RTX 3060'])[i % 4 + 1],
-               'linux', 'approved', now(), 'online', now(), now(), now()
-        FROM n ORDER BY i
-        RETURNING id, email
-      )
-      SELECT id, substring(email FROM 'bench-([0-9]+)@')::int AS i FROM p`;
-    for (const r of rows) ids[r.i] = r.id;
-    await sql`
-      INSERT INTO api_keys (key_hash, role, provider_id)
-      SELECT decode(h, 'hex'), 'provider', id FROM unnest(${idx.map((i) => hashKey(keys[i]).toString("hex"))}::text[], ${idx.map((i) => ids[i])}::bigint[]) AS k(h, id)`;
-  }
-}
-
-/**
  * The fleet comes back from an outage: silent for 5 minutes, marked offline
  * by the liveness sweep (which tells the server's cache), then every provider
  * beats once, `connections` at a time.
@@ -408,26 +264,6 @@ async function runOutage(sql: Sql, ports: number[], requests: Buffer[], connecti
     online_after: c.online,
     all_online_s: c.online === PROVIDERS ? back.elapsed_s : null,
     server_cpu_us_per_beat: Number.isFinite(cpu) ? Math.round((cpu * 1e6) / Math.max(1, back.beats)) : null,
-  };
-}
-
-/** Samples the servers' resident memory every 500 ms; stop() returns the peaks (VmHWM, MiB) and the largest sample. */
-function memorySampler(pids: (number | undefined)[]) {
-  let sampledMax = 0;
-  let last: { peak_rss_mb: number; rss_mb_sampled_max: number } | undefined;
-  const sample = () => {
-    for (const pid of pids) sampledMax = Math.max(sampledMax, memoryOf(pid)?.rss_mb ?? 0);
-  };
-  const timer = setInterval(sample, 500);
-  timer.unref();
-  return {
-    stop() {
-      if (last) return last;
-      clearInterval(timer);
-      sample();
-      last = { peak_rss_mb: Math.max(0, ...pids.map((pid) => memoryOf(pid)?.peak_rss_mb ?? 0)), rss_mb_sampled_max: sampledMax };
-      return last;
-    },
   };
 }
 

@@ -26,7 +26,7 @@ import {
 } from "../domain/jobs/job-reports.js";
 import type { AssignedJob } from "../domain/notify/job-notices.js";
 import type { JobRow } from "../domain/shared/job-row.js";
-import { providerById, type ProviderRow } from "../domain/providers/providers.js";
+import { providerById, type DaemonSettingsRow } from "../domain/providers/providers.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
 import { recordAttestation, registerProviderKey } from "../domain/providers/attestations.js";
 import { recordTaskKeyCheck, taskKeyMismatch } from "../domain/dispatch/task-key.js";
@@ -34,11 +34,12 @@ import { AsyncQueue } from "../daemon/async-queue.js";
 import type { TaskSigner } from "../shared/task-signature.js";
 import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
-import { badRequest } from "../errors.js";
+import { badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
 import { setStructBytes } from "../http/struct-binary.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
+import { StreamRefresher } from "../domain/jobs/stream-refresh.js";
 
 export const HEARTBEAT_INTERVAL_SECONDS = 30;
 /** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */
@@ -47,7 +48,7 @@ const DRAIN_RECONNECT_MS = 1000;
 type Out = MessageInitShape<typeof ServerMessageSchema>;
 type Settings = MessageInitShape<typeof DaemonSettingsSchema>;
 
-function settingsOf(p: Pick<ProviderRow, "is_paused" | "status" | "run_mode" | "scheduled_start" | "scheduled_end" | "gpu_usage_cap_pct" | "vram_reserve_gb" | "temp_limit_c" | "approval_status">): Settings {
+function settingsOf(p: Omit<DaemonSettingsRow, "id">): Settings {
   return {
     paused: p.is_paused || p.status === "paused",
     runMode: p.run_mode,
@@ -81,6 +82,7 @@ class StreamSession {
     private readonly deps: Deps,
     private readonly providerId: number,
     private readonly signer: TaskSigner,
+    private readonly refresher: StreamRefresher,
     /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (http/struct-binary.ts). */
     private readonly binary: boolean,
   ) {}
@@ -218,8 +220,15 @@ class StreamSession {
 
   /** After each heartbeat: settings changes, and any assignment whose notice was missed. */
   private async refresh(): Promise<void> {
-    this.pushSettings(settingsOf(await providerById(this.deps.sql, this.providerId)));
-    await this.serial(() => this.deliverPending());
+    const { settings, pending } = await this.refresher.state(this.providerId);
+    if (!settings) throw notFound("provider not found");
+    this.pushSettings(settingsOf(settings));
+    const missed = pending.filter((jobId) => !this.delivered.has(jobId));
+    if (missed.length > 0) {
+      await this.serial(async () => {
+        for (const jobId of missed) await this.assigned(jobId);
+      });
+    }
   }
 
   async handle(msg: DaemonMessage): Promise<void> {
@@ -285,6 +294,7 @@ class StreamSession {
 
 export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonService>> {
   const hub = jobSignalHub(deps.sql, deps.log);
+  const refresher = new StreamRefresher(deps.sql);
   // Loaded on the first stream (the key row may not exist before migrations ran); a failed load is retried.
   let signer: Promise<TaskSigner> | undefined;
   const signerOnce = () => (signer ??= loadTaskSigner(deps.sql).catch((err) => ((signer = undefined), Promise.reject(err))));
@@ -295,7 +305,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const first = await iterator.next();
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
       const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
-      const session = new StreamSession(deps, providerId, await signerOnce(), binary);
+      const session = new StreamSession(deps, providerId, await signerOnce(), refresher, binary);
       const report = (p: Promise<void>) => p.catch((err) => deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed"));
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {

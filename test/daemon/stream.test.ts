@@ -245,6 +245,42 @@ describe("jobs over the stream", () => {
     s.end();
   });
 
+  it("delivers at its next heartbeat an assignment whose notice the stream missed", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    await srv.sql`UPDATE providers SET is_paused = true, status = 'paused' WHERE id = ${p.id}`;
+    const queued = await submit(renter);
+    expect(queued.status).toBe("queued");
+    const s = connect(p.key);
+    await s.next("welcome");
+    const hub = jobSignalHub(srv.app.sql, srv.app.deps.log);
+    // This process stops listening: the assignment below commits with a notice nobody hears.
+    await hub.stop();
+    let unsubscribe = () => {};
+    try {
+      await srv.sql`UPDATE providers SET is_paused = false, status = 'online' WHERE id = ${p.id}`;
+      expect(await dispatchQueued(srv.sql)).toBe(1);
+      expect(await jobStatus(queued.job_id)).toBe("pending");
+      await new Promise((r) => setTimeout(r, 200));
+      expect(s.received.filter((m) => m.kind.case === "job")).toHaveLength(0);
+      s.send({ case: "heartbeat", value: {} });
+      await s.next("heartbeatAck");
+      expect((await s.next("job", 5_000)).jobId).toBe(queued.job_id);
+      // Later beats push it no more.
+      s.send({ case: "heartbeat", value: {} });
+      await s.next("heartbeatAck");
+      s.send({ case: "heartbeat", value: {} });
+      await s.next("heartbeatAck");
+      await new Promise((r) => setTimeout(r, 100));
+      expect(s.received.filter((m) => m.kind.case === "job")).toHaveLength(1);
+    } finally {
+      // Listening again, as a new stream starts it.
+      unsubscribe = await hub.subscribe(p.id, { assigned: () => {}, cancel: () => {}, resync: () => {} });
+      unsubscribe();
+    }
+    s.end();
+  });
+
   it("delivers jobs assigned while away on reconnect, never twice, and hands back lost ones", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);

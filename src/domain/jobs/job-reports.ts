@@ -41,6 +41,21 @@ export async function pendingJobsForProvider(db: Db, providerId: number): Promis
   return db<JobRow[]>`SELECT * FROM jobs WHERE provider_id = ${providerId} AND status = 'pending' ORDER BY assigned_at, id`;
 }
 
+/** Each provider's pending jobs (ids, in assignment order): a stream's check for assignments whose notice it missed. */
+export async function pendingJobIdsOf(db: Db, providerIds: number[]): Promise<Map<number, string[]>> {
+  const rows = await db<{ provider_id: number; job_id: string }[]>`
+    SELECT provider_id, job_id FROM jobs
+    WHERE provider_id = ANY(${providerIds}::bigint[]) AND status = 'pending'
+    ORDER BY assigned_at, id`;
+  const byProvider = new Map<number, string[]>();
+  for (const r of rows) {
+    const ids = byProvider.get(r.provider_id);
+    if (ids) ids.push(r.job_id);
+    else byProvider.set(r.provider_id, [r.job_id]);
+  }
+  return byProvider;
+}
+
 /** A job assigned to this provider, for the stream after an assignment notice; undefined when no longer pending there. */
 export async function assignedJobFor(db: Db, providerId: number, jobId: string): Promise<AssignedJobInit | undefined> {
   const [job] = await db<JobRow[]>`SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${providerId} AND status = 'pending'`;

@@ -83,6 +83,20 @@ export async function providerById(db: Db, id: number): Promise<ProviderRow> {
   return row;
 }
 
+/** What a daemon stream tells its daemon about its provider (DaemonSettings). */
+export type DaemonSettingsRow = Pick<
+  ProviderRow,
+  "id" | "is_paused" | "status" | "run_mode" | "scheduled_start" | "scheduled_end" | "gpu_usage_cap_pct" | "vram_reserve_gb" | "temp_limit_c" | "approval_status"
+>;
+
+/** The daemon settings of each of these providers, by id (missing: no such provider). */
+export async function daemonSettingsOf(db: Db, ids: number[]): Promise<Map<number, DaemonSettingsRow>> {
+  const rows = await db<DaemonSettingsRow[]>`
+    SELECT id, is_paused, status, run_mode, scheduled_start, scheduled_end, gpu_usage_cap_pct, vram_reserve_gb, temp_limit_c, approval_status
+    FROM providers WHERE id = ANY(${ids}::bigint[])`;
+  return new Map(rows.map((r) => [r.id, r]));
+}
+
 export async function providerByEmail(db: Db, email: string): Promise<ProviderRow | undefined> {
   const [row] = await db<ProviderRow[]>`SELECT * FROM providers WHERE lower(email) = ${email.toLowerCase()}`;
   return row;
