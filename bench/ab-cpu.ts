@@ -3,15 +3,19 @@
 // this checkout's, so both sides are measured by one harness. Rounds
 // alternate the order (AB, BA, AB, ...) so that a drift in the machine's load
 // falls on both. Prints each run, the medians and the ratios B/A as JSON.
+// --phase open takes the figures of the open-loop phase instead (give
+// bench:jobs --open-loop RATE): both sides then carry the same submits/s, so
+// their batches are alike and CPU per submit compares at equal load.
 //
 //   npx tsx bench/ab-cpu.ts --a ../base-checkout [--b .] [--runs 3] -- --connections 32 --seconds 15
+//   npx tsx bench/ab-cpu.ts --a ../base-checkout --phase open -- --seconds 3 --open-loop 300 --open-seconds 15
 import { spawnSync } from "node:child_process";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 
 const { values: args, positionals: benchArgs } = parseArgs({
-  options: { a: { type: "string" }, b: { type: "string", default: "." }, runs: { type: "string", default: "3" } },
+  options: { a: { type: "string" }, b: { type: "string", default: "." }, runs: { type: "string", default: "3" }, phase: { type: "string", default: "closed" } },
   allowPositionals: true,
 });
 if (!args.a) {
@@ -32,13 +36,16 @@ function runOnce(side: "A" | "B"): Row {
   });
   const last = r.stdout.trim().split("\n").at(-1) ?? "";
   if (r.status !== 0 || !last.startsWith("{")) throw new Error(`bench:jobs (${side}) failed with ${r.status}: ${last}`);
-  const out = JSON.parse(last) as Record<string, unknown>;
-  const verified = out.verified as { one_job_per_201: boolean; held_equals_estimates: boolean; ledger_problems: number };
+  const whole = JSON.parse(last) as Record<string, unknown>;
+  const out = args.phase === "open" ? (whole.open_loop as Record<string, unknown> | undefined) : whole;
+  if (!out) throw new Error("no open_loop figures: give bench:jobs --open-loop RATE");
+  const verified = whole.verified as { one_job_per_201: boolean; held_equals_estimates: boolean; ledger_problems: number };
   if (!verified.one_job_per_201 || !verified.held_equals_estimates || verified.ledger_problems !== 0) {
     throw new Error(`bench:jobs (${side}) did not verify: ${JSON.stringify(verified)}`);
   }
   const row = Object.fromEntries(FIGURES.map((f) => [f, Number(out[f])])) as Row;
   row.load_average_1m = Math.round(load * 100) / 100;
+  if (args.phase === "open") row.submit_p50_ms = Number(out.submit_p50_ms);
   return row;
 }
 
@@ -60,4 +67,4 @@ const medians = (side: "A" | "B") =>
   Object.fromEntries(FIGURES.map((f) => [f, median(runs.filter((r) => r.side === side).map((r) => r.row[f]))])) as Record<(typeof FIGURES)[number], number>;
 const [a, b] = [medians("A"), medians("B")];
 const ratio = Object.fromEntries(FIGURES.map((f) => [f, Math.round((100 * b[f]) / a[f]) / 100]));
-console.log(JSON.stringify({ a: sides.A, b: sides.B, runs_each: Number(args.runs), median_a: a, median_b: b, ratio_b_over_a: ratio, load_average_1m_end: Math.round(os.loadavg()[0] * 100) / 100 }));
+console.log(JSON.stringify({ a: sides.A, b: sides.B, phase: args.phase, runs_each: Number(args.runs), median_a: a, median_b: b, ratio_b_over_a: ratio, load_average_1m_end: Math.round(os.loadavg()[0] * 100) / 100 }));
