@@ -45,7 +45,6 @@ function runOnce(side: "A" | "B"): Row {
   }
   const row = Object.fromEntries(FIGURES.map((f) => [f, Number(out[f])])) as Row;
   row.load_average_1m = Math.round(load * 100) / 100;
-  if (args.phase === "open") row.submit_p50_ms = Number(out.submit_p50_ms);
   return row;
 }
 
