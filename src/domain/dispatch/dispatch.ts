@@ -180,7 +180,7 @@ export interface Candidate {
   reliability: number | null;
   /** Ids of the queued jobs (of those offered) this provider can run. */
   fits: number[];
-  /** The offered queued jobs in dispatch order (the same on every row). */
+  /** The offered queued jobs in dispatch order (the same array on every candidate). */
   queue: number[];
 }
 
@@ -250,7 +250,8 @@ export async function readCandidates(
     ? tx`l.provider_id = ANY((SELECT ids FROM pool)::bigint[])`
     : tx`EXISTS (SELECT 1 FROM js j WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
   // js: the jobs offered, with what matchesSql reads of a job (as j), in dispatch order.
-  return tx<Candidate[]>`
+  // The queue comes on one row only (it is the same for all) and is shared by every candidate.
+  const rows = await tx<(Omit<Candidate, "queue"> & { queue: number[] | null })[]>`
     WITH pool AS MATERIALIZED (${pool}), js AS MATERIALIZED (
       SELECT q.*, row_number() OVER (ORDER BY q.priority, q.submitted_at, q.id) AS rank FROM (
         ${offeredRows}
@@ -263,15 +264,16 @@ export async function readCandidates(
         ${freshRows}
       ) q
     )
-    SELECT * FROM (
+    SELECT c.*, CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id ORDER BY rank) FROM js) END AS queue FROM (
       SELECT p.id, l.active, ${slotsSql(tx)} AS slots, p.reliability_score AS reliability,
-             ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits,
-             (SELECT array_agg(id ORDER BY rank) FROM js) AS queue
+             ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
       WHERE ${where} AND ${free}
       ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
       LIMIT ${size}) c
     WHERE cardinality(c.fits) > 0`;
+  const queue = rows.find((r) => r.queue !== null)?.queue ?? [];
+  return rows.map((r) => ({ ...r, queue }));
 }
 
 /**
@@ -279,11 +281,16 @@ export async function readCandidates(
  * its row's id) and dropped where it answers undefined (a refused submit).
  */
 export function renameJobs(candidates: Candidate[], rename: (id: number) => number | undefined): Candidate[] {
-  const map = (ids: number[]) => ids.flatMap((id) => {
-    const to = rename(id);
-    return to === undefined ? [] : [to];
-  });
-  return candidates.map((c) => ({ ...c, fits: map(c.fits), queue: map(c.queue) })).filter((c) => c.fits.length > 0);
+  const map = (ids: number[]) => {
+    const out: number[] = [];
+    for (const id of ids) {
+      const to = rename(id);
+      if (to !== undefined) out.push(to);
+    }
+    return out;
+  };
+  const queue = map(candidates[0]?.queue ?? []);
+  return candidates.map((c) => ({ ...c, fits: map(c.fits), queue })).filter((c) => c.fits.length > 0);
 }
 
 /**
