@@ -50,7 +50,7 @@ function runOnce(side: "A" | "B"): Row {
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((x, y) => x - y);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+  return Math.round(1000 * (s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2)) / 1000;
 };
 
 const runs: { side: "A" | "B"; row: Row }[] = [];
