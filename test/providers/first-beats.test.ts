@@ -6,14 +6,15 @@
 // each offered queued work before they are answered.
 //
 // A group is made deterministic by holding the providers table against writes
-// (LOCK TABLE ... IN SHARE MODE) while the first group's statement waits and
-// the next beats queue behind it.
+// (LOCK TABLE ... IN SHARE MODE) while the groups in flight wait (one lone
+// beat each) and the next beats queue behind them.
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { takeProvidersOffline } from "../helpers/isolation.js";
 import { heartbeatPipeline } from "../../src/domain/providers/heartbeat.js";
+import { MAX_IN_FLIGHT } from "../../src/domain/providers/state-beats.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
 import { ADMIN, heardSecondsAgo, heartbeat, newProvider, type TestProvider } from "./helpers.js";
 
@@ -58,24 +59,34 @@ async function beatAndRead(p: TestProvider): Promise<Answer> {
 }
 
 /**
- * The first provider's beat goes alone and waits on the held table; the rest
- * arrive meanwhile and queue for one group. Nothing is answered while the
- * table is held. Returns every answer after the table is released.
+ * The first provider's beat goes alone and waits on the held table, and so
+ * does one more lone beat (of a provider made here) for each further group the
+ * batcher writes at once (MAX_IN_FLIGHT); the rest arrive meanwhile and queue
+ * for one group. Nothing is answered while the table is held. Returns the
+ * first beat's answer and the group's, after the table is released, and the
+ * providers made for the other lone beats.
  */
-async function inOneGroup(first: TestProvider, rest: TestProvider[]): Promise<{ answers: Answer[]; groups: number }> {
+async function inOneGroup(first: TestProvider, rest: TestProvider[]): Promise<{ answers: Answer[]; groups: number; extras: TestProvider[] }> {
+  const extras = await Promise.all(Array.from({ length: MAX_IN_FLIGHT - 1 }, () => newProvider(srv)));
   const before = batcher().groups;
   settled.count = 0;
   let answers!: Promise<Answer[]>;
+  let extraAnswers!: Promise<Answer[]>;
   await srv.sql.begin(async (tx) => {
     await tx`LOCK TABLE providers IN SHARE MODE`;
-    const lone = beatAndRead(first);
-    await vi.waitFor(async () => expect(await waitingForLocks(STATE_WRITE)).toBe(1), { timeout: 5000 });
+    const lone: Promise<Answer>[] = [];
+    for (const p of [first, ...extras]) {
+      lone.push(beatAndRead(p));
+      await vi.waitFor(async () => expect(await waitingForLocks(STATE_WRITE)).toBe(lone.length), { timeout: 5000 });
+    }
     const grouped = rest.map(beatAndRead);
     await vi.waitFor(() => expect(batcher().queued).toBe(rest.length), { timeout: 5000 });
     expect(settled.count).toBe(0);
-    answers = Promise.all([lone, ...grouped]);
+    answers = Promise.all([lone[0], ...grouped]);
+    extraAnswers = Promise.all(lone.slice(1));
   });
-  return { answers: await answers, groups: batcher().groups - before };
+  for (const a of await extraAnswers) expect(a.status).toBe(200);
+  return { answers: await answers, groups: batcher().groups - before, extras };
 }
 
 describe("state-changing beats in groups", () => {
@@ -83,7 +94,7 @@ describe("state-changing beats in groups", () => {
     const ps = await Promise.all(Array.from({ length: 30 }, () => newProvider(srv)));
     // The second provider beats twice in the group: both beats are merged into its row and both answered.
     const { answers, groups } = await inOneGroup(ps[0], [...ps.slice(1), ps[1]]);
-    expect(groups).toBe(2);
+    expect(groups).toBe(MAX_IN_FLIGHT + 1);
     for (const a of answers) {
       expect(a.status).toBe(200);
       expect(a.body.success).toBe(true);
@@ -194,11 +205,11 @@ describe("state-changing beats in groups", () => {
       jobIds.push(r.body.job.job_id);
     }
     const [first, ...rest] = await Promise.all(Array.from({ length: 4 }, () => newProvider(srv)));
-    const { answers } = await inOneGroup(first, rest);
+    const { answers, extras } = await inOneGroup(first, rest);
     expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200]);
     const jobs = await srv.sql<{ status: string; provider_id: number }[]>`
       SELECT status, provider_id FROM jobs WHERE job_id IN ${srv.sql(jobIds)}`;
-    const fresh = new Set([first, ...rest].map((p) => p.id));
+    const fresh = new Set([first, ...rest, ...extras].map((p) => p.id));
     expect(jobs.map((j) => j.status)).toEqual(["pending", "pending"]);
     expect(jobs.every((j) => fresh.has(j.provider_id))).toBe(true);
     expect(new Set(jobs.map((j) => j.provider_id)).size).toBe(2);

@@ -118,7 +118,10 @@ export function jobCountSql(db: Db, f: { renterId?: number; status?: string }) {
   const active = !f.status || (ACTIVE_STATUSES as readonly string[]).includes(f.status);
   const renter = f.renterId === undefined ? db`` : db`AND renter_id = ${f.renterId}`;
   const endedSql = db`(SELECT coalesce(sum(jobs), 0) FROM renter_job_ends WHERE status = ANY(${f.status ? [f.status] : [...TERMINAL_STATUSES]}::text[]) ${renter})`;
-  const activeSql = db`(SELECT count(*) FROM jobs WHERE status = ANY(${f.status ? [f.status] : [...ACTIVE_STATUSES]}::text[]) ${renter})`;
+  // All active statuses as literals (constants), so that every plan, generic ones too, reads the
+  // partial index of active jobs (migration 033) instead of filtering the renter's whole history.
+  const activeStatus = f.status ? db`status = ${f.status}` : db`status IN (${db.unsafe(ACTIVE_STATUSES.map((s) => `'${s}'`).join(", "))})`;
+  const activeSql = db`(SELECT count(*) FROM jobs WHERE ${activeStatus} ${renter})`;
   return db`(${ended ? endedSql : db`0`} + ${active ? activeSql : db`0`})::bigint`;
 }
 

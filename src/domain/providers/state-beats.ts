@@ -5,6 +5,9 @@
 // is answered only after its group committed. A lone beat is a group of one:
 // the rule has one path. Two beats of one provider in a group are merged.
 //
+// Two groups may be in the database at once (MAX_IN_FLIGHT): the next goes out
+// while one is written, so this process's work and the database's overlap.
+//
 // A row another transaction holds (an admin action, the telemetry flush) is
 // skipped by the group, and that beat is written alone outside the pipeline,
 // waiting for the lock as long as it takes: one held row cannot stall the
@@ -16,6 +19,13 @@ import { mergeInput, writeStateRows, type BeatSpan, type HeartbeatInput, type St
 
 /** Most providers in one group: bounds a statement's size and time. */
 export const MAX_GROUP = 1000;
+/**
+ * Groups written at once. A second group goes out while the first is in the
+ * database, so this process's work (answers, offers of work) and the
+ * database's overlap; their rows never clash (a row the other holds is
+ * skipped and written alone).
+ */
+export const MAX_IN_FLIGHT = 2;
 
 interface Waiting {
   resolve: (row: StateRow | undefined) => void;
@@ -37,7 +47,7 @@ export type AfterCommit = (rows: StateRow[]) => Promise<void>;
 
 export class StateBeatBatcher {
   private waiting = new Map<number, Entry>();
-  private busy = false;
+  private inFlight = 0;
   /** Groups written (statements in the pipeline), for tests and metrics. */
   groups = 0;
 
@@ -45,6 +55,7 @@ export class StateBeatBatcher {
     private readonly sql: Sql,
     private readonly afterCommit: AfterCommit,
     private readonly maxGroup = MAX_GROUP,
+    private readonly maxInFlight = MAX_IN_FLIGHT,
   ) {}
 
   /** Resolves with the provider's row after the beat committed, or undefined when the provider does not exist. */
@@ -70,14 +81,14 @@ export class StateBeatBatcher {
   }
 
   private next(): void {
-    if (this.busy || this.waiting.size === 0) return;
+    if (this.inFlight >= this.maxInFlight || this.waiting.size === 0) return;
     const group = new Map<number, Entry>();
     for (const [id, e] of this.waiting) {
       if (group.size >= this.maxGroup) break;
       group.set(id, e);
       this.waiting.delete(id);
     }
-    this.busy = true;
+    this.inFlight++;
     this.groups++;
     const entries = [...group].sort((a, b) => a[0] - b[0]);
     const written = writeStateRows(this.sql, entries.map(([id, e]) => [id, e.span]), true);
@@ -90,7 +101,7 @@ export class StateBeatBatcher {
   }
 
   private free(): void {
-    this.busy = false;
+    this.inFlight--;
     this.next();
   }
 

@@ -1,0 +1,54 @@
+// The total of GET /api/jobs: ended jobs from the counters kept by the write,
+// active ones counted through the partial index of active jobs (migration 033),
+// whatever plan PostgreSQL picks. Prepared statements switch to a generic plan,
+// under which `status = ANY($n)` was a filter: a renter with a million ended
+// jobs had each of them read to count its few active ones.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { listJobs } from "../../src/domain/jobs/jobs.js";
+import { jobCountSql } from "../../src/domain/accounts/renters.js";
+import { clearMarketplace } from "./helpers.js";
+
+let srv: TestServer;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+  await clearMarketplace(srv);
+});
+afterAll(() => srv?.close());
+
+describe("GET /api/jobs total", () => {
+  it("counts active and ended jobs, and counts the active ones on the active-jobs index under a generic plan", async () => {
+    const api = client(srv.url);
+    await makeProvider(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick" } }, renter.headers);
+      expect(r.status, r.text).toBe(201);
+      ids.push(r.body.job.job_id);
+    }
+    expect((await api.post(`/api/jobs/${ids[0]}/cancel`, {}, renter.headers)).status).toBe(200);
+
+    const all = await api.get("/api/jobs", renter.headers);
+    expect(all.body.total).toBe(3);
+    expect((await api.get("/api/jobs?status=cancelled", renter.headers)).body.total).toBe(1);
+    expect((await api.get("/api/jobs?status=queued", renter.headers)).body.total + (await api.get("/api/jobs?status=pending", renter.headers)).body.total).toBe(2);
+
+    const page = await listJobs(srv.sql, { role: "renter", renterId: renter.id }, { limit: 20, offset: 0 });
+    expect(page.total).toBe(3);
+    expect(page.rows.map((j) => j.job_id).sort()).toEqual([...ids].sort());
+    // The count's plan as a prepared statement's generic plan: parameters unknown (NULLs), whatever they are.
+    const { string, types } = (await srv.sql`SELECT ${jobCountSql(srv.sql, { renterId: renter.id })} AS n`.describe()) as unknown as { string: string; types: number[] };
+    const plan = await srv.sql.begin(async (tx) => {
+      await tx`SET LOCAL plan_cache_mode = force_generic_plan`;
+      await tx.unsafe(`PREPARE job_total AS ${string}`);
+      const rows = await tx.unsafe(`EXPLAIN EXECUTE job_total(${types.map(() => "NULL").join(", ")})`);
+      await tx.unsafe("DEALLOCATE job_total");
+      return rows.map((r) => r["QUERY PLAN"]).join("\n");
+    });
+    expect(plan).toContain("jobs_renter_active_idx");
+  });
+});
