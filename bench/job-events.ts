@@ -19,7 +19,7 @@
 import crypto from "node:crypto";
 import http from "node:http";
 import { parseArgs } from "node:util";
-import { benchDatabase, cpuSecondsOf, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, machine, machineCpuSeconds, noter, percentile, pool, postJson, postgresCpuSeconds, startServers } from "./lib.js";
 import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 
 const { values: args } = parseArgs({
@@ -39,12 +39,6 @@ const SECONDS = Number(args.seconds);
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
 const note = noter("bench:job-events");
 
-async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
-  const json = (await r.json()) as Record<string, any>;
-  if (r.status >= 300) throw new Error(`${url}: ${r.status} ${JSON.stringify(json)}`);
-  return json;
-}
 
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 
@@ -103,19 +97,19 @@ async function main() {
   const bases = ports.map((p) => `http://127.0.0.1:${p}`);
   let result: Record<string, unknown> | undefined;
   try {
-    const renter = await post(`${bases[0]}/api/renters/register`, { name: "bench-renter", email: "watch@bench.example.com" });
+    const renter = await postJson(`${bases[0]}/api/renters/register`, { name: "bench-renter", email: "watch@bench.example.com" });
     const rk = renter.api_key as string;
-    await post(`${bases[0]}/api/renters/topup`, { amount_halala: 10_000_000 }, { "x-renter-key": rk });
-    const prov = await post(`${bases[0]}/api/providers/register`, { name: "bench-rig", email: "rig@bench.example.com", gpu_model: "NVIDIA H100 80GB HBM3", os: "linux" });
+    await postJson(`${bases[0]}/api/renters/topup`, { amount_halala: 10_000_000 }, { "x-renter-key": rk });
+    const prov = await postJson(`${bases[0]}/api/providers/register`, { name: "bench-rig", email: "rig@bench.example.com", gpu_model: "NVIDIA H100 80GB HBM3", os: "linux" });
     const pk = prov.api_key as string;
-    await post(`${bases[0]}/api/admin/providers/${prov.provider_id}/approve`, {}, { "x-admin-token": ADMIN_TOKEN });
-    await post(`${bases[0]}/api/providers/heartbeat`, {
+    await postJson(`${bases[0]}/api/admin/providers/${prov.provider_id}/approve`, {}, { "x-admin-token": ADMIN_TOKEN });
+    await postJson(`${bases[0]}/api/providers/heartbeat`, {
       api_key: pk,
       gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: JOBS, daemon_version: DAEMON_VERSION },
     });
     const jobIds: string[] = [];
     for (let j = 0; j < JOBS; j++) {
-      const s = await post(`${bases[0]}/api/jobs/submit`, { job_type: "benchmark", duration_minutes: 60 }, { "x-renter-key": rk });
+      const s = await postJson(`${bases[0]}/api/jobs/submit`, { job_type: "benchmark", duration_minutes: 60 }, { "x-renter-key": rk });
       jobIds.push(s.job.job_id);
     }
     for (let j = 0; j < JOBS; j++) await fetch(`${bases[0]}/api/providers/${pk}/jobs`).then((r) => r.json());
@@ -153,7 +147,7 @@ async function main() {
           const wait = due - performance.now();
           if (wait > 0) await new Promise((r) => setTimeout(r, wait));
           sentAt[j][k] = performance.now();
-          await post(`${bases[(j + k) % PROCESSES]}/api/jobs/${jobId}/logs`, { api_key: pk, logs: [`L${j}:${k}`] });
+          await postJson(`${bases[(j + k) % PROCESSES]}/api/jobs/${jobId}/logs`, { api_key: pk, logs: [`L${j}:${k}`] });
           reports++;
         }
       }),
@@ -170,7 +164,7 @@ async function main() {
 
     note("finishing the jobs");
     await pool(JOBS, 4, async (j) => {
-      await post(`${bases[0]}/api/providers/job-result`, { api_key: pk, job_id: jobIds[j], success: true, result: { response: "ok" } });
+      await postJson(`${bases[0]}/api/providers/job-result`, { api_key: pk, job_id: jobIds[j], success: true, result: { response: "ok" } });
     });
     await Promise.race([Promise.allSettled(watchers.map((w) => w.ended)), new Promise((r) => setTimeout(r, 15_000))]);
     const exact = watchers.filter((w) => w.outcome && w.lines.length === expected[w.job] && w.lines.every((x, i) => x === i)).length;

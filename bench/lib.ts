@@ -12,6 +12,14 @@ import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
 import { createLogger } from "../src/log.js";
 
 /** A progress line on stderr (stdout carries only the final JSON line). */
+/** POSTs JSON and answers the JSON body; throws on a status of 300 or more. */
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Record<string, any>> {
+  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const json = (await r.json()) as Record<string, any>;
+  if (r.status >= 300) throw new Error(`${url}: ${r.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
 export const noter = (tag: string) => (msg: string) => process.stderr.write(`[${tag}] ${msg}\n`);
 
 export function freePort(): Promise<number> {

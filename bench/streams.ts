@@ -40,7 +40,7 @@ import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type DaemonMes
 import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { AsyncQueue } from "../src/daemon/async-queue.js";
 import { gpuStatus, heartbeatRequest, memorySampler, runHeartbeats, seedProviders } from "./fleet.js";
-import { benchDatabase, cpuSecondsOf, machine, memoryOf, noter, percentile, pool, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, machine, memoryOf, noter, percentile, pool, postJson, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -306,27 +306,21 @@ async function heapOf(base: string) {
   return { heap_used_mb: mib("nodejs_heap_size_used_bytes"), heap_total_mb: mib("nodejs_heap_size_total_bytes"), external_mb: mib("nodejs_external_memory_bytes") };
 }
 
-async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
-  const json = (await r.json()) as Record<string, unknown>;
-  if (r.status >= 300) throw new Error(`${url}: ${r.status} ${JSON.stringify(json)}`);
-  return json;
-}
 
 /** One job per daemon, submitted over HTTP; each daemon must get exactly one, on its own stream. */
 async function assignOnePerDaemon(base: string, daemons: Daemon[]) {
   const renters = Math.ceil(daemons.length / JOBS_PER_RENTER);
   const keys: string[] = new Array(renters);
   await pool(renters, 8, async (i) => {
-    const r = await post(`${base}/api/renters/register`, { name: `bench-renter-${i}`, email: `renter-${i}@bench.example.com` });
+    const r = await postJson(`${base}/api/renters/register`, { name: `bench-renter-${i}`, email: `renter-${i}@bench.example.com` });
     keys[i] = r.api_key as string;
-    await post(`${base}/api/renters/topup`, { amount_halala: 1_000_000 }, { "x-renter-key": keys[i] });
+    await postJson(`${base}/api/renters/topup`, { amount_halala: 1_000_000 }, { "x-renter-key": keys[i] });
   });
   note(`submitting ${daemons.length} jobs (one per daemon) from ${renters} renters`);
   const placedOn = new Map<string, number>();
   const started = performance.now();
   await pool(daemons.length, 32, async (i) => {
-    const r = await post(`${base}/api/jobs/submit`, { job_type: "benchmark", duration_minutes: 0.01, params: { suite: "quick" } }, { "x-renter-key": keys[i % renters] });
+    const r = await postJson(`${base}/api/jobs/submit`, { job_type: "benchmark", duration_minutes: 0.01, params: { suite: "quick" } }, { "x-renter-key": keys[i % renters] });
     const job = r.job as { job_id: string; provider_id: number | null };
     placedOn.set(job.job_id, job.provider_id ?? 0);
   });
