@@ -42,7 +42,7 @@ import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { ledgerProblems } from "../src/domain/money/ledger.js";
 import type { ChildProcess } from "node:child_process";
 import { openLoop, openLoopRate } from "./open-loop.js";
-import { benchDatabase, cpuSecondsOf, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, databaseCpuMeter, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers, type BenchDatabase } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -240,21 +240,29 @@ function assignFigures(samples: Map<string, Sample>, received: Map<string, numbe
 }
 
 /** Starts counting CPU; the returned function gives where it went per submit since, and how busy the machine was. */
-function cpuMeter(children: ChildProcess[]) {
+async function cpuMeter(children: ChildProcess[], db: BenchDatabase) {
   const cpuBefore = children.map((c) => cpuSecondsOf(c.pid));
+  const dbMeter = await databaseCpuMeter(db.sql, db.name);
   const [pgBefore, selfBefore, machineBefore] = [postgresCpuSeconds(), process.cpuUsage(), machineCpuSeconds()];
-  return (submits: number) => {
+  return async (submits: number) => {
     const cpuAfter = children.map((c) => cpuSecondsOf(c.pid));
     const [pgCpu, selfCpu, machineAfter] = [postgresCpuSeconds() - pgBefore, process.cpuUsage(selfBefore), machineCpuSeconds()];
+    const dbCpu = await dbMeter();
     const serverCpu = cpuAfter.every((v, i) => v !== undefined && cpuBefore[i] !== undefined)
       ? cpuAfter.reduce((sum: number, v, i) => sum + (v! - cpuBefore[i]!), 0)
       : undefined;
     const n = Math.max(1, submits);
+    const perSubmit = (seconds: number) => Math.round((seconds * 1e5) / n) / 100;
     return {
-      server_cpu_ms_per_submit: serverCpu === undefined ? null : Math.round((serverCpu * 1e5) / n) / 100,
-      // Where the machine's CPU went per submit: PostgreSQL's processes (a local database only)
-      // and this load generator with its daemon streams; and how busy all cores were.
-      database_cpu_ms_per_submit: Math.round((pgCpu * 1e5) / n) / 100,
+      server_cpu_ms_per_submit: serverCpu === undefined ? null : perSubmit(serverCpu),
+      // Where the machine's CPU went per submit (a local database only): the bench database's own
+      // backends; PostgreSQL's shared background processes (WAL writer, checkpointer, ...), which
+      // other databases on the server also feed; every postgres process on the machine (the
+      // figure before the first two were split out); and this load generator with its daemon streams.
+      database_cpu_ms_per_submit: perSubmit(dbCpu.own),
+      database_shared_cpu_ms_per_submit: perSubmit(dbCpu.shared),
+      all_postgres_cpu_ms_per_submit: perSubmit(pgCpu),
+      database_backends_ended: dbCpu.ended,
       load_generator_cpu_ms_per_submit: Math.round((selfCpu.user + selfCpu.system) / 10 / n) / 100,
       machine_busy_pct: Math.round((1000 * (machineAfter.busy - machineBefore.busy)) / Math.max(0.01, machineAfter.total - machineBefore.total)) / 10,
     };
@@ -311,13 +319,17 @@ async function main() {
     await beat();
     note(`warm-up ${WARMUP_SECONDS} s`);
     await runLoad(ports, requests, CONNECTIONS, WARMUP_SECONDS, undefined);
+    // Statistics again now that jobs, holds and transfers have rows, as autovacuum would after their
+    // first 50 (within a minute). Without it the plans the backends cached while those tables were
+    // empty stay: the foreign-key checks of every new attempt, hold and transfer then scan jobs whole.
+    await sql`ANALYZE`;
     await beat();
     const [{ before }] = await sql<{ before: number }[]>`SELECT count(*)::int AS before FROM jobs`;
     note(`measuring ${SECONDS} s with ${CONNECTIONS} connections`);
     const samples = new Map<string, Sample>();
-    let meter = cpuMeter(children);
+    let meter = await cpuMeter(children, db);
     const run = await runLoad(ports, requests, CONNECTIONS, SECONDS, samples);
-    const cpu = meter(run.ok);
+    const cpu = await meter(run.ok);
     await new Promise((r) => setTimeout(r, 1000)); // the last pushes in flight
     const assign = assignFigures(samples, received);
 
@@ -327,7 +339,7 @@ async function main() {
       await beat();
       note(`open loop: ${rate} submits/s for ${OPEN_SECONDS} s (latency from each submit's intended send time)`);
       const openSamples = new Map<string, Sample>();
-      meter = cpuMeter(children);
+      meter = await cpuMeter(children, db);
       const ol = await openLoop({
         ports,
         rate,
@@ -342,7 +354,7 @@ async function main() {
         initialSockets: Math.ceil(OPEN_SOCKETS / ports.length),
         maxSockets: MAX_SOCKETS,
       });
-      const olCpu = meter(ol.ok);
+      const olCpu = await meter(ol.ok);
       await new Promise((r) => setTimeout(r, 1000));
       const olAssign = assignFigures(openSamples, received);
       const submitP99 = percentile(ol.latenciesMs, 99);

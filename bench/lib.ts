@@ -73,7 +73,7 @@ export function memoryOf(pid: number | undefined): { rss_mb: number; peak_rss_mb
   }
 }
 
-/** CPU seconds of every process named `postgres` on this machine (the database's backends; local databases only). */
+/** CPU seconds of every process named `postgres` on this machine (every database's; local servers only). */
 export function postgresCpuSeconds(): number {
   let total = 0;
   for (const pid of fs.readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
@@ -85,6 +85,49 @@ export function postgresCpuSeconds(): number {
     }
   }
   return total;
+}
+
+/** The parent's pid of a process (Linux), from /proc. */
+function parentOf(pid: number): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * CPU of one database's PostgreSQL processes over a phase, apart from the
+ * rest of the server's: `own` sums the backends connected to `datname`
+ * (pids from pg_stat_activity at the start and at the end; a pool's backends
+ * live through the phase, and one that appeared meanwhile counts whole),
+ * `shared` the background processes every database shares (WAL writer,
+ * checkpointer, background writer, launchers, the postmaster), which other
+ * databases' work on the same server also feeds. Local servers only (/proc).
+ * `ended` counts own backends gone by the end, whose CPU in the phase is lost.
+ */
+export async function databaseCpuMeter(sql: Sql, datname: string) {
+  const sample = async () => {
+    const rows = await sql<{ pid: number; datname: string | null }[]>`
+      SELECT pid, datname FROM pg_stat_activity WHERE datname = ${datname} OR (datname IS NULL AND backend_type <> 'client backend')`;
+    const own = new Map<number, number>();
+    const shared = new Map<number, number>();
+    for (const r of rows) (r.datname === null ? shared : own).set(r.pid, cpuSecondsOf(r.pid) ?? 0);
+    const postmaster = rows.length ? parentOf(rows[0].pid) : undefined;
+    if (postmaster) shared.set(postmaster, cpuSecondsOf(postmaster) ?? 0);
+    return { own, shared };
+  };
+  const before = await sample();
+  const delta = (b: Map<number, number>, a: Map<number, number>) => [...a].reduce((sum, [pid, cpu]) => sum + cpu - (b.get(pid) ?? 0), 0);
+  return async () => {
+    const after = await sample();
+    return {
+      own: delta(before.own, after.own),
+      shared: delta(before.shared, after.shared),
+      ended: [...before.own.keys()].filter((pid) => !after.own.has(pid)).length,
+    };
+  };
 }
 
 /** Busy and total CPU time of the whole machine so far (seconds, all cores), from /proc/stat. */
@@ -148,6 +191,13 @@ export async function benchDatabase(
   const name = opts.reuse ?? `${prefix}_${crypto.randomBytes(5).toString("hex")}`;
   const admin = connect(baseUrl, 1);
   if (opts.reuse === undefined) await admin.unsafe(`CREATE DATABASE ${name}`);
+  // BENCH_DB_SETTINGS="name=value;..." sets parameters for the database's sessions, e.g. auto_explain
+  // (session_preload_libraries=auto_explain;auto_explain.log_min_duration=0) to see the plans run.
+  for (const setting of (process.env.BENCH_DB_SETTINGS ?? "").split(";").filter(Boolean)) {
+    const [key, ...value] = setting.split("=");
+    if (!/^[a-z_][a-z0-9_.]*$/.test(key.trim())) throw new Error(`not a parameter name: ${key}`);
+    await admin.unsafe(`ALTER DATABASE ${name} SET ${key.trim()} = '${value.join("=").replace(/'/g, "''")}'`);
+  }
   const url = new URL(baseUrl);
   url.pathname = `/${name}`;
   const sql = connect(url.toString(), 2);
@@ -190,11 +240,16 @@ export interface BenchServers {
  * `count` copies of src/main.ts on free loopback ports, on one database, with
  * rate limits off (the documented limits would otherwise be the whole bench)
  * and warn-level logs; started one at a time, so the first applies the
- * migrations. BENCH_NODE_ARGS adds node flags, e.g.
- * "--cpu-prof --cpu-prof-dir=.data/prof".
+ * migrations. BENCH_NODE_ARGS adds node flags; BENCH_CPU_PROF=dir profiles
+ * each server (--cpu-prof; the file is written when it exits on stop()).
+ * BENCH_SERVER_DIR runs the servers of another checkout (its src/ and
+ * node_modules), for an A/B on one harness.
  */
 export async function startServers(count: number, databaseUrl: string, env: Record<string, string>): Promise<BenchServers> {
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  const profDir = process.env.BENCH_CPU_PROF;
+  if (profDir) nodeArgs.push("--cpu-prof", `--cpu-prof-dir=${path.resolve(profDir)}`);
+  const cwd = process.env.BENCH_SERVER_DIR ? path.resolve(process.env.BENCH_SERVER_DIR) : process.cwd();
   const ports: number[] = [];
   const children: ChildProcess[] = [];
   const stop = async () => {
@@ -205,6 +260,7 @@ export async function startServers(count: number, databaseUrl: string, env: Reco
     for (let i = 0; i < count; i++) {
       const port = await freePort();
       const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/main.ts"], {
+        cwd,
         env: {
           ...process.env,
           NODE_ENV: "development",

@@ -42,6 +42,13 @@
 // count them. The patch adds sql.svcPoolState(), which answers the length
 // of each queue (src/db/index.ts reads it).
 //
+// Last, fewer socket writes: postgres.js writes a statement of 1 KiB or more
+// at once and defers only smaller ones to the next turn of the event loop, so
+// the statements of one pipelined round trip (a submit batch sends five with
+// arrays of its rows) went out as one write each, a system call and a wake-up
+// of the backend every time. The patch defers every statement written in one
+// turn to one write, up to 256 KiB.
+//
 // Exact text replacements, checked: a postgres version other than the pinned
 // one, or text that moved, stops the install with a message instead of
 // patching blindly.
@@ -98,6 +105,14 @@ const poolReplacements = [
   ],
 ];
 
+const COALESCE_MARK = "svc patch: one write per turn";
+const coalesceReplacements = [
+  [
+    "    if (fn || chunk.length >= 1024)\n",
+    `    // ${COALESCE_MARK} of the event loop, up to 256 KiB\n    if (fn || chunk.length >= 262144)\n`,
+  ],
+];
+
 /** Applies `replacements` to each file once (a file carrying `mark` is done); each must match exactly `expected(from)` times. */
 function patch(files, mark, replacements, expected) {
   for (const rel of files) {
@@ -121,3 +136,4 @@ patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], MA
 patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], TYPES_MARK, typesReplacements, () => 1);
 patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], STALE_MARK, staleReplacements, () => 1);
 patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], POOL_MARK, poolReplacements, () => 1);
+patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], COALESCE_MARK, coalesceReplacements, () => 1);

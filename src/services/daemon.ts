@@ -2,8 +2,9 @@
 // described in proto/svc/v1/daemon.proto). Every report runs the same domain
 // function as its JSON route; assignments are pushed from the process-wide
 // LISTEN hub (workers/job-signals.ts) the moment they commit.
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { AssignedJobSchema } from "../../gen/svc/v1/jobs_pb.js";
 import {
   DaemonService,
   type DaemonMessage,
@@ -35,6 +36,7 @@ import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
 import { badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
+import { setStructBytes } from "../http/struct-binary.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
 import { StreamRefresher } from "../domain/jobs/stream-refresh.js";
@@ -81,6 +83,8 @@ class StreamSession {
     private readonly providerId: number,
     private readonly signer: TaskSigner,
     private readonly refresher: StreamRefresher,
+    /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (http/struct-binary.ts). */
+    private readonly binary: boolean,
   ) {}
 
   private send(m: Out) {
@@ -100,19 +104,30 @@ class StreamSession {
     this.send({ kind: { case: "settings", value: s } });
   }
 
-  private async deliver(job: AssignedJob): Promise<void> {
+  /** `signed`: the task spec's canonical JSON, as this process signed it when it made the job (no need to verify). */
+  private async deliver(job: AssignedJob, signed?: string): Promise<void> {
     if (this.keyMismatch || this.delivered.has(job.job_id)) return;
     this.delivered.add(job.job_id);
     // Only a task whose stored HMAC verifies is pushed, signed: a row changed behind the
     // service's back is never run; the job fails as the platform's fault (full refund, no re-queue).
-    const canonical = canonicalJson(job.task_spec);
-    if (!verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac, canonical)) {
+    const canonical = signed ?? canonicalJson(job.task_spec);
+    if (signed === undefined && !verifyTask(this.deps.config.hmacSecret, job.task_spec, job.task_spec_hmac, canonical)) {
       if (await failUnverifiableTask(this.deps.sql, this.providerId, job.job_id)) {
         logPlatformFault(this.deps, job.job_id, { fault: "platform", endReason: "platform_error" });
       }
       return;
     }
-    this.send({ kind: { case: "job", value: assignedJobMessage(job) }, taskSignature: this.signer.sign(job.job_id, job.task_spec, canonical) });
+    this.send({ kind: { case: "job", value: this.jobMessage(job) }, taskSignature: this.signer.sign(job.job_id, job.task_spec, canonical) });
+  }
+
+  private jobMessage(job: AssignedJob) {
+    const init = assignedJobMessage(job);
+    if (!this.binary) return init;
+    const { taskSpec, gpuRequirements, ...rest } = init;
+    const msg = create(AssignedJobSchema, rest);
+    setStructBytes(msg, AssignedJobSchema.field.taskSpec, taskSpec ?? {});
+    if (gpuRequirements) setStructBytes(msg, AssignedJobSchema.field.gpuRequirements, gpuRequirements);
+    return msg;
   }
 
   /** Runs fn after every earlier notice was handled (a re-queue's cancel goes out before its new assignment). */
@@ -130,10 +145,10 @@ class StreamSession {
     for (const job of jobs) await this.deliver(job);
   }
 
-  async assigned(jobId: string, carried?: AssignedJob): Promise<void> {
+  async assigned(jobId: string, carried?: AssignedJob, signed?: string): Promise<void> {
     if (this.delivered.has(jobId)) return;
     // The notice carried the job as committed: no read. A cancel committed since follows in order.
-    if (carried) return this.deliver(carried);
+    if (carried) return this.deliver(carried, signed);
     const [job] = await this.deps.sql<JobRow[]>`
       SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${this.providerId} AND status = 'pending'`;
     if (job) await this.deliver(job);
@@ -289,11 +304,12 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const iterator = requests[Symbol.asyncIterator]();
       const first = await iterator.next();
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
-      const session = new StreamSession(deps, providerId, await signerOnce(), refresher);
+      const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
+      const session = new StreamSession(deps, providerId, await signerOnce(), refresher, binary);
       const report = (p: Promise<void>) => p.catch((err) => deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed"));
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {
-        assigned: (jobId, job) => void report(session.serial(() => session.assigned(jobId, job))),
+        assigned: (jobId, job, signed) => void report(session.serial(() => session.assigned(jobId, job, signed))),
         cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
         resync: () => void report(session.serial(() => session.deliverPending())),
       });

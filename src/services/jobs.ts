@@ -98,9 +98,12 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
   const batcher = new SubmitBatcher(sql);
   const watchHub = jobWatchHub(sql, deps.log);
   const signals = jobSignalHub(sql, deps.log);
-  /** A committed submit placed on a provider whose stream is on this process: pushed now (see assignedHere). */
-  const pushHere = (s: Submitted) => {
-    if (s.placement.providerId !== null && s.job.status === "pending") signals.assignedHere(s.placement.providerId, s.job);
+  /**
+   * A committed submit placed on a provider whose stream is on this process: pushed now (see
+   * assignedHere). `canonical`: its task spec as prepareSubmit signed it.
+   */
+  const pushHere = (s: Submitted, canonical?: string) => {
+    if (s.placement.providerId !== null && s.job.status === "pending") signals.assignedHere(s.placement.providerId, s.job, canonical);
   };
 
   /** A finished job's output object, or the status error for the format routes. */
@@ -144,8 +147,9 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         if (!written || written.placement.contended.length === 0) return res;
         submitted = written;
       } else {
-        submitted = await batcher.submit(await prepareSubmit(sql, config.hmacSecret, renterId, input));
-        pushHere(submitted);
+        const intent = await prepareSubmit(sql, config.hmacSecret, renterId, input);
+        submitted = await batcher.submit(intent);
+        pushHere(submitted, intent.taskSpecCanonical);
         if (submitted.placement.contended.length === 0) return submission(sql, submitted.job);
       }
       // Providers another transaction was filling at that moment: try them now that the job is visible.

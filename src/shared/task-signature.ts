@@ -28,7 +28,8 @@ export function signTask(secret: string, taskSpec: unknown): string {
   return hmacOfCanonical(secret, canonicalJson(taskSpec));
 }
 
-function hmacOfCanonical(secret: string, canonical: string): string {
+/** signTask when the caller already has canonicalJson(taskSpec). */
+export function hmacOfCanonical(secret: string, canonical: string): string {
   return crypto.createHmac("sha256", secret).update(canonical, "utf8").digest("hex");
 }
 

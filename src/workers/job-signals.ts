@@ -10,8 +10,12 @@ import type { Logger } from "../log.js";
 import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } from "../domain/notify/job-notices.js";
 
 export interface JobSignalListener {
-  /** `job` is what the daemon is sent, when the notice carried it. */
-  assigned(jobId: string, job?: AssignedJob): void;
+  /**
+   * `job` is what the daemon is sent, when the notice carried it. `canonical`: its task spec's
+   * canonical JSON, when this process made the job and signed that (assignedHere): no need to
+   * verify its HMAC again.
+   */
+  assigned(jobId: string, job?: AssignedJob, canonical?: string): void;
   cancel(jobId: string): void;
   /** Notices may have been missed: look at the database again. */
   resync(): void;
@@ -75,8 +79,8 @@ export class JobSignalHub {
    * notice has gone through PostgreSQL and back. The notice still reaches the
    * other processes; here it finds the job delivered (a stream pushes a job once).
    */
-  assignedHere(providerId: number, job: AssignedJob): void {
-    this.deliver("assigned", { provider_id: providerId, job_id: job.job_id, job });
+  assignedHere(providerId: number, job: AssignedJob, canonical?: string): void {
+    this.deliver("assigned", { provider_id: providerId, job_id: job.job_id, job }, canonical);
   }
 
   private dispatch(kind: "assigned" | "cancel", payload: string): void {
@@ -90,12 +94,12 @@ export class JobSignalHub {
     this.deliver(kind, signal);
   }
 
-  private deliver(kind: "assigned" | "cancel", signal: JobSignal): void {
+  private deliver(kind: "assigned" | "cancel", signal: JobSignal, canonical?: string): void {
     const set = this.byProvider.get(Number(signal.provider_id));
     if (!set) return;
     for (const l of set) {
       try {
-        if (kind === "assigned") l.assigned(signal.job_id, signal.job);
+        if (kind === "assigned") l.assigned(signal.job_id, signal.job, canonical);
         else l.cancel(signal.job_id);
       } catch (err) {
         this.log.error({ err }, "job signal listener failed");

@@ -5,6 +5,11 @@
 import crypto from "node:crypto";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { AsyncQueue } from "../../src/daemon/async-queue.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { DaemonService, type DaemonMessageSchema } from "../../gen/svc/v1/daemon_pb.js";
 import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -164,6 +169,48 @@ describe("jobs over the stream", () => {
     expect((job.taskSpec as { inputs: { prompt: string } }).inputs.prompt).toHaveLength(9000);
     expect(verifyTask(HMAC_SECRET, job.taskSpec, job.taskSpecHmac)).toBe(true);
     s.end();
+  });
+
+  it("pushes the same signed task to a stream in the Connect protocol's JSON codec as to a binary one", async () => {
+    const [p, q] = [await makeProvider(srv), await makeProvider(srv)];
+    const renter = await makeRenter(srv, 1_000);
+    const gpuRequirements = { min_vram_gb: 8, gpu_model: "RTX" };
+    // A JSON stream (the binary codec's pre-encoded task spec would be lost on this one).
+    const transport = createConnectTransport({ baseUrl: srv.url, httpVersion: "2", useBinaryFormat: false });
+    const requests = new AsyncQueue<MessageInitShape<typeof DaemonMessageSchema>>();
+    const abort = new AbortController();
+    const responses = createClient(DaemonService, transport).connect(requests, { headers: { "x-provider-key": q.key }, signal: abort.signal })[Symbol.asyncIterator]();
+    requests.push({ kind: { case: "hello", value: { daemonVersion: "5.0.0", gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] as never } } });
+    const nextOf = async (kind: string) => {
+      for (;;) {
+        const m = await responses.next();
+        if (m.done) throw new Error("stream ended");
+        if (m.value.kind.case === kind) return m.value;
+      }
+    };
+    await nextOf("welcome");
+    const s = connect(p.key);
+    await s.next("welcome");
+    try {
+      const a = await submit(renter, { provider_id: p.id, gpu_requirements: gpuRequirements });
+      const b = await submit(renter, { provider_id: q.id, gpu_requirements: gpuRequirements });
+      const binary = await s.next("job", 5_000);
+      const json = await nextOf("job");
+      if (json.kind.case !== "job") throw new Error("not a job");
+      expect([binary.jobId, json.kind.value.jobId]).toEqual([a.job_id, b.job_id]);
+      for (const job of [binary, json.kind.value]) {
+        expect(job.taskSpec).toMatchObject({ job_id: job.jobId, job_type: "benchmark" });
+        expect(job.gpuRequirements).toEqual(gpuRequirements);
+        expect(verifyTask(HMAC_SECRET, job.taskSpec, job.taskSpecHmac)).toBe(true);
+      }
+      const [rowA, rowB] = await Promise.all([a, b].map(async (j) => (await srv.sql<{ task_spec: unknown }[]>`SELECT task_spec FROM jobs WHERE job_id = ${j.job_id}`)[0].task_spec));
+      expect(binary.taskSpec).toEqual(rowA);
+      expect(json.kind.value.taskSpec).toEqual(rowB);
+    } finally {
+      s.end();
+      requests.close();
+      abort.abort();
+    }
   });
 
   it("pushes the submit's own assignment from the submitting process, without waiting for its notice, and once", async () => {

@@ -180,7 +180,7 @@ export interface Candidate {
   reliability: number | null;
   /** Ids of the queued jobs (of those offered) this provider can run. */
   fits: number[];
-  /** The offered queued jobs in dispatch order (the same on every row). */
+  /** The offered queued jobs in dispatch order (the same array on every candidate). */
   queue: number[];
 }
 
@@ -222,7 +222,13 @@ export async function readCandidates(
     FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.priority)}::int[],
                 ${fresh.map((f) => f.requestedProviderId)}::bigint[],
                 ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, priority, requested_provider_id, req)`;
-  const offeredRows = tx`
+  // None offered (a submit's batch): no read of jobs at all. A cached generic plan made while
+  // jobs was small scans the whole table for `id = ANY('{}')`, once per batch.
+  const offeredRows =
+    offered.length === 0
+      ? tx`SELECT NULL::bigint AS id, NULL::int AS priority, NULL::timestamptz AS submitted_at, NULL::bigint AS requested_provider_id,
+                  NULL::jsonb AS gpu_requirements, NULL::int AS attempt WHERE false`
+      : tx`
     SELECT id, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
     WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[])`;
   // Windowed: the candidates are the window (read once, in index order) and the providers the
@@ -244,7 +250,8 @@ export async function readCandidates(
     ? tx`l.provider_id = ANY((SELECT ids FROM pool)::bigint[])`
     : tx`EXISTS (SELECT 1 FROM js j WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
   // js: the jobs offered, with what matchesSql reads of a job (as j), in dispatch order.
-  return tx<Candidate[]>`
+  // The queue comes on one row only (it is the same for all) and is shared by every candidate.
+  const rows = await tx<(Omit<Candidate, "queue"> & { queue: number[] | null })[]>`
     WITH pool AS MATERIALIZED (${pool}), js AS MATERIALIZED (
       SELECT q.*, row_number() OVER (ORDER BY q.priority, q.submitted_at, q.id) AS rank FROM (
         ${offeredRows}
@@ -257,15 +264,16 @@ export async function readCandidates(
         ${freshRows}
       ) q
     )
-    SELECT * FROM (
+    SELECT c.*, CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id ORDER BY rank) FROM js) END AS queue FROM (
       SELECT p.id, l.active, ${slotsSql(tx)} AS slots, p.reliability_score AS reliability,
-             ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits,
-             (SELECT array_agg(id ORDER BY rank) FROM js) AS queue
+             ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
       WHERE ${where} AND ${free}
       ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
       LIMIT ${size}) c
     WHERE cardinality(c.fits) > 0`;
+  const queue = rows.find((r) => r.queue !== null)?.queue ?? [];
+  return rows.map((r) => ({ ...r, queue }));
 }
 
 /**
@@ -273,11 +281,16 @@ export async function readCandidates(
  * its row's id) and dropped where it answers undefined (a refused submit).
  */
 export function renameJobs(candidates: Candidate[], rename: (id: number) => number | undefined): Candidate[] {
-  const map = (ids: number[]) => ids.flatMap((id) => {
-    const to = rename(id);
-    return to === undefined ? [] : [to];
-  });
-  return candidates.map((c) => ({ ...c, fits: map(c.fits), queue: map(c.queue) })).filter((c) => c.fits.length > 0);
+  const map = (ids: number[]) => {
+    const out: number[] = [];
+    for (const id of ids) {
+      const to = rename(id);
+      if (to !== undefined) out.push(to);
+    }
+    return out;
+  };
+  const queue = map(candidates[0]?.queue ?? []);
+  return candidates.map((c) => ({ ...c, fits: map(c.fits), queue })).filter((c) => c.fits.length > 0);
 }
 
 /**
@@ -308,6 +321,8 @@ export function planAssignments(candidates: Candidate[]): [number, number][] {
  */
 export interface FreshRows {
   columns: string[];
+  /** Their ids. */
+  ids: number[];
   // A query fragment (postgres.js): run only as part of assignPlanned's statement.
   select: PendingQuery<Row[]>;
 }
@@ -326,6 +341,11 @@ export interface FreshRows {
  */
 async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows): Promise<{ moved: Placement[]; locked: Map<number, number> }> {
   const columns = fresh?.columns ?? [];
+  // The planned jobs already in the table (queued ones). When there are none (a submit's batch
+  // with no older job offered), the statement does not touch jobs but to insert: a cached
+  // generic plan made while jobs was small would scan the whole table for them.
+  const freshIds = new Set(fresh?.ids ?? []);
+  const queuedIds = plan.map((p) => p[0]).filter((id) => !freshIds.has(id));
   // Identifier lists as fragments, one identifier at a time (an array would be taken for rows).
   const list = (names: string[]) => names.reduce((acc: ReturnType<Tx> | undefined, c) => (acc ? tx`${acc}, ${tx(c)}` : tx`${tx(c)}`), undefined) ?? tx``;
   const inserted = fresh
@@ -349,15 +369,17 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
       WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND l.active < ${slotsSql(tx)}
       ORDER BY l.provider_id FOR UPDATE OF l SKIP LOCKED
-    ), held AS MATERIALIZED (
-      SELECT id FROM jobs WHERE id IN (SELECT job_id FROM plan) AND status = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED
+    ), held AS MATERIALIZED (${
+      queuedIds.length === 0
+        ? tx`SELECT NULL::bigint AS id WHERE false`
+        : tx`SELECT id FROM jobs WHERE id = ANY(${queuedIds}::bigint[]) AND status = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED`}
     ), picked AS (
       SELECT job_id AS id, provider_id FROM (
         SELECT plan.job_id, plan.provider_id, locked.free, row_number() OVER (PARTITION BY plan.provider_id ORDER BY plan.ord) AS n
         FROM plan JOIN locked ON locked.id = plan.provider_id
         WHERE plan.job_id IN (SELECT id FROM held) OR plan.job_id IN (SELECT id FROM fresh)) x
       WHERE n <= free
-    )${inserted}, moved AS (${moveToPendingSql(tx)}
+    )${inserted}, moved AS (${queuedIds.length === 0 ? tx`SELECT * FROM jobs WHERE false` : moveToPendingSql(tx)}
     ), assigned AS (
       ${fresh ? tx`SELECT * FROM inserted WHERE status = 'pending' UNION ALL ` : tx``}SELECT * FROM moved
     ), opened AS (${openAttemptsSql(tx, "assigned")}
