@@ -36,7 +36,7 @@ import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
 import { badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
-import { setStructBytes } from "../http/struct-binary.js";
+import { setStructBytes } from "../shared/struct-binary.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
 import { StreamRefresher } from "../domain/jobs/stream-refresh.js";
@@ -83,7 +83,7 @@ class StreamSession {
     private readonly providerId: number,
     private readonly signer: TaskSigner,
     private readonly refresher: StreamRefresher,
-    /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (http/struct-binary.ts). */
+    /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (shared/struct-binary.ts). */
     private readonly binary: boolean,
   ) {}
 

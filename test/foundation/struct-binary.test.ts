@@ -1,11 +1,11 @@
-// The pre-encoded Struct of a pushed job (src/http/struct-binary.ts) decodes to
+// The pre-encoded Struct of a pushed job (src/shared/struct-binary.ts) decodes to
 // the same message protobuf-es's own encoding gives, for every kind of JSON value.
 import { describe, expect, it } from "vitest";
 import { create, fromBinary, fromJson, toBinary, type JsonObject } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { AssignedJobSchema } from "../../gen/svc/v1/jobs_pb.js";
-import { setStructBytes, structBytes } from "../../src/http/struct-binary.js";
+import { setStructBytes, structBytes } from "../../src/shared/struct-binary.js";
 
 const SPECS: JsonObject[] = [
   {},
