@@ -243,7 +243,8 @@ describe("web console", () => {
     await banner.waitFor({ state: "detached", timeout: STEP_MS });
 
     await page.getByRole("link", { name: "Earnings" }).click();
-    const row = page.locator(`tr[data-job="${shared.jobId}"]`);
+    // Scoped to the earnings table: until the new page renders, the status page's job table holds the same row.
+    const row = page.getByTestId("earnings-jobs").locator(`tr[data-job="${shared.jobId}"]`);
     await poll(() => row.textContent()).toContain("completed");
     // 75% of the 20 halala charged, rounded down.
     expect(await row.textContent()).toContain("0.15 SAR");
