@@ -7,15 +7,15 @@ import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 export const UPTIME_WINDOW_HOURS = 24;
 /** A provider's figures are recomputed on a heartbeat at most this often (and by the sweep when silent). */
 export const REPUTATION_REFRESH_SECONDS = 300;
-/** Attempt ends older than this no longer count toward the success rate. */
+/** The success rate counts attempts that ended on this many UTC days: today and the ones before it. */
 export const SUCCESS_WINDOW_DAYS = 30;
 /** Age at which a provider's track record counts in full. */
 export const MATURITY_DAYS = 30;
 
 export interface ReliabilityInputs {
-  /** Attempts (last 30 days) the provider carried through: completed, or ended by the renter's fault after running. */
+  /** Attempts (last 30 UTC days) the provider carried through: completed, or ended by the renter's fault after running. */
   completedJobs: number;
-  /** Attempts (last 30 days) that ended by the provider's fault (job-end.ts: refused, silent, interrupted, its machine failed, ...). */
+  /** Attempts (last 30 UTC days) that ended by the provider's fault (job-end.ts: refused, silent, interrupted, its machine failed, ...). */
   failedJobs: number;
   /** 0-100. */
   uptimePercent: number;
@@ -31,7 +31,8 @@ export interface ReliabilityInputs {
  *   100 × (0.50 × S + 0.35 × U + 0.15 × A)
  *
  *   S = (carried + 1) / (carried + provider_faults + overstated + 2)
- *       over the job attempts that ended on this provider in the last 30 days:
+ *       over the job attempts that ended on this provider in the last 30 UTC
+ *       days (today and the 29 before; counted per day as they end, migration 034):
  *       carried = completed (fault none) or ended by the renter's fault after
  *       it ran (the provider did its part); provider_faults = attempts whose
  *       end was the provider's fault (refused, silent, not picked up,
@@ -91,10 +92,8 @@ export async function refreshReputation(db: Db, providerIds: number[]): Promise<
       SELECT sum(covered_seconds) AS covered FROM provider_uptime u WHERE u.provider_id = p.id AND u.hour >= w.start
     ) c ON true
     LEFT JOIN LATERAL (
-      SELECT count(*) FILTER (WHERE fault = 'none' OR (fault = 'renter' AND started_at IS NOT NULL)) AS completed,
-             count(*) FILTER (WHERE fault = 'provider') AS failed
-      FROM job_attempts WHERE provider_id = p.id AND fault IS NOT NULL
-        AND ended_at >= now() - make_interval(days => ${SUCCESS_WINDOW_DAYS})
+      SELECT sum(carried) AS completed, sum(faults) AS failed FROM provider_attempt_days d
+      WHERE d.provider_id = p.id AND d.day > (now() AT TIME ZONE 'UTC')::date - ${SUCCESS_WINDOW_DAYS}::int
     ) j ON true
     LEFT JOIN LATERAL (
       SELECT count(*) AS overstated FROM v1_usage
