@@ -4,12 +4,18 @@
 // bench:streams, in one process. What it costs per message is what any
 // handler on this transport pays before doing its own work.
 //
-//   npx tsx bench/stream-floor.ts [-- --streams 500 --in-flight 64 --seconds 5]
+// `--server raw` answers the same way from a bare handler of Node's HTTP/2
+// server (length-prefixed frames split from the stream's data, each decoded
+// and its ack encoded with the generated schemas): the floor of a frame-level
+// transport in this Node, for comparison. Both run with the same client, so
+// their difference is the server side's.
+//
+//   npx tsx bench/stream-floor.ts [-- --streams 500 --in-flight 64 --seconds 5 --server connect|raw]
 import http2 from "node:http2";
 import { parseArgs } from "node:util";
-import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { DaemonMessageSchema, DaemonService, type DaemonMessage, type ServerMessageSchema } from "../gen/svc/v1/daemon_pb.js";
+import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type DaemonMessage } from "../gen/svc/v1/daemon_pb.js";
 import { AsyncQueue } from "../src/daemon/async-queue.js";
 import { machine } from "./lib.js";
 
@@ -18,11 +24,13 @@ const { values: args } = parseArgs({
     streams: { type: "string", default: "500" },
     "in-flight": { type: "string", default: "64" },
     seconds: { type: "string", default: "5" },
+    server: { type: "string", default: "connect" },
   },
 });
 const STREAMS = Number(args.streams);
 const IN_FLIGHT = Number(args["in-flight"]);
 const SECONDS = Number(args.seconds);
+if (args.server !== "connect" && args.server !== "raw") throw new Error("--server is connect or raw");
 
 type Out = MessageInitShape<typeof ServerMessageSchema>;
 
@@ -42,8 +50,30 @@ const handler = connectNodeAdapter({
     }),
 });
 
+/** A bare gRPC bidi handler on Node's HTTP/2 stream: split frames, decode, answer with an encoded ack. */
+function rawHandler(_req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) {
+  const stream = res.stream;
+  stream.respond({ ":status": 200, "content-type": "application/grpc+proto" }, { waitForTrailers: true });
+  stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
+  let buf: Buffer = Buffer.alloc(0);
+  stream.on("data", (chunk: Buffer) => {
+    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+    while (buf.length >= 5 && buf.length >= 5 + buf.readUInt32BE(1)) {
+      const len = buf.readUInt32BE(1);
+      const m = fromBinary(DaemonMessageSchema, buf.subarray(5, 5 + len));
+      buf = buf.subarray(5 + len);
+      const out: Out = m.kind.case === "heartbeat" ? { kind: { case: "heartbeatAck", value: { success: true, message: "Heartbeat received" } } } : { kind: { case: "welcome", value: {} } };
+      stream.write(frameBytes(toBinary(ServerMessageSchema, create(ServerMessageSchema, out))));
+    }
+  });
+  stream.on("end", () => stream.end());
+}
+
 function frame(m: DaemonMessage): Buffer {
-  const body = toBinary(DaemonMessageSchema, m);
+  return frameBytes(toBinary(DaemonMessageSchema, m));
+}
+
+function frameBytes(body: Uint8Array): Buffer {
   const f = Buffer.alloc(5 + body.length);
   f.writeUInt32BE(body.length, 1);
   f.set(body, 5);
@@ -51,7 +81,7 @@ function frame(m: DaemonMessage): Buffer {
 }
 
 async function main() {
-  const server = http2.createServer({}, handler);
+  const server = http2.createServer({}, args.server === "raw" ? rawHandler : handler);
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const { port } = server.address() as { port: number };
   const beat = frame(create(DaemonMessageSchema, { kind: { case: "heartbeat", value: { daemonVersion: "5.0.0", uptime: 1 } } }));
@@ -89,6 +119,7 @@ async function main() {
   console.log(
     JSON.stringify({
       benchmark: "stream-floor",
+      server: args.server,
       streams: STREAMS,
       in_flight: IN_FLIGHT,
       messages_per_s: Math.round(messages / elapsed),
