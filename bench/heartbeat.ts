@@ -38,7 +38,7 @@
 import crypto from "node:crypto";
 import os from "node:os";
 import { parseArgs } from "node:util";
-import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, readStalls, serverStalls, startServers } from "./lib.js";
 import { gpuStatus, heartbeatBody, heartbeatRequest, memorySampler, runHeartbeats, seedProviders } from "./fleet.js";
 import { markSilentProvidersOffline } from "../src/domain/dispatch/liveness-sweep.js";
 import type { Sql } from "../src/db/index.js";
@@ -133,6 +133,7 @@ async function main() {
     if (OPEN_LOOP !== "off") {
       const rate = openLoopRate(OPEN_LOOP, run.ok / run.elapsedS);
       note(`open loop: ${rate} heartbeats/s for ${OPEN_SECONDS} s (latency from each beat's intended send time)`);
+      const stallsBefore = await readStalls(ports);
       const olCpuBefore = cpuOfServers();
       const ol = await openLoop({
         ports,
@@ -145,6 +146,7 @@ async function main() {
         maxSockets: MAX_SOCKETS,
       });
       const olCpu = cpuOfServers() - olCpuBefore;
+      const stalls = serverStalls(stallsBefore, await readStalls(ports));
       await new Promise((r) => setTimeout(r, 1000));
       const p99 = percentile(ol.latenciesMs, 99);
       openLoopFigures = {
@@ -163,6 +165,7 @@ async function main() {
         max_ms: percentile(ol.latenciesMs, 100),
         server_cpu_us_per_heartbeat: Number.isFinite(olCpu) ? Math.round((olCpu * 1e6) / Math.max(1, ol.answered)) : null,
         generator: ol.generator,
+        server_stalls: stalls,
         targets: { p99_ms: TARGET_P99_MS, met: ol.unanswered === 0 && ol.ok === ol.scheduled && p99 !== null && p99 <= TARGET_P99_MS },
       };
     }

@@ -42,7 +42,21 @@ import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { ledgerProblems } from "../src/domain/money/ledger.js";
 import type { ChildProcess } from "node:child_process";
 import { openLoop, openLoopRate } from "./open-loop.js";
-import { benchDatabase, cpuSecondsOf, databaseCpuMeter, machine, machineCpuSeconds, noter, percentile, pool, postgresCpuSeconds, startServers, type BenchDatabase } from "./lib.js";
+import {
+  benchDatabase,
+  cpuSecondsOf,
+  databaseCpuMeter,
+  machine,
+  machineCpuSeconds,
+  noter,
+  percentile,
+  pool,
+  postgresCpuSeconds,
+  readStalls,
+  serverStalls,
+  startServers,
+  type BenchDatabase,
+} from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -340,6 +354,7 @@ async function main() {
       note(`open loop: ${rate} submits/s for ${OPEN_SECONDS} s (latency from each submit's intended send time)`);
       const openSamples = new Map<string, Sample>();
       meter = await cpuMeter(children, db);
+      const stallsBefore = await readStalls(ports);
       const ol = await openLoop({
         ports,
         rate,
@@ -355,6 +370,7 @@ async function main() {
         maxSockets: MAX_SOCKETS,
       });
       const olCpu = await meter(ol.ok);
+      const stalls = serverStalls(stallsBefore, await readStalls(ports));
       await new Promise((r) => setTimeout(r, 1000));
       const olAssign = assignFigures(openSamples, received);
       const submitP99 = percentile(ol.latenciesMs, 99);
@@ -375,6 +391,7 @@ async function main() {
         ...olAssign,
         ...olCpu,
         generator: ol.generator,
+        server_stalls: stalls,
         targets: {
           ...TARGETS,
           met:

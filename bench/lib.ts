@@ -10,6 +10,7 @@ import path from "node:path";
 import { connect, type Sql } from "../src/db/index.js";
 import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
 import { createLogger } from "../src/log.js";
+import { EVENT_LOOP_SAMPLE_MS } from "../src/metrics/metrics.js";
 
 /** A progress line on stderr (stdout carries only the final JSON line). */
 /** POSTs JSON and answers the JSON body; throws on a status of 300 or more. */
@@ -236,6 +237,59 @@ export interface BenchServers {
   stop(): Promise<void>;
 }
 
+/** A server's event-loop delay since the last read (beyond the sampling interval), and its GC pauses so far (from its /metrics). */
+export interface StallSample {
+  eventLoopDelayP99Ms: number;
+  eventLoopDelayMaxMs: number;
+  /** By kind (major, minor, incremental, weakcb): pauses and their total, cumulative. */
+  gc: Record<string, { count: number; totalMs: number }>;
+}
+
+/**
+ * Reads the servers' /metrics. prom-client resets its event-loop delay
+ * histogram on each read, so a read before a phase starts its window and a
+ * read after it gives the phase's delay percentiles.
+ */
+export async function readStalls(ports: number[]): Promise<StallSample[]> {
+  return Promise.all(
+    ports.map(async (port) => {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      const value = (name: string) => Number(new RegExp(`^${name} ([0-9.eE+-]+)`, "m").exec(text)?.[1] ?? NaN);
+      const gc: StallSample["gc"] = {};
+      for (const m of text.matchAll(/^nodejs_gc_duration_seconds_(sum|count)\{kind="(\w+)"\} ([0-9.eE+-]+)/gm)) {
+        const k = (gc[m[2]] ??= { count: 0, totalMs: 0 });
+        if (m[1] === "sum") k.totalMs = Number(m[3]) * 1000;
+        else k.count = Number(m[3]);
+      }
+      const delay = (name: string) => Math.max(0, value(name) * 1000 - EVENT_LOOP_SAMPLE_MS);
+      return { eventLoopDelayP99Ms: delay("nodejs_eventloop_lag_p99_seconds"), eventLoopDelayMaxMs: delay("nodejs_eventloop_lag_max_seconds"), gc };
+    }),
+  );
+}
+
+/** What stalled the servers between two reads: event-loop delay (worst server) and GC pauses (all servers). */
+export function serverStalls(before: StallSample[], after: StallSample[]) {
+  const round = (n: number) => Math.round(n * 10) / 10;
+  const gc: Record<string, { pauses: number; total_ms: number; mean_ms: number }> = {};
+  after.forEach((a, i) => {
+    for (const [kind, k] of Object.entries(a.gc)) {
+      const b = before[i]?.gc[kind] ?? { count: 0, totalMs: 0 };
+      const g = (gc[kind] ??= { pauses: 0, total_ms: 0, mean_ms: 0 });
+      g.pauses += k.count - b.count;
+      g.total_ms += k.totalMs - b.totalMs;
+    }
+  });
+  for (const g of Object.values(gc)) {
+    g.mean_ms = g.pauses ? round(g.total_ms / g.pauses) : 0;
+    g.total_ms = round(g.total_ms);
+  }
+  return {
+    event_loop_delay_p99_ms: round(Math.max(...after.map((a) => a.eventLoopDelayP99Ms))),
+    event_loop_delay_max_ms: round(Math.max(...after.map((a) => a.eventLoopDelayMaxMs))),
+    gc,
+  };
+}
+
 /**
  * `count` copies of src/main.ts on free loopback ports, on one database, with
  * rate limits off (the documented limits would otherwise be the whole bench)
@@ -269,6 +323,8 @@ export async function startServers(count: number, databaseUrl: string, env: Reco
           HOST: "127.0.0.1",
           SVC_RATE_LIMITS: "off",
           LOG_LEVEL: "warn",
+          // The harness reads each server's event-loop delay and GC pauses (serverStalls).
+          SVC_METRICS: "open",
           ...env,
         },
         stdio: ["ignore", "inherit", "inherit"],

@@ -44,9 +44,15 @@ export interface MetricsOptions {
 /** Request latency buckets (seconds): from a cached read to a long submit under load. */
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
+/**
+ * The event loop's sampling interval (ms). The nodejs_eventloop_lag_* figures
+ * are the times between samples, so each includes this interval.
+ */
+export const EVENT_LOOP_SAMPLE_MS = 20;
+
 export function createMetrics(opts: MetricsOptions): Metrics {
   const registry = new client.Registry();
-  client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 20 });
+  client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   const reg = { registers: [registry] };
 
   const requests = new client.Counter({ name: "svc_requests_total", help: "Requests and calls answered, by wire, route or RPC, and status", labelNames: ["wire", "route", "status"] as const, ...reg });
