@@ -4,7 +4,7 @@
 import net from "node:net";
 import type { Sql } from "../src/db/index.js";
 import { hashKey, newKey } from "../src/domain/accounts/keys.js";
-import { memoryOf } from "./lib.js";
+import { answerSplitter, memoryOf } from "./lib.js";
 
 export function gpuStatus(i: number) {
   const vram = [24564, 49140, 81559, 12288][i % 4];
@@ -74,7 +74,6 @@ export function runHeartbeats(ports: number[], requests: Buffer[], connections: 
     for (let c = 0; c < connections; c++) {
       const sock = net.connect(ports[c % ports.length], "127.0.0.1");
       sock.setNoDelay(true);
-      let buf = Buffer.alloc(0);
       let sentAt = 0;
       const send = () => {
         if (performance.now() >= deadline || next >= maxRequests) {
@@ -86,17 +85,9 @@ export function runHeartbeats(ports: number[], requests: Buffer[], connections: 
         sock.write(req);
       };
       sock.on("connect", send);
-      sock.on("data", (chunk) => {
-        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-        for (;;) {
-          const headEnd = buf.indexOf("\r\n\r\n");
-          if (headEnd < 0) return;
-          const head = buf.subarray(0, headEnd).toString("latin1");
-          const m = /content-length:\s*(\d+)/i.exec(head);
-          const len = m ? Number(m[1]) : 0;
-          if (buf.length < headEnd + 4 + len) return;
-          const status = head.slice(9, 12);
-          buf = buf.subarray(headEnd + 4 + len);
+      sock.on(
+        "data",
+        answerSplitter((status) => {
           if (status === "200") ok++;
           else nonOk++;
           statuses[status] = (statuses[status] ?? 0) + 1;
@@ -109,8 +100,8 @@ export function runHeartbeats(ports: number[], requests: Buffer[], connections: 
             lat[n++] = performance.now() - sentAt;
           }
           send();
-        }
-      });
+        }),
+      );
       sock.on("error", reject);
       sock.on("close", () => {
         if (--open === 0) {

@@ -38,7 +38,7 @@ import { markSilentProvidersOffline } from "../src/domain/dispatch/liveness-swee
 import { refreshDueReputations, refreshReputation } from "../src/domain/providers/reputation.js";
 import { sweepJobs } from "../src/workers/job-timeouts.js";
 import { HEAVY_RENTER, LIGHT_RENTERS, LIVE_PROVIDERS, providerKey, renterKey, seedHistory, type SeedShape } from "./history-seed.js";
-import { benchDatabase, machine, noter, percentile, pool, startServers, type BenchDatabase, type BenchServers } from "./lib.js";
+import { answerSplitter, benchDatabase, machine, noter, percentile, pool, startServers, type BenchDatabase, type BenchServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -196,7 +196,6 @@ function loop(port: number, requests: Buffer[], connections: number, until: { se
     for (let c = 0; c < connections; c++) {
       const sock = net.connect(port, "127.0.0.1");
       sock.setNoDelay(true);
-      let buf = Buffer.alloc(0);
       let sentAt = 0;
       const send = () => {
         if (performance.now() >= deadline || next >= limit) return void sock.end();
@@ -204,22 +203,15 @@ function loop(port: number, requests: Buffer[], connections: number, until: { se
         sock.write(requests[next++ % requests.length]);
       };
       sock.on("connect", send);
-      sock.on("data", (chunk) => {
-        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-        for (;;) {
-          const headEnd = buf.indexOf("\r\n\r\n");
-          if (headEnd < 0) return;
-          const head = buf.subarray(0, headEnd).toString("latin1");
-          const len = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
-          if (buf.length < headEnd + 4 + len) return;
+      sock.on(
+        "data",
+        answerSplitter((status) => {
           latenciesMs.push(performance.now() - sentAt);
-          const status = head.slice(9, 12);
           statuses[status] = (statuses[status] ?? 0) + 1;
-          buf = buf.subarray(headEnd + 4 + len);
           answered++;
           send();
-        }
-      });
+        }),
+      );
       sock.on("error", reject);
       sock.on("close", () => {
         if (--open === 0) resolve({ latenciesMs, statuses, elapsedS: (performance.now() - started) / 1000 });

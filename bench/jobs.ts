@@ -43,6 +43,7 @@ import { ledgerProblems } from "../src/domain/money/ledger.js";
 import type { ChildProcess } from "node:child_process";
 import { openLoop, openLoopRate } from "./open-loop.js";
 import {
+  answerSplitter,
   benchDatabase,
   cpuSecondsOf,
   databaseCpuMeter,
@@ -193,7 +194,6 @@ function runLoad(ports: number[], requests: Buffer[][], connections: number, sec
       const p = c % ports.length;
       const sock = net.connect(ports[p], "127.0.0.1");
       sock.setNoDelay(true);
-      let buf = Buffer.alloc(0);
       let sentAt = 0;
       const send = () => {
         if (performance.now() >= deadline) return void sock.end();
@@ -202,18 +202,10 @@ function runLoad(ports: number[], requests: Buffer[][], connections: number, sec
         sock.write(reqs[next++ % reqs.length]);
       };
       sock.on("connect", send);
-      sock.on("data", (chunk) => {
-        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-        for (;;) {
-          const headEnd = buf.indexOf("\r\n\r\n");
-          if (headEnd < 0) return;
-          const head = buf.subarray(0, headEnd).toString("latin1");
-          const len = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
-          if (buf.length < headEnd + 4 + len) return;
+      sock.on(
+        "data",
+        answerSplitter((status, body) => {
           const answeredAt = performance.now();
-          const status = head.slice(9, 12);
-          const body = buf.subarray(headEnd + 4, headEnd + 4 + len);
-          buf = buf.subarray(headEnd + 4 + len);
           statuses[status] = (statuses[status] ?? 0) + 1;
           if (status === "201") {
             ok++;
@@ -224,8 +216,8 @@ function runLoad(ports: number[], requests: Buffer[][], connections: number, sec
             }
           }
           send();
-        }
-      });
+        }),
+      );
       sock.on("error", reject);
       sock.on("close", () => {
         if (--open === 0) resolve({ ok, statuses, latenciesMs, elapsedS: (performance.now() - started) / 1000 });

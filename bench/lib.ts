@@ -237,6 +237,28 @@ export interface BenchServers {
   stop(): Promise<void>;
 }
 
+/**
+ * Splits the answers of a keep-alive HTTP/1.1 socket (Content-Length bodies,
+ * as the service sends them): feed it each chunk read; it calls `onAnswer`
+ * with each complete answer's status (three characters) and body, in order.
+ */
+export function answerSplitter(onAnswer: (status: string, body: Buffer) => void): (chunk: Buffer) => void {
+  let buf: Buffer = Buffer.alloc(0);
+  return (chunk) => {
+    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+    for (;;) {
+      const headEnd = buf.indexOf("\r\n\r\n");
+      if (headEnd < 0) return;
+      const head = buf.subarray(0, headEnd).toString("latin1");
+      const len = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
+      if (buf.length < headEnd + 4 + len) return;
+      const body = buf.subarray(headEnd + 4, headEnd + 4 + len);
+      buf = buf.subarray(headEnd + 4 + len);
+      onAnswer(head.slice(9, 12), body);
+    }
+  };
+}
+
 /** A server's event-loop delay since the last read (beyond the sampling interval), and its GC pauses so far (from its /metrics). */
 export interface StallSample {
   eventLoopDelayP99Ms: number;

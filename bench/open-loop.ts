@@ -8,7 +8,7 @@
 // granularity, its own busy event loop, a socket cap reached) is reported
 // apart, so a run whose generator fell behind its schedule says so.
 import net from "node:net";
-import { percentile } from "./lib.js";
+import { answerSplitter, percentile } from "./lib.js";
 
 export interface OpenLoopAnswer {
   /** The i-th request of the schedule. */
@@ -74,7 +74,6 @@ export interface OpenLoopResult {
 interface Conn {
   p: number;
   sock: net.Socket;
-  buf: Buffer;
   busy?: { i: number; intendedAt: number; sentAt: number };
   /** Request to write once connected (a socket opened during the run). */
   queued?: { i: number; intendedAt: number };
@@ -129,41 +128,33 @@ export function openLoop(o: OpenLoopOptions): Promise<OpenLoopResult> {
       }
     };
 
-    const onData = (c: Conn, chunk: Buffer) => {
-      c.buf = c.buf.length ? Buffer.concat([c.buf, chunk]) : chunk;
-      for (;;) {
-        const headEnd = c.buf.indexOf("\r\n\r\n");
-        if (headEnd < 0) return;
-        const head = c.buf.subarray(0, headEnd).toString("latin1");
-        const len = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
-        if (c.buf.length < headEnd + 4 + len) return;
-        const answeredAt = performance.now();
-        const status = head.slice(9, 12);
-        const body = c.buf.subarray(headEnd + 4, headEnd + 4 + len);
-        c.buf = c.buf.subarray(headEnd + 4 + len);
-        const busy = c.busy;
-        if (!busy) continue; // nothing asked on this socket
-        c.busy = undefined;
-        inFlight--;
-        answered++;
-        lastAnswer = answeredAt;
-        statuses[status] = (statuses[status] ?? 0) + 1;
-        if (status === o.okStatus) {
-          ok++;
-          latencies[nLat++] = answeredAt - busy.intendedAt;
-        }
-        o.onAnswer?.({ i: busy.i, status, body, intendedAt: busy.intendedAt, sentAt: busy.sentAt, answeredAt });
-        release(c);
+    const onAnswer = (c: Conn, status: string, body: Buffer) => {
+      const answeredAt = performance.now();
+      const busy = c.busy;
+      if (!busy) return; // nothing asked on this socket
+      c.busy = undefined;
+      inFlight--;
+      answered++;
+      lastAnswer = answeredAt;
+      statuses[status] = (statuses[status] ?? 0) + 1;
+      if (status === o.okStatus) {
+        ok++;
+        latencies[nLat++] = answeredAt - busy.intendedAt;
       }
-      maybeDone();
+      o.onAnswer?.({ i: busy.i, status, body, intendedAt: busy.intendedAt, sentAt: busy.sentAt, answeredAt });
+      release(c);
     };
 
     /** A new keep-alive socket to port `p`; `queued` is written once it is connected. */
     const open = (p: number, queued?: { i: number; intendedAt: number }, ready?: (c: Conn) => void, fail?: (e: Error) => void): Conn => {
-      const c: Conn = { p, sock: net.connect(o.ports[p], "127.0.0.1"), buf: Buffer.alloc(0), queued, idleSince: performance.now() };
+      const c: Conn = { p, sock: net.connect(o.ports[p], "127.0.0.1"), queued, idleSince: performance.now() };
       all.add(c);
       c.sock.setNoDelay(true);
-      c.sock.on("data", (chunk) => onData(c, chunk));
+      const split = answerSplitter((status, body) => onAnswer(c, status, body));
+      c.sock.on("data", (chunk) => {
+        split(chunk);
+        maybeDone();
+      });
       c.sock.once("connect", () => {
         ready?.(c);
         if (c.queued) {
