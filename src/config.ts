@@ -13,6 +13,12 @@ export interface Config {
   databaseUrl: string | undefined;
   dataDir: string;
   logLevel: string;
+  /**
+   * How far V8 may grow the heap past what the last full GC left live, in
+   * percent (SVC_HEAP_GROWTH_PERCENT; 0 = V8's own factor, up to 4x on a large
+   * machine). Applied at start by main.ts; see docs/operations.md, Memory.
+   */
+  heapGrowthPercent: number;
   rateLimits: boolean;
   adminToken: string;
   hmacSecret: string;
@@ -87,6 +93,13 @@ export interface Config {
 export class ConfigError extends Error {}
 
 const DEFAULT_FRONTEND_URL = "https://svc.example.com";
+/**
+ * The heap may grow to twice what the last full GC left live. V8's own factor
+ * (up to 4x here) held a process of 100,000 heartbeating providers at 570-595
+ * MB resident; 100 held it at about 400 MB with no more CPU per heartbeat
+ * (bench:heartbeat --outage, docs/benchmarks.md).
+ */
+const DEFAULT_HEAP_GROWTH_PERCENT = 100;
 const DEFAULT_BACKEND_URL = "https://api.svc.example.com";
 
 function int(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
@@ -215,6 +228,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     databaseUrl: env.DATABASE_URL || undefined,
     dataDir,
     logLevel,
+    heapGrowthPercent: int(env, "SVC_HEAP_GROWTH_PERCENT", DEFAULT_HEAP_GROWTH_PERCENT, 0, 1000),
     rateLimits: rateLimitsRaw === "on",
     paymentGatewaySecretKey: gatewayKey,
     paymentGatewayWebhookSecret: env.PAYMENT_GATEWAY_WEBHOOK_SECRET || gatewayKey,

@@ -1,5 +1,6 @@
 // config -> database -> server; nothing else.
 import { ConfigError, loadConfig } from "./config.js";
+import { applyHeapGrowth } from "./heap-growth.js";
 import { createLogger } from "./log.js";
 import { startApp } from "./server.js";
 
@@ -15,6 +16,7 @@ async function main() {
     throw err;
   }
   const log = createLogger(config.logLevel);
+  applyHeapGrowth(config.heapGrowthPercent);
   if (config.secretsFile) log.info({ file: config.secretsFile }, "local admin token and HMAC secret are kept in this file");
   // Signals are handled from the first moment: a stop requested while starting
   // waits for the start to finish, then shuts down cleanly.

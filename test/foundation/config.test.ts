@@ -42,6 +42,8 @@ describe("config", () => {
     expect(() => loadConfig({ SVC_DATA_DIR: dir, SVC_RATE_LIMITS: "maybe" })).toThrow(/SVC_RATE_LIMITS/);
     expect(() => loadConfig({ SVC_DATA_DIR: dir, FRONTEND_URL: "not a url" })).toThrow(/FRONTEND_URL/);
     expect(() => loadConfig({ SVC_DATA_DIR: dir, SVC_ADMIN_TOKEN: "short" })).toThrow(/SVC_ADMIN_TOKEN must be at least 16/);
+    expect(() => loadConfig({ SVC_DATA_DIR: dir, SVC_HEAP_GROWTH_PERCENT: "-5" })).toThrow(/SVC_HEAP_GROWTH_PERCENT must be an integer between 0 and 1000/);
+    expect(() => loadConfig({ SVC_DATA_DIR: dir, SVC_HEAP_GROWTH_PERCENT: "twice" })).toThrow(/SVC_HEAP_GROWTH_PERCENT/);
     // A refused configuration leaves nothing behind: secrets are generated only for a valid one.
     expect(fs.existsSync(path.join(dir, "secrets.json"))).toBe(false);
     expect(loadConfig({ SVC_DATA_DIR: dir, SVC_RATE_LIMITS: "off" }).rateLimits).toBe(false);
