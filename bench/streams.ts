@@ -366,6 +366,13 @@ async function main() {
     await sql`ANALYZE`;
     const idle = memory.stop();
     const sampler = memorySampler([pid]);
+    // The largest resident size sampled in each phase, to tell which one makes the peak.
+    const phases: Record<string, number> = {};
+    let phase = memorySampler([pid]);
+    const endPhase = (name: string) => {
+      phases[name] = phase.stop().rss_mb_sampled_max;
+      phase = memorySampler([pid]);
+    };
 
     note(`opening ${DAEMONS} daemon streams (one HTTP/2 connection each)`);
     const opened = performance.now();
@@ -379,6 +386,7 @@ async function main() {
 
     const requests = keys.map((k, i) => heartbeatRequest(port, jsonBody(k, i)));
     note(`warm-up ${WARMUP_SECONDS} s each way`);
+    endPhase("opening");
     const heapWithStreams = { rss_mb: memoryOf(pid)?.rss_mb ?? null, ...(await heapOf(base)) };
     const json = ONLY !== "stream";
     const stream = ONLY !== "json";
@@ -405,11 +413,14 @@ async function main() {
       note(`every daemon beats once over ${cadenceSeconds} s`);
       cadence = await beatEachOnce(daemons, cadenceSeconds);
     }
+    endPhase("beats");
     const jsonMedian = median(rounds.map((r) => r.json.beats_per_s));
     const streamMedian = median(rounds.map((r) => r.stream.beats_per_s));
     const ratio = Math.round((streamMedian / Math.max(1, jsonMedian)) * 100) / 100;
 
     const assignment = args.assign ? await assignOnePerDaemon(base, daemons) : undefined;
+    endPhase("assignment");
+    const heapAfter = { rss_mb: memoryOf(pid)?.rss_mb ?? null, ...(await heapOf(base)) };
     const [check] = await sql<{ online: number }[]>`SELECT count(*) FILTER (WHERE status = 'online')::int AS online FROM providers`;
     result = {
       benchmark: "streams",
@@ -426,7 +437,14 @@ async function main() {
       ...(cadence ? { cadence: { seconds: cadenceSeconds, ...cadence } } : {}),
       ...(assignment ? { assignment } : {}),
       providers_online: check.online,
-      server_memory: { before_streams: idle, with_streams: sampler.stop(), streams_open: daemons.length, heap_after_opening: heapWithStreams },
+      server_memory: {
+        before_streams: idle,
+        with_streams: sampler.stop(),
+        rss_mb_sampled_max_by_phase: phases,
+        streams_open: daemons.length,
+        heap_after_opening: heapWithStreams,
+        heap_at_end: heapAfter,
+      },
       load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
       machine: machine(),
       database: db.kind,
