@@ -75,6 +75,31 @@ describe("provider attempt days", () => {
     expect((await fromCounter(other.id)).map((d) => [d.carried, d.faults])).toEqual([[0, 1]]);
   });
 
+  it("count every end when many attempts of one provider end at once", async () => {
+    const r = await makeRenter(srv);
+    const p = await makeProvider(srv);
+    const jobs = await Promise.all(Array.from({ length: 24 }, () => newJob(r.id)));
+    for (const id of jobs) {
+      await srv.sql`INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at) VALUES (${id}, 1, ${p.id}, 'running', now(), now())`;
+    }
+    // Each end in its own transaction, as settlement and re-queue write them, all at once on one day's row.
+    const pool = connect(srv.databaseUrl, 12);
+    try {
+      await Promise.all(
+        jobs.map((id, i) =>
+          pool.begin(async (tx) => {
+            await tx`SELECT pg_sleep(0.01)`;
+            await tx`UPDATE job_attempts SET status = 'completed', ended_at = now(), fault = ${i % 3 === 0 ? "provider" : "none"} WHERE job_id = ${id}`;
+          }),
+        ),
+      );
+    } finally {
+      await pool.end();
+    }
+    expect(await fromCounter(p.id)).toEqual(await fromAttempts(p.id));
+    expect((await fromCounter(p.id)).reduce((n, d) => [n[0] + d.carried, n[1] + d.faults], [0, 0])).toEqual([16, 8]);
+  });
+
   it("the score counts the last 30 UTC days of them", async () => {
     const r = await makeRenter(srv);
     const p = await makeProvider(srv);
