@@ -16,7 +16,7 @@ import { jobMessage } from "../domain/jobs/jobs.js";
 import { adjust, renterFunds } from "../domain/money/ledger.js";
 import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/money/payments.js";
 import { DEFAULT_QUOTA } from "../domain/money/quota.js";
-import { renterById, renterMessage, renterQuota, type RenterRow } from "../domain/accounts/renters.js";
+import { renterById, renterMessage, renterMessages, renterQuota, type RenterRow } from "../domain/accounts/renters.js";
 import { checkEnum, optionalText, page, requireFields } from "../domain/shared/validate.js";
 import { badRequest } from "../errors.js";
 import { auditActor, type Deps } from "./deps.js";
@@ -85,7 +85,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       const p = page(req.limit, req.offset);
       const { rows, total } = await listRenters(sql, { status: req.status, q: req.q, ...p });
       return {
-        renters: await Promise.all(rows.map((r) => renterMessage(sql, r))),
+        renters: await renterMessages(sql, rows),
         total: BigInt(total),
         ...p,
       };

@@ -49,6 +49,35 @@ describe("admin renters", () => {
     expect((await api.get(`/api/admin/renters?limit=abc`, ADMIN)).status).toBe(400);
   });
 
+  it("gives each renter of a page its own balance, hold and job count, as its own page does", async () => {
+    const tag = `page${Date.now()}`;
+    const ids: number[] = [];
+    for (const [funds, queued, completed] of [[500, 2, 0], [0, 0, 3], [1200, 1, 1]]) {
+      const r = await makeRenter(srv, funds);
+      await srv.sql`UPDATE renters SET name = ${`${tag} ${r.id}`} WHERE id = ${r.id}`;
+      for (let i = 0; i < queued; i++) await seedJob(srv, { renterId: r.id, cost: 100 });
+      for (let i = 0; i < completed; i++) {
+        await srv.sql`
+          INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
+          VALUES (${`job-${tag}-${r.id}-${i}`}, ${r.id}, 'llm-inference', 'completed', 10, 1800, 10, 100)`;
+      }
+      ids.push(r.id);
+    }
+    const list = await api.get(`/api/admin/renters?q=${tag}`, ADMIN);
+    expect(list.status).toBe(200);
+    const byId = new Map(list.body.renters.map((r: any) => [r.id, r]));
+    expect([...byId.keys()].sort()).toEqual([...ids].sort());
+    for (const id of ids) {
+      const one = await api.get(`/api/admin/renters/${id}`, ADMIN);
+      expect(byId.get(id)).toEqual(one.body.renter);
+    }
+    expect(ids.map((id) => [(byId.get(id) as any).balance_halala, (byId.get(id) as any).held_halala, (byId.get(id) as any).total_jobs])).toEqual([
+      [500, 200, 2],
+      [0, 0, 3],
+      [1200, 100, 2],
+    ]);
+  });
+
   it("shows one renter with balance, hold and quota; 404 for an unknown id", async () => {
     const renter = await makeRenter(srv, 2_000);
     await seedJob(srv, { renterId: renter.id, cost: 300 });

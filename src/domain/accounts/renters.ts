@@ -1,10 +1,10 @@
 // Renter accounts: registration, lookup, the Renter resource and quotas.
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { RenterSchema } from "../../../gen/svc/v1/models_pb.js";
-import type { Db, Tx } from "../../db/index.js";
+import type { Db, Sql, Tx } from "../../db/index.js";
 import { conflict, isUniqueViolation, notFound } from "../../errors.js";
 import { issueKey } from "./keys.js";
-import { credit, openRenterAccounts, renterFunds } from "../money/ledger.js";
+import { credit, openRenterAccounts, renterFundsOf } from "../money/ledger.js";
 import { iso } from "../shared/validate.js";
 import { DEFAULT_QUOTA } from "../money/quota.js";
 import { newWebhookSecret } from "../notify/webhooks.js";
@@ -113,7 +113,7 @@ export async function renterQuota(db: Db, renterId: number) {
  * active ones (queued, pending, running) are counted, and they are few
  * whatever the history. So the cost does not grow with the renter's ended jobs.
  */
-export function jobCountSql(db: Db, f: { renterId?: number; status?: string }) {
+export function jobCountSql(db: Db, f: { renterId?: number | ReturnType<Sql>; status?: string }) {
   const ended = !f.status || (TERMINAL_STATUSES as readonly string[]).includes(f.status);
   const active = !f.status || (ACTIVE_STATUSES as readonly string[]).includes(f.status);
   const renter = f.renterId === undefined ? db`` : db`AND renter_id = ${f.renterId}`;
@@ -127,13 +127,30 @@ export function jobCountSql(db: Db, f: { renterId?: number; status?: string }) {
 
 /** Jobs the renter ever submitted (jobCountSql). */
 export async function renterJobCount(db: Db, renterId: number): Promise<number> {
-  const [row] = await db<{ n: number }[]>`SELECT ${jobCountSql(db, { renterId })} AS n`;
-  return Number(row.n);
+  return (await renterJobCounts(db, [renterId])).get(renterId)!;
+}
+
+/** renterJobCount of several renters in one statement (a page of them). */
+async function renterJobCounts(db: Db, renterIds: number[]): Promise<Map<number, number>> {
+  const rows = await db<{ id: number; n: number }[]>`
+    SELECT r.id, ${jobCountSql(db, { renterId: db`r.id` })} AS n FROM unnest(${renterIds}::bigint[]) AS r(id)`;
+  return new Map(rows.map((r) => [Number(r.id), Number(r.n)]));
 }
 
 /** The Renter resource; balance_halala includes held funds. */
 export async function renterMessage(db: Db, r: RenterRow): Promise<MessageInitShape<typeof RenterSchema>> {
-  const [funds, totalJobs] = await Promise.all([renterFunds(db, r.id), renterJobCount(db, r.id)]);
+  return (await renterMessages(db, [r]))[0];
+}
+
+/** renterMessage of a page of renters: their funds and job counts in two reads, not two per renter. */
+export async function renterMessages(db: Db, rows: RenterRow[]): Promise<MessageInitShape<typeof RenterSchema>[]> {
+  if (rows.length === 0) return [];
+  const ids = rows.map((r) => r.id);
+  const [fundsOf, jobsOf] = await Promise.all([renterFundsOf(db, ids), renterJobCounts(db, ids)]);
+  return rows.map((r) => renterMessageOf(r, fundsOf.get(r.id)!, jobsOf.get(r.id) ?? 0));
+}
+
+function renterMessageOf(r: RenterRow, funds: { balance: number; held: number }, totalJobs: number): MessageInitShape<typeof RenterSchema> {
   return {
     id: BigInt(r.id),
     name: r.name,

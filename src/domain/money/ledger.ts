@@ -111,11 +111,22 @@ export interface RenterFunds {
 }
 
 export async function renterFunds(db: Db, renterId: number): Promise<RenterFunds> {
-  const rows = await db<{ kind: AccountKind; balance: number }[]>`
-    SELECT kind, balance FROM ledger_accounts WHERE owner_id = ${renterId} AND kind IN ('renter_available', 'renter_held')`;
-  const available = rows.find((r) => r.kind === "renter_available")?.balance ?? 0;
-  const held = rows.find((r) => r.kind === "renter_held")?.balance ?? 0;
-  return { available, held, balance: available + held };
+  return (await renterFundsOf(db, [renterId])).get(renterId)!;
+}
+
+/** renterFunds of several renters in one read (a page of them). */
+export async function renterFundsOf(db: Db, renterIds: number[]): Promise<Map<number, RenterFunds>> {
+  const rows = await db<{ owner_id: number; kind: AccountKind; balance: number }[]>`
+    SELECT owner_id, kind, balance FROM ledger_accounts
+    WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')`;
+  const funds = new Map(renterIds.map((id) => [id, { available: 0, held: 0, balance: 0 }]));
+  for (const r of rows) {
+    const f = funds.get(Number(r.owner_id))!;
+    if (r.kind === "renter_available") f.available = r.balance;
+    else f.held = r.balance;
+    f.balance = f.available + f.held;
+  }
+  return funds;
 }
 
 /** Balance of any account: the kept column, or for system accounts the sum of their transfers. */
