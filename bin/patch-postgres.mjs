@@ -49,6 +49,18 @@
 // of the backend every time. The patch defers every statement written in one
 // turn to one write, up to 256 KiB.
 //
+// And the pool's queues: postgres.js keeps its connections in queues by
+// state (open, busy, ...) whose shift() leaves a hole at the front and only
+// starts a fresh array once the queue is empty, and whose remove(), run each
+// time a connection changes state, searched from the first hole. Under a
+// steady load the busy queue is never empty (each statement shifts a
+// connection off it and pushes it back), so its array grew by one slot per
+// statement and every change of state scanned all of it: the cost of a
+// statement grew with the statements run since the pool was last idle. 64
+// statements kept in flight on a pool of 20 for 8 s: 26,700 a second at 38 µs
+// of CPU each before the patch, 70,000 at 14 µs after. The patch searches
+// from the live part and drops the holes once they are most of the array.
+//
 // Exact text replacements, checked: a postgres version other than the pinned
 // one, or text that moved, stops the install with a message instead of
 // patching blindly.
@@ -113,6 +125,26 @@ const coalesceReplacements = [
   ],
 ];
 
+const QUEUE_MARK = "svc patch: the queue's holes";
+const queueReplacements = [
+  [
+    "      const index = xs.indexOf(x)\n",
+    `      // ${QUEUE_MARK} before \`index\` hold nothing\n      const index = xs.indexOf(x, start)\n`,
+  ],
+  [
+    "  let index = 0\n",
+    "  let index = 0\n  const first = () => index\n",
+  ],
+  [
+    "      } else {\n        xs[index - 1] = undefined\n      }\n",
+    `      } else if (index >= 1024 && index * 2 >= xs.length) {\n        // ${QUEUE_MARK}: dropped once they are most of the array\n        xs = xs.slice(index)\n        index = 0\n      } else {\n        xs[index - 1] = undefined\n      }\n`,
+  ],
+  [
+    "    remove: (x) => {\n",
+    "    remove: (x) => {\n      const start = first()\n",
+  ],
+];
+
 /** Applies `replacements` to each file once (a file carrying `mark` is done); each must match exactly `expected(from)` times. */
 function patch(files, mark, replacements, expected) {
   for (const rel of files) {
@@ -137,3 +169,4 @@ patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], TY
 patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], STALE_MARK, staleReplacements, () => 1);
 patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], POOL_MARK, poolReplacements, () => 1);
 patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], COALESCE_MARK, coalesceReplacements, () => 1);
+patch(["src/queue.js", "cjs/src/queue.js", "cf/src/queue.js"], QUEUE_MARK, queueReplacements, () => 1);
