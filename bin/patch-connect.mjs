@@ -13,8 +13,9 @@
 //
 // The patch turns each emulated generator back into the native form it was
 // compiled from; the semantics are the language's own:
-//   __asyncGenerator(this, arguments, function* f() { BODY })
-//                                   -> (async function* f() { BODY }).apply(this, arguments)
+//   function g(params) { return __asyncGenerator(this, arguments, function* f() { BODY }); }
+//                                   -> async function* g(params) { BODY }
+//   (any other use)                 -> (async function* f() { BODY }).apply(this, arguments)
 //   yield __await(x)               -> await (x)       (the helper's marker for `await`)
 //   yield yield __await(x)         -> yield (x)       (a native `yield` awaits its operand)
 //   __asyncDelegator(__asyncValues(x)) -> ((x))       (`yield*` of an async iterable)
@@ -82,6 +83,18 @@ function blockEnd(text, start) {
   return -1;
 }
 
+/**
+ * The function that wraps the generator at `open`, when its whole body is
+ * `return __asyncGenerator(...);` and its header is `function name?(params)`
+ * with plain parameters: where that header starts and where the function ends.
+ */
+function wrapperAround(text, open, generatorEnd) {
+  const head = /function(\s+[A-Za-z0-9_$]+)?\s*\(([^()]*)\)\s*\{\s*return\s+$/.exec(text.slice(Math.max(0, open - 300), open));
+  const tail = /^\s*;\s*\}/.exec(text.slice(generatorEnd + 1));
+  if (!head || !tail) return undefined;
+  return { start: open - head[0].length, end: generatorEnd + 1 + tail[0].length, name: head[1] ?? "", params: head[2] };
+}
+
 /** The file with every emulated async generator made native; throws when the shape is not the expected one. */
 export function nativeAsyncGenerators(text) {
   let out = "";
@@ -94,8 +107,16 @@ export function nativeAsyncGenerators(text) {
     if (end < 0 || text.slice(end, end + 1) !== ")") throw new Error(`the generator at offset ${m.index} does not close as expected`);
     const inner = nativeAsyncGenerators(text.slice(bodyStart, end - 1));
     generators += 1 + inner.generators;
-    out += text.slice(at, m.index) + `(async function* ${m[1]}() {` + inner.text + "}).apply(this, arguments)";
-    at = end + 1;
+    // The wrapper becomes the generator itself, as it was written: one function made once, not
+    // a new generator function (with its own prototype and object shape) made at every call.
+    const wrapper = wrapperAround(text, m.index, end);
+    if (wrapper && wrapper.start >= at) {
+      out += text.slice(at, wrapper.start) + `async function*${wrapper.name}(${wrapper.params}) {` + inner.text + "}";
+      at = wrapper.end;
+    } else {
+      out += text.slice(at, m.index) + `(async function* ${m[1]}() {` + inner.text + "}).apply(this, arguments)";
+      at = end + 1;
+    }
   }
   out += text.slice(at);
   out = out.replaceAll("yield __await(", "await (").replaceAll("__asyncDelegator(__asyncValues(", "((");
