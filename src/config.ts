@@ -47,6 +47,8 @@ export interface Config {
   daemonLatestVersion: string;
   /** Seconds between liveness sweeps (silent providers -> offline); 0 disables the sweep. */
   livenessSweepSeconds: number;
+  /** Seconds between deletions of the uptime hours and attempt days reputation no longer reads; 0 disables them. */
+  retentionSweepSeconds: number;
   /** The Windows installer binary served by /api/providers/download-windows-exe, when one is built. */
   windowsExePath: string | undefined;
   /** Attempts a job gets (first run plus re-queues after a provider goes silent) before it fails. */
@@ -247,6 +249,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", DAEMON_RELEASE),
     daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", DAEMON_RELEASE),
     livenessSweepSeconds: int(env, "SVC_LIVENESS_SWEEP_SECONDS", 15, 0, 3600),
+    retentionSweepSeconds: int(env, "SVC_RETENTION_SWEEP_SECONDS", 3600, 0, 86400),
     windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
     jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),

@@ -3,6 +3,7 @@
 //   offline and their running work goes back to the jobs issue's re-queue
 //   path; uptime and reliability of providers not heard from keep decaying;
 // - the heartbeat telemetry flusher, stopped (and drained) at shutdown;
+// - the retention sweep (workers/retention.ts);
 // - the cache-invalidation listener (LISTEN), which keeps this process's key
 //   and provider caches in step with changes committed by any process.
 import { heartbeatPipeline, type HeartbeatDeps as Deps } from "../domain/providers/heartbeat.js";
@@ -11,6 +12,7 @@ import { requeueWorkOf } from "../domain/dispatch/job-hooks.js";
 import { markSilentProvidersOffline } from "../domain/dispatch/liveness-sweep.js";
 import { refreshDueReputations } from "../domain/providers/reputation.js";
 import type { Worker } from "./worker.js";
+import { retentionWorker } from "./retention.js";
 import { failureLevel } from "../errors.js";
 
 /** One sweep: offline marking, re-queueing, then due reputation refreshes. */
@@ -73,5 +75,5 @@ export function invalidationListener(deps: Deps): Worker {
 
 /** Every worker of the provider side, in start order. */
 export function providerWorkers(deps: Deps): Worker[] {
-  return [invalidationListener(deps), heartbeatFlushWorker(deps), livenessSweepWorker(deps)];
+  return [invalidationListener(deps), heartbeatFlushWorker(deps), livenessSweepWorker(deps), retentionWorker(deps)];
 }

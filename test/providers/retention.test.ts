@@ -1,0 +1,96 @@
+// Retention of the reputation inputs: uptime hours and attempt days older than
+// what the score reads are deleted, in batches, without changing the score;
+// the server runs the sweep at start and on its period.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
+import { makeProvider } from "../helpers/fixtures.js";
+import { refreshReputation } from "../../src/domain/providers/reputation.js";
+import { ATTEMPT_DAYS_KEPT, UPTIME_KEPT_HOURS, deleteExpiredReputationRows } from "../../src/domain/providers/retention.js";
+
+let srv: TestServer;
+beforeAll(async () => {
+  // Its own sweep off: these tests run it themselves.
+  srv = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "0" });
+});
+afterAll(async () => {
+  await srv?.close();
+});
+
+const hoursAgo = (providerId: number, hours: number[]) => srv.sql`
+  INSERT INTO provider_uptime (provider_id, hour, covered_seconds)
+  SELECT ${providerId}, date_trunc('hour', now()) - make_interval(hours => h), 1800 FROM unnest(${hours}::int[]) AS h`;
+const daysAgo = (providerId: number, days: number[]) => srv.sql`
+  INSERT INTO provider_attempt_days (provider_id, day, carried, faults)
+  SELECT ${providerId}, (now() AT TIME ZONE 'UTC')::date - d, 3, 1 FROM unnest(${days}::int[]) AS d`;
+const keptHours = async (providerId: number) =>
+  (await srv.sql<{ h: number }[]>`
+    SELECT round(extract(epoch FROM date_trunc('hour', now()) - hour) / 3600)::int AS h FROM provider_uptime
+    WHERE provider_id = ${providerId} ORDER BY hour DESC`).map((r) => r.h);
+const keptDays = async (providerId: number) =>
+  (await srv.sql<{ d: number }[]>`
+    SELECT (now() AT TIME ZONE 'UTC')::date - day AS d FROM provider_attempt_days WHERE provider_id = ${providerId} ORDER BY day DESC`).map((r) => r.d);
+const figures = async (providerId: number) => {
+  await refreshReputation(srv.sql, [providerId]);
+  const [row] = await srv.sql`SELECT uptime_percent, reliability_score FROM providers WHERE id = ${providerId}`;
+  return row;
+};
+
+describe("retention of uptime hours and attempt days", () => {
+  it("deletes what the score no longer reads, keeps the rest, and leaves the score as it was", async () => {
+    const p = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET first_heartbeat_at = now() - interval '90 days', last_heartbeat = now() - interval '10 seconds' WHERE id = ${p.id}`;
+    await hoursAgo(p.id, [1, 2, 23, UPTIME_KEPT_HOURS - 1, UPTIME_KEPT_HOURS, UPTIME_KEPT_HOURS + 1, 24 * 60]);
+    await daysAgo(p.id, [0, 1, 29, ATTEMPT_DAYS_KEPT - 1, ATTEMPT_DAYS_KEPT, ATTEMPT_DAYS_KEPT + 1, 60]);
+    const before = await figures(p.id);
+
+    const deleted = await deleteExpiredReputationRows(srv.sql);
+    expect(deleted.uptimeHours).toBeGreaterThanOrEqual(2);
+    expect(deleted.attemptDays).toBeGreaterThanOrEqual(3);
+    expect(await keptHours(p.id)).toEqual([1, 2, 23, UPTIME_KEPT_HOURS - 1, UPTIME_KEPT_HOURS]);
+    expect(await keptDays(p.id)).toEqual([0, 1, 29, ATTEMPT_DAYS_KEPT - 1]);
+    expect(await figures(p.id)).toEqual(before);
+
+    expect(await deleteExpiredReputationRows(srv.sql)).toEqual({ uptimeHours: 0, attemptDays: 0 });
+  });
+
+  it("deletes a backlog larger than one batch", async () => {
+    const p = await makeProvider(srv);
+    const old = Array.from({ length: 25_000 }, (_, i) => UPTIME_KEPT_HOURS + 1 + i);
+    await hoursAgo(p.id, [5, ...old]);
+    const deleted = await deleteExpiredReputationRows(srv.sql);
+    expect(deleted.uptimeHours).toBe(25_000);
+    expect(await keptHours(p.id)).toEqual([5]);
+  });
+});
+
+describe("the retention sweep of a server", () => {
+  it("runs at start", async () => {
+    const db = await freshDatabase();
+    const other = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "0" }, db.url);
+    const p = await makeProvider(other);
+    await other.sql`
+      INSERT INTO provider_uptime (provider_id, hour, covered_seconds)
+      VALUES (${p.id}, date_trunc('hour', now()) - make_interval(hours => ${UPTIME_KEPT_HOURS + 5}), 60),
+             (${p.id}, date_trunc('hour', now()) - interval '3 hours', 60)`;
+    await other.sql`
+      INSERT INTO provider_attempt_days (provider_id, day, carried, faults)
+      VALUES (${p.id}, (now() AT TIME ZONE 'UTC')::date - ${ATTEMPT_DAYS_KEPT + 5}::int, 1, 0)`;
+    await other.close();
+    // A server with the sweep on, on the same database.
+    const sweeping = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "3600" }, db.url);
+    try {
+      let left = -1;
+      for (let i = 0; i < 50 && left !== 1; i++) {
+        const [r] = await sweeping.sql<{ n: number }[]>`
+          SELECT (SELECT count(*) FROM provider_uptime WHERE provider_id = ${p.id})::int
+               + (SELECT count(*) FROM provider_attempt_days WHERE provider_id = ${p.id})::int AS n`;
+        left = r.n;
+        if (left !== 1) await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(left).toBe(1);
+    } finally {
+      await sweeping.close();
+      await db.drop();
+    }
+  });
+});
