@@ -31,6 +31,11 @@ interface Authenticated {
   key?: string;
 }
 
+/** A key that no account has: 404 on routes that say so (unknownKeyNotFound), else 401. */
+function unknownKeyError(wanted: Set<string>, unknownKeyNotFound: boolean) {
+  return unknownKeyNotFound ? notFound(`${[...wanted].join(" or ")} not found: no account has this API key`) : unauthorized("invalid API key");
+}
+
 async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ctx: HandlerContext): Promise<Authenticated> {
   const creds = ctx.values.get(credentialsKey);
   if (roles.includes(Role.ADMIN) && creds.adminTokens.some((t) => constantTimeEqual(t, deps.config.adminToken))) {
@@ -42,8 +47,6 @@ async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ct
   if (roles.includes(Role.PROVIDER)) wanted.add("provider");
   if (roles.includes(Role.RENTER)) wanted.add("renter");
   const keys = creds.keys.filter((k) => wanted.has(roleOfKey(k) ?? ""));
-  const unknownKey = () =>
-    unknownKeyNotFound ? notFound(`${[...wanted].join(" or ")} not found: no account has this API key`) : unauthorized("invalid API key");
   for (const key of keys) {
     // Cached briefly in process; rotation revokes at once (see key-cache.ts).
     const owner = await cachedLookupKey(deps.sql, key);
@@ -52,14 +55,14 @@ async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ct
     if (owner.suspended) throw forbidden("renter account is suspended");
     return { principal: { role: "renter", renterId: owner.accountId }, key };
   }
-  if (keys.length > 0) throw unknownKey();
+  if (keys.length > 0) throw unknownKeyError(wanted, unknownKeyNotFound);
   const adminOnly = wanted.size === 0;
   if (adminOnly) {
     throw unauthorized(creds.adminTokens.length > 0 ? "invalid admin token" : "admin token required (x-admin-token or Authorization: Bearer)");
   }
   const otherKeys = creds.keys.filter((k) => roleOfKey(k) !== undefined);
   if (otherKeys.length > 0) throw forbidden(`this endpoint needs a ${[...wanted].join(" or ")} key`);
-  if (creds.keys.length > 0) throw unknownKey();
+  if (creds.keys.length > 0) throw unknownKeyError(wanted, unknownKeyNotFound);
   if (creds.adminTokens.length > 0 && roles.includes(Role.ADMIN)) throw unauthorized("invalid admin token");
   throw badRequest("API key required");
 }
