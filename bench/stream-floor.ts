@@ -10,7 +10,7 @@
 // transport in this Node, for comparison. Both run with the same client, so
 // their difference is the server side's.
 //
-//   npx tsx bench/stream-floor.ts [-- --streams 500 --in-flight 64 --seconds 5 --server connect|raw]
+//   npm run bench:stream-floor [-- --streams 500 --in-flight 64 --seconds 5 --server connect|raw]
 import http2 from "node:http2";
 import { parseArgs } from "node:util";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
