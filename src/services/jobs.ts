@@ -10,7 +10,7 @@ import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatc
 import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
 import { cancelJob } from "../domain/jobs/job-control.js";
 import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
-import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jobView, listJobs, type JobReader } from "../domain/jobs/jobs.js";
+import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jobView, jobViews, listJobs, type JobReader } from "../domain/jobs/jobs.js";
 import { type JobRow } from "../domain/shared/job-row.js";
 import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
 import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
@@ -164,7 +164,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       const { limit, offset } = page(req.limit, req.offset);
       const { rows, total } = await listJobs(sql, readerOf(ctx), { status, limit, offset });
       const reader = readerOf(ctx);
-      return { jobs: await Promise.all(rows.map((r) => jobView(sql, r, reader))), total: BigInt(total), limit, offset };
+      return { jobs: await jobViews(sql, rows, reader), total: BigInt(total), limit, offset };
     },
 
     async get(req, ctx) {

@@ -152,6 +152,33 @@ describe("placement rules", () => {
     expect(reserved.status).toBe(503);
   });
 
+  it("lists queued jobs with the same reasons and places as each job's own read", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const one = await makeProvider(srv);
+    const h100 = await makeProvider(srv, { vramMib: 81559, gpuModel: "NVIDIA H100 80GB HBM3" });
+    await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${h100.id}`;
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push((await submit(renter.headers)).body.job.job_id); // the first runs, three wait behind it
+    for (let i = 0; i < 2; i++) ids.push((await submit(renter.headers, { gpu_requirements: { gpu_model: "H100" } })).body.job.job_id);
+    ids.push((await submit(renter.headers, { provider_id: one.id })).body.job.job_id);
+    // A later attempt's standing is its own (the providers that declined it do not count).
+    await srv.sql`UPDATE jobs SET attempt = 2 WHERE job_id = ${ids[3]}`;
+
+    const list = await api.get("/api/jobs?limit=50", renter.headers);
+    expect(list.status).toBe(200);
+    const listed = new Map<string, Record<string, unknown>>(list.body.jobs.map((j: Record<string, unknown>) => [j.job_id as string, j]));
+    const codes = new Set<unknown>();
+    for (const id of ids) {
+      const own = (await api.get(`/api/jobs/${id}`, renter.headers)).body;
+      const inList = listed.get(id)!;
+      expect(inList.status).toBe(own.status);
+      expect([inList.queue_reason, inList.queue_reason_code]).toEqual([own.queue_reason, own.queue_reason_code]);
+      codes.add(own.queue_reason_code);
+    }
+    expect(codes).toEqual(new Set([null, "providers_busy", "providers_paused", "provider_busy"]));
+    expect(listed.get(ids[2])!.queue_reason).toMatch(/1 job ahead in the queue/);
+  });
+
   it("waits for an explicitly requested provider, saying why", async () => {
     const renter = await makeRenter(srv, 100_000);
     const wanted = await makeProvider(srv);

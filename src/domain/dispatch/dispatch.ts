@@ -652,6 +652,15 @@ export async function queuePosition(db: Db, id: number): Promise<number> {
   return Number(r.pos);
 }
 
+/** queuePosition of several queued jobs in one read. */
+export async function queuePositions(db: Db, ids: number[]): Promise<Map<number, number>> {
+  const rows = await db<{ id: number; pos: number }[]>`
+    SELECT me.id, count(q.id)::bigint + 1 AS pos FROM jobs me
+    LEFT JOIN jobs q ON q.status = 'queued' AND (q.priority, q.submitted_at, q.id) < (me.priority, me.submitted_at, me.id)
+    WHERE me.id = ANY(${ids}::bigint[]) GROUP BY me.id`;
+  return new Map(rows.map((r) => [Number(r.id), Number(r.pos)]));
+}
+
 function describeRequirements(req: Record<string, unknown> | null): string {
   const parts: string[] = [];
   if (req?.min_vram_gb !== undefined) parts.push(`≥ ${req.min_vram_gb} GB VRAM`);
@@ -670,18 +679,50 @@ const allOf = (n: number, verb: string) =>
  */
 export const EXPLAIN_CAP = 1000;
 
-/** Why a queued job is still waiting, answered on submit and every read. */
-export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
-  const ahead = (await queuePosition(db, job.id)) - 1;
-  const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
+/** What explainQueue reads of the providers for a job: the requested one, or counts over those that fit. */
+type Standing = { pinned: PinnedProvider | undefined } | { counts: { fit: number; live: number; available: number; free: number } };
+type PinnedProvider = { live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null; daemon_version: string | null };
+
+async function standingOf(db: Db, job: JobRow): Promise<Standing> {
   if (job.requested_provider_id !== null) {
     const id = job.requested_provider_id;
-    const [p] = await db<{ live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null; daemon_version: string | null }[]>`
+    const [p] = await db<PinnedProvider[]>`
       SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused, p.task_key_mismatch, p.daemon_version,
              ${runWindowSql(db)} AS in_window, ${busySql(db)} AS busy, ${slotsSql(db)} AS slots,
              p.scheduled_start, p.scheduled_end,
              (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits
       FROM providers p WHERE p.id = ${id}`;
+    return { pinned: p };
+  }
+  // Counted over at most EXPLAIN_CAP + 1 live providers that fit (see EXPLAIN_CAP).
+  const [c] = await db<{ fit: number; live: number; available: number; free: number }[]>`
+    SELECT count(*)::bigint AS fit,
+           count(*) FILTER (WHERE ${matchesSql(db)})::bigint AS live,
+           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)})::bigint AS available,
+           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)} AND ${busySql(db)} < ${slotsSql(db)})::bigint AS free
+    FROM jobs j, LATERAL (
+      SELECT p.* FROM providers p WHERE ${liveSql(db)} AND ${hardwareFitSql(db)} LIMIT ${EXPLAIN_CAP + 1}
+    ) p
+    WHERE j.id = ${job.id}`;
+  return { counts: { fit: Number(c.fit), live: Number(c.live), available: Number(c.available), free: Number(c.free) } };
+}
+
+/**
+ * Jobs whose standing is the same: a first attempt's depends only on the provider it asked for and its
+ * gpu_requirements (a later attempt's also on the providers that declined it, so it has none).
+ */
+function standingKey(job: JobRow): string | undefined {
+  if (job.attempt !== 1) return undefined;
+  const r = job.gpu_requirements;
+  return JSON.stringify([job.requested_provider_id, r?.min_vram_gb ?? null, r?.gpu_model ?? null]);
+}
+
+/** The reason, from the standing and the number of queued jobs ahead. */
+function reasonOf(job: JobRow, standing: Standing, ahead: number): QueueReason {
+  const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
+  if ("pinned" in standing) {
+    const id = job.requested_provider_id;
+    const p = standing.pinned;
     if (!p || p.approval_status !== "approved" || p.status === "suspended") {
       return { code: "provider_unavailable", reason: `requested provider ${id} is not approved for jobs` };
     }
@@ -701,25 +742,47 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
     if (p.busy >= p.slots) return { code: "provider_busy", reason: `requested provider ${id} is busy (${p.busy} of ${plural(p.slots, "GPU")} running jobs)${aheadText}` };
     return { code: "waiting_for_dispatch", reason: `requested provider ${id} has a free GPU; the job is being assigned${aheadText}` };
   }
-  // Counted over at most EXPLAIN_CAP + 1 live providers that fit (see EXPLAIN_CAP).
-  const [c] = await db<{ fit: number; live: number; available: number; free: number }[]>`
-    SELECT count(*)::bigint AS fit,
-           count(*) FILTER (WHERE ${matchesSql(db)})::bigint AS live,
-           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)})::bigint AS available,
-           count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)} AND ${busySql(db)} < ${slotsSql(db)})::bigint AS free
-    FROM jobs j, LATERAL (
-      SELECT p.* FROM providers p WHERE ${liveSql(db)} AND ${hardwareFitSql(db)} LIMIT ${EXPLAIN_CAP + 1}
-    ) p
-    WHERE j.id = ${job.id}`;
-  const live = Number(c.live);
-  const available = Number(c.available);
-  if (Number(c.fit) === 0) return { code: "no_matching_provider", reason: `no approved provider${describeRequirements(job.gpu_requirements)} is online` };
+  const c = standing.counts;
+  const live = c.live;
+  const available = c.available;
+  if (c.fit === 0) return { code: "no_matching_provider", reason: `no approved provider${describeRequirements(job.gpu_requirements)} is online` };
   if (live === 0) {
     return { code: "providers_declined", reason: `every online provider that fits declined this job or did not start it; waiting for another` };
   }
   if (available === 0) {
     return { code: "providers_paused", reason: allOf(live, "paused or outside scheduled hours") };
   }
-  if (Number(c.free) === 0) return { code: "providers_busy", reason: `${allOf(available, "busy")}${aheadText}` };
+  if (c.free === 0) return { code: "providers_busy", reason: `${allOf(available, "busy")}${aheadText}` };
   return { code: "waiting_for_dispatch", reason: `a matching provider has a free GPU; the job is being assigned${aheadText}` };
+}
+
+/** Why a queued job is still waiting, answered on submit and every read. */
+export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
+  const [position, standing] = await Promise.all([queuePosition(db, job.id), standingOf(db, job)]);
+  return reasonOf(job, standing, position - 1);
+}
+
+/**
+ * explainQueue for the queued jobs of a page (GET /api/jobs): their places in the queue in one read,
+ * and each standing read once for the jobs that share it, instead of two reads per job.
+ */
+export async function explainQueues(db: Db, jobs: JobRow[]): Promise<Map<number, QueueReason>> {
+  const queued = jobs.filter((j) => j.status === "queued");
+  const out = new Map<number, QueueReason>();
+  if (queued.length === 0) return out;
+  const positions = await queuePositions(db, queued.map((j) => j.id));
+  const shared = new Map<string, Promise<Standing>>();
+  await Promise.all(
+    queued.map(async (job) => {
+      const key = standingKey(job);
+      let standing: Promise<Standing>;
+      if (key === undefined) standing = standingOf(db, job);
+      else {
+        standing = shared.get(key) ?? standingOf(db, job);
+        shared.set(key, standing);
+      }
+      out.set(job.id, reasonOf(job, await standing, (positions.get(job.id) ?? 1) - 1));
+    }),
+  );
+  return out;
 }

@@ -7,7 +7,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { JobSchema } from "../../../gen/svc/v1/models_pb.js";
 import type { Db } from "../../db/index.js";
 import { forbidden, notFound } from "../../errors.js";
-import { explainQueue } from "../dispatch/dispatch.js";
+import { explainQueue, explainQueues, type QueueReason } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
 import { actualCostHalala, actualMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
@@ -117,10 +117,19 @@ export async function attemptsForReader(db: Db, jobId: string, reader: JobReader
  * are billed per token; the raw endpoint would serve them unbilled.
  */
 export async function jobView(db: Db, job: JobRow, reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>> {
+  return viewOf(job, reader, job.status === "queued" ? await explainQueue(db, job) : undefined);
+}
+
+/** jobView of a page of jobs: the queued ones' reasons read together (explainQueues). */
+export async function jobViews(db: Db, jobs: JobRow[], reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>[]> {
+  const reasons = await explainQueues(db, jobs);
+  return jobs.map((job) => viewOf(job, reader, reasons.get(job.id)));
+}
+
+function viewOf(job: JobRow, reader: JobReader | undefined, q: QueueReason | undefined): MessageInitShape<typeof JobSchema> {
   const msg = jobMessage(job);
   if (reader?.role === "renter") msg.endpointUrl = undefined;
-  if (job.status === "queued") {
-    const q = await explainQueue(db, job);
+  if (q) {
     msg.queueReason = q.reason;
     msg.queueReasonCode = q.code;
   }
