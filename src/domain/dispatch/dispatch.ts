@@ -645,11 +645,7 @@ export interface QueueReason {
 
 /** 1-based place of a queued job in dispatch order (priority, then submit time). */
 export async function queuePosition(db: Db, id: number): Promise<number> {
-  const [r] = await db<{ pos: number }[]>`
-    SELECT count(q.id)::bigint + 1 AS pos FROM jobs me
-    LEFT JOIN jobs q ON q.status = 'queued' AND (q.priority, q.submitted_at, q.id) < (me.priority, me.submitted_at, me.id)
-    WHERE me.id = ${id}`;
-  return Number(r.pos);
+  return (await queuePositions(db, [id])).get(id) ?? 1;
 }
 
 /** queuePosition of several queued jobs in one read. */
