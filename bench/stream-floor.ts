@@ -4,19 +4,25 @@
 // bench:streams, in one process. What it costs per message is what any
 // handler on this transport pays before doing its own work.
 //
+// `--server grpc-streams` serves the same implementation through the
+// service's own path for streaming gRPC calls (src/http/grpc-streams.ts):
+// Connect's handler context and interceptor chain, its own framing.
+//
 // `--server raw` answers the same way from a bare handler of Node's HTTP/2
 // server (length-prefixed frames split from the stream's data, each decoded
 // and its ack encoded with the generated schemas): the floor of a frame-level
 // transport in this Node, for comparison. Both run with the same client, so
 // their difference is the server side's.
 //
-//   npm run bench:stream-floor [-- --streams 500 --in-flight 64 --seconds 5 --server connect|raw]
+//   npm run bench:stream-floor [-- --streams 500 --in-flight 64 --seconds 5 --server connect|grpc-streams|raw]
 import http2 from "node:http2";
 import { parseArgs } from "node:util";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type DaemonMessage } from "../gen/svc/v1/daemon_pb.js";
+import { createContextValues } from "@connectrpc/connect";
 import { AsyncQueue } from "../src/daemon/async-queue.js";
+import { createGrpcStreamHandler } from "../src/http/grpc-streams.js";
 import { machine } from "./lib.js";
 
 const { values: args } = parseArgs({
@@ -30,24 +36,28 @@ const { values: args } = parseArgs({
 const STREAMS = Number(args.streams);
 const IN_FLIGHT = Number(args["in-flight"]);
 const SECONDS = Number(args.seconds);
-if (args.server !== "connect" && args.server !== "raw") throw new Error("--server is connect or raw");
+if (!["connect", "grpc-streams", "raw"].includes(args.server)) throw new Error("--server is connect, grpc-streams or raw");
 
 type Out = MessageInitShape<typeof ServerMessageSchema>;
 
-const handler = connectNodeAdapter({
-  routes: (router) =>
-    router.service(DaemonService, {
-      async *connect(requests: AsyncIterable<DaemonMessage>) {
-        const out = new AsyncQueue<Out>();
-        void (async () => {
-          for await (const m of requests) {
-            out.push(m.kind.case === "heartbeat" ? { kind: { case: "heartbeatAck", value: { success: true, message: "Heartbeat received" } } } : { kind: { case: "welcome", value: {} } });
-          }
-          out.close();
-        })();
-        yield* out;
-      },
-    }),
+async function* ackEach(requests: AsyncIterable<DaemonMessage>): AsyncIterable<Out> {
+  const out = new AsyncQueue<Out>();
+  void (async () => {
+    for await (const m of requests) {
+      out.push(m.kind.case === "heartbeat" ? { kind: { case: "heartbeatAck", value: { success: true, message: "Heartbeat received" } } } : { kind: { case: "welcome", value: {} } });
+    }
+    out.close();
+  })();
+  yield* out;
+}
+
+const handler = connectNodeAdapter({ routes: (router) => router.service(DaemonService, { connect: ackEach }) });
+
+const grpcStreams = createGrpcStreamHandler({
+  routes: [{ method: DaemonService.method.connect, impl: ackEach, readMaxBytes: 1 << 20 }],
+  interceptors: [],
+  contextValues: () => createContextValues(),
+  shutdownSignal: new AbortController().signal,
 });
 
 /** A bare gRPC bidi handler on Node's HTTP/2 stream: split frames, decode, answer with an encoded ack. */
@@ -81,7 +91,10 @@ function frameBytes(body: Uint8Array): Buffer {
 }
 
 async function main() {
-  const server = http2.createServer({}, args.server === "raw" ? rawHandler : handler);
+  const server = http2.createServer(
+    {},
+    args.server === "raw" ? rawHandler : args.server === "grpc-streams" ? (req, res) => void grpcStreams(req, res) : handler,
+  );
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const { port } = server.address() as { port: number };
   const beat = frame(create(DaemonMessageSchema, { kind: { case: "heartbeat", value: { daemonVersion: "5.0.0", uptime: 1 } } }));

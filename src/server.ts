@@ -16,6 +16,7 @@ import { buildServices } from "./services/index.js";
 import { createApiDocsHandler } from "./http/api-docs.js";
 import { createCors } from "./http/cors.js";
 import { checkRouteRows, createRateLimits } from "./http/rate-limits.js";
+import { createGrpcStreamHandler } from "./http/grpc-streams.js";
 import { createV1Handler } from "./http/v1/router.js";
 import { createConsoleHandler } from "./http/console.js";
 import type { Deps } from "./services/deps.js";
@@ -108,22 +109,31 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     createConsoleHandler(config, log),
   ];
 
+  // Method by method, each with its route's size limit: a message is never read past it
+  // (the library's default is 4 GiB, and bodies are read before authentication).
+  const methods = services.flatMap((s) =>
+    s.service.methods.map((m) => ({ method: m, impl: (s.impl as unknown as Record<string, never>)[m.localName], readMaxBytes: bodyLimitBytesOf(m) })),
+  );
+  const interceptors = [metricsInterceptor(metrics), callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])];
+  const contextValues = (req: NodeRequest) =>
+    createContextValues().set(
+      credentialsKey,
+      credentialsFromHeaders(req.headers as Record<string, string>, clientIpOf(req, config.trustProxy), requestIdOf(req.headers)),
+    );
+  // Streaming calls over plain gRPC take the lighter path (http/grpc-streams.ts); Connect serves the rest.
+  const grpcStreams = createGrpcStreamHandler({
+    routes: methods.filter((r) => r.method.methodKind !== "unary"),
+    interceptors,
+    contextValues: (req) => contextValues(req as unknown as NodeRequest),
+    shutdownSignal: shutdown.signal,
+  });
   const handler = connectNodeAdapter({
     routes: (router) => {
-      // Method by method, each with its route's size limit: a message is never read past it
-      // (the library's default is 4 GiB, and bodies are read before authentication).
-      for (const s of services) {
-        const impl = s.impl as unknown as Record<string, never>;
-        for (const m of s.service.methods) router.rpc(m, impl[m.localName], { readMaxBytes: bodyLimitBytesOf(m) });
-      }
+      for (const r of methods) router.rpc(r.method, r.impl, { readMaxBytes: r.readMaxBytes });
     },
     shutdownSignal: shutdown.signal,
-    interceptors: [metricsInterceptor(metrics), callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])],
-    contextValues: (req) =>
-      createContextValues().set(
-        credentialsKey,
-        credentialsFromHeaders(req.headers as Record<string, string>, clientIpOf(req as NodeRequest, config.trustProxy), requestIdOf(req.headers)),
-      ),
+    interceptors,
+    contextValues: (req) => contextValues(req as NodeRequest),
     fallback: async (req, res) => {
       const url = new URL(req.url ?? "/", "http://localhost");
       for (const h of plain) if (await h(req as NodeRequest, res as NodeResponse, url)) return;
@@ -134,7 +144,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
 
   const cors = createCors(config);
   const edge = createEdge((req, res) => {
-    if (!cors(req, res)) handler(req, res);
+    if (!cors(req, res) && !grpcStreams(req, res)) handler(req, res);
   });
   const port = await edge.listen(config.port, config.host);
   const hostForUrl = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;

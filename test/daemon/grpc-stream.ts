@@ -33,8 +33,8 @@ export interface TestStream {
   cancel(): void;
 }
 
-export function openStream(port: number, key: string | undefined): TestStream {
-  const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure()) as any;
+export function openStream(port: number, key: string | undefined, options?: grpc.ChannelOptions): TestStream {
+  const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), options) as any;
   const md = new grpc.Metadata();
   if (key) md.set("x-provider-key", key);
   const call = client.connect(md);

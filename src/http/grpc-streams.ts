@@ -1,0 +1,314 @@
+// gRPC streaming calls served straight off their HTTP/2 stream.
+//
+// Connect's Node handler carries every message of a stream through about ten
+// async iterables each way (the adapter's reader, envelope split, decompress,
+// parse; serialize, compress, join, catch, the adapter's writer). On a
+// daemon's stream of heartbeats that chain cost more server CPU per message
+// than a whole JSON heartbeat, and tens of KB of heap per open stream. Here the
+// 5-byte gRPC envelopes are split and parsed as the frames arrive and the
+// answers written as they come; the messages reach the same implementation
+// through the same interceptors and the same handler context that Connect
+// builds (createHandlerContext, transformInvokeImplementation), so a call
+// behaves alike on either path.
+//
+// Taken here: POST over HTTP/2, `application/grpc` or `application/grpc+proto`,
+// messages not compressed. Everything else (compressed messages, the JSON
+// codec, gRPC-Web, Connect's own protocol, HTTP/1.1) is left to Connect.
+import { setMaxListeners } from "node:events";
+import type http2 from "node:http2";
+import { fromBinary, toBinary, type DescMethod, type DescMessage, type Message } from "@bufbuild/protobuf";
+import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import { transformInvokeImplementation } from "@connectrpc/connect/protocol";
+import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+
+export interface StreamRoute {
+  method: DescMethod;
+  /** The method's implementation, as given to Connect's router. */
+  impl: unknown;
+  /** Largest message accepted, in bytes. */
+  readMaxBytes: number;
+}
+
+export interface GrpcStreamOptions {
+  routes: StreamRoute[];
+  interceptors: Interceptor[];
+  contextValues: (req: http2.Http2ServerRequest) => ContextValues;
+  shutdownSignal: AbortSignal;
+}
+
+/** Returns true when it took the request; false leaves it to Connect. */
+export type GrpcStreamHandler = (req: http2.Http2ServerRequest | { httpVersionMajor: number }, res: unknown) => boolean;
+
+const CONTENT_TYPE = /^application\/grpc(?:\+proto)?$/i;
+const PROTO = "application/grpc+proto";
+/** Messages read ahead of the implementation before the stream is paused (HTTP/2 flow control takes over). */
+const READ_AHEAD = 32;
+const NO_ERROR = 0x0;
+const H2_CANCEL = 0x8;
+const H2_STREAM_CLOSED = 0x5;
+
+export function createGrpcStreamHandler(opts: GrpcStreamOptions): GrpcStreamHandler {
+  // Every open stream's context listens to it.
+  setMaxListeners(0, opts.shutdownSignal);
+  const byPath = new Map<string, StreamRoute>();
+  for (const r of opts.routes) {
+    if (r.method.methodKind === "unary") throw new Error(`${r.method.name} is unary: Connect serves it`);
+    byPath.set(`/${r.method.parent.typeName}/${r.method.name}`, r);
+  }
+  return (anyReq, res) => {
+    if (anyReq.httpVersionMajor !== 2) return false;
+    const req = anyReq as http2.Http2ServerRequest;
+    const route = byPath.get(req.url);
+    if (!route || req.method !== "POST") return false;
+    const headers = req.headers;
+    if (!CONTENT_TYPE.test(headers["content-type"] ?? "")) return false;
+    const encoding = headers["grpc-encoding"];
+    if (encoding !== undefined && encoding !== "identity") return false;
+    serve(route, req, res as http2.Http2ServerResponse, opts).catch((err) => console.error("SERVE FAILED", err));
+    return true;
+  };
+}
+
+function webHeaders(node: http2.IncomingHttpHeaders): Headers {
+  const h = new Headers();
+  for (const [k, v] of Object.entries(node)) {
+    if (k.startsWith(":") || v === undefined) continue;
+    if (Array.isArray(v)) for (const e of v) h.append(k, e);
+    else h.append(k, String(v));
+  }
+  return h;
+}
+
+function nodeHeaders(web: Headers, into: http2.OutgoingHttpHeaders): http2.OutgoingHttpHeaders {
+  web.forEach((value, key) => {
+    const had = into[key];
+    into[key] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [String(had), value];
+  });
+  return into;
+}
+
+/** Why a stream closed, as Connect reports it to the implementation (a client's cancel is Canceled). */
+function closeReason(rstCode: number): ConnectError | undefined {
+  if (rstCode === 0 || rstCode === H2_STREAM_CLOSED) return undefined;
+  const code = rstCode === H2_CANCEL ? Code.Canceled : Code.Internal;
+  return new ConnectError(`http/2 stream closed with error code 0x${rstCode.toString(16)}`, code);
+}
+
+function premature(): Error {
+  return Object.assign(new Error("the stream closed before the call ended"), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+}
+
+function frame(bytes: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(5 + bytes.length);
+  out[0] = 0;
+  out.writeUInt32BE(bytes.length, 1);
+  out.set(bytes, 5);
+  return out;
+}
+
+async function serve(route: StreamRoute, req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, opts: GrpcStreamOptions): Promise<void> {
+  const stream = req.stream;
+  const { method } = route;
+  const requestAbort = new AbortController();
+  const timeout = parseTimeout(typeof req.headers["grpc-timeout"] === "string" ? req.headers["grpc-timeout"] : null, Number.MAX_SAFE_INTEGER);
+  const context = createHandlerContext({
+    service: method.parent,
+    method,
+    protocolName: "grpc",
+    requestMethod: "POST",
+    url: `http://${req.authority}${req.url}`,
+    timeoutMs: timeout.timeoutMs,
+    shutdownSignal: opts.shutdownSignal,
+    requestSignal: requestAbort.signal,
+    requestHeader: webHeaders(req.headers),
+    responseHeader: { "content-type": PROTO },
+    responseTrailer: { "grpc-status": grpcStatusOk },
+    contextValues: opts.contextValues(req),
+  });
+  const inbox = new Inbox<Message>(stream);
+  const reader = new EnvelopeReader(method.input, route.readMaxBytes);
+  // Stream errors end in "close"; this listener only keeps them from being thrown.
+  stream.on("error", () => {});
+  stream.on("data", (chunk: Buffer) => {
+    try {
+      reader.push(chunk, (m) => inbox.push(m as Message));
+    } catch (err) {
+      inbox.fail(err);
+      stream.pause();
+    }
+  });
+  stream.on("end", () => {
+    if (reader.pending > 0) inbox.fail(new ConnectError("protocol error: the stream ended inside a message", Code.InvalidArgument));
+    else inbox.end();
+  });
+  stream.once("close", () => {
+    const reason = closeReason(stream.rstCode ?? 0);
+    requestAbort.abort(reason);
+    inbox.fail(reason ?? new ConnectError("the client went away", Code.Canceled));
+  });
+
+  const spec = createMethodImplSpec(method, route.impl as never);
+  const it = transformInvokeImplementation(spec, context, opts.interceptors)(inbox)[Symbol.asyncIterator]();
+  const trailer = context.responseTrailer;
+  let headersSent = false;
+  let gone = false;
+  const open = () => !stream.destroyed && !stream.closed;
+  try {
+    if (timeout.error) throw timeout.error;
+    for (let r = await it.next(); !r.done; r = await it.next()) {
+      if (!open()) {
+        gone = true;
+        break;
+      }
+      if (!headersSent) {
+        // Sent with the first answer: the implementation and interceptors may still add headers until then.
+        res.writeHead(200, nodeHeaders(context.responseHeader, {}));
+        headersSent = true;
+      }
+      if (!res.write(frame(toBinary(method.output, r.value as never)))) await drained(res);
+    }
+    // A message the client sent that could not be read ends the call with that error.
+    if (inbox.failure instanceof ConnectError && inbox.failure.code !== Code.Canceled) setTrailerStatus(trailer, inbox.failure);
+  } catch (err) {
+    context.abort(err);
+    setTrailerStatus(trailer, err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err));
+  } finally {
+    context.abort();
+    // A stream closed under the call is a write that failed, as on Connect's path: the
+    // interceptors see it (logged as the client gone away) and the implementation's finally runs.
+    if (gone) it.throw?.(premature()).catch(() => {});
+    else it.return?.().catch(() => {});
+  }
+  if (!open()) return;
+  // The status travels in trailers, also after no message at all (as Connect answers: grpc-js
+  // reads a status in headers only when they end the stream).
+  if (!headersSent) res.writeHead(200, nodeHeaders(context.responseHeader, {}));
+  res.addTrailers(nodeHeaders(trailer, {}));
+  // A client still sending after the status is told to stop (RST_STREAM NO_ERROR, as gRPC
+  // servers do), so its half of the stream is not held open.
+  // Node's compatibility layer sends the trailers from its own "wantTrailers" listener, the first.
+  stream.once("wantTrailers", () =>
+    setImmediate(() => {
+      if (!stream.closed) stream.close(NO_ERROR);
+    }),
+  );
+  res.end();
+}
+
+function drained(res: http2.Http2ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
+  });
+}
+
+/** Splits the gRPC envelopes (flag byte, 4-byte length, message) out of a stream's chunks and parses them. */
+class EnvelopeReader {
+  private buf: Buffer = Buffer.alloc(0);
+
+  constructor(
+    private readonly schema: DescMessage,
+    private readonly maxBytes: number,
+  ) {}
+
+  get pending(): number {
+    return this.buf.length;
+  }
+
+  push(chunk: Buffer, deliver: (message: unknown) => void): void {
+    let buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    while (buf.length >= 5) {
+      const flags = buf[0]!;
+      const size = buf.readUInt32BE(1);
+      if (size > this.maxBytes) {
+        throw new ConnectError(`message is ${size} bytes, more than the ${this.maxBytes} this method accepts`, Code.ResourceExhausted);
+      }
+      if (flags !== 0) {
+        throw new ConnectError(
+          flags === 1 ? "protocol error: a compressed message on a stream that declared no compression" : `protocol error: envelope flags ${flags}`,
+          Code.InvalidArgument,
+        );
+      }
+      if (buf.length < 5 + size) break;
+      let message: unknown;
+      try {
+        message = fromBinary(this.schema, buf.subarray(5, 5 + size));
+      } catch (err) {
+        throw new ConnectError(`invalid ${this.schema.typeName}: ${(err as Error).message}`, Code.InvalidArgument);
+      }
+      buf = buf.subarray(5 + size);
+      deliver(message);
+    }
+    // Keep a copy of a partial message only: a subarray would pin the whole chunk.
+    this.buf = buf.length === 0 ? Buffer.alloc(0) : Buffer.from(buf);
+  }
+}
+
+/**
+ * The requests as the implementation reads them: an async iterator without
+ * generators. The HTTP/2 stream is paused while READ_AHEAD messages wait.
+ */
+class Inbox<T> implements AsyncIterableIterator<T> {
+  private items: T[] = [];
+  private waiter: { resolve: (r: IteratorResult<T>) => void; reject: (e: unknown) => void } | undefined;
+  private done = false;
+  failure: unknown;
+
+  constructor(private readonly stream: http2.ServerHttp2Stream) {}
+
+  push(item: T): void {
+    if (this.done) return;
+    const w = this.waiter;
+    if (w) {
+      this.waiter = undefined;
+      w.resolve({ value: item, done: false });
+      return;
+    }
+    this.items.push(item);
+    if (this.items.length >= READ_AHEAD) this.stream.pause();
+  }
+
+  end(): void {
+    this.finish(undefined);
+  }
+
+  fail(err: unknown): void {
+    this.finish(err);
+  }
+
+  private finish(err: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    this.failure = err;
+    const w = this.waiter;
+    this.waiter = undefined;
+    if (!w) return;
+    if (err === undefined) w.resolve({ value: undefined, done: true });
+    else w.reject(err);
+  }
+
+  next(): Promise<IteratorResult<T>> {
+    if (this.items.length > 0) {
+      const value = this.items.shift()!;
+      if (this.items.length === READ_AHEAD / 2 && !this.done) this.stream.resume();
+      return Promise.resolve({ value, done: false });
+    }
+    if (this.done) return this.failure === undefined ? Promise.resolve({ value: undefined, done: true }) : Promise.reject(this.failure);
+    return new Promise((resolve, reject) => (this.waiter = { resolve, reject }));
+  }
+
+  return(): Promise<IteratorResult<T>> {
+    this.items = [];
+    this.finish(undefined);
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+}

@@ -1,0 +1,185 @@
+// Streaming gRPC calls on the service's own path (src/http/grpc-streams.ts),
+// driven frame by frame with node:http2: envelopes split across writes or
+// packed into one, answers in order, the method's size limit, a message that
+// does not parse, a client that cancels; and the calls this path leaves to
+// Connect (compressed messages, the JSON codec) still answered there.
+import http2 from "node:http2";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import * as grpc from "@grpc/grpc-js";
+import { create, fromBinary, fromJson, toBinary, toJson, type MessageInitShape } from "@bufbuild/protobuf";
+import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
+import { bodyLimitBytesOf } from "../../src/http/body.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { makeProvider } from "../helpers/fixtures.js";
+import { openStream } from "./grpc-stream.js";
+
+const PATH = `/${DaemonService.typeName}/${DaemonService.method.connect.name}`;
+const hello: MessageInitShape<typeof DaemonMessageSchema> = { kind: { case: "hello", value: { daemonVersion: "5.0.0" } } };
+const beat: MessageInitShape<typeof DaemonMessageSchema> = { kind: { case: "heartbeat", value: { daemonVersion: "5.0.0", uptime: 1 } } };
+
+let srv: TestServer;
+const sessions: http2.ClientHttp2Session[] = [];
+
+beforeAll(async () => {
+  srv = await startTestServer();
+});
+afterAll(async () => {
+  for (const s of sessions) s.destroy();
+  await srv?.close();
+});
+
+function envelope(body: Uint8Array, flags = 0): Buffer {
+  const f = Buffer.alloc(5 + body.length);
+  f[0] = flags;
+  f.writeUInt32BE(body.length, 1);
+  f.set(body, 5);
+  return f;
+}
+
+const encoded = (m: MessageInitShape<typeof DaemonMessageSchema>) => envelope(toBinary(DaemonMessageSchema, create(DaemonMessageSchema, m)));
+
+interface RawCall {
+  stream: http2.ClientHttp2Stream;
+  headers: Promise<http2.IncomingHttpHeaders>;
+  /** Messages as they arrive, decoded with `decode`. */
+  messages: ServerMessage[];
+  /** Trailers once the call ended. */
+  done: Promise<http2.IncomingHttpHeaders>;
+  waitFor(n: number): Promise<void>;
+}
+
+function rawCall(key: string, contentType = "application/grpc", decode = (b: Buffer) => fromBinary(ServerMessageSchema, b)): RawCall {
+  const session = http2.connect(`http://127.0.0.1:${srv.port}`);
+  sessions.push(session);
+  const stream = session.request({ ":method": "POST", ":path": PATH, "content-type": contentType, te: "trailers", "x-provider-key": key });
+  const messages: ServerMessage[] = [];
+  const waiters: (() => void)[] = [];
+  let buf = Buffer.alloc(0);
+  stream.on("data", (chunk: Buffer) => {
+    buf = Buffer.concat([buf, chunk]);
+    while (buf.length >= 5 && buf.length >= 5 + buf.readUInt32BE(1)) {
+      const size = buf.readUInt32BE(1);
+      messages.push(decode(buf.subarray(5, 5 + size)));
+      buf = buf.subarray(5 + size);
+      for (const w of waiters.splice(0)) w();
+    }
+  });
+  const headers = new Promise<http2.IncomingHttpHeaders>((resolve) => stream.once("response", resolve));
+  const done = new Promise<http2.IncomingHttpHeaders>((resolve, reject) => {
+    let trailers: http2.IncomingHttpHeaders = {};
+    stream.once("trailers", (t) => (trailers = t));
+    stream.once("close", () => resolve(trailers));
+    stream.once("error", reject);
+  });
+  const waitFor = async (n: number) => {
+    const deadline = Date.now() + 10_000;
+    while (messages.length < n) {
+      if (Date.now() > deadline) throw new Error(`${messages.length} of ${n} messages after 10 s`);
+      await new Promise<void>((r) => {
+        waiters.push(r);
+        setTimeout(r, 200);
+      });
+    }
+  };
+  return { stream, headers, messages, done, waitFor };
+}
+
+describe("streaming gRPC on the service's own path", () => {
+  it("reads envelopes split across writes and packed into one, and answers each in order", async () => {
+    const p = await makeProvider(srv, { online: false });
+    const call = rawCall(p.key);
+    const first = encoded(hello);
+    // The hello in three pieces: inside the 5-byte prefix, then inside the message.
+    call.stream.write(first.subarray(0, 3));
+    call.stream.write(first.subarray(3, 9));
+    call.stream.write(first.subarray(9));
+    await call.waitFor(1);
+    expect(call.messages[0]!.kind.case).toBe("welcome");
+    const headers = await call.headers;
+    expect(headers[":status"]).toBe(200);
+    expect(headers["content-type"]).toBe("application/grpc+proto");
+    expect(headers["x-request-id"]).toMatch(/^[\w-]{8,}$/);
+
+    // Forty beats in one write: forty acks, nothing else, nothing lost.
+    call.stream.write(Buffer.concat(Array.from({ length: 40 }, () => encoded(beat))));
+    await call.waitFor(41);
+    const acks = call.messages.slice(1).filter((m) => m.kind.case === "heartbeatAck");
+    expect(acks).toHaveLength(40);
+    expect(acks.every((m) => m.kind.case === "heartbeatAck" && m.kind.value.success)).toBe(true);
+    // The first beat brought the provider online, as on the JSON route.
+    const [row] = await srv.sql<{ status: string; last_heartbeat: Date | null }[]>`SELECT status, last_heartbeat FROM providers WHERE id = ${p.id}`;
+    expect(row).toMatchObject({ status: "online", last_heartbeat: expect.any(Date) });
+
+    // The client half-closes: the call ends with status 0.
+    call.stream.end();
+    const trailers = await call.done;
+    expect(trailers["grpc-status"]).toBe("0");
+  });
+
+  it("ends a call whose message is over the method's limit with RESOURCE_EXHAUSTED, without reading it", async () => {
+    const p = await makeProvider(srv);
+    const call = rawCall(p.key);
+    call.stream.write(encoded(hello));
+    await call.waitFor(1);
+    const limit = bodyLimitBytesOf(DaemonService.method.connect);
+    // Only the prefix is sent: the size alone is refused.
+    const prefix = Buffer.alloc(5);
+    prefix.writeUInt32BE(limit + 1, 1);
+    call.stream.write(prefix);
+    const trailers = await call.done;
+    expect(trailers["grpc-status"]).toBe(String(grpc.status.RESOURCE_EXHAUSTED));
+    expect(decodeURIComponent(String(trailers["grpc-message"]))).toContain(`more than the ${limit} this method accepts`);
+  });
+
+  it("ends a call whose message does not parse, or that claims compression it did not declare, with INVALID_ARGUMENT", async () => {
+    const p = await makeProvider(srv);
+    for (const bad of [envelope(Buffer.from([0x0a, 0xff, 0xff])), envelope(toBinary(DaemonMessageSchema, create(DaemonMessageSchema, beat)), 1)]) {
+      const call = rawCall(p.key);
+      call.stream.write(encoded(hello));
+      await call.waitFor(1);
+      call.stream.write(bad);
+      const trailers = await call.done;
+      expect(trailers["grpc-status"]).toBe(String(grpc.status.INVALID_ARGUMENT));
+      expect(String(trailers["grpc-message"])).not.toBe("");
+    }
+  });
+
+  it("answers a call refused before any message with its status in trailers (grpc-js reads it)", async () => {
+    const s = openStream(srv.port, undefined);
+    s.send(hello.kind);
+    const ended = await s.ended;
+    expect(ended.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(ended.details).toBe("API key required");
+  });
+
+  it("runs the stream's own cleanup when the client cancels", async () => {
+    const p = await makeProvider(srv);
+    const gauge = async () => (await srv.app.deps.metrics!.daemonStreams.get()).values[0]?.value ?? 0;
+    const before = await gauge();
+    const call = rawCall(p.key);
+    call.stream.write(encoded(hello));
+    await call.waitFor(1);
+    expect(await gauge()).toBe(before + 1);
+    call.stream.close(http2.constants.NGHTTP2_CANCEL);
+    await expect.poll(gauge, { timeout: 5_000 }).toBe(before);
+  });
+
+  it("leaves compressed streams and the JSON codec to Connect, which answers them alike", async () => {
+    const p = await makeProvider(srv);
+    // grpc-js compressing every message with gzip.
+    const gz = openStream(srv.port, p.key, { "grpc.default_compression_algorithm": 2 });
+    gz.send(hello.kind);
+    expect(Number((await gz.next("welcome")).providerId)).toBe(p.id);
+    gz.send(beat.kind);
+    expect((await gz.next("heartbeatAck")).success).toBe(true);
+    gz.cancel();
+
+    const json = rawCall(p.key, "application/grpc+json", (b) => fromJson(ServerMessageSchema, JSON.parse(b.toString("utf8"))));
+    json.stream.write(envelope(Buffer.from(JSON.stringify(toJson(DaemonMessageSchema, create(DaemonMessageSchema, hello))))));
+    await json.waitFor(1);
+    expect(json.messages[0]!.kind.case).toBe("welcome");
+    expect((await json.headers)["content-type"]).toBe("application/grpc+json");
+    json.stream.end();
+    expect((await json.done)["grpc-status"]).toBe("0");
+  });
+});
