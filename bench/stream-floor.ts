@@ -23,6 +23,7 @@ import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type DaemonMes
 import { createContextValues } from "@connectrpc/connect";
 import { AsyncQueue } from "../src/daemon/async-queue.js";
 import { createGrpcStreamHandler } from "../src/http/grpc-streams.js";
+import { createLogger } from "../src/log.js";
 import { machine } from "./lib.js";
 
 const { values: args } = parseArgs({
@@ -58,6 +59,7 @@ const grpcStreams = createGrpcStreamHandler({
   interceptors: [],
   contextValues: () => createContextValues(),
   shutdownSignal: new AbortController().signal,
+  log: createLogger("warn"),
 });
 
 /** A bare gRPC bidi handler on Node's HTTP/2 stream: split frames, decode, answer with an encoded ack. */

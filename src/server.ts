@@ -126,6 +126,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     interceptors,
     contextValues: (req) => contextValues(req as unknown as NodeRequest),
     shutdownSignal: shutdown.signal,
+    log,
   });
   const handler = connectNodeAdapter({
     routes: (router) => {

@@ -14,11 +14,11 @@
 // Taken here: POST over HTTP/2, `application/grpc` or `application/grpc+proto`,
 // messages not compressed. Everything else (compressed messages, the JSON
 // codec, gRPC-Web, Connect's own protocol, HTTP/1.1) is left to Connect.
-import { setMaxListeners } from "node:events";
 import type http2 from "node:http2";
 import { fromBinary, toBinary, type DescMethod, type DescMessage, type Message } from "@bufbuild/protobuf";
-import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ContextValues, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { transformInvokeImplementation } from "@connectrpc/connect/protocol";
+import type { Logger } from "../log.js";
 import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 export interface StreamRoute {
@@ -34,22 +34,30 @@ export interface GrpcStreamOptions {
   interceptors: Interceptor[];
   contextValues: (req: http2.Http2ServerRequest) => ContextValues;
   shutdownSignal: AbortSignal;
+  log: Logger;
 }
 
 /** Returns true when it took the request; false leaves it to Connect. */
 export type GrpcStreamHandler = (req: http2.Http2ServerRequest | { httpVersionMajor: number }, res: unknown) => boolean;
+
+type HandlerContextController = HandlerContext & { abort(reason?: unknown): void };
 
 const CONTENT_TYPE = /^application\/grpc(?:\+proto)?$/i;
 const PROTO = "application/grpc+proto";
 /** Messages read ahead of the implementation before the stream is paused (HTTP/2 flow control takes over). */
 const READ_AHEAD = 32;
 const NO_ERROR = 0x0;
+const INTERNAL_ERROR = 0x2;
 const H2_CANCEL = 0x8;
 const H2_STREAM_CLOSED = 0x5;
 
 export function createGrpcStreamHandler(opts: GrpcStreamOptions): GrpcStreamHandler {
-  // Every open stream's context listens to it.
-  setMaxListeners(0, opts.shutdownSignal);
+  // Shutdown reaches the open calls through one listener: Node's EventTarget scans its listeners
+  // on each add and remove, so one per stream made opening 10,000 streams quadratic.
+  const calls = new Set<HandlerContextController>();
+  opts.shutdownSignal.addEventListener("abort", () => {
+    for (const ctx of calls) ctx.abort(opts.shutdownSignal.reason);
+  }, { once: true });
   const byPath = new Map<string, StreamRoute>();
   for (const r of opts.routes) {
     if (r.method.methodKind === "unary") throw new Error(`${r.method.name} is unary: Connect serves it`);
@@ -64,7 +72,11 @@ export function createGrpcStreamHandler(opts: GrpcStreamOptions): GrpcStreamHand
     if (!CONTENT_TYPE.test(headers["content-type"] ?? "")) return false;
     const encoding = headers["grpc-encoding"];
     if (encoding !== undefined && encoding !== "identity") return false;
-    serve(route, req, res as http2.Http2ServerResponse, opts).catch((err) => console.error("SERVE FAILED", err));
+    serve(route, req, res as http2.Http2ServerResponse, opts, calls).catch((err) => {
+      // Only a fault of this module gets here: the implementation's errors end in the status.
+      opts.log.error({ err, procedure: req.url }, "stream call failed");
+      if (!req.stream.closed) req.stream.close(INTERNAL_ERROR);
+    });
     return true;
   };
 }
@@ -106,7 +118,13 @@ function frame(bytes: Uint8Array): Buffer {
   return out;
 }
 
-async function serve(route: StreamRoute, req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, opts: GrpcStreamOptions): Promise<void> {
+async function serve(
+  route: StreamRoute,
+  req: http2.Http2ServerRequest,
+  res: http2.Http2ServerResponse,
+  opts: GrpcStreamOptions,
+  calls: Set<HandlerContextController>,
+): Promise<void> {
   const stream = req.stream;
   const { method } = route;
   const requestAbort = new AbortController();
@@ -118,13 +136,14 @@ async function serve(route: StreamRoute, req: http2.Http2ServerRequest, res: htt
     requestMethod: "POST",
     url: `http://${req.authority}${req.url}`,
     timeoutMs: timeout.timeoutMs,
-    shutdownSignal: opts.shutdownSignal,
     requestSignal: requestAbort.signal,
     requestHeader: webHeaders(req.headers),
     responseHeader: { "content-type": PROTO },
     responseTrailer: { "grpc-status": grpcStatusOk },
     contextValues: opts.contextValues(req),
   });
+  if (opts.shutdownSignal.aborted) context.abort(opts.shutdownSignal.reason);
+  calls.add(context);
   const inbox = new Inbox<Message>(stream);
   const reader = new EnvelopeReader(method.input, route.readMaxBytes);
   // Stream errors end in "close"; this listener only keeps them from being thrown.
@@ -173,6 +192,7 @@ async function serve(route: StreamRoute, req: http2.Http2ServerRequest, res: htt
     context.abort(err);
     setTrailerStatus(trailer, err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err));
   } finally {
+    calls.delete(context);
     context.abort();
     // A stream closed under the call is a write that failed, as on Connect's path: the
     // interceptors see it (logged as the client gone away) and the implementation's finally runs.
