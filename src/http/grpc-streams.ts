@@ -27,6 +27,8 @@ export interface StreamRoute {
   impl: unknown;
   /** Largest message accepted, in bytes. */
   readMaxBytes: number;
+  /** Reads a request message; protobuf-es's fromBinary when not given. */
+  decode?: (bytes: Uint8Array) => Message;
 }
 
 export interface GrpcStreamOptions {
@@ -145,12 +147,12 @@ async function serve(
   if (opts.shutdownSignal.aborted) context.abort(opts.shutdownSignal.reason);
   calls.add(context);
   const inbox = new Inbox<Message>(stream);
-  const reader = new EnvelopeReader(method.input, route.readMaxBytes);
+  const reader = new EnvelopeReader(method.input, route.readMaxBytes, route.decode);
   // Stream errors end in "close"; this listener only keeps them from being thrown.
   stream.on("error", () => {});
   stream.on("data", (chunk: Buffer) => {
     try {
-      reader.push(chunk, (m) => inbox.push(m as Message));
+      reader.push(chunk, (m) => inbox.push(m));
     } catch (err) {
       inbox.fail(err);
       stream.pause();
@@ -231,16 +233,21 @@ function drained(res: http2.Http2ServerResponse): Promise<void> {
 class EnvelopeReader {
   private buf: Buffer = Buffer.alloc(0);
 
+  private readonly decode: (bytes: Uint8Array) => Message;
+
   constructor(
     private readonly schema: DescMessage,
     private readonly maxBytes: number,
-  ) {}
+    decode?: (bytes: Uint8Array) => Message,
+  ) {
+    this.decode = decode ?? ((bytes) => fromBinary(schema, bytes));
+  }
 
   get pending(): number {
     return this.buf.length;
   }
 
-  push(chunk: Buffer, deliver: (message: unknown) => void): void {
+  push(chunk: Buffer, deliver: (message: Message) => void): void {
     let buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
     while (buf.length >= 5) {
       const flags = buf[0]!;
@@ -255,9 +262,9 @@ class EnvelopeReader {
         );
       }
       if (buf.length < 5 + size) break;
-      let message: unknown;
+      let message: Message;
       try {
-        message = fromBinary(this.schema, buf.subarray(5, 5 + size));
+        message = this.decode(buf.subarray(5, 5 + size));
       } catch (err) {
         throw new ConnectError(`invalid ${this.schema.typeName}: ${(err as Error).message}`, Code.InvalidArgument);
       }

@@ -1,5 +1,5 @@
 // Every service the process serves, secured by the roles declared in proto.
-import type { DescService } from "@bufbuild/protobuf";
+import type { DescMethod, DescService, Message } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AdminService } from "../../gen/svc/v1/admin_pb.js";
 import { DaemonService } from "../../gen/svc/v1/daemon_pb.js";
@@ -17,6 +17,7 @@ import { providerService } from "./providers.js";
 import { renterService } from "./renters.js";
 import { paymentService } from "./payments.js";
 import { daemonService } from "./daemon.js";
+import { decodeDaemonMessage } from "./daemon-wire.js";
 import { downloadService } from "./downloads.js";
 import { adminService } from "./admin.js";
 import { adminProviderService } from "./admin-providers.js";
@@ -52,6 +53,9 @@ const SERVICES: [DescService, (deps: Deps) => Impl][] = [
   [ReportService, (d) => reportService(d) as Impl],
   [ReceiptService, (d) => receiptService(d) as Impl],
 ];
+
+/** Stream methods whose messages have a reader faster than protobuf-es's reflection (daemon heartbeats). */
+export const STREAM_DECODERS: ReadonlyMap<DescMethod, (bytes: Uint8Array) => Message> = new Map([[DaemonService.method.connect, decodeDaemonMessage]]);
 
 /** The descriptors of every served service (the OpenAPI document is made from them). */
 export const SERVED_SERVICES: readonly DescService[] = SERVICES.map(([s]) => s);

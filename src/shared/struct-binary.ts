@@ -151,3 +151,132 @@ export function setStructBytes(msg: Message, field: DescField, value: JsonObject
   const m = msg as { $unknown?: { no: number; wireType: WireType; data: Uint8Array }[] };
   m.$unknown = [...(m.$unknown ?? []), { no: field.number, wireType: WireType.LengthDelimited, data: structBytes(value) }];
 }
+
+// Reading: the inverse, plain JSON straight from the bytes of a Value or a
+// Struct. protobuf-es builds a Value message per member by reflection, and the
+// JSON is then made from those; for a heartbeat's telemetry that was most of
+// the decoding of a stream heartbeat.
+
+/** Bytes these readers leave to protobuf-es, which says what is wrong with them (or accepts them). */
+export class NotPlainJson extends Error {}
+
+class In {
+  pos: number;
+  constructor(
+    readonly buf: Buffer,
+    start: number,
+    readonly end: number,
+  ) {
+    this.pos = start;
+  }
+
+  varint(): number {
+    let n = 0;
+    for (let shift = 0; shift < 35; shift += 7) {
+      if (this.pos >= this.end) throw new NotPlainJson("truncated varint");
+      const b = this.buf[this.pos++]!;
+      n += (b & 0x7f) * 2 ** shift;
+      if (b < 0x80) return n;
+    }
+    throw new NotPlainJson("varint over 32 bits");
+  }
+
+  /** The end of the length-delimited part that starts here. */
+  delimited(): number {
+    const n = this.varint();
+    const end = this.pos + n;
+    if (end > this.end) throw new NotPlainJson("truncated part");
+    return end;
+  }
+
+  string(): string {
+    const end = this.delimited();
+    const s = this.buf.toString("utf8", this.pos, end);
+    this.pos = end;
+    return s;
+  }
+}
+
+function readValue(r: In, end: number): JsonValue {
+  let value: JsonValue | undefined;
+  while (r.pos < end) {
+    // One member per Value: anything else (a second kind, an unknown field) goes to protobuf-es.
+    if (value !== undefined) throw new NotPlainJson("more than one field in a Value");
+    const tag = r.buf[r.pos++];
+    switch (tag) {
+      case VALUE_NULL:
+        r.varint();
+        value = null;
+        break;
+      case VALUE_NUMBER: {
+        if (r.pos + 8 > end) throw new NotPlainJson("truncated double");
+        const n = r.buf.readDoubleLE(r.pos);
+        r.pos += 8;
+        if (!Number.isFinite(n)) throw new NotPlainJson("a number JSON cannot hold");
+        value = n;
+        break;
+      }
+      case VALUE_STRING:
+        value = r.string();
+        break;
+      case VALUE_BOOL:
+        value = r.varint() !== 0;
+        break;
+      case VALUE_STRUCT: {
+        const e = r.delimited();
+        value = readStruct(r, e);
+        break;
+      }
+      case VALUE_LIST: {
+        const e = r.delimited();
+        const list: JsonValue[] = [];
+        while (r.pos < e) {
+          if (r.buf[r.pos++] !== LIST_VALUES) throw new NotPlainJson("unknown field in a ListValue");
+          const itemEnd = r.delimited();
+          list.push(readValue(r, itemEnd));
+        }
+        value = list;
+        break;
+      }
+      default:
+        throw new NotPlainJson("unknown field in a Value");
+    }
+  }
+  if (r.pos !== end) throw new NotPlainJson("a part overruns its Value");
+  if (value === undefined) throw new NotPlainJson("a Value with no kind");
+  return value;
+}
+
+function readStruct(r: In, end: number): JsonObject {
+  const obj: JsonObject = {};
+  while (r.pos < end) {
+    if (r.buf[r.pos++] !== STRUCT_FIELDS) throw new NotPlainJson("unknown field in a Struct");
+    const entryEnd = r.delimited();
+    let key = "";
+    let value: JsonValue | undefined;
+    while (r.pos < entryEnd) {
+      const tag = r.buf[r.pos++];
+      if (tag === ENTRY_KEY) key = r.string();
+      else if (tag === ENTRY_VALUE) value = readValue(r, r.delimited());
+      else throw new NotPlainJson("unknown field in a Struct entry");
+    }
+    if (r.pos !== entryEnd) throw new NotPlainJson("a part overruns its Struct entry");
+    if (value === undefined) throw new NotPlainJson("a Struct entry with no value");
+    if (key === "__proto__") throw new NotPlainJson("a key a plain object cannot hold");
+    obj[key] = value;
+  }
+  if (r.pos !== end) throw new NotPlainJson("a part overruns its Struct");
+  return obj;
+}
+
+/** A google.protobuf.Value's message bytes as JSON; throws NotPlainJson for bytes to leave to protobuf-es. */
+export function readValueJson(bytes: Uint8Array): JsonValue {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return readValue(new In(buf, 0, buf.length), buf.length);
+}
+
+/** A google.protobuf.Struct's message bytes as JSON; throws NotPlainJson for bytes to leave to protobuf-es. */
+export function readStructJson(bytes: Uint8Array): JsonObject {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return readStruct(new In(buf, 0, buf.length), buf.length);
+}

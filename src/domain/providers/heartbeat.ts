@@ -105,10 +105,20 @@ export function parseHeartbeatBody(body: JsonObject): HeartbeatInput {
 }
 
 /** REST sends the whole body (`raw`); gRPC the typed fields. Both end in parseHeartbeatBody. */
+/** gpu_status already read as JSON off the wire, beside its message (services/daemon-wire.ts). */
+const gpuStatusJson = new WeakMap<HeartbeatRequest, JsonValue>();
+
+export function setGpuStatusJson(req: HeartbeatRequest, json: JsonValue | undefined): void {
+  if (json === undefined) gpuStatusJson.delete(req);
+  else gpuStatusJson.set(req, json);
+}
+
 export function heartbeatInputOf(req: HeartbeatRequest): HeartbeatInput {
   if (req.raw && Object.keys(req.raw).length > 0) return parseHeartbeatBody(req.raw);
   const body: JsonObject = {};
-  if (req.gpuStatus) body.gpu_status = toJson(ValueSchema, req.gpuStatus);
+  const gpuStatus = gpuStatusJson.get(req);
+  if (gpuStatus !== undefined) body.gpu_status = gpuStatus;
+  else if (req.gpuStatus) body.gpu_status = toJson(ValueSchema, req.gpuStatus);
   if (req.uptime !== undefined) body.uptime = req.uptime;
   if (req.providerIp !== undefined) body.provider_ip = req.providerIp;
   if (req.providerHostname !== undefined) body.provider_hostname = req.providerHostname;
