@@ -12,7 +12,7 @@ import { bodyLimitBytesOf } from "./http/body.js";
 import { callLogInterceptor, requestIdOf } from "./http/call-log.js";
 import { credentialsFromHeaders, credentialsKey } from "./http/credentials.js";
 import { buildRouteTable, clientIpOf, createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
-import { buildServices, STREAM_DECODERS } from "./services/index.js";
+import { buildServices, STREAM_CODECS } from "./services/index.js";
 import { createApiDocsHandler } from "./http/api-docs.js";
 import { createCors } from "./http/cors.js";
 import { checkRouteRows, createRateLimits } from "./http/rate-limits.js";
@@ -122,7 +122,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     );
   // Streaming calls over plain gRPC take the lighter path (http/grpc-streams.ts); Connect serves the rest.
   const grpcStreams = createGrpcStreamHandler({
-    routes: methods.filter((r) => r.method.methodKind !== "unary").map((r) => ({ ...r, decode: STREAM_DECODERS.get(r.method) })),
+    routes: methods.filter((r) => r.method.methodKind !== "unary").map((r) => ({ ...r, ...STREAM_CODECS.get(r.method) })),
     interceptors,
     contextValues: (req) => contextValues(req as unknown as NodeRequest),
     shutdownSignal: shutdown.signal,

@@ -29,6 +29,8 @@ export interface StreamRoute {
   readMaxBytes: number;
   /** Reads a request message; protobuf-es's fromBinary when not given. */
   decode?: (bytes: Uint8Array) => Message;
+  /** Writes an answer; protobuf-es's toBinary when not given. */
+  encode?: (message: Message) => Uint8Array;
 }
 
 export interface GrpcStreamOptions {
@@ -148,6 +150,7 @@ async function serve(
   calls.add(context);
   const inbox = new Inbox<Message>(stream);
   const reader = new EnvelopeReader(method.input, route.readMaxBytes, route.decode);
+  const encode = route.encode ?? ((m: Message) => toBinary(method.output, m));
   // Stream errors end in "close"; this listener only keeps them from being thrown.
   stream.on("error", () => {});
   stream.on("data", (chunk: Buffer) => {
@@ -186,7 +189,7 @@ async function serve(
         res.writeHead(200, nodeHeaders(context.responseHeader, {}));
         headersSent = true;
       }
-      if (!res.write(frame(toBinary(method.output, r.value as never)))) await drained(res);
+      if (!res.write(frame(encode(r.value)))) await drained(res);
     }
     // A message the client sent that could not be read ends the call with that error.
     if (inbox.failure instanceof ConnectError && inbox.failure.code !== Code.Canceled) setTrailerStatus(trailer, inbox.failure);

@@ -1,15 +1,15 @@
-// The daemon stream's messages read off the wire. A heartbeat, most of what a
-// fleet sends, is read by hand: its telemetry (a google.protobuf.Value) goes
+// The daemon stream's messages read off and written to the wire. A heartbeat,
+// most of what a fleet sends, is read by hand, and its ack written by hand: its telemetry (a google.protobuf.Value) goes
 // straight to the JSON the heartbeat stores (shared/struct-binary.ts) instead
 // of through a Value message per member, read back by reflection. The message
 // keeps its gpu_status, built from that JSON only if something reads it.
 // Every other message, and a heartbeat with anything unusual in it, is read by
 // protobuf-es, which also reports what is wrong with bytes that do not parse.
-import { create, fromBinary, fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
-import { DaemonMessageSchema, type DaemonMessage } from "../../gen/svc/v1/daemon_pb.js";
-import { HeartbeatRequestSchema, type HeartbeatRequest } from "../../gen/svc/v1/providers_pb.js";
-import { NotPlainJson, readStructJson, readValueJson } from "../shared/struct-binary.js";
+import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
+import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponse } from "../../gen/svc/v1/providers_pb.js";
+import { NotPlainJson, readStructJsonAt, readValueJsonAt, WireCursor } from "../shared/struct-binary.js";
 import { setGpuStatusJson } from "../domain/providers/heartbeat.js";
 
 // Tags (field number << 3 | wire type) of daemon.proto and providers.proto.
@@ -35,28 +35,9 @@ export function decodeDaemonMessage(bytes: Uint8Array): DaemonMessage {
 /** A DaemonMessage that holds a heartbeat and nothing else, read by hand; undefined for any other. */
 function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
   if (buf.length < 2 || buf[0] !== DAEMON_HEARTBEAT) return undefined;
-  let pos = 1;
-  const varint = () => {
-    let n = 0;
-    for (let shift = 0; shift < 35; shift += 7) {
-      if (pos >= buf.length) throw new NotPlainJson("truncated varint");
-      const b = buf[pos++]!;
-      n += (b & 0x7f) * 2 ** shift;
-      if (b < 0x80) return n;
-    }
-    throw new NotPlainJson("varint over 32 bits");
-  };
-  const delimited = (limit: number) => {
-    const n = varint();
-    if (pos + n > limit) throw new NotPlainJson("truncated part");
-    const start = pos;
-    pos += n;
-    return buf.subarray(start, pos);
-  };
-  const body = delimited(buf.length);
-  if (pos !== buf.length) return undefined; // a second field: protobuf-es merges them
-  pos = body.byteOffset - buf.byteOffset;
-  const end = pos + body.length;
+  const r = new WireCursor(buf, 1, buf.length);
+  const end = r.delimited();
+  if (end !== buf.length) return undefined; // a second field: protobuf-es merges them
   let gpuStatus: JsonValue | undefined;
   let uptime: number | undefined;
   let providerIp: string | undefined;
@@ -64,39 +45,39 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
   const cachedModels: string[] = [];
   let resourceSpec: JsonObject | undefined;
   let daemonVersion: string | undefined;
-  const str = () => delimited(end).toString("utf8");
-  while (pos < end) {
-    const tag = buf[pos++];
+  while (r.pos < end) {
+    const tag = buf[r.pos++];
     switch (tag) {
       case GPU_STATUS:
         if (gpuStatus !== undefined) return undefined; // twice: protobuf-es merges the two
-        gpuStatus = readValueJson(delimited(end));
+        gpuStatus = readValueJsonAt(r, r.delimited());
         break;
       case UPTIME:
-        if (pos + 8 > end) throw new NotPlainJson("truncated double");
-        uptime = buf.readDoubleLE(pos);
-        pos += 8;
+        if (r.pos + 8 > end) throw new NotPlainJson("truncated double");
+        uptime = buf.readDoubleLE(r.pos);
+        r.pos += 8;
         break;
       case PROVIDER_IP:
-        providerIp = str();
+        providerIp = r.string();
         break;
       case PROVIDER_HOSTNAME:
-        providerHostname = str();
+        providerHostname = r.string();
         break;
       case CACHED_MODELS:
-        cachedModels.push(str());
+        cachedModels.push(r.string());
         break;
       case RESOURCE_SPEC:
         if (resourceSpec !== undefined) return undefined;
-        resourceSpec = readStructJson(delimited(end));
+        resourceSpec = readStructJsonAt(r, r.delimited());
         break;
       case DAEMON_VERSION:
-        daemonVersion = str();
+        daemonVersion = r.string();
         break;
       default:
         return undefined; // raw, or a field this reader does not know
     }
   }
+  if (r.pos !== end) throw new NotPlainJson("a part overruns the heartbeat");
   const req = create(HeartbeatRequestSchema, { uptime, providerIp, providerHostname, cachedModels, resourceSpec, daemonVersion });
   if (gpuStatus !== undefined) {
     const json = gpuStatus;
@@ -113,4 +94,102 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
     });
   }
   return req;
+}
+
+// Writing: a heartbeat's ack (most of what a fleet is sent) by hand, the very bytes
+// protobuf-es writes for it; any other message by protobuf-es.
+
+const SERVER_HEARTBEAT_ACK = 0x12; // ServerMessage.heartbeat_ack, length-delimited
+// HeartbeatResponse, in field order.
+const ACK_SUCCESS = 0x08;
+const ACK_MESSAGE = 0x12;
+const ACK_TIMESTAMP = 0x1a;
+const ACK_UPDATE_AVAILABLE = 0x20;
+const ACK_NEEDS_UPDATE = 0x28;
+const ACK_LATEST_VERSION = 0x32;
+const ACK_MIN_VERSION = 0x3a;
+const ACK_APPROVAL_STATUS = 0x42;
+const ACK_APPROVED = 0x48;
+const ACK_PRELOAD_MODEL = 0x52;
+const ACK_PAUSED = 0x58;
+const PRELOAD_MODEL_NAME = 0x0a;
+const PRELOAD_STATUS = 0x12;
+
+const varintSize = (n: number) => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
+/** Size of a string field as proto3 writes it: nothing when empty. */
+const stringSize = (s: string) => (s === "" ? 0 : partSize(Buffer.byteLength(s)));
+const partSize = (n: number) => 1 + varintSize(n) + n;
+
+class AckWriter {
+  pos = 0;
+  constructor(readonly buf: Buffer) {}
+
+  varint(n: number) {
+    while (n >= 0x80) {
+      this.buf[this.pos++] = (n & 0x7f) | 0x80;
+      n >>>= 7;
+    }
+    this.buf[this.pos++] = n;
+  }
+
+  bool(tag: number, v: boolean) {
+    if (!v) return;
+    this.buf[this.pos++] = tag;
+    this.buf[this.pos++] = 1;
+  }
+
+  string(tag: number, s: string) {
+    if (s === "") return;
+    const n = Buffer.byteLength(s);
+    this.buf[this.pos++] = tag;
+    this.varint(n);
+    this.pos += this.buf.write(s, this.pos, n, "utf8");
+  }
+}
+
+function ackBytes(a: HeartbeatResponse): Uint8Array {
+  const preload = a.preloadModel;
+  const preloadBody = preload ? stringSize(preload.modelName) + stringSize(preload.status) : 0;
+  const body =
+    (a.success ? 2 : 0) +
+    stringSize(a.message) +
+    stringSize(a.timestamp) +
+    (a.updateAvailable ? 2 : 0) +
+    (a.needsUpdate ? 2 : 0) +
+    stringSize(a.latestVersion) +
+    stringSize(a.minVersion) +
+    stringSize(a.approvalStatus) +
+    (a.approved ? 2 : 0) +
+    (preload ? partSize(preloadBody) : 0) +
+    (a.paused ? 2 : 0);
+  const w = new AckWriter(Buffer.allocUnsafe(partSize(body)));
+  w.buf[w.pos++] = SERVER_HEARTBEAT_ACK;
+  w.varint(body);
+  w.bool(ACK_SUCCESS, a.success);
+  w.string(ACK_MESSAGE, a.message);
+  w.string(ACK_TIMESTAMP, a.timestamp);
+  w.bool(ACK_UPDATE_AVAILABLE, a.updateAvailable);
+  w.bool(ACK_NEEDS_UPDATE, a.needsUpdate);
+  w.string(ACK_LATEST_VERSION, a.latestVersion);
+  w.string(ACK_MIN_VERSION, a.minVersion);
+  w.string(ACK_APPROVAL_STATUS, a.approvalStatus);
+  w.bool(ACK_APPROVED, a.approved);
+  if (preload) {
+    w.buf[w.pos++] = ACK_PRELOAD_MODEL;
+    w.varint(preloadBody);
+    w.string(PRELOAD_MODEL_NAME, preload.modelName);
+    w.string(PRELOAD_STATUS, preload.status);
+  }
+  w.bool(ACK_PAUSED, a.paused);
+  return w.buf;
+}
+
+const hasUnknown = (m: { $unknown?: unknown[] } | undefined) => (m?.$unknown?.length ?? 0) > 0;
+
+export function encodeServerMessage(msg: ServerMessage): Uint8Array {
+  const k = msg.kind;
+  if (k.case === "heartbeatAck" && msg.taskSignature === "" && !hasUnknown(msg) && !hasUnknown(k.value) && !hasUnknown(k.value.preloadModel)) {
+    return ackBytes(k.value);
+  }
+  return toBinary(ServerMessageSchema, msg);
 }

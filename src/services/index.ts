@@ -2,7 +2,7 @@
 import type { DescMethod, DescService, Message } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AdminService } from "../../gen/svc/v1/admin_pb.js";
-import { DaemonService } from "../../gen/svc/v1/daemon_pb.js";
+import { DaemonService, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
 import { JobService } from "../../gen/svc/v1/jobs_pb.js";
 import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
 import { ProviderDownloadService, ProviderService } from "../../gen/svc/v1/providers_pb.js";
@@ -17,7 +17,7 @@ import { providerService } from "./providers.js";
 import { renterService } from "./renters.js";
 import { paymentService } from "./payments.js";
 import { daemonService } from "./daemon.js";
-import { decodeDaemonMessage } from "./daemon-wire.js";
+import { decodeDaemonMessage, encodeServerMessage } from "./daemon-wire.js";
 import { downloadService } from "./downloads.js";
 import { adminService } from "./admin.js";
 import { adminProviderService } from "./admin-providers.js";
@@ -54,8 +54,10 @@ const SERVICES: [DescService, (deps: Deps) => Impl][] = [
   [ReceiptService, (d) => receiptService(d) as Impl],
 ];
 
-/** Stream methods whose messages have a reader faster than protobuf-es's reflection (daemon heartbeats). */
-export const STREAM_DECODERS: ReadonlyMap<DescMethod, (bytes: Uint8Array) => Message> = new Map([[DaemonService.method.connect, decodeDaemonMessage]]);
+/** Stream methods whose messages have a reader and writer faster than protobuf-es's reflection (a daemon's heartbeats and acks). */
+export const STREAM_CODECS: ReadonlyMap<DescMethod, { decode: (bytes: Uint8Array) => Message; encode: (message: Message) => Uint8Array }> = new Map([
+  [DaemonService.method.connect, { decode: decodeDaemonMessage, encode: (m: Message) => encodeServerMessage(m as ServerMessage) }],
+]);
 
 /** The descriptors of every served service (the OpenAPI document is made from them). */
 export const SERVED_SERVICES: readonly DescService[] = SERVICES.map(([s]) => s);

@@ -160,7 +160,8 @@ export function setStructBytes(msg: Message, field: DescField, value: JsonObject
 /** Bytes these readers leave to protobuf-es, which says what is wrong with them (or accepts them). */
 export class NotPlainJson extends Error {}
 
-class In {
+/** A position in protobuf bytes, for the hand-written readers here and in services/daemon-wire.ts. */
+export class WireCursor {
   pos: number;
   constructor(
     readonly buf: Buffer,
@@ -197,7 +198,7 @@ class In {
   }
 }
 
-function readValue(r: In, end: number): JsonValue {
+function readValue(r: WireCursor, end: number): JsonValue {
   let value: JsonValue | undefined;
   while (r.pos < end) {
     // One member per Value: anything else (a second kind, an unknown field) goes to protobuf-es.
@@ -247,7 +248,7 @@ function readValue(r: In, end: number): JsonValue {
   return value;
 }
 
-function readStruct(r: In, end: number): JsonObject {
+function readStruct(r: WireCursor, end: number): JsonObject {
   const obj: JsonObject = {};
   while (r.pos < end) {
     if (r.buf[r.pos++] !== STRUCT_FIELDS) throw new NotPlainJson("unknown field in a Struct");
@@ -272,11 +273,21 @@ function readStruct(r: In, end: number): JsonObject {
 /** A google.protobuf.Value's message bytes as JSON; throws NotPlainJson for bytes to leave to protobuf-es. */
 export function readValueJson(bytes: Uint8Array): JsonValue {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return readValue(new In(buf, 0, buf.length), buf.length);
+  return readValue(new WireCursor(buf, 0, buf.length), buf.length);
+}
+
+/** The Value whose bytes run from the cursor to `end`, as JSON. */
+export function readValueJsonAt(r: WireCursor, end: number): JsonValue {
+  return readValue(r, end);
+}
+
+/** The Struct whose bytes run from the cursor to `end`, as JSON. */
+export function readStructJsonAt(r: WireCursor, end: number): JsonObject {
+  return readStruct(r, end);
 }
 
 /** A google.protobuf.Struct's message bytes as JSON; throws NotPlainJson for bytes to leave to protobuf-es. */
 export function readStructJson(bytes: Uint8Array): JsonObject {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return readStruct(new In(buf, 0, buf.length), buf.length);
+  return readStruct(new WireCursor(buf, 0, buf.length), buf.length);
 }

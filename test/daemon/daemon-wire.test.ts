@@ -1,12 +1,13 @@
-// The daemon stream's reader (src/services/daemon-wire.ts): a heartbeat read by
-// hand gives the message, the stored telemetry and the bytes that protobuf-es
-// gives; anything it does not read plainly is read by protobuf-es.
+// The daemon stream's reader and writer (src/services/daemon-wire.ts): a
+// heartbeat read by hand gives the message, the stored telemetry and the bytes
+// that protobuf-es gives, and an ack written by hand is protobuf-es's bytes;
+// anything else is left to protobuf-es.
 import { describe, expect, it } from "vitest";
 import { create, fromBinary, fromJson, toBinary, toJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import { DaemonMessageSchema } from "../../gen/svc/v1/daemon_pb.js";
-import { HeartbeatRequestSchema } from "../../gen/svc/v1/providers_pb.js";
-import { decodeDaemonMessage } from "../../src/services/daemon-wire.js";
+import { DaemonMessageSchema, ServerMessageSchema } from "../../gen/svc/v1/daemon_pb.js";
+import { HeartbeatRequestSchema, HeartbeatResponseSchema } from "../../gen/svc/v1/providers_pb.js";
+import { decodeDaemonMessage, encodeServerMessage } from "../../src/services/daemon-wire.js";
 import { heartbeatInputOf } from "../../src/domain/providers/heartbeat.js";
 import { gpuStatus } from "../../bench/fleet.js";
 
@@ -81,5 +82,44 @@ describe("daemon-wire", () => {
       if ("ok" in reference) expect(decodeDaemonMessage(bytes)).toEqual(reference.ok);
       else expect(() => decodeDaemonMessage(bytes)).toThrow(reference.err);
     }
+  });
+});
+
+describe("daemon-wire: the heartbeat's ack", () => {
+  type Ack = MessageInitShape<typeof HeartbeatResponseSchema>;
+  const ACKS: [string, Ack][] = [
+    ["empty", {}],
+    ["a usual", { success: true, message: "Heartbeat received", timestamp: new Date(0).toISOString(), latestVersion: "5.1.0", minVersion: "4.0.0", approvalStatus: "approved", approved: true }],
+    [
+      "a full",
+      {
+        success: true,
+        message: "ü ☃ 𝄞 ".repeat(40), // a length over one varint byte
+        timestamp: "2026-11-27T10:00:00.000Z",
+        updateAvailable: true,
+        needsUpdate: true,
+        latestVersion: "5.1.0",
+        minVersion: "5.0.0",
+        approvalStatus: "approved",
+        approved: true,
+        preloadModel: { modelName: "llama3:8b", status: "downloading" },
+        paused: true,
+      },
+    ],
+    ["an empty preload", { success: true, preloadModel: {} }],
+  ];
+
+  it.each(ACKS)("writes %s ack as protobuf-es does, to the byte", (_, ack) => {
+    const msg = create(ServerMessageSchema, { kind: { case: "heartbeatAck", value: ack } });
+    expect(Buffer.from(encodeServerMessage(msg))).toEqual(Buffer.from(toBinary(ServerMessageSchema, msg)));
+  });
+
+  it("leaves every other message to protobuf-es", () => {
+    const others = [
+      create(ServerMessageSchema, { kind: { case: "heartbeatAck", value: { success: true } }, taskSignature: "sig" }),
+      create(ServerMessageSchema, { kind: { case: "drain", value: { reason: "bye", reconnectAfterMs: 1000 } } }),
+      create(ServerMessageSchema, {}),
+    ];
+    for (const msg of others) expect(Buffer.from(encodeServerMessage(msg))).toEqual(Buffer.from(toBinary(ServerMessageSchema, msg)));
   });
 });
