@@ -17,10 +17,11 @@ afterAll(async () => {
 });
 
 let seq = 0;
+/** A job row for attempts written by hand: already ended, so the server's queue sweep never assigns it. */
 async function newJob(renterId: number): Promise<number> {
   const [j] = await srv.sql<{ id: number }[]>`
     INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
-    VALUES (${`job-days-${process.pid}-${++seq}`}, ${renterId}, 'training', 'queued', 1, 600, 25, 25) RETURNING id`;
+    VALUES (${`job-days-${process.pid}-${++seq}`}, ${renterId}, 'training', 'completed', 1, 600, 25, 25) RETURNING id`;
   return j.id;
 }
 
