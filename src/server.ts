@@ -46,6 +46,22 @@ export interface StartOptions {
   sql?: Sql;
 }
 
+/** How long /readyz waits for the database before it answers 503. */
+const READY_CHECK_MS = 3000;
+/** How long shutdown waits for the background workers to finish what they are doing. */
+const WORKER_STOP_GRACE_MS = 10_000;
+
+/** True once `p` fulfils, false if `ms` pass first; a rejection within `ms` is thrown. */
+async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([p.then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 type PlainHandler = (req: NodeRequest, res: NodeResponse, url: URL) => Promise<boolean> | boolean;
 
 export async function startApp(config: Config, opts: StartOptions = {}): Promise<App> {
@@ -95,11 +111,16 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     },
     async (req, res, url) => {
       if (url.pathname !== "/readyz") return false;
+      // A database that does not answer is unreachable too: a probe gets its answer in READY_CHECK_MS.
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("no answer")), READY_CHECK_MS)));
       try {
-        const ok = await migrationsCurrent(sql);
+        const ok = await Promise.race([migrationsCurrent(sql), timedOut]);
         sendJson(res, ok ? 200 : 503, ok ? { status: "ready" } : { error: "migrations pending" });
       } catch {
         sendJson(res, 503, { error: "database unreachable" });
+      } finally {
+        clearTimeout(timer);
       }
       return true;
     },
@@ -182,7 +203,10 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     close() {
       closing ??= (async () => {
         shutdown.abort();
-        await Promise.all(workers.map((w) => w.stop()));
+        if (!(await settlesWithin(Promise.all(workers.map((w) => w.stop())), WORKER_STOP_GRACE_MS))) {
+          // A worker waits on a database that stopped answering; closing the pool below ends its query.
+          log.warn({ graceMs: WORKER_STOP_GRACE_MS }, "background workers did not stop in time; closing without them");
+        }
         await edge.close();
         await metricsListener?.close();
         metrics.close();

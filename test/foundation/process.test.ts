@@ -144,4 +144,52 @@ describe("process", () => {
       await app.close();
     }
   });
+
+  it("/readyz answers 503 within seconds when the database stops answering", async () => {
+    const db = await freshDatabase();
+    // The server reaches PostgreSQL through a proxy that can go silent: connections stay open, nothing passes.
+    const target = new URL(db.url);
+    let silent = false;
+    const sockets = new Set<net.Socket>();
+    const proxy = net.createServer((c) => {
+      sockets.add(c);
+      c.on("error", () => {});
+      c.on("close", () => sockets.delete(c));
+      if (silent) return;
+      const u = net.connect(Number(target.port || 5432), target.hostname);
+      sockets.add(u);
+      u.on("error", () => c.destroy());
+      u.on("close", () => sockets.delete(u));
+      c.on("data", (d) => !silent && u.write(d));
+      u.on("data", (d) => !silent && c.write(d));
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    const via = new URL(db.url);
+    via.hostname = "127.0.0.1";
+    via.port = String((proxy.address() as net.AddressInfo).port);
+    const config = loadConfig({
+      SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET, DATABASE_URL: via.toString(), PORT: "0", HOST: "127.0.0.1",
+      SVC_DATA_DIR: path.join(os.tmpdir(), "svc-test-data"), SVC_RATE_LIMITS: "off", LOG_LEVEL: "silent",
+    });
+    const app = await startApp(config, { log: pino({ level: "silent" }) });
+    try {
+      expect((await fetch(`${app.url}/readyz`)).status).toBe(200);
+      silent = true;
+      const started = performance.now();
+      const r = await fetch(`${app.url}/readyz`, { signal: AbortSignal.timeout(15_000) });
+      expect(r.status).toBe(503);
+      expect(await r.json()).toEqual({ error: "database unreachable" });
+      expect(performance.now() - started).toBeLessThan(10_000);
+      // Shutdown does not wait forever on workers stuck in queries to it.
+      const closing = performance.now();
+      await app.close();
+      expect(performance.now() - closing).toBeLessThan(30_000);
+    } finally {
+      await app.close();
+      const closed = new Promise((r) => proxy.close(r));
+      for (const s of sockets) s.destroy();
+      await closed;
+      await db.drop();
+    }
+  }, 60_000);
 });
