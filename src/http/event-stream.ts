@@ -11,6 +11,7 @@ import { messageToJson } from "./json.js";
 import { toHttpError } from "./errors.js";
 import type { ServerResponse } from "node:http";
 import type { Http2ServerResponse } from "node:http2";
+import { drained } from "./drained.js";
 
 type NodeResponse = ServerResponse | Http2ServerResponse;
 
@@ -66,17 +67,6 @@ const gone = (res: NodeResponse) => res.destroyed || res.writableEnded;
 /** HTTP/1.1 and HTTP/2 responses write alike; their union's overloads do not type-check as one. */
 const write = (res: NodeResponse, text: string): boolean => (res as ServerResponse).write(text);
 
-function drained(res: NodeResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off("drain", done);
-      res.off("close", done);
-      resolve();
-    };
-    res.on("drain", done);
-    res.on("close", done);
-  });
-}
 
 /**
  * Writes a server stream as text/event-stream. Throws (headers unsent) when

@@ -19,6 +19,7 @@ import { fromBinary, toBinary, type DescMethod, type DescMessage, type Message }
 import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ContextValues, type HandlerContext, type Interceptor } from "@connectrpc/connect";
 import { transformInvokeImplementation } from "@connectrpc/connect/protocol";
 import type { Logger } from "../log.js";
+import { drained } from "./drained.js";
 import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 export interface StreamRoute {
@@ -220,17 +221,6 @@ async function serve(
   res.end();
 }
 
-function drained(res: http2.Http2ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off("drain", done);
-      res.off("close", done);
-      resolve();
-    };
-    res.on("drain", done);
-    res.on("close", done);
-  });
-}
 
 /** Splits the gRPC envelopes (flag byte, 4-byte length, message) out of a stream's chunks and parses them. */
 class EnvelopeReader {

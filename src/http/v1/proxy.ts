@@ -10,6 +10,7 @@ import type { EndpointPicker, Upstream } from "./endpoints.js";
 import { V1Error } from "./errors.js";
 import { MAX_SSE_EVENT_LENGTH, SseReader, sseEvent } from "./sse.js";
 import { postJson, readAll } from "./upstream.js";
+import { drained } from "../drained.js";
 
 /** Largest non-streamed upstream answer accepted. */
 const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
@@ -112,15 +113,7 @@ function deltaTokens(chunk: Record<string, unknown>): number {
 export async function write(res: NodeResponse, data: string): Promise<void> {
   const out = res as unknown as NodeJS.EventEmitter & { destroyed?: boolean; write(d: string): boolean };
   if (out.destroyed || out.write(data)) return;
-  await new Promise<void>((resolve) => {
-    const done = () => {
-      out.off("drain", done);
-      out.off("close", done);
-      resolve();
-    };
-    out.on("drain", done);
-    out.on("close", done);
-  });
+  await drained(out);
 }
 
 export async function proxyChatCompletion(p: ProxyRequest): Promise<ProxyResult> {
