@@ -9,7 +9,7 @@ import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
 import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponse } from "../../gen/svc/v1/providers_pb.js";
-import { NotPlainJson, readStructJsonAt, readValueJsonAt, WireCursor } from "../shared/struct-binary.js";
+import { NotPlainJson, partSize, readStructJsonAt, readValueJsonAt, WireCursor, writeVarint } from "../shared/struct-binary.js";
 import { setGpuStatusJson } from "../domain/providers/heartbeat.js";
 
 // Tags (field number << 3 | wire type) of daemon.proto and providers.proto.
@@ -115,21 +115,15 @@ const ACK_PAUSED = 0x58;
 const PRELOAD_MODEL_NAME = 0x0a;
 const PRELOAD_STATUS = 0x12;
 
-const varintSize = (n: number) => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
 /** Size of a string field as proto3 writes it: nothing when empty. */
 const stringSize = (s: string) => (s === "" ? 0 : partSize(Buffer.byteLength(s)));
-const partSize = (n: number) => 1 + varintSize(n) + n;
 
 class AckWriter {
   pos = 0;
   constructor(readonly buf: Buffer) {}
 
   varint(n: number) {
-    while (n >= 0x80) {
-      this.buf[this.pos++] = (n & 0x7f) | 0x80;
-      n >>>= 7;
-    }
-    this.buf[this.pos++] = n;
+    this.pos = writeVarint(this.buf, this.pos, n);
   }
 
   bool(tag: number, v: boolean) {

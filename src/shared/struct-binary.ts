@@ -19,9 +19,20 @@ const VALUE_STRUCT = 0x2a;
 const VALUE_LIST = 0x32;
 const LIST_VALUES = 0x0a;
 
-const varintSize = (n: number) => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
+/** Bytes of a varint of n (n < 2^35). */
+export const varintSize = (n: number) => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
 /** Size of a length-delimited part (tag, length, body) whose body is n bytes. */
-const partSize = (n: number) => 1 + varintSize(n) + n;
+export const partSize = (n: number) => 1 + varintSize(n) + n;
+
+/** Writes n (n < 2^32) as a varint at pos; returns the position after it. */
+export function writeVarint(buf: Buffer, pos: number, n: number): number {
+  while (n >= 0x80) {
+    buf[pos++] = (n & 0x7f) | 0x80;
+    n >>>= 7;
+  }
+  buf[pos++] = n;
+  return pos;
+}
 
 // Pass 1: the body size of every length-delimited part, in the order pass 2 writes them.
 
@@ -76,11 +87,7 @@ class Out {
   ) {}
 
   varint(n: number) {
-    while (n >= 0x80) {
-      this.buf[this.pos++] = (n & 0x7f) | 0x80;
-      n >>>= 7;
-    }
-    this.buf[this.pos++] = n;
+    this.pos = writeVarint(this.buf, this.pos, n);
   }
 
   /** A tag and the next length from pass 1; returns the length. */
