@@ -1,10 +1,11 @@
-// The daemon stream's messages read off and written to the wire. A heartbeat,
-// most of what a fleet sends, is read by hand, and its ack written by hand: its telemetry (a google.protobuf.Value) goes
-// straight to the JSON the heartbeat stores (shared/struct-binary.ts) instead
-// of through a Value message per member, read back by reflection. The message
-// keeps its gpu_status, built from that JSON only if something reads it.
-// Every other message, and a heartbeat with anything unusual in it, is read by
-// protobuf-es, which also reports what is wrong with bytes that do not parse.
+// The daemon stream's messages, read off and written to the wire. A heartbeat,
+// most of what a fleet sends, is read by hand, and its ack written by hand. The
+// heartbeat's telemetry (a google.protobuf.Value) goes straight to the JSON the
+// heartbeat stores (shared/struct-binary.ts), not through a Value message per
+// member read back by reflection; the message keeps its gpu_status, built from
+// that JSON only if something reads it. Every other message, and a heartbeat
+// with anything unusual in it, is read and written by protobuf-es, which also
+// reports what is wrong with bytes that do not parse.
 import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
