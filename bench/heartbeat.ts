@@ -23,6 +23,9 @@
 //   (bench/open-loop.ts), each latency measured from the beat's intended send
 //   time, so a stall is not hidden; reported under `open_loop` with the
 //   generator's own lag and the target (p99 <= 20 ms).
+// - CPU per beat of the saturated phase: the server processes', and the
+//   database's (its backends for the bench's database, over the phase and
+//   the last telemetry batch after it: a beat is written in batches).
 // - Afterwards it checks that every provider's last_heartbeat was written.
 // - --outage: the providers are seeded in SQL as a running fleet, approved
 //   and online (registration has its own tests; 100,000 over HTTP would only
@@ -38,7 +41,7 @@
 import crypto from "node:crypto";
 import os from "node:os";
 import { parseArgs } from "node:util";
-import { benchDatabase, cpuSecondsOf, machine, noter, percentile, pool, readStalls, serverStalls, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, databaseCpuMeter, machine, noter, percentile, pool, readStalls, serverStalls, startServers } from "./lib.js";
 import { gpuStatus, heartbeatBody, heartbeatRequest, memorySampler, runHeartbeats, seedProviders } from "./fleet.js";
 import { markSilentProvidersOffline } from "../src/domain/dispatch/liveness-sweep.js";
 import type { Sql } from "../src/db/index.js";
@@ -125,9 +128,12 @@ async function main() {
     note(`measuring ${SECONDS} s with ${CONNECTIONS} connections over ${PROVIDERS} providers`);
     const cpuOfServers = () => children.reduce((t, c) => t + (cpuSecondsOf(c.pid) ?? NaN), 0);
     const cpuBefore = cpuOfServers();
+    const dbMeter = await databaseCpuMeter(sql, db.name);
     const run = await runHeartbeats(ports, requests, CONNECTIONS, SECONDS, true);
     const cpuAfter = cpuOfServers();
     await new Promise((r) => setTimeout(r, 1000)); // let the last batch land
+    // The database's CPU over the phase and its last batch: the beats' writes, batched every 250 ms.
+    const dbCpu = await dbMeter();
 
     let openLoopFigures: Record<string, unknown> | undefined;
     if (OPEN_LOOP !== "off") {
@@ -191,6 +197,7 @@ async function main() {
       max_ms: percentile(sorted, 100),
       server_cpu_us_per_heartbeat:
         Number.isFinite(cpuAfter - cpuBefore) ? Math.round(((cpuAfter - cpuBefore) * 1e6) / Math.max(1, run.requests)) : null,
+      database_cpu_us_per_heartbeat: Math.round((dbCpu.own * 1e6) / Math.max(1, run.requests)),
       load_average_1m: Math.round(os.loadavg()[0] * 100) / 100,
       first_beats: first,
       ...(openLoopFigures ? { open_loop: openLoopFigures } : {}),

@@ -233,6 +233,37 @@ describe("heartbeat: accepted", () => {
 });
 
 describe("heartbeat: write path", () => {
+  it("keeps daemon_version_rank the reported version's rank through inserts, beats and direct writes", async () => {
+    const rankOf = async (id: number) => {
+      await flushHeartbeats(srv);
+      const [r] = await srv.sql<{ rank: string | null }[]>`SELECT daemon_version_rank::text AS rank FROM providers WHERE id = ${id}`;
+      return r.rank === null ? null : Number(r.rank);
+    };
+    const p = await newProvider(srv);
+    expect(await rankOf(p.id)).toBeNull();
+    const steps: [string, number | null][] = [
+      ["3.1.7", 3_000_001_000_007],
+      ["3.1.7", 3_000_001_000_007], // a steady beat: the version is written unchanged
+      ["v3.2", 3_000_002_000_000],
+      ["10.0.0-rc.1", 10_000_000_000_000],
+      ["not-a-version", null],
+      ["3.0.0", 3_000_000_000_000],
+    ];
+    for (const [version, rank] of steps) {
+      expect((await heartbeat(srv, p.key, { daemon_version: version })).status).toBe(200);
+      expect([version, await rankOf(p.id)]).toEqual([version, rank]);
+    }
+    // The rank stays derived: a write of the rank alone is put back, an update of another column keeps it.
+    await srv.sql`UPDATE providers SET daemon_version_rank = 1 WHERE id = ${p.id}`;
+    expect(await rankOf(p.id)).toBe(3_000_000_000_000);
+    await srv.sql`UPDATE providers SET hostname = 'rank-check' WHERE id = ${p.id}`;
+    expect(await rankOf(p.id)).toBe(3_000_000_000_000);
+    const [inserted] = await srv.sql<{ id: number }[]>`
+      INSERT INTO providers (name, email, gpu_model, os, daemon_version, daemon_version_rank)
+      VALUES ('rank', ${`rank-${Date.now()}@example.com`}, 'RTX 4090', 'linux', '2.5.1', 42) RETURNING id`;
+    expect(await rankOf(Number(inserted.id))).toBe(2_000_005_000_001);
+  });
+
   it("coalesces steady beats and writes the latest telemetry within the flush interval", async () => {
     const p = await newProvider(srv);
     await heartbeat(srv, p.key); // first beat: synchronous
