@@ -69,7 +69,7 @@ function batchJson(entries: [number, BeatSpan][]): string {
 const beatsSql = (db: Sql, entries: [number, BeatSpan][]) => db`
   SELECT * FROM json_to_recordset(${batchJson(entries)}::text::json) AS v(
     id bigint, first_ts timestamptz, last_ts timestamptz, dv text, vram bigint, cnt int, cc text, cuda text,
-    driver text, tel jsonb, cached jsonb, ip text, host text, rs jsonb)`;
+    driver text, tel json, cached text[], ip text, host text, rs jsonb)`;
 
 const reputationDueSql = (db: Sql) =>
   db`(p.reputation_at IS NULL OR p.reputation_at < now() - make_interval(secs => ${REPUTATION_REFRESH_SECONDS})) AS reputation_due`;
@@ -83,9 +83,8 @@ const telemetrySet = (db: Sql) => db`
   gpu_cuda_version = coalesce(v.cuda, p.gpu_cuda_version),
   gpu_driver_version = coalesce(v.driver, p.gpu_driver_version),
   gpu_telemetry = coalesce(v.tel, p.gpu_telemetry),
-  cached_models = CASE WHEN v.cached IS NULL THEN p.cached_models
-                       ELSE ARRAY(SELECT jsonb_array_elements_text(v.cached)) END,
-  preload_model = CASE WHEN v.cached IS NOT NULL AND v.cached ? p.preload_model THEN NULL ELSE p.preload_model END,
+  cached_models = coalesce(v.cached, p.cached_models),
+  preload_model = CASE WHEN p.preload_model = ANY(v.cached) THEN NULL ELSE p.preload_model END,
   provider_ip = coalesce(v.ip, p.provider_ip),
   hostname = coalesce(v.host, p.hostname),
   resource_spec = coalesce(v.rs, p.resource_spec)`;
