@@ -11,7 +11,7 @@ import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
 import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponse } from "../../gen/svc/v1/providers_pb.js";
 import { NotPlainJson, partSize, readStructJsonAt, readValueJsonAt, WireCursor, writeVarint } from "../shared/struct-binary.js";
-import { setGpuStatusJson } from "../domain/providers/heartbeat.js";
+import { gpuStatusJsonOf, setGpuStatusJson } from "../domain/providers/heartbeat.js";
 
 // Tags (field number << 3 | wire type) of daemon.proto and providers.proto.
 const DAEMON_HEARTBEAT = 0x12; // DaemonMessage.heartbeat, length-delimited
@@ -81,21 +81,32 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
   if (r.pos !== end) throw new NotPlainJson("a part overruns the heartbeat");
   const req = create(HeartbeatRequestSchema, { uptime, providerIp, providerHostname, cachedModels, resourceSpec, daemonVersion });
   if (gpuStatus !== undefined) {
-    const json = gpuStatus;
-    setGpuStatusJson(req, json);
-    let value: Value | undefined;
-    Object.defineProperty(req, "gpuStatus", {
-      enumerable: true,
-      configurable: true,
-      get: () => (value ??= fromJson(ValueSchema, json)),
-      set: (v: Value | undefined) => {
-        setGpuStatusJson(req, undefined);
-        Object.defineProperty(req, "gpuStatus", { value: v, writable: true, enumerable: true, configurable: true });
-      },
-    });
+    setGpuStatusJson(req, gpuStatus);
+    Object.defineProperty(req, "gpuStatus", LAZY_GPU_STATUS);
   }
   return req;
 }
+
+const dataProperty = (value: Value | undefined): PropertyDescriptor => ({ value, writable: true, enumerable: true, configurable: true });
+
+/**
+ * gpu_status of a hand-read heartbeat: a Value built from the JSON beside the
+ * message on its first read; a write replaces it (and drops that JSON). One
+ * descriptor for every message, so a heartbeat costs no closures.
+ */
+const LAZY_GPU_STATUS: PropertyDescriptor = {
+  enumerable: true,
+  configurable: true,
+  get(this: HeartbeatRequest): Value {
+    const value = fromJson(ValueSchema, gpuStatusJsonOf(this) ?? null);
+    Object.defineProperty(this, "gpuStatus", dataProperty(value));
+    return value;
+  },
+  set(this: HeartbeatRequest, v: Value | undefined) {
+    setGpuStatusJson(this, undefined);
+    Object.defineProperty(this, "gpuStatus", dataProperty(v));
+  },
+};
 
 // Writing: a heartbeat's ack (most of what a fleet is sent) by hand, the very bytes
 // protobuf-es writes for it; any other message by protobuf-es.

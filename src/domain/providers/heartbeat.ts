@@ -113,6 +113,8 @@ export function setGpuStatusJson(req: HeartbeatRequest, json: JsonValue | undefi
   else gpuStatusJson.set(req, json);
 }
 
+export const gpuStatusJsonOf = (req: HeartbeatRequest): JsonValue | undefined => gpuStatusJson.get(req);
+
 export function heartbeatInputOf(req: HeartbeatRequest): HeartbeatInput {
   if (req.raw && Object.keys(req.raw).length > 0) return parseHeartbeatBody(req.raw);
   const body: JsonObject = {};
