@@ -22,7 +22,8 @@
 //   phase, beats sent on a fixed schedule at half of its heartbeats/s
 //   (bench/open-loop.ts), each latency measured from the beat's intended send
 //   time, so a stall is not hidden; reported under `open_loop` with the
-//   generator's own lag and the target (p99 <= 20 ms).
+//   generator's own lag, the servers' stalls and their own answer times for
+//   the route (`answered_by_server`), and the target (p99 <= 20 ms).
 // - CPU per beat of the saturated phase: the server processes', and the
 //   database's (its backends for the bench's database, over the phase and
 //   the last telemetry batch after it: a beat is written in batches).
@@ -77,6 +78,8 @@ const OPEN_SOCKETS = Number(args["open-sockets"]);
 const MAX_SOCKETS = Number(args["max-sockets"]);
 /** Target of the open-loop phase (issue: latency at a steady load). */
 const TARGET_P99_MS = 20;
+/** The route whose server-side answer times the open-loop phase reports (svc_request_duration_seconds). */
+const HEARTBEAT_ROUTE = "POST /api/providers/heartbeat";
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
 const HMAC_SECRET = crypto.randomBytes(24).toString("hex");
 
@@ -139,7 +142,7 @@ async function main() {
     if (OPEN_LOOP !== "off") {
       const rate = openLoopRate(OPEN_LOOP, run.ok / run.elapsedS);
       note(`open loop: ${rate} heartbeats/s for ${OPEN_SECONDS} s (latency from each beat's intended send time)`);
-      const stallsBefore = await readStalls(ports);
+      const stallsBefore = await readStalls(ports, HEARTBEAT_ROUTE);
       const olCpuBefore = cpuOfServers();
       const ol = await openLoop({
         ports,
@@ -152,7 +155,7 @@ async function main() {
         maxSockets: MAX_SOCKETS,
       });
       const olCpu = cpuOfServers() - olCpuBefore;
-      const stalls = serverStalls(stallsBefore, await readStalls(ports));
+      const stalls = serverStalls(stallsBefore, await readStalls(ports, HEARTBEAT_ROUTE));
       await new Promise((r) => setTimeout(r, 1000));
       const p99 = percentile(ol.latenciesMs, 99);
       openLoopFigures = {

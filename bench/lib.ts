@@ -265,6 +265,8 @@ export interface StallSample {
   eventLoopDelayMaxMs: number;
   /** By kind (major, minor, incremental, weakcb): pauses and their total, cumulative. */
   gc: Record<string, { count: number; totalMs: number }>;
+  /** The route's answers so far by the server's own timing: how many took at most each bucket's seconds. */
+  answered: Map<string, number>;
 }
 
 /**
@@ -272,7 +274,7 @@ export interface StallSample {
  * histogram on each read, so a read before a phase starts its window and a
  * read after it gives the phase's delay percentiles.
  */
-export async function readStalls(ports: number[]): Promise<StallSample[]> {
+export async function readStalls(ports: number[], route?: string): Promise<StallSample[]> {
   return Promise.all(
     ports.map(async (port) => {
       const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
@@ -283,8 +285,16 @@ export async function readStalls(ports: number[]): Promise<StallSample[]> {
         if (m[1] === "sum") k.totalMs = Number(m[3]) * 1000;
         else k.count = Number(m[3]);
       }
+      // svc_request_duration_seconds of the route, every status together.
+      const answered = new Map<string, number>();
+      if (route) {
+        for (const m of text.matchAll(/^svc_request_duration_seconds_bucket\{(.*)\} ([0-9.eE+-]+)$/gm)) {
+          const le = /le="([^"]+)"/.exec(m[1])?.[1];
+          if (le && m[1].includes(`route="${route}"`)) answered.set(le, (answered.get(le) ?? 0) + Number(m[2]));
+        }
+      }
       const delay = (name: string) => Math.max(0, value(name) * 1000 - EVENT_LOOP_SAMPLE_MS);
-      return { eventLoopDelayP99Ms: delay("nodejs_eventloop_lag_p99_seconds"), eventLoopDelayMaxMs: delay("nodejs_eventloop_lag_max_seconds"), gc };
+      return { eventLoopDelayP99Ms: delay("nodejs_eventloop_lag_p99_seconds"), eventLoopDelayMaxMs: delay("nodejs_eventloop_lag_max_seconds"), gc, answered };
     }),
   );
 }
@@ -305,10 +315,24 @@ export function serverStalls(before: StallSample[], after: StallSample[]) {
     g.mean_ms = g.pauses ? round(g.total_ms / g.pauses) : 0;
     g.total_ms = round(g.total_ms);
   }
+  // The route's answers that took the server longer than 5, 10, 25, 50 and 100 ms, by its own timing
+  // (from the request read to the answer written): a tail the client sees beyond these waited
+  // outside the handler (socket buffers, the accept queue, the event loop's turn).
+  let total = 0;
+  const atMost = new Map<string, number>();
+  after.forEach((a, i) => {
+    for (const [le, n] of a.answered) {
+      const d = n - (before[i]?.answered.get(le) ?? 0);
+      if (le === "+Inf") total += d;
+      else atMost.set(le, (atMost.get(le) ?? 0) + d);
+    }
+  });
+  const over = (le: string) => total - (atMost.get(le) ?? 0);
   return {
     event_loop_delay_p99_ms: round(Math.max(...after.map((a) => a.eventLoopDelayP99Ms))),
     event_loop_delay_max_ms: round(Math.max(...after.map((a) => a.eventLoopDelayMaxMs))),
     gc,
+    ...(total > 0 ? { answered_by_server: { total, over_5_ms: over("0.005"), over_10_ms: over("0.01"), over_25_ms: over("0.025"), over_50_ms: over("0.05"), over_100_ms: over("0.1") } } : {}),
   };
 }
 
