@@ -85,6 +85,8 @@ const OPEN_LOOP = args["open-loop"]!;
 const OPEN_SECONDS = Number(args["open-seconds"] ?? args.seconds);
 const OPEN_SOCKETS = Number(args["open-sockets"]);
 const MAX_SOCKETS = Number(args["max-sockets"]);
+/** The route whose server-side answer times the open-loop phase reports (svc_request_duration_seconds). */
+const SUBMIT_ROUTE = "POST /api/jobs/submit";
 /** Targets of the open-loop phase (issue: latency at a steady load). */
 const TARGETS = { submit_p99_ms: 50, assign_after_201_p50_ms: 5, assign_after_201_p99_ms: 25 };
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
@@ -346,7 +348,7 @@ async function main() {
       note(`open loop: ${rate} submits/s for ${OPEN_SECONDS} s (latency from each submit's intended send time)`);
       const openSamples = new Map<string, Sample>();
       meter = await cpuMeter(children, db);
-      const stallsBefore = await readStalls(ports);
+      const stallsBefore = await readStalls(ports, SUBMIT_ROUTE);
       const ol = await openLoop({
         ports,
         rate,
@@ -362,7 +364,7 @@ async function main() {
         maxSockets: MAX_SOCKETS,
       });
       const olCpu = await meter(ol.ok);
-      const stalls = serverStalls(stallsBefore, await readStalls(ports));
+      const stalls = serverStalls(stallsBefore, await readStalls(ports, SUBMIT_ROUTE));
       await new Promise((r) => setTimeout(r, 1000));
       const olAssign = assignFigures(openSamples, received);
       const submitP99 = percentile(ol.latenciesMs, 99);
