@@ -20,7 +20,8 @@
 //   keep-alive HTTP/1.1 sockets (bench/fleet.ts); a stream beat is a
 //   heartbeat message on a daemon's stream, done when its heartbeat_ack is
 //   read. Reported per phase: beats/s, p50/p99, the server's CPU per beat,
-//   and the generator's; then the ratio of the medians (stream / JSON).
+//   the generator's and the database's (the phase's telemetry batches); then
+//   the ratio of the medians (stream / JSON).
 // - --cadence N: every daemon beats once, the beats spread evenly over N
 //   seconds (a fleet beating every N seconds), each answered by its ack.
 // - --assign: with every stream still open, one job per daemon is submitted
@@ -40,7 +41,7 @@ import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type DaemonMes
 import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { AsyncQueue } from "../src/daemon/async-queue.js";
 import { gpuStatus, heartbeatRequest, memorySampler, runHeartbeats, seedProviders } from "./fleet.js";
-import { benchDatabase, cpuSecondsOf, machine, memoryOf, noter, percentile, pool, postJson, startServers } from "./lib.js";
+import { benchDatabase, cpuSecondsOf, databaseCpuMeter, machine, memoryOf, noter, percentile, pool, postJson, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -279,7 +280,15 @@ function cpuMeter(pid: number | undefined) {
   };
 }
 
-function figures<E extends Record<string, number>>(ok: number, elapsedS: number, latenciesMs: ArrayLike<number>, cpu: ReturnType<ReturnType<typeof cpuMeter>>, extra: E) {
+const perBeat = (seconds: number, beats: number) => (beats > 0 ? Math.round((seconds * 1e6) / beats) : null);
+
+function figures<E extends Record<string, number>>(
+  ok: number,
+  elapsedS: number,
+  latenciesMs: ArrayLike<number>,
+  cpu: ReturnType<ReturnType<typeof cpuMeter>> & { database_cpu_us_per_beat: number | null },
+  extra: E,
+) {
   const sorted = Float64Array.from(latenciesMs).sort();
   return {
     beats_per_s: Math.round(ok / elapsedS),
@@ -397,15 +406,20 @@ async function main() {
     for (let r = 0; r < ROUNDS; r++) {
       note(`round ${r + 1}/${ROUNDS}: ${SECONDS} s of ${[json && "JSON heartbeats", stream && "heartbeats over streams"].filter(Boolean).join(", then ")}, ${CONNECTIONS} in flight`);
       let meter = cpuMeter(pid);
+      let dbMeter = await databaseCpuMeter(sql, db.name);
       const j = json ? await runHeartbeats([port], requests, CONNECTIONS, SECONDS, true) : { ok: 0, elapsedS: 1, latenciesMs: [], requests: 0, nonOk: 0 };
-      const jsonFigures = figures(j.ok, j.elapsedS, j.latenciesMs, meter(j.requests), { non_200: j.nonOk });
+      const jsonCpu = meter(j.requests);
+      // The pause lets the phase's last telemetry batch (every 250 ms) land in the phase's database CPU.
       await new Promise((res) => setTimeout(res, 500));
+      const jsonFigures = figures(j.ok, j.elapsedS, j.latenciesMs, { ...jsonCpu, database_cpu_us_per_beat: perBeat((await dbMeter()).own, j.requests) }, { non_200: j.nonOk });
       meter = cpuMeter(pid);
+      dbMeter = await databaseCpuMeter(sql, db.name);
       const s = stream ? await runStreamBeats(daemons, CONNECTIONS, SECONDS) : { ok: 0, elapsedS: 1, latenciesMs: [], errors: 0 };
-      const streamFigures = figures(s.ok, s.elapsedS, s.latenciesMs, meter(s.ok + s.errors), { errors: s.errors });
+      const streamCpu = meter(s.ok + s.errors);
+      await new Promise((res) => setTimeout(res, 500));
+      const streamFigures = figures(s.ok, s.elapsedS, s.latenciesMs, { ...streamCpu, database_cpu_us_per_beat: perBeat((await dbMeter()).own, s.ok + s.errors) }, { errors: s.errors });
       rounds.push({ json: jsonFigures, stream: streamFigures });
       note(`  JSON ${jsonFigures.beats_per_s}/s, streams ${streamFigures.beats_per_s}/s`);
-      await new Promise((res) => setTimeout(res, 500));
     }
     const cadenceSeconds = Number(args.cadence);
     let cadence: Awaited<ReturnType<typeof beatEachOnce>> | undefined;
