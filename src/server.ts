@@ -83,7 +83,15 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const limits = config.rateLimits ? await createRateLimits(config, sql, log) : undefined;
   daemonPolicy.minVersion = config.daemonMinVersion;
   const metrics = createMetrics({ sql, log, dbFiguresSeconds: config.metrics.dbFiguresSeconds });
-  const deps: Deps = { config, sql, log, keyRowCounter: limits?.keyRowCounter, offerWork: (ids) => offerWorkToEach(sql, log, ids), metrics };
+  const deps: Deps = {
+    config,
+    sql,
+    log,
+    keyRowCounter: limits?.keyRowCounter,
+    streamBeatLimit: limits?.streamBeatLimit,
+    offerWork: (ids) => offerWorkToEach(sql, log, ids),
+    metrics,
+  };
   const shutdown = new AbortController();
   let services: ReturnType<typeof buildServices>;
   try {

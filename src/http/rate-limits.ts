@@ -128,6 +128,8 @@ export interface RateLimits {
    * key, undefined for other methods.
    */
   keyRowCounter(method: DescMethod): KeyRowCounter | undefined;
+  /** The heartbeat row as it applies to each daemon stream's heartbeat messages (Deps.streamBeatLimit). */
+  streamBeatLimit: { points: number; durationSec: number };
   /** Counts one request of `row` for this caller; throws the 429. */
   check(row: RateLimitName, clientIp: string, authenticatedRenterKey?: string): Promise<void>;
   /** Where the counters live, for logs and tests. */
@@ -239,6 +241,7 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       if (rows[name].per === "ip") await check(name, req.contextValues.get(credentialsKey).clientIp);
       return next(req);
     },
+    streamBeatLimit: { points: rows.heartbeat.points, durationSec: rows.heartbeat.durationSec },
     keyRowCounter(method) {
       const name = rowNameOf(getOption(method, routeOption).rateLimit);
       if (rows[name]?.per !== "renter_key") return undefined;

@@ -34,7 +34,7 @@ import { AsyncQueue } from "../daemon/async-queue.js";
 import type { TaskSigner } from "../shared/task-signature.js";
 import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
-import { badRequest, notFound } from "../errors.js";
+import { apiError, badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
 import { setStructBytes } from "../shared/struct-binary.js";
 import { jobSignalHub } from "../workers/job-signals.js";
@@ -67,6 +67,36 @@ function errorCode(thrown: unknown): string {
   return "internal";
 }
 
+/**
+ * The heartbeat row of the rate table applied to one stream's heartbeat
+ * messages: at most `points` in a window of `durationSec` that starts with the
+ * first beat after the last window ended (a fixed window, as the HTTP rows
+ * count). A beat over it is refused before any work is done for it.
+ */
+class BeatWindow {
+  private start = -Infinity;
+  private count = 0;
+
+  constructor(private readonly limit: { points: number; durationSec: number }) {}
+
+  /** Counts a beat at `now` (ms); throws the 429 when the window is full. */
+  take(now: number): void {
+    const windowMs = this.limit.durationSec * 1000;
+    if (now - this.start >= windowMs) {
+      this.start = now;
+      this.count = 0;
+    }
+    if (this.count < this.limit.points) {
+      this.count++;
+      return;
+    }
+    const retry = Math.max(1, Math.ceil((this.start + windowMs - now) / 1000));
+    throw apiError(429, `too many heartbeats on this stream: at most ${this.limit.points} per ${this.limit.durationSec} s; beat again in ${retry} s`, {
+      "Retry-After": String(retry),
+    });
+  }
+}
+
 /** One connected daemon: what it was sent, and the handling of what it sends. */
 class StreamSession {
   readonly out = new AsyncQueue<Out>();
@@ -77,6 +107,8 @@ class StreamSession {
   private keyMismatch = false;
   /** Pushes triggered by notices run one at a time, in the order the notices came. */
   private chain: Promise<void> = Promise.resolve();
+  /** Undefined when rate limits are off. */
+  private readonly beats: BeatWindow | undefined;
 
   constructor(
     private readonly deps: Deps,
@@ -85,7 +117,9 @@ class StreamSession {
     private readonly refresher: StreamRefresher,
     /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (shared/struct-binary.ts). */
     private readonly binary: boolean,
-  ) {}
+  ) {
+    this.beats = deps.streamBeatLimit && new BeatWindow(deps.streamBeatLimit);
+  }
 
   private send(m: Out) {
     this.out.push(m);
@@ -239,6 +273,7 @@ class StreamSession {
     try {
       switch (k.case) {
         case "heartbeat":
+          this.beats?.take(Date.now());
           this.send({ kind: { case: "heartbeatAck", value: await recordHeartbeat(this.deps, pid, k.value) } });
           this.deps.metrics?.heartbeat("stream");
           await this.refresh();

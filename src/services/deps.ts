@@ -22,6 +22,11 @@ export interface Deps {
   log: Logger;
   /** Set when rate limits are on: the counter of a method on a per-renter-key row, or undefined for other methods. */
   keyRowCounter?: (method: DescMethod) => KeyRowCounter | undefined;
+  /**
+   * Set when rate limits are on: heartbeats a daemon stream may send per window, the
+   * heartbeat row's (as on the JSON route, but counted per stream, in its process).
+   */
+  streamBeatLimit?: { points: number; durationSec: number };
   /** Offers queued work to providers that became available (dispatch; never throws). */
   offerWork(providerIds: number[]): Promise<void>;
   /** The process's Prometheus metrics (absent in tools that build services without a server). */
