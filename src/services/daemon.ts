@@ -44,6 +44,16 @@ import { StreamRefresher } from "../domain/jobs/stream-refresh.js";
 export const HEARTBEAT_INTERVAL_SECONDS = 30;
 /** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */
 const DRAIN_RECONNECT_MS = 1000;
+/**
+ * A job's progress reports written per second from one stream. A job reports
+ * progress by printing lines, as often as it likes, and each report is a
+ * transaction on the job's row and a notice to its watchers. Past this many
+ * in a second, a report replaces the one waiting, which is written when the
+ * second ends (the latest wins), or before the job's result.
+ */
+export const PROGRESS_WRITES_PER_SECOND = 10;
+
+type ProgressReport = { jobId: string; progressPct?: number; phase?: string };
 
 type Out = MessageInitShape<typeof ServerMessageSchema>;
 type Settings = MessageInitShape<typeof DaemonSettingsSchema>;
@@ -109,6 +119,8 @@ class StreamSession {
   private chain: Promise<void> = Promise.resolve();
   /** Undefined when rate limits are off. */
   private readonly beats: BeatWindow | undefined;
+  /** Per job: the second its progress writes are counted in, their count, and the report waiting for the next second. */
+  private readonly progress = new Map<string, { second: number; writes: number; waiting?: ProgressReport; timer?: NodeJS.Timeout }>();
 
   constructor(
     private readonly deps: Deps,
@@ -194,6 +206,7 @@ class StreamSession {
     const reason = !job ? "unknown job" : job.provider_id !== this.providerId ? "re-queued to another provider" : job.error ?? job.status;
     // A job re-queued away may come back to this provider later as a new attempt.
     this.delivered.delete(jobId);
+    this.forgetProgress(jobId);
     this.send({ kind: { case: "cancel", value: { jobId, reason } } });
   }
 
@@ -265,6 +278,43 @@ class StreamSession {
     }
   }
 
+  /** Writes a progress report now, or keeps it as its job's waiting one (PROGRESS_WRITES_PER_SECOND). */
+  private async progressReport(r: ProgressReport): Promise<void> {
+    const now = Date.now();
+    let p = this.progress.get(r.jobId);
+    if (!p || (!p.timer && now - p.second >= 1000)) this.progress.set(r.jobId, (p = { second: now, writes: 0 }));
+    if (!p.timer && p.writes < PROGRESS_WRITES_PER_SECOND) {
+      p.writes++;
+      return reportProgress(this.deps.sql, this.providerId, r);
+    }
+    p.waiting = r;
+    const entry = p;
+    entry.timer ??= setTimeout(() => {
+      const waiting = entry.waiting!;
+      Object.assign(entry, { second: Date.now(), writes: 1, waiting: undefined, timer: undefined });
+      reportProgress(this.deps.sql, this.providerId, waiting).catch((err) => this.fail(err, waiting.jobId, "progress"));
+    }, Math.max(0, entry.second + 1000 - now));
+  }
+
+  /** Before a job's result or refusal: its waiting report is written first, so the job ends on it. */
+  private async flushProgress(jobId: string): Promise<void> {
+    const waiting = this.progress.get(jobId)?.waiting;
+    this.forgetProgress(jobId);
+    if (waiting) await reportProgress(this.deps.sql, this.providerId, waiting).catch((err) => this.fail(err, jobId, "progress"));
+  }
+
+  /** The job was taken from this stream: its waiting report is dropped. */
+  private forgetProgress(jobId: string): void {
+    clearTimeout(this.progress.get(jobId)?.timer);
+    this.progress.delete(jobId);
+  }
+
+  /** The stream ended: waiting reports are dropped. */
+  close(): void {
+    for (const p of this.progress.values()) clearTimeout(p.timer);
+    this.progress.clear();
+  }
+
   async handle(msg: DaemonMessage): Promise<void> {
     const { sql } = this.deps;
     const pid = this.providerId;
@@ -283,18 +333,20 @@ class StreamSession {
           this.delivered.add(k.value.jobId);
           return;
         case "jobRejected":
+          await this.flushProgress(k.value.jobId);
           await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted, endReason: k.value.endReason });
           return;
         case "logs":
           await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });
           return;
         case "progress":
-          await reportProgress(sql, pid, { jobId: k.value.jobId, progressPct: k.value.progressPct, phase: k.value.phase });
+          await this.progressReport({ jobId: k.value.jobId, progressPct: k.value.progressPct, phase: k.value.phase });
           return;
         case "endpointReady":
           await endpointReady(sql, pid, { jobId: k.value.jobId, endpointUrl: k.value.endpointUrl, port: k.value.port, model: k.value.model });
           return;
         case "result": {
+          await this.flushProgress(k.value.jobId);
           if (k.value.attestation) await recordAttestation(sql, pid, k.value.jobId, k.value.result, k.value.attestation);
           const r = k.value;
           const ack = await reportResult(sql, pid, {
@@ -368,7 +420,10 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
           }
         })()
           .catch(() => {})
-          .finally(() => session.out.close());
+          .finally(() => {
+            session.close();
+            session.out.close();
+          });
         yield* session.out;
       } finally {
         deps.metrics?.daemonStreams.dec();

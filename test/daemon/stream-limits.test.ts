@@ -1,10 +1,14 @@
-// The rate table's heartbeat row on daemon streams: with rate limits on, a
-// stream's heartbeat messages are counted in windows of the row's length, and
-// a beat over the row is refused with a StreamError (resource_exhausted)
-// before any work is done for it, while the stream stays open.
+// What a daemon stream takes of its reports. With rate limits on, its
+// heartbeat messages are counted in windows of the rate table's heartbeat row,
+// and a beat over the row is refused with a StreamError (resource_exhausted)
+// before any work is done for it, while the stream stays open. A job's
+// progress is written PROGRESS_WRITES_PER_SECOND times a second at most; past
+// that the latest report waits for the next second, or for the job's result.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
-import { makeProvider } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { PROGRESS_WRITES_PER_SECOND } from "../../src/services/daemon.js";
 import { openStream, type TestStream } from "./grpc-stream.js";
 import { waitFor } from "./helpers.js";
 import { flushHeartbeats } from "../providers/helpers.js";
@@ -82,6 +86,53 @@ describe("daemon stream: rate limits off", () => {
       expect(answers(s)).toEqual(Array(8).fill("ack"));
     } finally {
       await off.close();
+    }
+  });
+});
+
+describe("daemon stream: progress reports", () => {
+  it("writes a job's first reports of a second at once, then only the latest, and the waiting one before the result", async () => {
+    const srv2 = await startTestServer({});
+    try {
+      const p = await makeProvider(srv2);
+      const renter = await makeRenter(srv2, 1_000);
+      const s = openStream(srv2.port, p.key);
+      streams.push(s);
+      s.send({ case: "hello", value: { daemonVersion: "5.0.0", gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
+      await s.next("welcome");
+      const submitted = await client(srv2.url).post(
+        "/api/jobs/submit",
+        { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 }, provider_id: p.id },
+        renter.headers,
+      );
+      expect(submitted.status, submitted.text).toBe(201);
+      const job = await s.next("job", 5_000);
+      s.send({ case: "jobAccepted", value: { jobId: job.jobId } });
+      const progressOf = async () =>
+        (await srv2.sql<{ progress_pct: number | null; progress_phase: string | null }[]>`
+          SELECT progress_pct, progress_phase FROM jobs WHERE job_id = ${job.jobId}`)[0];
+
+      const n = PROGRESS_WRITES_PER_SECOND;
+      const started = Date.now();
+      for (let pct = 1; pct <= 3 * n; pct++) s.send({ case: "progress", value: { jobId: job.jobId, progressPct: pct, phase: `step ${pct}` } });
+      // The first n are written at once; of the rest only the last, once the second is over.
+      await waitFor(async () => (await progressOf()).progress_pct === n, 5_000);
+      const early = await progressOf();
+      if (Date.now() - started < 800) expect(early).toEqual({ progress_pct: n, progress_phase: `step ${n}` });
+      await waitFor(async () => (await progressOf()).progress_pct === 3 * n, 5_000);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+      expect(await progressOf()).toEqual({ progress_pct: 3 * n, progress_phase: `step ${3 * n}` });
+
+      // Past the count again, a result writes the waiting report first: the job ends on its last progress.
+      for (let pct = 31; pct <= 30 + n; pct++) s.send({ case: "progress", value: { jobId: job.jobId, progressPct: pct, phase: `step ${pct}` } });
+      s.send({ case: "progress", value: { jobId: job.jobId, progressPct: 100, phase: "done" } });
+      s.send({ case: "result", value: { jobId: job.jobId, success: true } });
+      expect((await s.next("resultAck")).status).toBe("completed");
+      expect(await progressOf()).toEqual({ progress_pct: 100, progress_phase: "done" });
+      await new Promise((r) => setTimeout(r, 1200));
+      expect(s.received.filter((m) => m.kind.case === "error")).toEqual([]);
+    } finally {
+      await srv2.close();
     }
   });
 });
