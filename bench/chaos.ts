@@ -11,8 +11,9 @@
 //   restarts then happen only with `--pg-cluster VERSION/NAME` (pg_ctlcluster
 //   VERSION NAME restart -m fast, for a system cluster the user opted in).
 //   `--keep` keeps the run's database (named on stderr) to look at afterwards.
-// - Servers: `--instances` copies of src/main.ts on fixed loopback ports with
-//   one admin token and HMAC secret; a killed one is started again on its port.
+// - Servers: `--instances` copies of the build (bin/build.mjs, as `npm start`
+//   runs it) on fixed loopback ports with one admin token and HMAC secret; a
+//   killed one is started again on its port.
 // - Providers: `--stream-daemons` bin/svc-daemon.js processes (a fast --runner
 //   for llm-inference, a fake nvidia-smi with two GPUs), each behind a TCP
 //   proxy of this harness that plays the load balancer (its instance, or the
@@ -50,7 +51,7 @@ import { LIVE_WINDOW_SECONDS } from "../src/domain/shared/liveness.js";
 import { webhookSignature } from "../src/domain/notify/webhooks.js";
 import { createLogger } from "../src/log.js";
 import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
-import { freePort, machine, noter } from "./lib.js";
+import { buildServer, freePort, machine, noter } from "./lib.js";
 
 const { values: args } = parseArgs({
   options: {
@@ -181,6 +182,10 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
 
 // ------------------------------------------------------------------ servers
 
+/** The servers' build, made once before the first start: every start and restart runs it. */
+let serverBuild: { dir: string; main: string } | undefined;
+process.on("exit", () => serverBuild && fs.rmSync(serverBuild.dir, { recursive: true, force: true }));
+
 /** Set once the harness winds down: nothing is restarted after that. */
 let stopping = false;
 /** Processes that exited by themselves (not killed here), with the first line of what they printed last. */
@@ -218,7 +223,7 @@ class Instance {
       this.starts++;
       const child = spawnGroup(
         process.execPath,
-        ["--import", "tsx", "src/main.ts"],
+        ["--enable-source-maps", (serverBuild ??= buildServer(process.cwd())!).main],
         {
           ...process.env,
           NODE_ENV: "development",

@@ -6,7 +6,7 @@
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
 //   otherwise a real embedded PostgreSQL in .data/bench-pg.
-// - Server: `src/main.ts` in child processes (--servers, default 1) on free
+// - Server: the build (as `npm start` runs it) in child processes (--servers, default 1) on free
 //   loopback ports with SVC_RATE_LIMITS=off (the documented limits stay the
 //   default elsewhere) and LOG_LEVEL=warn (no per-request log line). With
 //   several, the generator spreads its connections over them like a load

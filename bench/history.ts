@@ -12,7 +12,7 @@
 //   costs a deployment with this history to start). The empty side gets the
 //   same renters, providers, keys and balances, and no jobs. Both are
 //   VACUUM ANALYZEd (autovacuum's work, which this server may not do).
-// - Servers: one src/main.ts per database (rate limits off, the periodic
+// - Servers: one server (the build) per database (rate limits off, the periodic
 //   ledger audit off: it reads the whole ledger), both running their sweeps.
 // - Measured, in `--rounds` rounds alternating which side goes first:
 //   submits in a closed loop (`--connections`, `--seconds`) by the heavy

@@ -4,7 +4,7 @@
 //   npm run bench:job-events [-- --processes 2 --watchers 500 --jobs 10 --interval 100 --seconds 10]
 //
 // - Database and servers as bench:jobs (bench/lib.ts): a fresh database,
-//   `--processes` copies of src/main.ts with rate limits off.
+//   `--processes` servers (the build) with rate limits off.
 // - One provider (approved, online, one GPU per job) runs `--jobs` jobs.
 // - `--watchers` SSE connections per process (GET /api/jobs/{id}/events),
 //   spread evenly over the jobs, so each job is watched from every process.

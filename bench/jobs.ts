@@ -6,7 +6,7 @@
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
 //   otherwise a real embedded PostgreSQL in .data/bench-pg.
-// - Servers: `--processes` copies of `src/main.ts` (child processes, one port
+// - Servers: `--processes` servers (the build, as `npm start` runs it; child processes, one port
 //   each, all on the one database) with SVC_RATE_LIMITS=off (the documented
 //   10 submits/min per key would otherwise be the whole benchmark) and
 //   LOG_LEVEL=warn.

@@ -1,7 +1,7 @@
 // What every bench needs: a database of its own, the service in child
 // processes on free loopback ports, a worker pool, percentiles, CPU time and
 // a description of the machine. Each bench script keeps only its load.
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import net from "node:net";
@@ -337,29 +337,41 @@ export function serverStalls(before: StallSample[], after: StallSample[]) {
 }
 
 /**
- * `count` copies of src/main.ts on free loopback ports, on one database, with
- * rate limits off (the documented limits would otherwise be the whole bench)
- * and warn-level logs; started one at a time, so the first applies the
- * migrations. BENCH_NODE_ARGS adds node flags; BENCH_CPU_PROF=dir profiles
- * each server (--cpu-prof; the file is written when it exits on stop()).
- * BENCH_SERVER_DIR runs the servers of another checkout (its src/ and
- * node_modules), for an A/B on one harness.
+ * `count` servers on free loopback ports, on one database, with rate limits
+ * off (the documented limits would otherwise be the whole bench) and
+ * warn-level logs; started one at a time, so the first applies the
+ * migrations. They run as `npm start` runs them: the build (bin/build.mjs),
+ * made for this call in a folder of its own and removed on stop(); a checkout
+ * without the build runs src/main.ts on tsx. BENCH_NODE_ARGS adds node flags;
+ * BENCH_CPU_PROF=dir profiles each server (--cpu-prof; the file is written
+ * when it exits on stop()). BENCH_SERVER_DIR runs the servers of another
+ * checkout (its sources and node_modules), for an A/B on one harness.
  */
+/** The checkout's build in a folder of this process (concurrent benches do not share one); undefined where it has no build. */
+export function buildServer(cwd: string): { dir: string; main: string } | undefined {
+  if (!fs.existsSync(path.join(cwd, "bin", "build.mjs"))) return undefined;
+  const dir = path.join(".data", `bench-build-${process.pid}-${crypto.randomBytes(3).toString("hex")}`);
+  execFileSync(process.execPath, ["bin/build.mjs", "--out", dir], { cwd, stdio: ["ignore", "ignore", "inherit"] });
+  return { dir, main: path.join(dir, "src", "main.js") };
+}
+
 export async function startServers(count: number, databaseUrl: string, env: Record<string, string>): Promise<BenchServers> {
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const profDir = process.env.BENCH_CPU_PROF;
   if (profDir) nodeArgs.push("--cpu-prof", `--cpu-prof-dir=${path.resolve(profDir)}`);
   const cwd = process.env.BENCH_SERVER_DIR ? path.resolve(process.env.BENCH_SERVER_DIR) : process.cwd();
+  const build = buildServer(cwd);
   const ports: number[] = [];
   const children: ChildProcess[] = [];
   const stop = async () => {
     for (const c of children) c.kill("SIGTERM");
     await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once("exit", r)))));
+    if (build) fs.rmSync(path.join(cwd, build.dir), { recursive: true, force: true });
   };
   try {
     for (let i = 0; i < count; i++) {
       const port = await freePort();
-      const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/main.ts"], {
+      const child = spawn(process.execPath, [...nodeArgs, ...(build ? ["--enable-source-maps", build.main] : ["--import", "tsx", "src/main.ts"])], {
         cwd,
         env: {
           ...process.env,

@@ -5,8 +5,8 @@
 //   npm run bench:streams -- --daemons 10000 --client connect --rounds 0 --cadence 30 --assign
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
-//   otherwise an embedded PostgreSQL in .data/bench-pg. Server: one
-//   src/main.ts (rate limits off, warn-level logs).
+//   otherwise an embedded PostgreSQL in .data/bench-pg. Server: the
+//   build (rate limits off, warn-level logs).
 // - Providers: seeded in SQL, approved and online (bench/fleet.ts).
 // - Daemons: one per provider, each with its own HTTP/2 connection as a real
 //   daemon has, said hello and welcomed; they stay connected for the whole

@@ -5,7 +5,7 @@
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
 //   otherwise a real embedded PostgreSQL in .data/bench-pg.
-// - Server: `src/main.ts` in a child process on a free loopback port with
+// - Server: the build (as `npm start` runs it) in a child process on a free loopback port with
 //   SVC_RATE_LIMITS=off and LOG_LEVEL=warn.
 // - Upstream: the tests' fake vLLM (test/v1/fake-vllm.ts) in this process,
 //   answering at once, registered through vllm_serve submit + endpoint-ready.

@@ -1,7 +1,10 @@
-// The README's start path as a real process: no DATABASE_URL, so the
-// embedded PostgreSQL starts in the data folder; /readyz answers; SIGTERM
-// shuts down cleanly. Also: secrets never reach the logs.
-import { spawn } from "node:child_process";
+// The README's start path as a real process, as `npm start` runs it: the
+// build (bin/build.mjs) compiled to plain JavaScript, no TypeScript loader; no
+// DATABASE_URL, so the embedded PostgreSQL starts in the data folder; /readyz
+// answers; SIGTERM shuts down cleanly. The build serves every file it needs
+// (migrations, the console's sources, the installers, the API document's
+// version). Also: secrets never reach the logs.
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
@@ -9,7 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { Writable } from "node:stream";
 import { pino } from "pino";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { startApp } from "../../src/server.js";
 import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase } from "../helpers/server.js";
@@ -24,7 +27,89 @@ async function freePort(): Promise<number> {
   });
 }
 
+/** The build in a folder of its own (inside the project, so that its packages resolve). */
+const BUILD_DIR = path.join(".data", `build-test-${process.pid}`);
+const BUILT_MAIN = path.join(BUILD_DIR, "src", "main.js");
+
+function startBuilt(env: NodeJS.ProcessEnv) {
+  const child = spawn(process.execPath, ["--enable-source-maps", BUILT_MAIN], { env, stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  child.stdout.on("data", (d) => (output += d));
+  child.stderr.on("data", (d) => (output += d));
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  return { child, exited, output: () => output };
+}
+
+async function waitReady(port: number, child: { exitCode: number | null }, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline && child.exitCode === null) {
+    await new Promise((r) => setTimeout(r, 300));
+    if (await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.status === 200, () => false)) return true;
+  }
+  return false;
+}
+
 describe("process", () => {
+  beforeAll(() => {
+    execFileSync(process.execPath, ["bin/build.mjs", "--out", BUILD_DIR], { stdio: "pipe" });
+  }, 60_000);
+  afterAll(() => fs.rmSync(BUILD_DIR, { recursive: true, force: true }));
+
+  it("the build holds only JavaScript to run and its sources' other files, and refuses a folder outside the project", () => {
+    const files = fs.readdirSync(BUILD_DIR, { recursive: true }) as string[];
+    // TypeScript only in the console's sources, which the server bundles for the browser.
+    expect(files.filter((f) => f.endsWith(".ts") && !f.startsWith(path.join("src", "console") + path.sep))).toEqual([]);
+    expect(files).toContain(path.join("src", "main.js"));
+    expect(files).toContain(path.join("src", "db", "migrations", "001_core.sql"));
+    expect(files).toContain(path.join("gen", "svc", "v1", "jobs_pb.js"));
+    expect(files).toContain(path.join("src", "console", "main.tsx"));
+    expect(JSON.parse(fs.readFileSync(path.join(BUILD_DIR, "package.json"), "utf8")).type).toBe("module");
+    let refused = "";
+    try {
+      execFileSync(process.execPath, ["bin/build.mjs", "--out", os.tmpdir()], { stdio: "pipe" });
+    } catch (err) {
+      refused = String((err as { stderr: Buffer }).stderr);
+    }
+    expect(refused).toContain("--out must be a folder inside");
+  });
+
+  it("the build serves the console, the API document, the installers and the daemon", async () => {
+    const db = await freshDatabase();
+    const port = await freePort();
+    const env = { ...process.env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: db.url, SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: HMAC_SECRET, LOG_LEVEL: "warn" } as NodeJS.ProcessEnv;
+    delete env.VITEST;
+    delete env.NODE_OPTIONS;
+    const run = startBuilt(env);
+    try {
+      expect(await waitReady(port, run.child, 60_000), run.output()).toBe(true);
+      const base = `http://127.0.0.1:${port}`;
+      const doc = await (await fetch(`${base}/api/openapi.json`)).json();
+      expect(doc.info.version).toBe(JSON.parse(fs.readFileSync("package.json", "utf8")).version);
+      const page = await (await fetch(`${base}/`)).text();
+      const bundle = page.match(/src="(\/console\/app\.js\?v=[0-9a-f]+)"/);
+      expect(bundle, page).not.toBeNull();
+      const js = await fetch(`${base}${bundle![1]}`);
+      expect(js.status).toBe(200);
+      expect((await js.text()).length).toBeGreaterThan(10_000);
+      const p = await client(base).post("/api/providers/register", { name: "P", email: uniqueEmail("p"), gpu_model: "A10", os: "linux" });
+      expect(p.status).toBe(200);
+      const approved = await client(base).post(`/api/admin/providers/${p.body.provider_id}/approve`, {}, { "x-admin-token": ADMIN_TOKEN });
+      expect(approved.status, approved.text).toBe(200);
+      const headers = { "x-provider-key": p.body.api_key };
+      const setup = await fetch(`${base}/api/providers/download/setup`, { headers });
+      expect(setup.status).toBe(200);
+      expect(await setup.text()).toMatch(/^#!\/.*sh/);
+      // (the documented daemon download takes the key in its query)
+      const daemon = await fetch(`${base}/api/providers/download/daemon?key=${p.body.api_key}`);
+      expect(daemon.status).toBe(200);
+      expect(await daemon.text()).toContain(`API_KEY = "${p.body.api_key}"`);
+    } finally {
+      run.child.kill("SIGTERM");
+      expect(await run.exited).toBe(0);
+      await db.drop();
+    }
+  }, 120_000);
+
   it("starts on the embedded database, serves /readyz, and exits 0 on SIGTERM", async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-proc-"));
     fs.chmodSync(dataDir, 0o755);
@@ -32,24 +117,14 @@ describe("process", () => {
     const env = { ...process.env, PORT: String(port), HOST: "127.0.0.1", SVC_DATA_DIR: dataDir, LOG_LEVEL: "info" } as NodeJS.ProcessEnv;
     delete env.DATABASE_URL;
     delete env.VITEST;
-    const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { env, stdio: ["ignore", "pipe", "pipe"] });
-    let output = "";
-    child.stdout.on("data", (d) => (output += d));
-    child.stderr.on("data", (d) => (output += d));
-    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    const { child, exited, output } = startBuilt(env);
     try {
       // First start initialises a PostgreSQL cluster: slow on a loaded 2-core CI machine.
-      let ready = false;
-      const deadline = Date.now() + 120_000;
-      while (!ready && Date.now() < deadline && child.exitCode === null) {
-        await new Promise((r) => setTimeout(r, 300));
-        ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.status === 200, () => false);
-      }
-      expect(ready, output).toBe(true);
+      expect(await waitReady(port, child, 120_000), output()).toBe(true);
       const reg = await client(`http://127.0.0.1:${port}`).post("/api/renters/register", { name: "Local", email: uniqueEmail("local") });
       expect(reg.status).toBe(201);
-      expect(output).toContain(path.join(dataDir, "secrets.json"));
-      expect(output).not.toContain(reg.body.api_key);
+      expect(output()).toContain(path.join(dataDir, "secrets.json"));
+      expect(output()).not.toContain(reg.body.api_key);
 
       // Graceful: a request in flight when SIGTERM arrives is still answered; new connections are refused.
       let refusedDuring: Promise<string> | undefined;
