@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Compiles the service (src/ and gen/) to plain JavaScript, so that it runs on
-// node alone: `npm start` runs `dist/src/main.js`. Without TypeScript's loader
-// (tsx) the process starts faster and holds about 50 MB less: no loader
-// thread, no compiler in memory (docs/operations.md).
+// node alone: `npm start` runs `dist/src/main.js`, and the commands in bin/
+// run from it while it is current (bin/entry.mjs). Without TypeScript's loader
+// (tsx) a process starts faster and holds about 50 MB less: no loader thread,
+// no compiler in memory (docs/operations.md).
 //
 //   node bin/build.mjs [--out DIR]     (default: dist)
 //
@@ -11,12 +12,15 @@
 // sources, which the server bundles when first asked) is copied beside them.
 // Paths the code makes from import.meta.url therefore resolve as they do in
 // src/. The output directory must lie inside the project, so that packages
-// resolve from its node_modules; it is emptied first, so nothing stale survives.
+// resolve from its node_modules; it is emptied first, so nothing stale survives,
+// and the record of the sources it was made from is written last
+// (bin/sources.mjs).
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
+import { recordBuild, sourcesFingerprint } from "./sources.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const { values } = parseArgs({ options: { out: { type: "string", default: "dist" } } });
@@ -38,6 +42,8 @@ const compiled = (f) => f.endsWith(".ts") && !f.endsWith(".d.ts") && !f.startsWi
 const files = [...filesUnder("src"), ...filesUnder("gen")];
 
 const started = Date.now();
+// Taken before compiling: a source changed meanwhile leaves the build marked stale.
+const fingerprint = sourcesFingerprint(root);
 fs.rmSync(out, { recursive: true, force: true });
 await build({
   absWorkingDir: root,
@@ -61,4 +67,5 @@ for (const f of files.filter((f) => !compiled(f))) {
 }
 // The manifest: the version the API document reports, and "type": "module" for the tree.
 fs.copyFileSync(path.join(root, "package.json"), path.join(out, "package.json"));
+recordBuild(out, fingerprint);
 console.log(`build: ${files.filter(compiled).length} modules compiled and ${copied} files copied into ${path.relative(root, out)}/ in ${Date.now() - started} ms`);

@@ -1,8 +1,7 @@
 #!/usr/bin/env node
-// svc: the command-line client. Runs the TypeScript sources in this very
-// process (tsx's loader), like bin/svc-daemon.js.
-import { register } from "tsx/esm/api";
+// svc: the command-line client (src/cli), from the build when it is current,
+// else from the sources (bin/entry.mjs).
+import { importEntry } from "./entry.mjs";
 
-register();
-const { main } = await import("../src/cli/main.ts");
+const { main } = await importEntry("src/cli/main.ts");
 process.exitCode = await main(process.argv.slice(2));
