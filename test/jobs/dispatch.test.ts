@@ -179,6 +179,34 @@ describe("placement rules", () => {
     expect(listed.get(ids[2])!.queue_reason).toMatch(/1 job ahead in the queue/);
   });
 
+  it("places a page's queued jobs by the queued jobs ahead of each, across priorities and after one left", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    await makeProvider(srv, { gpuModel: "NVIDIA L4 queue-order" });
+    const fits = { gpu_requirements: { gpu_model: "queue-order" } };
+    expect((await submit(renter.headers, fits)).body.job.status).toBe("pending"); // takes the one GPU
+    const ids: string[] = [];
+    for (const priority of [2, 1, 3, 2, 1, 3, 2]) {
+      const r = await submit(renter.headers, { ...fits, priority });
+      expect(r.body.job.status).toBe("queued");
+      ids.push(r.body.job.job_id);
+    }
+    expect((await api.post(`/api/jobs/${ids[4]}/cancel`, {}, renter.headers)).status).toBe(200);
+
+    const list = await api.get("/api/jobs?limit=50", renter.headers);
+    const listed = new Map<string, { status: string; queue_reason: string }>(list.body.jobs.map((j: { job_id: string }) => [j.job_id, j]));
+    for (const id of ids.filter((_, i) => i !== 4)) {
+      // Counted on its own, as each job's place is defined.
+      const [{ ahead }] = await srv.sql<{ ahead: number }[]>`
+        SELECT count(q.id)::int AS ahead FROM jobs me JOIN jobs q ON q.status = 'queued'
+          AND (q.priority, q.submitted_at, q.id) < (me.priority, me.submitted_at, me.id)
+        WHERE me.job_id = ${id}`;
+      const job = listed.get(id)!;
+      expect(job.status).toBe("queued");
+      if (ahead === 0) expect(job.queue_reason).not.toMatch(/ahead in the queue/);
+      else expect(job.queue_reason).toMatch(new RegExp(`; ${ahead} jobs? ahead in the queue`));
+    }
+  });
+
   it("waits for an explicitly requested provider, saying why", async () => {
     const renter = await makeRenter(srv, 100_000);
     const wanted = await makeProvider(srv);

@@ -648,12 +648,25 @@ export async function queuePosition(db: Db, id: number): Promise<number> {
   return (await queuePositions(db, [id])).get(id) ?? 1;
 }
 
-/** queuePosition of several queued jobs in one read. */
+/**
+ * queuePosition of several queued jobs (a page of them) in one pass over the queue's index, up to the
+ * last of them: counting each one's jobs ahead on its own read the queue once per job, so a page of
+ * 50 jobs at the back of a queue of 1,484 joined 72,925 rows (19 ms, growing with the queue times the
+ * page; 1–2 ms in one pass). A job no longer queued has no place.
+ */
 export async function queuePositions(db: Db, ids: number[]): Promise<Map<number, number>> {
   const rows = await db<{ id: number; pos: number }[]>`
-    SELECT me.id, count(q.id)::bigint + 1 AS pos FROM jobs me
-    LEFT JOIN jobs q ON q.status = 'queued' AND (q.priority, q.submitted_at, q.id) < (me.priority, me.submitted_at, me.id)
-    WHERE me.id = ANY(${ids}::bigint[]) GROUP BY me.id`;
+    WITH mine AS MATERIALIZED (
+      SELECT id, priority, submitted_at FROM jobs WHERE id = ANY(${ids}::bigint[]) AND status = 'queued'
+    ), last AS MATERIALIZED (
+      SELECT priority, submitted_at, id FROM mine ORDER BY priority DESC, submitted_at DESC, id DESC LIMIT 1
+    )
+    SELECT q.id, q.pos FROM (
+      SELECT j.id, row_number() OVER (ORDER BY j.priority, j.submitted_at, j.id) AS pos
+      FROM jobs j WHERE j.status = 'queued'
+        -- As three values, so that the bound is the queue index's range, not a filter.
+        AND (j.priority, j.submitted_at, j.id) <= ((SELECT priority FROM last), (SELECT submitted_at FROM last), (SELECT id FROM last))
+    ) q WHERE q.id = ANY(${ids}::bigint[])`;
   return new Map(rows.map((r) => [Number(r.id), Number(r.pos)]));
 }
 
