@@ -31,7 +31,8 @@ export const jobPolicy = { maxAttempts: 3 };
 /**
  * Approved, heartbeating, not suspended or offline, and its daemon can verify this server's
  * tasks (no task-signing key mismatch, task-key.ts; a daemon version not below the minimum):
- * could run jobs at all.
+ * could run jobs at all. Its state part is also the predicate of providers_live_idx
+ * (migration 037): change both, or the reads that look for live providers scan the table.
  */
 export const liveSql = (db: Db) => db`(
   p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND p.task_key_mismatch IS NULL
@@ -703,8 +704,15 @@ async function standingOf(db: Db, job: JobRow): Promise<Standing> {
       FROM providers p WHERE p.id = ${id}`;
     return { pinned: p };
   }
-  // Counted over at most EXPLAIN_CAP + 1 live providers that fit (see EXPLAIN_CAP).
-  const [c] = await db<{ fit: number; live: number; available: number; free: number }[]>`
+  const [c] = await db<{ fit: number; live: number; available: number; free: number }[]>`${standingCountsSql(db, job.id)}`;
+  return { counts: { fit: Number(c.fit), live: Number(c.live), available: Number(c.available), free: Number(c.free) } };
+}
+
+/**
+ * The counts of a job's standing, over at most EXPLAIN_CAP + 1 live providers that fit (see
+ * EXPLAIN_CAP); the live ones are found through providers_live_idx (migration 037).
+ */
+export const standingCountsSql = (db: Db, jobId: number) => db`
     SELECT count(*)::bigint AS fit,
            count(*) FILTER (WHERE ${matchesSql(db)})::bigint AS live,
            count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)})::bigint AS available,
@@ -712,9 +720,7 @@ async function standingOf(db: Db, job: JobRow): Promise<Standing> {
     FROM jobs j, LATERAL (
       SELECT p.* FROM providers p WHERE ${liveSql(db)} AND ${hardwareFitSql(db)} LIMIT ${EXPLAIN_CAP + 1}
     ) p
-    WHERE j.id = ${job.id}`;
-  return { counts: { fit: Number(c.fit), live: Number(c.live), available: Number(c.available), free: Number(c.free) } };
-}
+    WHERE j.id = ${jobId}`;
 
 /**
  * Jobs whose standing is the same: a first attempt's depends only on the provider it asked for and its
