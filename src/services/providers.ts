@@ -24,7 +24,7 @@ import {
   DISCOVERY_MODE,
   MARKETPLACE_MAX_AGE_SECONDS,
   availableProviders,
-  marketplaceSummary,
+  marketplaceSummaries,
 } from "../domain/providers/marketplace.js";
 import { notFound, or500 } from "../errors.js";
 import { callerProviderId, type Deps } from "./deps.js";
@@ -34,6 +34,7 @@ const AVAILABLE_PAGE_MAX = 1000;
 
 export function providerService(deps: Deps): Partial<ServiceImpl<typeof ProviderService>> {
   const { sql, config, log } = deps;
+  const marketplace = marketplaceSummaries(sql);
   return {
     async register(req) {
       requireFields({ name: req.name, email: req.email, gpu_model: req.gpuModel, os: req.os });
@@ -178,7 +179,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
 
     async getMarketplace(_req, ctx) {
       ctx.responseHeader.set("cache-control", `public, max-age=${MARKETPLACE_MAX_AGE_SECONDS}`);
-      return marketplaceSummary(sql);
+      return marketplace();
     },
   };
 }

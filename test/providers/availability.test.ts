@@ -8,6 +8,7 @@ import { makeRenter } from "../helpers/fixtures.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
 import { reliabilityScore } from "../../src/domain/providers/reputation.js";
 import { RATE_HALALA_PER_MINUTE } from "../../src/domain/money/pricing.js";
+import { marketplaceSummaries } from "../../src/domain/providers/marketplace.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heardSecondsAgo, heartbeat, newProvider } from "./helpers.js";
 
 let srv: TestServer;
@@ -143,6 +144,27 @@ describe("marketplace", () => {
     // Sorted by providers online, most first.
     const online = r.body.gpus.map((g: { providers_online: number }) => g.providers_online);
     expect([...online].sort((a, b) => b - a)).toEqual(online);
+  });
+});
+
+describe("marketplace reuse", () => {
+  it("reads the summary at most once per period: a provider that comes online shows in the next period's", async () => {
+    let now = 0;
+    const summaries = marketplaceSummaries(srv.sql, 5000, () => now);
+    const [first, together] = await Promise.all([summaries(), summaries()]);
+    expect(together).toBe(first); // callers during a read share it
+    const model = `Reuse Test GPU ${process.pid}`;
+    const p = await newProvider(srv, { gpuModel: model });
+    await heartbeat(srv, p.key, { gpu_status: gpuStatus(24564) });
+    await flushHeartbeats(srv);
+    now = 4999;
+    const within = await summaries();
+    expect(within).toBe(first);
+    expect(within.gpus!.some((g) => g.gpuModel === model)).toBe(false);
+    now = 5000;
+    const next = await summaries();
+    expect(next).not.toBe(first);
+    expect(next.gpus!.find((g) => g.gpuModel === model)).toMatchObject({ providersOnline: 1n, providersTotal: 1n });
   });
 });
 
