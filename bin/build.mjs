@@ -12,9 +12,10 @@
 // sources, which the server bundles when first asked) is copied beside them.
 // Paths the code makes from import.meta.url therefore resolve as they do in
 // src/. The output directory must lie inside the project, so that packages
-// resolve from its node_modules; it is emptied first, so nothing stale survives,
-// and the record of the sources it was made from is written last
-// (bin/sources.mjs).
+// resolve from its node_modules. A build is made whole in a folder beside it,
+// with the record of the sources it was made from (bin/sources.mjs) written
+// last, then swapped in by two renames: a process already running from the
+// output, or a second build at the same time, never sees it half written.
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -44,28 +45,50 @@ const files = [...filesUnder("src"), ...filesUnder("gen")];
 const started = Date.now();
 // Taken before compiling: a source changed meanwhile leaves the build marked stale.
 const fingerprint = sourcesFingerprint(root);
-fs.rmSync(out, { recursive: true, force: true });
-await build({
-  absWorkingDir: root,
-  entryPoints: files.filter(compiled),
-  outdir: out,
-  outbase: ".",
-  bundle: false,
-  format: "esm",
-  platform: "node",
-  target: "node20",
-  // Stack traces name the TypeScript lines (`node --enable-source-maps`).
-  sourcemap: "linked",
-  sourcesContent: false,
-  logLevel: "warning",
-});
-let copied = 0;
-for (const f of files.filter((f) => !compiled(f))) {
-  fs.mkdirSync(path.join(out, path.dirname(f)), { recursive: true });
-  fs.copyFileSync(path.join(root, f), path.join(out, f));
-  copied++;
+const staging = `${out}.tmp-${process.pid}`;
+fs.rmSync(staging, { recursive: true, force: true });
+try {
+  await buildInto(staging);
+} catch (err) {
+  fs.rmSync(staging, { recursive: true, force: true });
+  throw err;
 }
-// The manifest: the version the API document reports, and "type": "module" for the tree.
-fs.copyFileSync(path.join(root, "package.json"), path.join(out, "package.json"));
-recordBuild(out, fingerprint);
-console.log(`build: ${files.filter(compiled).length} modules compiled and ${copied} files copied into ${path.relative(root, out)}/ in ${Date.now() - started} ms`);
+swapIn(staging, out);
+console.log(`build: ${files.filter(compiled).length} modules compiled and ${files.length - files.filter(compiled).length} files copied into ${path.relative(root, out)}/ in ${Date.now() - started} ms`);
+
+async function buildInto(dir) {
+  await build({
+    absWorkingDir: root,
+    entryPoints: files.filter(compiled),
+    outdir: dir,
+    outbase: ".",
+    bundle: false,
+    format: "esm",
+    platform: "node",
+    target: "node20",
+    // Stack traces name the TypeScript lines (`node --enable-source-maps`).
+    sourcemap: "linked",
+    sourcesContent: false,
+    logLevel: "warning",
+  });
+  for (const f of files.filter((f) => !compiled(f))) {
+    fs.mkdirSync(path.join(dir, path.dirname(f)), { recursive: true });
+    fs.copyFileSync(path.join(root, f), path.join(dir, f));
+  }
+  // The manifest: the version the API document reports, and "type": "module" for the tree.
+  fs.copyFileSync(path.join(root, "package.json"), path.join(dir, "package.json"));
+  recordBuild(dir, fingerprint);
+}
+
+/** Replaces `target` with the finished build in `dir`; if another build landed in between, that one stays. */
+function swapIn(dir, target) {
+  const old = `${target}.old-${process.pid}`;
+  if (fs.existsSync(target)) fs.renameSync(target, old);
+  try {
+    fs.renameSync(dir, target);
+  } catch (err) {
+    if (err.code !== "ENOTEMPTY" && err.code !== "EEXIST") throw err;
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  fs.rmSync(old, { recursive: true, force: true });
+}

@@ -1,7 +1,7 @@
 // Which code the commands in bin/ run (bin/entry.mjs): the build while it was
 // made from the sources as they are, the sources (on tsx) once any of them
 // changed, was added or removed, or when there is no complete build.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -50,6 +50,20 @@ describe("the build a command runs", () => {
     recordBuild(DIST, sourcesFingerprint(ROOT));
     fs.rmSync(path.join(ROOT, "gen/more.ts"));
     expect(isCurrentBuild(ROOT, DIST)).toBe(false);
+  });
+
+  it("builds at the same time leave one whole build and nothing beside it", async () => {
+    const out = path.join(".data", `build-swap-test-${process.pid}`);
+    const run = () =>
+      new Promise<number | null>((resolve) => spawn(process.execPath, ["bin/build.mjs", "--out", out], { stdio: "ignore" }).on("exit", resolve));
+    try {
+      expect(await Promise.all([run(), run(), run()])).toEqual([0, 0, 0]);
+      expect(isCurrentBuild(process.cwd(), out)).toBe(true);
+      expect(fs.existsSync(path.join(out, "src", "main.js"))).toBe(true);
+      expect(fs.readdirSync(".data").filter((f) => f.startsWith(`${path.basename(out)}.`))).toEqual([]);
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
   });
 
   it("bin/build.mjs records the sources it compiled", () => {
