@@ -630,6 +630,11 @@ async function fetchKeys(url: string | undefined, session: (role?: Role | Role[]
 
 /** Runs svc with these arguments; resolves to the exit code. */
 export async function main(argv: string[]): Promise<number> {
+  // A reader that stops early (`svc jobs list | head`) is not an error: stop quietly, as other tools do.
+  process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code === "EPIPE") process.exit(EXIT.ok);
+    throw err;
+  });
   const program = buildProgram();
   try {
     await program.parseAsync(argv, { from: "user" });

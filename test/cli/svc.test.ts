@@ -155,6 +155,16 @@ describe("svc", { timeout: 180_000 }, () => {
     expect(plain.stdout).toMatch(/result: failed/);
   });
 
+  it("stops quietly with 0 when its reader has gone (`svc … | head`)", async () => {
+    const child = spawn(process.execPath, [SVC, "--help"], { stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout.destroy(); // closed before svc writes: its write fails with EPIPE
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
+  });
+
   it("a bad key exits 3 with the server's message; usage errors exit 2; an unreachable server exits 4", async () => {
     const home = tempDir("svc-home");
     const bad = await svc(["login", "--url", h.srv.url], { home, input: "svc-renter-not-a-real-key\n" });
