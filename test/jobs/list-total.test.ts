@@ -10,6 +10,7 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { listJobs } from "../../src/domain/jobs/jobs.js";
 import { jobCountSql } from "../../src/domain/accounts/renters.js";
 import { clearMarketplace } from "./helpers.js";
+import { genericPlanOf } from "../helpers/plans.js";
 
 let srv: TestServer;
 
@@ -41,14 +42,7 @@ describe("GET /api/jobs total", () => {
     expect(page.total).toBe(3);
     expect(page.rows.map((j) => j.job_id).sort()).toEqual([...ids].sort());
     // The count's plan as a prepared statement's generic plan: parameters unknown (NULLs), whatever they are.
-    const { string, types } = (await srv.sql`SELECT ${jobCountSql(srv.sql, { renterId: renter.id })} AS n`.describe()) as unknown as { string: string; types: number[] };
-    const plan = await srv.sql.begin(async (tx) => {
-      await tx`SET LOCAL plan_cache_mode = force_generic_plan`;
-      await tx.unsafe(`PREPARE job_total AS ${string}`);
-      const rows = await tx.unsafe(`EXPLAIN EXECUTE job_total(${types.map(() => "NULL").join(", ")})`);
-      await tx.unsafe("DEALLOCATE job_total");
-      return rows.map((r) => r["QUERY PLAN"]).join("\n");
-    });
+    const plan = await genericPlanOf(srv.sql, srv.sql`SELECT ${jobCountSql(srv.sql, { renterId: renter.id })} AS n`);
     expect(plan).toContain("jobs_renter_active_idx");
   });
 });

@@ -7,6 +7,7 @@ import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { standingCountsSql } from "../../src/domain/dispatch/dispatch.js";
+import { genericPlanOf } from "../helpers/plans.js";
 
 let srv: TestServer;
 
@@ -33,14 +34,6 @@ describe("the live providers behind a queued job's reason", () => {
 
     // The statement's generic plan (a prepared statement's, parameters unknown) reads the index.
     const [{ id }] = await srv.sql<{ id: number }[]>`SELECT id FROM jobs WHERE job_id = ${waiting.job_id}`;
-    const { string, types } = (await standingCountsSql(srv.sql, id).describe()) as unknown as { string: string; types: number[] };
-    const plan = await srv.sql.begin(async (tx) => {
-      await tx`SET LOCAL plan_cache_mode = force_generic_plan`;
-      await tx.unsafe(`PREPARE standing AS ${string}`);
-      const rows = await tx.unsafe(`EXPLAIN EXECUTE standing(${types.map(() => "NULL").join(", ")})`);
-      await tx.unsafe("DEALLOCATE standing");
-      return rows.map((r) => r["QUERY PLAN"]).join("\n");
-    });
-    expect(plan).toContain("providers_live_idx");
+    expect(await genericPlanOf(srv.sql, standingCountsSql(srv.sql, id))).toContain("providers_live_idx");
   });
 });
