@@ -7,10 +7,13 @@ import path from "node:path";
 
 const RECORD = "build.json";
 
-/** Every file under src/ and gen/ by path, size and modification time: changes when any source does (about 4 ms). */
+/**
+ * Every file under src/ and gen/, and package.json (the build carries a copy), by path, size and
+ * modification time: changes when any source does (about 4 ms).
+ */
 export function sourcesFingerprint(root) {
   const hash = crypto.createHash("sha256");
-  const files = [];
+  const files = [path.join(root, "package.json")];
   for (const dir of ["src", "gen"]) {
     for (const e of fs.readdirSync(path.join(root, dir), { recursive: true, withFileTypes: true })) {
       if (e.isFile()) files.push(path.join(e.parentPath ?? e.path, e.name));

@@ -24,6 +24,7 @@ function loaded(): string {
 }
 
 describe("the build a command runs", () => {
+  write("package.json", '{ "type": "module" }\n');
   write("src/entry.ts", 'export const from: string = "sources";\n');
   write("gen/schema.ts", "export const version = 1;\n");
   write("dist/src/entry.js", 'export const from = "build";\n');
@@ -37,7 +38,7 @@ describe("the build a command runs", () => {
     expect(loaded()).toBe("build");
   });
 
-  it("goes back to the sources when one changes, is added or is removed", () => {
+  it("goes back to the sources when one changes, is added or is removed, or package.json changes", () => {
     recordBuild(DIST, sourcesFingerprint(ROOT));
     write("src/entry.ts", 'export const from: string = "sources"; // edited\n');
     expect(isCurrentBuild(ROOT, DIST)).toBe(false);
@@ -49,6 +50,10 @@ describe("the build a command runs", () => {
 
     recordBuild(DIST, sourcesFingerprint(ROOT));
     fs.rmSync(path.join(ROOT, "gen/more.ts"));
+    expect(isCurrentBuild(ROOT, DIST)).toBe(false);
+
+    recordBuild(DIST, sourcesFingerprint(ROOT));
+    write("package.json", '{ "type": "module", "version": "2.0.0" }\n');
     expect(isCurrentBuild(ROOT, DIST)).toBe(false);
   });
 
