@@ -52,6 +52,7 @@ import { webhookSignature } from "../src/domain/notify/webhooks.js";
 import { createLogger } from "../src/log.js";
 import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { buildServer, freePort, machine, noter } from "./lib.js";
+import { SERVER_NODE_FLAGS } from "../bin/node-flags.mjs";
 
 const { values: args } = parseArgs({
   options: {
@@ -223,7 +224,7 @@ class Instance {
       this.starts++;
       const child = spawnGroup(
         process.execPath,
-        ["--enable-source-maps", (serverBuild ??= buildServer(process.cwd())!).main],
+        [...SERVER_NODE_FLAGS, (serverBuild ??= buildServer(process.cwd())!).main],
         {
           ...process.env,
           NODE_ENV: "development",

@@ -7,6 +7,7 @@ import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 import { connect, type Sql } from "../src/db/index.js";
 import { startEmbedded, type EmbeddedServer } from "../src/db/embedded.js";
 import { createLogger } from "../src/log.js";
@@ -342,7 +343,8 @@ export function serverStalls(before: StallSample[], after: StallSample[]) {
  * warn-level logs; started one at a time, so the first applies the
  * migrations. They run as `npm start` runs them: the build (bin/build.mjs),
  * made for this call in a folder of its own and removed on stop(); a checkout
- * without the build runs src/main.ts on tsx. BENCH_NODE_ARGS adds node flags;
+ * without the build runs src/main.ts on tsx. BENCH_NODE_ARGS adds node flags (after the
+ * server's own, serverNodeFlags);
  * BENCH_CPU_PROF=dir profiles each server (--cpu-prof; the file is written
  * when it exits on stop()). BENCH_SERVER_DIR runs the servers of another
  * checkout (its sources and node_modules), for an A/B on one harness.
@@ -355,12 +357,23 @@ export function buildServer(cwd: string): { dir: string; main: string } | undefi
   return { dir, main: path.join(dir, "src", "main.js") };
 }
 
+/**
+ * The node flags `npm start` gives the server of the checkout at `cwd` (bin/node-flags.mjs), so that each
+ * side of an A/B runs as its own start script runs it; BENCH_NODE_ARGS come after them and win.
+ */
+export async function serverNodeFlags(cwd: string): Promise<string[]> {
+  const file = path.join(cwd, "bin", "node-flags.mjs");
+  if (!fs.existsSync(file)) return ["--enable-source-maps"];
+  return [...((await import(pathToFileURL(file).href)) as { SERVER_NODE_FLAGS: readonly string[] }).SERVER_NODE_FLAGS];
+}
+
 export async function startServers(count: number, databaseUrl: string, env: Record<string, string>): Promise<BenchServers> {
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const profDir = process.env.BENCH_CPU_PROF;
   if (profDir) nodeArgs.push("--cpu-prof", `--cpu-prof-dir=${path.resolve(profDir)}`);
   const cwd = process.env.BENCH_SERVER_DIR ? path.resolve(process.env.BENCH_SERVER_DIR) : process.cwd();
   const build = buildServer(cwd);
+  const flags = build ? await serverNodeFlags(cwd) : [];
   const ports: number[] = [];
   const children: ChildProcess[] = [];
   const stop = async () => {
@@ -371,7 +384,7 @@ export async function startServers(count: number, databaseUrl: string, env: Reco
   try {
     for (let i = 0; i < count; i++) {
       const port = await freePort();
-      const child = spawn(process.execPath, [...nodeArgs, ...(build ? ["--enable-source-maps", build.main] : ["--import", "tsx", "src/main.ts"])], {
+      const child = spawn(process.execPath, build ? [...flags, ...nodeArgs, build.main] : [...nodeArgs, "--import", "tsx", "src/main.ts"], {
         cwd,
         env: {
           ...process.env,

@@ -17,6 +17,7 @@ import { loadConfig } from "../../src/config.js";
 import { startApp } from "../../src/server.js";
 import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
+import { SERVER_NODE_FLAGS } from "../../bin/node-flags.mjs";
 
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
@@ -32,7 +33,7 @@ const BUILD_DIR = path.join(".data", `build-test-${process.pid}`);
 const BUILT_MAIN = path.join(BUILD_DIR, "src", "main.js");
 
 function startBuilt(env: NodeJS.ProcessEnv) {
-  const child = spawn(process.execPath, ["--enable-source-maps", BUILT_MAIN], { env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [...SERVER_NODE_FLAGS, BUILT_MAIN], { env, stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   child.stdout.on("data", (d) => (output += d));
   child.stderr.on("data", (d) => (output += d));
@@ -71,6 +72,12 @@ describe("process", () => {
       refused = String((err as { stderr: Buffer }).stderr);
     }
     expect(refused).toContain("--out must be a folder inside");
+  });
+
+  it("npm start gives the server the node flags that the benches and the harness start it with", () => {
+    const scripts = JSON.parse(fs.readFileSync("package.json", "utf8")).scripts as Record<string, string>;
+    expect(scripts.start).toBe(`node ${SERVER_NODE_FLAGS.join(" ")} dist/src/main.js`);
+    expect(SERVER_NODE_FLAGS).toContain("--enable-source-maps");
   });
 
   it("the build serves the console, the API document, the installers and the daemon", async () => {
