@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
 import { makeProvider } from "../helpers/fixtures.js";
+import type { Db } from "../../src/db/index.js";
 import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import { ATTEMPT_DAYS_KEPT, UPTIME_KEPT_HOURS, deleteExpiredReputationRows } from "../../src/domain/providers/retention.js";
 
@@ -29,9 +30,9 @@ const keptHours = async (providerId: number) =>
 const keptDays = async (providerId: number) =>
   (await srv.sql<{ d: number }[]>`
     SELECT (now() AT TIME ZONE 'UTC')::date - day AS d FROM provider_attempt_days WHERE provider_id = ${providerId} ORDER BY day DESC`).map((r) => r.d);
-const figures = async (providerId: number) => {
-  await refreshReputation(srv.sql, [providerId]);
-  const [row] = await srv.sql`SELECT uptime_percent, reliability_score FROM providers WHERE id = ${providerId}`;
+const figures = async (db: Db, providerId: number) => {
+  await refreshReputation(db, [providerId]);
+  const [row] = await db`SELECT uptime_percent, reliability_score FROM providers WHERE id = ${providerId}`;
   return row;
 };
 
@@ -41,14 +42,19 @@ describe("retention of uptime hours and attempt days", () => {
     await srv.sql`UPDATE providers SET first_heartbeat_at = now() - interval '90 days', last_heartbeat = now() - interval '10 seconds' WHERE id = ${p.id}`;
     await hoursAgo(p.id, [1, 2, 23, UPTIME_KEPT_HOURS - 1, UPTIME_KEPT_HOURS, UPTIME_KEPT_HOURS + 1, 24 * 60]);
     await daysAgo(p.id, [0, 1, 29, ATTEMPT_DAYS_KEPT - 1, ATTEMPT_DAYS_KEPT, ATTEMPT_DAYS_KEPT + 1, 60]);
-    const before = await figures(p.id);
-
-    const deleted = await deleteExpiredReputationRows(srv.sql);
+    // One transaction, so the score before and after is computed at the same now(): the live span
+    // since the last beat and the window both grow with the clock.
+    const { deleted, before, after } = await srv.sql.begin(async (tx) => {
+      const before = await figures(tx, p.id);
+      const deleted = await deleteExpiredReputationRows(tx);
+      return { deleted, before, after: await figures(tx, p.id) };
+    });
     expect(deleted.uptimeHours).toBeGreaterThanOrEqual(2);
     expect(deleted.attemptDays).toBeGreaterThanOrEqual(3);
     expect(await keptHours(p.id)).toEqual([1, 2, 23, UPTIME_KEPT_HOURS - 1, UPTIME_KEPT_HOURS]);
     expect(await keptDays(p.id)).toEqual([0, 1, 29, ATTEMPT_DAYS_KEPT - 1]);
-    expect(await figures(p.id)).toEqual(before);
+    expect(after).toEqual(before);
+    expect(before.uptime_percent).toBeGreaterThan(0);
 
     expect(await deleteExpiredReputationRows(srv.sql)).toEqual({ uptimeHours: 0, attemptDays: 0 });
   });
