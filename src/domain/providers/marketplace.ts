@@ -35,18 +35,26 @@ const AVAILABLE = (db: Db) => db`
   status = 'online' AND NOT is_paused AND approval_status = 'approved'
   AND last_heartbeat >= now() - make_interval(secs => ${LIVE_WINDOW_SECONDS})`;
 
-/** The available providers, largest VRAM first (then most reliable, then oldest). */
+/**
+ * A page of the available providers in the list's order, read along
+ * providers_available_idx (migration 038), each row with the count of them
+ * all (computed once, in the same snapshot as the page).
+ */
+export const availablePageSql = (db: Db, limit: number, offset: number) => db<AvailableRow[]>`
+  SELECT id, name, gpu_model, gpu_vram_mib, gpu_count, gpu_driver_version, gpu_compute_capability, gpu_cuda_version,
+         status, location, reliability_score, cached_models,
+         (SELECT count(*) FROM providers WHERE ${AVAILABLE(db)})::bigint AS total
+  FROM providers WHERE ${AVAILABLE(db)}
+  ORDER BY gpu_vram_mib DESC NULLS LAST, reliability_score DESC NULLS LAST, id
+  LIMIT ${limit} OFFSET ${offset}`;
+
+/** The available providers, largest VRAM first (then most reliable, then oldest), and how many there are. */
 export async function availableProviders(
   db: Db,
   limit: number,
   offset: number,
 ): Promise<{ providers: MessageInitShape<typeof AvailableProviderSchema>[]; total: number }> {
-  const rows = await db<AvailableRow[]>`
-    SELECT id, name, gpu_model, gpu_vram_mib, gpu_count, gpu_driver_version, gpu_compute_capability, gpu_cuda_version,
-           status, location, reliability_score, cached_models, count(*) OVER ()::bigint AS total
-    FROM providers WHERE ${AVAILABLE(db)}
-    ORDER BY gpu_vram_mib DESC NULLS LAST, reliability_score DESC NULLS LAST, id
-    LIMIT ${limit} OFFSET ${offset}`;
+  const rows = await availablePageSql(db, limit, offset);
   let total = rows[0]?.total ?? 0;
   if (rows.length === 0 && offset > 0) {
     [{ total }] = await db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM providers WHERE ${AVAILABLE(db)}`;

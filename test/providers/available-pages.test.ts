@@ -1,0 +1,73 @@
+// The available-providers list at fleet size: pages walked over real HTTP
+// hold every available provider once, in the list's order (VRAM, then
+// reliability, NULLs last, then id), each with the same total; a page is read
+// along providers_available_idx (migration 038) instead of sorting every
+// available provider.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { genericPlanOf } from "../helpers/plans.js";
+import { availablePageSql } from "../../src/domain/providers/marketplace.js";
+
+let srv: TestServer;
+
+beforeAll(async () => {
+  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "3600" });
+});
+afterAll(() => srv?.close());
+
+interface Listed {
+  id: number;
+  vram_mib: number;
+  reliability_score: number | null;
+}
+
+describe("available-providers at fleet size", () => {
+  it("pages through 2,500 available providers in order, each once, with one total; a page reads the index, not a sort", async () => {
+    // 2,500 available (VRAM and score repeat, some of each unknown), and 2,500 that are not:
+    // paused, unapproved, silent past the live window, or offline.
+    await srv.sql`
+      INSERT INTO providers (name, email, gpu_model, os, status, approval_status, is_paused, last_heartbeat, gpu_vram_mib, reliability_score)
+      SELECT 'Rig ' || g, 'fleet-' || g || '@example.test', 'NVIDIA RTX 4090', 'linux',
+             CASE WHEN g % 10 = 3 THEN 'offline' ELSE 'online' END,
+             CASE WHEN g % 10 = 5 THEN 'pending' ELSE 'approved' END,
+             g % 10 = 7,
+             now() - CASE WHEN g % 10 = 9 THEN interval '10 minutes' ELSE interval '5 seconds' END,
+             CASE WHEN g % 97 = 0 THEN NULL ELSE 8192 * (1 + g % 6) END,
+             CASE WHEN g % 13 = 0 THEN NULL ELSE (g % 40)::float8 END
+      FROM generate_series(1, 5000) g
+      WHERE g % 2 = 0 OR g % 10 IN (3, 5, 7, 9)`;
+    await srv.sql`ANALYZE providers`;
+    const expected = await srv.sql<{ id: number }[]>`
+      SELECT id FROM providers
+      WHERE status = 'online' AND NOT is_paused AND approval_status = 'approved' AND last_heartbeat >= now() - interval '1 minute'`;
+    expect(expected.length).toBe(2500);
+
+    const api = client(srv.url);
+    const seen: Listed[] = [];
+    for (let offset = 0; ; offset += 1000) {
+      const r = await api.get(`/api/renters/available-providers?limit=1000&offset=${offset}`);
+      expect(r.status).toBe(200);
+      expect(r.body.total).toBe(2500);
+      if (r.body.providers.length === 0) break;
+      seen.push(...r.body.providers);
+    }
+    expect(seen.map((p) => p.id).sort((a, b) => a - b)).toEqual(expected.map((p) => p.id).sort((a, b) => a - b));
+    // VRAM descending, unknown VRAM (listed as 0) last; then score descending, unknown last; then id.
+    const key = (p: Listed) => [p.vram_mib === 0 ? -1 : p.vram_mib, p.reliability_score ?? -1, -p.id];
+    for (let i = 1; i < seen.length; i++) {
+      const [a, b] = [key(seen[i - 1]), key(seen[i])];
+      const before = a[0] > b[0] || (a[0] === b[0] && (a[1] > b[1] || (a[1] === b[1] && a[2] > b[2])));
+      expect(before, `${JSON.stringify(seen[i - 1])} before ${JSON.stringify(seen[i])}`).toBe(true);
+    }
+    expect(seen.at(-1)!.vram_mib).toBe(0);
+
+    // Past the end: no providers, the total still.
+    expect((await api.get("/api/renters/available-providers?limit=10&offset=2500")).body).toMatchObject({ providers: [], total: 2500 });
+
+    // The statement as postgres.js runs it after a few executions (a generic plan): the page along the index.
+    const plan = await genericPlanOf(srv.sql, availablePageSql(srv.sql, 100, 0));
+    expect(plan).toContain("Index Scan using providers_available_idx");
+    expect(plan).not.toMatch(/\bSort\b/);
+  });
+});
