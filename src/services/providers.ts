@@ -23,9 +23,12 @@ import {
   DISCOVERY_HEALTH,
   DISCOVERY_MODE,
   MARKETPLACE_MAX_AGE_SECONDS,
+  AVAILABLE_COUNT_REUSE_MS,
+  availableCount,
   availableProviders,
   marketplaceSummaries,
 } from "../domain/providers/marketplace.js";
+import { reusedFor } from "../domain/shared/reuse.js";
 import { notFound, or500 } from "../errors.js";
 import { callerProviderId, type Deps } from "./deps.js";
 
@@ -35,6 +38,7 @@ const AVAILABLE_PAGE_MAX = 1000;
 export function providerService(deps: Deps): Partial<ServiceImpl<typeof ProviderService>> {
   const { sql, config, log } = deps;
   const marketplace = marketplaceSummaries(sql);
+  const countAvailable = reusedFor(() => availableCount(sql), AVAILABLE_COUNT_REUSE_MS);
   return {
     async register(req) {
       requireFields({ name: req.name, email: req.email, gpu_model: req.gpuModel, os: req.os });
@@ -173,7 +177,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
 
     async listAvailable(req) {
       const { limit, offset } = page(req.limit ?? AVAILABLE_PAGE_MAX, req.offset, AVAILABLE_PAGE_MAX);
-      const { providers, total } = await availableProviders(sql, limit, offset);
+      const { providers, total } = await availableProviders(sql, limit, offset, countAvailable);
       return { providers, total: BigInt(total), discoveryMode: DISCOVERY_MODE, discoveryHealth: DISCOVERY_HEALTH };
     },
 

@@ -2,12 +2,13 @@
 // hold every available provider once, in the list's order (VRAM, then
 // reliability, NULLs last, then id), each with the same total; a page is read
 // along providers_available_idx (migration 038) instead of sorting every
-// available provider.
+// available provider. The total of a page that ends the list is exact; a full
+// page takes a count that one process reuses for a few seconds.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { genericPlanOf } from "../helpers/plans.js";
-import { availablePageSql } from "../../src/domain/providers/marketplace.js";
+import { AVAILABLE_COUNT_REUSE_MS, availablePageSql, availableProviders } from "../../src/domain/providers/marketplace.js";
 
 let srv: TestServer;
 
@@ -69,5 +70,43 @@ describe("available-providers at fleet size", () => {
     const plan = await genericPlanOf(srv.sql, availablePageSql(srv.sql, 100, 0));
     expect(plan).toContain("Index Scan using providers_available_idx");
     expect(plan).not.toMatch(/\bSort\b/);
+  });
+
+  it("counts only for a page that does not end the list: never below the rows up to a full page's end, never above an empty page's offset", async () => {
+    let counts = 0;
+    const count = (n: number) => async () => {
+      counts++;
+      return n;
+    };
+    // A page that ends the list: offset plus its rows, not counted.
+    expect((await availableProviders(srv.sql, 1000, 2000, count(9))).total).toBe(2500);
+    expect((await availableProviders(srv.sql, 3000, 0, count(9))).total).toBe(2500);
+    expect(counts).toBe(0);
+    // A full page: the count, raised to the rows up to the page's end when a reused count is behind.
+    expect((await availableProviders(srv.sql, 100, 0, count(2600))).total).toBe(2600);
+    expect((await availableProviders(srv.sql, 100, 1000, count(900))).total).toBe(1100);
+    // Past the end: the count, but never more than the offset (there are fewer).
+    expect((await availableProviders(srv.sql, 100, 4000, count(2400))).total).toBe(2400);
+    expect((await availableProviders(srv.sql, 100, 2600, count(2700))).total).toBe(2600);
+    expect(counts).toBe(4);
+  });
+
+  it("a server reuses the count for a few seconds; a page that ends the list is exact at once", async () => {
+    const api = client(srv.url);
+    await new Promise((r) => setTimeout(r, AVAILABLE_COUNT_REUSE_MS)); // a count the tests above read has expired
+    const counted = Date.now();
+    expect((await api.get("/api/renters/available-providers?limit=10")).body.total).toBe(2500);
+    // 300 more come online: full pages keep the count read just now, a page that reaches the end is exact.
+    await srv.sql`
+      INSERT INTO providers (name, email, gpu_model, os, status, approval_status, last_heartbeat, gpu_vram_mib)
+      SELECT 'Late ' || g, 'late-' || g || '@example.test', 'NVIDIA L4', 'linux', 'online', 'approved', now(), 4096
+      FROM generate_series(1, 300) g`;
+    expect((await api.get("/api/renters/available-providers?limit=10")).body.total).toBe(2500);
+    const end = (await api.get("/api/renters/available-providers?limit=1000&offset=2000")).body;
+    expect(end.providers.length).toBe(800);
+    expect(end.total).toBe(2800);
+    expect(Date.now() - counted).toBeLessThan(AVAILABLE_COUNT_REUSE_MS);
+    await new Promise((r) => setTimeout(r, AVAILABLE_COUNT_REUSE_MS + 100));
+    expect((await api.get("/api/renters/available-providers?limit=10")).body.total).toBe(2800);
   });
 });

@@ -5,6 +5,7 @@ import type { AvailableProviderSchema, GetMarketplaceResponseSchema } from "../.
 import type { Db } from "../../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { RATE_HALALA_PER_MINUTE } from "../money/pricing.js";
+import { reusedFor } from "../shared/reuse.js";
 
 /** Discovery is the database only (no DHT): the documented `sqlite` mode and source. */
 export const DISCOVERY_MODE = "sqlite";
@@ -27,7 +28,6 @@ interface AvailableRow {
   location: string | null;
   reliability_score: number | null;
   cached_models: string[];
-  total: number;
 }
 
 /** Available = status online with a heartbeat inside the live window, approved, not paused. */
@@ -35,30 +35,47 @@ const AVAILABLE = (db: Db) => db`
   status = 'online' AND NOT is_paused AND approval_status = 'approved'
   AND last_heartbeat >= now() - make_interval(secs => ${LIVE_WINDOW_SECONDS})`;
 
-/**
- * A page of the available providers in the list's order, read along
- * providers_available_idx (migration 038), each row with the count of them
- * all (computed once, in the same snapshot as the page).
- */
+/** A page of the available providers in the list's order, read along providers_available_idx (migration 038). */
 export const availablePageSql = (db: Db, limit: number, offset: number) => db<AvailableRow[]>`
   SELECT id, name, gpu_model, gpu_vram_mib, gpu_count, gpu_driver_version, gpu_compute_capability, gpu_cuda_version,
-         status, location, reliability_score, cached_models,
-         (SELECT count(*) FROM providers WHERE ${AVAILABLE(db)})::bigint AS total
+         status, location, reliability_score, cached_models
   FROM providers WHERE ${AVAILABLE(db)}
   ORDER BY gpu_vram_mib DESC NULLS LAST, reliability_score DESC NULLS LAST, id
   LIMIT ${limit} OFFSET ${offset}`;
 
-/** The available providers, largest VRAM first (then most reliable, then oldest), and how many there are. */
+/** How many providers are available now: it visits each of them (about 30 ms at 100,000 online). */
+export async function availableCount(db: Db): Promise<number> {
+  const [{ total }] = await db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM providers WHERE ${AVAILABLE(db)}`;
+  return total;
+}
+
+/**
+ * How long one process reuses the count of available providers for pages
+ * that do not reach the end of the list. The list needs no credential and
+ * may be asked for 300 times a minute per address; counting a fleet of
+ * 100,000 on each call would let a few addresses keep a core of the database busy.
+ */
+export const AVAILABLE_COUNT_REUSE_MS = 5_000;
+
+/**
+ * The available providers, largest VRAM first (then most reliable, then
+ * oldest), and how many there are. A page shorter than asked ends the list,
+ * so the total is exact (offset plus its rows) without counting; a full page
+ * takes it from `count` (availableCount, reused a few seconds), never less
+ * than the rows up to the end of the page, and an empty page past the end
+ * never more than its offset.
+ */
 export async function availableProviders(
   db: Db,
   limit: number,
   offset: number,
+  count: () => Promise<number> = () => availableCount(db),
 ): Promise<{ providers: MessageInitShape<typeof AvailableProviderSchema>[]; total: number }> {
   const rows = await availablePageSql(db, limit, offset);
-  let total = rows[0]?.total ?? 0;
-  if (rows.length === 0 && offset > 0) {
-    [{ total }] = await db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM providers WHERE ${AVAILABLE(db)}`;
-  }
+  let total: number;
+  if (rows.length === limit) total = Math.max(await count(), offset + limit);
+  else if (rows.length > 0 || offset === 0) total = offset + rows.length;
+  else total = Math.min(await count(), offset); // past the end: there are at most `offset`
   return {
     total,
     providers: rows.map((r) => ({
@@ -97,22 +114,9 @@ export const MARKETPLACE_REUSE_MS = 5_000;
 
 type Summary = MessageInitShape<typeof GetMarketplaceResponseSchema>;
 
-/** marketplaceSummary, read at most once per `reuseMs` (of `clock`); callers that arrive during a read share it. */
-export function marketplaceSummaries(db: Db, reuseMs = MARKETPLACE_REUSE_MS, clock: () => number = Date.now): () => Promise<Summary> {
-  let last: { at: number; summary: Promise<Summary> } | undefined;
-  return () => {
-    const now = clock();
-    if (!last || now - last.at >= reuseMs) {
-      const summary = marketplaceSummary(db);
-      last = { at: now, summary };
-      // A failed read is not reused.
-      summary.catch(() => {
-        if (last?.summary === summary) last = undefined;
-      });
-    }
-    return last.summary;
-  };
-}
+/** marketplaceSummary, read at most once per `reuseMs` (of `clock`). */
+export const marketplaceSummaries = (db: Db, reuseMs = MARKETPLACE_REUSE_MS, clock: () => number = Date.now): (() => Promise<Summary>) =>
+  reusedFor(() => marketplaceSummary(db), reuseMs, clock);
 
 /** Supply per GPU model among approved providers, with the rate table. */
 export async function marketplaceSummary(db: Db): Promise<Summary> {
