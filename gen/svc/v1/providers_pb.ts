@@ -1087,6 +1087,9 @@ export type ListAvailableProvidersResponse = Message<"svc.v1.ListAvailableProvid
   providers: AvailableProvider[];
 
   /**
+   * How many are available. Exact when this page ends the list; for a full page, a count up to
+   * 5 s old (never below offset plus limit), so a client pages until a page comes back short.
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;
