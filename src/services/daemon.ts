@@ -38,6 +38,7 @@ import { apiError, badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
 import { setStructBytes } from "../shared/struct-binary.js";
 import { jobSignalHub } from "../workers/job-signals.js";
+import { DeliveredJobs } from "../domain/jobs/delivered-jobs.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
 import { StreamRefresher } from "../domain/jobs/stream-refresh.js";
 
@@ -111,7 +112,7 @@ class BeatWindow {
 class StreamSession {
   readonly out = new AsyncQueue<Out>();
   /** Jobs this stream has handed to the daemon (or the daemon said it runs): never pushed twice. */
-  private readonly delivered = new Set<string>();
+  private readonly delivered = new DeliveredJobs();
   private lastSettings = "";
   /** The daemon pinned another task-signing key: it would refuse every task, so none is pushed. */
   private keyMismatch = false;
@@ -205,7 +206,7 @@ class StreamSession {
       SELECT status, error, provider_id FROM jobs WHERE job_id = ${jobId}`;
     const reason = !job ? "unknown job" : job.provider_id !== this.providerId ? "re-queued to another provider" : job.error ?? job.status;
     // A job re-queued away may come back to this provider later as a new attempt.
-    this.delivered.delete(jobId);
+    this.delivered.forget(jobId);
     this.forgetProgress(jobId);
     this.send({ kind: { case: "cancel", value: { jobId, reason } } });
   }
@@ -333,6 +334,7 @@ class StreamSession {
           this.delivered.add(k.value.jobId);
           return;
         case "jobRejected":
+          this.delivered.end(k.value.jobId);
           await this.flushProgress(k.value.jobId);
           await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted, endReason: k.value.endReason });
           return;
@@ -346,6 +348,7 @@ class StreamSession {
           await endpointReady(sql, pid, { jobId: k.value.jobId, endpointUrl: k.value.endpointUrl, port: k.value.port, model: k.value.model });
           return;
         case "result": {
+          this.delivered.end(k.value.jobId);
           await this.flushProgress(k.value.jobId);
           if (k.value.attestation) await recordAttestation(sql, pid, k.value.jobId, k.value.result, k.value.attestation);
           const r = k.value;

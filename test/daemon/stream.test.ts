@@ -21,6 +21,7 @@ import { clearMarketplace } from "../jobs/helpers.js";
 import { openStream, type TestStream } from "./grpc-stream.js";
 import { waitFor } from "./helpers.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
+import { ASSIGNED_CHANNEL } from "../../src/domain/notify/job-notices.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -241,6 +242,34 @@ describe("jobs over the stream", () => {
       expect(s.received.filter((m) => m.kind.case === "job" && m.kind.value.jobId === second.job_id)).toHaveLength(1);
     } finally {
       unsubscribe();
+    }
+    s.end();
+  });
+
+  it("pushes nothing for an assignment's notice that comes after the job ended on the stream", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const s = connect(p.key);
+    await s.next("welcome");
+    const notices: string[] = [];
+    const listening = await srv.sql.listen(ASSIGNED_CHANNEL, (payload) => notices.push(payload));
+    try {
+      const submitted = await submit(renter);
+      const job = await s.next("job", 5_000);
+      expect(job.jobId).toBe(submitted.job_id);
+      await waitFor(() => notices.some((n) => n.includes(submitted.job_id)), 5_000, "the assignment's notice");
+      s.send({ case: "jobAccepted", value: { jobId: job.jobId } });
+      s.send({ case: "result", value: { jobId: job.jobId, success: true } });
+      expect((await s.next("resultAck")).status).toBe("completed");
+      // The same notice, job and all, once more: as if it had been held up until now.
+      const late = notices.find((n) => n.includes(submitted.job_id))!;
+      await srv.sql`SELECT pg_notify(${ASSIGNED_CHANNEL}, ${late})`;
+      s.send({ case: "heartbeat", value: {} });
+      await s.next("heartbeatAck");
+      await new Promise((r) => setTimeout(r, 200));
+      expect(s.received.filter((m) => m.kind.case === "job")).toHaveLength(1);
+    } finally {
+      await listening.unlisten();
     }
     s.end();
   });
