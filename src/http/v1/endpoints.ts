@@ -47,7 +47,7 @@ export async function servingEndpoints(db: Db, model?: string): Promise<Upstream
 }
 
 /** How long an endpoint that failed is tried only after the others. */
-const REST_MS = 15_000;
+export const REST_MS = 15_000;
 
 export class EndpointPicker {
   private readonly inflight = new Map<number, number>();
@@ -79,7 +79,14 @@ export class EndpointPicker {
   }
 
   failed(u: Upstream, now = Date.now()): void {
+    // Rests that ran out go here, so endpoints that failed once and were never asked again are not kept for good.
+    for (const [jobId, until] of this.restingUntil) if (until <= now) this.restingUntil.delete(jobId);
     this.restingUntil.set(u.jobId, now + REST_MS);
+  }
+
+  /** Endpoints remembered as resting (for tests). */
+  get resting(): number {
+    return this.restingUntil.size;
   }
 
   succeeded(u: Upstream): void {
