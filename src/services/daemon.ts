@@ -192,10 +192,11 @@ class StreamSession {
     for (const job of jobs) await this.deliver(job);
   }
 
-  async assigned(jobId: string, carried?: AssignedJob, signed?: string): Promise<void> {
+  async assigned(jobId: string, carried?: () => AssignedJob | undefined, signed?: string): Promise<void> {
     if (this.delivered.has(jobId)) return;
     // The notice carried the job as committed: no read. A cancel committed since follows in order.
-    if (carried) return this.deliver(carried, signed);
+    const notified = carried?.();
+    if (notified) return this.deliver(notified, signed);
     const [job] = await this.deps.sql<JobRow[]>`
       SELECT * FROM jobs WHERE job_id = ${jobId} AND provider_id = ${this.providerId} AND status = 'pending'`;
     if (job) await this.deliver(job);

@@ -11,15 +11,19 @@ import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } fr
 
 export interface JobSignalListener {
   /**
-   * `job` is what the daemon is sent, when the notice carried it. `canonical`: its task spec's
+   * `job` gives what the daemon is sent, when the notice carried it: read from the notice only when
+   * called, so a listener that has the job already does not parse it. `canonical`: its task spec's
    * canonical JSON, when this process made the job and signed that (assignedHere): no need to
    * verify its HMAC again.
    */
-  assigned(jobId: string, job?: AssignedJob, canonical?: string): void;
+  assigned(jobId: string, job?: () => AssignedJob | undefined, canonical?: string): void;
   cancel(jobId: string): void;
   /** Notices may have been missed: look at the database again. */
   resync(): void;
 }
+
+/** The provider and the job at the start of a notice: json_build_object's spacing (assignedNoticeSql) or JSON.stringify's (notifyCancel). */
+const NOTICE_HEAD = /^\{"provider_id" ?: ?(\d+), ?"job_id" ?: ?"([^"\\]*)"/;
 
 export class JobSignalHub {
   private readonly byProvider = new Map<number, Set<JobSignalListener>>();
@@ -80,10 +84,21 @@ export class JobSignalHub {
    * other processes; here it finds the job delivered (a stream pushes a job once).
    */
   assignedHere(providerId: number, job: AssignedJob, canonical?: string): void {
-    this.deliver("assigned", { provider_id: providerId, job_id: job.job_id, job }, canonical);
+    this.deliver("assigned", providerId, job.job_id, () => job, canonical);
   }
 
+  /**
+   * Every process hears every notice, and most concern providers whose streams are elsewhere, or a
+   * job this process pushed already: the provider and the job are read from the notice's head, and
+   * the rest (the job, a kilobyte or more of JSON) is parsed only when a stream asks for it.
+   */
   private dispatch(kind: "assigned" | "cancel", payload: string): void {
+    const head = NOTICE_HEAD.exec(payload);
+    if (head) {
+      let parsed: JobSignal | undefined;
+      this.deliver(kind, Number(head[1]), head[2], () => (parsed ??= JSON.parse(payload) as JobSignal).job);
+      return;
+    }
     let signal: JobSignal;
     try {
       signal = JSON.parse(payload);
@@ -91,16 +106,16 @@ export class JobSignalHub {
       this.log.warn({ payload: payload.slice(0, 200) }, "ignored a malformed job signal");
       return;
     }
-    this.deliver(kind, signal);
+    this.deliver(kind, Number(signal.provider_id), signal.job_id, () => signal.job);
   }
 
-  private deliver(kind: "assigned" | "cancel", signal: JobSignal, canonical?: string): void {
-    const set = this.byProvider.get(Number(signal.provider_id));
+  private deliver(kind: "assigned" | "cancel", providerId: number, jobId: string, job: () => AssignedJob | undefined, canonical?: string): void {
+    const set = this.byProvider.get(providerId);
     if (!set) return;
     for (const l of set) {
       try {
-        if (kind === "assigned") l.assigned(signal.job_id, signal.job, canonical);
-        else l.cancel(signal.job_id);
+        if (kind === "assigned") l.assigned(jobId, job, canonical);
+        else l.cancel(jobId);
       } catch (err) {
         this.log.error({ err }, "job signal listener failed");
       }

@@ -2,7 +2,7 @@
 // concurrent submits, two providers polling at once never share a job,
 // priority then age order, explicit provider_id waits for that provider,
 // queue reasons, and the LISTEN/NOTIFY signals of assignment and cancel.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -12,6 +12,7 @@ import { verifyTask } from "../../src/shared/task-signature.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { ASSIGNED_CHANNEL, CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
 import { clearMarketplace } from "./helpers.js";
+import { JobSignalHub } from "../../src/workers/job-signals.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -341,6 +342,55 @@ describe("signals", () => {
       expect(assigned[0]).toEqual({ provider_id: provider.id, job_id: r.body.job.job_id });
     } finally {
       await l.unlisten();
+    }
+  });
+});
+
+describe("the signal hub", () => {
+  it("reads provider and job from a notice's head, and parses the job only for a stream that asks for it", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${provider.id}`;
+    const other = await makeProvider(srv, { online: false });
+    const hub = new JobSignalHub(srv.sql, srv.app.deps.log);
+    const heard: { jobId: string; job?: Record<string, unknown> }[] = [];
+    const cancels: string[] = [];
+    let asking = false;
+    const offProvider = await hub.subscribe(provider.id, {
+      assigned: (jobId, job) => heard.push({ jobId, job: asking ? (job?.() as unknown as Record<string, unknown>) : undefined }),
+      cancel: (jobId) => cancels.push(jobId),
+      resync: () => {},
+    });
+    const offOther = await hub.subscribe(other.id, { assigned: () => expect.unreachable("another provider's notice"), cancel: () => {}, resync: () => {} });
+    const parse = vi.spyOn(JSON, "parse");
+    const parsedNotices = () => parse.mock.calls.filter(([text]) => typeof text === "string" && text.startsWith('{"provider_id"')).length;
+    try {
+      // A stream that has the job already asks for nothing: the notice is not parsed.
+      const first = (await submit(renter.headers)).body.job.job_id;
+      await expect.poll(() => heard.length).toBe(1);
+      expect(heard[0]).toEqual({ jobId: first, job: undefined });
+      expect(parsedNotices()).toBe(0);
+      // One that asks gets the job the notice carried, signed as stored.
+      asking = true;
+      const second = (await submit(renter.headers)).body.job.job_id;
+      await expect.poll(() => heard.length).toBe(2);
+      expect(heard[1].jobId).toBe(second);
+      expect(heard[1].job).toMatchObject({ job_id: second, job_type: "benchmark" });
+      expect(verifyTask(HMAC_SECRET, heard[1].job!.task_spec, heard[1].job!.task_spec_hmac as string)).toBe(true);
+      expect(parsedNotices()).toBe(1);
+      // A cancel notice (JSON.stringify's spacing) reaches the provider's stream by its head too.
+      expect((await api.post(`/api/jobs/${second}/cancel`, {}, renter.headers)).status).toBe(200);
+      await expect.poll(() => cancels).toEqual([second]);
+      // A malformed notice is logged and dropped.
+      await srv.sql`SELECT pg_notify(${ASSIGNED_CHANNEL}, ${"{not json"})`;
+      await srv.sql`SELECT pg_notify(${ASSIGNED_CHANNEL}, ${JSON.stringify({ provider_id: provider.id, job_id: "job-late" })})`;
+      await expect.poll(() => heard.length).toBe(3);
+      expect(heard[2]).toEqual({ jobId: "job-late", job: undefined });
+    } finally {
+      parse.mockRestore();
+      offProvider();
+      offOther();
+      await hub.stop();
     }
   });
 });
