@@ -130,6 +130,15 @@ export function connect(url: string, max = 10): Sql {
 }
 
 /**
+ * A statement as a step of an allInTransaction list, sent in the list's
+ * order. postgres.js sends a query a tick after its then() is called, and a
+ * step that awaits its statement calls then() a tick later than a direct call
+ * would (await on a Promise subclass): a list that mixed both forms went out
+ * of order. Through this, a statement of its own goes out as awaited ones do.
+ */
+export const inOrder = async <T>(query: PromiseLike<T>): Promise<T> => await query;
+
+/**
  * Promise.all for steps pipelined on one transaction: waits until every step
  * has settled, then throws the first failure in order. Promise.all would give
  * up at the first failure while a step of several statements (a placement

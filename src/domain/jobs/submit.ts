@@ -3,7 +3,7 @@
 // or a batch of them in one transaction. Nothing is written for a submit that
 // is refused (402, 429, 404, 503).
 import crypto from "node:crypto";
-import { allInTransaction, type Db, type Sql, type Tx } from "../../db/index.js";
+import { allInTransaction, inOrder, type Db, type Sql, type Tx } from "../../db/index.js";
 import { type ServiceError, apiError, badRequest, notFound, paymentRequired } from "../../errors.js";
 import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult } from "../dispatch/dispatch.js";
 import { validateParams } from "./job-schemas.js";
@@ -172,13 +172,21 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     requestedProviderId: it.requestedProvider,
     gpuRequirements: it.gpuRequirements,
   }));
-  const [accounts, usage, capacity, newIds, candidates] = await allInTransaction([
+  // Sent in this order. The locks, the capacity check and the ids run under generic plans, made once
+  // per connection: PostgreSQL planned these again on most batches (their custom plans know how many
+  // renters or requirements the arrays hold, so they look cheaper than the generic one), and the
+  // capacity check cost more to plan than to run. The quota read keeps the session's own setting:
+  // its generic plan reads renter_quota and renter_daily_jobs whole.
+  const steps = [
+    inOrder(tx`SET LOCAL plan_cache_mode = force_generic_plan`),
     lockRenterAccounts(tx, renterIds),
-    quotaUsageMany(tx, renterIds),
     capacityOf(tx, intents),
-    tx<{ id: number }[]>`SELECT nextval('jobs_id_seq') AS id FROM generate_series(1, ${intents.length})`,
+    inOrder(tx<{ id: number }[]>`SELECT nextval('jobs_id_seq') AS id FROM generate_series(1, ${intents.length})`),
+    inOrder(tx`SET LOCAL plan_cache_mode TO DEFAULT`),
+    quotaUsageMany(tx, renterIds),
     readCandidates(tx, [], [0], true, fresh),
-  ]);
+  ] as const;
+  const [, accounts, capacity, newIds, , usage, candidates] = await allInTransaction(steps);
   const renters = new Map<number, RenterState>(renterIds.map((id) => [id, { accounts: accounts.get(id)!, usage: usage.get(id)! }]));
 
   const holds: AcceptedHold[] = [];
@@ -300,17 +308,7 @@ function freshRows(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): FreshR
 export async function capacityOf(tx: Tx, intents: SubmitIntent[]): Promise<{ known: boolean; capable: boolean }[]> {
   const keyOf = (i: SubmitIntent) => JSON.stringify([i.gpuRequirements, i.requestedProvider]);
   const distinct = [...new Map(intents.map((i) => [keyOf(i), i])).values()];
-  // Under a generic plan, made once per connection. PostgreSQL planned this statement again on
-  // every batch (its custom plans know how many requirements the array holds, so they always look
-  // cheaper than the generic one), and planning it cost more than running it: 0.4-0.7 ms a batch.
-  // The generic plan reads providers_live_idx like the custom ones. The setting goes back to the
-  // session's own (an operator's choice included) for the batch's other statements, which are sent
-  // after it on the same connection.
-  const [, rows] = await allInTransaction([
-    tx`SET LOCAL plan_cache_mode = force_generic_plan`.execute(),
-    capacitySql(tx, distinct).execute(),
-    tx`SET LOCAL plan_cache_mode TO DEFAULT`.execute(),
-  ]);
+  const rows = await capacitySql(tx, distinct);
   const byKey = new Map(rows.map((r) => [keyOf(distinct[Number(r.ord) - 1]), r]));
   return intents.map((i) => byKey.get(keyOf(i))!);
 }
