@@ -1,7 +1,8 @@
 // Transactions that PostgreSQL aborts as deadlock victims run again (src/db/index.ts)
-// instead of failing the request; other errors reach the caller at once.
+// instead of failing the request; other errors reach the caller at once. A
+// transaction's pipelined steps go out in their order.
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { connect, type Sql } from "../../src/db/index.js";
+import { allInTransaction, connect, inOrder, type Sql, type Tx } from "../../src/db/index.js";
 import { freshDatabase } from "../helpers/server.js";
 
 let db: Awaited<ReturnType<typeof freshDatabase>>;
@@ -47,4 +48,16 @@ it("does not re-run a transaction that failed for any other reason", async () =>
     .catch((e) => e);
   expect(err.code).toBe("23505");
   expect(runs).toBe(1);
+});
+
+it("sends a list's steps in its order when a statement of its own goes through inOrder", async () => {
+  await sql`CREATE SEQUENCE wire_order`;
+  // What each statement drew from the sequence is the order it reached PostgreSQL in.
+  const step = async (tx: Tx) => (await tx<{ n: number }[]>`SELECT nextval('wire_order')::int AS n`)[0].n;
+  const drawn = (q: PromiseLike<{ n: number }[]>) => Promise.resolve(q).then((rows) => rows[0].n);
+  const inList = await sql.begin((tx) => allInTransaction([step(tx), drawn(inOrder(tx`SELECT nextval('wire_order')::int AS n`)), step(tx)]));
+  expect(inList).toEqual([1, 2, 3]);
+  // A direct execute() goes out ahead of the steps listed before it.
+  const direct = await sql.begin((tx) => allInTransaction([step(tx), drawn(tx<{ n: number }[]>`SELECT nextval('wire_order')::int AS n`.execute()), step(tx)]));
+  expect(direct).toEqual([5, 4, 6]);
 });
