@@ -2,7 +2,7 @@
 // generically, once per connection: PostgreSQL would plan them again on most
 // batches (their custom plans always look cheaper), and the capacity check
 // cost more to plan than to run. The quota read and the batch's later
-// statements keep the session's own plan_cache_mode, here an operator's
+// statements keep the connection's own plan_cache_mode, here an operator's
 // force_custom_plan set on the database.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type Sql } from "../../src/db/index.js";
@@ -17,7 +17,7 @@ let sql: Sql;
 beforeAll(async () => {
   srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
   await srv.sql.unsafe(`ALTER DATABASE ${new URL(srv.databaseUrl).pathname.slice(1)} SET plan_cache_mode = force_custom_plan`);
-  // One connection, opened after that: the prepared statements below are the session's own.
+  // One connection, opened after that: the prepared statements below are its own.
   sql = connect(srv.databaseUrl, 1);
 });
 afterAll(async () => {
@@ -25,14 +25,14 @@ afterAll(async () => {
   await srv?.close();
 });
 
-/** Plans of this session's prepared statements whose text matches `pattern`. */
+/** Plans of this connection's prepared statements whose text matches `pattern`. */
 const plansOf = async (pattern: string) =>
   sql<{ generic_plans: number; custom_plans: number }[]>`
     SELECT generic_plans::int, custom_plans::int FROM pg_prepared_statements
     WHERE statement LIKE ${pattern} AND statement NOT LIKE '%pg_prepared_statements%'`;
 
 describe("the plans of a submit batch", () => {
-  it("are generic for the locks, the capacity check and the ids; the rest keep the session's setting", async () => {
+  it("are generic for the locks, the capacity check and the ids; the rest keep the connection's setting", async () => {
     const renters = [await makeRenter(srv, 1_000_000), await makeRenter(srv, 1_000_000)];
     const provider = await makeProvider(srv);
     await srv.sql`UPDATE providers SET gpu_count = 64 WHERE id = ${provider.id}`;
@@ -51,7 +51,7 @@ describe("the plans of a submit batch", () => {
     expect(await plansOf("%FROM ledger_accounts%FOR NO KEY UPDATE%")).toEqual(generic);
     expect(await plansOf("%AS capable%")).toEqual(generic);
     expect(await plansOf("%nextval%generate_series%")).toEqual(generic);
-    // The quota read, and the renters' counters after the reset, are planned for each batch as the session says.
+    // The quota read, and the renters' counters after the reset, are planned for each batch as the connection's setting says.
     expect(await plansOf("%renter_daily_jobs%")).toEqual([{ generic_plans: 0, custom_plans: 8 }]);
     expect(await plansOf("UPDATE renters SET total_jobs%")).toEqual([{ generic_plans: 0, custom_plans: 8 }]);
   });

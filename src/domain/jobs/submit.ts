@@ -175,7 +175,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   // Sent in this order. The locks, the capacity check and the ids run under generic plans, made once
   // per connection: PostgreSQL planned these again on most batches (their custom plans know how many
   // renters or requirements the arrays hold, so they look cheaper than the generic one), and the
-  // capacity check cost more to plan than to run. The quota read keeps the session's own setting:
+  // capacity check cost more to plan than to run. The quota read keeps the connection's own setting:
   // its generic plan reads renter_quota and renter_daily_jobs whole.
   const steps = [
     inOrder(tx`SET LOCAL plan_cache_mode = force_generic_plan`),
