@@ -23,7 +23,10 @@ if (!args.a) {
   process.exit(2);
 }
 const sides = { A: path.resolve(args.a), B: path.resolve(args.b!) };
-const FIGURES = ["server_cpu_ms_per_submit", "database_cpu_ms_per_submit", "database_shared_cpu_ms_per_submit", "load_generator_cpu_ms_per_submit", "submits_per_s", "submit_p50_ms"] as const;
+const FIGURES = [
+  "server_cpu_ms_per_submit", "database_cpu_ms_per_submit", "database_shared_cpu_ms_per_submit", "load_generator_cpu_ms_per_submit",
+  "submits_per_s", "submit_p50_ms", "submit_p99_ms", "young_gc_ms",
+] as const;
 type Row = Record<(typeof FIGURES)[number] | "load_average_1m", number>;
 
 function runOnce(side: "A" | "B"): Row {
@@ -43,7 +46,10 @@ function runOnce(side: "A" | "B"): Row {
   if (!verified.one_job_per_201 || !verified.held_equals_estimates || verified.ledger_problems !== 0) {
     throw new Error(`bench:jobs (${side}) did not verify: ${JSON.stringify(verified)}`);
   }
-  const row = Object.fromEntries(FIGURES.map((f) => [f, Number(out[f])])) as Row;
+  // The server's young-generation collections, in all (the open-loop phase reports them).
+  const stalls = out.server_stalls as { gc?: { minor?: { total_ms: number } } } | undefined;
+  const figures: Record<string, unknown> = { ...out, young_gc_ms: stalls?.gc?.minor?.total_ms ?? NaN };
+  const row = Object.fromEntries(FIGURES.map((f) => [f, Number(figures[f])])) as Row;
   row.load_average_1m = Math.round(load * 100) / 100;
   return row;
 }

@@ -61,6 +61,15 @@
 // of CPU each before the patch, 70,000 at 14 µs after. The patch searches
 // from the live part and drops the holes once they are most of the array.
 //
+// And a transaction's result outlived it: sql.begin races the transaction
+// against a promise that the connection's close rejects, and leaves that
+// promise's reject function on the connection (and in the closure of the
+// first statement's cached stack trace). Through it the race, settled with
+// the result, stayed reachable until the connection's next transaction: on a
+// busy pool every submit batch's rows lived through a young-generation
+// collection and were copied into the old generation. The patch lets go of
+// the function once the transaction is over.
+//
 // Exact text replacements, checked: a postgres version other than the pinned
 // one, or text that moved, stops the install with a message instead of
 // patching blindly.
@@ -145,6 +154,16 @@ const queueReplacements = [
   ],
 ];
 
+const RESULT_MARK = "svc patch: a finished transaction's result";
+const resultReplacements = [
+  ["      , prepare = null\n", "      , prepare = null\n      , closeRejects = null\n"],
+  ["        new Promise((_, reject) => connection.onclose = reject)\n", "        new Promise((_, reject) => connection.onclose = closeRejects = reject)\n"],
+  [
+    "    } catch (error) {\n      throw error\n    }\n",
+    `    } catch (error) {\n      throw error\n    } finally {\n      // ${RESULT_MARK} stays reachable from the connection until its next transaction unless this is let go\n      connection && connection.onclose === closeRejects && (connection.onclose = null)\n      closeRejects = null\n    }\n`,
+  ],
+];
+
 /** Applies `replacements` to each file once (a file carrying `mark` is done); each must match exactly `expected(from)` times. */
 function patch(files, mark, replacements, expected) {
   for (const rel of files) {
@@ -170,3 +189,4 @@ patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], ST
 patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], POOL_MARK, poolReplacements, () => 1);
 patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], COALESCE_MARK, coalesceReplacements, () => 1);
 patch(["src/queue.js", "cjs/src/queue.js", "cf/src/queue.js"], QUEUE_MARK, queueReplacements, () => 1);
+patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], RESULT_MARK, resultReplacements, () => 1);
