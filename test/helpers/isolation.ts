@@ -18,12 +18,21 @@ export async function takeProvidersOffline(srv: TestServer): Promise<void> {
   const hub = jobSignalHub(deps.sql, deps.log);
   const until = Date.now() + 5_000;
   while (hub.subscribers > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-  await heartbeatPipeline(deps).flush();
-  await srv.sql.begin(async (tx) => {
-    const rows = await tx<{ id: number }[]>`
-      UPDATE providers SET status = 'offline', last_heartbeat = NULL WHERE status <> 'offline' OR last_heartbeat IS NOT NULL RETURNING id`;
-    await providersChanged(deps.sql, tx, rows.map((r) => r.id));
-  });
+  // A beat a killed daemon sent just before it died can still be on its way in (an HTTP request
+  // being read, a stream message not yet handled) and bring its provider back online after the
+  // update: go offline again until a pause passes with every provider still offline.
+  for (let round = 0; round < 20; round++) {
+    await heartbeatPipeline(deps).flush();
+    const changed = await srv.sql.begin(async (tx) => {
+      const rows = await tx<{ id: number }[]>`
+        UPDATE providers SET status = 'offline', last_heartbeat = NULL WHERE status <> 'offline' OR last_heartbeat IS NOT NULL RETURNING id`;
+      await providersChanged(deps.sql, tx, rows.map((r) => r.id));
+      return rows.length;
+    });
+    if (changed === 0 && round > 0) return;
+    await new Promise((r) => setTimeout(r, 150));
+  }
+  throw new Error("providers kept coming back online after their daemons were stopped");
 }
 
 /**
