@@ -65,10 +65,10 @@
 // against a promise that the connection's close rejects, and leaves that
 // promise's reject function on the connection (and in the closure of the
 // first statement's cached stack trace). Through it the race, settled with
-// the result, stayed reachable until the connection's next transaction: on a
-// busy pool every submit batch's rows lived through a young-generation
-// collection and were copied into the old generation. The patch lets go of
-// the function once the transaction is over.
+// the result, stayed reachable until the connection's next transaction: each
+// connection of the pool held its last submit batch's rows (a heap snapshot
+// under load: 577 job rows from 17 connections). The patch lets go of the
+// function once the transaction is over.
 //
 // Exact text replacements, checked: a postgres version other than the pinned
 // one, or text that moved, stops the install with a message instead of

@@ -1,8 +1,7 @@
 // A finished transaction's result belongs to its caller only. postgres.js
 // keeps a handler on the connection for the transaction's lifetime, through
 // which the result stayed reachable until the connection's next transaction:
-// on a busy pool every batch's rows lived on past a young-generation
-// collection and were copied into the old generation (bin/patch-postgres.mjs).
+// each connection of a busy pool held its last batch's rows (bin/patch-postgres.mjs).
 import v8 from "node:v8";
 import vm from "node:vm";
 import { afterAll, beforeAll, expect, it } from "vitest";
