@@ -70,6 +70,18 @@
 // under load: 577 job rows from 17 connections). The patch lets go of the
 // function once the transaction is over.
 //
+// And what young collections keep: V8 allocates a function written straight
+// into a property (`obj.f = () => ...`) in the old generation, on the guess
+// that it is a method that lives long. Such a closure is only freed by a full
+// collection, and until then everything its scope reaches survives every young
+// collection and is copied into the old generation with it. postgres.js wrote
+// two per statement (a Query's resolve and reject, whose scope holds the Query
+// and the promise its caller awaits) and one per transaction (the connection's
+// next-statement function, whose scope is the whole transaction): under load
+// the young generation copied, then promoted, nearly every statement with its
+// parameters and rows. The patch makes them the same closures held in a local
+// first, which V8 allocates young.
+//
 // Exact text replacements, checked: a postgres version other than the pinned
 // one, or text that moved, stops the install with a message instead of
 // patching blindly.
@@ -164,6 +176,20 @@ const resultReplacements = [
   ],
 ];
 
+const YOUNG_MARK = "svc patch: closures allocated young";
+const youngQueryReplacements = [
+  [
+    "    this.resolve = x => (this.active = false, resolve(x))\n    this.reject = x => (this.active = false, reject(x))\n\n    this.active = false\n",
+    `    // ${YOUNG_MARK}: a function literal written straight into a property is allocated old\n    const settle = x => (this.active = false, resolve(x))\n        , fail = x => (this.active = false, reject(x))\n    this.resolve = settle\n    this.reject = fail\n\n    this.active = false\n`,
+  ],
+];
+const youngBeginReplacements = [
+  [
+    "      c.reserved = () => queries.length\n        ? c.execute(queries.shift())\n        : move(c, reserved)\n    }\n",
+    `      // ${YOUNG_MARK}: a function literal written straight into a property is allocated old\n      const next = () => queries.length\n        ? c.execute(queries.shift())\n        : move(c, reserved)\n      c.reserved = next\n    }\n`,
+  ],
+];
+
 /** Applies `replacements` to each file once (a file carrying `mark` is done); each must match exactly `expected(from)` times. */
 function patch(files, mark, replacements, expected) {
   for (const rel of files) {
@@ -190,3 +216,5 @@ patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], POOL_MARK, poolRe
 patch(["src/connection.js", "cjs/src/connection.js", "cf/src/connection.js"], COALESCE_MARK, coalesceReplacements, () => 1);
 patch(["src/queue.js", "cjs/src/queue.js", "cf/src/queue.js"], QUEUE_MARK, queueReplacements, () => 1);
 patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], RESULT_MARK, resultReplacements, () => 1);
+patch(["src/query.js", "cjs/src/query.js", "cf/src/query.js"], YOUNG_MARK, youngQueryReplacements, () => 1);
+patch(["src/index.js", "cjs/src/index.js", "cf/src/index.js"], YOUNG_MARK, youngBeginReplacements, () => 1);

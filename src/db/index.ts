@@ -22,7 +22,7 @@ const TRANSACTION_ATTEMPTS = 3;
  */
 function retryTransactions(sql: Sql): Sql {
   const begin = sql.begin.bind(sql) as (...args: unknown[]) => Promise<unknown>;
-  (sql as unknown as { begin: (...args: unknown[]) => Promise<unknown> }).begin = async (...args: unknown[]) => {
+  const retrying = async (...args: unknown[]) => {
     for (let attempt = 1; ; attempt++) {
       // Hooks of this run only: a rolled-back run's hooks are dropped with it.
       let hooks: (() => void)[] = [];
@@ -43,6 +43,7 @@ function retryTransactions(sql: Sql): Sql {
       }
     }
   };
+  (sql as unknown as { begin: typeof retrying }).begin = retrying;
   return sql;
 }
 

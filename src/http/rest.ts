@@ -219,8 +219,9 @@ class LazyAbort {
       if (this.reason !== undefined) this.controller.abort(this.reason);
       else if (this.shutdown?.aborted) this.controller.abort(SHUTTING_DOWN);
       else if (this.shutdown) {
-        this.onShutdown = () => this.abort(SHUTTING_DOWN);
-        this.shutdown.addEventListener("abort", this.onShutdown);
+        const onShutdown = () => this.abort(SHUTTING_DOWN);
+        this.onShutdown = onShutdown;
+        this.shutdown.addEventListener("abort", onShutdown);
         this.listening = true;
       }
     }

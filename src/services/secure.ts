@@ -96,15 +96,17 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
     const guard = guardOf(method);
     const count = deps.keyRowCounter?.(method);
     if (method.methodKind === "unary") {
-      out[method.localName] = async (req, ctx) => {
+      const unary: AnyImpl = async (req, ctx) => {
         ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
         return fn(req, ctx);
       };
+      out[method.localName] = unary;
     } else {
-      out[method.localName] = async function* (req, ctx) {
+      const streaming: AnyImpl = async function* (req, ctx) {
         ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
         yield* fn(req, ctx) as AsyncIterable<unknown>;
       };
+      out[method.localName] = streaming;
     }
   }
   return out as unknown as ServiceImpl<S>;

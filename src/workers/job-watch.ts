@@ -108,10 +108,11 @@ class Watcher {
     return new Promise((resolve) => {
       const onAbort = () => resolve();
       signal.addEventListener("abort", onAbort, { once: true });
-      this.wake = () => {
+      const wake = () => {
         signal.removeEventListener("abort", onAbort);
         resolve();
       };
+      this.wake = wake;
     });
   }
 
@@ -119,10 +120,11 @@ class Watcher {
   untilDrained(): Promise<void> {
     if (this.done || this.queued < WATCH_LOG_PAGE) return Promise.resolve();
     return new Promise((resolve) => {
-      this.drained = () => {
+      const drained = () => {
         this.drained = undefined;
         resolve();
       };
+      this.drained = drained;
     });
   }
 }
