@@ -21,6 +21,14 @@
 //   __asyncDelegator(__asyncValues(x)) -> ((x))       (`yield*` of an async iterable)
 // The helpers' definitions stay (for-await loops still call __asyncValues).
 //
+// Second, two functions of its protocol code (`untilFirst`, which every unary
+// call's answer goes through, and `normalizeIterable`) assign arrow functions
+// straight to properties of the iterator they return. V8 allocates such a
+// function in the old generation, where only a full collection frees it, and
+// whatever its scope reaches (the call's whole output pipeline) survives every
+// young collection until then (test/foundation/young-closures.test.ts). The
+// patch assigns the same functions from locals, which V8 allocates young.
+//
 // Checked: a version outside 2.1.x, or code that does not have the expected
 // shape (the counts of each form, every generator closed, no marker left),
 // stops the install with a message instead of patching blindly.
@@ -151,6 +159,35 @@ function patchFile(file) {
   return result.generators;
 }
 
+const YOUNG_MARK = "svc patch: closures allocated young";
+/** Per file: each replacement must match exactly once. */
+const YOUNG = {
+  "protocol/async-iterable.js": [
+    [
+      "            if (it.throw !== undefined) {\n                w.throw = (e) => it.throw(e);\n            }\n            if (it.return !== undefined) {\n                w.return = (value) => it.return(value);\n            }\n",
+      `            // ${YOUNG_MARK}: a function literal written straight into a property is allocated old\n            const passThrow = (e) => it.throw(e), passReturn = (value) => it.return(value);\n            if (it.throw !== undefined) {\n                w.throw = passThrow;\n            }\n            if (it.return !== undefined) {\n                w.return = passReturn;\n            }\n`,
+    ],
+  ],
+  "protocol/normalize.js": [
+    [
+      "            if (it.throw !== undefined) {\n                res.throw = (e) => it.throw(e).then(transform);\n            }\n            if (it.return !== undefined) {\n                res.return = (v) => it.return(v).then(transform);\n            }\n",
+      `            // ${YOUNG_MARK}: a function literal written straight into a property is allocated old\n            const passThrow = (e) => it.throw(e).then(transform), passReturn = (v) => it.return(v).then(transform);\n            if (it.throw !== undefined) {\n                res.throw = passThrow;\n            }\n            if (it.return !== undefined) {\n                res.return = passReturn;\n            }\n`,
+    ],
+  ],
+};
+
+/** Applies `replacements` once to `file` (one carrying the mark is done); each must match exactly once. */
+function replaceExactly(file, replacements) {
+  let text = fs.readFileSync(file, "utf8");
+  if (text.includes(YOUNG_MARK)) return;
+  for (const [from, to] of replacements) {
+    const count = text.split(from).length - 1;
+    if (count !== 1) fail(`${file}: expected 1 occurrence of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
+    text = text.replace(from, () => to);
+  }
+  fs.writeFileSync(file, text);
+}
+
 function walk(dir) {
   return fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(dir, e.name)) : e.name.endsWith(".js") ? [path.join(dir, e.name)] : []));
 }
@@ -161,5 +198,6 @@ if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(im
     const version = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")).version;
     if (!/^2\.1\./.test(version)) fail(`${name} ${version} installed, the patch is for 2.1.x; check its build target and update or remove this patch`);
     for (const file of walk(path.join(root, "dist", "esm"))) patchFile(file);
+    if (name === "@connectrpc/connect") for (const [rel, replacements] of Object.entries(YOUNG)) replaceExactly(path.join(root, "dist", "esm", rel), replacements);
   }
 }
