@@ -3,6 +3,7 @@
 //
 //   npm run bench:jobs [-- --renters 200 --providers 100 --processes 1 --connections 32 --seconds 15 --warmup 3]
 //   npm run bench:jobs -- --open-loop half [--open-seconds 15 --open-sockets 64 --max-sockets 2000]
+//   npm run bench:jobs -- --gpus 1   (a full fleet: past the first jobs, every submit waits in the queue)
 //
 // - Database: a fresh database on DATABASE_URL when set (dropped afterwards),
 //   otherwise a real embedded PostgreSQL in .data/bench-pg.
@@ -13,7 +14,9 @@
 // - Renters: registered and topped up over HTTP (default quotas apply).
 // - Providers: registered, approved through the admin API and online by
 //   heartbeat, each reporting 1024 GPUs so that nothing queues: the run
-//   measures submit and assignment, not capacity. Every provider holds a gRPC
+//   measures submit and assignment, not capacity (`--gpus N` sets that number;
+//   with 1 the fleet is full once each provider has a job, and the run measures
+//   a submit that queues). Every provider holds a gRPC
 //   daemon stream (DaemonService.Connect), spread over the processes, so a
 //   submit is usually answered by one process while the daemon that gets the
 //   job is connected to another (LISTEN/NOTIFY across processes).
@@ -63,6 +66,7 @@ const { values: args } = parseArgs({
   options: {
     renters: { type: "string", default: "200" },
     providers: { type: "string", default: "100" },
+    gpus: { type: "string", default: "1024" },
     processes: { type: "string", default: "1" },
     connections: { type: "string", default: "32" },
     seconds: { type: "string", default: "15" },
@@ -90,7 +94,8 @@ const SUBMIT_ROUTE = "POST /api/jobs/submit";
 /** Targets of the open-loop phase (issue: latency at a steady load). */
 const TARGETS = { submit_p99_ms: 50, assign_after_201_p50_ms: 5, assign_after_201_p99_ms: 25 };
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
-const GPUS_PER_PROVIDER = 1024;
+const GPUS_PER_PROVIDER = Number(args.gpus);
+if (!Number.isInteger(GPUS_PER_PROVIDER) || GPUS_PER_PROVIDER < 1) throw new Error(`--gpus must be a whole number of at least 1, got ${args.gpus}`);
 
 const note = noter("bench:jobs");
 
