@@ -6,7 +6,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOutputSchema } from "../../gen/svc/v1/jobs_pb.js";
 import type { Db } from "../db/index.js";
 import { apiError, badRequest, forbidden, notFound, ServiceError } from "../errors.js";
-import { dispatchForProvider, jobPolicy, queuePosition } from "../domain/dispatch/dispatch.js";
+import { dispatchForProvider, jobPolicy, queuePosition, type QueueStanding } from "../domain/dispatch/dispatch.js";
 import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
 import { cancelJob } from "../domain/jobs/job-control.js";
 import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
@@ -44,9 +44,10 @@ async function countedSubmit<T extends { queued: boolean }>(deps: Deps, submit: 
   }
 }
 
-async function submission(db: Db, job: JobRow) {
+/** The answer to a submit; `standing`: the queued job's place and reason when already read (its batch's). */
+async function submission(db: Db, job: JobRow, standing?: QueueStanding) {
   const queued = job.status === "queued";
-  const view = await jobView(db, job);
+  const view = await jobView(db, job, undefined, standing?.reason);
   return {
     success: true,
     queued,
@@ -63,7 +64,7 @@ async function submission(db: Db, job: JobRow) {
       taskSpecSigned: job.task_spec_hmac !== "",
       pricingClass: job.pricing_class,
       prewarmRequested: job.prewarm_requested,
-      queuePosition: queued ? BigInt(await queuePosition(db, job.id)) : undefined,
+      queuePosition: queued ? BigInt(standing?.position ?? (await queuePosition(db, job.id))) : undefined,
     },
   } satisfies MessageInitShape<typeof SubmitJobResponseSchema>;
 }
@@ -150,7 +151,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         const intent = await prepareSubmit(sql, config.hmacSecret, renterId, input);
         submitted = await batcher.submit(intent);
         pushHere(submitted, intent.taskSpecCanonical);
-        if (submitted.placement.contended.length === 0) return submission(sql, submitted.job);
+        if (submitted.placement.contended.length === 0) return submission(sql, submitted.job, (await submitted.standings)?.get(submitted.job.id));
       }
       // Providers another transaction was filling at that moment: try them now that the job is visible.
       for (const p of submitted.placement.contended) await dispatchForProvider(sql, p);

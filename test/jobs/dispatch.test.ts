@@ -68,6 +68,33 @@ describe("slots", () => {
     expect(n).toBe(2);
   });
 
+  it("answers each queued submit its exact place, read for its batch after the commit", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await setGpus(provider.id, 1);
+    const first = await submit(renter.headers);
+    expect(first.status, JSON.stringify(first.body)).toBe(201);
+    expect(first.body.job.status).toBe("pending");
+    // Concurrent submits to a full fleet: written in groups, every one queued.
+    const rs = await Promise.all(Array.from({ length: 12 }, (_, i) => submit(renter.headers, { priority: i % 3 === 0 ? 1 : 3 })));
+    expect(rs.map((r) => r.status), JSON.stringify(rs.find((r) => r.status !== 201)?.body)).toEqual(Array(12).fill(201));
+    expect(rs.map((r) => r.body.job.status)).toEqual(Array(12).fill("queued"));
+    const order = await srv.sql<{ job_id: string }[]>`SELECT job_id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id`;
+    const placeOf = new Map(order.map((r, i) => [r.job_id, i + 1]));
+    for (const r of rs) {
+      const place = placeOf.get(r.body.job.job_id)!;
+      expect(r.body.job.queue_position).toBe(place);
+      // The reason counts the same jobs ahead.
+      if (place > 1) expect(r.body.job.queue_reason).toContain(`${place - 1} job${place === 2 ? "" : "s"} ahead in the queue`);
+      else expect(r.body.job.queue_reason).not.toContain("ahead in the queue");
+      expect(r.body.job.queue_reason_code).toBe("providers_busy");
+      // A read of the job, nothing having moved since, gives the same reason.
+      const read = await api.get(`/api/jobs/${r.body.job.job_id}`, renter.headers);
+      expect(read.status).toBe(200);
+      expect(JSON.stringify(read.body)).toContain(JSON.stringify(r.body.job.queue_reason));
+    }
+  });
+
   it("never hands one job to two providers polling at the same time", async () => {
     const renter = await makeRenter(srv, 1_000_000);
     const a = await makeProvider(srv);

@@ -789,13 +789,20 @@ export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
   return reasonOf(job, standing, position - 1);
 }
 
+/** A queued job's reason for waiting, and its 1-based place in the queue. */
+export interface QueueStanding {
+  reason: QueueReason;
+  position: number;
+}
+
 /**
- * explainQueue for the queued jobs of a page (GET /api/jobs): their places in the queue in one read,
- * and each standing read once for the jobs that share it, instead of two reads per job.
+ * explainQueue for several queued jobs (a page of GET /api/jobs, a submit batch's queued jobs), with
+ * their places: the places in one read, and each standing read once for the jobs that share it,
+ * instead of two reads per job. Jobs not queued are left out.
  */
-export async function explainQueues(db: Db, jobs: JobRow[]): Promise<Map<number, QueueReason>> {
+export async function queueStandings(db: Db, jobs: JobRow[]): Promise<Map<number, QueueStanding>> {
   const queued = jobs.filter((j) => j.status === "queued");
-  const out = new Map<number, QueueReason>();
+  const out = new Map<number, QueueStanding>();
   if (queued.length === 0) return out;
   const positions = await queuePositions(db, queued.map((j) => j.id));
   const shared = new Map<string, Promise<Standing>>();
@@ -808,8 +815,14 @@ export async function explainQueues(db: Db, jobs: JobRow[]): Promise<Map<number,
         standing = shared.get(key) ?? standingOf(db, job);
         shared.set(key, standing);
       }
-      out.set(job.id, reasonOf(job, await standing, (positions.get(job.id) ?? 1) - 1));
+      const position = positions.get(job.id) ?? 1;
+      out.set(job.id, { reason: reasonOf(job, await standing, position - 1), position });
     }),
   );
   return out;
+}
+
+/** explainQueue for the queued jobs of a page (GET /api/jobs): queueStandings' reasons. */
+export async function explainQueues(db: Db, jobs: JobRow[]): Promise<Map<number, QueueReason>> {
+  return new Map([...(await queueStandings(db, jobs))].map(([id, s]) => [id, s.reason]));
 }

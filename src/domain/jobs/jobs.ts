@@ -116,8 +116,8 @@ export async function attemptsForReader(db: Db, jobId: string, reader: JobReader
  * a serving job's endpoint_url: models are reached through /v1, where requests
  * are billed per token; the raw endpoint would serve them unbilled.
  */
-export async function jobView(db: Db, job: JobRow, reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>> {
-  return viewOf(job, reader, job.status === "queued" ? await explainQueue(db, job) : undefined);
+export async function jobView(db: Db, job: JobRow, reader?: JobReader, known?: QueueReason): Promise<MessageInitShape<typeof JobSchema>> {
+  return viewOf(job, reader, job.status === "queued" ? (known ?? (await explainQueue(db, job))) : undefined);
 }
 
 /** jobView of a page of jobs: the queued ones' reasons read together (explainQueues). */

@@ -12,6 +12,7 @@
 // up after BATCH_LOCK_TIMEOUT_MS, the pipeline moves on, and only that renter's
 // submits wait on.
 import { allInTransaction, type Sql } from "../../db/index.js";
+import { queueStandings } from "../dispatch/dispatch.js";
 import { submitMany, type SubmitIntent, type Submitted } from "./submit.js";
 
 /** Most submits in one transaction: bounds a batch's time and its statements' parameters. */
@@ -78,7 +79,12 @@ export class SubmitBatcher {
         const [, written] = await allInTransaction([timeout, submitMany(tx, intents)]);
         return written;
       });
-      outcomes.forEach((o, i) => (o.ok ? batch[i].resolve(o.submitted) : batch[i].reject(o.error)));
+      // A queued submit answers its place and why it waits: read for the batch's queued jobs together,
+      // after the commit and outside the pipeline (the next batch does not wait for it).
+      const queued = outcomes.flatMap((o) => (o.ok && o.submitted.job.status === "queued" ? [o.submitted.job] : []));
+      const standings = queued.length === 0 ? undefined : queueStandings(this.sql, queued);
+      standings?.catch(() => {}); // each queued submit awaits it and meets a failure there
+      outcomes.forEach((o, i) => (o.ok ? batch[i].resolve(standings ? { ...o.submitted, standings } : o.submitted) : batch[i].reject(o.error)));
     } catch (err) {
       if (batch.length === 1 && (err as { code?: string } | null)?.code !== LOCK_NOT_AVAILABLE) batch[0].reject(err);
       else void this.split(batch);

@@ -5,7 +5,7 @@
 import crypto from "node:crypto";
 import { allInTransaction, inOrder, type Db, type Sql, type Tx } from "../../db/index.js";
 import { type ServiceError, apiError, badRequest, notFound, paymentRequired } from "../../errors.js";
-import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult } from "../dispatch/dispatch.js";
+import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult, type QueueStanding } from "../dispatch/dispatch.js";
 import { validateParams } from "./job-schemas.js";
 import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
@@ -74,6 +74,11 @@ export function newJobId(): string {
 export interface Submitted {
   job: JobRow;
   placement: PlaceResult;
+  /**
+   * The queued jobs of its batch, each with its place and reason, read together once the batch
+   * committed (the submit batcher's; absent elsewhere). A failed read rejects for whoever awaits it.
+   */
+  standings?: Promise<Map<number, QueueStanding>>;
 }
 
 /** A validated submit, ready to be written: everything but what the database decides. */
