@@ -1,7 +1,9 @@
 // DaemonService.Connect: the bidirectional stream of newer daemons (protocol
 // described in proto/svc/v1/daemon.proto). Every report runs the same domain
 // function as its JSON route; assignments are pushed from the process-wide
-// LISTEN hub (workers/job-signals.ts) the moment they commit.
+// LISTEN hub (workers/job-signals.ts) the moment they commit, and so are
+// settings changes. A stream reads its provider again on a heartbeat only when
+// a notice may have been missed since it last did.
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { AssignedJobSchema } from "../../gen/svc/v1/jobs_pb.js";
@@ -37,10 +39,10 @@ import { canonicalJson, verifyTask } from "../shared/task-signature.js";
 import { apiError, badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
 import { setStructBytes } from "../shared/struct-binary.js";
-import { jobSignalHub } from "../workers/job-signals.js";
+import { jobSignalHub, type JobSignalHub } from "../workers/job-signals.js";
 import { DeliveredJobs } from "../domain/jobs/delivered-jobs.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
-import { StreamRefresher } from "../domain/jobs/stream-refresh.js";
+import { streamRefresher, type StreamRefresher } from "../domain/jobs/stream-refresh.js";
 
 export const HEARTBEAT_INTERVAL_SECONDS = 30;
 /** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */
@@ -122,12 +124,15 @@ class StreamSession {
   private readonly beats: BeatWindow | undefined;
   /** Per job: the second its progress writes are counted in, their count, and the report waiting for the next second. */
   private readonly progress = new Map<string, { second: number; writes: number; waiting?: ProgressReport; timer?: NodeJS.Timeout }>();
+  /** The hub's generation when this stream last read its provider whole; undefined: read at the next beat. */
+  private syncedAt: number | undefined;
 
   constructor(
     private readonly deps: Deps,
     private readonly providerId: number,
     private readonly signer: TaskSigner,
     private readonly refresher: StreamRefresher,
+    private readonly hub: JobSignalHub,
     /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (shared/struct-binary.ts). */
     private readonly binary: boolean,
   ) {
@@ -215,6 +220,7 @@ class StreamSession {
   /** Welcome: settings, then resumption of what the daemon still runs, then the backlog. */
   async open(hello: Hello): Promise<void> {
     const { sql, config } = this.deps;
+    const generation = this.hub.generation;
     // Decided before anything is pushed: a daemon that cannot verify our tasks gets none.
     const mismatch = taskKeyMismatch(hello.taskSigningKey, this.signer.publicKey);
     this.keyMismatch = mismatch !== undefined;
@@ -265,10 +271,16 @@ class StreamSession {
       }
     }
     await this.deliverPending();
+    this.syncedAt = generation;
   }
 
-  /** After each heartbeat: settings changes, and any assignment whose notice was missed. */
-  private async refresh(): Promise<void> {
+  /**
+   * Reads the provider's settings and pending jobs and pushes what changed: on a settings notice, and
+   * on a heartbeat after a notice may have been missed (the hub lost its connection or stopped
+   * listening, or a push of this stream failed).
+   */
+  async refresh(): Promise<void> {
+    const generation = this.hub.generation;
     const { settings, pending } = await this.refresher.state(this.providerId);
     if (!settings) throw notFound("provider not found");
     this.pushSettings(settingsOf(settings));
@@ -278,6 +290,12 @@ class StreamSession {
         for (const jobId of missed) await this.assigned(jobId);
       });
     }
+    this.syncedAt = generation;
+  }
+
+  /** A push failed: the next heartbeat reads the provider again. */
+  unsynced(): void {
+    this.syncedAt = undefined;
   }
 
   /** Writes a progress report now, or keeps it as its job's waiting one (PROGRESS_WRITES_PER_SECOND). */
@@ -328,7 +346,7 @@ class StreamSession {
           this.beats?.take(Date.now());
           this.send({ kind: { case: "heartbeatAck", value: await recordHeartbeat(this.deps, pid, k.value) } });
           this.deps.metrics?.heartbeat("stream");
-          await this.refresh();
+          if (this.syncedAt === undefined || !this.hub.heardAllSince(this.syncedAt)) await this.refresh();
           return;
         case "jobAccepted":
           await markJobAccepted(sql, pid, { jobId: k.value.jobId });
@@ -385,7 +403,7 @@ class StreamSession {
 
 export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonService>> {
   const hub = jobSignalHub(deps.sql, deps.log);
-  const refresher = new StreamRefresher(deps.sql);
+  const refresher = streamRefresher(deps.sql);
   // Loaded on the first stream (the key row may not exist before migrations ran); a failed load is retried.
   let signer: Promise<TaskSigner> | undefined;
   const signerOnce = () => (signer ??= loadTaskSigner(deps.sql).catch((err) => ((signer = undefined), Promise.reject(err))));
@@ -396,13 +414,19 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const first = await iterator.next();
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
       const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
-      const session = new StreamSession(deps, providerId, await signerOnce(), refresher, binary);
-      const report = (p: Promise<void>) => p.catch((err) => deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed"));
+      const session = new StreamSession(deps, providerId, await signerOnce(), refresher, hub, binary);
+      const report = (p: Promise<void>) =>
+        p.catch((err) => {
+          session.unsynced();
+          deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed");
+        });
       // Subscribe before reading the backlog, so an assignment committed in between is not missed.
       const unsubscribe = await hub.subscribe(providerId, {
         assigned: (jobId, job, signed) => void report(session.serial(() => session.assigned(jobId, job, signed))),
         cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
-        resync: () => void report(session.serial(() => session.deliverPending())),
+        // refresh() puts its pushes of jobs in the serial order itself.
+        settings: () => void report(session.refresh()),
+        resync: () => void report(session.refresh()),
       });
       const onShutdown = () => {
         session.out.push({

@@ -1,13 +1,16 @@
-// One LISTEN connection per process for job assignments and cancels, fanned
-// out in memory to the daemon streams connected to this process. Any process
-// may commit an assignment (job-events.ts NOTIFYs inside that transaction);
+// One LISTEN connection per process for job assignments and cancels and for
+// providers' settings changes, fanned out in memory to the daemon streams
+// connected to this process. Any process may commit an assignment (job-events.ts
+// NOTIFYs inside that transaction) or a settings change (a trigger does);
 // every process hears it and hands it to the stream of that provider, if it
 // holds one. After the LISTEN connection (re)connects, every subscriber is
 // asked to resync from the database, since notices sent while it was down
-// are lost.
+// are lost; `generation` tells a stream whether that may have happened since
+// it last looked.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } from "../domain/notify/job-notices.js";
+import { SETTINGS_CHANNEL } from "../domain/notify/provider-notices.js";
 
 export interface JobSignalListener {
   /**
@@ -18,9 +21,17 @@ export interface JobSignalListener {
    */
   assigned(jobId: string, job?: () => AssignedJob | undefined, canonical?: string): void;
   cancel(jobId: string): void;
+  /** The provider's settings changed. */
+  settings(): void;
   /** Notices may have been missed: look at the database again. */
   resync(): void;
 }
+
+const CHANNELS = [
+  [ASSIGNED_CHANNEL, "assigned"],
+  [CANCEL_CHANNEL, "cancel"],
+  [SETTINGS_CHANNEL, "settings"],
+] as const;
 
 /** The provider and the job at the start of a notice: json_build_object's spacing (assignedNoticeSql) or JSON.stringify's (notifyCancel). */
 const NOTICE_HEAD = /^\{"provider_id" ?: ?(\d+), ?"job_id" ?: ?"([^"\\]*)"/;
@@ -30,6 +41,8 @@ export class JobSignalHub {
   private started: Promise<void> | undefined;
   private unlisten: (() => Promise<void>)[] = [];
   private listens = 0;
+  private listening = false;
+  private missedCount = 0;
 
   constructor(
     private readonly sql: Sql,
@@ -49,6 +62,19 @@ export class JobSignalHub {
     };
   }
 
+  /** A mark of what this process has heard so far; see heardAllSince. */
+  get generation(): number {
+    return this.missedCount;
+  }
+
+  /**
+   * Whether every notice committed since `generation` was read has reached this process: the hub
+   * listened throughout, and its connection was not lost and listening again meanwhile.
+   */
+  heardAllSince(generation: number): boolean {
+    return this.listening && generation === this.missedCount;
+  }
+
   /** Streams of this process (for tests and metrics). */
   get subscribers(): number {
     let n = 0;
@@ -59,17 +85,21 @@ export class JobSignalHub {
   private start(): Promise<void> {
     this.started ??= (async () => {
       const onListen = () => {
-        // Both channels report (re)connection; resync once per pair after the first.
+        // Every channel reports each (re)connection: after the first round, a channel listening again
+        // may have missed notices (each one resyncs, as each may come back apart from the others).
         this.listens++;
-        if (this.listens > 2) for (const set of this.byProvider.values()) for (const l of set) l.resync();
+        if (this.listens > CHANNELS.length) {
+          this.missedCount++;
+          for (const set of this.byProvider.values()) for (const l of set) l.resync();
+        }
       };
-      for (const [channel, kind] of [
-        [ASSIGNED_CHANNEL, "assigned"],
-        [CANCEL_CHANNEL, "cancel"],
-      ] as const) {
-        const sub = await this.sql.listen(channel, (payload) => this.dispatch(kind, payload), onListen);
+      for (const [channel, kind] of CHANNELS) {
+        const sub = await this.sql.listen(channel, (payload) => (kind === "settings" ? this.settingsChanged(payload) : this.dispatch(kind, payload)), onListen);
         this.unlisten.push(sub.unlisten);
       }
+      // Whatever was read while the hub did not listen may have missed notices since.
+      this.missedCount++;
+      this.listening = true;
     })().catch((err) => {
       this.started = undefined;
       throw err;
@@ -122,10 +152,24 @@ export class JobSignalHub {
     }
   }
 
+  private settingsChanged(payload: string): void {
+    const set = this.byProvider.get(Number(payload));
+    if (!set) return;
+    for (const l of set) {
+      try {
+        l.settings();
+      } catch (err) {
+        this.log.error({ err }, "provider signal listener failed");
+      }
+    }
+  }
+
   async stop(): Promise<void> {
     const fns = this.unlisten;
     this.unlisten = [];
     this.started = undefined;
+    this.listening = false;
+    this.listens = 0;
     await Promise.all(fns.map((f) => f().catch(() => {})));
   }
 }

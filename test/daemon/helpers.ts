@@ -1,12 +1,16 @@
 // Shared pieces of the daemon tests: a server whose BACKEND_URL is its own
 // address (so served installers and daemons reach it as rendered), fake
-// executables on a PATH, and running the machine's python3.
+// executables on a PATH, running the machine's python3, and a process that
+// stops listening for notices.
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { startTestServer, type TestServer } from "../helpers/server.js";
+import type { Sql } from "../../src/db/index.js";
+import type { Logger } from "../../src/log.js";
+import { jobSignalHub } from "../../src/workers/job-signals.js";
 
 export const LEGACY_DIR = path.resolve("src/daemon/legacy");
 export const FIXTURES = path.resolve("test/daemon/fixtures");
@@ -127,5 +131,20 @@ export function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/**
+ * Runs `fn` while the server's process does not listen for notices (what a lost LISTEN connection
+ * does), then listens again, as the next stream to subscribe would make it.
+ */
+export async function whileNotListening(app: { sql: Sql; deps: { log: Logger } }, fn: () => Promise<void>): Promise<void> {
+  const hub = jobSignalHub(app.sql, app.deps.log);
+  await hub.stop();
+  try {
+    await fn();
+  } finally {
+    const unsubscribe = await hub.subscribe(0, { assigned: () => {}, cancel: () => {}, settings: () => {}, resync: () => {} });
+    unsubscribe();
   }
 }

@@ -1,5 +1,5 @@
-// The read a daemon stream makes after each heartbeat (src/domain/jobs/stream-refresh.ts):
-// beats that arrive together share one read of their providers' settings and
+// The read a daemon stream makes when a notice may have been missed (src/domain/jobs/stream-refresh.ts):
+// reads asked for together share one read of their providers' settings and
 // pending jobs, and each gets its own provider's answer.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
@@ -48,7 +48,7 @@ describe("stream refresh", () => {
     expect(b.settings).toMatchObject({ id: idle.id, is_paused: true, status: "paused", gpu_usage_cap_pct: 40 });
     expect(gone).toEqual({ settings: undefined, pending: [] });
 
-    // A later beat reads again and sees what changed since.
+    // A later read sees what changed since.
     await srv.sql`UPDATE providers SET temp_limit_c = 65 WHERE id = ${busy.id}`;
     const later = await refresher.state(busy.id);
     expect(refresher.reads).toBe(2);

@@ -19,7 +19,7 @@ import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { dispatchQueued } from "../../src/domain/dispatch/dispatch.js";
 import { clearMarketplace } from "../jobs/helpers.js";
 import { openStream, type TestStream } from "./grpc-stream.js";
-import { waitFor } from "./helpers.js";
+import { waitFor, whileNotListening } from "./helpers.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
 import { ASSIGNED_CHANNEL } from "../../src/domain/notify/job-notices.js";
 
@@ -75,9 +75,8 @@ describe("handshake", () => {
     expect(json.status).toBe(200);
     expect(ack).toMatchObject({ success: true, approved: json.body.approved, approvalStatus: json.body.approval_status, latestVersion: json.body.latest_version, minVersion: json.body.min_version });
 
-    // Pausing is pushed as a settings change on the next heartbeat.
+    // Pausing is pushed as a settings change at once, without waiting for a heartbeat.
     expect((await api.post("/api/providers/pause", { key: p.key })).status).toBe(200);
-    s.send({ case: "heartbeat", value: {} });
     const changed = await s.next("settings");
     expect(changed.paused).toBe(true);
     s.end();
@@ -230,7 +229,7 @@ describe("jobs over the stream", () => {
       expect((await s.next("job", 5_000)).jobId).toBe(first.job_id);
     } finally {
       // Listening again, as a new stream starts it.
-      unsubscribe = await hub.subscribe(p.id, { assigned: (jobId) => heard.push(jobId), cancel: () => {}, resync: () => {} });
+      unsubscribe = await hub.subscribe(p.id, { assigned: (jobId) => heard.push(jobId), cancel: () => {}, settings: () => {}, resync: () => {} });
     }
     try {
       const second = await submit(renter);
@@ -282,11 +281,8 @@ describe("jobs over the stream", () => {
     expect(queued.status).toBe("queued");
     const s = connect(p.key);
     await s.next("welcome");
-    const hub = jobSignalHub(srv.app.sql, srv.app.deps.log);
     // This process stops listening: the assignment below commits with a notice nobody hears.
-    await hub.stop();
-    let unsubscribe = () => {};
-    try {
+    await whileNotListening(srv.app, async () => {
       await srv.sql`UPDATE providers SET is_paused = false, status = 'online' WHERE id = ${p.id}`;
       expect(await dispatchQueued(srv.sql)).toBe(1);
       expect(await jobStatus(queued.job_id)).toBe("pending");
@@ -302,11 +298,7 @@ describe("jobs over the stream", () => {
       await s.next("heartbeatAck");
       await new Promise((r) => setTimeout(r, 100));
       expect(s.received.filter((m) => m.kind.case === "job")).toHaveLength(1);
-    } finally {
-      // Listening again, as a new stream starts it.
-      unsubscribe = await hub.subscribe(p.id, { assigned: () => {}, cancel: () => {}, resync: () => {} });
-      unsubscribe();
-    }
+    });
     s.end();
   });
 

@@ -386,9 +386,10 @@ describe("the signal hub", () => {
     const offProvider = await hub.subscribe(provider.id, {
       assigned: (jobId, job) => heard.push({ jobId, job: asking ? (job?.() as unknown as Record<string, unknown>) : undefined }),
       cancel: (jobId) => cancels.push(jobId),
+      settings: () => {},
       resync: () => {},
     });
-    const offOther = await hub.subscribe(other.id, { assigned: () => expect.unreachable("another provider's notice"), cancel: () => {}, resync: () => {} });
+    const offOther = await hub.subscribe(other.id, { assigned: () => expect.unreachable("another provider's notice"), cancel: () => {}, settings: () => {}, resync: () => {} });
     const parse = vi.spyOn(JSON, "parse");
     const parsedNotices = () => parse.mock.calls.filter(([text]) => typeof text === "string" && text.startsWith('{"provider_id"')).length;
     try {

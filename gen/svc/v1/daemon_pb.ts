@@ -306,7 +306,7 @@ export const ServerMessageSchema: GenMessage<ServerMessage> = /*@__PURE__*/
 
 /**
  * The owner's preferences the daemon honours; sent in `welcome` and again
- * whenever they change (checked on each heartbeat).
+ * whenever they change, whoever changed them (a notice from the database).
  *
  * @generated from message svc.v1.DaemonSettings
  */

@@ -1,10 +1,11 @@
-// After each heartbeat on a daemon stream, the stream re-reads its provider's
-// settings and pending jobs: a settings change made through another process,
-// or an assignment whose notice was missed, reaches the daemon within a beat.
-// Read per beat, that is two queries per heartbeat. Here the beats that
-// arrive while a read is in flight wait for the next one, which reads all of
-// their providers with two set-based statements (group commit's shape, for
-// reads): one read at a time per process, as large as the load makes it.
+// A daemon stream reads its provider's settings and pending jobs when a notice
+// may not have reached it: on a settings notice, after the LISTEN connection
+// came back, and on a heartbeat after a push of the stream failed or while the
+// process did not listen (src/services/daemon.ts). Reads asked for while one
+// is in flight wait for the next, which reads all of their providers with two
+// set-based statements (group commit's shape, for reads): one read at a time
+// per process, as large as the load makes it (after a reconnect, every stream
+// of the process asks at once).
 import type { Sql } from "../../db/index.js";
 import { pendingJobIdsOf } from "./job-reports.js";
 import { daemonSettingsOf, type DaemonSettingsRow } from "../providers/providers.js";
@@ -66,4 +67,13 @@ export class StreamRefresher {
     }
     this.reading = false;
   }
+}
+
+const refreshers = new WeakMap<Sql, StreamRefresher>();
+
+/** The refresher of a pool: one per process, shared by its streams. */
+export function streamRefresher(sql: Sql): StreamRefresher {
+  let r = refreshers.get(sql);
+  if (!r) refreshers.set(sql, (r = new StreamRefresher(sql)));
+  return r;
 }
