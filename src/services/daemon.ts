@@ -293,6 +293,14 @@ class StreamSession {
     this.syncedAt = generation;
   }
 
+  /**
+   * refresh() once every push queued before it is done (the welcome first, so that no settings go out
+   * ahead of it); its own pushes of jobs then take their turn in the serial order.
+   */
+  refreshInTurn(): Promise<void> {
+    return this.serial(async () => {}).then(() => this.refresh());
+  }
+
   /** A push failed: the next heartbeat reads the provider again. */
   unsynced(): void {
     this.syncedAt = undefined;
@@ -424,9 +432,8 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const unsubscribe = await hub.subscribe(providerId, {
         assigned: (jobId, job, signed) => void report(session.serial(() => session.assigned(jobId, job, signed))),
         cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
-        // refresh() puts its pushes of jobs in the serial order itself.
-        settings: () => void report(session.refresh()),
-        resync: () => void report(session.refresh()),
+        settings: () => void report(session.refreshInTurn()),
+        resync: () => void report(session.refreshInTurn()),
       });
       const onShutdown = () => {
         session.out.push({

@@ -92,6 +92,35 @@ describe("daemon settings over the stream", () => {
     s.end();
   });
 
+  it("sends nothing ahead of the welcome while settings change as the stream opens, and ends on the last ones", async () => {
+    const p = await makeProvider(srv);
+    let writing = true;
+    let last = 50;
+    const writer = (async () => {
+      while (writing) {
+        last = last === 100 ? 50 : last + 1;
+        await srv.sql`UPDATE providers SET temp_limit_c = ${last} WHERE id = ${p.id}`;
+      }
+    })();
+    const opened = Array.from({ length: 4 }, () => connect(p.key));
+    try {
+      for (const s of opened) await s.next("welcome");
+      await new Promise((r) => setTimeout(r, 100));
+    } finally {
+      writing = false;
+      await writer;
+    }
+    for (const s of opened) {
+      expect(s.received[0].kind.case).toBe("welcome");
+      await waitFor(() => {
+        const pushed = s.received.filter((m) => m.kind.case === "settings" || m.kind.case === "welcome").at(-1)!;
+        const settings = pushed.kind.case === "welcome" ? pushed.kind.value.settings : pushed.kind.case === "settings" ? pushed.kind.value : undefined;
+        return settings?.tempLimitC === last;
+      }, 5_000, "the last settings");
+      s.end();
+    }
+  });
+
   it("reads every stream's provider again when the LISTEN connection comes back, and pushes what it missed", async () => {
     const p = await makeProvider(srv);
     const s = connect(p.key);
