@@ -6,7 +6,11 @@
 // holds one. After the LISTEN connection (re)connects, every subscriber is
 // asked to resync from the database, since notices sent while it was down
 // are lost; `generation` tells a stream whether that may have happened since
-// it last looked.
+// it last looked. A connection can also go silent without an error (its host
+// gone without a reset) until TCP's keepalive notices, minutes later: the hub
+// sends itself a notice every PROBE_INTERVAL_MS, and while one is not heard
+// back within PROBE_GRACE_MS it does not count as hearing everything.
+import crypto from "node:crypto";
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } from "../domain/notify/job-notices.js";
@@ -27,10 +31,16 @@ export interface JobSignalListener {
   resync(): void;
 }
 
+/** Each hub's notices to itself, that its LISTEN connection still hears. Payload: the hub's id, a colon, a count. */
+const PROBE_CHANNEL = "svc_hub_probe";
+export const PROBE_INTERVAL_MS = 10_000;
+export const PROBE_GRACE_MS = 2_000;
+
 const CHANNELS = [
   [ASSIGNED_CHANNEL, "assigned"],
   [CANCEL_CHANNEL, "cancel"],
   [SETTINGS_CHANNEL, "settings"],
+  [PROBE_CHANNEL, "probe"],
 ] as const;
 
 /** The provider and the job at the start of a notice: json_build_object's spacing (assignedNoticeSql) or JSON.stringify's (notifyCancel). */
@@ -43,6 +53,11 @@ export class JobSignalHub {
   private listens = 0;
   private listening = false;
   private missedCount = 0;
+  private readonly probeId = crypto.randomUUID();
+  private probes = 0;
+  /** When the oldest probe not yet heard back was sent; 0: none outstanding. */
+  private probeSentAt = 0;
+  private probeTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly sql: Sql,
@@ -72,7 +87,34 @@ export class JobSignalHub {
    * listened throughout, and its connection was not lost and listening again meanwhile.
    */
   heardAllSince(generation: number): boolean {
-    return this.listening && generation === this.missedCount;
+    return this.listening && generation === this.missedCount && !this.deaf();
+  }
+
+  /** A probe went unanswered past its grace: the connection may be silent. */
+  private deaf(): boolean {
+    return this.probeSentAt !== 0 && Date.now() - this.probeSentAt > PROBE_GRACE_MS;
+  }
+
+  /** Sends this hub a notice through the pool (also every PROBE_INTERVAL_MS while it listens). */
+  async probe(): Promise<void> {
+    if (!this.listening) return;
+    if (this.probeSentAt === 0) this.probeSentAt = Date.now();
+    // A probe that cannot be sent (the database is away) stays unanswered: the hub counts as deaf meanwhile.
+    await this.sql`SELECT pg_notify(${PROBE_CHANNEL}, ${`${this.probeId}:${++this.probes}`})`.catch(() => {});
+  }
+
+  /** A probe came back: if the hub had counted as deaf, what it missed meanwhile is read again. */
+  private probeHeard(payload: string): void {
+    if (!payload.startsWith(`${this.probeId}:`)) return; // another process's
+    const wasDeaf = this.deaf();
+    this.probeSentAt = 0;
+    if (wasDeaf) this.missed();
+  }
+
+  /** Notices may have been missed: every subscriber reads the database again. */
+  private missed(): void {
+    this.missedCount++;
+    for (const set of this.byProvider.values()) for (const l of set) l.resync();
   }
 
   /** Streams of this process (for tests and metrics). */
@@ -88,18 +130,23 @@ export class JobSignalHub {
         // Every channel reports each (re)connection: after the first round, a channel listening again
         // may have missed notices (each one resyncs, as each may come back apart from the others).
         this.listens++;
-        if (this.listens > CHANNELS.length) {
-          this.missedCount++;
-          for (const set of this.byProvider.values()) for (const l of set) l.resync();
-        }
+        if (this.listens > CHANNELS.length) this.missed();
+      };
+      const handlers = {
+        assigned: (payload: string) => this.dispatch("assigned", payload),
+        cancel: (payload: string) => this.dispatch("cancel", payload),
+        settings: (payload: string) => this.settingsChanged(payload),
+        probe: (payload: string) => this.probeHeard(payload),
       };
       for (const [channel, kind] of CHANNELS) {
-        const sub = await this.sql.listen(channel, (payload) => (kind === "settings" ? this.settingsChanged(payload) : this.dispatch(kind, payload)), onListen);
+        const sub = await this.sql.listen(channel, handlers[kind], onListen);
         this.unlisten.push(sub.unlisten);
       }
       // Whatever was read while the hub did not listen may have missed notices since.
       this.missedCount++;
       this.listening = true;
+      this.probeTimer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS);
+      this.probeTimer.unref();
     })().catch((err) => {
       this.started = undefined;
       throw err;
@@ -170,6 +217,9 @@ export class JobSignalHub {
     this.started = undefined;
     this.listening = false;
     this.listens = 0;
+    clearInterval(this.probeTimer);
+    this.probeTimer = undefined;
+    this.probeSentAt = 0;
     await Promise.all(fns.map((f) => f().catch(() => {})));
   }
 }

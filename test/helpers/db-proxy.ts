@@ -1,8 +1,10 @@
 // A TCP proxy in front of PostgreSQL, for tests of a database that goes away:
 // cut() resets every connection (the server process reads ECONNRESET, as when
 // PostgreSQL restarts under load), `refusing` resets new connections at once,
-// and `resetOnTypesQuery` resets a connection when it sends postgres.js's
-// array-types query, the first statement of every new connection.
+// `resetOnTypesQuery` resets a connection when it sends postgres.js's
+// array-types query, the first statement of every new connection, and
+// holdListeners() holds back what PostgreSQL sends to the connections that
+// sent a LISTEN (a connection gone silent, with no error) until releaseAnswers().
 import net from "node:net";
 
 export class DbProxy {
@@ -13,6 +15,10 @@ export class DbProxy {
   typesQueriesReset = 0;
   private readonly server = net.createServer((client) => this.accept(client));
   private readonly pairs = new Set<[net.Socket, net.Socket]>();
+  private holding = false;
+  /** Connections that sent a LISTEN. */
+  private readonly listeners = new Set<[net.Socket, net.Socket]>();
+  private readonly held = new Set<[net.Socket, net.Socket]>();
 
   constructor(private readonly target: { host: string; port: number }) {}
 
@@ -39,12 +45,18 @@ export class DbProxy {
     this.pairs.add(pair);
     const close = () => {
       this.pairs.delete(pair);
+      this.listeners.delete(pair);
+      this.held.delete(pair);
       client.destroy();
       upstream.destroy();
     };
     client.on("close", close);
     upstream.on("close", close);
     client.on("data", (chunk: Buffer) => {
+      if (chunk.includes('listen "')) {
+        this.listeners.add(pair);
+        if (this.holding) this.hold(pair);
+      }
       if (this.resetOnTypesQuery && chunk.includes("typarray")) {
         this.typesQueriesReset++;
         this.pairs.delete(pair);
@@ -55,6 +67,32 @@ export class DbProxy {
       upstream.write(chunk);
     });
     upstream.pipe(client);
+  }
+
+  /**
+   * From now on, what PostgreSQL sends to a connection that sent a LISTEN is held back, neither
+   * delivered nor dropped, until releaseAnswers(): its client sees a silent connection.
+   */
+  holdListeners(): void {
+    this.holding = true;
+    for (const pair of this.listeners) this.hold(pair);
+  }
+
+  releaseAnswers(): void {
+    this.holding = false;
+    for (const [client, upstream] of this.held) {
+      upstream.pipe(client);
+      upstream.resume();
+    }
+    this.held.clear();
+  }
+
+  private hold(pair: [net.Socket, net.Socket]): void {
+    if (this.held.has(pair)) return;
+    const [client, upstream] = pair;
+    upstream.unpipe(client);
+    upstream.pause();
+    this.held.add(pair);
   }
 
   /** Resets every open connection; returns how many there were. */

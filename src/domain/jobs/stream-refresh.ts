@@ -1,7 +1,7 @@
 // A daemon stream reads its provider's settings and pending jobs when a notice
 // may not have reached it: on a settings notice, after the LISTEN connection
 // came back, and on a heartbeat after a push of the stream failed or while the
-// process did not listen (src/services/daemon.ts). Reads asked for while one
+// process did not listen or hear (src/services/daemon.ts). Reads asked for while one
 // is in flight wait for the next, which reads all of their providers with two
 // set-based statements (group commit's shape, for reads): one read at a time
 // per process, as large as the load makes it (after a reconnect, every stream
