@@ -3,9 +3,12 @@
 //     told to stop), and grows the hold of running jobs whose paid time is
 //     running out, or stops them when the renter cannot pay for more
 //     (src/domain/money/hold-extension.ts),
-//  2. re-queues (or, past the attempt limit, fails) jobs whose provider is no
-//     longer live: the safety net beside the provider liveness sweep; and jobs
-//     a live provider left pending (never picked up) for 120 s,
+//  2. re-queues (or, past the attempt limit, fails) jobs a live provider left
+//     pending (never picked up) for 120 s; and, every LOST_JOBS_SWEEP_SECONDS,
+//     jobs whose provider is no longer live: the safety net beside the paths
+//     that re-queue a provider's work when it goes (the liveness sweep,
+//     suspension, a task-key mismatch), for one that did not finish (a process
+//     killed between the two),
 //  3. fills any available provider that has a free GPU and a queued job it
 //     can run (a window opened, a provider was approved, a lock was busy).
 // Each job moves under its row lock with a status re-check, so several
@@ -19,6 +22,13 @@ import type { Worker } from "./worker.js";
 import { failureLevel } from "../errors.js";
 
 const BATCH = 200;
+/**
+ * How often a process's sweep looks for jobs held by providers no longer live.
+ * That read visits every provider (whether one is live depends on the clock),
+ * about 100 ms of database time at 100,000 providers, for what the paths above
+ * have normally done already.
+ */
+export const LOST_JOBS_SWEEP_SECONDS = 30;
 
 export interface SweepResult {
   timedOut: number;
@@ -30,8 +40,8 @@ export interface SweepResult {
   assigned: number;
 }
 
-/** One pass; exported so tests and tools can drive it directly. */
-export async function sweepJobs(sql: Sql): Promise<SweepResult> {
+/** One pass (`lostJobs`: with the safety net); exported so tests and tools can drive it directly. */
+export async function sweepJobs(sql: Sql, opts: { lostJobs?: boolean } = {}): Promise<SweepResult> {
   const out: SweepResult = { timedOut: 0, extended: 0, outOfFunds: 0, requeued: 0, failed: 0, assigned: 0 };
   const freed = new Set<number>();
   for (const id of await overdueJobIds(sql, BATCH)) {
@@ -49,7 +59,7 @@ export async function sweepJobs(sql: Sql): Promise<SweepResult> {
       freed.add(r.providerId);
     }
   }
-  for (const providerId of await providersWithLostJobs(sql)) {
+  for (const providerId of opts.lostJobs === false ? [] : await providersWithLostJobs(sql)) {
     const r = await requeueJobsOfProvider(sql, providerId, "provider stopped responding (no heartbeat in the last 120 seconds)");
     out.requeued += r.requeued.length;
     out.failed += r.failed.length;
@@ -66,8 +76,11 @@ export function jobTimeoutsWorker(opts: { sql: Sql; log: Logger; intervalMs: num
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
   let stopped = false;
+  let lostJobsAt = -Infinity;
   const tick = () => {
-    running = sweepJobs(opts.sql)
+    const lostJobs = performance.now() - lostJobsAt >= LOST_JOBS_SWEEP_SECONDS * 1000;
+    if (lostJobs) lostJobsAt = performance.now();
+    running = sweepJobs(opts.sql, { lostJobs })
       .then((r) => {
         if (r.timedOut || r.outOfFunds || r.requeued || r.failed) opts.log.info(r, "job sweep");
       })

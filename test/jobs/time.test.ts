@@ -29,6 +29,10 @@ const submit = (headers: Record<string, string>, body: Record<string, unknown> =
 const balance = async (key: string) => (await api.get("/api/renters/balance", { "x-renter-key": key })).body;
 /** Moves a job's deadline into the past, as if max_duration_seconds had run out. */
 const expire = (jobId: string) => srv.sql`UPDATE jobs SET timeout_at = now() - interval '1 second' WHERE job_id = ${jobId}`;
+/** As if the job had been assigned `seconds` ago (and so submitted no later). */
+const assignedAgo = (jobId: string, seconds: number) => srv.sql`
+  UPDATE jobs SET assigned_at = now() - make_interval(secs => ${seconds}), submitted_at = least(submitted_at, now() - make_interval(secs => ${seconds}))
+  WHERE job_id = ${jobId}`;
 const silence = (providerId: number) => srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 minutes' WHERE id = ${providerId}`;
 
 describe("max_duration_seconds", () => {
@@ -37,7 +41,8 @@ describe("max_duration_seconds", () => {
     const first = await makeProvider(srv);
     const job = (await submit(renter.headers, { max_duration_seconds: 60 })).body.job.job_id;
     // Assigned (pending) long ago, past both its deadline and the 120 s pickup window; never picked up.
-    await srv.sql`UPDATE jobs SET timeout_at = now() - interval '1 second', assigned_at = now() - interval '200 seconds' WHERE job_id = ${job}`;
+    await srv.sql`UPDATE jobs SET timeout_at = now() - interval '1 second' WHERE job_id = ${job}`;
+    await assignedAgo(job, 200);
     await srv.sql`UPDATE providers SET is_paused = true WHERE id = ${first.id}`;
     const second = await makeProvider(srv);
     const swept = await sweepJobs(srv.sql);
@@ -165,14 +170,14 @@ describe("silent providers", () => {
     const idle = await makeProvider(srv);
     const job = (await submit(renter.headers)).body.job.job_id;
     const other = await makeProvider(srv);
-    await srv.sql`UPDATE jobs SET assigned_at = now() - interval '121 seconds' WHERE job_id = ${job}`;
+    await assignedAgo(job, 121);
     expect((await sweepJobs(srv.sql)).requeued).toBe(1);
     const j = (await api.get(`/api/jobs/${job}`, renter.headers)).body;
     expect(j).toMatchObject({ status: "pending", provider_id: other.id, attempt: 2 });
     const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
     expect(hist[0]).toMatchObject({ provider_id: idle.id, status: "requeued", end_reason: "not_picked_up" });
     // Back to the first provider only if the second lets it go too: it is skipped for this job.
-    await srv.sql`UPDATE jobs SET assigned_at = now() - interval '121 seconds' WHERE job_id = ${job}`;
+    await assignedAgo(job, 121);
     await sweepJobs(srv.sql);
     expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({ status: "queued", attempt: 3, queue_reason_code: "providers_declined" });
   });

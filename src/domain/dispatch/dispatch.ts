@@ -609,6 +609,21 @@ function unclaimedWhy(job: LockedJob): string | undefined {
 }
 
 /**
+ * The jobs releaseUnclaimed looks at, oldest first. A job is assigned after it
+ * was submitted, so the bound on submitted_at changes nothing but lets the read
+ * take a range of admin_jobs_status_idx instead of every pending job. The window
+ * is SQL text, not a parameter: a generic plan, blind to it, read them all again.
+ */
+export function unclaimedSql(db: Db, limit: number) {
+  const cutoff = db.unsafe(`now() - interval '${PICKUP_SECONDS} seconds'`);
+  return db<{ id: number }[]>`
+    (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND submitted_at < ${cutoff} AND assigned_at < ${cutoff})
+    UNION ALL
+    (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < ${cutoff})
+    ORDER BY since LIMIT ${limit}`;
+}
+
+/**
  * Jobs their live provider never picked up: pending ones it did not take, and
  * running ones it polled without a report since (the poll's answer may never
  * have reached the daemon: job-reports.ts pollJob). The provider's fault
@@ -616,11 +631,7 @@ function unclaimedWhy(job: LockedJob): string | undefined {
  * it from now on) or, past the attempt limit, fails; nothing is charged.
  */
 export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeued: number; failed: number }> {
-  const ids = await sql<{ id: number }[]>`
-    (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND assigned_at < now() - make_interval(secs => ${PICKUP_SECONDS}))
-    UNION ALL
-    (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < now() - make_interval(secs => ${PICKUP_SECONDS}))
-    ORDER BY since LIMIT ${limit}`;
+  const ids = await unclaimedSql(sql, limit);
   const out = { requeued: 0, failed: 0 };
   for (const { id } of ids) {
     const lost = await sql.begin(async (tx) => {

@@ -22,16 +22,24 @@ export const STOP_MARGIN_SECONDS = 5;
 /** The whole minutes a hold pays for. */
 export const paidMinutes = (held: number, rate: number) => Math.floor(held / rate);
 
-/** Running jobs whose paid time ends within the lead (the sweep's candidates), oldest start first. */
-export async function jobsRunningOutOfPaidTime(db: Db, limit: number): Promise<number[]> {
-  const rows = await db<{ id: number }[]>`
+/**
+ * Running jobs whose paid time ends within the lead (the sweep's candidates),
+ * soonest first: a range of jobs_paid_until_idx (migration 040), whose
+ * svc_paid_until is paidMinutes' rule in SQL. The lead is SQL text, not a
+ * parameter, so a generic plan sees the same range.
+ */
+export function runningOutOfPaidTimeSql(db: Db, limit: number) {
+  const paidUntil = db`svc_paid_until(started_at, coalesce(held_halala, cost_halala), rate_halala_per_minute)`;
+  return db<{ id: number }[]>`
     SELECT id FROM jobs
-    WHERE status = 'running' AND started_at IS NOT NULL AND acked_at IS NOT NULL
+    WHERE status = 'running' AND acked_at IS NOT NULL
+      AND ${paidUntil} <= now() + ${db.unsafe(`interval '${EXTEND_LEAD_SECONDS} seconds'`)}
       AND floor(coalesce(held_halala, cost_halala)::numeric / rate_halala_per_minute) * 60 < max_duration_seconds
-      AND started_at + make_interval(secs => floor(coalesce(held_halala, cost_halala)::numeric / rate_halala_per_minute) * 60 - ${EXTEND_LEAD_SECONDS})
-          <= now()
-    ORDER BY started_at LIMIT ${limit}`;
-  return rows.map((r) => r.id);
+    ORDER BY ${paidUntil} LIMIT ${limit}`;
+}
+
+export async function jobsRunningOutOfPaidTime(db: Db, limit: number): Promise<number[]> {
+  return (await runningOutOfPaidTimeSql(db, limit)).map((r) => r.id);
 }
 
 export type FundingOutcome =

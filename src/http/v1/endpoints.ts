@@ -30,9 +30,13 @@ interface EndpointRow {
   started_at: Date;
 }
 
-/** Serving endpoints right now, of one model or of all. */
-export async function servingEndpoints(db: Db, model?: string): Promise<Upstream[]> {
-  const rows = await db<EndpointRow[]>`
+/**
+ * Serving endpoints right now, of one model or of all: read through
+ * jobs_serving_idx (migration 040), so each request visits the serving jobs
+ * only, not every running one.
+ */
+export function servingEndpointsSql(db: Db, model?: string) {
+  return db<EndpointRow[]>`
     SELECT * FROM (
       SELECT j.id AS job_id, j.provider_id, coalesce(j.model, j.params->>'model') AS model, j.endpoint_url,
              coalesce(j.started_at, j.assigned_at, j.submitted_at) AS started_at
@@ -43,6 +47,10 @@ export async function servingEndpoints(db: Db, model?: string): Promise<Upstream
     ) e
     WHERE e.model IS NOT NULL ${model === undefined ? db`` : db`AND e.model = ${model}`}
     ORDER BY e.job_id`;
+}
+
+export async function servingEndpoints(db: Db, model?: string): Promise<Upstream[]> {
+  const rows = await servingEndpointsSql(db, model);
   return rows.map((r) => ({ jobId: r.job_id, providerId: r.provider_id, model: r.model, url: chatCompletionsUrl(r.endpoint_url), startedAt: r.started_at }));
 }
 
