@@ -25,7 +25,8 @@
 //   GET /api/jobs for the heavy renter and a light one; each periodic sweep
 //   timed in this process on its own pool (the job sweep, the liveness sweep,
 //   the queue pass, and the reliability refresh of 1,000 providers, the
-//   liveness sweep's batch). The submitted jobs are cancelled after each round.
+//   liveness sweep's batch), and the admin dashboard (the console reads it
+//   every 10 s). The submitted jobs are cancelled after each round.
 // The last line printed is one JSON object with the figures and the ratios
 // (history / empty).
 import crypto from "node:crypto";
@@ -37,6 +38,7 @@ import type { Sql } from "../src/db/index.js";
 import { connect } from "../src/db/index.js";
 import { migrate, migrationFiles } from "../src/db/migrate.js";
 import { auditLedger } from "../src/domain/money/ledger-audit.js";
+import { dashboard } from "../src/domain/admin/dashboard.js";
 import { endLocked, isActive, lockJobById } from "../src/domain/money/settlement.js";
 import { dispatchQueued } from "../src/domain/dispatch/dispatch.js";
 import { markSilentProvidersOffline } from "../src/domain/dispatch/liveness-sweep.js";
@@ -305,6 +307,7 @@ async function measure(side: Side, round: number): Promise<void> {
   }));
   record(side, "sweep_queue", await timed(SWEEPS, () => dispatchQueued(sql)));
   record(side, "reputation_1000_providers", await timed(Math.ceil(SWEEPS / 2), () => refreshReputation(sql, thousand)));
+  record(side, "admin_dashboard", await timed(Math.ceil(SWEEPS / 2), () => dashboard(sql)));
   const cancelled = await cleanUp(sql);
   note(`  ${side.name} round ${round}: done (${cancelled} jobs cancelled)`);
 }
