@@ -20,9 +20,11 @@
 // - Servers: one server (the build) per database (rate limits off, the periodic
 //   ledger audit off: it reads the whole ledger), both running their sweeps.
 // - Measured, in `--rounds` rounds alternating which side goes first:
-//   submits in a closed loop (`--connections`, `--seconds`) by the heavy
+//   submits in a closed loop (`--connections`, `--seconds`, and no more than
+//   the live providers' free GPUs take: SUBMITS_PER_PHASE) by the heavy
 //   renter (a tenth of the history) and by light renters; the first page of
-//   GET /api/jobs for the heavy renter and a light one; each periodic sweep
+//   GET /api/jobs for the heavy renter and a light one (what each held is
+//   reported under `first_pages`); each periodic sweep
 //   timed in this process on its own pool (the job sweep, the liveness sweep,
 //   the queue pass, and the reliability refresh of 1,000 providers, the
 //   liveness sweep's batch), and the admin dashboard (the console reads it
@@ -77,6 +79,15 @@ const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
 /** The provider that takes one job at a time: jobs pinned to it wait in the queue. */
 const NARROW_PROVIDER = LIVE_PROVIDERS[LIVE_PROVIDERS.length - 1];
 const QUEUED_PER_ROUND = 20;
+/** GPUs of each other live provider (the most a heartbeat reports). */
+const WIDE_GPUS = 1024;
+/**
+ * Submits per phase at most (the warm-up, the heavy renter's, the light renters'): together they fit
+ * the live providers' free GPUs, so both sides' rounds end with the same jobs running and none queued
+ * but the pinned ones. Bounded by time alone, the faster side submitted more in a round, and its last
+ * jobs (the light renters' first pages) queued behind a full fleet, with their queue reasons to read.
+ */
+const SUBMITS_PER_PHASE = Math.floor(((LIVE_PROVIDERS.length - 1) * WIDE_GPUS) / 3) - 10;
 
 const note = noter("bench:history");
 const seconds = (ms: number) => Math.round(ms / 100) / 10;
@@ -250,6 +261,8 @@ interface Side {
   sql: Sql;
   samples: Record<string, number[]>;
   statuses: Record<string, Record<string, number>>;
+  /** What each round's first pages held: rows by status and the body's bytes. */
+  pages: Record<string, { rows: Record<string, number>; bytes: number }[]>;
 }
 
 function record(side: Side, key: string, r: LoopResult | number[]) {
@@ -263,9 +276,18 @@ async function heartbeatAll(base: string) {
   for (const id of LIVE_PROVIDERS) {
     await post(base, "/api/providers/heartbeat", {
       api_key: providerKey(id),
-      gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: id === NARROW_PROVIDER ? 1 : 1024, daemon_version: "5.0.0" },
+      gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: id === NARROW_PROVIDER ? 1 : WIDE_GPUS, daemon_version: "5.0.0" },
     });
   }
+}
+
+/** A renter's first page as the loop reads it: its rows by status and its size, to compare like with like. */
+async function pageShape(base: string, renter: number) {
+  const r = await fetch(`${base}/api/jobs`, { headers: { "x-renter-key": renterKey(renter) } });
+  const body = await r.text();
+  const rows: Record<string, number> = {};
+  for (const j of (JSON.parse(body) as { jobs: { status: string }[] }).jobs) rows[j.status] = (rows[j.status] ?? 0) + 1;
+  return { rows, bytes: Buffer.byteLength(body) };
 }
 
 async function timed(n: number, fn: () => Promise<unknown>): Promise<number[]> {
@@ -286,14 +308,15 @@ async function measure(side: Side, round: number): Promise<void> {
   const heavy = [request(port, "POST", "/api/jobs/submit", { "x-renter-key": renterKey(HEAVY_RENTER) }, submit)];
   const light = LIGHT_RENTERS.map((id) => request(port, "POST", "/api/jobs/submit", { "x-renter-key": renterKey(id) }, submit));
   // Warm this side's server and caches after the other side ran.
-  await loop(port, [...heavy, ...light], CONNECTIONS, { seconds: 1 });
-  record(side, "submit_heavy", await loop(port, heavy, CONNECTIONS, { seconds: SECONDS }));
-  record(side, "submit_light", await loop(port, light, CONNECTIONS, { seconds: SECONDS }));
+  await loop(port, [...heavy, ...light], CONNECTIONS, { seconds: 1, count: SUBMITS_PER_PHASE });
+  record(side, "submit_heavy", await loop(port, heavy, CONNECTIONS, { seconds: SECONDS, count: SUBMITS_PER_PHASE }));
+  record(side, "submit_light", await loop(port, light, CONNECTIONS, { seconds: SECONDS, count: SUBMITS_PER_PHASE }));
   // Jobs pinned to the one-GPU provider: one runs there, the rest wait in the queue for the sweeps to look at.
   const pinned = { ...submit, provider_id: NARROW_PROVIDER };
   await loop(port, [request(port, "POST", "/api/jobs/submit", { "x-renter-key": renterKey(LIGHT_RENTERS[1]) }, pinned)], 1, { count: QUEUED_PER_ROUND });
 
   const list = (id: number, query = "") => [request(port, "GET", `/api/jobs${query}`, { "x-renter-key": renterKey(id) })];
+  for (const [key, id] of [["list_heavy", HEAVY_RENTER], ["list_light", LIGHT_RENTERS[0]]] as const) (side.pages[key] ??= []).push(await pageShape(base, id));
   record(side, "list_heavy", await loop(port, list(HEAVY_RENTER), 1, { count: LISTS }));
   record(side, "list_light", await loop(port, list(LIGHT_RENTERS[0]), 1, { count: LISTS }));
   record(side, "list_heavy_completed", await loop(port, list(HEAVY_RENTER, "?status=completed"), 1, { count: Math.ceil(LISTS / 4) }));
@@ -334,7 +357,7 @@ async function main() {
   try {
     for (const [name, prepared] of [["empty", empty], ["history", history]] as const) {
       const servers = await startServers(1, prepared.db.url, env);
-      sides.push({ name, prepared, servers, sql: connect(prepared.db.url, 4), samples: {}, statuses: {} });
+      sides.push({ name, prepared, servers, sql: connect(prepared.db.url, 4), samples: {}, statuses: {}, pages: {} });
     }
     const [sizes] = await history.db.sql<{ jobs: number; entries: number; database: string }[]>`
       SELECT (SELECT count(*) FROM jobs)::bigint AS jobs, (SELECT count(*) FROM ledger_transfers)::bigint AS entries,
@@ -376,6 +399,7 @@ async function main() {
         p50_ratio_history_over_empty: ratio,
         figures,
         statuses: Object.fromEntries(sides.map((s) => [s.name, s.statuses])),
+        first_pages: Object.fromEntries(sides.map((s) => [s.name, s.pages])),
         load_average_before: uptimeBefore,
         load_average_after_each_round: loadDuring,
         machine: machine(),
