@@ -7,7 +7,7 @@
 import type { Db, Tx } from "../../db/index.js";
 import { badRequest, notFound } from "../../errors.js";
 import { accountKeysChanged } from "../accounts/invalidation.js";
-import type { JobRow } from "../shared/job-row.js";
+import { JOB_SUMMARY_COLUMNS, type JobSummaryRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
 import { jobCountSql, type RenterRow } from "../accounts/renters.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
@@ -99,7 +99,7 @@ export async function setQuota(
 export async function listJobs(
   db: Db,
   f: { status?: string; renterId?: number; providerId?: number; jobType?: string; limit: number; offset: number },
-): Promise<Paged<JobRow>> {
+): Promise<Paged<JobSummaryRow>> {
   const status = f.status === undefined ? undefined : checkEnum(f.status, JOB_STATUSES, "status");
   const jobType = f.jobType === undefined ? undefined : checkEnum(f.jobType, JOB_TYPES, "job_type");
   const where = () => db`
@@ -112,7 +112,7 @@ export async function listJobs(
   // from counting every matching job of the history; other filters are counted.
   const total = f.providerId || jobType ? db`(SELECT count(*) FROM jobs ${where()})` : jobCountSql(db, { renterId: f.renterId || undefined, status });
   const [rows, [c]] = await Promise.all([
-    db<JobRow[]>`SELECT * FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
+    db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
     db<{ n: number }[]>`SELECT ${total} AS n`,
   ]);
   return { rows, total: c.n };

@@ -19,7 +19,7 @@ import { withinRunWindowSql } from "../providers/preferences.js";
 import { refreshReputation } from "../providers/reputation.js";
 import { belowMinimum, daemonPolicy, versionRank } from "../providers/versions.js";
 import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
-import type { JobRow } from "../shared/job-row.js";
+import type { JobRow, JobSummaryRow } from "../shared/job-row.js";
 import { endLocked, type LockedJob } from "../money/settlement.js";
 import { DECLINED_REASONS, faultOf, type EndReason } from "../shared/job-end.js";
 
@@ -716,7 +716,7 @@ export const EXPLAIN_CAP = 1000;
 type Standing = { pinned: PinnedProvider | undefined } | { counts: { fit: number; live: number; available: number; free: number } };
 type PinnedProvider = { live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null; daemon_version: string | null };
 
-async function standingOf(db: Db, job: JobRow): Promise<Standing> {
+async function standingOf(db: Db, job: JobSummaryRow): Promise<Standing> {
   if (job.requested_provider_id !== null) {
     const id = job.requested_provider_id;
     const [p] = await db<PinnedProvider[]>`
@@ -749,14 +749,14 @@ export const standingCountsSql = (db: Db, jobId: number) => db`
  * Jobs whose standing is the same: a first attempt's depends only on the provider it asked for and its
  * gpu_requirements (a later attempt's also on the providers that declined it, so it has none).
  */
-function standingKey(job: JobRow): string | undefined {
+function standingKey(job: JobSummaryRow): string | undefined {
   if (job.attempt !== 1) return undefined;
   const r = job.gpu_requirements;
   return JSON.stringify([job.requested_provider_id, r?.min_vram_gb ?? null, r?.gpu_model ?? null]);
 }
 
 /** The reason, from the standing and the number of queued jobs ahead. */
-function reasonOf(job: JobRow, standing: Standing, ahead: number): QueueReason {
+function reasonOf(job: JobSummaryRow, standing: Standing, ahead: number): QueueReason {
   const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
   if ("pinned" in standing) {
     const id = job.requested_provider_id;
@@ -795,7 +795,7 @@ function reasonOf(job: JobRow, standing: Standing, ahead: number): QueueReason {
 }
 
 /** Why a queued job is still waiting, answered on submit and every read. */
-export async function explainQueue(db: Db, job: JobRow): Promise<QueueReason> {
+export async function explainQueue(db: Db, job: JobSummaryRow): Promise<QueueReason> {
   const [position, standing] = await Promise.all([queuePosition(db, job.id), standingOf(db, job)]);
   return reasonOf(job, standing, position - 1);
 }
@@ -811,7 +811,7 @@ export interface QueueStanding {
  * their places: the places in one read, and each standing read once for the jobs that share it,
  * instead of two reads per job. Jobs not queued are left out.
  */
-export async function queueStandings(db: Db, jobs: JobRow[]): Promise<Map<number, QueueStanding>> {
+export async function queueStandings(db: Db, jobs: JobSummaryRow[]): Promise<Map<number, QueueStanding>> {
   const queued = jobs.filter((j) => j.status === "queued");
   const out = new Map<number, QueueStanding>();
   if (queued.length === 0) return out;
@@ -834,6 +834,6 @@ export async function queueStandings(db: Db, jobs: JobRow[]): Promise<Map<number
 }
 
 /** explainQueue for the queued jobs of a page (GET /api/jobs): queueStandings' reasons. */
-export async function explainQueues(db: Db, jobs: JobRow[]): Promise<Map<number, QueueReason>> {
+export async function explainQueues(db: Db, jobs: JobSummaryRow[]): Promise<Map<number, QueueReason>> {
   return new Map([...(await queueStandings(db, jobs))].map(([id, s]) => [id, s.reason]));
 }

@@ -10,19 +10,19 @@ import { forbidden, notFound } from "../../errors.js";
 import { explainQueue, explainQueues, type QueueReason } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
 import { actualCostHalala, actualMinutes } from "../money/pricing.js";
-import { ACTIVE_STATUSES, TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
+import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
 import { jobCountSql } from "../accounts/renters.js";
 
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
 /** A running job's cost so far: the billable minutes it has run at its rate, within its hold. */
-function runningCost(j: JobRow, now = Date.now()): bigint | undefined {
+function runningCost(j: JobSummaryRow, now = Date.now()): bigint | undefined {
   if (j.status !== "running" || j.started_at === null) return undefined;
   const minutes = actualMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000));
   return BigInt(actualCostHalala(j.rate_halala_per_minute, minutes, j.held_halala ?? j.cost_halala));
 }
 
-export function jobMessage(j: JobRow): MessageInitShape<typeof JobSchema> {
+export function jobMessage(j: JobSummaryRow): MessageInitShape<typeof JobSchema> {
   return {
     id: BigInt(j.id),
     jobId: j.job_id,
@@ -53,12 +53,12 @@ export function jobMessage(j: JobRow): MessageInitShape<typeof JobSchema> {
   };
 }
 
-export async function recentJobsOfRenter(db: Db, renterId: number, limit = 10): Promise<JobRow[]> {
-  return db<JobRow[]>`SELECT * FROM jobs WHERE renter_id = ${renterId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
+export async function recentJobsOfRenter(db: Db, renterId: number, limit = 10): Promise<JobSummaryRow[]> {
+  return db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs WHERE renter_id = ${renterId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
 }
 
-export async function recentJobsOfProvider(db: Db, providerId: number, limit = 10): Promise<JobRow[]> {
-  return db<JobRow[]>`SELECT * FROM jobs WHERE provider_id = ${providerId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
+export async function recentJobsOfProvider(db: Db, providerId: number, limit = 10): Promise<JobSummaryRow[]> {
+  return db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs WHERE provider_id = ${providerId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
 }
 
 // ---- readers ----
@@ -116,17 +116,17 @@ export async function attemptsForReader(db: Db, jobId: string, reader: JobReader
  * a serving job's endpoint_url: models are reached through /v1, where requests
  * are billed per token; the raw endpoint would serve them unbilled.
  */
-export async function jobView(db: Db, job: JobRow, reader?: JobReader, known?: QueueReason): Promise<MessageInitShape<typeof JobSchema>> {
+export async function jobView(db: Db, job: JobSummaryRow, reader?: JobReader, known?: QueueReason): Promise<MessageInitShape<typeof JobSchema>> {
   return viewOf(job, reader, job.status === "queued" ? (known ?? (await explainQueue(db, job))) : undefined);
 }
 
 /** jobView of a page of jobs: the queued ones' reasons read together (explainQueues). */
-export async function jobViews(db: Db, jobs: JobRow[], reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>[]> {
+export async function jobViews(db: Db, jobs: JobSummaryRow[], reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>[]> {
   const reasons = await explainQueues(db, jobs);
   return jobs.map((job) => viewOf(job, reader, reasons.get(job.id)));
 }
 
-function viewOf(job: JobRow, reader: JobReader | undefined, q: QueueReason | undefined): MessageInitShape<typeof JobSchema> {
+function viewOf(job: JobSummaryRow, reader: JobReader | undefined, q: QueueReason | undefined): MessageInitShape<typeof JobSchema> {
   const msg = jobMessage(job);
   if (reader?.role === "renter") msg.endpointUrl = undefined;
   if (q) {
@@ -142,7 +142,7 @@ export async function listJobs(
   db: Db,
   reader: JobReader,
   f: { status?: string; limit: number; offset: number },
-): Promise<{ rows: JobRow[]; total: number }> {
+): Promise<{ rows: JobSummaryRow[]; total: number }> {
   const status = f.status ? db`AND j.status = ${f.status}` : db``;
   const owner =
     reader.role === "renter"
@@ -161,8 +161,8 @@ export async function listJobs(
       : reader.role === "admin"
         ? jobCountSql(db, { status: f.status })
         : db`(SELECT count(*) FROM jobs j WHERE ${owner} ${status})`;
-  const rows = await db<(JobRow & { total: number })[]>`
-    SELECT j.*, ${count()} AS total FROM jobs j WHERE ${owner} ${status}
+  const rows = await db<(JobSummaryRow & { total: number })[]>`
+    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${count()} AS total FROM jobs j WHERE ${owner} ${status}
     ORDER BY j.submitted_at DESC, j.id DESC LIMIT ${f.limit} OFFSET ${f.offset}`;
   let total = rows[0]?.total ?? 0;
   if (rows.length === 0 && f.offset > 0) {

@@ -54,5 +54,20 @@ export interface JobRow {
   actual_minutes: number | null;
 }
 
+/**
+ * What a job's summary reads (the Job message, a queued job's reason): the row without its specs
+ * and outputs (params, container_spec, task_spec and its HMAC, result, metrics), which lists never
+ * show and which are most of a row's bytes. Pages select these columns only.
+ */
+export const JOB_SUMMARY_COLUMNS = [
+  "id", "job_id", "renter_id", "provider_id", "requested_provider_id", "job_type", "status", "priority",
+  "duration_minutes", "max_duration_seconds", "rate_halala_per_minute", "cost_halala", "held_halala",
+  "actual_cost_halala", "provider_earned_halala", "platform_fee_halala", "gpu_requirements", "model",
+  "pricing_class", "attempt", "submitted_at", "assigned_at", "started_at", "completed_at", "error",
+  "progress_pct", "progress_phase", "endpoint_url", "end_reason", "fault", "actual_minutes",
+] as const satisfies readonly (keyof JobRow)[];
+
+export type JobSummaryRow = Pick<JobRow, (typeof JOB_SUMMARY_COLUMNS)[number]>;
+
 export const ACTIVE_STATUSES = ["queued", "pending", "running"] as const;
 export const TERMINAL_STATUSES = ["completed", "failed", "cancelled"] as const;
