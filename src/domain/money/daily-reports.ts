@@ -60,26 +60,81 @@ export async function renterUsageByDay(sql: Sql, renterId: number, days: number)
   };
 }
 
-// One pass over each table (grouped by day), not one scan per day of the window.
+/** A day's figures are final this long after it ended: a transaction that began before midnight dates its rows then. */
+export const DAY_FINAL_AFTER_MINUTES = 10;
+
+/** A list of kinds as SQL text (constants of ledger.ts), so that every plan of the statement knows them. */
+const kindList = (kinds: readonly string[]) => kinds.map((k) => `'${k.replace(/'/g, "''")}'`).join(", ");
+const REVENUE_KINDS = kindList(CHARGE_KINDS);
+const FEE_KINDS = kindList(PLATFORM_FEE_KINDS);
+
+interface PlatformDay {
+  day: string;
+  jobs: string;
+  completed_jobs: string;
+  revenue_halala: string;
+  fees_halala: string;
+}
+
+/**
+ * One UTC day's platform figures from the rows: jobs submitted, jobs completed, what renters paid
+ * and the platform's part of it. The day is SQL text (a date the database gave), so every plan sees
+ * the day's range and reads it from the indexes (submitted_at, completed jobs' completed_at,
+ * the ledger's (kind, created_at)) rather than the history.
+ */
+function dayFiguresSql(sql: Sql, day: string) {
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new Error(`not a day: ${day}`);
+  const start = `'${day}'::date::timestamp AT TIME ZONE 'UTC'`;
+  const stop = `('${day}'::date + 1)::timestamp AT TIME ZONE 'UTC'`;
+  return sql.unsafe(`
+    SELECT '${day}'::date AS day,
+           (SELECT count(*) FROM jobs WHERE submitted_at >= ${start} AND submitted_at < ${stop})::bigint AS jobs,
+           (SELECT count(*) FROM jobs WHERE status = 'completed' AND completed_at >= ${start} AND completed_at < ${stop})::bigint AS completed_jobs,
+           m.revenue_halala, m.fees_halala
+    FROM (SELECT coalesce(sum(amount), 0)::bigint AS revenue_halala,
+                 coalesce(sum(amount) FILTER (WHERE kind IN (${FEE_KINDS})), 0)::bigint AS fees_halala
+          FROM ledger_transfers WHERE kind IN (${REVENUE_KINDS}) AND created_at >= ${start} AND created_at < ${stop}) m`);
+}
+
+/**
+ * The platform's figures for each day of the window. A day that is over (DAY_FINAL_AFTER_MINUTES
+ * past its end) is read from platform_days, where the first report that asks for it writes it;
+ * the days still open (today, and yesterday just after midnight) are read from the rows each time.
+ * So a report reads at most two days of the history, however long the window (the operator
+ * console asks for 14 days every 30 s; read whole, they took 11 s at 10,000,000 jobs).
+ */
 export async function platformByDay(sql: Sql, days: number) {
-  const rows = await sql<{ day: Date; jobs: string; completed: string; revenue: string; fees: string }[]>`
-    WITH w AS (${sql.unsafe(windowCte(days))}),
-    since AS (SELECT min(start) AS t FROM w),
-    submitted AS (
-      SELECT (submitted_at AT TIME ZONE 'UTC')::date AS day, count(*) AS c FROM jobs, since WHERE submitted_at >= since.t GROUP BY 1),
-    completed AS (
-      SELECT (completed_at AT TIME ZONE 'UTC')::date AS day, count(*) AS c FROM jobs, since
-      WHERE status = 'completed' AND completed_at >= since.t GROUP BY 1),
-    money AS (
-      SELECT (created_at AT TIME ZONE 'UTC')::date AS day,
-             sum(amount) FILTER (WHERE kind = ANY(${[...CHARGE_KINDS]})) AS revenue,
-             sum(amount) FILTER (WHERE kind = ANY(${[...PLATFORM_FEE_KINDS]})) AS fees
-      FROM ledger_transfers, since WHERE created_at >= since.t AND kind = ANY(${[...CHARGE_KINDS]}) GROUP BY 1)
-    SELECT w.day, coalesce(s.c, 0) AS jobs, coalesce(c.c, 0) AS completed,
-           coalesce(m.revenue, 0) AS revenue, coalesce(m.fees, 0) AS fees
-    FROM w LEFT JOIN submitted s USING (day) LEFT JOIN completed c USING (day) LEFT JOIN money m USING (day)
+  const window = await sql<{ day: string; final: boolean; stored: PlatformDay | null }[]>`
+    WITH w AS (${sql.unsafe(windowCte(days))})
+    SELECT to_char(w.day, 'YYYY-MM-DD') AS day,
+           w.stop <= now() - ${`${DAY_FINAL_AFTER_MINUTES} minutes`}::interval AS final,
+           CASE WHEN pd.day IS NOT NULL THEN to_jsonb(pd) END AS stored
+    FROM w LEFT JOIN platform_days pd ON pd.day = w.day
     ORDER BY w.day`;
+  const out: PlatformDay[] = [];
+  for (const w of window) {
+    if (w.stored) {
+      out.push(w.stored);
+      continue;
+    }
+    const figures = dayFiguresSql(sql, w.day);
+    const [row] = w.final
+      ? await sql<PlatformDay[]>`
+          WITH f AS (${figures})
+          INSERT INTO platform_days (day, jobs, completed_jobs, revenue_halala, fees_halala)
+          SELECT day, jobs, completed_jobs, revenue_halala, fees_halala FROM f
+          ON CONFLICT (day) DO UPDATE SET day = EXCLUDED.day
+          RETURNING *`
+      : await sql<PlatformDay[]>`${figures}`;
+    out.push(row);
+  }
   return {
-    days: rows.map((r) => ({ day: dayText(r.day), jobs: n(r.jobs), completedJobs: n(r.completed), revenueHalala: n(r.revenue), svcFeesHalala: n(r.fees) })),
+    days: out.map((r) => ({
+      day: dayText(r.day),
+      jobs: n(r.jobs),
+      completedJobs: n(r.completed_jobs),
+      revenueHalala: n(r.revenue_halala),
+      svcFeesHalala: n(r.fees_halala),
+    })),
   };
 }
