@@ -10,17 +10,12 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { GetDashboardResponseSchema } from "../../../gen/svc/v1/admin_pb.js";
 import type { Sql, Tx } from "../../db/index.js";
-import { CHARGE_KINDS, PLATFORM_FEE_KINDS } from "../money/ledger.js";
+import { CHARGE_KINDS_SQL, PLATFORM_FEE_KINDS_SQL } from "../money/ledger.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { iso } from "../shared/validate.js";
 
 export const RECENT_LIMIT = 10;
 
-/** A list of kinds as SQL text (constants of ledger.ts), so that every plan of the statement knows them. */
-const kindList = (kinds: readonly string[]) => kinds.map((k) => `'${k.replace(/'/g, "''")}'`).join(", ");
-/** Revenue is what renters paid: both legs of job settlements and of /v1 token charges; fees are the platform's legs. */
-const REVENUE_KINDS = kindList(CHARGE_KINDS);
-const FEE_KINDS = kindList(PLATFORM_FEE_KINDS);
 
 interface StatsRow {
   total_providers: number;
@@ -80,8 +75,8 @@ export async function dashboardIn(tx: Tx): Promise<MessageInitShape<typeof GetDa
           FROM renter_job_ends) e,
          (SELECT count(*)::bigint AS n FROM jobs WHERE status IN ('queued', 'pending', 'running')) a,
          (SELECT coalesce(sum(amount), 0)::bigint AS revenue,
-                 coalesce(sum(amount) FILTER (WHERE kind IN (${tx.unsafe(FEE_KINDS)})), 0)::bigint AS fees
-          FROM ledger_transfers WHERE kind IN (${tx.unsafe(REVENUE_KINDS)}) AND created_at >= ${todayStart}) t`;
+                 coalesce(sum(amount) FILTER (WHERE kind IN (${tx.unsafe(PLATFORM_FEE_KINDS_SQL)})), 0)::bigint AS fees
+          FROM ledger_transfers WHERE kind IN (${tx.unsafe(CHARGE_KINDS_SQL)}) AND created_at >= ${todayStart}) t`;
 
   const gpus = await tx<{ gpu_model: string; providers: number; online: number; total_vram_mib: number }[]>`
     SELECT gpu_model,

@@ -2,7 +2,7 @@
 // (the same transfer kinds the dashboard sums), so a chart and the dashboard
 // never disagree. Each series has every day of the window, zeros included.
 import type { Sql } from "../../db/index.js";
-import { CHARGE_KIND, CHARGE_KINDS, PLATFORM_FEE_KINDS } from "./ledger.js";
+import { CHARGE_KIND, CHARGE_KINDS_SQL, PLATFORM_FEE_KINDS_SQL } from "./ledger.js";
 import { checkRange } from "../shared/validate.js";
 
 export const REPORT_DAYS = { default: 14, max: 90 } as const;
@@ -63,11 +63,6 @@ export async function renterUsageByDay(sql: Sql, renterId: number, days: number)
 /** A day's figures are final this long after it ended: a transaction that began before midnight dates its rows then. */
 export const DAY_FINAL_AFTER_MINUTES = 10;
 
-/** A list of kinds as SQL text (constants of ledger.ts), so that every plan of the statement knows them. */
-const kindList = (kinds: readonly string[]) => kinds.map((k) => `'${k.replace(/'/g, "''")}'`).join(", ");
-const REVENUE_KINDS = kindList(CHARGE_KINDS);
-const FEE_KINDS = kindList(PLATFORM_FEE_KINDS);
-
 interface PlatformDay {
   day: string;
   jobs: string;
@@ -92,8 +87,8 @@ function dayFiguresSql(sql: Sql, day: string) {
            (SELECT count(*) FROM jobs WHERE status = 'completed' AND completed_at >= ${start} AND completed_at < ${stop})::bigint AS completed_jobs,
            m.revenue_halala, m.fees_halala
     FROM (SELECT coalesce(sum(amount), 0)::bigint AS revenue_halala,
-                 coalesce(sum(amount) FILTER (WHERE kind IN (${FEE_KINDS})), 0)::bigint AS fees_halala
-          FROM ledger_transfers WHERE kind IN (${REVENUE_KINDS}) AND created_at >= ${start} AND created_at < ${stop}) m`);
+                 coalesce(sum(amount) FILTER (WHERE kind IN (${PLATFORM_FEE_KINDS_SQL})), 0)::bigint AS fees_halala
+          FROM ledger_transfers WHERE kind IN (${CHARGE_KINDS_SQL}) AND created_at >= ${start} AND created_at < ${stop}) m`);
 }
 
 /**

@@ -44,6 +44,13 @@ export const CHARGE_KINDS: readonly string[] = Object.values(CHARGE_KIND);
 /** The platform's legs: its fees from jobs and from /v1. */
 export const PLATFORM_FEE_KINDS: readonly string[] = [CHARGE_KIND.jobPlatform, CHARGE_KIND.v1Platform];
 
+/** A list of kinds as SQL text (these constants), for statements whose every plan must know them (an index range per kind). */
+const kindListSql = (kinds: readonly string[]) => kinds.map((k) => `'${k.replace(/'/g, "''")}'`).join(", ");
+/** CHARGE_KINDS as SQL text: what renters paid (the dashboard's and the daily figures' revenue). */
+export const CHARGE_KINDS_SQL = kindListSql(CHARGE_KINDS);
+/** PLATFORM_FEE_KINDS as SQL text: the platform's fees. */
+export const PLATFORM_FEE_KINDS_SQL = kindListSql(PLATFORM_FEE_KINDS);
+
 /** Accounts whose balance column is kept (and checked >= 0). */
 const MATERIALIZED: readonly AccountKind[] = ["renter_available", "renter_held", "provider_earnings"];
 const SYSTEM: readonly AccountKind[] = ["platform_fees", "gateway", "adjustments"];
