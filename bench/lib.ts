@@ -268,6 +268,8 @@ export interface StallSample {
   gc: Record<string, { count: number; totalMs: number }>;
   /** The route's answers so far by the server's own timing: how many took at most each bucket's seconds. */
   answered: Map<string, number>;
+  /** The submit groups so far (svc_submit_group_*): sums and counts, and the waits by bucket. */
+  groups: { count: number; submits: number; waitSum: number; writeSum: number; waitsAtMost: Map<string, number> };
 }
 
 /**
@@ -294,8 +296,17 @@ export async function readStalls(ports: number[], route?: string): Promise<Stall
           if (le && m[1].includes(`route="${route}"`)) answered.set(le, (answered.get(le) ?? 0) + Number(m[2]));
         }
       }
+      const waitsAtMost = new Map<string, number>();
+      for (const m of text.matchAll(/^svc_submit_group_wait_seconds_bucket\{le="([^"]+)"\} ([0-9.eE+-]+)$/gm)) waitsAtMost.set(m[1], Number(m[2]));
+      const groups = {
+        count: value("svc_submit_group_size_count") || 0,
+        submits: value("svc_submit_group_size_sum") || 0,
+        waitSum: value("svc_submit_group_wait_seconds_sum") || 0,
+        writeSum: value("svc_submit_group_write_seconds_sum") || 0,
+        waitsAtMost,
+      };
       const delay = (name: string) => Math.max(0, value(name) * 1000 - EVENT_LOOP_SAMPLE_MS);
-      return { eventLoopDelayP99Ms: delay("nodejs_eventloop_lag_p99_seconds"), eventLoopDelayMaxMs: delay("nodejs_eventloop_lag_max_seconds"), gc, answered };
+      return { eventLoopDelayP99Ms: delay("nodejs_eventloop_lag_p99_seconds"), eventLoopDelayMaxMs: delay("nodejs_eventloop_lag_max_seconds"), gc, answered, groups };
     }),
   );
 }
@@ -329,11 +340,40 @@ export function serverStalls(before: StallSample[], after: StallSample[]) {
     }
   });
   const over = (le: string) => total - (atMost.get(le) ?? 0);
+  // The submit groups written meanwhile (all servers): their size, how long a submit waited for its
+  // group to start, and how long a group took to write.
+  const g = { count: 0, submits: 0, waitSum: 0, writeSum: 0, waitsOver: new Map<string, number>() };
+  after.forEach((a, i) => {
+    const b = before[i]?.groups;
+    g.count += a.groups.count - (b?.count ?? 0);
+    g.submits += a.groups.submits - (b?.submits ?? 0);
+    g.waitSum += a.groups.waitSum - (b?.waitSum ?? 0);
+    g.writeSum += a.groups.writeSum - (b?.writeSum ?? 0);
+    for (const le of ["0.005", "0.01", "0.025"]) {
+      const inWindow = (a.groups.waitsAtMost.get(le) ?? 0) - (b?.waitsAtMost.get(le) ?? 0);
+      g.waitsOver.set(le, (g.waitsOver.get(le) ?? 0) + inWindow);
+    }
+  });
+  const groups =
+    g.count > 0
+      ? {
+          submit_groups: {
+            groups: g.count,
+            mean_size: round(g.submits / g.count),
+            mean_wait_ms: round((1000 * g.waitSum) / g.submits),
+            mean_write_ms: round((1000 * g.writeSum) / g.count),
+            waited_over_5_ms: g.submits - (g.waitsOver.get("0.005") ?? 0),
+            waited_over_10_ms: g.submits - (g.waitsOver.get("0.01") ?? 0),
+            waited_over_25_ms: g.submits - (g.waitsOver.get("0.025") ?? 0),
+          },
+        }
+      : {};
   return {
     event_loop_delay_p99_ms: round(Math.max(...after.map((a) => a.eventLoopDelayP99Ms))),
     event_loop_delay_max_ms: round(Math.max(...after.map((a) => a.eventLoopDelayMaxMs))),
     gc,
     ...(total > 0 ? { answered_by_server: { total, over_5_ms: over("0.005"), over_10_ms: over("0.01"), over_25_ms: over("0.025"), over_50_ms: over("0.05"), over_100_ms: over("0.1") } } : {}),
+    ...groups,
   };
 }
 

@@ -63,6 +63,14 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     buckets: LATENCY_BUCKETS,
     ...reg,
   });
+  const groupSize = new client.Histogram({ name: "svc_submit_group_size", help: "Submits written together in one transaction (group commit)", buckets: [1, 2, 4, 8, 16, 32, 64], ...reg });
+  const groupWait = new client.Histogram({
+    name: "svc_submit_group_wait_seconds",
+    help: "Time a submit waited for its group to start: the group before it was being written",
+    buckets: LATENCY_BUCKETS,
+    ...reg,
+  });
+  const groupWrite = new client.Histogram({ name: "svc_submit_group_write_seconds", help: "Time a group of submits took to be written, from taking its database connection to its commit", buckets: LATENCY_BUCKETS, ...reg });
   const submits = new client.Counter({ name: "svc_job_submits_total", help: "Job submits by outcome: assigned, queued, or the refusal's status (402, 429, 503, 400...)", labelNames: ["outcome"] as const, ...reg });
   const heartbeats = new client.Counter({ name: "svc_heartbeats_total", help: "Provider heartbeats received, by protocol (legacy JSON/RPC or the daemon stream)", labelNames: ["protocol"] as const, ...reg });
   const daemonStreams = new client.Gauge({ name: "svc_daemon_streams_connected", help: "Stream daemons connected to this process", ...reg });
@@ -169,6 +177,11 @@ export function createMetrics(opts: MetricsOptions): Metrics {
   const unobserve = observeDomain({
     ledgerMoved: (kind, halala) => moved.inc({ kind }, halala),
     jobSettled: (status, reason) => settlements.inc({ status, reason }),
+    submitGroup(waits, write) {
+      groupSize.observe(waits.length);
+      for (const w of waits) groupWait.observe(w);
+      groupWrite.observe(write);
+    },
   });
 
   return {

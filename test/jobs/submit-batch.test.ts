@@ -13,6 +13,7 @@ import { placeMany } from "../../src/domain/dispatch/dispatch.js";
 import { ledgerProblems, renterFunds } from "../../src/domain/money/ledger.js";
 import { prepareSubmit, submitMany, type SubmitInput, type SubmitIntent, type SubmitOutcome } from "../../src/domain/jobs/submit.js";
 import { SubmitBatcher } from "../../src/domain/jobs/submit-batcher.js";
+import { observeDomain } from "../../src/domain/shared/observe.js";
 import { toHttpError } from "../../src/http/errors.js";
 import { clearMarketplace } from "./helpers.js";
 
@@ -329,6 +330,27 @@ describe("SubmitBatcher", () => {
       holder.release();
     }
     expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("reports each group it commits: every submit's wait for its group, and the group's write", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await setGpus(provider.id, 8);
+    const groups: { waits: number[]; write: number }[] = [];
+    const unobserve = observeDomain({ submitGroup: (waits, write) => groups.push({ waits, write }) });
+    try {
+      const batcher = new SubmitBatcher(srv.sql, { maxBatch: 64, inFlight: 1 });
+      const intents = await Promise.all(Array.from({ length: 6 }, () => prepare(renter.id)));
+      // The first starts a group at once; the other five arrive while it is written and form the next.
+      await Promise.all(intents.map((i) => batcher.submit(i)));
+      expect(groups.map((g) => g.waits.length)).toEqual([1, 5]);
+      expect(groups[0].waits[0]).toBeLessThan(groups[0].write);
+      // Those of the second group waited for the whole first group to be written.
+      for (const w of groups[1].waits) expect(w).toBeGreaterThanOrEqual(groups[0].write * 0.9);
+      for (const g of groups) expect(g.write).toBeGreaterThan(0);
+    } finally {
+      unobserve();
+    }
   });
 
   it("fails only the submits that the database rejects; the rest of their batch is written", async () => {

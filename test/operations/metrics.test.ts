@@ -64,6 +64,7 @@ describe("metrics", () => {
       "svc_providers", "svc_daemon_streams_connected", "svc_heartbeats_total", "svc_job_settlements_total", "svc_ledger_moved_halala_total",
       "svc_webhook_outbox_pending", "svc_webhook_delivery_failures_total", "svc_v1_tokens_total", "svc_v1_upstream_errors_total",
       "svc_db_pool_max", "svc_db_pool_in_use", "svc_db_pool_idle", "svc_db_pool_waiting", "svc_db_figure_reads_total",
+      "svc_submit_group_size", "svc_submit_group_wait_seconds", "svc_submit_group_write_seconds",
       "nodejs_eventloop_lag_seconds", "process_cpu_user_seconds_total", "process_resident_memory_bytes", "nodejs_heap_size_used_bytes",
     ]) {
       expect(text, name).toContain(`# TYPE ${name} `);
@@ -130,6 +131,12 @@ describe("metrics", () => {
     expect(delta("svc_job_submits_total", { outcome: "assigned" })).toBe(1);
     expect(delta("svc_job_submits_total", { outcome: "queued" })).toBe(1);
     expect(delta("svc_job_submits_total", { outcome: "402" })).toBe(1);
+    // Three submits, one after another: three groups of one (the refused one was judged in its group).
+    expect(delta("svc_submit_group_size_count")).toBe(3);
+    expect(delta("svc_submit_group_size_sum")).toBe(3);
+    expect(delta("svc_submit_group_wait_seconds_count")).toBe(3);
+    expect(delta("svc_submit_group_write_seconds_count")).toBe(3);
+    expect(delta("svc_submit_group_write_seconds_sum")).toBeGreaterThan(0);
     expect(delta("svc_heartbeats_total", { protocol: "legacy" })).toBe(1);
     expect(delta("svc_heartbeats_total", { protocol: "stream" })).toBe(1);
     expect(delta("svc_job_settlements_total", { status: "completed", reason: "completed" })).toBe(1);

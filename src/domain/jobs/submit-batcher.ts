@@ -13,6 +13,7 @@
 // submits wait on.
 import { allInTransaction, type Sql } from "../../db/index.js";
 import { queueStandings } from "../dispatch/dispatch.js";
+import { reportSubmitGroup } from "../shared/observe.js";
 import { submitMany, type SubmitIntent, type Submitted } from "./submit.js";
 
 /** Most submits in one transaction: bounds a batch's time and its statements' parameters. */
@@ -24,6 +25,8 @@ export const BATCH_LOCK_TIMEOUT_MS = 2000;
 
 interface Waiting {
   intent: SubmitIntent;
+  /** performance.now() when it arrived. */
+  at: number;
   resolve: (s: Submitted) => void;
   reject: (e: unknown) => void;
 }
@@ -52,7 +55,7 @@ export class SubmitBatcher {
   /** Resolves with the written job once its batch committed; rejects with its refusal (402, 429, 404, 503) or failure. */
   submit(intent: SubmitIntent): Promise<Submitted> {
     return new Promise((resolve, reject) => {
-      this.waiting.push({ intent, resolve, reject });
+      this.waiting.push({ intent, at: performance.now(), resolve, reject });
       this.next();
     });
   }
@@ -71,6 +74,7 @@ export class SubmitBatcher {
   /** Writes a batch in the pipeline; one that fails as a whole is handed to split() and frees the pipeline at once. */
   private async write(batch: Waiting[]): Promise<void> {
     const intents = batch.map((w) => w.intent);
+    const started = performance.now();
     try {
       const outcomes = await this.sql.begin(async (tx) => {
         // The lock timeout goes out ahead of the batch's first statements (execute() sends it now),
@@ -79,12 +83,14 @@ export class SubmitBatcher {
         const [, written] = await allInTransaction([timeout, submitMany(tx, intents)]);
         return written;
       });
+      const writeSeconds = (performance.now() - started) / 1000;
       // A queued submit answers its place and why it waits: read for the batch's queued jobs together,
       // after the commit and outside the pipeline (the next batch does not wait for it).
       const queued = outcomes.flatMap((o) => (o.ok && o.submitted.job.status === "queued" ? [o.submitted.job] : []));
       const standings = queued.length === 0 ? undefined : queueStandings(this.sql, queued);
       standings?.catch(() => {}); // each queued submit awaits it and meets a failure there
       outcomes.forEach((o, i) => (o.ok ? batch[i].resolve(standings ? { ...o.submitted, standings } : o.submitted) : batch[i].reject(o.error)));
+      reportSubmitGroup(batch.map((w) => (started - w.at) / 1000), writeSeconds);
     } catch (err) {
       if (batch.length === 1 && (err as { code?: string } | null)?.code !== LOCK_NOT_AVAILABLE) batch[0].reject(err);
       else void this.split(batch);

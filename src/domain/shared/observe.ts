@@ -9,6 +9,11 @@ export interface DomainObserver {
   ledgerMoved?(kind: string, halala: number): void;
   /** A job ended: its terminal status and end reason (settlement.ts). */
   jobSettled?(status: string, reason: string): void;
+  /**
+   * A group of submits committed (submit-batcher.ts): how long each submit waited for its group to
+   * start (the group before it was in the database), and how long the group's transaction took.
+   */
+  submitGroup?(waitsSeconds: number[], writeSeconds: number): void;
 }
 
 const observers = new Set<DomainObserver>();
@@ -33,4 +38,9 @@ export function reportJobSettled(db: Db, status: string, reason: string): void {
   afterCommit(db, () => {
     for (const o of observers) o.jobSettled?.(status, reason);
   });
+}
+
+/** Called after the group's commit (the batcher's own transaction, not a caller's). */
+export function reportSubmitGroup(waitsSeconds: number[], writeSeconds: number): void {
+  for (const o of observers) o.submitGroup?.(waitsSeconds, writeSeconds);
 }
