@@ -3,7 +3,8 @@
 // coming online at once are all online and each is answered only after its
 // write committed; an admin suspension racing a first beat is ordered by the
 // row lock; one bad beat fails alone; providers that came online together are
-// each offered queued work before they are answered.
+// each offered queued work before they are answered; so is a provider still
+// marked online whose last beat is older than the live window.
 //
 // A group is made deterministic by holding the providers table against writes
 // (LOCK TABLE ... IN SHARE MODE) while the groups in flight wait (one lone
@@ -213,5 +214,36 @@ describe("state-changing beats in groups", () => {
     expect(jobs.map((j) => j.status)).toEqual(["pending", "pending"]);
     expect(jobs.every((j) => fresh.has(j.provider_id))).toBe(true);
     expect(new Set(jobs.map((j) => j.provider_id)).size).toBe(2);
+  });
+
+  it("a provider still marked online but not heard within the live window: its next beat is written before the answer, and it is offered queued work", async () => {
+    await takeProvidersOffline(srv); // the providers of the tests before
+    const silent = await newProvider(srv);
+    expect((await heartbeat(srv, silent.key)).status).toBe(200);
+    // A paused provider is supply that can come back, so the submit below queues.
+    const paused = await newProvider(srv);
+    expect((await heartbeat(srv, paused.key)).status).toBe(200);
+    expect((await api.post("/api/providers/pause", { key: paused.key })).status).toBe(200);
+    // Silent for five minutes, the sweep not there yet: still online, but not live.
+    await heardSecondsAgo(srv, silent.id, 300);
+    expect((await srv.sql`SELECT status FROM providers WHERE id = ${silent.id}`)[0].status).toBe("online");
+    const renter = await makeRenter(srv, 100_000);
+    const queued = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1 }, renter.headers);
+    expect(queued.status, queued.text).toBe(201);
+    expect(queued.body.job.status).toBe("queued");
+    // No process holds its state (as after the entry's time to live, or in another process).
+    heartbeatPipeline(srv.app.deps).cache.clear();
+
+    const groups = batcher().groups;
+    expect((await heartbeat(srv, silent.key)).status).toBe(200);
+    // Answered after its write: live for placement at once, and given the queued job.
+    const [row] = await srv.sql<{ heard: boolean }[]>`SELECT last_heartbeat > now() - interval '5 seconds' AS heard FROM providers WHERE id = ${silent.id}`;
+    expect(row.heard).toBe(true);
+    expect(batcher().groups).toBe(groups + 1);
+    const [job] = await srv.sql<{ status: string; provider_id: number }[]>`SELECT status, provider_id FROM jobs WHERE job_id = ${queued.body.job.job_id}`;
+    expect(job).toEqual({ status: "pending", provider_id: silent.id });
+    // Its next beat is an ordinary one again.
+    expect((await heartbeat(srv, silent.key)).status).toBe(200);
+    expect(batcher().groups).toBe(groups + 1);
   });
 });

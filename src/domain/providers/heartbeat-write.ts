@@ -10,6 +10,7 @@
 // the provider.
 import type { Sql } from "../../db/index.js";
 import { REPUTATION_REFRESH_SECONDS } from "./reputation.js";
+import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 
 /** A heartbeat after lenient parsing; undefined members were not reported. */
 export interface HeartbeatInput {
@@ -161,6 +162,8 @@ export interface StateRow {
   rejection_reason: string | null;
   suspended_reason: string | null;
   reputation_due: boolean;
+  /** Heard within the live window before this beat (else it was not live, whatever its status said). */
+  was_heard: boolean;
   new_status: string | null;
   new_paused: boolean | null;
   new_preload: string | null;
@@ -179,7 +182,8 @@ export function writeStateRows(sql: Sql, entries: [number, BeatSpan][], skipLock
     WITH v AS (${beatsSql(sql, entries)}
     ), prev AS MATERIALIZED (
       SELECT p.id, p.status, p.approval_status, p.rejection_reason, p.suspended_reason,
-             p.uptime_hour, p.uptime_hour_seconds, ${reputationDueSql(sql)}
+             p.uptime_hour, p.uptime_hour_seconds, ${reputationDueSql(sql)},
+             coalesce(p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}), false) AS was_heard
       FROM providers p JOIN v ON v.id = p.id
       ORDER BY p.id FOR NO KEY UPDATE OF p ${skipLocked ? sql`SKIP LOCKED` : sql``}
     ), upd AS (
@@ -197,7 +201,7 @@ export function writeStateRows(sql: Sql, entries: [number, BeatSpan][], skipLock
     ), done AS (
       ${finishedHours(sql, sql`SELECT prev.id, prev.uptime_hour AS old_hour, prev.uptime_hour_seconds AS old_seconds, upd.uptime_hour AS new_hour FROM prev JOIN upd ON upd.id = prev.id`)}
     )
-    SELECT prev.id, prev.status, prev.approval_status, prev.rejection_reason, prev.suspended_reason, prev.reputation_due,
+    SELECT prev.id, prev.status, prev.approval_status, prev.rejection_reason, prev.suspended_reason, prev.reputation_due, prev.was_heard,
            upd.status AS new_status, upd.is_paused AS new_paused, upd.preload_model AS new_preload,
            upd.daemon_version AS new_daemon_version
     FROM prev LEFT JOIN upd ON upd.id = prev.id`;

@@ -3,7 +3,8 @@
 //
 // Write path, built for 100,000 providers beating every 30 s (3,300/s), and
 // for all of them coming back at once after an outage:
-// - A heartbeat that changes state (first beat, offline -> online) is
+// - A heartbeat that changes state (first beat, offline -> online, or the
+//   first after the live window while still marked online) is
 //   written before it is acknowledged, grouped with the other state-changing
 //   beats that arrive meanwhile (src/domain/providers/state-beats.ts): one
 //   statement per group, committed before any of its beats is answered; the
@@ -30,6 +31,7 @@ import { refreshReputation } from "./reputation.js";
 import { updateSignals } from "./versions.js";
 import { mergeInput as merge, writeTelemetryRows, type HeartbeatInput, type StateRow } from "./heartbeat-write.js";
 import { StateBeatBatcher } from "./state-beats.js";
+import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 
 export type { HeartbeatInput } from "./heartbeat-write.js";
 
@@ -190,11 +192,20 @@ export class HeartbeatPipeline {
     return this.recordNow(providerId, input, now);
   }
 
-  /** Reads the provider's current state into the cache; undefined when it does not exist. */
+  /**
+   * Reads the provider's current state into the cache; undefined when it does not exist, or when it
+   * was last heard longer ago than the live window (still marked online, the sweep not there yet):
+   * such a beat makes it live again, so it goes to the state-changing write and is answered once
+   * placement can see it, like a first beat.
+   */
   private async load(providerId: number, now: number): Promise<ProviderState | undefined> {
-    const [row] = await this.deps.sql<{ approval_status: string; status: string; is_paused: boolean; preload_model: string | null; daemon_version: string | null }[]>`
-      SELECT approval_status, status, is_paused, preload_model, daemon_version FROM providers WHERE id = ${providerId}`;
-    if (!row) return undefined;
+    const [row] = await this.deps.sql<
+      { approval_status: string; status: string; is_paused: boolean; preload_model: string | null; daemon_version: string | null; heard: boolean }[]
+    >`
+      SELECT approval_status, status, is_paused, preload_model, daemon_version,
+             coalesce(last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}), false) AS heard
+      FROM providers WHERE id = ${providerId}`;
+    if (!row || !row.heard) return undefined;
     const state: ProviderState = {
       approvalStatus: row.approval_status,
       status: row.status,
@@ -231,7 +242,7 @@ export class HeartbeatPipeline {
         continue;
       }
       this.cache.set(row.id, stateOf(row, now));
-      if (row.status !== "online" && row.new_status === "online") cameOnline.push(row.id);
+      if (row.new_status === "online" && (row.status !== "online" || !row.was_heard)) cameOnline.push(row.id);
       // Derived figures, not state: recomputed by the next batch write.
       if (row.reputation_due) this.reputationDue.add(row.id);
     }
