@@ -299,7 +299,7 @@ async function fillFirstPage(side: Side) {
   const port = side.servers.ports[0];
   const submit = { job_type: "benchmark", duration_minutes: 0.01, params: { suite: "quick" } };
   const req = [request(port, "POST", "/api/jobs/submit", { "x-renter-key": renterKey(LIGHT_RENTERS[0]) }, submit)];
-  // Until 50 were taken: a server may answer 503 (no provider) until it has seen the beats above.
+  // Until 50 were taken, so that the page is full whatever a submit was answered.
   for (let taken = 0, tries = 0; taken < 50; tries++) {
     if (tries === 20) throw new Error(`${side.name}: the light renter's submits were refused`);
     taken += (await loop(port, req, 1, { count: 50 - taken })).statuses["201"] ?? 0;
