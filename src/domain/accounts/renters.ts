@@ -107,21 +107,23 @@ export async function renterQuota(db: Db, renterId: number) {
 }
 
 /**
- * How many jobs one renter (or every renter) has, in one status or in all, as
- * a SQL expression (a bigint). Ended jobs come from renter_job_ends, kept by a
- * trigger on jobs (migration 031), so no code path can forget to bump it;
- * active ones (queued, pending, running) are counted, and they are few
- * whatever the history. So the cost does not grow with the renter's ended jobs.
+ * How many jobs one renter (or every renter) has, in one status or in all, of
+ * one job type or of all, as a SQL expression (a bigint). Ended jobs come from
+ * renter_job_ends, kept by a trigger on jobs (migrations 030 and 042), so no
+ * code path can forget to bump it; active ones (queued, pending, running) are
+ * counted, and they are few whatever the history. So the cost does not grow
+ * with the ended jobs.
  */
-export function jobCountSql(db: Db, f: { renterId?: number | ReturnType<Sql>; status?: string }) {
+export function jobCountSql(db: Db, f: { renterId?: number | ReturnType<Sql>; status?: string; jobType?: string }) {
   const ended = !f.status || (TERMINAL_STATUSES as readonly string[]).includes(f.status);
   const active = !f.status || (ACTIVE_STATUSES as readonly string[]).includes(f.status);
   const renter = f.renterId === undefined ? db`` : db`AND renter_id = ${f.renterId}`;
-  const endedSql = db`(SELECT coalesce(sum(jobs), 0) FROM renter_job_ends WHERE status = ANY(${f.status ? [f.status] : [...TERMINAL_STATUSES]}::text[]) ${renter})`;
+  const jobType = f.jobType === undefined ? db`` : db`AND job_type = ${f.jobType}`;
+  const endedSql = db`(SELECT coalesce(sum(jobs), 0) FROM renter_job_ends WHERE status = ANY(${f.status ? [f.status] : [...TERMINAL_STATUSES]}::text[]) ${renter} ${jobType})`;
   // All active statuses as literals (constants), so that every plan, generic ones too, reads the
   // partial index of active jobs (migration 033) instead of filtering the renter's whole history.
   const activeStatus = f.status ? db`status = ${f.status}` : db`status IN (${db.unsafe(ACTIVE_STATUSES.map((s) => `'${s}'`).join(", "))})`;
-  const activeSql = db`(SELECT count(*) FROM jobs WHERE ${activeStatus} ${renter})`;
+  const activeSql = db`(SELECT count(*) FROM jobs WHERE ${activeStatus} ${renter} ${jobType})`;
   return db`(${ended ? endedSql : db`0`} + ${active ? activeSql : db`0`})::bigint`;
 }
 

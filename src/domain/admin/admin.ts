@@ -108,9 +108,9 @@ export async function listJobs(
       ${f.renterId ? db`AND renter_id = ${f.renterId}` : db``}
       ${f.providerId ? db`AND provider_id = ${f.providerId}` : db``}
       ${jobType ? db`AND job_type = ${jobType}` : db``}`;
-  // By renter and status alone, the total comes from the ended jobs' counters (jobCountSql), not
-  // from counting every matching job of the history; other filters are counted.
-  const total = f.providerId || jobType ? db`(SELECT count(*) FROM jobs ${where()})` : jobCountSql(db, { renterId: f.renterId || undefined, status });
+  // By renter, status and job type, the total comes from the ended jobs' counters (jobCountSql), not
+  // from counting every matching job of the history; by provider it is counted (that provider's jobs).
+  const total = f.providerId ? db`(SELECT count(*) FROM jobs ${where()})` : jobCountSql(db, { renterId: f.renterId || undefined, status, jobType });
   const [rows, [c]] = await Promise.all([
     db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
     db<{ n: number }[]>`SELECT ${total} AS n`,
