@@ -21,7 +21,7 @@ import { ADMIN, seedJob, settleJob } from "./helpers.js";
  * this test-only reset.
  */
 const sqlText = {
-  everything: "TRUNCATE renters, providers, jobs, ledger_transfers, api_keys, renter_quota, job_attempts, job_logs CASCADE",
+  everything: "TRUNCATE renters, providers, jobs, job_ends, ledger_transfers, api_keys, renter_quota, job_attempts, job_logs CASCADE",
   providers: "TRUNCATE providers CASCADE",
 };
 async function wipe(srv: { sql: { begin: (fn: (tx: any) => Promise<unknown>) => Promise<unknown> } }, statement: string): Promise<void> {

@@ -73,6 +73,18 @@ async function endsFromCounter(db: Sql, renterId: number) {
     SELECT status, job_type, jobs AS n FROM renter_job_ends WHERE renter_id = ${renterId} AND jobs > 0 ORDER BY 1, 2`;
 }
 
+/** The platform's counter against the rows, shard by shard (a job counts in the shard of its id). */
+async function platformEnds(db: Sql) {
+  const [fromJobs, fromCounter] = await Promise.all([
+    db<{ status: string; job_type: string; shard: number; n: number }[]>`
+      SELECT status, job_type, (id % 16)::int AS shard, count(*)::bigint AS n FROM jobs WHERE status IN ('completed', 'failed', 'cancelled')
+      GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
+    db<{ status: string; job_type: string; shard: number; n: number }[]>`
+      SELECT status, job_type, shard::int AS shard, jobs AS n FROM job_ends WHERE jobs > 0 ORDER BY 1, 2, 3`,
+  ]);
+  return { fromJobs: [...fromJobs], fromCounter: [...fromCounter] };
+}
+
 /** Entries and rows a transaction read from a table and its indexes so far (this transaction's statistics). */
 async function readFrom(tx: Tx, table: string): Promise<number> {
   const [r] = await tx<{ n: number }[]>`
@@ -156,6 +168,9 @@ describe("ended jobs counter", () => {
     await sql`DELETE FROM jobs WHERE id = ${a}`;
     expect(await endsFromCounter(sql, r.id)).toEqual(await endsFromJobs(sql, r.id));
     expect(await renterJobCount(sql, r.id)).toBe(3);
+    const platform = await platformEnds(sql);
+    expect(platform.fromCounter.length).toBeGreaterThan(0);
+    expect(platform.fromCounter).toEqual(platform.fromJobs);
   });
 
   it("the admin job list's totals by renter, status and job type are the rows', read without the history", async () => {
@@ -186,6 +201,15 @@ describe("ended jobs counter", () => {
       }
     }
     expect(await fromRows({ renterId: r.id, jobType: "rendering" })).toBe(41);
+    const platform = await platformEnds(sql);
+    expect(platform.fromCounter).toEqual(platform.fromJobs);
+    // Every renter's total by type reads the platform's counter (at most 16 rows per status and type), not every renter's.
+    const everyRenterRead = await sql.begin(async (tx) => {
+      const before = await readFrom(tx, "renter_job_ends");
+      await tx`SELECT ${jobCountSql(tx, { jobType: "rendering" })} AS n`;
+      return (await readFrom(tx, "renter_job_ends")) - before;
+    });
+    expect(everyRenterRead).toBe(0);
     // The total of one renter's jobs of one type visits its active jobs, not its 40 ended ones.
     const countRead = await sql.begin(async (tx) => {
       await tx`SET LOCAL enable_seqscan = off`;
@@ -280,6 +304,10 @@ describe("backfill", () => {
         { status: "failed", job_type: "benchmark", n: 1 },
       ]);
       expect(Number((await listAdminJobs(pool, { renterId: renter, jobType: "rendering", limit: 10, offset: 0 })).total)).toBe(4);
+      expect(Number((await listAdminJobs(pool, { jobType: "rendering", status: "completed", limit: 10, offset: 0 })).total)).toBe(2);
+      const platform = await platformEnds(pool);
+      expect(platform.fromCounter.reduce((n, r) => n + Number(r.n), 0)).toBe(5);
+      expect(platform.fromCounter).toEqual(platform.fromJobs);
     } finally {
       await pool.end();
       await db.drop();

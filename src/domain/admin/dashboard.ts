@@ -2,7 +2,7 @@
 // (a REPEATABLE READ transaction, so the counts agree with each other).
 // "today" is the current UTC day.
 // Nothing here reads the history whole (the console reads it every 10 s): the
-// job counts are the ended jobs' counters (renter_job_ends) plus the active
+// job counts are the ended jobs' counter (job_ends) plus the active
 // jobs; all-time revenue is what renters were charged (renters.total_spent_halala)
 // and the fees what of it providers did not earn (providers.total_earnings_halala),
 // both written by the two charging paths (settle, chargeTokenUsage) with their
@@ -72,7 +72,7 @@ export async function dashboardIn(tx: Tx): Promise<MessageInitShape<typeof GetDa
          (SELECT coalesce(sum(jobs), 0)::bigint AS ended,
                  coalesce(sum(jobs) FILTER (WHERE status = 'completed'), 0)::bigint AS completed,
                  coalesce(sum(jobs) FILTER (WHERE status = 'failed'), 0)::bigint AS failed
-          FROM renter_job_ends) e,
+          FROM job_ends) e,
          (SELECT count(*)::bigint AS n FROM jobs WHERE status IN ('queued', 'pending', 'running')) a,
          (SELECT coalesce(sum(amount), 0)::bigint AS revenue,
                  coalesce(sum(amount) FILTER (WHERE kind IN (${tx.unsafe(PLATFORM_FEE_KINDS_SQL)})), 0)::bigint AS fees
