@@ -498,15 +498,27 @@ export function buildProgram(): Command {
     });
   admin
     .command("jobs")
-    .description("every job")
+    .description("every job, newest first, with the total that matches the filters")
     .option("--status <status>")
+    .option("--type <job_type>", "one job type")
+    .option("--renter <id>", "one renter's", int("--renter"))
+    .option("--provider <id>", "one provider's", int("--provider"))
     .option("--limit <n>", "how many", int("--limit"), 50)
-    .action(async (o: { status?: string; limit: number }) => {
+    .option("--offset <n>", "skip this many", int("--offset"), 0)
+    .action(async (o: { status?: string; type?: string; renter?: number; provider?: number; limit: number; offset: number }) => {
       const { c } = session("admin");
-      const r = await c.admin.listJobs({ status: o.status, limit: o.limit });
-      show(r, () =>
-        printTable(r.jobs, [["job", (j) => j.jobId], ["type", (j) => j.jobType], ["status", (j) => statusColour(j.status)], ["renter", (j) => j.renterId], ["provider", (j) => j.providerId], ["submitted", (j) => j.submittedAt]]),
-      );
+      const r = await c.admin.listJobs({
+        status: o.status,
+        jobType: o.type,
+        renterId: o.renter === undefined ? undefined : BigInt(o.renter),
+        providerId: o.provider === undefined ? undefined : BigInt(o.provider),
+        limit: o.limit,
+        offset: o.offset,
+      });
+      show(r, () => {
+        printTable(r.jobs, [["job", (j) => j.jobId], ["type", (j) => j.jobType], ["status", (j) => statusColour(j.status)], ["renter", (j) => j.renterId], ["provider", (j) => j.providerId], ["submitted", (j) => j.submittedAt]]);
+        console.log(`${o.offset + r.jobs.length > 0 ? `${o.offset + 1}-${o.offset + r.jobs.length}` : "none"} of ${r.total}`);
+      });
     });
   admin
     .command("audit")

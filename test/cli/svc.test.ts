@@ -7,6 +7,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ADMIN_TOKEN } from "../helpers/server.js";
+import { seedJob } from "../admin/helpers.js";
 import { useTsDaemonServer } from "../daemon/ts-harness.js";
 import { tempDir, waitFor, writeExecutable } from "../daemon/helpers.js";
 
@@ -189,6 +190,19 @@ describe("svc", { timeout: 180_000 }, () => {
     expect(approve.code, approve.stderr).toBe(0);
     const status = await svc(["--json", "provider", "status"], { home, env: { SVC_URL: h.srv.url, SVC_KEY: pending.key } });
     expect(JSON.parse(status.stdout).provider.provider).toMatchObject({ id: pending.id, approvalStatus: "approved" });
+    // The job list, by renter and type, with its total.
+    const lister = await makeRenter(h.srv, 10_000);
+    for (const jobType of ["training", "rendering", "training"]) await seedJob(h.srv, { renterId: lister.id, status: "queued", jobType });
+    const jobs = await svc(["admin", "jobs", "--renter", String(lister.id), "--type", "training", "--limit", "1"], { home, env: adminEnv });
+    expect(jobs.code, jobs.stderr).toBe(0);
+    expect(jobs.stdout).toMatch(/training/);
+    expect(jobs.stdout).not.toMatch(/rendering/);
+    expect(jobs.stdout).toMatch(/1-1 of 2/);
+    const jobsJson = JSON.parse((await svc(["--json", "admin", "jobs", "--renter", String(lister.id), "--offset", "1"], { home, env: adminEnv })).stdout);
+    expect(jobsJson.total).toBe(3);
+    expect(jobsJson.jobs).toHaveLength(2);
+    const badRenter = await svc(["admin", "jobs", "--renter", "x"], { home, env: adminEnv });
+    expect(badRenter.stderr).toMatch(/--renter must be an integer/);
   });
 
   it("draws the progress bar in a real terminal: it reaches 100% and leaves the cursor shown", async () => {
