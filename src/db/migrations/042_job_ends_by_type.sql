@@ -6,9 +6,13 @@
 --
 -- renter_job_ends gains the type. The platform's totals (every renter: the
 -- dashboard, the operator's lists) get their own counter, job_ends, so that
--- they read a few rows instead of summing every renter's; it is kept in 16
--- shards (by job id) so that jobs ending at once do not all wait for one row's
--- lock. A job's end and its undoing land on the same shard.
+-- they read a few rows instead of summing every renter's. It is kept in 16
+-- shards, each connection writing its own (its backend pid's): jobs ending at
+-- once on different connections do not wait for one row's lock, and a
+-- transaction that ends many jobs holds one shard's rows, so two such
+-- transactions do not lock shards in opposite orders. The count is the sum of
+-- the shards; one shard may go below zero (an end undone on another
+-- connection than the one that counted it).
 --
 -- Both are recounted from the jobs in one pass, with their writes held
 -- meanwhile (the lock): a job that ended while the count ran would be counted
@@ -25,7 +29,7 @@ CREATE TABLE job_ends (
   status    text     NOT NULL CHECK (status IN ('completed', 'failed', 'cancelled')),
   job_type  text     NOT NULL,
   shard     smallint NOT NULL CHECK (shard >= 0 AND shard < 16),
-  jobs      bigint   NOT NULL CHECK (jobs >= 0),
+  jobs      bigint   NOT NULL,
   PRIMARY KEY (status, job_type, shard)
 );
 
@@ -44,13 +48,13 @@ BEGIN
   IF TG_OP <> 'INSERT' AND OLD.status IN ('completed', 'failed', 'cancelled') THEN
     UPDATE renter_job_ends SET jobs = jobs - 1
     WHERE renter_id = OLD.renter_id AND status = OLD.status AND job_type = OLD.job_type;
-    UPDATE job_ends SET jobs = jobs - 1
-    WHERE status = OLD.status AND job_type = OLD.job_type AND shard = OLD.id % 16;
+    INSERT INTO job_ends (status, job_type, shard, jobs) VALUES (OLD.status, OLD.job_type, pg_backend_pid() % 16, -1)
+    ON CONFLICT (status, job_type, shard) DO UPDATE SET jobs = job_ends.jobs - 1;
   END IF;
   IF TG_OP <> 'DELETE' AND NEW.status IN ('completed', 'failed', 'cancelled') THEN
     INSERT INTO renter_job_ends (renter_id, status, job_type, jobs) VALUES (NEW.renter_id, NEW.status, NEW.job_type, 1)
     ON CONFLICT (renter_id, status, job_type) DO UPDATE SET jobs = renter_job_ends.jobs + 1;
-    INSERT INTO job_ends (status, job_type, shard, jobs) VALUES (NEW.status, NEW.job_type, NEW.id % 16, 1)
+    INSERT INTO job_ends (status, job_type, shard, jobs) VALUES (NEW.status, NEW.job_type, pg_backend_pid() % 16, 1)
     ON CONFLICT (status, job_type, shard) DO UPDATE SET jobs = job_ends.jobs + 1;
   END IF;
   RETURN NULL;
