@@ -4,8 +4,8 @@
 // over `days` of submit times, each with its attempts, its hold and the
 // ledger entries its end moved (the hold, the settlement's provider share,
 // platform fee and released rest, or the whole hold released), the kept
-// balances and the counters (renter_daily_jobs, renter_job_ends, job_ends, totals) set to match. The
-// ledger audit finds these books sound.
+// balances and the counters (renter_daily_jobs, the ended jobs' counters,
+// totals) set to match. The ledger audit finds these books sound.
 //
 // Who ran what: renter 1 submitted 10% of all jobs (1,000,000 of 10,000,000),
 // renters 2-5 1% each, the rest spread evenly over the other renters;
@@ -301,6 +301,10 @@ export async function seedHistory(sql: Sql, shape: SeedShape, note: (msg: string
       await tx`
         INSERT INTO job_ends (status, job_type, shard, jobs)
         SELECT status, job_type, id % 16, count(*) FROM jobs WHERE status IN ('completed', 'failed', 'cancelled') GROUP BY 1, 2, 3`;
+      await tx`
+        INSERT INTO provider_job_ends (provider_id, status, job_type, jobs)
+        SELECT provider_id, status, job_type, count(*) FROM jobs
+        WHERE status IN ('completed', 'failed', 'cancelled') AND provider_id IS NOT NULL GROUP BY 1, 2, 3`;
       step("balances and counters");
       for (const def of rebuild) await tx.unsafe(def);
       step("indexes rebuilt");

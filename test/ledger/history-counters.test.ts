@@ -9,7 +9,8 @@ import { connect, type Sql, type Tx } from "../../src/db/index.js";
 import { migrate } from "../../src/db/migrate.js";
 import { accountId, CHARGE_KINDS, credit, hold, settle, transfer } from "../../src/domain/money/ledger.js";
 import { quotaUsage } from "../../src/domain/money/quota.js";
-import { jobCountSql, renterJobCount } from "../../src/domain/accounts/renters.js";
+import { renterJobCount } from "../../src/domain/accounts/renters.js";
+import { jobCountSql } from "../../src/domain/shared/job-counts.js";
 import { listJobs } from "../../src/domain/jobs/jobs.js";
 import { listJobs as listAdminJobs } from "../../src/domain/admin/admin.js";
 import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
@@ -28,10 +29,10 @@ afterAll(async () => {
 });
 
 let seq = 0;
-async function newJob(db: Sql, renterId: number, status = "queued", cost = 100, jobType = "training"): Promise<number> {
+async function newJob(db: Sql, renterId: number, status = "queued", cost = 100, jobType = "training", providerId: number | null = null): Promise<number> {
   const [j] = await db<{ id: number }[]>`
-    INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
-    VALUES (${`job-counters-${process.pid}-${++seq}`}, ${renterId}, ${jobType}, ${status}, 1, 600, 25, ${cost}) RETURNING id`;
+    INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala, provider_id)
+    VALUES (${`job-counters-${process.pid}-${++seq}`}, ${renterId}, ${jobType}, ${status}, 1, 600, 25, ${cost}, ${providerId}) RETURNING id`;
   return j.id;
 }
 
@@ -71,6 +72,17 @@ async function endsFromJobs(db: Sql, renterId: number) {
 async function endsFromCounter(db: Sql, renterId: number) {
   return db<{ status: string; job_type: string; n: number }[]>`
     SELECT status, job_type, jobs AS n FROM renter_job_ends WHERE renter_id = ${renterId} AND jobs > 0 ORDER BY 1, 2`;
+}
+
+async function providerEnds(db: Sql, providerId: number) {
+  const [fromJobs, fromCounter] = await Promise.all([
+    db<{ status: string; job_type: string; n: number }[]>`
+      SELECT status, job_type, count(*)::bigint AS n FROM jobs WHERE provider_id = ${providerId} AND status IN ('completed', 'failed', 'cancelled')
+      GROUP BY 1, 2 ORDER BY 1, 2`,
+    db<{ status: string; job_type: string; n: number }[]>`
+      SELECT status, job_type, jobs AS n FROM provider_job_ends WHERE provider_id = ${providerId} AND jobs > 0 ORDER BY 1, 2`,
+  ]);
+  return { fromJobs: [...fromJobs], fromCounter: [...fromCounter] };
 }
 
 /** The platform's counter (the sum of its shards) against the rows, by status and type. */
@@ -171,6 +183,52 @@ describe("ended jobs counter", () => {
     const platform = await platformEnds(sql);
     expect(platform.fromCounter.length).toBeGreaterThan(0);
     expect(platform.fromCounter).toEqual(platform.fromJobs);
+  });
+
+  it("counts a provider's ended jobs through ends, a change of provider and deletes, and its total reads none of them", async () => {
+    const r = await makeRenter(srv);
+    const [p1, p2] = [await makeProvider(srv), await makeProvider(srv)];
+    const a = await newJob(sql, r.id, "pending", 100, "benchmark", p1.id);
+    const b = await newJob(sql, r.id, "pending", 100, "training", p1.id);
+    const c = await newJob(sql, r.id, "completed", 100, "benchmark", p2.id); // written ended
+    const d = await newJob(sql, r.id, "queued", 100, "benchmark");
+    await sql`UPDATE jobs SET status = 'completed' WHERE id = ${a}`;
+    await sql`UPDATE jobs SET status = 'cancelled' WHERE id = ${b}`;
+    await sql`UPDATE jobs SET status = 'cancelled' WHERE id = ${d}`; // never held a provider: no provider's count
+    for (const p of [p1, p2]) {
+      const ends = await providerEnds(sql, p.id);
+      expect(ends.fromCounter).toEqual(ends.fromJobs);
+    }
+    expect((await providerEnds(sql, p1.id)).fromCounter).toHaveLength(2);
+    await sql`UPDATE jobs SET provider_id = ${p2.id} WHERE id = ${a}`; // an ended job's provider changed
+    await sql`DELETE FROM jobs WHERE id = ${c}`;
+    for (const p of [p1, p2]) {
+      const ends = await providerEnds(sql, p.id);
+      expect(ends.fromCounter).toEqual(ends.fromJobs);
+    }
+    // Many ended jobs: the provider's total reads its counter and its active jobs, not its history.
+    await sql`
+      INSERT INTO jobs (job_id, renter_id, provider_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala, submitted_at)
+      SELECT 'job-prov-' || ${p1.id} || '-' || g, ${r.id}, ${p1.id}, 'training', (ARRAY['completed', 'failed', 'cancelled'])[1 + g % 3], 1, 600, 25, 25,
+             now() - make_interval(mins => g)
+      FROM generate_series(1, 90) g`;
+    await newJob(sql, r.id, "pending", 100, "training", p1.id);
+    await sql`ANALYZE jobs`;
+    const reader = { role: "provider" as const, providerId: p1.id };
+    // One snapshot for the page and the rows: the server's dispatch may give p1 a queued job of an earlier test meanwhile.
+    const { page, rows, countRead } = await sql.begin("isolation level repeatable read", async (tx) => {
+      await tx`SET LOCAL enable_seqscan = off`;
+      await tx`SET LOCAL enable_bitmapscan = off`;
+      const page = await listJobs(tx, reader, { limit: 5, offset: 0 });
+      const before = await readFrom(tx, "jobs");
+      await tx`SELECT ${jobCountSql(tx, { providerId: p1.id })} AS n`;
+      const countRead = (await readFrom(tx, "jobs")) - before;
+      const [c] = await tx<{ n: number }[]>`SELECT count(*)::bigint AS n FROM jobs WHERE provider_id = ${p1.id}`;
+      return { page, rows: Number(c.n), countRead };
+    });
+    expect(page.total).toBe(rows);
+    expect(rows).toBeGreaterThanOrEqual(92);
+    expect(countRead).toBeLessThan(5);
   });
 
   it("jobs ending at once on two connections do not wait for each other's count, and an end undone elsewhere still sums", async () => {
@@ -332,8 +390,10 @@ describe("backfill", () => {
     try {
       await migrate(pool, { through: 41 });
       const [{ id: renter }] = await pool<{ id: number }[]>`INSERT INTO renters (name, email) VALUES ('Typed', 'typed@example.com') RETURNING id`;
+      const [{ id: provider }] = await pool<{ id: number }[]>`
+        INSERT INTO providers (name, email, gpu_model, os) VALUES ('Old GPU', 'gpu@example.com', 'RTX 4090', 'linux') RETURNING id`;
       const rows = [["completed", "training"], ["completed", "rendering"], ["completed", "rendering"], ["failed", "benchmark"], ["cancelled", "rendering"], ["queued", "rendering"]];
-      for (const [status, jobType] of rows) await newJob(pool, renter, status, 100, jobType);
+      for (const [status, jobType] of rows) await newJob(pool, renter, status, 100, jobType, status === "completed" ? provider : null);
       expect(await migrate(pool)).toEqual([42]);
       expect(await endsFromCounter(pool, renter)).toEqual([
         { status: "cancelled", job_type: "rendering", n: 1 },
@@ -346,6 +406,10 @@ describe("backfill", () => {
       const platform = await platformEnds(pool);
       expect(platform.fromCounter.reduce((n, r) => n + Number(r.n), 0)).toBe(5);
       expect(platform.fromCounter).toEqual(platform.fromJobs);
+      expect((await providerEnds(pool, provider)).fromCounter).toEqual([
+        { status: "completed", job_type: "rendering", n: 2 },
+        { status: "completed", job_type: "training", n: 1 },
+      ]);
     } finally {
       await pool.end();
       await db.drop();

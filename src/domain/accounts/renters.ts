@@ -8,7 +8,7 @@ import { credit, openRenterAccounts, renterFundsOf } from "../money/ledger.js";
 import { iso } from "../shared/validate.js";
 import { DEFAULT_QUOTA } from "../money/quota.js";
 import { newWebhookSecret } from "../notify/webhooks.js";
-import { ACTIVE_STATUSES, TERMINAL_STATUSES } from "../shared/job-row.js";
+import { jobCountSql } from "../shared/job-counts.js";
 
 /** Defaults for a new renter's quota; admins override per renter. */
 
@@ -104,32 +104,6 @@ export async function renterQuota(db: Db, renterId: number) {
     dailyJobsLimit: q?.daily_jobs_limit ?? DEFAULT_QUOTA.dailyJobsLimit,
     monthlySpendLimitHalala: q?.monthly_spend_limit_halala ?? DEFAULT_QUOTA.monthlySpendLimitHalala,
   };
-}
-
-/**
- * How many jobs one renter (or every renter) has, in one status or in all, of
- * one job type or of all, as a SQL expression (a bigint). Ended jobs come from
- * renter_job_ends (or job_ends, the platform's), kept by a trigger on jobs
- * (migrations 030 and 042), so no code path can forget to bump them; active ones (queued, pending, running) are
- * counted, and they are few whatever the history. So the cost does not grow
- * with the ended jobs.
- */
-export function jobCountSql(db: Db, f: { renterId?: number | ReturnType<Sql>; status?: string; jobType?: string }) {
-  const ended = !f.status || (TERMINAL_STATUSES as readonly string[]).includes(f.status);
-  const active = !f.status || (ACTIVE_STATUSES as readonly string[]).includes(f.status);
-  const renter = f.renterId === undefined ? db`` : db`AND renter_id = ${f.renterId}`;
-  const jobType = f.jobType === undefined ? db`` : db`AND job_type = ${f.jobType}`;
-  const endedStatus = db`status = ANY(${f.status ? [f.status] : [...TERMINAL_STATUSES]}::text[])`;
-  // Every renter's: the platform's counter (a few rows), not the sum of each renter's.
-  const endedSql =
-    f.renterId === undefined
-      ? db`(SELECT coalesce(sum(jobs), 0) FROM job_ends WHERE ${endedStatus} ${jobType})`
-      : db`(SELECT coalesce(sum(jobs), 0) FROM renter_job_ends WHERE ${endedStatus} ${renter} ${jobType})`;
-  // All active statuses as literals (constants), so that every plan, generic ones too, reads the
-  // partial index of active jobs (migration 033) instead of filtering the renter's whole history.
-  const activeStatus = f.status ? db`status = ${f.status}` : db`status IN (${db.unsafe(ACTIVE_STATUSES.map((s) => `'${s}'`).join(", "))})`;
-  const activeSql = db`(SELECT count(*) FROM jobs WHERE ${activeStatus} ${renter} ${jobType})`;
-  return db`(${ended ? endedSql : db`0`} + ${active ? activeSql : db`0`})::bigint`;
 }
 
 /** Jobs the renter ever submitted (jobCountSql). */

@@ -9,7 +9,8 @@ import { badRequest, notFound } from "../../errors.js";
 import { accountKeysChanged } from "../accounts/invalidation.js";
 import { JOB_SUMMARY_COLUMNS, type JobSummaryRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
-import { jobCountSql, type RenterRow } from "../accounts/renters.js";
+import { type RenterRow } from "../accounts/renters.js";
+import { jobCountSql } from "../shared/job-counts.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
 
 export const RENTER_STATUSES = ["active", "suspended"] as const;
@@ -108,9 +109,12 @@ export async function listJobs(
       ${f.renterId ? db`AND renter_id = ${f.renterId}` : db``}
       ${f.providerId ? db`AND provider_id = ${f.providerId}` : db``}
       ${jobType ? db`AND job_type = ${jobType}` : db``}`;
-  // By renter, status and job type, the total comes from the ended jobs' counters (jobCountSql), not
-  // from counting every matching job of the history; by provider it is counted (that provider's jobs).
-  const total = f.providerId ? db`(SELECT count(*) FROM jobs ${where()})` : jobCountSql(db, { renterId: f.renterId || undefined, status, jobType });
+  // The total comes from the ended jobs' counters (jobCountSql), not from counting every matching job
+  // of the history; by renter and provider at once it is counted (that provider's jobs of the renter).
+  const total =
+    f.providerId && f.renterId
+      ? db`(SELECT count(*) FROM jobs ${where()})`
+      : jobCountSql(db, { renterId: f.renterId || undefined, providerId: f.providerId || undefined, status, jobType });
   const [rows, [c]] = await Promise.all([
     db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
     db<{ n: number }[]>`SELECT ${total} AS n`,

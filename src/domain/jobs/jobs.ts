@@ -11,7 +11,7 @@ import { explainQueue, explainQueues, type QueueReason } from "../dispatch/dispa
 import { iso } from "../shared/validate.js";
 import { actualCostHalala, actualMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
-import { jobCountSql } from "../accounts/renters.js";
+import { jobCountSql } from "../shared/job-counts.js";
 
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
@@ -152,15 +152,16 @@ export async function listJobs(
         : reader.role === "admin"
           ? db`true`
           : db`false`;
-  // The total in the same statement (one snapshot with the rows). A renter's and the admin's
-  // come from the ended jobs' counters (jobCountSql), not from visiting every row of the
-  // history; a provider's (the jobs it holds now) is counted.
+  // The total in the same statement (one snapshot with the rows), from the ended jobs' counters
+  // (jobCountSql), not from visiting every row of the history.
   const count = () =>
     reader.role === "renter"
       ? jobCountSql(db, { renterId: reader.renterId, status: f.status })
-      : reader.role === "admin"
-        ? jobCountSql(db, { status: f.status })
-        : db`(SELECT count(*) FROM jobs j WHERE ${owner} ${status})`;
+      : reader.role === "provider"
+        ? jobCountSql(db, { providerId: reader.providerId, status: f.status })
+        : reader.role === "admin"
+          ? jobCountSql(db, { status: f.status })
+          : db`0::bigint`;
   const rows = await db<(JobSummaryRow & { total: number })[]>`
     SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${count()} AS total FROM jobs j WHERE ${owner} ${status}
     ORDER BY j.submitted_at DESC, j.id DESC LIMIT ${f.limit} OFFSET ${f.offset}`;
