@@ -1,6 +1,6 @@
 // Job totals as SQL: the total of GET /api/jobs (a renter's, a provider's,
-// the admin's), of the operator's job list, of the dashboard and of a
-// renter's total_jobs. None of them counts the history: ended jobs come from
+// the admin's), of the operator's job list and of a renter's total_jobs (the
+// dashboard reads job_ends itself). None counts the history: ended jobs come from
 // counters kept by a trigger on jobs (migrations 030 and 042), so no code path
 // can forget to bump them, and only the active jobs, few whatever the history,
 // are counted.
