@@ -337,6 +337,20 @@ class StreamSession {
     this.progress.delete(jobId);
   }
 
+  /**
+   * Runs the report that ends a job on this stream (result, hand-back). Refused, it ended nothing
+   * here: the job is this provider's no longer (or not yet), and a later attempt of it may come
+   * back to this stream, so it is not remembered as delivered.
+   */
+  private async unlessRefused<T>(jobId: string, report: () => Promise<T>): Promise<T> {
+    try {
+      return await report();
+    } catch (err) {
+      this.delivered.forget(jobId);
+      throw err;
+    }
+  }
+
   /** The stream ended: waiting reports are dropped. */
   close(): void {
     for (const p of this.progress.values()) clearTimeout(p.timer);
@@ -363,7 +377,9 @@ class StreamSession {
         case "jobRejected":
           this.delivered.end(k.value.jobId);
           await this.flushProgress(k.value.jobId);
-          await markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted, endReason: k.value.endReason });
+          await this.unlessRefused(k.value.jobId, () =>
+            markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted, endReason: k.value.endReason }),
+          );
           return;
         case "logs":
           await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });
@@ -377,16 +393,18 @@ class StreamSession {
         case "result": {
           this.delivered.end(k.value.jobId);
           await this.flushProgress(k.value.jobId);
-          if (k.value.attestation) await recordAttestation(sql, pid, k.value.jobId, k.value.result, k.value.attestation);
           const r = k.value;
-          const ack = await reportResult(sql, pid, {
-            jobId: r.jobId,
-            success: r.success,
-            result: r.result,
-            error: r.error,
-            metrics: r.metrics,
-            fault: r.fault,
-            endReason: r.endReason,
+          const ack = await this.unlessRefused(r.jobId, async () => {
+            if (r.attestation) await recordAttestation(sql, pid, r.jobId, r.result, r.attestation);
+            return reportResult(sql, pid, {
+              jobId: r.jobId,
+              success: r.success,
+              result: r.result,
+              error: r.error,
+              metrics: r.metrics,
+              fault: r.fault,
+              endReason: r.endReason,
+            });
           });
           logPlatformFault(this.deps, r.jobId, ack);
           this.send({ kind: { case: "resultAck", value: ack } });

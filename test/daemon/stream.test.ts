@@ -340,6 +340,36 @@ describe("jobs over the stream", () => {
     s4.cancel();
   });
 
+  it("pushes a job again to a stream that sent a refused result for its earlier attempt", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const a = await submit(renter);
+    const s1 = connect(p.key);
+    expect((await s1.next("job")).jobId).toBe(a.job_id);
+    s1.send({ case: "jobAccepted", value: { jobId: a.job_id } });
+    await waitFor(async () => (await jobStatus(a.job_id)) === "running", 5_000, "running");
+    s1.cancel();
+
+    // The daemon comes back without naming the job: it is handed back, and its late result is refused.
+    const s2 = connect(p.key, []);
+    await s2.next("welcome");
+    await waitFor(async () => (await srv.sql`SELECT attempt FROM jobs WHERE job_id = ${a.job_id}`)[0].attempt === 2, 5_000, "second attempt");
+    s2.send({ case: "result", value: { jobId: a.job_id, success: true } });
+    expect(await s2.next("error")).toMatchObject({ jobId: a.job_id, report: "result" });
+
+    // Beating again makes the provider a candidate for the job's new attempt, on this same stream.
+    s2.send({ case: "heartbeat", value: {} });
+    await s2.next("heartbeatAck");
+    await waitFor(async () => {
+      await dispatchQueued(srv.sql);
+      return (await jobStatus(a.job_id)) === "pending";
+    }, 5_000, "assigned again");
+    expect((await s2.next("job")).jobId).toBe(a.job_id);
+    s2.send({ case: "jobAccepted", value: { jobId: a.job_id } });
+    await waitFor(async () => (await jobStatus(a.job_id)) === "running", 5_000, "running again");
+    s2.cancel();
+  });
+
   it("tells the daemon to stop a job the renter cancelled, and re-queues a rejected job", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);
