@@ -1,11 +1,12 @@
 // The TypeScript daemon's job lifecycle against the real server: a cancelled
-// job is stopped leaving no process, and a running job survives a server
-// restart (the stream reconnects and resumes; the job is not re-queued).
+// job is stopped leaving no process, and a job survives a server restart (the
+// stream reconnects and resumes; the job is not re-queued), also when it ended
+// while no server was up.
 import { describe, expect, it } from "vitest";
 import { startTestServer } from "../helpers/server.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { waitFor } from "./helpers.js";
-import { useTsDaemonServer } from "./ts-harness.js";
+import { runGatedJob, useTsDaemonServer } from "./ts-harness.js";
 import { jobProcesses } from "./procs.js";
 
 const h = useTsDaemonServer();
@@ -43,6 +44,26 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     const [first] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id} AND a.attempt = 1`;
     expect(first.end_reason).toBe("provider_interrupted");
     expect(first.error).toMatch(/interrupted the job: the provider's daemon was stopped/);
+  });
+
+  it("names a job that ended while the server was away when it reconnects: its result is taken, not re-queued", async () => {
+    // The job ends when the test says: here while no server is up.
+    const { gate, daemon: d, job: j } = await runGatedJob(h);
+
+    await h.srv.app.close();
+    gate.open();
+    await waitFor(() => jobProcesses(j.job_id).length === 0, 10_000, "job process gone");
+    // The daemon reads the result file once the process is gone.
+    await new Promise((r) => setTimeout(r, 1500));
+    h.srv = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" }, h.srv.databaseUrl);
+    const done = await waitFor(async () => {
+      const r = await h.job(j.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 45_000, `job end after the server came back (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect(done.attempt).toBe(1);
+    const attempts = await h.srv.sql`SELECT a.attempt, a.status FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id}`;
+    expect(attempts).toEqual([{ attempt: 1, status: "completed" }]);
   });
 
   // Last: the original server process is gone afterwards.

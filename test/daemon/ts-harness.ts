@@ -1,12 +1,16 @@
 // Shared set-up of the TypeScript daemon's end-to-end tests: a real server on
 // a fixed free port (daemons reconnect to it across restarts), spawned
 // `bin/svc-daemon.js` processes with a fake nvidia-smi, and clean-up per test.
+import fs from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
+import { dbLink, type DbLink } from "../helpers/db-link.js";
 import { client } from "../helpers/http.js";
 import { clearMarketplace } from "../helpers/isolation.js";
-import { FIXTURES, freePort, start, tempDir, writeExecutable, type Spawned } from "./helpers.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { FIXTURES, freePort, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { jobProcesses } from "./procs.js";
 
 /** A fake nvidia-smi answering the CSV query and the banner from captured-format fixtures. */
 function fakeSmi(dir: string): string {
@@ -19,12 +23,17 @@ function fakeSmi(dir: string): string {
   );
 }
 
-/** Registers the hooks and returns the harness; `srv` may be replaced by a test that restarts the server. */
-export function useTsDaemonServer() {
+/**
+ * Registers the hooks and returns the harness; `srv` may be replaced by a test that restarts the server.
+ * `dbLink`: the server reaches its database through a link the test can cut (`h.link`).
+ */
+export function useTsDaemonServer(opts: { dbLink?: boolean } = {}) {
   const daemons: Spawned[] = [];
+  let database: { url: string; drop(): Promise<void> } | undefined;
   const h = {
     srv: undefined as unknown as TestServer,
     port: 0,
+    link: undefined as DbLink | undefined,
     /** `url`: another server (default: this one); `stateDir`: shared between daemons (default: a new one); `detached`: its own process group. */
     startDaemon(key: string, extra: string[] = [], env: Record<string, string> = {}, opts: { url?: string; stateDir?: string; detached?: boolean } = {}) {
       const dir = tempDir("tsd");
@@ -56,12 +65,47 @@ export function useTsDaemonServer() {
   };
   beforeAll(async () => {
     h.port = await freePort();
-    h.srv = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" });
+    if (opts.dbLink) {
+      database = await freshDatabase();
+      h.link = await dbLink(database.url);
+    }
+    h.srv = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" }, h.link?.url);
   });
   afterEach(async () => {
     await h.killDaemons();
     await clearMarketplace(h.srv);
   });
-  afterAll(() => h.srv?.close());
+  afterAll(async () => {
+    await h.srv?.close();
+    await h.link?.close();
+    await database?.drop();
+  });
   return h;
+}
+
+/**
+ * A daemon running one llm-inference job, on a runner that runs until `gate.open()` and then
+ * writes its result: the test decides when the job ends.
+ */
+export async function runGatedJob(h: ReturnType<typeof useTsDaemonServer>) {
+  const p = await makeProvider(h.srv);
+  const renter = await makeRenter(h.srv, 1_000);
+  const gate = gatedRunner();
+  const daemon = h.startDaemon(p.key, ["--runner", gate.runner]);
+  await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
+  const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
+  expect(job.provider_id).toBe(p.id);
+  await waitFor(async () => (await h.job(job.job_id)).status === "running" && jobProcesses(job.job_id).length > 0, 45_000, `running (${daemon.output()})`);
+  return { gate, daemon, job };
+}
+
+function gatedRunner(): { runner: string; open(): void } {
+  const dir = tempDir("gate");
+  const gate = path.join(dir, "go");
+  const runner = writeExecutable(
+    dir,
+    "gated.py",
+    `#!/usr/bin/env python3\nimport json, os, sys, time\njson.load(sys.stdin)\nwhile not os.path.exists(${JSON.stringify(gate)}):\n    time.sleep(0.05)\njson.dump({"response": "done"}, open(os.environ["SVC_RESULT_FILE"], "w"))\n`,
+  );
+  return { runner: `llm-inference=python3 ${runner}`, open: () => fs.writeFileSync(gate, "") };
 }

@@ -133,7 +133,9 @@ export type Hello = Message<"svc.v1.Hello"> & {
   cachedModels: string[];
 
   /**
-   * Job ids the daemon is still running (resumption after a reconnect).
+   * Job ids the daemon still holds (resumption after a reconnect): the ones it runs, and the ones
+   * that ended while it was away, whose result follows the welcome. A job the server has running
+   * on this provider and not named here is handed back to the queue (provider_interrupted).
    *
    * @generated from field: repeated string running_job_ids = 5;
    */
@@ -477,7 +479,9 @@ export type StreamError = Message<"svc.v1.StreamError"> & {
 
   /**
    * The kind of daemon message refused (result, logs, progress, event, ...), so a daemon
-   * forgets an unacknowledged result only when the result itself was refused.
+   * forgets an unacknowledged result only when the result itself was refused. A result refused
+   * as unavailable, internal, deadline_exceeded or unknown was not judged (the server could not
+   * take it now): send it again.
    *
    * @generated from field: string report = 4;
    */

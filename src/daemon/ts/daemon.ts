@@ -88,6 +88,14 @@ function failureAttribution(endReason: "runtime_error" | "provider_error" | "tim
 
 /** How long a job that died of a stop signal waits for the daemon's own stop before it is reported as failed. */
 const STOP_SIGNAL_WAIT_MS = 1000;
+/**
+ * A result refused with one of these codes was not judged, only not taken now (the server's
+ * database away, a fault of the server): it is sent again every RESULT_RETRY_MS, up to
+ * RESULT_RETRIES times (five minutes), and again with each welcome until acknowledged.
+ */
+const RETRIED_CODES = new Set(["unavailable", "internal", "deadline_exceeded", "unknown"]);
+const RESULT_RETRY_MS = 5000;
+const RESULT_RETRIES = 60;
 const STOP_SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGHUP"]);
 
 /** Whether the job ended by SIGTERM/SIGINT/SIGHUP from outside (directly, or as a shell's 128+n exit status). */
@@ -114,6 +122,8 @@ export class ProviderDaemon {
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private readonly backlog: MsgKind[] = [];
   private readonly unackedResults = new Map<string, MsgKind>();
+  /** Results the server could not take for now, each sent again when its timer fires. */
+  private readonly resultRetries = new Map<string, { count: number; timer?: NodeJS.Timeout }>();
   /** This daemon's own key: registered with the server in hello, it signs each result (provider attestation). */
   private readonly attestKey: Ed25519Signer | undefined;
   private readonly jobs = new Map<string, ActiveJob>();
@@ -172,7 +182,9 @@ export class ProviderDaemon {
             gpus: snapshot.gpus as unknown as JsonObject[],
             resourceSpec: resourceSpec(),
             cachedModels: this.cfg.cachedModels,
-            runningJobIds: [...this.jobs.keys()],
+            // With the jobs whose result the server has not acknowledged: a job that ended while the
+            // daemon was away is not lost, and its result follows the welcome.
+            runningJobIds: [...new Set([...this.jobs.keys(), ...this.unackedResults.keys()])],
             // The server keeps a provider whose daemon would refuse its tasks out of dispatch.
             taskSigningKey: this.trustNextKey ? undefined : this.signingKey,
             providerKey: this.attestKey?.publicKey,
@@ -312,13 +324,42 @@ export class ProviderDaemon {
         return;
       case "resultAck":
         this.unackedResults.delete(k.value.jobId);
+        clearTimeout(this.resultRetries.get(k.value.jobId)?.timer);
+        this.resultRetries.delete(k.value.jobId);
         return;
       case "error":
-        // Only a refused result is given up on; a refused log line or event about the same job is not.
-        if (k.value.jobId && k.value.report === "result") this.unackedResults.delete(k.value.jobId);
         this.cfg.log(`server refused a report${k.value.jobId ? ` about ${k.value.jobId}` : ""}: ${k.value.message}`);
+        // Only a refused result is given up on; a refused log line or event about the same job is not.
+        // A result the server could not take now (its database away, say) is sent again.
+        if (k.value.jobId && k.value.report === "result") {
+          if (RETRIED_CODES.has(k.value.code)) this.resendResult(k.value.jobId);
+          else {
+            this.unackedResults.delete(k.value.jobId);
+            this.resultRetries.delete(k.value.jobId);
+          }
+        }
         return;
     }
+  }
+
+  /** Sends an unacknowledged result again after RESULT_RETRY_MS (or with the next welcome, if the stream drops first). */
+  private resendResult(jobId: string) {
+    const retry = this.resultRetries.get(jobId) ?? { count: 0 };
+    if (retry.timer) return;
+    if (retry.count >= RESULT_RETRIES) {
+      this.resultRetries.delete(jobId);
+      this.unackedResults.delete(jobId);
+      this.cfg.log(`gave up sending the result of ${jobId} after ${RESULT_RETRIES} tries`);
+      return;
+    }
+    retry.count++;
+    retry.timer = setTimeout(() => {
+      retry.timer = undefined;
+      const result = this.unackedResults.get(jobId);
+      if (result && this.connected) this.out?.push({ kind: result });
+    }, RESULT_RETRY_MS);
+    retry.timer.unref();
+    this.resultRetries.set(jobId, retry);
   }
 
   private applySettings(s: DaemonSettings) {
