@@ -823,6 +823,12 @@ async function check(sql: Sql, renters: Renter[], receiver: WebhookReceiver, pro
   const stuckJobs = stuck.filter((s) => !(s.status !== "queued" && s.live && s.within));
   add("no stuck jobs", stuckJobs.map((s) => `job ${s.job_id} ${s.status} on provider ${s.provider_id ?? "-"} (live ${s.live}, within timeout ${s.within})`));
 
+  // Every provider's daemon is back within seconds of a fault, so a job assigned to it is picked up:
+  // one left unpicked until the pickup window ran out was pushed to a stream that dropped it.
+  const unpicked = await sql<{ job_id: string; attempt: number; provider_id: number }[]>`
+    SELECT j.job_id, a.attempt, a.provider_id FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE a.end_reason = 'not_picked_up'`;
+  add("assigned jobs picked up", unpicked.map((u) => `job ${u.job_id} attempt ${u.attempt}: provider ${u.provider_id} never picked it up`));
+
   // What the clients saw: every 201 names a job, one job per key, no job nobody asked for.
   const dbJobs = await sql<{ job_id: string; renter_id: number }[]>`SELECT job_id, renter_id FROM jobs`;
   const inDb = new Set(dbJobs.map((j) => j.job_id));
