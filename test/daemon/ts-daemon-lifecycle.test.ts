@@ -3,7 +3,7 @@
 // stream reconnects and resumes; the job is not re-queued), also when it ended
 // while no server was up.
 import { describe, expect, it } from "vitest";
-import { startTestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, startTestServer } from "../helpers/server.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { waitFor } from "./helpers.js";
 import { runGatedJob, useTsDaemonServer } from "./ts-harness.js";
@@ -64,6 +64,23 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     expect(done.attempt).toBe(1);
     const attempts = await h.srv.sql`SELECT a.attempt, a.status FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id}`;
     expect(attempts).toEqual([{ attempt: 1, status: "completed" }]);
+  });
+
+  it("runs a job the operator re-queued back onto it: the new attempt waits for the stopped one", async () => {
+    const { gate, daemon: d, job: j } = await runGatedJob(h);
+    const r = await h.api().post(`/api/admin/jobs/${j.job_id}/requeue`, { reason: "moved" }, { "x-admin-token": ADMIN_TOKEN });
+    expect(r.status, r.text).toBe(200);
+    // The only provider: the new attempt comes straight back to it, while the first still stops.
+    await waitFor(async () => (await h.job(j.job_id)).attempt === 2, 10_000, "second attempt");
+    await waitFor(() => /cancelled by the server/.test(d.output()), 10_000, "the first attempt cancelled");
+    gate.open();
+    const done = await waitFor(async () => {
+      const job = await h.job(j.job_id);
+      return job.status === "completed" || job.status === "failed" ? job : undefined;
+    }, 20_000, "the second attempt's end");
+    expect(done.status, done.error).toBe("completed");
+    expect(done.attempt).toBe(2);
+    expect(done.provider_id).toBe(j.provider_id);
   });
 
   // Last: the original server process is gone afterwards.

@@ -1,6 +1,7 @@
 // Shared set-up of the TypeScript daemon's end-to-end tests: a real server on
 // a fixed free port (daemons reconnect to it across restarts), spawned
 // `bin/svc-daemon.js` processes with a fake nvidia-smi, and clean-up per test.
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
@@ -10,7 +11,6 @@ import { client } from "../helpers/http.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { FIXTURES, freePort, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
-import { jobProcesses } from "./procs.js";
 
 /** A fake nvidia-smi answering the CSV query and the banner from captured-format fixtures. */
 function fakeSmi(dir: string): string {
@@ -85,7 +85,7 @@ export function useTsDaemonServer(opts: { dbLink?: boolean } = {}) {
 
 /**
  * A daemon running one llm-inference job, on a runner that runs until `gate.open()` and then
- * writes its result: the test decides when the job ends.
+ * writes its result (the test decides when the job ends), and takes a second to stop.
  */
 export async function runGatedJob(h: ReturnType<typeof useTsDaemonServer>) {
   const p = await makeProvider(h.srv);
@@ -95,17 +95,31 @@ export async function runGatedJob(h: ReturnType<typeof useTsDaemonServer>) {
   await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
   const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
   expect(job.provider_id).toBe(p.id);
-  await waitFor(async () => (await h.job(job.job_id)).status === "running" && jobProcesses(job.job_id).length > 0, 45_000, `running (${daemon.output()})`);
+  await waitFor(async () => (await h.job(job.job_id)).status === "running" && gate.started(), 45_000, `running (${daemon.output()})`);
   return { gate, daemon, job };
 }
 
-function gatedRunner(): { runner: string; open(): void } {
+function gatedRunner(): { runner: string; started(): boolean; open(): void } {
   const dir = tempDir("gate");
   const gate = path.join(dir, "go");
+  const started = path.join(dir, "started");
   const runner = writeExecutable(
     dir,
     "gated.py",
-    `#!/usr/bin/env python3\nimport json, os, sys, time\njson.load(sys.stdin)\nwhile not os.path.exists(${JSON.stringify(gate)}):\n    time.sleep(0.05)\njson.dump({"response": "done"}, open(os.environ["SVC_RESULT_FILE"], "w"))\n`,
+    [
+      "#!/usr/bin/env python3",
+      "import json, os, signal, sys, time",
+      // Takes a second to stop, as a job saving its state does.
+      "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(143)))",
+      "json.load(sys.stdin)",
+      `open(${JSON.stringify(started)}, "w").close()`,
+      `while not os.path.exists(${JSON.stringify(gate)}):`,
+      "    time.sleep(0.05)",
+      'json.dump({"response": "done"}, open(os.environ["SVC_RESULT_FILE"], "w"))',
+      "",
+    ].join("\n"),
   );
-  return { runner: `llm-inference=python3 ${runner}`, open: () => fs.writeFileSync(gate, "") };
+  // The interpreter itself, not a shim of a version manager that would die first on a stop signal.
+  const python = spawnSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).stdout.trim();
+  return { runner: `llm-inference=${python} ${runner}`, started: () => fs.existsSync(started), open: () => fs.writeFileSync(gate, "") };
 }

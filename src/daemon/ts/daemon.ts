@@ -73,6 +73,8 @@ interface ActiveJob {
   flushTimer?: NodeJS.Timeout;
   /** The GPUs as probed when the job was accepted: the facts its result's attestation signs. */
   gpu?: GpuFacts;
+  /** A new attempt of this job, assigned back here while this one was being stopped: started once it is gone. */
+  next?: () => void;
 }
 
 const MAX_BACKLOG = 10_000;
@@ -459,7 +461,13 @@ export class ProviderDaemon {
   }
 
   private async onJob(job: AssignedJob, signature: string) {
-    if (this.jobs.has(job.jobId)) return;
+    const prior = this.jobs.get(job.jobId);
+    if (prior) {
+      // Pushed again while it runs: the same attempt, nothing to do. Pushed while it is being
+      // stopped (re-queued away, then assigned back to this provider): a new attempt.
+      if (prior.cancelled) prior.next = () => void this.onJob(job, signature);
+      return;
+    }
     if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
     const spec: JobSpec = {
       jobId: job.jobId,
@@ -495,6 +503,7 @@ export class ProviderDaemon {
       this.finish(active, outcome);
     } finally {
       this.jobs.delete(job.jobId);
+      active.next?.();
     }
   }
 
