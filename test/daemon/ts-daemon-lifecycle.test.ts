@@ -81,6 +81,10 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
     expect(done.status, done.error).toBe("completed");
     expect(done.attempt).toBe(2);
     expect(done.provider_id).toBe(j.provider_id);
+    // What the stopped run printed after its cancel is not taken for the new attempt's.
+    const logs = await h.srv.sql<{ attempt: number; message: string }[]>`
+      SELECT l.attempt, l.message FROM job_logs l JOIN jobs j ON j.id = l.job_id WHERE j.job_id = ${j.job_id} ORDER BY l.id`;
+    expect(logs.filter((l) => l.attempt === 2).map((l) => l.message)).toEqual(["started"]);
   });
 
   // Last: the original server process is gone afterwards.

@@ -109,8 +109,9 @@ function gatedRunner(): { runner: string; started(): boolean; open(): void } {
     [
       "#!/usr/bin/env python3",
       "import json, os, signal, sys, time",
-      // Takes a second to stop, as a job saving its state does.
-      "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(143)))",
+      // Takes a second to stop, as a job saving its state does, and says so.
+      'signal.signal(signal.SIGTERM, lambda *_: (print("stopping", flush=True), time.sleep(1), sys.exit(143)))',
+      'print("started", flush=True)',
       "json.load(sys.stdin)",
       `open(${JSON.stringify(started)}, "w").close()`,
       `while not os.path.exists(${JSON.stringify(gate)}):`,

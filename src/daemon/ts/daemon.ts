@@ -511,9 +511,9 @@ export class ProviderDaemon {
     const { spec } = active;
     const running = start(spec, {
       log: (line) => this.logLine(active, line),
-      progress: (pct, phase) => this.send({ case: "progress", value: { jobId: spec.jobId, progressPct: pct, phase } }),
+      progress: (pct, phase) => this.report(active, { case: "progress", value: { jobId: spec.jobId, progressPct: pct, phase } }),
       endpointReady: (url) =>
-        this.send({ case: "endpointReady", value: url.startsWith("port:") ? { jobId: spec.jobId, port: Number(url.slice(5)) } : { jobId: spec.jobId, endpointUrl: url } }),
+        this.report(active, { case: "endpointReady", value: url.startsWith("port:") ? { jobId: spec.jobId, port: Number(url.slice(5)) } : { jobId: spec.jobId, endpointUrl: url } }),
     });
     active.running = running;
     const timer = setTimeout(() => {
@@ -528,6 +528,14 @@ export class ProviderDaemon {
     }
   }
 
+  /**
+   * A report on a running job. None goes out once the server cancelled the run: it would be refused,
+   * or, when the job came back to this provider as a new attempt, taken for that attempt's.
+   */
+  private report(active: ActiveJob, kind: MsgKind) {
+    if (!active.cancelled) this.send(kind);
+  }
+
   private logLine(active: ActiveJob, line: string) {
     active.logs.push(line.length > 16_000 ? line.slice(0, 16_000) : line);
     if (active.logs.length >= LOG_BATCH) this.flushLogs(active);
@@ -539,7 +547,7 @@ export class ProviderDaemon {
     active.flushTimer = undefined;
     if (active.logs.length === 0) return;
     const lines = active.logs.splice(0);
-    this.send({ case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)) } });
+    this.report(active, { case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)) } });
   }
 
   private finish(active: ActiveJob, outcome: Outcome) {
