@@ -27,7 +27,8 @@
 //   job.completed/failed/cancelled notifications (signatures checked).
 // - Faults for `--seconds`: SIGKILL of a server process (restarted after a
 //   moment; at least one stays up), SIGKILL of a stream daemon running a job
-//   (restarted), a fast restart of PostgreSQL, daemon streams cut. The short
+//   (restarted), a fast restart of PostgreSQL, daemon streams cut, an
+//   operator's re-queue of a running job. The short
 //   default run has at least 5 server kills and one database restart.
 // - Then the faults stop, every process is up, the renters resolve any submit
 //   or top-up left without an answer (same key), and the system settles
@@ -691,7 +692,7 @@ class WebhookReceiver {
 
 // ------------------------------------------------------------------- faults
 
-const faults = { server_kill: 0, daemon_kill: 0, daemon_kill_mid_job: 0, db_restart: 0, stream_cut: 0 };
+const faults = { server_kill: 0, daemon_kill: 0, daemon_kill_mid_job: 0, db_restart: 0, stream_cut: 0, operator_requeue: 0 };
 const faultErrors: string[] = [];
 
 /** `count` events spread over [start, end): one per slot, at a seeded point inside it. */
@@ -1007,7 +1008,17 @@ async function main() {
   const streamCuts = spread(Math.max(2, Math.round(SECONDS / 6)), start, end, async () => {
     if (pick(daemons).proxy.cut() > 0) faults.stream_cut++;
   });
-  await Promise.all([serverKills, dbRestarts, daemonKills, streamCuts]);
+  // An operator moves a running job (POST /api/admin/jobs/{id}/requeue): it may land on the provider it left,
+  // whose daemon is still stopping the first run.
+  const requeues = spread(Math.max(2, Math.round(SECONDS / 10)), start, end, async () => {
+    const running = await sql<{ job_id: string }[]>`SELECT job_id FROM jobs WHERE status = 'running'`.catch(() => []);
+    if (running.length === 0) return;
+    const job = pick(running).job_id;
+    const a = await careful("POST", `/api/admin/jobs/${job}/requeue`, { reason: "chaos" }, { "x-admin-token": ADMIN_TOKEN });
+    if (a.status === 200) faults.operator_requeue++;
+    note(`+${((Date.now() - start) / 1000).toFixed(1)} s: operator re-queued ${job} (${a.status})`);
+  });
+  await Promise.all([serverKills, dbRestarts, daemonKills, streamCuts, requeues]);
   await Promise.all(load);
   await Promise.all(pendingRestarts);
 
