@@ -74,7 +74,7 @@ interface ActiveJob {
   /** The GPUs as probed when the job was accepted: the facts its result's attestation signs. */
   gpu?: GpuFacts;
   /** A new attempt of this job, assigned back here while this one was being stopped: started once it is gone. */
-  next?: () => void;
+  next?: { job: AssignedJob; signature: string };
 }
 
 const MAX_BACKLOG = 10_000;
@@ -465,7 +465,7 @@ export class ProviderDaemon {
     if (prior) {
       // Pushed again while it runs: the same attempt, nothing to do. Pushed while it is being
       // stopped (re-queued away, then assigned back to this provider): a new attempt.
-      if (prior.cancelled) prior.next = () => void this.onJob(job, signature);
+      if (prior.cancelled) prior.next = { job, signature };
       return;
     }
     if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
@@ -503,7 +503,7 @@ export class ProviderDaemon {
       this.finish(active, outcome);
     } finally {
       this.jobs.delete(job.jobId);
-      active.next?.();
+      if (active.next) void this.onJob(active.next.job, active.next.signature);
     }
   }
 
