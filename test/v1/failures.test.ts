@@ -4,7 +4,9 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { promptTokensBound } from "../../src/domain/money/token-pricing.js";
+import { reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { makeRenter } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { startFakeVllm } from "./fake-vllm.js";
 import { serveModel } from "./serving.js";
@@ -85,6 +87,62 @@ it("reserves each request's price cap, so concurrent requests cannot promise mor
   const third = await ai.chat.completions.create({ model, messages, max_tokens: maxTokens });
   expect(third.choices[0].message.content).toBeTruthy();
   expect((await usageRows(renter.id)).map((r) => r.state)).toEqual(["settled", "settled"]);
+});
+
+it("counts the price caps of requests in flight against a job's hold, so the two cannot promise the same funds", async () => {
+  const model = "humain-ai/ALLaM-7B-Instruct-preview";
+  const slow = await startFakeVllm("slow-jobs", "slow-stream");
+  cleanup.push(slow.close);
+  await serveModel(srv, model, slow.url);
+  const messages = [{ role: "user" as const, content: "hi" }];
+  const maxTokens = 100;
+  const cap = promptTokensBound({ messages }) * 1 + maxTokens * 2;
+  const renter = await makeRenter(srv, cap + 100);
+  const api = client(srv.url);
+  // 37 minutes of benchmark at 10 halala a minute: within the balance, not within what the request leaves free.
+  const job = { job_type: "benchmark", duration_minutes: 37, params: { suite: "quick", iterations: 1 } };
+
+  const first = await openai(renter.key).chat.completions.create({ model, messages, max_tokens: maxTokens, stream: true });
+  const it = first[Symbol.asyncIterator]();
+  await it.next(); // in flight, its cap reserved
+  const refused = await api.post("/api/jobs/submit", job, renter.headers);
+  expect(refused.status, refused.text).toBe(402);
+  expect(refused.body.error).toMatch(/reserved by \/v1 requests in flight/);
+  while (!(await it.next()).done);
+
+  const [row] = await srv.sql<{ cost_halala: number; shortfall_halala: number }[]>`SELECT cost_halala, shortfall_halala FROM v1_usage WHERE renter_id = ${renter.id}`;
+  expect(row.shortfall_halala).toBe(0);
+  expect(row.cost_halala).toBeGreaterThan(0);
+  // Once it settled, what is left is the job's to hold.
+  const later = await api.post("/api/jobs/submit", { ...job, duration_minutes: Math.floor((cap + 100 - row.cost_halala) / 10) }, renter.headers);
+  expect(later.status, later.text).not.toBe(402);
+});
+
+it("makes a job submit wait for a reservation being made for the same renter, then count it", async () => {
+  const renter = await makeRenter(srv, 500);
+  const job = { job_type: "benchmark", duration_minutes: 31, params: { suite: "quick", iterations: 1 } }; // holds 310
+  let commit!: () => void;
+  const committed = new Promise<void>((r) => (commit = r));
+  let reservedNow!: () => void;
+  const reserved = new Promise<void>((r) => (reservedNow = r));
+  const reservation = srv.sql.begin(async (tx) => {
+    const r = await reserveTokenBudget(tx, {
+      requestId: `test-${renter.id}`, renterId: renter.id, model: "m", stream: false, rate: RATE, promptTokens: 100, maxTokens: 50, choices: 1, ttlSeconds: 60,
+    });
+    expect(r.reserved).toBe(200);
+    reservedNow();
+    await committed;
+  });
+  await reserved;
+  let answered = false;
+  const submit = client(srv.url).post("/api/jobs/submit", job, renter.headers).finally(() => (answered = true));
+  await new Promise((r) => setTimeout(r, 300));
+  expect(answered).toBe(false);
+  commit();
+  await reservation;
+  const r = await submit;
+  expect(r.status, r.text).toBe(402);
+  expect(r.body.error).toMatch(/200 is reserved by \/v1 requests in flight/);
 });
 
 it("with private upstreams off (the production default) refuses endpoints on loopback, by address and by name", async () => {

@@ -11,6 +11,7 @@ import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
 import { quotaRefusal, quotaUsageMany, type QuotaUsage } from "../money/quota.js";
+import { lockReservations, reservedMany } from "../money/usage-billing.js";
 import { canonicalJson, hmacOfCanonical } from "../../shared/task-signature.js";
 import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
 import { templateById, templateGpuRequirements } from "./templates.js";
@@ -149,6 +150,8 @@ interface RenterState {
   /** Locked by this transaction: the judgement below takes each accepted hold out of it. */
   accounts: RenterAccounts;
   usage: QuotaUsage;
+  /** Price caps of the renter's /v1 requests in flight: promised already, not for a job to hold. */
+  reservedV1: number;
 }
 
 /**
@@ -161,9 +164,10 @@ interface RenterState {
  * their renters' job counts raised and the jobs placed, each step one
  * statement for the whole set.
  *
- * Locks, in the order every path takes them: the renters' ledger accounts in
- * id order (which also serialises one renter's submits, so the funds and
- * quota reads that follow are the truth), then providers' load rows.
+ * Locks, in the order every path takes them: the renters' /v1 reservation
+ * locks and their ledger accounts, each in id order (which also serialises one
+ * renter's submits, so the funds, reservations and quota reads that follow are
+ * the truth), then providers' load rows.
  */
 export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<SubmitOutcome[]> {
   const renterIds = [...new Set(intents.map((i) => i.renterId))].sort((a, b) => a - b);
@@ -184,6 +188,8 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   // its generic plan reads renter_quota and renter_daily_jobs whole.
   const steps = [
     inOrder(tx`SET LOCAL plan_cache_mode = force_generic_plan`),
+    inOrder(lockReservations(tx, renterIds)),
+    reservedMany(tx, renterIds),
     lockRenterAccounts(tx, renterIds),
     capacityOf(tx, intents),
     inOrder(tx<{ id: number }[]>`SELECT nextval('jobs_id_seq') AS id FROM generate_series(1, ${intents.length})`),
@@ -191,8 +197,10 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     quotaUsageMany(tx, renterIds),
     readCandidates(tx, [], [0], true, fresh),
   ] as const;
-  const [, accounts, capacity, newIds, , usage, candidates] = await allInTransaction(steps);
-  const renters = new Map<number, RenterState>(renterIds.map((id) => [id, { accounts: accounts.get(id)!, usage: usage.get(id)! }]));
+  const [, , reserved, accounts, capacity, newIds, , usage, candidates] = await allInTransaction(steps);
+  const renters = new Map<number, RenterState>(
+    renterIds.map((id) => [id, { accounts: accounts.get(id)!, usage: usage.get(id)!, reservedV1: reserved.get(id) ?? 0 }]),
+  );
 
   const holds: AcceptedHold[] = [];
   const outcomes: (SubmitOutcome | undefined)[] = intents.map((intent, i) => {
@@ -202,6 +210,14 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     if (available + held <= 0) return refused(paymentRequired("insufficient balance: the wallet balance is 0; top up before submitting jobs"));
     if (available < estimate) {
       return refused(paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${available} halala is available`));
+    }
+    if (available - r.reservedV1 < estimate) {
+      return refused(
+        paymentRequired(
+          `insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${available} halala is available, ` +
+            `of which ${r.reservedV1} is reserved by /v1 requests in flight; retry when they end, or top up`,
+        ),
+      );
     }
     const quota = quotaRefusal(r.usage, estimate);
     if (quota) return refused(apiError(429, quota));

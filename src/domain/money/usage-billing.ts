@@ -3,7 +3,8 @@
 // A request first reserves its price cap (prompt bound + max_tokens at the
 // model's rate) in `v1_usage`, against the available balance minus the other
 // open reservations, one reservation of a renter at a time (an advisory lock):
-// concurrent requests cannot together promise more than the renter has. No
+// concurrent requests cannot together promise more than the renter has, and a
+// job submit, under the same lock, holds only what they leave free. No
 // money moves then, so that transaction commits without waiting for the disk
 // (a reservation lost in a crash is harmless) and takes no ledger lock. When
 // the response is done, `chargeTokenUsage` moves the actual cost (never above
@@ -29,7 +30,7 @@ export interface ReserveInput {
   maxTokens?: number;
   /** n: completions per request. */
   choices: number;
-  /** An open reservation older than this no longer counts (its request is past the gateway's time limit). */
+  /** The reservation stops counting this long after it was made (past the gateway's time limit for the request). */
   ttlSeconds: number;
 }
 
@@ -48,7 +49,7 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
   await tx`SELECT pg_advisory_xact_lock(${RESERVE_LOCK_NS}, ${r.renterId % 2147483647}::int)`;
   await tx`
     UPDATE v1_usage SET state = 'released', ended_at = now()
-    WHERE renter_id = ${r.renterId} AND state = 'open' AND created_at < now() - make_interval(secs => ${r.ttlSeconds})`;
+    WHERE renter_id = ${r.renterId} AND state = 'open' AND expires_at <= now()`;
   // One statement, one snapshot: a charge committing meanwhile is seen in both figures or in neither.
   const [row] = await tx<{ balance: number | null; reserved: number }[]>`
     SELECT (SELECT balance FROM ledger_accounts WHERE kind = 'renter_available' AND coalesce(owner_id, 0) = ${r.renterId}) AS balance,
@@ -73,9 +74,27 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
     );
   }
   await tx`
-    INSERT INTO v1_usage (request_id, renter_id, model, stream, reserved_halala)
-    VALUES (${r.requestId}, ${r.renterId}, ${r.model}, ${r.stream}, ${cap})`;
+    INSERT INTO v1_usage (request_id, renter_id, model, stream, reserved_halala, expires_at)
+    VALUES (${r.requestId}, ${r.renterId}, ${r.model}, ${r.stream}, ${cap}, now() + make_interval(secs => ${r.ttlSeconds}))`;
   return { reserved: cap, maxTokens };
+}
+
+/**
+ * Takes the renters' reservation locks (reserveTokenBudget's), in the order given: a job submit
+ * does, before it reads the reservations (reservedMany, a later statement) and holds funds, so that
+ * no request reserves meanwhile what the job is about to hold.
+ */
+export function lockReservations(tx: Tx, renterIds: number[]) {
+  return tx`SELECT count(pg_advisory_xact_lock(${RESERVE_LOCK_NS}, (r % 2147483647)::int)) FROM unnest(${renterIds}::bigint[]) AS r`;
+}
+
+/** What the renters' /v1 requests in flight have reserved (open and unexpired reservations), by renter. */
+export async function reservedMany(db: Db, renterIds: number[]): Promise<Map<number, number>> {
+  const rows = await db<{ renter_id: number; reserved: number }[]>`
+    SELECT renter_id, sum(reserved_halala)::bigint AS reserved FROM v1_usage
+    WHERE renter_id = ANY(${renterIds}::bigint[]) AND state = 'open' AND expires_at > now()
+    GROUP BY renter_id`;
+  return new Map(rows.map((r) => [Number(r.renter_id), Number(r.reserved)]));
 }
 
 /** Ends an open reservation without a charge (nothing was delivered). False when already ended. */
