@@ -8,6 +8,7 @@ import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { credit, ledgerProblems } from "../../src/domain/money/ledger.js";
 import { fundRunningJob } from "../../src/domain/money/hold-extension.js";
+import { releaseTokenBudget, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
 import { clearMarketplace, pickUp } from "./helpers.js";
@@ -84,6 +85,27 @@ describe("paying as a job runs", () => {
     expect(j).toMatchObject({ status: "failed", end_reason: "out_of_funds", fault: "renter", actual_cost_halala: 2 * rate, provider_earned_halala: 15, platform_fee_halala: 5 });
     expect(j.error).toMatch(/cannot pay for more than the 2 minutes held/);
     expect(await balance(renter.key)).toMatchObject({ balance_halala: 0, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("does not grow a hold into what the renter's /v1 requests in flight reserved", async () => {
+    const renter = await makeRenter(srv, 0);
+    const provider = await makeProvider(srv);
+    const rate = 10;
+    await srv.sql.begin((tx) => credit(tx, renter.id, 4 * rate, `test-fund:${renter.id}:four-minutes`));
+    const { jobId } = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 1 });
+    // A request in flight reserved the three minutes left.
+    const requestId = `test-${renter.id}`;
+    await srv.sql.begin((tx) =>
+      reserveTokenBudget(tx, { requestId, renterId: renter.id, model: "m", stream: false, rate: { input: 1_000_000, output: 1_000_000 }, promptTokens: 10, maxTokens: 20, choices: 1, ttlSeconds: 60 }),
+    );
+    await ranFor(jobId, 30);
+    expect((await sweepJobs(srv.sql)).extended).toBe(0);
+    expect(await balance(renter.key)).toMatchObject({ held_halala: rate, available_halala: 3 * rate });
+    // Once it ended, the hold grows by what is free again.
+    expect(await releaseTokenBudget(srv.sql, requestId)).toBe(true);
+    expect((await sweepJobs(srv.sql)).extended).toBe(1);
+    expect(await balance(renter.key)).toMatchObject({ held_halala: 4 * rate, available_halala: 0 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

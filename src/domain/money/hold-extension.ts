@@ -7,9 +7,11 @@
 // runs out: out_of_funds, the renter's fault, settled for the time used. So
 // no job runs on time nobody pays for, and the provider is paid for every
 // billed minute. Each step locks the job row, then the renter's accounts (the
-// order settlement uses), so an extension and a settlement never both act.
+// order settlement uses), so an extension and a settlement never both act. The
+// hold never grows into what the renter's /v1 requests in flight reserved.
 import type { Db, Tx } from "../../db/index.js";
 import { extendHold, renterFunds } from "./ledger.js";
+import { lockReservations, reservedMany } from "./usage-billing.js";
 import { endLocked, lockJobById, lockRenterFunds, runSeconds, type Figures } from "./settlement.js";
 
 /** A hold grows when less than this much paid time is left. */
@@ -59,9 +61,12 @@ export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome
   const capMinutes = Math.ceil(job.max_duration_seconds / 60);
   if (paid >= capMinutes || ranSeconds + EXTEND_LEAD_SECONDS < paid * 60) return { kind: "unchanged" };
 
+  // What the renter's /v1 requests in flight reserved is theirs (their lock first, as submits take it).
+  await lockReservations(tx, [job.renter_id]);
+  const reserved = (await reservedMany(tx, [job.renter_id])).get(job.renter_id) ?? 0;
   await lockRenterFunds(tx, job.renter_id);
   const { available } = await renterFunds(tx, job.renter_id);
-  const minutes = Math.min(EXTEND_MINUTES, capMinutes - paid, Math.floor(available / rate));
+  const minutes = Math.min(EXTEND_MINUTES, capMinutes - paid, Math.floor(Math.max(0, available - reserved) / rate));
   if (minutes >= 1) {
     // What tops the hold up to whole paid minutes again, plus the new ones.
     const amount = (paid + minutes) * rate - held;
