@@ -148,3 +148,46 @@ export async function whileNotListening(app: { sql: Sql; deps: { log: Logger } }
     unsubscribe();
   }
 }
+
+/**
+ * An llm-inference runner (`llm-inference=…` for --runner or SVC_RUNNERS) that runs until `open()`,
+ * then writes its result; `started()` once it runs. On SIGTERM it takes a second to stop, as a job
+ * saving its state does. It prints "started" and "stopping" (log lines), unless `quiet`.
+ */
+export function gatedRunner(opts: { quiet?: boolean } = {}): { runner: string; started(): boolean; open(): void } {
+  const dir = tempDir("gate");
+  const gate = path.join(dir, "go");
+  const started = path.join(dir, "started");
+  const say = (word: string) => (opts.quiet ? "None" : `print(${JSON.stringify(word)}, flush=True)`);
+  const runner = writeExecutable(
+    dir,
+    "gated.py",
+    [
+      "#!/usr/bin/env python3",
+      "import json, os, signal, sys, time",
+      `signal.signal(signal.SIGTERM, lambda *_: (${say("stopping")}, time.sleep(1), sys.exit(143)))`,
+      say("started"),
+      "json.load(sys.stdin)",
+      `open(${JSON.stringify(started)}, "w").close()`,
+      `while not os.path.exists(${JSON.stringify(gate)}):`,
+      "    time.sleep(0.05)",
+      'json.dump({"response": "done"}, open(os.environ["SVC_RESULT_FILE"], "w"))',
+      "",
+    ].join("\n"),
+  );
+  // The interpreter itself, not a shim of a version manager that would die first on a stop signal.
+  const python = spawnSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).stdout.trim();
+  return { runner: `llm-inference=${python} ${runner}`, started: () => fs.existsSync(started), open: () => fs.writeFileSync(gate, "") };
+}
+
+/** Runs a served svc_daemon.py with a fake nvidia-smi, no docker, a fast heartbeat and poll; its work dir is `<dir>/work`. */
+export function runLegacyDaemon(file: string, dir: string, env: Record<string, string> = {}): Spawned {
+  const smi = writeExecutable(
+    dir,
+    "nvidia-smi",
+    `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${path.join(FIXTURES, "nvidia-smi-query-2gpu.csv")}' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`,
+  );
+  return start("python3", [file, "--heartbeat-seconds", "1", "--poll-seconds", "0.3"], {
+    env: { SVC_NVIDIA_SMI: smi, SVC_DOCKER: "none", SVC_WORK_DIR: path.join(dir, "work"), HOME: dir, PYTHONDONTWRITEBYTECODE: "1", ...env },
+  });
+}

@@ -14,7 +14,7 @@ import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { FIXTURES, start, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { FIXTURES, runLegacyDaemon, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 
@@ -44,14 +44,7 @@ async function download(key: string): Promise<{ file: string; dir: string; text:
 }
 
 function run(file: string, dir: string, env: Record<string, string> = {}) {
-  const smi = writeExecutable(
-    dir,
-    "nvidia-smi",
-    `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${path.join(FIXTURES, "nvidia-smi-query-2gpu.csv")}' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`,
-  );
-  const d = start("python3", [file, "--heartbeat-seconds", "1", "--poll-seconds", "0.3"], {
-    env: { SVC_NVIDIA_SMI: smi, SVC_DOCKER: "none", SVC_WORK_DIR: path.join(dir, "work"), HOME: dir, PYTHONDONTWRITEBYTECODE: "1", ...env },
-  });
+  const d = runLegacyDaemon(file, dir, env);
   daemons.push(d);
   return d;
 }

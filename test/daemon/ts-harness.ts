@@ -1,8 +1,6 @@
 // Shared set-up of the TypeScript daemon's end-to-end tests: a real server on
 // a fixed free port (daemons reconnect to it across restarts), spawned
 // `bin/svc-daemon.js` processes with a fake nvidia-smi, and clean-up per test.
-import { spawnSync } from "node:child_process";
-import fs from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
 import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
@@ -10,7 +8,7 @@ import { dbLink, type DbLink } from "../helpers/db-link.js";
 import { client } from "../helpers/http.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { FIXTURES, freePort, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { FIXTURES, freePort, gatedRunner, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 
 /** A fake nvidia-smi answering the CSV query and the banner from captured-format fixtures. */
 function fakeSmi(dir: string): string {
@@ -97,30 +95,4 @@ export async function runGatedJob(h: ReturnType<typeof useTsDaemonServer>) {
   expect(job.provider_id).toBe(p.id);
   await waitFor(async () => (await h.job(job.job_id)).status === "running" && gate.started(), 45_000, `running (${daemon.output()})`);
   return { gate, daemon, job };
-}
-
-function gatedRunner(): { runner: string; started(): boolean; open(): void } {
-  const dir = tempDir("gate");
-  const gate = path.join(dir, "go");
-  const started = path.join(dir, "started");
-  const runner = writeExecutable(
-    dir,
-    "gated.py",
-    [
-      "#!/usr/bin/env python3",
-      "import json, os, signal, sys, time",
-      // Takes a second to stop, as a job saving its state does, and says so.
-      'signal.signal(signal.SIGTERM, lambda *_: (print("stopping", flush=True), time.sleep(1), sys.exit(143)))',
-      'print("started", flush=True)',
-      "json.load(sys.stdin)",
-      `open(${JSON.stringify(started)}, "w").close()`,
-      `while not os.path.exists(${JSON.stringify(gate)}):`,
-      "    time.sleep(0.05)",
-      'json.dump({"response": "done"}, open(os.environ["SVC_RESULT_FILE"], "w"))',
-      "",
-    ].join("\n"),
-  );
-  // The interpreter itself, not a shim of a version manager that would die first on a stop signal.
-  const python = spawnSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).stdout.trim();
-  return { runner: `llm-inference=${python} ${runner}`, started: () => fs.existsSync(started), open: () => fs.writeFileSync(gate, "") };
 }

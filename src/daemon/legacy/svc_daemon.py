@@ -14,6 +14,13 @@ provider key and the task-signing secret when it serves this file
   --key / SVC_API_KEY         provider key
   --heartbeat-seconds / SVC_HEARTBEAT_SECONDS   (default 30)
   --poll-seconds / SVC_POLL_SECONDS             (default 10)
+  --result-retry-seconds / SVC_RESULT_RETRY_SECONDS   (default 10)
+  --result-keep-seconds / SVC_RESULT_KEEP_SECONDS     (default 3600)
+        a job result the server could not take (a 5xx, no answer: the server
+        restarting, its database away) is kept, under the work dir so that a
+        restart keeps it too, and sent again every retry-seconds until the
+        server answers it (a 4xx refusal ends it as well) or keep-seconds have
+        passed since it was first sent, when it is given up and logged.
   --runner TYPE=COMMAND / SVC_RUNNERS="TYPE=COMMAND;..."
         run jobs of TYPE with a local program instead of a container. The
         program gets the job as JSON on stdin, SVC_RESULT_FILE / SVC_WORKSPACE
@@ -28,6 +35,7 @@ provider key and the task-signing secret when it serves this file
 import base64
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import platform
@@ -63,6 +71,8 @@ PROGRESS_PREFIX = "SVC_PROGRESS"
 LOG_FLUSH_SECONDS = 1.0
 LOG_BATCH_LINES = 100
 CANCEL_CHECK_SECONDS = 3.0
+CONFIRM_RETRY_SECONDS = 5.0
+GONE = "gone"  # job_status: the job is no longer this provider's
 
 
 # ---------------------------------------------------------------- signing --
@@ -320,7 +330,9 @@ class Api:
         self.key = api_key
         self.timeout = timeout
 
-    def _request(self, method, path, body=None, query=None, raw=False):
+    def _request(self, method, path, body=None, query=None, raw=False, timeout=None):
+        """The answer's JSON (or bytes with raw). ApiError with the HTTP status on a refusal, with
+        status 0 when no usable answer came (no connection, cut off mid-answer, not JSON)."""
         url = self.base + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -331,23 +343,30 @@ class Api:
             headers["content-type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as res:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as res:
                 payload = res.read()
         except urllib.error.HTTPError as err:
-            text = err.read().decode("utf-8", "replace")
+            try:
+                text = err.read().decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException):
+                text = ""
             try:
                 message = json.loads(text).get("error", text)
-            except ValueError:
+            except (ValueError, AttributeError):
                 message = text
             raise ApiError(err.code, message)
-        except (urllib.error.URLError, OSError) as err:
-            raise ApiError(0, str(getattr(err, "reason", err)))
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            # HTTPException: the server went away mid-answer (IncompleteRead, BadStatusLine).
+            raise ApiError(0, str(getattr(err, "reason", err)) or type(err).__name__)
         if raw:
             return payload
-        return json.loads(payload.decode("utf-8")) if payload else {}
+        try:
+            return json.loads(payload.decode("utf-8")) if payload else {}
+        except ValueError:
+            raise ApiError(0, "the answer was not JSON: %r" % payload[:200])
 
-    def post(self, path, body):
-        return self._request("POST", path, dict(body, api_key=self.key))
+    def post(self, path, body, timeout=None):
+        return self._request("POST", path, dict(body, api_key=self.key), timeout=timeout)
 
     def get(self, path, query=None, raw=False):
         return self._request("GET", path, query=query, raw=raw)
@@ -563,6 +582,74 @@ def parse_progress(line):
     return pct, (parts[1] if len(parts) > 1 else None)
 
 
+# ---------------------------------------------------------------- results --
+
+def result_refused(status):
+    """Whether an HTTP status is the server's refusal of a report (sending it again changes nothing):
+    a 4xx other than 408 (request timeout) and 429 (too many requests). Everything else (a 5xx, no
+    answer at all) says the server could not take it for now."""
+    return 400 <= status < 500 and status not in (408, 429)
+
+
+class PendingResults:
+    """Job results the server has not answered yet, one JSON file each under a folder of the work
+    dir, so that a restart of the daemon (a stop signal, a self-update) keeps them too. Each entry:
+    the job-result body, when it was first sent, how many times it was sent and when it is due again."""
+
+    def __init__(self, folder, log):
+        self.folder = folder
+        self.log = log
+        self.items = {}
+
+    def _path(self, job_id):
+        return os.path.join(self.folder, _safe_name(job_id) + ".json")
+
+    def load(self):
+        """Reads the results an earlier run of the daemon left; each is due at once."""
+        try:
+            names = sorted(os.listdir(self.folder))
+        except OSError:
+            return
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(os.path.join(self.folder, name), "r", encoding="utf-8") as f:
+                    item = json.load(f)
+                job_id = item["body"]["job_id"]
+                item = {"body": item["body"], "first_at": float(item["first_at"]), "tries": int(item.get("tries", 0))}
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                self.log("ignoring an unreadable kept result %s: %s" % (name, err))
+                continue
+            item["next_at"] = 0.0
+            self.items[job_id] = item
+
+    def keep(self, job_id, body, first_at, tries, next_at):
+        known = job_id in self.items
+        self.items[job_id] = {"body": body, "first_at": first_at, "tries": tries, "next_at": next_at}
+        if known:
+            return  # on disk already (what a restart needs: the body and when it was first sent)
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            path = self._path(job_id)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"body": body, "first_at": first_at, "tries": tries}, f)
+            os.replace(path + ".tmp", path)
+        except (OSError, TypeError, ValueError) as err:
+            self.log("could not write the result of %s to %s (kept in memory only): %s" % (job_id, self.folder, err))
+
+    def drop(self, job_id):
+        self.items.pop(job_id, None)
+        try:
+            os.remove(self._path(job_id))
+        except OSError:
+            pass
+
+    def due(self, now):
+        return [(job_id, item) for job_id, item in sorted(self.items.items(), key=lambda kv: kv[1]["next_at"])
+                if item["next_at"] <= now]
+
+
 # ----------------------------------------------------------------- daemon --
 
 class Daemon:
@@ -578,6 +665,8 @@ class Daemon:
         self.paused = False
         self.update_wanted = False
         self.current_job = None
+        self.results = PendingResults(os.path.join(cfg["work_dir"], ".svc-results"), self.log)
+        self.stop_deadline = float("inf")
         self.hostname = socket.gethostname()
         self.docker = shutil.which(cfg["docker"]) if cfg["docker"] else None
 
@@ -595,8 +684,10 @@ class Daemon:
             body["job_id"] = job_id
         try:
             self.api.post("/api/providers/daemon-event", body)
+            return True
         except ApiError as err:
             self.log("daemon-event %s not delivered: %s" % (event_type, err))
+            return False
 
     # -- heartbeat ------------------------------------------------------
     def heartbeat(self):
@@ -688,27 +779,82 @@ class Daemon:
 
     def report(self, job_id, success, result=None, error=None, metrics=None, end_reason=None):
         """job-result; a failure names its end reason and whose fault it was (docs/daemons.md), so the
-        server bills the renter's own failures, re-queues this machine's and refunds the platform's."""
+        server bills the renter's own failures, re-queues this machine's and refunds the platform's.
+        Sent once now; when the server cannot take it (a 5xx, no answer) it is kept and sent again
+        (deliver_results) until the server answers it. Returns the server's answer, or None."""
         body = {"job_id": job_id, "success": success, "result": result, "error": error, "metrics": metrics or {}}
         if not success and end_reason:
             body["end_reason"] = end_reason
             body["fault"] = FAULT_OF.get(end_reason, "renter")
-        for attempt in range(5):
-            try:
-                return self.api.post("/api/providers/job-result", body)
-            except ApiError as err:
-                if 400 <= err.status < 500:
-                    self.log("job-result for %s refused: %s" % (job_id, err))
-                    return None
-                self.log("job-result for %s failed (attempt %d): %s" % (job_id, attempt + 1, err))
-                time.sleep(min(30, 2 ** attempt))
+        item = {"body": body, "first_at": time.time(), "tries": 0, "next_at": 0.0}
+        return self.send_result(job_id, item)[1]
+
+    def send_result(self, job_id, item, timeout=None):
+        """One try at a result: ("delivered", answer), ("refused", None) on the server's 4xx (sending it
+        again would change nothing), ("kept", None) when it is kept to be sent again, ("given_up", None)
+        once it was kept for result_keep_seconds."""
+        try:
+            answer = self.api.post("/api/providers/job-result", item["body"], timeout)
+        except ApiError as err:
+            tries = item["tries"] + 1
+            if result_refused(err.status):
+                self.log("job-result for %s refused: %s" % (job_id, err))
+                self.results.drop(job_id)
+                return "refused", None
+            kept_for = time.time() - item["first_at"]
+            if kept_for >= self.cfg.get("result_keep_seconds", 3600):
+                self.results.drop(job_id)
+                message = "gave up sending the result of %s after %d tries over %d s: %s" % (job_id, tries, kept_for, err)
+                self.log(message)
+                self.event("job_result_undelivered", "error", message, job_id)
+                return "given_up", None
+            retry = self.cfg.get("result_retry_seconds", 10)
+            if tries == 1 or tries % 30 == 0:
+                self.log("job-result for %s not delivered (try %d): %s; kept, sent again every %g s for up to %g s"
+                         % (job_id, tries, err, retry, self.cfg.get("result_keep_seconds", 3600)))
+            self.results.keep(job_id, item["body"], item["first_at"], tries, time.time() + retry)
+            return "kept", None
+        if item["tries"]:
+            self.log("job-result for %s delivered after %d earlier tries" % (job_id, item["tries"]))
+        self.results.drop(job_id)
+        return "delivered", answer
+
+    def deliver_results(self, job_id=None):
+        """Sends the kept results that are due (or, with job_id, that one now). Called from the main
+        loop and from a running job's loop, so no result waits for another job to end."""
+        if job_id is not None:
+            item = self.results.items.get(job_id)
+            return self.send_result(job_id, item)[0] if item else None
+        for kept_id, item in self.results.due(time.time()):
+            if self.stop_event.is_set() and time.time() >= self.stop_deadline:
+                break
+            self.send_result(kept_id, item)
         return None
 
+    def flush_results(self):
+        """At stop: one more try for each kept result within the stop grace; those the server still
+        did not answer stay on disk, and the next start of the daemon sends them."""
+        for job_id, item in list(self.results.items.items()):
+            left = self.stop_deadline - time.time()
+            if left < 1:
+                break
+            self.send_result(job_id, item, timeout=min(left, self.api.timeout))
+        if self.results.items:
+            self.log("%d job result(s) not delivered yet, kept in %s; the next start sends them"
+                     % (len(self.results.items), self.results.folder))
+
     def job_status(self, job_id):
+        """The job's status; GONE when it is no longer this provider's (403: it went back to the queue
+        or on to another provider); None when the server could not be asked."""
         try:
             return self.api.get("/api/jobs/%s" % urllib.parse.quote(job_id, safe=""), {"key": self.api.key}).get("status")
-        except ApiError:
-            return None
+        except ApiError as err:
+            return GONE if err.status == 403 else None
+
+    def confirm_pickup(self, job_id):
+        """A report naming the job (an empty log batch): the server counts a polled job as picked up
+        once the daemon reports on it, and sends it back to the queue when nothing comes."""
+        return self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": []})
 
     def run_job(self, job):
         job_id = job["job_id"]
@@ -719,7 +865,9 @@ class Daemon:
                         end_reason="signature_mismatch")
             return
         self.current_job = job_id
-        self.event("job_started", "info", job.get("job_type"), job_id)
+        # The event names the job, which confirms the pickup; when it does not get through (the
+        # server away, the hour's events used up), another report must before the pickup window ends.
+        confirmed = self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id)
         started = time.time()
         try:
             argv, extra_env, kill_hook, result_file = plan_job(
@@ -741,7 +889,7 @@ class Daemon:
             self.current_job = None
             return
         pending, output, outcome, end_reason = [], [], None, "runtime_error"
-        last_flush = last_cancel_check = time.time()
+        last_flush = last_cancel_check = last_confirm = time.time()
         while True:
             try:
                 line = run.lines.get(timeout=0.2)
@@ -752,22 +900,36 @@ class Daemon:
             if line:
                 progress = parse_progress(line)
                 if progress:
-                    self.post_quietly("/api/jobs/%s/progress" % job_id, {"progress_pct": progress[0], "phase": progress[1]})
+                    if self.post_quietly("/api/jobs/%s/progress" % job_id, {"progress_pct": progress[0], "phase": progress[1]}):
+                        confirmed = True
                 else:
                     pending.append(line)
                     output.append(line)
             now = time.time()
             if pending and (now - last_flush >= LOG_FLUSH_SECONDS or len(pending) >= LOG_BATCH_LINES):
-                self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending})
+                if self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending}):
+                    confirmed = True
                 pending, last_flush = [], now
+            if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
+                confirmed, last_confirm = self.confirm_pickup(job_id), now
+            self.deliver_results()
+            if outcome is not None:
+                continue  # being stopped: wait for its end
             if now > deadline:
                 outcome = "max_duration_seconds (%s s) exceeded; the job was killed" % job.get("max_duration_seconds")
                 end_reason = "timeout"
                 run.stop()
             elif now - last_cancel_check >= CANCEL_CHECK_SECONDS:
                 last_cancel_check = now
-                if self.job_status(job_id) in ("cancelled", "failed", "completed"):
+                status = self.job_status(job_id)
+                if status in ("cancelled", "failed", "completed"):
                     outcome = "cancelled"
+                    run.stop()
+                elif status == GONE:
+                    # Sent back to the queue (no report reached the server within its pickup window, or
+                    # this provider went silent): another provider runs it now, and a result from here
+                    # would be refused.
+                    outcome = "moved"
                     run.stop()
             if self.stop_event.is_set() and outcome is None and now > self.stop_deadline:
                 outcome = "interrupted: the provider daemon stopped before the job finished"
@@ -781,6 +943,11 @@ class Daemon:
         self.current_job = None
         if outcome == "cancelled":
             self.event("job_cancelled", "info", None, job_id)
+            return
+        if outcome == "moved":
+            message = "job %s is no longer this provider's (the server sent it back to the queue); stopped it" % job_id
+            self.log(message)
+            self.event("job_moved", "warning", message, job_id)
             return
         if outcome is None and code == 0:
             result = None
@@ -805,8 +972,10 @@ class Daemon:
     def post_quietly(self, path, body):
         try:
             self.api.post(path, body)
+            return True
         except ApiError as err:
             self.log("%s failed: %s" % (path, err))
+            return False
 
     # -- main loop -----------------------------------------------------------
     def request_stop(self, signum=None, frame=None):
@@ -815,24 +984,47 @@ class Daemon:
             self.stop_deadline = time.time() + self.cfg["stop_grace_seconds"]
             self.stop_event.set()
 
+    def next_wait(self):
+        """Seconds until the next poll, or sooner when a kept result is due."""
+        wait = self.cfg["poll_seconds"]
+        for item in self.results.items.values():
+            wait = min(wait, max(0.05, item["next_at"] - time.time()))
+        return wait
+
     def run(self):
         for name in ("SIGTERM", "SIGINT", "SIGBREAK"):
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), self.request_stop)
-        self.stop_deadline = float("inf")
         self.log("starting %s against %s" % (DAEMON_VERSION, self.api.base))
+        self.results.load()
+        if self.results.items:
+            self.log("%d job result(s) from an earlier run to send" % len(self.results.items))
         self.heartbeat()
         self.readiness()
         self.event("daemon_started", "info", "pid %d" % os.getpid())
         threading.Thread(target=self.heartbeat_loop, daemon=True).start()
         while not self.stop_event.is_set():
+            self.deliver_results()
             if self.update_wanted and self.self_update():
                 return 0
             job = self.poll() if self.approved and not self.paused else None
+            if job and self.stop_event.is_set():
+                # Stopping: the job is handed back at once (re-queued, nothing charged), not started.
+                self.log("job %s handed back: the daemon is stopping" % job["job_id"])
+                self.report(job["job_id"], False, None, "interrupted: the provider daemon stopped before the job started",
+                            {"duration_seconds": 0}, end_reason="provider_interrupted")
+                break
+            if job and job["job_id"] in self.results.items:
+                # This daemon ran it already and its result has not reached the server (which sent the
+                # job back to the queue and then here again): the result settles it, no second run.
+                if self.deliver_results(job["job_id"]) == "delivered":
+                    self.log("job %s: the result of its earlier run was delivered instead of running it again" % job["job_id"])
+                    continue
             if job:
                 self.run_job(job)
                 continue
-            self.stop_event.wait(self.cfg["poll_seconds"])
+            self.stop_event.wait(self.next_wait())
+        self.flush_results()
         self.event("daemon_stopped", "info", self.stop_reason)
         self.log("stopped (%s)" % self.stop_reason)
         return 0
@@ -858,6 +1050,12 @@ def load_config(argv):
     parser.add_argument("--heartbeat-seconds", type=float, default=float(os.environ.get("SVC_HEARTBEAT_SECONDS") or 30))
     parser.add_argument("--poll-seconds", type=float, default=float(os.environ.get("SVC_POLL_SECONDS") or 10))
     parser.add_argument("--runner", action="append", default=[os.environ.get("SVC_RUNNERS", "")])
+    parser.add_argument("--result-retry-seconds", type=float, default=float(os.environ.get("SVC_RESULT_RETRY_SECONDS") or 10),
+                        help="how often a job result the server could not take (a 5xx, no answer) is sent again "
+                             "(SVC_RESULT_RETRY_SECONDS, default 10)")
+    parser.add_argument("--result-keep-seconds", type=float, default=float(os.environ.get("SVC_RESULT_KEEP_SECONDS") or 3600),
+                        help="how long such a result is kept and sent again before it is given up, across restarts "
+                             "(SVC_RESULT_KEEP_SECONDS, default 3600)")
     # Accepted for the daemons it replaces, which restart themselves with it: this
     # daemon runs no separate watchdog (a service manager restarts it).
     parser.add_argument("--no-watchdog", action="store_true")
@@ -868,6 +1066,7 @@ def load_config(argv):
     return {
         "url": args.url, "key": args.key, "secret": os.environ.get("SVC_HMAC_SECRET") or HMAC_SECRET,
         "heartbeat_seconds": args.heartbeat_seconds, "poll_seconds": args.poll_seconds,
+        "result_retry_seconds": max(0.1, args.result_retry_seconds), "result_keep_seconds": max(0.0, args.result_keep_seconds),
         "runners": parse_runners(args.runner), "work_dir": args.work_dir,
         "nvidia_smi": os.environ.get("SVC_NVIDIA_SMI") or "nvidia-smi", "docker": os.environ.get("SVC_DOCKER", "docker"),
         "stop_grace_seconds": float(os.environ.get("SVC_STOP_GRACE_SECONDS") or 20),
