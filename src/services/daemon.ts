@@ -378,7 +378,13 @@ class StreamSession {
           this.delivered.end(k.value.jobId);
           await this.flushProgress(k.value.jobId);
           await this.unlessRefused(k.value.jobId, () =>
-            markJobRejected(sql, pid, { jobId: k.value.jobId, reason: k.value.reason, interrupted: k.value.interrupted, endReason: k.value.endReason }),
+            markJobRejected(sql, pid, {
+              jobId: k.value.jobId,
+              reason: k.value.reason,
+              interrupted: k.value.interrupted,
+              endReason: k.value.endReason,
+              attempt: k.value.attempt,
+            }),
           );
           return;
         case "logs":
@@ -404,6 +410,7 @@ class StreamSession {
               metrics: r.metrics,
               fault: r.fault,
               endReason: r.endReason,
+              attempt: r.attempt,
             });
           });
           logPlatformFault(this.deps, r.jobId, ack);

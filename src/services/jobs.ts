@@ -285,6 +285,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         metrics: req.metrics,
         fault: req.fault,
         endReason: req.endReason,
+        attempt: req.attempt,
       });
       logPlatformFault(deps, req.jobId, ack);
       return ack;

@@ -98,6 +98,9 @@ describe("svc_daemon.py result delivery", { timeout: 90_000 }, () => {
     // An outage of more than a quarter of a minute: the result is kept however long it lasts (up to its keep time).
     await new Promise((r) => setTimeout(r, 17_000));
     expect((await job(jobId)).status).toBe("running");
+    // Kept on disk, naming the attempt it ends (a later attempt of the job would refuse it).
+    const [kept] = fs.readdirSync(path.join(dir, "work", ".svc-results"));
+    expect(JSON.parse(fs.readFileSync(path.join(dir, "work", ".svc-results", kept), "utf8")).body).toMatchObject({ job_id: jobId, attempt: 1, success: true });
     link.up();
     const done = await ended(jobId, 15_000, `job end once the database is back (${d.output()})`);
     expect(done.status, done.error).toBe("completed");

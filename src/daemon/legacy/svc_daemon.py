@@ -777,12 +777,15 @@ class Daemon:
             return None
         return res.get("job")
 
-    def report(self, job_id, success, result=None, error=None, metrics=None, end_reason=None):
+    def report(self, job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None):
         """job-result; a failure names its end reason and whose fault it was (docs/daemons.md), so the
         server bills the renter's own failures, re-queues this machine's and refunds the platform's.
         Sent once now; when the server cannot take it (a 5xx, no answer) it is kept and sent again
         (deliver_results) until the server answers it. Returns the server's answer, or None."""
         body = {"job_id": job_id, "success": success, "result": result, "error": error, "metrics": metrics or {}}
+        if attempt:
+            # The attempt polled: a result kept past a re-queue is then refused, not taken for a later attempt.
+            body["attempt"] = attempt
         if not success and end_reason:
             body["end_reason"] = end_reason
             body["fault"] = FAULT_OF.get(end_reason, "renter")
@@ -819,17 +822,13 @@ class Daemon:
         self.results.drop(job_id)
         return "delivered", answer
 
-    def deliver_results(self, job_id=None):
-        """Sends the kept results that are due (or, with job_id, that one now). Called from the main
-        loop and from a running job's loop, so no result waits for another job to end."""
-        if job_id is not None:
-            item = self.results.items.get(job_id)
-            return self.send_result(job_id, item)[0] if item else None
+    def deliver_results(self):
+        """Sends the kept results that are due. Called from the main loop and from a running job's
+        loop, so no result waits for another job to end."""
         for kept_id, item in self.results.due(time.time()):
             if self.stop_event.is_set() and time.time() >= self.stop_deadline:
                 break
             self.send_result(kept_id, item)
-        return None
 
     def flush_results(self):
         """At stop: one more try for each kept result within the stop grace; those the server still
@@ -862,7 +861,7 @@ class Daemon:
             self.log("job %s refused: task signature does not verify" % job_id)
             self.event("task_signature_invalid", "error", "task_spec_hmac does not match the task", job_id)
             self.report(job_id, False, None, "task signature verification failed: the daemon refused the task",
-                        end_reason="signature_mismatch")
+                        end_reason="signature_mismatch", attempt=job.get("attempt"))
             return
         self.current_job = job_id
         # The event names the job, which confirms the pickup; when it does not get through (the
@@ -874,7 +873,7 @@ class Daemon:
                 job, self.cfg["runners"], self.docker, self.cfg["work_dir"], bool(self.gpus.query()), self.scripts_dir)
         except (RuntimeError, OSError) as err:
             self.event("job_failed", "error", str(err), job_id)
-            self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider")
+            self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider", attempt=job.get("attempt"))
             self.current_job = None
             return
         env = dict(os.environ, **extra_env)
@@ -885,7 +884,7 @@ class Daemon:
         except OSError as err:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
-                        end_reason="provider_error")
+                        end_reason="provider_error", attempt=job.get("attempt"))
             self.current_job = None
             return
         pending, output, outcome, end_reason = [], [], None, "runtime_error"
@@ -960,13 +959,13 @@ class Daemon:
             if result is None and outcome is None:
                 result = {"response": "\n".join(output).strip()}
             if outcome is None:
-                self.report(job_id, True, result, None, metrics)
+                self.report(job_id, True, result, None, metrics, attempt=job.get("attempt"))
                 self.event("job_completed", "info", "%.1fs" % duration, job_id)
                 return
         error = outcome or "the job exited with status %s: %s" % (code, "\n".join(output[-5:])[-1000:])
         if outcome is None and kill_hook and code == 125:
             end_reason = "provider_error"  # docker itself failed, not the job
-        self.report(job_id, False, None, error, metrics, end_reason=end_reason)
+        self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"))
         self.event("job_failed", "warning", error, job_id)
 
     def post_quietly(self, path, body):
@@ -1012,14 +1011,8 @@ class Daemon:
                 # Stopping: the job is handed back at once (re-queued, nothing charged), not started.
                 self.log("job %s handed back: the daemon is stopping" % job["job_id"])
                 self.report(job["job_id"], False, None, "interrupted: the provider daemon stopped before the job started",
-                            {"duration_seconds": 0}, end_reason="provider_interrupted")
+                            {"duration_seconds": 0}, end_reason="provider_interrupted", attempt=job.get("attempt"))
                 break
-            if job and job["job_id"] in self.results.items:
-                # This daemon ran it already and its result has not reached the server (which sent the
-                # job back to the queue and then here again): the result settles it, no second run.
-                if self.deliver_results(job["job_id"]) == "delivered":
-                    self.log("job %s: the result of its earlier run was delivered instead of running it again" % job["job_id"])
-                    continue
             if job:
                 self.run_job(job)
                 continue

@@ -63,6 +63,8 @@ export interface DaemonConfig {
 
 interface ActiveJob {
   spec: JobSpec;
+  /** The assignment's attempt, named in the reports that end it (undefined from a server that sends none). */
+  attempt?: number;
   running?: RunningJob;
   cancelled: boolean;
   /** Stopped because the daemon is shutting down: reported as interrupted by the provider. */
@@ -90,6 +92,8 @@ function failureAttribution(endReason: "runtime_error" | "provider_error" | "tim
 
 /** How long a job that died of a stop signal waits for the daemon's own stop before it is reported as failed. */
 const STOP_SIGNAL_WAIT_MS = 1000;
+/** An assignment's attempt; a server that sends none leaves it 0 (proto3's default). */
+const attemptOf = (job: AssignedJob) => job.attempt || undefined;
 /**
  * A result refused with one of these codes was not judged, only not taken now (the server's
  * database away, a fault of the server): it is sent again every RESULT_RETRY_MS, up to
@@ -455,9 +459,9 @@ export class ProviderDaemon {
   }
 
   /** Refuses a job; `endReason` says why in the server's terms (the provider's fault each). */
-  private reject(jobId: string, reason: string, endReason: "provider_refused" | "signature_mismatch" | "unsupported_on_provider" = "provider_refused") {
-    this.cfg.log(`job ${jobId} refused: ${reason}`);
-    this.send({ case: "jobRejected", value: { jobId, reason, endReason } });
+  private reject(job: AssignedJob, reason: string, endReason: "provider_refused" | "signature_mismatch" | "unsupported_on_provider" = "provider_refused") {
+    this.cfg.log(`job ${job.jobId} refused: ${reason}`);
+    this.send({ case: "jobRejected", value: { jobId: job.jobId, reason, endReason, attempt: attemptOf(job) } });
   }
 
   private async onJob(job: AssignedJob, signature: string) {
@@ -468,32 +472,32 @@ export class ProviderDaemon {
       if (prior.cancelled) prior.next = { job, signature };
       return;
     }
-    if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
+    if (this.stopping) return this.reject(job, "the daemon is shutting down");
     const spec: JobSpec = {
       jobId: job.jobId,
       jobType: job.jobType,
       taskSpec: (job.taskSpec ?? {}) as JsonObject,
       maxDurationSeconds: Number(job.maxDurationSeconds) || 1800,
     };
-    const active: ActiveJob = { spec, cancelled: false, interrupted: false, logs: [] };
+    const active: ActiveJob = { spec, attempt: attemptOf(job), cancelled: false, interrupted: false, logs: [] };
     this.jobs.set(job.jobId, active);
     try {
       if (!this.verified(job, signature)) {
         this.event("task_signature_invalid", "error", "the task's signature does not verify; refused", job.jobId);
-        return this.reject(job.jobId, "task signature verification failed: the daemon refused a tampered or unsigned task", "signature_mismatch");
+        return this.reject(job, "task signature verification failed: the daemon refused a tampered or unsigned task", "signature_mismatch");
       }
       const snap = await this.probe.snapshot();
       const why = await this.refusal(job, snap);
-      if (why) return this.reject(job.jobId, why);
+      if (why) return this.reject(job, why);
       active.gpu = gpuFacts(snap);
       let executor;
       try {
         executor = executorFor(spec, this.cfg.executors);
       } catch (err) {
-        return this.reject(job.jobId, (err as Error).message, "unsupported_on_provider");
+        return this.reject(job, (err as Error).message, "unsupported_on_provider");
       }
       // SIGTERM came while the task was being checked: nothing started, refuse it.
-      if (this.stopping) return this.reject(job.jobId, "the daemon is shutting down");
+      if (this.stopping) return this.reject(job, "the daemon is shutting down");
       this.send({ case: "jobAccepted", value: { jobId: job.jobId } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
       const outcome = await this.execute(active, executor.start.bind(executor));
@@ -560,7 +564,7 @@ export class ProviderDaemon {
     // processes first): the provider's doing. A job that completed meanwhile still reports its result.
     if (active.interrupted || (this.stopping && !outcome.success)) {
       this.cfg.log(`job ${jobId} interrupted: the daemon is stopping`);
-      this.send({ case: "jobRejected", value: { jobId, reason: "the provider's daemon was stopped while the job ran", interrupted: true } });
+      this.send({ case: "jobRejected", value: { jobId, reason: "the provider's daemon was stopped while the job ran", interrupted: true, attempt: active.attempt } });
       this.event("job_interrupted", "warning", outcome.error, jobId);
       return;
     }
@@ -568,6 +572,7 @@ export class ProviderDaemon {
       case: "result",
       value: {
         jobId,
+        attempt: active.attempt,
         success: outcome.success,
         result: outcome.result === undefined ? undefined : toValue(outcome.result),
         error: outcome.error,

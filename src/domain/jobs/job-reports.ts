@@ -33,6 +33,7 @@ export function assignedJobMessage(job: AssignedJob): AssignedJobInit {
     gpuRequirements: (job.gpu_requirements ?? undefined) as JsonObject | undefined,
     durationMinutes: BigInt(Math.ceil(job.duration_minutes)),
     maxDurationSeconds: BigInt(job.max_duration_seconds),
+    attempt: job.attempt,
   };
 }
 
@@ -183,7 +184,7 @@ export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId
 export async function markJobRejected(
   sql: Sql,
   providerId: number,
-  msg: { jobId: string; reason?: string; interrupted?: boolean; endReason?: string },
+  msg: { jobId: string; reason?: string; interrupted?: boolean; endReason?: string; attempt?: number },
 ): Promise<"requeued" | "failed"> {
   if (msg.endReason && !(REFUSAL_REASONS as readonly string[]).includes(msg.endReason)) {
     throw badRequest(`end_reason must be one of ${REFUSAL_REASONS.join(", ")}`);
@@ -191,6 +192,7 @@ export async function markJobRejected(
   const code: RefusalReason = msg.interrupted ? "provider_interrupted" : ((msg.endReason || "provider_refused") as RefusalReason);
   const { outcome, id } = await sql.begin(async (tx) => {
     const job = await lockOwnActive(tx, providerId, msg.jobId);
+    assertAttempt(job, msg.attempt, "hand-back");
     const what = code === "provider_interrupted" ? "interrupted the job" : "rejected the job";
     const why = `provider ${providerId} ${what}${msg.reason ? `: ${msg.reason.slice(0, 500)}` : ""}`;
     return { outcome: await loseJobLocked(tx, job, code, why), id: job.id };
@@ -225,6 +227,15 @@ export interface ResultReport {
   fault?: string;
   /** A failure's end reason (job-end.ts REPORTED_FAILURE_REASONS). */
   endReason?: string;
+  /** The attempt the result is for; absent: the current one. */
+  attempt?: number;
+}
+
+/** A report that ends an attempt must be about the job's current one (when it names it). */
+function assertAttempt(job: { attempt: number; job_id: string }, attempt: number | undefined, what: string): void {
+  if (attempt !== undefined && attempt !== job.attempt) {
+    throw conflict(`this ${what} is for attempt ${attempt} of job ${job.job_id}, which is on attempt ${job.attempt}; it was not accepted`);
+  }
 }
 
 const MAX_ERROR = 10_000;
@@ -255,6 +266,7 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
   const { figures, freed, requeued } = await sql.begin(async (tx) => {
     let job = await lockJob(tx, msg.jobId);
     assertAssignee(job, providerId);
+    assertAttempt(job, msg.attempt, "result");
     // The report is the daemon's evidence that it had the job (a pending one is settled as it stands).
     if (job.status === "running") job = await confirmLocked(tx, job);
     if (!isActive(job.status)) {

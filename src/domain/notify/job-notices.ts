@@ -19,7 +19,7 @@ const MAX_NOTICE_BYTES = 7900;
 /** The columns of a job that a daemon is sent on assignment (job-reports.ts assignedJobMessage). */
 export type AssignedJob = Pick<
   JobRow,
-  "id" | "job_id" | "job_type" | "task_spec" | "task_spec_hmac" | "gpu_requirements" | "duration_minutes" | "max_duration_seconds"
+  "id" | "job_id" | "job_type" | "task_spec" | "task_spec_hmac" | "gpu_requirements" | "duration_minutes" | "max_duration_seconds" | "attempt"
 >;
 
 export interface JobSignal {
@@ -41,7 +41,7 @@ export function assignedNoticeSql(db: Db, providerId: ReturnType<Db>, job: strin
       json_build_object('provider_id', ${providerId}, 'job_id', ${j}.job_id, 'job', json_build_object(
         'id', ${j}.id, 'job_id', ${j}.job_id, 'job_type', ${j}.job_type, 'task_spec', ${j}.task_spec,
         'task_spec_hmac', ${j}.task_spec_hmac, 'gpu_requirements', ${j}.gpu_requirements,
-        'duration_minutes', ${j}.duration_minutes, 'max_duration_seconds', ${j}.max_duration_seconds))::text AS full,
+        'duration_minutes', ${j}.duration_minutes, 'max_duration_seconds', ${j}.max_duration_seconds, 'attempt', ${j}.attempt))::text AS full,
       json_build_object('provider_id', ${providerId}, 'job_id', ${j}.job_id)::text AS bare) n))`;
 }
 
