@@ -216,6 +216,9 @@ describe("WatchJob and GET /api/jobs/{id}/events", () => {
     const asRenter = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
     await asProvider.until((es) => es.length >= 1);
     await asRenter.until((es) => es.length >= 1);
+    // Paused, the provider cannot be given the job back: it stays queued (a re-queue may otherwise land
+    // on the same provider, whose watch then rightly goes on).
+    expect((await api.post("/api/providers/pause", { key: provider.key })).status).toBe(200);
     const rq = await api.post(`/api/admin/jobs/${jobId}/requeue`, {}, { "x-admin-token": ADMIN_TOKEN });
     expect(rq.status, rq.text).toBe(200);
     await asProvider.ended;
