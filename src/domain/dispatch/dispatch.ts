@@ -572,9 +572,10 @@ export async function loseJobLocked(tx: Tx, job: LockedJob, reason: ProviderFaul
  * refunded. Safe to call any number of times, from any process.
  */
 export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason: string): Promise<{ requeued: string[]; failed: string[] }> {
-  const out = { requeued: [] as string[], failed: [] as string[] };
-  const requeuedIds: number[] = [];
-  const jobs = await sql.begin(async (tx) => {
+  // Collected inside the transaction: a deadlock runs it again from the start (db/index.ts).
+  const { out, requeuedIds, jobs } = await sql.begin(async (tx) => {
+    const out = { requeued: [] as string[], failed: [] as string[] };
+    const requeuedIds: number[] = [];
     const jobs = await tx<LockedJob[]>`
       SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
       ORDER BY id FOR UPDATE`;
@@ -583,7 +584,7 @@ export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason
       out[r].push(job.job_id);
       if (r === "requeued") requeuedIds.push(job.id);
     }
-    return jobs.length;
+    return { out, requeuedIds, jobs: jobs.length };
   });
   await placeJobs(sql, requeuedIds);
   if (jobs > 0) await refreshReputation(sql, [providerId]);
