@@ -21,8 +21,9 @@ export function migrationFiles(): { version: number; name: string; file: string 
  * `through` stops after that version (a database at an earlier schema: tests of a backfill, benches).
  */
 export async function migrate(sql: Sql, opts: { through?: number } = {}): Promise<number[]> {
-  const applied: number[] = [];
-  await sql.begin(async (tx) => {
+  // Collected inside the transaction: a deadlock runs it again from the start (db/index.ts).
+  return sql.begin(async (tx) => {
+    const applied: number[] = [];
     await tx`SELECT pg_advisory_xact_lock(${LOCK_ID})`;
     await tx`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`;
@@ -33,8 +34,8 @@ export async function migrate(sql: Sql, opts: { through?: number } = {}): Promis
       await tx`INSERT INTO schema_migrations (version, name) VALUES (${m.version}, ${m.name})`;
       applied.push(m.version);
     }
+    return applied;
   });
-  return applied;
 }
 
 /** True when every migration file has been applied (readiness). */
