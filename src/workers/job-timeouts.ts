@@ -16,6 +16,7 @@
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { dispatchForProvider, dispatchQueued, providersWithLostJobs, releaseUnclaimed, requeueJobsOfProvider } from "../domain/dispatch/dispatch.js";
+import { pulse } from "../domain/shared/platform-pulse.js";
 import { overdueJobIds, timeOutJob } from "../domain/money/settlement.js";
 import { fundRunningJob, jobsRunningOutOfPaidTime } from "../domain/money/hold-extension.js";
 import type { Worker } from "./worker.js";
@@ -44,6 +45,9 @@ export interface SweepResult {
 export async function sweepJobs(sql: Sql, opts: { lostJobs?: boolean } = {}): Promise<SweepResult> {
   const out: SweepResult = { timedOut: 0, extended: 0, outOfFunds: 0, requeued: 0, failed: 0, assigned: 0 };
   const freed = new Set<number>();
+  // Its own pulse first: after an outage the first sweep sees the platform up only from now (the
+  // safety net and the pickup window then wait a live window).
+  await pulse(sql);
   for (const id of await overdueJobIds(sql, BATCH)) {
     const done = await sql.begin((tx) => timeOutJob(tx, id));
     if (done) {

@@ -15,6 +15,7 @@
 import type { PendingQuery, Row } from "postgres";
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
+import { upForSql } from "../shared/platform-pulse.js";
 import { withinRunWindowSql } from "../providers/preferences.js";
 import { refreshReputation } from "../providers/reputation.js";
 import { belowMinimum, daemonPolicy, versionRank } from "../providers/versions.js";
@@ -617,10 +618,12 @@ function unclaimedWhy(job: LockedJob): string | undefined {
  */
 export function unclaimedSql(db: Db, limit: number) {
   const cutoff = db.unsafe(`now() - interval '${PICKUP_SECONDS} seconds'`);
+  // None within a pickup window of an outage of the platform's own (platform-pulse.ts).
+  const up = upForSql(db, PICKUP_SECONDS);
   return db<{ id: number }[]>`
-    (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND submitted_at < ${cutoff} AND assigned_at < ${cutoff})
+    (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND submitted_at < ${cutoff} AND assigned_at < ${cutoff} AND ${up})
     UNION ALL
-    (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < ${cutoff})
+    (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < ${cutoff} AND ${up})
     ORDER BY since LIMIT ${limit}`;
 }
 
@@ -656,7 +659,7 @@ export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeue
 export async function providersWithLostJobs(db: Db, limit = 100): Promise<number[]> {
   const rows = await db<{ id: number }[]>`
     SELECT DISTINCT p.id FROM jobs j JOIN providers p ON p.id = j.provider_id
-    WHERE j.status IN ('pending', 'running') AND NOT ${liveSql(db)}
+    WHERE j.status IN ('pending', 'running') AND NOT ${liveSql(db)} AND ${upForSql(db, LIVE_WINDOW_SECONDS)}
     LIMIT ${limit}`;
   return rows.map((r) => r.id);
 }

@@ -2,10 +2,12 @@
 // heartbeat is within LIVE_WINDOW_SECONDS; the sweep turns `online` (and a
 // `connected` that got one window to beat since it was resumed) into
 // `offline`, announces it to every process's heartbeat cache, and returns the
-// ids so their work can be re-queued.
+// ids so their work can be re-queued. Not within a live window of an outage of
+// the platform's own (platform-pulse.ts): the providers get that window to be heard.
 import type { Sql } from "../../db/index.js";
 import { providersChanged } from "../accounts/invalidation.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
+import { upForSql } from "../shared/platform-pulse.js";
 
 const SWEEP_BATCH = 1000;
 
@@ -23,6 +25,8 @@ export async function markSilentProvidersOffline(sql: Sql): Promise<number[]> {
           SELECT id FROM providers
           WHERE status IN ('online', 'connected')
             AND (last_heartbeat IS NULL OR last_heartbeat < now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))
+            -- Silent while the platform could hear it (no outage of ours within the window).
+            AND ${upForSql(tx, LIVE_WINDOW_SECONDS)}
             AND (status = 'online' OR status_since < now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))
           ORDER BY id
           LIMIT ${SWEEP_BATCH}
