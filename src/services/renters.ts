@@ -6,7 +6,7 @@ import { idempotent } from "../domain/money/idempotency.js";
 import { rotateKeys } from "../domain/accounts/key-rotation.js";
 import { credit, renterFunds } from "../domain/money/ledger.js";
 import { loginByEmail } from "../domain/accounts/login.js";
-import { recentJobsOfRenter, jobMessage } from "../domain/jobs/jobs.js";
+import { recentJobsOfRenter, jobMessageFor } from "../domain/jobs/jobs.js";
 import { topupAmount } from "../domain/money/payments.js";
 import { halalaToSar } from "../domain/money/pricing.js";
 import { registerRenter, renterByEmail, renterById, renterJobCount, renterMessage, renterQuota, updateRenter, type RenterPatch } from "../domain/accounts/renters.js";
@@ -55,7 +55,7 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
         const [message, recent, quota] = await Promise.all([renterMessage(sql, renter), recentJobsOfRenter(sql, id), renterQuota(sql, id)]);
         return {
           renter: message,
-          recentJobs: recent.map(jobMessage),
+          recentJobs: recent.map((j) => jobMessageFor(j, { role: "renter", renterId: id })),
           quota: { dailyJobsLimit: BigInt(quota.dailyJobsLimit), monthlySpendLimitHalala: BigInt(quota.monthlySpendLimitHalala) },
         };
       });

@@ -9,7 +9,7 @@ import { badRequest } from "../../errors.js";
 import { explainQueue, type QueueReason } from "../dispatch/dispatch.js";
 import { TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
 import { iso } from "../shared/validate.js";
-import { jobMessage, type JobReader } from "./jobs.js";
+import { jobMessageFor, type JobReader } from "./jobs.js";
 
 export type JobEventInit = MessageInitShape<typeof JobEventSchema>;
 type AttemptInit = MessageInitShape<typeof JobAttemptSchema>;
@@ -152,8 +152,7 @@ export function watchState(c: JobChanges): WatchState {
 
 /** The first event of a stream: the job as Get answers it (jobView), for this reader. */
 export function snapshotEvent(c: JobChanges, state: WatchState, reader: JobReader, cursor: number): JobEventInit {
-  const view = jobMessage(c.job as unknown as JobRow);
-  if (reader.role === "renter") view.endpointUrl = undefined;
+  const view = jobMessageFor(c.job as unknown as JobRow, reader);
   if (c.queue) {
     view.queueReason = c.queue.reason;
     view.queueReasonCode = c.queue.code;

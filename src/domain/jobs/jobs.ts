@@ -126,9 +126,18 @@ export async function jobViews(db: Db, jobs: JobSummaryRow[], reader?: JobReader
   return jobs.map((job) => viewOf(job, reader, reasons.get(job.id)));
 }
 
-function viewOf(job: JobSummaryRow, reader: JobReader | undefined, q: QueueReason | undefined): MessageInitShape<typeof JobSchema> {
+/**
+ * The Job message as `reader` may see it: a renter never sees a serving job's
+ * endpoint_url (see jobView), wherever its jobs are listed.
+ */
+export function jobMessageFor(job: JobSummaryRow, reader: JobReader | undefined): MessageInitShape<typeof JobSchema> {
   const msg = jobMessage(job);
   if (reader?.role === "renter") msg.endpointUrl = undefined;
+  return msg;
+}
+
+function viewOf(job: JobSummaryRow, reader: JobReader | undefined, q: QueueReason | undefined): MessageInitShape<typeof JobSchema> {
+  const msg = jobMessageFor(job, reader);
   if (q) {
     msg.queueReason = q.reason;
     msg.queueReasonCode = q.code;

@@ -98,14 +98,15 @@ export function stringBytes(v: unknown): number {
  * The most prompt tokens a chat request can make: the text of its messages
  * (every string in them: content and its parts, names, tool calls) plus
  * PROMPT_TOKENS_PER_MESSAGE each, what a template renders from the request
- * besides them (tools and functions as JSON, documents, a request's own
- * chat_template), and PROMPT_TOKENS_PER_REQUEST. Also the prompt part of the
- * price cap held before the request is proxied.
+ * besides them (tools and functions as JSON, documents, chat_template_kwargs,
+ * a request's own chat_template), and PROMPT_TOKENS_PER_REQUEST. Also the
+ * prompt part of the price cap held before the request is proxied.
  */
 export function promptTokensBound(body: Record<string, unknown>): number {
   const messages = Array.isArray(body.messages) ? body.messages : [];
   let n = PROMPT_TOKENS_PER_REQUEST + stringBytes(messages) + messages.length * PROMPT_TOKENS_PER_MESSAGE;
-  for (const f of ["tools", "functions", "documents"]) if (body[f] != null) n += Buffer.byteLength(JSON.stringify(body[f]));
+  // chat_template_kwargs reach the template as variables it may print (Llama 3.1's date_string, custom_tools).
+  for (const f of ["tools", "functions", "documents", "chat_template_kwargs"]) if (body[f] != null) n += Buffer.byteLength(JSON.stringify(body[f]));
   return n + stringBytes(body.chat_template);
 }
 

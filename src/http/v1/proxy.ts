@@ -109,11 +109,23 @@ function deltaTokens(chunk: Record<string, unknown>): number {
   return n;
 }
 
-/** Writes to the client, waiting out backpressure (or the client leaving). */
-export async function write(res: NodeResponse, data: string): Promise<void> {
+/**
+ * Writes to the client, waiting out backpressure (or the client leaving), but
+ * not past `signal`: a client that stops reading must not hold its request
+ * open beyond the gateway's time limit, where it could outlive its price-cap
+ * reservation and end unbilled.
+ */
+export async function write(res: NodeResponse, data: string, signal?: AbortSignal): Promise<void> {
   const out = res as unknown as NodeJS.EventEmitter & { destroyed?: boolean; write(d: string): boolean };
-  if (out.destroyed || out.write(data)) return;
-  await drained(out);
+  if (out.destroyed || out.write(data) || signal?.aborted) return;
+  if (!signal) return drained(out);
+  let onAbort = () => {};
+  const aborted = new Promise<void>((resolve) => {
+    onAbort = () => resolve();
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  await Promise.race([drained(out), aborted]);
+  signal.removeEventListener("abort", onAbort);
 }
 
 export async function proxyChatCompletion(p: ProxyRequest): Promise<ProxyResult> {
@@ -328,7 +340,7 @@ async function relayStream(
         }
         const batch = out.join("");
         out = [];
-        await write(p.res, batch);
+        await write(p.res, batch, p.signal);
       }
     }
   } finally {

@@ -99,6 +99,12 @@ function parseChatRequest(raw: Buffer): ChatRequest {
     if (b[f] !== undefined && b[f] !== null && !isInt(b[f], 1, 10_000_000)) throw v1Error("invalid_request", `${f} must be a positive integer`);
   }
   if (b.n !== undefined && b.n !== null && !isInt(b.n, 1, 16)) throw v1Error("invalid_request", "n must be an integer from 1 to 16");
+  // vLLM generates best_of sequences and returns the best n: its usage, the delivered text that bounds
+  // the bill and the price cap all count the n returned, so the rest would be GPU time nobody pays for.
+  const n = typeof b.n === "number" ? b.n : 1;
+  if (b.best_of !== undefined && b.best_of !== null && b.best_of !== n) {
+    throw v1Error("invalid_request", `best_of must be absent or equal to n (${n}): only the completions returned are billed`);
+  }
   const so = b.stream_options;
   if (so !== undefined && so !== null && (typeof so !== "object" || Array.isArray(so))) throw v1Error("invalid_request", "stream_options must be an object");
   const limits = [b.max_tokens, b.max_completion_tokens].filter((v): v is number => typeof v === "number");
@@ -108,7 +114,7 @@ function parseChatRequest(raw: Buffer): ChatRequest {
     stream: b.stream === true,
     clientWantsUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true,
     maxTokens: limits.length ? Math.min(...limits) : undefined,
-    choices: typeof b.n === "number" ? b.n : 1,
+    choices: n,
   };
 }
 
@@ -243,7 +249,11 @@ export function createV1Handler(deps: V1Deps) {
     );
 
     const body: Record<string, unknown> = { ...chat.body };
-    if (chat.maxTokens === undefined) body.max_tokens = reservation.maxTokens;
+    // The engine gets the completion limit the price cap was reserved for, in whichever field it reads:
+    // engines prefer max_completion_tokens when both are set, older ones know only max_tokens (and
+    // without it generate to the end of the context), and a charge never exceeds the reserved cap.
+    body.max_tokens = reservation.maxTokens;
+    if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = reservation.maxTokens;
     if (chat.stream) body.stream_options = { ...(chat.body.stream_options as object | undefined), include_usage: true };
 
     const { abort } = call;
@@ -284,7 +294,7 @@ export function createV1Handler(deps: V1Deps) {
         try {
           await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
         } finally {
-          if (result.error) await write(call.res, sseEvent(JSON.stringify(envelope(result.error))));
+          if (result.error) await write(call.res, sseEvent(JSON.stringify(envelope(result.error))), call.abort.signal);
           call.res.end();
         }
         return 200;
