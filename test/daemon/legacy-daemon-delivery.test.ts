@@ -179,6 +179,8 @@ describe("svc_daemon.py result delivery", { timeout: 90_000 }, () => {
     expect(jobProcesses(jobId).length).toBeGreaterThan(0);
     // What the server does when no report on a polled job reached it within the pickup window.
     await db`UPDATE jobs SET acked_at = NULL, started_at = now() - interval '10 minutes' WHERE job_id = ${jobId}`;
+    // The platform steady all along (the outages of the tests above would grant a window's grace).
+    await db`UPDATE platform_pulse SET up_since = '-infinity', last_at = now()`;
     expect((await releaseUnclaimed(srv.sql)).requeued).toBe(1);
     const [a] = await db`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1`;
     expect(a).toMatchObject({ status: "requeued", end_reason: "not_picked_up" });
