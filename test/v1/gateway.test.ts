@@ -72,6 +72,10 @@ describe("models", () => {
 
     const one = await openai(renter.key).models.retrieve(MODEL);
     expect(one.id).toBe(MODEL);
+    // A malformed escape in the id is the request's fault: 400 in the envelope, not a 500.
+    const bad = await fetch(`${srv.url}/v1/models/%`, { headers: { authorization: `Bearer ${renter.key}` } });
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).error).toMatchObject({ code: "invalid_request", message: expect.stringMatching(/percent-encoding/) });
   });
 
   it("accepts x-renter-key as well as Bearer, and refuses a missing or provider key in the /v1 envelope", async () => {

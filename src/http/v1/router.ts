@@ -341,7 +341,13 @@ export function createV1Handler(deps: V1Deps) {
         if (route === "models") {
           sendJson(call, 200, { object: "list", data: models });
         } else {
-          const id = decodeURIComponent(path.slice("/v1/models/".length));
+          const raw = path.slice("/v1/models/".length);
+          let id: string;
+          try {
+            id = decodeURIComponent(raw);
+          } catch {
+            throw v1Error("invalid_request", `the model id in the path is not valid percent-encoding: "${raw}"`);
+          }
           const m = models.find((x) => x.id === id);
           if (!m) throw v1Error("model_not_found", `model "${id}" is not served here`);
           sendJson(call, 200, m);
