@@ -45,7 +45,7 @@ module.exports = {
     },
     {
       name: "daemon-apart",
-      comment: "The reference daemon ships to providers: it imports only the shared task-signature and run-window modules and generated code",
+      comment: "The reference daemon ships to providers: it imports only the shared modules (src/shared) and generated code",
       severity: "error",
       from: { path: "^src/daemon/" },
       to: { path: "^src/", pathNot: "^src/(daemon|shared)/" },

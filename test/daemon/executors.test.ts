@@ -17,7 +17,7 @@ import type { JobType } from "../../src/domain/money/pricing.js";
 import { backoffMs } from "../../src/daemon/ts/daemon.js";
 import { configFromArgs, parseRunners } from "../../src/daemon/ts/cli.js";
 import { GpuProbe } from "../../src/daemon/ts/nvidia-smi.js";
-import { tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { fakeDocker, optionOf, tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
 
 const dir = tempDir("docker");
@@ -74,14 +74,14 @@ function hooks() {
 }
 
 /** The task a minimal submit ({job_type, duration_minutes}) produces, built by the server's own code. */
-function minimalJob(jobType: JobType): JobSpec {
+function minimalJob(jobType: JobType, gpus?: number[]): JobSpec {
   const jobId = `job-min-${jobType}`;
   const params = validateParams(jobType, undefined, { defaultImage: true });
   const taskSpec = buildTaskSpec({
     jobId, jobType, params, containerSpec: DEFAULT_CONTAINERS[jobType], gpuRequirements: null, maxDurationSeconds: 1800,
     workspaceVolumeName: `svc-ws-${jobId}`, checkpointEnabled: false, model: modelOf(jobType, params),
   });
-  return { jobId, jobType, maxDurationSeconds: 1800, taskSpec: taskSpec as JsonObject };
+  return { jobId, jobType, maxDurationSeconds: 1800, taskSpec: taskSpec as JsonObject, gpus };
 }
 
 const llmJob: JobSpec = {
@@ -103,15 +103,15 @@ const llmJob: JobSpec = {
 describe("docker executor (fake docker CLI)", () => {
   const opts = { docker: FAKE_DOCKER, workRoot: path.join(dir, "work"), gpus: true, defaultMemoryMb: 2048, scriptsDir: "/opt/svc/scripts" };
 
-  it("runs a model job with GPUs, network for the download, limits, the workspace volume and our script", async () => {
+  it("runs a model job on its GPU, network for the download, limits, the workspace volume and our script", async () => {
     const { seen, h } = hooks();
-    const out = await new DockerExecutor(opts).start(llmJob, h).done;
+    const out = await new DockerExecutor(opts).start({ ...llmJob, gpus: [0] }, h).done;
     expect(out.success, out.error).toBe(true);
     expect(out.result).toEqual({ response: "generated text" });
     expect(out.metrics.executor).toBe("docker");
     const run = invocations().find((a) => a[0] === "run" && a.includes("svc-job-llm1"))!;
-    expect(run.slice(0, 6)).toEqual(["run", "--rm", "--name", "svc-job-llm1", "--label", "svc.job_id=job-llm1"]);
-    expect(run.join(" ")).toContain("--gpus all");
+    expect(run.slice(0, 5)).toEqual(["run", "--name", "svc-job-llm1", "--label", "svc.job_id=job-llm1"]);
+    expect(optionOf(run, "--gpus")).toBe("device=0");
     expect(run).not.toContain("--network");
     expect(run.join(" ")).toContain("--memory 2048m --pids-limit 4096");
     expect(run.join(" ")).toContain("-v svc-ws-job-llm1:/workspace");
@@ -140,10 +140,10 @@ describe("docker executor (fake docker CLI)", () => {
   });
 
   it("runs the minimal jobs' defaults: the built-in scene and the smoke check need no network", () => {
-    const argv = (t: JobType) => dockerRunArgs(minimalJob(t), opts).argv;
+    const argv = (t: JobType) => dockerRunArgs(minimalJob(t, [0]), opts).argv;
     expect(argv("rendering")).toContain("--network");
     expect(argv("rendering").slice(-3)).toEqual(["linuxserver/blender:4.2.3", "python", "/svc-scripts/render.py"]);
-    expect(argv("custom_container").join(" ")).toContain("--gpus all --network none");
+    expect(argv("custom_container").join(" ")).toContain("--gpus device=0 --network none");
     expect(argv("custom_container").slice(-2)).toEqual(["nvidia/cuda:12.4.1-runtime-ubuntu22.04", "nvidia-smi"]);
     // Training still downloads its base model; the tiny dataset is made in the container.
     expect(argv("training")).not.toContain("--network");
@@ -196,6 +196,95 @@ describe("docker executor (fake docker CLI)", () => {
   });
 });
 
+describe("docker executor: exit status 125, clean-up and GPUs (fake docker engine)", () => {
+  const engine = fakeDocker(tempDir("engine"));
+  const eopts = { docker: engine.path, workRoot: path.join(engine.dir, "work"), gpus: true, defaultMemoryMb: 2048 };
+  const job = (jobId: string, word: string, extra: Partial<JobSpec> = {}): JobSpec => ({
+    jobId,
+    jobType: "custom_container",
+    maxDurationSeconds: 60,
+    gpus: [1],
+    taskSpec: { container: { image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" }, command: [word] },
+    ...extra,
+  });
+  const containersLeft = () => fs.readdirSync(engine.dir).filter((f) => f.startsWith("container-"));
+
+  it("tells the container's own exit status 125 (the job's) from docker failing before the container started (the machine's)", async () => {
+    const own = await new DockerExecutor(eopts).start(job("job-125-own", "exit-125"), hooks().h).done;
+    expect(own).toMatchObject({ success: false, endReason: "runtime_error", metrics: { exit_code: 125, executor: "docker" } });
+    expect(own.error).toMatch(/work done; exiting with status 125/);
+
+    const refused = await new DockerExecutor(eopts).start(job("job-125-docker", "docker-fails"), hooks().h).done;
+    expect(refused).toMatchObject({ success: false, endReason: "provider_error", metrics: { exit_code: 125 } });
+    expect(refused.error).toMatch(/could not select device driver/);
+
+    const created = await new DockerExecutor(eopts).start(job("job-125-start", "start-fails"), hooks().h).done;
+    expect(created).toMatchObject({ success: false, endReason: "provider_error", metrics: { exit_code: 125 } });
+    expect(created.error).toMatch(/OCI runtime create failed/);
+
+    // The container that ran was asked about by the id docker wrote, not by a name anyone could reuse.
+    const inspected = engine.calls().filter((a) => a[0] === "inspect");
+    expect(inspected.length).toBeGreaterThanOrEqual(1);
+    expect(inspected.every((a) => /^[0-9a-f]{64}$/.test(a[a.length - 1]))).toBe(true);
+  });
+
+  it("keeps the container id out of the job's mounted folder and removes the container however the job ended", async () => {
+    for (const [id, word] of [["job-rm-ok", "ok"], ["job-rm-125", "exit-125"], ["job-rm-start", "start-fails"]]) {
+      await new DockerExecutor(eopts).start(job(id, word), hooks().h).done;
+      const run = engine.runs().find((a) => a.includes(`svc-${id}`))!;
+      const cidfile = optionOf(run, "--cidfile");
+      expect(cidfile, id).toBeDefined();
+      const mounted = run.find((a) => a.endsWith(":/svc-output"))!.split(":")[0];
+      expect(path.relative(mounted, cidfile!).startsWith(".."), `${cidfile} is outside ${mounted}`).toBe(true);
+      expect(fs.existsSync(cidfile!), id).toBe(false);
+      expect(containersLeft(), id).toEqual([]);
+    }
+    // A stopped job's container is killed by name and removed too.
+    const running = new DockerExecutor(eopts).start(job("job-rm-kill", "wait"), hooks().h);
+    await waitFor(() => fs.existsSync(path.join(engine.dir, "svc-job-rm-kill.pid")), 10_000, "container started");
+    await running.stop("cancelled: renter asked");
+    expect(await running.done).toMatchObject({ success: false, error: "cancelled: renter asked" });
+    expect(engine.calls()).toContainEqual(["kill", "svc-job-rm-kill"]);
+    expect(containersLeft()).toEqual([]);
+  });
+
+  it("hands the container only the job's own GPU, and no env of the task chooses GPUs", () => {
+    const plan = dockerRunArgs(
+      job("job-gpu1", "ok", {
+        taskSpec: {
+          container: { image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" },
+          command: ["nvidia-smi"],
+          env: { NVIDIA_VISIBLE_DEVICES: "all", CUDA_VISIBLE_DEVICES: "0,1", NVIDIA_DRIVER_CAPABILITIES: "all", KEEP: "1" },
+        },
+      }),
+      eopts,
+    );
+    expect(plan.argv.filter((a) => a === "--gpus")).toHaveLength(1);
+    expect(optionOf(plan.argv, "--gpus")).toBe("device=1");
+    expect(plan.argv).not.toContain("all");
+    expect(plan.argv.filter((a) => /^(NVIDIA|CUDA)_/.test(a))).toEqual([]);
+    expect(plan.argv.join(" ")).toContain("-e KEEP=1 nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
+    // No GPU handed to the job: it gets none, not every GPU of the host.
+    expect(dockerRunArgs(job("job-gpu2", "ok", { gpus: undefined }), eopts).argv).not.toContain("--gpus");
+  });
+
+  it("hands out one GPU per running job: a busy GPU is not handed out again until it is given back", async () => {
+    const { GpuPool } = await import("../../src/daemon/ts/gpu-pool.js");
+    const gpu = (index: number, free = 20_000) => ({ index, vram_free_mib: free }) as import("../../src/daemon/ts/nvidia-smi.js").Gpu;
+    const pool = new GpuPool();
+    const two = [gpu(0), gpu(1)];
+    const a = pool.take(two);
+    const b = pool.take(two);
+    expect([a, b].sort()).toEqual([0, 1]);
+    expect(pool.take(two)).toBeUndefined();
+    pool.release(a);
+    expect(pool.take(two)).toBe(a);
+    // A job that needs more memory gets the free GPU that has it.
+    const roomy = new GpuPool();
+    expect(roomy.take([gpu(0, 4_000), gpu(1, 20_000)], 10_000)).toBe(1);
+  });
+});
+
 describe("process executor", () => {
   it("stops the whole process group: no grandchild survives", async () => {
     const work = tempDir("proc");
@@ -208,6 +297,14 @@ describe("process executor", () => {
     expect(out.success).toBe(false);
     expect(out.error).toMatch(/max_duration_seconds/);
     await waitFor(() => jobProcesses("job-proc-kill").length === 0, 5_000, "no process left");
+  });
+
+  it("sees only the job's own GPU", async () => {
+    const work = tempDir("proc");
+    const script = writeExecutable(work, "gpu.sh", '#!/bin/sh\necho "visible=${CUDA_VISIBLE_DEVICES-unset} order=${CUDA_DEVICE_ORDER-unset}"\n');
+    const job = { jobId: "job-proc-gpu", jobType: "custom", maxDurationSeconds: 60, taskSpec: {} };
+    const out = await new ProcessExecutor([script], work).start({ ...job, gpus: [1] }, hooks().h).done;
+    expect(out.result).toEqual({ response: "visible=1 order=PCI_BUS_ID" });
   });
 
   it("fails with the exit status and the last output lines", async () => {

@@ -191,3 +191,149 @@ export function runLegacyDaemon(file: string, dir: string, env: Record<string, s
     env: { SVC_NVIDIA_SMI: smi, SVC_DOCKER: "none", SVC_WORK_DIR: path.join(dir, "work"), HOME: dir, PYTHONDONTWRITEBYTECODE: "1", ...env },
   });
 }
+
+export interface FakeDocker {
+  /** The fake `docker` executable. */
+  path: string;
+  /** Its state folder: `<container name>.go` lets a waiting container finish. */
+  dir: string;
+  /** Every invocation's argv (after `docker`), in order. */
+  calls(): string[][];
+  /** The `docker run` invocations. */
+  runs(): string[][];
+  /** Lets the container of a job (`svc-<job_id>`) that runs `wait` finish. */
+  release(jobId: string): void;
+}
+
+/**
+ * A fake `docker` CLI playing the engine's part closely enough for the daemons: `run` creates a
+ * container (its id written to `--cidfile`, which must not exist yet), starts it and passes its exit
+ * status through; `--rm` removes it once it exits, as the engine does; `inspect` answers a
+ * container's state (`{{json .State}}`); `kill` stops a running one; `rm` removes one. What the
+ * container does is the last word of the command line:
+ * - `exit-125`: prints its work and exits 125 itself (the container ran);
+ * - `docker-fails`: docker fails before creating the container (the GPU runtime refused), 125;
+ * - `start-fails`: the container is created but cannot start (an OCI runtime error), 125;
+ * - `wait`: runs until `release(jobId)`, then succeeds;
+ * - anything else: writes a result and succeeds.
+ */
+export function fakeDocker(dir: string): FakeDocker {
+  const calls = path.join(dir, "docker-calls.jsonl");
+  const file = writeExecutable(
+    dir,
+    "docker",
+    `#!/usr/bin/env python3
+import hashlib, json, os, signal, sys, time
+STATE = ${JSON.stringify(dir)}
+args = sys.argv[1:]
+with open(${JSON.stringify(calls)}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+cmd = args[0] if args else ""
+NEVER = "0001-01-01T00:00:00Z"
+
+def opt(name):
+    return args[args.index(name) + 1] if name in args else None
+
+def state_file(cid):
+    return os.path.join(STATE, "container-" + cid + ".json")
+
+def by_name(name):
+    path = os.path.join(STATE, "name-" + name)
+    return open(path).read() if os.path.exists(path) else None
+
+if cmd == "version":
+    print("24.0.7"); sys.exit(0)
+if cmd == "inspect":
+    ref = args[-1]
+    cid = ref if os.path.exists(state_file(ref)) else by_name(ref)
+    if not cid or not os.path.exists(state_file(cid)):
+        print("Error: No such object: " + ref, file=sys.stderr); sys.exit(1)
+    state = json.load(open(state_file(cid)))
+    fmt = opt("--format") or opt("-f") or ""
+    if fmt == "{{json .State}}":
+        print(json.dumps(state))
+    elif fmt == "{{.State.StartedAt}}":
+        print(state["StartedAt"])
+    else:
+        print(json.dumps([{"Id": cid, "State": state}]))
+    sys.exit(0)
+if cmd == "kill":
+    name = args[-1]
+    pidfile = os.path.join(STATE, name + ".pid")
+    if os.path.exists(pidfile):
+        try:
+            os.kill(int(open(pidfile).read()), signal.SIGTERM)
+        except OSError:
+            pass
+    print(name); sys.exit(0)
+if cmd == "rm":
+    ref = args[-1]
+    cid = ref if os.path.exists(state_file(ref)) else by_name(ref)
+    if cid and os.path.exists(state_file(cid)):
+        os.remove(state_file(cid))
+    print(ref); sys.exit(0)
+if cmd != "run":
+    print("docker: unknown command " + cmd, file=sys.stderr); sys.exit(1)
+
+name = opt("--name")
+cidfile = opt("--cidfile")
+out = [a.split(":")[0] for a in args if a.endswith(":/svc-output")][0]
+what = args[-1]
+if cidfile and os.path.exists(cidfile):
+    print("docker: Container ID file found, make sure the other container isn't running or delete %s." % cidfile, file=sys.stderr)
+    sys.exit(125)
+if what == "docker-fails":
+    print('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', file=sys.stderr)
+    sys.exit(125)
+cid = hashlib.sha256(("%s-%s" % (name, time.time())).encode()).hexdigest()
+open(os.path.join(STATE, "name-" + name), "w").write(cid)
+if cidfile:
+    open(cidfile, "w").write(cid)
+
+def save(**state):
+    base = {"Status": "created", "Running": False, "ExitCode": 0, "Error": "", "StartedAt": NEVER, "FinishedAt": NEVER}
+    base.update(state)
+    json.dump(base, open(state_file(cid), "w"))
+
+save()
+if what == "start-fails":
+    save(ExitCode=128, Error="failed to create task for container: OCI runtime create failed")
+    print("docker: Error response from daemon: failed to create task for container: OCI runtime create failed: unable to start container process.", file=sys.stderr)
+    sys.exit(125)
+started = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+save(Status="running", Running=True, StartedAt=started)
+open(os.path.join(STATE, name + ".pid"), "w").write(str(os.getpid()))
+
+def finish(code):
+    save(Status="exited", ExitCode=code, StartedAt=started, FinishedAt=time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime()))
+    if "--rm" in args:
+        os.remove(state_file(cid))
+    sys.exit(code)
+
+signal.signal(signal.SIGTERM, lambda *_: finish(137))
+print("container started", flush=True)
+if what == "exit-125":
+    print("work done; exiting with status 125", flush=True)
+    finish(125)
+if what == "wait":
+    while not os.path.exists(os.path.join(STATE, name + ".go")):
+        time.sleep(0.05)
+json.dump({"response": "done"}, open(os.path.join(out, "result.json"), "w"))
+finish(0)
+`,
+  );
+  const read = () => (fs.existsSync(calls) ? fs.readFileSync(calls, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as string[]) : []);
+  return {
+    path: file,
+    dir,
+    calls: read,
+    runs: () => read().filter((a) => a[0] === "run"),
+    release: (jobId) => fs.writeFileSync(path.join(dir, `svc-${jobId.replace(/[^A-Za-z0-9_.-]/g, "-")}.go`), ""),
+  };
+}
+
+/** The value of an option in an argv (`--gpus device=0` -> "device=0"), or undefined. */
+export function optionOf(argv: string[], name: string): string | undefined {
+  const at = argv.indexOf(name);
+  return at >= 0 ? argv[at + 1] : undefined;
+}

@@ -181,7 +181,7 @@ else:
     expect((await api().get(`/api/jobs/${smoke.body.job.job_id}/output`, renter.headers)).body.response).toMatch(/NVIDIA-SMI/);
     const smokeRun = runs()[0];
     expect(smokeRun.slice(-2)).toEqual(["nvidia/cuda:12.4.1-runtime-ubuntu22.04", "nvidia-smi"]);
-    expect(smokeRun.join(" ")).toContain("--gpus all --network none");
+    expect(smokeRun.join(" ")).toContain("--gpus device=0 --network none");
 
     const render = await api().post("/api/jobs/submit", { job_type: "rendering", duration_minutes: 2 }, renter.headers);
     expect(render.status, render.text).toBe(201);

@@ -490,6 +490,102 @@ def needs_network(job, spec, inputs):
     return isinstance(spec.get("model"), str) or _remote(inputs.get("dataset_url")) or _remote(inputs.get("scene_url"))
 
 
+# Environment names a task may not set: they choose which GPUs a container sees and what the NVIDIA
+# container runtime mounts into it, which is the daemon's to decide (the server refuses them at submit,
+# and the TypeScript daemon leaves them out too).
+RESERVED_ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+                      "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS")
+
+
+class GpuSlots:
+    """The host's GPUs, one per running job: the server sends a provider at most as many jobs at once
+    as it has GPUs, and each job sees only its own. Taken when a job starts, released when it ended."""
+
+    def __init__(self):
+        self.busy = set()
+        self.lock = threading.Lock()
+
+    def take(self, gpus):
+        """The nvidia-smi index of a free GPU among those probed, now taken; None when all are taken."""
+        with self.lock:
+            for gpu in gpus:
+                index = gpu.get("index")
+                if index is not None and index not in self.busy:
+                    self.busy.add(index)
+                    return index
+        return None
+
+    def release(self, index):
+        with self.lock:
+            self.busy.discard(index)
+
+
+def gpus_flag(devices):
+    """docker's --gpus value for device indices (a list is quoted: docker reads the value as CSV)."""
+    if len(devices) == 1:
+        return "device=%s" % devices[0]
+    return '"device=%s"' % ",".join(str(d) for d in devices)
+
+
+def container_ran_and_exited(state, code):
+    """Whether a container's state (docker inspect's .State) says it started and has exited with code.
+    A container that never started shows the zero time 0001-01-01T00:00:00Z."""
+    started_at = state.get("StartedAt") if isinstance(state, dict) else None
+    started = isinstance(started_at, str) and len(started_at) > 10 and started_at[4:5] == "-" \
+        and not started_at.startswith("0001-01-01")
+    return started and state.get("Running") is False and state.get("ExitCode") == code
+
+
+class DockerContainer:
+    """A job's container: stopped with `docker kill`, removed once the job ended (it runs without --rm,
+    so that after `docker run` exits 125 its state still tells whether it ever started)."""
+
+    def __init__(self, docker, name, cidfile, dropped_env):
+        self.docker = docker
+        self.name = name
+        self.cidfile = cidfile
+        self.dropped_env = dropped_env
+
+    def _docker(self, args):
+        try:
+            return subprocess.run([self.docker] + args, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    def kill(self):
+        self._docker(["kill", self.name])
+
+    def container_id(self):
+        """The id `docker run --cidfile` wrote; None when docker failed before creating the container."""
+        try:
+            with open(self.cidfile, "r") as f:
+                cid = f.read().strip()
+        except OSError:
+            return None
+        return cid if 12 <= len(cid) <= 64 and all(c in "0123456789abcdef" for c in cid) else None
+
+    def exit_125_reason(self):
+        """`docker run` exited 125: docker's own failure (no container, or one that never started) is
+        this machine's (provider_error); a container that ran and exited 125 itself is the job's."""
+        cid = self.container_id()
+        out = self._docker(["inspect", "--format", "{{json .State}}", cid]) if cid else None
+        if out is None or out.returncode != 0:
+            return "provider_error"
+        try:
+            state = json.loads(out.stdout)
+        except ValueError:
+            return "provider_error"
+        return "runtime_error" if container_ran_and_exited(state, 125) else "provider_error"
+
+    def remove(self):
+        # By its id when docker wrote one; else by name (a container an earlier run of this job left).
+        self._docker(["rm", "--force", "--volumes", self.container_id() or self.name])
+        try:
+            os.remove(self.cidfile)
+        except OSError:
+            pass
+
+
 def write_container_scripts(workdir):
     """Writes CONTAINER_SCRIPTS into a folder of the work dir; returns it (None when there are none)."""
     if not CONTAINER_SCRIPTS:
@@ -505,8 +601,10 @@ def write_container_scripts(workdir):
     return folder
 
 
-def plan_job(job, runners, docker, workdir, has_gpu, scripts_dir=None):
-    """Picks the executor for a job: (argv, env_extra, kill_hook, result_file)."""
+def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None):
+    """Picks the executor for a job: (argv, env_extra, container, result_file); container is a
+    DockerContainer, or None for a plain process. gpu_devices: the host GPUs (nvidia-smi indices)
+    the job may use, [] for none."""
     job_id = job["job_id"]
     spec = job.get("task_spec") or {}
     workspace = os.path.join(workdir, _safe_name(job_id))
@@ -516,6 +614,11 @@ def plan_job(job, runners, docker, workdir, has_gpu, scripts_dir=None):
         os.remove(result_file)
     env = {"SVC_JOB_ID": job_id, "SVC_JOB_TYPE": job.get("job_type", ""), "SVC_WORKSPACE": workspace,
            "SVC_RESULT_FILE": result_file}
+    gpu_devices = list(gpu_devices or [])
+    if gpu_devices:
+        # A plain process sees only its GPU too (nvidia-smi's index: CUDA's own default order may differ).
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpu_devices)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     runner = runners.get(job.get("job_type"))
     if runner:
         return list(runner), env, None, result_file
@@ -537,9 +640,14 @@ def plan_job(job, runners, docker, workdir, has_gpu, scripts_dir=None):
         workspace_spec = spec.get("workspace") if isinstance(spec.get("workspace"), dict) else {}
         volume = workspace_spec.get("volume") or name + "-workspace"
         mount = workspace_spec.get("mount_path") or "/workspace"
-        argv = [docker, "run", "--rm", "--name", name, "--label", "svc.job_id=" + job_id]
-        if has_gpu:
-            argv += ["--gpus", "all"]
+        # Beside the job's folder, not in it: the container could rewrite what it sees at /svc-output.
+        cidfile = workspace + ".cid"
+        if os.path.exists(cidfile):
+            os.remove(cidfile)  # docker run refuses a container id file that exists
+        argv = [docker, "run", "--name", name, "--label", "svc.job_id=" + job_id, "--cidfile", cidfile]
+        if gpu_devices:
+            # The job's own GPU, never every GPU of the host.
+            argv += ["--gpus", gpus_flag(gpu_devices)]
         if not needs_network(job, spec, inputs):
             argv += ["--network", "none"]
         limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
@@ -551,8 +659,12 @@ def plan_job(job, runners, docker, workdir, has_gpu, scripts_dir=None):
         argv += ["-v", volume + ":" + mount, "-v", workspace + ":/svc-output",
                  "-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json",
                  "-e", "SVC_JOB_ID=" + job_id]
+        dropped_env = []
         for key, value in sorted((spec.get("env") or {}).items()):
-            argv += ["-e", "%s=%s" % (key, value)]
+            if key in RESERVED_ENV_NAMES:
+                dropped_env.append(key)
+            else:
+                argv += ["-e", "%s=%s" % (key, value)]
         if isinstance(inputs.get("workdir"), str):
             argv += ["-w", inputs["workdir"]]
         if builtin:
@@ -561,10 +673,7 @@ def plan_job(job, runners, docker, workdir, has_gpu, scripts_dir=None):
         argv.append(image)
         argv += [str(c) for c in command]
 
-        def kill_container():
-            subprocess.run([docker, "kill", name], capture_output=True, timeout=30)
-
-        return argv, env, kill_container, result_file
+        return argv, env, DockerContainer(docker, name, cidfile, dropped_env), result_file
     raise RuntimeError("no executor for job type %r on this daemon: configure a local runner (--runner %s=COMMAND) "
                        "or use the TypeScript daemon (svc-daemon), which runs the built-in job containers"
                        % (job.get("job_type"), job.get("job_type")))
@@ -669,6 +778,7 @@ class Daemon:
         self.stop_deadline = float("inf")
         self.hostname = socket.gethostname()
         self.docker = shutil.which(cfg["docker"]) if cfg["docker"] else None
+        self.gpu_slots = GpuSlots()
 
     def log(self, message):
         sys.stderr.write("[svc-daemon %s] %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), message))
@@ -856,6 +966,20 @@ class Daemon:
         return self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": []})
 
     def run_job(self, job):
+        """Runs one polled job on a GPU of its own (this daemon runs one job at a time, so that is the
+        first GPU nvidia-smi lists; GpuSlots keeps it to one job per GPU all the same)."""
+        gpus = self.gpus.query()
+        gpu = self.gpu_slots.take(gpus)
+        if gpus and gpu is None:
+            self.report(job["job_id"], False, None, "every GPU of this host is running another job", {"duration_seconds": 0},
+                        end_reason="provider_error", attempt=job.get("attempt"))
+            return
+        try:
+            self._run_job(job, [] if gpu is None else [gpu])
+        finally:
+            self.gpu_slots.release(gpu)
+
+    def _run_job(self, job, gpu_devices):
         job_id = job["job_id"]
         if not verify_task(self.cfg["secret"], job.get("task_spec"), job.get("task_spec_hmac")):
             self.log("job %s refused: task signature does not verify" % job_id)
@@ -869,8 +993,8 @@ class Daemon:
         confirmed = self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id)
         started = time.time()
         try:
-            argv, extra_env, kill_hook, result_file = plan_job(
-                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], bool(self.gpus.query()), self.scripts_dir)
+            argv, extra_env, container, result_file = plan_job(
+                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir)
         except (RuntimeError, OSError) as err:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider", attempt=job.get("attempt"))
@@ -880,7 +1004,7 @@ class Daemon:
         stdin_text = json.dumps({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": job.get("task_spec")})
         deadline = started + float(job.get("max_duration_seconds") or 1800)
         try:
-            run = JobRun(argv, stdin_text, env, os.path.dirname(result_file), kill_hook)
+            run = JobRun(argv, stdin_text, env, os.path.dirname(result_file), container.kill if container else None)
         except OSError as err:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
@@ -888,6 +1012,8 @@ class Daemon:
             self.current_job = None
             return
         pending, output, outcome, end_reason = [], [], None, "runtime_error"
+        for key in (container.dropped_env if container else []):
+            pending.append("env %s was left out: the provider's daemon decides which GPU the job sees" % key)
         last_flush = last_cancel_check = last_confirm = time.time()
         while True:
             try:
@@ -938,7 +1064,13 @@ class Daemon:
         if pending:
             self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending})
         duration = round(time.time() - started, 3)
-        metrics = {"duration_seconds": duration, "exit_code": code, "executor": "docker" if kill_hook else "process"}
+        if container:
+            # docker run exits 125 when docker itself failed and when the container's program exited
+            # 125; asked before the container is removed.
+            if outcome is None and code == 125:
+                end_reason = container.exit_125_reason()
+            container.remove()
+        metrics = {"duration_seconds": duration, "exit_code": code, "executor": "docker" if container else "process"}
         self.current_job = None
         if outcome == "cancelled":
             self.event("job_cancelled", "info", None, job_id)
@@ -962,9 +1094,11 @@ class Daemon:
                 self.report(job_id, True, result, None, metrics, attempt=job.get("attempt"))
                 self.event("job_completed", "info", "%.1fs" % duration, job_id)
                 return
-        error = outcome or "the job exited with status %s: %s" % (code, "\n".join(output[-5:])[-1000:])
-        if outcome is None and kill_hook and code == 125:
-            end_reason = "provider_error"  # docker itself failed, not the job
+        tail = "\n".join(output[-5:])[-1000:]
+        if outcome is None and container and code == 125 and end_reason == "provider_error":
+            error = "docker could not run the job's container (docker run exited 125): %s" % tail
+        else:
+            error = outcome or "the job exited with status %s: %s" % (code, tail)
         self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"))
         self.event("job_failed", "warning", error, job_id)
 

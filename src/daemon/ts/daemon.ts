@@ -30,6 +30,7 @@ import { AsyncQueue } from "../async-queue.js";
 import { runCommand } from "./exec.js";
 import { executorFor, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
+import { GpuPool } from "./gpu-pool.js";
 import { GpuProbe, gpuStatus, type GpuSnapshot } from "./nvidia-smi.js";
 import { DAEMON_VERSION } from "./version.js";
 
@@ -75,6 +76,8 @@ interface ActiveJob {
   flushTimer?: NodeJS.Timeout;
   /** The GPUs as probed when the job was accepted: the facts its result's attestation signs. */
   gpu?: GpuFacts;
+  /** The host GPU (nvidia-smi index) handed to this job, given back when it has ended. */
+  gpuIndex?: number;
   /** A new attempt of this job, assigned back here while this one was being stopped: started once it is gone. */
   next?: { job: AssignedJob; signature: string };
 }
@@ -103,6 +106,12 @@ const RETRIED_CODES = new Set(["unavailable", "internal", "deadline_exceeded", "
 const RESULT_RETRY_MS = 5000;
 const RESULT_RETRIES = 60;
 const STOP_SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGHUP"]);
+/**
+ * A job pushed while every GPU is taken (the server counts a job that is still being stopped as
+ * ended already) waits this long for one to be given back before it is refused.
+ */
+const GPU_WAIT_MS = 60_000;
+const GPU_WAIT_POLL_MS = 100;
 
 /** Whether the job ended by SIGTERM/SIGINT/SIGHUP from outside (directly, or as a shell's 128+n exit status). */
 function stopSignalled(o: Outcome): boolean {
@@ -133,6 +142,8 @@ export class ProviderDaemon {
   /** This daemon's own key: registered with the server in hello, it signs each result (provider attestation). */
   private readonly attestKey: Ed25519Signer | undefined;
   private readonly jobs = new Map<string, ActiveJob>();
+  /** The host's GPUs, one per running job. */
+  private readonly gpuPool = new GpuPool();
   private settings: DaemonSettings | undefined;
   private signingKey: string | undefined;
   /** Where signingKey came from: the per-server file, the single file of older versions, or --server-key. */
@@ -498,6 +509,17 @@ export class ProviderDaemon {
       }
       // SIGTERM came while the task was being checked: nothing started, refuse it.
       if (this.stopping) return this.reject(job, "the daemon is shutting down");
+      if (snap.gpus.length > 0) {
+        // Its own GPU, never every GPU of the host: the server gives this provider one job per GPU.
+        const gpu = await this.takeGpu(active, job, snap);
+        if (active.cancelled) return;
+        if (this.stopping) return this.reject(job, "the daemon is shutting down");
+        if (gpu === undefined) return this.reject(job, `every GPU of this host is running another job (GPUs ${this.gpuPool.taken().join(", ")})`);
+        spec.gpus = [gpu];
+      } else if (executor.name === "docker" && this.cfg.executors.docker?.gpus) {
+        // The host had GPUs when the daemon started and nvidia-smi lists none now: a driver problem of this machine.
+        return this.reject(job, "nvidia-smi lists no GPU now; the job's container cannot be given one");
+      }
       this.send({ case: "jobAccepted", value: { jobId: job.jobId } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
       const outcome = await this.execute(active, executor.start.bind(executor));
@@ -506,8 +528,27 @@ export class ProviderDaemon {
       if (!active.cancelled && !active.interrupted && stopSignalled(outcome)) await waitUntil(() => this.stopping, Date.now() + STOP_SIGNAL_WAIT_MS);
       this.finish(active, outcome);
     } finally {
+      // Given back before anything else is heard from the server, which may already send the next job.
+      this.gpuPool.release(active.gpuIndex);
+      active.gpuIndex = undefined;
       this.jobs.delete(job.jobId);
       if (active.next) void this.onJob(active.next.job, active.next.signature);
+    }
+  }
+
+  /**
+   * Takes a free GPU for the job (one with the memory it asks for when there is one), waiting up to
+   * GPU_WAIT_MS for a job still being stopped to give its GPU back. Undefined when none came free,
+   * or the job was cancelled or the daemon is stopping meanwhile.
+   */
+  private async takeGpu(active: ActiveJob, job: AssignedJob, snap: GpuSnapshot): Promise<number | undefined> {
+    const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
+    const minFreeMib = minVramGb > 0 ? minVramGb * 1000 + (this.settings?.vramReserveGb ?? 0) * 1024 : 0;
+    const deadline = Date.now() + GPU_WAIT_MS;
+    for (;;) {
+      active.gpuIndex = this.gpuPool.take(snap.gpus, minFreeMib);
+      if (active.gpuIndex !== undefined || active.cancelled || this.stopping || Date.now() >= deadline) return active.gpuIndex;
+      await sleep(GPU_WAIT_POLL_MS, this.stopSignal.signal);
     }
   }
 

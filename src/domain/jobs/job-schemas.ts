@@ -8,6 +8,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { badRequest } from "../../errors.js";
 import type { JobType } from "../money/pricing.js";
+import { RESERVED_ENV_NAMES } from "../../shared/gpu-env.js";
 
 /** Image models a provider daemon may be asked to load for image_generation. */
 export const IMAGE_MODELS = [
@@ -91,9 +92,10 @@ const source = (builtins: readonly string[], description: string): Schema => ({
   description,
   "x-error": `must be an http(s) URL or ${builtins.join(", ")}`,
 });
+
 const envMap: Schema = {
   type: "object",
-  propertyNames: { pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$" },
+  propertyNames: { pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$", not: { enum: [...RESERVED_ENV_NAMES] } },
   additionalProperties: { type: "string", maxLength: 4096 },
   maxProperties: 64,
 };
@@ -223,6 +225,10 @@ function describe(jobType: string, schema: Schema, err: ErrorObject): string {
   switch (err.keyword) {
     case "additionalProperties":
       return `params.${path ? path + "." : ""}${(err.params as { additionalProperty: string }).additionalProperty} is not a parameter of ${jobType}`;
+    case "not":
+      // The only `not` is env's reserved names.
+      if (err.propertyName !== undefined) return `${field}.${err.propertyName} is reserved: the provider's daemon decides which GPU a job sees`;
+      return `${field} ${err.message}`;
     case "propertyNames":
       return `${field} has an invalid name '${(err.params as { propertyName: string }).propertyName}'`;
     case "pattern":

@@ -20,8 +20,6 @@ export interface ChildJobOptions {
   onStop?: () => Promise<void>;
   /** Seconds between SIGTERM and SIGKILL. */
   killGraceMs?: number;
-  /** Exit statuses that mean the executor itself failed, not the job (docker run: 125). */
-  executorExitCodes?: number[];
 }
 
 const MAX_KEPT_OUTPUT = 1_000_000;
@@ -78,9 +76,9 @@ export function startChildJob(opts: ChildJobOptions, hooks: JobHooks): RunningJo
     if (error) return { success: false, error: `could not start the job: ${error.message}`, metrics, endReason: "provider_error" };
     if (code !== 0) {
       const tail = output.trim().split("\n").slice(-5).join("\n").slice(-1000);
-      // The job's own exit status is its own doing; the executor's failure (docker's 125) is this machine's.
-      const endReason = code !== null && opts.executorExitCodes?.includes(code) ? "provider_error" : "runtime_error";
-      return { success: false, error: `the job exited with status ${code ?? signal}${tail ? `: ${tail}` : ""}`, metrics, endReason };
+      // The job's own exit status is its own doing (an executor that can fail itself, as docker can,
+      // tells its own failures apart: docker.ts).
+      return { success: false, error: `the job exited with status ${code ?? signal}${tail ? `: ${tail}` : ""}`, metrics, endReason: "runtime_error" };
     }
     if (fs.existsSync(opts.resultFile)) {
       try {

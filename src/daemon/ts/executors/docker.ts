@@ -1,7 +1,10 @@
-// Containers through the `docker` CLI: GPUs with --gpus, no network unless
-// the task needs one (a model or an input to download, a served endpoint),
-// memory and pids limits, the job's workspace volume at /workspace, and a
-// host folder at /svc-output for the result. Stop = `docker kill`.
+// Containers through the `docker` CLI: the job's own GPU with --gpus, no
+// network unless the task needs one (a model or an input to download, a
+// served endpoint), memory and pids limits, the job's workspace volume at
+// /workspace, and a host folder at /svc-output for the result. Stop =
+// `docker kill`; the container is removed once the job ended, however it
+// ended. `docker run` exits 125 both when docker itself failed and when the
+// container's own program exited 125: the container's state tells which.
 // vllm_serve runs the engine, waits for its health check, reports the
 // endpoint, and keeps it until it is cancelled or expires.
 import fs from "node:fs";
@@ -9,15 +12,16 @@ import os from "node:os";
 import path from "node:path";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { runCommand } from "../exec.js";
+import { RESERVED_ENV_NAMES } from "../../../shared/gpu-env.js";
 import { startChildJob } from "./child.js";
-import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
+import type { Executor, JobHooks, JobSpec, Outcome, RunningJob } from "./types.js";
 
 export interface DockerOptions {
   /** The docker CLI (a path or a name on PATH). */
   docker: string;
   /** Host folder for per-job output folders. */
   workRoot: string;
-  /** Whether the host has NVIDIA GPUs to hand to containers. */
+  /** Whether the host has NVIDIA GPUs to hand to containers (each job gets those in its JobSpec.gpus). */
   gpus: boolean;
   /** Memory limit when the task names none (MiB). */
   defaultMemoryMb?: number;
@@ -56,10 +60,23 @@ export function needsNetwork(job: JobSpec): boolean {
   return typeof t.model === "string" || remote(inputs.dataset_url) || remote(inputs.scene_url);
 }
 
+
+/** docker's `--gpus` value for the given device indices (a list is quoted: docker reads the value as CSV). */
+export function gpusFlag(devices: readonly number[]): string {
+  return devices.length === 1 ? `device=${devices[0]}` : `"device=${devices.join(",")}"`;
+}
+
 export interface DockerPlan {
   argv: string[];
   name: string;
   outDir: string;
+  /**
+   * Where `docker run --cidfile` writes the container's id once it is created: beside the job's
+   * folder, not in it (the container could rewrite what it sees at /svc-output).
+   */
+  cidFile: string;
+  /** Names of the task's env that were left out (RESERVED_ENV_NAMES). */
+  droppedEnv: string[];
   /** vllm_serve: host port published for the engine. */
   hostPort?: number;
 }
@@ -77,14 +94,22 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   const volume = typeof workspace.volume === "string" ? workspace.volume : `${name}-workspace`;
   const mount = typeof workspace.mount_path === "string" ? workspace.mount_path : "/workspace";
   const memoryMb = typeof limits.memory_mb === "number" ? limits.memory_mb : (opts.defaultMemoryMb ?? Math.floor((os.totalmem() / 1048576) * 0.8));
-  const argv = [opts.docker, "run", "--rm", "--name", name, "--label", `svc.job_id=${job.jobId}`];
-  if (opts.gpus) argv.push("--gpus", "all");
+  const cidFile = `${outDir}.cid`;
+  // No --rm: a container removed the moment it exits could not be asked whether it ever started
+  // (exit status 125); the executor removes it itself once the job ended.
+  const argv = [opts.docker, "run", "--name", name, "--label", `svc.job_id=${job.jobId}`, "--cidfile", cidFile];
+  // The job's own GPU, never every GPU of the host: the server runs one job per GPU here.
+  if (opts.gpus && job.gpus?.length) argv.push("--gpus", gpusFlag(job.gpus));
   if (!needsNetwork(job)) argv.push("--network", "none");
   argv.push("--memory", `${Math.max(256, Math.floor(memoryMb))}m`, "--pids-limit", String(opts.pidsLimit ?? 4096));
   argv.push("-v", `${volume}:${mount}`, "-v", `${outDir}:/svc-output`);
   argv.push("-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json", "-e", `SVC_JOB_ID=${job.jobId}`);
   const env = obj(t.env);
-  for (const k of Object.keys(env).sort()) argv.push("-e", `${k}=${String(env[k])}`);
+  const droppedEnv: string[] = [];
+  for (const k of Object.keys(env).sort()) {
+    if (RESERVED_ENV_NAMES.includes(k)) droppedEnv.push(k);
+    else argv.push("-e", `${k}=${String(env[k])}`);
+  }
   const inputs = obj(t.inputs);
   if (typeof inputs.workdir === "string") argv.push("-w", inputs.workdir);
   let command: string[] = Array.isArray(t.command) ? t.command.map(String) : [];
@@ -101,7 +126,24 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
     command = ["python", `/svc-scripts/${SCRIPTS[job.jobType]}`];
   }
   argv.push(image, ...command);
-  return { argv, name, outDir, hostPort };
+  return { argv, name, outDir, cidFile, droppedEnv, hostPort };
+}
+
+/** The container id `docker run --cidfile` wrote, or undefined (docker failed before creating one). */
+function containerId(file: string): string | undefined {
+  try {
+    const id = fs.readFileSync(file, "utf8").trim();
+    return /^[0-9a-f]{12,64}$/.test(id) ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether a container's state (`docker inspect`'s .State) says it started, and has exited with `code`. */
+export function ranAndExited(state: JsonObject, code: number): boolean {
+  // A container that never started shows the zero time, 0001-01-01T00:00:00Z.
+  const started = typeof state.StartedAt === "string" && /^\d{4}-\d\d-\d\dT/.test(state.StartedAt) && !state.StartedAt.startsWith("0001-01-01");
+  return started && state.Running === false && state.ExitCode === code;
 }
 
 async function freePort(): Promise<number> {
@@ -128,7 +170,10 @@ export class DockerExecutor implements Executor {
   private run(job: JobSpec, hooks: JobHooks, plan: DockerPlan): RunningJob {
     fs.mkdirSync(plan.outDir, { recursive: true });
     fs.writeFileSync(path.join(plan.outDir, "task.json"), JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }));
-    return startChildJob(
+    // docker run refuses a container id file that exists: one an earlier run left goes first.
+    fs.rmSync(plan.cidFile, { force: true });
+    for (const k of plan.droppedEnv) hooks.log(`env ${k} was left out: the provider's daemon decides which GPU the job sees`);
+    const child = startChildJob(
       {
         argv: plan.argv,
         env: process.env,
@@ -136,8 +181,6 @@ export class DockerExecutor implements Executor {
         stdin: "",
         resultFile: path.join(plan.outDir, "result.json"),
         executor: "docker",
-        // docker run exits 125 when docker itself failed (its daemon, the GPU runtime), not the job.
-        executorExitCodes: [125],
         // Killing the CLI does not stop the container: kill it by name.
         onStop: async () => {
           await runCommand(this.opts.docker, ["kill", plan.name], { timeoutMs: 30_000 });
@@ -146,6 +189,41 @@ export class DockerExecutor implements Executor {
       },
       hooks,
     );
+    const done = child.done.then(async (outcome) => {
+      const id = containerId(plan.cidFile);
+      try {
+        if (!outcome.success && outcome.endReason === "runtime_error" && outcome.metrics.exit_code === 125) return await this.judgeExit125(outcome, id);
+        return outcome;
+      } finally {
+        // By its id when docker wrote one; else by name (a container an earlier run of this job left behind).
+        await runCommand(this.opts.docker, ["rm", "--force", "--volumes", id ?? plan.name], { timeoutMs: 30_000 });
+        fs.rmSync(plan.cidFile, { force: true });
+      }
+    });
+    return { done, stop: (reason, killAfterMs) => child.stop(reason, killAfterMs) };
+  }
+
+  /**
+   * `docker run` exited 125: docker itself failed (no container created, or created but never
+   * started: its daemon, the image, the GPU runtime), which is this machine's failure; or the
+   * container ran and its own program exited 125, which is the job's. Only a container that
+   * started and exited 125 is the job's.
+   */
+  private async judgeExit125(outcome: Outcome, id: string | undefined): Promise<Outcome> {
+    const state = id ? await this.containerState(id) : undefined;
+    if (state && ranAndExited(state, 125)) return outcome;
+    const error = (outcome.error ?? "").replace(/^the job exited with status 125/, "docker could not run the job's container (docker run exited 125)");
+    return { ...outcome, endReason: "provider_error", error };
+  }
+
+  private async containerState(id: string): Promise<JsonObject | undefined> {
+    const r = await runCommand(this.opts.docker, ["inspect", "--format", "{{json .State}}", id], { timeoutMs: 30_000 });
+    if (r.code !== 0) return undefined;
+    try {
+      return obj(JSON.parse(r.stdout));
+    } catch {
+      return undefined;
+    }
   }
 
   private serve(job: JobSpec, hooks: JobHooks): RunningJob {

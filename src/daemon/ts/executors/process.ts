@@ -1,7 +1,9 @@
 // Jobs that need no container: a program on the host (the built-in
 // benchmark, or one the provider configured for a job type with --runner).
 // It gets the job as JSON on stdin and SVC_JOB_ID, SVC_WORKSPACE,
-// SVC_RESULT_FILE in its environment.
+// SVC_RESULT_FILE in its environment, and CUDA_VISIBLE_DEVICES naming the
+// GPU the daemon handed the job (nvidia-smi's index, so CUDA_DEVICE_ORDER is
+// PCI_BUS_ID: CUDA's own default order may differ).
 import fs from "node:fs";
 import path from "node:path";
 import { startChildJob } from "./child.js";
@@ -29,6 +31,7 @@ export class ProcessExecutor implements Executor {
           SVC_WORKSPACE: workspace,
           SVC_RESULT_FILE: resultFile,
           SVC_MAX_DURATION_SECONDS: String(job.maxDurationSeconds),
+          ...(job.gpus?.length ? { CUDA_VISIBLE_DEVICES: job.gpus.join(","), CUDA_DEVICE_ORDER: "PCI_BUS_ID" } : {}),
         },
         cwd: workspace,
         stdin: JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }),

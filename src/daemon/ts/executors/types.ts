@@ -8,6 +8,11 @@ export interface JobSpec {
   jobType: string;
   taskSpec: JsonObject;
   maxDurationSeconds: number;
+  /**
+   * The host's GPUs (nvidia-smi indices) this job may use: the daemon hands each running job one
+   * of its own. None: the job sees no GPU.
+   */
+  gpus?: number[];
 }
 
 export interface JobHooks {

@@ -1,0 +1,32 @@
+// The host's GPUs, handed out one per running job. The server sends a
+// provider at most as many jobs at once as it has GPUs (one slot each), so
+// each job gets a GPU of its own (docker `--gpus device=N`, or
+// CUDA_VISIBLE_DEVICES=N for a plain process): taken when the job starts,
+// given back when it has ended.
+import type { Gpu } from "./nvidia-smi.js";
+
+export class GpuPool {
+  private readonly busy = new Set<number>();
+
+  /**
+   * Takes a free GPU among those probed and answers its nvidia-smi index: the first with at least
+   * `minFreeMib` free when one has, else the first free one. Undefined when every GPU is taken.
+   */
+  take(gpus: readonly Pick<Gpu, "index" | "vram_free_mib">[], minFreeMib = 0): number | undefined {
+    const free = gpus.filter((g): g is typeof g & { index: number } => g.index !== null && !this.busy.has(g.index));
+    const pick = free.find((g) => (g.vram_free_mib ?? 0) >= minFreeMib) ?? free[0];
+    if (!pick) return undefined;
+    this.busy.add(pick.index);
+    return pick.index;
+  }
+
+  /** Gives a GPU back (nothing for undefined). */
+  release(index: number | undefined): void {
+    if (index !== undefined) this.busy.delete(index);
+  }
+
+  /** The GPUs taken now, by index. */
+  taken(): number[] {
+    return [...this.busy].sort((a, b) => a - b);
+  }
+}

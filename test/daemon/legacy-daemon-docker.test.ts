@@ -1,0 +1,149 @@
+// svc_daemon.py, as the server serves it, running container jobs through a
+// fake docker engine (helpers.ts fakeDocker): a container that ran and
+// exited 125 itself is the renter's failure (billed), docker failing before
+// the container started is the provider's (re-queued, no charge), and the
+// container is removed either way; each job gets one GPU of the host
+// (`--gpus device=N`, CUDA_VISIBLE_DEVICES for a plain process), handed out
+// one per running job, and no env of the task chooses GPUs.
+import fs from "node:fs";
+import path from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import type { TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { clearMarketplace } from "../helpers/isolation.js";
+import { fakeDocker, optionOf, python, runLegacyDaemon, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+
+let srv: TestServer;
+const daemons: Spawned[] = [];
+const api = () => client(srv.url);
+
+beforeAll(async () => {
+  srv = await startSelfServer({ SVC_JOB_SWEEP_MS: "60000" });
+});
+afterEach(async () => {
+  for (const d of daemons.splice(0)) {
+    d.kill("SIGKILL");
+    await d.exited;
+  }
+  await clearMarketplace(srv);
+});
+afterAll(() => srv?.close());
+
+async function daemonFor(key: string, env: Record<string, string> = {}) {
+  const r = await api().get(`/api/providers/download/daemon?key=${key}`);
+  expect(r.status).toBe(200);
+  const dir = tempDir("py-docker");
+  const file = path.join(dir, "svc_daemon.py");
+  fs.writeFileSync(file, r.text);
+  const docker = fakeDocker(dir);
+  const d = runLegacyDaemon(file, dir, { SVC_DOCKER: docker.path, ...env });
+  daemons.push(d);
+  return { d, docker, dir };
+}
+
+const job = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
+const ended = (jobId: string, what: string) =>
+  waitFor(async () => {
+    const r = await job(jobId);
+    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
+  }, 45_000, what);
+
+const firstAttempt = (jobId: string, what: string) =>
+  waitFor(async () => {
+    const [row] = await srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+    return row;
+  }, 45_000, what);
+
+async function submit(renter: { headers: Record<string, string> }, body: Record<string, unknown>) {
+  const r = await api().post("/api/jobs/submit", { duration_minutes: 2, ...body }, renter.headers);
+  expect(r.status, r.text).toBe(201);
+  return r.body.job as { job_id: string; provider_id: number };
+}
+
+describe("svc_daemon.py with containers", { timeout: 120_000 }, () => {
+  it("bills a container that ran and exited 125 itself as the renter's failure; docker failing before it started is re-queued at no charge", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { d, docker } = await daemonFor(p.key);
+
+    const own = await submit(renter, { job_type: "custom_container", params: { command: ["exit-125"] } });
+    expect(own.provider_id).toBe(p.id);
+    expect(await firstAttempt(own.job_id, `first attempt end (${d.output()})`)).toMatchObject({ end_reason: "runtime_error", fault: "renter" });
+    const done = await ended(own.job_id, `job end (${d.output()})`);
+    expect(done).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter" });
+    expect(done.actual_cost_halala).toBeGreaterThan(0);
+    expect(done.provider_earned_halala + done.platform_fee_halala).toBe(done.actual_cost_halala);
+    expect(done.error).toMatch(/work done; exiting with status 125/);
+    const paid = done.actual_cost_halala;
+    expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1_000 - paid });
+
+    const refused = await submit(renter, { job_type: "custom_container", params: { command: ["docker-fails"] } });
+    const a = await firstAttempt(refused.job_id, `first attempt end (${d.output()})`);
+    expect(a).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(a.error).toMatch(/could not select device driver/);
+    expect((await api().get("/api/renters/balance", renter.headers)).body.balance_halala).toBe(1_000 - paid);
+
+    // Each run named a container id file outside the job's mounted folder, and no container is left.
+    for (const run of docker.runs()) {
+      const cidfile = optionOf(run, "--cidfile");
+      expect(cidfile).toBeDefined();
+      const mounted = run.find((x) => x.endsWith(":/svc-output"))!.split(":")[0];
+      expect(path.relative(mounted, cidfile!).startsWith("..")).toBe(true);
+    }
+    await waitFor(() => fs.readdirSync(docker.dir).filter((f) => f.startsWith("container-")).length === 0, 10_000, "containers removed");
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("runs a container on one GPU of the host, not all of them", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { d, docker } = await daemonFor(p.key);
+    const j = await submit(renter, { job_type: "custom_container", params: { command: ["ok"] } });
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    const run = docker.runs().find((r) => r.includes(`svc.job_id=${j.job_id}`))!;
+    expect(run.filter((a) => a === "--gpus")).toHaveLength(1);
+    expect(optionOf(run, "--gpus")).toBe("device=0");
+  });
+
+  it("gives a plain process its GPU in CUDA_VISIBLE_DEVICES", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const dir = tempDir("py-runner");
+    const runner = writeExecutable(dir, "gpu-runner", '#!/bin/sh\necho "visible=${CUDA_VISIBLE_DEVICES-unset} order=${CUDA_DEVICE_ORDER-unset}"\n');
+    const { d } = await daemonFor(p.key, { SVC_RUNNERS: `benchmark=${runner}` });
+    const j = await submit(renter, { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 } });
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect((await api().get(`/api/jobs/${j.job_id}/output`, renter.headers)).body.response).toBe("visible=0 order=PCI_BUS_ID");
+  });
+
+  it("hands out one GPU per running job and drops env of the task that would choose GPUs", () => {
+    const out = JSON.parse(
+      python(`import json, os, sys, tempfile, svc_daemon
+work = tempfile.mkdtemp()
+gpus = [{"index": 0}, {"index": 1}]
+slots = svc_daemon.GpuSlots()
+a, b = slots.take(gpus), slots.take(gpus)
+third = slots.take(gpus)
+slots.release(a)
+again = slots.take(gpus)
+job = {"job_id": "job-env1", "job_type": "custom_container",
+       "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["nvidia-smi"],
+                     "env": {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_DRIVER_CAPABILITIES": "all", "KEEP": "1"}}}
+argv = svc_daemon.plan_job(job, {}, "/usr/bin/docker", work, [1])[0]
+print(json.dumps({"taken": [a, b], "third": third, "again": again, "argv": argv}))
+`),
+    ) as { taken: number[]; third: number | null; again: number; argv: string[] };
+    expect([...out.taken].sort()).toEqual([0, 1]);
+    expect(out.third).toBeNull();
+    expect(out.again).toBe(out.taken[0]);
+    expect(out.argv.filter((a) => a === "--gpus")).toHaveLength(1);
+    expect(optionOf(out.argv, "--gpus")).toBe("device=1");
+    expect(out.argv).not.toContain("all");
+    expect(out.argv.filter((a) => /^(NVIDIA|CUDA)_/.test(a))).toEqual([]);
+    expect(out.argv.join(" ")).toContain("-e KEEP=1 nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
+  });
+});

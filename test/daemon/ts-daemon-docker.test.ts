@@ -1,0 +1,113 @@
+// The TypeScript daemon running container jobs through a fake docker engine
+// (test/daemon/helpers.ts fakeDocker) against the real server: a container
+// that ran and exited 125 itself is the renter's failure (billed), docker
+// failing before the container started is the provider's (re-queued, no
+// charge); on a 2-GPU provider two concurrent jobs each get their own GPU,
+// a third waits in the queue until one ends and then gets the GPU it freed;
+// a submit whose env would choose GPUs is refused.
+import { describe, expect, it } from "vitest";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { fakeDocker, optionOf, tempDir, waitFor } from "./helpers.js";
+import { useTsDaemonServer } from "./ts-harness.js";
+
+const h = useTsDaemonServer();
+
+/** An approved provider whose daemon runs containers with a fake docker; ready once its 2 GPUs are known. */
+async function dockerProvider() {
+  const p = await makeProvider(h.srv);
+  const docker = fakeDocker(tempDir("tsd-docker"));
+  const d = h.startDaemon(p.key, ["--docker", docker.path]);
+  await waitFor(async () => {
+    const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
+    return r.gpu_count === 2 && r.readiness_status;
+  }, 45_000, `daemon up (${d.output()})`);
+  return { p, docker, d };
+}
+
+const custom = (command: string[]) => ({ job_type: "custom_container", duration_minutes: 2, params: { command } });
+
+const ended = (jobId: string, what: string) =>
+  waitFor(async () => {
+    const r = await h.job(jobId);
+    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
+  }, 45_000, what);
+
+const firstAttempt = (jobId: string, what: string) =>
+  waitFor(async () => {
+    const [row] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+    return row;
+  }, 45_000, what);
+
+describe("svc-daemon (TypeScript) with containers", { timeout: 120_000 }, () => {
+  it("bills a container that ran and exited 125 itself as the renter's failure; docker failing before it started is re-queued at no charge", async () => {
+    const { p, d } = await dockerProvider();
+    const renter = await makeRenter(h.srv, 1_000);
+
+    const own = await h.submit(renter, custom(["exit-125"]));
+    expect(own.provider_id).toBe(p.id);
+    expect(await firstAttempt(own.job_id, `first attempt end (${d.output()})`)).toMatchObject({ end_reason: "runtime_error", fault: "renter" });
+    const done = await ended(own.job_id, `job end (${d.output()})`);
+    expect(done).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter" });
+    expect(done.actual_cost_halala).toBeGreaterThan(0);
+    expect(done.provider_earned_halala + done.platform_fee_halala).toBe(done.actual_cost_halala);
+    expect(done.error).toMatch(/exited with status 125/);
+    const logs = await h.api().get(`/api/jobs/${own.job_id}/logs`, renter.headers);
+    expect(logs.body.logs.map((l: { message: string }) => l.message)).toContain("work done; exiting with status 125");
+    const paid = done.actual_cost_halala;
+    expect((await h.api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 1_000 - paid });
+
+    const refused = await h.submit(renter, custom(["docker-fails"]));
+    const a = await firstAttempt(refused.job_id, `first attempt end (${d.output()})`);
+    expect(a).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(a.error).toMatch(/could not select device driver/);
+    // Nothing charged for it.
+    expect((await h.api().get("/api/renters/balance", renter.headers)).body.balance_halala).toBe(1_000 - paid);
+    expect(await ledgerProblems(h.srv.sql)).toEqual([]);
+  });
+
+  it("gives two concurrent jobs on a 2-GPU provider a GPU each; a third waits for one and gets the GPU it freed", async () => {
+    const { p, docker, d } = await dockerProvider();
+    const renter = await makeRenter(h.srv, 1_000);
+    const gpuOf = (jobId: string) => {
+      const run = docker.runs().find((r) => r.includes(`svc.job_id=${jobId}`));
+      return run && optionOf(run, "--gpus");
+    };
+
+    const first = await h.submit(renter, custom(["wait"]));
+    const second = await h.submit(renter, custom(["wait"]));
+    expect([first.provider_id, second.provider_id]).toEqual([p.id, p.id]);
+    await waitFor(() => gpuOf(first.job_id) && gpuOf(second.job_id), 45_000, `both containers started (${d.output()})`);
+    expect([gpuOf(first.job_id), gpuOf(second.job_id)].sort()).toEqual(["device=0", "device=1"]);
+    for (const run of docker.runs()) expect(run.filter((a) => a === "--gpus")).toHaveLength(1);
+
+    // Both GPUs are taken: the server sends this provider no third job; it waits in the queue.
+    const third = await h.submit(renter, custom(["wait"]));
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await h.job(third.job_id)).status).toBe("queued");
+    expect(gpuOf(third.job_id)).toBeUndefined();
+
+    // The first ends: its GPU is given back, and the third runs on it.
+    docker.release(first.job_id);
+    expect((await ended(first.job_id, "first job end")).status).toBe("completed");
+    await waitFor(() => gpuOf(third.job_id), 45_000, `third container started (${d.output()})`);
+    expect(gpuOf(third.job_id)).toBe(gpuOf(first.job_id));
+
+    docker.release(second.job_id);
+    docker.release(third.job_id);
+    for (const j of [second, third]) expect((await ended(j.job_id, `job end (${d.output()})`)).status).toBe("completed");
+    expect(await ledgerProblems(h.srv.sql)).toEqual([]);
+  });
+
+  it("refuses at submit an env that would choose the job's GPUs, naming the field", async () => {
+    const renter = await makeRenter(h.srv, 1_000);
+    await makeProvider(h.srv);
+    for (const name of ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"]) {
+      const r = await h.api().post("/api/jobs/submit", { job_type: "custom_container", duration_minutes: 1, params: { command: ["nvidia-smi"], env: { A: "1", [name]: "all" } } }, renter.headers);
+      expect(r.status, name).toBe(400);
+      expect(r.body.error, name).toMatch(new RegExp(`params\\.env\\.${name}\\b`));
+    }
+    const ok = await h.api().post("/api/jobs/submit", { job_type: "custom_container", duration_minutes: 1, params: { command: ["nvidia-smi"], env: { NVIDIA_TF32_OVERRIDE: "0" } } }, renter.headers);
+    expect(ok.status, ok.text).toBe(201);
+  });
+});
