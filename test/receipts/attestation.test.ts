@@ -134,13 +134,14 @@ describe("the TypeScript daemon attests its results", { timeout: 90_000 }, () =>
     const file = (await h.api().get(`/api/jobs/${j.job_id}/receipt`, renter.headers)).body;
     const att = file.receipt.provider_attestation;
     expect(att).toMatchObject({ status: "attested", provider_id: p.id, key_id: keyId });
-    // The GPUs the fake nvidia-smi reports (test/daemon/fixtures/nvidia-smi-query-2gpu.csv).
+    // The GPU the daemon gave the job, the first of the two the fake nvidia-smi reports
+    // (test/daemon/fixtures/nvidia-smi-query-2gpu.csv), not both.
     expect(att.statement.gpu).toEqual({
       model: "NVIDIA GeForce RTX 4090",
-      count: 2,
+      count: 1,
       vram_mib: 24564,
       driver_version: "550.54.15",
-      uuids: ["GPU-5c7e4b6a-2b8f-4d2a-9a53-0e1f7f2c9d11", "GPU-0b9d1e44-7a3c-11ee-b962-0242ac120002"],
+      uuids: ["GPU-5c7e4b6a-2b8f-4d2a-9a53-0e1f7f2c9d11"],
     });
     const out = await h.api().get(`/api/jobs/${j.job_id}/output`, renter.headers);
     const v = verifyReceipt(file, await keys(), { value: out.body });

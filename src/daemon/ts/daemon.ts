@@ -516,6 +516,8 @@ export class ProviderDaemon {
         if (this.stopping) return this.reject(job, "the daemon is shutting down");
         if (gpu === undefined) return this.reject(job, `every GPU of this host is running another job (GPUs ${this.gpuPool.taken().join(", ")})`);
         spec.gpus = [gpu];
+        // The result's attestation names the GPU the job ran on, not every GPU of the host.
+        active.gpu = gpuFacts({ ...snap, gpus: snap.gpus.filter((g) => g.index === gpu) });
       } else if (executor.name === "docker" && this.cfg.executors.docker?.gpus) {
         // The host had GPUs when the daemon started and nvidia-smi lists none now: a driver problem of this machine.
         return this.reject(job, "nvidia-smi lists no GPU now; the job's container cannot be given one");
