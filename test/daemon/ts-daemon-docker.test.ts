@@ -8,7 +8,9 @@
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { fakeDocker, optionOf, tempDir, waitFor } from "./helpers.js";
+import fs from "node:fs";
+import path from "node:path";
+import { fakeDocker, FIXTURES, optionOf, tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
@@ -97,6 +99,30 @@ describe("svc-daemon (TypeScript) with containers", { timeout: 120_000 }, () => 
     docker.release(third.job_id);
     for (const j of [second, third]) expect((await ended(j.job_id, `job end (${d.output()})`)).status).toBe("completed");
     expect(await ledgerProblems(h.srv.sql)).toEqual([]);
+  });
+
+  it("judges a job on the GPUs no other job holds: one busy GPU does not refuse it when another is free", async () => {
+    const p = await makeProvider(h.srv);
+    // The provider caps usage at 80%; GPU 0 is at 100% (another workload), GPU 1 idle.
+    await h.srv.sql`UPDATE providers SET gpu_usage_cap_pct = 80 WHERE id = ${p.id}`;
+    const dir = tempDir("tsd-smi");
+    const csv = path.join(dir, "gpus.csv");
+    fs.writeFileSync(
+      csv,
+      fs.readFileSync(path.join(FIXTURES, "nvidia-smi-query-2gpu.csv"), "utf8").replace(/^(0, [^,]+, [^,]+, \d+, \d+, \d+), \d+,/m, "$1, 100,"),
+    );
+    const smi = writeExecutable(dir, "nvidia-smi", `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${csv}' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`);
+    const docker = fakeDocker(tempDir("tsd-docker"));
+    const d = h.startDaemon(p.key, ["--docker", docker.path, "--nvidia-smi", smi]);
+    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${d.output()})`);
+    const renter = await makeRenter(h.srv, 10_000);
+    const j = await h.submit(renter, custom(["true"]));
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect(done.attempt).toBe(1);
+    // It ran on the idle GPU.
+    const runs = docker.runs().filter((argv) => argv.includes(`svc.job_id=${j.job_id}`));
+    expect(runs.map((argv) => optionOf(argv, "--gpus"))).toEqual(["device=1"]);
   });
 
   it("refuses at submit an env that would choose the job's GPUs, naming the field", async () => {

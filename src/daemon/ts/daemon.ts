@@ -449,15 +449,13 @@ export class ProviderDaemon {
     if (this.paused || s?.paused) return "the provider is paused";
     if (s && !withinRunWindow(s.runMode, s.scheduledStart, s.scheduledEnd)) return "outside the provider's scheduled run window";
     if (!s || snap.gpus.length === 0) return undefined;
-    const hot = snap.gpus.find((g) => g.temperature_c !== null && g.temperature_c >= s.tempLimitC);
-    if (hot) return `GPU ${hot.index} is at ${hot.temperature_c} C, at or above the ${s.tempLimitC} C limit`;
     if (s.gpuUsageCapPct <= 0) return "the GPU usage cap is 0%";
-    const busy = snap.gpus.find((g) => g.utilization_pct !== null && g.utilization_pct > s.gpuUsageCapPct);
-    if (busy && s.gpuUsageCapPct < 100) return `GPU ${busy.index} is ${busy.utilization_pct}% busy, above the ${s.gpuUsageCapPct}% usage cap`;
-    const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
-    const free = Math.max(...snap.gpus.map((g) => g.vram_free_mib ?? 0)) - s.vramReserveGb * 1024;
-    if (minVramGb > 0 && free < minVramGb * 1000) return `only ${Math.max(0, Math.round(free))} MiB VRAM free after the ${s.vramReserveGb} GB reserve; the job needs ${minVramGb} GB`;
-    return undefined;
+    // Judged on the GPUs no other job holds: the job gets one of them, and another job's GPU being
+    // hot or busy is that job's doing. With every GPU held the job waits for one (takeGpu).
+    const held = new Set(this.gpuPool.taken());
+    const free = snap.gpus.filter((g) => g.index === null || !held.has(g.index));
+    const reasons = free.map((g) => gpuUnfit(g, s, job));
+    return reasons.includes(undefined) ? undefined : reasons[0];
   }
 
   private verified(job: AssignedJob, signature: string): boolean {
@@ -547,8 +545,11 @@ export class ProviderDaemon {
     const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
     const minFreeMib = minVramGb > 0 ? minVramGb * 1000 + (this.settings?.vramReserveGb ?? 0) * 1024 : 0;
     const deadline = Date.now() + GPU_WAIT_MS;
+    // The GPUs fit for it first (refusal() found one free, unless every GPU was held).
+    const s = this.settings;
+    const gpus = s ? [...snap.gpus].sort((a, b) => Number(gpuUnfit(a, s, job) !== undefined) - Number(gpuUnfit(b, s, job) !== undefined)) : snap.gpus;
     for (;;) {
-      active.gpuIndex = this.gpuPool.take(snap.gpus, minFreeMib);
+      active.gpuIndex = this.gpuPool.take(gpus, minFreeMib);
       if (active.gpuIndex !== undefined || active.cancelled || this.stopping || Date.now() >= deadline) return active.gpuIndex;
       await sleep(GPU_WAIT_POLL_MS, this.stopSignal.signal);
     }
@@ -710,6 +711,20 @@ function loadAttestationKey(stateDir: string, log: (line: string) => void): Ed25
 }
 
 /** The GPU facts an attestation signs, from a probe snapshot. */
+/** Why this GPU cannot take the job now under the provider's settings; undefined when it can. */
+function gpuUnfit(g: GpuSnapshot["gpus"][number], s: DaemonSettings, job: AssignedJob): string | undefined {
+  if (g.temperature_c !== null && g.temperature_c >= s.tempLimitC) return `GPU ${g.index} is at ${g.temperature_c} C, at or above the ${s.tempLimitC} C limit`;
+  if (s.gpuUsageCapPct < 100 && g.utilization_pct !== null && g.utilization_pct > s.gpuUsageCapPct) {
+    return `GPU ${g.index} is ${g.utilization_pct}% busy, above the ${s.gpuUsageCapPct}% usage cap`;
+  }
+  const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
+  const free = (g.vram_free_mib ?? 0) - s.vramReserveGb * 1024;
+  if (minVramGb > 0 && free < minVramGb * 1000) {
+    return `GPU ${g.index} has only ${Math.max(0, Math.round(free))} MiB VRAM free after the ${s.vramReserveGb} GB reserve; the job needs ${minVramGb} GB`;
+  }
+  return undefined;
+}
+
 function gpuFacts(s: GpuSnapshot): GpuFacts {
   const g = s.gpus[0];
   return {
