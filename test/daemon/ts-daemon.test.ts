@@ -74,6 +74,29 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     expect(await ledgerProblems(h.srv.sql)).toEqual([]);
   });
 
+  it("reports a job its machine could not start as provider_error (re-queued, no charge) and stays up", async () => {
+    const p = await makeProvider(h.srv);
+    const renter = await makeRenter(h.srv, 1_000);
+    // The work folder is a file: the job's folder cannot be made.
+    const dir = tempDir("badwork");
+    const workDir = `${dir}/work`;
+    fs.writeFileSync(workDir, "not a folder");
+    const runner = writeExecutable(dir, "noop.sh", "#!/bin/sh\necho hi\n");
+    const d = h.startDaemon(p.key, ["--work-dir", workDir, "--runner", `llm-inference=${runner}`]);
+    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
+    const j = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hello", max_tokens: 64 } });
+    expect(j.provider_id).toBe(p.id);
+    const first = await waitFor(async () => {
+      const [row] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+      return row;
+    }, 20_000, `the attempt's end (${d.output()})`);
+    expect(first).toMatchObject({ end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(first.error).toMatch(/could not start the job/);
+    // Still connected: it answers heartbeats.
+    const before = (await h.srv.sql`SELECT last_heartbeat FROM providers WHERE id = ${p.id}`)[0].last_heartbeat;
+    await waitFor(async () => (await h.srv.sql`SELECT last_heartbeat FROM providers WHERE id = ${p.id}`)[0].last_heartbeat > before, 10_000, `a later heartbeat (${d.output()})`);
+  });
+
   it("runs a job type with the runner the provider configured (process executor)", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);

@@ -522,7 +522,14 @@ export class ProviderDaemon {
       }
       this.send({ case: "jobAccepted", value: { jobId: job.jobId } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
-      const outcome = await this.execute(active, executor.start.bind(executor));
+      let outcome: Outcome;
+      try {
+        outcome = await this.execute(active, executor.start.bind(executor));
+      } catch (err) {
+        // This machine could not start it (its job folder, the executor): the provider's failure, re-queued.
+        const error = `could not start the job: ${(err as Error).message}`;
+        outcome = { success: false, error, metrics: { duration_seconds: 0, executor: executor.name }, endReason: "provider_error" };
+      }
       // A service manager's stop signals every process of the service at once (systemd's
       // control-group kill): the job may die of it a moment before the daemon hears its own.
       if (!active.cancelled && !active.interrupted && stopSignalled(outcome)) await waitUntil(() => this.stopping, Date.now() + STOP_SIGNAL_WAIT_MS);
