@@ -1,7 +1,7 @@
 // A running job pays for the time it runs: its hold grows from the renter's
 // available balance before its paid time runs out, and when the balance cannot
 // pay for more the job is stopped (out_of_funds, the renter's fault) and
-// settled for the time used. Over real HTTP, the sweep driven by the test.
+// settled for the time used; the monthly spend limit bounds it the same way. Over real HTTP, the sweep driven by the test.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
@@ -106,6 +106,44 @@ describe("paying as a job runs", () => {
     expect(await releaseTokenBudget(srv.sql, requestId)).toBe(true);
     expect((await sweepJobs(srv.sql)).extended).toBe(1);
     expect(await balance(renter.key)).toMatchObject({ held_halala: 4 * rate, available_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("grows a hold only within the renter's monthly spend limit, and stops the job (spend_limit) when it leaves no minute", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const rate = 10;
+    // The balance pays for hours; the limit for 3 minutes of the benchmark's 10 halala/min.
+    await srv.sql`UPDATE renter_quota SET monthly_spend_limit_halala = ${3 * rate} WHERE renter_id = ${renter.id}`;
+    const { jobId } = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 1 });
+    await ranFor(jobId, 30);
+    expect((await sweepJobs(srv.sql)).extended).toBe(1);
+    expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body.held_halala).toBe(3 * rate);
+    // 176 s in, its 3 paid minutes about to end and the limit reached: stopped, the renter's doing, billed.
+    await ranFor(jobId, 176);
+    expect((await sweepJobs(srv.sql)).outOfFunds).toBe(1);
+    const j = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
+    expect(j).toMatchObject({ status: "failed", end_reason: "spend_limit", fault: "renter", actual_cost_halala: 3 * rate });
+    expect(j.error).toMatch(/monthly_spend_limit_halala \(30\) leaves nothing for more than the 3 minutes held/);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000 - 3 * rate, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("counts /v1 reservations in flight against the monthly spend limit at submit", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    await makeProvider(srv);
+    await srv.sql`UPDATE renter_quota SET monthly_spend_limit_halala = 100 WHERE renter_id = ${renter.id}`;
+    const requestId = `test-limit-${renter.id}`;
+    // 10 prompt + 85 completion tokens at 1 halala each: 95 of the 100 reserved.
+    await srv.sql.begin((tx) =>
+      reserveTokenBudget(tx, { requestId, renterId: renter.id, model: "m", stream: false, rate: { input: 1_000_000, output: 1_000_000 }, promptTokens: 10, maxTokens: 85, choices: 1, ttlSeconds: 60 }),
+    );
+    const job = { job_type: "benchmark", duration_minutes: 1 };
+    const refused = await api.post("/api/jobs/submit", job, renter.headers);
+    expect(refused.status, refused.text).toBe(429);
+    expect(refused.body.error).toMatch(/monthly_spend_limit_halala is 100; 95 halala spent, held or reserved this UTC month and this job would hold 10 more/);
+    expect(await releaseTokenBudget(srv.sql, requestId)).toBe(true);
+    expect((await api.post("/api/jobs/submit", job, renter.headers)).status).toBe(201);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

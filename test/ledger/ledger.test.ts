@@ -243,7 +243,7 @@ describe("checkSubmitQuota", () => {
     expect(await sql.begin((tx) => quotaUsage(tx, r.id))).toMatchObject({ spentAndHeldHalala: 700, monthlySpendLimitHalala: 1000 });
     await sql.begin((tx) => checkSubmitQuota(tx, r.id, 300));
     const err = await sql.begin((tx) => checkSubmitQuota(tx, r.id, 301)).catch((e) => e);
-    expect(err.message).toMatch(/monthly_spend_limit_halala is 1000; 700 halala spent or held this UTC month and this job would hold 301 more/);
+    expect(err.message).toMatch(/monthly_spend_limit_halala is 1000; 700 halala spent, held or reserved this UTC month and this job would hold 301 more/);
     // A release frees the quota again.
     await sql.begin((tx) => release(tx, r.id, b));
     await sql.begin((tx) => checkSubmitQuota(tx, r.id, 700));

@@ -237,6 +237,45 @@ describe("chat completions", () => {
     expect(await availableOf(poor.id)).toBe(100 - COST);
   });
 
+  it("holds a renter to monthly_spend_limit_halala: 429 spend_limit_exceeded until the next UTC month, and no more asked for than fits", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    await srv.sql`UPDATE renter_quota SET monthly_spend_limit_halala = 200 WHERE renter_id = ${renter.id}`;
+    const post = (extra: Record<string, unknown>) =>
+      fetch(`${srv.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${renter.key}` },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], ...extra }),
+      });
+    const before = vllm.requests.length;
+    // The balance pays for 1,000 completion tokens (2,000 halala); the limit does not.
+    const over = await post({ max_tokens: 1000 });
+    expect(over.status).toBe(429);
+    const body = await over.json();
+    const untilMonth = Math.ceil((Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth() + 1, 1) - Date.now()) / 1000);
+    expect(body.error).toMatchObject({ type: "insufficient_quota", code: "spend_limit_exceeded", status: 429, retryable: false });
+    expect(body.error.message).toMatch(/monthly_spend_limit_halala is 200; 0 halala spent, held or reserved .*\(max_tokens 1000\)/);
+    expect(Math.abs(body.retry_after_seconds - untilMonth)).toBeLessThan(60);
+    expect(body.error.retry_after_ms).toBeGreaterThan(0);
+    expect(Number(over.headers.get("retry-after"))).toBe(body.retry_after_seconds);
+    expect(vllm.requests.length).toBe(before);
+    expect(await srv.sql`SELECT 1 FROM v1_usage WHERE renter_id = ${renter.id}`).toHaveLength(0);
+
+    // Without max_tokens the endpoint is asked for what the limit leaves: (200 - the prompt's bound) / 2 per token.
+    const fits = await post({});
+    expect(fits.status).toBe(200);
+    const asked = vllm.requests[before].max_tokens as number;
+    expect(asked).toBeGreaterThan(0);
+    expect(asked).toBeLessThan(100);
+    expect(await availableOf(renter.id)).toBe(10_000 - COST);
+
+    // Spent up to within a prompt of the limit: refused whatever max_tokens says.
+    await srv.sql`UPDATE renter_quota SET monthly_spend_limit_halala = ${COST + 10} WHERE renter_id = ${renter.id}`;
+    const spent = await post({});
+    expect(spent.status).toBe(429);
+    expect((await spent.json()).error).toMatchObject({ code: "spend_limit_exceeded", message: expect.stringMatching(/this prompt would cost more than what is left/) });
+    expect(vllm.requests.length).toBe(before + 1);
+  });
+
   it("authenticates chat completions with x-renter-key alone, JSON and streamed, and bills that renter", async () => {
     const renter = await makeRenter(srv, 10_000);
     const body = { model: MODEL, messages: [{ role: "user" as const, content: "hi" }] };

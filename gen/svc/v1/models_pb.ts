@@ -486,7 +486,7 @@ export type Job = Message<"svc.v1.Job"> & {
 
   /**
    * Why the job ended (null while active): completed, runtime_error, renter_cancelled, timeout,
-   * out_of_funds, admin_cancelled, platform_error, provider_refused, provider_silent,
+   * out_of_funds, spend_limit, admin_cancelled, platform_error, provider_refused, provider_silent,
    * not_picked_up, provider_interrupted, provider_error, signature_mismatch,
    * unsupported_on_provider. docs/jobs.md "How a job ends" says what each costs.
    *

@@ -10,7 +10,7 @@ import { validateParams } from "./job-schemas.js";
 import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
-import { quotaRefusal, quotaUsageMany, type QuotaUsage } from "../money/quota.js";
+import { quotaRefusal, quotaUsageMany, withReserved, type QuotaUsage } from "../money/quota.js";
 import { lockReservations, reservedMany } from "../money/usage-billing.js";
 import { canonicalJson, hmacOfCanonical } from "../../shared/task-signature.js";
 import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
@@ -199,7 +199,10 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   ] as const;
   const [, , reserved, accounts, capacity, newIds, , usage, candidates] = await allInTransaction(steps);
   const renters = new Map<number, RenterState>(
-    renterIds.map((id) => [id, { accounts: accounts.get(id)!, usage: usage.get(id)!, reservedV1: reserved.get(id) ?? 0 }]),
+    renterIds.map((id) => {
+      const reservedV1 = reserved.get(id) ?? 0;
+      return [id, { accounts: accounts.get(id)!, usage: withReserved(usage.get(id)!, reservedV1), reservedV1 }];
+    }),
   );
 
   const holds: AcceptedHold[] = [];

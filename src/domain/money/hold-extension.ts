@@ -6,11 +6,13 @@
 // balance covers not one more minute, the job is stopped as its paid time
 // runs out: out_of_funds, the renter's fault, settled for the time used. So
 // no job runs on time nobody pays for, and the provider is paid for every
-// billed minute. Each step locks the job row, then the renter's accounts (the
+// billed minute. The renter's monthly spend limit bounds the growth the same
+// way (spend_limit, also the renter's). Each step locks the job row, then the renter's accounts (the
 // order settlement uses), so an extension and a settlement never both act. The
 // hold never grows into what the renter's /v1 requests in flight reserved.
 import type { Db, Tx } from "../../db/index.js";
 import { extendHold, renterFunds } from "./ledger.js";
+import { monthlyHeadroom, quotaUsage, withReserved } from "./quota.js";
 import { lockReservations, reservedMany } from "./usage-billing.js";
 import { endLocked, lockJobById, lockRenterFunds, runSeconds, type Figures } from "./settlement.js";
 
@@ -66,7 +68,11 @@ export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome
   const reserved = (await reservedMany(tx, [job.renter_id])).get(job.renter_id) ?? 0;
   await lockRenterFunds(tx, job.renter_id);
   const { available } = await renterFunds(tx, job.renter_id);
-  const minutes = Math.min(EXTEND_MINUTES, capMinutes - paid, Math.floor(Math.max(0, available - reserved) / rate));
+  // The hold grows within the monthly spend limit too: it counts holds, as a submit's check does.
+  const usage = withReserved(await quotaUsage(tx, job.renter_id), reserved);
+  const funded = Math.floor(Math.max(0, available - reserved) / rate);
+  const withinLimit = Math.floor(monthlyHeadroom(usage) / rate);
+  const minutes = Math.min(EXTEND_MINUTES, capMinutes - paid, funded, withinLimit);
   if (minutes >= 1) {
     // What tops the hold up to whole paid minutes again, plus the new ones.
     const amount = (paid + minutes) * rate - held;
@@ -75,10 +81,18 @@ export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome
     await tx`UPDATE jobs SET held_halala = ${after}, updated_at = now() WHERE id = ${job.id}`;
     return { kind: "extended", held: after };
   }
-  if (ranSeconds + STOP_MARGIN_SECONDS < paid * 60) return { kind: "unchanged" }; // a top-up may still come
-  const figures = await endLocked(tx, job, "failed", {
-    reason: "out_of_funds",
-    error: `stopped: the renter's balance cannot pay for more than the ${paid} minute${paid === 1 ? "" : "s"} held (${rate} halala/min)`,
-  });
+  if (ranSeconds + STOP_MARGIN_SECONDS < paid * 60) return { kind: "unchanged" }; // a top-up (or a higher limit) may still come
+  const paidTime = `the ${paid} minute${paid === 1 ? "" : "s"} held (${rate} halala/min)`;
+  const figures = await endLocked(
+    tx,
+    job,
+    "failed",
+    funded < 1
+      ? { reason: "out_of_funds", error: `stopped: the renter's balance cannot pay for more than ${paidTime}` }
+      : {
+          reason: "spend_limit",
+          error: `stopped: the renter's monthly_spend_limit_halala (${usage.monthlySpendLimitHalala}) leaves nothing for more than ${paidTime}`,
+        },
+  );
   return { kind: "stopped", providerId: job.provider_id!, figures };
 }

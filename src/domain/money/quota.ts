@@ -9,8 +9,22 @@ export interface QuotaUsage {
   dailyJobsLimit: number;
   jobsToday: number;
   monthlySpendLimitHalala: number;
-  /** Settled this UTC month plus every open hold. */
+  /**
+   * Settled this UTC month plus every open hold; the callers that hold the renter's
+   * reservation lock add what /v1 requests in flight reserved (withReserved).
+   */
   spentAndHeldHalala: number;
+}
+
+/** The usage with the renter's /v1 reservations in flight counted: they will be spent or released. */
+export const withReserved = (u: QuotaUsage, reserved: number): QuotaUsage => ({ ...u, spentAndHeldHalala: u.spentAndHeldHalala + reserved });
+
+/** What the renter may still spend or hold this UTC month (never below 0). */
+export const monthlyHeadroom = (u: QuotaUsage): number => Math.max(0, u.monthlySpendLimitHalala - u.spentAndHeldHalala);
+
+/** Milliseconds until the next UTC month starts, when the monthly spend limit frees up again. */
+export function msUntilNextUtcMonth(now = new Date()): number {
+  return Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1) - now.getTime();
 }
 
 /**
@@ -71,13 +85,16 @@ export function quotaRefusal(u: QuotaUsage, estimate: number): string | null {
   if (u.jobsToday + 1 > u.dailyJobsLimit) {
     return `renter quota exceeded: daily_jobs_limit is ${u.dailyJobsLimit} jobs per UTC day and ${u.jobsToday} were submitted today`;
   }
-  if (u.spentAndHeldHalala + estimate > u.monthlySpendLimitHalala) {
-    return (
-      `renter quota exceeded: monthly_spend_limit_halala is ${u.monthlySpendLimitHalala}; ` +
-      `${u.spentAndHeldHalala} halala spent or held this UTC month and this job would hold ${estimate} more`
-    );
-  }
+  if (estimate > monthlyHeadroom(u)) return monthlyRefusal(u, `this job would hold ${estimate} more`);
   return null;
+}
+
+/** The monthly spend limit's refusal, `what` saying what was asked. */
+export function monthlyRefusal(u: QuotaUsage, what: string): string {
+  return (
+    `renter quota exceeded: monthly_spend_limit_halala is ${u.monthlySpendLimitHalala}; ` +
+    `${u.spentAndHeldHalala} halala spent, held or reserved this UTC month and ${what}`
+  );
 }
 
 /** 429 when one more job would exceed the renter's quota (quotaRefusal). */

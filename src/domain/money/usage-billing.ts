@@ -13,9 +13,10 @@
 // billed are the upstream's usage within what the gateway forwarded and
 // delivered (token-pricing.ts); what it reported beyond that is kept on the row.
 import type { Db, Tx } from "../../db/index.js";
-import { paymentRequired } from "../../errors.js";
+import { apiError, paymentRequired } from "../../errors.js";
 import { accountId, CHARGE_KIND, transfer } from "./ledger.js";
 import { splitRevenue } from "./pricing.js";
+import { monthlyHeadroom, monthlyRefusal, msUntilNextUtcMonth, quotaUsage, withReserved, type QuotaUsage } from "./quota.js";
 import { affordableCompletionTokens, DEFAULT_MAX_COMPLETION_TOKENS, tokenCostHalala, type TokenRate } from "./token-pricing.js";
 
 export interface ReserveInput {
@@ -40,6 +41,12 @@ export interface Reservation {
   maxTokens: number;
 }
 
+/** 429 (a billing refusal, not to be retried before the limit frees up at the next UTC month). */
+function spendLimitReached(usage: QuotaUsage, what: string) {
+  const seconds = Math.max(1, Math.ceil(msUntilNextUtcMonth() / 1000));
+  return apiError(429, monthlyRefusal(usage, what), { "retry-after": String(seconds) });
+}
+
 /** Advisory-lock namespace of /v1 reservations (two-key form: the renter id is the second key). */
 const RESERVE_LOCK_NS = 0x7631;
 
@@ -58,13 +65,18 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
   const reserved = Number(row.reserved);
   if (balance <= 0) throw paymentRequired("insufficient balance: your available balance is 0 halala; top up to use /v1");
   const free = balance - reserved;
+  // The monthly spend limit counts what requests in flight reserved, as job submits do.
+  const usage = withReserved(await quotaUsage(tx, r.renterId), reserved);
+  const headroom = monthlyHeadroom(usage);
   let maxTokens = r.maxTokens;
   if (maxTokens === undefined) {
     const affordable = affordableCompletionTokens(r.rate, free, r.promptTokens, r.choices);
     if (affordable < 1) {
       throw paymentRequired(`insufficient balance: ${Math.max(free, 0)} halala free (${balance} available, ${reserved} reserved by requests in flight) does not cover this prompt`);
     }
-    maxTokens = Math.min(DEFAULT_MAX_COMPLETION_TOKENS, affordable);
+    const withinLimit = affordableCompletionTokens(r.rate, headroom, r.promptTokens, r.choices);
+    if (withinLimit < 1) throw spendLimitReached(usage, "this prompt would cost more than what is left");
+    maxTokens = Math.min(DEFAULT_MAX_COMPLETION_TOKENS, affordable, withinLimit);
   }
   const cap = tokenCostHalala(r.rate, r.promptTokens, maxTokens * r.choices);
   if (cap > free) {
@@ -73,6 +85,7 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
         `(${balance} available, ${reserved} reserved by requests in flight); lower max_tokens or top up`,
     );
   }
+  if (cap > headroom) throw spendLimitReached(usage, `this request may cost up to ${cap} halala (max_tokens ${maxTokens}); lower max_tokens`);
   await tx`
     INSERT INTO v1_usage (request_id, renter_id, model, stream, reserved_halala, expires_at)
     VALUES (${r.requestId}, ${r.renterId}, ${r.model}, ${r.stream}, ${cap}, now() + make_interval(secs => ${r.ttlSeconds}))`;

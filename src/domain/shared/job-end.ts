@@ -29,6 +29,8 @@ export const END_REASONS = {
   timeout: "renter",
   /** The renter's balance could not extend the hold of a running job. */
   out_of_funds: "renter",
+  /** The renter's monthly_spend_limit_halala left nothing to extend the hold of a running job. */
+  spend_limit: "renter",
   /** An admin cancelled it. */
   admin_cancelled: "platform",
   /** An admin handed the attempt back to the queue. */

@@ -23,6 +23,8 @@ const KINDS = {
   method_not_allowed: { status: 405, type: "invalid_request_error", retryable: false },
   request_too_large: { status: 413, type: "invalid_request_error", retryable: false },
   rate_limit_exceeded: { status: 429, type: "rate_limit_error", retryable: true },
+  /** The renter's monthly_spend_limit_halala: a billing refusal until the next UTC month. */
+  spend_limit_exceeded: { status: 429, type: "insufficient_quota", retryable: false },
   internal_error: { status: 500, type: "server_error", retryable: true },
   provider_unavailable: { status: 502, type: "server_error", retryable: true },
   no_capacity_available: { status: 503, type: "server_error", retryable: true },
@@ -74,10 +76,14 @@ export function toV1Error(err: unknown): V1Error {
     403: "account_suspended",
     404: "unknown_url",
     413: "request_too_large",
+    429: "spend_limit_exceeded",
     503: "no_capacity_available",
   };
   const headers = e.headers.connection ? { connection: e.headers.connection } : undefined;
-  return new V1Error(code[e.status] ?? "internal_error", e.message, { status: e.status >= 400 ? e.status : 500, headers });
+  // A 429 always carries its retry-after (spec Errors 4); the domain gives it in seconds.
+  const retryAfter = Number(e.headers["retry-after"]);
+  const retryAfterMs = e.status === 429 ? (Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : 1000) : undefined;
+  return new V1Error(code[e.status] ?? "internal_error", e.message, { status: e.status >= 400 ? e.status : 500, headers, retryAfterMs });
 }
 
 export function sendV1Error(res: NodeResponse, err: V1Error, headers: Record<string, string> = {}): void {
