@@ -25,7 +25,7 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
 
   async function decide(id: bigint, action: ApprovalAction, reason: string | undefined, ctx: HandlerContext) {
     const outcome = await sql.begin((tx) => decideProvider(sql, tx, checkId(id, "id"), action, actorOf(ctx), reason));
-    if (outcome.requeue) await requeueWorkOf(sql, log, outcome.provider.id, REQUEUE_REASON[action]!);
+    if (outcome.requeue) await requeueWorkOf(sql, log, outcome.provider.id, "admin", REQUEUE_REASON[action]!);
     if (outcome.changed) log.info({ providerId: outcome.provider.id, action }, "provider decision");
     return { success: true, provider: providerMessage(outcome.provider) };
   }

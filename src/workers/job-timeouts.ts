@@ -64,7 +64,7 @@ export async function sweepJobs(sql: Sql, opts: { lostJobs?: boolean } = {}): Pr
     }
   }
   for (const providerId of opts.lostJobs === false ? [] : await providersWithLostJobs(sql)) {
-    const r = await requeueJobsOfProvider(sql, providerId, "provider stopped responding (no heartbeat in the last 120 seconds)");
+    const r = await requeueJobsOfProvider(sql, providerId, "silent", "provider stopped responding (no heartbeat in the last 120 seconds)");
     out.requeued += r.requeued.length;
     out.failed += r.failed.length;
   }

@@ -24,7 +24,7 @@ export async function sweepOnce(deps: Deps): Promise<{ offline: number[]; refres
   // Its own pulse first: after an outage the first sweep sees the platform up only from now.
   await pulse(sql);
   const offline = await markSilentProvidersOffline(sql);
-  for (const id of offline) await requeueWorkOf(sql, log, id, "provider went offline (no heartbeat within 120 s)");
+  for (const id of offline) await requeueWorkOf(sql, log, id, "silent", "provider went offline (no heartbeat within 120 s)");
   if (offline.length) log.info({ count: offline.length }, "providers marked offline");
   const refreshed = await refreshDueReputations(sql);
   return { offline, refreshed };

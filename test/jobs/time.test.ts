@@ -10,8 +10,10 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { requeueJobsOfProvider } from "../../src/domain/dispatch/dispatch.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
+import { recordTaskKeyCheck } from "../../src/domain/dispatch/task-key.js";
 import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
 import { clearMarketplace, pickUp } from "./helpers.js";
+import { ADMIN, flushHeartbeats, heartbeat } from "../providers/helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -204,6 +206,44 @@ describe("silent providers", () => {
     expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
   });
 
+  it("keeps a provider's jobs on it when it beats again between being found silent and their re-queue", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const job = (await submit(renter.headers)).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(job);
+    await silence(provider.id);
+    // Found silent by a sweep, it beats before the sweep's re-queue runs: the job stays with it.
+    expect((await heartbeat(srv, provider.key)).status).toBe(200);
+    await flushHeartbeats(srv);
+    expect(await requeueJobsOfProvider(srv.sql, provider.id, "silent", "test: provider went silent")).toEqual({ requeued: [], failed: [] });
+    expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({ status: "running", provider_id: provider.id, attempt: 1 });
+    // Silent for real: re-queued.
+    await silence(provider.id);
+    expect(await requeueJobsOfProvider(srv.sql, provider.id, "silent", "test: provider went silent")).toEqual({ requeued: [job], failed: [] });
+  });
+
+  it("records an admin's suspension of a provider as the platform's doing on the attempts it took away", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const job = (await submit(renter.headers)).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(job);
+    expect((await api.post(`/api/admin/providers/${provider.id}/suspend`, { reason: "chargeback" }, ADMIN)).status).toBe(200);
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist[0]).toMatchObject({ provider_id: provider.id, status: "requeued", end_reason: "admin_requeued", fault: "platform", cost_halala: 0 });
+    expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({ status: "queued", attempt: 2 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000 });
+  });
+
+  it("records the attempts a provider held when its daemon could not verify this server's tasks as signature_mismatch", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const job = (await submit(renter.headers)).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(job);
+    await recordTaskKeyCheck(srv.sql, provider.id, "test: the daemon pinned another key");
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist[0]).toMatchObject({ status: "requeued", end_reason: "signature_mismatch", fault: "provider" });
+  });
+
   it("moves money once when a re-queue and a result race", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
@@ -213,7 +253,7 @@ describe("silent providers", () => {
     for (let i = 0; i < 24; i++) await pickUp(api, provider.key);
     await silence(provider.id);
     const [, , results] = await Promise.all([
-      requeueJobsOfProvider(srv.sql, provider.id, "test: provider went silent"),
+      requeueJobsOfProvider(srv.sql, provider.id, "silent", "test: provider went silent"),
       sweepJobs(srv.sql),
       Promise.all(ids.map((id) => api.post("/api/providers/job-result", { api_key: provider.key, job_id: id, success: true, result: {} }))),
     ]);

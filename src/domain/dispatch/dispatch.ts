@@ -543,16 +543,18 @@ export async function placeJobs(sql: Sql, ids: number[]): Promise<void> {
 
 /** End reasons of the provider's fault that take a job off its provider (dispatch re-queues them). */
 export type ProviderFaultReason = "provider_silent" | "provider_refused" | "provider_interrupted" | "not_picked_up" | "provider_error" | "signature_mismatch" | "unsupported_on_provider";
+/** What takes a job off its provider: the provider's fault, or an admin's decision about the provider. */
+type LossReason = ProviderFaultReason | "admin_requeued";
 
 /**
  * A job its provider failed (went silent, refused it, stopped it, its machine
- * failed it): the provider's fault, so the renter pays nothing for the attempt
- * and the provider earns nothing. A new attempt in the queue while attempts
+ * failed it; or an admin took the provider out): the renter pays nothing for
+ * the attempt and the provider earns nothing. A new attempt in the queue while attempts
  * remain; once they are used up, or when the job is pinned to this provider
  * (provider_id at submit), failed with the fault shown and the hold released.
  * The caller refreshes the provider's reliability after commit (reputation.ts).
  */
-export async function loseJobLocked(tx: Tx, job: LockedJob, reason: ProviderFaultReason, error: string): Promise<"requeued" | "failed"> {
+export async function loseJobLocked(tx: Tx, job: LockedJob, reason: LossReason, error: string): Promise<"requeued" | "failed"> {
   const exhausted = job.attempt >= jobPolicy.maxAttempts;
   const pinned = job.requested_provider_id !== null;
   if (exhausted || pinned) {
@@ -567,12 +569,33 @@ export async function loseJobLocked(tx: Tx, job: LockedJob, reason: ProviderFaul
 }
 
 /**
- * Called by the provider liveness sweep (and the job worker) when a provider
- * stopped heartbeating: each of its pending/running jobs is re-queued as a new
- * attempt (recorded in history) or, past the attempt limit, failed and
- * refunded. Safe to call any number of times, from any process.
+ * Why every job of a provider is taken off it, and the end reason that
+ * records: it went silent (the sweeps; judged again under the lock below,
+ * since it may have beaten since it was found silent), an admin suspended or
+ * rejected it (the platform's doing), or its daemon cannot verify this
+ * server's tasks.
  */
-export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason: string): Promise<{ requeued: string[]; failed: string[] }> {
+export const PROVIDER_REMOVALS = {
+  silent: "provider_silent",
+  admin: "admin_requeued",
+  task_key: "signature_mismatch",
+} as const satisfies Record<string, EndReason>;
+export type ProviderRemoval = keyof typeof PROVIDER_REMOVALS;
+
+/**
+ * Re-queues each of the provider's pending/running jobs as a new attempt
+ * (recorded in history) or, past the attempt limit, fails and refunds it.
+ * A silence is checked again with the provider's row locked, after its jobs':
+ * a heartbeat that came meanwhile keeps them where they are, and one that
+ * comes later waits for this to commit. Safe to call any number of times,
+ * from any process.
+ */
+export async function requeueJobsOfProvider(
+  sql: Sql,
+  providerId: number,
+  removal: ProviderRemoval,
+  message: string,
+): Promise<{ requeued: string[]; failed: string[] }> {
   // Collected inside the transaction: a deadlock runs it again from the start (db/index.ts).
   const { out, requeuedIds, jobs } = await sql.begin(async (tx) => {
     const out = { requeued: [] as string[], failed: [] as string[] };
@@ -580,8 +603,12 @@ export async function requeueJobsOfProvider(sql: Sql, providerId: number, reason
     const jobs = await tx<LockedJob[]>`
       SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
       ORDER BY id FOR UPDATE`;
+    if (jobs.length > 0 && removal === "silent") {
+      const silent = await tx`SELECT 1 FROM providers p WHERE p.id = ${providerId} AND NOT ${liveSql(tx)} FOR NO KEY UPDATE`;
+      if (silent.length === 0) return { out, requeuedIds, jobs: 0 };
+    }
     for (const job of jobs) {
-      const r = await loseJobLocked(tx, job, "provider_silent", reason || "provider stopped responding");
+      const r = await loseJobLocked(tx, job, PROVIDER_REMOVALS[removal], message);
       out[r].push(job.job_id);
       if (r === "requeued") requeuedIds.push(job.id);
     }

@@ -6,12 +6,12 @@
 // sweep is the safety net.
 import type { Sql } from "../../db/index.js";
 import type { Logger } from "../../log.js";
-import { dispatchForProvider, hasQueuedJobs, requeueJobsOfProvider } from "./dispatch.js";
+import { dispatchForProvider, hasQueuedJobs, requeueJobsOfProvider, type ProviderRemoval } from "./dispatch.js";
 import { failureLevel } from "../../errors.js";
 
-export async function requeueWorkOf(sql: Sql, log: Logger, providerId: number, reason: string): Promise<void> {
+export async function requeueWorkOf(sql: Sql, log: Logger, providerId: number, removal: ProviderRemoval, reason: string): Promise<void> {
   try {
-    await requeueJobsOfProvider(sql, providerId, reason);
+    await requeueJobsOfProvider(sql, providerId, removal, reason);
   } catch (err) {
     log[failureLevel(err)]({ err, providerId }, "re-queueing a provider's jobs failed");
   }

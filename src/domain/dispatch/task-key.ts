@@ -33,7 +33,7 @@ export function taskKeyMismatch(pinned: string | undefined, serverKey: string): 
 export async function recordTaskKeyCheck(sql: Sql, providerId: number, mismatch: string | undefined): Promise<void> {
   if (mismatch !== undefined) {
     await sql`UPDATE providers SET task_key_mismatch = ${mismatch}, updated_at = now() WHERE id = ${providerId}`;
-    await requeueJobsOfProvider(sql, providerId, "the provider's daemon cannot verify this server's tasks (task-signing key mismatch)");
+    await requeueJobsOfProvider(sql, providerId, "task_key", "the provider's daemon cannot verify this server's tasks (task-signing key mismatch)");
     return;
   }
   const cleared = await sql`
