@@ -192,6 +192,36 @@ describe("an endpoint that overstates its usage", () => {
 });
 
 describe("the bounds", () => {
+  it("refuses a prompt its bytes cannot bound (a request's own chat_template, image, audio or video parts), forwarding and reserving nothing", async () => {
+    const renter = await makeRenter(srv, START_BALANCE);
+    const post = (body: Record<string, unknown>) =>
+      fetch(`${srv.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${renter.key}` },
+        body: JSON.stringify({ model: HONEST_MODEL, ...body }),
+      });
+    const before = honest.requests.length;
+    const user = (content: unknown) => [{ role: "user", content }];
+    const refusals: [Record<string, unknown>, RegExp][] = [
+      // A few bytes of template, a prompt of 10,000 copies of the message.
+      [{ messages: user("hi"), chat_template: "{% for i in range(10000) %}{{ messages[0].content }}{% endfor %}" }, /chat_template is not accepted/],
+      [{ messages: user([{ type: "text", text: "what is this?" }, { type: "image_url", image_url: { url: "https://example.com/a.png" } }]) }, /messages\[0\]\.content: a part of type "image_url" is not accepted/],
+      [{ messages: [{ role: "system", content: "s" }, ...user([{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }])] }, /messages\[1\]\.content: a part of type "input_audio"/],
+      [{ messages: user([{ text: "no type" }]) }, /a part of type null is not accepted/],
+    ];
+    for (const [body, message] of refusals) {
+      const res = await post(body);
+      expect(res.status).toBe(400);
+      expect((await res.json()).error).toMatchObject({ code: "invalid_request", type: "invalid_request_error", message: expect.stringMatching(message) });
+    }
+    expect(honest.requests.length).toBe(before);
+    expect(await srv.sql`SELECT 1 FROM v1_usage WHERE renter_id = ${renter.id}`).toHaveLength(0);
+    // Text parts, chat_template_kwargs and a null chat_template are forwarded as ever.
+    const ok = await post({ messages: user([{ type: "text", text: PROMPT }]), chat_template_kwargs: { enable_thinking: false }, chat_template: null });
+    expect(ok.status).toBe(200);
+    expect(honest.requests.length).toBe(before + 1);
+  });
+
   it("reliabilityScore counts each overstated request as a failed job", () => {
     const base = { completedJobs: 2, failedJobs: 1, uptimePercent: 100, ageDays: 30 };
     expect(reliabilityScore({ ...base, overstatedRequests: 3 })).toBe(reliabilityScore({ ...base, failedJobs: 4 }));

@@ -97,17 +97,48 @@ export function stringBytes(v: unknown): number {
 /**
  * The most prompt tokens a chat request can make: the text of its messages
  * (every string in them: content and its parts, names, tool calls) plus
- * PROMPT_TOKENS_PER_MESSAGE each, what a template renders from the request
- * besides them (tools and functions as JSON, documents, chat_template_kwargs,
- * a request's own chat_template), and PROMPT_TOKENS_PER_REQUEST. Also the
- * prompt part of the price cap held before the request is proxied.
+ * PROMPT_TOKENS_PER_MESSAGE each, what the model's template renders from the
+ * request besides them (tools and functions as JSON, documents,
+ * chat_template_kwargs), and PROMPT_TOKENS_PER_REQUEST. Also the prompt part
+ * of the price cap held before the request is proxied. Only for a request
+ * unboundedPrompt accepts.
  */
 export function promptTokensBound(body: Record<string, unknown>): number {
   const messages = Array.isArray(body.messages) ? body.messages : [];
   let n = PROMPT_TOKENS_PER_REQUEST + stringBytes(messages) + messages.length * PROMPT_TOKENS_PER_MESSAGE;
   // chat_template_kwargs reach the template as variables it may print (Llama 3.1's date_string, custom_tools).
   for (const f of ["tools", "functions", "documents", "chat_template_kwargs"]) if (body[f] != null) n += Buffer.byteLength(JSON.stringify(body[f]));
-  return n + stringBytes(body.chat_template);
+  return n;
+}
+
+/** Message content parts whose tokens are their text. */
+const TEXT_PARTS = new Set(["text", "refusal"]);
+
+/**
+ * Why a chat request's prompt tokens cannot be bounded by its bytes, or
+ * undefined when they can. A request's own chat_template may loop over the
+ * messages (a short template, a prompt of any length), and an image, audio or
+ * video part becomes as many tokens as its size and the model decide (a short
+ * URL, or a small file of a large blank picture). Such a prompt would be
+ * computed beyond what the renter is billed, and the provider's honest usage
+ * recorded as overstated against it, so the gateway does not forward it.
+ */
+export function unboundedPrompt(body: Record<string, unknown>): string | undefined {
+  if (body.chat_template !== undefined && body.chat_template !== null) {
+    return "chat_template is not accepted: the prompt a request's own template renders cannot be bounded for billing; the model's template is used (chat_template_kwargs are accepted)";
+  }
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  for (const [i, m] of messages.entries()) {
+    const content = (m as { content?: unknown } | null)?.content;
+    if (!Array.isArray(content)) continue;
+    for (const part of content) {
+      const type = (part as { type?: unknown } | null)?.type;
+      if (!TEXT_PARTS.has(type as string)) {
+        return `messages[${i}].content: a part of type ${JSON.stringify(type ?? null)} is not accepted: only text parts are, since the tokens of images, audio and video cannot be bounded for billing`;
+      }
+    }
+  }
+  return undefined;
 }
 
 /** Text of a completion the renter receives: bytes of its generated fields and the tool calls among them. */

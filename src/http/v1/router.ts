@@ -18,6 +18,7 @@ import {
   billableTokens,
   completionTokensBound,
   promptTokensBound,
+  unboundedPrompt,
   TOKEN_RATES,
   tokenCostHalala,
   tokenRate,
@@ -105,6 +106,8 @@ function parseChatRequest(raw: Buffer): ChatRequest {
   if (b.best_of !== undefined && b.best_of !== null && b.best_of !== n) {
     throw v1Error("invalid_request", `best_of must be absent or equal to n (${n}): only the completions returned are billed`);
   }
+  const unbounded = unboundedPrompt(b);
+  if (unbounded) throw v1Error("invalid_request", unbounded);
   const so = b.stream_options;
   if (so !== undefined && so !== null && (typeof so !== "object" || Array.isArray(so))) throw v1Error("invalid_request", "stream_options must be an object");
   const limits = [b.max_tokens, b.max_completion_tokens].filter((v): v is number => typeof v === "number");
