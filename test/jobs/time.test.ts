@@ -234,14 +234,14 @@ describe("silent providers", () => {
     expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000 });
   });
 
-  it("records the attempts a provider held when its daemon could not verify this server's tasks as signature_mismatch", async () => {
+  it("hands back the attempts of a provider whose daemon pinned another task key as provider_interrupted", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
     const job = (await submit(renter.headers)).body.job.job_id;
     expect((await pickUp(api, provider.key))?.job_id).toBe(job);
     await recordTaskKeyCheck(srv.sql, provider.id, "test: the daemon pinned another key");
     const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
-    expect(hist[0]).toMatchObject({ status: "requeued", end_reason: "signature_mismatch", fault: "provider" });
+    expect(hist[0]).toMatchObject({ status: "requeued", end_reason: "provider_interrupted", fault: "provider" });
   });
 
   it("moves money once when a re-queue and a result race", async () => {

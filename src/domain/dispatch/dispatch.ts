@@ -578,7 +578,9 @@ export async function loseJobLocked(tx: Tx, job: LockedJob, reason: LossReason, 
 export const PROVIDER_REMOVALS = {
   silent: "provider_silent",
   admin: "admin_requeued",
-  task_key: "signature_mismatch",
+  // Its daemon (re)connected pinning another key: handed back as by a restart, and offered to it
+  // again once it heartbeats with the right key.
+  task_key: "provider_interrupted",
 } as const satisfies Record<string, EndReason>;
 export type ProviderRemoval = keyof typeof PROVIDER_REMOVALS;
 
