@@ -1028,10 +1028,17 @@ async function main() {
   for (const i of instances) await i.settle();
   for (const i of instances) if (!i.up) await i.start(Math.max(10_000, settleBy - Date.now()));
   for (const d of daemons) if (!d.running) d.start();
+  const since = (t: number) => Math.round((t - end) / 100) / 10;
+  // Where a long settle went: the processes back, the renters' unanswered requests answered,
+  // then the last active job ended and the last webhook delivered (seconds after the faults stopped).
+  const settleSteps: Record<string, number | null> = { processes_up: since(Date.now()), requests_answered: null, jobs_ended: null, webhooks_delivered: null };
   await Promise.all(renters.map((r) => r.resolve(Math.min(settleBy, Date.now() + 60_000))));
+  settleSteps.requests_answered = since(Date.now());
   let last = { active: -1, undelivered: -1 };
   while (Date.now() < settleBy) {
     last = await settled(sql).catch(() => last);
+    if (last.active === 0) settleSteps.jobs_ended ??= since(Date.now());
+    if (last.undelivered === 0) settleSteps.webhooks_delivered ??= since(Date.now());
     if (last.active === 0 && last.undelivered === 0) break;
     await sleep(1000);
   }
@@ -1079,6 +1086,7 @@ async function main() {
     seed: SEED,
     seconds: SECONDS,
     settle_seconds: settleSeconds,
+    settle_steps: settleSteps,
     instances: INSTANCES,
     stream_daemons: STREAM_DAEMONS,
     legacy_pollers: POLLERS,
