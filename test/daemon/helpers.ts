@@ -43,6 +43,11 @@ export function writeExecutable(dir: string, name: string, body: string): string
   return file;
 }
 
+/** The python3 interpreter itself, not a version manager's shim that would die first of a signal. */
+export function realPython(): string {
+  return spawnSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).stdout.trim();
+}
+
 /** Runs python3 code with stdin; returns stdout (throws with stderr on failure). */
 export function python(code: string, stdin = "", env: Record<string, string> = {}): string {
   const r = spawnSync("python3", ["-c", code], {
@@ -107,7 +112,7 @@ export interface Spawned {
  * in a process group of its own, as a service manager runs it (`kill` then
  * signals the whole group).
  */
-export function start(cmd: string, args: string[], opts: { env?: Record<string, string>; cwd?: string; detached?: boolean } = {}): Spawned {
+export function start(cmd: string, args: string[], opts: { env?: Record<string, string | undefined>; cwd?: string; detached?: boolean } = {}): Spawned {
   const child = spawn(cmd, args, { env: { ...process.env, ...opts.env }, cwd: opts.cwd, stdio: ["ignore", "pipe", "pipe"], detached: opts.detached });
   let out = "";
   child.stdout.on("data", (d) => (out += d));
@@ -175,20 +180,22 @@ export function gatedRunner(opts: { quiet?: boolean } = {}): { runner: string; s
       "",
     ].join("\n"),
   );
-  // The interpreter itself, not a shim of a version manager that would die first on a stop signal.
-  const python = spawnSync("python3", ["-c", "import sys; print(sys.executable)"], { encoding: "utf8" }).stdout.trim();
-  return { runner: `llm-inference=${python} ${runner}`, started: () => fs.existsSync(started), open: () => fs.writeFileSync(gate, "") };
+  return { runner: `llm-inference=${realPython()} ${runner}`, started: () => fs.existsSync(started), open: () => fs.writeFileSync(gate, "") };
 }
 
-/** Runs a served svc_daemon.py with a fake nvidia-smi, no docker, a fast heartbeat and poll; its work dir is `<dir>/work`. */
-export function runLegacyDaemon(file: string, dir: string, env: Record<string, string> = {}): Spawned {
+/**
+ * Runs a served svc_daemon.py with a fake nvidia-smi, no docker, a fast heartbeat and poll; its work dir is `<dir>/work`.
+ * `interpreter`: realPython() for a test that signals the daemon.
+ */
+export function runLegacyDaemon(file: string, dir: string, env: Record<string, string | undefined> = {}, interpreter = "python3"): Spawned {
   const smi = writeExecutable(
     dir,
     "nvidia-smi",
     `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${path.join(FIXTURES, "nvidia-smi-query-2gpu.csv")}' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`,
   );
-  return start("python3", [file, "--heartbeat-seconds", "1", "--poll-seconds", "0.3"], {
-    env: { SVC_NVIDIA_SMI: smi, SVC_DOCKER: "none", SVC_WORK_DIR: path.join(dir, "work"), HOME: dir, PYTHONDONTWRITEBYTECODE: "1", ...env },
+  return start(interpreter, [file, "--heartbeat-seconds", "1", "--poll-seconds", "0.3"], {
+    // Not the test's own CUDA_VISIBLE_DEVICES: it would choose among the fake GPUs.
+    env: { SVC_NVIDIA_SMI: smi, SVC_DOCKER: "none", SVC_WORK_DIR: path.join(dir, "work"), HOME: dir, PYTHONDONTWRITEBYTECODE: "1", CUDA_VISIBLE_DEVICES: undefined, ...env },
   });
 }
 
@@ -203,14 +210,28 @@ export interface FakeDocker {
   runs(): string[][];
   /** Lets the container of a job (`svc-<job_id>`) that runs `wait` finish. */
   release(jobId: string): void;
+  /** The containers it holds now (not removed), with their labels and the process playing each. */
+  containers(): FakeContainer[];
+}
+
+export interface FakeContainer {
+  id: string;
+  name: string;
+  labels: Record<string, string>;
+  pid: number;
+  running: boolean;
 }
 
 /**
  * A fake `docker` CLI playing the engine's part closely enough for the daemons: `run` creates a
  * container (its id written to `--cidfile`, which must not exist yet), starts it and passes its exit
  * status through; `--rm` removes it once it exits, as the engine does; `inspect` answers a
- * container's state (`{{json .State}}`); `kill` stops a running one; `rm` removes one. What the
- * container does is the last word of the command line:
+ * container's state (`{{json .State}}`); `kill` stops a running one; `rm` removes containers (a
+ * running one only with `-f`/`--force`, which kills it); `ps` lists them (`-a`, `-q`, `--no-trunc`,
+ * `--filter label=KEY[=VALUE]` ANDed, `--format` with `{{.ID}}`, `{{.Names}}`, `{{.Label "KEY"}}`).
+ * Containers, their labels and their process are kept in its state folder across invocations, so a
+ * container outlives the daemon that started it. What the container does is the last word of the
+ * command line:
  * - `exit-125`: prints its work and exits 125 itself (the container ran);
  * - `docker-fails`: docker fails before creating the container (the GPU runtime refused), 125;
  * - `start-fails`: the container is created but cannot start (an OCI runtime error), 125;
@@ -223,7 +244,7 @@ export function fakeDocker(dir: string): FakeDocker {
     dir,
     "docker",
     `#!/usr/bin/env python3
-import hashlib, json, os, signal, sys, time
+import hashlib, json, os, re, signal, sys, time
 STATE = ${JSON.stringify(dir)}
 args = sys.argv[1:]
 with open(${JSON.stringify(calls)}, "a") as f:
@@ -237,9 +258,31 @@ def opt(name):
 def state_file(cid):
     return os.path.join(STATE, "container-" + cid + ".json")
 
+def meta_file(cid):
+    return os.path.join(STATE, "meta-" + cid + ".json")
+
 def by_name(name):
     path = os.path.join(STATE, "name-" + name)
     return open(path).read() if os.path.exists(path) else None
+
+def containers():
+    return sorted(f[len("container-"):-len(".json")] for f in os.listdir(STATE) if f.startswith("container-") and f.endswith(".json"))
+
+def resolve(ref):
+    if os.path.exists(state_file(ref)):
+        return ref
+    found = [c for c in containers() if len(ref) >= 12 and c.startswith(ref)]
+    return found[0] if len(found) == 1 else by_name(ref)
+
+def load(path, default):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return default
+
+def flags():
+    # Short flags, also combined (-aq).
+    return {c for a in args[1:] if a.startswith("-") and not a.startswith("--") for c in a[1:]}
 
 if cmd == "version":
     print("24.0.7"); sys.exit(0)
@@ -266,12 +309,52 @@ if cmd == "kill":
         except OSError:
             pass
     print(name); sys.exit(0)
+if cmd == "ps":
+    wanted = [args[i + 1] for i, a in enumerate(args) if a == "--filter"]
+    fmt = opt("--format")
+    for cid in containers():
+        state, meta = load(state_file(cid), None), load(meta_file(cid), {"name": "", "labels": {}})
+        if state is None or not (state["Running"] or "a" in flags() or "--all" in args):
+            continue
+        labels = meta["labels"]
+        if not all(kind == "label" and key in labels and (not eq or labels[key] == value)
+                   for kind, _, rest in (w.partition("=") for w in wanted) for key, eq, value in [rest.partition("=")]):
+            continue
+        shown = cid if "--no-trunc" in args else cid[:12]
+        if "q" in flags() or "--quiet" in args:
+            print(shown)
+        elif fmt:
+            line = fmt.replace("{{.ID}}", shown).replace("{{.Names}}", meta["name"])
+            print(re.sub(r'\\{\\{\\.Label "([^"]+)"\\}\\}', lambda m: labels.get(m.group(1), ""), line))
+        else:
+            print(shown + "   " + meta["name"])
+    sys.exit(0)
 if cmd == "rm":
-    ref = args[-1]
-    cid = ref if os.path.exists(state_file(ref)) else by_name(ref)
-    if cid and os.path.exists(state_file(cid)):
-        os.remove(state_file(cid))
-    print(ref); sys.exit(0)
+    force = "f" in flags() or "--force" in args
+    code = 0
+    for ref in [a for a in args[1:] if not a.startswith("-")]:
+        cid = resolve(ref)
+        state = load(state_file(cid), None) if cid else None
+        if state is None:
+            if not force:
+                print("Error response from daemon: No such container: " + ref, file=sys.stderr); code = 1
+            continue
+        meta = load(meta_file(cid), {"name": "", "labels": {}})
+        if state["Running"]:
+            if not force:
+                print("Error response from daemon: cannot remove container: container is running: stop the container before removing or force remove", file=sys.stderr)
+                code = 1; continue
+            try:
+                os.kill(meta["pid"], signal.SIGKILL)
+            except (KeyError, OSError):
+                pass
+        for path in (state_file(cid), meta_file(cid)):
+            if os.path.exists(path):
+                os.remove(path)
+        if by_name(meta["name"]) == cid:
+            os.remove(os.path.join(STATE, "name-" + meta["name"]))
+        print(ref)
+    sys.exit(code)
 if cmd != "run":
     print("docker: unknown command " + cmd, file=sys.stderr); sys.exit(1)
 
@@ -293,8 +376,13 @@ if cidfile:
 def save(**state):
     base = {"Status": "created", "Running": False, "ExitCode": 0, "Error": "", "StartedAt": NEVER, "FinishedAt": NEVER}
     base.update(state)
-    json.dump(base, open(state_file(cid), "w"))
+    # Whole or not at all: another invocation may read it meanwhile.
+    tmp = os.path.join(STATE, "tmp-%s-%d.json" % (cid, os.getpid()))
+    json.dump(base, open(tmp, "w"))
+    os.replace(tmp, state_file(cid))
 
+labels = dict(args[i + 1].partition("=")[::2] for i, a in enumerate(args) if a == "--label")
+json.dump({"name": name, "labels": labels, "pid": os.getpid()}, open(meta_file(cid), "w"))
 save()
 if what == "start-fails":
     save(ExitCode=128, Error="failed to create task for container: OCI runtime create failed")
@@ -308,6 +396,7 @@ def finish(code):
     save(Status="exited", ExitCode=code, StartedAt=started, FinishedAt=time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime()))
     if "--rm" in args:
         os.remove(state_file(cid))
+        os.remove(meta_file(cid))
     sys.exit(code)
 
 signal.signal(signal.SIGTERM, lambda *_: finish(137))
@@ -329,6 +418,18 @@ finish(0)
     calls: read,
     runs: () => read().filter((a) => a[0] === "run"),
     release: (jobId) => fs.writeFileSync(path.join(dir, `svc-${jobId.replace(/[^A-Za-z0-9_.-]/g, "-")}.go`), ""),
+    containers: () =>
+      fs.readdirSync(dir).flatMap((f) => {
+        const id = /^container-([0-9a-f]+)\.json$/.exec(f)?.[1];
+        if (!id) return [];
+        try {
+          const state = JSON.parse(fs.readFileSync(path.join(dir, f), "utf8")) as { Running: boolean };
+          const meta = JSON.parse(fs.readFileSync(path.join(dir, `meta-${id}.json`), "utf8")) as Omit<FakeContainer, "id" | "running">;
+          return [{ id, ...meta, running: state.Running }];
+        } catch {
+          return []; // removed meanwhile
+        }
+      }),
   };
 }
 

@@ -32,13 +32,16 @@ export function useTsDaemonServer(opts: { dbLink?: boolean } = {}) {
     srv: undefined as unknown as TestServer,
     port: 0,
     link: undefined as DbLink | undefined,
-    /** `url`: another server (default: this one); `stateDir`: shared between daemons (default: a new one); `detached`: its own process group. */
+    /**
+     * `url`: another server (default: this one); `stateDir`: shared between daemons (default: a new one); `detached`: its own
+     * process group. The daemon does not inherit the test's CUDA_VISIBLE_DEVICES (it would choose among the fake GPUs).
+     */
     startDaemon(key: string, extra: string[] = [], env: Record<string, string> = {}, opts: { url?: string; stateDir?: string; detached?: boolean } = {}) {
       const dir = tempDir("tsd");
       const d = start(process.execPath, [
         "bin/svc-daemon.js", "--url", opts.url ?? `http://127.0.0.1:${h.port}`, "--key", key, "--docker", "none",
         "--nvidia-smi", fakeSmi(dir), "--state-dir", opts.stateDir ?? path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1", ...extra,
-      ], { env, detached: opts.detached });
+      ], { env: { CUDA_VISIBLE_DEVICES: undefined, ...env }, detached: opts.detached });
       daemons.push(d);
       return d;
     },

@@ -4,7 +4,9 @@
 Turns a GPU host into a marketplace node: heartbeats with nvidia-smi
 telemetry, a readiness report at start, daemon events, job polling,
 task-signature verification, job execution (docker, or a plain process for
-jobs that need no container), logs, progress and the final result.
+jobs that need no container), logs, progress and the final result. Jobs run
+concurrently, one per GPU (the server sends a provider as many at once as it
+has GPUs), each on its own thread; a host without GPUs runs one at a time.
 
 Python 3 standard library only. The server fills in the backend URL, the
 provider key and the task-signing secret when it serves this file
@@ -29,7 +31,9 @@ provider key and the task-signing secret when it serves this file
         SVC_RESULT_FILE (else the printed text as {"response": ...}) is the result.
   SVC_NVIDIA_SMI, SVC_DOCKER  paths of nvidia-smi and docker
   SVC_WORK_DIR                job workspaces (default ~/.svc-daemon/work)
-  SVC_STOP_GRACE_SECONDS      how long SIGTERM waits for a running job (default 20)
+  SVC_STOP_GRACE_SECONDS      how long SIGTERM waits for the running jobs (default 20)
+  CUDA_VISIBLE_DEVICES        the GPUs this daemon offers and runs jobs on: nvidia-smi
+        indices or GPU UUIDs, comma-separated (unset: every GPU; empty: none)
 """
 
 import base64
@@ -241,9 +245,32 @@ def parse_cuda_version(text):
     return rest[0] if rest else None
 
 
+def visible_gpus(gpus, spec):
+    """The GPUs an operator's CUDA_VISIBLE_DEVICES (spec; None when unset: every GPU) leaves this
+    daemon, in nvidia-smi's order. Its entries are nvidia-smi indices or GPU UUIDs ("GPU-...", or a
+    prefix naming one GPU); as CUDA reads it, the list ends at the first entry that names no GPU, so
+    "" and "-1" leave none."""
+    if spec is None:
+        return list(gpus)
+    chosen = set()
+    for entry in spec.split(","):
+        entry = entry.strip().lower()
+        if entry.isdigit() and entry.isascii():
+            match = [at for at, g in enumerate(gpus) if g.get("index") == int(entry)]
+        elif entry.startswith("gpu-") and len(entry) > 4:
+            match = [at for at, g in enumerate(gpus) if (g.get("uuid") or "").lower().startswith(entry)]
+        else:
+            match = []
+        if len(match) != 1:
+            break
+        chosen.add(match[0])
+    return [g for at, g in enumerate(gpus) if at in chosen]
+
+
 class Gpus:
-    def __init__(self, smi="nvidia-smi"):
+    def __init__(self, smi="nvidia-smi", visible=None):
         self.smi = smi
+        self.visible = visible  # CUDA_VISIBLE_DEVICES of the daemon's environment (visible_gpus)
         self.cuda_version = None
         self._cuda_checked = False
 
@@ -255,7 +282,9 @@ class Gpus:
         return out.stdout if out.returncode == 0 else None
 
     def query(self):
-        """All GPUs, [] when there is no NVIDIA driver (CPU-only jobs still run)."""
+        """The GPUs this daemon may use (all, or those CUDA_VISIBLE_DEVICES names), [] when there is no
+        NVIDIA driver (CPU-only jobs still run). The heartbeat reports these, so the server sends as many
+        jobs at once as the daemon has GPUs to hand out."""
         fields = list(GPU_QUERY)
         text = self._run(["--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
         if text is None:
@@ -267,7 +296,7 @@ class Gpus:
         if not self._cuda_checked:
             self._cuda_checked = True
             self.cuda_version = parse_cuda_version(self._run([]) or "")
-        return parse_gpu_csv(text, fields)
+        return visible_gpus(parse_gpu_csv(text, fields), self.visible)
 
 
 def gpu_status(gpus, cuda_version):
@@ -515,6 +544,11 @@ class GpuSlots:
                     return index
         return None
 
+    def free(self, gpus):
+        """How many of the GPUs probed no job holds."""
+        with self.lock:
+            return sum(1 for gpu in gpus if gpu.get("index") is not None and gpu.get("index") not in self.busy)
+
     def release(self, index):
         with self.lock:
             self.busy.discard(index)
@@ -586,6 +620,40 @@ class DockerContainer:
             pass
 
 
+def daemon_label(workdir):
+    """The svc.daemon label every container of this daemon carries: a digest of its work folder (one
+    daemon's: its kept results live there), never its key, which `docker ps` would show."""
+    scope = "svc_daemon.py\n" + os.path.abspath(workdir)
+    return hashlib.sha256(scope.encode("utf-8")).hexdigest()[:16]
+
+
+def remove_leftover_containers(docker, workdir, log):
+    """Forcibly removes the containers an earlier run of this daemon left (killed before it removed them:
+    one may still be running on the GPU the next job gets). A missing or failing docker is only logged."""
+    if not docker:
+        return
+    try:
+        ps = subprocess.run([docker, "ps", "-a", "--no-trunc", "--filter", "label=svc.daemon=" + daemon_label(workdir),
+                             "--format", '{{.ID}}\t{{.Label "svc.job_id"}}'], capture_output=True, text=True, timeout=30)
+        if ps.returncode != 0:
+            log("could not list containers left by an earlier run (docker ps: %s)"
+                % (ps.stderr.strip().splitlines() or ["exit %d" % ps.returncode])[0])
+            return
+        rows = [line.strip().split("\t") for line in ps.stdout.splitlines() if line.strip()]
+        if not rows:
+            return
+        ids = [row[0] for row in rows]
+        jobs = ", ".join((row[1] if len(row) > 1 and row[1] else "unknown job") for row in rows)
+        rm = subprocess.run([docker, "rm", "--force", "--volumes"] + ids, capture_output=True, text=True, timeout=60)
+        if rm.returncode != 0:
+            log("removing %d container(s) left by an earlier run (jobs %s) failed: %s"
+                % (len(ids), jobs, (rm.stderr.strip().splitlines() or ["exit %d" % rm.returncode])[0]))
+        else:
+            log("removed %d container(s) left by an earlier run of this daemon (jobs %s)" % (len(ids), jobs))
+    except (OSError, subprocess.SubprocessError) as err:
+        log("could not remove containers left by an earlier run: %s" % err)
+
+
 def write_container_scripts(workdir):
     """Writes CONTAINER_SCRIPTS into a folder of the work dir; returns it (None when there are none)."""
     if not CONTAINER_SCRIPTS:
@@ -644,7 +712,8 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None):
         cidfile = workspace + ".cid"
         if os.path.exists(cidfile):
             os.remove(cidfile)  # docker run refuses a container id file that exists
-        argv = [docker, "run", "--name", name, "--label", "svc.job_id=" + job_id, "--cidfile", cidfile]
+        argv = [docker, "run", "--name", name, "--label", "svc.job_id=" + job_id,
+                "--label", "svc.daemon=" + daemon_label(workdir), "--cidfile", cidfile]
         if gpu_devices:
             # The job's own GPU, never every GPU of the host.
             argv += ["--gpus", gpus_flag(gpu_devices)]
@@ -703,12 +772,14 @@ def result_refused(status):
 class PendingResults:
     """Job results the server has not answered yet, one JSON file each under a folder of the work
     dir, so that a restart of the daemon (a stop signal, a self-update) keeps them too. Each entry:
-    the job-result body, when it was first sent, how many times it was sent and when it is due again."""
+    the job-result body, when it was first sent, how many times it was sent and when it is due again.
+    Job threads keep and drop results while the main loop sends the kept ones: each change holds the lock."""
 
     def __init__(self, folder, log):
         self.folder = folder
         self.log = log
         self.items = {}
+        self.lock = threading.Lock()
 
     def _path(self, job_id):
         return os.path.join(self.folder, _safe_name(job_id) + ".json")
@@ -731,32 +802,39 @@ class PendingResults:
                 self.log("ignoring an unreadable kept result %s: %s" % (name, err))
                 continue
             item["next_at"] = 0.0
-            self.items[job_id] = item
+            with self.lock:
+                self.items[job_id] = item
 
     def keep(self, job_id, body, first_at, tries, next_at):
-        known = job_id in self.items
-        self.items[job_id] = {"body": body, "first_at": first_at, "tries": tries, "next_at": next_at}
-        if known:
-            return  # on disk already (what a restart needs: the body and when it was first sent)
-        try:
-            os.makedirs(self.folder, exist_ok=True)
-            path = self._path(job_id)
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump({"body": body, "first_at": first_at, "tries": tries}, f)
-            os.replace(path + ".tmp", path)
-        except (OSError, TypeError, ValueError) as err:
-            self.log("could not write the result of %s to %s (kept in memory only): %s" % (job_id, self.folder, err))
+        with self.lock:
+            known = job_id in self.items
+            self.items[job_id] = {"body": body, "first_at": first_at, "tries": tries, "next_at": next_at}
+            if known:
+                return  # on disk already (what a restart needs: the body and when it was first sent)
+            try:
+                os.makedirs(self.folder, exist_ok=True)
+                path = self._path(job_id)
+                with open(path + ".tmp", "w", encoding="utf-8") as f:
+                    json.dump({"body": body, "first_at": first_at, "tries": tries}, f)
+                os.replace(path + ".tmp", path)
+            except (OSError, TypeError, ValueError) as err:
+                self.log("could not write the result of %s to %s (kept in memory only): %s" % (job_id, self.folder, err))
 
     def drop(self, job_id):
-        self.items.pop(job_id, None)
-        try:
-            os.remove(self._path(job_id))
-        except OSError:
-            pass
+        with self.lock:
+            self.items.pop(job_id, None)
+            try:
+                os.remove(self._path(job_id))
+            except OSError:
+                pass
+
+    def snapshot(self):
+        """(job_id, entry) of every kept result, the soonest due first."""
+        with self.lock:
+            return sorted(self.items.items(), key=lambda kv: kv[1]["next_at"])
 
     def due(self, now):
-        return [(job_id, item) for job_id, item in sorted(self.items.items(), key=lambda kv: kv[1]["next_at"])
-                if item["next_at"] <= now]
+        return [(job_id, item) for job_id, item in self.snapshot() if item["next_at"] <= now]
 
 
 # ----------------------------------------------------------------- daemon --
@@ -765,15 +843,20 @@ class Daemon:
     def __init__(self, cfg):
         self.cfg = cfg
         self.api = Api(cfg["url"], cfg["key"])
-        self.gpus = Gpus(cfg["nvidia_smi"])
+        self.gpus = Gpus(cfg["nvidia_smi"], cfg.get("visible_devices"))
         self.scripts_dir = write_container_scripts(cfg["work_dir"])
+        self.log_lock = threading.Lock()
         self.started = time.time()
         self.stop_event = threading.Event()
         self.stop_reason = None
         self.approved = True
         self.paused = False
         self.update_wanted = False
-        self.current_job = None
+        # The jobs running now, {thread: job_id}: one per GPU, or one in all on a host without GPUs.
+        self.jobs = {}
+        self.jobs_lock = threading.Lock()
+        # Set when a job ends (its GPU is free) or a stop is asked for: the main loop goes on at once.
+        self.wake = threading.Event()
         self.results = PendingResults(os.path.join(cfg["work_dir"], ".svc-results"), self.log)
         self.stop_deadline = float("inf")
         self.hostname = socket.gethostname()
@@ -781,8 +864,9 @@ class Daemon:
         self.gpu_slots = GpuSlots()
 
     def log(self, message):
-        sys.stderr.write("[svc-daemon %s] %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), message))
-        sys.stderr.flush()
+        with self.log_lock:
+            sys.stderr.write("[svc-daemon %s] %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), message))
+            sys.stderr.flush()
 
     def event(self, event_type, severity="info", details=None, job_id=None):
         body = {"event_type": event_type, "severity": severity, "daemon_version": DAEMON_VERSION,
@@ -933,8 +1017,8 @@ class Daemon:
         return "delivered", answer
 
     def deliver_results(self):
-        """Sends the kept results that are due. Called from the main loop and from a running job's
-        loop, so no result waits for another job to end."""
+        """Sends the kept results that are due. Only the main loop calls it (also while a stop waits
+        for the running jobs), which runs beside the jobs, so no result waits for a job to end."""
         for kept_id, item in self.results.due(time.time()):
             if self.stop_event.is_set() and time.time() >= self.stop_deadline:
                 break
@@ -943,7 +1027,7 @@ class Daemon:
     def flush_results(self):
         """At stop: one more try for each kept result within the stop grace; those the server still
         did not answer stay on disk, and the next start of the daemon sends them."""
-        for job_id, item in list(self.results.items.items()):
+        for job_id, item in self.results.snapshot():
             left = self.stop_deadline - time.time()
             if left < 1:
                 break
@@ -965,19 +1049,62 @@ class Daemon:
         once the daemon reports on it, and sends it back to the queue when nothing comes."""
         return self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": []})
 
-    def run_job(self, job):
-        """Runs one polled job on a GPU of its own (this daemon runs one job at a time, so that is the
-        first GPU nvidia-smi lists; GpuSlots keeps it to one job per GPU all the same)."""
+    def running_jobs(self):
+        with self.jobs_lock:
+            return len(self.jobs)
+
+    def can_take_job(self):
+        """Whether to poll for another job now: a GPU no running job holds, or no job running at all
+        (on a host without GPUs, one job at a time)."""
+        running = self.running_jobs()
+        if not running:
+            return True
+        gpus = self.gpus.query()
+        return running < len(gpus) and self.gpu_slots.free(gpus) > 0
+
+    def start_job(self, job):
+        """Starts a polled job on a thread of its own with a GPU of its own: the first nvidia-smi lists
+        that no running job holds (none on a host without GPUs). The GPU is taken here, before the next
+        poll, so that poll sees it taken."""
         gpus = self.gpus.query()
         gpu = self.gpu_slots.take(gpus)
         if gpus and gpu is None:
+            # nvidia-smi's list changed since can_take_job (a GPU gone): the job goes back to the queue.
             self.report(job["job_id"], False, None, "every GPU of this host is running another job", {"duration_seconds": 0},
                         end_reason="provider_error", attempt=job.get("attempt"))
             return
+        thread = threading.Thread(target=self.run_job, args=(job, gpu), name="job " + job["job_id"], daemon=True)
+        with self.jobs_lock:
+            self.jobs[thread] = job["job_id"]
+        try:
+            thread.start()
+        except RuntimeError as err:  # no thread to be had (the process's limit)
+            with self.jobs_lock:
+                self.jobs.pop(thread, None)
+            self.gpu_slots.release(gpu)
+            self.report(job["job_id"], False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
+                        end_reason="provider_error", attempt=job.get("attempt"))
+
+    def run_job(self, job, gpu):
+        """A job's thread: runs the job, then gives its GPU back and wakes the main loop to poll again."""
         try:
             self._run_job(job, [] if gpu is None else [gpu])
         finally:
             self.gpu_slots.release(gpu)
+            with self.jobs_lock:
+                self.jobs.pop(threading.current_thread(), None)
+            self.wake.set()
+
+    def wait_for_jobs(self):
+        """At stop: waits for every running job's thread, which stops its job and hands it back once the
+        stop grace is over (unless it ended first); kept results keep going out meanwhile."""
+        while True:
+            with self.jobs_lock:
+                threads = list(self.jobs)
+            if not threads:
+                return
+            self.deliver_results()
+            threads[0].join(0.2)
 
     def _run_job(self, job, gpu_devices):
         job_id = job["job_id"]
@@ -987,7 +1114,6 @@ class Daemon:
             self.report(job_id, False, None, "task signature verification failed: the daemon refused the task",
                         end_reason="signature_mismatch", attempt=job.get("attempt"))
             return
-        self.current_job = job_id
         # The event names the job, which confirms the pickup; when it does not get through (the
         # server away, the hour's events used up), another report must before the pickup window ends.
         confirmed = self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id)
@@ -998,7 +1124,6 @@ class Daemon:
         except (RuntimeError, OSError) as err:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider", attempt=job.get("attempt"))
-            self.current_job = None
             return
         env = dict(os.environ, **extra_env)
         stdin_text = json.dumps({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": job.get("task_spec")})
@@ -1009,7 +1134,6 @@ class Daemon:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
                         end_reason="provider_error", attempt=job.get("attempt"))
-            self.current_job = None
             return
         pending, output, outcome, end_reason = [], [], None, "runtime_error"
         for key in (container.dropped_env if container else []):
@@ -1037,7 +1161,6 @@ class Daemon:
                 pending, last_flush = [], now
             if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
                 confirmed, last_confirm = self.confirm_pickup(job_id), now
-            self.deliver_results()
             if outcome is not None:
                 continue  # being stopped: wait for its end
             if now > deadline:
@@ -1071,7 +1194,6 @@ class Daemon:
                 end_reason = container.exit_125_reason()
             container.remove()
         metrics = {"duration_seconds": duration, "exit_code": code, "executor": "docker" if container else "process"}
-        self.current_job = None
         if outcome == "cancelled":
             self.event("job_cancelled", "info", None, job_id)
             return
@@ -1116,11 +1238,12 @@ class Daemon:
             self.stop_reason = "signal %s" % signum
             self.stop_deadline = time.time() + self.cfg["stop_grace_seconds"]
             self.stop_event.set()
+            self.wake.set()
 
     def next_wait(self):
         """Seconds until the next poll, or sooner when a kept result is due."""
         wait = self.cfg["poll_seconds"]
-        for item in self.results.items.values():
+        for _, item in self.results.snapshot():
             wait = min(wait, max(0.05, item["next_at"] - time.time()))
         return wait
 
@@ -1130,17 +1253,24 @@ class Daemon:
                 signal.signal(getattr(signal, name), self.request_stop)
         self.log("starting %s against %s" % (DAEMON_VERSION, self.api.base))
         self.results.load()
+        remove_leftover_containers(self.docker, self.cfg["work_dir"], self.log)
         if self.results.items:
             self.log("%d job result(s) from an earlier run to send" % len(self.results.items))
         self.heartbeat()
         self.readiness()
         self.event("daemon_started", "info", "pid %d" % os.getpid())
+        if self.gpus.visible is not None:
+            offered = [str(g.get("index")) for g in self.gpus.query()]
+            self.log("CUDA_VISIBLE_DEVICES=%r: jobs run on GPU %s" % (self.gpus.visible, ", ".join(offered) or "none"))
         threading.Thread(target=self.heartbeat_loop, daemon=True).start()
         while not self.stop_event.is_set():
+            self.wake.clear()
             self.deliver_results()
-            if self.update_wanted and self.self_update():
+            # An update restarts this process, which a running job's process would outlive with its result
+            # unsent: it waits for a moment with no job running (jobs polled meanwhile still run).
+            if self.update_wanted and not self.running_jobs() and self.self_update():
                 return 0
-            job = self.poll() if self.approved and not self.paused else None
+            job = self.poll() if self.approved and not self.paused and self.can_take_job() else None
             if job and self.stop_event.is_set():
                 # Stopping: the job is handed back at once (re-queued, nothing charged), not started.
                 self.log("job %s handed back: the daemon is stopping" % job["job_id"])
@@ -1148,9 +1278,10 @@ class Daemon:
                             {"duration_seconds": 0}, end_reason="provider_interrupted", attempt=job.get("attempt"))
                 break
             if job:
-                self.run_job(job)
-                continue
-            self.stop_event.wait(self.next_wait())
+                self.start_job(job)
+                continue  # another GPU may be free: poll again at once
+            self.wake.wait(self.next_wait())
+        self.wait_for_jobs()
         self.flush_results()
         self.event("daemon_stopped", "info", self.stop_reason)
         self.log("stopped (%s)" % self.stop_reason)
@@ -1197,6 +1328,7 @@ def load_config(argv):
         "runners": parse_runners(args.runner), "work_dir": args.work_dir,
         "nvidia_smi": os.environ.get("SVC_NVIDIA_SMI") or "nvidia-smi", "docker": os.environ.get("SVC_DOCKER", "docker"),
         "stop_grace_seconds": float(os.environ.get("SVC_STOP_GRACE_SECONDS") or 20),
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cached_models": [m for m in os.environ.get("SVC_CACHED_MODELS", "").split(",") if m],
     }
 

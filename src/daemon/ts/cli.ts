@@ -4,8 +4,11 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { runCommand } from "./exec.js";
+import { GpuProbe } from "./nvidia-smi.js";
+import { visibleGpus } from "./visible-gpus.js";
 import { ProviderDaemon, type DaemonConfig } from "./daemon.js";
 import { CONTAINER_SCRIPTS } from "./executors/plan.js";
+import { daemonLabel } from "./leftover-containers.js";
 import { DAEMON_VERSION } from "./version.js";
 
 export const USAGE = `svc-daemon ${DAEMON_VERSION}: connects this host to the svc GPU marketplace.
@@ -32,6 +35,9 @@ Options (environment variable in brackets):
   --heartbeat-seconds N     override the server's interval [SVC_HEARTBEAT_SECONDS]
   --stop-grace-seconds N    on SIGTERM/SIGINT, stop running jobs (reported as interrupted:
                             re-queued, no charge) and exit within N s (default 10) [SVC_STOP_GRACE_SECONDS]
+
+Environment: CUDA_VISIBLE_DEVICES (nvidia-smi indices or GPU UUIDs, comma-separated; empty: none)
+limits the GPUs this daemon reports and hands to jobs.
 `;
 
 function splitCommand(command: string): string[] {
@@ -110,8 +116,18 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
     else log(`docker is not available (${(v.stderr || "not found").trim().split("\n")[0]}): container job types will be refused`);
   }
   const smi = await runCommand(nvidiaSmi, ["-L"], { timeoutMs: 15_000 });
-  const gpus = smi.code === 0 && smi.stdout.trim().length > 0;
-  if (!gpus) log("no NVIDIA GPU found (nvidia-smi): CPU-only job types only");
+  const visibleDevices = env.CUDA_VISIBLE_DEVICES;
+  const listed = smi.code === 0 && smi.stdout.trim().length > 0;
+  let gpus = listed;
+  if (listed && visibleDevices !== undefined) {
+    const all = (await new GpuProbe(nvidiaSmi).snapshot()).gpus;
+    const visible = visibleGpus(all, visibleDevices);
+    log(`CUDA_VISIBLE_DEVICES="${visibleDevices}": jobs get GPUs ${visible.gpus.map((g) => g.index).join(", ") || "none"} of the ${all.length} nvidia-smi lists`);
+    if (visible.ignored.length > 0) log(`CUDA_VISIBLE_DEVICES entries ignored from "${visible.ignored[0]}" on: it names no GPU nvidia-smi lists`);
+    gpus = visible.gpus.length > 0;
+  }
+  if (!listed) log("no NVIDIA GPU found (nvidia-smi): CPU-only job types only");
+  else if (!gpus) log("CUDA_VISIBLE_DEVICES names no GPU of this host: CPU-only job types only");
   return {
     url: url.replace(/\/+$/, ""),
     key,
@@ -120,11 +136,19 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
     trustNewServerKey: values["trust-new-server-key"] ?? ["1", "true", "yes"].includes((env.SVC_TRUST_NEW_SERVER_KEY ?? "").toLowerCase()),
     stateDir,
     nvidiaSmi,
+    visibleDevices,
     executors: {
       runners: parseRunners([...(values.runner ?? []), env.SVC_RUNNERS ?? ""]),
       workRoot,
       docker: docker
-        ? { docker, gpus, scriptsDir: CONTAINER_SCRIPTS, publicHost: values["public-host"] ?? env.SVC_PUBLIC_HOST, servePort: number(values["serve-port"] ?? env.SVC_SERVE_PORT, "--serve-port") }
+        ? {
+            docker,
+            gpus,
+            scriptsDir: CONTAINER_SCRIPTS,
+            publicHost: values["public-host"] ?? env.SVC_PUBLIC_HOST,
+            servePort: number(values["serve-port"] ?? env.SVC_SERVE_PORT, "--serve-port"),
+            daemonLabel: daemonLabel(url, workRoot),
+          }
         : undefined,
     },
     cachedModels: (values["cached-models"] ?? env.SVC_CACHED_MODELS ?? "").split(",").map((s) => s.trim()).filter(Boolean),

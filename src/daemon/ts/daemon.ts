@@ -31,6 +31,7 @@ import { runCommand } from "./exec.js";
 import { executorFor, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
 import { GpuPool } from "./gpu-pool.js";
+import { removeLeftoverContainers } from "./leftover-containers.js";
 import { GpuProbe, gpuStatus, type GpuSnapshot } from "./nvidia-smi.js";
 import { DAEMON_VERSION } from "./version.js";
 
@@ -48,6 +49,8 @@ export interface DaemonConfig {
   trustNewServerKey?: boolean;
   stateDir: string;
   nvidiaSmi: string;
+  /** CUDA_VISIBLE_DEVICES of the daemon's environment: the only GPUs it reports and hands to jobs (undefined: all). */
+  visibleDevices?: string;
   executors: ExecutorConfig;
   cachedModels: string[];
   /** Overrides the heartbeat interval the server asks for (tests). */
@@ -161,7 +164,7 @@ export class ProviderDaemon {
   providerId: number | undefined;
 
   constructor(private readonly cfg: DaemonConfig) {
-    this.probe = new GpuProbe(cfg.nvidiaSmi, this.stopSignal.signal);
+    this.probe = new GpuProbe(cfg.nvidiaSmi, this.stopSignal.signal, cfg.visibleDevices);
     this.attestKey = loadAttestationKey(cfg.stateDir, cfg.log);
     this.trustNextKey = !!cfg.trustNewServerKey && !cfg.serverKey;
     if (cfg.serverKey) [this.signingKey, this.keySource] = [cfg.serverKey, "configured"];
@@ -181,6 +184,9 @@ export class ProviderDaemon {
   }
 
   private async loop(): Promise<void> {
+    const docker = this.cfg.executors.docker;
+    // Before any job: a container a killed run of this daemon left may still hold a GPU.
+    if (docker?.daemonLabel) await removeLeftoverContainers(docker.docker, docker.daemonLabel, this.cfg.log, this.stopSignal.signal);
     const client = createClient(DaemonService, createGrpcTransport({ baseUrl: this.cfg.url }));
     let attempt = 0;
     while (!this.stopping) {

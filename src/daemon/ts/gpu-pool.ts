@@ -1,4 +1,5 @@
-// The host's GPUs, handed out one per running job. The server sends a
+// The host's GPUs (those the daemon's CUDA_VISIBLE_DEVICES leaves it: the
+// probe lists no others), handed out one per running job. The server sends a
 // provider at most as many jobs at once as it has GPUs (one slot each), so
 // each job gets a GPU of its own (docker `--gpus device=N`, or
 // CUDA_VISIBLE_DEVICES=N for a plain process): taken when the job starts,

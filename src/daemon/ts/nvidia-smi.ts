@@ -2,6 +2,7 @@
 // the CUDA version from the banner. No driver (or no GPU) means an empty
 // list: the daemon still runs CPU-only job types.
 import { runCommand } from "./exec.js";
+import { visibleGpus } from "./visible-gpus.js";
 
 /** The fields asked of `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`, in order. */
 export const GPU_QUERY_FIELDS = [
@@ -89,10 +90,14 @@ export interface GpuSnapshot {
 
 export class GpuProbe {
   private cuda: string | null | undefined;
-  /** `signal`: aborting it kills a running nvidia-smi (a wedged driver can hang it for the whole timeout). */
+  /**
+   * `signal`: aborting it kills a running nvidia-smi (a wedged driver can hang it for the whole timeout).
+   * `visible`: the daemon's CUDA_VISIBLE_DEVICES; a snapshot lists only the GPUs it names.
+   */
   constructor(
     private readonly smi = "nvidia-smi",
     private readonly signal?: AbortSignal,
+    private readonly visible?: string,
   ) {}
 
   async snapshot(): Promise<GpuSnapshot> {
@@ -108,8 +113,8 @@ export class GpuProbe {
       const banner = await runCommand(this.smi, [], { timeoutMs: 15_000, signal: this.signal });
       this.cuda = banner.code === 0 ? parseCudaVersion(banner.stdout) : null;
     }
-    const gpus = parseGpuCsv(out.stdout, fields);
-    return { gpus, cudaVersion: this.cuda, driverVersion: gpus[0]?.driver_version ?? null };
+    const all = parseGpuCsv(out.stdout, fields);
+    return { gpus: visibleGpus(all, this.visible).gpus, cudaVersion: this.cuda, driverVersion: all[0]?.driver_version ?? null };
   }
 }
 

@@ -13,6 +13,7 @@ import path from "node:path";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { runCommand } from "../exec.js";
 import { RESERVED_ENV_NAMES } from "../../../shared/gpu-env.js";
+import { DAEMON_LABEL, JOB_LABEL } from "../leftover-containers.js";
 import { startChildJob } from "./child.js";
 import type { Executor, JobHooks, JobSpec, Outcome, RunningJob } from "./types.js";
 
@@ -33,6 +34,8 @@ export interface DockerOptions {
   publicHost?: string;
   /** How often to probe a served endpoint's health (ms). */
   healthPollMs?: number;
+  /** The daemon's DAEMON_LABEL value: its next start removes a container a killed run left (leftover-containers.ts). */
+  daemonLabel?: string;
 }
 
 const obj = (v: unknown): JsonObject => (v && typeof v === "object" && !Array.isArray(v) ? (v as JsonObject) : {});
@@ -97,7 +100,8 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   const cidFile = `${outDir}.cid`;
   // No --rm: a container removed the moment it exits could not be asked whether it ever started
   // (exit status 125); the executor removes it itself once the job ended.
-  const argv = [opts.docker, "run", "--name", name, "--label", `svc.job_id=${job.jobId}`, "--cidfile", cidFile];
+  const argv = [opts.docker, "run", "--name", name, "--label", `${JOB_LABEL}=${job.jobId}`, "--cidfile", cidFile];
+  if (opts.daemonLabel) argv.push("--label", `${DAEMON_LABEL}=${opts.daemonLabel}`);
   // The job's own GPU, never every GPU of the host: the server runs one job per GPU here.
   if (opts.gpus && job.gpus?.length) argv.push("--gpus", gpusFlag(job.gpus));
   if (!needsNetwork(job)) argv.push("--network", "none");
