@@ -4,7 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { parseVersion } from "./domain/providers/versions.js";
 import { parseTokenRates, type TokenRates } from "./domain/money/token-pricing.js";
-import { DAEMON_RELEASE } from "./shared/daemon-release.js";
+import { DAEMON_MIN_RELEASE, DAEMON_RELEASE } from "./shared/daemon-release.js";
 
 export interface Config {
   production: boolean;
@@ -246,7 +246,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimitOverrides: rateLimitOverrides(env.SVC_RATE_LIMIT_OVERRIDES),
     allowTopup: bool(env, "SVC_ALLOW_TOPUP", !production),
     signupCreditHalala: int(env, "SVC_SIGNUP_CREDIT_HALALA", 0, 0, 10_000_000),
-    daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", DAEMON_RELEASE),
+    daemonMinVersion: version(env, "SVC_DAEMON_MIN_VERSION", DAEMON_MIN_RELEASE),
     daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", DAEMON_RELEASE),
     livenessSweepSeconds: int(env, "SVC_LIVENESS_SWEEP_SECONDS", 15, 0, 3600),
     retentionSweepSeconds: int(env, "SVC_RETENTION_SWEEP_SECONDS", 3600, 0, 86400),

@@ -10,6 +10,7 @@ import { HMAC_SECRET, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { DAEMON_MIN_RELEASE, DAEMON_RELEASE } from "../../src/shared/daemon-release.js";
 import { FIXTURES, start, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 
 let srv: TestServer;
@@ -56,19 +57,19 @@ describe("a daemon of the field's legacy line", { timeout: 120_000 }, () => {
     const me = await api().get("/api/providers/me", { "x-provider-key": p.key });
     expect(me.body.provider).toMatchObject({ daemon_version: "4.9.0", daemon_needs_update: true });
     const signals = await api().post("/api/providers/heartbeat", { api_key: p.key, daemon_version: "4.9.0" });
-    expect(signals.body).toMatchObject({ needs_update: true, update_available: true, min_version: "5.0.0" });
+    expect(signals.body).toMatchObject({ needs_update: true, update_available: true, min_version: DAEMON_MIN_RELEASE });
     const admin = await api().get("/api/admin/providers", { "x-admin-token": srv.config.adminToken });
     expect(admin.body.providers.find((x: { id: number }) => x.id === p.id)).toMatchObject({ daemon_needs_update: true });
     const refused = await api().post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 } }, renter.headers);
     expect(refused.status, refused.text).toBe(503);
 
-    // It updates itself to our daemon (5.0.0, the provider's key and this server's URL baked in).
+    // It updates itself to our daemon (the release this server ships, the provider's key and this server's URL baked in).
     await waitFor(async () => {
       const [r] = await srv.sql`SELECT daemon_version, legacy_task_secret FROM providers WHERE id = ${p.id}`;
-      return r.daemon_version === "5.0.0" && r.legacy_task_secret === "provider" ? r : undefined;
+      return r.daemon_version === DAEMON_RELEASE && r.legacy_task_secret === "provider" ? r : undefined;
     }, 60_000, `update to our daemon (${daemon.output()})`);
     const onDisk = fs.readFileSync(file, "utf8");
-    expect(onDisk).toContain('DAEMON_VERSION = "5.0.0"');
+    expect(onDisk).toContain(`DAEMON_VERSION = "${DAEMON_RELEASE}"`);
     expect(onDisk).toContain(`API_KEY = "${p.key}"`);
     expect(onDisk).toContain(`BACKEND_URL = "${srv.url}"`);
 

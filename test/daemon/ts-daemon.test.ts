@@ -10,6 +10,7 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { useTsDaemonServer } from "./ts-harness.js";
+import { DAEMON_RELEASE } from "../../src/shared/daemon-release.js";
 
 const h = useTsDaemonServer();
 
@@ -22,7 +23,7 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
       const [r] = await h.srv.sql`SELECT * FROM providers WHERE id = ${p.id}`;
       return r.gpu_count === 2 && r.readiness_status ? r : undefined;
     }, 45_000, `heartbeat and readiness (${d.output()})`);
-    expect(row.daemon_version).toBe("5.0.0");
+    expect(row.daemon_version).toBe(DAEMON_RELEASE);
     expect(row.gpu_vram_mib).toBe(24564);
     expect(row.gpu_cuda_version).toBe("12.4");
     expect(row.readiness_status).toBe("failed"); // no PyTorch here

@@ -1,7 +1,7 @@
 // Daemon versions: semantic-version precedence (semver.org §11) and the
 // update signals a heartbeat returns. min/latest come from config
 // (SVC_DAEMON_MIN_VERSION, SVC_DAEMON_LATEST_VERSION).
-import { DAEMON_RELEASE } from "../../shared/daemon-release.js";
+import { DAEMON_MIN_RELEASE } from "../../shared/daemon-release.js";
 
 export interface Version {
   major: number;
@@ -59,7 +59,7 @@ export function compareVersions(a: Version, b: Version): number {
  * legacy line checks task_spec_hmac over a string; ours over the object), so
  * it only heartbeats until it has updated itself.
  */
-export const daemonPolicy = { minVersion: DAEMON_RELEASE };
+export const daemonPolicy = { minVersion: DAEMON_MIN_RELEASE };
 
 /** The rank the database keeps of a version (migration 020, svc_version_rank): major, minor, patch. */
 export function versionRank(text: string): number | undefined {
