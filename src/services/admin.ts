@@ -6,14 +6,13 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { AdminRenterResponseSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
 import type { Db } from "../db/index.js";
-import { checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
+import { adjustRenterBalance, checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
 import { recordAudit } from "../domain/shared/audit.js";
 import { dashboard } from "../domain/admin/dashboard.js";
 import { auditLedgerNow } from "../domain/money/ledger-audit.js";
 import { idempotent } from "../domain/money/idempotency.js";
 import { cancelJob, requeueJob } from "../domain/jobs/job-control.js";
 import { jobMessage } from "../domain/jobs/jobs.js";
-import { adjust, renterFunds } from "../domain/money/ledger.js";
 import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/money/payments.js";
 import { DEFAULT_QUOTA } from "../domain/money/quota.js";
 import { renterById, renterMessage, renterMessages, renterQuota, type RenterRow } from "../domain/accounts/renters.js";
@@ -109,14 +108,8 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       const { actor, ip } = auditActor(ctx);
       return idempotent(sql, AdminRenterResponseSchema, `admin-adjust:${renterId}`, req.idempotencyKey, { amount, reason }, async (tx) => {
         const renter = await renterById(tx, renterId);
-        if (amount < 0) {
-          const funds = await renterFunds(tx, renterId);
-          if (funds.available < -amount) {
-            throw badRequest(`amount_halala would take the available balance below zero (available ${funds.available} halala)`);
-          }
-        }
         const key = `admin-adjust:renter:${renterId}:${crypto.randomUUID()}`;
-        await adjust(tx, renterId, amount, key, reason);
+        await adjustRenterBalance(tx, renterId, amount, key, reason);
         await recordAudit(tx, actor, "renter.adjust_balance", "renter", renterId, { amount_halala: amount, reason, transfer_key: key, ip });
         return renterAnswer(tx, renter);
       });

@@ -6,6 +6,7 @@ import { client, uniqueEmail } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { ADMIN, seedJob } from "./helpers.js";
+import { releaseTokenBudget, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -134,6 +135,24 @@ describe("admin renters", () => {
     } finally {
       await other.close();
     }
+  });
+
+  it("does not debit what the renter's /v1 requests in flight reserved (409), and does once they ended", async () => {
+    const renter = await makeRenter(srv, 1_000);
+    const requestId = `test-adjust-${renter.id}`;
+    // 10 prompt + 590 completion tokens at 1 halala each: 600 of the 1,000 reserved.
+    await srv.sql.begin((tx) =>
+      reserveTokenBudget(tx, { requestId, renterId: renter.id, model: "m", stream: false, rate: { input: 1_000_000, output: 1_000_000 }, promptTokens: 10, maxTokens: 590, choices: 1, ttlSeconds: 60 }),
+    );
+    const taking = await api.post(`/api/admin/renters/${renter.id}/adjust-balance`, { amount_halala: -500, reason: "correction" }, ADMIN);
+    expect(taking.status).toBe(409);
+    expect(taking.body.error).toMatch(/reserved \(available 1000 halala, 600 reserved\); retry when they end/);
+    const free = await api.post(`/api/admin/renters/${renter.id}/adjust-balance`, { amount_halala: -400, reason: "correction" }, ADMIN);
+    expect(free.status, free.text).toBe(200);
+    expect(free.body.renter.balance_halala).toBe(600);
+    expect(await releaseTokenBudget(srv.sql, requestId)).toBe(true);
+    const after = await api.post(`/api/admin/renters/${renter.id}/adjust-balance`, { amount_halala: -500, reason: "correction" }, ADMIN);
+    expect(after.body.renter.balance_halala).toBe(100);
   });
 
   it("adjusts a balance through the ledger, never below available funds, once per Idempotency-Key", async () => {

@@ -5,10 +5,12 @@
 // filters and paging, renter suspension and quotas. Each action is written
 // with its audit record in the caller's transaction.
 import type { Db, Tx } from "../../db/index.js";
-import { badRequest, notFound } from "../../errors.js";
+import { badRequest, conflict, notFound } from "../../errors.js";
 import { accountKeysChanged } from "../accounts/invalidation.js";
 import { JOB_SUMMARY_COLUMNS, type JobSummaryRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
+import { adjust, renterFunds } from "../money/ledger.js";
+import { lockReservations, reservedMany } from "../money/usage-billing.js";
 import { type RenterRow } from "../accounts/renters.js";
 import { jobCountSql } from "../shared/job-counts.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
@@ -146,4 +148,27 @@ export async function listAudit(
     db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM audit_log ${where()}`,
   ]);
   return { rows, total: c.n };
+}
+
+/**
+ * An admin's adjustment of a renter's available balance: positive credits,
+ * negative debits, never below zero nor into what the renter's /v1 requests in
+ * flight reserved (they are charged from it when they end; a debit taking it
+ * would leave their provider unpaid for tokens it served).
+ */
+export async function adjustRenterBalance(tx: Tx, renterId: number, amount: number, key: string, reason: string): Promise<void> {
+  if (amount < 0) {
+    // The reservations' lock first, as submits and /v1 requests take it.
+    await lockReservations(tx, [renterId]);
+    const reserved = (await reservedMany(tx, [renterId])).get(renterId) ?? 0;
+    const { available } = await renterFunds(tx, renterId);
+    if (available < -amount) throw badRequest(`amount_halala would take the available balance below zero (available ${available} halala)`);
+    if (available - reserved < -amount) {
+      throw conflict(
+        `amount_halala would take funds that /v1 requests in flight reserved (available ${available} halala, ${reserved} reserved); ` +
+          "retry when they end, or debit less",
+      );
+    }
+  }
+  await adjust(tx, renterId, amount, key, reason);
 }
