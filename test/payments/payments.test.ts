@@ -9,6 +9,7 @@ import { ledgerProblems, hold } from "../../src/domain/money/ledger.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
+import { reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 
 const GATEWAY_KEY = "sk_test_gateway_0123456789";
 const WEBHOOK_SECRET = "whsec_gateway_test_0123456789";
@@ -359,6 +360,23 @@ describe("POST /api/payments/webhook", () => {
     expect(row).toEqual({ status: "refunded", refunded_halala: 2000, refund_shortfall_halala: 3000 });
     const [audit] = await srv.sql`SELECT details FROM audit_log WHERE action = 'payment.refund_shortfall' AND target_id = ${String(r2.id)}`;
     expect(audit.details).toMatchObject({ payment_id: p2.payment_id, shortfall_halala: 3000, debited_halala: 2000 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a refund leaves what the renter's /v1 requests in flight reserved, recording it as shortfall", async () => {
+    const r = await makeRenter(srv);
+    const p = (await cardTopup(r.headers, 5000)).payment;
+    await webhook(paidEvent(p.payment_id, 5000));
+    // 10 prompt + 1,990 completion tokens at 1 halala each: 2,000 reserved by a request in flight.
+    const requestId = `test-refund-${r.id}`;
+    await srv.sql.begin((tx) =>
+      reserveTokenBudget(tx, { requestId, renterId: r.id, model: "m", stream: false, rate: { input: 1_000_000, output: 1_000_000 }, promptTokens: 10, maxTokens: 1990, choices: 1, ttlSeconds: 60 }),
+    );
+    const res = await webhook({ id: "rf-v1", type: "payment_refunded", data: { refunded: 5000, metadata: { payment_id: p.payment_id } } });
+    expect(res.body.outcome).toBe("refunded");
+    expect(await balance(r.headers)).toMatchObject({ balance_halala: 2000, available_halala: 2000 });
+    const [row] = await srv.sql`SELECT refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${p.payment_id}`;
+    expect(row).toEqual({ refunded_halala: 3000, refund_shortfall_halala: 2000 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

@@ -172,8 +172,9 @@ export async function debit(tx: Tx, renterId: number, amount: number, key: strin
 
 /**
  * Takes back up to `amount` from the renter's available funds (a refund of
- * money that may already be spent): never overdraws, and reports how much
- * it took. Repeats of the same key take nothing and report 0.
+ * money that may already be spent), leaving at least `keep` of them (what is
+ * promised elsewhere): never overdraws, and reports how much it took.
+ * Repeats of the same key take nothing and report 0.
  */
 export async function debitUpTo(
   tx: Tx,
@@ -182,10 +183,11 @@ export async function debitUpTo(
   key: string,
   kind = "refund",
   paymentId?: string,
+  keep = 0,
 ): Promise<{ debited: number; shortfall: number; moved: boolean }> {
   const { available } = await renterAccounts(tx, renterId);
   const [acct] = await tx<{ balance: number }[]>`SELECT balance FROM ledger_accounts WHERE id = ${available} FOR NO KEY UPDATE`;
-  const take = Math.min(amount, acct.balance);
+  const take = Math.min(amount, Math.max(0, acct.balance - keep));
   if (take === 0) {
     const [prior] = await tx`SELECT 1 FROM ledger_transfers WHERE idempotency_key = ${key}`;
     return prior ? { debited: 0, shortfall: 0, moved: false } : { debited: 0, shortfall: amount, moved: true };

@@ -9,6 +9,7 @@ import type { Db, Tx } from "../../db/index.js";
 import { badRequest } from "../../errors.js";
 import { recordAudit } from "../shared/audit.js";
 import { credit, debitUpTo } from "./ledger.js";
+import { lockReservations, reservedMany } from "./usage-billing.js";
 import { halalaToSar } from "./pricing.js";
 import { iso } from "../shared/validate.js";
 
@@ -187,9 +188,11 @@ async function findForEvent(tx: Tx, ev: GatewayEvent): Promise<PaymentRow | unde
  * Applies a verified gateway event in one transaction. A payment is credited
  * at most once (the ledger key `payment:<id>:credit` backs the status check);
  * unknown payments and events that do not fit the payment's state change
- * nothing. A refund takes back what is still available; a part already spent
- * or held is recorded as `refund_shortfall_halala` and in the audit log for
- * an operator (the ledger never goes negative).
+ * nothing. A refund takes back what is still available and not reserved by
+ * the renter's /v1 requests in flight (they are charged from it when they
+ * end, and their providers paid); a part already spent, held or reserved is
+ * recorded as `refund_shortfall_halala` and in the audit log for an operator
+ * (the ledger never goes negative).
  */
 export async function applyGatewayEvent(tx: Tx, ev: GatewayEvent, raw: unknown): Promise<{ outcome: EventOutcome; payment?: PaymentRow; note?: string }> {
   const p = await findForEvent(tx, ev);
@@ -233,7 +236,10 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
       const already = p.refunded_halala + p.refund_shortfall_halala;
       if (total <= already) return { outcome: "duplicate", payment: p };
       const amount = total - already;
-      const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id);
+      // The reservations' lock first, as submits and /v1 requests take it.
+      await lockReservations(tx, [p.renter_id]);
+      const reserved = (await reservedMany(tx, [p.renter_id])).get(p.renter_id) ?? 0;
+      const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id, reserved);
       const [row] = await tx<PaymentRow[]>`
         UPDATE payments SET status = 'refunded', refunded_halala = refunded_halala + ${taken.debited},
                refund_shortfall_halala = refund_shortfall_halala + ${taken.shortfall}, updated_at = now()
@@ -246,7 +252,7 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
           shortfall_halala: taken.shortfall,
         });
       }
-      return { outcome: "refunded", payment: row, note: taken.shortfall > 0 ? `shortfall ${taken.shortfall} halala already spent` : undefined };
+      return { outcome: "refunded", payment: row, note: taken.shortfall > 0 ? `shortfall ${taken.shortfall} halala already spent, held or reserved` : undefined };
     }
   }
 }
