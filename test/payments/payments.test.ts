@@ -337,8 +337,6 @@ describe("POST /api/payments/webhook", () => {
     const r = await makeRenter(srv);
     const { payment } = await cardTopup(r.headers, 5000);
     const refundEv = { id: "rf", type: "payment_refunded", data: { status: "refunded", amount: 5000, refunded: 5000, metadata: { payment_id: payment.payment_id } } };
-    // Refunding an unpaid payment changes nothing.
-    expect((await webhook(refundEv)).body.outcome).toBe("ignored");
     await webhook(paidEvent(payment.payment_id, 5000));
     expect((await webhook(refundEv)).body.outcome).toBe("refunded");
     expect((await webhook(refundEv)).body.outcome).toBe("duplicate");
@@ -360,6 +358,26 @@ describe("POST /api/payments/webhook", () => {
     expect(row).toEqual({ status: "refunded", refunded_halala: 2000, refund_shortfall_halala: 3000 });
     const [audit] = await srv.sql`SELECT details FROM audit_log WHERE action = 'payment.refund_shortfall' AND target_id = ${String(r2.id)}`;
     expect(audit.details).toMatchObject({ payment_id: p2.payment_id, shortfall_halala: 3000, debited_halala: 2000 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a refund that comes before the paid event credits and takes back the payment; the paid event is then a duplicate", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    // The paid delivery failed and will come again later; meanwhile the payment is refunded at the gateway.
+    const refundEv = { id: "rf-early", type: "payment_refunded", data: { status: "refunded", amount: 5000, refunded: 5000, metadata: { payment_id: payment.payment_id } } };
+    expect((await webhook(refundEv)).body.outcome).toBe("refunded");
+    expect((await webhook(paidEvent(payment.payment_id, 5000))).body.outcome).toBe("duplicate");
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    const [row] = await srv.sql`SELECT status, refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${payment.payment_id}`;
+    expect(row).toEqual({ status: "refunded", refunded_halala: 5000, refund_shortfall_halala: 0 });
+    const moved = await srv.sql`SELECT kind, amount FROM ledger_transfers WHERE payment_id = ${payment.payment_id} ORDER BY id`;
+    expect(moved.map((t) => [t.kind, t.amount])).toEqual([["payment", 5000], ["refund", 5000]]);
+    // A refund whose amount is not the payment's moves nothing, as a paid event would not.
+    const other = (await cardTopup(r.headers, 3000)).payment;
+    const odd = await webhook({ id: "rf-odd", type: "payment_refunded", data: { amount: 2999, refunded: 2999, metadata: { payment_id: other.payment_id } } });
+    expect(odd.body.outcome).toBe("ignored");
+    expect((await api.get(`/api/payments/${other.payment_id}`, r.headers)).body.status).toBe("initiated");
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

@@ -203,24 +203,34 @@ export async function applyGatewayEvent(tx: Tx, ev: GatewayEvent, raw: unknown):
   return result;
 }
 
+/** Why an event's amount or currency does not fit the payment (the amount is audited), or undefined. */
+async function mismatchOf(tx: Tx, p: PaymentRow, ev: GatewayEvent): Promise<string | undefined> {
+  if (ev.amount !== undefined && ev.amount !== p.amount_halala) {
+    await recordAudit(tx, "gateway", "payment.amount_mismatch", "payment", p.payment_id, { expected: p.amount_halala, reported: ev.amount });
+    return `amount ${ev.amount} does not match ${p.amount_halala}`;
+  }
+  if (ev.currency !== undefined && ev.currency.toUpperCase() !== p.currency) return `currency ${ev.currency} is not ${p.currency}`;
+  return undefined;
+}
+
+/** Credits a payment's amount to its renter once (the ledger key backs it) and marks it paid. */
+async function creditPaid(tx: Tx, p: PaymentRow): Promise<PaymentRow> {
+  await credit(tx, p.renter_id, p.amount_halala, `payment:${p.payment_id}:credit`, "payment", p.payment_id);
+  const [row] = await tx<PaymentRow[]>`
+    UPDATE payments SET status = 'paid', confirmed_at = now(), failure_reason = NULL, updated_at = now()
+    WHERE id = ${p.id} RETURNING *`;
+  return row;
+}
+
 async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Promise<{ outcome: EventOutcome; payment?: PaymentRow; note?: string }> {
   if (!p) return { outcome: "ignored", note: "unknown payment" };
   if (!ev.kind) return { outcome: "ignored", payment: p, note: `event type '${ev.type}' not handled` };
   switch (ev.kind) {
     case "paid": {
       if (p.status === "paid" || p.status === "refunded") return { outcome: "duplicate", payment: p };
-      if (ev.amount !== undefined && ev.amount !== p.amount_halala) {
-        await recordAudit(tx, "gateway", "payment.amount_mismatch", "payment", p.payment_id, { expected: p.amount_halala, reported: ev.amount });
-        return { outcome: "ignored", payment: p, note: `amount ${ev.amount} does not match ${p.amount_halala}` };
-      }
-      if (ev.currency !== undefined && ev.currency.toUpperCase() !== p.currency) {
-        return { outcome: "ignored", payment: p, note: `currency ${ev.currency} is not ${p.currency}` };
-      }
-      await credit(tx, p.renter_id, p.amount_halala, `payment:${p.payment_id}:credit`, "payment", p.payment_id);
-      const [row] = await tx<PaymentRow[]>`
-        UPDATE payments SET status = 'paid', confirmed_at = now(), failure_reason = NULL, updated_at = now()
-        WHERE id = ${p.id} RETURNING *`;
-      return { outcome: "credited", payment: row };
+      const mismatch = await mismatchOf(tx, p, ev);
+      if (mismatch) return { outcome: "ignored", payment: p, note: mismatch };
+      return { outcome: "credited", payment: await creditPaid(tx, p) };
     }
     case "failed": {
       if (p.status !== "initiated") return { outcome: p.status === "failed" ? "duplicate" : "ignored", payment: p };
@@ -230,7 +240,14 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
       return { outcome: "failed", payment: row };
     }
     case "refunded": {
-      if (p.status !== "paid" && p.status !== "refunded") return { outcome: "ignored", payment: p, note: `cannot refund a ${p.status} payment` };
+      if (p.status !== "paid" && p.status !== "refunded") {
+        // A refund proves the payment was made: its paid event is late, or was lost (answered 5xx and
+        // not sent again). Credited here, the refund then takes it back, and the paid event, when it
+        // comes, is a duplicate; ignored, that paid event would credit money already returned.
+        const mismatch = await mismatchOf(tx, p, ev);
+        if (mismatch) return { outcome: "ignored", payment: p, note: mismatch };
+        p = await creditPaid(tx, p);
+      }
       // `refunded` is the gateway's running total: a second partial refund takes only the difference.
       const total = Math.min(p.amount_halala, ev.refunded !== undefined && ev.refunded > 0 ? ev.refunded : p.amount_halala);
       const already = p.refunded_halala + p.refund_shortfall_halala;
