@@ -182,7 +182,7 @@ describe.each(["legacy", "stream"] as const)("job endings over the %s wire", (wi
     const before = await reliability(d.provider.id);
     const jobId = await running(d, renter);
     const r = await d.report(jobId, { error: "GPU fell off the bus (Xid 79)", fault: "provider" });
-    expect(r).toMatchObject({ status: 200, body: { status: "queued", cost_halala: 0, end_reason: "provider_error", fault: "provider" } });
+    expect(r).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "provider_error", fault: "provider" } });
     const other = await makeProvider(srv);
     expect(await jobRow(jobId)).toMatchObject({ status: "queued", attempt: 2, fault: null, end_reason: null });
     const [first] = await attempts(jobId);

@@ -1090,7 +1090,8 @@ export type JobResultResponse = Message<"svc.v1.JobResultResponse"> & {
   jobId: string;
 
   /**
-   * completed or failed; queued when the provider's failure sent the job back to the queue
+   * completed or failed: the reported attempt's end (after a provider's failure the job itself
+   * may be back in the queue for another provider; end_reason and fault tell)
    *
    * @generated from field: string status = 3;
    */

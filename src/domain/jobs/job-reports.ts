@@ -207,7 +207,9 @@ function resultResponse(jobId: string, f: Figures): ResultInit {
   return {
     success: true,
     jobId,
-    status: f.status,
+    // The interface's status is completed or failed: a failure of the provider's that sent the job
+    // back to the queue is this attempt failing (end_reason and fault say whose it was).
+    status: f.status === "queued" ? "failed" : f.status,
     actualMinutes: BigInt(f.actualMinutes),
     costHalala: BigInt(f.cost),
     providerEarnedHalala: BigInt(f.providerEarned),
