@@ -208,6 +208,14 @@ describe("the bounds", () => {
       [{ messages: user([{ type: "text", text: "what is this?" }, { type: "image_url", image_url: { url: "https://example.com/a.png" } }]) }, /messages\[0\]\.content: a part of type "image_url" is not accepted/],
       [{ messages: [{ role: "system", content: "s" }, ...user([{ type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }])] }, /messages\[1\]\.content: a part of type "input_audio"/],
       [{ messages: user([{ text: "no type" }]) }, /a part of type null is not accepted/],
+      // A special token the template prints after every message, replaced by a long one.
+      [{ messages: user("hi"), chat_template_kwargs: { eos_token: "x".repeat(4096) } }, /chat_template_kwargs\.eos_token is not accepted/],
+      [{ messages: user("hi"), chat_template_kwargs: { additional_special_tokens: ["x"] } }, /chat_template_kwargs\.additional_special_tokens/],
+      [{ messages: user("hi"), chat_template_kwargs: { chat_template: "{{ messages }}" } }, /chat_template_kwargs\.chat_template/],
+      [{ messages: user("hi"), chat_template_kwargs: [1] }, /chat_template_kwargs must be an object/],
+      // Completions that may deliver no text for what they generate.
+      [{ messages: user("hi"), allowed_token_ids: [151644] }, /allowed_token_ids is not accepted/],
+      [{ messages: user("hi"), logit_bias: Object.fromEntries(Array.from({ length: 301 }, (_, i) => [String(i), -100])) }, /logit_bias may name at most 300 tokens \(301 given\)/],
     ];
     for (const [body, message] of refusals) {
       const res = await post(body);
@@ -220,6 +228,21 @@ describe("the bounds", () => {
     const ok = await post({ messages: user([{ type: "text", text: PROMPT }]), chat_template_kwargs: { enable_thinking: false }, chat_template: null });
     expect(ok.status).toBe(200);
     expect(honest.requests.length).toBe(before + 1);
+  });
+
+  it("asks for special tokens to be delivered when a request can make the model generate them on purpose", async () => {
+    const renter = await makeRenter(srv, START_BALANCE);
+    const sent = async (extra: Record<string, unknown>) => {
+      const before = honest.requests.length;
+      await ai(renter.key).chat.completions.create({ model: HONEST_MODEL, messages: [{ role: "user", content: PROMPT }], ...extra } as never);
+      return honest.requests[before];
+    };
+    expect((await sent({ logit_bias: { "151644": 100 } })).skip_special_tokens).toBe(false);
+    expect((await sent({ ignore_eos: true })).skip_special_tokens).toBe(false);
+    expect((await sent({ logit_bias: { "151644": 100 }, skip_special_tokens: true })).skip_special_tokens).toBe(false);
+    // Biases that only hold tokens back, and a request without either, are forwarded as sent.
+    expect((await sent({ logit_bias: { "42": -100 } })).skip_special_tokens).toBeUndefined();
+    expect((await sent({})).skip_special_tokens).toBeUndefined();
   });
 
   it("reliabilityScore counts each overstated request as a failed job", () => {

@@ -111,6 +111,49 @@ export function promptTokensBound(body: Record<string, unknown>): number {
   return n;
 }
 
+/**
+ * The names a template renders besides chat_template_kwargs, which those would replace (the
+ * tokenizer passes the special tokens and then the kwargs over them): `bos_token`, `eos_token`,
+ * `additional_special_tokens`..., and the arguments of the render itself.
+ */
+const templateArgument = (name: string) =>
+  /_tokens?$/.test(name) || ["chat_template", "messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message"].includes(name);
+
+/** OpenAI's limit on logit_bias entries: with more, a request could bias the whole vocabulary. */
+export const LOGIT_BIAS_MAX_ENTRIES = 300;
+
+/**
+ * Why a chat request's completion tokens cannot be bounded by the text
+ * delivered, or undefined when they can: `allowed_token_ids` (a completion
+ * restricted to tokens that may print nothing), or more logit_bias entries
+ * than OpenAI takes (enough to bias a vocabulary away from everything that
+ * prints).
+ */
+export function unboundedCompletion(body: Record<string, unknown>): string | undefined {
+  if (body.allowed_token_ids !== undefined && body.allowed_token_ids !== null) {
+    return "allowed_token_ids is not accepted: a completion restricted to chosen token ids may deliver no text for what it generates, so it could not be bounded for billing";
+  }
+  const bias = body.logit_bias;
+  if (bias === undefined || bias === null) return undefined;
+  if (typeof bias !== "object" || Array.isArray(bias)) return "logit_bias must be an object of token ids to numbers";
+  const n = Object.keys(bias).length;
+  if (n > LOGIT_BIAS_MAX_ENTRIES) return `logit_bias may name at most ${LOGIT_BIAS_MAX_ENTRIES} tokens (${n} given)`;
+  return undefined;
+}
+
+/**
+ * Whether a request can make the model generate special tokens on purpose (a
+ * positive logit_bias, or ignore_eos, which lets it generate past its end of
+ * sequence): the endpoint leaves special tokens out of the text by default, so
+ * such tokens would be generated without being delivered or billed. The
+ * gateway then asks for them to be delivered (skip_special_tokens false).
+ */
+export function mayGenerateSpecialTokens(body: Record<string, unknown>): boolean {
+  const bias = body.logit_bias;
+  const boosted = !!bias && typeof bias === "object" && Object.values(bias).some((v) => typeof v === "number" && v > 0);
+  return boosted || body.ignore_eos === true;
+}
+
 /** Message content parts whose tokens are their text. */
 const TEXT_PARTS = new Set(["text", "refusal"]);
 
@@ -126,6 +169,14 @@ const TEXT_PARTS = new Set(["text", "refusal"]);
 export function unboundedPrompt(body: Record<string, unknown>): string | undefined {
   if (body.chat_template !== undefined && body.chat_template !== null) {
     return "chat_template is not accepted: the prompt a request's own template renders cannot be bounded for billing; the model's template is used (chat_template_kwargs are accepted)";
+  }
+  const kwargs = body.chat_template_kwargs;
+  if (kwargs !== undefined && kwargs !== null) {
+    if (typeof kwargs !== "object" || Array.isArray(kwargs)) return "chat_template_kwargs must be an object";
+    const overriding = Object.keys(kwargs).find(templateArgument);
+    if (overriding !== undefined) {
+      return `chat_template_kwargs.${overriding} is not accepted: it would replace a special token or an argument of the model's template, which may print it for every message, so the prompt could not be bounded for billing`;
+    }
   }
   const messages = Array.isArray(body.messages) ? body.messages : [];
   for (const [i, m] of messages.entries()) {

@@ -18,6 +18,8 @@ import {
   billableTokens,
   completionTokensBound,
   promptTokensBound,
+  mayGenerateSpecialTokens,
+  unboundedCompletion,
   unboundedPrompt,
   TOKEN_RATES,
   tokenCostHalala,
@@ -106,7 +108,7 @@ function parseChatRequest(raw: Buffer): ChatRequest {
   if (b.best_of !== undefined && b.best_of !== null && b.best_of !== n) {
     throw v1Error("invalid_request", `best_of must be absent or equal to n (${n}): only the completions returned are billed`);
   }
-  const unbounded = unboundedPrompt(b);
+  const unbounded = unboundedPrompt(b) ?? unboundedCompletion(b);
   if (unbounded) throw v1Error("invalid_request", unbounded);
   const so = b.stream_options;
   if (so !== undefined && so !== null && (typeof so !== "object" || Array.isArray(so))) throw v1Error("invalid_request", "stream_options must be an object");
@@ -257,6 +259,8 @@ export function createV1Handler(deps: V1Deps) {
     // without it generate to the end of the context), and a charge never exceeds the reserved cap.
     body.max_tokens = reservation.maxTokens;
     if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = reservation.maxTokens;
+    // Special tokens the request can make the model generate are delivered, and so billed (token-pricing.ts).
+    if (mayGenerateSpecialTokens(chat.body)) body.skip_special_tokens = false;
     if (chat.stream) body.stream_options = { ...(chat.body.stream_options as object | undefined), include_usage: true };
 
     const { abort } = call;
