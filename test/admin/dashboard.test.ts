@@ -61,7 +61,7 @@ async function chargeV1(renterId: number, providerId: number, cost: number, at?:
   await srv.sql.begin((tx) => reserveTokenBudget(tx as never, {
     requestId, renterId, model: "test/model", stream: false, rate, promptTokens: 10, maxTokens: cost, choices: 1, ttlSeconds: 600,
   }));
-  const c = await srv.sql.begin((tx) => chargeTokenUsage(tx as never, renterId, providerId, requestId, cost, { promptTokens: 10, completionTokens: cost - 10 }));
+  const c = await srv.sql.begin((tx) => chargeTokenUsage(tx as never, renterId, providerId, requestId, BigInt(cost) * 1_000_000n, { promptTokens: 10, completionTokens: cost - 10 }));
   expect(c).toMatchObject({ charged: cost, moved: true });
   if (at) await behindTriggers((tx) => tx`UPDATE ledger_transfers SET created_at = ${at} WHERE idempotency_key LIKE ${`v1:${requestId}:%`}`);
   return requestId;

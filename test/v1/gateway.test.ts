@@ -52,6 +52,15 @@ async function ledgerOf(requestId: string) {
   return rows;
 }
 
+/**
+ * A provider's share of its next charge of `cost` halala: 75 % of it plus what it is owed below one
+ * halala from its earlier charges (v1_accruals), rounded down; the platform gets the rest.
+ */
+async function nextShare(providerId: number, cost: number): Promise<number> {
+  const [row] = await srv.sql<{ micro: number }[]>`SELECT micro FROM v1_accruals WHERE owner_kind = 'provider' AND owner_id = ${providerId}`;
+  return Math.floor(((row?.micro ?? 0) + cost * 750_000) / 1_000_000);
+}
+
 async function availableOf(renterId: number): Promise<number> {
   const [row] = await srv.sql<{ balance: number }[]>`SELECT balance FROM ledger_accounts WHERE kind = 'renter_available' AND owner_id = ${renterId}`;
   return row?.balance ?? 0;
@@ -156,6 +165,8 @@ describe("chat completions", () => {
 
   it("streams chat.completion.chunk events, the final usage and [DONE], and bills the stream", async () => {
     const renter = await makeRenter(srv, 10_000);
+    // The provider's earlier charges left it owed 0.75 halala: this one pays it 18 of 23 (17.25 + 0.75), the platform 5.
+    const share = await nextShare(serving.provider.id, COST);
     const { data: stream, response } = await openai(renter.key)
       .chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Say hello" }], stream: true, stream_options: { include_usage: true } })
       .withResponse();
@@ -170,7 +181,7 @@ describe("chat completions", () => {
     expect(vllm.requests.at(-1)!.stream_options).toEqual({ include_usage: true });
 
     const legs = await ledgerOf(response.headers.get("x-request-id")!);
-    expect(legs.map((l) => l.amount)).toEqual([6, 17]);
+    expect(legs.map((l) => l.amount)).toEqual([COST - share, share]);
     expect(await availableOf(renter.id)).toBe(10_000 - COST);
   });
 

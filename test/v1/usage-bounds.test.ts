@@ -87,10 +87,17 @@ async function availableOf(renterId: number): Promise<number> {
   return row?.balance ?? 0;
 }
 
-/** The money of one overstated request: the bound charged, 75/25, and the claim kept on its row. */
+/** What the overstating provider is owed below one halala from its charges so far (v1_accruals), in micro-halala. */
+let overCarry = 0;
+
+/** The money of one overstated request: the bound charged, 75/25 (with the provider's carry), and the claim kept on its row. */
 async function expectBoundedCharge(requestId: string, renterId: number, completionBound = COMPLETION_BOUND) {
   const cost = PROMPT_BOUND + 2 * completionBound;
-  const share = Math.floor((cost * 75) / 100);
+  // 75 % of the cost plus what the provider's earlier charges left below a halala, rounded down; the rest is carried.
+  const share = Math.floor((overCarry + cost * 750_000) / 1_000_000);
+  overCarry += cost * 750_000 - share * 1_000_000;
+  const [carried] = await srv.sql<{ micro: number }[]>`SELECT micro FROM v1_accruals WHERE owner_kind = 'provider' AND owner_id = ${overServing.provider.id}`;
+  expect(carried.micro).toBe(overCarry);
   expect(await legs(requestId)).toEqual([
     { kind: "v1_charge_platform", amount: cost - share, to_kind: "platform_fees", owner_id: null },
     { kind: "v1_charge_provider", amount: share, to_kind: "provider_earnings", owner_id: overServing.provider.id },

@@ -1,5 +1,6 @@
 // The price rules, in one place: per-minute rates by job type, the estimate,
-// the settled cost and the 75/25 revenue split.
+// the settled cost and the 75/25 revenue split (whole halala for jobs; exact
+// in micro-halala for /v1 token charges, providerShareMicro).
 
 /** Halala per minute (spec: "Job cost rates"). */
 export const RATE_HALALA_PER_MINUTE = {
@@ -37,6 +38,24 @@ export function actualCostHalala(rate: number, minutes: number, held: number): n
 export function splitRevenue(cost: number): { providerEarned: number; platformFee: number } {
   const providerEarned = Math.floor((cost * PROVIDER_SHARE_PERCENT) / 100);
   return { providerEarned, platformFee: cost - providerEarned };
+}
+
+/**
+ * Micro-halala (a millionth of a halala) in one halala. /v1 token prices are
+ * exact in it (halala per million tokens x tokens); the ledger moves whole
+ * halala, and what is below one is carried (usage-billing.ts).
+ */
+export const MICRO_PER_HALALA = 1_000_000;
+
+/**
+ * The provider's share of `charged` whole halala in micro-halala, exact:
+ * PROVIDER_SHARE_PERCENT of it, before any rounding (splitRevenue's rule; /v1
+ * carries the part below one halala to the provider's next charge instead of
+ * rounding it down).
+ */
+export function providerShareMicro(charged: number): bigint {
+  if (!Number.isSafeInteger(charged) || charged < 0) throw new Error(`invalid charge ${charged}`);
+  return (BigInt(charged) * BigInt(MICRO_PER_HALALA) * BigInt(PROVIDER_SHARE_PERCENT)) / 100n;
 }
 
 export const halalaToSar = (h: number): number => h / 100;

@@ -1,7 +1,8 @@
 // Per-token prices for the OpenAI-compatible /v1 gateway, in one place:
 // the rate table (halala per million tokens, per model), the cost of a
 // response, and the price cap held before a request is proxied.
-// The 75/25 split is pricing.ts's rule (splitRevenue), applied at settlement.
+// The 75/25 split is pricing.ts's rule (providerShareMicro), applied at settlement
+// with sub-halala carries (usage-billing.ts).
 
 export interface TokenRate {
   /** Halala per 1,000,000 prompt tokens. */
@@ -61,9 +62,26 @@ export function tokenRate(model: string, overrides: TokenRates = {}): TokenRate 
   return overrides[model] ?? overrides["*"] ?? TOKEN_RATES[model] ?? DEFAULT_TOKEN_RATE;
 }
 
-/** Cost of a response: the exact token price rounded up to a whole halala (0 only for 0 tokens). */
+/**
+ * Exact cost of tokens in micro-halala (millionths of a halala): a rate in halala per
+ * million tokens times a token count. A bigint: rates up to 1e12 times safe-integer
+ * counts pass 2^53. What a /v1 request costs (usage-billing.ts carries what is below one halala).
+ */
+export function tokenCostMicro(rate: TokenRate, promptTokens: number, completionTokens: number): bigint {
+  for (const n of [promptTokens, completionTokens, rate.input, rate.output]) {
+    if (!Number.isSafeInteger(n) || n < 0) throw new Error(`invalid token count or rate ${n}`);
+  }
+  return BigInt(promptTokens) * BigInt(rate.input) + BigInt(completionTokens) * BigInt(rate.output);
+}
+
+/**
+ * The exact token price rounded up to a whole halala (0 only for 0 tokens): the price cap a
+ * request reserves. A charge never exceeds it: the cost of tokens within the cap is at most
+ * cap x 1e6 micro-halala and a renter's carry is below 1e6, so their whole halala are at most cap.
+ */
 export function tokenCostHalala(rate: TokenRate, promptTokens: number, completionTokens: number): number {
-  return Math.ceil((promptTokens * rate.input + completionTokens * rate.output) / PER);
+  const micro = tokenCostMicro(rate, promptTokens, completionTokens);
+  return Number((micro + BigInt(PER) - 1n) / BigInt(PER));
 }
 
 // What the gateway can bill is bounded by what it can see. A byte-level BPE

@@ -12,10 +12,21 @@
 // provider and the platform with the 75/25 split, once per request. The tokens
 // billed are the upstream's usage within what the gateway forwarded and
 // delivered (token-pricing.ts); what it reported beyond that is kept on the row.
+//
+// Sub-halala accrual. A request's exact cost is micro-halala (cost_micro on its
+// row); the ledger moves whole halala. The renter is charged the whole halala
+// of its carry plus the cost (within the cap and the balance) and carries the
+// rest (below one halala) to its next request; the provider earns the whole
+// halala of its carry plus 75 % of that charge (providerShareMicro) and carries
+// the rest, and the platform gets what the provider does not. So over many
+// small requests the renter pays their exact total rounded down once, and the
+// provider 75 % of it, rather than 1 halala a request, all to the platform. The
+// carries (v1_accruals, migration 045) are what a renter owes and a provider is
+// owed below one halala: not ledger entries, so the books stay whole and balanced.
 import type { Db, Tx } from "../../db/index.js";
 import { apiError, paymentRequired } from "../../errors.js";
 import { accountId, CHARGE_KIND, transfer } from "./ledger.js";
-import { splitRevenue } from "./pricing.js";
+import { MICRO_PER_HALALA, providerShareMicro } from "./pricing.js";
 import { monthlyHeadroom, monthlyRefusal, msUntilNextUtcMonth, quotaUsage, withReserved, type QuotaUsage } from "./quota.js";
 import { affordableCompletionTokens, DEFAULT_MAX_COMPLETION_TOKENS, tokenCostHalala, type TokenRate } from "./token-pricing.js";
 
@@ -129,30 +140,44 @@ export interface UsageDetail {
 }
 
 export interface UsageCharge {
-  /** Halala taken from the renter. */
+  /** Halala taken from the renter: the whole halala of its carry plus costMicro, within the cap and the balance. */
   charged: number;
+  /** What the request cost exactly, in micro-halala (null for a request settled before it was recorded). */
+  costMicro: bigint | null;
   providerEarned: number;
   platformFee: number;
-  /** What the tokens cost beyond the price cap or the available balance (not charged). */
+  /** Whole halala due (carry included) beyond the price cap or the available balance (not charged). */
   shortfall: number;
   /** False when this request was already settled or released (nothing moved). */
   moved: boolean;
 }
 
+/** The most a request may cost: its whole halala stay a safe integer (a larger cost is refused, as before). */
+const MAX_COST_MICRO = BigInt(Number.MAX_SAFE_INTEGER - 1) * BigInt(MICRO_PER_HALALA);
+
 /**
- * Charges a request's token cost once: min(cost, reserved cap, available
- * balance) from the renter's available funds, 75/25 to the serving provider
- * and the platform (splitRevenue). A repeat answers the first figures.
+ * Charges a request's token cost (`costMicro`, micro-halala: tokenCostMicro) once.
+ * The renter's carry plus the cost gives `whole` halala and a new carry below
+ * one halala; min(whole, reserved cap, available balance) moves from the renter's
+ * available funds, the provider earning the whole halala of its carry plus 75 %
+ * of it and the platform the rest. A repeat answers the first figures and
+ * touches no carry.
+ *
+ * Lock order: the request's row, the renter's available funds, the renter's
+ * carry, the provider's carry, the provider's earnings (its balance row, in the
+ * transfer), the renters and providers rows. Only this function takes the
+ * carries, always after the renter's funds, so two charges of one renter take
+ * them one after the other, and a provider's carry like its earnings account.
  */
 export async function chargeTokenUsage(
   tx: Tx,
   renterId: number,
   providerId: number,
   requestId: string,
-  costHalala: number,
+  costMicro: bigint,
   usage: UsageDetail = { promptTokens: 0, completionTokens: 0 },
 ): Promise<UsageCharge> {
-  if (!Number.isSafeInteger(costHalala) || costHalala < 0) throw new Error(`invalid cost ${costHalala}`);
+  if (typeof costMicro !== "bigint" || costMicro < 0n || costMicro > MAX_COST_MICRO) throw new Error(`invalid cost ${costMicro} micro-halala`);
   const r = usage.reported;
   // Reported beyond what is billed: recorded against the provider (its reliability counts such requests).
   const overstated = r ? Math.max(0, r.promptTokens - usage.promptTokens) + Math.max(0, r.completionTokens - usage.completionTokens) : 0;
@@ -166,28 +191,49 @@ export async function chargeTokenUsage(
     WHERE request_id = ${requestId} AND renter_id = ${renterId} AND state = 'open'
     RETURNING reserved_halala`;
   if (!open) {
-    const [prior] = await tx<{ cost_halala: number; provider_earned_halala: number; platform_fee_halala: number; shortfall_halala: number }[]>`
-      SELECT cost_halala, provider_earned_halala, platform_fee_halala, shortfall_halala FROM v1_usage WHERE request_id = ${requestId}`;
+    const [prior] = await tx<
+      { cost_halala: number; cost_micro: string | null; provider_earned_halala: number; platform_fee_halala: number; shortfall_halala: number }[]
+    >`SELECT cost_halala, cost_micro::text, provider_earned_halala, platform_fee_halala, shortfall_halala FROM v1_usage WHERE request_id = ${requestId}`;
     if (!prior) throw new Error(`no reservation for request ${requestId}`);
-    return { charged: prior.cost_halala, providerEarned: prior.provider_earned_halala, platformFee: prior.platform_fee_halala, shortfall: prior.shortfall_halala, moved: false };
+    return {
+      charged: prior.cost_halala,
+      costMicro: prior.cost_micro === null ? null : BigInt(prior.cost_micro),
+      providerEarned: prior.provider_earned_halala,
+      platformFee: prior.platform_fee_halala,
+      shortfall: prior.shortfall_halala,
+      moved: false,
+    };
   }
   const [availableId, earningsId, feesId] = await Promise.all([
     accountId(tx, "renter_available", renterId),
     accountId(tx, "provider_earnings", providerId),
     accountId(tx, "platform_fees"),
   ]);
-  const [{ balance }] = await tx<{ balance: number }[]>`SELECT balance FROM ledger_accounts WHERE id = ${availableId} FOR NO KEY UPDATE`;
-  const charged = Math.min(costHalala, open.reserved_halala, balance);
-  const { providerEarned, platformFee } = splitRevenue(charged);
+  // Sent together, run in order: the renter's funds locked, then its carry.
+  const [[{ balance }], [renterCarry]] = await Promise.all([
+    tx<{ balance: number }[]>`SELECT balance FROM ledger_accounts WHERE id = ${availableId} FOR NO KEY UPDATE`,
+    tx<{ whole: number }[]>`SELECT whole FROM v1_accrue('renter', ${renterId}, ${costMicro.toString()}::numeric)`,
+  ]);
+  // The whole halala due, capped by the reservation (which bounds it for tokens within the cap:
+  // tokenCostHalala) and the balance; the carry keeps what is below one halala either way.
+  const due = renterCarry.whole;
+  const charged = Math.min(due, open.reserved_halala, balance);
+  // Most requests at list rates cost well under a halala: nothing moves, the provider's carry is left alone.
+  let providerEarned = 0;
+  if (charged > 0) {
+    const [p] = await tx<{ whole: number }[]>`SELECT whole FROM v1_accrue('provider', ${providerId}, ${providerShareMicro(charged).toString()}::numeric)`;
+    providerEarned = p.whole; // < 75 % of charged + 1, so at most charged
+  }
+  const platformFee = charged - providerEarned;
   const memo = `v1 ${requestId}`;
   // The platform's account keeps no balance row (no lock); the provider's does, and every request to
   // its endpoint moves it, so it is taken last and held only until the commit.
   await transfer(tx, { from: availableId, to: feesId, amount: platformFee, kind: CHARGE_KIND.v1Platform, key: `v1:${requestId}:platform`, memo });
   await transfer(tx, { from: availableId, to: earningsId, amount: providerEarned, kind: CHARGE_KIND.v1Provider, key: `v1:${requestId}:provider`, memo });
-  const shortfall = costHalala - charged;
+  const shortfall = due - charged;
   // Independent rows: sent together (postgres.js pipelines them on the transaction's connection).
   await Promise.all([
-    tx`UPDATE v1_usage SET cost_halala = ${charged}, shortfall_halala = ${shortfall},
+    tx`UPDATE v1_usage SET cost_halala = ${charged}, cost_micro = ${costMicro.toString()}::numeric, shortfall_halala = ${shortfall},
          provider_earned_halala = ${providerEarned}, platform_fee_halala = ${platformFee}
        WHERE request_id = ${requestId}`,
     tx`UPDATE renters SET total_spent_halala = total_spent_halala + ${charged} WHERE id = ${renterId}`,
@@ -196,19 +242,22 @@ export async function chargeTokenUsage(
       ? tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned}, reputation_at = NULL WHERE id = ${providerId}`
       : tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned} WHERE id = ${providerId}`,
   ]);
-  return { charged, providerEarned, platformFee, shortfall, moved: true };
+  return { charged, costMicro, providerEarned, platformFee, shortfall, moved: true };
 }
 
 export interface UsageTotals {
   requests: number;
   promptTokens: number;
   completionTokens: number;
+  /** What was charged, in whole halala. */
   costHalala: number;
   inFlight: number;
   reservedHalala: number;
+  /** What the renter's requests cost beyond what was charged, below one halala (its carry): charged once it reaches one. */
+  accruedMicro: number;
 }
 
-export interface ModelUsage extends Omit<UsageTotals, "inFlight" | "reservedHalala"> {
+export interface ModelUsage extends Omit<UsageTotals, "inFlight" | "reservedHalala" | "accruedMicro"> {
   model: string;
 }
 
@@ -219,8 +268,9 @@ export async function usageTotals(db: Db, renterId: number): Promise<{ total: Us
            sum(completion_tokens)::bigint AS completion, sum(cost_halala)::bigint AS cost
     FROM v1_usage WHERE renter_id = ${renterId} AND state = 'settled'
     GROUP BY model ORDER BY model`;
-  const [open] = await db<{ n: number; reserved: number }[]>`
-    SELECT count(*)::bigint AS n, coalesce(sum(reserved_halala), 0)::bigint AS reserved
+  const [open] = await db<{ n: number; reserved: number; accrued: number }[]>`
+    SELECT count(*)::bigint AS n, coalesce(sum(reserved_halala), 0)::bigint AS reserved,
+           coalesce((SELECT micro FROM v1_accruals WHERE owner_kind = 'renter' AND owner_id = ${renterId}), 0)::bigint AS accrued
     FROM v1_usage WHERE renter_id = ${renterId} AND state = 'open'`;
   const byModel = rows.map((r) => ({
     model: r.model,
@@ -238,6 +288,7 @@ export async function usageTotals(db: Db, renterId: number): Promise<{ total: Us
       costHalala: sum((m) => m.costHalala),
       inFlight: Number(open.n),
       reservedHalala: Number(open.reserved),
+      accruedMicro: Number(open.accrued),
     },
     byModel,
   };

@@ -22,7 +22,7 @@ import {
   unboundedCompletion,
   unboundedPrompt,
   TOKEN_RATES,
-  tokenCostHalala,
+  tokenCostMicro,
   tokenRate,
   type DeliveredText,
   type TokenCounts,
@@ -193,6 +193,7 @@ export function createV1Handler(deps: V1Deps) {
       cost_sar: halalaToSar(total.costHalala),
       in_flight: total.inFlight,
       reserved_halala: total.reservedHalala,
+      accrued_micro_halala: total.accruedMicro,
       balance_halala: funds.balance,
       available_halala: funds.available,
       by_model: byModel.map((m) => ({
@@ -208,7 +209,7 @@ export function createV1Handler(deps: V1Deps) {
 
   /** Bills the tokens of `u` that what was forwarded and delivered can account for (token-pricing.ts bounds). */
   async function settle(call: Call, renterId: number, requestId: string, upstream: Upstream, model: string, u: TokenUsage, billed: TokenCounts) {
-    const cost = tokenCostHalala(tokenRate(model, config.v1.tokenRates), billed.promptTokens, billed.completionTokens);
+    const cost = tokenCostMicro(tokenRate(model, config.v1.tokenRates), billed.promptTokens, billed.completionTokens);
     const charge = await sql.begin((tx) =>
       chargeTokenUsage(tx, renterId, upstream.providerId, requestId, cost, {
         ...billed,
@@ -219,7 +220,7 @@ export function createV1Handler(deps: V1Deps) {
     );
     deps.metrics?.v1Tokens(billed.promptTokens, billed.completionTokens);
     const overstated = u.promptTokens + u.completionTokens - billed.promptTokens - billed.completionTokens;
-    Object.assign(call.log, { cost: charge.charged, tokens: billed.promptTokens + billed.completionTokens, providerId: upstream.providerId });
+    Object.assign(call.log, { cost: charge.charged, costMicro: String(cost), tokens: billed.promptTokens + billed.completionTokens, providerId: upstream.providerId });
     if (overstated > 0 && !u.estimated) call.log.overstatedTokens = overstated;
     return charge;
   }
@@ -307,7 +308,8 @@ export function createV1Handler(deps: V1Deps) {
         return 200;
       }
       const charge = await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
-      sendJson(call, 200, result.json, { "x-svc-cost-halala": String(charge.charged) });
+      // What this request was charged (whole halala, its carry included) and what it cost exactly.
+      sendJson(call, 200, result.json, { "x-svc-cost-halala": String(charge.charged), "x-svc-cost-micro-halala": String(charge.costMicro) });
       return 200;
     } finally {
       clearTimeout(deadline);
