@@ -14,7 +14,7 @@ import {
   type Message,
   ScalarType,
 } from "@bufbuild/protobuf";
-import { http_status, inline, nullable, whole_body, from_header, raw_body } from "../../gen/svc/v1/options_pb.js";
+import { http_status, inline, nullable, whole_body, from_header, raw_body, machine_output } from "../../gen/svc/v1/options_pb.js";
 import { badRequest } from "../errors.js";
 
 /** Our field options, read once per field: getOption builds a new container on every call. */
@@ -25,6 +25,8 @@ export interface FieldOptions {
   wholeBody: boolean;
   rawBody: boolean;
   fromHeader: string;
+  /** Text a provider's machine produced: a NUL in it is dropped by the domain, not refused (src/http/nul.ts). */
+  machineOutput: boolean;
 }
 const fieldOptionsCache = new WeakMap<DescField, FieldOptions>();
 
@@ -39,6 +41,7 @@ export function fieldOptionsOf(field: DescField): FieldOptions {
       wholeBody: getOption(field, whole_body),
       rawBody: getOption(field, raw_body),
       fromHeader: getOption(field, from_header),
+      machineOutput: getOption(field, machine_output),
     };
     fieldOptionsCache.set(field, o);
   }

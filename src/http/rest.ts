@@ -99,34 +99,6 @@ function safeDecode(segment: string): string {
   }
 }
 
-const nulIn = (name: string) => apiError(400, `${name} must not contain NUL characters (\\u0000)`);
-
-/**
- * PostgreSQL text and jsonb cannot hold U+0000, so a NUL anywhere in the
- * input is refused here, naming where, instead of failing in the database.
- */
-function rejectNul(pathParams: Record<string, string>, query: URLSearchParams, body: JsonValue | undefined, rawBody: Buffer): void {
-  for (const [k, v] of Object.entries(pathParams)) if (v.includes("\0")) throw nulIn(k);
-  for (const [k, v] of query) if (v.includes("\0") || k.includes("\0")) throw nulIn(k.replace(/\0/g, ""));
-  if (!rawBody.includes("\\u0000")) return;
-  // Iterative (a deeply nested body must not exhaust the stack); names the top-level field.
-  const stack: [JsonValue | undefined, string][] = [[body, ""]];
-  while (stack.length > 0) {
-    const [v, field] = stack.pop()!;
-    const child = (k: string) => field || k;
-    if (typeof v === "string") {
-      if (v.includes("\0")) throw nulIn(field || "body");
-    } else if (Array.isArray(v)) {
-      for (const x of v) stack.push([x, field]);
-    } else if (v && typeof v === "object") {
-      for (const [k, x] of Object.entries(v)) {
-        if (k.includes("\0")) throw nulIn(field || "body");
-        stack.push([x, child(k)]);
-      }
-    }
-  }
-}
-
 const literalTables = new WeakMap<RestRoute[], Map<string, RestRoute>>();
 
 /** "METHOD /path" -> route for templates without {variables} (they win over any template with one). */
@@ -339,7 +311,6 @@ export function createRestHandler(opts: RestHandlerOptions) {
         }
       }
       const creds = credentialsFromRest(req.headers, pathParams, url.searchParams, body, clientIp, requestId);
-      rejectNul(pathParams, url.searchParams, body, rawBody);
       const input = requestFromRest(r.method.input, { pathParams, query: url.searchParams, headers: req.headers, body, rawBody });
       const ctx = new RestContext(r, httpMethod, url, cancel, requestId, createContextValues().set(credentialsKey, creds));
       if (r.method.methodKind === "server_streaming") {

@@ -8,6 +8,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { AssignedJobSchema } from "../../gen/svc/v1/jobs_pb.js";
 import {
+  DaemonMessageSchema,
   DaemonService,
   type DaemonMessage,
   type DaemonSettingsSchema,
@@ -38,6 +39,7 @@ import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
 import { apiError, badRequest, notFound } from "../errors.js";
 import { answeredLogLevel, failureLogLevel, toConnectError, toHttpError } from "../http/errors.js";
+import { refuseNul } from "../http/nul.js";
 import { setStructBytes } from "../shared/struct-binary.js";
 import { jobSignalHub, type JobSignalHub } from "../workers/job-signals.js";
 import { DeliveredJobs } from "../domain/jobs/delivered-jobs.js";
@@ -363,6 +365,8 @@ class StreamSession {
     const k = msg.kind;
     const jobId = "value" in k && k.value && "jobId" in k.value ? k.value.jobId : "";
     try {
+      // A NUL outside the machine's output (a job id, a fault) is refused, as on the JSON routes.
+      refuseNul(DaemonMessageSchema, msg);
       switch (k.case) {
         case "heartbeat":
           this.beats?.take(Date.now());
@@ -446,6 +450,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       const iterator = requests[Symbol.asyncIterator]();
       const first = await iterator.next();
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
+      refuseNul(DaemonMessageSchema, first.value);
       const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
       const session = new StreamSession(deps, providerId, await signerOnce(), refresher, hub, binary);
       const report = (p: Promise<void>) =>

@@ -1,6 +1,7 @@
-// Wraps a service implementation so that every method first resolves the
-// caller's principal and checks it against the roles declared on the RPC in
-// proto. Both wires (gRPC/Connect and REST) call the wrapped implementation.
+// Wraps a service implementation so that every method first refuses a request
+// holding text PostgreSQL cannot store (a NUL: src/http/nul.ts), then resolves
+// the caller's principal and checks it against the roles declared on the RPC
+// in proto. Both wires (gRPC/Connect and REST) call the wrapped implementation.
 import { getOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Role, route } from "../../gen/svc/v1/options_pb.js";
@@ -8,6 +9,7 @@ import { constantTimeEqual, roleOfKey } from "../domain/accounts/keys.js";
 import { cachedLookupKey } from "../domain/accounts/key-cache.js";
 import { badRequest, forbidden, notFound, unauthorized } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
+import { refuseNul } from "../http/nul.js";
 import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
 
 export function rolesOf(method: DescMethod): Role[] {
@@ -97,12 +99,16 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
     const count = deps.keyRowCounter?.(method);
     if (method.methodKind === "unary") {
       const unary: AnyImpl = async (req, ctx) => {
+        refuseNul(method.input, req);
         ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
         return fn(req, ctx);
       };
       out[method.localName] = unary;
     } else {
+      // A server stream's one request is checked here; a daemon stream checks each message it reads.
+      const oneRequest = method.methodKind === "server_streaming";
       const streaming: AnyImpl = async function* (req, ctx) {
+        if (oneRequest) refuseNul(method.input, req);
         ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
         yield* fn(req, ctx) as AsyncIterable<unknown>;
       };

@@ -13,7 +13,7 @@ import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { openStream, type TestStream } from "../daemon/grpc-stream.js";
-import { tempDir, waitFor } from "../daemon/helpers.js";
+import { tempDir, waitFor, writeExecutable } from "../daemon/helpers.js";
 import { useTsDaemonServer } from "../daemon/ts-harness.js";
 import { attestationStatement, ed25519Signer, keyIdOf, verifyReceipt, type GpuFacts, type PublishedKeys } from "../../src/shared/receipt.js";
 
@@ -152,5 +152,26 @@ describe("the TypeScript daemon attests its results", { timeout: 90_000 }, () =>
     const again = h.startDaemon(p.key, [], {}, { stateDir });
     await waitFor(async () => (await h.srv.sql`SELECT status FROM providers WHERE id = ${p.id}`)[0].status === "online", 30_000, again.output());
     expect((await keys(`?provider_id=${p.id}`)).provider_keys.map((k) => k.key_id)).toEqual([keyId]);
+  });
+
+  it("signs a result whose output held NUL characters as the server stores it, so the receipt is attested", async () => {
+    const p = await makeProvider(h.srv);
+    const renter = await makeRenter(h.srv, 1_000);
+    const dir = tempDir("attest-nul");
+    // A program printing a NUL between two letters: PostgreSQL cannot store it, the server drops it.
+    const runner = writeExecutable(dir, "nul.sh", "#!/bin/sh\nprintf 'a\\000b'\n");
+    const d = h.startDaemon(p.key, ["--runner", `llm-inference=${runner}`], {}, { stateDir: path.join(dir, "state") });
+    await waitFor(async () => (await keys(`?provider_id=${p.id}`)).provider_keys.length === 1, 45_000, `key registered (${d.output()})`);
+    const j = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi" } });
+    const done = await waitFor(async () => {
+      const r = await h.job(j.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 45_000, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    const out = await h.api().get(`/api/jobs/${j.job_id}/output`, renter.headers);
+    expect(out.body.response).toBe("ab");
+    const file = (await h.api().get(`/api/jobs/${j.job_id}/receipt`, renter.headers)).body;
+    expect(file.receipt.provider_attestation).toMatchObject({ status: "attested", provider_id: p.id });
+    expect(verifyReceipt(file, await keys(), { value: out.body }).problems).toEqual([]);
   });
 });

@@ -25,6 +25,7 @@ import {
 import type { AssignedJob } from "../../../gen/svc/v1/jobs_pb.js";
 import { withinRunWindow } from "../../shared/run-window.js";
 import { verifyTask, verifyTaskSignature } from "../../shared/task-signature.js";
+import { withoutNul } from "../../shared/nul-text.js";
 import { attestationStatement, ed25519Signer, keyIdOf, type Ed25519Signer, type GpuFacts } from "../../shared/receipt.js";
 import { AsyncQueue } from "../async-queue.js";
 import { runCommand } from "./exec.js";
@@ -625,18 +626,20 @@ export class ProviderDaemon {
       this.event("job_interrupted", "warning", outcome.error, jobId);
       return;
     }
+    // The server stores the output without NUL characters: the attestation signs it as stored.
+    const output = withoutNul(outcome.result);
     const result: MsgKind = {
       case: "result",
       value: {
         jobId,
         attempt: active.attempt,
         success: outcome.success,
-        result: outcome.result === undefined ? undefined : toValue(outcome.result),
-        error: outcome.error,
-        metrics: outcome.metrics,
+        result: output === undefined ? undefined : toValue(output),
+        error: withoutNul(outcome.error),
+        metrics: withoutNul(outcome.metrics),
         // Whose fault a failure was, so the server bills or re-queues it (docs/daemons.md).
         ...(outcome.success ? {} : failureAttribution(active.timedOut ? "timeout" : (outcome.endReason ?? "runtime_error"))),
-        attestation: this.attest(jobId, outcome.result, active.gpu),
+        attestation: this.attest(jobId, output, active.gpu),
       },
     };
     this.unackedResults.set(jobId, result);

@@ -15,6 +15,7 @@ import { completeLocked, endLocked, figuresOf, isActive, lockJob, type Figures, 
 import { refreshReputation } from "../providers/reputation.js";
 import { REFUSAL_REASONS, judgeFailure, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
+import { withoutNul } from "../shared/lenient.js";
 import { confirmPickup } from "../shared/job-pickup.js";
 import { legacySigningOf, providerTaskSecret } from "../accounts/provider-secret.js";
 import { canonicalJson, signTask, verifyTask } from "../../shared/task-signature.js";
@@ -194,7 +195,8 @@ export async function markJobRejected(
     const job = await lockOwnActive(tx, providerId, msg.jobId);
     assertAttempt(job, msg.attempt, "hand-back");
     const what = code === "provider_interrupted" ? "interrupted the job" : "rejected the job";
-    const why = `provider ${providerId} ${what}${msg.reason ? `: ${msg.reason.slice(0, 500)}` : ""}`;
+    const reason = withoutNul(msg.reason);
+    const why = `provider ${providerId} ${what}${reason ? `: ${reason.slice(0, 500)}` : ""}`;
     return { outcome: await loseJobLocked(tx, job, code, why), id: job.id };
   });
   if (outcome === "requeued") await placeJobs(sql, [id]);
@@ -260,8 +262,11 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
   requireFields({ job_id: msg.jobId });
-  const result = resultJson(msg.result);
-  const error = msg.error?.trim() ? msg.error.slice(0, MAX_ERROR) : undefined;
+  // The machine's output: its NUL characters, which PostgreSQL cannot store, are dropped (lenient.ts).
+  const result = withoutNul(resultJson(msg.result));
+  const reported = withoutNul(msg.error);
+  const error = reported?.trim() ? reported.slice(0, MAX_ERROR) : undefined;
+  const metrics = withoutNul(msg.metrics);
   const success = msg.success ?? error === undefined;
   const judged = success ? undefined : judgeFailure(msg.endReason || undefined, msg.fault || undefined);
   if (judged && "error" in judged) throw badRequest(judged.error);
@@ -277,7 +282,7 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
       if (repeat) return { figures: figuresOf(job), freed: false, requeued: undefined };
       throw conflict(`job already ${job.status} (${job.end_reason ?? "ended"}); the result was not accepted`);
     }
-    if (success) return { figures: await completeLocked(tx, job, result ?? null, msg.metrics), freed: true, requeued: undefined };
+    if (success) return { figures: await completeLocked(tx, job, result ?? null, metrics), freed: true, requeued: undefined };
     const { reason, fault } = judged as Exclude<typeof judged, { error: string } | undefined>;
     const text = error ?? "the job failed on the provider";
     if (fault === "provider") {
@@ -289,7 +294,7 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
       const [ended] = await tx<JobRow[]>`SELECT * FROM jobs WHERE id = ${job.id}`;
       return { figures: figuresOf(ended), freed: true, requeued: undefined };
     }
-    const f = await endLocked(tx, job, "failed", { reason, fault, error: text, result, metrics: msg.metrics, reported: true });
+    const f = await endLocked(tx, job, "failed", { reason, fault, error: text, result, metrics, reported: true });
     return { figures: f, freed: true, requeued: undefined };
   });
   if (requeued !== undefined) await placeJobs(sql, [requeued]);
@@ -365,7 +370,7 @@ export async function appendLogs(
 ): Promise<{ count: number; dropped: number }> {
   requireFields({ job_id: msg.jobId });
   if (msg.logs.length > MAX_LOG_LINES_PER_CALL) throw badRequest(`logs must hold at most ${MAX_LOG_LINES_PER_CALL} lines per call`);
-  const lines = msg.logs.map((v, i) => logLine(resultJson(v) ?? null, i));
+  const lines = msg.logs.map((v, i) => logLine(withoutNul(resultJson(v) ?? null), i));
   const [job] = await sql<(Pick<JobRow, "id" | "job_id" | "provider_id" | "attempt" | "status" | "acked_at"> & { closed: boolean })[]>`
     SELECT j.id, j.job_id, j.provider_id, j.attempt, j.status, j.acked_at,
            coalesce(a.ended_at < now() - make_interval(mins => ${LOG_GRACE_AFTER_END_MINUTES}), false) AS closed
@@ -406,10 +411,11 @@ export async function appendLogs(
 
 /** Progress of a job (0-100 and a phase marker); the first report also marks a pending job running. */
 export async function reportProgress(sql: Sql, providerId: number, msg: { jobId: string; progressPct?: number; phase?: string }): Promise<void> {
-  if (msg.progressPct === undefined && (msg.phase === undefined || msg.phase === "")) throw badRequest("missing required fields: progress_pct or phase");
+  const reported = withoutNul(msg.phase);
+  if (msg.progressPct === undefined && (reported === undefined || reported === "")) throw badRequest("missing required fields: progress_pct or phase");
   const pct = msg.progressPct === undefined ? undefined : checkRange(msg.progressPct, 0, 100, "progress_pct");
-  const phase = msg.phase === undefined ? undefined : msg.phase.trim().slice(0, 200) || undefined;
-  if (msg.phase !== undefined && msg.phase.length > 200) throw badRequest("phase must be at most 200 characters");
+  const phase = reported === undefined ? undefined : reported.trim().slice(0, 200) || undefined;
+  if (reported !== undefined && reported.length > 200) throw badRequest("phase must be at most 200 characters");
   await sql.begin(async (tx) => {
     const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId));
     await tx`

@@ -5,7 +5,7 @@ import type { DaemonEventRecordSchema } from "../../../gen/svc/v1/admin_pb.js";
 import type { DaemonEventRequest, DaemonEventResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
 import type { Db, Sql } from "../../db/index.js";
 import { apiError, badRequest } from "../../errors.js";
-import { text, truncate } from "../shared/lenient.js";
+import { text, truncate, withoutNul } from "../shared/lenient.js";
 import { checkEnum, iso, requireFields } from "../shared/validate.js";
 import { confirmPickup } from "../shared/job-pickup.js";
 
@@ -82,7 +82,9 @@ export async function recordDaemonEvent(
  * Stores one event; 400 names the field for a missing type, an unknown severity or a bad timestamp;
  * 429 once the provider stored MAX_EVENTS_PER_HOUR in the last hour.
  */
-export async function storeDaemonEvent(sql: Sql, providerId: number, input: DaemonEventInput): Promise<{ eventType: string; providerId: number; id: number }> {
+export async function storeDaemonEvent(sql: Sql, providerId: number, reported: DaemonEventInput): Promise<{ eventType: string; providerId: number; id: number }> {
+  // What the daemon says of itself: NUL characters, which PostgreSQL cannot store, are dropped.
+  const input = withoutNul(reported);
   requireFields({ event_type: input.eventType });
   const eventType = input.eventType!.trim();
   if (eventType.length > 200) throw badRequest("event_type must be at most 200 characters");

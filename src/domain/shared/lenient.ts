@@ -2,6 +2,7 @@
 // strings, lists as comma-separated text. Each reader returns undefined for
 // what it cannot use instead of rejecting the whole report.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { withoutNul } from "../../shared/nul-text.js";
 
 export function num(v: unknown): number | undefined {
   if (typeof v === "number") return Number.isFinite(v) ? v : undefined;
@@ -28,22 +29,13 @@ export function text(v: unknown, max = 200): string | undefined {
   return t ? t.slice(0, max) : undefined;
 }
 
-function withoutNul(x: unknown): unknown {
-  if (typeof x === "string") return x.replace(NUL, "");
-  if (Array.isArray(x)) return x.map(withoutNul);
-  if (x && typeof x === "object") {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(x)) out[k.replace(NUL, "")] = withoutNul(v);
-    return out;
-  }
-  return x;
-}
-
 /** JSON text of a value, with U+0000 removed from every string and key (rare: the text is checked first). */
 export function storableJson(v: unknown): string {
   const json = JSON.stringify(v);
   return json.includes("\\u0000") ? JSON.stringify(withoutNul(v)) : json;
 }
+
+export { withoutNul };
 
 /** An object, or a string holding a JSON object. */
 export function object(v: unknown): JsonObject | undefined {

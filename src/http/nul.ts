@@ -1,0 +1,188 @@
+// PostgreSQL text and jsonb cannot hold U+0000. A NUL anywhere in a request
+// is refused before the implementation runs, naming the field (400 on REST,
+// invalid_argument on gRPC and Connect), rather than failing in the database
+// as an internal error, possibly after part of the work was written. One check
+// for every wire, on the decoded request message: the secured implementations
+// (src/services/secure.ts) run it on each call, REST's included, and a daemon
+// stream on each message it reads (src/services/daemon.ts).
+//
+// Fields marked (svc.v1.machine_output) are not checked: what a provider's
+// machine produced (a job's output and error, its log lines, progress phase,
+// telemetry, daemon events) is stored with its NUL characters dropped by the
+// domain (withoutNul, src/domain/shared/lenient.ts), so that the report is
+// kept and the job ends instead of being refused.
+import { ScalarType, type DescField, type DescMessage, type DescOneof } from "@bufbuild/protobuf";
+import { badRequest, type ServiceError } from "../errors.js";
+import { fieldOptionsOf } from "./json.js";
+
+const NUL = "\0";
+/** A field's name in the answer is cut here (keys of free-form objects are the caller's). */
+const MAX_NAME = 200;
+/** The JSON escape of U+0000, as raw body bytes hold it. */
+const NUL_ESCAPE = Buffer.from("\\u0000");
+
+interface Plan {
+  /** Fields outside any oneof that may hold text and are checked. */
+  fields: DescField[];
+  /** Oneofs with at least one such member, and those members by local name. */
+  oneofs: DescOneof[];
+  members: Map<string, DescField>;
+}
+
+const plans = new WeakMap<DescMessage, Plan>();
+
+function holdsText(f: DescField): boolean {
+  const o = fieldOptionsOf(f);
+  if (o.machineOutput) return false;
+  switch (f.fieldKind) {
+    case "scalar":
+      // A raw body (webhooks) is JSON text: a NUL escaped in it reaches jsonb.
+      return f.scalar === ScalarType.STRING || (f.scalar === ScalarType.BYTES && o.rawBody);
+    case "enum":
+      return false;
+    case "list":
+      return f.listKind === "message" || (f.listKind === "scalar" && f.scalar === ScalarType.STRING);
+    case "map":
+      return f.mapKey === ScalarType.STRING || f.mapKind === "message" || (f.mapKind === "scalar" && f.scalar === ScalarType.STRING);
+    case "message":
+      return true;
+  }
+}
+
+function planOf(desc: DescMessage): Plan {
+  let plan = plans.get(desc);
+  if (!plan) {
+    const checked = desc.fields.filter(holdsText);
+    plan = {
+      fields: checked.filter((f) => !f.oneof),
+      oneofs: desc.oneofs.filter((o) => o.fields.some((f) => checked.includes(f))),
+      members: new Map(checked.filter((f) => f.oneof).map((f) => [f.localName, f])),
+    };
+    plans.set(desc, plan);
+  }
+  return plan;
+}
+
+const join = (path: string, key: string) => (path ? `${path}.${key}` : key);
+const named = (path: string) => (path.length > MAX_NAME ? `${path.slice(0, MAX_NAME)}…` : path || "request");
+
+type Pending = [value: unknown, desc: DescMessage | undefined, path: string];
+
+/**
+ * The name of a field of `message` (of type `desc`) that holds a NUL, as a
+ * path of proto field names and object keys ("params.prompt", "logs[2]"), or
+ * undefined when there is none. Walks messages, lists, maps, and the free-form
+ * JSON of google.protobuf.Struct/Value/ListValue, without recursion (a deeply
+ * nested request must not exhaust the stack).
+ */
+export function nulFieldOf(desc: DescMessage, message: unknown): string | undefined {
+  const stack: Pending[] = [[message, desc, ""]];
+  while (stack.length > 0) {
+    const [v, d, path] = stack.pop()!;
+    if (typeof v === "string") {
+      if (v.includes(NUL)) return named(path);
+      continue;
+    }
+    if (v === null || typeof v !== "object") continue;
+    const m = v as Record<string, unknown>;
+    if (d === undefined || !("$typeName" in m)) {
+      // Free-form JSON: a Struct field (held as a plain object), or a raw body.
+      if (Array.isArray(v)) {
+        for (let i = v.length - 1; i >= 0; i--) stack.push([v[i], undefined, `${path}[${i}]`]);
+        continue;
+      }
+      for (const [k, x] of Object.entries(m)) {
+        if (k.includes(NUL)) return named(path || "body");
+        stack.push([x, undefined, join(path, k)]);
+      }
+      continue;
+    }
+    switch (d.typeName) {
+      case "google.protobuf.Value": {
+        const kind = (m.kind ?? {}) as { case?: string; value?: unknown };
+        const f = kind.case === "structValue" || kind.case === "listValue" ? d.field[kind.case] : undefined;
+        if (kind.case === "stringValue") stack.push([kind.value, undefined, path]);
+        else if (f?.fieldKind === "message") stack.push([kind.value, f.message, path]);
+        continue;
+      }
+      case "google.protobuf.Struct": {
+        const f = d.field.fields;
+        for (const [k, x] of Object.entries(m.fields as Record<string, unknown>)) {
+          if (k.includes(NUL)) return named(path);
+          if (f.fieldKind === "map" && f.mapKind === "message") stack.push([x, f.message, join(path, k)]);
+        }
+        continue;
+      }
+      case "google.protobuf.ListValue": {
+        const f = d.field.values;
+        const items = m.values as unknown[];
+        if (f.fieldKind === "list" && f.listKind === "message") for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], f.message, `${path}[${i}]`]);
+        continue;
+      }
+    }
+    const plan = planOf(d);
+    for (const o of plan.oneofs) {
+      const set = m[o.localName] as { case?: string; value?: unknown } | undefined;
+      const f = set?.case === undefined ? undefined : plan.members.get(set.case);
+      if (f) {
+        const found = pushField(stack, f, set!.value, path);
+        if (found !== undefined) return found;
+      }
+    }
+    for (let i = plan.fields.length - 1; i >= 0; i--) {
+      const f = plan.fields[i];
+      const found = pushField(stack, f, m[f.localName], path);
+      if (found !== undefined) return found;
+    }
+  }
+  return undefined;
+}
+
+/** Checks a field's text at once, or queues what it holds; returns the field's name when it holds a NUL. */
+function pushField(stack: Pending[], f: DescField, value: unknown, path: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  const name = join(path, f.name);
+  switch (f.fieldKind) {
+    case "scalar":
+      if (typeof value === "string") return value.includes(NUL) ? named(name) : undefined;
+      if (value instanceof Uint8Array && Buffer.from(value.buffer, value.byteOffset, value.byteLength).includes(NUL_ESCAPE)) {
+        try {
+          stack.push([JSON.parse(Buffer.from(value).toString("utf8")), undefined, name]);
+        } catch {
+          // Not JSON: the implementation answers for it.
+        }
+      }
+      return undefined;
+    case "message":
+      stack.push([value, f.message, name]);
+      return undefined;
+    case "list": {
+      const items = value as unknown[];
+      for (let i = items.length - 1; i >= 0; i--) {
+        if (f.listKind === "message") stack.push([items[i], f.message, `${name}[${i}]`]);
+        else if (typeof items[i] === "string" && (items[i] as string).includes(NUL)) return named(`${name}[${i}]`);
+      }
+      return undefined;
+    }
+    case "map":
+      for (const [k, x] of Object.entries(value as Record<string, unknown>)) {
+        if (k.includes(NUL)) return named(name);
+        if (f.mapKind === "message") stack.push([x, f.message, join(name, k)]);
+        else if (typeof x === "string" && x.includes(NUL)) return named(join(name, k));
+      }
+      return undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** 400 (invalid_argument) naming the field that holds a NUL. */
+export function nulIn(field: string): ServiceError {
+  return badRequest(`${field} must not contain NUL characters (\\u0000)`);
+}
+
+/** Throws nulIn(field) when a field of the request message, other than machine output, holds a NUL. */
+export function refuseNul(desc: DescMessage, message: unknown): void {
+  const field = nulFieldOf(desc, message);
+  if (field !== undefined) throw nulIn(field);
+}
