@@ -222,6 +222,7 @@ describe("the bounds", () => {
       [{ messages: user("hi"), chat_template_kwargs: [1] }, /chat_template_kwargs must be an object/],
       // Completions that may deliver no text for what they generate.
       [{ messages: user("hi"), allowed_token_ids: [151644] }, /allowed_token_ids is not accepted/],
+      [{ messages: user("hi"), model: "a\u0000b" }, /model must be a string \(at most 256 characters, no NUL\)/],
       [{ messages: user("hi"), logit_bias: Object.fromEntries(Array.from({ length: 301 }, (_, i) => [String(i), -100])) }, /logit_bias may name at most 300 tokens \(301 given\)/],
     ];
     for (const [body, message] of refusals) {

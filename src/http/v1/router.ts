@@ -95,7 +95,10 @@ function parseChatRequest(raw: Buffer): ChatRequest {
   const b = body as Record<string, unknown>;
   const missing = ["model", "messages"].filter((f) => b[f] === undefined || b[f] === null || b[f] === "");
   if (missing.length) throw v1Error("invalid_request", `missing required field(s): ${missing.join(", ")}`);
-  if (typeof b.model !== "string" || b.model.length > 256) throw v1Error("invalid_request", "model must be a string (at most 256 characters)");
+  // The model is looked up and recorded: PostgreSQL text cannot hold U+0000.
+  if (typeof b.model !== "string" || b.model.length > 256 || b.model.includes("\0")) {
+    throw v1Error("invalid_request", "model must be a string (at most 256 characters, no NUL)");
+  }
   if (!Array.isArray(b.messages) || b.messages.length === 0) throw v1Error("invalid_request", "messages must be a non-empty array");
   if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw v1Error("invalid_request", "stream must be a boolean");
   for (const f of ["max_tokens", "max_completion_tokens"]) {
