@@ -4,9 +4,18 @@
 // reports a lost connection while it retries with backoff, and reads the job
 // when its status changes and once the outcome arrives (times and the cost
 // breakdown are on the job, not in the events).
+//
+// Each open stream holds one of the browser's six HTTP/1.1 connections to the
+// service, so a tab that is not shown (hidden, frozen, or put in the
+// back/forward cache) closes its stream and resumes from its cursor when it is
+// shown again: six job tabs in the background do not stop the console loading
+// in a seventh. An answer that retrying cannot change (the job does not exist,
+// it is another caller's, the key was refused) ends the watch with its message.
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { Job } from "../../gen/svc/v1/models_pb.js";
 import type { JobAttempt, JobLogLine } from "../../gen/svc/v1/jobs_pb.js";
-import { api, isConnectionLost, messageOf } from "./api.js";
+import { api, isConnectionLost, isUnauthenticated, messageOf } from "./api.js";
+import { signOut } from "./session.js";
 
 export interface LiveJob {
   job?: Job;
@@ -20,22 +29,70 @@ export interface LiveJob {
   done: boolean;
 }
 
+/** Answers that watching again would only repeat: the watch stops on them. */
+const FINAL = new Set([Code.NotFound, Code.PermissionDenied, Code.Unauthenticated, Code.InvalidArgument]);
+
 /** Calls `onChange` with the job's state as it changes; returns a function that stops watching. */
 export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => void {
-  const abort = new AbortController();
+  let stopped = false;
   let state: LiveJob = { attempts: [], logs: [], lost: false, done: false };
   let cursor: string | undefined;
+  /** The open stream's own abort: aborted when the tab goes out of view. */
+  let conn: AbortController | undefined;
+  /** Ends the current wait early (the tab was shown again, or the watch stopped). */
+  let wake: (() => void) | undefined;
+  let frozen = false;
+  let pageHidden = false;
+  const away = () => frozen || pageHidden || document.visibilityState === "hidden";
+
   const emit = (patch: Partial<LiveJob>) => {
     state = { ...state, ...patch };
-    if (!abort.signal.aborted) onChange(state);
+    if (!stopped) onChange(state);
   };
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  /** Waits `ms` (or until woken when not given); the tab being shown again wakes it. */
+  const wait = (ms?: number) =>
+    new Promise<void>((resolve) => {
+      const timer = ms === undefined ? undefined : setTimeout(() => wake?.(), ms);
+      wake = () => {
+        clearTimeout(timer);
+        wake = undefined;
+        resolve();
+      };
+    });
+  const changed = () => {
+    if (away()) conn?.abort();
+    else wake?.();
+  };
+  const onFreeze = () => ((frozen = true), changed());
+  const onResume = () => ((frozen = false), changed());
+  const onPageHide = () => ((pageHidden = true), changed());
+  const onPageShow = () => ((pageHidden = false), changed());
+  document.addEventListener("visibilitychange", changed);
+  document.addEventListener("freeze", onFreeze);
+  document.addEventListener("resume", onResume);
+  window.addEventListener("pagehide", onPageHide);
+  window.addEventListener("pageshow", onPageShow);
+  const stop = () => {
+    stopped = true;
+    conn?.abort();
+    wake?.();
+    document.removeEventListener("visibilitychange", changed);
+    document.removeEventListener("freeze", onFreeze);
+    document.removeEventListener("resume", onResume);
+    window.removeEventListener("pagehide", onPageHide);
+    window.removeEventListener("pageshow", onPageShow);
+  };
 
   const follow = async () => {
     let backoff = 1000;
-    while (!abort.signal.aborted) {
+    while (!stopped) {
+      if (away()) {
+        await wait();
+        continue;
+      }
+      const mine = (conn = new AbortController());
       try {
-        const stream = api.jobs.watchJob({ jobId, ...(cursor ? { cursor } : {}) }, { signal: abort.signal });
+        const stream = api.jobs.watchJob({ jobId, ...(cursor ? { cursor } : {}) }, { signal: mine.signal });
         for await (const ev of stream) {
           cursor = ev.cursor || cursor;
           backoff = 1000;
@@ -66,18 +123,33 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
               break;
             case "outcome":
               emit({ job: await api.jobs.get({ jobId }), done: true, lost: false });
+              stop();
               return;
           }
         }
       } catch (err) {
-        if (abort.signal.aborted) return;
+        if (stopped) return;
+        // Closed because the tab went out of view: wait to be shown, then resume from the cursor.
+        if (mine.signal.aborted) {
+          backoff = 1000;
+          continue;
+        }
         if (isConnectionLost(err)) emit({ lost: true });
-        else emit({ error: messageOf(err), lost: false });
+        else {
+          emit({ error: messageOf(err), lost: false });
+          if (err instanceof ConnectError && FINAL.has(err.code)) {
+            if (isUnauthenticated(err)) signOut();
+            stop();
+            return;
+          }
+        }
+      } finally {
+        if (conn === mine) conn = undefined;
       }
-      await sleep(backoff);
+      await wait(backoff);
       backoff = Math.min(backoff * 2, 10_000);
     }
   };
   void follow();
-  return () => abort.abort();
+  return stop;
 }

@@ -238,19 +238,27 @@ function InstallPage() {
   const [show, setShow] = useState(false);
   const key = session()?.secret ?? "";
   const base = location.origin;
-  const keyLine = `export PK='${show ? key : key.replace(/^(svc-provider-.{4}).*/, "$1…")}'`;
+  const shown = show ? key : key.replace(/^(svc-provider-.{4}).*/, "$1…");
+  // The key never goes on a daemon's command line (where `ps` shows it for as long as
+  // the daemon runs): the Python file has it (and the provider's signing secret) baked
+  // in and is written readable by its owner only; the TypeScript daemon reads SVC_API_KEY.
   const lines = [
     ["Linux or macOS, as a service", `curl -fsSL "${base}/api/providers/setup?key=$PK" | sh`],
-    ["In the foreground (Python daemon)", `curl -fsSL -o svc_daemon.py "${base}/api/providers/download/daemon?key=$PK" && python3 svc_daemon.py --url "${base}" --key "$PK"`],
+    [
+      "In the foreground (Python daemon; the file holds your key, so only you may read it)",
+      `(umask 077 && curl -fsSL -o svc_daemon.py "${base}/api/providers/download/daemon?key=$PK") && chmod 600 svc_daemon.py && python3 svc_daemon.py --url "${base}"`,
+    ],
     ["Windows (PowerShell)", `irm "${base}/api/providers/setup-windows?key=$env:PK" | iex`],
-    ["TypeScript stream daemon, from a checkout", `npx svc-daemon -- --url "${base}" --key "$PK"`],
+    ["TypeScript stream daemon, from a checkout", `SVC_API_KEY="$PK" npx svc-daemon -- --url "${base}"`],
   ];
   return (
     <>
       <h1>Install the daemon</h1>
       <Card title="Your key">
-        <p>Every command below reads your key from <code>$PK</code>. Run this first in the same shell:</p>
-        <pre class="cmd" tabIndex={0}>{keyLine}</pre>
+        <p>Every command below reads your key from <code>PK</code>. Run this first in the same shell. Linux or macOS (sh, bash, zsh):</p>
+        <pre class="cmd" tabIndex={0}>{`export PK='${shown}'`}</pre>
+        <p>Windows (PowerShell):</p>
+        <pre class="cmd" tabIndex={0}>{`$env:PK = '${shown}'`}</pre>
         <button class="secondary" aria-pressed={show} onClick={() => setShow(!show)}>{show ? "Hide key" : "Show key"}</button>
       </Card>
       <Card title="One-liners">

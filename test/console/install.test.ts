@@ -1,0 +1,115 @@
+// The provider's Install page: the commands it shows are run as shown (sh,
+// with stand-ins for python3 and npx that record how they were started), and
+// none puts the provider key on a daemon's command line, where `ps` shows it
+// to every user of the machine for as long as the daemon runs. The Python
+// daemon file, which has the key and the provider's task-signing secret baked
+// in, is left readable by its owner only.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import fs from "node:fs";
+import path from "node:path";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { makeProvider } from "../helpers/fixtures.js";
+import { tempDir, writeExecutable } from "../daemon/helpers.js";
+import { configFromArgs } from "../../src/daemon/ts/cli.js";
+import { launchBrowser, shot, watchProblems } from "./browser.js";
+
+const STEP_MS = 30_000;
+const run = promisify(execFile);
+
+let srv: TestServer;
+let browser: Browser;
+let launchError: unknown;
+let ctx: BrowserContext | undefined;
+
+beforeAll(async () => {
+  srv = await startTestServer();
+  browser = await launchBrowser().catch((err) => {
+    launchError = err;
+    return undefined as unknown as Browser;
+  });
+});
+
+afterAll(async () => {
+  await ctx?.close().catch(() => {});
+  await browser?.close();
+  await srv?.close();
+});
+
+/** The command shown under a heading of the One-liners card. */
+const command = (page: Page, title: RegExp) => page.locator(".cmd-block").filter({ has: page.getByRole("heading", { name: title }) }).locator("pre.cmd").textContent();
+
+/** Runs `script` with sh in `dir`, a stand-in for `program` first on the PATH that records its arguments and SVC_API_KEY. */
+async function runShown(dir: string, program: string, script: string): Promise<{ argv: string[]; envKey: string }> {
+  const bin = tempDir("install-bin");
+  const record = path.join(dir, `${program}.json`);
+  writeExecutable(bin, program, `#!${process.execPath}\nrequire("node:fs").writeFileSync(${JSON.stringify(record)}, JSON.stringify({ argv: process.argv.slice(2), envKey: process.env.SVC_API_KEY ?? "" }));\n`);
+  const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${bin}:${process.env.PATH}` };
+  delete env.SVC_API_KEY;
+  // A common default umask: the command must not rely on a stricter one.
+  // Asynchronously: the test server answers the download from this very process.
+  await run("sh", ["-c", `umask 022\n${script}`], { cwd: dir, env, timeout: STEP_MS });
+  return JSON.parse(fs.readFileSync(record, "utf8"));
+}
+
+describe("the provider's Install page", () => {
+  it("shows commands that keep the provider key off daemons' command lines and the daemon file private", async () => {
+    if (launchError) throw launchError;
+    const p = await makeProvider(srv);
+    ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    await ctx.addInitScript((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role: "provider", secret: p.key, label: "Rig" }));
+    const page = await ctx.newPage();
+    const problems = watchProblems(page);
+    await page.goto(`${srv.url}/#/provider/install`);
+    await page.getByRole("heading", { name: "Install the daemon" }).waitFor({ timeout: STEP_MS });
+
+    const bashKey = page.locator("pre.cmd").filter({ hasText: /^export PK=/ });
+    expect(await bashKey.textContent()).toMatch(/^export PK='svc-provider-.{4}…'$/);
+    await page.getByRole("button", { name: "Show key" }).click();
+    expect(await bashKey.textContent()).toBe(`export PK='${p.key}'`);
+    await shot(page, "provider-install");
+
+    const all = await page.locator(".cmd-block pre.cmd").allTextContents();
+    expect(all).toHaveLength(4);
+    for (const cmd of all) {
+      expect(cmd).not.toContain("--key");
+      expect(cmd).not.toContain(p.key);
+    }
+
+    // The Python daemon in the foreground: downloaded readable by its owner only, started without the key.
+    const py = tempDir("install-py");
+    const ran = await runShown(py, "python3", `${await bashKey.textContent()}\n${await command(page, /Python daemon/)}`);
+    expect(ran.argv).toEqual(["svc_daemon.py", "--url", srv.url]);
+    const file = path.join(py, "svc_daemon.py");
+    expect((fs.statSync(file).mode & 0o777).toString(8)).toBe("600");
+    // …and the daemon takes the key baked into the file.
+    const { stdout: loaded } = await run(
+      "python3",
+      ["-c", "import importlib.util, json, sys\nspec = importlib.util.spec_from_file_location('d', sys.argv[1])\nm = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\nprint(json.dumps(m.load_config(['--url', sys.argv[2]])['key']))", file, srv.url],
+      { encoding: "utf8", env: { ...process.env, SVC_API_KEY: "" }, timeout: STEP_MS },
+    );
+    expect(JSON.parse(loaded)).toBe(p.key);
+    // A file left from an earlier download (made 0644) is made private too.
+    fs.chmodSync(file, 0o644);
+    await runShown(py, "python3", `${await bashKey.textContent()}\n${await command(page, /Python daemon/)}`);
+    expect((fs.statSync(file).mode & 0o777).toString(8)).toBe("600");
+
+    // The TypeScript daemon: the key in its environment, which the daemon reads.
+    const ts = tempDir("install-ts");
+    const npx = await runShown(ts, "npx", `${await bashKey.textContent()}\n${await command(page, /TypeScript stream daemon/)}`);
+    expect(npx.argv).toEqual(["svc-daemon", "--", "--url", srv.url]);
+    expect(npx.envKey).toBe(p.key);
+    const cfg = await configFromArgs([...npx.argv.slice(2), "--docker", "none", "--nvidia-smi", path.join(ts, "no-nvidia-smi"), "--state-dir", path.join(ts, "state")], { SVC_API_KEY: npx.envKey }, () => {});
+    expect(cfg.key).toBe(p.key);
+
+    // Windows: the key is set the PowerShell way, which its one-liner reads.
+    const windowsKey = page.locator("pre.cmd").filter({ hasText: /^\$env:PK = / });
+    expect(await windowsKey.textContent({ timeout: 1_000 })).toBe(`$env:PK = '${p.key}'`);
+    await page.getByRole("button", { name: "Hide key" }).click();
+    expect(await windowsKey.textContent()).toMatch(/^\$env:PK = 'svc-provider-.{4}…'$/);
+    expect(await command(page, /^Windows \(PowerShell\)/)).toBe(`irm "${srv.url}/api/providers/setup-windows?key=$env:PK" | iex`);
+    expect(problems).toEqual([]);
+  }, 90_000);
+});

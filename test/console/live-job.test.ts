@@ -1,0 +1,166 @@
+// The job page's live stream (src/console/live-job.ts) in a real browser:
+// an answer that retrying cannot change ends the watch, and a tab that is not
+// shown gives back its HTTP/1.1 connection (Chromium keeps six per host), so
+// job tabs in the background do not stop the console loading in another tab,
+// and a job tab shown again catches up from its cursor.
+//
+// Headless Chromium shows every page (Page.setWebLifecycleState and window
+// states do not change document.visibilityState or fire freeze there), so a
+// tab is put in the background the way the browser tells the page: the
+// visibility state it reads and the visibilitychange event, or the page
+// lifecycle's freeze and resume events.
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { client } from "../helpers/http.js";
+import { makeRenter } from "../helpers/fixtures.js";
+import { seedJob } from "../admin/helpers.js";
+import { launchBrowser, watchProblems } from "./browser.js";
+
+const STEP_MS = 30_000;
+const poll = <T,>(fn: () => Promise<T> | T, timeout = STEP_MS) => expect.poll(fn, { timeout, interval: 100 });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let srv: TestServer;
+let browser: Browser;
+let launchError: unknown;
+const contexts: BrowserContext[] = [];
+
+beforeAll(async () => {
+  srv = await startTestServer();
+  browser = await launchBrowser().catch((err) => {
+    launchError = err;
+    return undefined as unknown as Browser;
+  });
+});
+
+afterAll(async () => {
+  for (const c of contexts) await c.close().catch(() => {});
+  await browser?.close();
+  await srv?.close();
+});
+
+/** A browser context (one connection pool) whose tabs are signed in as this renter. */
+async function signedInContext(secret: string): Promise<BrowserContext> {
+  if (launchError) throw launchError;
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  contexts.push(ctx);
+  await ctx.addInitScript((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role: "renter", secret, label: "Renter" }));
+  return ctx;
+}
+
+/** Counts the page's WatchJob requests. */
+function countWatches(page: Page): () => number {
+  let n = 0;
+  page.on("request", (r) => {
+    if (r.url().endsWith("/svc.v1.JobService/WatchJob")) n++;
+  });
+  return () => n;
+}
+
+type Away = "visibility" | "freeze";
+
+/** Puts the tab out of view (or back): hidden and visibilitychange, or the lifecycle's freeze and resume. */
+async function setShown(page: Page, shown: boolean, how: Away): Promise<void> {
+  await page.evaluate(
+    ([shown, how]) => {
+      if (how === "visibility") {
+        Object.defineProperty(document, "visibilityState", { configurable: true, get: () => (shown ? "visible" : "hidden") });
+        Object.defineProperty(document, "hidden", { configurable: true, get: () => !shown });
+        document.dispatchEvent(new Event("visibilitychange"));
+      } else {
+        document.dispatchEvent(new Event(shown ? "resume" : "freeze"));
+      }
+    },
+    [shown, how] as const,
+  );
+}
+
+const jobStatus = (page: Page) => page.getByRole("progressbar", { name: "Job progress" }).getAttribute("data-status", { timeout: STEP_MS });
+
+describe("the job page's live stream", () => {
+  it("stops on an unknown job, another renter's job or a refused key, with the service's message, and asks no more", async () => {
+    const renter = await makeRenter(srv);
+    const other = await makeRenter(srv, 1_000);
+    const theirs = await seedJob(srv, { renterId: other.id, status: "queued", cost: 100 });
+
+    const cases = [
+      { secret: renter.key, jobId: "job-doesnotexist", shows: (p: Page) => p.getByRole("alert").filter({ hasText: "job not found" }) },
+      { secret: renter.key, jobId: theirs.jobId, shows: (p: Page) => p.getByRole("alert").filter({ hasText: "this job belongs to another caller" }) },
+      // A key the service refuses signs the tab out (checked below), as every other page does.
+      { secret: "svc-renter-0000000000000000000000000000000000000000", jobId: theirs.jobId, shows: (p: Page) => p.getByRole("heading", { name: "Sign in to svc" }).or(p.getByRole("alert")) },
+    ];
+    const pages = await Promise.all(
+      cases.map(async (c) => {
+        const page = await (await signedInContext(c.secret)).newPage();
+        const problems = watchProblems(page);
+        const watches = countWatches(page);
+        await page.goto(`${srv.url}/#/renter/jobs/${encodeURIComponent(c.jobId)}`);
+        await c.shows(page).waitFor({ timeout: STEP_MS });
+        return { page, problems, watches };
+      }),
+    );
+    // Before, each retried with backoff (1 s, 2 s, …) for as long as the page stayed open.
+    await sleep(4_000);
+    for (const [i, p] of pages.entries()) {
+      expect(p.watches(), `WatchJob requests for case ${i}`).toBe(1);
+      expect(p.problems).toEqual([]);
+    }
+    await expect(pages[0].page.getByRole("alert").textContent()).resolves.toContain("job not found");
+    await pages[2].page.getByRole("heading", { name: "Sign in to svc" }).waitFor({ timeout: 1_000 });
+    expect(await pages[2].page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toBeNull();
+  }, 60_000);
+
+  it("job tabs in the background give back their connections: a seventh tab loads, and a tab shown again catches up", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    // Queued with no provider online: each stays queued, its WatchJob stream open.
+    const jobs = await Promise.all(Array.from({ length: 7 }, () => seedJob(srv, { renterId: renter.id, status: "queued", cost: 100 })));
+    const ctx = await signedInContext(renter.key);
+    const open = async (jobId: string) => {
+      const page = await ctx.newPage();
+      const problems = watchProblems(page);
+      const watches = countWatches(page);
+      await page.goto(`${srv.url}/#/renter/jobs/${jobId}`, { timeout: STEP_MS });
+      await poll(() => jobStatus(page)).toBe("queued");
+      return { page, problems, watches };
+    };
+
+    // Six tabs, each put in the background once it shows its job (as a user opening the
+    // next one would): half hidden, half frozen.
+    const away: Away[] = ["visibility", "freeze", "visibility", "freeze", "visibility", "freeze"];
+    const background = [];
+    for (const [i, how] of away.entries()) {
+      const tab = await open(jobs[i].jobId);
+      await setShown(tab.page, false, how);
+      background.push({ ...tab, how, watchesWhenHidden: tab.watches() });
+    }
+
+    // Six streams held open would leave no connection for this tab's page itself.
+    const seventh = await open(jobs[6].jobId);
+    // and it follows its job live.
+    expect((await client(srv.url).post(`/api/jobs/${jobs[6].jobId}/cancel`, {}, renter.headers)).status).toBe(200);
+    await poll(() => jobStatus(seventh.page)).toBe("cancelled");
+
+    // A background tab does not follow its job, and asks nothing while away…
+    for (const job of jobs.slice(0, 2)) expect((await client(srv.url).post(`/api/jobs/${job.jobId}/cancel`, {}, renter.headers)).status).toBe(200);
+    await sleep(2_000);
+    for (const b of background) {
+      expect(await jobStatus(b.page)).toBe("queued");
+      expect(b.watches()).toBe(b.watchesWhenHidden);
+    }
+    // …and catches up from its cursor once shown again, by either route.
+    for (const b of background.slice(0, 2)) {
+      await setShown(b.page, true, b.how);
+      await poll(() => jobStatus(b.page)).toBe("cancelled");
+      expect(b.watches()).toBe(b.watchesWhenHidden + 1);
+    }
+    // A tab shown again whose job did not change keeps following it.
+    const third = background[2];
+    await setShown(third.page, true, third.how);
+    await poll(() => third.watches()).toBe(third.watchesWhenHidden + 1);
+    expect((await client(srv.url).post(`/api/jobs/${jobs[2].jobId}/cancel`, {}, renter.headers)).status).toBe(200);
+    await poll(() => jobStatus(third.page)).toBe("cancelled");
+
+    for (const t of [...background, seventh]) expect(t.problems).toEqual([]);
+  }, 120_000);
+});
