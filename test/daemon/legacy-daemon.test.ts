@@ -276,6 +276,8 @@ else:
     const onDisk = fs.readFileSync(file);
     const check = await api().get(`/api/providers/download/daemon?key=${p.key}&check_only=true`);
     expect(crypto.createHash("sha256").update(onDisk).digest("hex")).toBe(check.body.sha256);
+    // It holds the provider key and the task-signing secret: its owner's only.
+    expect(fs.statSync(file).mode & 0o777).toBe(0o700);
     expect(d.output()).toMatch(/updated to 3\.2\.0; restarting/);
     const events = (await srv.sql`SELECT event_type FROM daemon_events WHERE provider_id = ${p.id}`).map((e) => e.event_type);
     expect(events).toContain("self_update");

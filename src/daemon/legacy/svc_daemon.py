@@ -948,9 +948,12 @@ class Daemon:
                 raise RuntimeError("downloaded daemon does not carry version %s" % info["version"])
             path = os.path.abspath(sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else __file__)
             tmp = path + ".new"
-            with open(tmp, "wb") as f:
+            # The file holds the provider key and the task-signing secret: its owner's only, from the start.
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(data)
-            os.chmod(tmp, 0o755)
+            os.chmod(tmp, 0o700)
             os.replace(tmp, path)
         except (ApiError, RuntimeError, ValueError, SyntaxError, OSError) as err:
             self.log("self-update failed: %s" % err)
