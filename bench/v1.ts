@@ -106,16 +106,18 @@ async function main() {
   const base = `http://127.0.0.1:${servers.ports[0]}`;
   try {
     const renters: { api_key: string }[] = [];
-    for (let i = 0; i < RENTERS; i++) {
+    // The last one runs the public serving job; the others send the requests (billed per token: a
+    // renter's own serving job would serve it without a token charge).
+    for (let i = 0; i <= RENTERS; i++) {
       const renter = await json(base, "POST", "/api/renters/register", { name: "Bench", email: `bench.${Date.now()}.${i}@example.com` });
       await json(base, "POST", "/api/renters/topup", { amount_halala: 10_000_000 }, { "x-renter-key": renter.api_key });
       renters.push(renter);
     }
-    const renter = renters[0];
+    const renter = renters.pop()!;
     const provider = await json(base, "POST", "/api/providers/register", { name: "Rig", email: `rig.${Date.now()}@example.com`, gpu_model: "NVIDIA H100 80GB HBM3", os: "linux" });
     await json(base, "POST", `/api/admin/providers/${provider.provider_id}/approve`, {}, { "x-admin-token": ADMIN_TOKEN });
     await json(base, "POST", "/api/providers/heartbeat", { api_key: provider.api_key, gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: 1, daemon_version: "3.2.0" } });
-    const job = await json(base, "POST", "/api/jobs/submit", { job_type: "vllm_serve", params: { model: MODEL }, provider_id: provider.provider_id, duration_minutes: 60, max_duration_seconds: 3600 }, { "x-renter-key": renter.api_key });
+    const job = await json(base, "POST", "/api/jobs/submit", { job_type: "vllm_serve", params: { model: MODEL, public: true }, provider_id: provider.provider_id, duration_minutes: 60, max_duration_seconds: 3600 }, { "x-renter-key": renter.api_key });
     await json(base, "POST", `/api/jobs/${job.job.job_id}/endpoint-ready`, { api_key: provider.api_key, endpoint_url: `${upstream.url}/v1` });
 
     const body = JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "Say hello" }], max_tokens: 16, stream: args.stream });

@@ -154,9 +154,9 @@ describe("the serving endpoints /v1 reads", () => {
     await seedJobs({ prefix: "reads-serving-", count: 2, renterId: renter.id, providerId: provider.id, status: "running", startedAgo: 60, jobType: "vllm_serve" });
     await srv.sql`UPDATE jobs SET model = 'reads-model', endpoint_url = 'http://127.0.0.1:9/' || job_id WHERE job_id LIKE 'reads-serving-%'`;
 
-    const found = await servingEndpoints(srv.sql, "reads-model");
+    const found = await servingEndpoints(srv.sql, { model: "reads-model" });
     expect(found.map((u) => u.providerId)).toEqual([provider.id, provider.id]);
     expect(found.map((u) => u.url).sort()).toEqual(["http://127.0.0.1:9/reads-serving-1/v1/chat/completions", "http://127.0.0.1:9/reads-serving-2/v1/chat/completions"]);
-    expect(await genericPlanOf(srv.sql, servingEndpointsSql(srv.sql, "reads-model"))).toContain("jobs_serving_idx");
+    expect(await genericPlanOf(srv.sql, servingEndpointsSql(srv.sql, { model: "reads-model", renterId: 1 }))).toContain("jobs_serving_idx");
   });
 });

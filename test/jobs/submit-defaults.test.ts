@@ -38,7 +38,7 @@ const DEFAULTS: Record<JobType, Record<string, unknown>> = {
   vllm_serve: {
     container: { image: "vllm/vllm-openai:v0.6.3", image_type: "vllm" },
     model: "Qwen/Qwen2.5-7B-Instruct",
-    inputs: { max_model_len: 8192, dtype: "auto", gpu_memory_utilization: 0.9 },
+    inputs: { max_model_len: 8192, dtype: "auto", gpu_memory_utilization: 0.9, public: false },
   },
   training: {
     container: { image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime", image_type: "training" },

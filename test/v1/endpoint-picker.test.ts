@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { EndpointPicker, REST_MS, type Upstream } from "../../src/http/v1/endpoints.js";
 
-const upstream = (jobId: number): Upstream => ({ jobId, providerId: jobId, model: "m", url: `http://10.0.0.${jobId}/v1/chat/completions`, startedAt: new Date(0) });
+const upstream = (jobId: number): Upstream => ({ jobId, providerId: jobId, model: "m", url: `http://10.0.0.${jobId}/v1/chat/completions`, startedAt: new Date(0), own: false });
 
 describe("the endpoint picker", () => {
   it("tries a failed endpoint last until its rest runs out, and the least busy first", () => {

@@ -455,6 +455,44 @@ describe("upstream failures", () => {
   });
 });
 
+describe("private and public endpoints", () => {
+  const PRIVATE_MODEL = "google/gemma-2-9b-it"; // a known model only the test below serves, privately
+
+  it("a renter's own serving job serves its own requests only, recorded without a token charge", async () => {
+    const own = await startFakeVllm("own");
+    cleanup.push(own.close);
+    const serving = await serveModel(srv, PRIVATE_MODEL, `${own.url}/v1`, { public: false });
+    const other = await makeRenter(srv, 10_000);
+    const ask = (key: string) => openai(key).chat.completions.create({ model: PRIVATE_MODEL, messages: [{ role: "user", content: "hi" }] });
+
+    // Another renter neither sees the model as served nor reaches the endpoint its owner pays for.
+    const listed = (await openai(other.key).models.list()).data.find((m) => m.id === PRIVATE_MODEL) as unknown as { endpoints: number } | undefined;
+    expect(listed?.endpoints ?? 0).toBe(0);
+    const refused = await ask(other.key).catch((e) => e);
+    expect(refused.status).toBe(503);
+    expect(refused.code).toBe("no_capacity_available");
+    expect(own.requests).toHaveLength(0);
+    expect(await availableOf(other.id)).toBe(10_000);
+
+    // Its owner is served there, and pays for the GPU by the minute only: the tokens are recorded, not charged.
+    const before = await availableOf(serving.owner.id);
+    const ownList = (await openai(serving.owner.key).models.list()).data.find((m) => m.id === PRIVATE_MODEL) as unknown as { endpoints: number };
+    expect(ownList.endpoints).toBe(1);
+    const answer = await ask(serving.owner.key);
+    expect(answer.choices[0].message.content).toBe(REPLY_WORDS.join(""));
+    expect(own.requests).toHaveLength(1);
+    expect(await availableOf(serving.owner.id)).toBe(before);
+    const [row] = await srv.sql`
+      SELECT state, cost_halala, provider_earned_halala, prompt_tokens, completion_tokens FROM v1_usage
+      WHERE renter_id = ${serving.owner.id} AND model = ${PRIVATE_MODEL}`;
+    expect(row).toMatchObject({ state: "settled", cost_halala: 0, provider_earned_halala: 0 });
+    expect(row.prompt_tokens + row.completion_tokens).toBeGreaterThan(0);
+    // A public endpoint of another model still bills the same renter per token.
+    await openai(serving.owner.key).chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }] });
+    expect(await availableOf(serving.owner.id)).toBe(before - COST);
+  });
+});
+
 describe("endpoint lifecycle", () => {
   it("stops routing to an endpoint once its provider goes silent or its serving job ends", async () => {
     const model = "meta-llama/Llama-3.1-8B-Instruct";

@@ -142,6 +142,13 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       max_model_len: int(256, 131_072, "Context length the server accepts", 8192),
       dtype: { type: "string", enum: ["auto", "float16", "bfloat16"], default: "auto" },
       gpu_memory_utilization: { type: "number", minimum: 0.1, maximum: 0.95, default: 0.9 },
+      public: {
+        type: "boolean",
+        default: false,
+        description:
+          "Serve every renter's /v1 requests for the model (billed to them per token, 75% to the provider). " +
+          "Otherwise the endpoint serves this renter's own /v1 requests only, with no token charge: the job pays for the GPU by the minute",
+      },
     },
   ),
   training: objectSchema(

@@ -44,6 +44,8 @@ export interface ReserveInput {
   choices: number;
   /** The reservation stops counting this long after it was made (past the gateway's time limit for the request). */
   ttlSeconds: number;
+  /** Served by the renter's own serving job, which it pays for by the minute: nothing is reserved or charged. */
+  free?: boolean;
 }
 
 export interface Reservation {
@@ -64,6 +66,13 @@ const RESERVE_LOCK_NS = 0x7631;
 /** Reserves a request's price cap; 402 when the renter's free balance cannot pay for it. */
 export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reservation> {
   await tx`SET LOCAL synchronous_commit TO off`;
+  if (r.free) {
+    // The row still records the request and, once settled, its tokens (at no cost).
+    await tx`
+      INSERT INTO v1_usage (request_id, renter_id, model, stream, reserved_halala, expires_at)
+      VALUES (${r.requestId}, ${r.renterId}, ${r.model}, ${r.stream}, 0, now() + make_interval(secs => ${r.ttlSeconds}))`;
+    return { reserved: 0, maxTokens: r.maxTokens ?? DEFAULT_MAX_COMPLETION_TOKENS };
+  }
   await tx`SELECT pg_advisory_xact_lock(${RESERVE_LOCK_NS}, ${r.renterId % 2147483647}::int)`;
   await tx`
     UPDATE v1_usage SET state = 'released', ended_at = now()

@@ -1,7 +1,10 @@
 // Where /v1 requests can go: vllm_serve jobs that are running with an
 // endpoint reported through POST /api/jobs/{id}/endpoint-ready, on approved,
-// live providers. The picker spreads load (fewest requests in flight from this
-// process first, random among equals) and rests an endpoint that just failed.
+// live providers. A renter's own serving jobs serve its requests only (it pays
+// for their GPU by the minute, so its tokens there are not charged); a job
+// submitted with params.public serves every renter, billed per token. The
+// picker spreads load (fewest requests in flight from this process first,
+// random among equals) and rests an endpoint that just failed.
 import type { Db } from "../../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "../../domain/shared/liveness.js";
 
@@ -12,6 +15,8 @@ export interface Upstream {
   /** The upstream's chat completions URL. */
   url: string;
   startedAt: Date;
+  /** The requesting renter's own serving job. */
+  own: boolean;
 }
 
 /** The endpoint a daemon reports may be the server root, its /v1 base, or the full route. */
@@ -28,30 +33,57 @@ interface EndpointRow {
   model: string;
   endpoint_url: string;
   started_at: Date;
+  own: boolean;
+}
+
+/** Which endpoints: of one model or of all; those a renter may use (its own and the public ones), or every one. */
+export interface EndpointFilter {
+  model?: string;
+  renterId?: number;
 }
 
 /**
- * Serving endpoints right now, of one model or of all: read through
- * jobs_serving_idx (migration 040), so each request visits the serving jobs
- * only, not every running one.
+ * Serving endpoints right now: read through jobs_serving_idx (migration 040),
+ * so each request visits the serving jobs only, not every running one.
  */
-export function servingEndpointsSql(db: Db, model?: string) {
+export function servingEndpointsSql(db: Db, f: EndpointFilter = {}) {
+  const renter = f.renterId ?? null;
   return db<EndpointRow[]>`
     SELECT * FROM (
       SELECT j.id AS job_id, j.provider_id, coalesce(j.model, j.params->>'model') AS model, j.endpoint_url,
-             coalesce(j.started_at, j.assigned_at, j.submitted_at) AS started_at
+             coalesce(j.started_at, j.assigned_at, j.submitted_at) AS started_at,
+             j.renter_id = ${renter}::bigint IS TRUE AS own, j.params->>'public' = 'true' AS public
       FROM jobs j JOIN providers p ON p.id = j.provider_id
       WHERE j.job_type = 'vllm_serve' AND j.status = 'running' AND j.endpoint_url ~* '^https?://'
         AND p.approval_status = 'approved' AND p.status <> 'suspended'
         AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS})
     ) e
-    WHERE e.model IS NOT NULL ${model === undefined ? db`` : db`AND e.model = ${model}`}
+    WHERE e.model IS NOT NULL ${f.model === undefined ? db`` : db`AND e.model = ${f.model}`}
+      ${f.renterId === undefined ? db`` : db`AND (e.own OR e.public)`}
     ORDER BY e.job_id`;
 }
 
-export async function servingEndpoints(db: Db, model?: string): Promise<Upstream[]> {
-  const rows = await servingEndpointsSql(db, model);
-  return rows.map((r) => ({ jobId: r.job_id, providerId: r.provider_id, model: r.model, url: chatCompletionsUrl(r.endpoint_url), startedAt: r.started_at }));
+export async function servingEndpoints(db: Db, f: EndpointFilter = {}): Promise<Upstream[]> {
+  const rows = await servingEndpointsSql(db, f);
+  return rows.map((r) => ({
+    jobId: r.job_id,
+    providerId: r.provider_id,
+    model: r.model,
+    url: chatCompletionsUrl(r.endpoint_url),
+    startedAt: r.started_at,
+    own: r.own,
+  }));
+}
+
+/**
+ * Where a renter's request for a model goes: its own serving jobs when it has
+ * any (not charged per token: it pays for them by the minute), else the public
+ * ones (billed per token).
+ */
+export async function endpointsFor(db: Db, renterId: number, model: string): Promise<{ upstreams: Upstream[]; own: boolean }> {
+  const all = await servingEndpoints(db, { model, renterId });
+  const own = all.filter((u) => u.own);
+  return own.length > 0 ? { upstreams: own, own: true } : { upstreams: all, own: false };
 }
 
 /** How long an endpoint that failed is tried only after the others. */

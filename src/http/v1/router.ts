@@ -34,7 +34,7 @@ import { readBody } from "../body.js";
 import { credentialsFromHeaders } from "../credentials.js";
 import type { NodeRequest, NodeResponse } from "../rest.js";
 import { clientIpOf } from "../rest.js";
-import { EndpointPicker, servingEndpoints, type Upstream } from "./endpoints.js";
+import { EndpointPicker, endpointsFor, servingEndpoints, type Upstream } from "./endpoints.js";
 import { envelope, sendV1Error, toV1Error, v1Error } from "./errors.js";
 import { createV1Limiter } from "./limits.js";
 import { proxyChatCompletion, write, type TokenUsage } from "./proxy.js";
@@ -161,9 +161,10 @@ export function createV1Handler(deps: V1Deps) {
     throw v1Error("rate_limit_exceeded", `rate limit of ${r.limit} /v1 requests per minute exceeded for this API key; retry later`, r.retryAfterMs);
   }
 
-  async function listModels(): Promise<Record<string, unknown>[]> {
+  /** The models served to this renter (its own endpoints and the public ones) and the configured catalog. */
+  async function listModels(renterId: number): Promise<Record<string, unknown>[]> {
     const served = new Map<string, { endpoints: number; since: number }>();
-    for (const u of await servingEndpoints(sql)) {
+    for (const u of await servingEndpoints(sql, { renterId })) {
       const m = served.get(u.model) ?? { endpoints: 0, since: Number.MAX_SAFE_INTEGER };
       m.endpoints++;
       m.since = Math.min(m.since, Math.floor(u.startedAt.getTime() / 1000));
@@ -212,7 +213,8 @@ export function createV1Handler(deps: V1Deps) {
 
   /** Bills the tokens of `u` that what was forwarded and delivered can account for (token-pricing.ts bounds). */
   async function settle(call: Call, renterId: number, requestId: string, upstream: Upstream, model: string, u: TokenUsage, billed: TokenCounts) {
-    const cost = tokenCostMicro(tokenRate(model, config.v1.tokenRates), billed.promptTokens, billed.completionTokens);
+    // On the renter's own serving job the tokens are recorded, not charged: its GPU is paid by the minute.
+    const cost = upstream.own ? 0n : tokenCostMicro(tokenRate(model, config.v1.tokenRates), billed.promptTokens, billed.completionTokens);
     const charge = await sql.begin((tx) =>
       chargeTokenUsage(tx, renterId, upstream.providerId, requestId, cost, {
         ...billed,
@@ -231,7 +233,7 @@ export function createV1Handler(deps: V1Deps) {
   async function chatCompletions(call: Call, renterId: number) {
     const chat = parseChatRequest(await readBody(call.req, BODY_LIMIT_BYTES));
     call.log.model = chat.model;
-    const upstreams = await servingEndpoints(sql, chat.model);
+    const { upstreams, own } = await endpointsFor(sql, renterId, chat.model);
     if (upstreams.length === 0) {
       if (knownModels.has(chat.model)) {
         throw v1Error("no_capacity_available", `no provider is serving model "${chat.model}" right now; retry later`);
@@ -254,6 +256,7 @@ export function createV1Handler(deps: V1Deps) {
         maxTokens: chat.maxTokens,
         choices: chat.choices,
         ttlSeconds: config.v1.maxRequestSeconds + 60,
+        free: own,
       }),
     );
 
@@ -349,7 +352,7 @@ export function createV1Handler(deps: V1Deps) {
         await usage(call, renterId);
         status = 200;
       } else {
-        const models = await listModels();
+        const models = await listModels(renterId);
         if (route === "models") {
           sendJson(call, 200, { object: "list", data: models });
         } else {
