@@ -1,15 +1,17 @@
 // `svc submit --follow`, `svc jobs watch` and `svc jobs logs -f`: a job's live
 // events (WatchJob). On a terminal: the queue reason while queued, then a
 // progress bar with the phase, log lines printed above it; elsewhere plain
-// lines; with --json one JSON object per event. A cut stream is resumed from
-// the last cursor, so no log line is lost or printed twice. At the end the
-// result, its cost and where the output was written.
+// lines; with --json one JSON object per event (the API's JSON, as the REST
+// event stream writes it). A lost connection (cut, reset, or the server
+// restarting) is resumed from the last cursor, so no log line is lost or
+// printed twice, for as long as SVC_RECONNECT_SECONDS (default 300 s) without
+// an event; a refusal of the server is not retried. At the end the result,
+// its cost and where the output was written.
 import fs from "node:fs";
 import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { toJson } from "@bufbuild/protobuf";
 import cliProgress from "cli-progress";
-import { JobEventSchema, type JobEvent, type JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
+import type { JobEvent, JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
 import type { Clients } from "./clients.js";
 import { EXIT, colour, isTty, out, printJsonLine, sar, statusColour } from "./output.js";
 
@@ -21,12 +23,37 @@ export interface FollowOptions {
   outFile?: string;
 }
 
-const RECONNECTS = 5;
+/** How long a lost stream is tried again without an event: SVC_RECONNECT_SECONDS, default 5 minutes. */
+export function reconnectWindowMs(env = process.env): number {
+  const s = env.SVC_RECONNECT_SECONDS?.trim() ? Number(env.SVC_RECONNECT_SECONDS) : NaN;
+  return Number.isFinite(s) && s >= 0 ? s * 1000 : 300_000;
+}
+/** Backoff between tries: 250 ms doubling up to 5 s; back to the start after any event. */
+export const backoffMs = (attempt: number) => Math.min(250 * 2 ** attempt, 5_000);
+
+/** The codes of a call that failed before or without an answer of the server (a lost connection). */
+const TRANSPORT_CODES = new Set([Code.Canceled, Code.Aborted, Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded, Code.ResourceExhausted]);
+
+/**
+ * Whether a failed watch is resumed. When the connection was lost (cut: Canceled, "http/2
+ * stream closed with error code CANCEL"; reset: Aborted, ECONNRESET; refused: Unavailable)
+ * no status came back: no grpc-status and no x-svc-http-status, the header our server sets on
+ * its own errors. An answer of the server is final, except "try again later": its 503 (a
+ * database it cannot reach) and 429, and its Unavailable while it shuts down.
+ */
+export function resumable(err: ConnectError): boolean {
+  const httpStatus = Number(err.metadata.get("x-svc-http-status")) || undefined;
+  if (httpStatus) return httpStatus === 503 || httpStatus === 429;
+  if (err.metadata.has("grpc-status")) return err.code === Code.Unavailable;
+  return TRANSPORT_CODES.has(err.code);
+}
 
 interface Display {
   status(text: string): void;
   progress(pct: number | undefined, phase: string | undefined): void;
   log(text: string): void;
+  /** A note on the connection (reconnecting…): stderr, or above the bar. */
+  notice(text: string): void;
   stop(complete: boolean): void;
 }
 
@@ -40,8 +67,36 @@ function plainDisplay(): Display {
       last = line;
     },
     log: (t) => out(t),
+    notice: (t) => void process.stderr.write(t + "\n"),
     stop() {},
   };
+}
+
+/** Exit codes of a process ended by a signal, as shells report them. */
+export const SIGNAL_EXIT = { SIGINT: 130, SIGTERM: 143 } as const;
+
+/**
+ * While the bar is drawn (cursor hidden, line wrap off), SIGINT and SIGTERM stop it (which
+ * restores the terminal) and then exit 130 or 143. Returns the function that removes the
+ * handlers. Not cli-progress' gracefulExit: it stops the bar and swallows the signal.
+ */
+export function restoreOnSignal(stop: () => void, exit: (code: number) => void = (code) => process.exit(code)): () => void {
+  const handlers = (Object.keys(SIGNAL_EXIT) as (keyof typeof SIGNAL_EXIT)[]).map((sig) => {
+    const handler = () => {
+      remove();
+      try {
+        stop();
+      } finally {
+        exit(SIGNAL_EXIT[sig]);
+      }
+    };
+    process.on(sig, handler);
+    return [sig, handler] as const;
+  });
+  const remove = () => {
+    for (const [sig, handler] of handlers) process.removeListener(sig, handler);
+  };
+  return remove;
 }
 
 /** The bar lives on stderr's line below the logs; MultiBar.log prints above it. */
@@ -61,6 +116,13 @@ function barDisplay(): Display {
   );
   let bar: cliProgress.SingleBar | undefined;
   let phase = "";
+  let stopped = false;
+  const stopBar = () => {
+    if (stopped) return;
+    stopped = true;
+    multi.stop();
+  };
+  const unhook = restoreOnSignal(stopBar);
   const ensure = () => (bar ??= multi.create(100, 0, { phase }));
   return {
     status(t) {
@@ -76,9 +138,14 @@ function barDisplay(): Display {
       if (bar) multi.log(t + "\n");
       else out(t);
     },
+    notice(t) {
+      if (bar && !stopped) multi.log(t + "\n");
+      else process.stderr.write(t + "\n");
+    },
     stop(complete) {
-      if (complete) ensure().update(100, { phase: phase || "done" });
-      multi.stop();
+      unhook();
+      if (complete && !stopped) ensure().update(100, { phase: phase || "done" });
+      stopBar();
     },
   };
 }
@@ -87,18 +154,29 @@ function extensionOf(format: string): string {
   return format === "text" ? "txt" : format;
 }
 
-/** Writes or prints what a completed job produced; returns where it went. */
-async function saveOutput(c: Clients, jobId: string, o: JobOutcome, outFile: string | undefined): Promise<string | undefined> {
-  if (!o.outputFormat) return undefined;
-  const image = o.outputFormat !== "text" && o.outputFormat !== "json";
-  const res = await c.jobs.getOutputFormat({ jobId, format: image ? "raw" : o.outputFormat === "text" ? "raw" : "json" });
+export interface Saved {
+  /** "stdout", or the file written. */
+  where: string;
+  bytes: number;
+}
+
+/**
+ * Writes or prints what a completed job produced (`outputFormat`: JobOutcome.output_format:
+ * png or another image format, text or json). A text result is its text, an image its bytes,
+ * a JSON result the output route's JSON; to `outFile`, else an image to `<job_id>.<format>`
+ * and text or JSON to stdout. `svc submit --follow`, `jobs watch` and `jobs output` all save this way.
+ */
+export async function saveOutput(c: Clients, jobId: string, outputFormat: string, outFile: string | undefined): Promise<Saved> {
+  const image = outputFormat !== "text" && outputFormat !== "json";
+  const res = await c.jobs.getOutputFormat({ jobId, format: image || outputFormat === "text" ? "raw" : "json" });
   if (!outFile && !image) {
-    process.stdout.write(Buffer.from(res.data).toString("utf8").replace(/\n?$/, "\n"));
-    return "stdout";
+    const text = Buffer.from(res.data).toString("utf8").replace(/\n?$/, "\n");
+    process.stdout.write(text);
+    return { where: "stdout", bytes: Buffer.byteLength(text) };
   }
-  const file = path.resolve(outFile ?? `${jobId}.${extensionOf(o.outputFormat)}`);
+  const file = path.resolve(outFile ?? `${jobId}.${extensionOf(outputFormat)}`);
   fs.writeFileSync(file, res.data);
-  return file;
+  return { where: file, bytes: res.data.length };
 }
 
 /** Follows a job to its end; returns the exit code (0 completed, 1 failed or cancelled). */
@@ -108,10 +186,12 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   let cursor: string | undefined;
   let outcome: JobOutcome | undefined;
   let complete = false;
+  /** What the last status line said: a resumed stream's snapshot repeats it only when it changed. */
+  let shown = "";
   const onEvent = (e: JobEvent) => {
     cursor = e.cursor;
     if (opts.json) {
-      printJsonLine(toJson(JobEventSchema, e, { useProtoFieldName: true, alwaysEmitImplicit: true }));
+      printJsonLine(e);
       if (e.event.case === "outcome") outcome = e.event.value;
       return;
     }
@@ -120,7 +200,9 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
       case "snapshot": {
         const j = e.event.value.job!;
         if (opts.logsOnly) break;
-        d.status(`job ${j.jobId} (${j.jobType}): ${statusColour(j.status)}${j.queueReason ? ` — ${j.queueReason}` : ""}`);
+        const line = `job ${j.jobId} (${j.jobType}): ${statusColour(j.status)}${j.queueReason ? ` — ${j.queueReason}` : ""}`;
+        if (line !== shown) d.status(line);
+        shown = line;
         if (j.status === "running" || j.progressPct !== undefined) d.progress(j.progressPct, j.progressPhase);
         break;
       }
@@ -128,6 +210,7 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
         if (opts.logsOnly) break;
         const s = e.event.value;
         d.status(`status: ${statusColour(s.status)}${s.queueReason ? ` — ${s.queueReason}` : ""}${s.providerId !== undefined && s.status !== "queued" ? ` (provider ${s.providerId})` : ""}`);
+        shown = "";
         if (s.status === "running") d.progress(undefined, undefined);
         break;
       }
@@ -147,32 +230,51 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
         break;
     }
   };
-  for (let attempt = 0; !outcome; attempt++) {
+  const notice = (t: string) => (display ? display.notice(t) : void process.stderr.write(t + "\n"));
+  const windowMs = reconnectWindowMs();
+  let attempt = 0;
+  /** When the connection was lost (undefined while events arrive). */
+  let lostAt: number | undefined;
+  while (!outcome) {
     try {
-      for await (const e of c.jobs.watchJob({ jobId, cursor })) onEvent(e);
+      for await (const e of c.jobs.watchJob({ jobId, cursor })) {
+        // Any event: the connection works; a later loss starts a new count.
+        if (lostAt !== undefined) notice("svc: reconnected");
+        attempt = 0;
+        lostAt = undefined;
+        onEvent(e);
+      }
       if (!outcome) throw new ConnectError("the event stream ended before the job did", Code.Unavailable);
     } catch (err) {
       const ce = ConnectError.from(err);
-      const fromServer = ce.metadata.get("x-svc-http-status");
-      // A cut connection (or a server restarting) resumes from the last cursor; a refusal does not.
-      if (outcome || fromServer || (ce.code !== Code.Unavailable && ce.code !== Code.ResourceExhausted && ce.code !== Code.Internal) || attempt >= RECONNECTS) {
+      const now = Date.now();
+      const delay = backoffMs(attempt++);
+      // A lost connection (or a server restarting) resumes from the last cursor; a refusal does not.
+      if (outcome || !resumable(ce) || now + delay - (lostAt ?? now) > windowMs) {
         display?.stop(false);
+        if (lostAt !== undefined) notice(`svc: gave up reconnecting after ${Math.round((now - lostAt) / 1000)} s`);
         throw err;
       }
-      await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
+      if (lostAt === undefined) {
+        lostAt = now;
+        notice(`svc: connection lost (${ce.rawMessage}); reconnecting…`);
+      }
+      await new Promise((r) => setTimeout(r, delay));
     }
   }
   display?.stop(complete);
   const o = outcome;
   const ok = o.status === "completed";
   if (opts.logsOnly) return ok ? EXIT.ok : EXIT.jobFailed;
-  let where: string | undefined;
+  let saved: Saved | undefined;
   // With --json, stdout carries only the events: a text result goes to a file only when --out names one.
-  if (ok && !(opts.json && !opts.outFile && (o.outputFormat === "text" || o.outputFormat === "json"))) where = await saveOutput(c, jobId, o, opts.outFile);
+  if (ok && o.outputFormat && !(opts.json && !opts.outFile && (o.outputFormat === "text" || o.outputFormat === "json"))) {
+    saved = await saveOutput(c, jobId, o.outputFormat, opts.outFile);
+  }
   if (opts.json) return ok ? EXIT.ok : EXIT.jobFailed;
   const why = [o.endReason, o.fault && o.fault !== "none" ? `${o.fault} fault` : undefined].filter(Boolean).join(", ");
   out(`result: ${statusColour(o.status)}${why ? ` (${why})` : ""}${o.error ? `: ${o.error}` : ""}`);
   out(`cost: ${o.costHalala} halala (${sar(o.costHalala)})${o.actualMinutes !== undefined ? `, ${o.actualMinutes} GPU minute(s)` : ""}`);
-  if (where && where !== "stdout") out(`output: written to ${where}`);
+  if (saved && saved.where !== "stdout") out(`output: written to ${saved.where}`);
   return ok ? EXIT.ok : EXIT.jobFailed;
 }

@@ -5,13 +5,15 @@ import fs from "node:fs";
 import readline from "node:readline";
 import { Writable } from "node:stream";
 import { Command, CommanderError, Option } from "commander";
-import { toJson, type DescMessage, type JsonObject, type MessageShape } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import type { JobParam } from "../../gen/svc/v1/job_types_pb.js";
 import { JobReceiptSchema, ReceiptKeysSchema } from "../../gen/svc/v1/receipts_pb.js";
+import { messageToJson } from "../shared/message-json.js";
 import { verifyReceipt, type PublishedKeys } from "../shared/receipt.js";
 import { clientsFor, type Clients } from "./clients.js";
-import { follow } from "./follow.js";
-import { EXIT, Exit, colour, out, printFields, printJson, printJsonLine, printTable, reportError, sar, statusColour } from "./output.js";
-import { ROLES, maskSecret, resolveProfile, roleOfKey, saveProfile, UsageError, type Profile, type Role } from "./profiles.js";
+import { follow, saveOutput } from "./follow.js";
+import { EXIT, Exit, apiJson, colour, out, printFields, printJson, printJsonLine, printTable, reportError, sar, statusColour } from "./output.js";
+import { ROLES, checkBaseUrl, maskSecret, resolveProfile, roleOfKey, saveProfile, UsageError, withArticle, type Profile, type Role } from "./profiles.js";
 
 const EXIT_HELP = `
 Exit codes:
@@ -23,8 +25,10 @@ Exit codes:
   5  the server refused the request (its error text and status are printed)
   6  receipt verify: the receipt or the output does not verify
 
-Environment: SVC_PROFILE, SVC_URL, SVC_KEY (renter or provider key), SVC_ADMIN_TOKEN,
-SVC_CONFIG_DIR (default $XDG_CONFIG_HOME/svc or ~/.config/svc).`;
+Environment: SVC_PROFILE, SVC_URL, SVC_KEY (renter or provider key: the role is its
+prefix's), SVC_ADMIN_TOKEN (the admin role when SVC_KEY is not set), SVC_ROLE,
+SVC_CONFIG_DIR (default $XDG_CONFIG_HOME/svc or ~/.config/svc), SVC_RECONNECT_SECONDS
+(how long a followed job's lost connection is tried again without an event; default 300).`;
 
 interface Globals {
   profile?: string;
@@ -56,19 +60,73 @@ async function readSecret(prompt: string): Promise<string> {
   });
 }
 
-/** k=v (the value as JSON when it parses: numbers, booleans, objects; else text). */
-function parseParam(text: string, prev: JsonObject = {}): JsonObject {
+/** --param or --param-json: [option, key, text of the value]. */
+type ParamArg = ["param" | "param-json", string, string];
+/** Parses key=value into `into` (both options share it, so the last one given wins). */
+const paramArg = (option: ParamArg[0], into: ParamArg[]) => (text: string): ParamArg[] => {
   const i = text.indexOf("=");
-  if (i <= 0) throw new UsageError(`--param wants key=value, got "${text}"`);
-  const raw = text.slice(i + 1);
-  let value: JsonObject[string];
-  try {
-    value = JSON.parse(raw);
-  } catch {
-    value = raw;
+  if (i <= 0) throw new UsageError(`--${option} wants key=value, got "${text}"`);
+  into.push([option, text.slice(0, i), text.slice(i + 1)]);
+  return into;
+};
+
+const PARAM_HELP = `
+Parameters: each --param key=value takes the type the job type declares for that
+parameter (svc reads them from the server, GET /api/job-types): text for a string
+(prompt=2024 stays "2024"), a number for an integer or a number, true or false for a
+boolean, JSON for an array or an object. A parameter the job type does not declare is
+JSON when it parses as JSON, else text. --param-json key=JSON gives a value as JSON,
+whatever the declared type (e.g. --param-json 'stop=["\\n"]').`;
+
+/** The params of a submit: each --param typed by the job type's declared parameters, each --param-json parsed. */
+async function buildParams(c: Clients, jobType: string, args: ParamArg[]): Promise<JsonObject | undefined> {
+  if (args.length === 0) return undefined;
+  let declared = new Map<string, JobParam>();
+  if (args.some(([option]) => option === "param")) {
+    try {
+      const rule = (await c.jobTypes.listJobTypes({})).jobTypes.find((t) => t.jobType === jobType);
+      declared = new Map((rule?.params ?? []).map((p) => [p.name, p]));
+    } catch {
+      // A server that does not say: every value is taken as JSON when it parses, as for an undeclared parameter.
+    }
   }
-  return { ...prev, [text.slice(0, i)]: value };
+  const params: JsonObject = {};
+  for (const [option, key, text] of args) {
+    if (option === "param-json") {
+      try {
+        params[key] = JSON.parse(text) as JsonValue;
+      } catch {
+        throw new UsageError(`--param-json ${key}: not JSON: ${text}`);
+      }
+    } else params[key] = typedParam(text, declared.get(key)?.type);
+  }
+  return params;
 }
+
+function typedParam(text: string, type: string | undefined): JsonValue {
+  const json = (): JsonValue | undefined => {
+    try {
+      return JSON.parse(text) as JsonValue;
+    } catch {
+      return undefined;
+    }
+  };
+  switch (type) {
+    case "string":
+      return text;
+    case "integer":
+    case "number":
+      // Not a number: sent as given, and the server says what it wants.
+      return text.trim() !== "" && Number.isFinite(Number(text)) ? Number(text) : text;
+    case "boolean":
+      return text === "true" ? true : text === "false" ? false : text;
+    default:
+      return json() ?? text;
+  }
+}
+
+/** "N halala (x.xx SAR)". */
+const halala = (v: bigint | number | undefined) => (v === undefined ? undefined : `${v} halala (${sar(v)})`);
 
 const int = (name: string) => (v: string) => {
   const n = Number(v);
@@ -95,7 +153,10 @@ export function buildProgram(): Command {
   const session = (role?: Role | Role[]): { c: Clients; p: Profile } => {
     const p = resolveProfile(g().profile);
     const wanted = role === undefined ? undefined : Array.isArray(role) ? role : [role];
-    if (wanted && !wanted.includes(p.role)) throw new UsageError(`this command is for a ${wanted.join(" or ")} profile; "${resolveProfile(g().profile).name}" is a ${p.role} profile`);
+    if (wanted && !wanted.includes(p.role)) {
+      const from = process.env.SVC_ROLE ? "SVC_ROLE" : process.env.SVC_KEY ? "SVC_KEY" : process.env.SVC_ADMIN_TOKEN ? "SVC_ADMIN_TOKEN" : `profile "${p.name}"`;
+      throw new UsageError(`this command is for ${withArticle(wanted.join(" or "))} profile; the credential in effect (${from}) is ${withArticle(p.role)}'s`);
+    }
     return { c: clientsFor(p), p };
   };
   const show = (value: unknown, human: () => void) => (g().json ? printJson(value) : human());
@@ -103,16 +164,20 @@ export function buildProgram(): Command {
   // ---- profiles ----
   program
     .command("login")
-    .description("save a profile: the key (or admin token) is read from stdin or a prompt, never from arguments")
+    .description("save a profile: the key (or admin token) is read from stdin or a prompt, never from arguments; SVC_KEY (or SVC_ADMIN_TOKEN) only when neither gives one")
     .requiredOption("--url <url>", "server base URL, e.g. http://localhost:8080")
     .addOption(new Option("--role <role>", "renter, provider or admin (default: from the key's prefix)").choices([...ROLES]))
     .option("--name <profile>", "profile name (default: --profile, else \"default\")")
     .action(async (o: { url: string; role?: Role; name?: string }) => {
-      const envSecret = o.role === "admin" ? process.env.SVC_ADMIN_TOKEN : (process.env.SVC_KEY ?? (o.role ? undefined : process.env.SVC_ADMIN_TOKEN));
-      const secret = envSecret ?? (await readSecret(o.role === "admin" ? "Admin token: " : "API key: "));
+      const url = checkBaseUrl(o.url, "--url");
+      // What stdin or the prompt gives wins; the environment stands in only when they give nothing.
+      const envName = o.role === "admin" ? "SVC_ADMIN_TOKEN" : process.env.SVC_KEY ? "SVC_KEY" : o.role ? undefined : "SVC_ADMIN_TOKEN";
+      const envSecret = envName ? process.env[envName] || undefined : undefined;
+      const given = await readSecret(`${o.role === "admin" ? "Admin token" : "API key"}${envSecret ? ` (Enter: use ${envName})` : ""}: `);
+      const secret = given || envSecret;
       if (!secret) throw new UsageError("no key given (pipe it on stdin, type it at the prompt, or set SVC_KEY)");
       const role = o.role ?? roleOfKey(secret) ?? "admin";
-      const p: Profile = { url: o.url.replace(/\/+$/, ""), role, secret };
+      const p: Profile = { url, role, secret };
       const c = clientsFor(p);
       // Checked before it is saved: a bad key is refused here, with the server's answer.
       let who: string;
@@ -181,11 +246,13 @@ export function buildProgram(): Command {
       );
     });
 
+  const paramArgs: ParamArg[] = [];
   program
     .command("submit")
     .description("submit a job; --follow watches it to the end (exit code: how it ended)")
     .argument("<type>", "job type, e.g. llm-inference, image_generation, benchmark")
-    .option("-p, --param <key=value>", "a job parameter (repeatable; values parsed as JSON when they can be)", parseParam)
+    .option("-p, --param <key=value>", "a job parameter (repeatable), typed as the job type declares it (see below)", paramArg("param", paramArgs))
+    .option("--param-json <key=json>", "a job parameter given as JSON (repeatable)", paramArg("param-json", paramArgs))
     .option("-d, --duration <minutes>", "duration estimate in minutes (the hold)", num("--duration"))
     .option("--priority <1-3>", "1 high, 2 normal, 3 low", int("--priority"))
     .option("--provider <id>", "run on this provider", int("--provider"))
@@ -193,11 +260,12 @@ export function buildProgram(): Command {
     .option("--idempotency-key <key>", "a retried submit with the same key answers the first job")
     .option("-f, --follow", "watch the job until it ends")
     .option("-o, --out <file>", "with --follow: where to write the output")
-    .action(async (type: string, o: { param?: JsonObject; duration?: number; priority?: number; provider?: number; maxDuration?: number; idempotencyKey?: string; follow?: boolean; out?: string }) => {
+    .addHelpText("after", PARAM_HELP)
+    .action(async (type: string, o: { duration?: number; priority?: number; provider?: number; maxDuration?: number; idempotencyKey?: string; follow?: boolean; out?: string }) => {
       const { c } = session("renter");
       const r = await c.jobs.submit({
         jobType: type,
-        params: o.param,
+        params: await buildParams(c, type, paramArgs),
         durationMinutes: o.duration,
         priority: o.priority,
         providerId: o.provider === undefined ? undefined : BigInt(o.provider),
@@ -227,7 +295,7 @@ export function buildProgram(): Command {
           ["type", (j) => j.jobType],
           ["status", (j) => statusColour(j.status)],
           ["progress", (j) => (j.progressPct === undefined ? undefined : `${Math.round(j.progressPct)}%`)],
-          ["cost", (j) => j.actualCostHalala ?? j.costHalala],
+          ["cost (halala)", (j) => j.actualCostHalala ?? j.costHalala],
           ["submitted", (j) => j.submittedAt],
         ]),
       );
@@ -306,16 +374,17 @@ export function buildProgram(): Command {
         throw new Exit(r.body.case === "gone" ? EXIT.jobFailed : EXIT.refused);
       }
       const obj = r.body.value as JsonObject;
-      const image = typeof obj.data === "string";
-      if (!image && !o.out) {
+      const format = outputFormatOf(obj);
+      if (format === "json" && !o.out) {
+        // The result object as the output route answers it.
         if (g().json) printJson(obj);
-        else out(typeof obj.response === "string" ? obj.response : JSON.stringify(obj, null, 2));
+        else out(JSON.stringify(obj, null, 2));
         return;
       }
-      const raw = await c.jobs.getOutputFormat({ jobId, format: image ? "raw" : "json" });
-      const file = o.out ?? `${jobId}.${image && typeof obj.format === "string" ? obj.format : image ? "png" : "json"}`;
-      fs.writeFileSync(file, raw.data);
-      show({ job_id: jobId, file, bytes: raw.data.length }, () => out(`written to ${file} (${raw.data.length} bytes)`));
+      if (format === "text" && !o.out && g().json) return printJson(obj);
+      // As `submit --follow` saves it: text as text, an image as its bytes, JSON as the output route's JSON.
+      const saved = await saveOutput(c, jobId, format, o.out);
+      if (saved.where !== "stdout") show({ job_id: jobId, file: saved.where, bytes: saved.bytes }, () => out(`written to ${saved.where} (${saved.bytes} bytes)`));
     });
 
   program
@@ -387,7 +456,7 @@ export function buildProgram(): Command {
           ["job", (j) => j.jobId],
           ["type", (j) => j.jobType],
           ["status", (j) => statusColour(j.status)],
-          ["earned", (j) => j.providerEarnedHalala],
+          ["earned (halala)", (j) => j.providerEarnedHalala],
           ["submitted", (j) => j.submittedAt],
         ]),
       );
@@ -459,10 +528,11 @@ export function buildProgram(): Command {
       );
     });
   for (const verb of ["approve", "reject", "suspend", "unsuspend"] as const) {
-    admin
-      .command(verb)
-      .argument("<provider_id>")
-      .option("--reason <text>")
+    const cmd = admin.command(verb).argument("<provider_id>");
+    // The server refuses a rejection without a reason (the provider is told it).
+    if (verb === "reject") cmd.requiredOption("--reason <text>", "why (required: the provider sees it)");
+    else cmd.option("--reason <text>", "why (kept in the audit log)");
+    cmd
       .description(`${verb} a provider`)
       .action(async (id: string, o: { reason?: string }) => {
         const { c } = session("admin");
@@ -484,7 +554,8 @@ export function buildProgram(): Command {
     .action(async () => {
       const { c } = session("admin");
       const d = await c.admin.getDashboard({});
-      show(d, () => printFields(Object.entries(d.stats ?? {}).filter(([k]) => !k.startsWith("$")) as [string, unknown][]));
+      const stats = (apiJson(d.stats ?? {}) ?? {}) as Record<string, unknown>;
+      show(d, () => printFields(Object.entries(stats).map(([k, v]) => (k.endsWith("_halala") ? [k.slice(0, -7).replace(/_/g, " "), halala(v as number)] : [k.replace(/_/g, " "), v]))));
     });
   admin
     .command("renters")
@@ -494,7 +565,7 @@ export function buildProgram(): Command {
     .action(async (o: { q?: string; limit: number }) => {
       const { c } = session("admin");
       const r = await c.admin.listRenters({ q: o.q, limit: o.limit });
-      show(r, () => printTable(r.renters, [["id", (x) => x.id], ["name", (x) => x.name], ["email", (x) => x.email], ["status", (x) => x.status], ["balance", (x) => x.balanceHalala]]));
+      show(r, () => printTable(r.renters, [["id", (x) => x.id], ["name", (x) => x.name], ["email", (x) => x.email], ["status", (x) => x.status], ["balance (halala)", (x) => x.balanceHalala]]));
     });
   admin
     .command("jobs")
@@ -534,8 +605,15 @@ export function buildProgram(): Command {
   return program;
 }
 
-/** The answer of a proto message as the REST route writes it (proto field names), for saving. */
-const restJson = <D extends DescMessage>(schema: D, msg: MessageShape<D>) => toJson(schema, msg, { useProtoFieldName: true });
+/** The answer of a proto message as the REST route writes it (src/shared/message-json.ts), for saving. */
+const restJson = messageToJson;
+
+/** The output format of a job's result object (as JobOutcome.output_format says it): an image's format, text or json. */
+function outputFormatOf(obj: JsonObject): string {
+  if (typeof obj.data === "string") return typeof obj.format === "string" && /^[a-z0-9]{1,10}$/.test(obj.format) ? obj.format : "png";
+  if (typeof obj.response === "string") return "text";
+  return "json";
+}
 
 function readJsonFile(file: string, what: string): unknown {
   let text: string;
@@ -624,7 +702,7 @@ function receiptKeyIds(doc: unknown): string[] {
  * them, page by page, or only those with the ids given (what one receipt names).
  */
 async function fetchKeys(url: string | undefined, session: (role?: Role | Role[]) => { c: Clients; p: Profile }, ids?: string[]): Promise<PublishedKeys> {
-  const c = url ? clientsFor({ url: url.replace(/\/+$/, ""), role: "renter", secret: "" }) : session().c;
+  const c = url ? clientsFor({ url: checkBaseUrl(url, "--url"), role: "renter", secret: "" }) : session().c;
   const pages = [];
   if (ids) for (const keyId of ids) pages.push(await c.receipts.listReceiptKeys({ keyId }));
   else {

@@ -3,6 +3,20 @@
 // errors as the server's text with its HTTP status and gRPC code (never a
 // stack trace). Exit codes are fixed here.
 import { Code, ConnectError } from "@connectrpc/connect";
+import { createRegistry, type Message } from "@bufbuild/protobuf";
+import { file_svc_v1_admin } from "../../gen/svc/v1/admin_pb.js";
+import { file_svc_v1_daemon } from "../../gen/svc/v1/daemon_pb.js";
+import { file_svc_v1_job_types } from "../../gen/svc/v1/job_types_pb.js";
+import { file_svc_v1_jobs } from "../../gen/svc/v1/jobs_pb.js";
+import { file_svc_v1_models } from "../../gen/svc/v1/models_pb.js";
+import { file_svc_v1_options } from "../../gen/svc/v1/options_pb.js";
+import { file_svc_v1_payments } from "../../gen/svc/v1/payments_pb.js";
+import { file_svc_v1_providers } from "../../gen/svc/v1/providers_pb.js";
+import { file_svc_v1_receipts } from "../../gen/svc/v1/receipts_pb.js";
+import { file_svc_v1_renters } from "../../gen/svc/v1/renters_pb.js";
+import { file_svc_v1_reports } from "../../gen/svc/v1/reports_pb.js";
+import { file_svc_v1_templates } from "../../gen/svc/v1/templates_pb.js";
+import { messageToJson } from "../shared/message-json.js";
 import { AuthMissing, UsageError } from "./profiles.js";
 
 /** Documented exit codes (README, `svc --help`). */
@@ -43,13 +57,48 @@ export function statusColour(status: string): string {
 
 export const out = (line = "") => process.stdout.write(line + "\n");
 
-/** JSON.stringify with 64-bit integers (bigint) as numbers. */
-export function printJson(value: unknown): void {
-  out(JSON.stringify(value, (_k, v) => (typeof v === "bigint" ? Number(v) : v), 2));
+/** Every message of the API, by type name, for apiJson. */
+const registry = createRegistry(
+  file_svc_v1_admin,
+  file_svc_v1_daemon,
+  file_svc_v1_job_types,
+  file_svc_v1_jobs,
+  file_svc_v1_models,
+  file_svc_v1_options,
+  file_svc_v1_payments,
+  file_svc_v1_providers,
+  file_svc_v1_receipts,
+  file_svc_v1_renters,
+  file_svc_v1_reports,
+  file_svc_v1_templates,
+);
+
+/**
+ * A value as the API's JSON: every protobuf message in it written as the REST
+ * routes write it (src/shared/message-json.ts: proto field names, 64-bit
+ * integers as numbers, documented nulls present, no "$typeName"); other
+ * objects and arrays member by member, a bigint as a number.
+ */
+export function apiJson(value: unknown): unknown {
+  if (typeof value === "bigint") return Number(value);
+  if (Array.isArray(value)) return value.map(apiJson);
+  if (value && typeof value === "object") {
+    const typeName = (value as { $typeName?: unknown }).$typeName;
+    const desc = typeof typeName === "string" ? registry.getMessage(typeName) : undefined;
+    if (desc) return messageToJson(desc, value as Message);
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, apiJson(v)]));
+  }
+  return value;
 }
 
+/** One JSON document (the API's JSON, see apiJson), indented. */
+export function printJson(value: unknown): void {
+  out(JSON.stringify(apiJson(value), null, 2));
+}
+
+/** One JSON document on one line (--follow --json: one per event). */
 export function printJsonLine(value: unknown): void {
-  out(JSON.stringify(value, (_k, v) => (typeof v === "bigint" ? Number(v) : v)));
+  out(JSON.stringify(apiJson(value)));
 }
 
 const cell = (v: unknown): string => {
@@ -64,7 +113,8 @@ export function printTable<T>(rows: T[], columns: [string, (r: T) => unknown][])
   const cells = rows.map((r) => columns.map(([, f]) => cell(f(r))));
   const widths = columns.map(([t], i) => Math.max(t.length, ...cells.map((c) => c[i].length)));
   const line = (cs: string[]) => cs.map((c, i) => (i === cs.length - 1 ? c : c.padEnd(widths[i]))).join("  ").trimEnd();
-  out(colour(line(columns.map(([t]) => t.toUpperCase())), "dim"));
+  // Titles in capitals, a unit in brackets as written: "COST (halala)".
+  out(colour(line(columns.map(([t]) => t.replace(/^[^(]*/, (name) => name.toUpperCase()))), "dim"));
   for (const c of cells) out(line(c));
   if (rows.length === 0) out(colour("(none)", "dim"));
 }

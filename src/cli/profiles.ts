@@ -1,8 +1,9 @@
 // Profiles: where `svc login` keeps a base URL, a role and its credential.
 // One JSON file in the user's config folder (folder 0700, file 0600, written
-// atomically). The environment overrides a profile field by field, so
-// scripts and CI need no file: SVC_URL, SVC_ROLE, SVC_KEY (renter or provider
-// key), SVC_ADMIN_TOKEN, SVC_PROFILE (which profile).
+// atomically). The environment overrides a profile, so scripts and CI need no
+// file: SVC_URL, SVC_KEY (renter or provider key: the role is its prefix's),
+// SVC_ADMIN_TOKEN (the admin role, when SVC_KEY is not set), SVC_ROLE (the
+// role, whatever the credential says), SVC_PROFILE (which profile).
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -54,19 +55,54 @@ export function saveProfile(name: string, p: Profile, env = process.env): string
   return file;
 }
 
-/** The profile in effect: --profile, else SVC_PROFILE, else the default one; then env overrides. */
+/**
+ * The profile in effect: --profile, else SVC_PROFILE, else the default one; then the
+ * environment. The role goes with the credential: SVC_KEY's prefix when SVC_KEY is set, admin
+ * when only SVC_ADMIN_TOKEN is, the stored profile's otherwise (SVC_ROLE overrides all three);
+ * a stored secret is used only for the role it was saved with.
+ */
 export function resolveProfile(name: string | undefined, env = process.env): Profile & { name: string } {
   const all = readProfiles(env);
   const chosen = name ?? env.SVC_PROFILE ?? all.default ?? "default";
   const stored: Partial<Profile> = all.profiles[chosen] ?? {};
   if (name && !all.profiles[name] && !env.SVC_URL) throw new UsageError(`no profile named "${name}" (svc login --profile ${name})`);
-  const role = (env.SVC_ROLE as Role | undefined) ?? stored.role ?? (env.SVC_ADMIN_TOKEN && !env.SVC_KEY ? "admin" : roleOfKey(env.SVC_KEY));
-  const secret = role === "admin" ? (env.SVC_ADMIN_TOKEN ?? stored.secret) : (env.SVC_KEY ?? stored.secret);
+  const role = roleInEffect(env, stored);
+  const secret = role === "admin" ? (env.SVC_ADMIN_TOKEN ?? ownSecret(stored, role)) : (env.SVC_KEY ?? ownSecret(stored, role));
   const url = env.SVC_URL ?? stored.url;
   if (!url || !role || !secret) throw new AuthMissing(`not logged in: run \`svc login\` (or set SVC_URL and SVC_KEY / SVC_ADMIN_TOKEN)`);
   if (!ROLES.includes(role)) throw new UsageError(`unknown role "${role}" (renter, provider or admin)`);
-  return { name: chosen, url: url.replace(/\/+$/, ""), role, secret };
+  return { name: chosen, url: checkBaseUrl(url, env.SVC_URL ? "SVC_URL" : `the URL of profile "${chosen}"`), role, secret };
 }
+
+function roleInEffect(env: NodeJS.ProcessEnv, stored: Partial<Profile>): Role | undefined {
+  if (env.SVC_ROLE) return env.SVC_ROLE as Role;
+  if (env.SVC_KEY) {
+    const role = roleOfKey(env.SVC_KEY) ?? (stored.role === "admin" ? undefined : stored.role);
+    if (!role) throw new UsageError("SVC_KEY is neither a renter key (svc-renter-…) nor a provider key (svc-provider-…): set SVC_ROLE");
+    return role;
+  }
+  if (env.SVC_ADMIN_TOKEN) return "admin";
+  return stored.role;
+}
+
+const ownSecret = (stored: Partial<Profile>, role: Role | undefined) => (stored.role === role ? stored.secret : undefined);
+
+/** A server base URL as given (--url, SVC_URL, a profile): http:// or https://, without trailing slashes. */
+export function checkBaseUrl(url: string, what: string): string {
+  let parsed: URL | undefined;
+  try {
+    parsed = new URL(url);
+  } catch {
+    // Not a URL at all.
+  }
+  if (!parsed || (parsed.protocol !== "http:" && parsed.protocol !== "https:") || !parsed.host) {
+    throw new UsageError(`${what} "${url}" is not an http:// or https:// URL${/^[\w.-]+(:\d+)?(\/.*)?$/.test(url) ? ` (did you mean http://${url}?)` : ""}`);
+  }
+  return url.replace(/\/+$/, "");
+}
+
+/** "a renter", "an admin": the article of a role (or a list of them: "a renter or admin"). */
+export const withArticle = (word: string) => `${/^[aeiou]/i.test(word) ? "an" : "a"} ${word}`;
 
 export function roleOfKey(key: string | undefined): Role | undefined {
   if (key?.startsWith("svc-renter-")) return "renter";

@@ -104,14 +104,21 @@ describe("svc", { timeout: 180_000 }, () => {
     // Not a terminal: plain lines, no bar and no colour.
     expect(run.stdout).not.toMatch(/\u2588|\x1b\[/);
 
-    // --json answers parse; the balance shows the charge.
+    // --json answers are the API's JSON (as the REST routes write them): proto field names,
+    // 64-bit integers as numbers, documented nulls present, no "$typeName". The balance shows the charge.
     const bal = await svc(["--json", "balance"], { home });
     expect(bal.code).toBe(0);
-    expect(JSON.parse(bal.stdout)).toMatchObject({ balanceHalala: 2500 - Number(cost![1]), heldHalala: 0 });
+    expect(JSON.parse(bal.stdout)).toMatchObject({ balance_halala: 2500 - Number(cost![1]), held_halala: 0 });
     const ls = await svc(["--json", "jobs", "ls"], { home });
     const listed = JSON.parse(ls.stdout);
-    expect(listed.jobs[0]).toMatchObject({ jobType: "image_generation", status: "completed" });
-    const jobId = listed.jobs[0].jobId as string;
+    expect(listed.jobs[0]).toMatchObject({ job_type: "image_generation", status: "completed", queue_reason: null });
+    expect(typeof listed.jobs[0].cost_halala).toBe("number");
+    expect(ls.stdout).not.toMatch(/\$typeName|"jobId"|"costHalala"/);
+    const rest = await h.api().get("/api/jobs", renter.headers);
+    expect(Object.keys(listed.jobs[0]).sort()).toEqual(Object.keys(rest.body.jobs[0]).sort());
+    const table = await svc(["jobs", "ls"], { home });
+    expect(table.stdout).toMatch(/^JOB\s+TYPE\s+STATUS\s+PROGRESS\s+COST \(halala\)\s+SUBMITTED$/m);
+    const jobId = listed.jobs[0].job_id as string;
     const logs = await svc(["jobs", "logs", jobId], { home });
     expect(logs.stdout).toMatch(/loading the model[\s\S]*drawing/);
     const out = await svc(["jobs", "output", jobId, "--out", "again.png"], { home });
@@ -124,14 +131,14 @@ describe("svc", { timeout: 180_000 }, () => {
     // /v1 usage by day and model, on the generated client (no /v1 requests yet: 14 empty days).
     const usage = await svc(["--json", "usage"], { home });
     expect(usage.code, usage.stderr).toBe(0);
-    expect(JSON.parse(usage.stdout)).toMatchObject({ days: expect.arrayContaining([expect.objectContaining({ requests: 0 })]) });
+    expect(JSON.parse(usage.stdout)).toMatchObject({ days: expect.arrayContaining([expect.objectContaining({ requests: 0, cost_halala: 0 })]) });
     expect(JSON.parse(usage.stdout).days).toHaveLength(14);
     // The provider's earnings by day come from the server's report (its ledger credits): 75% of the charge.
     const earned = await svc(["--json", "provider", "earnings"], { home: tempDir("svc-provider"), env: { SVC_URL: h.srv.url, SVC_KEY: provider.key } });
     expect(earned.code, earned.stderr).toBe(0);
     const report = JSON.parse(earned.stdout);
-    expect(report.totalEarnedHalala).toBe(Math.floor((Number(cost![1]) * 75) / 100));
-    expect(report.days.at(-1)).toMatchObject({ jobs: 1, earnedHalala: report.totalEarnedHalala });
+    expect(report.total_earned_halala).toBe(Math.floor((Number(cost![1]) * 75) / 100));
+    expect(report.days.at(-1)).toMatchObject({ jobs: 1, earned_halala: report.total_earned_halala });
   });
 
   it("--json --follow prints one JSON event per line; a failing job exits 1", async () => {
@@ -143,15 +150,16 @@ describe("svc", { timeout: 180_000 }, () => {
     expect(run.code, run.stdout + run.stderr).toBe(1);
     const lines = run.stdout.trim().split("\n").map((l) => JSON.parse(l));
     const [first, ...events] = lines;
-    expect(first.submitted.job.job.status).toBeDefined();
+    expect(first.submitted.job.status).toBeDefined();
     expect(Object.keys(events[0])).toContain("snapshot");
     const outcome = events.at(-1).outcome;
     // The runner's own failure: the stream daemon reports it as the renter's (runtime_error).
     expect(outcome).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter" });
-    expect(Number(outcome.cost_halala)).toBeGreaterThanOrEqual(0);
+    expect(outcome.cost_halala).toBeGreaterThanOrEqual(0);
+    expect(outcome).toMatchObject({ output_path: null, output_format: null }); // documented nulls are there
     expect(outcome.error).toBeTruthy();
 
-    const plain = await svc(["jobs", "watch", first.submitted.job.job.jobId], { home, env });
+    const plain = await svc(["jobs", "watch", first.submitted.job.job_id], { home, env });
     expect(plain.code).toBe(1);
     expect(plain.stdout).toMatch(/result: failed/);
   });
@@ -189,7 +197,7 @@ describe("svc", { timeout: 180_000 }, () => {
     const approve = await svc(["admin", "approve", String(pending.id)], { home, env: adminEnv });
     expect(approve.code, approve.stderr).toBe(0);
     const status = await svc(["--json", "provider", "status"], { home, env: { SVC_URL: h.srv.url, SVC_KEY: pending.key } });
-    expect(JSON.parse(status.stdout).provider.provider).toMatchObject({ id: pending.id, approvalStatus: "approved" });
+    expect(JSON.parse(status.stdout).provider).toMatchObject({ id: pending.id, approval_status: "approved" });
     // The job list, by renter and type, with its total.
     const lister = await makeRenter(h.srv, 10_000);
     for (const jobType of ["training", "rendering", "training"]) await seedJob(h.srv, { renterId: lister.id, status: "queued", jobType });
@@ -232,5 +240,109 @@ describe("svc", { timeout: 180_000 }, () => {
     expect(lastShow).toBeGreaterThan(run.stdout.lastIndexOf("\x1b[?25l")); // ...and shown again
     expect(run.stdout).toMatch(/result: .*completed/);
     expect(run.stdout).toMatch(/output: written to .*\.png/);
+  });
+  it("login: a key on stdin wins over SVC_KEY and SVC_ADMIN_TOKEN, which stand in only when stdin gives none; a URL without its scheme is a usage error", async () => {
+    const a = await makeRenter(h.srv);
+    const b = await makeRenter(h.srv);
+    const saved = (home: string) => JSON.parse(fs.readFileSync(path.join(home, "config", "profiles.json"), "utf8")).profiles.default;
+
+    const overKey = tempDir("svc-home");
+    const r1 = await svc(["login", "--url", h.srv.url], { home: overKey, input: a.key + "\n", env: { SVC_KEY: b.key } });
+    expect(r1.code, r1.stderr).toBe(0);
+    expect(saved(overKey)).toMatchObject({ role: "renter", secret: a.key });
+
+    const overToken = tempDir("svc-home");
+    const r2 = await svc(["login", "--url", h.srv.url], { home: overToken, input: a.key + "\n", env: { SVC_ADMIN_TOKEN: ADMIN_TOKEN } });
+    expect(r2.code, r2.stderr).toBe(0);
+    expect(saved(overToken)).toMatchObject({ role: "renter", secret: a.key });
+
+    const fromEnv = tempDir("svc-home");
+    const r3 = await svc(["login", "--url", h.srv.url], { home: fromEnv, input: "", env: { SVC_KEY: b.key } });
+    expect(r3.code, r3.stderr).toBe(0);
+    expect(saved(fromEnv)).toMatchObject({ role: "renter", secret: b.key });
+
+    const noScheme = await svc(["login", "--url", "localhost:18080"], { home: tempDir("svc-home"), input: a.key + "\n" });
+    expect(noScheme.code).toBe(2);
+    expect(noScheme.stderr).toMatch(/--url "localhost:18080" is not an http:\/\/ or https:\/\/ URL \(did you mean http:\/\/localhost:18080\?\)/);
+    expect(noScheme.stderr).not.toMatch(/unreachable|Invalid URL/);
+    const badEnv = await svc(["balance"], { home: tempDir("svc-home"), env: { SVC_URL: "127.0.0.1:9", SVC_KEY: a.key } });
+    expect(badEnv.code).toBe(2);
+    expect(badEnv.stderr).toMatch(/SVC_URL "127.0.0.1:9"/);
+  });
+
+  it("SVC_KEY and SVC_ADMIN_TOKEN bring their own role over a stored profile's; tables say their money's unit", async () => {
+    const home = tempDir("svc-home");
+    const renter = await makeRenter(h.srv, 1_234);
+    const provider = await makeProvider(h.srv);
+    expect((await svc(["login", "--url", h.srv.url], { home, input: renter.key })).code).toBe(0);
+
+    // A provider key in SVC_KEY is a provider's, whatever the stored profile's role.
+    const who = await svc(["--json", "whoami"], { home, env: { SVC_KEY: provider.key } });
+    expect(who.code, who.stderr).toBe(0);
+    expect(JSON.parse(who.stdout)).toMatchObject({ role: "provider", key: `svc-provider-…${provider.key.slice(-4)}` });
+    const status = await svc(["--json", "provider", "status"], { home, env: { SVC_KEY: provider.key } });
+    expect(status.code, status.stderr).toBe(0);
+    expect(JSON.parse(status.stdout).provider).toMatchObject({ id: provider.id, today_earnings_halala: 0, active_job: null });
+
+    // SVC_ADMIN_TOKEN alone is an admin's.
+    const dash = await svc(["admin", "dashboard"], { home, env: { SVC_ADMIN_TOKEN: ADMIN_TOKEN } });
+    expect(dash.code, dash.stderr).toBe(0);
+    expect(dash.stdout).toMatch(/^total renter balance\s+\d+ halala \(\d+\.\d\d SAR\)$/m);
+    expect(dash.stdout).toMatch(/^total revenue\s+\d+ halala \(\d+\.\d\d SAR\)$/m);
+    const renters = await svc(["admin", "renters"], { home, env: { SVC_ADMIN_TOKEN: ADMIN_TOKEN } });
+    expect(renters.code, renters.stderr).toBe(0);
+    expect(renters.stdout).toMatch(/^ID\s+NAME\s+EMAIL\s+STATUS\s+BALANCE \(halala\)$/m);
+    expect(renters.stdout).toMatch(/\s1234$/m);
+    const dashJson = JSON.parse((await svc(["--json", "admin", "dashboard"], { home, env: { SVC_ADMIN_TOKEN: ADMIN_TOKEN } })).stdout);
+    expect(typeof dashJson.stats.total_renter_balance_halala).toBe("number");
+    expect(Array.isArray(dashJson.gpu_breakdown)).toBe(true);
+
+    // Without them, the stored renter profile is a renter's: an operator command is a usage error that says so.
+    const refused = await svc(["admin", "dashboard"], { home });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/this command is for an admin profile; the credential in effect \(profile "default"\) is a renter's/);
+  });
+
+  it("admin reject wants --reason (the server refuses one without)", async () => {
+    const home = tempDir("svc-home");
+    const pending = await makeProvider(h.srv, { approved: false });
+    const env = { SVC_URL: h.srv.url, SVC_ADMIN_TOKEN: ADMIN_TOKEN };
+    const bare = await svc(["admin", "reject", String(pending.id)], { home, env });
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toMatch(/required option '--reason <text>' not specified/);
+    const given = await svc(["admin", "reject", String(pending.id), "--reason", "no GPU in the photos"], { home, env });
+    expect(given.code, given.stderr).toBe(0);
+    expect((await h.srv.sql`SELECT approval_status, rejection_reason FROM providers WHERE id = ${pending.id}`)[0]).toMatchObject({
+      approval_status: "rejected",
+      rejection_reason: "no GPU in the photos",
+    });
+  });
+
+  it("jobs output of a text job: its text, to stdout or to --out FILE, as submit --follow --out writes it", async () => {
+    const home = tempDir("svc-home");
+    const renter = await makeRenter(h.srv, 10_000);
+    const provider = await makeProvider(h.srv);
+    const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
+    expect(job.provider_id).toBe(provider.id);
+    await h.api().get(`/api/providers/${provider.key}/jobs`);
+    const done = await h.api().post("/api/providers/job-result", { api_key: provider.key, job_id: job.job_id, success: true, result: { response: "hello, world" } });
+    expect(done.status, done.text).toBe(200);
+    const env = { SVC_URL: h.srv.url, SVC_KEY: renter.key };
+
+    const printed = await svc(["jobs", "output", job.job_id], { home, env });
+    expect(printed.code, printed.stderr).toBe(0);
+    expect(printed.stdout).toBe("hello, world\n");
+    const saved = await svc(["jobs", "output", job.job_id, "--out", "answer.txt"], { home, env });
+    expect(saved.code, saved.stderr).toBe(0);
+    expect(saved.stdout).toMatch(/written to .*answer\.txt \(12 bytes\)/);
+    expect(fs.readFileSync(path.join(home, "answer.txt"), "utf8")).toBe("hello, world");
+    const shown = JSON.parse((await svc(["--json", "jobs", "show", job.job_id], { home, env })).stdout);
+    expect(shown).toMatchObject({ job_id: job.job_id, status: "completed", provider_id: provider.id });
+    const json = await svc(["--json", "jobs", "output", job.job_id], { home, env });
+    expect(JSON.parse(json.stdout)).toMatchObject({ response: "hello, world", job_id: job.job_id, status: "completed" });
+    // The same file as a followed job's --out.
+    const watched = await svc(["jobs", "watch", job.job_id, "--out", "watched.txt"], { home, env });
+    expect(watched.code, watched.stderr).toBe(0);
+    expect(fs.readFileSync(path.join(home, "watched.txt"), "utf8")).toBe("hello, world");
   });
 });
