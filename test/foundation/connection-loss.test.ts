@@ -56,7 +56,7 @@ await sql.end({ timeout: 1 });
 await killer.end({ timeout: 1 });
 `;
 
-it("a transaction that loses its connection fails with CONNECTION_CLOSED, the process lives on and the pool keeps working", async () => {
+it("a transaction that loses its connection fails as the database being away, the process lives on and the pool keeps working", async () => {
   const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", CHILD], {
     env: { ...process.env, DATABASE_URL: db.url },
   });
@@ -66,5 +66,9 @@ it("a transaction that loses its connection fails with CONNECTION_CLOSED, the pr
   const code = await new Promise<number | null>((r) => child.on("exit", (c) => r(c)));
   expect(out).not.toMatch(/TypeError/);
   expect(code, out).toBe(0);
-  expect(out.trim().split("\n")).toEqual(["failed CONNECTION_CLOSED", "failed CONNECTION_CLOSED", "failed CONNECTION_CLOSED", "answered 0,1,2,3,4,5,6,7,8,9"]);
+  // Each fails as a lost connection: closed, or, when the backend's own farewell (57P01, terminated by an
+  // administrator) is still unread on the socket, with that; both are the database being away (src/errors.ts).
+  const lines = out.trim().split("\n");
+  expect(lines.slice(0, 3), out).toEqual(Array(3).fill(expect.stringMatching(/^failed (CONNECTION_CLOSED|57P01)$/)));
+  expect(lines.slice(3)).toEqual(["answered 0,1,2,3,4,5,6,7,8,9"]);
 }, 60_000);
