@@ -69,6 +69,8 @@ export interface Config {
     maxRequestSeconds: number;
     /** Proxy to endpoints on private/loopback addresses (off in production: provider-supplied URLs must not reach internal hosts). */
     allowPrivateUpstreams: boolean;
+    /** Emails (lower case) of the renter accounts that may submit public vllm_serve jobs: the platform's managed endpoints. */
+    managedRenters: string[];
   };
   /** Prometheus metrics (GET /metrics, src/http/metrics.ts). */
   metrics: {
@@ -263,6 +265,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       upstreamTimeoutMs: int(env, "SVC_V1_UPSTREAM_TIMEOUT_MS", 120_000, 100, 3_600_000),
       maxRequestSeconds: int(env, "SVC_V1_MAX_REQUEST_SECONDS", 900, 1, 86_400),
       allowPrivateUpstreams: bool(env, "SVC_V1_PRIVATE_UPSTREAMS", !production),
+      managedRenters: (env.SVC_V1_MANAGED_RENTERS || "").split(",").map((s) => s.trim().toLowerCase()).filter(Boolean),
     },
   };
   // Local secrets are generated (and written) only once every other variable passed its checks.

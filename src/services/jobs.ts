@@ -12,7 +12,7 @@ import { cancelJob } from "../domain/jobs/job-control.js";
 import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
 import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jobView, jobViews, listJobs, type JobReader } from "../domain/jobs/jobs.js";
 import { type JobRow } from "../domain/shared/job-row.js";
-import { prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
+import { checkPublicServing, prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
 import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
 import { recordAttestation } from "../domain/providers/attestations.js";
 import { parseCursor } from "../domain/jobs/job-watch.js";
@@ -134,6 +134,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         checkpointEnabled: req.checkpointEnabled,
         prewarm: req.prewarm,
       };
+      await checkPublicServing(sql, renterId, input, config.v1.managedRenters);
       let submitted: Submitted | undefined;
       const scope = `jobs.submit:renter:${renterId}`;
       if (idempotencyKey) {

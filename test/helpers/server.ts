@@ -9,6 +9,8 @@ import { startApp, type App } from "../../src/server.js";
 
 export const ADMIN_TOKEN = "test-admin-token-0123456789";
 export const HMAC_SECRET = "test-hmac-secret-0123456789abcdef";
+/** The renter account test servers let run public vllm_serve jobs (SVC_V1_MANAGED_RENTERS). */
+export const MANAGED_RENTER_EMAIL = "managed-endpoints@svc.test";
 
 export interface TestServer {
   app: App;
@@ -48,6 +50,7 @@ export async function startTestServer(env: Record<string, string> = {}, database
     SVC_DATA_DIR: path.join(os.tmpdir(), "svc-test-data"),
     LOG_LEVEL: process.env.TEST_LOG_LEVEL || "silent", // TEST_LOG_LEVEL=error shows a server's errors while debugging a test
     SVC_RATE_LIMITS: "off",
+    SVC_V1_MANAGED_RENTERS: MANAGED_RENTER_EMAIL,
     ...env,
   });
   const app = await startApp(config);

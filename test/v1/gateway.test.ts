@@ -3,7 +3,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { makeRenter } from "../helpers/fixtures.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";
@@ -457,6 +457,19 @@ describe("upstream failures", () => {
 
 describe("private and public endpoints", () => {
   const PRIVATE_MODEL = "google/gemma-2-9b-it"; // a known model only the test below serves, privately
+
+  it("lets only the managed-endpoint accounts (SVC_V1_MANAGED_RENTERS) serve every renter: another renter's public job is refused", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    const submit = (params: Record<string, unknown>) =>
+      client(srv.url).post("/api/jobs/submit", { job_type: "vllm_serve", params: { model: PRIVATE_MODEL, ...params }, provider_id: provider.id }, renter.headers);
+    // Pinned to a provider of its own, a public job would draw other renters' prompts to a server of its choosing.
+    const refused = await submit({ public: true });
+    expect(refused.status).toBe(403);
+    expect(refused.body.error).toMatch(/params\.public: only the platform's managed-endpoint accounts \(SVC_V1_MANAGED_RENTERS\)/);
+    expect(await srv.sql`SELECT 1 FROM jobs WHERE renter_id = ${renter.id}`).toHaveLength(0);
+    expect((await submit({ public: false })).status).toBe(201);
+  });
 
   it("a renter's own serving job serves its own requests only, recorded without a token charge", async () => {
     const own = await startFakeVllm("own");

@@ -1,11 +1,13 @@
 // Brings up a vLLM endpoint: a renter submits a vllm_serve job for the model
-// (public, as the platform's managed endpoints are, unless asked otherwise),
+// (public, as the platform's managed endpoints are, from the managed-endpoint
+// account the test server names; or private, from a renter of its own),
 // it is assigned to a fresh approved and live provider, and that provider's
 // daemon reports the endpoint through POST /api/jobs/{job_id}/endpoint-ready
 // (which also marks the job running).
+import { credit } from "../../src/domain/money/ledger.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
-import type { TestServer } from "../helpers/server.js";
+import { MANAGED_RENTER_EMAIL, type TestServer } from "../helpers/server.js";
 
 export interface Serving {
   provider: { id: number; key: string };
@@ -23,10 +25,11 @@ export async function serveModel(
 ): Promise<Serving> {
   const api = client(srv.url);
   const provider = await makeProvider(srv, { vramMib: 81920, gpuModel: "NVIDIA H100 80GB HBM3" });
-  const owner = opts.owner ?? (await makeRenter(srv, 100_000));
+  const isPublic = opts.public ?? true;
+  const owner = opts.owner ?? (isPublic ? await managedOwner(srv) : await makeRenter(srv, 100_000));
   const submit = await api.post(
     "/api/jobs/submit",
-    { job_type: "vllm_serve", params: { model, public: opts.public ?? true }, provider_id: provider.id, duration_minutes: 60, max_duration_seconds: 3600 },
+    { job_type: "vllm_serve", params: { model, public: isPublic }, provider_id: provider.id, duration_minutes: 60, max_duration_seconds: 3600 },
     owner.headers,
   );
   if (submit.status !== 201) throw new Error(`vllm_serve submit failed: ${submit.status} ${submit.text}`);
@@ -34,4 +37,22 @@ export async function serveModel(
   const ready = await api.post(`/api/jobs/${jobId}/endpoint-ready`, { api_key: provider.key, endpoint_url: endpointUrl, model });
   if (ready.status !== 200) throw new Error(`endpoint-ready failed: ${ready.status} ${ready.text}`);
   return { provider, owner, jobId };
+}
+
+const managedOwners = new WeakMap<TestServer, Promise<Serving["owner"]>>();
+
+/** The server's managed-endpoint account (MANAGED_RENTER_EMAIL), registered and funded once per server. */
+function managedOwner(srv: TestServer): Promise<Serving["owner"]> {
+  let owner = managedOwners.get(srv);
+  if (!owner) {
+    owner = (async () => {
+      const r = await client(srv.url).post("/api/renters/register", { name: "Managed endpoints", email: MANAGED_RENTER_EMAIL });
+      if (r.status !== 201) throw new Error(`managed renter register failed: ${r.status} ${r.text}`);
+      const id: number = r.body.renter_id;
+      await srv.sql.begin((tx) => credit(tx, id, 100_000_000, `test-fund:${id}:managed`));
+      return { id, key: r.body.api_key as string, headers: { "x-renter-key": r.body.api_key as string } };
+    })();
+    managedOwners.set(srv, owner);
+  }
+  return owner;
 }

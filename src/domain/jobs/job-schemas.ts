@@ -146,7 +146,8 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
         type: "boolean",
         default: false,
         description:
-          "Serve every renter's /v1 requests for the model (billed to them per token, 75% to the provider). " +
+          "Serve every renter's /v1 requests for the model (billed to them per token, 75% to the provider); " +
+          "for the platform's managed-endpoint accounts (SVC_V1_MANAGED_RENTERS) only. " +
           "Otherwise the endpoint serves this renter's own /v1 requests only, with no token charge: the job pays for the GPU by the minute",
       },
     },

@@ -4,7 +4,7 @@
 // is refused (402, 429, 404, 503).
 import crypto from "node:crypto";
 import { allInTransaction, inOrder, type Db, type Sql, type Tx } from "../../db/index.js";
-import { type ServiceError, apiError, badRequest, notFound, paymentRequired } from "../../errors.js";
+import { type ServiceError, apiError, badRequest, forbidden, notFound, paymentRequired } from "../../errors.js";
 import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult, type QueueStanding } from "../dispatch/dispatch.js";
 import { validateParams } from "./job-schemas.js";
 import type { JobRow } from "../shared/job-row.js";
@@ -111,6 +111,27 @@ export interface SubmitIntent {
  * 400 naming the field (an unapproved image included). Reads only (the
  * registry's approved images), so it runs before any transaction.
  */
+/**
+ * A vllm_serve job with params.public serves every renter's /v1 requests
+ * (src/http/v1/endpoints.ts), billed per token: the platform's managed
+ * endpoints. Only the accounts the operator names (SVC_V1_MANAGED_RENTERS,
+ * emails) may submit one: a renter pinning such a job to a provider of its own
+ * could draw other renters' prompts, and their billing, to a server of its own.
+ */
+export async function checkPublicServing(db: Db, renterId: number, input: SubmitInput, managedEmails: readonly string[]): Promise<void> {
+  const params = input.params as Record<string, unknown> | undefined;
+  // Anything but `true` is left to validateParams (a non-boolean is refused there, as is `public` on other job types).
+  if (params?.public !== true) return;
+  const jobType = input.jobType?.trim() || (input.templateId ? templateById(input.templateId)?.jobType : undefined);
+  if (jobType !== "vllm_serve") return;
+  const [renter] = await db<{ email: string }[]>`SELECT email FROM renters WHERE id = ${renterId}`;
+  if (renter && managedEmails.includes(renter.email.toLowerCase())) return;
+  throw forbidden(
+    "params.public: only the platform's managed-endpoint accounts (SVC_V1_MANAGED_RENTERS) may serve every renter's /v1 requests; " +
+      "without it a vllm_serve job serves its own renter's requests",
+  );
+}
+
 export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number, input: SubmitInput): Promise<SubmitIntent> {
   const template = input.templateId ? templateById(input.templateId) : undefined;
   const rawType = input.jobType?.trim() || template?.jobType;
