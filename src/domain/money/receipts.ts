@@ -267,7 +267,9 @@ function attestationOf(job: JobRow, outputHash: string | null, att: AttestationR
   return {
     status: "none",
     reason: "not_attested",
-    detail: "the result came without a provider signature (the legacy JSON protocol has no provider key): there is no provider attestation",
+    detail:
+      "the result came without a provider signature that covers the stored output (the legacy JSON protocol has no provider key; " +
+      "a stream daemon may send none): there is no provider attestation",
   };
 }
 
