@@ -21,7 +21,7 @@ describe("stream refresh", () => {
     const api = client(srv.url);
     const busy = await makeProvider(srv);
     const idle = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 2, temp_limit_c = 71 WHERE id = ${busy.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2, temp_limit_c = 71 WHERE id = ${busy.id}`;
     await srv.sql`UPDATE providers SET is_paused = true, status = 'paused', gpu_usage_cap_pct = 40 WHERE id = ${idle.id}`;
     const renter = await makeRenter(srv, 1_000);
     const jobs: string[] = [];

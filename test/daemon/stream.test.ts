@@ -215,7 +215,7 @@ describe("jobs over the stream", () => {
 
   it("pushes the submit's own assignment from the submitting process, without waiting for its notice, and once", async () => {
     const p = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${p.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id = ${p.id}`;
     const renter = await makeRenter(srv, 1_000);
     const s = connect(p.key);
     await s.next("welcome");

@@ -73,7 +73,7 @@ describe("cancel", () => {
     const renter = await makeRenter(srv, 10_000);
     const other = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 4 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 4, approved_gpu_count = 4 WHERE id = ${provider.id}`;
     const done = (await submit(renter.headers)).body.job.job_id;
     await api.post("/api/providers/job-result", { api_key: provider.key, job_id: done, success: true, result: {} });
     const before = await balance(renter.key);
@@ -99,7 +99,7 @@ describe("cancel", () => {
   it("lets exactly one of a racing cancel and result win", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 20 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 20, approved_gpu_count = 20 WHERE id = ${provider.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 16; i++) ids.push((await submit(renter.headers)).body.job.job_id);
     for (let i = 0; i < 16; i++) await pickUp(api, provider.key);

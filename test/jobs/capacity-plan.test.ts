@@ -35,7 +35,7 @@ describe("the plans of a submit batch", () => {
   it("are generic for the locks, the capacity check and the ids; the rest keep the connection's setting", async () => {
     const renters = [await makeRenter(srv, 1_000_000), await makeRenter(srv, 1_000_000)];
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 64 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 64, approved_gpu_count = 64 WHERE id = ${provider.id}`;
     for (let batch = 0; batch < 8; batch++) {
       const { outcomes, mode } = await sql.begin(async (tx) => {
         const intents = [];

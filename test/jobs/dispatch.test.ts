@@ -28,7 +28,7 @@ const submit = (headers: Record<string, string>, body: Record<string, unknown> =
   api.post("/api/jobs/submit", { job_type: "benchmark", ...body }, headers);
 
 async function setGpus(providerId: number, n: number) {
-  await srv.sql`UPDATE providers SET gpu_count = ${n} WHERE id = ${providerId}`;
+  await srv.sql`UPDATE providers SET gpu_count = ${n}, approved_gpu_count = ${n} WHERE id = ${providerId}`;
 }
 
 async function statusOf(jobId: string) {
@@ -319,8 +319,8 @@ describe("the sweep's safety net", () => {
     expect(free.status).toBe("queued");
 
     // Slots open with no event (as if another process's notice was lost): only the sweep can notice.
-    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${bound.id}`;
-    await srv.sql`UPDATE providers SET gpu_count = 3 WHERE id = ${other.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id = ${bound.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 3, approved_gpu_count = 3 WHERE id = ${other.id}`;
     const swept = await sweepJobs(srv.sql);
     expect(swept.assigned).toBeGreaterThanOrEqual(2);
     expect(await statusOf(b2.job_id)).toMatchObject({ status: "pending", provider_id: bound.id });
@@ -377,7 +377,7 @@ describe("the signal hub", () => {
   it("reads provider and job from a notice's head, and parses the job only for a stream that asks for it", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id = ${provider.id}`;
     const other = await makeProvider(srv, { online: false });
     const hub = new JobSignalHub(srv.sql, srv.app.deps.log);
     const heard: { jobId: string; job?: Record<string, unknown> }[] = [];

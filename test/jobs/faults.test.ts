@@ -255,7 +255,7 @@ describe("cancel and the server's own ends", () => {
   it("renter cancel: pending is released in full (fault recorded), running pays the time used; admin cancel refunds in full", async () => {
     const renter = await makeRenter(srv, 1_000);
     const p = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 3 WHERE id = ${p.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 3, approved_gpu_count = 3 WHERE id = ${p.id}`;
     const pending = await submit(renter);
     const c1 = await api.post(`/api/jobs/${pending}/cancel`, {}, renter.headers);
     expect(c1.body).toMatchObject({ refunded_halala: 30, charged_halala: 0, job: { end_reason: "renter_cancelled", fault: "renter" } });

@@ -150,7 +150,7 @@ describe("paying as a job runs", () => {
   it("grows a hold only within a minute of its end, and never past max_duration_seconds", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id = ${provider.id}`;
     // A 10-minute job 30 s in has minutes of paid time left: nothing to do.
     const long = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 10 });
     await ranFor(long.jobId, 30);
@@ -170,7 +170,7 @@ describe("paying as a job runs", () => {
   it("keeps the books when extensions race the job's settlement", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 8 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 8, approved_gpu_count = 8 WHERE id = ${provider.id}`;
     const jobs: string[] = [];
     for (let i = 0; i < 8; i++) jobs.push((await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 0.5, max_duration_seconds: 3600 })).jobId);
     for (const j of jobs) await ranFor(j, 50);

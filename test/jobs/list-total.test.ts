@@ -50,7 +50,7 @@ describe("GET /api/jobs total", () => {
     await clearMarketplace(srv); // the test before left jobs queued, which would go to this provider
     const api = client(srv.url);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 4 WHERE id = ${provider.id}`; // room for the three at once
+    await srv.sql`UPDATE providers SET gpu_count = 4, approved_gpu_count = 4 WHERE id = ${provider.id}`; // room for the three at once
     const renter = await makeRenter(srv, 10_000);
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {

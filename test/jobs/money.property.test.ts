@@ -56,7 +56,7 @@ describe("job money under random concurrent workloads", () => {
         await clearMarketplace(srv);
         const renters = await Promise.all([0, 1, 2].map(() => makeRenter(srv, 20_000)));
         const providers = await Promise.all([0, 1, 2].map(() => makeProvider(srv)));
-        await srv.sql`UPDATE providers SET gpu_count = 2 WHERE id IN ${srv.sql(providers.map((p) => p.id))}`;
+        await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id IN ${srv.sql(providers.map((p) => p.id))}`;
         const keyOf = new Map(providers.map((p) => [p.id, p.key]));
         const statuses: number[] = [];
         const submitted: { jobId: string; renter: number }[] = [];

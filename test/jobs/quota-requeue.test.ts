@@ -23,7 +23,7 @@ describe("quotas at submit", () => {
   it("answers 429 past the daily job count or the monthly spend, holding nothing", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 10 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 10, approved_gpu_count = 10 WHERE id = ${provider.id}`;
     await srv.sql`UPDATE renter_quota SET daily_jobs_limit = 2, monthly_spend_limit_halala = 350 WHERE renter_id = ${renter.id}`;
     expect((await api.post("/api/jobs/submit", { job_type: "benchmark" }, renter.headers)).status).toBe(201);
     const spend = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 26 }, renter.headers);
@@ -74,7 +74,7 @@ describe("templates and webhooks", () => {
   it("queues a renter webhook in the same transaction as completed, failed and cancelled", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 3 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 3, approved_gpu_count = 3 WHERE id = ${provider.id}`;
     await srv.sql`UPDATE renters SET webhook_url = 'https://hooks.example.com/svc' WHERE id = ${renter.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) ids.push((await api.post("/api/jobs/submit", { job_type: "benchmark" }, renter.headers)).body.job.job_id);

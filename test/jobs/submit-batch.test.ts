@@ -44,7 +44,7 @@ async function rowsFor(jobId: string): Promise<number> {
 }
 
 async function setGpus(providerId: number, n: number) {
-  await srv.sql`UPDATE providers SET gpu_count = ${n} WHERE id = ${providerId}`;
+  await srv.sql`UPDATE providers SET gpu_count = ${n}, approved_gpu_count = ${n} WHERE id = ${providerId}`;
 }
 
 /** Pending + running jobs per provider, for the given providers (0 when none). */

@@ -25,7 +25,7 @@ afterAll(async () => {
 it("concurrent submits through two servers: each renter gets what its funds cover, one job per GPU, books balanced", async () => {
   const GPUS = [2, 3, 1];
   const providers = await Promise.all(GPUS.map(() => makeProvider(a)));
-  for (const [i, p] of providers.entries()) await a.sql`UPDATE providers SET gpu_count = ${GPUS[i]} WHERE id = ${p.id}`;
+  for (const [i, p] of providers.entries()) await a.sql`UPDATE providers SET gpu_count = ${GPUS[i]}, approved_gpu_count = ${GPUS[i]} WHERE id = ${p.id}`;
   // benchmark, 3 minutes: 30 halala each. Funds for 7, 4, 0 and 20 jobs; each renter sends 12.
   const funds = [7 * 30 + 29, 4 * 30, 0, 20 * 30];
   const renters = await Promise.all(funds.map((f) => makeRenter(a, f)));

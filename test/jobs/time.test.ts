@@ -103,7 +103,7 @@ describe("max_duration_seconds", () => {
   it("settles exactly once when the result and the timeout race", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 30 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 30, approved_gpu_count = 30 WHERE id = ${provider.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 24; i++) ids.push((await submit(renter.headers)).body.job.job_id);
     for (let i = 0; i < 24; i++) await pickUp(api, provider.key);
@@ -247,7 +247,7 @@ describe("silent providers", () => {
   it("moves money once when a re-queue and a result race", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
-    await srv.sql`UPDATE providers SET gpu_count = 30 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 30, approved_gpu_count = 30 WHERE id = ${provider.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 24; i++) ids.push((await submit(renter.headers)).body.job.job_id);
     for (let i = 0; i < 24; i++) await pickUp(api, provider.key);

@@ -4,7 +4,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
-import { ADMIN, heartbeat, newProvider } from "./helpers.js";
+import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
+import { makeRenter } from "../helpers/fixtures.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
@@ -162,5 +163,32 @@ describe("listing", () => {
     expect((await api.get("/api/admin/providers?limit=1000", ADMIN)).status).toBe(400);
     expect((await api.get("/api/admin/providers?offset=-1", ADMIN)).status).toBe(400);
     expect((await api.get("/api/admin/providers")).status).toBe(401);
+  });
+
+  it("places jobs on the hardware an admin approved, whatever the provider reports later; approving again accepts more", async () => {
+    // Approved before its daemon reported anything: its first report is what was approved.
+    const p = await newProvider(srv);
+    expect((await heartbeat(srv, p.key)).status).toBe(200); // 1 GPU of 24,564 MiB
+    await flushHeartbeats(srv);
+    // Then it claims 1,024 GPUs of 16 TB each.
+    expect((await heartbeat(srv, p.key, { gpu_status: gpuStatus(16_000_000, { gpu_count: 1024 }) })).status).toBe(200);
+    await flushHeartbeats(srv);
+    const listed = async () => (await api.get("/api/admin/providers?limit=200", ADMIN)).body.providers.find((x: { id: number }) => x.id === p.id);
+    expect(await listed()).toMatchObject({ gpu_count_reported: 1024, gpu_vram_mib: 16_000_000, gpu_count_approved: 1, gpu_vram_mib_approved: 24564, hardware_needs_approval: true });
+
+    const renter = await makeRenter(srv, 100_000);
+    const submit = (extra: Record<string, unknown> = {}) =>
+      api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, provider_id: p.id, ...extra }, renter.headers);
+    // One approved GPU: one job at a time; no job asking for more memory than the approved card has.
+    expect((await submit()).body.job).toMatchObject({ status: "pending", provider_id: p.id });
+    const second = (await submit()).body.job;
+    expect(second.status).toBe("queued");
+    const big = await submit({ gpu_requirements: { min_vram_gb: 640 } });
+    expect(big.status, big.text).toBe(503);
+
+    // Approved again, as it reports itself now: the queued job is placed on its second GPU.
+    expect((await api.post(`/api/admin/providers/${p.id}/approve`, {}, ADMIN)).status).toBe(200);
+    expect(await listed()).toMatchObject({ gpu_count_approved: 1024, gpu_vram_mib_approved: 16_000_000, hardware_needs_approval: false });
+    await expect.poll(async () => (await api.get(`/api/jobs/${second.job_id}`, renter.headers)).body.status, { timeout: 10_000 }).toBe("pending");
   });
 });

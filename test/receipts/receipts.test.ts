@@ -169,7 +169,7 @@ describe("a receipt for each end of a job", () => {
   it("cancelled while queued (no provider, no attempt) and while running", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await gpuProvider();
-    await srv.sql`UPDATE providers SET gpu_count = 1 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 1, approved_gpu_count = 1 WHERE id = ${provider.id}`;
     const running = await submit(renter.headers);
     await pickUp(provider.key);
     const queued = await submit(renter.headers); // its one slot is busy: queued
@@ -342,7 +342,7 @@ describe("once per job, immutable", () => {
   it("issues exactly one receipt, matching the settled job, when a result races a cancel and the timeout sweep", async () => {
     const renter = await makeRenter(srv, 1_000_000);
     const provider = await gpuProvider();
-    await srv.sql`UPDATE providers SET gpu_count = 40 WHERE id = ${provider.id}`;
+    await srv.sql`UPDATE providers SET gpu_count = 40, approved_gpu_count = 40 WHERE id = ${provider.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 18; i++) ids.push(await submit(renter.headers, { duration_minutes: 1 }));
     for (let i = 0; i < 18; i++) await pickUp(provider.key);

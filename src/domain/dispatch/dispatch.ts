@@ -60,7 +60,7 @@ export const availableSql = (db: Db) => db`(${liveSql(db)} AND NOT p.is_paused A
  */
 export const hardwareFitSql = (db: Db) => db`(
   (j.gpu_requirements->>'min_vram_gb' IS NULL
-    OR coalesce(p.gpu_vram_mib, 0) - p.vram_reserve_gb * 1024 >= (j.gpu_requirements->>'min_vram_gb')::float8 * 1000)
+    OR ${approvedVramSql(db)} - p.vram_reserve_gb * 1024 >= (j.gpu_requirements->>'min_vram_gb')::float8 * 1000)
   AND (j.gpu_requirements->>'gpu_model' IS NULL
     OR strpos(lower(p.gpu_model), lower(j.gpu_requirements->>'gpu_model')) > 0))`;
 
@@ -76,7 +76,10 @@ export const matchesSql = (db: Db) => db`(
       AND (x.end_reason = ANY(${DECLINED_REASONS as string[]}::text[])
         OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))))))`;
 
-export const slotsSql = (db: Db) => db`greatest(p.gpu_count, 1)`;
+/** A provider's GPUs, one job each: what it reports, at most what an admin approved (migration 047). */
+export const slotsSql = (db: Db) => db`greatest(least(p.gpu_count, coalesce(p.approved_gpu_count, p.gpu_count)), 1)`;
+/** A provider's GPU memory for placement: what it reports, at most what an admin approved. */
+const approvedVramSql = (db: Db) => db`least(coalesce(p.gpu_vram_mib, 0), coalesce(p.approved_vram_mib, p.gpu_vram_mib, 0))`;
 export const busySql = (db: Db) => db`coalesce((SELECT l.active FROM provider_load l WHERE l.provider_id = p.id), 0)`;
 
 // ---- assignment ----

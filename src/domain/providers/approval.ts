@@ -5,7 +5,7 @@ import type { Sql, Tx } from "../../db/index.js";
 import { badRequest, notFound } from "../../errors.js";
 import { recordAudit } from "../shared/audit.js";
 import { providersChanged } from "../accounts/invalidation.js";
-import type { ProviderRow } from "./providers.js";
+import { reportsUnapprovedHardware, type ProviderRow } from "./providers.js";
 
 export interface AdminActor {
   actor: string;
@@ -53,9 +53,14 @@ export async function decideProvider(
   let requeue = false;
   switch (action) {
     case "approve":
-      if (before.approval_status === "approved") break;
+      // Approving approves the hardware its telemetry shows now (none reported yet: its first report,
+      // heartbeat-write.ts): placement counts no more GPUs, nor more memory (migration 047). An approved
+      // provider reporting more is approved again to use it.
+      if (before.approval_status === "approved" && !reportsUnapprovedHardware(before)) break;
       after = await tx<ProviderRow[]>`
-        UPDATE providers SET approval_status = 'approved', rejection_reason = NULL, approved_at = now(), updated_at = now()
+        UPDATE providers SET approval_status = 'approved', rejection_reason = NULL, approved_at = now(), updated_at = now(),
+          approved_gpu_count = CASE WHEN gpu_vram_mib IS NULL THEN NULL ELSE greatest(gpu_count, 1) END,
+          approved_vram_mib = gpu_vram_mib
         WHERE id = ${id} RETURNING *`;
       break;
     case "reject":

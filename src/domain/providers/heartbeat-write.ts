@@ -75,8 +75,16 @@ const beatsSql = (db: Sql, entries: [number, BeatSpan][]) => db`
 const reputationDueSql = (db: Sql) =>
   db`(p.reputation_at IS NULL OR p.reputation_at < now() - make_interval(secs => ${REPUTATION_REFRESH_SECONDS})) AS reputation_due`;
 
-/** The telemetry columns of provider `p` from beat `v` (unreported ones keep their value). */
+/**
+ * The telemetry columns of provider `p` from beat `v` (unreported ones keep their value). A
+ * provider approved before it reported its hardware has it approved as its first report states it
+ * (migration 047); later reports of more wait for an admin.
+ */
 const telemetrySet = (db: Sql) => db`
+  approved_gpu_count = CASE WHEN p.approval_status = 'approved' AND p.approved_gpu_count IS NULL AND v.cnt IS NOT NULL
+                            THEN greatest(v.cnt, 1) ELSE p.approved_gpu_count END,
+  approved_vram_mib = CASE WHEN p.approval_status = 'approved' AND p.approved_vram_mib IS NULL AND v.vram IS NOT NULL
+                           THEN v.vram ELSE p.approved_vram_mib END,
   daemon_version = coalesce(v.dv, p.daemon_version),
   gpu_vram_mib = coalesce(v.vram, p.gpu_vram_mib),
   gpu_count = coalesce(v.cnt, p.gpu_count),

@@ -37,6 +37,9 @@ export interface ProviderRow {
   daemon_version: string | null;
   gpu_vram_mib: number | null;
   gpu_count: number;
+  /** What an admin approved (migration 047): placement counts no more; null: no cap. */
+  approved_gpu_count: number | null;
+  approved_vram_mib: number | null;
   gpu_compute_capability: string | null;
   gpu_cuda_version: string | null;
   gpu_driver_version: string | null;
@@ -102,6 +105,14 @@ export async function providerByEmail(db: Db, email: string): Promise<ProviderRo
   return row;
 }
 
+/** Whether a provider reports more GPUs, or more memory, than it was approved with. */
+export function reportsUnapprovedHardware(p: Pick<ProviderRow, "gpu_count" | "gpu_vram_mib" | "approved_gpu_count" | "approved_vram_mib">): boolean {
+  return (
+    (p.approved_gpu_count != null && p.gpu_count > p.approved_gpu_count) ||
+    (p.approved_vram_mib != null && Number(p.gpu_vram_mib ?? 0) > Number(p.approved_vram_mib))
+  );
+}
+
 /** The Provider resource of the interface. */
 export function providerMessage(p: ProviderRow): MessageInitShape<typeof ProviderSchema> {
   return {
@@ -133,6 +144,9 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
     readinessStatus: p.readiness_status ?? undefined,
     rejectionReason: p.rejection_reason ?? undefined,
     taskKeyMismatch: p.task_key_mismatch ?? undefined,
+    gpuCountApproved: p.approved_gpu_count == null ? undefined : BigInt(p.approved_gpu_count),
+    gpuVramMibApproved: p.approved_vram_mib == null ? undefined : BigInt(p.approved_vram_mib),
+    hardwareNeedsApproval: reportsUnapprovedHardware(p),
   };
 }
 
