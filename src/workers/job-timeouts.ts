@@ -1,8 +1,9 @@
 // The server side of job time: every sweep (SVC_JOB_SWEEP_MS)
-//  1. fails running jobs past max_duration_seconds (the provider is
-//     told to stop), and grows the hold of running jobs whose paid time is
-//     running out, or stops them when the renter cannot pay for more
-//     (src/domain/money/hold-extension.ts),
+//  1. fails running jobs past max_duration_seconds (the provider is told to
+//     stop; a serving job that never reported its endpoint is its provider's
+//     failure instead, re-queued: dispatch.ts timeOutJob), and grows the hold
+//     of running jobs whose paid time is running out, or stops them when the
+//     renter cannot pay for more (src/domain/money/hold-extension.ts),
 //  2. re-queues (or, past the attempt limit, fails) jobs a live provider left
 //     pending (never picked up) for 120 s; and, every LOST_JOBS_SWEEP_SECONDS,
 //     jobs whose provider is no longer live: the safety net beside the paths
@@ -15,9 +16,10 @@
 // processes can sweep at once and a result racing a timeout settles once.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
-import { dispatchForProvider, dispatchQueued, providersWithLostJobs, releaseUnclaimed, requeueJobsOfProvider } from "../domain/dispatch/dispatch.js";
+import { dispatchForProvider, dispatchQueued, placeJobs, providersWithLostJobs, releaseUnclaimed, requeueJobsOfProvider, timeOutJob } from "../domain/dispatch/dispatch.js";
 import { pulse } from "../domain/shared/platform-pulse.js";
-import { overdueJobIds, timeOutJob } from "../domain/money/settlement.js";
+import { overdueJobIds } from "../domain/money/settlement.js";
+import { refreshReputation } from "../domain/providers/reputation.js";
 import { fundRunningJob, jobsRunningOutOfPaidTime } from "../domain/money/hold-extension.js";
 import type { Worker } from "./worker.js";
 import { failureLevel } from "../errors.js";
@@ -32,10 +34,12 @@ const BATCH = 200;
 export const LOST_JOBS_SWEEP_SECONDS = 30;
 
 export interface SweepResult {
+  /** Jobs failed at their max_duration_seconds as the renter's timeout. */
   timedOut: number;
   /** Holds grown, and jobs stopped because the renter could not pay for more. */
   extended: number;
   outOfFunds: number;
+  /** Jobs taken off their provider (its fault: not picked up, silent, a serving job past its deadline that never served), re-queued or failed. */
   requeued: number;
   failed: number;
   assigned: number;
@@ -48,13 +52,21 @@ export async function sweepJobs(sql: Sql, opts: { lostJobs?: boolean } = {}): Pr
   // Its own pulse first: after an outage the first sweep sees the platform up only from now (the
   // safety net and the pickup window then wait a live window).
   await pulse(sql);
+  const docked = new Set<number>();
   for (const id of await overdueJobIds(sql, BATCH)) {
     const done = await sql.begin((tx) => timeOutJob(tx, id));
-    if (done) {
-      out.timedOut++;
-      freed.add(done.providerId);
+    if (!done) continue;
+    freed.add(done.providerId);
+    if (done.outcome === "timeout") out.timedOut++;
+    else {
+      docked.add(done.providerId);
+      if (done.outcome === "requeued") {
+        out.requeued++;
+        await placeJobs(sql, [id]);
+      } else out.failed++;
     }
   }
+  await refreshReputation(sql, [...docked]);
   for (const id of await jobsRunningOutOfPaidTime(sql, BATCH)) {
     const r = await sql.begin((tx) => fundRunningJob(tx, id));
     if (r.kind === "extended") out.extended++;

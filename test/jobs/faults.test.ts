@@ -10,6 +10,7 @@ import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { refreshReputation } from "../../src/domain/providers/reputation.js";
+import { TIMEOUT_REPORT_SLACK_SECONDS } from "../../src/domain/shared/job-end.js";
 import type { JobResultResponse } from "../../gen/svc/v1/jobs_pb.js";
 import { openStream, type TestStream } from "../daemon/grpc-stream.js";
 import { waitFor } from "../daemon/helpers.js";
@@ -49,6 +50,8 @@ interface Daemon {
   start(jobId: string): Promise<void>;
   report(jobId: string, r: Failure): Promise<{ status: number; body: Record<string, unknown> }>;
   refuse(jobId: string, endReason: string): Promise<void>;
+  /** Reports a serving job's endpoint (endpoint-ready). */
+  endpoint(jobId: string, url: string): Promise<void>;
 }
 
 const jobRow = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
@@ -75,6 +78,10 @@ async function daemon(wire: Wire): Promise<Daemon> {
       },
       async refuse(jobId, endReason) {
         const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: false, error: "refused", end_reason: endReason });
+        expect(res.status, res.text).toBe(200);
+      },
+      async endpoint(jobId, url) {
+        const res = await api.post(`/api/jobs/${jobId}/endpoint-ready`, { api_key: provider.key, endpoint_url: url });
         expect(res.status, res.text).toBe(200);
       },
     };
@@ -107,6 +114,10 @@ async function daemon(wire: Wire): Promise<Daemon> {
       expect((await s.next("job")).jobId).toBe(jobId);
       s.send({ case: "jobRejected", value: { jobId, reason: "refused", endReason } });
       await waitFor(async () => (await attempts(jobId))[0]?.ended_at, 5_000, "refusal");
+    },
+    async endpoint(jobId, url) {
+      s.send({ case: "endpointReady", value: { jobId, endpointUrl: url } });
+      await waitFor(async () => (await jobRow(jobId)).endpoint_url === url, 5_000, "endpoint");
     },
   };
 }
@@ -143,13 +154,20 @@ describe.each(["legacy", "stream"] as const)("job endings over the %s wire", (wi
   });
 
   it.each([
-    ["runtime_error", { error: "ValueError: bad prompt", fault: "renter" }],
-    ["timeout", { error: "max_duration_seconds exceeded; killed", end_reason: "timeout" }],
-  ])("%s: the renter's fault after it ran, so the time used is billed (20 of 30), the provider paid, not docked", async (reason, report) => {
+    { name: "runtime_error", reason: "runtime_error", report: { error: "ValueError: bad prompt", fault: "renter" }, body: {} },
+    // It ran 90 s: past its max_duration_seconds of 60, and within the slack of one a little above 90.
+    { name: "timeout past max_duration_seconds", reason: "timeout", report: { error: "max_duration_seconds exceeded; killed", end_reason: "timeout" }, body: { max_duration_seconds: 60 } },
+    {
+      name: "timeout a little before max_duration_seconds (the daemons' clocks)",
+      reason: "timeout",
+      report: { error: "max_duration_seconds exceeded; killed", end_reason: "timeout", fault: "renter" },
+      body: { max_duration_seconds: 90 + TIMEOUT_REPORT_SLACK_SECONDS - 5 },
+    },
+  ])("$name: the renter's fault after it ran, so the time used is billed (20 of 30), the provider paid, not docked", async ({ reason, report, body }) => {
     const renter = await makeRenter(srv, 1_000);
     const d = await daemon(wire);
     const before = await reliability(d.provider.id);
-    const jobId = await running(d, renter);
+    const jobId = await running(d, renter, body);
     const r = await d.report(jobId, report);
     expect(r).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 20, end_reason: reason, fault: "renter" } });
     const job = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
@@ -195,6 +213,55 @@ describe.each(["legacy", "stream"] as const)("job endings over the %s wire", (wi
     expect((await api.get(`/api/providers/me?key=${d.provider.key}`)).body.provider.total_earnings_halala).toBe(0);
     expect(await reliability(d.provider.id)).toBeLessThan(before);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it.each([
+    { name: "at once, of its 1800 s", ran: 0, body: {} },
+    { name: "just outside the slack", ran: 90, body: { max_duration_seconds: 90 + TIMEOUT_REPORT_SLACK_SECONDS + 5 } },
+  ])("a timeout reported before the job ran its max_duration_seconds ($name) is the provider's failure: re-queued at no charge, docked", async ({ ran, body }) => {
+    const renter = await makeRenter(srv, 1_000);
+    const d = await daemon(wire);
+    const before = await reliability(d.provider.id);
+    const jobId = await submit(renter, body);
+    await d.start(jobId);
+    if (ran > 0) await ranFor(jobId, ran);
+    const max = (await jobRow(jobId)).max_duration_seconds;
+    const r = await d.report(jobId, { error: "max_duration_seconds exceeded; killed", end_reason: "timeout", fault: "renter" });
+    expect(r).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "provider_error", fault: "provider" } });
+    expect(await jobRow(jobId)).toMatchObject({ status: "queued", attempt: 2, actual_cost_halala: null });
+    const [first] = await attempts(jobId);
+    expect(first).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(first.error).toMatch(new RegExp(`the report claimed a timeout after ${ran === 0 ? "[01]" : "9[01]"} s of ${max} s`));
+    expect(first.error).toMatch(/the daemon said: max_duration_seconds exceeded; killed/);
+    expect(await balance(renter)).toMatchObject({ balance_halala: 1_000, held_halala: 30, total_spent_halala: 0 });
+    expect((await api.get(`/api/providers/me?key=${d.provider.key}`)).body.provider.total_earnings_halala).toBe(0);
+    expect(await reliability(d.provider.id)).toBeLessThan(before);
+    expect(await srv.sql`SELECT 1 FROM job_receipts r JOIN jobs j ON j.id = r.job_id WHERE j.job_id = ${jobId}`).toEqual([]);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a vllm_serve job's timeout reported without its endpoint ever reported is the provider's failure; with it, the renter's as before", async () => {
+    const renter = await makeRenter(srv, 1_000);
+    const d = await daemon(wire);
+    const before = await reliability(d.provider.id);
+    // Both ran 90 s, past their max_duration_seconds of 60. vllm_serve: 20 halala a minute, 60 held.
+    const silent = await running(d, renter, { job_type: "vllm_serve", max_duration_seconds: 60 });
+    const r1 = await d.report(silent, { error: "max_duration_seconds exceeded; killed", end_reason: "timeout" });
+    expect(r1).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "provider_error", fault: "provider" } });
+    expect(await jobRow(silent)).toMatchObject({ status: "queued", attempt: 2 });
+    const [first] = await attempts(silent);
+    expect(first).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(first.error).toMatch(/never reported the job's endpoint/);
+    expect(await balance(renter)).toMatchObject({ balance_halala: 1_000, held_halala: 60 });
+    expect(await reliability(d.provider.id)).toBeLessThan(before);
+
+    const served = await submit(renter, { job_type: "vllm_serve", max_duration_seconds: 60 });
+    await d.start(served);
+    await d.endpoint(served, "http://203.0.113.7:8000");
+    await ranFor(served, 90);
+    const r2 = await d.report(served, { error: "max_duration_seconds exceeded; killed", end_reason: "timeout" });
+    expect(r2).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 40, end_reason: "timeout", fault: "renter" } });
+    expect(await jobRow(served)).toMatchObject({ status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 40, provider_earned_halala: 30 });
   });
 
   it("a provider's failure of a job pinned to it fails the job with the fault shown, refunded", async () => {

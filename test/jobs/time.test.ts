@@ -12,6 +12,7 @@ import { requeueJobsOfProvider } from "../../src/domain/dispatch/dispatch.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { recordTaskKeyCheck } from "../../src/domain/dispatch/task-key.js";
 import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
+import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import { clearMarketplace, pickUp } from "./helpers.js";
 import { ADMIN, flushHeartbeats, heartbeat } from "../providers/helpers.js";
 
@@ -35,6 +36,13 @@ const expire = (jobId: string) => srv.sql`UPDATE jobs SET timeout_at = now() - i
 const assignedAgo = (jobId: string, seconds: number) => srv.sql`
   UPDATE jobs SET assigned_at = now() - make_interval(secs => ${seconds}), submitted_at = least(submitted_at, now() - make_interval(secs => ${seconds}))
   WHERE job_id = ${jobId}`;
+/** As if the job had run `seconds` and its max_duration_seconds had run out. */
+const ranOut = (jobId: string, seconds: number) =>
+  srv.sql`UPDATE jobs SET started_at = now() - make_interval(secs => ${seconds}), timeout_at = now() - interval '1 second' WHERE job_id = ${jobId}`;
+const reliability = async (id: number) => {
+  await refreshReputation(srv.sql, [id]);
+  return Number((await srv.sql`SELECT reliability_score FROM providers WHERE id = ${id}`)[0].reliability_score);
+};
 const silence = (providerId: number) => srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 minutes' WHERE id = ${providerId}`;
 
 describe("max_duration_seconds", () => {
@@ -84,6 +92,58 @@ describe("max_duration_seconds", () => {
     expect(hist).toEqual([expect.objectContaining({ attempt: 1, status: "failed", end_reason: "timeout", fault: "renter", cost_halala: 10 })]);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
     expect((await sweepJobs(srv.sql)).timedOut).toBe(0);
+  });
+
+  it("a vllm_serve job whose provider never reported its endpoint is, at its deadline, the provider's failure: re-queued at no charge, docked", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET first_heartbeat_at = now() - interval '40 days' WHERE id = ${provider.id}`;
+    const before = await reliability(provider.id);
+    // vllm_serve: 20 halala a minute; 3 minutes held (60).
+    const job = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 3, max_duration_seconds: 1800 })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(job);
+    await ranOut(job, 1801);
+    const stops: string[] = [];
+    const l = await srv.sql.listen(CANCEL_CHANNEL, (p) => stops.push(JSON.parse(p).job_id));
+    const swept = await sweepJobs(srv.sql);
+    expect(swept).toMatchObject({ timedOut: 0, requeued: 1 });
+    await expect.poll(() => stops).toEqual([job]);
+    await l.unlisten();
+    // No other provider fits it (this one failed it): back in the queue, its hold intact for the next attempt.
+    expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({ status: "queued", attempt: 2, actual_cost_halala: null });
+    const hist = (await api.get(`/api/jobs/${job}/history`, renter.headers)).body.attempts;
+    expect(hist).toEqual([expect.objectContaining({ attempt: 1, provider_id: provider.id, status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 })]);
+    const [attempt] = await srv.sql`SELECT a.error FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${job}`;
+    expect(attempt.error).toMatch(/max_duration_seconds \(1800 s\) ran out, and the provider never reported the job's endpoint/);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 60, total_spent_halala: 0 });
+    expect((await api.get(`/api/providers/me?key=${provider.key}`)).body.provider.total_earnings_halala).toBe(0);
+    expect(await reliability(provider.id)).toBeLessThan(before);
+
+    // Pinned to its provider: failed with the fault shown, the hold back in full.
+    const pinned = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 3, provider_id: provider.id })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(pinned);
+    await ranOut(pinned, 1801);
+    expect(await sweepJobs(srv.sql)).toMatchObject({ timedOut: 0, failed: 1 });
+    expect((await api.get(`/api/jobs/${pinned}`, renter.headers)).body).toMatchObject({ status: "failed", end_reason: "provider_error", fault: "provider", actual_cost_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 60, total_spent_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a vllm_serve job that reported its endpoint times out as the renter's, billed for the time used", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const job = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 3, max_duration_seconds: 60 })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(job);
+    const ready = await api.post(`/api/jobs/${job}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:8000" });
+    expect(ready.status, ready.text).toBe(200);
+    await ranOut(job, 90);
+    expect(await sweepJobs(srv.sql)).toMatchObject({ timedOut: 1, requeued: 0 });
+    // 90 s: 2 minutes at 20 halala, 75/25.
+    expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({
+      status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 40, provider_earned_halala: 30, platform_fee_halala: 10,
+    });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_960, held_halala: 0, total_spent_halala: 40 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
   it("is enforced by the server's own worker", async () => {

@@ -21,8 +21,8 @@ import { refreshReputation } from "../providers/reputation.js";
 import { belowMinimum, daemonPolicy, versionRank } from "../providers/versions.js";
 import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
 import type { JobRow, JobSummaryRow } from "../shared/job-row.js";
-import { endLocked, type LockedJob } from "../money/settlement.js";
-import { DECLINED_REASONS, faultOf, type EndReason } from "../shared/job-end.js";
+import { endLocked, lockJobById, runSeconds, type LockedJob } from "../money/settlement.js";
+import { DECLINED_REASONS, faultOf, judgeTimeout, type EndReason } from "../shared/job-end.js";
 
 /** How many attempts a job gets before a lost provider fails it; set from config at start. */
 export const jobPolicy = { maxAttempts: 3 };
@@ -685,6 +685,33 @@ export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeue
     await refreshReputation(sql, [lost.providerId]);
   }
   return out;
+}
+
+/**
+ * Ends a running job past its max_duration_seconds (the sweep; row locked and
+ * re-checked), unless something else ended it first. The renter's timeout, the
+ * limit it set: the time used is paid (settlement.ts endLocked). Unless the
+ * server's records say the provider failed it (job-end.ts judgeTimeout: a
+ * serving job that never reported its endpoint served nothing): then it is the
+ * provider's failure (provider_error), re-queued at no charge or, like any
+ * provider fault, failed with the hold back (loseJobLocked). A pending job, or
+ * a polled one its daemon never confirmed, is not timed out (settlement.ts
+ * overdueJobIds). Returns the provider to refill and what became of the job;
+ * the caller places a re-queued job and, after a provider fault, refreshes the
+ * provider's reliability.
+ */
+export async function timeOutJob(tx: Tx, id: number): Promise<{ providerId: number; outcome: "timeout" | "requeued" | "failed" } | undefined> {
+  const job = await lockJobById(tx, id);
+  if (!job || job.status !== "running" || job.acked_at === null || job.provider_id === null) return undefined;
+  if (job.timeout_at === null || new Date(job.timeout_at) > new Date(job.db_now)) return undefined;
+  const providerId = job.provider_id;
+  const run = { jobType: job.job_type, ranSeconds: runSeconds(job), maxDurationSeconds: job.max_duration_seconds, endpointReported: job.endpoint_url !== null };
+  const judged = judgeTimeout(run, false);
+  if (judged.fault === "provider") {
+    return { providerId, outcome: await loseJobLocked(tx, job, judged.reason, `provider ${providerId} failed the job: ${judged.error}`) };
+  }
+  await endLocked(tx, job, "failed", { reason: "timeout", error: `exceeded max_duration_seconds (${job.max_duration_seconds} s)` });
+  return { providerId, outcome: "timeout" };
 }
 
 /** Jobs held by providers that are no longer live (the worker's safety net). */

@@ -11,9 +11,9 @@ import { dispatchForProvider, loseJobLocked, placeJobs, type ProviderFaultReason
 import { MAX_LOG_LINES_READ } from "./jobs.js";
 import { type JobRow } from "../shared/job-row.js";
 import type { AssignedJob } from "../notify/job-notices.js";
-import { completeLocked, endLocked, figuresOf, isActive, lockJob, type Figures, type LockedJob } from "../money/settlement.js";
+import { completeLocked, endLocked, figuresOf, isActive, lockJob, runSeconds, type Figures, type LockedJob } from "../money/settlement.js";
 import { refreshReputation } from "../providers/reputation.js";
-import { REFUSAL_REASONS, judgeFailure, type RefusalReason } from "../shared/job-end.js";
+import { REFUSAL_REASONS, judgeFailure, judgeTimeout, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
 import { withoutNul } from "../shared/lenient.js";
 import { confirmPickup } from "../shared/job-pickup.js";
@@ -258,7 +258,10 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
  * platform's and an unattributed one (no fault named: the legacy protocol's
  * bare `success:false`) release the whole hold. A repeat after a result
  * answers the same figures and moves no money; a result after a timeout or
- * cancel is 409 (the job ended without it).
+ * cancel is 409 (the job ended without it). A reported timeout is believed
+ * only as far as the server's record bears it out (job-end.ts judgeTimeout:
+ * reported before max_duration_seconds had run, or a serving job that never
+ * reported its endpoint, it is the provider's failure, provider_error).
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
   requireFields({ job_id: msg.jobId });
@@ -278,13 +281,27 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
     if (job.status === "running") job = await confirmLocked(tx, job);
     if (!isActive(job.status)) {
       // A repeat of the report that ended the job answers its figures again.
-      const repeat = judged ? job.status === "failed" && job.end_reason === judged.reason : job.end_reason === "completed";
+      // (A reported timeout the server judged the provider's failure ended as provider_error.)
+      const endedAs = (r: string) => job.end_reason === r || (r === "timeout" && job.end_reason === "provider_error");
+      const repeat = judged ? job.status === "failed" && endedAs(judged.reason) : job.end_reason === "completed";
       if (repeat) return { figures: figuresOf(job), freed: false, requeued: undefined };
       throw conflict(`job already ${job.status} (${job.end_reason ?? "ended"}); the result was not accepted`);
     }
     if (success) return { figures: await completeLocked(tx, job, result ?? null, metrics), freed: true, requeued: undefined };
-    const { reason, fault } = judged as Exclude<typeof judged, { error: string } | undefined>;
-    const text = error ?? "the job failed on the provider";
+    let { reason, fault } = judged as Exclude<typeof judged, { error: string } | undefined>;
+    let text = error ?? "the job failed on the provider";
+    if (reason === "timeout") {
+      // The daemon's word against the server's record: too soon, or a serving job that never served (job-end.ts).
+      const t = judgeTimeout(
+        { jobType: job.job_type, ranSeconds: runSeconds(job), maxDurationSeconds: job.max_duration_seconds, endpointReported: job.endpoint_url !== null },
+        true,
+      );
+      if (t.fault === "provider") {
+        reason = t.reason;
+        fault = t.fault;
+        text = `${t.error}; the daemon said: ${text}`;
+      }
+    }
     if (fault === "provider") {
       const outcome = await loseJobLocked(tx, job, reason as ProviderFaultReason, `provider ${providerId} failed the job: ${text}`);
       if (outcome === "requeued") {

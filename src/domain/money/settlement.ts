@@ -192,7 +192,8 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
 }
 
 /**
- * Running jobs past their deadline (oldest first), for the worker.
+ * Running jobs past their deadline (oldest first), for the worker (which ends
+ * them: dispatch.ts timeOutJob).
  * max_duration_seconds limits how long a job runs: a job still pending, or
  * running unconfirmed (polled, its daemon never reported: the answer may have
  * been lost), is the pickup window's to re-queue (dispatch's
@@ -203,18 +204,4 @@ export async function overdueJobIds(db: Db, limit: number): Promise<number[]> {
     SELECT id FROM jobs WHERE status = 'running' AND timeout_at <= now() AND acked_at IS NOT NULL
     ORDER BY timeout_at LIMIT ${limit}`;
   return rows.map((r) => r.id);
-}
-
-/**
- * Fails a running job that exceeded max_duration_seconds, unless something
- * else ended it first: the renter's fault (the limit it set), so the time
- * used is paid. A pending job is never timed out (see overdueJobIds).
- * Returns the provider to refill, if any.
- */
-export async function timeOutJob(tx: Tx, id: number): Promise<{ providerId: number } | undefined> {
-  const job = await lockJobById(tx, id);
-  if (!job || job.status !== "running" || job.acked_at === null) return undefined;
-  if (job.timeout_at === null || new Date(job.timeout_at) > new Date(job.db_now)) return undefined;
-  await endLocked(tx, job, "failed", { reason: "timeout", error: `exceeded max_duration_seconds (${job.max_duration_seconds} s)` });
-  return { providerId: job.provider_id! };
 }

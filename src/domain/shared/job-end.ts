@@ -25,7 +25,7 @@ export const END_REASONS = {
   runtime_error: "renter",
   /** The renter cancelled it. */
   renter_cancelled: "renter",
-  /** It ran past its max_duration_seconds (the server's sweep, or the daemon's own kill). */
+  /** It ran past its max_duration_seconds (the server's sweep, or the daemon's own kill), as far as the server's record bears it out (judgeTimeout). */
   timeout: "renter",
   /** The renter's balance could not extend the hold of a running job. */
   out_of_funds: "renter",
@@ -45,7 +45,7 @@ export const END_REASONS = {
   not_picked_up: "provider",
   /** The provider stopped the job (its daemon was shut down or restarted). */
   provider_interrupted: "provider",
-  /** The provider's machine failed the job (the container runtime, the GPU, ...). */
+  /** The provider's machine failed the job (the container runtime, the GPU, ...), or a timeout the server's record contradicts (judgeTimeout). */
   provider_error: "provider",
   /** The provider's daemon could not verify the task's signature (a stale or wrong key). */
   signature_mismatch: "provider",
@@ -102,4 +102,62 @@ export function judgeFailure(reason: string | undefined, fault: string | undefin
   }
   if (f !== undefined && f !== END_REASONS[r]) return { error: `fault ${f} does not match end_reason ${r} (its fault is ${END_REASONS[r]})` };
   return { reason: r, fault: END_REASONS[r] };
+}
+
+/**
+ * How much sooner than max_duration_seconds a daemon's timeout report is still
+ * believed, measured by the database clock from the job's started_at (the run
+ * time settlement bills). A daemon starts its own kill timer when it starts the
+ * job, a moment before or after the server marked it running (the poll's answer
+ * or the stream's accept on its way), on a clock and a timer of its own; a
+ * minute covers that. A "timeout" reported sooner than this is the provider's
+ * word against the server's own record, and is judged as the provider's failure.
+ */
+export const TIMEOUT_REPORT_SLACK_SECONDS = 60;
+
+/** Job types whose work is to serve an endpoint (reported with endpoint-ready) for their whole run. */
+export const SERVING_JOB_TYPES: readonly string[] = ["vllm_serve"];
+
+/** What the server's own records say of the attempt a timeout ends. */
+export interface TimedRun {
+  jobType: string;
+  /** Seconds the attempt ran, by the database clock from started_at (settlement.ts runSeconds). */
+  ranSeconds: number;
+  maxDurationSeconds: number;
+  /** The attempt's endpoint was reported (jobs.endpoint_url, set by endpoint-ready and cleared on re-queue). */
+  endpointReported: boolean;
+}
+
+/**
+ * Whose a timeout is: the renter's (`timeout`: the job ran to the limit it
+ * set, the time used is billed) unless the server's records contradict it,
+ * then the provider's (`provider_error`: the machine failed the job; re-queued
+ * at no charge or failed with the hold back, dispatch.ts loseJobLocked, and
+ * the provider docked), with an error text saying why:
+ * - `reported` (a daemon's failure report named timeout) when the attempt ran
+ *   less than max_duration_seconds minus TIMEOUT_REPORT_SLACK_SECONDS;
+ * - a serving job (vllm_serve) that never reported its endpoint, whether the
+ *   daemon reported the timeout or the server's sweep found it: it served
+ *   nothing for all that time.
+ * The server's sweep (`reported` false) acts on its own deadline (timeout_at),
+ * so only the second rule applies to it.
+ */
+export function judgeTimeout(run: TimedRun, reported: boolean): { reason: "timeout"; fault: "renter" } | { reason: "provider_error"; fault: "provider"; error: string } {
+  const ran = Math.floor(run.ranSeconds);
+  if (reported && run.ranSeconds < run.maxDurationSeconds - TIMEOUT_REPORT_SLACK_SECONDS) {
+    return {
+      reason: "provider_error",
+      fault: "provider",
+      error: `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s (max_duration_seconds, by the server's clock): taken as the provider's failure`,
+    };
+  }
+  if (SERVING_JOB_TYPES.includes(run.jobType) && !run.endpointReported) {
+    const when = reported ? `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s` : `its max_duration_seconds (${run.maxDurationSeconds} s) ran out`;
+    return {
+      reason: "provider_error",
+      fault: "provider",
+      error: `${when}, and the provider never reported the job's endpoint (endpoint-ready): it served nothing`,
+    };
+  }
+  return { reason: "timeout", fault: "renter" };
 }
