@@ -23,6 +23,8 @@ export function createLogger(level: string): Logger {
         "req.headers[\"x-provider-key\"]",
         "req.headers[\"x-gateway-signature\"]",
         "*.api_key",
+        "*.endpoint_api_key",
+        "*.endpointApiKey",
         "*.key",
         "*.token",
         "*.secret",

@@ -398,7 +398,13 @@ class StreamSession {
           await this.progressReport({ jobId: k.value.jobId, progressPct: k.value.progressPct, phase: k.value.phase });
           return;
         case "endpointReady":
-          await endpointReady(sql, pid, { jobId: k.value.jobId, endpointUrl: k.value.endpointUrl, port: k.value.port, model: k.value.model });
+          await endpointReady(sql, pid, {
+            jobId: k.value.jobId,
+            endpointUrl: k.value.endpointUrl,
+            port: k.value.port,
+            model: k.value.model,
+            endpointApiKey: k.value.endpointApiKey,
+          });
           return;
         case "result": {
           this.delivered.end(k.value.jobId);

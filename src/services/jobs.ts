@@ -303,7 +303,13 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async endpointReady(req, ctx) {
-      const { endpointUrl } = await endpointReady(sql, callerProviderId(ctx), { jobId: req.jobId, endpointUrl: req.endpointUrl, port: req.port, model: req.model });
+      const { endpointUrl } = await endpointReady(sql, callerProviderId(ctx), {
+        jobId: req.jobId,
+        endpointUrl: req.endpointUrl,
+        port: req.port,
+        model: req.model,
+        endpointApiKey: req.endpointApiKey,
+      });
       return { success: true, jobId: req.jobId, endpointUrl };
     },
 

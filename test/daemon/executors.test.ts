@@ -64,11 +64,14 @@ function invocations(): string[][] {
 }
 
 function hooks() {
-  const seen = { logs: [] as string[], progress: [] as [number | undefined, string | undefined][], endpoints: [] as string[] };
+  const seen = { logs: [] as string[], progress: [] as [number | undefined, string | undefined][], endpoints: [] as string[], endpointKeys: [] as (string | undefined)[] };
   const h: JobHooks = {
     log: (l) => seen.logs.push(l),
     progress: (p, ph) => seen.progress.push([p, ph]),
-    endpointReady: (u) => seen.endpoints.push(u),
+    endpointReady: (u, k) => {
+      seen.endpoints.push(u);
+      seen.endpointKeys.push(k);
+    },
   };
   return { seen, h };
 }
@@ -139,6 +142,25 @@ describe("docker executor (fake docker CLI)", () => {
     expect(a).toContain("-e A=1 -e B=2 -w /app python:3.12-slim python -c print(1)");
   });
 
+  it("vllm_serve: the engine's key goes to docker by name, with its value in the CLI's environment; a task's own is left out", () => {
+    const serve = (env?: JsonObject): JobSpec => ({
+      jobId: "job-serve-plan",
+      jobType: "vllm_serve",
+      maxDurationSeconds: 600,
+      taskSpec: { container: { image: "vllm/vllm-openai:v0.6.3" }, model: "Qwen/Qwen2.5-7B-Instruct", serve: { api: "openai", container_port: 8000 }, ...(env ? { env } : {}) },
+    });
+    const plan = dockerRunArgs(serve({ VLLM_API_KEY: "renter-chosen", A: "1" }), opts, 8123, "the-jobs-own-key");
+    expect(plan.argv.join(" ")).toContain("-e A=1 -e VLLM_API_KEY -p 8123:8000");
+    expect(plan.argv.join(" ")).not.toContain("renter-chosen");
+    expect(plan.argv.join(" ")).not.toContain("the-jobs-own-key");
+    expect(plan.cliEnv).toEqual({ VLLM_API_KEY: "the-jobs-own-key" });
+    expect(plan.droppedKeyEnv).toBe(true);
+    // Other job types pass a task's VLLM_API_KEY like any variable, and get no key of ours.
+    const other = dockerRunArgs({ ...llmJob, taskSpec: { ...llmJob.taskSpec, env: { VLLM_API_KEY: "x" } } }, opts, undefined, "unused");
+    expect(other.argv).toContain("VLLM_API_KEY=x");
+    expect(other.cliEnv).toBeUndefined();
+  });
+
   it("runs the minimal jobs' defaults: the built-in scene and the smoke check need no network", () => {
     const argv = (t: JobType) => dockerRunArgs(minimalJob(t, [0]), opts).argv;
     expect(argv("rendering")).toContain("--network");
@@ -165,8 +187,12 @@ describe("docker executor (fake docker CLI)", () => {
     expect(invocations()).toContainEqual(["kill", "svc-job-kill1"]);
   });
 
-  it("vllm_serve: publishes the port, waits for health, reports the endpoint, serves until stopped", async () => {
-    const health = http.createServer((req, res) => res.writeHead(req.url === "/health" ? 200 : 404).end());
+  it("vllm_serve: publishes the port, waits for health, reports the endpoint and its key, serves until stopped", async () => {
+    const probes: (string | undefined)[] = [];
+    const health = http.createServer((req, res) => {
+      probes.push(req.headers.authorization);
+      res.writeHead(req.url === "/health" ? 200 : 404).end();
+    });
     await new Promise<void>((r) => health.listen(0, "127.0.0.1", () => r()));
     const port = (health.address() as import("node:net").AddressInfo).port;
     try {
@@ -187,6 +213,12 @@ describe("docker executor (fake docker CLI)", () => {
       const run = await waitFor(() => invocations().find((a) => a[0] === "run" && a.includes("svc-job-serve1")), 10_000, "docker run");
       expect(run.join(" ")).toContain(`-p ${port}:8000`);
       expect(run.slice(-9)).toEqual(["vllm/vllm-openai:v0.6.3", "--model", "Qwen/Qwen2.5-7B-Instruct", "--port", "8000", "--max-model-len", "8192", "--dtype", "auto"]);
+      // A key of the job's own: reported with the endpoint, sent with the health probe, given to docker by name only.
+      const [key] = seen.endpointKeys;
+      expect(key).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      expect(probes).toContain(`Bearer ${key}`);
+      expect(run.join(" ")).toContain("-e VLLM_API_KEY ");
+      expect(run.join(" ")).not.toContain(key);
       await running.stop("cancelled: done serving");
       expect((await running.done).error).toBe("cancelled: done serving");
       expect(invocations()).toContainEqual(["kill", "svc-job-serve1"]);

@@ -218,6 +218,8 @@ export interface FakeContainer {
   id: string;
   name: string;
   labels: Record<string, string>;
+  /** Its environment as docker builds it from `-e`: `NAME=value`, or `NAME` alone, copied from the CLI's own environment (left out when unset there). */
+  env: Record<string, string>;
   pid: number;
   running: boolean;
 }
@@ -237,6 +239,10 @@ export interface FakeContainer {
  * - `start-fails`: the container is created but cannot start (an OCI runtime error), 125;
  * - `wait`: runs until `release(jobId)`, then succeeds;
  * - anything else: writes a result and succeeds.
+ * A container published with `-p HOST:PORT` (vllm_serve) plays vLLM instead, on 127.0.0.1:HOST, until
+ * it is killed: `/health` answers 200; every `/v1` path requires `Authorization: Bearer <VLLM_API_KEY>`
+ * when its environment has that key (401 otherwise, as vLLM does); `GET /v1/models` lists the
+ * `--model`, `POST /v1/chat/completions` answers "Hello from a fake engine." with its usage.
  */
 export function fakeDocker(dir: string): FakeDocker {
   const calls = path.join(dir, "docker-calls.jsonl");
@@ -382,7 +388,16 @@ def save(**state):
     os.replace(tmp, state_file(cid))
 
 labels = dict(args[i + 1].partition("=")[::2] for i, a in enumerate(args) if a == "--label")
-json.dump({"name": name, "labels": labels, "pid": os.getpid()}, open(meta_file(cid), "w"))
+# As docker does: -e NAME=value sets it; -e NAME alone copies the CLI's own, or nothing when it has none.
+env = {}
+for i, a in enumerate(args):
+    if a == "-e" and i + 1 < len(args):
+        k, eq, v = args[i + 1].partition("=")
+        if eq:
+            env[k] = v
+        elif k in os.environ:
+            env[k] = os.environ[k]
+json.dump({"name": name, "labels": labels, "env": env, "pid": os.getpid()}, open(meta_file(cid), "w"))
 save()
 if what == "start-fails":
     save(ExitCode=128, Error="failed to create task for container: OCI runtime create failed")
@@ -401,6 +416,42 @@ def finish(code):
 
 signal.signal(signal.SIGTERM, lambda *_: finish(137))
 print("container started", flush=True)
+if "-p" in args:
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    key = env.get("VLLM_API_KEY")
+    model = opt("--model") or "model"
+
+    class Engine(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def answer(self, code, body):
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def handle_one(self):
+            length = int(self.headers.get("content-length") or 0)
+            if length:
+                self.rfile.read(length)
+            if self.path == "/health":
+                return self.answer(200, {})
+            if self.path.startswith("/v1") and key and self.headers.get("authorization") != "Bearer " + key:
+                return self.answer(401, {"error": "Unauthorized"})
+            if self.path == "/v1/models":
+                return self.answer(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+            if self.path == "/v1/chat/completions" and self.command == "POST":
+                return self.answer(200, {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
+                                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from a fake engine."}, "finish_reason": "stop"}],
+                                         "usage": {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15}})
+            return self.answer(404, {"error": "not found"})
+
+        do_GET = do_POST = handle_one
+
+    HTTPServer(("127.0.0.1", int(opt("-p").split(":")[0])), Engine).serve_forever()
 if what == "exit-125":
     print("work done; exiting with status 125", flush=True)
     finish(125)

@@ -4,7 +4,9 @@
 // failing before the container started is the provider's (re-queued, no
 // charge); on a 2-GPU provider two concurrent jobs each get their own GPU,
 // a third waits in the queue until one ends and then gets the GPU it freed;
-// a submit whose env would choose GPUs is refused.
+// a submit whose env would choose GPUs is refused; a vllm_serve engine is
+// started with a key of the job's own, given to docker by name only, and
+// reported with its endpoint, which the /v1 gateway then reaches with it.
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
@@ -123,6 +125,55 @@ describe("svc-daemon (TypeScript) with containers", { timeout: 120_000 }, () => 
     // It ran on the idle GPU.
     const runs = docker.runs().filter((argv) => argv.includes(`svc.job_id=${j.job_id}`));
     expect(runs.map((argv) => optionOf(argv, "--gpus"))).toEqual(["device=1"]);
+  });
+
+  it("serves vllm_serve with a key of the job's own: in the engine's env, on no command line, reported with the endpoint", async () => {
+    const p = await makeProvider(h.srv);
+    const docker = fakeDocker(tempDir("tsd-docker"));
+    const d = h.startDaemon(p.key, ["--docker", docker.path, "--public-host", "127.0.0.1"]);
+    await waitFor(async () => {
+      const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
+      return r.gpu_count === 2 && r.readiness_status;
+    }, 45_000, `daemon up (${d.output()})`);
+    const renter = await makeRenter(h.srv, 10_000);
+    const model = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
+    const job = await h.submit(renter, { job_type: "vllm_serve", duration_minutes: 5, params: { model } });
+    expect(job.provider_id).toBe(p.id);
+    const row = await waitFor(async () => {
+      const r = await h.job(job.job_id);
+      return r.endpoint_url ? r : undefined;
+    }, 45_000, `endpoint ready (${d.output()})`);
+    expect(row.status).toBe("running");
+    expect(row.endpoint_url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    const key: string = row.endpoint_api_key;
+    expect(key).toMatch(/^[A-Za-z0-9_-]{43}$/); // 32 random bytes, base64url
+
+    // docker got it by name: `-e VLLM_API_KEY`, its value from the CLI's environment, never in an argument.
+    const run = docker.runs().find((argv) => argv.includes(`svc.job_id=${job.job_id}`))!;
+    expect(run[run.indexOf("VLLM_API_KEY") - 1]).toBe("-e");
+    expect(run.filter((a) => a.startsWith("VLLM_API_KEY"))).toEqual(["VLLM_API_KEY"]);
+    expect(JSON.stringify(docker.calls())).not.toContain(key);
+    const container = docker.containers().find((c) => c.labels["svc.job_id"] === job.job_id)!;
+    expect(container.env.VLLM_API_KEY).toBe(key);
+    expect(d.output()).not.toContain(key);
+
+    // The engine wants it; the gateway has it (the renter's own endpoint).
+    expect((await fetch(`${row.endpoint_url}/v1/models`)).status).toBe(401);
+    expect((await fetch(`${row.endpoint_url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+    const chat = await fetch(`${h.srv.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${renter.key}`, "content-type": "application/json" },
+      body: JSON.stringify({ model, messages: [{ role: "user", content: "Hi" }], max_tokens: 16 }),
+    });
+    const text = await chat.text();
+    expect(chat.status, text).toBe(200);
+    expect(JSON.parse(text).choices[0].message.content).toBe("Hello from a fake engine.");
+    expect(text).not.toContain(key);
+
+    // Cancelled: the container goes, and the server forgets the key.
+    expect((await h.api().post(`/api/jobs/${job.job_id}/cancel`, {}, renter.headers)).status).toBe(200);
+    await waitFor(() => !docker.containers().some((c) => c.labels["svc.job_id"] === job.job_id), 45_000, `container removed (${d.output()})`);
+    expect((await h.job(job.job_id)).endpoint_api_key).toBeNull();
   });
 
   it("refuses at submit an env that would choose the job's GPUs, naming the field", async () => {

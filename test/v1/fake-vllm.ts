@@ -8,6 +8,9 @@
 // that never ends (from the start, or after the first words), or a flood of
 // well-formed chunks. "overstate" answers like "ok" but reports usage of
 // OVERSTATED_TOKENS prompt and completion tokens, far beyond what it sent.
+// Given an API key (`apiKey`, as vLLM's --api-key / VLLM_API_KEY), it refuses
+// every /v1 request without `Authorization: Bearer <key>` with 401, as vLLM
+// does; it records each request's Authorization header either way.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -31,8 +34,14 @@ export interface FakeVllm {
   url: string;
   name: string;
   mode: Mode;
-  /** Request bodies received. */
+  /** Request bodies received (those its key let through). */
   requests: Record<string, unknown>[];
+  /** The key /v1 requests must carry (`Authorization: Bearer <key>`); none: every request is served. */
+  apiKey?: string;
+  /** The Authorization header of every request received, in order (undefined: none sent). */
+  authorizations: (string | undefined)[];
+  /** Requests refused for a missing or wrong key (401). */
+  refused: number;
   /** Bytes the endless modes poured out until the gateway hung up. */
   sent: number;
   /** Requests whose client (the gateway) went away before the answer ended. */
@@ -48,7 +57,7 @@ export const PROMPT_TOKENS = 11;
 /** The prompt and completion tokens "overstate" claims. */
 export const OVERSTATED_TOKENS = 900_000_000;
 
-export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<FakeVllm> {
+export async function startFakeVllm(name: string, mode: Mode = "ok", opts: { apiKey?: string } = {}): Promise<FakeVllm> {
   const sockets = new Set<import("node:net").Socket>();
   let abortWaiters: (() => void)[] = [];
   const fake: FakeVllm = {
@@ -56,6 +65,9 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
     name,
     mode,
     requests: [],
+    apiKey: opts.apiKey,
+    authorizations: [],
+    refused: 0,
     sent: 0,
     aborted: 0,
     nextAbort: () => new Promise((resolve) => abortWaiters.push(resolve)),
@@ -76,6 +88,14 @@ export async function startFakeVllm(name: string, mode: Mode = "ok"): Promise<Fa
     });
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
+    fake.authorizations.push(req.headers.authorization);
+    // vLLM's check: every path under /v1, the exact header (its /health is open).
+    if (fake.apiKey !== undefined && req.url?.startsWith("/v1") && req.headers.authorization !== `Bearer ${fake.apiKey}`) {
+      fake.refused++;
+      res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ error: "Unauthorized" }));
+      finished = true;
+      return;
+    }
     if (req.method !== "POST" || req.url !== "/v1/chat/completions") {
       res.writeHead(404).end(JSON.stringify({ error: { message: "not found" } }));
       finished = true;

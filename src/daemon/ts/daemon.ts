@@ -574,8 +574,15 @@ export class ProviderDaemon {
     const running = start(spec, {
       log: (line) => this.logLine(active, line),
       progress: (pct, phase) => this.report(active, { case: "progress", value: { jobId: spec.jobId, progressPct: pct, phase } }),
-      endpointReady: (url) =>
-        this.report(active, { case: "endpointReady", value: url.startsWith("port:") ? { jobId: spec.jobId, port: Number(url.slice(5)) } : { jobId: spec.jobId, endpointUrl: url } }),
+      endpointReady: (url, apiKey) =>
+        this.report(active, {
+          case: "endpointReady",
+          value: {
+            jobId: spec.jobId,
+            ...(url.startsWith("port:") ? { port: Number(url.slice(5)) } : { endpointUrl: url }),
+            ...(apiKey ? { endpointApiKey: apiKey } : {}),
+          },
+        }),
     });
     active.running = running;
     const timer = setTimeout(() => {

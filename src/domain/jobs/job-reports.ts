@@ -445,8 +445,14 @@ export async function reportProgress(sql: Sql, providerId: number, msg: { jobId:
 export async function endpointReady(
   sql: Sql,
   providerId: number,
-  msg: { jobId: string; endpointUrl?: string; port?: number; model?: string },
+  msg: { jobId: string; endpointUrl?: string; port?: number; model?: string; endpointApiKey?: string },
 ): Promise<{ endpointUrl: string }> {
+  // The endpoint's own secret (the daemon's per-job VLLM_API_KEY), sent upstream by the /v1 gateway as a
+  // Bearer token: a header value, so printable ASCII without spaces. None: the gateway sends no credential.
+  const apiKey = msg.endpointApiKey || null;
+  if (apiKey !== null && !/^[\x21-\x7e]{1,512}$/.test(apiKey)) {
+    throw badRequest("endpoint_api_key must be 1 to 512 printable ASCII characters without spaces");
+  }
   let url = msg.endpointUrl?.trim();
   if (url) {
     let u: URL;
@@ -469,7 +475,8 @@ export async function endpointReady(
   const endpoint = url;
   await sql.begin(async (tx) => {
     const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId));
-    await tx`UPDATE jobs SET endpoint_url = ${endpoint}, updated_at = now() WHERE id = ${job.id}`;
+    // The key belongs to the endpoint reported with it: a report without one clears an earlier one's.
+    await tx`UPDATE jobs SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, updated_at = now() WHERE id = ${job.id}`;
   });
   return { endpointUrl: endpoint };
 }

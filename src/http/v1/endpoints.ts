@@ -17,6 +17,11 @@ export interface Upstream {
   startedAt: Date;
   /** The requesting renter's own serving job. */
   own: boolean;
+  /**
+   * The endpoint's secret its daemon reported (endpoint-ready's endpoint_api_key), sent upstream as
+   * `Authorization: Bearer`; never logged nor shown. Absent: the endpoint gets no credential.
+   */
+  apiKey?: string;
 }
 
 /** The endpoint a daemon reports may be the server root, its /v1 base, or the full route. */
@@ -32,6 +37,7 @@ interface EndpointRow {
   provider_id: number;
   model: string;
   endpoint_url: string;
+  endpoint_api_key: string | null;
   started_at: Date;
   own: boolean;
 }
@@ -50,7 +56,7 @@ export function servingEndpointsSql(db: Db, f: EndpointFilter = {}) {
   const renter = f.renterId ?? null;
   return db<EndpointRow[]>`
     SELECT * FROM (
-      SELECT j.id AS job_id, j.provider_id, coalesce(j.model, j.params->>'model') AS model, j.endpoint_url,
+      SELECT j.id AS job_id, j.provider_id, coalesce(j.model, j.params->>'model') AS model, j.endpoint_url, j.endpoint_api_key,
              coalesce(j.started_at, j.assigned_at, j.submitted_at) AS started_at,
              j.renter_id = ${renter}::bigint IS TRUE AS own, j.params->>'public' = 'true' AS public
       FROM jobs j JOIN providers p ON p.id = j.provider_id
@@ -72,6 +78,7 @@ export async function servingEndpoints(db: Db, f: EndpointFilter = {}): Promise<
     url: chatCompletionsUrl(r.endpoint_url),
     startedAt: r.started_at,
     own: r.own,
+    ...(r.endpoint_api_key ? { apiKey: r.endpoint_api_key } : {}),
   }));
 }
 

@@ -181,6 +181,7 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
         signal: ctl.signal,
         accept: p.stream ? "text/event-stream" : "application/json",
         allowPrivate: p.allowPrivate,
+        apiKey: u.apiKey,
       });
     } catch (err) {
       return failure((err as Error).message);

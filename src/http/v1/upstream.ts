@@ -2,7 +2,10 @@
 // daemons, so unless private upstreams are allowed (SVC_V1_PRIVATE_UPSTREAMS,
 // off in production) the gateway connects only to public addresses: literal
 // hosts are checked before connecting and names at the moment of connecting
-// (the address actually dialled, so DNS rebinding cannot slip through).
+// (the address actually dialled, so DNS rebinding cannot slip through). An
+// endpoint whose daemon reported a secret (endpoint-ready's endpoint_api_key,
+// vLLM's VLLM_API_KEY) gets it as `Authorization: Bearer`; nothing else does,
+// and it is never logged.
 import http from "node:http";
 import https from "node:https";
 import { isIpLiteral, isPrivateAddress, publicOnlyLookup } from "../../domain/shared/address.js";
@@ -15,6 +18,8 @@ export interface PostOptions {
   signal: AbortSignal;
   accept: string;
   allowPrivate: boolean;
+  /** The endpoint's own secret (Upstream.apiKey): sent as `Authorization: Bearer`. */
+  apiKey?: string;
 }
 
 /** POSTs a JSON body; resolves with the response (headers read, body not yet). */
@@ -29,7 +34,12 @@ export function postJson(url: string, body: string, opts: PostOptions): Promise<
     const req = (secure ? https : http).request(u, {
       method: "POST",
       agent: secure ? agents.https : agents.http,
-      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), accept: opts.accept },
+      headers: {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(body),
+        accept: opts.accept,
+        ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}),
+      },
       signal: opts.signal,
       lookup: opts.allowPrivate ? undefined : lookup,
     });

@@ -6,7 +6,13 @@
 // ended. `docker run` exits 125 both when docker itself failed and when the
 // container's own program exited 125: the container's state tells which.
 // vllm_serve runs the engine, waits for its health check, reports the
-// endpoint, and keeps it until it is cancelled or expires.
+// endpoint, and keeps it until it is cancelled or expires. The engine's port is
+// published on every interface, so it is started with a secret of its own
+// (VLLM_API_KEY, new for each job) that only the server's /v1 gateway is told
+// (endpoint-ready): anyone else who finds the port is refused. The secret goes
+// to docker through the CLI's environment (`-e VLLM_API_KEY`, no value), never
+// on a command line, where `ps` would show it to every user of the machine.
+import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -82,10 +88,28 @@ export interface DockerPlan {
   droppedEnv: string[];
   /** vllm_serve: host port published for the engine. */
   hostPort?: number;
+  /**
+   * Variables the `docker` CLI itself is given, on top of the daemon's environment: those `argv`
+   * names with `-e NAME` alone, which docker copies into the container from its own environment.
+   */
+  cliEnv?: Record<string, string>;
+  /** vllm_serve: the task's own env named the engine's key, which the daemon sets: left out. */
+  droppedKeyEnv?: boolean;
 }
 
-/** The `docker run` command line of a job (pure; tested on its own). */
-export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number): DockerPlan {
+/** The variable vLLM reads its API key from (the same as its --api-key). */
+export const VLLM_API_KEY_ENV = "VLLM_API_KEY";
+
+/** A new secret for a served endpoint: 32 random bytes, base64url. */
+export function newEndpointKey(): string {
+  return crypto.randomBytes(32).toString("base64url");
+}
+
+/**
+ * The `docker run` command line of a job (pure; tested on its own). `serveKey`: vllm_serve's
+ * secret, passed by name (`cliEnv`), never in `argv`.
+ */
+export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number, serveKey?: string): DockerPlan {
   const t = job.taskSpec;
   const container = obj(t.container);
   const limits = obj(t.limits);
@@ -110,9 +134,17 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   argv.push("-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json", "-e", `SVC_JOB_ID=${job.jobId}`);
   const env = obj(t.env);
   const droppedEnv: string[] = [];
+  const serving = job.jobType === "vllm_serve";
+  let droppedKeyEnv = false;
   for (const k of Object.keys(env).sort()) {
     if (RESERVED_ENV_NAMES.includes(k)) droppedEnv.push(k);
+    else if (serving && k === VLLM_API_KEY_ENV) droppedKeyEnv = true;
     else argv.push("-e", `${k}=${String(env[k])}`);
+  }
+  let cliEnv: Record<string, string> | undefined;
+  if (serving && serveKey) {
+    argv.push("-e", VLLM_API_KEY_ENV);
+    cliEnv = { [VLLM_API_KEY_ENV]: serveKey };
   }
   const inputs = obj(t.inputs);
   if (typeof inputs.workdir === "string") argv.push("-w", inputs.workdir);
@@ -130,7 +162,7 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
     command = ["python", `/svc-scripts/${SCRIPTS[job.jobType]}`];
   }
   argv.push(image, ...command);
-  return { argv, name, outDir, cidFile, droppedEnv, hostPort };
+  return { argv, name, outDir, cidFile, droppedEnv, hostPort, ...(cliEnv ? { cliEnv } : {}), ...(droppedKeyEnv ? { droppedKeyEnv } : {}) };
 }
 
 /** The container id `docker run --cidfile` wrote, or undefined (docker failed before creating one). */
@@ -177,10 +209,11 @@ export class DockerExecutor implements Executor {
     // docker run refuses a container id file that exists: one an earlier run left goes first.
     fs.rmSync(plan.cidFile, { force: true });
     for (const k of plan.droppedEnv) hooks.log(`env ${k} was left out: the provider's daemon decides which GPU the job sees`);
+    if (plan.droppedKeyEnv) hooks.log(`env ${VLLM_API_KEY_ENV} was left out: the provider's daemon sets the endpoint's key`);
     const child = startChildJob(
       {
         argv: plan.argv,
-        env: process.env,
+        env: plan.cliEnv ? { ...process.env, ...plan.cliEnv } : process.env,
         cwd: plan.outDir,
         stdin: "",
         resultFile: path.join(plan.outDir, "result.json"),
@@ -235,14 +268,16 @@ export class DockerExecutor implements Executor {
     let stopped: string | undefined;
     const ready = (async () => {
       const hostPort = this.opts.servePort || (await freePort());
-      const plan = dockerRunArgs(job, this.opts, hostPort);
+      // This job's own: the engine requires it on /v1, and only the server is told it.
+      const apiKey = newEndpointKey();
+      const plan = dockerRunArgs(job, this.opts, hostPort, apiKey);
       inner = this.run(job, hooks, plan);
       if (stopped) await inner.stop(stopped);
-      void this.waitHealthy(hostPort, inner, () => stopped !== undefined).then((ok) => {
+      void this.waitHealthy(hostPort, apiKey, inner, () => stopped !== undefined).then((ok) => {
         if (!ok) return;
         hooks.progress(100, "serving");
         const host = this.opts.publicHost;
-        hooks.endpointReady?.(host ? `http://${host.includes(":") ? `[${host}]` : host}:${hostPort}` : `port:${hostPort}`);
+        hooks.endpointReady?.(host ? `http://${host.includes(":") ? `[${host}]` : host}:${hostPort}` : `port:${hostPort}`, apiKey);
       });
       return inner;
     })();
@@ -255,12 +290,13 @@ export class DockerExecutor implements Executor {
     };
   }
 
-  private async waitHealthy(port: number, job: RunningJob, stopped: () => boolean): Promise<boolean> {
+  /** Probes the engine's /health (which vLLM answers without the key; it is sent all the same). */
+  private async waitHealthy(port: number, apiKey: string, job: RunningJob, stopped: () => boolean): Promise<boolean> {
     let ended = false;
     void job.done.then(() => (ended = true));
     while (!ended && !stopped()) {
       try {
-        const r = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) });
+        const r = await fetch(`http://127.0.0.1:${port}/health`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(2000) });
         if (r.ok) return true;
       } catch {}
       await new Promise((r) => setTimeout(r, this.opts.healthPollMs ?? 2000));

@@ -18,8 +18,8 @@ export interface JobSpec {
 export interface JobHooks {
   log(line: string): void;
   progress(pct: number | undefined, phase: string | undefined): void;
-  /** Serving jobs: where the endpoint listens. */
-  endpointReady?(url: string): void;
+  /** Serving jobs: where the endpoint listens, and the secret it requires (Bearer), when it requires one. */
+  endpointReady?(url: string, apiKey?: string): void;
 }
 
 export interface Outcome {
