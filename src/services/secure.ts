@@ -11,6 +11,7 @@ import { badRequest, forbidden, notFound, unauthorized } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { refuseNul } from "../http/nul.js";
 import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
+import { trackStream } from "../domain/accounts/open-streams.js";
 
 export function rolesOf(method: DescMethod): Role[] {
   const roles = getOption(method, route).roles;
@@ -109,8 +110,23 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
       const oneRequest = method.methodKind === "server_streaming";
       const streaming: AnyImpl = async function* (req, ctx) {
         if (oneRequest) refuseNul(method.input, req);
-        ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
-        yield* fn(req, ctx) as AsyncIterable<unknown>;
+        const principal = await authenticateAndCount(deps, guard, ctx, count);
+        ctx.values.set(principalKey, principal);
+        const tracked =
+          principal.role === "renter" ? trackStream("renter", principal.renterId) : principal.role === "provider" ? trackStream("provider", principal.providerId) : undefined;
+        if (!tracked) return yield* fn(req, ctx) as AsyncIterable<unknown>;
+        // The key was checked once, here: the stream ends when the account's keys are revoked (open-streams.ts).
+        const it = (fn(req, ctx) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
+        try {
+          for (;;) {
+            const next = await Promise.race([it.next(), tracked.revoked]);
+            if (next.done) return;
+            yield next.value;
+          }
+        } finally {
+          tracked.release();
+          void it.return?.(undefined);
+        }
       };
       out[method.localName] = streaming;
     }

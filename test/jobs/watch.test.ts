@@ -229,6 +229,26 @@ describe("WatchJob and GET /api/jobs/{id}/events", () => {
     asRenter.cut();
   });
 
+  it("a renter's watches end with 401 once its key is rotated; the new key watches again", async () => {
+    const { renter, jobId } = await assignedJob();
+    const sse = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
+    const grpc = grpcWatch(renter.headers, jobId);
+    await sse.until((es) => es.length >= 1);
+    await grpc.until((es) => es.length >= 1);
+    const rotated = await api.post("/api/renters/rotate-key", {}, renter.headers);
+    expect(rotated.status, rotated.text).toBe(200);
+    await sse.ended;
+    expect(sse.events.at(-1)!.data).toMatchObject({ status: 401, error: expect.stringMatching(/key this stream was opened with was revoked/) });
+    const err = await grpc.done.then(() => undefined, (e) => e);
+    expect(ConnectError.from(err).code).toBe(Code.Unauthenticated);
+    // The old key opens nothing; the new one watches as before.
+    expect((await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers)).status).toBe(401);
+    const again = await openSse(`${srv.url}/api/jobs/${jobId}/events`, { "x-renter-key": rotated.body.api_key });
+    await again.until((es) => es.length >= 1);
+    expect(again.events[0].event).toBe("snapshot");
+    again.cut();
+  });
+
   it("many watchers of one job in a process cost one read per change, not one per watcher", async () => {
     const { renter, provider, jobId } = await assignedJob();
     await api.get(`/api/providers/${provider.key}/jobs`);

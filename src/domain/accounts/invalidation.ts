@@ -4,6 +4,7 @@
 // process forgets at once as well.
 import type { Db, Sql } from "../../db/index.js";
 import { forgetAccountKeys, forgetAllKeys } from "./key-cache.js";
+import { endStreamsOf } from "./open-streams.js";
 import type { KeyRole } from "./keys.js";
 import { providerCacheOf } from "./provider-cache.js";
 
@@ -36,6 +37,8 @@ export function applyInvalidation(sql: Sql, payload: string): void {
     providerCacheOf(sql).forget(rest.join(":").split(",").map(Number).filter(Number.isFinite));
   } else if (kind === "key" && (rest[0] === "provider" || rest[0] === "renter")) {
     forgetAccountKeys(rest[0], Number(rest[1]));
+    // After the commit (a notice is delivered then), so a stream reopened meanwhile is refused.
+    endStreamsOf(rest[0], Number(rest[1]));
   }
 }
 
