@@ -4,7 +4,8 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { AdminService } from "../../gen/svc/v1/admin_pb.js";
 import { decideProvider, requestPreload, type AdminActor, type ApprovalAction } from "../domain/providers/approval.js";
 import { daemonEventMessage, listDaemonEvents } from "../domain/providers/daemon-events.js";
-import { requeueWorkOf } from "../domain/dispatch/job-hooks.js";
+import { afterJobsTakenOff, lockJobsOfProvider, takeJobsOffProvider } from "../domain/dispatch/dispatch.js";
+import { failureLevel } from "../errors.js";
 import { listProviders, providerById, providerMessage } from "../domain/providers/providers.js";
 import { checkId } from "../domain/admin/admin.js";
 import { page } from "../domain/shared/validate.js";
@@ -24,8 +25,21 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
   const { sql, log } = deps;
 
   async function decide(id: bigint, action: ApprovalAction, reason: string | undefined, ctx: HandlerContext) {
-    const outcome = await sql.begin((tx) => decideProvider(sql, tx, checkId(id, "id"), action, actorOf(ctx), reason));
-    if (outcome.requeue) await requeueWorkOf(sql, log, outcome.provider.id, "admin", REQUEUE_REASON[action]!);
+    // The provider's jobs leave it in the transaction that suspends or rejects it: no report of its own
+    // is taken in between (a result would be refused: the job is no longer its).
+    const providerId = checkId(id, "id");
+    const { outcome, removed } = await sql.begin(async (tx) => {
+      // Its jobs first, then its row (in decideProvider): the order a settling result takes them in.
+      if (REQUEUE_REASON[action]) await lockJobsOfProvider(tx, providerId);
+      const outcome = await decideProvider(sql, tx, providerId, action, actorOf(ctx), reason);
+      const removed = outcome.requeue ? await takeJobsOffProvider(tx, outcome.provider.id, "admin", REQUEUE_REASON[action]!) : undefined;
+      return { outcome, removed };
+    });
+    if (removed) {
+      await afterJobsTakenOff(sql, outcome.provider.id, removed).catch((err) =>
+        log[failureLevel(err)]({ err, providerId: outcome.provider.id }, "placing a suspended provider's jobs failed"),
+      );
+    }
     if (outcome.changed) log.info({ providerId: outcome.provider.id, action }, "provider decision");
     return { success: true, provider: providerMessage(outcome.provider) };
   }

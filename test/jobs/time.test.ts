@@ -304,6 +304,41 @@ describe("silent providers", () => {
     expect(hist[0]).toMatchObject({ status: "requeued", end_reason: "provider_interrupted", fault: "provider" });
   });
 
+  it("suspends a provider and takes its jobs off it in one transaction: never suspended with jobs still on it", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id = ${provider.id}`;
+    const first = (await submit(renter.headers)).body.job.job_id;
+    const second = (await submit(renter.headers)).body.job.job_id;
+    for (let i = 0; i < 2; i++) await pickUp(api, provider.key);
+    // Hold one of its jobs, as a result being settled would.
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holder = srv.sql.begin(async (tx) => {
+      await tx`SELECT 1 FROM jobs WHERE job_id = ${first} FOR UPDATE`;
+      locked();
+      await held;
+    });
+    await isLocked;
+    const suspending = api.post(`/api/admin/providers/${provider.id}/suspend`, { reason: "fraud" }, ADMIN);
+    // While its jobs cannot be taken off, the suspension does not commit: no moment shows the provider
+    // suspended with jobs it could still report on.
+    await new Promise((r) => setTimeout(r, 500));
+    const [mid] = await srv.sql`SELECT status FROM providers WHERE id = ${provider.id}`;
+    expect(mid.status).not.toBe("suspended");
+    release();
+    await holder;
+    expect((await suspending).status).toBe(200);
+    const [after] = await srv.sql`SELECT status FROM providers WHERE id = ${provider.id}`;
+    expect(after.status).toBe("suspended");
+    for (const id of [first, second]) expect((await api.get(`/api/jobs/${id}`, renter.headers)).body).toMatchObject({ status: "queued", attempt: 2 });
+    const refused = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: second, success: true, result: {} });
+    expect(refused.status).toBe(403);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("moves money once when a re-queue and a result race", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);

@@ -602,26 +602,52 @@ export async function requeueJobsOfProvider(
   message: string,
 ): Promise<{ requeued: string[]; failed: string[] }> {
   // Collected inside the transaction: a deadlock runs it again from the start (db/index.ts).
-  const { out, requeuedIds, jobs } = await sql.begin(async (tx) => {
-    const out = { requeued: [] as string[], failed: [] as string[] };
-    const requeuedIds: number[] = [];
-    const jobs = await tx<LockedJob[]>`
-      SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
-      ORDER BY id FOR UPDATE`;
-    if (jobs.length > 0 && removal === "silent") {
-      const silent = await tx`SELECT 1 FROM providers p WHERE p.id = ${providerId} AND NOT ${liveSql(tx)} FOR NO KEY UPDATE`;
-      if (silent.length === 0) return { out, requeuedIds, jobs: 0 };
-    }
-    for (const job of jobs) {
-      const r = await loseJobLocked(tx, job, PROVIDER_REMOVALS[removal], message);
-      out[r].push(job.job_id);
-      if (r === "requeued") requeuedIds.push(job.id);
-    }
-    return { out, requeuedIds, jobs: jobs.length };
-  });
-  await placeJobs(sql, requeuedIds);
-  if (jobs > 0) await refreshReputation(sql, [providerId]);
+  const removed = await sql.begin((tx) => takeJobsOffProvider(tx, providerId, removal, message));
+  await afterJobsTakenOff(sql, providerId, removed);
+  return { requeued: removed.requeued, failed: removed.failed };
+}
+
+export interface JobsTakenOff {
+  requeued: string[];
+  failed: string[];
+  /** jobs.id of the re-queued ones, for placeJobs once committed. */
+  requeuedIds: number[];
+}
+
+/**
+ * requeueJobsOfProvider's work inside `tx`: an admin's suspension or rejection
+ * takes the provider's jobs off in the transaction that records it, so that no
+ * report of the provider's is taken in between. afterJobsTakenOff once committed.
+ */
+export async function takeJobsOffProvider(tx: Tx, providerId: number, removal: ProviderRemoval, message: string): Promise<JobsTakenOff> {
+  const out: JobsTakenOff = { requeued: [], failed: [], requeuedIds: [] };
+  const jobs = await lockJobsOfProvider(tx, providerId);
+  if (jobs.length > 0 && removal === "silent") {
+    const silent = await tx`SELECT 1 FROM providers p WHERE p.id = ${providerId} AND NOT ${liveSql(tx)} FOR NO KEY UPDATE`;
+    if (silent.length === 0) return out;
+  }
+  for (const job of jobs) {
+    const r = await loseJobLocked(tx, job, PROVIDER_REMOVALS[removal], message);
+    out[r].push(job.job_id);
+    if (r === "requeued") out.requeuedIds.push(job.id);
+  }
   return out;
+}
+
+/**
+ * The provider's active jobs, locked in id order: before its own row when both are taken (a result
+ * settling takes its job, then the provider), so a transaction doing both does not deadlock with one.
+ */
+export function lockJobsOfProvider(tx: Tx, providerId: number) {
+  return tx<LockedJob[]>`
+    SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
+    ORDER BY id FOR UPDATE`;
+}
+
+/** After takeJobsOffProvider committed: places the re-queued jobs and refreshes the provider's reliability. */
+export async function afterJobsTakenOff(sql: Sql, providerId: number, removed: JobsTakenOff): Promise<void> {
+  await placeJobs(sql, removed.requeuedIds);
+  if (removed.requeued.length + removed.failed.length > 0) await refreshReputation(sql, [providerId]);
 }
 
 /**
