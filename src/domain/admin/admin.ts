@@ -10,7 +10,7 @@ import { accountKeysChanged } from "../accounts/invalidation.js";
 import { JOB_SUMMARY_COLUMNS, type JobSummaryRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
 import { adjust, renterFunds } from "../money/ledger.js";
-import { lockReservations, reservedMany } from "../money/usage-billing.js";
+import { lockedReserved } from "../money/usage-billing.js";
 import { type RenterRow } from "../accounts/renters.js";
 import { jobCountSql } from "../shared/job-counts.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
@@ -158,9 +158,7 @@ export async function listAudit(
  */
 export async function adjustRenterBalance(tx: Tx, renterId: number, amount: number, key: string, reason: string): Promise<void> {
   if (amount < 0) {
-    // The reservations' lock first, as submits and /v1 requests take it.
-    await lockReservations(tx, [renterId]);
-    const reserved = (await reservedMany(tx, [renterId])).get(renterId) ?? 0;
+    const reserved = await lockedReserved(tx, renterId);
     const { available } = await renterFunds(tx, renterId);
     if (available < -amount) throw badRequest(`amount_halala would take the available balance below zero (available ${available} halala)`);
     if (available - reserved < -amount) {

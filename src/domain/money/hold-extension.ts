@@ -13,7 +13,7 @@
 import type { Db, Tx } from "../../db/index.js";
 import { extendHold, renterFunds } from "./ledger.js";
 import { monthlyHeadroom, quotaUsage, withReserved } from "./quota.js";
-import { lockReservations, reservedMany } from "./usage-billing.js";
+import { lockedReserved } from "./usage-billing.js";
 import { endLocked, lockJobById, lockRenterFunds, runSeconds, type Figures } from "./settlement.js";
 
 /** A hold grows when less than this much paid time is left. */
@@ -63,9 +63,8 @@ export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome
   const capMinutes = Math.ceil(job.max_duration_seconds / 60);
   if (paid >= capMinutes || ranSeconds + EXTEND_LEAD_SECONDS < paid * 60) return { kind: "unchanged" };
 
-  // What the renter's /v1 requests in flight reserved is theirs (their lock first, as submits take it).
-  await lockReservations(tx, [job.renter_id]);
-  const reserved = (await reservedMany(tx, [job.renter_id])).get(job.renter_id) ?? 0;
+  // What the renter's /v1 requests in flight reserved is theirs.
+  const reserved = await lockedReserved(tx, job.renter_id);
   await lockRenterFunds(tx, job.renter_id);
   const { available } = await renterFunds(tx, job.renter_id);
   // The hold grows within the monthly spend limit too: it counts holds, as a submit's check does.

@@ -9,7 +9,7 @@ import type { Db, Tx } from "../../db/index.js";
 import { badRequest } from "../../errors.js";
 import { recordAudit } from "../shared/audit.js";
 import { credit, debitUpTo } from "./ledger.js";
-import { lockReservations, reservedMany } from "./usage-billing.js";
+import { lockedReserved } from "./usage-billing.js";
 import { halalaToSar } from "./pricing.js";
 import { iso } from "../shared/validate.js";
 
@@ -253,9 +253,7 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
       const already = p.refunded_halala + p.refund_shortfall_halala;
       if (total <= already) return { outcome: "duplicate", payment: p };
       const amount = total - already;
-      // The reservations' lock first, as submits and /v1 requests take it.
-      await lockReservations(tx, [p.renter_id]);
-      const reserved = (await reservedMany(tx, [p.renter_id])).get(p.renter_id) ?? 0;
+      const reserved = await lockedReserved(tx, p.renter_id);
       const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id, reserved);
       const [row] = await tx<PaymentRow[]>`
         UPDATE payments SET status = 'refunded', refunded_halala = refunded_halala + ${taken.debited},

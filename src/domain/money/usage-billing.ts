@@ -121,6 +121,16 @@ export function lockReservations(tx: Tx, renterIds: number[]) {
   return tx`SELECT count(pg_advisory_xact_lock(${RESERVE_LOCK_NS}, (r % 2147483647)::int)) FROM unnest(${renterIds}::bigint[]) AS r`;
 }
 
+/**
+ * What one renter's /v1 requests in flight have reserved, with its reservation lock taken first (as
+ * reserveTokenBudget and submits take it): what anything else moving the renter's available funds
+ * (a hold growing, a refund, an admin debit) must leave, since those requests are charged from it.
+ */
+export async function lockedReserved(tx: Tx, renterId: number): Promise<number> {
+  await lockReservations(tx, [renterId]);
+  return (await reservedMany(tx, [renterId])).get(renterId) ?? 0;
+}
+
 /** What the renters' /v1 requests in flight have reserved (open and unexpired reservations), by renter. */
 export async function reservedMany(db: Db, renterIds: number[]): Promise<Map<number, number>> {
   const rows = await db<{ renter_id: number; reserved: number }[]>`
