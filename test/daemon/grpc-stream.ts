@@ -3,7 +3,10 @@
 // given kind.
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, beforeEach } from "vitest";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
+import { startTestServer, type TestServer } from "../helpers/server.js";
+import { clearMarketplace } from "../helpers/isolation.js";
 
 const method = DaemonService.method.connect;
 const definition = {
@@ -93,4 +96,24 @@ export function openStream(port: number, key: string | undefined, options?: grpc
       client.close();
     },
   };
+}
+
+/**
+ * A test file's server for daemon streams (job sweep slowed down, the marketplace cleared
+ * before each test) and the streams its tests open, cancelled at the end: `started` is
+ * called with the server once it runs.
+ */
+export function useStreamServer(started: (srv: TestServer) => void, env: Record<string, string> = {}): TestStream[] {
+  const streams: TestStream[] = [];
+  let srv: TestServer | undefined;
+  beforeAll(async () => {
+    srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", ...env });
+    started(srv);
+  });
+  afterAll(async () => {
+    for (const s of streams) s.cancel();
+    await srv?.close();
+  });
+  beforeEach(() => clearMarketplace(srv!));
+  return streams;
 }

@@ -3,7 +3,7 @@
 // as the JSON routes, settlement, cancel, resumption after a reconnect
 // (nothing twice), hand-back, and the drain notice on shutdown.
 import crypto from "node:crypto";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -17,25 +17,17 @@ import { verifyTask } from "../../src/shared/task-signature.js";
 import { taskSigner } from "../../src/shared/task-signature.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { dispatchQueued } from "../../src/domain/dispatch/dispatch.js";
-import { clearMarketplace } from "../jobs/helpers.js";
-import { openStream, type TestStream } from "./grpc-stream.js";
+import { openStream, useStreamServer } from "./grpc-stream.js";
 import { waitFor, whileNotListening } from "./helpers.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
 import { ASSIGNED_CHANNEL } from "../../src/domain/notify/job-notices.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
-const streams: TestStream[] = [];
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
+const streams = useStreamServer((s) => {
+  srv = s;
+  api = client(s.url);
 });
-afterAll(async () => {
-  for (const s of streams) s.cancel();
-  await srv?.close();
-});
-beforeEach(() => clearMarketplace(srv));
 
 function connect(key: string | undefined, runningJobIds: string[] = []) {
   const s = openStream(srv.port, key);

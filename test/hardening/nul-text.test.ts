@@ -3,30 +3,23 @@
 // nothing written); what a provider's daemon reports about a job (its output,
 // error, metrics, log lines, progress, events) is machine output, stored with
 // its NUL characters dropped, so the job ends instead of staying stuck.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { JobService } from "../../gen/svc/v1/jobs_pb.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { openStream, type TestStream } from "../daemon/grpc-stream.js";
-import { clearMarketplace, pickUp } from "../jobs/helpers.js";
+import { openStream, useStreamServer, type TestStream } from "../daemon/grpc-stream.js";
+import { pickUp } from "../jobs/helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
-const streams: TestStream[] = [];
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
+const streams = useStreamServer((s) => {
+  srv = s;
+  api = client(s.url);
 });
-afterAll(async () => {
-  for (const s of streams) s.cancel();
-  await srv?.close();
-});
-beforeEach(() => clearMarketplace(srv));
 
 const SUBMIT = { jobType: "llm_inference", durationMinutes: 1, params: { model: "TinyLlama/TinyLlama-1.1B-Chat-v1.0", prompt: "a\u0000b" } };
 

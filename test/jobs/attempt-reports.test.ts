@@ -3,27 +3,20 @@
 // run it was taken from is refused, over JSON and over the gRPC stream, so
 // that it never settles the new one. A report that names no attempt is taken
 // for the current one, as older daemons send it.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { openStream, type TestStream } from "../daemon/grpc-stream.js";
-import { admin, clearMarketplace, pickUp } from "./helpers.js";
+import { openStream, useStreamServer } from "../daemon/grpc-stream.js";
+import { admin, pickUp } from "./helpers.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
-const streams: TestStream[] = [];
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
+const streams = useStreamServer((s) => {
+  srv = s;
+  api = client(s.url);
 });
-afterAll(async () => {
-  for (const s of streams) s.cancel();
-  await srv?.close();
-});
-beforeEach(() => clearMarketplace(srv));
 
 const submit = async (renter: { headers: Record<string, string> }) => {
   const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 } }, renter.headers);

@@ -2,29 +2,21 @@
 // job attempt (past it lines are dropped, one notice line says so), no logs
 // once the attempt ended more than 5 minutes ago (409), and at most 600
 // daemon events per provider per hour (429 with Retry-After). Both wires.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { LOG_TRUNCATED_NOTICE, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/jobs/job-reports.js";
 import { MAX_EVENTS_PER_HOUR } from "../../src/domain/providers/daemon-events.js";
 import { MAX_LOG_LINES_READ } from "../../src/domain/jobs/jobs.js";
-import { openStream, type TestStream } from "../daemon/grpc-stream.js";
-import { clearMarketplace } from "./helpers.js";
+import { openStream, useStreamServer } from "../daemon/grpc-stream.js";
 
 let srv: TestServer;
 let api: ReturnType<typeof client>;
-const streams: TestStream[] = [];
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
+const streams = useStreamServer((s) => {
+  srv = s;
+  api = client(s.url);
 });
-afterAll(async () => {
-  for (const s of streams) s.cancel();
-  await srv?.close();
-});
-beforeEach(() => clearMarketplace(srv));
 
 /** A job assigned to a fresh provider and picked up by its legacy poll (running). */
 async function runningJob() {
