@@ -39,15 +39,17 @@ for (let i = 0; i < 3; i++) {
   }
 }
 await new Promise((r) => setTimeout(r, 200));
-// The termination's own error (57P01) can still reach one statement sent on that connection
-// afterwards; it fails as a statement on a dead backend does, and the next one is answered.
+// A termination's own error (57P01) can still reach one statement sent on that connection
+// afterwards, once per terminated backend (three); it fails as a statement on a dead backend
+// does, and the statement is answered when sent again.
 let stale = 0;
 const answer = async (i) => {
-  try {
-    return (await sql\`SELECT \${i}::int AS i\`)[0].i;
-  } catch (err) {
-    if (err.code !== "57P01" || ++stale > 1) throw err;
-    return (await sql\`SELECT \${i}::int AS i\`)[0].i;
+  for (;;) {
+    try {
+      return (await sql\`SELECT \${i}::int AS i\`)[0].i;
+    } catch (err) {
+      if (err.code !== "57P01" || ++stale > 3) throw err;
+    }
   }
 };
 const rows = await Promise.all(Array.from({ length: 10 }, (_, i) => answer(i)));
