@@ -1,7 +1,7 @@
 // The provider's Install page: the commands it shows are run as shown (sh,
 // with stand-ins for python3 and npx that record how they were started), and
-// none puts the provider key on a daemon's command line, where `ps` shows it
-// to every user of the machine for as long as the daemon runs. The Python
+// none puts the provider key on a command line, where `ps` shows it to every
+// user of the machine (for as long as a daemon runs). The Python
 // daemon file, which has the key and the provider's task-signing secret baked
 // in, is left readable by its owner only.
 import { execFile } from "node:child_process";
@@ -41,21 +41,27 @@ afterAll(async () => {
 /** The command shown under a heading of the One-liners card. */
 const command = (page: Page, title: RegExp) => page.locator(".cmd-block").filter({ has: page.getByRole("heading", { name: title }) }).locator("pre.cmd").textContent();
 
-/** Runs `script` with sh in `dir`, a stand-in for `program` first on the PATH that records its arguments and SVC_API_KEY. */
-async function runShown(dir: string, program: string, script: string): Promise<{ argv: string[]; envKey: string }> {
+/**
+ * Runs `script` with sh in `dir`, a stand-in for `program` first on the PATH that records its
+ * arguments and SVC_API_KEY; curl runs as installed, its arguments recorded (`curlArgs`).
+ */
+async function runShown(dir: string, program: string, script: string): Promise<{ argv: string[]; envKey: string; curlArgs: string }> {
   const bin = tempDir("install-bin");
   const record = path.join(dir, `${program}.json`);
   writeExecutable(bin, program, `#!${process.execPath}\nrequire("node:fs").writeFileSync(${JSON.stringify(record)}, JSON.stringify({ argv: process.argv.slice(2), envKey: process.env.SVC_API_KEY ?? "" }));\n`);
+  const curlRecord = path.join(dir, "curl.args");
+  const curl = (await run("sh", ["-c", "command -v curl"])).stdout.trim();
+  writeExecutable(bin, "curl", `#!/bin/sh\necho "$@" >> '${curlRecord}'\nexec '${curl}' "$@"\n`);
   const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${bin}:${process.env.PATH}` };
   delete env.SVC_API_KEY;
   // A common default umask: the command must not rely on a stricter one.
   // Asynchronously: the test server answers the download from this very process.
   await run("sh", ["-c", `umask 022\n${script}`], { cwd: dir, env, timeout: STEP_MS });
-  return JSON.parse(fs.readFileSync(record, "utf8"));
+  return { ...JSON.parse(fs.readFileSync(record, "utf8")), curlArgs: fs.existsSync(curlRecord) ? fs.readFileSync(curlRecord, "utf8") : "" };
 }
 
 describe("the provider's Install page", () => {
-  it("shows commands that keep the provider key off daemons' command lines and the daemon file private", async () => {
+  it("shows commands that keep the provider key off command lines and the daemon file private", async () => {
     if (launchError) throw launchError;
     const p = await makeProvider(srv);
     ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
@@ -82,6 +88,9 @@ describe("the provider's Install page", () => {
     const py = tempDir("install-py");
     const ran = await runShown(py, "python3", `${await bashKey.textContent()}\n${await command(page, /Python daemon/)}`);
     expect(ran.argv).toEqual(["svc_daemon.py", "--url", srv.url]);
+    // curl fetched it with the key read from standard input, not from its arguments.
+    expect(ran.curlArgs).toContain("/api/providers/download/daemon");
+    expect(ran.curlArgs).not.toContain(p.key);
     const file = path.join(py, "svc_daemon.py");
     expect((fs.statSync(file).mode & 0o777).toString(8)).toBe("600");
     // …and the daemon takes the key baked into the file.
@@ -109,7 +118,9 @@ describe("the provider's Install page", () => {
     expect(await windowsKey.textContent({ timeout: 1_000 })).toBe(`$env:PK = '${p.key}'`);
     await page.getByRole("button", { name: "Hide key" }).click();
     expect(await windowsKey.textContent()).toMatch(/^\$env:PK = 'svc-provider-.{4}…'$/);
-    expect(await command(page, /^Windows \(PowerShell\)/)).toBe(`irm "${srv.url}/api/providers/setup-windows?key=$env:PK" | iex`);
+    expect(await command(page, /^Windows \(PowerShell\)/)).toBe(`irm "${srv.url}/api/providers/setup-windows" -Headers @{ 'x-provider-key' = $env:PK } | iex`);
+    // The service installer is fetched the same way as the Python daemon (not run here: it installs a service).
+    expect(await command(page, /^Linux or macOS, as a service/)).toBe(`printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL -H @- "${srv.url}/api/providers/setup" | sh`);
     expect(problems).toEqual([]);
   }, 90_000);
 });

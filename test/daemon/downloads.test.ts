@@ -57,6 +57,11 @@ describe("setup scripts", () => {
     const bin = tempDir("bin");
     const calls = path.join(root, "systemctl.calls");
     writeExecutable(bin, "systemctl", `#!/bin/sh\necho "$@" >> '${calls}'\n`);
+    // curl as installed, its arguments recorded: the key must not be among them (`ps` shows them).
+    const curlArgs = path.join(root, "curl.args");
+    const curl = spawnSync("sh", ["-c", "command -v curl"], { encoding: "utf8" }).stdout.trim();
+    expect(curl, "curl is installed").not.toBe("");
+    writeExecutable(bin, "curl", `#!/bin/sh\necho "$@" >> '${curlArgs}'\nexec '${curl}' "$@"\n`);
     const script = path.join(root, "setup.sh");
     fs.writeFileSync(script, r.text);
     const res = await run("sh", [script], {
@@ -64,6 +69,10 @@ describe("setup scripts", () => {
     });
     expect(res.stderr).not.toMatch(/svc setup:/);
     expect(res.status).toBe(0);
+    const curlCalls = fs.readFileSync(curlArgs, "utf8");
+    expect(curlCalls).toMatch(/download\/daemon/);
+    expect(curlCalls).toMatch(/preferences/);
+    expect(curlCalls).not.toContain(provider.key);
     const isRoot = process.getuid?.() === 0;
     const installDir = isRoot ? path.join(root, "opt/svc-daemon") : path.join(root, root, "home/.svc-daemon");
     const daemon = path.join(installDir, "svc_daemon.py");
@@ -82,6 +91,28 @@ describe("setup scripts", () => {
     expect(log).toMatch(/enable --now svc-daemon/);
   });
 
+  it("downloads with python3 where curl is missing, the key in its environment", async () => {
+    const r = await api().get(`/api/providers/setup?key=${provider.key}`);
+    const root = tempDir("no-curl");
+    // A PATH with every command of this one but curl and wget.
+    const bin = tempDir("bin");
+    for (const dir of (process.env.PATH ?? "").split(":")) {
+      for (const name of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
+        if (name === "curl" || name === "wget" || fs.existsSync(path.join(bin, name))) continue;
+        fs.symlinkSync(path.join(dir, name), path.join(bin, name));
+      }
+    }
+    writeExecutable(bin, "systemctl", "#!/bin/sh\n");
+    const script = path.join(root, "setup.sh");
+    fs.writeFileSync(script, r.text);
+    const res = await run("sh", [script], { env: { ...process.env, PATH: bin, SVC_PREFIX: root, SVC_OS: "Linux", HOME: path.join(root, "home") } });
+    expect(res.stderr).not.toMatch(/svc setup:/);
+    expect(res.status).toBe(0);
+    const isRoot = process.getuid?.() === 0;
+    const daemon = isRoot ? path.join(root, "opt/svc-daemon/svc_daemon.py") : path.join(root, root, "home/.svc-daemon/svc_daemon.py");
+    expect(fs.readFileSync(daemon, "utf8")).toContain(`API_KEY = "${provider.key}"`);
+  });
+
   it("manual run mode installs the unit without enabling it", async () => {
     const r = await api().get(`/api/providers/setup?key=${provider.key}`);
     const root = tempDir("manual");
@@ -95,6 +126,9 @@ describe("setup scripts", () => {
     });
     expect(res.status).toBe(0);
     expect(res.stdout).toMatch(/run mode manual/);
+    // The run mode reached the service (the key sent in the body, on standard input).
+    const [row] = await srv.sql<{ run_mode: string }[]>`SELECT run_mode FROM providers WHERE id = ${provider.id}`;
+    expect(row.run_mode).toBe("manual");
     expect(fs.readFileSync(calls, "utf8")).not.toMatch(/enable/);
 
     const bad = spawnSync("sh", [script, "--run-mode", "sometimes"], { encoding: "utf8", env: { ...process.env, SVC_PREFIX: root } });
@@ -137,6 +171,9 @@ describe("setup scripts", () => {
     expect(r.text).toMatch(/New-ScheduledTaskAction -Execute \$Python -Argument/);
     expect(r.text).toMatch(/Register-ScheduledTask/);
     expect(r.text).not.toMatch(/npx|npm/);
+    // The daemon is fetched with the key in a header, not on its URL.
+    expect(r.text).toContain("-Headers @{ 'x-provider-key' = $SvcApiKey }");
+    expect(r.text).not.toMatch(/download\/daemon\?key=/);
     // Without PowerShell on this machine: brackets and quotes must balance.
     const code = r.text.replace(/^\s*#.*$/gm, "").replace(/'[^'\n]*'/g, "''");
     for (const [open, close] of [["{", "}"], ["(", ")"], ["[", "]"]]) {

@@ -239,16 +239,18 @@ function InstallPage() {
   const key = session()?.secret ?? "";
   const base = location.origin;
   const shown = show ? key : key.replace(/^(svc-provider-.{4}).*/, "$1…");
-  // The key never goes on a daemon's command line (where `ps` shows it for as long as
-  // the daemon runs): the Python file has it (and the provider's signing secret) baked
-  // in and is written readable by its owner only; the TypeScript daemon reads SVC_API_KEY.
+  // The key never goes on a command line (where `ps` shows it to every user): curl reads it
+  // as a header from standard input; the Python file has it (and the provider's signing
+  // secret) baked in and is written readable by its owner only; the TypeScript daemon
+  // reads SVC_API_KEY.
+  const keyHeader = `printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL -H @-`;
   const lines = [
-    ["Linux or macOS, as a service", `curl -fsSL "${base}/api/providers/setup?key=$PK" | sh`],
+    ["Linux or macOS, as a service", `${keyHeader} "${base}/api/providers/setup" | sh`],
     [
       "In the foreground (Python daemon; the file holds your key, so only you may read it)",
-      `(umask 077 && curl -fsSL -o svc_daemon.py "${base}/api/providers/download/daemon?key=$PK") && chmod 600 svc_daemon.py && python3 svc_daemon.py --url "${base}"`,
+      `(umask 077 && ${keyHeader} -o svc_daemon.py "${base}/api/providers/download/daemon") && chmod 600 svc_daemon.py && python3 svc_daemon.py --url "${base}"`,
     ],
-    ["Windows (PowerShell)", `irm "${base}/api/providers/setup-windows?key=$env:PK" | iex`],
+    ["Windows (PowerShell)", `irm "${base}/api/providers/setup-windows" -Headers @{ 'x-provider-key' = $env:PK } | iex`],
     ["TypeScript stream daemon, from a checkout", `SVC_API_KEY="$PK" npx svc-daemon -- --url "${base}"`],
   ];
   return (

@@ -4,7 +4,7 @@
 # only) and installs it as a scheduled task that runs python.exe with the
 # daemon directly (no wrapper), so stopping the task stops the daemon.
 #
-#   irm '{{BACKEND_URL}}/api/providers/setup-windows?key=YOUR_KEY' | iex
+#   irm '{{BACKEND_URL}}/api/providers/setup-windows' -Headers @{ 'x-provider-key' = $env:PK } | iex
 #
 # Run mode: set $env:SVC_RUN_MODE to always-on (default: starts at boot and
 # now), manual (installed, started with Start-ScheduledTask) or scheduled
@@ -46,8 +46,8 @@ Write-Host "==> installing the svc provider daemon into $InstallDir ($RunMode)"
 New-Item -ItemType Directory -Force -Path $WorkDir | Out-Null
 [Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12
 $Download = "$Daemon.download"
-$DaemonUrl = $SvcBackendUrl + '/api/providers/download/daemon?key=' + [Uri]::EscapeDataString($SvcApiKey)
-Invoke-WebRequest -UseBasicParsing -Uri $DaemonUrl -OutFile $Download
+# The key travels in a header, not the URL, which proxies and server logs keep.
+Invoke-WebRequest -UseBasicParsing -Uri ($SvcBackendUrl + '/api/providers/download/daemon') -Headers @{ 'x-provider-key' = $SvcApiKey } -OutFile $Download
 & $Python -m py_compile $Download
 if ($LASTEXITCODE -ne 0) { throw 'the downloaded daemon is not valid Python' }
 Move-Item -Force -Path $Download -Destination $Daemon

@@ -6,8 +6,9 @@
 # a systemd unit on Linux (system-wide as root, a user unit otherwise) or a
 # launchd agent on macOS.
 #
-#   curl -fsSL '{{BACKEND_URL}}/api/providers/setup?key=YOUR_KEY' | sh
-#   curl -fsSL '...' | sh -s -- --run-mode manual
+#   printf 'x-provider-key: %s\n' "$PK" | curl -fsSL -H @- '{{BACKEND_URL}}/api/providers/setup' | sh
+#   ... | sh -s -- --run-mode manual
+# (`?key=YOUR_KEY` on the URL works too, but puts the key in curl's arguments.)
 #
 # Options (or environment variables):
 #   --run-mode always-on|manual|scheduled  (SVC_RUN_MODE, default always-on)
@@ -45,14 +46,19 @@ esac
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'svc setup: %s\n' "$*" >&2; exit 1; }
 
+# The key goes in a request header fed on standard input (curl) or the environment (python3),
+# never in a command's arguments: those are in the process list, readable by every user.
 fetch() {
   # fetch URL FILE
   if command -v curl >/dev/null 2>&1; then
-    curl -fsSL --retry 3 -o "$2" "$1"
-  elif command -v wget >/dev/null 2>&1; then
-    wget -q -O "$2" "$1"
+    printf 'x-provider-key: %s\n' "$SVC_API_KEY" | curl -fsSL --retry 3 -H @- -o "$2" "$1"
   else
-    die "curl or wget is needed to download the daemon"
+    SVC_FETCH_KEY="$SVC_API_KEY" "$PYTHON" - "$1" "$2" <<'PY'
+import os, sys, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"x-provider-key": os.environ["SVC_FETCH_KEY"]})
+with urllib.request.urlopen(req, timeout=120) as res, open(sys.argv[2], "wb") as out:
+    out.write(res.read())
+PY
   fi
 }
 
@@ -73,7 +79,7 @@ DAEMON="$INSTALL_DIR/svc_daemon.py"
 say "installing the svc provider daemon into $INSTALL_DIR ($RUN_MODE)"
 mkdir -p "$INSTALL_DIR/work"
 TMP="$DAEMON.download"
-fetch "$SVC_BACKEND_URL/api/providers/download/daemon?key=$SVC_API_KEY" "$TMP" || die "could not download the daemon from $SVC_BACKEND_URL"
+fetch "$SVC_BACKEND_URL/api/providers/download/daemon" "$TMP" || die "could not download the daemon from $SVC_BACKEND_URL"
 "$PYTHON" -m py_compile "$TMP" || die "the downloaded daemon is not valid Python"
 rm -rf "$INSTALL_DIR/__pycache__"
 mv "$TMP" "$DAEMON"
@@ -81,9 +87,9 @@ chmod 700 "$DAEMON"
 
 # Tell the service the chosen run mode (best effort: the daemon works without it).
 if command -v curl >/dev/null 2>&1; then
-  curl -fsS -o /dev/null -X POST -H 'content-type: application/json' \
-    -d "{\"key\":\"$SVC_API_KEY\",\"run_mode\":\"$RUN_MODE\"}" \
-    "$SVC_BACKEND_URL/api/providers/preferences" || say "could not save the run mode (set it later in your dashboard)"
+  printf '{"key":"%s","run_mode":"%s"}' "$SVC_API_KEY" "$RUN_MODE" |
+    curl -fsS -o /dev/null -X POST -H 'content-type: application/json' --data-binary @- \
+      "$SVC_BACKEND_URL/api/providers/preferences" || say "could not save the run mode (set it later in your dashboard)"
 fi
 
 install_systemd() {
