@@ -2,7 +2,9 @@
 // started the tests fail with the reason: they never skip.
 import fs from "node:fs";
 import path from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { afterAll, beforeAll } from "vitest";
+import { startTestServer, type TestServer } from "../helpers/server.js";
 
 export const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 /** Screenshots of the main pages (gitignored): the console's visual record of a run. */
@@ -34,4 +36,43 @@ export function watchProblems(page: Page): string[] {
 export async function shot(page: Page, name: string): Promise<void> {
   fs.mkdirSync(SHOTS_DIR, { recursive: true });
   await page.screenshot({ path: path.join(SHOTS_DIR, `${name}.png`), fullPage: true });
+}
+
+export interface ConsoleHarness {
+  /** The file's test server, started before its tests. */
+  readonly srv: TestServer;
+  /** A new browser context, closed after the file's tests; throws the reason when the browser could not start. */
+  context(viewport?: { width: number; height: number }): Promise<BrowserContext>;
+}
+
+/**
+ * A test server and a browser for one test file, started before its tests and closed after.
+ * A browser that cannot start fails every test that asks for a context, with the reason.
+ */
+export function useConsoleHarness(): ConsoleHarness {
+  let browser: Browser | undefined;
+  let launchError: unknown;
+  const contexts: BrowserContext[] = [];
+  const harness = {
+    srv: undefined as unknown as TestServer,
+    async context(viewport = { width: 1280, height: 900 }) {
+      if (!browser) throw launchError;
+      const ctx = await browser.newContext({ viewport });
+      contexts.push(ctx);
+      return ctx;
+    },
+  };
+  beforeAll(async () => {
+    harness.srv = await startTestServer();
+    browser = await launchBrowser().catch((err) => {
+      launchError = err;
+      return undefined;
+    });
+  });
+  afterAll(async () => {
+    for (const c of contexts) await c.close().catch(() => {});
+    await browser?.close();
+    await harness.srv?.close();
+  });
+  return harness;
 }

@@ -5,31 +5,27 @@
 // pending provider and sees the dashboard change. Screenshots of each main
 // page go to test-artifacts/console/ (gitignored).
 import path from "node:path";
-import type { Browser, BrowserContext, Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import type { Page } from "playwright-core";
+import { afterAll, describe, expect, it } from "vitest";
+import { ADMIN_TOKEN } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { makeProvider } from "../helpers/fixtures.js";
 import { FIXTURES, start, tempDir, waitFor, writeExecutable, type Spawned } from "../daemon/helpers.js";
-import { launchBrowser, shot, watchProblems } from "./browser.js";
+import { shot, useConsoleHarness, watchProblems } from "./browser.js";
 import { writeRunner } from "./runner.js";
 
 const STEP_MS = 45_000;
 /** Polls until the assertion holds; generous, for a loaded CI machine (no timing is asserted). */
 const poll = <T,>(fn: () => Promise<T> | T) => expect.poll(fn, { timeout: STEP_MS, interval: 100 });
 
-let srv: TestServer;
-let browser: Browser;
+const h = useConsoleHarness();
 let daemon: Spawned | undefined;
-const contexts: BrowserContext[] = [];
 const shared = { jobId: "", providerKey: "", providerId: 0 };
 const runDir = tempDir("console");
 const { runner, release } = writeRunner(runDir);
 
 async function newPage(width = 1280): Promise<Page> {
-  if (launchError) throw launchError;
-  const ctx = await browser.newContext({ viewport: { width, height: 900 } });
-  contexts.push(ctx);
+  const ctx = await h.context({ width, height: 900 });
   const page = await ctx.newPage();
   // Read at the end of each test through `assertNoProblems`.
   (page as Page & { problems?: string[] }).problems = watchProblems(page);
@@ -48,36 +44,23 @@ function startDaemon(key: string): Spawned {
     `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${path.join(FIXTURES, "nvidia-smi-query-2gpu.csv")}' ;;\n  -L) echo 'GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-5c7e4b6a)' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`,
   );
   return start(process.execPath, [
-    "bin/svc-daemon.js", "--url", srv.url, "--key", key, "--docker", "none", "--nvidia-smi", smi,
+    "bin/svc-daemon.js", "--url", h.srv.url, "--key", key, "--docker", "none", "--nvidia-smi", smi,
     "--state-dir", path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1",
     "--runner", `image_generation=${process.execPath} ${runner}`,
   ]);
 }
 
-let launchError: unknown;
-beforeAll(async () => {
-  srv = await startTestServer();
-  // When the browser cannot start, every test below fails with the reason (none is skipped).
-  browser = await launchBrowser().catch((err) => {
-    launchError = err;
-    return undefined as unknown as Browser;
-  });
-});
-
+// When the browser cannot start, every test below fails with the reason (none is skipped).
 afterAll(async () => {
-  for (const c of contexts) await c.close().catch(() => {});
-  await browser?.close();
   if (daemon) {
     daemon.kill("SIGKILL");
     await daemon.exited;
   }
-  await srv?.close();
 });
 
 describe("web console", () => {
   it("is served at / with a self-only Content-Security-Policy, and the job rules come from the server", async () => {
-    if (launchError) throw launchError;
-    const res = await fetch(srv.url + "/");
+    const res = await fetch(h.srv.url + "/");
     expect(res.status).toBe(200);
     const csp = res.headers.get("content-security-policy") ?? "";
     expect(csp).toContain("default-src 'self'");
@@ -87,14 +70,14 @@ describe("web console", () => {
     const html = await res.text();
     const js = /src="(\/console\/app\.js\?v=[\w-]+)"/.exec(html)?.[1];
     expect(js).toBeDefined();
-    const bundle = await fetch(srv.url + js);
+    const bundle = await fetch(h.srv.url + js);
     expect(bundle.status).toBe(200);
     expect(bundle.headers.get("content-security-policy")).toBe(csp);
     expect(bundle.headers.get("content-encoding")).toBe("gzip");
     // Nothing the browser runs comes from elsewhere.
     expect(await bundle.text()).not.toMatch(/https?:\/\/(cdn|fonts|unpkg)/);
 
-    const rules = await client(srv.url).get("/api/job-types");
+    const rules = await client(h.srv.url).get("/api/job-types");
     expect(rules.status).toBe(200);
     const image = rules.body.job_types.find((t: { job_type: string }) => t.job_type === "image_generation");
     expect(image.rate_halala_per_minute).toBe(20);
@@ -104,29 +87,29 @@ describe("web console", () => {
     expect(rules.body.duration_minutes).toMatchObject({ minimum: 0.01, maximum: 1440, default_value: 10 });
 
     // The form's estimate comes from the server's rule (EstimateJob), validated as submit validates.
-    const est = await client(srv.url).get("/api/job-types/image_generation/estimate?duration_minutes=2.51");
+    const est = await client(h.srv.url).get("/api/job-types/image_generation/estimate?duration_minutes=2.51");
     expect(est.body).toEqual({ job_type: "image_generation", duration_minutes: 2.51, rate_halala_per_minute: 20, estimate_halala: 51 });
-    expect((await client(srv.url).get("/api/job-types/benchmark/estimate")).body).toMatchObject({ duration_minutes: 10, estimate_halala: 100 });
-    const badType = await client(srv.url).get("/api/job-types/mining/estimate?duration_minutes=1");
+    expect((await client(h.srv.url).get("/api/job-types/benchmark/estimate")).body).toMatchObject({ duration_minutes: 10, estimate_halala: 100 });
+    const badType = await client(h.srv.url).get("/api/job-types/mining/estimate?duration_minutes=1");
     expect(badType.status).toBe(400);
     expect(badType.body.error).toMatch(/job_type/);
-    const badMinutes = await client(srv.url).get("/api/job-types/benchmark/estimate?duration_minutes=5000");
+    const badMinutes = await client(h.srv.url).get("/api/job-types/benchmark/estimate?duration_minutes=5000");
     expect(badMinutes.status).toBe(400);
     expect(badMinutes.body.error).toMatch(/duration_minutes/);
   });
 
   it("a renter signs up, tops up, submits a job, watches it to done and sees the PNG", async () => {
     // The provider whose stream daemon runs image jobs with the --runner program.
-    const p = await makeProvider(srv, { online: false });
+    const p = await makeProvider(h.srv, { online: false });
     shared.providerKey = p.key;
     shared.providerId = p.id;
     daemon = startDaemon(p.key);
-    await waitFor(async () => (await srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, STEP_MS, "daemon up").catch((err) => {
+    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, STEP_MS, "daemon up").catch((err) => {
       throw new Error(`${err.message}: ${daemon!.output()}`);
     });
 
     const page = await newPage();
-    await page.goto(srv.url + "/");
+    await page.goto(h.srv.url + "/");
     await page.getByLabel("Name", { exact: true }).fill("Lab One");
     const email = uniqueEmail("console");
     await page.getByLabel("Email").first().fill(email);
@@ -203,7 +186,7 @@ describe("web console", () => {
     expect(rotated).toMatch(/^svc-renter-/);
     expect(rotated).not.toBe(key);
     expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toContain(rotated);
-    expect((await client(srv.url).get("/api/renters/balance", { "x-renter-key": key })).status).toBe(401);
+    expect((await client(h.srv.url).get("/api/renters/balance", { "x-renter-key": key })).status).toBe(401);
     await shot(page, "renter-usage-key");
 
     // Sign-out forgets the key.
@@ -225,7 +208,7 @@ describe("web console", () => {
   it("the provider signs in with its key and sees the job in its earnings", async () => {
     expect(shared.jobId, "the renter test ran first").not.toBe("");
     const page = await newPage();
-    await page.goto(srv.url + "/");
+    await page.goto(h.srv.url + "/");
     await page.getByRole("tab", { name: "Provider" }).click();
     await page.getByRole("textbox", { name: "API key" }).fill(shared.providerKey);
     await page.getByRole("textbox", { name: "API key" }).press("Enter");
@@ -257,11 +240,11 @@ describe("web console", () => {
     await page.getByLabel("Temperature limit (°C)").fill("77");
     await page.getByRole("button", { name: "Save preferences" }).click();
     await page.getByText("Saved.").waitFor({ timeout: STEP_MS });
-    expect((await srv.sql`SELECT temp_limit_c FROM providers WHERE id = ${shared.providerId}`)[0].temp_limit_c).toBe(77);
+    expect((await h.srv.sql`SELECT temp_limit_c FROM providers WHERE id = ${shared.providerId}`)[0].temp_limit_c).toBe(77);
     await page.getByRole("link", { name: "Status" }).click();
     await page.getByRole("button", { name: "Pause (take no new jobs)" }).click();
     await page.getByRole("button", { name: "Resume (take jobs again)" }).waitFor({ timeout: STEP_MS });
-    expect((await srv.sql`SELECT is_paused FROM providers WHERE id = ${shared.providerId}`)[0].is_paused).toBe(true);
+    expect((await h.srv.sql`SELECT is_paused FROM providers WHERE id = ${shared.providerId}`)[0].is_paused).toBe(true);
     await page.getByRole("button", { name: "Resume (take jobs again)" }).click();
     await page.getByRole("button", { name: "Pause (take no new jobs)" }).waitFor({ timeout: STEP_MS });
 
@@ -273,7 +256,7 @@ describe("web console", () => {
   }, 120_000);
 
   it("an operator approves a pending provider and sees the dashboard figures change", async () => {
-    const api = client(srv.url);
+    const api = client(h.srv.url);
     const reg = await api.post("/api/providers/register", { name: "Pending Rig", email: uniqueEmail("pending"), gpu_model: "NVIDIA H100 80GB HBM3", os: "linux" });
     expect(reg.status).toBe(200);
     const pendingKey = { "x-provider-key": reg.body.api_key as string };
@@ -282,7 +265,7 @@ describe("web console", () => {
 
     // A 375 px wide screen, keyboard only for the sign-in.
     const page = await newPage(375);
-    await page.goto(srv.url + "/");
+    await page.goto(h.srv.url + "/");
     await page.getByRole("tab", { name: "Renter" }).focus();
     await page.keyboard.press("ArrowRight");
     await page.keyboard.press("ArrowRight");

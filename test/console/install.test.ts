@@ -8,35 +8,17 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import fs from "node:fs";
 import path from "node:path";
-import type { Browser, BrowserContext, Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import type { Page } from "playwright-core";
+import { describe, expect, it } from "vitest";
 import { makeProvider } from "../helpers/fixtures.js";
 import { tempDir, writeExecutable } from "../daemon/helpers.js";
 import { configFromArgs } from "../../src/daemon/ts/cli.js";
-import { launchBrowser, shot, watchProblems } from "./browser.js";
+import { shot, useConsoleHarness, watchProblems } from "./browser.js";
 
 const STEP_MS = 30_000;
 const run = promisify(execFile);
 
-let srv: TestServer;
-let browser: Browser;
-let launchError: unknown;
-let ctx: BrowserContext | undefined;
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  browser = await launchBrowser().catch((err) => {
-    launchError = err;
-    return undefined as unknown as Browser;
-  });
-});
-
-afterAll(async () => {
-  await ctx?.close().catch(() => {});
-  await browser?.close();
-  await srv?.close();
-});
+const h = useConsoleHarness();
 
 /** The command shown under a heading of the One-liners card. */
 const command = (page: Page, title: RegExp) => page.locator(".cmd-block").filter({ has: page.getByRole("heading", { name: title }) }).locator("pre.cmd").textContent();
@@ -62,13 +44,12 @@ async function runShown(dir: string, program: string, script: string): Promise<{
 
 describe("the provider's Install page", () => {
   it("shows commands that keep the provider key off command lines and the daemon file private", async () => {
-    if (launchError) throw launchError;
-    const p = await makeProvider(srv);
-    ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const p = await makeProvider(h.srv);
+    const ctx = await h.context();
     await ctx.addInitScript((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role: "provider", secret: p.key, label: "Rig" }));
     const page = await ctx.newPage();
     const problems = watchProblems(page);
-    await page.goto(`${srv.url}/#/provider/install`);
+    await page.goto(`${h.srv.url}/#/provider/install`);
     await page.getByRole("heading", { name: "Install the daemon" }).waitFor({ timeout: STEP_MS });
 
     const bashKey = page.locator("pre.cmd").filter({ hasText: /^export PK=/ });
@@ -87,7 +68,7 @@ describe("the provider's Install page", () => {
     // The Python daemon in the foreground: downloaded readable by its owner only, started without the key.
     const py = tempDir("install-py");
     const ran = await runShown(py, "python3", `${await bashKey.textContent()}\n${await command(page, /Python daemon/)}`);
-    expect(ran.argv).toEqual(["svc_daemon.py", "--url", srv.url]);
+    expect(ran.argv).toEqual(["svc_daemon.py", "--url", h.srv.url]);
     // curl fetched it with the key read from standard input, not from its arguments.
     expect(ran.curlArgs).toContain("/api/providers/download/daemon");
     expect(ran.curlArgs).not.toContain(p.key);
@@ -96,7 +77,7 @@ describe("the provider's Install page", () => {
     // …and the daemon takes the key baked into the file.
     const { stdout: loaded } = await run(
       "python3",
-      ["-c", "import importlib.util, json, sys\nspec = importlib.util.spec_from_file_location('d', sys.argv[1])\nm = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\nprint(json.dumps(m.load_config(['--url', sys.argv[2]])['key']))", file, srv.url],
+      ["-c", "import importlib.util, json, sys\nspec = importlib.util.spec_from_file_location('d', sys.argv[1])\nm = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\nprint(json.dumps(m.load_config(['--url', sys.argv[2]])['key']))", file, h.srv.url],
       { encoding: "utf8", env: { ...process.env, SVC_API_KEY: "" }, timeout: STEP_MS },
     );
     expect(JSON.parse(loaded)).toBe(p.key);
@@ -108,7 +89,7 @@ describe("the provider's Install page", () => {
     // The TypeScript daemon: the key in its environment, which the daemon reads.
     const ts = tempDir("install-ts");
     const npx = await runShown(ts, "npx", `${await bashKey.textContent()}\n${await command(page, /TypeScript stream daemon/)}`);
-    expect(npx.argv).toEqual(["svc-daemon", "--", "--url", srv.url]);
+    expect(npx.argv).toEqual(["svc-daemon", "--", "--url", h.srv.url]);
     expect(npx.envKey).toBe(p.key);
     const cfg = await configFromArgs([...npx.argv.slice(2), "--docker", "none", "--nvidia-smi", path.join(ts, "no-nvidia-smi"), "--state-dir", path.join(ts, "state")], { SVC_API_KEY: npx.envKey }, () => {});
     expect(cfg.key).toBe(p.key);
@@ -118,9 +99,9 @@ describe("the provider's Install page", () => {
     expect(await windowsKey.textContent({ timeout: 1_000 })).toBe(`$env:PK = '${p.key}'`);
     await page.getByRole("button", { name: "Hide key" }).click();
     expect(await windowsKey.textContent()).toMatch(/^\$env:PK = 'svc-provider-.{4}…'$/);
-    expect(await command(page, /^Windows \(PowerShell\)/)).toBe(`irm "${srv.url}/api/providers/setup-windows" -Headers @{ 'x-provider-key' = $env:PK } | iex`);
+    expect(await command(page, /^Windows \(PowerShell\)/)).toBe(`irm "${h.srv.url}/api/providers/setup-windows" -Headers @{ 'x-provider-key' = $env:PK } | iex`);
     // The service installer is fetched the same way as the Python daemon (not run here: it installs a service).
-    expect(await command(page, /^Linux or macOS, as a service/)).toBe(`printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL -H @- "${srv.url}/api/providers/setup" | sh`);
+    expect(await command(page, /^Linux or macOS, as a service/)).toBe(`printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL -H @- "${h.srv.url}/api/providers/setup" | sh`);
     expect(problems).toEqual([]);
   }, 90_000);
 });

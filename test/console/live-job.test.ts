@@ -9,42 +9,22 @@
 // tab is put in the background the way the browser tells the page: the
 // visibility state it reads and the visibilitychange event, or the page
 // lifecycle's freeze and resume events.
-import type { Browser, BrowserContext, Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import type { BrowserContext, Page } from "playwright-core";
+import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { seedJob } from "../admin/helpers.js";
-import { launchBrowser, watchProblems } from "./browser.js";
+import { useConsoleHarness, watchProblems } from "./browser.js";
 
 const STEP_MS = 30_000;
 const poll = <T,>(fn: () => Promise<T> | T, timeout = STEP_MS) => expect.poll(fn, { timeout, interval: 100 });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-let srv: TestServer;
-let browser: Browser;
-let launchError: unknown;
-const contexts: BrowserContext[] = [];
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  browser = await launchBrowser().catch((err) => {
-    launchError = err;
-    return undefined as unknown as Browser;
-  });
-});
-
-afterAll(async () => {
-  for (const c of contexts) await c.close().catch(() => {});
-  await browser?.close();
-  await srv?.close();
-});
+const h = useConsoleHarness();
 
 /** A browser context (one connection pool) whose tabs are signed in as this renter. */
 async function signedInContext(secret: string): Promise<BrowserContext> {
-  if (launchError) throw launchError;
-  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  contexts.push(ctx);
+  const ctx = await h.context();
   await ctx.addInitScript((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role: "renter", secret, label: "Renter" }));
   return ctx;
 }
@@ -80,9 +60,9 @@ const jobStatus = (page: Page) => page.getByRole("progressbar", { name: "Job pro
 
 describe("the job page's live stream", () => {
   it("stops on an unknown job, another renter's job or a refused key, with the service's message, and asks no more", async () => {
-    const renter = await makeRenter(srv);
-    const other = await makeRenter(srv, 1_000);
-    const theirs = await seedJob(srv, { renterId: other.id, status: "queued", cost: 100 });
+    const renter = await makeRenter(h.srv);
+    const other = await makeRenter(h.srv, 1_000);
+    const theirs = await seedJob(h.srv, { renterId: other.id, status: "queued", cost: 100 });
 
     const cases = [
       { secret: renter.key, jobId: "job-doesnotexist", shows: (p: Page) => p.getByRole("alert").filter({ hasText: "job not found" }) },
@@ -95,7 +75,7 @@ describe("the job page's live stream", () => {
         const page = await (await signedInContext(c.secret)).newPage();
         const problems = watchProblems(page);
         const watches = countWatches(page);
-        await page.goto(`${srv.url}/#/renter/jobs/${encodeURIComponent(c.jobId)}`);
+        await page.goto(`${h.srv.url}/#/renter/jobs/${encodeURIComponent(c.jobId)}`);
         await c.shows(page).waitFor({ timeout: STEP_MS });
         return { page, problems, watches };
       }),
@@ -112,15 +92,15 @@ describe("the job page's live stream", () => {
   }, 60_000);
 
   it("job tabs in the background give back their connections: a seventh tab loads, and a tab shown again catches up", async () => {
-    const renter = await makeRenter(srv, 10_000);
+    const renter = await makeRenter(h.srv, 10_000);
     // Queued with no provider online: each stays queued, its WatchJob stream open.
-    const jobs = await Promise.all(Array.from({ length: 7 }, () => seedJob(srv, { renterId: renter.id, status: "queued", cost: 100 })));
+    const jobs = await Promise.all(Array.from({ length: 7 }, () => seedJob(h.srv, { renterId: renter.id, status: "queued", cost: 100 })));
     const ctx = await signedInContext(renter.key);
     const open = async (jobId: string) => {
       const page = await ctx.newPage();
       const problems = watchProblems(page);
       const watches = countWatches(page);
-      await page.goto(`${srv.url}/#/renter/jobs/${jobId}`, { timeout: STEP_MS });
+      await page.goto(`${h.srv.url}/#/renter/jobs/${jobId}`, { timeout: STEP_MS });
       await poll(() => jobStatus(page)).toBe("queued");
       return { page, problems, watches };
     };
@@ -138,11 +118,11 @@ describe("the job page's live stream", () => {
     // Six streams held open would leave no connection for this tab's page itself.
     const seventh = await open(jobs[6].jobId);
     // and it follows its job live.
-    expect((await client(srv.url).post(`/api/jobs/${jobs[6].jobId}/cancel`, {}, renter.headers)).status).toBe(200);
+    expect((await client(h.srv.url).post(`/api/jobs/${jobs[6].jobId}/cancel`, {}, renter.headers)).status).toBe(200);
     await poll(() => jobStatus(seventh.page)).toBe("cancelled");
 
     // A background tab does not follow its job, and asks nothing while away…
-    for (const job of jobs.slice(0, 2)) expect((await client(srv.url).post(`/api/jobs/${job.jobId}/cancel`, {}, renter.headers)).status).toBe(200);
+    for (const job of jobs.slice(0, 2)) expect((await client(h.srv.url).post(`/api/jobs/${job.jobId}/cancel`, {}, renter.headers)).status).toBe(200);
     await sleep(2_000);
     for (const b of background) {
       expect(await jobStatus(b.page)).toBe("queued");
@@ -158,7 +138,7 @@ describe("the job page's live stream", () => {
     const third = background[2];
     await setShown(third.page, true, third.how);
     await poll(() => third.watches()).toBe(third.watchesWhenHidden + 1);
-    expect((await client(srv.url).post(`/api/jobs/${jobs[2].jobId}/cancel`, {}, renter.headers)).status).toBe(200);
+    expect((await client(h.srv.url).post(`/api/jobs/${jobs[2].jobId}/cancel`, {}, renter.headers)).status).toBe(200);
     await poll(() => jobStatus(third.page)).toBe("cancelled");
 
     for (const t of [...background, seventh]) expect(t.problems).toEqual([]);
