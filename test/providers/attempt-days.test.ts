@@ -31,16 +31,17 @@ const fromCounter = (providerId: number, db = srv.sql) =>
     SELECT to_char(day, 'YYYY-MM-DD') AS day, carried, faults FROM provider_attempt_days
     WHERE provider_id = ${providerId} AND (carried > 0 OR faults > 0) ORDER BY day`;
 
-/** The same figures counted from the attempts. */
+/** The same figures counted from the attempts (carried: charged a minute or more, by a renter of another email, migration 048). */
 const fromAttempts = (providerId: number, db = srv.sql) =>
   db<{ day: string; carried: number; faults: number }[]>`
-    SELECT to_char((ended_at AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS day,
-           count(*) FILTER (WHERE fault = 'none' OR (fault = 'renter' AND started_at IS NOT NULL))::int AS carried,
-           count(*) FILTER (WHERE fault = 'provider')::int AS faults
-    FROM job_attempts WHERE provider_id = ${providerId} AND fault IS NOT NULL AND ended_at IS NOT NULL
-    GROUP BY 1
-    HAVING count(*) FILTER (WHERE fault IN ('none', 'provider') OR (fault = 'renter' AND started_at IS NOT NULL)) > 0
-    ORDER BY 1`;
+    WITH a AS (
+      SELECT (a.ended_at AT TIME ZONE 'UTC')::date AS day, a.fault = 'provider' AS fault,
+             (a.fault = 'none' OR (a.fault = 'renter' AND a.started_at IS NOT NULL))
+               AND a.cost_halala >= j.rate_halala_per_minute AND lower(r.email) <> lower(p.email) AS carried
+      FROM job_attempts a JOIN jobs j ON j.id = a.job_id JOIN renters r ON r.id = j.renter_id JOIN providers p ON p.id = a.provider_id
+      WHERE a.provider_id = ${providerId} AND a.fault IS NOT NULL AND a.ended_at IS NOT NULL)
+    SELECT to_char(day, 'YYYY-MM-DD') AS day, count(*) FILTER (WHERE carried)::int AS carried, count(*) FILTER (WHERE fault)::int AS faults
+    FROM a GROUP BY 1 HAVING count(*) FILTER (WHERE carried OR fault) > 0 ORDER BY 1`;
 
 describe("provider attempt days", () => {
   it("follow every way an attempt ends, moves between days, changes its fault or is deleted", async () => {
@@ -48,9 +49,9 @@ describe("provider attempt days", () => {
     const p = await makeProvider(srv);
     const jobs = await Promise.all(Array.from({ length: 6 }, () => newJob(r.id)));
     const attempt = (i: number, fault: string | null, endedDaysAgo: number | null, started = true) => srv.sql`
-      INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, fault)
+      INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, fault, cost_halala)
       VALUES (${jobs[i]}, 1, ${p.id}, ${fault ? "completed" : "running"}, now(), ${started ? srv.sql`now()` : null},
-              ${endedDaysAgo === null ? null : srv.sql`now() - make_interval(days => ${endedDaysAgo})`}, ${fault})`;
+              ${endedDaysAgo === null ? null : srv.sql`now() - make_interval(days => ${endedDaysAgo})`}, ${fault}, 25)`;
     await attempt(0, "none", 0); // written ended: carried today
     await attempt(1, "provider", 3); // a fault three days ago
     await attempt(2, "renter", 1); // the renter's fault after it ran: carried
@@ -67,6 +68,12 @@ describe("provider attempt days", () => {
     await srv.sql`UPDATE job_attempts SET fault = 'none' WHERE job_id = ${jobs[1]}`;
     await srv.sql`UPDATE job_attempts SET started_at = now() WHERE job_id = ${jobs[3]}`;
     await srv.sql`UPDATE job_attempts SET fault = 'platform' WHERE job_id = ${jobs[2]}`;
+    expect(await fromCounter(p.id)).toEqual(await fromAttempts(p.id));
+    // Its charge corrected below a minute of its rate, then back.
+    await srv.sql`UPDATE job_attempts SET cost_halala = 1 WHERE job_id = ${jobs[1]}`;
+    expect((await fromCounter(p.id)).map((d) => [d.carried, d.faults])).toEqual([[1, 0], [1, 0], [0, 1]]);
+    expect(await fromCounter(p.id)).toEqual(await fromAttempts(p.id));
+    await srv.sql`UPDATE job_attempts SET cost_halala = 25 WHERE job_id = ${jobs[1]}`;
     expect(await fromCounter(p.id)).toEqual(await fromAttempts(p.id));
     const other = await makeProvider(srv);
     await srv.sql`UPDATE job_attempts SET provider_id = ${other.id} WHERE job_id = ${jobs[4]} OR job_id = ${jobs[5]}`;
@@ -90,7 +97,7 @@ describe("provider attempt days", () => {
         jobs.map((id, i) =>
           pool.begin(async (tx) => {
             await tx`SELECT pg_sleep(0.01)`;
-            await tx`UPDATE job_attempts SET status = 'completed', ended_at = now(), fault = ${i % 3 === 0 ? "provider" : "none"} WHERE job_id = ${id}`;
+            await tx`UPDATE job_attempts SET status = 'completed', ended_at = now(), fault = ${i % 3 === 0 ? "provider" : "none"}, cost_halala = 25 WHERE job_id = ${id}`;
           }),
         ),
       );
@@ -108,8 +115,8 @@ describe("provider attempt days", () => {
     const ended = async (fault: string, at: string) => {
       const id = await newJob(r.id);
       await srv.sql`
-        INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, fault)
-        VALUES (${id}, 1, ${p.id}, 'failed', ${at}::timestamptz - interval '1 hour', ${at}::timestamptz - interval '1 hour', ${at}::timestamptz, ${fault})`;
+        INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, fault, cost_halala)
+        VALUES (${id}, 1, ${p.id}, 'failed', ${at}::timestamptz - interval '1 hour', ${at}::timestamptz - interval '1 hour', ${at}::timestamptz, ${fault}, 25)`;
     };
     const [{ today }] = await srv.sql<{ today: string }[]>`SELECT to_char((now() AT TIME ZONE 'UTC')::date, 'YYYY-MM-DD') AS today`;
     const dayStart = (daysAgo: number) => `${new Date(Date.parse(today + "T00:00:00Z") - daysAgo * 86_400_000).toISOString()}`;
@@ -139,9 +146,9 @@ describe("provider attempt days", () => {
           INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
           VALUES (${`job-old-${i}`}, ${renter}, 'training', 'completed', 1, 600, 25, 25) RETURNING id`;
         await pool`
-          INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, fault)
+          INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, fault, cost_halala)
           VALUES (${id}, 1, ${provider}, 'completed', now(), now(),
-                  ${daysAgo === null ? null : pool`now() - make_interval(days => ${daysAgo})`}, ${fault})`;
+                  ${daysAgo === null ? null : pool`now() - make_interval(days => ${daysAgo})`}, ${fault}, 25)`;
       }
       expect(await migrate(pool)).toEqual(expect.arrayContaining([34]));
       expect(await fromCounter(provider, pool)).toEqual(await fromAttempts(provider, pool));

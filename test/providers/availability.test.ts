@@ -174,7 +174,7 @@ describe("uptime and reliability", () => {
     await heartbeat(srv, p.key);
     await flushHeartbeats(srv); // the first beat's own reputation refresh is done before the setup below
     const renter = await makeRenter(srv, 0);
-    // Ten hours on record, five of them covered, and attempts of which 8 completed and 2 ended by the
+    // Ten hours on record, five of them covered, and attempts of which 8 completed (each charged its minute) and 2 ended by the
     // provider's fault; an unattributed failure and a platform fault count neither way.
     await srv.sql`UPDATE providers SET first_heartbeat_at = now() - interval '10 hours', reputation_at = NULL WHERE id = ${p.id}`;
     await srv.sql`DELETE FROM provider_uptime WHERE provider_id = ${p.id}`;
@@ -187,8 +187,8 @@ describe("uptime and reliability", () => {
         WITH j AS (
           INSERT INTO jobs (job_id, renter_id, provider_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
           VALUES (${`rep-${p.id}-${i}`}, ${renter.id}, ${p.id}, 'benchmark', ${fault === "none" ? "completed" : "failed"}, 1, 60, 10, 10) RETURNING id, status)
-        INSERT INTO job_attempts (job_id, attempt, provider_id, status, started_at, ended_at, fault)
-        SELECT id, 1, ${p.id}, status, now() - interval '2 minutes', now() - interval '1 minute', ${fault} FROM j`;
+        INSERT INTO job_attempts (job_id, attempt, provider_id, status, started_at, ended_at, fault, cost_halala)
+        SELECT id, 1, ${p.id}, status, now() - interval '2 minutes', now() - interval '1 minute', ${fault}, ${fault === "none" ? 10 : 0} FROM j`;
     }
     await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 seconds', reputation_at = NULL WHERE id = ${p.id}`;
     const hb = await heartbeat(srv, p.key); // cached: the batch write recomputes (reputation due)

@@ -13,7 +13,7 @@ export const SUCCESS_WINDOW_DAYS = 30;
 export const MATURITY_DAYS = 30;
 
 export interface ReliabilityInputs {
-  /** Attempts (last 30 UTC days) the provider carried through: completed, or ended by the renter's fault after running. */
+  /** Attempts (last 30 UTC days) the provider carried through for a renter other than itself, charged at least a minute of their rate. */
   completedJobs: number;
   /** Attempts (last 30 UTC days) that ended by the provider's fault (job-end.ts: refused, silent, interrupted, its machine failed, ...). */
   failedJobs: number;
@@ -32,12 +32,22 @@ export interface ReliabilityInputs {
  *
  *   S = (carried + 1) / (carried + provider_faults + overstated + 2)
  *       over the job attempts that ended on this provider in the last 30 UTC
- *       days (today and the 29 before; counted per day as they end, migration 034):
+ *       days (today and the 29 before; counted per day as they end, migration 034,
+ *       by the rule of attempt_outcome, migration 048):
  *       carried = completed (fault none) or ended by the renter's fault after
- *       it ran (the provider did its part); provider_faults = attempts whose
- *       end was the provider's fault (refused, silent, not picked up,
- *       interrupted, its machine failed the job, a signature it could not
- *       verify, a job type it cannot run). Platform faults and unattributed
+ *       it ran (the provider did its part), and only when it was paid work
+ *       for someone else: the renter was charged at least one minute of the
+ *       job's rate (cost_halala >= rate_halala_per_minute), and the renter's
+ *       account email is not the provider's (case-insensitive). An attempt
+ *       that fails either counts neither way, so a provider cannot buy itself
+ *       a record with jobs it pins to itself, nor with 1-halala jobs whose
+ *       75% share rounds to nothing. The email is a cheap link between two
+ *       accounts of one person, not proof that they are independent: one
+ *       with a second email still pays the platform's 25% of a minute per attempt.
+ *       provider_faults = attempts whose end was the provider's fault
+ *       (refused, silent, not picked up, interrupted, its machine failed the
+ *       job, a signature it could not verify, a job type it cannot run),
+ *       whatever they were charged. Platform faults and unattributed
  *       failures count neither way. Laplace-smoothed so a new provider starts
  *       at 0.5, not 0 or 1; each /v1 request of the window whose usage the
  *       provider's endpoint overstated (reported more tokens than the
