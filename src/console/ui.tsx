@@ -1,5 +1,5 @@
-// Shared pieces: labelled fields, errors in place, empty states, loaders that
-// retry a lost connection, charts (uPlot), the progress bar.
+// Shared pieces: labelled fields, errors in place, empty states, tables, loaders
+// that retry a lost connection, charts (uPlot), the progress bar.
 import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
@@ -130,6 +130,43 @@ export function Show<T>({ l, what, children }: { l: Loaded<T>; what: string; chi
       <ErrorBox error={l.error} />
       {children(l.data)}
     </>
+  );
+}
+
+export interface Column<T> {
+  head: string;
+  cell(row: T): ComponentChildren;
+  /** The cell's class (e.g. "mono"), the same on every row. */
+  class?: string;
+}
+
+/**
+ * A list as a table, one row per item, inside the `.table-wrap` that narrow
+ * screens stack as cards (style.css, main.tsx labels the cells). With `empty`,
+ * no rows shows that note instead of a bare heading row.
+ */
+export function DataTable<T>({ rows, columns, empty, rowAttrs, testid }: {
+  rows: T[];
+  columns: Column<T>[];
+  empty?: ComponentChildren;
+  /** data-* attributes of a row, for finding it (e.g. data-job). */
+  rowAttrs?(row: T): Record<`data-${string}`, string>;
+  testid?: string;
+}) {
+  if (rows.length === 0 && empty !== undefined) return <Empty>{empty}</Empty>;
+  return (
+    <div class="table-wrap">
+      <table data-testid={testid}>
+        <thead>
+          <tr>{columns.map((c) => <th>{c.head}</th>)}</tr>
+        </thead>
+        <tbody>
+          {rows.map((row) => (
+            <tr {...rowAttrs?.(row)}>{columns.map((c) => <td class={c.class}>{c.cell(row)}</td>)}</tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
   );
 }
 

@@ -6,7 +6,7 @@ import { sar, TERMINAL, when } from "../format.js";
 import { watchJob, type LiveJob } from "../live-job.js";
 import { href } from "../router.js";
 import { session } from "../session.js";
-import { Card, Empty, ErrorBox, Loading, ProgressBar, StatusBadge, useAction, useLoad } from "../ui.js";
+import { Card, DataTable, Empty, ErrorBox, Loading, ProgressBar, StatusBadge, useAction, useLoad } from "../ui.js";
 
 function useLiveJob(jobId: string): LiveJob {
   const [s, set] = useState<LiveJob>({ attempts: [], logs: [], lost: false, done: false });
@@ -132,27 +132,14 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
           </dl>
         </Card>
         <Card title="Attempts">
-          {live.attempts.length === 0 ? (
-            <Empty>No attempt yet: the job has not been handed to a provider.</Empty>
-          ) : (
-            <div class="table-wrap">
-              <table>
-                <thead><tr><th>#</th><th>Provider</th><th>Status</th><th>Started</th><th>Ended</th><th>Cost</th></tr></thead>
-                <tbody>
-                  {live.attempts.map((a) => (
-                    <tr>
-                      <td>{a.attempt}</td>
-                      <td>{a.providerId !== undefined ? `#${a.providerId}` : "—"}</td>
-                      <td>{a.status}{a.endReason ? ` (${a.endReason})` : ""}</td>
-                      <td>{when(a.startedAt)}</td>
-                      <td>{when(a.endedAt)}</td>
-                      <td>{a.costHalala !== undefined ? sar(a.costHalala) : "—"}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          )}
+          <DataTable rows={live.attempts} empty="No attempt yet: the job has not been handed to a provider." columns={[
+            { head: "#", cell: (a) => a.attempt },
+            { head: "Provider", cell: (a) => (a.providerId !== undefined ? `#${a.providerId}` : "—") },
+            { head: "Status", cell: (a) => `${a.status}${a.endReason ? ` (${a.endReason})` : ""}` },
+            { head: "Started", cell: (a) => when(a.startedAt) },
+            { head: "Ended", cell: (a) => when(a.endedAt) },
+            { head: "Cost", cell: (a) => (a.costHalala !== undefined ? sar(a.costHalala) : "—") },
+          ]} />
         </Card>
       </div>
       <Card title="Output">

@@ -5,7 +5,7 @@ import type { Provider } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
 import { ago, dayToSeconds, sar, when } from "../format.js";
 import { href } from "../router.js";
-import { Card, Chart, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
 import { JobPage } from "./job.js";
 import { JobTable } from "./renter.js";
 
@@ -63,19 +63,14 @@ function DashboardPage() {
                 )}
               </Card>
               <Card title="Recent heartbeats">
-                {d.recentHeartbeats.length === 0 ? <Empty>No heartbeats yet: no daemon has connected.</Empty> : (
-                  <div class="table-wrap">
-                    <table>
-                      <thead><tr><th>Provider</th><th>GPU</th><th>Status</th><th>Heard</th><th>Util.</th><th>Temp.</th></tr></thead>
-                      <tbody>
-                        {d.recentHeartbeats.map((h) => (
-                          <tr><td>{h.name} #{String(h.providerId)}</td><td>{h.gpuModel}</td><td><StatusBadge status={h.status} /></td><td>{ago(h.lastHeartbeat)}</td>
-                            <td>{h.gpuUtilPct ?? "—"}%</td><td>{h.tempC ?? "—"} °C</td></tr>
-                        ))}
-                      </tbody>
-                    </table>
-                  </div>
-                )}
+                <DataTable rows={d.recentHeartbeats} empty="No heartbeats yet: no daemon has connected." columns={[
+                  { head: "Provider", cell: (h) => `${h.name} #${h.providerId}` },
+                  { head: "GPU", cell: (h) => h.gpuModel },
+                  { head: "Status", cell: (h) => <StatusBadge status={h.status} /> },
+                  { head: "Heard", cell: (h) => ago(h.lastHeartbeat) },
+                  { head: "Util.", cell: (h) => `${h.gpuUtilPct ?? "—"}%` },
+                  { head: "Temp.", cell: (h) => `${h.tempC ?? "—"} °C` },
+                ]} />
               </Card>
             </>
           );
@@ -144,29 +139,18 @@ function ProvidersPage() {
           </Field>
         </div>
         <Show l={list} what="providers">
-          {(r) =>
-            r.providers.length === 0 ? (
-              <Empty>{approval === "pending" ? "No provider waits for approval." : "No provider matches these filters."}</Empty>
-            ) : (
-              <div class="table-wrap">
-                <table>
-                  <thead><tr><th>Provider</th><th>GPU</th><th>Status</th><th>Approval</th><th>Heard</th><th>Actions</th></tr></thead>
-                  <tbody>
-                    {r.providers.map((p) => (
-                      <tr data-provider={String(p.id)}>
-                        <td>{p.name} #{String(p.id)}<br /><small>{p.email}</small></td>
-                        <td>{p.gpuModel}</td>
-                        <td><StatusBadge status={p.status} /></td>
-                        <td><StatusBadge status={p.approvalStatus} /></td>
-                        <td>{ago(p.lastHeartbeat)}</td>
-                        <td><ProviderActions p={p} onDone={list.reload} /></td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-            )
-          }
+          {(r) => (
+            <DataTable rows={r.providers} rowAttrs={(p) => ({ "data-provider": String(p.id) })}
+              empty={approval === "pending" ? "No provider waits for approval." : "No provider matches these filters."}
+              columns={[
+                { head: "Provider", cell: (p) => <>{p.name} #{String(p.id)}<br /><small>{p.email}</small></> },
+                { head: "GPU", cell: (p) => p.gpuModel },
+                { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
+                { head: "Approval", cell: (p) => <StatusBadge status={p.approvalStatus} /> },
+                { head: "Heard", cell: (p) => ago(p.lastHeartbeat) },
+                { head: "Actions", cell: (p) => <ProviderActions p={p} onDone={list.reload} /> },
+              ]} />
+          )}
         </Show>
       </Card>
     </>
@@ -193,18 +177,16 @@ function RentersPage() {
           </Field>
         </div>
         <Show l={list} what="renters">
-          {(r) => r.renters.length === 0 ? <Empty>No renter matches. Renters sign up from the console's Renter tab.</Empty> : (
-            <div class="table-wrap">
-              <table>
-                <thead><tr><th>Renter</th><th>Status</th><th>Balance</th><th>Held</th><th>Spent</th><th>Jobs</th><th>Since</th></tr></thead>
-                <tbody>
-                  {r.renters.map((x) => (
-                    <tr><td>{x.name} #{String(x.id)}<br /><small>{x.email}</small></td><td><StatusBadge status={x.status} /></td>
-                      <td>{sar(x.balanceHalala)}</td><td>{sar(x.heldHalala)}</td><td>{sar(x.totalSpentHalala)}</td><td>{String(x.totalJobs)}</td><td>{when(x.createdAt)}</td></tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+          {(r) => (
+            <DataTable rows={r.renters} empty="No renter matches. Renters sign up from the console's Renter tab." columns={[
+              { head: "Renter", cell: (x) => <>{x.name} #{String(x.id)}<br /><small>{x.email}</small></> },
+              { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
+              { head: "Balance", cell: (x) => sar(x.balanceHalala) },
+              { head: "Held", cell: (x) => sar(x.heldHalala) },
+              { head: "Spent", cell: (x) => sar(x.totalSpentHalala) },
+              { head: "Jobs", cell: (x) => String(x.totalJobs) },
+              { head: "Since", cell: (x) => when(x.createdAt) },
+            ]} />
           )}
         </Show>
       </Card>
@@ -244,7 +226,7 @@ function JobsPage() {
           <Field id={ids.provider} label="Provider id"><input id={ids.provider} inputMode="numeric" value={f.provider} onChange={set("provider")} /></Field>
         </div>
         <Show l={list} what="jobs">
-          {(r) => r.jobs.length === 0 ? <Empty>No job matches these filters.</Empty> : <JobTable jobs={r.jobs} base={["admin", "jobs"]} />}
+          {(r) => <JobTable jobs={r.jobs} base={["admin", "jobs"]} empty="No job matches these filters." />}
         </Show>
       </Card>
     </>
@@ -269,17 +251,15 @@ function PaymentsPage() {
           <Field id={ids.renter} label="Renter id"><input id={ids.renter} inputMode="numeric" value={renter} onChange={(e) => setRenter((e.target as HTMLInputElement).value)} /></Field>
         </div>
         <Show l={list} what="payments">
-          {(r) => r.payments.length === 0 ? <Empty>No payment matches these filters.</Empty> : (
-            <div class="table-wrap">
-              <table>
-                <thead><tr><th>Payment</th><th>Renter</th><th>Amount</th><th>Source</th><th>Status</th><th>Created</th></tr></thead>
-                <tbody>
-                  {r.payments.map((p) => (
-                    <tr><td class="mono">{p.paymentId}</td><td>#{String(p.renterId)}</td><td>{sar(p.amountHalala)}</td><td>{p.sourceType}</td><td><StatusBadge status={p.status} /></td><td>{when(p.createdAt)}</td></tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+          {(r) => (
+            <DataTable rows={r.payments} empty="No payment matches these filters." columns={[
+              { head: "Payment", class: "mono", cell: (p) => p.paymentId },
+              { head: "Renter", cell: (p) => `#${p.renterId}` },
+              { head: "Amount", cell: (p) => sar(p.amountHalala) },
+              { head: "Source", cell: (p) => p.sourceType },
+              { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
+              { head: "Created", cell: (p) => when(p.createdAt) },
+            ]} />
           )}
         </Show>
       </Card>
@@ -301,17 +281,14 @@ function AuditPage() {
           <Field id={ids.target} label="Target type"><input id={ids.target} value={target} placeholder="provider, renter, job" onChange={(e) => setTarget((e.target as HTMLInputElement).value)} /></Field>
         </div>
         <Show l={list} what="audit log">
-          {(r) => r.entries.length === 0 ? <Empty>Nothing recorded yet: approvals, suspensions and adjustments appear here.</Empty> : (
-            <div class="table-wrap">
-              <table>
-                <thead><tr><th>When</th><th>Actor</th><th>Action</th><th>Target</th><th>Details</th></tr></thead>
-                <tbody>
-                  {r.entries.map((e) => (
-                    <tr><td>{when(e.createdAt)}</td><td>{e.actor}</td><td>{e.action}</td><td>{e.targetType} {e.targetId}</td><td class="mono small">{JSON.stringify(e.details ?? {})}</td></tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+          {(r) => (
+            <DataTable rows={r.entries} empty="Nothing recorded yet: approvals, suspensions and adjustments appear here." columns={[
+              { head: "When", cell: (e) => when(e.createdAt) },
+              { head: "Actor", cell: (e) => e.actor },
+              { head: "Action", cell: (e) => e.action },
+              { head: "Target", cell: (e) => `${e.targetType} ${e.targetId}` },
+              { head: "Details", class: "mono small", cell: (e) => JSON.stringify(e.details ?? {}) },
+            ]} />
           )}
         </Show>
       </Card>
@@ -328,25 +305,21 @@ function RegistryPage() {
       <Card title="Images renters asked for">
         <ErrorBox error={a.error} />
         <Show l={list} what="registry requests">
-          {(r) => r.requests.length === 0 ? <Empty>No image requests. Renters ask for container images with POST /api/registry/requests.</Empty> : (
-            <div class="table-wrap">
-              <table>
-                <thead><tr><th>Image</th><th>Status</th><th>Requested</th><th>Actions</th></tr></thead>
-                <tbody>
-                  {r.requests.map((x) => (
-                    <tr>
-                      <td class="mono">{x.image}</td><td><StatusBadge status={x.status} /></td><td>{when(x.createdAt)}</td>
-                      <td>{x.status === "pending" ? (
-                        <div class="actions">
-                          <button disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.approveRequest({ id: x.id }); list.reload(); })}>Approve</button>
-                          <button class="secondary" disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.rejectRequest({ id: x.id }); list.reload(); })}>Reject</button>
-                        </div>
-                      ) : null}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+          {(r) => (
+            <DataTable rows={r.requests} empty="No image requests. Renters ask for container images with POST /api/registry/requests." columns={[
+              { head: "Image", class: "mono", cell: (x) => x.image },
+              { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
+              { head: "Requested", cell: (x) => when(x.createdAt) },
+              {
+                head: "Actions",
+                cell: (x) => x.status === "pending" ? (
+                  <div class="actions">
+                    <button disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.approveRequest({ id: x.id }); list.reload(); })}>Approve</button>
+                    <button class="secondary" disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.rejectRequest({ id: x.id }); list.reload(); })}>Reject</button>
+                  </div>
+                ) : null,
+              },
+            ]} />
           )}
         </Show>
       </Card>

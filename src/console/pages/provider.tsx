@@ -4,7 +4,7 @@ import type { GetProviderMeResponse } from "../../../gen/svc/v1/providers_pb.js"
 import { api } from "../api.js";
 import { ago, dayToSeconds, sar, when } from "../format.js";
 import { session } from "../session.js";
-import { Card, Chart, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
 import { JobPage } from "./job.js";
 import { JobTable } from "./renter.js";
 
@@ -99,7 +99,7 @@ function StatusPage() {
                 )}
               </Card>
               <Card title="Jobs served">
-                {m.recentJobs.length === 0 ? <Empty>No jobs yet. Jobs arrive once you are approved and online.</Empty> : <JobTable jobs={m.recentJobs} base={["provider", "job"]} />}
+                <JobTable jobs={m.recentJobs} base={["provider", "job"]} empty="No jobs yet. Jobs arrive once you are approved and online." />
               </Card>
             </>
           );
@@ -130,29 +130,16 @@ function EarningsPage() {
       </Card>
       <Card title="Jobs and what each earned">
         <Show l={jobs} what="jobs">
-          {(r) =>
-            r.jobs.length === 0 ? (
-              <Empty>No jobs served yet.</Empty>
-            ) : (
-              <div class="table-wrap">
-                <table data-testid="earnings-jobs">
-                  <thead><tr><th>Job</th><th>Type</th><th>Status</th><th>Ended</th><th>Renter paid</th><th>You earned</th></tr></thead>
-                  <tbody>
-                    {r.jobs.map((j) => (
-                      <tr data-job={j.jobId}>
-                        <td class="mono">{j.jobId}</td>
-                        <td>{j.jobType}</td>
-                        <td><StatusBadge status={j.status} /></td>
-                        <td>{when(j.completedAt)}</td>
-                        <td>{sar(j.actualCostHalala)}</td>
-                        <td>{sar(j.providerEarnedHalala)}</td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-            )
-          }
+          {(r) => (
+            <DataTable rows={r.jobs} testid="earnings-jobs" rowAttrs={(j) => ({ "data-job": j.jobId })} empty="No jobs served yet." columns={[
+              { head: "Job", class: "mono", cell: (j) => j.jobId },
+              { head: "Type", cell: (j) => j.jobType },
+              { head: "Status", cell: (j) => <StatusBadge status={j.status} /> },
+              { head: "Ended", cell: (j) => when(j.completedAt) },
+              { head: "Renter paid", cell: (j) => sar(j.actualCostHalala) },
+              { head: "You earned", cell: (j) => sar(j.providerEarnedHalala) },
+            ]} />
+          )}
         </Show>
       </Card>
     </>

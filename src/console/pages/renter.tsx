@@ -1,4 +1,5 @@
 // Renter pages: balance and top-up, jobs, the submit form, a job, /v1 usage and the key.
+import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
 import type { Job } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
@@ -6,7 +7,7 @@ import { ago, dayToSeconds, sar, when } from "../format.js";
 import { href } from "../router.js";
 import { replaceSecret } from "../session.js";
 import { settings } from "../settings.js";
-import { Card, Chart, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
 import { JobPage } from "./job.js";
 import { SubmitPage } from "./submit.js";
 
@@ -47,30 +48,15 @@ function BalancePage() {
       <TopUp onDone={refresh} />
       <Card title="Payment history">
         <Show l={payments} what="payments">
-          {(p) =>
-            p.payments.length === 0 ? (
-              <Empty>No payments yet. Add funds above to run your first job.</Empty>
-            ) : (
-              <div class="table-wrap">
-                <table>
-                  <thead>
-                    <tr><th>When</th><th>Amount</th><th>Source</th><th>Status</th><th>Payment</th></tr>
-                  </thead>
-                  <tbody>
-                    {p.payments.map((x) => (
-                      <tr>
-                        <td>{when(x.createdAt)}</td>
-                        <td>{sar(x.amountHalala)}</td>
-                        <td>{x.sourceType}</td>
-                        <td><StatusBadge status={x.status} /></td>
-                        <td class="mono">{x.paymentId}</td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-            )
-          }
+          {(p) => (
+            <DataTable rows={p.payments} empty="No payments yet. Add funds above to run your first job." columns={[
+              { head: "When", cell: (x) => when(x.createdAt) },
+              { head: "Amount", cell: (x) => sar(x.amountHalala) },
+              { head: "Source", cell: (x) => x.sourceType },
+              { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
+              { head: "Payment", class: "mono", cell: (x) => x.paymentId },
+            ]} />
+          )}
         </Show>
       </Card>
     </>
@@ -130,27 +116,17 @@ function TopUp({ onDone }: { onDone(): void }) {
 
 const STATUSES = ["", "queued", "pending", "running", "completed", "failed", "cancelled"];
 
-export function JobTable({ jobs, base }: { jobs: Job[]; base: string[] }) {
+/** Jobs, each linking to its page under `base`; `empty` is shown when there are none. */
+export function JobTable({ jobs, base, empty }: { jobs: Job[]; base: string[]; empty: ComponentChildren }) {
   return (
-    <div class="table-wrap">
-      <table>
-        <thead>
-          <tr><th>Job</th><th>Type</th><th>Status</th><th>Submitted</th><th>Cost</th><th>Why waiting</th></tr>
-        </thead>
-        <tbody>
-          {jobs.map((j) => (
-            <tr data-job={j.jobId}>
-              <td><a class="mono" href={href(...base, j.jobId)}>{j.jobId}</a></td>
-              <td>{j.jobType}</td>
-              <td><StatusBadge status={j.status} />{j.progressPct !== undefined && j.status === "running" ? ` ${Math.round(j.progressPct)}%` : ""}</td>
-              <td>{ago(j.submittedAt)}</td>
-              <td>{sar(j.actualCostHalala ?? j.costHalala)}</td>
-              <td>{j.queueReason ?? ""}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable rows={jobs} rowAttrs={(j) => ({ "data-job": j.jobId })} empty={empty} columns={[
+      { head: "Job", cell: (j) => <a class="mono" href={href(...base, j.jobId)}>{j.jobId}</a> },
+      { head: "Type", cell: (j) => j.jobType },
+      { head: "Status", cell: (j) => <><StatusBadge status={j.status} />{j.progressPct !== undefined && j.status === "running" ? ` ${Math.round(j.progressPct)}%` : ""}</> },
+      { head: "Submitted", cell: (j) => ago(j.submittedAt) },
+      { head: "Cost", cell: (j) => sar(j.actualCostHalala ?? j.costHalala) },
+      { head: "Why waiting", cell: (j) => j.queueReason ?? "" },
+    ]} />
   );
 }
 
@@ -169,15 +145,11 @@ function JobsPage() {
           </select>
         </Field>
         <Show l={jobs} what="jobs">
-          {(r) =>
-            r.jobs.length === 0 ? (
-              <Empty>
-                No jobs{status ? ` with status ${status}` : ""} yet. <a href={href("renter", "submit")}>Submit a job</a> to get started.
-              </Empty>
-            ) : (
-              <JobTable jobs={r.jobs} base={["renter", "jobs"]} />
-            )
-          }
+          {(r) => (
+            <JobTable jobs={r.jobs} base={["renter", "jobs"]} empty={
+              <>No jobs{status ? ` with status ${status}` : ""} yet. <a href={href("renter", "submit")}>Submit a job</a> to get started.</>
+            } />
+          )}
         </Show>
       </Card>
     </>
@@ -205,16 +177,13 @@ function AccountPage() {
                     { label: "Completion tokens", values: u.days.map((d) => Number(d.completionTokens)), color: "#db2777", bars: true },
                   ]}
                 />
-                <div class="table-wrap">
-                  <table>
-                    <thead><tr><th>Model</th><th>Requests</th><th>Prompt tokens</th><th>Completion tokens</th><th>Cost</th></tr></thead>
-                    <tbody>
-                      {u.models.map((m) => (
-                        <tr><td>{m.model}</td><td>{String(m.requests)}</td><td>{String(m.promptTokens)}</td><td>{String(m.completionTokens)}</td><td>{sar(m.costHalala)}</td></tr>
-                      ))}
-                    </tbody>
-                  </table>
-                </div>
+                <DataTable rows={u.models} columns={[
+                  { head: "Model", cell: (m) => m.model },
+                  { head: "Requests", cell: (m) => String(m.requests) },
+                  { head: "Prompt tokens", cell: (m) => String(m.promptTokens) },
+                  { head: "Completion tokens", cell: (m) => String(m.completionTokens) },
+                  { head: "Cost", cell: (m) => sar(m.costHalala) },
+                ]} />
               </>
             )
           }
