@@ -1,0 +1,112 @@
+// svc receipt: get, keys and verify.
+import fs from "node:fs";
+import type { Command } from "commander";
+import { JobReceiptSchema, ReceiptKeysSchema } from "../../../gen/svc/v1/receipts_pb.js";
+import { messageToJson } from "../../shared/message-json.js";
+import { verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
+import { clientsFor } from "../clients.js";
+import { EXIT, Exit, colour, out, printJson } from "../output.js";
+import { checkBaseUrl, UsageError } from "../profiles.js";
+import type { Context } from "./context.js";
+
+/** The answer of a proto message as the REST route writes it (src/shared/message-json.ts), for saving. */
+const restJson = messageToJson;
+
+function readJsonFile(file: string, what: string): unknown {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, "utf8");
+  } catch (err) {
+    throw new UsageError(`cannot read ${what} ${file}: ${(err as Error).message}`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new UsageError(`${what} ${file} is not JSON`);
+  }
+}
+
+function writeOrPrint(value: unknown, file: string | undefined, what: string, json: boolean) {
+  const text = JSON.stringify(value, null, 2) + "\n";
+  if (!file) return void process.stdout.write(text);
+  fs.writeFileSync(file, text);
+  if (json) printJson({ file, bytes: Buffer.byteLength(text) });
+  else out(`${what} written to ${file}`);
+}
+
+/**
+ * svc receipt get|keys|verify. `verify` needs no account and, with --keys, no network: the
+ * receipt, the public keys and the output (optional) are files (src/shared/receipt.ts checks them).
+ */
+export function addReceiptCommands(program: Command, ctx: Context): void {
+  const { globals: g, session, show } = ctx;
+  const receipt = program.command("receipt").description("signed job receipts: download them, and verify them offline with public keys");
+  receipt
+    .command("get")
+    .argument("<job_id>")
+    .option("-o, --out <file>", "write the receipt file here (default: print it)")
+    .description("a settled job's signed receipt (its renter, its providers, admins)")
+    .action(async (jobId: string, o: { out?: string }) => {
+      const { c } = session();
+      const r = await c.receipts.getJobReceipt({ jobId });
+      writeOrPrint(restJson(JobReceiptSchema, r), o.out, "receipt", !!g().json);
+    });
+  receipt
+    .command("keys")
+    .option("-o, --out <file>", "write the public keys here (default: print them)")
+    .option("--url <url>", "server to ask (default: the profile's)")
+    .description("the public keys that verify receipts (server keys, retired ones included, and provider keys)")
+    .action(async (o: { out?: string; url?: string }) => {
+      const keys = await fetchKeys(o.url, session);
+      writeOrPrint(keys, o.out, "keys", !!g().json);
+    });
+  receipt
+    .command("verify")
+    .argument("<file>", "a receipt file (svc receipt get, or GET /api/jobs/{job_id}/receipt)")
+    .option("--keys <file>", "public keys (svc receipt keys, or GET /api/receipts/keys): no network at all")
+    .option("--url <url>", "without --keys: read the public keys from this server (default: the profile's)")
+    .option("--output <file>", "also check the job's output (its JSON result, or the output route's answer)")
+    .description("check a receipt's signatures (server and provider attestation) and, with --output, the output")
+    .addHelpText("after", "\nExit code 0 when everything checked holds, 6 when anything does not.")
+    .action(async (file: string, o: { keys?: string; url?: string; output?: string }) => {
+      const doc = readJsonFile(file, "receipt");
+      const named = receiptKeyIds(doc);
+      const keys = o.keys ? (readJsonFile(o.keys, "keys file") as PublishedKeys) : await fetchKeys(o.url, session, named);
+      const output = o.output ? { value: readJsonFile(o.output, "output") } : undefined;
+      const v = verifyReceipt(doc, keys, output);
+      const body = (doc as { receipt?: Record<string, unknown> })?.receipt ?? {};
+      show({ valid: v.ok, job_id: body.job_id ?? null, receipt_id: body.receipt_id ?? null, checks: v.checks, problems: v.problems }, () => {
+        for (const line of v.checks) out(`${colour("ok", "green")}   ${line}`);
+        for (const line of v.problems) out(`${colour("FAIL", "red")} ${line}`);
+        out(v.ok ? `receipt ${String(body.receipt_id)} of job ${String(body.job_id)}: valid` : `receipt ${String(body.receipt_id ?? file)}: NOT valid`);
+      });
+      if (!v.ok) throw new Exit(EXIT.invalid);
+    });
+}
+
+/** The key ids a receipt file names: its signer's and its provider attestation's. */
+function receiptKeyIds(doc: unknown): string[] {
+  const d = doc as { signature?: { key_id?: unknown }; receipt?: { provider_attestation?: { key_id?: unknown } } } | null;
+  return [d?.signature?.key_id, d?.receipt?.provider_attestation?.key_id].filter((k): k is string => typeof k === "string" && k !== "");
+}
+
+/**
+ * Published keys from --url (no credential: the route is public) or the profile's server: all of
+ * them, page by page, or only those with the ids given (what one receipt names).
+ */
+async function fetchKeys(url: string | undefined, session: Context["session"], ids?: string[]): Promise<PublishedKeys> {
+  const c = url ? clientsFor({ url: checkBaseUrl(url, "--url"), role: "renter", secret: "" }) : session().c;
+  const pages = [];
+  if (ids) for (const keyId of ids) pages.push(await c.receipts.listReceiptKeys({ keyId }));
+  else {
+    for (let offset = 0; ; ) {
+      const page = await c.receipts.listReceiptKeys({ limit: 1000, offset });
+      pages.push(page);
+      offset += page.providerKeys.length;
+      if (page.providerKeys.length === 0 || offset >= Number(page.providerKeysTotal)) break;
+    }
+  }
+  const json = pages.map((p) => restJson(ReceiptKeysSchema, p) as unknown as PublishedKeys);
+  const byId = <T extends { key_id: string }>(list: T[]) => [...new Map(list.map((k) => [k.key_id, k])).values()];
+  return { server_keys: byId(json.flatMap((j) => j.server_keys ?? [])), provider_keys: byId(json.flatMap((j) => j.provider_keys ?? [])) };
+}
