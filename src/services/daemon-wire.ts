@@ -22,6 +22,7 @@ const PROVIDER_HOSTNAME = 0x22;
 const CACHED_MODELS = 0x2a;
 const RESOURCE_SPEC = 0x32;
 const DAEMON_VERSION = 0x3a;
+const SUPPORTED_JOB_TYPES = 0x42;
 
 export function decodeDaemonMessage(bytes: Uint8Array): DaemonMessage {
   try {
@@ -46,6 +47,7 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
   const cachedModels: string[] = [];
   let resourceSpec: JsonObject | undefined;
   let daemonVersion: string | undefined;
+  const supportedJobTypes: string[] = [];
   while (r.pos < end) {
     const tag = buf[r.pos++];
     switch (tag) {
@@ -74,12 +76,15 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
       case DAEMON_VERSION:
         daemonVersion = r.string();
         break;
+      case SUPPORTED_JOB_TYPES:
+        supportedJobTypes.push(r.string());
+        break;
       default:
         return undefined; // raw, or a field this reader does not know
     }
   }
   if (r.pos !== end) throw new NotPlainJson("a part overruns the heartbeat");
-  const req = create(HeartbeatRequestSchema, { uptime, providerIp, providerHostname, cachedModels, resourceSpec, daemonVersion });
+  const req = create(HeartbeatRequestSchema, { uptime, providerIp, providerHostname, cachedModels, resourceSpec, daemonVersion, supportedJobTypes });
   if (gpuStatus !== undefined) {
     setGpuStatusJson(req, gpuStatus);
     Object.defineProperty(req, "gpuStatus", LAZY_GPU_STATUS);

@@ -27,6 +27,7 @@ const BEATS: [string, Beat][] = [
       cachedModels: ["llama3:8b", "mistral"],
       resourceSpec: { cpu: 16, ram_gb: 64, disks: [{ gb: 500 }] },
       daemonVersion: "5.1.0",
+      supportedJobTypes: ["benchmark", "llm-inference"],
     },
   ],
   ["a bare list of GPUs", { gpuStatus: value([{ gpu_name: "A100" }]) }],

@@ -124,22 +124,13 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
   it("reports the job's own failure as the renter's (billed), and a job type it cannot run as unsupported_on_provider (re-queued)", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);
+    // Assigned before the daemon declared what it runs (no docker, and no runner for rendering here):
+    // pushed at connect, refused as unsupported, the provider's fault, no charge, and not offered to it again.
+    const r = await h.submit(renter, { job_type: "rendering" });
+    expect(r.provider_id).toBe(p.id);
     const dir = tempDir("runner");
     const runner = writeExecutable(dir, "bad-input.sh", "#!/bin/sh\necho 'prompt rejected by the model'\nexit 2\n");
     const d = h.startDaemon(p.key, ["--runner", `llm-inference=${runner}`]);
-    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
-    const j = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hello", max_tokens: 64 } });
-    const done = await waitFor(async () => {
-      const r = await h.job(j.job_id);
-      return r.status === "completed" || r.status === "failed" ? r : undefined;
-    }, 45_000, `llm job end (${d.output()})`);
-    // Under a minute of llm-inference (15/min): 15 billed, 11 to the provider, 4 to the platform.
-    expect(done).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter", actual_cost_halala: 15, provider_earned_halala: 11, platform_fee_halala: 4 });
-    expect((await h.api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 985, held_halala: 0 });
-
-    // No docker and no runner for rendering here: refused as unsupported, the provider's fault, no charge.
-    const r = await h.submit(renter, { job_type: "rendering" });
-    expect(r.provider_id).toBe(p.id);
     const a = await waitFor(async () => {
       const [row] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${r.job_id} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
       return row;
@@ -147,6 +138,19 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     expect(a).toMatchObject({ status: "requeued", end_reason: "unsupported_on_provider", fault: "provider", cost_halala: 0 });
     expect(a.error).toMatch(/docker is not available/);
     expect(await h.job(r.job_id)).toMatchObject({ status: "queued", attempt: 2 });
+    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
+    // What it declares now keeps such jobs away from it: a rendering submit finds no provider.
+    expect((await h.api().post("/api/jobs/submit", { job_type: "rendering", duration_minutes: 1 }, renter.headers)).status).toBe(503);
+
+    const j = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hello", max_tokens: 64 } });
+    const done = await waitFor(async () => {
+      const r = await h.job(j.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 45_000, `llm job end (${d.output()})`);
+    // Under a minute of llm-inference (15/min): 15 billed, 11 to the provider, 4 to the platform.
+    expect(done).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter", actual_cost_halala: 15, provider_earned_halala: 11, platform_fee_halala: 4 });
+    // The rendering job's hold (20 halala) waits for another provider.
+    expect((await h.api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 985, held_halala: 20 });
     expect(await ledgerProblems(h.srv.sql)).toEqual([]);
   });
 });

@@ -62,7 +62,7 @@ describe("the plans of a submit batch", () => {
       SELECT 'Offline ' || g, 'offline-' || g || '@example.test', 'NVIDIA L4', 'linux', 'offline', 'approved', now() - interval '2 days'
       FROM generate_series(1, 5000) g`;
     await srv.sql`ANALYZE providers`;
-    const plan = await genericPlanOf(srv.sql, capacitySql(srv.sql, [{ gpuRequirements: { min_vram_gb: 16 }, requestedProvider: null }]));
+    const plan = await genericPlanOf(srv.sql, capacitySql(srv.sql, [{ gpuRequirements: { min_vram_gb: 16 }, requestedProvider: null, jobType: "benchmark" }]));
     expect(plan).toContain("providers_live_idx");
     expect(plan).not.toMatch(/Seq Scan on providers/);
   });

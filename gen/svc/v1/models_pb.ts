@@ -493,7 +493,8 @@ export type Job = Message<"svc.v1.Job"> & {
    * Why a queued job waits, in plain words and as a code (null unless queued):
    * no_matching_provider, providers_declined, providers_busy, providers_paused, waiting_for_dispatch,
    * provider_offline, provider_unavailable, provider_paused, provider_outside_schedule,
-   * provider_busy, provider_mismatch.
+   * provider_busy, provider_mismatch, provider_unsupported_job_type (its daemon declared job types
+   * without this one).
    *
    * @generated from field: optional string queue_reason = 23;
    */

@@ -669,6 +669,24 @@ def write_container_scripts(workdir):
     return folder
 
 
+def supported_job_types(runners, docker, scripts_dir=None):
+    """The job types plan_job runs with this configuration, declared in every heartbeat so that the server
+    offers no other (a job refused here is the provider's fault): the benchmark, each configured runner's
+    type, and with docker custom_container and the built-in types whose program is present. Never
+    vllm_serve: this daemon reports no endpoint, and a serving job that reports none is the provider's failure."""
+    types = ["benchmark"]
+    for job_type, argv in sorted(runners.items()):
+        if argv and job_type != "vllm_serve" and job_type not in types:
+            types.append(job_type)
+    if docker:
+        builtin = [t for t, script in sorted(SCRIPT_OF_JOB_TYPE.items())
+                   if scripts_dir and os.path.exists(os.path.join(scripts_dir, script))]
+        for job_type in builtin + ["custom_container"]:
+            if job_type not in types:
+                types.append(job_type)
+    return types
+
+
 def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None):
     """Picks the executor for a job: (argv, env_extra, container, result_file); container is a
     DockerContainer, or None for a plain process. gpu_devices: the host GPUs (nvidia-smi indices)
@@ -888,7 +906,8 @@ class Daemon:
         gpus = self.gpus.query()
         body = {"gpu_status": gpu_status(gpus, self.gpus.cuda_version), "uptime": round(time.time() - self.started, 1),
                 "provider_hostname": self.hostname, "daemon_version": DAEMON_VERSION,
-                "cached_models": self.cfg.get("cached_models", []), "resource_spec": resource_spec()}
+                "cached_models": self.cfg.get("cached_models", []), "resource_spec": resource_spec(),
+                "supported_job_types": supported_job_types(self.cfg["runners"], self.docker, self.scripts_dir)}
         try:
             res = self.api.post("/api/providers/heartbeat", body)
         except ApiError as err:

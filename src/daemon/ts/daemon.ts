@@ -29,7 +29,7 @@ import { withoutNul } from "../../shared/nul-text.js";
 import { attestationStatement, ed25519Signer, keyIdOf, type Ed25519Signer, type GpuFacts } from "../../shared/receipt.js";
 import { AsyncQueue } from "../async-queue.js";
 import { runCommand } from "./exec.js";
-import { executorFor, type ExecutorConfig } from "./executors/plan.js";
+import { executorFor, supportedJobTypes, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
 import { GpuPool } from "./gpu-pool.js";
 import { removeLeftoverContainers } from "./leftover-containers.js";
@@ -407,6 +407,8 @@ export class ProviderDaemon {
         cachedModels: this.cfg.cachedModels,
         resourceSpec: resourceSpec(),
         daemonVersion: DAEMON_VERSION,
+        // In every beat: the server offers this provider no job type that executorFor would refuse.
+        supportedJobTypes: supportedJobTypes(this.cfg.executors),
       },
     });
   }

@@ -65,12 +65,23 @@ export const hardwareFitSql = (db: Db) => db`(
     OR strpos(lower(p.gpu_model), lower(j.gpu_requirements->>'gpu_model')) > 0))`;
 
 /**
+ * Provider p's daemon runs job j's type: its heartbeats declared the type (migration 049), or
+ * declared nothing (a daemon older than the declaration: offered every type, as before it).
+ * Offering a job its daemon cannot run only bounced it back (unsupported_on_provider, the
+ * provider's fault).
+ */
+export const jobTypeFitSql = (db: Db) => db`(p.supported_job_types IS NULL OR j.job_type = ANY(p.supported_job_types))`;
+
+/** Provider p can run job j at all: its hardware fits and its daemon runs the job type. */
+export const fitSql = (db: Db) => db`(${hardwareFitSql(db)} AND ${jobTypeFitSql(db)})`;
+
+/**
  * Fit, the requested provider if any, and not one that declined or never started this job, nor
  * one whose daemon was shut down mid-job and has not heartbeated since (it is still "live" for a while).
  */
 export const matchesSql = (db: Db) => db`(
   (j.requested_provider_id IS NULL OR j.requested_provider_id = p.id)
-  AND ${hardwareFitSql(db)}
+  AND ${fitSql(db)}
   AND (j.attempt = 1 OR NOT EXISTS (
     SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id
       AND (x.end_reason = ANY(${DECLINED_REASONS as string[]}::text[])
@@ -196,6 +207,7 @@ export interface Candidate {
  */
 export interface NewJob {
   id: number;
+  jobType: string;
   priority: number;
   requestedProviderId: number | null;
   gpuRequirements: Record<string, unknown> | null;
@@ -223,18 +235,18 @@ export async function readCandidates(
   const size = Math.min(MAX_CANDIDATES, Math.max(CANDIDATE_WINDOW, offered.length + fresh.length));
   const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
   const freshRows = tx`
-    SELECT id, priority, now() AS submitted_at, requested_provider_id, req::jsonb AS gpu_requirements, 1 AS attempt
-    FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.priority)}::int[],
+    SELECT id, job_type, priority, now() AS submitted_at, requested_provider_id, req::jsonb AS gpu_requirements, 1 AS attempt
+    FROM unnest(${fresh.map((f) => f.id)}::bigint[], ${fresh.map((f) => f.jobType)}::text[], ${fresh.map((f) => f.priority)}::int[],
                 ${fresh.map((f) => f.requestedProviderId)}::bigint[],
-                ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, priority, requested_provider_id, req)`;
+                ${fresh.map((f) => (f.gpuRequirements ? JSON.stringify(f.gpuRequirements) : null))}::text[]) AS f(id, job_type, priority, requested_provider_id, req)`;
   // None offered (a submit's batch): no read of jobs at all. A cached generic plan made while
   // jobs was small scans the whole table for `id = ANY('{}')`, once per batch.
   const offeredRows =
     offered.length === 0
-      ? tx`SELECT NULL::bigint AS id, NULL::int AS priority, NULL::timestamptz AS submitted_at, NULL::bigint AS requested_provider_id,
-                  NULL::jsonb AS gpu_requirements, NULL::int AS attempt WHERE false`
+      ? tx`SELECT NULL::bigint AS id, NULL::text AS job_type, NULL::int AS priority, NULL::timestamptz AS submitted_at,
+                  NULL::bigint AS requested_provider_id, NULL::jsonb AS gpu_requirements, NULL::int AS attempt WHERE false`
       : tx`
-    SELECT id, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
+    SELECT id, job_type, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
     WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[])`;
   // Windowed: the candidates are the window (read once, in index order) and the providers the
   // offered jobs ask for; the older queued jobs offered with them are the first QUEUE_HEAD, in
@@ -262,7 +274,7 @@ export async function readCandidates(
         ${offeredRows}
         UNION
         SELECT * FROM (
-          SELECT j.id, j.priority, j.submitted_at, j.requested_provider_id, j.gpu_requirements, j.attempt FROM jobs j
+          SELECT j.id, j.job_type, j.priority, j.submitted_at, j.requested_provider_id, j.gpu_requirements, j.attempt FROM jobs j
           WHERE j.status = 'queued' AND j.id <> ALL(${skipped}::bigint[]) ${olderFit}
           ORDER BY j.priority, j.submitted_at, j.id LIMIT ${QUEUE_HEAD}) older
         UNION ALL
@@ -790,6 +802,9 @@ function describeRequirements(req: Record<string, unknown> | null): string {
   return parts.length ? ` with ${parts.join(" and ")}` : "";
 }
 
+/** What a provider's daemon declared it runs, for a message that names why it was passed over. */
+export const declaredTypes = (types: readonly string[] | null) => `its daemon runs ${types?.length ? types.join(", ") : "any job type"}`;
+
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
 const allOf = (n: number, verb: string) =>
   n === 1 ? `the only matching provider is ${verb}` : n > EXPLAIN_CAP ? `all of the ${EXPLAIN_CAP.toLocaleString("en-US")}+ matching providers looked at are ${verb}` : `all ${n} matching providers are ${verb}`;
@@ -803,7 +818,10 @@ export const EXPLAIN_CAP = 1000;
 
 /** What explainQueue reads of the providers for a job: the requested one, or counts over those that fit. */
 type Standing = { pinned: PinnedProvider | undefined } | { counts: { fit: number; live: number; available: number; free: number } };
-type PinnedProvider = { live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null; daemon_version: string | null };
+type PinnedProvider = {
+  live: boolean; approval_status: string; status: string; paused: boolean; in_window: boolean; busy: number; slots: number; fits: boolean;
+  runs_type: boolean; supported_job_types: string[] | null; scheduled_start: string | null; scheduled_end: string | null; task_key_mismatch: string | null; daemon_version: string | null;
+};
 
 async function standingOf(db: Db, job: JobSummaryRow): Promise<Standing> {
   if (job.requested_provider_id !== null) {
@@ -811,8 +829,9 @@ async function standingOf(db: Db, job: JobSummaryRow): Promise<Standing> {
     const [p] = await db<PinnedProvider[]>`
       SELECT ${liveSql(db)} AS live, p.approval_status, p.status, (p.is_paused OR p.status = 'paused') AS paused, p.task_key_mismatch, p.daemon_version,
              ${runWindowSql(db)} AS in_window, ${busySql(db)} AS busy, ${slotsSql(db)} AS slots,
-             p.scheduled_start, p.scheduled_end,
-             (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits
+             p.scheduled_start, p.scheduled_end, p.supported_job_types,
+             (SELECT ${hardwareFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS fits,
+             (SELECT ${jobTypeFitSql(db)} FROM jobs j WHERE j.id = ${job.id}) AS runs_type
       FROM providers p WHERE p.id = ${id}`;
     return { pinned: p };
   }
@@ -830,18 +849,18 @@ export const standingCountsSql = (db: Db, jobId: number) => db`
            count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)})::bigint AS available,
            count(*) FILTER (WHERE ${availableSql(db)} AND ${matchesSql(db)} AND ${busySql(db)} < ${slotsSql(db)})::bigint AS free
     FROM jobs j, LATERAL (
-      SELECT p.* FROM providers p WHERE ${liveSql(db)} AND ${hardwareFitSql(db)} LIMIT ${EXPLAIN_CAP + 1}
+      SELECT p.* FROM providers p WHERE ${liveSql(db)} AND ${fitSql(db)} LIMIT ${EXPLAIN_CAP + 1}
     ) p
     WHERE j.id = ${jobId}`;
 
 /**
- * Jobs whose standing is the same: a first attempt's depends only on the provider it asked for and its
- * gpu_requirements (a later attempt's also on the providers that declined it, so it has none).
+ * Jobs whose standing is the same: a first attempt's depends only on the provider it asked for, its
+ * job type and its gpu_requirements (a later attempt's also on the providers that declined it, so it has none).
  */
 function standingKey(job: JobSummaryRow): string | undefined {
   if (job.attempt !== 1) return undefined;
   const r = job.gpu_requirements;
-  return JSON.stringify([job.requested_provider_id, r?.min_vram_gb ?? null, r?.gpu_model ?? null]);
+  return JSON.stringify([job.requested_provider_id, job.job_type, r?.min_vram_gb ?? null, r?.gpu_model ?? null]);
 }
 
 /** The reason, from the standing and the number of queued jobs ahead. */
@@ -862,6 +881,9 @@ function reasonOf(job: JobSummaryRow, standing: Standing, ahead: number): QueueR
     }
     if (!p.live) return { code: "provider_offline", reason: `requested provider ${id} is offline (no heartbeat in the last 120 seconds)` };
     if (!p.fits) return { code: "provider_mismatch", reason: `requested provider ${id} does not meet the job's gpu_requirements` };
+    if (!p.runs_type) {
+      return { code: "provider_unsupported_job_type", reason: `requested provider ${id} does not run ${job.job_type} jobs (${declaredTypes(p.supported_job_types)})` };
+    }
     if (p.paused) return { code: "provider_paused", reason: `requested provider ${id} is paused` };
     if (!p.in_window) {
       return { code: "provider_outside_schedule", reason: `requested provider ${id} is outside its scheduled window (${p.scheduled_start ?? "?"}-${p.scheduled_end ?? "?"} UTC)` };
@@ -872,7 +894,9 @@ function reasonOf(job: JobSummaryRow, standing: Standing, ahead: number): QueueR
   const c = standing.counts;
   const live = c.live;
   const available = c.available;
-  if (c.fit === 0) return { code: "no_matching_provider", reason: `no approved provider${describeRequirements(job.gpu_requirements)} is online` };
+  if (c.fit === 0) {
+    return { code: "no_matching_provider", reason: `no approved provider that runs ${job.job_type} jobs${describeRequirements(job.gpu_requirements)} is online` };
+  }
   if (live === 0) {
     return { code: "providers_declined", reason: `every online provider that fits declined this job or did not start it; waiting for another` };
   }

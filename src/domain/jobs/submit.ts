@@ -5,7 +5,7 @@
 import crypto from "node:crypto";
 import { allInTransaction, inOrder, type Db, type Sql, type Tx } from "../../db/index.js";
 import { type ServiceError, apiError, badRequest, forbidden, notFound, paymentRequired } from "../../errors.js";
-import { liveSql, hardwareFitSql, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult, type QueueStanding } from "../dispatch/dispatch.js";
+import { liveSql, hardwareFitSql, jobTypeFitSql, declaredTypes, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult, type QueueStanding } from "../dispatch/dispatch.js";
 import { validateParams } from "./job-schemas.js";
 import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
@@ -198,6 +198,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   // (above any row's id, in arrival order) until the sequence has given theirs.
   const fresh: NewJob[] = intents.map((it, i) => ({
     id: PLACEHOLDER_ID + i,
+    jobType: it.jobType,
     priority: it.priority,
     requestedProviderId: it.requestedProvider,
     gpuRequirements: it.gpuRequirements,
@@ -247,17 +248,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     if (quota) return refused(apiError(429, quota));
     const cap = capacity[i];
     if (!cap.known) return refused(notFound(`provider_id ${intent.requestedProvider}: provider not found`));
-    if (!cap.capable) {
-      return refused(
-        apiError(
-          503,
-          intent.requestedProvider !== null
-            ? `provider ${intent.requestedProvider} is not available: it must be approved, online and meet gpu_requirements`
-            : "no providers available: no approved, online provider matches this job's gpu_requirements",
-          { "retry-after": "30" },
-        ),
-      );
-    }
+    if (!cap.capable) return refused(apiError(503, incapableWhy(intent, cap), { "retry-after": "30" }));
     holds.push(takeHold(r.accounts, { renterId: intent.renterId, jobId: newIds[i].id, amount: estimate }));
     r.usage = { ...r.usage, jobsToday: r.usage.jobsToday + 1, spentAndHeldHalala: r.usage.spentAndHeldHalala + estimate };
     return undefined;
@@ -300,6 +291,23 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
       : { job: queued.get(id)!, placement: { providerId: null, contended: placement.contended } };
     return { ok: true, submitted };
   });
+}
+
+/**
+ * Why no provider can take a submit: the 503's message. Its hardware is judged first (as before
+ * providers declared job types), then the job type: a provider that fits but whose daemon does
+ * not run the type is named as such, and so is a fleet where none that fits runs it.
+ */
+function incapableWhy(intent: SubmitIntent, cap: Capacity): string {
+  const pinned = intent.requestedProvider;
+  if (!cap.fitsHardware) {
+    return pinned !== null
+      ? `provider ${pinned} is not available: it must be approved, online and meet gpu_requirements`
+      : "no providers available: no approved, online provider matches this job's gpu_requirements";
+  }
+  return pinned !== null
+    ? `provider ${pinned} is not available: it does not run ${intent.jobType} jobs (${declaredTypes(cap.declared)})`
+    : `no providers available: no approved, online provider that matches this job's gpu_requirements runs ${intent.jobType} jobs`;
 }
 
 /** Ids the fresh jobs carry in placement's first read, before the sequence gives theirs: above any real id. */
@@ -345,29 +353,54 @@ function freshRows(tx: Tx, rows: { id: number; intent: SubmitIntent }[]): FreshR
   return { columns: FRESH_COLUMNS, ids: rows.map((r) => r.id), select };
 }
 
+/** What capacityOf finds for a submit. */
+export interface Capacity {
+  /** Its requested provider exists (true when it asks for none). */
+  known: boolean;
+  /** Some approved, online provider (the requested one, if any) fits its hardware and runs its job type. */
+  capable: boolean;
+  /** Some such provider fits its hardware, whatever job types it runs (read only when not `capable`). */
+  fitsHardware: boolean;
+  /** The job types the requested provider's daemon declared (null: none declared, or no provider requested). */
+  declared: string[] | null;
+}
+
 /**
  * For each submit: whether its requested provider exists (`known`) and
  * whether some approved, online provider fits it (`capable`), evaluated once
- * per distinct (gpu_requirements, provider_id).
+ * per distinct (gpu_requirements, provider_id, job_type).
  */
-export async function capacityOf(tx: Tx, intents: SubmitIntent[]): Promise<{ known: boolean; capable: boolean }[]> {
-  const keyOf = (i: SubmitIntent) => JSON.stringify([i.gpuRequirements, i.requestedProvider]);
+export async function capacityOf(tx: Tx, intents: SubmitIntent[]): Promise<Capacity[]> {
+  const keyOf = (i: SubmitIntent) => JSON.stringify([i.gpuRequirements, i.requestedProvider, i.jobType]);
   const distinct = [...new Map(intents.map((i) => [keyOf(i), i])).values()];
   const rows = await capacitySql(tx, distinct);
   const byKey = new Map(rows.map((r) => [keyOf(distinct[Number(r.ord) - 1]), r]));
   return intents.map((i) => byKey.get(keyOf(i))!);
 }
 
-/** The capacity statement for `distinct` submits. */
-export function capacitySql(tx: Db, distinct: Pick<SubmitIntent, "gpuRequirements" | "requestedProvider">[]) {
-  return tx<{ ord: number; known: boolean; capable: boolean }[]>`
-    SELECT j.ord,
-           (j.requested_provider_id IS NULL OR EXISTS (SELECT 1 FROM providers WHERE id = j.requested_provider_id)) AS known,
-           EXISTS (SELECT 1 FROM providers p
-                   WHERE ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND (j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)) AS capable
-    FROM (SELECT req::jsonb AS gpu_requirements, requested_provider_id, ord
-          FROM unnest(${distinct.map((i) => (i.gpuRequirements ? JSON.stringify(i.gpuRequirements) : null))}::text[],
-                      ${distinct.map((i) => i.requestedProvider)}::bigint[]) WITH ORDINALITY AS x(req, requested_provider_id, ord)) j`;
+/**
+ * The capacity statement for `distinct` submits. The hardware-only check and the requested
+ * provider's declared types are read only for a submit no provider can take (CASE evaluates
+ * lazily): an accepted submit costs one EXISTS, as before job types were declared.
+ */
+export function capacitySql(tx: Db, distinct: Pick<SubmitIntent, "gpuRequirements" | "requestedProvider" | "jobType">[]) {
+  const candidates = tx`FROM providers p WHERE ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND (j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)`;
+  // OFFSET 0: `capable` is computed once per row, not copied into each of its three uses below.
+  return tx<{ ord: number; known: boolean; capable: boolean; fitsHardware: boolean; declared: string[] | null }[]>`
+    SELECT j.ord, j.known, j.capable,
+           CASE WHEN j.capable THEN true ELSE EXISTS (SELECT 1 ${candidates}) END AS "fitsHardware",
+           CASE WHEN j.capable OR j.requested_provider_id IS NULL THEN NULL
+                ELSE (SELECT supported_job_types FROM providers WHERE id = j.requested_provider_id) END AS declared
+    FROM (
+      SELECT j.*,
+             (j.requested_provider_id IS NULL OR EXISTS (SELECT 1 FROM providers WHERE id = j.requested_provider_id)) AS known,
+             EXISTS (SELECT 1 ${candidates} AND ${jobTypeFitSql(tx)}) AS capable
+      FROM (SELECT req::jsonb AS gpu_requirements, requested_provider_id, job_type, ord
+            FROM unnest(${distinct.map((i) => (i.gpuRequirements ? JSON.stringify(i.gpuRequirements) : null))}::text[],
+                        ${distinct.map((i) => i.requestedProvider)}::bigint[], ${distinct.map((i) => i.jobType)}::text[])
+                 WITH ORDINALITY AS x(req, requested_provider_id, job_type, ord)) j
+      OFFSET 0
+    ) j`;
 }
 
 /** Re-reads a job after the submit committed and contended providers were refilled. */

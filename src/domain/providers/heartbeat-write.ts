@@ -27,6 +27,11 @@ export interface HeartbeatInput {
   hostname?: string;
   /** resource_spec as JSON text. */
   resourceSpecJson?: string;
+  /**
+   * The job types the daemon declared it runs (migration 049). Every beat states it: [] when it
+   * declared none (stored as NULL: offered every type), undefined only for inputs that say nothing of it.
+   */
+  supportedJobTypes?: string[];
 }
 
 /** One provider's beat(s) in a batch: the first and last beat's times and the merged input. */
@@ -60,7 +65,7 @@ function batchJson(entries: [number, BeatSpan][]): string {
         `"dv":${str(i.daemonVersion)},"vram":${int(i.gpuVramMib)},"cnt":${int(i.gpuCount)},"cc":${str(i.computeCapability)},` +
         `"cuda":${str(i.cudaVersion)},"driver":${str(i.driverVersion)},"tel":${i.telemetryJson ?? "null"},` +
         `"cached":${i.cachedModels ? JSON.stringify(i.cachedModels) : "null"},"ip":${str(i.providerIp)},` +
-        `"host":${str(i.hostname)},"rs":${i.resourceSpecJson ?? "null"}}`,
+        `"host":${str(i.hostname)},"rs":${i.resourceSpecJson ?? "null"},"jt":${i.supportedJobTypes ? JSON.stringify(i.supportedJobTypes) : "null"}}`,
     );
   }
   return `[${parts.join(",")}]`;
@@ -70,7 +75,7 @@ function batchJson(entries: [number, BeatSpan][]): string {
 const beatsSql = (db: Sql, entries: [number, BeatSpan][]) => db`
   SELECT * FROM json_to_recordset(${batchJson(entries)}::text::json) AS v(
     id bigint, first_ts timestamptz, last_ts timestamptz, dv text, vram bigint, cnt int, cc text, cuda text,
-    driver text, tel json, cached text[], ip text, host text, rs jsonb)`;
+    driver text, tel json, cached text[], ip text, host text, rs jsonb, jt text[])`;
 
 const reputationDueSql = (db: Sql) =>
   db`(p.reputation_at IS NULL OR p.reputation_at < now() - make_interval(secs => ${REPUTATION_REFRESH_SECONDS})) AS reputation_due`;
@@ -78,7 +83,9 @@ const reputationDueSql = (db: Sql) =>
 /**
  * The telemetry columns of provider `p` from beat `v` (unreported ones keep their value). A
  * provider approved before it reported its hardware has it approved as its first report states it
- * (migration 047); later reports of more wait for an admin.
+ * (migration 047); later reports of more wait for an admin. The declared job types ride on this
+ * update, no statement of their own: each beat states them, so a daemon replaced by one that
+ * declares none (an older version) is offered every type again.
  */
 const telemetrySet = (db: Sql) => db`
   approved_gpu_count = CASE WHEN p.approval_status = 'approved' AND p.approved_gpu_count IS NULL AND v.cnt IS NOT NULL
@@ -96,7 +103,8 @@ const telemetrySet = (db: Sql) => db`
   preload_model = CASE WHEN p.preload_model = ANY(v.cached) THEN NULL ELSE p.preload_model END,
   provider_ip = coalesce(v.ip, p.provider_ip),
   hostname = coalesce(v.host, p.hostname),
-  resource_spec = coalesce(v.rs, p.resource_spec)`;
+  resource_spec = coalesce(v.rs, p.resource_spec),
+  supported_job_types = CASE WHEN v.jt IS NULL THEN p.supported_job_types WHEN cardinality(v.jt) = 0 THEN NULL ELSE v.jt END`;
 
 /**
  * Uptime coverage accumulates on the provider row for the UTC hour of its

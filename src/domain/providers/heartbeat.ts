@@ -46,6 +46,9 @@ const FLUSH_AT_ENTRIES = 5000;
 const BATCH_ROWS = 500;
 /** Telemetry larger than this (JSON characters) keeps only the documented gpu_status fields. */
 const MAX_TELEMETRY_CHARS = 16_384;
+/** Bounds of a declared supported_job_types list: a handful of job types, each a short name. */
+const MAX_JOB_TYPES = 64;
+const MAX_JOB_TYPE_CHARS = 64;
 
 export interface HeartbeatDeps {
   config: Config;
@@ -103,6 +106,8 @@ export function parseHeartbeatBody(body: JsonObject): HeartbeatInput {
     providerIp: text(body.provider_ip, 64),
     hostname: text(body.provider_hostname, 255),
     resourceSpecJson: objectJson(body.resource_spec),
+    // Every beat states it: absent or unreadable declares nothing (any job type), as a daemon older than the field.
+    supportedJobTypes: names(body.supported_job_types, MAX_JOB_TYPES, MAX_JOB_TYPE_CHARS) ?? [],
   };
 }
 
@@ -129,6 +134,7 @@ export function heartbeatInputOf(req: HeartbeatRequest): HeartbeatInput {
   if (req.cachedModels.length > 0) body.cached_models = req.cachedModels;
   if (req.resourceSpec) body.resource_spec = req.resourceSpec;
   if (req.daemonVersion !== undefined) body.daemon_version = req.daemonVersion;
+  if (req.supportedJobTypes.length > 0) body.supported_job_types = req.supportedJobTypes;
   return parseHeartbeatBody(body);
 }
 

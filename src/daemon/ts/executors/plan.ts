@@ -16,6 +16,22 @@ export interface ExecutorConfig {
   docker: Omit<DockerOptions, "workRoot"> | undefined;
 }
 
+/** The job types the docker executor runs: the built-in ones with our program, custom_container, vllm_serve. */
+const CONTAINER_JOB_TYPES = ["llm-inference", "llm_inference", "image_generation", "rendering", "training", "custom_container", "vllm_serve"];
+
+/**
+ * The job types executorFor runs on this host, declared in every heartbeat so that the server
+ * offers no other (refusing one is the provider's fault): the benchmark, each configured runner's
+ * type, and with docker every container type. A runner cannot serve vllm_serve: only the docker
+ * executor reports its endpoint, and a serving job that reports none is failed as the provider's.
+ */
+export function supportedJobTypes(cfg: ExecutorConfig): string[] {
+  const types = new Set(["benchmark"]);
+  for (const [jobType, argv] of Object.entries(cfg.runners)) if (argv.length > 0 && jobType !== "vllm_serve") types.add(jobType);
+  if (cfg.docker) for (const t of CONTAINER_JOB_TYPES) types.add(t);
+  return [...types];
+}
+
 export function executorFor(job: JobSpec, cfg: ExecutorConfig): Executor {
   const runner = cfg.runners[job.jobType];
   if (runner?.length) return new ProcessExecutor(runner, cfg.workRoot);
