@@ -4,7 +4,7 @@
 // The console reads it every 10 s, so it reads counters and today's rows,
 // never the whole history of jobs and ledger entries.
 import crypto from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { connect } from "../../src/db/index.js";
 import type { Tx } from "../../src/db/index.js";
 import { CHARGE_KINDS, PLATFORM_FEE_KINDS, release } from "../../src/domain/money/ledger.js";
@@ -12,7 +12,7 @@ import { dashboardIn } from "../../src/domain/admin/dashboard.js";
 import { chargeTokenUsage, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, startTestServer, useTestServer } from "../helpers/server.js";
 import { ADMIN, seedJob, settleJob } from "./helpers.js";
 
 /**
@@ -39,15 +39,9 @@ async function behindTriggers(fn: (tx: any) => Promise<unknown>): Promise<void> 
   });
 }
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  // Rows seeded straight into jobs must stay as seeded: no background sweep during the test.
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+// Rows seeded straight into jobs must stay as seeded: no background sweep during the test.
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
 
 /**
  * A /v1 request billed the way the gateway bills it (reserveTokenBudget, then

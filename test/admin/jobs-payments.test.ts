@@ -1,19 +1,13 @@
 // Admin job actions (cancel, re-queue: the jobs engine's own paths, audited)
 // and the payments list, over real HTTP.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { ADMIN } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
+const api = client(srv);
 
 describe("admin job actions", () => {
   it("re-queues and cancels a job through the jobs engine, releasing the hold, each audited", async () => {

@@ -1,22 +1,16 @@
 // Admin management of renters and jobs over real HTTP: lists with filters and
 // paging, suspension (the renter then gets 403), balance adjustments through
 // the ledger, quotas, and the audit trail each action leaves.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { startTestServer, useTestServer } from "../helpers/server.js";
 import { ADMIN, seedJob } from "./helpers.js";
 import { releaseTokenBudget, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  // Rows seeded straight into jobs must stay as seeded: no background sweep during the test.
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+// Rows seeded straight into jobs must stay as seeded: no background sweep during the test.
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
 
 async function audit(query = "") {
   const r = await api.get(`/api/admin/audit${query}`, ADMIN);

@@ -4,19 +4,15 @@
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { tempDir } from "../daemon/helpers.js";
 
 const SVC = path.resolve("bin/svc.js");
-let srv: TestServer;
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 
 function svc(args: string[], home: string, input = ""): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const env: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(home, "config"), NO_COLOR: "1" };

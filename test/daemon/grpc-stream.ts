@@ -3,9 +3,9 @@
 // given kind.
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { afterAll, beforeAll, beforeEach } from "vitest";
+import { afterAll, beforeEach } from "vitest";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer, type TestServer } from "../helpers/server.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 
 const method = DaemonService.method.connect;
@@ -100,20 +100,14 @@ export function openStream(port: number, key: string | undefined, options?: grpc
 
 /**
  * A test file's server for daemon streams (job sweep slowed down, the marketplace cleared
- * before each test) and the streams its tests open, cancelled at the end: `started` is
- * called with the server once it runs.
+ * before each test) and the streams its tests open, cancelled before the server closes.
  */
-export function useStreamServer(started: (srv: TestServer) => void, env: Record<string, string> = {}): TestStream[] {
+export function useStreamServer(env: Record<string, string> = {}): { srv: TestServer; streams: TestStream[] } {
+  const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", ...env });
   const streams: TestStream[] = [];
-  let srv: TestServer | undefined;
-  beforeAll(async () => {
-    srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", ...env });
-    started(srv);
-  });
-  afterAll(async () => {
+  afterAll(() => {
     for (const s of streams) s.cancel();
-    await srv?.close();
   });
-  beforeEach(() => clearMarketplace(srv!));
-  return streams;
+  beforeEach(() => clearMarketplace(srv));
+  return { srv, streams };
 }

@@ -4,12 +4,12 @@
 // does not parse, a client that cancels; and the calls this path leaves to
 // Connect (compressed messages, the JSON codec) still answered there.
 import http2 from "node:http2";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, fromJson, toBinary, toJson, type MessageInitShape } from "@bufbuild/protobuf";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
 import { bodyLimitBytesOf } from "../../src/http/body.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { makeProvider } from "../helpers/fixtures.js";
 import { openStream } from "./grpc-stream.js";
 
@@ -17,15 +17,11 @@ const PATH = `/${DaemonService.typeName}/${DaemonService.method.connect.name}`;
 const hello: MessageInitShape<typeof DaemonMessageSchema> = { kind: { case: "hello", value: { daemonVersion: "5.0.0" } } };
 const beat: MessageInitShape<typeof DaemonMessageSchema> = { kind: { case: "heartbeat", value: { daemonVersion: "5.0.0", uptime: 1 } } };
 
-let srv: TestServer;
 const sessions: http2.ClientHttp2Session[] = [];
 
-beforeAll(async () => {
-  srv = await startTestServer();
-});
-afterAll(async () => {
+const srv = useTestServer();
+afterAll(() => {
   for (const s of sessions) s.destroy();
-  await srv?.close();
 });
 
 function envelope(body: Uint8Array, flags = 0): Buffer {

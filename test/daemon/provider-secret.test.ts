@@ -2,21 +2,17 @@
 // and every task handed to that provider over the legacy protocol is signed
 // with it: a secret leaked by one provider forges nothing for another. Files
 // from before (holding the service's secret) keep working until they update.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { HMAC_SECRET, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { verifyTask } from "../../src/shared/task-signature.js";
 import { rotateKeys } from "../../src/domain/accounts/key-rotation.js";
 
-let srv: TestServer;
 const api = () => client(srv.url);
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 beforeEach(() => clearMarketplace(srv));
 
 /** The secret baked into a provider's downloaded daemon file. */

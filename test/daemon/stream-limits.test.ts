@@ -4,8 +4,8 @@
 // before any work is done for it, while the stream stays open. A job's
 // progress is written PROGRESS_WRITES_PER_SECOND times a second at most; past
 // that the latest report waits for the next second, or for the job's result.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { afterAll, describe, expect, it } from "vitest";
+import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { PROGRESS_WRITES_PER_SECOND } from "../../src/services/daemon.js";
@@ -13,16 +13,12 @@ import { openStream, type TestStream } from "./grpc-stream.js";
 import { waitFor } from "./helpers.js";
 import { flushHeartbeats } from "../providers/helpers.js";
 
-let srv: TestServer;
 const streams: TestStream[] = [];
 
-beforeAll(async () => {
-  // 3 heartbeats per 2 s, so that a window ends within the test.
-  srv = await startTestServer({ SVC_RATE_LIMITS: "on", SVC_RATE_LIMIT_OVERRIDES: "heartbeat=3/2" });
-});
-afterAll(async () => {
+// 3 heartbeats per 2 s, so that a window ends within the test.
+const srv = useTestServer({ SVC_RATE_LIMITS: "on", SVC_RATE_LIMIT_OVERRIDES: "heartbeat=3/2" });
+afterAll(() => {
   for (const s of streams) s.cancel();
-  await srv?.close();
 });
 
 async function connect(key: string) {

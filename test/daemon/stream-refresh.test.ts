@@ -1,20 +1,15 @@
 // The read a daemon stream makes when a notice may have been missed (src/domain/jobs/stream-refresh.ts):
 // reads asked for together share one read of their providers' settings and
 // pending jobs, and each gets its own provider's answer.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../jobs/helpers.js";
 import { StreamRefresher } from "../../src/domain/jobs/stream-refresh.js";
 
-let srv: TestServer;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  await clearMarketplace(srv);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+beforeAll(() => clearMarketplace(srv));
 
 describe("stream refresh", () => {
   it("answers beats that arrive together with one read, each with its own provider's settings and pending jobs in order", async () => {

@@ -3,7 +3,7 @@
 // changed them; read again on a heartbeat only when a notice may have been
 // missed. The last test cuts the server's LISTEN connection, so it stays last.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { makeProvider } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../jobs/helpers.js";
 import { openStream, type TestStream } from "./grpc-stream.js";
@@ -11,16 +11,12 @@ import { waitFor, whileNotListening } from "./helpers.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
 import { streamRefresher } from "../../src/domain/jobs/stream-refresh.js";
 
-let srv: TestServer;
 const streams: TestStream[] = [];
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  await clearMarketplace(srv);
-});
-afterAll(async () => {
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+beforeAll(() => clearMarketplace(srv));
+afterAll(() => {
   for (const s of streams) s.cancel();
-  await srv?.close();
 });
 
 function connect(key: string) {

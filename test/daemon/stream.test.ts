@@ -10,7 +10,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { AsyncQueue } from "../../src/daemon/async-queue.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { DaemonService, type DaemonMessageSchema } from "../../gen/svc/v1/daemon_pb.js";
-import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { HMAC_SECRET, startTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { verifyTask } from "../../src/shared/task-signature.js";
@@ -22,12 +22,8 @@ import { waitFor, whileNotListening } from "./helpers.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
 import { ASSIGNED_CHANNEL } from "../../src/domain/notify/job-notices.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-const streams = useStreamServer((s) => {
-  srv = s;
-  api = client(s.url);
-});
+const { srv, streams } = useStreamServer();
+const api = client(srv);
 
 function connect(key: string | undefined, runningJobIds: string[] = []) {
   const s = openStream(srv.port, key);

@@ -1,18 +1,12 @@
 // The first vertical slice over real HTTP: provider and renter register,
 // login-email and me, field by field against the spec.
 import http from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
+const api = client(srv);
 
 const PROVIDER_FIELDS = [
   "id", "name", "email", "gpu_model", "status", "last_heartbeat", "daemon_version", "run_mode", "uptime_percent",

@@ -8,22 +8,18 @@ import net from "node:net";
 import { Writable } from "node:stream";
 import { pino } from "pino";
 import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { callLogInterceptor } from "../../src/http/call-log.js";
 import { credentialsKey } from "../../src/http/credentials.js";
 import { toConnectError, toHttpError } from "../../src/http/errors.js";
 import { loadConfig } from "../../src/config.js";
 import { startApp, type App } from "../../src/server.js";
-import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase, useTestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { openStream } from "../daemon/grpc-stream.js";
 
-let srv: TestServer;
-beforeAll(async () => {
-  srv = await startTestServer();
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
 
 function capture() {
   const lines: Record<string, unknown>[] = [];

@@ -5,18 +5,14 @@ import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type MessageShape } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema } from "../../gen/svc/v1/daemon_pb.js";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 
-let srv: TestServer;
-beforeAll(async () => {
-  srv = await startTestServer();
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
 
 /** A grpc-js method definition serialised with protobuf-es. */
 function grpcMethod<I extends DescMessage, O extends DescMessage>(service: { typeName: string }, method: DescMethod, input: I, output: O) {

@@ -18,17 +18,15 @@ import { Role } from "../../gen/svc/v1/options_pb.js";
 import { buildRouteTable, type RestRoute } from "../../src/http/rest.js";
 import { buildServices } from "../../src/services/index.js";
 import { rolesOf } from "../../src/services/secure.js";
-import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { fixtures, MATRIX, routeKey, send, WEBHOOK_SECRET, type Cred, type Entry, type Fx } from "./routes.js";
 
-let srv: TestServer;
 let routes: RestRoute[];
 
+const srv = useTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET });
 beforeAll(async () => {
-  srv = await startTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET });
   routes = buildRouteTable(buildServices(srv.app.deps));
 });
-afterAll(() => srv?.close());
 
 type Column = "no credential" | "malformed" | "wrong role" | "another owner" | "former provider" | "right owner" | "admin";
 const SERVED = "served";

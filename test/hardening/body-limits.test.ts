@@ -3,21 +3,15 @@
 // keep it whole, while the same body on a route with the 64 KiB default
 // (progress, submit) or a 1 MiB limit (daemon-event) is 413 with {error},
 // moving nothing.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { DEFAULT_BODY_LIMIT_KB } from "../../src/http/body.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { clearMarketplace } from "../jobs/helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
 
 /** ~1.5 MiB of printable text: well over the 64 KiB default and the 1 MiB daemon-event limit, well under 16 MiB. */
 const BIG = "0123456789abcdef".repeat(96 * 1024);

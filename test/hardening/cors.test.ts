@@ -1,17 +1,13 @@
 // CORS: the built-in allowlist plus CORS_ORIGINS, preflights answered for
 // every path (REST and Connect alike), other origins refused.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { allowedOrigins } from "../../src/http/cors.js";
-import { startTestServer, ADMIN_TOKEN, type TestServer } from "../helpers/server.js";
+import { useTestServer, ADMIN_TOKEN } from "../helpers/server.js";
 
-let srv: TestServer;
 const EXTRA = "https://partner.example.org";
 
-beforeAll(async () => {
-  srv = await startTestServer({ CORS_ORIGINS: `${EXTRA}, https://ops.example.net/`, FRONTEND_URL: "https://app.example.com/dashboard" });
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ CORS_ORIGINS: `${EXTRA}, https://ops.example.net/`, FRONTEND_URL: "https://app.example.com/dashboard" });
 
 const preflight = (path: string, origin: string, method = "POST", headers = "content-type, x-renter-key") =>
   fetch(srv.url + path, {

@@ -6,28 +6,26 @@
 // rejected request leaves every table as it was.
 import fc from "fast-check";
 import { ScalarType, type DescField } from "@bufbuild/protobuf";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { Role } from "../../gen/svc/v1/options_pb.js";
 import { buildRouteTable, type RestRoute } from "../../src/http/rest.js";
 import { buildServices } from "../../src/services/index.js";
 import { rolesOf } from "../../src/services/secure.js";
 import type { Reply } from "../helpers/http.js";
-import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { fixtures, MATRIX, ownerCred, routeKey, send, WEBHOOK_SECRET, type Fx, type Overrides } from "./routes.js";
 
 /** Defines the fuzz tests for the routes `pick` selects (the suite is split over files to run in parallel). */
 export function defineFuzzSuite(name: string, pick: (r: RestRoute) => boolean): void {
-let srv: TestServer;
 let routes: RestRoute[];
 let fx: Fx;
 
+// Background sweeps slowed down: the fingerprint must only see what a request did.
+const srv = useTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET, SVC_JOB_SWEEP_MS: "60000" });
 beforeAll(async () => {
-  // Background sweeps slowed down: the fingerprint must only see what a request did.
-  srv = await startTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET, SVC_JOB_SWEEP_MS: "60000" });
   routes = buildRouteTable(buildServices(srv.app.deps));
   fx = await fixtures(srv);
 });
-afterAll(() => srv?.close());
 
 /** A hash of every table's rows (the rate-limit counters, migrations and the platform's 5-second pulse aside), "table:hash|..." */
 let fingerprintQuery: string | undefined;

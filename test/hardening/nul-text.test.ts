@@ -7,19 +7,14 @@ import { describe, expect, it } from "vitest";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { JobService } from "../../gen/svc/v1/jobs_pb.js";
-import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { openStream, useStreamServer, type TestStream } from "../daemon/grpc-stream.js";
 import { pickUp } from "../jobs/helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-const streams = useStreamServer((s) => {
-  srv = s;
-  api = client(s.url);
-});
+const { srv, streams } = useStreamServer();
+const api = client(srv);
 
 const SUBMIT = { jobType: "llm_inference", durationMinutes: 1, params: { model: "TinyLlama/TinyLlama-1.1B-Chat-v1.0", prompt: "a\u0000b" } };
 

@@ -2,11 +2,11 @@
 // through the routes that use it: a production webhook_url and a /v1
 // endpoint with private upstreams off.
 import OpenAI from "openai";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { classifyAddress, isPrivateAddress, isPrivateHost, publicOnlyLookup } from "../../src/domain/shared/address.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client, uniqueEmail } from "../helpers/http.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { startTestServer, useTestServer } from "../helpers/server.js";
 import { startFakeVllm } from "../v1/fake-vllm.js";
 import { serveModel } from "../v1/serving.js";
 
@@ -120,11 +120,7 @@ describe("classifyAddress", () => {
 });
 
 describe("through the routes", () => {
-  let prod: TestServer;
-  beforeAll(async () => {
-    prod = await startTestServer({ NODE_ENV: "production" });
-  });
-  afterAll(() => prod?.close());
+  const prod = useTestServer({ NODE_ENV: "production" });
 
   it("production: a webhook_url at any private IPv6 form is refused with 400 naming the field", async () => {
     const r = await makeRenter(prod);

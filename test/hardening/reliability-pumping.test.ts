@@ -4,8 +4,8 @@
 // counts as carried only when its renter was charged at least one minute of
 // its rate and is not the provider's own account (same email, any case),
 // migration 048. Everything over real HTTP and PostgreSQL.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
@@ -13,13 +13,8 @@ import { credit, ledgerProblems } from "../../src/domain/money/ledger.js";
 import { refreshReputation, reliabilityScore } from "../../src/domain/providers/reputation.js";
 import { RATE_HALALA_PER_MINUTE } from "../../src/domain/money/pricing.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 type Provider = Awaited<ReturnType<typeof makeProvider>>;

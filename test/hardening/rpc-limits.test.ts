@@ -2,15 +2,11 @@
 // limit is its route's body limit (src/http/body.ts bodyLimitBytesOf), also
 // for compressed bodies, and it applies before authentication.
 import zlib from "node:zlib";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { uniqueEmail } from "../helpers/http.js";
 
-let srv: TestServer;
-beforeAll(async () => {
-  srv = await startTestServer();
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
 
 const connectCall = (path: string, body: Buffer, headers: Record<string, string> = {}) =>
   fetch(`${srv.url}/${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: new Uint8Array(body) });

@@ -6,14 +6,15 @@ export interface Reply<T = any> {
   text: string;
 }
 
-export function client(base: string) {
+/** `base` may be a server, its URL then read at each call: a client built before the server starts. */
+export function client(base: string | { readonly url: string }) {
   async function call<T = any>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply<T>> {
     const init: RequestInit = { method, headers: { ...headers } };
     if (body !== undefined) {
       init.body = typeof body === "string" ? body : JSON.stringify(body);
       (init.headers as Record<string, string>)["content-type"] ??= "application/json";
     }
-    const res = await fetch(base + path, init);
+    const res = await fetch((typeof base === "string" ? base : base.url) + path, init);
     const text = await res.text();
     let parsed: unknown = text;
     try {

@@ -2,7 +2,7 @@
 import crypto from "node:crypto";
 import os from "node:os";
 import path from "node:path";
-import { inject } from "vitest";
+import { afterAll, beforeAll, inject } from "vitest";
 import { loadConfig, type Config } from "../../src/config.js";
 import { connect, type Sql } from "../../src/db/index.js";
 import { startApp, type App } from "../../src/server.js";
@@ -67,5 +67,33 @@ export async function startTestServer(env: Record<string, string> = {}, database
       await app.close();
       await db.drop();
     },
+  };
+}
+
+/**
+ * The server of a test file (or of the describe block it is called in): started in
+ * beforeAll, closed in afterAll. What it returns stands for that server from module
+ * level on, each member read from the running one. Hooks registered after this call
+ * find it running: beforeAll hooks run in order, afterAll hooks in reverse (vitest's
+ * default sequence.hooks, "stack").
+ */
+export function useTestServer(env: Record<string, string> = {}): TestServer {
+  let started: TestServer | undefined;
+  beforeAll(async () => {
+    started = await startTestServer(env);
+  });
+  afterAll(() => started?.close());
+  const running = (): TestServer => {
+    if (!started) throw new Error("the test server is not running: it starts in beforeAll");
+    return started;
+  };
+  return {
+    get app() { return running().app; },
+    get url() { return running().url; },
+    get port() { return running().port; },
+    get sql() { return running().sql; },
+    get config() { return running().config; },
+    get databaseUrl() { return running().databaseUrl; },
+    close: () => running().close(),
   };
 }

@@ -4,8 +4,8 @@
 // of 100,000). The plans are checked as a prepared statement's generic plan,
 // the one postgres.js runs after a few executions; the answers beside them.
 // The safety net that visits every provider runs every LOST_JOBS_SWEEP_SECONDS.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { afterEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { genericPlanOf } from "../helpers/plans.js";
@@ -15,13 +15,8 @@ import { servingEndpoints, servingEndpointsSql } from "../../src/http/v1/endpoin
 import { jobTimeoutsWorker, sweepJobs } from "../../src/workers/job-timeouts.js";
 import { createLogger } from "../../src/log.js";
 
-let srv: TestServer;
-
-beforeAll(async () => {
-  // The tests drive the sweep themselves; the server's own is far away.
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-});
-afterAll(() => srv?.close());
+// The tests drive the sweep themselves; the server's own is far away.
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 // Rows written straight into jobs (no holds behind them) must not outlive their test.
 afterEach(() => srv.sql`DELETE FROM jobs WHERE job_id LIKE 'reads-%'`);
 

@@ -4,19 +4,14 @@
 // that it never settles the new one. A report that names no attempt is taken
 // for the current one, as older daemons send it.
 import { describe, expect, it } from "vitest";
-import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { openStream, useStreamServer } from "../daemon/grpc-stream.js";
 import { admin, pickUp } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-const streams = useStreamServer((s) => {
-  srv = s;
-  api = client(s.url);
-});
+const { srv, streams } = useStreamServer();
+const api = client(srv);
 
 const submit = async (renter: { headers: Record<string, string> }) => {
   const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 } }, renter.headers);

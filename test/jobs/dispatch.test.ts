@@ -2,8 +2,8 @@
 // concurrent submits, two providers polling at once never share a job,
 // priority then age order, explicit provider_id waits for that provider,
 // queue reasons, and the LISTEN/NOTIFY signals of assignment and cancel.
-import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
-import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it, vi } from "vitest";
+import { HMAC_SECRET, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { EXPLAIN_CAP } from "../../src/domain/dispatch/dispatch.js";
@@ -14,14 +14,8 @@ import { ASSIGNED_CHANNEL, CANCEL_CHANNEL } from "../../src/domain/notify/job-no
 import { clearMarketplace } from "./helpers.js";
 import { JobSignalHub } from "../../src/workers/job-signals.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 const submit = (headers: Record<string, string>, body: Record<string, unknown> = {}) =>

@@ -4,25 +4,20 @@
 // first takes the row first (PostgreSQL grants a row's waiters in turn). Each
 // end locks the job row and re-checks its status under the lock: whichever
 // comes first ends the attempt, the other moves no money.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { afterAll, beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client, type Reply } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { openStream, type TestStream } from "../daemon/grpc-stream.js";
 import { admin, clearMarketplace, pickUp } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
 const streams: TestStream[] = [];
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(async () => {
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
+afterAll(() => {
   for (const s of streams) s.cancel();
-  await srv?.close();
 });
 beforeEach(() => clearMarketplace(srv));
 

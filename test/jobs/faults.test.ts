@@ -4,8 +4,8 @@
 // settlement transaction. Every job is a benchmark (10 halala a minute)
 // submitted for 3 minutes (30 held) that "ran" 90 s (started_at moved back):
 // 2 billable minutes = 20 halala when the renter pays for the time used.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { afterAll, beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
@@ -16,17 +16,12 @@ import { openStream, type TestStream } from "../daemon/grpc-stream.js";
 import { waitFor } from "../daemon/helpers.js";
 import { admin, clearMarketplace, pickUp } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
 const streams: TestStream[] = [];
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
-  api = client(srv.url);
-});
-afterAll(async () => {
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
+const api = client(srv);
+afterAll(() => {
   for (const s of streams) s.cancel();
-  await srv?.close();
 });
 beforeEach(async () => {
   for (const s of streams.splice(0)) s.cancel();

@@ -2,8 +2,8 @@
 // available balance before its paid time runs out, and when the balance cannot
 // pay for more the job is stopped (out_of_funds, the renter's fault) and
 // settled for the time used; the monthly spend limit bounds it the same way. Over real HTTP, the sweep driven by the test.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { credit, ledgerProblems } from "../../src/domain/money/ledger.js";
@@ -13,14 +13,8 @@ import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
 import { clearMarketplace, pickUp } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 const balance = async (key: string) => (await api.get("/api/renters/balance", { "x-renter-key": key })).body;

@@ -1,22 +1,16 @@
 // The job lifecycle over real HTTP: submit (201, every documented field),
 // the legacy daemon protocol (poll, logs, progress, result), settlement
 // figures, reads and who may make them.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, HMAC_SECRET, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer, HMAC_SECRET } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { verifyTask } from "../../src/shared/task-signature.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { clearMarketplace } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
 // Each test sees only the providers it makes: earlier ones go offline.
 beforeEach(() => clearMarketplace(srv));
 

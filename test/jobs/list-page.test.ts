@@ -1,20 +1,15 @@
 // A page of jobs shows each job as its own read does. Pages select the
 // summary's columns only (JOB_SUMMARY_COLUMNS): a job's specs and outputs
 // are most of its row and no list shows them.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { listJobs } from "../../src/domain/jobs/jobs.js";
 import { admin, clearMarketplace, pickUp } from "./helpers.js";
 
-let srv: TestServer;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  await clearMarketplace(srv);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+beforeAll(() => clearMarketplace(srv));
 
 describe("a page of jobs", () => {
   it("shows every job as GET /api/jobs/:id does, for the renter, the provider and the admin, without reading the specs", async () => {

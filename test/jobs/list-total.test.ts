@@ -3,8 +3,8 @@
 // whatever plan PostgreSQL picks. Prepared statements switch to a generic plan,
 // under which `status = ANY($n)` was a filter: a renter with a million ended
 // jobs had each of them read to count its few active ones.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { listJobs } from "../../src/domain/jobs/jobs.js";
@@ -12,13 +12,8 @@ import { jobCountSql } from "../../src/domain/shared/job-counts.js";
 import { clearMarketplace } from "./helpers.js";
 import { genericPlanOf } from "../helpers/plans.js";
 
-let srv: TestServer;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  await clearMarketplace(srv);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+beforeAll(() => clearMarketplace(srv));
 
 describe("GET /api/jobs total", () => {
   it("counts active and ended jobs, and counts the active ones on the active-jobs index under a generic plan", async () => {

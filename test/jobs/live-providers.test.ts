@@ -2,19 +2,14 @@
 // 1,001). They are found through the index of providers that could be live
 // (migration 037), so a fleet that is mostly offline is not read whole on
 // every poll of a queued job: the answer is the same, the plan reads the index.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { standingCountsSql } from "../../src/domain/dispatch/dispatch.js";
 import { genericPlanOf } from "../helpers/plans.js";
 
-let srv: TestServer;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 
 describe("the live providers behind a queued job's reason", () => {
   it("are counted through providers_live_idx among thousands that are offline", async () => {

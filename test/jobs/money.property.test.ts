@@ -7,8 +7,8 @@
 // 75/25); other failed and cancelled jobs refunded in full; unfinished jobs still held.
 // fast-check prints the seed of a failing workload; FC_SEED=<seed> replays it.
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
@@ -16,14 +16,8 @@ import { splitRevenue } from "../../src/domain/money/pricing.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { clearMarketplace } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "2" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "2" });
+const api = client(srv);
 
 type Action = "poll" | "succeed" | "fail" | "complete" | "repeat" | "cancel" | "timeout" | "silence";
 const TYPES = ["benchmark", "llm-inference", "image_generation", "rendering"] as const;

@@ -6,23 +6,17 @@
 // window goes back to the queue as not_picked_up (the provider's fault, no
 // charge), and until confirmed neither its deadline nor a cancel bills it.
 import net from "node:net";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { clearMarketplace } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  // The test drives the sweep itself.
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+// The test drives the sweep itself.
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 const status = async (jobId: string) => (await srv.sql<{ status: string }[]>`SELECT status FROM jobs WHERE job_id = ${jobId}`)[0]?.status;

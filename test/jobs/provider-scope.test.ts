@@ -1,20 +1,14 @@
 // A provider reads a job only while it is the job's current provider; after
 // the job moved on (re-queued to another provider) it reads only its own
 // attempts: never the next provider's endpoint, logs or the job's output.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { admin, clearMarketplace } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 const asProvider = (key: string) => ({ "x-provider-key": key });

@@ -3,7 +3,6 @@
 // once the attempt ended more than 5 minutes ago (409), and at most 600
 // daemon events per provider per hour (429 with Retry-After). Both wires.
 import { describe, expect, it } from "vitest";
-import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { LOG_TRUNCATED_NOTICE, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/jobs/job-reports.js";
@@ -11,12 +10,8 @@ import { MAX_EVENTS_PER_HOUR } from "../../src/domain/providers/daemon-events.js
 import { MAX_LOG_LINES_READ } from "../../src/domain/jobs/jobs.js";
 import { openStream, useStreamServer } from "../daemon/grpc-stream.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-const streams = useStreamServer((s) => {
-  srv = s;
-  api = client(s.url);
-});
+const { srv, streams } = useStreamServer();
+const api = client(srv);
 
 /** A job assigned to a fresh provider and picked up by its legacy poll (running). */
 async function runningJob() {

@@ -4,8 +4,8 @@
 // least busy providers and keeps priority order across batches, the
 // SubmitBatcher isolates a submit that fails at the database, and concurrent
 // submits over real HTTP are each held exactly once.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { HMAC_SECRET, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import type { Sql } from "../../src/db/index.js";
@@ -17,15 +17,9 @@ import { observeDomain } from "../../src/domain/shared/observe.js";
 import { toHttpError } from "../../src/http/errors.js";
 import { clearMarketplace } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  // The job sweep is slowed down so that only the code under test places jobs.
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+// The job sweep is slowed down so that only the code under test places jobs.
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 // benchmark: 10 halala/min, 10 minutes by default, so each default submit holds 100.

@@ -3,22 +3,16 @@
 // "Job defaults"), which the signed task spec carries, or else the documented
 // 402, 429 and 503, checked in that order. A value that is present and wrong
 // is still 400 naming its field.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../../src/domain/money/pricing.js";
 import { verifyTask } from "../../src/shared/task-signature.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { clearMarketplace } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 const minimal = (jobType: string) => ({ job_type: jobType, duration_minutes: 2 });

@@ -3,8 +3,8 @@
 // of the hold comes back, the provider is told to stop),
 // a silent provider's job re-queued as a new attempt up to the limit, and both
 // paths settling exactly once while a result arrives at the same moment.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
@@ -16,15 +16,9 @@ import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import { clearMarketplace, pickUp } from "./helpers.js";
 import { ADMIN, flushHeartbeats, heartbeat } from "../providers/helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  // The test drives the sweep itself; the server's own sweep is far away.
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+// The test drives the sweep itself; the server's own sweep is far away.
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 const submit = (headers: Record<string, string>, body: Record<string, unknown> = {}) =>

@@ -6,23 +6,17 @@ import { spawn, type ChildProcess } from "node:child_process";
 import net from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { toJson } from "@bufbuild/protobuf";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeEach, describe, expect, it } from "vitest";
 import { JobEventSchema } from "../../gen/svc/v1/jobs_pb.js";
-import { ADMIN_TOKEN, HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, HMAC_SECRET, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { jobWatchHub } from "../../src/workers/job-watch.js";
 import { clearMarketplace } from "./helpers.js";
 import { jobClient, openSse, watchAll, type SseEvent } from "./watch-helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 /** A renter with a benchmark job assigned to a fresh provider (pending). */

@@ -13,20 +13,16 @@ import { renterJobCount } from "../../src/domain/accounts/renters.js";
 import { jobCountSql } from "../../src/domain/shared/job-counts.js";
 import { listJobs } from "../../src/domain/jobs/jobs.js";
 import { listJobs as listAdminJobs } from "../../src/domain/admin/admin.js";
-import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
+import { freshDatabase, useTestServer } from "../helpers/server.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
-let srv: TestServer;
 let sql: Sql;
 
+const srv = useTestServer();
 beforeAll(async () => {
-  srv = await startTestServer();
   sql = connect(srv.databaseUrl, 8);
 });
-afterAll(async () => {
-  await sql?.end();
-  await srv?.close();
-});
+afterAll(() => sql?.end());
 
 let seq = 0;
 async function newJob(db: Sql, renterId: number, status = "queued", cost = 100, jobType = "training", providerId: number | null = null): Promise<number> {

@@ -6,9 +6,9 @@
 // final figures exactly.
 import crypto from "node:crypto";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { accountBalance, accountId, ledgerProblems } from "../../src/domain/money/ledger.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
@@ -16,18 +16,15 @@ const RENTERS = 4;
 const PROVIDERS = 6;
 const CONCURRENCY = 10;
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
 let providers: { id: number; key: string }[];
 let admin: Record<string, string>;
 
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", ...(process.env.INV_LOG ? { LOG_LEVEL: "error" } : {}) });
+const api = client(srv);
 beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", ...(process.env.INV_LOG ? { LOG_LEVEL: "error" } : {}) });
-  api = client(srv.url);
   admin = { "x-admin-token": srv.config.adminToken };
   providers = await Promise.all(Array.from({ length: PROVIDERS }, () => makeProvider(srv)));
 });
-afterAll(() => srv?.close());
 
 type Action = "success" | "fail" | "cancel" | "success-retry" | "race";
 

@@ -12,7 +12,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type Sql } from "../../src/db/index.js";
 import { accountBalance, accountId, hold, ledgerProblems, release, renterFunds, settle } from "../../src/domain/money/ledger.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
@@ -20,17 +20,13 @@ const RENTERS = 5;
 const PROVIDERS = 3;
 const CONCURRENCY = 14;
 
-let srv: TestServer;
 let sql: Sql;
 
+const srv = useTestServer();
 beforeAll(async () => {
-  srv = await startTestServer();
   sql = connect(srv.databaseUrl, CONCURRENCY);
 });
-afterAll(async () => {
-  await sql?.end();
-  await srv?.close();
-});
+afterAll(() => sql?.end());
 
 type Step = "settle" | "release" | "settle-retry" | "release-retry" | "race";
 

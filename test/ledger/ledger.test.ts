@@ -6,20 +6,16 @@ import { connect, type Sql } from "../../src/db/index.js";
 import { accountBalance, accountId, adjust, credit, debit, hold, ledgerProblems, release, renterFunds, settle, transfer } from "../../src/domain/money/ledger.js";
 import { checkSubmitQuota, quotaUsage } from "../../src/domain/money/quota.js";
 import { lockRenterFunds } from "../../src/domain/money/settlement.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
-let srv: TestServer;
 let sql: Sql;
 
+const srv = useTestServer();
 beforeAll(async () => {
-  srv = await startTestServer();
   sql = connect(srv.databaseUrl, 16);
 });
-afterAll(async () => {
-  await sql?.end();
-  await srv?.close();
-});
+afterAll(() => sql?.end());
 
 let seq = 0;
 async function newJob(renterId: number, cost: number, submittedAt = new Date()): Promise<number> {

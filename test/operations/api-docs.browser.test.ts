@@ -4,18 +4,14 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { Browser } from "playwright-core";
 import { launchBrowser } from "../console/browser.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 
-let srv: TestServer;
 let browser: Browser;
+const srv = useTestServer();
 beforeAll(async () => {
-  srv = await startTestServer();
   browser = await launchBrowser();
 });
-afterAll(async () => {
-  await browser?.close();
-  await srv?.close();
-});
+afterAll(() => browser?.close());
 
 it("renders every operation, with no console error and no request to another origin", async () => {
   const page = await browser.newPage();

@@ -5,21 +5,17 @@
 // that neither passes a run with discrepancies nor an entry still being
 // written), append-only entries, the periodic run elected once across pools
 // and full once a day, and its figures on /metrics.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { connect } from "../../src/db/index.js";
 import { accountId, ledgerProblems, transfer } from "../../src/domain/money/ledger.js";
 import { auditLedgerNow, runScheduledLedgerAudit } from "../../src/domain/money/ledger-audit.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 
 const admin = { "x-admin-token": ADMIN_TOKEN };
-let srv: TestServer;
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_METRICS_DB_SECONDS: "1", SVC_LEDGER_AUDIT_SECONDS: "0" });
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_METRICS_DB_SECONDS: "1", SVC_LEDGER_AUDIT_SECONDS: "0" });
 
 async function audit(query = "") {
   const r = await client(srv.url).get(`/api/admin/ledger/audit${query}`, admin);

@@ -2,14 +2,14 @@
 // traffic on every wire, carry no ids, show the database pool's connections
 // in use and the statements waiting for one, read the database at most once
 // per period, and are only readable the ways the operator chose.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { loadConfig, ConfigError } from "../../src/config.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, startTestServer, useTestServer, type TestServer } from "../helpers/server.js";
 import { openStream } from "../daemon/grpc-stream.js";
 import { startFakeVllm } from "../v1/fake-vllm.js";
 import { serveModel } from "../v1/serving.js";
@@ -51,11 +51,7 @@ async function scrape(srv: TestServer, headers: Record<string, string> = { autho
 }
 
 describe("metrics", () => {
-  let srv: TestServer;
-  beforeAll(async () => {
-    srv = await startTestServer({ SVC_METRICS_TOKEN: METRICS_TOKEN, SVC_METRICS_DB_SECONDS: "1", SVC_LEDGER_AUDIT_SECONDS: "0" });
-  });
-  afterAll(() => srv?.close());
+  const srv = useTestServer({ SVC_METRICS_TOKEN: METRICS_TOKEN, SVC_METRICS_DB_SECONDS: "1", SVC_LEDGER_AUDIT_SECONDS: "0" });
 
   it("lists every documented series", async () => {
     const { text } = await scrape(srv);
@@ -212,14 +208,10 @@ describe("metrics", () => {
 describe("database pool metrics", () => {
   // Database figures read once and then cached, and no background sweeps: the scrapes
   // below need no connection while the test holds every one of the server's.
-  let srv: TestServer;
-  beforeAll(async () => {
-    srv = await startTestServer({
-      SVC_METRICS_TOKEN: METRICS_TOKEN, SVC_METRICS_DB_SECONDS: "3600", SVC_LEDGER_AUDIT_SECONDS: "0",
-      SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0",
-    });
+  const srv = useTestServer({
+    SVC_METRICS_TOKEN: METRICS_TOKEN, SVC_METRICS_DB_SECONDS: "3600", SVC_LEDGER_AUDIT_SECONDS: "0",
+    SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0",
   });
-  afterAll(() => srv?.close());
 
   /** Scrapes until `ok` holds for the pool's figures (bounded), and returns them. */
   async function poolWhen(ok: (p: { max: number; inUse: number; idle: number; waiting: number }) => boolean, polls = 300) {

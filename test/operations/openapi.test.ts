@@ -5,7 +5,7 @@
 // route validates against the document's response schemas (ajv), so the
 // document cannot drift from what the service sends.
 import fs from "node:fs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { Role } from "../../gen/svc/v1/options_pb.js";
 import { buildRouteTable, type RestRoute } from "../../src/http/rest.js";
@@ -15,22 +15,20 @@ import { buildOpenApi, securityOf, type OpenApiDocument } from "../../src/http/o
 import { packageVersion } from "../../src/http/api-docs.js";
 import { OPENAPI_FILE, openApiText } from "../../src/http/write-openapi.js";
 import { client, uniqueEmail } from "../helpers/http.js";
-import { ADMIN_TOKEN, startTestServer, type TestServer } from "../helpers/server.js";
+import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { fixtures, MATRIX, ownerCred, routeKey, send, WEBHOOK_SECRET, type Fx } from "../hardening/routes.js";
 
-let srv: TestServer;
 let routes: RestRoute[];
 let doc: OpenApiDocument;
 
+const srv = useTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET });
 beforeAll(async () => {
-  srv = await startTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET });
   routes = buildRouteTable(buildServices(srv.app.deps));
   const r = await client(srv.url).get("/api/openapi.json");
   expect(r.status).toBe(200);
   expect(r.headers.get("content-type")).toMatch(/^application\/json/);
   doc = r.body;
 });
-afterAll(() => srv?.close());
 
 describe("the OpenAPI document", () => {
   it("is the one generated from the proto, and docs/openapi.json is current (npm run openapi)", () => {

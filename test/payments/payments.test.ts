@@ -6,7 +6,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { ledgerProblems, hold } from "../../src/domain/money/ledger.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { startTestServer, useTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
@@ -459,13 +459,8 @@ describe("history and reads", () => {
 });
 
 describe("without a gateway (local)", () => {
-  let local: TestServer;
-  let lapi: ReturnType<typeof client>;
-  beforeAll(async () => {
-    local = await startTestServer();
-    lapi = client(local.url);
-  });
-  afterAll(() => local?.close());
+  const local = useTestServer();
+  const lapi = client(local);
 
   it("the sandbox source runs the whole flow: topup -> checkout (sandbox-confirm) -> paid, credited once", async () => {
     const r = await makeRenter(local);

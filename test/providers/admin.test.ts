@@ -1,20 +1,14 @@
 // Admin approval paths over real HTTP: approve (POST and PATCH), reject with a
 // reason, suspend, unsuspend, preload requests, listing with filters, and an
 // audit entry written with every action.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
 import { makeRenter } from "../helpers/fixtures.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 
 async function auditOf(id: number) {
   return srv.sql<{ actor: string; action: string; details: Record<string, any> }[]>`

@@ -1,20 +1,14 @@
 // Reliability's per-day counts of ended attempts (migration 034): they must
 // agree with the attempts they summarise however those are written, and the
 // score must read the last 30 UTC days of them, not the attempts.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { freshDatabase, useTestServer } from "../helpers/server.js";
 import { connect } from "../../src/db/index.js";
 import { migrate } from "../../src/db/migrate.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { refreshReputation, reliabilityScore, SUCCESS_WINDOW_DAYS } from "../../src/domain/providers/reputation.js";
 
-let srv: TestServer;
-beforeAll(async () => {
-  srv = await startTestServer();
-});
-afterAll(async () => {
-  await srv?.close();
-});
+const srv = useTestServer();
 
 let seq = 0;
 /** A job row for attempts written by hand: already ended, so the server's queue sweep never assigns it. */

@@ -1,8 +1,8 @@
 // What renters see of supply, over real HTTP: available-providers (filter,
 // sort, every documented field, the 120 s liveness edge), the marketplace
 // summary, the liveness sweep, and uptime/reliability.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
@@ -11,14 +11,8 @@ import { RATE_HALALA_PER_MINUTE } from "../../src/domain/money/pricing.js";
 import { marketplaceSummaries } from "../../src/domain/providers/marketplace.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heardSecondsAgo, heartbeat, newProvider } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 
 const ids = (r: { body: { providers: { id: number }[] } }) => r.body.providers.map((p) => p.id);
 

@@ -4,18 +4,13 @@
 // along providers_available_idx (migration 038) instead of sorting every
 // available provider. The total of a page that ends the list is exact; a full
 // page takes a count that one process reuses for a few seconds.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { genericPlanOf } from "../helpers/plans.js";
 import { AVAILABLE_COUNT_REUSE_MS, availablePageSql, availableProviders } from "../../src/domain/providers/marketplace.js";
 
-let srv: TestServer;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "3600" });
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "3600" });
 
 interface Listed {
   id: number;

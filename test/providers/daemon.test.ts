@@ -1,20 +1,17 @@
 // The daemon's other reports over real HTTP: daemon-event (severity, the
 // 5000-character truncation, ~100 KB diagnostics) and readiness.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { ADMIN, newProvider, type TestProvider } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
 let p: TestProvider;
 
+const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeAll(async () => {
-  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
   p = await newProvider(srv, { approve: false }); // daemons report before approval too
 });
-afterAll(() => srv?.close());
 
 const events = (id: number, query = "") => api.get(`/api/admin/providers/${id}/events${query}`, ADMIN);
 

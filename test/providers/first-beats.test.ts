@@ -9,8 +9,8 @@
 // A group is made deterministic by holding the providers table against writes
 // (LOCK TABLE ... IN SHARE MODE) while the groups in flight wait (one lone
 // beat each) and the next beats queue behind them.
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it, vi } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { takeProvidersOffline } from "../helpers/isolation.js";
@@ -19,14 +19,8 @@ import { MAX_IN_FLIGHT } from "../../src/domain/providers/state-beats.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
 import { ADMIN, heardSecondsAgo, heartbeat, newProvider, type TestProvider } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
 
 const batcher = () => heartbeatPipeline(srv.app.deps).stateBeats;
 

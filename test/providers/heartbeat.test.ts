@@ -1,19 +1,13 @@
 // POST /api/providers/heartbeat over real HTTP: every documented field and
 // error code, tolerance of what real daemons send, version signals, preload,
 // pause, and the coalesced write path (no state change is ever lost).
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it, vi } from "vitest";
+import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_DAEMON_MIN_VERSION: "3.0.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_DAEMON_MIN_VERSION: "3.0.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 
 async function row(id: number) {
   await flushHeartbeats(srv);

@@ -2,22 +2,16 @@
 // hands a silent provider's job back to the queue, a provider's first
 // heartbeat (or resume) is offered queued work at once, and a scheduled
 // provider outside its window gets nothing.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { takeProvidersOffline } from "../helpers/isolation.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
 import { heardSecondsAgo, heartbeat, newProvider } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 // Each test starts with no provider online.
 beforeEach(async () => {
   await takeProvidersOffline(srv);

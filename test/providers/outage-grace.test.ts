@@ -3,8 +3,8 @@
 // take: for one live window after the platform is up again, the liveness
 // sweep marks no provider offline, re-queues no job as provider_silent and
 // releases no polled job as not_picked_up. Then the rules apply as before.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
@@ -13,14 +13,8 @@ import { LIVE_WINDOW_SECONDS } from "../../src/domain/shared/liveness.js";
 import { sweepOnce } from "../../src/workers/liveness-sweep.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_SWEEP_MS: "60000" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 /** The platform's pulse stopped `seconds` ago (an outage that long, or longer). */

@@ -1,20 +1,14 @@
 // Pause, resume, preferences (every bound) and status/{api_key} over real
 // HTTP; the run-window rule in TypeScript and its SQL twin agree.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { withinRunWindowSql } from "../../src/domain/providers/preferences.js";
 import { withinRunWindow } from "../../src/shared/run-window.js";
 import { ADMIN, flushHeartbeats, heardSecondsAgo, heartbeat, newProvider } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 
 describe("pause and resume", () => {
   it("pause -> paused (is_paused), resume -> online when live, connected when not", async () => {

@@ -1,21 +1,15 @@
 // Retention of the reputation inputs: uptime hours and attempt days older than
 // what the score reads are deleted, in batches, without changing the score;
 // the server runs the sweep at start and on its period.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { freshDatabase, startTestServer, useTestServer } from "../helpers/server.js";
 import { makeProvider } from "../helpers/fixtures.js";
 import type { Db } from "../../src/db/index.js";
 import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import { ATTEMPT_DAYS_KEPT, UPTIME_KEPT_HOURS, deleteExpiredReputationRows } from "../../src/domain/providers/retention.js";
 
-let srv: TestServer;
-beforeAll(async () => {
-  // Its own sweep off: these tests run it themselves.
-  srv = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "0" });
-});
-afterAll(async () => {
-  await srv?.close();
-});
+// Its own sweep off: these tests run it themselves.
+const srv = useTestServer({ SVC_RETENTION_SWEEP_SECONDS: "0" });
 
 const hoursAgo = (providerId: number, hours: number[]) => srv.sql`
   INSERT INTO provider_uptime (provider_id, hour, covered_seconds)

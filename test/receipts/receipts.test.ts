@@ -3,8 +3,8 @@
 // signature or the output fails the check; a rotated key still verifies old
 // receipts; a job never gets two receipts, also when its result races a
 // cancel or the timeout sweep; receipts cannot be changed; who may read them.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace, takeProvidersOffline } from "../helpers/isolation.js";
@@ -15,16 +15,13 @@ import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { outputSha256, sha256Hex, verifyReceipt, type PublishedKeys } from "../../src/shared/receipt.js";
 import { canonicalJson } from "../../src/shared/task-signature.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
 let adminH: Record<string, string>;
 
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
   adminH = { "x-admin-token": srv.config.adminToken };
 });
-afterAll(() => srv?.close());
 beforeEach(() => clearMarketplace(srv));
 
 const GPUS = [

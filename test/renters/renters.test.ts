@@ -1,18 +1,12 @@
 // Renter endpoints beyond register/login: PATCH me (webhook_url rules),
 // balance, the non-production topup with Idempotency-Key, and key rotation.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
+const api = client(srv);
 
 const BALANCE_FIELDS = [
   "balance_halala", "balance_sar", "held_halala", "held_sar", "available_halala", "total_spent_halala", "total_spent_sar", "total_jobs",
@@ -200,11 +194,7 @@ describe("rotate-key", () => {
 });
 
 describe("production", () => {
-  let prod: TestServer;
-  beforeAll(async () => {
-    prod = await startTestServer({ NODE_ENV: "production" });
-  });
-  afterAll(() => prod?.close());
+  const prod = useTestServer({ NODE_ENV: "production" });
 
   it("refuses the direct topup with a pointer to the payments flow", async () => {
     const r = await makeRenter(prod);

@@ -1,20 +1,14 @@
 // The container registry: built-in images, renters' requests, admin review
 // (audited), and isImageApproved for custom_container jobs.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { BUILTIN_IMAGES, isImageApproved } from "../../src/domain/jobs/registry.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { ADMIN } from "../admin/helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
+const api = client(srv);
 
 describe("container registry", () => {
   it("lists the built-in images publicly", async () => {

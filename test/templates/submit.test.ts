@@ -1,20 +1,14 @@
 // Templates and the registry as submit sees them: a template's schema checks
 // params, its resource_requirements become gpu_requirements (dispatch skips a
 // GPU too small), and custom_container runs only approved images.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { ADMIN } from "../admin/helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
+const api = client(srv);
 
 describe("submit with templates and the registry", () => {
   it("validates params with the template's schema and carries its resource_requirements into gpu_requirements", async () => {

@@ -4,20 +4,14 @@
 // gpu_requirements.
 import { Ajv } from "ajv";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { PARAMS_SCHEMAS, validateParams } from "../../src/domain/jobs/job-schemas.js";
 import { templateById, templateGpuRequirements } from "../../src/domain/jobs/templates.js";
 import { client } from "../helpers/http.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer();
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer();
+const api = client(srv);
 
 const FIELDS = ["description", "id", "image", "job_type", "name", "params_schema", "resource_requirements", "sort_order", "tags"];
 

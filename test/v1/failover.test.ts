@@ -6,26 +6,22 @@
 // (random among idle ones), so each case asks until the failing endpoint
 // was tried; the endpoint that failed rests, so it sees exactly one request.
 import OpenAI from "openai";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type Mode } from "./fake-vllm.js";
 import { serveModel } from "./serving.js";
 
 const RATE = { input: 1_000_000, output: 2_000_000 }; // 1 halala per prompt token, 2 per completion token
 const COST = PROMPT_TOKENS + 2 * REPLY_WORDS.length;
 const TIMEOUT_MS = 300;
-let srv: TestServer;
 const cleanup: (() => Promise<unknown>)[] = [];
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_V1_UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }) });
-});
+const srv = useTestServer({ SVC_V1_UPSTREAM_TIMEOUT_MS: String(TIMEOUT_MS), SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }) });
 afterAll(async () => {
-  if (srv) expect(await ledgerProblems(srv.sql)).toEqual([]);
+  expect(await ledgerProblems(srv.sql)).toEqual([]);
   for (const f of cleanup) await f();
-  await srv?.close();
 });
 
 interface Answer {

@@ -1,27 +1,23 @@
 // Upstream timeouts, streams that break off, and the price-cap reservation
 // that keeps concurrent requests within the renter's balance.
 import OpenAI from "openai";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { promptTokensBound } from "../../src/domain/money/token-pricing.js";
 import { reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { startTestServer, useTestServer } from "../helpers/server.js";
 import { startFakeVllm } from "./fake-vllm.js";
 import { serveModel } from "./serving.js";
 
 const RATE = { input: 1_000_000, output: 2_000_000 }; // 1 halala per prompt token, 2 per completion token
-let srv: TestServer;
 const cleanup: (() => Promise<unknown>)[] = [];
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_V1_UPSTREAM_TIMEOUT_MS: "300", SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }) });
-});
+const srv = useTestServer({ SVC_V1_UPSTREAM_TIMEOUT_MS: "300", SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }) });
 afterAll(async () => {
-  if (srv) expect(await ledgerProblems(srv.sql)).toEqual([]);
+  expect(await ledgerProblems(srv.sql)).toEqual([]);
   for (const f of cleanup) await f();
-  await srv?.close();
 });
 
 const openai = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${srv.url}/v1`, maxRetries: 0 });

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";
 import { serveModel, type Serving } from "./serving.js";
 
@@ -16,29 +16,27 @@ const RATE = { input: 1_000_000, output: 2_000_000 };
 const RATES = JSON.stringify({ [MODEL]: RATE, "*": RATE });
 const COST = PROMPT_TOKENS + 2 * REPLY_WORDS.length;
 
-let srv: TestServer;
 let vllm: FakeVllm;
 let serving: Serving;
 const cleanup: (() => Promise<unknown>)[] = [];
 
+// The sweeps stay off: "endpoint lifecycle" stages a silent provider by SQL, and a
+// sweep landing in that window would re-queue its serving job for real.
+const srv = useTestServer({
+  SVC_V1_TOKEN_RATES: RATES,
+  SVC_V1_MODELS: "catalog/only-model",
+  SVC_JOB_SWEEP_MS: "60000",
+  SVC_LIVENESS_SWEEP_SECONDS: "0",
+});
 beforeAll(async () => {
-  // The sweeps stay off: "endpoint lifecycle" stages a silent provider by SQL, and a
-  // sweep landing in that window would re-queue its serving job for real.
-  srv = await startTestServer({
-    SVC_V1_TOKEN_RATES: RATES,
-    SVC_V1_MODELS: "catalog/only-model",
-    SVC_JOB_SWEEP_MS: "60000",
-    SVC_LIVENESS_SWEEP_SECONDS: "0",
-  });
   vllm = await startFakeVllm("a");
   serving = await serveModel(srv, MODEL, `${vllm.url}/v1`);
 });
 afterAll(async () => {
   // Every /v1 charge above left the books balanced.
-  if (srv) expect(await ledgerProblems(srv.sql)).toEqual([]);
+  expect(await ledgerProblems(srv.sql)).toEqual([]);
   for (const f of cleanup) await f();
   await vllm?.close();
-  await srv?.close();
 });
 
 const openai = (apiKey: string, opts: Partial<ConstructorParameters<typeof OpenAI>[0]> = {}) =>

@@ -5,23 +5,19 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { startFakeVllm, type FakeVllm } from "./fake-vllm.js";
 import { serveModel } from "./serving.js";
 
 const MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
-let srv: TestServer;
 let vllm: FakeVllm;
 
+const srv = useTestServer({ SVC_RATE_LIMITS: "on", SVC_V1_RATE_LIMIT_PER_MINUTE: "2" });
 beforeAll(async () => {
-  srv = await startTestServer({ SVC_RATE_LIMITS: "on", SVC_V1_RATE_LIMIT_PER_MINUTE: "2" });
   vllm = await startFakeVllm("a");
   await serveModel(srv, MODEL, vllm.url);
 });
-afterAll(async () => {
-  await vllm?.close();
-  await srv?.close();
-});
+afterAll(() => vllm?.close());
 
 it("answers the request over the limit with 429 rate_limit_exceeded and retry fields; other renters are unaffected", async () => {
   const renter = await makeRenter(srv, 10_000);

@@ -4,26 +4,22 @@
 // that breaks off, hangs up on the endpoint, stays responsive meanwhile, and
 // bills a cut stream by its own count of delivered chunks within the reservation.
 import OpenAI from "openai";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { MAX_STREAM_BYTES } from "../../src/http/v1/proxy.js";
 import { MAX_SSE_EVENT_LENGTH } from "../../src/http/v1/sse.js";
 import { makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm, type Mode } from "./fake-vllm.js";
 import { serveModel } from "./serving.js";
 
 const RATE = { input: 1_000_000, output: 2_000_000 }; // 1 halala per prompt token, 2 per completion token
-let srv: TestServer;
 const cleanup: (() => Promise<unknown>)[] = [];
 
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_V1_UPSTREAM_TIMEOUT_MS: "2000", SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }) });
-});
+const srv = useTestServer({ SVC_V1_UPSTREAM_TIMEOUT_MS: "2000", SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }) });
 afterAll(async () => {
-  if (srv) expect(await ledgerProblems(srv.sql)).toEqual([]);
+  expect(await ledgerProblems(srv.sql)).toEqual([]);
   for (const f of cleanup) await f();
-  await srv?.close();
 });
 
 const usageRow = async (renterId: number) => {

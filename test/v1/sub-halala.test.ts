@@ -13,7 +13,7 @@ import { tokenCostHalala, tokenCostMicro } from "../../src/domain/money/token-pr
 import { chargeTokenUsage, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";
 import { serveModel, type Serving } from "./serving.js";
 
@@ -38,24 +38,20 @@ const costMicro = (rate: { input: number; output: number }) => PROMPT_TOKENS * r
 const HI_PROMPT_BOUND = 2 + "user".length + 8 + 64;
 const START = 100_000;
 
-let srv: TestServer;
 let vllm: FakeVllm;
 const serving: Record<string, Serving> = {};
 
+const RATES = { [LIST_MODEL]: LIST_RATE, [SMALL_MODEL]: SMALL_RATE, [DEAR_MODEL]: DEAR_RATE, [CAP_MODEL]: CAP_RATE, [BUSY_MODEL]: SMALL_RATE };
+const srv = useTestServer({ SVC_V1_TOKEN_RATES: JSON.stringify(RATES), SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 beforeAll(async () => {
-  const rates = { [LIST_MODEL]: LIST_RATE, [SMALL_MODEL]: SMALL_RATE, [DEAR_MODEL]: DEAR_RATE, [CAP_MODEL]: CAP_RATE, [BUSY_MODEL]: SMALL_RATE };
-  srv = await startTestServer({ SVC_V1_TOKEN_RATES: JSON.stringify(rates), SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
   vllm = await startFakeVllm("sub-halala");
   // One provider per model: each provider's carry is this file's to predict.
-  for (const model of Object.keys(rates)) serving[model] = await serveModel(srv, model, vllm.url);
+  for (const model of Object.keys(RATES)) serving[model] = await serveModel(srv, model, vllm.url);
 });
 afterAll(async () => {
-  if (srv) {
-    expect(await ledgerProblems(srv.sql)).toEqual([]);
-    expect((await auditLedgerNow(srv.sql, { full: true })).discrepancies).toEqual([]);
-  }
+  expect(await ledgerProblems(srv.sql)).toEqual([]);
+  expect((await auditLedgerNow(srv.sql, { full: true })).discrepancies).toEqual([]);
   await vllm?.close();
-  await srv?.close();
 });
 
 interface Answer {

@@ -14,7 +14,7 @@ import {
   tokenRate,
 } from "../../src/domain/money/token-pricing.js";
 import { makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";
 import { serveModel } from "./serving.js";
 
@@ -118,19 +118,15 @@ describe("through the gateway", () => {
   const STAR_MODEL = "google/gemma-2-9b-it"; // has a built-in rate too; "*" replaces it
   const OWN = { input: 1_000_000, output: 2_000_000 }; // 1 and 2 halala per token
   const STAR = { input: 5_000_000, output: 7_000_000 }; // 5 and 7 halala per token
-  let srv: TestServer;
   let vllm: FakeVllm;
 
+  const srv = useTestServer({ SVC_V1_TOKEN_RATES: JSON.stringify({ "*": STAR, [OWN_MODEL]: OWN }) });
   beforeAll(async () => {
-    srv = await startTestServer({ SVC_V1_TOKEN_RATES: JSON.stringify({ "*": STAR, [OWN_MODEL]: OWN }) });
     vllm = await startFakeVllm("pricing");
     await serveModel(srv, OWN_MODEL, vllm.url);
     await serveModel(srv, STAR_MODEL, vllm.url);
   });
-  afterAll(async () => {
-    await vllm?.close();
-    await srv?.close();
-  });
+  afterAll(() => vllm?.close());
 
   it("bills a model with its own entry at that rate, not at '*', and another model at '*'", async () => {
     const renter = await makeRenter(srv, 10_000);

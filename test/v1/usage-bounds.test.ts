@@ -16,7 +16,7 @@ import {
   promptTokensBound,
 } from "../../src/domain/money/token-pricing.js";
 import { makeRenter } from "../helpers/fixtures.js";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer } from "../helpers/server.js";
 import { OVERSTATED_TOKENS, PROMPT_TOKENS, REPLY_WORDS, startFakeVllm, type FakeVllm } from "./fake-vllm.js";
 import { serveModel, type Serving } from "./serving.js";
 
@@ -33,24 +33,22 @@ const BOUNDED_COST = PROMPT_BOUND + 2 * COMPLETION_BOUND;
 const PROVIDER_SHARE = Math.floor((BOUNDED_COST * 75) / 100);
 const START_BALANCE = 100_000;
 
-let srv: TestServer;
 let over: FakeVllm;
 let honest: FakeVllm;
 let overServing: Serving;
 let honestServing: Serving;
 
+const srv = useTestServer({ SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }), SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 beforeAll(async () => {
-  srv = await startTestServer({ SVC_V1_TOKEN_RATES: JSON.stringify({ "*": RATE }), SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
   over = await startFakeVllm("over", "overstate");
   honest = await startFakeVllm("honest");
   overServing = await serveModel(srv, OVER_MODEL, over.url);
   honestServing = await serveModel(srv, HONEST_MODEL, honest.url);
 });
 afterAll(async () => {
-  if (srv) expect(await ledgerProblems(srv.sql)).toEqual([]);
+  expect(await ledgerProblems(srv.sql)).toEqual([]);
   await over?.close();
   await honest?.close();
-  await srv?.close();
 });
 
 const ai = (key: string) => new OpenAI({ apiKey: key, baseURL: `${srv.url}/v1`, maxRetries: 0 });
