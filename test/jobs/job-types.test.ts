@@ -3,22 +3,16 @@
 // list holds its type or who declared none; a submit no live provider can run
 // for its type (or pinned to one that does not run it) answers 503 naming it,
 // and a queued job pinned to such a provider says why it waits.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { beforeEach, describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { flushHeartbeats, gpuStatus, newProvider } from "../providers/helpers.js";
 import { openStream } from "../daemon/grpc-stream.js";
 import { clearMarketplace, pickUp } from "./helpers.js";
 
-let srv: TestServer;
-let api: ReturnType<typeof client>;
-
-beforeAll(async () => {
-  srv = await startTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-  api = client(srv.url);
-});
-afterAll(() => srv?.close());
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
+const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
 const beat = (key: string, body: Record<string, unknown> = {}) => api.post("/api/providers/heartbeat", { api_key: key, gpu_status: gpuStatus(), ...body });
@@ -90,6 +84,9 @@ describe("placement by declared job types", () => {
   it("takes the list leniently, and a beat without it declares nothing again (a daemon replaced by an older one)", async () => {
     const p = await declaring(["benchmark", "training"]);
     expect(await declared(p.id)).toEqual(["benchmark", "training"]);
+    // The provider sees what it declared (GET /api/providers/me).
+    const me = () => api.get("/api/providers/me", { "x-provider-key": p.key });
+    expect((await me()).body.provider.supported_job_types).toEqual(["benchmark", "training"]);
     // A later beat is telemetry (coalesced, written by the flush): comma-separated text is read too.
     expect((await beat(p.key, { supported_job_types: "benchmark, rendering" })).status).toBe(200);
     await flushHeartbeats(srv);
@@ -97,6 +94,7 @@ describe("placement by declared job types", () => {
     expect((await beat(p.key)).status).toBe(200);
     await flushHeartbeats(srv);
     expect(await declared(p.id)).toBeNull();
+    expect((await me()).body.provider.supported_job_types).toEqual([]);
     expect((await beat(p.key, { supported_job_types: ["custom_container"] })).status).toBe(200);
     await flushHeartbeats(srv);
     expect(await declared(p.id)).toEqual(["custom_container"]);

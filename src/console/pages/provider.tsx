@@ -81,6 +81,7 @@ function StatusPage() {
                   <Stat label="Earned this week" value={sar(d.weekEarningsHalala)} />
                   <Stat label="Earned in all" value={sar(p.totalEarningsHalala)} testid="total-earnings" />
                   <Stat label="Jobs served" value={String(p.totalJobs)} />
+                  <Stat label="Job types it runs" value={p.supportedJobTypes.length ? p.supportedJobTypes.join(", ") : "any (its daemon declares none)"} testid="job-types" />
                 </div>
                 {p.approvalStatus === "pending" ? <p class="note">Your provider waits for an operator's approval; start the daemon meanwhile so it shows online.</p> : null}
                 {p.approvalStatus === "rejected" ? <p class="error">Rejected{p.rejectionReason ? `: ${p.rejectionReason}` : ""}.</p> : null}

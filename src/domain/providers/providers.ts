@@ -58,6 +58,8 @@ export interface ProviderRow {
   suspended_reason: string | null;
   /** Why its daemon cannot verify this server's tasks (task-key.ts); no dispatch while set. */
   task_key_mismatch: string | null;
+  /** The job types its daemon declared it runs (migration 049); null: declared none, offered every type. */
+  supported_job_types: string[] | null;
 }
 
 export const PROVIDER_STATUSES = ["registered", "connected", "online", "offline", "paused", "suspended"] as const;
@@ -147,6 +149,7 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
     gpuCountApproved: p.approved_gpu_count == null ? undefined : BigInt(p.approved_gpu_count),
     gpuVramMibApproved: p.approved_vram_mib == null ? undefined : BigInt(p.approved_vram_mib),
     hardwareNeedsApproval: reportsUnapprovedHardware(p),
+    supportedJobTypes: p.supported_job_types ?? [],
   };
 }
 
