@@ -4,7 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll } from "vitest";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { useTestServer, type TestServer } from "../helpers/server.js";
 
 export const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 /** Screenshots of the main pages (gitignored): the console's visual record of a run. */
@@ -50,11 +50,23 @@ export interface ConsoleHarness {
  * A browser that cannot start fails every test that asks for a context, with the reason.
  */
 export function useConsoleHarness(): ConsoleHarness {
+  const srv = useTestServer();
   let browser: Browser | undefined;
   let launchError: unknown;
   const contexts: BrowserContext[] = [];
-  const harness = {
-    srv: undefined as unknown as TestServer,
+  beforeAll(async () => {
+    browser = await launchBrowser().catch((err) => {
+      launchError = err;
+      return undefined;
+    });
+  });
+  // Registered after the server's: runs before it closes.
+  afterAll(async () => {
+    for (const c of contexts) await c.close().catch(() => {});
+    await browser?.close();
+  });
+  return {
+    srv,
     async context(viewport = { width: 1280, height: 900 }) {
       if (!browser) throw launchError;
       const ctx = await browser.newContext({ viewport });
@@ -62,17 +74,4 @@ export function useConsoleHarness(): ConsoleHarness {
       return ctx;
     },
   };
-  beforeAll(async () => {
-    harness.srv = await startTestServer();
-    browser = await launchBrowser().catch((err) => {
-      launchError = err;
-      return undefined;
-    });
-  });
-  afterAll(async () => {
-    for (const c of contexts) await c.close().catch(() => {});
-    await browser?.close();
-    await harness.srv?.close();
-  });
-  return harness;
 }
