@@ -44,6 +44,7 @@ import { setStructBytes } from "../shared/struct-binary.js";
 import { jobSignalHub, type JobSignalHub } from "../workers/job-signals.js";
 import { DeliveredJobs } from "../domain/jobs/delivered-jobs.js";
 import { callerProviderId, logPlatformFault, type Deps } from "./deps.js";
+import { credentialsKey } from "../http/credentials.js";
 import { streamRefresher, type StreamRefresher } from "../domain/jobs/stream-refresh.js";
 
 export const HEARTBEAT_INTERVAL_SECONDS = 30;
@@ -137,6 +138,8 @@ class StreamSession {
     private readonly hub: JobSignalHub,
     /** The stream's codec is binary (not JSON): a job's Structs go pre-encoded (shared/struct-binary.ts). */
     private readonly binary: boolean,
+    /** The address the daemon connects from: where a port it serves on is reached, unless it says otherwise. */
+    private readonly clientIp: string,
   ) {
     this.beats = deps.streamBeatLimit && new BeatWindow(deps.streamBeatLimit);
   }
@@ -404,7 +407,7 @@ class StreamSession {
             port: k.value.port,
             model: k.value.model,
             endpointApiKey: k.value.endpointApiKey,
-          });
+          }, this.clientIp);
           return;
         case "result": {
           this.delivered.end(k.value.jobId);
@@ -458,7 +461,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
       refuseNul(DaemonMessageSchema, first.value);
       const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
-      const session = new StreamSession(deps, providerId, await signerOnce(), refresher, hub, binary);
+      const session = new StreamSession(deps, providerId, await signerOnce(), refresher, hub, binary, ctx.values.get(credentialsKey).clientIp);
       const report = (p: Promise<void>) =>
         p.catch((err) => {
           session.unsynced();

@@ -20,6 +20,7 @@ import { jobWatchHub } from "../workers/job-watch.js";
 import { jobSignalHub } from "../workers/job-signals.js";
 import { checkEnum, iso, page } from "../domain/shared/validate.js";
 import { callerProviderId, callerRenterId, logPlatformFault, principalOf, type Deps, auditActor } from "./deps.js";
+import { credentialsKey } from "../http/credentials.js";
 
 /** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
 export function timeoutAtText(d: Date | null): string | undefined {
@@ -309,7 +310,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         port: req.port,
         model: req.model,
         endpointApiKey: req.endpointApiKey,
-      });
+      }, ctx.values.get(credentialsKey).clientIp);
       return { success: true, jobId: req.jobId, endpointUrl };
     },
 

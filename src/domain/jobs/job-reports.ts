@@ -2,6 +2,7 @@
 // (sql, providerId, message): the legacy JSON routes and the gRPC stream
 // share them. Only the provider holding the job's current attempt may report
 // on it (403 otherwise).
+import ipaddr from "ipaddr.js";
 import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import type { AssignedJobSchema, JobResultResponseSchema } from "../../../gen/svc/v1/jobs_pb.js";
@@ -441,11 +442,15 @@ export async function reportProgress(sql: Sql, providerId: number, msg: { jobId:
   });
 }
 
-/** vllm_serve and other serving jobs: where the endpoint listens (a URL, or a port on the provider's address). */
+/**
+ * vllm_serve and other serving jobs: where the endpoint listens (a URL, or a port on the provider's
+ * address: the one its heartbeats report, else `reportedFrom`, the address this report came from).
+ */
 export async function endpointReady(
   sql: Sql,
   providerId: number,
   msg: { jobId: string; endpointUrl?: string; port?: number; model?: string; endpointApiKey?: string },
+  reportedFrom?: string,
 ): Promise<{ endpointUrl: string }> {
   // The endpoint's own secret (the daemon's per-job VLLM_API_KEY), sent upstream by the /v1 gateway as a
   // Bearer token: a header value, so printable ASCII without spaces. None: the gateway sends no credential.
@@ -466,8 +471,12 @@ export async function endpointReady(
   } else if (msg.port !== undefined) {
     checkRange(msg.port, 1, 65535, "port", true);
     const [p] = await sql<{ provider_ip: string | null }[]>`SELECT provider_ip FROM providers WHERE id = ${providerId}`;
-    if (!p?.provider_ip) throw badRequest("endpoint_url is required: no provider address is on record to combine with port");
-    const host = p.provider_ip.includes(":") ? `[${p.provider_ip}]` : p.provider_ip;
+    // Daemons seldom know their own address: the one the server sees them at is where the
+    // engine's published port is reached, unless a proxy or NAT stands between (then they
+    // report endpoint_url).
+    const ip = p?.provider_ip || plainAddress(reportedFrom);
+    if (!ip) throw badRequest("endpoint_url is required: no provider address is on record to combine with port");
+    const host = ip.includes(":") ? `[${ip}]` : ip;
     url = `http://${host}:${msg.port}`;
   } else {
     throw badRequest("missing required fields: endpoint_url (or port)");
@@ -479,4 +488,10 @@ export async function endpointReady(
     await tx`UPDATE jobs SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, updated_at = now() WHERE id = ${job.id}`;
   });
   return { endpointUrl: endpoint };
+}
+
+/** A socket's address as a host: an IPv4-mapped IPv6 address as its IPv4 form; undefined if not an address. */
+function plainAddress(address: string | undefined): string | undefined {
+  if (!address || !ipaddr.isValid(address)) return undefined;
+  return ipaddr.process(address).toString();
 }
