@@ -1,8 +1,7 @@
 // Both reference daemons declare the job types they can run in every heartbeat
 // (supported_job_types), from their configuration: the server stores it and
-// never offers them another type. svc_daemon.py, served as providers get it,
-// never declares vllm_serve (it has no executor for it) and is never sent one;
-// the TypeScript daemon declares the container types only with docker.
+// never offers them another type. Both daemons declare the container types,
+// vllm_serve among them, only with docker, and never for a runner.
 import fs from "node:fs";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -37,27 +36,12 @@ async function legacyDaemon(key: string, env: Record<string, string> = {}): Prom
 }
 
 describe("svc_daemon.py", { timeout: 90_000 }, () => {
-  it("declares the built-in container types with docker, never vllm_serve, and is never sent a vllm_serve job", async () => {
+  it("declares the built-in container types and vllm_serve with docker", async () => {
     const p = await makeProvider(h.srv);
     const dockerDir = tempDir("py-docker");
     const docker = writeExecutable(dockerDir, "docker", "#!/bin/sh\nexit 0\n");
-    const { d } = await legacyDaemon(p.key, { SVC_DOCKER: docker });
-    expect(await declared(p.id)).toEqual(["benchmark", "image_generation", "llm-inference", "llm_inference", "rendering", "training", "custom_container"]);
-
-    // Another live provider declares nothing (an older daemon): the vllm_serve job goes there, though
-    // the legacy daemon's provider came first (same load, older id).
-    const other = await makeProvider(h.srv);
-    const renter = await makeRenter(h.srv, 1_000);
-    const serve = await h.submit(renter, { job_type: "vllm_serve" });
-    expect(serve.provider_id).toBe(other.id);
-    await h.srv.sql`UPDATE providers SET last_heartbeat = NULL, status = 'offline' WHERE id = ${other.id}`;
-    const refused = await h.api().post("/api/jobs/submit", { job_type: "vllm_serve", duration_minutes: 1 }, renter.headers);
-    expect(refused.status, refused.text).toBe(503);
-    // A few polls later it has still been sent nothing.
-    await new Promise((r) => setTimeout(r, 1_500));
-    const attempts = await h.srv.sql`SELECT 1 FROM job_attempts WHERE provider_id = ${p.id}`;
-    expect(attempts).toHaveLength(0);
-    expect(d.output()).not.toContain(serve.job_id);
+    await legacyDaemon(p.key, { SVC_DOCKER: docker });
+    expect(await declared(p.id)).toEqual(["benchmark", "image_generation", "llm-inference", "llm_inference", "rendering", "training", "custom_container", "vllm_serve"]);
   });
 
   it("without docker declares the benchmark and its runners' types, never a vllm_serve runner", async () => {
@@ -70,7 +54,7 @@ describe("svc_daemon.py", { timeout: 90_000 }, () => {
         "print(json.dumps([s.supported_job_types({}, None), s.supported_job_types({'llm-inference': ['x']}, '/usr/bin/docker'),\n" +
         "                  s.supported_job_types({'rendering': ['x'], 'vllm_serve': ['y']}, None)]))",
     );
-    expect(JSON.parse(out)).toEqual([["benchmark"], ["benchmark", "llm-inference", "custom_container"], ["benchmark", "rendering"]]);
+    expect(JSON.parse(out)).toEqual([["benchmark"], ["benchmark", "llm-inference", "custom_container", "vllm_serve"], ["benchmark", "rendering"]]);
   });
 });
 

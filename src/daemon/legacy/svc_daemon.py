@@ -29,6 +29,11 @@ provider key and the task-signing secret when it serves this file
         in its environment; stdout lines become job logs, a line
         "SVC_PROGRESS <pct> [phase]" reports progress, and the JSON written to
         SVC_RESULT_FILE (else the printed text as {"response": ...}) is the result.
+  --serve-port / SVC_SERVE_PORT    host port a vllm_serve engine is published on
+        (default 0: any free port)
+  --public-host / SVC_PUBLIC_HOST  the address a served endpoint is reached at;
+        unset, only the port is reported and the server joins it to the
+        provider's address on record
   SVC_NVIDIA_SMI, SVC_DOCKER  paths of nvidia-smi and docker
   SVC_WORK_DIR                job workspaces (default ~/.svc-daemon/work)
   SVC_STOP_GRACE_SECONDS      how long SIGTERM waits for the running jobs (default 20)
@@ -44,6 +49,7 @@ import json
 import os
 import platform
 import queue
+import secrets
 import shlex
 import shutil
 import signal
@@ -77,6 +83,10 @@ LOG_BATCH_LINES = 100
 CANCEL_CHECK_SECONDS = 3.0
 CONFIRM_RETRY_SECONDS = 5.0
 GONE = "gone"  # job_status: the job is no longer this provider's
+# vllm_serve: how often the engine's health is probed until it answers, and how soon an
+# endpoint-ready report the server could not take for now is sent again.
+SERVE_HEALTH_SECONDS = 2.0
+ENDPOINT_RETRY_SECONDS = 5.0
 
 
 # ---------------------------------------------------------------- signing --
@@ -526,6 +536,93 @@ RESERVED_ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_
                       "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS")
 
 
+# vllm_serve: the engine's port is published on every interface, so it is started with a secret of
+# its own (VLLM_API_KEY, new for each job) that only the server's /v1 gateway is told (endpoint-ready):
+# anyone else who finds the port is refused. docker gets `-e VLLM_API_KEY` with no value and copies
+# the value from the CLI's own environment: on a command line `ps` would show it to every user.
+SERVE_JOB_TYPE = "vllm_serve"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
+DEFAULT_CONTAINER_PORT = 8000
+
+
+def new_endpoint_key():
+    """A new secret for a served endpoint: 32 random bytes, base64url."""
+    return secrets.token_urlsafe(32)
+
+
+def free_port():
+    """A host port nothing listens on now, on any interface (where docker publishes it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def engine_command(spec, inputs, container_port):
+    """The engine's arguments after its image, as the TypeScript daemon builds them."""
+    model = spec.get("model") if spec.get("model") is not None else inputs.get("model")
+    command = ["--model", str(model), "--port", _es_number(container_port)]
+    if _is_number(inputs.get("max_model_len")):
+        command += ["--max-model-len", _es_number(inputs["max_model_len"])]
+    if isinstance(inputs.get("dtype"), str):
+        command += ["--dtype", inputs["dtype"]]
+    if _is_number(inputs.get("gpu_memory_utilization")):
+        command += ["--gpu-memory-utilization", _es_number(inputs["gpu_memory_utilization"])]
+    return command
+
+
+def endpoint_report(public_host, host_port):
+    """Where a served engine is reached (the endpoint-ready body without its key): a URL on the
+    public host when one is configured, else the port alone, which the server joins to the
+    provider's address on record."""
+    if public_host:
+        host = "[%s]" % public_host if ":" in public_host else public_host
+        return {"endpoint_url": "http://%s:%d" % (host, host_port)}
+    return {"port": host_port}
+
+
+def endpoint_healthy(port, api_key, timeout=2.0):
+    """Whether the engine published on this host's port answers /health (vLLM answers it without the
+    key; it is sent all the same). Straight to 127.0.0.1, past any proxy of the environment."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/health", headers={"authorization": "Bearer " + api_key})
+        return 200 <= conn.getresponse().status < 300
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+class ServedEndpoint:
+    """A vllm_serve job's engine: its host port and key. A thread probes its health until it answers
+    (or the job's process ended, or the job is being stopped); the job's loop then reports it."""
+
+    def __init__(self, host_port, api_key):
+        self.host_port = host_port
+        self.api_key = api_key
+        self.healthy = threading.Event()
+        self.stopped = threading.Event()
+        self.settled = False  # reported, or refused by the server: not sent again
+        self.next_report_at = 0.0
+
+    def watch(self, proc):
+        threading.Thread(target=self._probe, args=(proc,), daemon=True).start()
+
+    def _probe(self, proc):
+        while not self.stopped.is_set() and proc.poll() is None:
+            if endpoint_healthy(self.host_port, self.api_key):
+                self.healthy.set()
+                return
+            self.stopped.wait(SERVE_HEALTH_SECONDS)
+
+    def due(self, now):
+        return self.healthy.is_set() and not self.settled and now >= self.next_report_at
+
+
 class GpuSlots:
     """The host's GPUs, one per running job: the server sends a provider at most as many jobs at once
     as it has GPUs, and each job sees only its own. Taken when a job starts, released when it ended."""
@@ -574,11 +671,13 @@ class DockerContainer:
     """A job's container: stopped with `docker kill`, removed once the job ended (it runs without --rm,
     so that after `docker run` exits 125 its state still tells whether it ever started)."""
 
-    def __init__(self, docker, name, cidfile, dropped_env):
+    def __init__(self, docker, name, cidfile, dropped_env, serve=None, dropped_key_env=False):
         self.docker = docker
         self.name = name
         self.cidfile = cidfile
         self.dropped_env = dropped_env
+        self.serve = serve  # vllm_serve: its ServedEndpoint
+        self.dropped_key_env = dropped_key_env  # vllm_serve: the task's own VLLM_API_KEY was left out
 
     def _docker(self, args):
         try:
@@ -672,25 +771,26 @@ def write_container_scripts(workdir):
 def supported_job_types(runners, docker, scripts_dir=None):
     """The job types plan_job runs with this configuration, declared in every heartbeat so that the server
     offers no other (a job refused here is the provider's fault): the benchmark, each configured runner's
-    type, and with docker custom_container and the built-in types whose program is present. Never
-    vllm_serve: this daemon reports no endpoint, and a serving job that reports none is the provider's failure."""
+    type, and with docker custom_container, vllm_serve and the built-in types whose program is present.
+    A runner never declares vllm_serve: only a container's engine is reported as an endpoint, and a
+    serving job that reports none is the provider's failure."""
     types = ["benchmark"]
     for job_type, argv in sorted(runners.items()):
-        if argv and job_type != "vllm_serve" and job_type not in types:
+        if argv and job_type != SERVE_JOB_TYPE and job_type not in types:
             types.append(job_type)
     if docker:
         builtin = [t for t, script in sorted(SCRIPT_OF_JOB_TYPE.items())
                    if scripts_dir and os.path.exists(os.path.join(scripts_dir, script))]
-        for job_type in builtin + ["custom_container"]:
+        for job_type in builtin + ["custom_container", SERVE_JOB_TYPE]:
             if job_type not in types:
                 types.append(job_type)
     return types
 
 
-def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None):
+def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve_port=0):
     """Picks the executor for a job: (argv, env_extra, container, result_file); container is a
     DockerContainer, or None for a plain process. gpu_devices: the host GPUs (nvidia-smi indices)
-    the job may use, [] for none."""
+    the job may use, [] for none. serve_port: the host port vllm_serve publishes (0: any free one)."""
     job_id = job["job_id"]
     spec = job.get("task_spec") or {}
     workspace = os.path.join(workdir, _safe_name(job_id))
@@ -719,7 +819,8 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None):
     script = SCRIPT_OF_JOB_TYPE.get(job.get("job_type"))
     builtin = bool(image and not command and script and scripts_dir
                    and os.path.exists(os.path.join(scripts_dir, script)))
-    if image and (command or builtin or job.get("job_type") == "custom_container"):
+    serving = job.get("job_type") == SERVE_JOB_TYPE
+    if image and (command or builtin or serving or job.get("job_type") == "custom_container"):
         if not docker:
             raise RuntimeError("this job needs docker, which is not installed on this host")
         name = "svc-" + _safe_name(job_id)
@@ -746,21 +847,32 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None):
         argv += ["-v", volume + ":" + mount, "-v", workspace + ":/svc-output",
                  "-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json",
                  "-e", "SVC_JOB_ID=" + job_id]
-        dropped_env = []
+        dropped_env, dropped_key_env, serve = [], False, None
         for key, value in sorted((spec.get("env") or {}).items()):
             if key in RESERVED_ENV_NAMES:
                 dropped_env.append(key)
+            elif serving and key == VLLM_API_KEY_ENV:
+                dropped_key_env = True  # the endpoint's key is the daemon's to set
             else:
                 argv += ["-e", "%s=%s" % (key, value)]
+        if serving:
+            serve = ServedEndpoint(serve_port or free_port(), new_endpoint_key())
+            argv += ["-e", VLLM_API_KEY_ENV]
+            env[VLLM_API_KEY_ENV] = serve.api_key
         if isinstance(inputs.get("workdir"), str):
             argv += ["-w", inputs["workdir"]]
-        if builtin:
+        if serving:
+            serve_spec = spec.get("serve") if isinstance(spec.get("serve"), dict) else {}
+            port = serve_spec.get("container_port") if _is_number(serve_spec.get("container_port")) else DEFAULT_CONTAINER_PORT
+            argv += ["-p", "%d:%s" % (serve.host_port, _es_number(port))]
+            command = engine_command(spec, inputs, port)
+        elif builtin:
             argv += ["-v", scripts_dir + ":/svc-scripts:ro"]
             command = ["python", "/svc-scripts/" + script]
         argv.append(image)
         argv += [str(c) for c in command]
 
-        return argv, env, DockerContainer(docker, name, cidfile, dropped_env), result_file
+        return argv, env, DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env), result_file
     raise RuntimeError("no executor for job type %r on this daemon: configure a local runner (--runner %s=COMMAND) "
                        "or use the TypeScript daemon (svc-daemon), which runs the built-in job containers"
                        % (job.get("job_type"), job.get("job_type")))
@@ -1142,7 +1254,8 @@ class Daemon:
         started = time.time()
         try:
             argv, extra_env, container, result_file = plan_job(
-                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir)
+                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir,
+                self.cfg.get("serve_port", 0))
         except (RuntimeError, OSError) as err:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider", attempt=job.get("attempt"))
@@ -1160,6 +1273,11 @@ class Daemon:
         pending, output, outcome, end_reason = [], [], None, "runtime_error"
         for key in (container.dropped_env if container else []):
             pending.append("env %s was left out: the provider's daemon decides which GPU the job sees" % key)
+        if container and container.dropped_key_env:
+            pending.append("env %s was left out: the provider's daemon sets the endpoint's key" % VLLM_API_KEY_ENV)
+        serve = container.serve if container else None
+        if serve:
+            serve.watch(run.proc)
         last_flush = last_cancel_check = last_confirm = time.time()
         while True:
             try:
@@ -1201,10 +1319,18 @@ class Daemon:
                     # would be refused.
                     outcome = "moved"
                     run.stop()
+            if outcome is None and serve and serve.due(now):
+                reported, refusal = self.report_endpoint(job_id, serve)
+                confirmed = confirmed or reported
+                if refusal:
+                    outcome, end_reason = refusal, "provider_error"
+                    run.stop()
             if self.stop_event.is_set() and outcome is None and now > self.stop_deadline:
                 outcome = "interrupted: the provider daemon stopped before the job finished"
                 end_reason = "provider_interrupted"
                 run.stop()
+        if serve:
+            serve.stopped.set()
         code = run.proc.wait()
         if pending:
             self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending})
@@ -1245,6 +1371,33 @@ class Daemon:
             error = outcome or "the job exited with status %s: %s" % (code, tail)
         self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"))
         self.event("job_failed", "warning", error, job_id)
+
+    def report_endpoint(self, job_id, serve):
+        """endpoint-ready for a serving job whose engine answers its health check, with the engine's key,
+        which the server gives its /v1 gateway only. Returns (reported, refusal): refusal is why the
+        server refused the endpoint itself (400: no address to join the port to, say), which ends the
+        job as this machine's failure instead of leaving it to serve nothing until its time runs out. A
+        report the server could not take for now is sent again later; one refused otherwise (the job
+        is no longer this provider's) is left to the job's status checks."""
+        body = endpoint_report(self.cfg.get("public_host"), serve.host_port)
+        where = body.get("endpoint_url") or "port %d" % serve.host_port
+        body["endpoint_api_key"] = serve.api_key
+        try:
+            self.api.post("/api/jobs/%s/endpoint-ready" % job_id, body)
+        except ApiError as err:
+            if not result_refused(err.status):
+                serve.next_report_at = time.time() + ENDPOINT_RETRY_SECONDS
+                self.log("endpoint-ready for %s not delivered: %s; sent again in %g s" % (job_id, err, ENDPOINT_RETRY_SECONDS))
+                return False, None
+            serve.settled = True
+            self.log("endpoint-ready for %s refused: %s" % (job_id, err))
+            if err.status == 400:
+                return False, "the server refused the endpoint at %s: %s" % (where, err.message)
+            return False, None
+        serve.settled = True
+        self.log("job %s is serving at %s" % (job_id, where))
+        self.post_quietly("/api/jobs/%s/progress" % job_id, {"progress_pct": 100, "phase": "serving"})
+        return True, None
 
     def post_quietly(self, path, body):
         try:
@@ -1340,14 +1493,22 @@ def load_config(argv):
     # daemon runs no separate watchdog (a service manager restarts it).
     parser.add_argument("--no-watchdog", action="store_true")
     parser.add_argument("--work-dir", default=os.environ.get("SVC_WORK_DIR") or os.path.join(os.path.expanduser("~"), ".svc-daemon", "work"))
+    parser.add_argument("--serve-port", type=int, default=int(os.environ.get("SVC_SERVE_PORT") or 0),
+                        help="host port a vllm_serve engine is published on (SVC_SERVE_PORT; default 0: any free port)")
+    parser.add_argument("--public-host", default=os.environ.get("SVC_PUBLIC_HOST") or None,
+                        help="the address a served endpoint is reached at (SVC_PUBLIC_HOST; unset: the server joins "
+                             "the port to the provider's address on record)")
     args = parser.parse_args(argv)
     if "{{" in args.url or "{{" in args.key:
         parser.error("no backend URL or provider key: download this file from /api/providers/download/daemon?key=... or pass --url and --key")
+    if not 0 <= args.serve_port <= 65535:
+        parser.error("--serve-port must be 0 to 65535 (got %d)" % args.serve_port)
     return {
         "url": args.url, "key": args.key, "secret": os.environ.get("SVC_HMAC_SECRET") or HMAC_SECRET,
         "heartbeat_seconds": args.heartbeat_seconds, "poll_seconds": args.poll_seconds,
         "result_retry_seconds": max(0.1, args.result_retry_seconds), "result_keep_seconds": max(0.0, args.result_keep_seconds),
         "runners": parse_runners(args.runner), "work_dir": args.work_dir,
+        "serve_port": args.serve_port, "public_host": args.public_host,
         "nvidia_smi": os.environ.get("SVC_NVIDIA_SMI") or "nvidia-smi", "docker": os.environ.get("SVC_DOCKER", "docker"),
         "stop_grace_seconds": float(os.environ.get("SVC_STOP_GRACE_SECONDS") or 20),
         "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
