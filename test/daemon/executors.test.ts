@@ -103,6 +103,17 @@ const llmJob: JobSpec = {
   },
 };
 
+describe("executorFor", () => {
+  it("never runs vllm_serve through a runner (it reports no endpoint), and without docker refuses it", () => {
+    const serve: JobSpec = { jobId: "job-serve-runner", jobType: "vllm_serve", maxDurationSeconds: 60, taskSpec: {} };
+    const runners = { vllm_serve: ["/bin/true"], training: ["/bin/true"] };
+    const docker = { docker: FAKE_DOCKER, gpus: false };
+    expect(executorFor(serve, { runners, workRoot: dir, docker })).toBeInstanceOf(DockerExecutor);
+    expect(() => executorFor(serve, { runners, workRoot: dir, docker: undefined })).toThrow(/docker is not available/);
+    expect(executorFor({ ...serve, jobType: "training" }, { runners, workRoot: dir, docker })).toBeInstanceOf(ProcessExecutor);
+  });
+});
+
 describe("docker executor (fake docker CLI)", () => {
   const opts = { docker: FAKE_DOCKER, workRoot: path.join(dir, "work"), gpus: true, defaultMemoryMb: 2048, scriptsDir: "/opt/svc/scripts" };
 

@@ -195,7 +195,7 @@ describe("svc_daemon.py serving vllm_serve", { timeout: 120_000 }, () => {
     expect(JSON.parse(out)).toEqual([["benchmark"], ["benchmark", "custom_container", "vllm_serve"], ["benchmark"]]);
   });
 
-  it("builds the engine's command line as the TypeScript daemon does, leaving a task's own key out", () => {
+  it("builds the engine's command line as the TypeScript daemon does, leaving a task's own key out, whatever runner is configured", () => {
     const taskSpec = {
       container: { image: "vllm/vllm-openai:v0.6.3" },
       model: "Qwen/Qwen2.5-7B-Instruct",
@@ -207,7 +207,8 @@ describe("svc_daemon.py serving vllm_serve", { timeout: 120_000 }, () => {
       python(
         `import json, sys, tempfile, svc_daemon as s
 job = {"job_id": "job-serve-plan", "job_type": "vllm_serve", "task_spec": json.load(sys.stdin)}
-argv, env, container, _ = s.plan_job(job, {}, "/usr/bin/docker", tempfile.mkdtemp(), [1], None, 8123)
+# A runner configured for vllm_serve is not used: only a container's engine is reported as an endpoint.
+argv, env, container, _ = s.plan_job(job, {"vllm_serve": ["/bin/true"]}, "/usr/bin/docker", tempfile.mkdtemp(), [1], None, 8123)
 print(json.dumps({"argv": argv, "key": env.get("VLLM_API_KEY"), "port": container.serve.host_port,
                   "served": container.serve.api_key == env.get("VLLM_API_KEY"), "dropped": container.dropped_key_env}))
 `,

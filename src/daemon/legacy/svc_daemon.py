@@ -805,7 +805,8 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         # A plain process sees only its GPU too (nvidia-smi's index: CUDA's own default order may differ).
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpu_devices)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    runner = runners.get(job.get("job_type"))
+    # Only a container's engine is reported as a served endpoint: a vllm_serve runner is never used (nor declared).
+    runner = None if job.get("job_type") == SERVE_JOB_TYPE else runners.get(job.get("job_type"))
     if runner:
         return list(runner), env, None, result_file
     if job.get("job_type") == "benchmark":

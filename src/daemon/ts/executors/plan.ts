@@ -33,7 +33,8 @@ export function supportedJobTypes(cfg: ExecutorConfig): string[] {
 }
 
 export function executorFor(job: JobSpec, cfg: ExecutorConfig): Executor {
-  const runner = cfg.runners[job.jobType];
+  // Only the docker executor reports a served endpoint, so a vllm_serve runner is never used (nor declared).
+  const runner = job.jobType === "vllm_serve" ? undefined : cfg.runners[job.jobType];
   if (runner?.length) return new ProcessExecutor(runner, cfg.workRoot);
   if (job.jobType === "benchmark") return new ProcessExecutor([process.execPath, BENCHMARK_PROGRAM], cfg.workRoot);
   if (!cfg.docker) {
