@@ -7,6 +7,7 @@
 // removes the container. Without a public host it reports the port alone; an
 // endpoint the server refuses ends the attempt as the provider's failure.
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { TestServer } from "../helpers/server.js";
@@ -222,6 +223,8 @@ print(json.dumps({"argv": argv, "key": env.get("VLLM_API_KEY"), "port": containe
     expect(out.argv.join(" ")).not.toContain(out.key);
     expect(out.argv.join(" ")).not.toContain("renter-chosen");
     expect(optionOf(out.argv, "--gpus")).toBe("device=1");
+    // No memory limit in the task: 80% of the host's, as the TypeScript daemon sets it.
+    expect(optionOf(out.argv, "--memory")).toBe(`${Math.floor((os.totalmem() / 1048576) * 0.8)}m`);
     // From the task's env on, the same words as the TypeScript daemon's.
     const ts = dockerRunArgs({ jobId: "job-serve-plan", jobType: "vllm_serve", maxDurationSeconds: 600, gpus: [1], taskSpec }, { docker: "/usr/bin/docker", workRoot: "/tmp", gpus: true }, 8123, "k");
     const from = (argv: string[]) => argv.slice(argv.indexOf("A=1") - 1);

@@ -545,6 +545,15 @@ VLLM_API_KEY_ENV = "VLLM_API_KEY"
 DEFAULT_CONTAINER_PORT = 8000
 
 
+def default_memory_mb():
+    """A container's memory limit when its task names none: 80% of this host's memory, as the TypeScript
+    daemon sets it (a vLLM engine loading a large model needs most of it); 16 GiB where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1048576 * 0.8)
+    except (AttributeError, ValueError, OSError):
+        return 16384
+
+
 def new_endpoint_key():
     """A new secret for a served endpoint: 32 random bytes, base64url."""
     return secrets.token_urlsafe(32)
@@ -840,7 +849,7 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         if not needs_network(job, spec, inputs):
             argv += ["--network", "none"]
         limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
-        memory_mb = limits.get("memory_mb") or 16384
+        memory_mb = limits.get("memory_mb") or default_memory_mb()
         argv += ["--memory", "%dm" % int(memory_mb), "--pids-limit", str(int(limits.get("pids") or 4096))]
         # The task goes in as a file beside the result (our scripts read $SVC_TASK_FILE).
         with open(os.path.join(workspace, "task.json"), "w") as f:
