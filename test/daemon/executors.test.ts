@@ -6,7 +6,7 @@ import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { DockerExecutor, dockerRunArgs } from "../../src/daemon/ts/executors/docker.js";
+import { DockerExecutor, dockerRunArgs, servePortOf } from "../../src/daemon/ts/executors/docker.js";
 import { ProcessExecutor } from "../../src/daemon/ts/executors/process.js";
 import { CONTAINER_SCRIPTS, executorFor } from "../../src/daemon/ts/executors/plan.js";
 import { parseProgress, type JobHooks, type JobSpec } from "../../src/daemon/ts/executors/types.js";
@@ -102,6 +102,15 @@ const llmJob: JobSpec = {
     limits: { max_duration_seconds: 60, gpu_requirements: null },
   },
 };
+
+describe("servePortOf", () => {
+  it("gives each GPU its own port after a fixed first one, so concurrent serving jobs never share one", () => {
+    expect(servePortOf(9000, undefined)).toBe(9000);
+    expect(servePortOf(9000, [])).toBe(9000);
+    expect(servePortOf(9000, [0])).toBe(9000);
+    expect(servePortOf(9000, [3, 2])).toBe(9002);
+  });
+});
 
 describe("executorFor", () => {
   it("never runs vllm_serve through a runner (it reports no endpoint), and without docker refuses it", () => {

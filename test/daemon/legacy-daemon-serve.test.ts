@@ -14,7 +14,7 @@ import type { TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
-import { dockerRunArgs } from "../../src/daemon/ts/executors/docker.js";
+import { dockerRunArgs, servePortOf } from "../../src/daemon/ts/executors/docker.js";
 import { fakeDocker, freePort, optionOf, python, runLegacyDaemon, startSelfServer, tempDir, waitFor, type FakeDocker, type Spawned } from "./helpers.js";
 
 let srv: TestServer;
@@ -209,14 +209,16 @@ describe("svc_daemon.py serving vllm_serve", { timeout: 120_000 }, () => {
         `import json, sys, tempfile, svc_daemon as s
 job = {"job_id": "job-serve-plan", "job_type": "vllm_serve", "task_spec": json.load(sys.stdin)}
 # A runner configured for vllm_serve is not used: only a container's engine is reported as an endpoint.
-argv, env, container, _ = s.plan_job(job, {"vllm_serve": ["/bin/true"]}, "/usr/bin/docker", tempfile.mkdtemp(), [1], None, 8123)
+argv, env, container, _ = s.plan_job(job, {"vllm_serve": ["/bin/true"]}, "/usr/bin/docker", tempfile.mkdtemp(), [1], None, 8122)
 print(json.dumps({"argv": argv, "key": env.get("VLLM_API_KEY"), "port": container.serve.host_port,
                   "served": container.serve.api_key == env.get("VLLM_API_KEY"), "dropped": container.dropped_key_env}))
 `,
         JSON.stringify(taskSpec),
       ),
     ) as { argv: string[]; key: string; port: number; served: boolean; dropped: boolean };
+    // The fixed first port plus the job's GPU index, as the TypeScript daemon picks it.
     expect(out.port).toBe(8123);
+    expect(servePortOf(8122, [1])).toBe(8123);
     expect(out.key).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(out.served).toBe(true);
     expect(out.dropped).toBe(true);

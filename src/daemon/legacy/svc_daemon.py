@@ -29,8 +29,8 @@ provider key and the task-signing secret when it serves this file
         in its environment; stdout lines become job logs, a line
         "SVC_PROGRESS <pct> [phase]" reports progress, and the JSON written to
         SVC_RESULT_FILE (else the printed text as {"response": ...}) is the result.
-  --serve-port / SVC_SERVE_PORT    host port a vllm_serve engine is published on
-        (default 0: any free port)
+  --serve-port / SVC_SERVE_PORT    first host port a vllm_serve engine is published on:
+        this port plus the job's GPU index (default 0: any free port)
   --public-host / SVC_PUBLIC_HOST  the address a served endpoint is reached at;
         unset, only the port is reported and the server joins it to the
         provider's address on record
@@ -799,7 +799,8 @@ def supported_job_types(runners, docker, scripts_dir=None):
 def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve_port=0):
     """Picks the executor for a job: (argv, env_extra, container, result_file); container is a
     DockerContainer, or None for a plain process. gpu_devices: the host GPUs (nvidia-smi indices)
-    the job may use, [] for none. serve_port: the host port vllm_serve publishes (0: any free one)."""
+    the job may use, [] for none. serve_port: the first host port vllm_serve publishes (0: any free one),
+    plus the job's first GPU index."""
     job_id = job["job_id"]
     spec = job.get("task_spec") or {}
     workspace = os.path.join(workdir, _safe_name(job_id))
@@ -866,7 +867,9 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
             else:
                 argv += ["-e", "%s=%s" % (key, value)]
         if serving:
-            serve = ServedEndpoint(serve_port or free_port(), new_endpoint_key())
+            # A fixed first port: plus the job's first GPU index, one port per GPU (one job per GPU at a time).
+            host_port = serve_port + (min(gpu_devices) if gpu_devices else 0) if serve_port else free_port()
+            serve = ServedEndpoint(host_port, new_endpoint_key())
             argv += ["-e", VLLM_API_KEY_ENV]
             env[VLLM_API_KEY_ENV] = serve.api_key
         if isinstance(inputs.get("workdir"), str):

@@ -35,7 +35,10 @@ export interface DockerOptions {
   pidsLimit?: number;
   /** Folder with the in-container programs of the built-in job types, mounted read-only at /svc-scripts. */
   scriptsDir?: string;
-  /** vllm_serve: the host port to publish (0: any free one) and the address the endpoint is reached at. */
+  /**
+   * vllm_serve: the first host port to publish (0: any free one; else this port plus the job's first
+   * GPU's index, so that jobs on different GPUs do not collide) and the address the endpoint is reached at.
+   */
   servePort?: number;
   publicHost?: string;
   /** How often to probe a served endpoint's health (ms). */
@@ -267,7 +270,7 @@ export class DockerExecutor implements Executor {
     let inner: RunningJob | undefined;
     let stopped: string | undefined;
     const ready = (async () => {
-      const hostPort = this.opts.servePort || (await freePort());
+      const hostPort = this.opts.servePort ? servePortOf(this.opts.servePort, job.gpus) : await freePort();
       // This job's own: the engine requires it on /v1, and only the server is told it.
       const apiKey = newEndpointKey();
       const plan = dockerRunArgs(job, this.opts, hostPort, apiKey);
@@ -303,4 +306,9 @@ export class DockerExecutor implements Executor {
     }
     return false;
   }
+}
+
+/** A serving job's host port from a fixed first port: one port per GPU, so concurrent jobs (one per GPU) never share one. */
+export function servePortOf(first: number, gpus: readonly number[] | undefined): number {
+  return first + (gpus && gpus.length > 0 ? Math.min(...gpus) : 0);
 }
