@@ -283,6 +283,10 @@ describe("svc", { timeout: 180_000 }, () => {
     const status = await svc(["--json", "provider", "status"], { home, env: { SVC_KEY: provider.key } });
     expect(status.code, status.stderr).toBe(0);
     expect(JSON.parse(status.stdout).provider).toMatchObject({ id: provider.id, today_earnings_halala: 0, active_job: null });
+    await h.srv.sql`UPDATE providers SET supported_job_types = '{benchmark,training}' WHERE id = ${provider.id}`;
+    const human = await svc(["provider", "status"], { home, env: { SVC_KEY: provider.key } });
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toMatch(/^job types\s+benchmark, training$/m);
 
     // SVC_ADMIN_TOKEN alone is an admin's.
     const dash = await svc(["admin", "dashboard"], { home, env: { SVC_ADMIN_TOKEN: ADMIN_TOKEN } });

@@ -291,6 +291,8 @@ describe("web console", () => {
     await page.getByRole("link", { name: "Providers" }).click();
     const row = page.locator(`tr[data-provider="${reg.body.provider_id}"]`);
     await row.waitFor({ timeout: STEP_MS });
+    // It has not heartbeated, so its daemon declared no job types: it is offered any.
+    expect(await row.textContent()).toContain("any job type");
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
     await shot(page, "operator-providers-375");
     await row.getByRole("button", { name: "Approve Pending Rig" }).click();

@@ -24,6 +24,7 @@ export function addProviderCommands(program: Command, ctx: Context): void {
           ["last heartbeat", pr.lastHeartbeat],
           ["GPU", `${pr.gpuCountReported} x ${pr.gpuModel}${pr.gpuVramMib ? ` (${pr.gpuVramMib} MiB)` : ""}`],
           ["daemon", pr.daemonVersion],
+          ["job types", pr.supportedJobTypes.length ? pr.supportedJobTypes.join(", ") : "any (its daemon declares none)"],
           ["active job", d.activeJob?.jobId],
           ["today", sar(d.todayEarningsHalala)],
           ["this week", sar(d.weekEarningsHalala)],

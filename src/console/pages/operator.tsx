@@ -145,6 +145,7 @@ function ProvidersPage() {
               columns={[
                 { head: "Provider", cell: (p) => <>{p.name} #{String(p.id)}<br /><small>{p.email}</small></> },
                 { head: "GPU", cell: (p) => p.gpuModel },
+                { head: "Runs", cell: (p) => (p.supportedJobTypes.length ? p.supportedJobTypes.join(", ") : "any job type") },
                 { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
                 { head: "Approval", cell: (p) => <StatusBadge status={p.approvalStatus} /> },
                 { head: "Heard", cell: (p) => ago(p.lastHeartbeat) },
