@@ -1,5 +1,6 @@
 // Database connection (postgres.js). Values of 64-bit columns come back as
 // JS numbers: halala amounts and ids stay far below 2^53.
+import crypto from "node:crypto";
 import postgres from "postgres";
 
 export type Sql = postgres.Sql<{ bigint: number }>;
@@ -111,6 +112,13 @@ export function afterCommit(db: Db, hook: () => void): void {
  */
 export const reconnectDelaySeconds = (failures: number): number => Math.min(0.05 * 2 ** failures, 2) * (0.5 + Math.random() / 2);
 
+/**
+ * This process's connections' application_name: one per process, so that the database can tell
+ * whether a process is still connected (a webhook claim of a process with no connection left is
+ * released at once, src/domain/notify/webhooks.ts).
+ */
+export const PROCESS_TAG = `svc:${process.pid}:${crypto.randomBytes(4).toString("hex")}`;
+
 export function connect(url: string, max = 10): Sql {
   const sql = retryTransactions(postgres(url, {
     max,
@@ -124,7 +132,7 @@ export function connect(url: string, max = 10): Sql {
         parse: (x: string) => Number(x),
       },
     },
-    connection: { application_name: "svc" },
+    connection: { application_name: PROCESS_TAG },
   }) as unknown as Sql);
   poolMax.set(sql, max);
   return sql;

@@ -14,6 +14,7 @@ import {
   WEBHOOK_NOTIFY_CHANNEL,
   checkWebhookUrl,
   claimDue,
+  releaseOrphanedClaims,
   markDelivered,
   markFailed,
   webhookSignature,
@@ -119,6 +120,7 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
   }
 
   async function drain() {
+    await releaseOrphanedClaims(opts.sql);
     do {
       again = false;
       const rows = await claimDue(opts.sql, batch);

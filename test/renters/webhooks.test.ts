@@ -6,7 +6,7 @@ import crypto from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, type Sql } from "../../src/db/index.js";
+import { connect, PROCESS_TAG, type Sql } from "../../src/db/index.js";
 import { migrate } from "../../src/db/migrate.js";
 import { createLogger } from "../../src/log.js";
 import { registerRenter } from "../../src/domain/accounts/renters.js";
@@ -139,6 +139,32 @@ describe("outbox delivery", () => {
       const [done] = await outbox(r.id);
       expect(done).toMatchObject({ status: "delivered", attempts: 3, last_status: 200 });
       expect(new Set(rx.hits.map((h) => h.body)).size).toBe(1);
+    } finally {
+      await worker.stop();
+      await rx.close();
+    }
+  });
+
+  it("a claim whose process is gone is released at once; a live process's claim and a scheduled retry are not", async () => {
+    const rx = receiver();
+    const url = await rx.listen();
+    const r = await renterWithHook(url);
+    // Three deliveries that wait for another minute: claimed by a process with no connection left,
+    // claimed by this one (its pool is connected), and a retry scheduled by backoff (claimed by none).
+    for (const [n, claimedBy] of [[1, "svc:0:gone"], [2, PROCESS_TAG], [3, null]] as const) {
+      await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", { job_id: `job-claim-${n}` }));
+      await sql`UPDATE webhook_outbox SET next_attempt_at = now() + interval '60 seconds', attempts = 1, claimed_by = ${claimedBy}
+                WHERE renter_id = ${r.id} AND body LIKE ${`%job-claim-${n}"%`}`;
+    }
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50 });
+    await worker.start();
+    try {
+      await rx.waitFor(1);
+      await new Promise((res) => setTimeout(res, 300));
+      expect(rx.hits.map((h) => JSON.parse(h.body).data.job_id)).toEqual(["job-claim-1"]);
+      const rows = await sql<{ body: string; status: string; attempts: number; claimed_by: string | null }[]>`
+        SELECT body, status, attempts, claimed_by FROM webhook_outbox WHERE renter_id = ${r.id} ORDER BY id`;
+      expect(rows.map((x) => [x.status, x.attempts, x.claimed_by])).toEqual([["delivered", 2, null], ["pending", 1, PROCESS_TAG], ["pending", 1, null]]);
     } finally {
       await worker.stop();
       await rx.close();

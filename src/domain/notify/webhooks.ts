@@ -93,7 +93,8 @@ const CLAIM_SECONDS = 60;
 
 /**
  * Claims up to `limit` due deliveries: each is pushed out of reach of other
- * processes for CLAIM_SECONDS (a crashed worker's claim simply expires).
+ * processes for CLAIM_SECONDS, marked with the claiming process's connection
+ * name (releaseOrphanedClaims frees it sooner when that process is gone).
  */
 export async function claimDue(db: Db, limit: number): Promise<OutboxRow[]> {
   return db<OutboxRow[]>`
@@ -105,24 +106,39 @@ export async function claimDue(db: Db, limit: number): Promise<OutboxRow[]> {
       FOR UPDATE SKIP LOCKED
     )
     UPDATE webhook_outbox o
-    SET attempts = o.attempts + 1, next_attempt_at = now() + make_interval(secs => ${CLAIM_SECONDS})
+    SET attempts = o.attempts + 1, next_attempt_at = now() + make_interval(secs => ${CLAIM_SECONDS}),
+        claimed_by = current_setting('application_name')
     FROM due, renters r
     WHERE o.id = due.id AND r.id = o.renter_id
     RETURNING o.id, o.event_id, o.renter_id, o.event, o.url, o.body, o.attempts, r.webhook_secret AS secret`;
 }
 
+/**
+ * Makes due again the claimed deliveries whose claiming process has no connection to the
+ * database left (killed, or its machine gone): its claim would otherwise hold them for up to
+ * CLAIM_SECONDS. Such a delivery may have been sent before the process died; receivers tell a
+ * repeat by its event id, as for any retry.
+ */
+export async function releaseOrphanedClaims(db: Db): Promise<number> {
+  const released = await db`
+    UPDATE webhook_outbox SET next_attempt_at = now(), claimed_by = NULL
+    WHERE status = 'pending' AND claimed_by IS NOT NULL AND next_attempt_at > now()
+      AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = webhook_outbox.claimed_by)`;
+  return released.count;
+}
+
 export async function markDelivered(db: Db, id: number, status: number): Promise<void> {
-  await db`UPDATE webhook_outbox SET status = 'delivered', delivered_at = now(), last_status = ${status}, last_error = NULL WHERE id = ${id}`;
+  await db`UPDATE webhook_outbox SET status = 'delivered', delivered_at = now(), last_status = ${status}, last_error = NULL, claimed_by = NULL WHERE id = ${id}`;
 }
 
 /** Schedules the next try after `delayMs`, or gives up (dead) after the last attempt. */
 export async function markFailed(db: Db, id: number, status: number | null, error: string, delayMs: number | null): Promise<void> {
   if (delayMs === null) {
-    await db`UPDATE webhook_outbox SET status = 'dead', last_status = ${status}, last_error = ${error.slice(0, 500)} WHERE id = ${id}`;
+    await db`UPDATE webhook_outbox SET status = 'dead', last_status = ${status}, last_error = ${error.slice(0, 500)}, claimed_by = NULL WHERE id = ${id}`;
   } else {
     await db`
       UPDATE webhook_outbox
-      SET last_status = ${status}, last_error = ${error.slice(0, 500)},
+      SET last_status = ${status}, last_error = ${error.slice(0, 500)}, claimed_by = NULL,
           next_attempt_at = now() + make_interval(secs => ${delayMs / 1000})
       WHERE id = ${id}`;
   }
