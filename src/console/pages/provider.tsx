@@ -81,8 +81,10 @@ function StatusPage() {
                   <Stat label="Earned this week" value={sar(d.weekEarningsHalala)} />
                   <Stat label="Earned in all" value={sar(p.totalEarningsHalala)} testid="total-earnings" />
                   <Stat label="Jobs served" value={String(p.totalJobs)} />
-                  <Stat label="Job types it runs" value={p.supportedJobTypes.length ? p.supportedJobTypes.join(", ") : "any (its daemon declares none)"} testid="job-types" />
                 </div>
+                <p data-testid="job-types">
+                  Job types its daemon runs: {p.supportedJobTypes.length ? p.supportedJobTypes.join(", ") : "any (its daemon declares none)"}
+                </p>
                 {p.approvalStatus === "pending" ? <p class="note">Your provider waits for an operator's approval; start the daemon meanwhile so it shows online.</p> : null}
                 {p.approvalStatus === "rejected" ? <p class="error">Rejected{p.rejectionReason ? `: ${p.rejectionReason}` : ""}.</p> : null}
                 {!p.lastHeartbeat ? <Empty>No heartbeat yet. Install and start the daemon (see Install) and this page fills in.</Empty> : null}
