@@ -239,6 +239,10 @@ describe("downloads", () => {
     const compiled = spawnSync("python3", ["-m", "py_compile", file], { encoding: "utf8" });
     expect(compiled.stderr).toBe("");
     expect(compiled.status).toBe(0);
+    // Its grammar is Python 3.8's, the oldest it supports (the interpreter here may be newer).
+    const old = spawnSync("python3", ["-c", "import ast, sys; ast.parse(open(sys.argv[1]).read(), feature_version=(3, 8))", file], { encoding: "utf8" });
+    expect(old.stderr).toBe("");
+    expect(old.status).toBe(0);
     // Standard library only: every import resolves on a bare python3 (-S: no site-packages).
     const imports = spawnSync("python3", ["-S", "-c", `import sys; sys.argv=['x']; sys.path.insert(0, ${JSON.stringify(dir)}); import svc_daemon; print(svc_daemon.DAEMON_VERSION)`], { encoding: "utf8" });
     expect(imports.stderr).toBe("");
