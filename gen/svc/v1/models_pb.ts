@@ -502,7 +502,8 @@ export type Job = Message<"svc.v1.Job"> & {
    * no_matching_provider, providers_declined, providers_busy, providers_paused, waiting_for_dispatch,
    * provider_offline, provider_unavailable, provider_paused, provider_outside_schedule,
    * provider_busy, provider_mismatch, provider_unsupported_job_type (its daemon declared job types
-   * without this one).
+   * without this one), provider_cannot_verify_tasks (its daemon pinned another task-signing key),
+   * provider_daemon_outdated (its daemon is below SVC_DAEMON_MIN_VERSION).
    *
    * @generated from field: optional string queue_reason = 23;
    */
