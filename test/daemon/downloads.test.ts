@@ -7,21 +7,19 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HMAC_SECRET, startTestServer, type TestServer } from "../helpers/server.js";
+import { HMAC_SECRET, startTestServer, useTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { hasCommand, run, startSelfServer, tempDir, writeExecutable } from "./helpers.js";
+import { hasCommand, run, tempDir, writeExecutable } from "./helpers.js";
 import { providerTaskSecret } from "../../src/domain/accounts/provider-secret.js";
 
-let srv: TestServer;
+const srv = useTestServer({ SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_DAEMON_MIN_VERSION: "3.0.0" });
 let provider: { id: number; key: string };
 const api = () => client(srv.url);
 
 beforeAll(async () => {
-  srv = await startSelfServer({ SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_DAEMON_MIN_VERSION: "3.0.0" });
   provider = await makeProvider(srv);
 });
-afterAll(() => srv?.close());
 
 describe("setup scripts", () => {
   it("serves the shell installer with the key and backend URL filled in", async () => {

@@ -5,25 +5,22 @@
 // No job fails on the way.
 import fs from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HMAC_SECRET, type TestServer } from "../helpers/server.js";
+import { afterAll, describe, expect, it } from "vitest";
+import { HMAC_SECRET, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { DAEMON_MIN_RELEASE, DAEMON_RELEASE } from "../../src/shared/daemon-release.js";
-import { FIXTURES, start, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { FIXTURES, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 
-let srv: TestServer;
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "500" });
 let daemon: Spawned | undefined;
 const api = () => client(srv.url);
 
-beforeAll(async () => {
-  srv = await startSelfServer({ SVC_JOB_SWEEP_MS: "500" });
-});
+// Registered after the server's: runs before it closes.
 afterAll(async () => {
   daemon?.kill("SIGKILL");
   await daemon?.exited;
-  await srv?.close();
 });
 
 describe("a daemon of the field's legacy line", { timeout: 120_000 }, () => {

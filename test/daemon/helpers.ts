@@ -1,13 +1,13 @@
-// Shared pieces of the daemon tests: a server whose BACKEND_URL is its own
-// address (so served installers and daemons reach it as rendered), fake
-// executables on a PATH, running the machine's python3, and a process that
-// stops listening for notices.
+// Shared pieces of the daemon tests: daemon processes killed after each test,
+// fake executables on a PATH, running the machine's python3, and a process that
+// stops listening for notices. (A test server's BACKEND_URL is its own address
+// by default, so served installers and daemons reach it as rendered.)
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { startTestServer, type TestServer } from "../helpers/server.js";
+import { afterEach } from "vitest";
 import type { Sql } from "../../src/db/index.js";
 import type { Logger } from "../../src/log.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
@@ -26,10 +26,20 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** A test server that renders its own URL into installers and the daemon. */
-/** A test server whose installers and daemon point at itself (BACKEND_URL's local default). */
-export async function startSelfServer(env: Record<string, string> = {}): Promise<TestServer> {
-  return startTestServer(env);
+/**
+ * The daemon processes a test starts: SIGKILLed and waited for after each test, then `after` runs
+ * (clearing the marketplace, say, which wants them gone).
+ */
+export function killedAfterEach(after?: () => unknown): Spawned[] {
+  const spawned: Spawned[] = [];
+  afterEach(async () => {
+    for (const d of spawned.splice(0)) {
+      d.kill("SIGKILL");
+      await d.exited;
+    }
+    await after?.();
+  });
+  return spawned;
 }
 
 export function tempDir(prefix: string): string {

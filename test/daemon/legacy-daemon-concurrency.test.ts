@@ -8,31 +8,19 @@
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { releaseUnclaimed } from "../../src/domain/dispatch/dispatch.js";
-import { fakeDocker, optionOf, python, runLegacyDaemon, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { fakeDocker, optionOf, python, runLegacyDaemon, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
 
-let srv: TestServer;
-const daemons: Spawned[] = [];
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
+const daemons = killedAfterEach(() => clearMarketplace(srv));
 const api = () => client(srv.url);
-
-beforeAll(async () => {
-  srv = await startSelfServer({ SVC_JOB_SWEEP_MS: "60000" });
-});
-afterEach(async () => {
-  for (const d of daemons.splice(0)) {
-    d.kill("SIGKILL");
-    await d.exited;
-  }
-  await clearMarketplace(srv);
-});
-afterAll(() => srv?.close());
 
 const GPU1_UUID = "GPU-0b9d1e44-7a3c-11ee-b962-0242ac120002";
 

@@ -9,28 +9,17 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { dockerRunArgs, servePortOf } from "../../src/daemon/ts/executors/docker.js";
-import { fakeDocker, freePort, optionOf, python, runLegacyDaemon, startSelfServer, tempDir, waitFor, type FakeDocker, type Spawned } from "./helpers.js";
+import { fakeDocker, freePort, optionOf, python, runLegacyDaemon, killedAfterEach, tempDir, waitFor, type FakeDocker, type Spawned } from "./helpers.js";
 
-let srv: TestServer;
-const daemons: Spawned[] = [];
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 const engines: FakeDocker[] = [];
-const api = () => client(srv.url);
-const MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
-
-beforeAll(async () => {
-  srv = await startSelfServer({ SVC_JOB_SWEEP_MS: "60000" });
-});
-afterEach(async () => {
-  for (const d of daemons.splice(0)) {
-    d.kill("SIGKILL");
-    await d.exited;
-  }
+const daemons = killedAfterEach(async () => {
   // A container a failed test left would go on serving: its process is ended here.
   for (const docker of engines.splice(0)) {
     for (const c of docker.containers()) {
@@ -43,7 +32,8 @@ afterEach(async () => {
   }
   await clearMarketplace(srv);
 });
-afterAll(() => srv?.close());
+const api = () => client(srv.url);
+const MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
 
 /** The served daemon with a fake docker (or none), run until the test ends. */
 async function daemonFor(key: string, env: Record<string, string> = {}, withDocker = true) {

@@ -9,30 +9,18 @@
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { TestServer } from "../helpers/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { FIXTURES, runLegacyDaemon, startSelfServer, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { FIXTURES, runLegacyDaemon, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 
-let srv: TestServer;
-const daemons: Spawned[] = [];
+const srv = useTestServer({ SVC_DAEMON_MIN_VERSION: "3.1.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_JOB_SWEEP_MS: "60000" });
+const daemons = killedAfterEach(() => clearMarketplace(srv));
 const api = () => client(srv.url);
-
-beforeAll(async () => {
-  srv = await startSelfServer({ SVC_DAEMON_MIN_VERSION: "3.1.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_JOB_SWEEP_MS: "60000" });
-});
-afterEach(async () => {
-  for (const d of daemons.splice(0)) {
-    d.kill("SIGKILL");
-    await d.exited;
-  }
-  await clearMarketplace(srv);
-});
-afterAll(() => srv?.close());
 
 async function download(key: string): Promise<{ file: string; dir: string; text: string }> {
   const r = await api().get(`/api/providers/download/daemon?key=${key}`);
