@@ -110,6 +110,14 @@ export async function waitFor<T>(fn: () => Promise<T | undefined | null | false>
   }
 }
 
+/** A job's row once it has ended (completed, failed or cancelled), waited for up to 45 s. */
+export function endedJob(sql: Sql, jobId: string, what: string): Promise<Record<string, any>> {
+  return waitFor(async () => {
+    const [r] = await sql`SELECT * FROM jobs WHERE job_id = ${jobId}`;
+    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
+  }, 45_000, what);
+}
+
 export interface Spawned {
   output(): string;
   exited: Promise<number | null>;

@@ -15,7 +15,7 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { releaseUnclaimed } from "../../src/domain/dispatch/dispatch.js";
-import { fakeDocker, optionOf, python, runLegacyDaemon, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { fakeDocker, optionOf, python, runLegacyDaemon, endedJob, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
@@ -59,11 +59,7 @@ function gpuRunner() {
 }
 
 const job = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
-const ended = (jobId: string, what: string) =>
-  waitFor(async () => {
-    const r = await job(jobId);
-    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
-  }, 45_000, what);
+const ended = (jobId: string, what: string) => endedJob(srv.sql, jobId, what);
 const firstAttempt = async (jobId: string) =>
   (await srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1`)[0];
 

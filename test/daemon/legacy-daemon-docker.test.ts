@@ -13,7 +13,7 @@ import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { clearMarketplace } from "../helpers/isolation.js";
-import { fakeDocker, optionOf, python, runLegacyDaemon, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { fakeDocker, optionOf, python, runLegacyDaemon, endedJob, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 const daemons = killedAfterEach(() => clearMarketplace(srv));
@@ -32,11 +32,7 @@ async function daemonFor(key: string, env: Record<string, string> = {}) {
 }
 
 const job = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
-const ended = (jobId: string, what: string) =>
-  waitFor(async () => {
-    const r = await job(jobId);
-    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
-  }, 45_000, what);
+const ended = (jobId: string, what: string) => endedJob(srv.sql, jobId, what);
 
 const firstAttempt = (jobId: string, what: string) =>
   waitFor(async () => {

@@ -14,7 +14,7 @@ import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { FIXTURES, runLegacyDaemon, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { FIXTURES, runLegacyDaemon, endedJob, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { jobProcesses } from "./procs.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 
@@ -38,11 +38,7 @@ function run(file: string, dir: string, env: Record<string, string> = {}) {
 }
 
 const job = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
-const ended = (jobId: string, what: string) =>
-  waitFor(async () => {
-    const r = await job(jobId);
-    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
-  }, 45_000, what);
+const ended = (jobId: string, what: string) => endedJob(srv.sql, jobId, what);
 
 async function submit(renter: { headers: Record<string, string> }, params: Record<string, unknown>) {
   const r = await api().post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params }, renter.headers);

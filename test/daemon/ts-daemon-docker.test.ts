@@ -12,7 +12,7 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import fs from "node:fs";
 import path from "node:path";
-import { fakeDocker, FIXTURES, optionOf, tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { endedJob, fakeDocker, FIXTURES, optionOf, tempDir, waitFor, writeExecutable } from "./helpers.js";
 import { useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
@@ -31,11 +31,7 @@ async function dockerProvider() {
 
 const custom = (command: string[]) => ({ job_type: "custom_container", duration_minutes: 2, params: { command } });
 
-const ended = (jobId: string, what: string) =>
-  waitFor(async () => {
-    const r = await h.job(jobId);
-    return ["completed", "failed", "cancelled"].includes(r.status) ? r : undefined;
-  }, 45_000, what);
+const ended = (jobId: string, what: string) => endedJob(h.srv.sql, jobId, what);
 
 const firstAttempt = (jobId: string, what: string) =>
   waitFor(async () => {
