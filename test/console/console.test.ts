@@ -215,7 +215,8 @@ describe("web console", () => {
     await poll(() => page.getByTestId("approval").textContent()).toContain("approved");
     await poll(() => page.getByTestId("provider-status").textContent()).toContain("online");
     // What its daemon declared it runs: the built-in benchmark and its --runner type (no docker).
-    expect(await page.getByTestId("job-types").textContent()).toMatch(/benchmark, image_generation/);
+    // (the status page reloads every 5 s; the declaration is written a moment after its heartbeat)
+    await poll(() => page.getByTestId("job-types").textContent()).toMatch(/benchmark, image_generation/);
     // Telemetry charts fill from heartbeats sampled while the page is open.
     await page.getByRole("img", { name: "Temperature (°C)" }).waitFor({ timeout: STEP_MS });
     await shot(page, "provider-status");

@@ -138,7 +138,9 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     expect(a).toMatchObject({ status: "requeued", end_reason: "unsupported_on_provider", fault: "provider", cost_halala: 0 });
     expect(a.error).toMatch(/docker is not available/);
     expect(await h.job(r.job_id)).toMatchObject({ status: "queued", attempt: 2 });
-    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
+    // Its heartbeats' declaration is written by the batched telemetry flush, a moment after the beat.
+    const declared = await waitFor(async () => (await h.srv.sql`SELECT supported_job_types FROM providers WHERE id = ${p.id}`)[0].supported_job_types, 45_000, `declaration (${d.output()})`);
+    expect(declared).not.toContain("rendering");
     // What it declares now keeps such jobs away from it: a rendering submit finds no provider.
     expect((await h.api().post("/api/jobs/submit", { job_type: "rendering", duration_minutes: 1 }, renter.headers)).status).toBe(503);
 
