@@ -16,7 +16,7 @@ import {
   ServerMessageSchema,
 } from "../../gen/svc/v1/daemon_pb.js";
 import { recordDaemonEvent } from "../domain/providers/daemon-events.js";
-import { recordHeartbeat } from "../domain/providers/heartbeat.js";
+import { recordDeclaredJobTypes, recordHeartbeat } from "../domain/providers/heartbeat.js";
 import {
   appendLogs,
   assignedJobMessage,
@@ -233,6 +233,7 @@ class StreamSession {
     await recordTaskKeyCheck(sql, this.providerId, mismatch);
     // The daemon's attestation key: registered on first connect, checked against each result it signs.
     if (hello.providerKey) await registerProviderKey(sql, this.providerId, hello.providerKey).catch((err) => this.fail(err, "", "hello"));
+    await recordDeclaredJobTypes(this.deps, this.providerId, hello.supportedJobTypes);
     const provider = await providerById(sql, this.providerId);
     const settings = settingsOf(provider);
     this.lastSettings = JSON.stringify(settings);

@@ -133,6 +133,56 @@ describe("placement by declared job types", () => {
   });
 });
 
+describe("when a declaration takes effect", () => {
+  it("writes a steady beat that changes the declared types before answering it; one that keeps them waits for the flush", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const p = await declaring(["benchmark", "vllm_serve"]);
+    // Steady beat, same types, new hostname: answered from the cache, written by the flush.
+    expect((await beat(p.key, { supported_job_types: ["benchmark", "vllm_serve"], provider_hostname: "gpu-box-2" })).status).toBe(200);
+    const hostname = async () => (await srv.sql<{ hostname: string | null }[]>`SELECT hostname FROM providers WHERE id = ${p.id}`)[0].hostname;
+    expect(await hostname()).not.toBe("gpu-box-2");
+    // The daemon stops running vllm_serve: written before the answer, so no serving job is placed on it after it.
+    expect((await beat(p.key, { supported_job_types: ["benchmark"] })).status).toBe(200);
+    expect(await declared(p.id)).toEqual(["benchmark"]);
+    const serve = await submit(renter.headers, { job_type: "vllm_serve" });
+    expect(serve.status, serve.text).toBe(503);
+    // And back: a beat declaring nothing is written at once too.
+    expect((await beat(p.key)).status).toBe(200);
+    expect(await declared(p.id)).toBeNull();
+    await flushHeartbeats(srv);
+    expect(await declared(p.id)).toBeNull();
+  });
+
+  it("records what a stream daemon's hello declares before its welcome, before any heartbeat", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const p = await makeProvider(srv);
+    expect(await declared(p.id)).toBeNull();
+    const s = openStream(srv.port, p.key);
+    try {
+      s.send({ case: "hello", value: { daemonVersion: "5.2.1", gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }], supportedJobTypes: ["benchmark"] } });
+      await s.next("welcome");
+      expect(await declared(p.id)).toEqual(["benchmark"]);
+      const serve = await submit(renter.headers, { job_type: "vllm_serve" });
+      expect(serve.status, serve.text).toBe(503);
+      expect(serve.body.error).toMatch(/runs vllm_serve jobs/);
+      const bench = await submit(renter.headers, { job_type: "benchmark" });
+      expect(bench.body.job.provider_id).toBe(p.id);
+      expect((await s.next("job")).jobId).toBe(bench.body.job.job_id);
+    } finally {
+      s.cancel();
+    }
+    // A hello that declares nothing (an older daemon) leaves the list to its heartbeats.
+    const again = openStream(srv.port, p.key);
+    try {
+      again.send({ case: "hello", value: { daemonVersion: "5.1.0", gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
+      await again.next("welcome");
+      expect(await declared(p.id)).toEqual(["benchmark"]);
+    } finally {
+      again.cancel();
+    }
+  });
+});
+
 describe("a job pinned to a provider", () => {
   it("is refused with 503 naming the job type when the provider's daemon does not run it, holding nothing", async () => {
     const renter = await makeRenter(srv, 100_000);

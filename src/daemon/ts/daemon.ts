@@ -212,6 +212,8 @@ export class ProviderDaemon {
             // The server keeps a provider whose daemon would refuse its tasks out of dispatch.
             taskSigningKey: this.trustNextKey ? undefined : this.signingKey,
             providerKey: this.attestKey?.publicKey,
+            // Recorded before the welcome: no job of another type is placed here before the first beat.
+            supportedJobTypes: supportedJobTypes(this.cfg.executors),
           },
         },
       });

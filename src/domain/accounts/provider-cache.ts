@@ -19,6 +19,8 @@ export interface ProviderState {
   isPaused: boolean;
   preloadModel: string | null;
   daemonVersion: string | null;
+  /** The declared job types as jobTypesKey() writes them; null: none declared (every type). */
+  jobTypes: string | null;
   /** When the entry was read from (or written to) the database. */
   checkedAt: number;
 }

@@ -184,6 +184,7 @@ export interface StateRow {
   new_paused: boolean | null;
   new_preload: string | null;
   new_daemon_version: string | null;
+  new_job_types: string[] | null;
 }
 
 /**
@@ -213,12 +214,12 @@ export function writeStateRows(sql: Sql, entries: [number, BeatSpan][], skipLock
         updated_at = now()
       FROM v JOIN prev ON prev.id = v.id
       WHERE p.id = v.id AND prev.approval_status = 'approved' AND prev.status <> 'suspended'
-      RETURNING p.id, p.status, p.is_paused, p.preload_model, p.daemon_version, p.uptime_hour
+      RETURNING p.id, p.status, p.is_paused, p.preload_model, p.daemon_version, p.supported_job_types, p.uptime_hour
     ), done AS (
       ${finishedHours(sql, sql`SELECT prev.id, prev.uptime_hour AS old_hour, prev.uptime_hour_seconds AS old_seconds, upd.uptime_hour AS new_hour FROM prev JOIN upd ON upd.id = prev.id`)}
     )
     SELECT prev.id, prev.status, prev.approval_status, prev.rejection_reason, prev.suspended_reason, prev.reputation_due, prev.was_heard,
            upd.status AS new_status, upd.is_paused AS new_paused, upd.preload_model AS new_preload,
-           upd.daemon_version AS new_daemon_version
+           upd.daemon_version AS new_daemon_version, upd.supported_job_types AS new_job_types
     FROM prev LEFT JOIN upd ON upd.id = prev.id`;
 }

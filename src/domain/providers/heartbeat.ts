@@ -107,7 +107,7 @@ export function parseHeartbeatBody(body: JsonObject): HeartbeatInput {
     hostname: text(body.provider_hostname, 255),
     resourceSpecJson: objectJson(body.resource_spec),
     // Every beat states it: absent or unreadable declares nothing (any job type), as a daemon older than the field.
-    supportedJobTypes: names(body.supported_job_types, MAX_JOB_TYPES, MAX_JOB_TYPE_CHARS) ?? [],
+    supportedJobTypes: declaredJobTypes(body.supported_job_types),
   };
 }
 
@@ -143,6 +143,19 @@ function steady(s: ProviderState): boolean {
   return s.approvalStatus === "approved" && ((s.status === "online" && !s.isPaused) || (s.status === "paused" && s.isPaused));
 }
 
+/** A declared job-type list as the cache keeps it; null when none is declared (every type). */
+export const jobTypesKey = (types: readonly string[] | null | undefined): string | null => (types && types.length > 0 ? JSON.stringify(types) : null);
+
+/** A job-type list as a daemon declares it (a heartbeat's supported_job_types, a stream's hello), bounded. */
+export const declaredJobTypes = (v: unknown): string[] => names(v, MAX_JOB_TYPES, MAX_JOB_TYPE_CHARS) ?? [];
+
+/**
+ * Whether a steady beat leaves the provider's declared job types as they are. One that changes
+ * them is written before it is answered, as a state change: placement reads them, and a
+ * telemetry flush could leave a job of a type the daemon no longer runs placed on it meanwhile.
+ */
+const sameJobTypes = (s: ProviderState, input: HeartbeatInput) => input.supportedJobTypes === undefined || jobTypesKey(input.supportedJobTypes) === s.jobTypes;
+
 /** The state a written state-changing beat left (new_status set). */
 function stateOf(row: StateRow, now: number): ProviderState {
   return {
@@ -151,6 +164,7 @@ function stateOf(row: StateRow, now: number): ProviderState {
     isPaused: !!row.new_paused,
     preloadModel: row.new_preload,
     daemonVersion: row.new_daemon_version,
+    jobTypes: jobTypesKey(row.new_job_types),
     checkedAt: now,
   };
 }
@@ -189,7 +203,7 @@ export class HeartbeatPipeline {
     // one primary-key read tells whether this beat changes anything. Unless
     // its state was announced changed: the state-changing write reads it.
     if (!cached && !this.stopped && !this.cache.changed(providerId, now)) cached = await this.load(providerId, now);
-    if (cached && steady(cached)) {
+    if (cached && steady(cached) && sameJobTypes(cached, input)) {
       this.enqueue(providerId, now, input);
       if (cached.preloadModel && input.cachedModels?.includes(cached.preloadModel)) cached.preloadModel = null;
       if (input.daemonVersion) cached.daemonVersion = input.daemonVersion;
@@ -206,9 +220,12 @@ export class HeartbeatPipeline {
    */
   private async load(providerId: number, now: number): Promise<ProviderState | undefined> {
     const [row] = await this.deps.sql<
-      { approval_status: string; status: string; is_paused: boolean; preload_model: string | null; daemon_version: string | null; heard: boolean }[]
+      {
+        approval_status: string; status: string; is_paused: boolean; preload_model: string | null; daemon_version: string | null;
+        supported_job_types: string[] | null; heard: boolean;
+      }[]
     >`
-      SELECT approval_status, status, is_paused, preload_model, daemon_version,
+      SELECT approval_status, status, is_paused, preload_model, daemon_version, supported_job_types,
              coalesce(last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}), false) AS heard
       FROM providers WHERE id = ${providerId}`;
     if (!row || !row.heard) return undefined;
@@ -218,10 +235,23 @@ export class HeartbeatPipeline {
       isPaused: row.is_paused,
       preloadModel: row.preload_model,
       daemonVersion: row.daemon_version,
+      jobTypes: jobTypesKey(row.supported_job_types),
       checkedAt: now,
     };
     if (steady(state)) this.cache.set(providerId, state);
     return state;
+  }
+
+  /**
+   * The job types a daemon declared on connecting (a stream's hello): written at once, so that
+   * placement reads them before the daemon's first heartbeat. An empty list says nothing (a daemon
+   * that declares none says so in its heartbeats).
+   */
+  async declareJobTypes(providerId: number, types: string[]): Promise<void> {
+    if (types.length === 0) return;
+    await this.deps.sql`UPDATE providers SET supported_job_types = ${types}::text[] WHERE id = ${providerId}`;
+    const cached = this.cache.get(providerId);
+    if (cached) cached.jobTypes = jobTypesKey(types);
   }
 
   /** A beat that changes state: written with its group (state-beats.ts), answered after the commit. */
@@ -367,6 +397,11 @@ export function heartbeatPipeline(deps: HeartbeatDeps): HeartbeatPipeline {
   let p = pipelines.get(deps.sql);
   if (!p) pipelines.set(deps.sql, (p = new HeartbeatPipeline(deps)));
   return p;
+}
+
+/** A stream daemon's hello declared its job types: see HeartbeatPipeline.declareJobTypes. */
+export function recordDeclaredJobTypes(deps: HeartbeatDeps, providerId: number, types: readonly string[]): Promise<void> {
+  return heartbeatPipeline(deps).declareJobTypes(providerId, declaredJobTypes(types));
 }
 
 /**
