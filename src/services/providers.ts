@@ -31,6 +31,10 @@ import {
 import { reusedFor } from "../domain/shared/reuse.js";
 import { notFound, or500 } from "../errors.js";
 import { callerProviderId, type Deps } from "./deps.js";
+import { rotateKeys } from "../domain/accounts/key-rotation.js";
+
+/** The installer of a key (register and rotate-key answer it): the spec's path, the key in its query. */
+const installerPath = (apiKey: string, os: string) => `/api/providers/installer?key=${encodeURIComponent(apiKey)}&os=${encodeURIComponent(os)}`;
 
 /** available-providers answers at most this many per page. */
 const AVAILABLE_PAGE_MAX = 1000;
@@ -57,7 +61,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
         success: true,
         providerId: BigInt(id),
         apiKey,
-        installerUrl: `/api/providers/installer?key=${encodeURIComponent(apiKey)}&os=${os}`,
+        installerUrl: installerPath(apiKey, os),
         message: "Provider registered. Save your API key now: it is shown only once. Your account awaits admin approval.",
       };
     },
@@ -153,6 +157,22 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
           vramReserveGb: prefs.vram_reserve_gb,
           tempLimitC: prefs.temp_limit_c,
         },
+      };
+    },
+
+    async rotateKey(_req, ctx) {
+      const id = callerProviderId(ctx);
+      const apiKey = await sql.begin((tx) => rotateKeys(tx, "provider", id));
+      const provider = await providerById(sql, id);
+      log.info({ providerId: id }, "provider key rotated");
+      return {
+        success: true,
+        message:
+          "API key rotated. Every earlier key of this provider stopped working and its daemon was disconnected: " +
+          "run the installer again (or restart the daemon with the new key). Save this key now: it is shown only once.",
+        apiKey,
+        providerId: BigInt(id),
+        installerUrl: installerPath(apiKey, provider.os),
       };
     },
 

@@ -255,6 +255,19 @@ describe("web console", () => {
     expect(await page.locator("pre.cmd").first().textContent()).not.toContain(shared.providerKey);
     await page.getByRole("button", { name: "Show key" }).click();
     expect(await page.locator("pre.cmd").first().textContent()).toContain(shared.providerKey);
+
+    // Key rotation (a leaked key): the old key stops at once, the console goes on with the new one,
+    // and the install commands carry it.
+    await page.getByRole("link", { name: "Settings" }).click();
+    await page.getByRole("button", { name: "Rotate key…" }).click();
+    await page.getByRole("button", { name: "Yes, rotate my key" }).click();
+    const rotated = await page.getByLabel("Your new API key (shown once)").inputValue();
+    expect(rotated).toMatch(/^svc-provider-/);
+    expect(rotated).not.toBe(shared.providerKey);
+    expect((await client(h.srv.url).get("/api/providers/me", { "x-provider-key": shared.providerKey })).status).not.toBe(200);
+    await page.getByRole("link", { name: "Install", exact: true }).first().click();
+    await page.getByRole("button", { name: "Show key" }).click();
+    expect(await page.locator("pre.cmd").first().textContent()).toContain(rotated);
     assertNoProblems(page);
   }, 120_000);
 

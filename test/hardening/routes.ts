@@ -55,6 +55,7 @@ export const MATRIX: Record<string, Entry> = {
   "POST /api/providers/pause": SELF,
   "POST /api/providers/resume": SELF,
   "POST /api/providers/preferences": SELF,
+  "POST /api/providers/rotate-key": { owner: "self", fresh: true },
   "GET /api/providers/status/{api_key}": SELF,
   "GET /api/renters/available-providers": PUBLIC,
   "GET /api/providers/marketplace": PUBLIC,

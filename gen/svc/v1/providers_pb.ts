@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file svc/v1/providers.proto.
  */
 export const file_svc_v1_providers: GenFile = /*@__PURE__*/
-  fileDesc("ChZzdmMvdjEvcHJvdmlkZXJzLnByb3RvEgZzdmMudjEiugEKF1JlZ2lzdGVyUHJvdmlkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFZW1haWwYAiABKAkSEQoJZ3B1X21vZGVsGAMgASgJEgoKAm9zGAQgASgJEhIKBXBob25lGAUgASgJSACIAQESMwoNcmVzb3VyY2Vfc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAYgBAUIICgZfcGhvbmVCEAoOX3Jlc291cmNlX3NwZWMieQoYUmVnaXN0ZXJQcm92aWRlclJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEwoLcHJvdmlkZXJfaWQYAiABKAMSDwoHYXBpX2tleRgDIAEoCRIVCg1pbnN0YWxsZXJfdXJsGAQgASgJEg8KB21lc3NhZ2UYBSABKAkiRgoZUHJvdmlkZXJMb2dpbkVtYWlsUmVxdWVzdBINCgVlbWFpbBgBIAEoCRIRCgRjb2RlGAIgASgJSACIAQFCBwoFX2NvZGUiXQoPUHJvdmlkZXJTdW1tYXJ5EgoKAmlkGAEgASgDEgwKBG5hbWUYAiABKAkSDQoFZW1haWwYAyABKAkSEQoJZ3B1X21vZGVsGAQgASgJEg4KBnN0YXR1cxgFIAEoCSLJAQoaUHJvdmlkZXJMb2dpbkVtYWlsUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIUCgdhcGlfa2V5GAIgASgJSACIAQESLgoIcHJvdmlkZXIYAyABKAsyFy5zdmMudjEuUHJvdmlkZXJTdW1tYXJ5SAGIAQESFAoHbWVzc2FnZRgEIAEoCUgCiAEBEhkKC3N0YXR1c19jb2RlGAUgASgFQgTw8xgBQgoKCF9hcGlfa2V5QgsKCV9wcm92aWRlckIKCghfbWVzc2FnZSIWChRHZXRQcm92aWRlck1lUmVxdWVzdCJmChVHZXRQcm92aWRlck1lUmVzcG9uc2USKwoIcHJvdmlkZXIYASABKAsyGS5zdmMudjEuUHJvdmlkZXJEYXNoYm9hcmQSIAoLcmVjZW50X2pvYnMYAiADKAsyCy5zdmMudjEuSm9iIsMDChBIZWFydGJlYXRSZXF1ZXN0EjAKCmdwdV9zdGF0dXMYASABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWVCBID0GAESEwoGdXB0aW1lGAIgASgBSACIAQESHgoLcHJvdmlkZXJfaXAYAyABKAlCBID0GAFIAYgBARIkChFwcm92aWRlcl9ob3N0bmFtZRgEIAEoCUIEgPQYAUgCiAEBEhsKDWNhY2hlZF9tb2RlbHMYBSADKAlCBID0GAESOQoNcmVzb3VyY2Vfc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCBID0GAFIA4gBARIhCg5kYWVtb25fdmVyc2lvbhgHIAEoCUIEgPQYAUgEiAEBEiEKE3N1cHBvcnRlZF9qb2JfdHlwZXMYCCADKAlCBID0GAESLgoDcmF3GBQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEII6PMYAYD0GAFCCQoHX3VwdGltZUIOCgxfcHJvdmlkZXJfaXBCFAoSX3Byb3ZpZGVyX2hvc3RuYW1lQhAKDl9yZXNvdXJjZV9zcGVjQhEKD19kYWVtb25fdmVyc2lvbiLKAgoJR3B1U3RhdHVzEhAKCGdwdV9uYW1lGAEgASgJEhQKDGdwdV92cmFtX21pYhgCIAEoAxIWCg5kcml2ZXJfdmVyc2lvbhgDIAEoCRIUCgxncHVfdXRpbF9wY3QYBCABKAESDgoGdGVtcF9jGAUgASgBEg8KB3Bvd2VyX3cYBiABKAESFQoNZnJlZV92cmFtX21pYhgHIAEoAxIWCg5kYWVtb25fdmVyc2lvbhgIIAEoCRIWCg5weXRob25fdmVyc2lvbhgJIAEoCRIPCgdvc19pbmZvGAogASgJEhoKEmNvbXB1dGVfY2FwYWJpbGl0eRgLIAEoCRIUCgxjdWRhX3ZlcnNpb24YDCABKAkSEQoJZ3B1X2NvdW50GA0gASgDEikKCGFsbF9ncHVzGA4gAygLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIyCgxQcmVsb2FkTW9kZWwSEgoKbW9kZWxfbmFtZRgBIAEoCRIOCgZzdGF0dXMYAiABKAkiqgIKEUhlYXJ0YmVhdFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSDwoHbWVzc2FnZRgCIAEoCRIRCgl0aW1lc3RhbXAYAyABKAkSGAoQdXBkYXRlX2F2YWlsYWJsZRgEIAEoCBIUCgxuZWVkc191cGRhdGUYBSABKAgSFgoObGF0ZXN0X3ZlcnNpb24YBiABKAkSEwoLbWluX3ZlcnNpb24YByABKAkSFwoPYXBwcm92YWxfc3RhdHVzGAggASgJEhAKCGFwcHJvdmVkGAkgASgIEjYKDXByZWxvYWRfbW9kZWwYCiABKAsyFC5zdmMudjEuUHJlbG9hZE1vZGVsQgTI8xgBSACIAQESDgoGcGF1c2VkGAsgASgIQhAKDl9wcmVsb2FkX21vZGVsIq4DChJEYWVtb25FdmVudFJlcXVlc3QSGAoKZXZlbnRfdHlwZRgBIAEoCUIEgPQYARIVCghzZXZlcml0eRgCIAEoCUgAiAEBEiEKDmRhZW1vbl92ZXJzaW9uGAMgASgJQgSA9BgBSAGIAQESFgoJdGltZXN0YW1wGAQgASgJSAKIAQESGwoIaG9zdG5hbWUYBSABKAlCBID0GAFIA4gBARIaCgdvc19pbmZvGAYgASgJQgSA9BgBSASIAQESIQoOcHl0aG9uX3ZlcnNpb24YByABKAlCBID0GAFIBYgBARIaCgdkZXRhaWxzGAggASgJQgSA9BgBSAaIAQESEwoGam9iX2lkGAkgASgJSAeIAQESLgoDcmF3GBQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEII6PMYAYD0GAFCCwoJX3NldmVyaXR5QhEKD19kYWVtb25fdmVyc2lvbkIMCgpfdGltZXN0YW1wQgsKCV9ob3N0bmFtZUIKCghfb3NfaW5mb0IRCg9fcHl0aG9uX3ZlcnNpb25CCgoIX2RldGFpbHNCCQoHX2pvYl9pZCJPChNEYWVtb25FdmVudFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEgoKZXZlbnRfdHlwZRgCIAEoCRITCgtwcm92aWRlcl9pZBgDIAEoAyKRAQoPUmVhZGluZXNzQ2hlY2tzEhEKBGN1ZGEYASABKAhIAIgBARIUCgdweXRvcmNoGAIgASgISAGIAQESFAoHdnJhbV9nYhgDIAEoAUgCiAEBEhMKBmRyaXZlchgEIAEoCUgDiAEBQgcKBV9jdWRhQgoKCF9weXRvcmNoQgoKCF92cmFtX2diQgkKB19kcml2ZXIilwEKEFJlYWRpbmVzc1JlcXVlc3QSGwoOZGFlbW9uX3ZlcnNpb24YASABKAlIAIgBARInCgZjaGVja3MYAiABKAsyFy5zdmMudjEuUmVhZGluZXNzQ2hlY2tzEhkKDHRhc2tfc2lnbmluZxgDIAEoCUgBiAEBQhEKD19kYWVtb25fdmVyc2lvbkIPCg1fdGFza19zaWduaW5nImcKEVJlYWRpbmVzc1Jlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSGAoQcmVhZGluZXNzX3N0YXR1cxgCIAEoCRInCgZjaGVja3MYAyABKAsyFy5zdmMudjEuUmVhZGluZXNzQ2hlY2tzIg4KDFBhdXNlUmVxdWVzdCIPCg1SZXN1bWVSZXF1ZXN0IjAKDVBhdXNlUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIOCgZzdGF0dXMYAiABKAkirwIKFVNldFByZWZlcmVuY2VzUmVxdWVzdBIVCghydW5fbW9kZRgBIAEoCUgAiAEBEhwKD3NjaGVkdWxlZF9zdGFydBgCIAEoCUgBiAEBEhoKDXNjaGVkdWxlZF9lbmQYAyABKAlIAogBARIeChFncHVfdXNhZ2VfY2FwX3BjdBgEIAEoBUgDiAEBEhwKD3ZyYW1fcmVzZXJ2ZV9nYhgFIAEoAUgEiAEBEhkKDHRlbXBfbGltaXRfYxgGIAEoBUgFiAEBQgsKCV9ydW5fbW9kZUISChBfc2NoZWR1bGVkX3N0YXJ0QhAKDl9zY2hlZHVsZWRfZW5kQhQKEl9ncHVfdXNhZ2VfY2FwX3BjdEISChBfdnJhbV9yZXNlcnZlX2diQg8KDV90ZW1wX2xpbWl0X2Mi3QEKE1Byb3ZpZGVyUHJlZmVyZW5jZXMSEAoIcnVuX21vZGUYASABKAkSIgoPc2NoZWR1bGVkX3N0YXJ0GAIgASgJQgTI8xgBSACIAQESIAoNc2NoZWR1bGVkX2VuZBgDIAEoCUIEyPMYAUgBiAEBEhkKEWdwdV91c2FnZV9jYXBfcGN0GAQgASgFEhcKD3ZyYW1fcmVzZXJ2ZV9nYhgFIAEoARIUCgx0ZW1wX2xpbWl0X2MYBiABKAVCEgoQX3NjaGVkdWxlZF9zdGFydEIQCg5fc2NoZWR1bGVkX2VuZCJbChZTZXRQcmVmZXJlbmNlc1Jlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSMAoLcHJlZmVyZW5jZXMYAiABKAsyGy5zdmMudjEuUHJvdmlkZXJQcmVmZXJlbmNlcyIrChhHZXRQcm92aWRlclN0YXR1c1JlcXVlc3QSDwoHYXBpX2tleRgBIAEoCSKQAwoZR2V0UHJvdmlkZXJTdGF0dXNSZXNwb25zZRITCgtwcm92aWRlcl9pZBgBIAEoAxIMCgRuYW1lGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIRCglncHVfbW9kZWwYBCABKAkSIQoObGFzdF9oZWFydGJlYXQYBSABKAlCBMjzGAFIAIgBARIWCg50b3RhbF9lYXJuaW5ncxgGIAEoARISCgp0b3RhbF9qb2JzGAcgASgDEhYKDnVwdGltZV9wZXJjZW50GAggASgBEg8KB2lzX2xpdmUYCSABKAgSFwoPYXBwcm92YWxfc3RhdHVzGAogASgJEhEKCWlzX3BhdXNlZBgLIAEoCBIkChFyZWxpYWJpbGl0eV9zY29yZRgMIAEoAUIEyPMYAUgBiAEBEiQKEXRhc2tfa2V5X21pc21hdGNoGA0gASgJQgTI8xgBSAKIAQFCEQoPX2xhc3RfaGVhcnRiZWF0QhQKEl9yZWxpYWJpbGl0eV9zY29yZUIUChJfdGFza19rZXlfbWlzbWF0Y2giXQodTGlzdEF2YWlsYWJsZVByb3ZpZGVyc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBAUIICgZfbGltaXRCCQoHX29mZnNldCKmBAoRQXZhaWxhYmxlUHJvdmlkZXISCgoCaWQYASABKAMSDAoEbmFtZRgCIAEoCRIRCglncHVfbW9kZWwYAyABKAkSDwoHdnJhbV9nYhgEIAEoAxIQCgh2cmFtX21pYhgFIAEoAxIRCglncHVfY291bnQYBiABKAMSIQoOZHJpdmVyX3ZlcnNpb24YByABKAlCBMjzGAFIAIgBARIlChJjb21wdXRlX2NhcGFiaWxpdHkYCCABKAlCBMjzGAFIAYgBARIfCgxjdWRhX3ZlcnNpb24YCSABKAlCBMjzGAFIAogBARIOCgZzdGF0dXMYCiABKAkSDwoHaXNfbGl2ZRgLIAEoCBIbCghsb2NhdGlvbhgMIAEoCUIEyPMYAUgDiAEBEiQKEXJlbGlhYmlsaXR5X3Njb3JlGA0gASgBQgTI8xgBSASIAQESFQoNY2FjaGVkX21vZGVscxgOIAMoCRIYChBkaXNjb3Zlcnlfc291cmNlGA8gASgJEiAKDWRpc2NvdmVyZWRfYXQYECABKAlCBMjzGAFIBYgBARINCgVhZGRycxgRIAMoCRINCgVzdGFsZRgSIAEoCEIRCg9fZHJpdmVyX3ZlcnNpb25CFQoTX2NvbXB1dGVfY2FwYWJpbGl0eUIPCg1fY3VkYV92ZXJzaW9uQgsKCV9sb2NhdGlvbkIUChJfcmVsaWFiaWxpdHlfc2NvcmVCEAoOX2Rpc2NvdmVyZWRfYXQibAoPRGlzY292ZXJ5SGVhbHRoEgwKBG1vZGUYASABKAkSDwoHZW5hYmxlZBgCIAEoCBIcChRhbm5vdW5jZW1lbnRfZW5hYmxlZBgDIAEoCBIcChRib290c3RyYXBfY29uZmlndXJlZBgEIAEoCCKoAQoeTGlzdEF2YWlsYWJsZVByb3ZpZGVyc1Jlc3BvbnNlEiwKCXByb3ZpZGVycxgBIAMoCzIZLnN2Yy52MS5BdmFpbGFibGVQcm92aWRlchINCgV0b3RhbBgCIAEoAxIWCg5kaXNjb3ZlcnlfbW9kZRgDIAEoCRIxChBkaXNjb3ZlcnlfaGVhbHRoGAQgASgLMhcuc3ZjLnYxLkRpc2NvdmVyeUhlYWx0aCIXChVHZXRNYXJrZXRwbGFjZVJlcXVlc3QikwEKDk1hcmtldHBsYWNlR3B1EhEKCWdwdV9tb2RlbBgBIAEoCRIYChBwcm92aWRlcnNfb25saW5lGAIgASgDEhcKD3Byb3ZpZGVyc190b3RhbBgDIAEoAxIQCgh2cmFtX21pYhgEIAEoAxIYChBncHVfY291bnRfb25saW5lGAUgASgDEg8KB3ZyYW1fZ2IYBiABKAMiOwoHSm9iUmF0ZRIQCghqb2JfdHlwZRgBIAEoCRIeChZyYXRlX2hhbGFsYV9wZXJfbWludXRlGAIgASgDIqMBChZHZXRNYXJrZXRwbGFjZVJlc3BvbnNlEiQKBGdwdXMYASADKAsyFi5zdmMudjEuTWFya2V0cGxhY2VHcHUSGAoQcHJvdmlkZXJzX29ubGluZRgCIAEoAxITCgtncHVzX29ubGluZRgDIAEoAxIeCgVyYXRlcxgEIAMoCzIPLnN2Yy52MS5Kb2JSYXRlEhQKDGdlbmVyYXRlZF9hdBgFIAEoCSIXChVHZXRTZXR1cFNjcmlwdFJlcXVlc3QiIwoPRG93bmxvYWRSZXF1ZXN0EhAKCHBsYXRmb3JtGAEgASgJIiIKFERvd25sb2FkU2V0dXBSZXF1ZXN0EgoKAm9zGAEgASgJIisKFURvd25sb2FkRGFlbW9uUmVxdWVzdBISCgpjaGVja19vbmx5GAEgASgJIhsKGURvd25sb2FkV2luZG93c0V4ZVJlcXVlc3QiIQoTR2V0SW5zdGFsbGVyUmVxdWVzdBIKCgJvcxgBIAEoCTLMCwoPUHJvdmlkZXJTZXJ2aWNlEooBCghSZWdpc3RlchIfLnN2Yy52MS5SZWdpc3RlclByb3ZpZGVyUmVxdWVzdBogLnN2Yy52MS5SZWdpc3RlclByb3ZpZGVyUmVzcG9uc2UiO8LzGDcKHwoEUE9TVBIXL2FwaS9wcm92aWRlcnMvcmVnaXN0ZXIaAQEiEXByb3ZpZGVyX3JlZ2lzdGVyEoABCgpMb2dpbkVtYWlsEiEuc3ZjLnYxLlByb3ZpZGVyTG9naW5FbWFpbFJlcXVlc3QaIi5zdmMudjEuUHJvdmlkZXJMb2dpbkVtYWlsUmVzcG9uc2UiK8LzGCcKIgoEUE9TVBIaL2FwaS9wcm92aWRlcnMvbG9naW4tZW1haWwaAQESaQoFR2V0TWUSHC5zdmMudjEuR2V0UHJvdmlkZXJNZVJlcXVlc3QaHS5zdmMudjEuR2V0UHJvdmlkZXJNZVJlc3BvbnNlIiPC8xgfChgKA0dFVBIRL2FwaS9wcm92aWRlcnMvbWUaAQIwARJ5CglIZWFydGJlYXQSGC5zdmMudjEuSGVhcnRiZWF0UmVxdWVzdBoZLnN2Yy52MS5IZWFydGJlYXRSZXNwb25zZSI3wvMYMwogCgRQT1NUEhgvYXBpL3Byb3ZpZGVycy9oZWFydGJlYXQaAQIiCWhlYXJ0YmVhdCiAAhJ3CgtEYWVtb25FdmVudBIaLnN2Yy52MS5EYWVtb25FdmVudFJlcXVlc3QaGy5zdmMudjEuRGFlbW9uRXZlbnRSZXNwb25zZSIvwvMYKwojCgRQT1NUEhsvYXBpL3Byb3ZpZGVycy9kYWVtb24tZXZlbnQaAQIogAgSawoJUmVhZGluZXNzEhguc3ZjLnYxLlJlYWRpbmVzc1JlcXVlc3QaGS5zdmMudjEuUmVhZGluZXNzUmVzcG9uc2UiKcLzGCUKIAoEUE9TVBIYL2FwaS9wcm92aWRlcnMvcmVhZGluZXNzGgECElsKBVBhdXNlEhQuc3ZjLnYxLlBhdXNlUmVxdWVzdBoVLnN2Yy52MS5QYXVzZVJlc3BvbnNlIiXC8xghChwKBFBPU1QSFC9hcGkvcHJvdmlkZXJzL3BhdXNlGgECEl4KBlJlc3VtZRIVLnN2Yy52MS5SZXN1bWVSZXF1ZXN0GhUuc3ZjLnYxLlBhdXNlUmVzcG9uc2UiJsLzGCIKHQoEUE9TVBIVL2FwaS9wcm92aWRlcnMvcmVzdW1lGgECEnwKDlNldFByZWZlcmVuY2VzEh0uc3ZjLnYxLlNldFByZWZlcmVuY2VzUmVxdWVzdBoeLnN2Yy52MS5TZXRQcmVmZXJlbmNlc1Jlc3BvbnNlIivC8xgnCiIKBFBPU1QSGi9hcGkvcHJvdmlkZXJzL3ByZWZlcmVuY2VzGgECEoMBCglHZXRTdGF0dXMSIC5zdmMudjEuR2V0UHJvdmlkZXJTdGF0dXNSZXF1ZXN0GiEuc3ZjLnYxLkdldFByb3ZpZGVyU3RhdHVzUmVzcG9uc2UiMcLzGC0KJgoDR0VUEh8vYXBpL3Byb3ZpZGVycy9zdGF0dXMve2FwaV9rZXl9GgECMAESkAEKDUxpc3RBdmFpbGFibGUSJS5zdmMudjEuTGlzdEF2YWlsYWJsZVByb3ZpZGVyc1JlcXVlc3QaJi5zdmMudjEuTGlzdEF2YWlsYWJsZVByb3ZpZGVyc1Jlc3BvbnNlIjDC8xgsCicKA0dFVBIgL2FwaS9yZW50ZXJzL2F2YWlsYWJsZS1wcm92aWRlcnMaAQESiAEKDkdldE1hcmtldHBsYWNlEh0uc3ZjLnYxLkdldE1hcmtldHBsYWNlUmVxdWVzdBoeLnN2Yy52MS5HZXRNYXJrZXRwbGFjZVJlc3BvbnNlIjfC8xgzCiEKA0dFVBIaL2FwaS9wcm92aWRlcnMvbWFya2V0cGxhY2UaAQEiC21hcmtldHBsYWNlMp8GChdQcm92aWRlckRvd25sb2FkU2VydmljZRJmCg5HZXRTZXR1cFNjcmlwdBIdLnN2Yy52MS5HZXRTZXR1cFNjcmlwdFJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSIkwvMYIAobCgNHRVQSFC9hcGkvcHJvdmlkZXJzL3NldHVwGgECEnUKFUdldFNldHVwV2luZG93c1NjcmlwdBIdLnN2Yy52MS5HZXRTZXR1cFNjcmlwdFJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSIswvMYKAojCgNHRVQSHC9hcGkvcHJvdmlkZXJzL3NldHVwLXdpbmRvd3MaAQISXQoIRG93bmxvYWQSFy5zdmMudjEuRG93bmxvYWRSZXF1ZXN0Gg8uc3ZjLnYxLlJhd0JvZHkiJ8LzGCMKHgoDR0VUEhcvYXBpL3Byb3ZpZGVycy9kb3dubG9hZBoBAhJtCg1Eb3dubG9hZFNldHVwEhwuc3ZjLnYxLkRvd25sb2FkU2V0dXBSZXF1ZXN0Gg8uc3ZjLnYxLlJhd0JvZHkiLcLzGCkKJAoDR0VUEh0vYXBpL3Byb3ZpZGVycy9kb3dubG9hZC9zZXR1cBoBAhJwCg5Eb3dubG9hZERhZW1vbhIdLnN2Yy52MS5Eb3dubG9hZERhZW1vblJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSIuwvMYKgolCgNHRVQSHi9hcGkvcHJvdmlkZXJzL2Rvd25sb2FkL2RhZW1vbhoBAhJ9ChJEb3dubG9hZFdpbmRvd3NFeGUSIS5zdmMudjEuRG93bmxvYWRXaW5kb3dzRXhlUmVxdWVzdBoPLnN2Yy52MS5SYXdCb2R5IjPC8xgvCioKA0dFVBIjL2FwaS9wcm92aWRlcnMvZG93bmxvYWQtd2luZG93cy1leGUaAQESZgoMR2V0SW5zdGFsbGVyEhsuc3ZjLnYxLkdldEluc3RhbGxlclJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSIowvMYJAofCgNHRVQSGC9hcGkvcHJvdmlkZXJzL2luc3RhbGxlchoBAmIGcHJvdG8z", [file_google_protobuf_struct, file_svc_v1_models, file_svc_v1_options]);
+  fileDesc("ChZzdmMvdjEvcHJvdmlkZXJzLnByb3RvEgZzdmMudjEiugEKF1JlZ2lzdGVyUHJvdmlkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFZW1haWwYAiABKAkSEQoJZ3B1X21vZGVsGAMgASgJEgoKAm9zGAQgASgJEhIKBXBob25lGAUgASgJSACIAQESMwoNcmVzb3VyY2Vfc3BlYxgGIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RIAYgBAUIICgZfcGhvbmVCEAoOX3Jlc291cmNlX3NwZWMieQoYUmVnaXN0ZXJQcm92aWRlclJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEwoLcHJvdmlkZXJfaWQYAiABKAMSDwoHYXBpX2tleRgDIAEoCRIVCg1pbnN0YWxsZXJfdXJsGAQgASgJEg8KB21lc3NhZ2UYBSABKAkiGgoYUm90YXRlUHJvdmlkZXJLZXlSZXF1ZXN0InoKGVJvdGF0ZVByb3ZpZGVyS2V5UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIPCgdtZXNzYWdlGAIgASgJEg8KB2FwaV9rZXkYAyABKAkSEwoLcHJvdmlkZXJfaWQYBCABKAMSFQoNaW5zdGFsbGVyX3VybBgFIAEoCSJGChlQcm92aWRlckxvZ2luRW1haWxSZXF1ZXN0Eg0KBWVtYWlsGAEgASgJEhEKBGNvZGUYAiABKAlIAIgBAUIHCgVfY29kZSJdCg9Qcm92aWRlclN1bW1hcnkSCgoCaWQYASABKAMSDAoEbmFtZRgCIAEoCRINCgVlbWFpbBgDIAEoCRIRCglncHVfbW9kZWwYBCABKAkSDgoGc3RhdHVzGAUgASgJIskBChpQcm92aWRlckxvZ2luRW1haWxSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhQKB2FwaV9rZXkYAiABKAlIAIgBARIuCghwcm92aWRlchgDIAEoCzIXLnN2Yy52MS5Qcm92aWRlclN1bW1hcnlIAYgBARIUCgdtZXNzYWdlGAQgASgJSAKIAQESGQoLc3RhdHVzX2NvZGUYBSABKAVCBPDzGAFCCgoIX2FwaV9rZXlCCwoJX3Byb3ZpZGVyQgoKCF9tZXNzYWdlIhYKFEdldFByb3ZpZGVyTWVSZXF1ZXN0ImYKFUdldFByb3ZpZGVyTWVSZXNwb25zZRIrCghwcm92aWRlchgBIAEoCzIZLnN2Yy52MS5Qcm92aWRlckRhc2hib2FyZBIgCgtyZWNlbnRfam9icxgCIAMoCzILLnN2Yy52MS5Kb2IiwwMKEEhlYXJ0YmVhdFJlcXVlc3QSMAoKZ3B1X3N0YXR1cxgBIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUIEgPQYARITCgZ1cHRpbWUYAiABKAFIAIgBARIeCgtwcm92aWRlcl9pcBgDIAEoCUIEgPQYAUgBiAEBEiQKEXByb3ZpZGVyX2hvc3RuYW1lGAQgASgJQgSA9BgBSAKIAQESGwoNY2FjaGVkX21vZGVscxgFIAMoCUIEgPQYARI5Cg1yZXNvdXJjZV9zcGVjGAYgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIEgPQYAUgDiAEBEiEKDmRhZW1vbl92ZXJzaW9uGAcgASgJQgSA9BgBSASIAQESIQoTc3VwcG9ydGVkX2pvYl90eXBlcxgIIAMoCUIEgPQYARIuCgNyYXcYFCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qgjo8xgBgPQYAUIJCgdfdXB0aW1lQg4KDF9wcm92aWRlcl9pcEIUChJfcHJvdmlkZXJfaG9zdG5hbWVCEAoOX3Jlc291cmNlX3NwZWNCEQoPX2RhZW1vbl92ZXJzaW9uIsoCCglHcHVTdGF0dXMSEAoIZ3B1X25hbWUYASABKAkSFAoMZ3B1X3ZyYW1fbWliGAIgASgDEhYKDmRyaXZlcl92ZXJzaW9uGAMgASgJEhQKDGdwdV91dGlsX3BjdBgEIAEoARIOCgZ0ZW1wX2MYBSABKAESDwoHcG93ZXJfdxgGIAEoARIVCg1mcmVlX3ZyYW1fbWliGAcgASgDEhYKDmRhZW1vbl92ZXJzaW9uGAggASgJEhYKDnB5dGhvbl92ZXJzaW9uGAkgASgJEg8KB29zX2luZm8YCiABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAsgASgJEhQKDGN1ZGFfdmVyc2lvbhgMIAEoCRIRCglncHVfY291bnQYDSABKAMSKQoIYWxsX2dwdXMYDiADKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjIKDFByZWxvYWRNb2RlbBISCgptb2RlbF9uYW1lGAEgASgJEg4KBnN0YXR1cxgCIAEoCSKqAgoRSGVhcnRiZWF0UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIPCgdtZXNzYWdlGAIgASgJEhEKCXRpbWVzdGFtcBgDIAEoCRIYChB1cGRhdGVfYXZhaWxhYmxlGAQgASgIEhQKDG5lZWRzX3VwZGF0ZRgFIAEoCBIWCg5sYXRlc3RfdmVyc2lvbhgGIAEoCRITCgttaW5fdmVyc2lvbhgHIAEoCRIXCg9hcHByb3ZhbF9zdGF0dXMYCCABKAkSEAoIYXBwcm92ZWQYCSABKAgSNgoNcHJlbG9hZF9tb2RlbBgKIAEoCzIULnN2Yy52MS5QcmVsb2FkTW9kZWxCBMjzGAFIAIgBARIOCgZwYXVzZWQYCyABKAhCEAoOX3ByZWxvYWRfbW9kZWwirgMKEkRhZW1vbkV2ZW50UmVxdWVzdBIYCgpldmVudF90eXBlGAEgASgJQgSA9BgBEhUKCHNldmVyaXR5GAIgASgJSACIAQESIQoOZGFlbW9uX3ZlcnNpb24YAyABKAlCBID0GAFIAYgBARIWCgl0aW1lc3RhbXAYBCABKAlIAogBARIbCghob3N0bmFtZRgFIAEoCUIEgPQYAUgDiAEBEhoKB29zX2luZm8YBiABKAlCBID0GAFIBIgBARIhCg5weXRob25fdmVyc2lvbhgHIAEoCUIEgPQYAUgFiAEBEhoKB2RldGFpbHMYCCABKAlCBID0GAFIBogBARITCgZqb2JfaWQYCSABKAlIB4gBARIuCgNyYXcYFCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qgjo8xgBgPQYAUILCglfc2V2ZXJpdHlCEQoPX2RhZW1vbl92ZXJzaW9uQgwKCl90aW1lc3RhbXBCCwoJX2hvc3RuYW1lQgoKCF9vc19pbmZvQhEKD19weXRob25fdmVyc2lvbkIKCghfZGV0YWlsc0IJCgdfam9iX2lkIk8KE0RhZW1vbkV2ZW50UmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBISCgpldmVudF90eXBlGAIgASgJEhMKC3Byb3ZpZGVyX2lkGAMgASgDIpEBCg9SZWFkaW5lc3NDaGVja3MSEQoEY3VkYRgBIAEoCEgAiAEBEhQKB3B5dG9yY2gYAiABKAhIAYgBARIUCgd2cmFtX2diGAMgASgBSAKIAQESEwoGZHJpdmVyGAQgASgJSAOIAQFCBwoFX2N1ZGFCCgoIX3B5dG9yY2hCCgoIX3ZyYW1fZ2JCCQoHX2RyaXZlciKXAQoQUmVhZGluZXNzUmVxdWVzdBIbCg5kYWVtb25fdmVyc2lvbhgBIAEoCUgAiAEBEicKBmNoZWNrcxgCIAEoCzIXLnN2Yy52MS5SZWFkaW5lc3NDaGVja3MSGQoMdGFza19zaWduaW5nGAMgASgJSAGIAQFCEQoPX2RhZW1vbl92ZXJzaW9uQg8KDV90YXNrX3NpZ25pbmciZwoRUmVhZGluZXNzUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIYChByZWFkaW5lc3Nfc3RhdHVzGAIgASgJEicKBmNoZWNrcxgDIAEoCzIXLnN2Yy52MS5SZWFkaW5lc3NDaGVja3MiDgoMUGF1c2VSZXF1ZXN0Ig8KDVJlc3VtZVJlcXVlc3QiMAoNUGF1c2VSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEg4KBnN0YXR1cxgCIAEoCSKvAgoVU2V0UHJlZmVyZW5jZXNSZXF1ZXN0EhUKCHJ1bl9tb2RlGAEgASgJSACIAQESHAoPc2NoZWR1bGVkX3N0YXJ0GAIgASgJSAGIAQESGgoNc2NoZWR1bGVkX2VuZBgDIAEoCUgCiAEBEh4KEWdwdV91c2FnZV9jYXBfcGN0GAQgASgFSAOIAQESHAoPdnJhbV9yZXNlcnZlX2diGAUgASgBSASIAQESGQoMdGVtcF9saW1pdF9jGAYgASgFSAWIAQFCCwoJX3J1bl9tb2RlQhIKEF9zY2hlZHVsZWRfc3RhcnRCEAoOX3NjaGVkdWxlZF9lbmRCFAoSX2dwdV91c2FnZV9jYXBfcGN0QhIKEF92cmFtX3Jlc2VydmVfZ2JCDwoNX3RlbXBfbGltaXRfYyLdAQoTUHJvdmlkZXJQcmVmZXJlbmNlcxIQCghydW5fbW9kZRgBIAEoCRIiCg9zY2hlZHVsZWRfc3RhcnQYAiABKAlCBMjzGAFIAIgBARIgCg1zY2hlZHVsZWRfZW5kGAMgASgJQgTI8xgBSAGIAQESGQoRZ3B1X3VzYWdlX2NhcF9wY3QYBCABKAUSFwoPdnJhbV9yZXNlcnZlX2diGAUgASgBEhQKDHRlbXBfbGltaXRfYxgGIAEoBUISChBfc2NoZWR1bGVkX3N0YXJ0QhAKDl9zY2hlZHVsZWRfZW5kIlsKFlNldFByZWZlcmVuY2VzUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIwCgtwcmVmZXJlbmNlcxgCIAEoCzIbLnN2Yy52MS5Qcm92aWRlclByZWZlcmVuY2VzIisKGEdldFByb3ZpZGVyU3RhdHVzUmVxdWVzdBIPCgdhcGlfa2V5GAEgASgJIpADChlHZXRQcm92aWRlclN0YXR1c1Jlc3BvbnNlEhMKC3Byb3ZpZGVyX2lkGAEgASgDEgwKBG5hbWUYAiABKAkSDgoGc3RhdHVzGAMgASgJEhEKCWdwdV9tb2RlbBgEIAEoCRIhCg5sYXN0X2hlYXJ0YmVhdBgFIAEoCUIEyPMYAUgAiAEBEhYKDnRvdGFsX2Vhcm5pbmdzGAYgASgBEhIKCnRvdGFsX2pvYnMYByABKAMSFgoOdXB0aW1lX3BlcmNlbnQYCCABKAESDwoHaXNfbGl2ZRgJIAEoCBIXCg9hcHByb3ZhbF9zdGF0dXMYCiABKAkSEQoJaXNfcGF1c2VkGAsgASgIEiQKEXJlbGlhYmlsaXR5X3Njb3JlGAwgASgBQgTI8xgBSAGIAQESJAoRdGFza19rZXlfbWlzbWF0Y2gYDSABKAlCBMjzGAFIAogBAUIRCg9fbGFzdF9oZWFydGJlYXRCFAoSX3JlbGlhYmlsaXR5X3Njb3JlQhQKEl90YXNrX2tleV9taXNtYXRjaCJdCh1MaXN0QXZhaWxhYmxlUHJvdmlkZXJzUmVxdWVzdBISCgVsaW1pdBgBIAEoBUgAiAEBEhMKBm9mZnNldBgCIAEoBUgBiAEBQggKBl9saW1pdEIJCgdfb2Zmc2V0IqYEChFBdmFpbGFibGVQcm92aWRlchIKCgJpZBgBIAEoAxIMCgRuYW1lGAIgASgJEhEKCWdwdV9tb2RlbBgDIAEoCRIPCgd2cmFtX2diGAQgASgDEhAKCHZyYW1fbWliGAUgASgDEhEKCWdwdV9jb3VudBgGIAEoAxIhCg5kcml2ZXJfdmVyc2lvbhgHIAEoCUIEyPMYAUgAiAEBEiUKEmNvbXB1dGVfY2FwYWJpbGl0eRgIIAEoCUIEyPMYAUgBiAEBEh8KDGN1ZGFfdmVyc2lvbhgJIAEoCUIEyPMYAUgCiAEBEg4KBnN0YXR1cxgKIAEoCRIPCgdpc19saXZlGAsgASgIEhsKCGxvY2F0aW9uGAwgASgJQgTI8xgBSAOIAQESJAoRcmVsaWFiaWxpdHlfc2NvcmUYDSABKAFCBMjzGAFIBIgBARIVCg1jYWNoZWRfbW9kZWxzGA4gAygJEhgKEGRpc2NvdmVyeV9zb3VyY2UYDyABKAkSIAoNZGlzY292ZXJlZF9hdBgQIAEoCUIEyPMYAUgFiAEBEg0KBWFkZHJzGBEgAygJEg0KBXN0YWxlGBIgASgIQhEKD19kcml2ZXJfdmVyc2lvbkIVChNfY29tcHV0ZV9jYXBhYmlsaXR5Qg8KDV9jdWRhX3ZlcnNpb25CCwoJX2xvY2F0aW9uQhQKEl9yZWxpYWJpbGl0eV9zY29yZUIQCg5fZGlzY292ZXJlZF9hdCJsCg9EaXNjb3ZlcnlIZWFsdGgSDAoEbW9kZRgBIAEoCRIPCgdlbmFibGVkGAIgASgIEhwKFGFubm91bmNlbWVudF9lbmFibGVkGAMgASgIEhwKFGJvb3RzdHJhcF9jb25maWd1cmVkGAQgASgIIqgBCh5MaXN0QXZhaWxhYmxlUHJvdmlkZXJzUmVzcG9uc2USLAoJcHJvdmlkZXJzGAEgAygLMhkuc3ZjLnYxLkF2YWlsYWJsZVByb3ZpZGVyEg0KBXRvdGFsGAIgASgDEhYKDmRpc2NvdmVyeV9tb2RlGAMgASgJEjEKEGRpc2NvdmVyeV9oZWFsdGgYBCABKAsyFy5zdmMudjEuRGlzY292ZXJ5SGVhbHRoIhcKFUdldE1hcmtldHBsYWNlUmVxdWVzdCKTAQoOTWFya2V0cGxhY2VHcHUSEQoJZ3B1X21vZGVsGAEgASgJEhgKEHByb3ZpZGVyc19vbmxpbmUYAiABKAMSFwoPcHJvdmlkZXJzX3RvdGFsGAMgASgDEhAKCHZyYW1fbWliGAQgASgDEhgKEGdwdV9jb3VudF9vbmxpbmUYBSABKAMSDwoHdnJhbV9nYhgGIAEoAyI7CgdKb2JSYXRlEhAKCGpvYl90eXBlGAEgASgJEh4KFnJhdGVfaGFsYWxhX3Blcl9taW51dGUYAiABKAMiowEKFkdldE1hcmtldHBsYWNlUmVzcG9uc2USJAoEZ3B1cxgBIAMoCzIWLnN2Yy52MS5NYXJrZXRwbGFjZUdwdRIYChBwcm92aWRlcnNfb25saW5lGAIgASgDEhMKC2dwdXNfb25saW5lGAMgASgDEh4KBXJhdGVzGAQgAygLMg8uc3ZjLnYxLkpvYlJhdGUSFAoMZ2VuZXJhdGVkX2F0GAUgASgJIhcKFUdldFNldHVwU2NyaXB0UmVxdWVzdCIjCg9Eb3dubG9hZFJlcXVlc3QSEAoIcGxhdGZvcm0YASABKAkiIgoURG93bmxvYWRTZXR1cFJlcXVlc3QSCgoCb3MYASABKAkiKwoVRG93bmxvYWREYWVtb25SZXF1ZXN0EhIKCmNoZWNrX29ubHkYASABKAkiGwoZRG93bmxvYWRXaW5kb3dzRXhlUmVxdWVzdCIhChNHZXRJbnN0YWxsZXJSZXF1ZXN0EgoKAm9zGAEgASgJMsoMCg9Qcm92aWRlclNlcnZpY2USigEKCFJlZ2lzdGVyEh8uc3ZjLnYxLlJlZ2lzdGVyUHJvdmlkZXJSZXF1ZXN0GiAuc3ZjLnYxLlJlZ2lzdGVyUHJvdmlkZXJSZXNwb25zZSI7wvMYNwofCgRQT1NUEhcvYXBpL3Byb3ZpZGVycy9yZWdpc3RlchoBASIRcHJvdmlkZXJfcmVnaXN0ZXISgAEKCkxvZ2luRW1haWwSIS5zdmMudjEuUHJvdmlkZXJMb2dpbkVtYWlsUmVxdWVzdBoiLnN2Yy52MS5Qcm92aWRlckxvZ2luRW1haWxSZXNwb25zZSIrwvMYJwoiCgRQT1NUEhovYXBpL3Byb3ZpZGVycy9sb2dpbi1lbWFpbBoBARJpCgVHZXRNZRIcLnN2Yy52MS5HZXRQcm92aWRlck1lUmVxdWVzdBodLnN2Yy52MS5HZXRQcm92aWRlck1lUmVzcG9uc2UiI8LzGB8KGAoDR0VUEhEvYXBpL3Byb3ZpZGVycy9tZRoBAjABEnkKCUhlYXJ0YmVhdBIYLnN2Yy52MS5IZWFydGJlYXRSZXF1ZXN0Ghkuc3ZjLnYxLkhlYXJ0YmVhdFJlc3BvbnNlIjfC8xgzCiAKBFBPU1QSGC9hcGkvcHJvdmlkZXJzL2hlYXJ0YmVhdBoBAiIJaGVhcnRiZWF0KIACEncKC0RhZW1vbkV2ZW50Ehouc3ZjLnYxLkRhZW1vbkV2ZW50UmVxdWVzdBobLnN2Yy52MS5EYWVtb25FdmVudFJlc3BvbnNlIi/C8xgrCiMKBFBPU1QSGy9hcGkvcHJvdmlkZXJzL2RhZW1vbi1ldmVudBoBAiiACBJrCglSZWFkaW5lc3MSGC5zdmMudjEuUmVhZGluZXNzUmVxdWVzdBoZLnN2Yy52MS5SZWFkaW5lc3NSZXNwb25zZSIpwvMYJQogCgRQT1NUEhgvYXBpL3Byb3ZpZGVycy9yZWFkaW5lc3MaAQISWwoFUGF1c2USFC5zdmMudjEuUGF1c2VSZXF1ZXN0GhUuc3ZjLnYxLlBhdXNlUmVzcG9uc2UiJcLzGCEKHAoEUE9TVBIUL2FwaS9wcm92aWRlcnMvcGF1c2UaAQISXgoGUmVzdW1lEhUuc3ZjLnYxLlJlc3VtZVJlcXVlc3QaFS5zdmMudjEuUGF1c2VSZXNwb25zZSImwvMYIgodCgRQT1NUEhUvYXBpL3Byb3ZpZGVycy9yZXN1bWUaAQISfAoOU2V0UHJlZmVyZW5jZXMSHS5zdmMudjEuU2V0UHJlZmVyZW5jZXNSZXF1ZXN0Gh4uc3ZjLnYxLlNldFByZWZlcmVuY2VzUmVzcG9uc2UiK8LzGCcKIgoEUE9TVBIaL2FwaS9wcm92aWRlcnMvcHJlZmVyZW5jZXMaAQISfAoJUm90YXRlS2V5EiAuc3ZjLnYxLlJvdGF0ZVByb3ZpZGVyS2V5UmVxdWVzdBohLnN2Yy52MS5Sb3RhdGVQcm92aWRlcktleVJlc3BvbnNlIirC8xgmCiEKBFBPU1QSGS9hcGkvcHJvdmlkZXJzL3JvdGF0ZS1rZXkaAQISgwEKCUdldFN0YXR1cxIgLnN2Yy52MS5HZXRQcm92aWRlclN0YXR1c1JlcXVlc3QaIS5zdmMudjEuR2V0UHJvdmlkZXJTdGF0dXNSZXNwb25zZSIxwvMYLQomCgNHRVQSHy9hcGkvcHJvdmlkZXJzL3N0YXR1cy97YXBpX2tleX0aAQIwARKQAQoNTGlzdEF2YWlsYWJsZRIlLnN2Yy52MS5MaXN0QXZhaWxhYmxlUHJvdmlkZXJzUmVxdWVzdBomLnN2Yy52MS5MaXN0QXZhaWxhYmxlUHJvdmlkZXJzUmVzcG9uc2UiMMLzGCwKJwoDR0VUEiAvYXBpL3JlbnRlcnMvYXZhaWxhYmxlLXByb3ZpZGVycxoBARKIAQoOR2V0TWFya2V0cGxhY2USHS5zdmMudjEuR2V0TWFya2V0cGxhY2VSZXF1ZXN0Gh4uc3ZjLnYxLkdldE1hcmtldHBsYWNlUmVzcG9uc2UiN8LzGDMKIQoDR0VUEhovYXBpL3Byb3ZpZGVycy9tYXJrZXRwbGFjZRoBASILbWFya2V0cGxhY2UynwYKF1Byb3ZpZGVyRG93bmxvYWRTZXJ2aWNlEmYKDkdldFNldHVwU2NyaXB0Eh0uc3ZjLnYxLkdldFNldHVwU2NyaXB0UmVxdWVzdBoPLnN2Yy52MS5SYXdCb2R5IiTC8xggChsKA0dFVBIUL2FwaS9wcm92aWRlcnMvc2V0dXAaAQISdQoVR2V0U2V0dXBXaW5kb3dzU2NyaXB0Eh0uc3ZjLnYxLkdldFNldHVwU2NyaXB0UmVxdWVzdBoPLnN2Yy52MS5SYXdCb2R5IizC8xgoCiMKA0dFVBIcL2FwaS9wcm92aWRlcnMvc2V0dXAtd2luZG93cxoBAhJdCghEb3dubG9hZBIXLnN2Yy52MS5Eb3dubG9hZFJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSInwvMYIwoeCgNHRVQSFy9hcGkvcHJvdmlkZXJzL2Rvd25sb2FkGgECEm0KDURvd25sb2FkU2V0dXASHC5zdmMudjEuRG93bmxvYWRTZXR1cFJlcXVlc3QaDy5zdmMudjEuUmF3Qm9keSItwvMYKQokCgNHRVQSHS9hcGkvcHJvdmlkZXJzL2Rvd25sb2FkL3NldHVwGgECEnAKDkRvd25sb2FkRGFlbW9uEh0uc3ZjLnYxLkRvd25sb2FkRGFlbW9uUmVxdWVzdBoPLnN2Yy52MS5SYXdCb2R5Ii7C8xgqCiUKA0dFVBIeL2FwaS9wcm92aWRlcnMvZG93bmxvYWQvZGFlbW9uGgECEn0KEkRvd25sb2FkV2luZG93c0V4ZRIhLnN2Yy52MS5Eb3dubG9hZFdpbmRvd3NFeGVSZXF1ZXN0Gg8uc3ZjLnYxLlJhd0JvZHkiM8LzGC8KKgoDR0VUEiMvYXBpL3Byb3ZpZGVycy9kb3dubG9hZC13aW5kb3dzLWV4ZRoBARJmCgxHZXRJbnN0YWxsZXISGy5zdmMudjEuR2V0SW5zdGFsbGVyUmVxdWVzdBoPLnN2Yy52MS5SYXdCb2R5IijC8xgkCh8KA0dFVBIYL2FwaS9wcm92aWRlcnMvaW5zdGFsbGVyGgECYgZwcm90bzM", [file_google_protobuf_struct, file_svc_v1_models, file_svc_v1_options]);
 
 /**
  * @generated from message svc.v1.RegisterProviderRequest
@@ -102,6 +102,60 @@ export const RegisterProviderResponseSchema: GenMessage<RegisterProviderResponse
   messageDesc(file_svc_v1_providers, 1);
 
 /**
+ * @generated from message svc.v1.RotateProviderKeyRequest
+ */
+export type RotateProviderKeyRequest = Message<"svc.v1.RotateProviderKeyRequest"> & {
+};
+
+/**
+ * Describes the message svc.v1.RotateProviderKeyRequest.
+ * Use `create(RotateProviderKeyRequestSchema)` to create a new message.
+ */
+export const RotateProviderKeyRequestSchema: GenMessage<RotateProviderKeyRequest> = /*@__PURE__*/
+  messageDesc(file_svc_v1_providers, 2);
+
+/**
+ * @generated from message svc.v1.RotateProviderKeyResponse
+ */
+export type RotateProviderKeyResponse = Message<"svc.v1.RotateProviderKeyResponse"> & {
+  /**
+   * @generated from field: bool success = 1;
+   */
+  success: boolean;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * The new key, shown once; every earlier key of the provider stopped working.
+   *
+   * @generated from field: string api_key = 3;
+   */
+  apiKey: string;
+
+  /**
+   * @generated from field: int64 provider_id = 4;
+   */
+  providerId: bigint;
+
+  /**
+   * The installer with the new key (as register answers it): re-running it restarts the daemon with the key.
+   *
+   * @generated from field: string installer_url = 5;
+   */
+  installerUrl: string;
+};
+
+/**
+ * Describes the message svc.v1.RotateProviderKeyResponse.
+ * Use `create(RotateProviderKeyResponseSchema)` to create a new message.
+ */
+export const RotateProviderKeyResponseSchema: GenMessage<RotateProviderKeyResponse> = /*@__PURE__*/
+  messageDesc(file_svc_v1_providers, 3);
+
+/**
  * @generated from message svc.v1.ProviderLoginEmailRequest
  */
 export type ProviderLoginEmailRequest = Message<"svc.v1.ProviderLoginEmailRequest"> & {
@@ -123,7 +177,7 @@ export type ProviderLoginEmailRequest = Message<"svc.v1.ProviderLoginEmailReques
  * Use `create(ProviderLoginEmailRequestSchema)` to create a new message.
  */
 export const ProviderLoginEmailRequestSchema: GenMessage<ProviderLoginEmailRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 2);
+  messageDesc(file_svc_v1_providers, 4);
 
 /**
  * @generated from message svc.v1.ProviderSummary
@@ -160,7 +214,7 @@ export type ProviderSummary = Message<"svc.v1.ProviderSummary"> & {
  * Use `create(ProviderSummarySchema)` to create a new message.
  */
 export const ProviderSummarySchema: GenMessage<ProviderSummary> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 3);
+  messageDesc(file_svc_v1_providers, 5);
 
 /**
  * @generated from message svc.v1.ProviderLoginEmailResponse
@@ -201,7 +255,7 @@ export type ProviderLoginEmailResponse = Message<"svc.v1.ProviderLoginEmailRespo
  * Use `create(ProviderLoginEmailResponseSchema)` to create a new message.
  */
 export const ProviderLoginEmailResponseSchema: GenMessage<ProviderLoginEmailResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 4);
+  messageDesc(file_svc_v1_providers, 6);
 
 /**
  * @generated from message svc.v1.GetProviderMeRequest
@@ -214,7 +268,7 @@ export type GetProviderMeRequest = Message<"svc.v1.GetProviderMeRequest"> & {
  * Use `create(GetProviderMeRequestSchema)` to create a new message.
  */
 export const GetProviderMeRequestSchema: GenMessage<GetProviderMeRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 5);
+  messageDesc(file_svc_v1_providers, 7);
 
 /**
  * @generated from message svc.v1.GetProviderMeResponse
@@ -236,7 +290,7 @@ export type GetProviderMeResponse = Message<"svc.v1.GetProviderMeResponse"> & {
  * Use `create(GetProviderMeResponseSchema)` to create a new message.
  */
 export const GetProviderMeResponseSchema: GenMessage<GetProviderMeResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 6);
+  messageDesc(file_svc_v1_providers, 8);
 
 /**
  * @generated from message svc.v1.HeartbeatRequest
@@ -304,7 +358,7 @@ export type HeartbeatRequest = Message<"svc.v1.HeartbeatRequest"> & {
  * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
 export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 7);
+  messageDesc(file_svc_v1_providers, 9);
 
 /**
  * The documented fields of the heartbeat gpu_status object.
@@ -388,7 +442,7 @@ export type GpuStatus = Message<"svc.v1.GpuStatus"> & {
  * Use `create(GpuStatusSchema)` to create a new message.
  */
 export const GpuStatusSchema: GenMessage<GpuStatus> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 8);
+  messageDesc(file_svc_v1_providers, 10);
 
 /**
  * @generated from message svc.v1.PreloadModel
@@ -412,7 +466,7 @@ export type PreloadModel = Message<"svc.v1.PreloadModel"> & {
  * Use `create(PreloadModelSchema)` to create a new message.
  */
 export const PreloadModelSchema: GenMessage<PreloadModel> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 9);
+  messageDesc(file_svc_v1_providers, 11);
 
 /**
  * @generated from message svc.v1.HeartbeatResponse
@@ -481,7 +535,7 @@ export type HeartbeatResponse = Message<"svc.v1.HeartbeatResponse"> & {
  * Use `create(HeartbeatResponseSchema)` to create a new message.
  */
 export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 10);
+  messageDesc(file_svc_v1_providers, 12);
 
 /**
  * What a daemon reports of itself: NUL characters in its text are dropped (machine_output).
@@ -552,7 +606,7 @@ export type DaemonEventRequest = Message<"svc.v1.DaemonEventRequest"> & {
  * Use `create(DaemonEventRequestSchema)` to create a new message.
  */
 export const DaemonEventRequestSchema: GenMessage<DaemonEventRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 11);
+  messageDesc(file_svc_v1_providers, 13);
 
 /**
  * @generated from message svc.v1.DaemonEventResponse
@@ -579,7 +633,7 @@ export type DaemonEventResponse = Message<"svc.v1.DaemonEventResponse"> & {
  * Use `create(DaemonEventResponseSchema)` to create a new message.
  */
 export const DaemonEventResponseSchema: GenMessage<DaemonEventResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 12);
+  messageDesc(file_svc_v1_providers, 14);
 
 /**
  * @generated from message svc.v1.ReadinessChecks
@@ -611,7 +665,7 @@ export type ReadinessChecks = Message<"svc.v1.ReadinessChecks"> & {
  * Use `create(ReadinessChecksSchema)` to create a new message.
  */
 export const ReadinessChecksSchema: GenMessage<ReadinessChecks> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 13);
+  messageDesc(file_svc_v1_providers, 15);
 
 /**
  * @generated from message svc.v1.ReadinessRequest
@@ -642,7 +696,7 @@ export type ReadinessRequest = Message<"svc.v1.ReadinessRequest"> & {
  * Use `create(ReadinessRequestSchema)` to create a new message.
  */
 export const ReadinessRequestSchema: GenMessage<ReadinessRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 14);
+  messageDesc(file_svc_v1_providers, 16);
 
 /**
  * @generated from message svc.v1.ReadinessResponse
@@ -671,7 +725,7 @@ export type ReadinessResponse = Message<"svc.v1.ReadinessResponse"> & {
  * Use `create(ReadinessResponseSchema)` to create a new message.
  */
 export const ReadinessResponseSchema: GenMessage<ReadinessResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 15);
+  messageDesc(file_svc_v1_providers, 17);
 
 /**
  * @generated from message svc.v1.PauseRequest
@@ -684,7 +738,7 @@ export type PauseRequest = Message<"svc.v1.PauseRequest"> & {
  * Use `create(PauseRequestSchema)` to create a new message.
  */
 export const PauseRequestSchema: GenMessage<PauseRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 16);
+  messageDesc(file_svc_v1_providers, 18);
 
 /**
  * @generated from message svc.v1.ResumeRequest
@@ -697,7 +751,7 @@ export type ResumeRequest = Message<"svc.v1.ResumeRequest"> & {
  * Use `create(ResumeRequestSchema)` to create a new message.
  */
 export const ResumeRequestSchema: GenMessage<ResumeRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 17);
+  messageDesc(file_svc_v1_providers, 19);
 
 /**
  * @generated from message svc.v1.PauseResponse
@@ -719,7 +773,7 @@ export type PauseResponse = Message<"svc.v1.PauseResponse"> & {
  * Use `create(PauseResponseSchema)` to create a new message.
  */
 export const PauseResponseSchema: GenMessage<PauseResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 18);
+  messageDesc(file_svc_v1_providers, 20);
 
 /**
  * @generated from message svc.v1.SetPreferencesRequest
@@ -761,7 +815,7 @@ export type SetPreferencesRequest = Message<"svc.v1.SetPreferencesRequest"> & {
  * Use `create(SetPreferencesRequestSchema)` to create a new message.
  */
 export const SetPreferencesRequestSchema: GenMessage<SetPreferencesRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 19);
+  messageDesc(file_svc_v1_providers, 21);
 
 /**
  * @generated from message svc.v1.ProviderPreferences
@@ -803,7 +857,7 @@ export type ProviderPreferences = Message<"svc.v1.ProviderPreferences"> & {
  * Use `create(ProviderPreferencesSchema)` to create a new message.
  */
 export const ProviderPreferencesSchema: GenMessage<ProviderPreferences> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 20);
+  messageDesc(file_svc_v1_providers, 22);
 
 /**
  * @generated from message svc.v1.SetPreferencesResponse
@@ -825,7 +879,7 @@ export type SetPreferencesResponse = Message<"svc.v1.SetPreferencesResponse"> & 
  * Use `create(SetPreferencesResponseSchema)` to create a new message.
  */
 export const SetPreferencesResponseSchema: GenMessage<SetPreferencesResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 21);
+  messageDesc(file_svc_v1_providers, 23);
 
 /**
  * @generated from message svc.v1.GetProviderStatusRequest
@@ -844,7 +898,7 @@ export type GetProviderStatusRequest = Message<"svc.v1.GetProviderStatusRequest"
  * Use `create(GetProviderStatusRequestSchema)` to create a new message.
  */
 export const GetProviderStatusRequestSchema: GenMessage<GetProviderStatusRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 22);
+  messageDesc(file_svc_v1_providers, 24);
 
 /**
  * @generated from message svc.v1.GetProviderStatusResponse
@@ -927,7 +981,7 @@ export type GetProviderStatusResponse = Message<"svc.v1.GetProviderStatusRespons
  * Use `create(GetProviderStatusResponseSchema)` to create a new message.
  */
 export const GetProviderStatusResponseSchema: GenMessage<GetProviderStatusResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 23);
+  messageDesc(file_svc_v1_providers, 25);
 
 /**
  * @generated from message svc.v1.ListAvailableProvidersRequest
@@ -951,7 +1005,7 @@ export type ListAvailableProvidersRequest = Message<"svc.v1.ListAvailableProvide
  * Use `create(ListAvailableProvidersRequestSchema)` to create a new message.
  */
 export const ListAvailableProvidersRequestSchema: GenMessage<ListAvailableProvidersRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 24);
+  messageDesc(file_svc_v1_providers, 26);
 
 /**
  * @generated from message svc.v1.AvailableProvider
@@ -1055,7 +1109,7 @@ export type AvailableProvider = Message<"svc.v1.AvailableProvider"> & {
  * Use `create(AvailableProviderSchema)` to create a new message.
  */
 export const AvailableProviderSchema: GenMessage<AvailableProvider> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 25);
+  messageDesc(file_svc_v1_providers, 27);
 
 /**
  * @generated from message svc.v1.DiscoveryHealth
@@ -1087,7 +1141,7 @@ export type DiscoveryHealth = Message<"svc.v1.DiscoveryHealth"> & {
  * Use `create(DiscoveryHealthSchema)` to create a new message.
  */
 export const DiscoveryHealthSchema: GenMessage<DiscoveryHealth> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 26);
+  messageDesc(file_svc_v1_providers, 28);
 
 /**
  * @generated from message svc.v1.ListAvailableProvidersResponse
@@ -1124,7 +1178,7 @@ export type ListAvailableProvidersResponse = Message<"svc.v1.ListAvailableProvid
  * Use `create(ListAvailableProvidersResponseSchema)` to create a new message.
  */
 export const ListAvailableProvidersResponseSchema: GenMessage<ListAvailableProvidersResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 27);
+  messageDesc(file_svc_v1_providers, 29);
 
 /**
  * @generated from message svc.v1.GetMarketplaceRequest
@@ -1137,7 +1191,7 @@ export type GetMarketplaceRequest = Message<"svc.v1.GetMarketplaceRequest"> & {
  * Use `create(GetMarketplaceRequestSchema)` to create a new message.
  */
 export const GetMarketplaceRequestSchema: GenMessage<GetMarketplaceRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 28);
+  messageDesc(file_svc_v1_providers, 30);
 
 /**
  * Supply of one GPU model among approved providers.
@@ -1187,7 +1241,7 @@ export type MarketplaceGpu = Message<"svc.v1.MarketplaceGpu"> & {
  * Use `create(MarketplaceGpuSchema)` to create a new message.
  */
 export const MarketplaceGpuSchema: GenMessage<MarketplaceGpu> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 29);
+  messageDesc(file_svc_v1_providers, 31);
 
 /**
  * @generated from message svc.v1.JobRate
@@ -1209,7 +1263,7 @@ export type JobRate = Message<"svc.v1.JobRate"> & {
  * Use `create(JobRateSchema)` to create a new message.
  */
 export const JobRateSchema: GenMessage<JobRate> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 30);
+  messageDesc(file_svc_v1_providers, 32);
 
 /**
  * @generated from message svc.v1.GetMarketplaceResponse
@@ -1246,7 +1300,7 @@ export type GetMarketplaceResponse = Message<"svc.v1.GetMarketplaceResponse"> & 
  * Use `create(GetMarketplaceResponseSchema)` to create a new message.
  */
 export const GetMarketplaceResponseSchema: GenMessage<GetMarketplaceResponse> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 31);
+  messageDesc(file_svc_v1_providers, 33);
 
 /**
  * @generated from message svc.v1.GetSetupScriptRequest
@@ -1259,7 +1313,7 @@ export type GetSetupScriptRequest = Message<"svc.v1.GetSetupScriptRequest"> & {
  * Use `create(GetSetupScriptRequestSchema)` to create a new message.
  */
 export const GetSetupScriptRequestSchema: GenMessage<GetSetupScriptRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 32);
+  messageDesc(file_svc_v1_providers, 34);
 
 /**
  * @generated from message svc.v1.DownloadRequest
@@ -1278,7 +1332,7 @@ export type DownloadRequest = Message<"svc.v1.DownloadRequest"> & {
  * Use `create(DownloadRequestSchema)` to create a new message.
  */
 export const DownloadRequestSchema: GenMessage<DownloadRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 33);
+  messageDesc(file_svc_v1_providers, 35);
 
 /**
  * @generated from message svc.v1.DownloadSetupRequest
@@ -1295,7 +1349,7 @@ export type DownloadSetupRequest = Message<"svc.v1.DownloadSetupRequest"> & {
  * Use `create(DownloadSetupRequestSchema)` to create a new message.
  */
 export const DownloadSetupRequestSchema: GenMessage<DownloadSetupRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 34);
+  messageDesc(file_svc_v1_providers, 36);
 
 /**
  * @generated from message svc.v1.DownloadDaemonRequest
@@ -1314,7 +1368,7 @@ export type DownloadDaemonRequest = Message<"svc.v1.DownloadDaemonRequest"> & {
  * Use `create(DownloadDaemonRequestSchema)` to create a new message.
  */
 export const DownloadDaemonRequestSchema: GenMessage<DownloadDaemonRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 35);
+  messageDesc(file_svc_v1_providers, 37);
 
 /**
  * @generated from message svc.v1.DownloadWindowsExeRequest
@@ -1327,7 +1381,7 @@ export type DownloadWindowsExeRequest = Message<"svc.v1.DownloadWindowsExeReques
  * Use `create(DownloadWindowsExeRequestSchema)` to create a new message.
  */
 export const DownloadWindowsExeRequestSchema: GenMessage<DownloadWindowsExeRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 36);
+  messageDesc(file_svc_v1_providers, 38);
 
 /**
  * @generated from message svc.v1.GetInstallerRequest
@@ -1346,7 +1400,7 @@ export type GetInstallerRequest = Message<"svc.v1.GetInstallerRequest"> & {
  * Use `create(GetInstallerRequestSchema)` to create a new message.
  */
 export const GetInstallerRequestSchema: GenMessage<GetInstallerRequest> = /*@__PURE__*/
-  messageDesc(file_svc_v1_providers, 37);
+  messageDesc(file_svc_v1_providers, 39);
 
 /**
  * @generated from service svc.v1.ProviderService
@@ -1423,6 +1477,17 @@ export const ProviderService: GenService<{
     methodKind: "unary";
     input: typeof SetPreferencesRequestSchema;
     output: typeof SetPreferencesResponseSchema;
+  },
+  /**
+   * Not in the interface: a leaked key (installer URLs and the legacy poll route carry it) must be
+   * revocable. Revokes every key of the provider, ends its daemon streams, and issues a new key.
+   *
+   * @generated from rpc svc.v1.ProviderService.RotateKey
+   */
+  rotateKey: {
+    methodKind: "unary";
+    input: typeof RotateProviderKeyRequestSchema;
+    output: typeof RotateProviderKeyResponseSchema;
   },
   /**
    * @generated from rpc svc.v1.ProviderService.GetStatus

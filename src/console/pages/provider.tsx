@@ -3,10 +3,12 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import type { GetProviderMeResponse } from "../../../gen/svc/v1/providers_pb.js";
 import { api } from "../api.js";
 import { ago, dayToSeconds, sar, when } from "../format.js";
+import { href } from "../router.js";
 import { session } from "../session.js";
 import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
 import { JobPage } from "./job.js";
 import { JobTable } from "./renter.js";
+import { RotateKey } from "./rotate-key.js";
 
 export const PROVIDER_NAV: [string, string][] = [["", "Status"], ["earnings", "Earnings"], ["settings", "Settings"], ["install", "Install"]];
 
@@ -157,6 +159,11 @@ function SettingsPage() {
       <Card title="Preferences">
         <Show l={me} what="preferences">{(m) => <Preferences me={m} />}</Show>
       </Card>
+      <RotateKey
+        explain="Rotating issues a new key and revokes every earlier key of this provider at once: its daemon is disconnected and takes no jobs until it runs with the new key. Rotate when a key may have leaked (an install command shared, a log that kept it)."
+        rotate={async () => (await api.providers.rotateKey({})).apiKey}
+        after={<p>Run the install command again with this key (<a href={href("provider", "install")}>Install</a>), or restart the daemon with it in <code>SVC_API_KEY</code>.</p>}
+      />
     </>
   );
 }

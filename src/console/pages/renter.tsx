@@ -5,10 +5,10 @@ import type { Job } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
 import { ago, dayToSeconds, sar, when } from "../format.js";
 import { href } from "../router.js";
-import { replaceSecret } from "../session.js";
 import { settings } from "../settings.js";
 import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
 import { JobPage } from "./job.js";
+import { RotateKey } from "./rotate-key.js";
 import { SubmitPage } from "./submit.js";
 
 export const RENTER_NAV: [string, string][] = [["", "Balance"], ["jobs", "Jobs"], ["submit", "New job"], ["account", "Usage & key"]];
@@ -201,39 +201,10 @@ function AccountPage() {
           )}
         </Show>
       </Card>
-      <RotateKey />
+      <RotateKey
+        explain="Rotating issues a new key and revokes every earlier key of this account at once (scripts using them stop working)."
+        rotate={async () => (await api.renters.rotateKey({})).apiKey}
+      />
     </>
-  );
-}
-
-function RotateKey() {
-  const [confirming, setConfirming] = useState(false);
-  const [key, setKey] = useState<string>();
-  const a = useAction();
-  const id = useId("rotated");
-  return (
-    <Card title="API key">
-      <p>Rotating issues a new key and revokes every earlier key of this account at once (scripts using them stop working).</p>
-      {key ? (
-        <Field id={id} label="Your new API key (shown once)">
-          <input id={id} readOnly value={key} onFocus={(e) => (e.target as HTMLInputElement).select()} />
-        </Field>
-      ) : confirming ? (
-        <div class="buttons">
-          <button class="danger" disabled={a.busy}
-            onClick={() => void a.run(async () => {
-              const r = await api.renters.rotateKey({});
-              replaceSecret(r.apiKey);
-              setKey(r.apiKey);
-            })}>
-            Yes, rotate my key
-          </button>
-          <button class="secondary" onClick={() => setConfirming(false)}>Keep the current key</button>
-        </div>
-      ) : (
-        <button onClick={() => setConfirming(true)}>Rotate key…</button>
-      )}
-      <ErrorBox error={a.error} />
-    </Card>
   );
 }
