@@ -6,14 +6,19 @@
 // restarting) is resumed from the last cursor, so no log line is lost or
 // printed twice, for as long as SVC_RECONNECT_SECONDS (default 300 s) without
 // an event; a refusal of the server is not retried. At the end the result,
-// its cost and where the output was written.
+// its cost and where the output was written. What the server sends (a
+// provider's log lines, phases, queue reasons, errors; a text result printed on
+// a terminal) is printed terminalSafe: its control characters in caret notation.
 import fs from "node:fs";
 import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import cliProgress from "cli-progress";
 import type { JobEvent, JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
 import type { Clients } from "./clients.js";
-import { EXIT, colour, isTty, out, printJsonLine, sar, statusColour } from "./output.js";
+import { EXIT, colour, isTty, out, printJsonLine, sar, statusColour, terminalSafe } from "./output.js";
+
+/** A field of the server's on one line (a status, a phase, a reason), terminalSafe. */
+const word = (text: string) => terminalSafe(text, { singleLine: true });
 
 export interface FollowOptions {
   json: boolean;
@@ -171,7 +176,8 @@ export async function saveOutput(c: Clients, jobId: string, outputFormat: string
   const res = await c.jobs.getOutputFormat({ jobId, format: image || outputFormat === "text" ? "raw" : "json" });
   if (!outFile && !image) {
     const text = Buffer.from(res.data).toString("utf8").replace(/\n?$/, "\n");
-    process.stdout.write(text);
+    // On a terminal, safe to look at; into a pipe or a file, the exact text.
+    process.stdout.write(isTty() ? terminalSafe(text) : text);
     return { where: "stdout", bytes: Buffer.byteLength(text) };
   }
   const file = path.resolve(outFile ?? `${jobId}.${extensionOf(outputFormat)}`);
@@ -200,26 +206,27 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
       case "snapshot": {
         const j = e.event.value.job!;
         if (opts.logsOnly) break;
-        const line = `job ${j.jobId} (${j.jobType}): ${statusColour(j.status)}${j.queueReason ? ` — ${j.queueReason}` : ""}`;
+        const line = `job ${word(j.jobId)} (${word(j.jobType)}): ${statusColour(j.status)}${j.queueReason ? ` — ${word(j.queueReason)}` : ""}`;
         if (line !== shown) d.status(line);
         shown = line;
-        if (j.status === "running" || j.progressPct !== undefined) d.progress(j.progressPct, j.progressPhase);
+        if (j.status === "running" || j.progressPct !== undefined) d.progress(j.progressPct, j.progressPhase === undefined ? undefined : word(j.progressPhase));
         break;
       }
       case "status": {
         if (opts.logsOnly) break;
         const s = e.event.value;
-        d.status(`status: ${statusColour(s.status)}${s.queueReason ? ` — ${s.queueReason}` : ""}${s.providerId !== undefined && s.status !== "queued" ? ` (provider ${s.providerId})` : ""}`);
+        d.status(`status: ${statusColour(s.status)}${s.queueReason ? ` — ${word(s.queueReason)}` : ""}${s.providerId !== undefined && s.status !== "queued" ? ` (provider ${s.providerId})` : ""}`);
         shown = "";
         if (s.status === "running") d.progress(undefined, undefined);
         break;
       }
       case "progress":
-        if (!opts.logsOnly) d.progress(e.event.value.progressPct, e.event.value.phase);
+        if (!opts.logsOnly) d.progress(e.event.value.progressPct, e.event.value.phase === undefined ? undefined : word(e.event.value.phase));
         break;
       case "log": {
         const l = e.event.value;
-        d.log(`${colour(l.level.padEnd(7), l.level === "error" || l.level === "critical" ? "red" : "dim")} ${l.message}`);
+        // A provider's daemon wrote the line: its tabs and newlines kept, nothing a terminal acts on.
+        d.log(`${colour(word(l.level).padEnd(7), l.level === "error" || l.level === "critical" ? "red" : "dim")} ${terminalSafe(l.message)}`);
         break;
       }
       case "attempts":
@@ -257,7 +264,7 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
       }
       if (lostAt === undefined) {
         lostAt = now;
-        notice(`svc: connection lost (${ce.rawMessage}); reconnecting…`);
+        notice(`svc: connection lost (${word(ce.rawMessage)}); reconnecting…`);
       }
       await new Promise((r) => setTimeout(r, delay));
     }
@@ -272,8 +279,8 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
     saved = await saveOutput(c, jobId, o.outputFormat, opts.outFile);
   }
   if (opts.json) return ok ? EXIT.ok : EXIT.jobFailed;
-  const why = [o.endReason, o.fault && o.fault !== "none" ? `${o.fault} fault` : undefined].filter(Boolean).join(", ");
-  out(`result: ${statusColour(o.status)}${why ? ` (${why})` : ""}${o.error ? `: ${o.error}` : ""}`);
+  const why = [o.endReason, o.fault && o.fault !== "none" ? `${o.fault} fault` : undefined].filter(Boolean).map((t) => word(t!)).join(", ");
+  out(`result: ${statusColour(o.status)}${why ? ` (${why})` : ""}${o.error ? `: ${terminalSafe(o.error)}` : ""}`);
   out(`cost: ${o.costHalala} halala (${sar(o.costHalala)})${o.actualMinutes !== undefined ? `, ${o.actualMinutes} GPU minute(s)` : ""}`);
   if (saved && saved.where !== "stdout") out(`output: written to ${saved.where}`);
   return ok ? EXIT.ok : EXIT.jobFailed;

@@ -1,7 +1,9 @@
 // How svc prints: tables (or key/value lists) by default, one JSON document
 // with --json, plain text with no colour when stdout is not a terminal, and
 // errors as the server's text with its HTTP status and gRPC code (never a
-// stack trace). Exit codes are fixed here.
+// stack trace). Exit codes are fixed here. Text from the server (names anyone
+// can register, a provider's log lines, error messages) never reaches the
+// terminal with its control characters: see terminalSafe.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createRegistry, type Message } from "@bufbuild/protobuf";
 import { file_svc_v1_admin } from "../../gen/svc/v1/admin_pb.js";
@@ -39,6 +41,36 @@ export class Exit extends Error {
   }
 }
 
+/** C0 controls, DEL and C1 controls: what a terminal acts on instead of printing. */
+const CONTROLS = /[\u0000-\u001f\u007f-\u009f]/g;
+const CONTROLS_BUT_TAB_NEWLINE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
+
+/** A control character made visible: C0 in caret notation (`cat -v`), DEL and C1 as JSON writes them escaped. */
+function visible(c: string): string {
+  const code = c.charCodeAt(0);
+  if (code < 0x20) return `^${String.fromCharCode(code + 0x40)}`;
+  return `\\u${code.toString(16).padStart(4, "0")}`;
+}
+
+/**
+ * Text that came from the server (a provider's name, a log line a daemon sent, an error message)
+ * made safe to print on a terminal: every C0 control character (U+0000-U+001F) is shown in caret
+ * notation, as `cat -v` and `less` show it (ESC as `^[`, BEL `^G`, CR `^M`), and DEL and the C1
+ * controls (U+007F-U+009F) as the escape JSON and JavaScript write for them (CSI U+009B as
+ * `\u009b`), so no escape sequence in it can move the cursor, erase or hide lines, retitle the
+ * terminal or write the clipboard (OSC 52). Not U+FFFD: these are plain ASCII (any terminal, font
+ * or locale prints them), they keep which character was sent, a provider's coloured log line stays
+ * readable (`^[[31mERROR^[[0m`), and JSON text stays the same JSON (JSON.stringify already escapes
+ * C0, and `\u009b` is its escape of U+009B). Tab and newline are kept unless `singleLine` (a table
+ * cell or a field: one line, so that rows stay aligned).
+ */
+export function terminalSafe(text: string, opts: { singleLine?: boolean } = {}): string {
+  return text.replace(opts.singleLine ? CONTROLS : CONTROLS_BUT_TAB_NEWLINE, visible);
+}
+
+/** The escape sequences svc writes itself (colour(): the SGR codes it uses, and the reset). */
+const OWN_SGR = /(\x1b\[(?:0|2|31|32|33|36)m)/;
+
 export const isTty = () => process.stdout.isTTY === true;
 const useColour = () => isTty() && !process.env.NO_COLOR && process.env.TERM !== "dumb";
 
@@ -48,14 +80,27 @@ export function colour(text: string, c: "green" | "red" | "yellow" | "dim" | "cy
   return `\x1b[${codes[c]}m${text}\x1b[0m`;
 }
 
+/** A job's status (the server's text), coloured by what it means. */
 export function statusColour(status: string): string {
   if (status === "completed") return colour(status, "green");
   if (status === "failed" || status === "cancelled") return colour(status, "red");
   if (status === "queued") return colour(status, "yellow");
-  return colour(status, "cyan");
+  return colour(terminalSafe(status, { singleLine: true }), "cyan");
 }
 
-export const out = (line = "") => process.stdout.write(line + "\n");
+/**
+ * Prints one line on stdout. Callers make the server's text in it safe (terminalSafe); a control
+ * character still in it other than tab, newline and svc's own colours is made visible here too
+ * (terminalSafe), so that a line built from a server's text without it does not reach the terminal
+ * raw either. JSON text passes unchanged in value.
+ */
+export const out = (line = "") =>
+  process.stdout.write(
+    line
+      .split(OWN_SGR)
+      .map((part, i) => (i % 2 === 1 ? part : terminalSafe(part)))
+      .join("") + "\n",
+  );
 
 /** Every message of the API, by type name, for apiJson. */
 const registry = createRegistry(
@@ -91,21 +136,31 @@ export function apiJson(value: unknown): unknown {
   return value;
 }
 
+/**
+ * JSON text with no control character a terminal acts on: JSON.stringify escapes U+0000-U+001F in
+ * strings but writes DEL and the C1 controls (U+007F-U+009F) as they are; those are escaped here
+ * too (`\u009b`). They can only stand inside strings, so the document stays the same JSON value.
+ */
+export function jsonText(value: unknown, indent?: number): string {
+  return terminalSafe(JSON.stringify(value, null, indent));
+}
+
 /** One JSON document (the API's JSON, see apiJson), indented. */
 export function printJson(value: unknown): void {
-  out(JSON.stringify(apiJson(value), null, 2));
+  out(jsonText(apiJson(value), 2));
 }
 
 /** One JSON document on one line (--follow --json: one per event). */
 export function printJsonLine(value: unknown): void {
-  out(JSON.stringify(apiJson(value)));
+  out(jsonText(apiJson(value)));
 }
 
+/** A value as one table cell or field: on one line, and safe for a terminal (terminalSafe). */
 const cell = (v: unknown): string => {
   if (v === undefined || v === null || v === "") return "-";
   if (typeof v === "bigint") return v.toString();
-  if (typeof v === "object") return JSON.stringify(v, (_k, x) => (typeof x === "bigint" ? Number(x) : x));
-  return String(v);
+  if (typeof v === "object") return terminalSafe(JSON.stringify(v, (_k, x) => (typeof x === "bigint" ? Number(x) : x)), { singleLine: true });
+  return terminalSafe(String(v), { singleLine: true });
 };
 
 /** A table with a header row; columns are [title, value-of-row]. */
@@ -121,8 +176,9 @@ export function printTable<T>(rows: T[], columns: [string, (r: T) => unknown][])
 
 /** Aligned `key  value` lines. */
 export function printFields(fields: [string, unknown][]): void {
-  const w = Math.max(...fields.map(([k]) => k.length));
-  for (const [k, v] of fields) out(`${k.padEnd(w)}  ${cell(v)}`);
+  const keys = fields.map(([k]) => terminalSafe(k, { singleLine: true }));
+  const w = Math.max(...keys.map((k) => k.length));
+  fields.forEach(([, v], i) => out(`${keys[i].padEnd(w)}  ${cell(v)}`));
 }
 
 export const sar = (halala: bigint | number | undefined) => (halala === undefined ? "-" : `${(Number(halala) / 100).toFixed(2)} SAR`);
@@ -133,15 +189,16 @@ const CODE_NAMES: Partial<Record<Code, string>> = Object.fromEntries(
     .map(([k, v]) => [v, k.replace(/[A-Z]/g, (c, i) => (i ? "_" : "") + c.toLowerCase())]),
 );
 
-/** Prints an error the way svc reports every failure, and returns its exit code. */
+/** Prints an error the way svc reports every failure (its text made terminalSafe), and returns its exit code. */
 export function reportError(err: unknown): number {
   if (err instanceof Exit) return err.code;
+  const say = (text: string) => void process.stderr.write(`svc: ${terminalSafe(text)}\n`);
   if (err instanceof UsageError) {
-    process.stderr.write(`svc: ${err.message}\n`);
+    say(err.message);
     return EXIT.usage;
   }
   if (err instanceof AuthMissing) {
-    process.stderr.write(`svc: ${err.message}\n`);
+    say(err.message);
     return EXIT.auth;
   }
   if (err instanceof ConnectError) {
@@ -149,14 +206,14 @@ export function reportError(err: unknown): number {
     const code = CODE_NAMES[err.code] ?? String(err.code);
     // No status from our server: the request never reached it (refused, reset, DNS, TLS).
     if (!http && (err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal || err.code === Code.DeadlineExceeded)) {
-      process.stderr.write(`svc: server unreachable: ${err.rawMessage} (gRPC ${code})\n`);
+      say(`server unreachable: ${err.rawMessage} (gRPC ${code})`);
       return EXIT.unreachable;
     }
-    process.stderr.write(`svc: ${err.rawMessage} (${http ? `HTTP ${http}, ` : ""}gRPC ${code})\n`);
+    say(`${err.rawMessage} (${http ? `HTTP ${http}, ` : ""}gRPC ${code})`);
     if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) return EXIT.auth;
     return EXIT.refused;
   }
   const e = err as NodeJS.ErrnoException;
-  process.stderr.write(`svc: ${e?.message ?? String(err)}\n`);
+  say(e?.message ?? String(err));
   return EXIT.refused;
 }
