@@ -132,9 +132,10 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       }
       return true;
     },
-    createMetricsHandler(config, metrics, log),
+    // Both take credentials outside the guard and the interceptor: they count failed checks on IP rows themselves.
+    createMetricsHandler(config, metrics, log, limits),
     createApiDocsHandler(services.map((s) => s.service)),
-    createV1Handler({ config, sql, log, metrics }),
+    createV1Handler({ config, sql, log, metrics, rateLimits: limits }),
     createConsoleHandler(config, log),
   ];
 

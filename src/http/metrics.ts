@@ -6,6 +6,10 @@
 //   address it is bound to is the guard;
 // - SVC_METRICS=open serves the service's port without credentials (refused in
 //   production), SVC_METRICS=off not at all.
+// A token check that fails counts against the client IP on the admin row of
+// the rate-limit table (where guesses at the admin routes count): over it,
+// every answer is 429 (a right token too), so /metrics is no way around that
+// row's bound on guessing the admin token.
 import crypto from "node:crypto";
 import http from "node:http";
 import type net from "node:net";
@@ -13,8 +17,10 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Metrics, Wire } from "../metrics/metrics.js";
+import { toHttpError } from "./errors.js";
+import type { RateLimits } from "./rate-limits.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
-import { sendJson } from "./rest.js";
+import { clientIpOf, sendJson } from "./rest.js";
 
 function sameSecret(a: string, b: string): boolean {
   // Hashes first: timingSafeEqual needs equal lengths, and the length must not leak either.
@@ -38,8 +44,23 @@ async function writeMetrics(res: NodeResponse, metrics: Metrics): Promise<void> 
   res.end(body);
 }
 
-/** The /metrics handler of the service's port; false when the path is another or metrics are off here. */
-export function createMetricsHandler(config: Config, metrics: Metrics, log: Logger) {
+/** Runs a rate-limit step; its 429 (or any failure) is answered as `{"error"}` and reported false. */
+async function passes(res: NodeResponse, step: () => Promise<void>): Promise<boolean> {
+  try {
+    await step();
+    return true;
+  } catch (err) {
+    const e = toHttpError(err);
+    sendJson(res, e.status, { error: e.message }, e.headers);
+    return false;
+  }
+}
+
+/**
+ * The /metrics handler of the service's port; false when the path is another or metrics are off here.
+ * `limits` (when rate limits are on) counts failed token checks per client IP on the admin row.
+ */
+export function createMetricsHandler(config: Config, metrics: Metrics, log: Logger, limits?: Pick<RateLimits, "check" | "refuseIfOver">) {
   return async (req: NodeRequest, res: NodeResponse, url: URL): Promise<boolean> => {
     if (url.pathname !== "/metrics" || config.metrics.access === "off") return false;
     if (req.method !== "GET" && req.method !== "HEAD") {
@@ -53,10 +74,14 @@ export function createMetricsHandler(config: Config, metrics: Metrics, log: Logg
         sendJson(res, 401, { error: "metrics token required (Authorization: Bearer <SVC_METRICS_TOKEN or the admin token>)" }, { "www-authenticate": "Bearer" });
         return true;
       }
+      const ip = clientIpOf(req, config.trustProxy);
       if (!given.some((t) => accepted.some((a) => sameSecret(t, a)))) {
+        if (limits && !(await passes(res, () => limits.check("admin", ip)))) return true;
         sendJson(res, 401, { error: "invalid metrics token" }, { "www-authenticate": "Bearer" });
         return true;
       }
+      // A right token from an address over the row is refused too: otherwise 429 against 200 still tells.
+      if (limits && !(await passes(res, () => limits.refuseIfOver("admin", ip)))) return true;
     }
     try {
       await writeMetrics(res, metrics);

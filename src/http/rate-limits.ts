@@ -8,6 +8,9 @@
 // are counted before authentication (the transcoder's guard, an
 // interceptor); rows per renter key after it (secure.ts calls `afterAuth`),
 // against the key that authenticated, or against the client IP when none did.
+// The plain handlers that take credentials count only their failed checks on
+// an IP row (`check` after the failure, `refuseIfOver` before the check):
+// /metrics on the admin row, /v1 on the default row.
 import crypto from "node:crypto";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
@@ -132,6 +135,13 @@ export interface RateLimits {
   streamBeatLimit: { points: number; durationSec: number };
   /** Counts one request of `row` for this caller; throws the 429. */
   check(row: RateLimitName, clientIp: string, authenticatedRenterKey?: string): Promise<void>;
+  /**
+   * Throws the 429 of `row` when this client IP is already over it, counting nothing (see
+   * SharedLimit.overFor). For handlers that count only failed authentication on an IP row
+   * (`check` after the failure: /metrics, /v1): a caller over the row is refused before its
+   * credential is looked at, so a right guess answers like a wrong one.
+   */
+  refuseIfOver(row: RateLimitName, clientIp: string): Promise<void>;
   /** Where the counters live, for logs and tests. */
   store: "postgres" | "redis";
   close(): Promise<void>;
@@ -144,6 +154,12 @@ export type CounterStore = { sql: Sql; redis?: Redis };
 export interface SharedLimit {
   /** Counts one point for `subject`; throws RateLimiterRes when over the limit. */
   consume(subject: string): Promise<RateLimiterRes>;
+  /**
+   * Milliseconds `subject` stays over the limit as far as this process knows (the count the store
+   * last reported to it, or its own count while the store fails); 0 when it is not known to be over.
+   * Counts nothing and reads no store.
+   */
+  overFor(subject: string): Promise<number>;
 }
 
 /**
@@ -179,7 +195,11 @@ export function sharedLimit(store: CounterStore, name: string, points: number, d
           if (res.msBeforeNext > 0) void fallback.set(subject, res.consumedPoints, res.msBeforeNext / 1000);
           return res;
         } catch (err) {
-          if (err instanceof RateLimiterRes) throw err;
+          if (err instanceof RateLimiterRes) {
+            // The store's count over the limit (an in-memory block answers 0 points: nothing new to keep).
+            if (err.consumedPoints > 0 && err.msBeforeNext > 0) void fallback.set(subject, err.consumedPoints, err.msBeforeNext / 1000);
+            throw err;
+          }
           if (attempt < STORE_ATTEMPTS) {
             await new Promise((r) => setTimeout(r, 25 * attempt));
             continue;
@@ -191,6 +211,10 @@ export function sharedLimit(store: CounterStore, name: string, points: number, d
           return fallback.consume(subject);
         }
       }
+    },
+    async overFor(subject) {
+      const known = await fallback.get(subject);
+      return known && known.consumedPoints > points ? Math.max(1, known.msBeforeNext) : 0;
     },
   };
 }
@@ -216,22 +240,32 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       }, 300_000);
   sweep?.unref();
 
+  function tooMany(row: RateLimitRow, msBeforeNext: number) {
+    const retryAfter = Math.max(1, Math.ceil(msBeforeNext / 1000));
+    return apiError(429, `rate limit exceeded: ${row.points} requests per ${per(row.durationSec)} (${row.applies}); retry in ${retryAfter} s`, {
+      "retry-after": String(retryAfter),
+    });
+  }
+
   async function check(name: RateLimitName, clientIp: string, authenticatedRenterKey?: string): Promise<void> {
     const row = rows[name];
     try {
       await limits.get(name)!.consume(subjectOf(row, clientIp, authenticatedRenterKey));
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
-      const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
-      throw apiError(429, `rate limit exceeded: ${row.points} requests per ${per(row.durationSec)} (${row.applies}); retry in ${retryAfter} s`, {
-        "retry-after": String(retryAfter),
-      });
+      throw tooMany(row, err.msBeforeNext);
     }
+  }
+
+  async function refuseIfOver(name: RateLimitName, clientIp: string): Promise<void> {
+    const ms = await limits.get(name)!.overFor(subjectOf(rows[name], clientIp));
+    if (ms > 0) throw tooMany(rows[name], ms);
   }
 
   return {
     store: redis ? "redis" : "postgres",
     check,
+    refuseIfOver,
     guard: async (r: RestRoute, clientIp) => {
       const name = rowNameOf(r.rateLimit);
       if (rows[name].per === "ip") await check(name, clientIp);

@@ -6,6 +6,9 @@
 //   GET  /v1/models/{model}       one of them
 //   POST /v1/chat/completions     OpenAI chat completions, JSON or SSE
 //   GET  /v1/usage                the renter's running token and cost totals
+// Failed authentication (no key, an invalid one) counts against the client IP
+// on the rate-limit table's default row, as a failed /api call does; an
+// address over it is refused before its key is looked up.
 import crypto from "node:crypto";
 import type { Config } from "../../config.js";
 import type { Sql } from "../../db/index.js";
@@ -34,8 +37,10 @@ import { readBody } from "../body.js";
 import { credentialsFromHeaders } from "../credentials.js";
 import type { NodeRequest, NodeResponse } from "../rest.js";
 import { clientIpOf } from "../rest.js";
+import type { RateLimits } from "../rate-limits.js";
+import { toHttpError } from "../errors.js";
 import { EndpointPicker, endpointsFor, servingEndpoints, type Upstream } from "./endpoints.js";
-import { envelope, sendV1Error, toV1Error, v1Error } from "./errors.js";
+import { envelope, sendV1Error, toV1Error, v1Error, V1Error } from "./errors.js";
 import { createV1Limiter } from "./limits.js";
 import { proxyChatCompletion, write, type TokenUsage } from "./proxy.js";
 import { sseEvent } from "./sse.js";
@@ -45,7 +50,12 @@ export interface V1Deps {
   sql: Sql;
   log: Logger;
   metrics?: Metrics;
+  /** The rate-limit table (off: undefined): failed authentication counts per client IP on its default row. */
+  rateLimits?: Pick<RateLimits, "check" | "refuseIfOver">;
 }
+
+/** The rate-limit table's row that failed /v1 authentication counts on, per client IP (as failed /api calls do). */
+const FAILED_AUTH_ROW = "default";
 
 /** The route label of a /v1 request in the metrics (unknown paths: "other"). */
 const V1_ROUTE_LABELS = { chat: "POST /v1/chat/completions", models: "GET /v1/models", model: "GET /v1/models/{model}", usage: "GET /v1/usage" } as const;
@@ -133,6 +143,42 @@ export function createV1Handler(deps: V1Deps) {
   const startedAt = Math.floor(Date.now() / 1000);
   const knownModels = new Set<string>([...config.v1.models, ...LLM_MODELS, ...Object.keys(TOKEN_RATES), ...Object.keys(config.v1.tokenRates)]);
   knownModels.delete("*");
+
+  /** A 429 of the rate-limit table as the /v1 envelope's rate_limit_exceeded; anything else as it is. */
+  function asV1RateLimit(err: unknown): unknown {
+    const e = toHttpError(err);
+    if (e.status !== 429) return err;
+    const retry = Number(e.headers["retry-after"]);
+    const seconds = Number.isFinite(retry) && retry > 0 ? retry : 1;
+    return v1Error("rate_limit_exceeded", `too many requests that failed authentication from this address; retry in ${seconds} s`, seconds * 1000);
+  }
+
+  /**
+   * authenticate, counting a failure (no key, an invalid one) against the client IP on the
+   * FAILED_AUTH_ROW; an address already over that row is refused first, before any key lookup.
+   */
+  async function authenticateCounted(call: Call): Promise<{ renterId: number; key: string }> {
+    const limits = deps.rateLimits;
+    if (!limits) return authenticate(call);
+    const ip = clientIpOf(call.req, config.trustProxy);
+    try {
+      await limits.refuseIfOver(FAILED_AUTH_ROW, ip);
+    } catch (err) {
+      throw asV1RateLimit(err);
+    }
+    try {
+      return await authenticate(call);
+    } catch (err) {
+      if (err instanceof V1Error && (err.code === "missing_api_key" || err.code === "invalid_api_key")) {
+        try {
+          await limits.check(FAILED_AUTH_ROW, ip);
+        } catch (over) {
+          throw asV1RateLimit(over);
+        }
+      }
+      throw err;
+    }
+  }
 
   /** The calling renter and the key that authenticated, from `Authorization: Bearer` or `x-renter-key`. */
   async function authenticate(call: Call): Promise<{ renterId: number; key: string }> {
@@ -343,7 +389,7 @@ export function createV1Handler(deps: V1Deps) {
       if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${url.pathname}`);
       const wanted = route === "chat" ? "POST" : "GET";
       if (method !== wanted) throw v1Error("method_not_allowed", `${url.pathname} accepts ${wanted}, not ${method}`);
-      const { renterId, key } = await authenticate(call);
+      const { renterId, key } = await authenticateCounted(call);
       call.log.renterId = renterId;
       await limit(call, key);
       if (route === "chat") {
