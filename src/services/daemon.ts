@@ -59,7 +59,7 @@ const DRAIN_RECONNECT_MS = 1000;
  */
 export const PROGRESS_WRITES_PER_SECOND = 10;
 
-type ProgressReport = { jobId: string; progressPct?: number; phase?: string };
+type ProgressReport = { jobId: string; progressPct?: number; phase?: string; attempt?: number };
 
 type Out = MessageInitShape<typeof ServerMessageSchema>;
 type Settings = MessageInitShape<typeof DaemonSettingsSchema>;
@@ -254,16 +254,21 @@ class StreamSession {
     // The welcome tells the daemon the key it does not trust; it explains and leaves.
     if (this.keyMismatch) return;
     const stillRunning = new Set(hello.runningJobIds);
-    const held = await sql<{ job_id: string; status: string; provider_id: number | null }[]>`
-      SELECT job_id, status, provider_id FROM jobs
+    const held = await sql<{ job_id: string; status: string; provider_id: number | null; attempt: number }[]>`
+      SELECT job_id, status, provider_id, attempt FROM jobs
       WHERE job_id = ANY(${sql.array([...stillRunning])}::text[])
          OR (provider_id = ${this.providerId} AND status = 'running')`;
     const byId = new Map(held.map((j) => [j.job_id, j]));
     for (const jobId of stillRunning) {
       const j = byId.get(jobId);
-      if (j && j.provider_id === this.providerId && (j.status === "pending" || j.status === "running")) {
+      const attempt = hello.runningJobAttempts[jobId];
+      if (j && j.provider_id === this.providerId && j.status === "pending" && attempt !== j.attempt) {
+        // Assigned back here as a new attempt while the daemon was away (or it names no attempt): what it
+        // runs is an earlier attempt's run. That run is stopped, and the new attempt pushed afresh below.
+        this.send({ kind: { case: "cancel", value: { jobId, reason: `re-queued: attempt ${j.attempt} of the job follows` } } });
+      } else if (j && j.provider_id === this.providerId && (j.status === "pending" || j.status === "running")) {
         this.delivered.add(jobId);
-        if (j.status === "pending") await markJobAccepted(sql, this.providerId, { jobId }).catch((err) => this.fail(err, jobId));
+        if (j.status === "pending") await markJobAccepted(sql, this.providerId, { jobId, attempt }).catch((err) => this.fail(err, jobId));
       } else {
         this.send({ kind: { case: "cancel", value: { jobId, reason: !j ? "unknown job" : j.provider_id !== this.providerId ? "re-queued to another provider" : `job is ${j.status}` } } });
       }
@@ -379,7 +384,7 @@ class StreamSession {
           if (this.syncedAt === undefined || !this.hub.heardAllSince(this.syncedAt)) await this.refresh();
           return;
         case "jobAccepted":
-          await markJobAccepted(sql, pid, { jobId: k.value.jobId });
+          await markJobAccepted(sql, pid, { jobId: k.value.jobId, attempt: k.value.attempt });
           this.delivered.add(k.value.jobId);
           return;
         case "jobRejected":
@@ -396,10 +401,10 @@ class StreamSession {
           );
           return;
         case "logs":
-          await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs });
+          await appendLogs(sql, pid, { jobId: k.value.jobId, logs: k.value.logs, attempt: k.value.attempt });
           return;
         case "progress":
-          await this.progressReport({ jobId: k.value.jobId, progressPct: k.value.progressPct, phase: k.value.phase });
+          await this.progressReport({ jobId: k.value.jobId, progressPct: k.value.progressPct, phase: k.value.phase, attempt: k.value.attempt });
           return;
         case "endpointReady":
           await endpointReady(sql, pid, {
@@ -408,6 +413,7 @@ class StreamSession {
             port: k.value.port,
             model: k.value.model,
             endpointApiKey: k.value.endpointApiKey,
+            attempt: k.value.attempt,
           }, this.clientIp);
           return;
         case "result": {

@@ -294,12 +294,12 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async appendLogs(req, ctx) {
-      const { count, dropped } = await appendLogs(sql, callerProviderId(ctx), { jobId: req.jobId, logs: req.logs });
+      const { count, dropped } = await appendLogs(sql, callerProviderId(ctx), { jobId: req.jobId, logs: req.logs, attempt: req.attempt });
       return { success: true, jobId: req.jobId, count: BigInt(count), dropped: BigInt(dropped) };
     },
 
     async reportProgress(req, ctx) {
-      await reportProgress(sql, callerProviderId(ctx), { jobId: req.jobId, progressPct: req.progressPct, phase: req.phase });
+      await reportProgress(sql, callerProviderId(ctx), { jobId: req.jobId, progressPct: req.progressPct, phase: req.phase, attempt: req.attempt });
       return { success: true, jobId: req.jobId, count: 1n };
     },
 
@@ -310,6 +310,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         port: req.port,
         model: req.model,
         endpointApiKey: req.endpointApiKey,
+        attempt: req.attempt,
       }, ctx.values.get(credentialsKey).clientIp);
       return { success: true, jobId: req.jobId, endpointUrl };
     },

@@ -190,4 +190,25 @@ describe("svc_daemon.py result delivery", { timeout: 90_000 }, () => {
     expect(await job(jobId)).toMatchObject({ status: "queued", attempt: 2 });
     expect(d.output()).not.toContain(`job-result for ${jobId}`);
   });
+
+  it("stops the old run of a job assigned back to it as a new attempt, and runs the new attempt from its poll", async () => {
+    const { gate, daemon: d, jobId, renter } = await gatedJob();
+    // An admin re-queues it; this provider is the only one that fits, so it comes back here as attempt 2.
+    const rq = await api().post(`/api/admin/jobs/${jobId}/requeue`, { reason: "moved by the operator" }, { "x-admin-token": srv.config.adminToken });
+    expect(rq.status, rq.text).toBe(200);
+    // The old run's status check sees the job on another attempt: it stops that run, reports nothing
+    // for it, and its next poll hands out attempt 2, which runs and settles.
+    await waitFor(() => d.output().includes(`job ${jobId} is no longer this provider's`), 15_000, `the old run stopped (${d.output()})`);
+    await waitFor(async () => {
+      const r = await job(jobId);
+      return r.status === "running" && r.attempt === 2 && r.acked_at !== null;
+    }, 15_000, `attempt 2 picked up (${d.output()})`);
+    gate.open();
+    const done = await ended(jobId, 20_000, `job end (${d.output()})`);
+    expect(done).toMatchObject({ status: "completed", attempt: 2 });
+    const attempts = await db`SELECT a.attempt, a.status, a.end_reason FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} ORDER BY a.attempt`;
+    expect(attempts.map((a) => [a.attempt, a.status, a.end_reason])).toEqual([[1, "requeued", "admin_requeued"], [2, "completed", "completed"]]);
+    expect((await api().get("/api/renters/balance", renter.headers)).body.held_halala).toBe(0);
+    expect(await ledgerProblems(db)).toEqual([]);
+  });
 });

@@ -142,6 +142,8 @@ export async function fixtures(srv: TestServer): Promise<Fx> {
   const submit = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, provider_id: p1.id }, a.headers);
   const jobId =
     submit.status === 201 ? (submit.body.job.job_id as string) : (await seedJob(srv, { renterId: a.id, providerId: p1.id, status: "pending" })).jobId;
+  // Polled by its provider: running there, so the provider's reports on it are taken.
+  await api.get(`/api/providers/${p1.key}/jobs`);
   const pay = await api.post("/api/payments/topup", { amount_halala: 500, source_type: "sandbox" }, a.headers);
   const paymentId = pay.status === 201 ? (pay.body.payment.payment_id as string) : "pay-missing";
   const req = await api.post("/api/registry/requests", { image: `ghcr.io/matrix/fixture:${crypto.randomInt(1e9)}` }, a.headers);

@@ -69,6 +69,7 @@ describe("cancel", () => {
     const provider = await makeProvider(srv);
     await srv.sql`UPDATE providers SET gpu_count = 4, approved_gpu_count = 4 WHERE id = ${provider.id}`;
     const done = (await submit(renter.headers)).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(done);
     await api.post("/api/providers/job-result", { api_key: provider.key, job_id: done, success: true, result: {} });
     const before = await balance(renter.key);
     const again = await api.post(`/api/jobs/${done}/cancel`, {}, renter.headers);

@@ -7,7 +7,7 @@ import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { verifyTask } from "../../src/shared/task-signature.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { clearMarketplace } from "./helpers.js";
+import { clearMarketplace, pickUp } from "./helpers.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 const api = client(srv);
@@ -316,6 +316,7 @@ describe("the legacy daemon protocol", () => {
     expect((await api.get(`/api/jobs/${a}/output/png`, renter.headers)).status).toBe(404);
 
     const b = (await api.post("/api/jobs/submit", { job_type: "llm-inference", params: { prompt: "hi" } }, renter.headers)).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(b);
     const failed = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: b, success: false, error: "CUDA out of memory" });
     expect(failed.status).toBe(200);
     // A legacy failure that names no one: unattributed, the hold released in full (the documented refund).
@@ -326,6 +327,7 @@ describe("the legacy daemon protocol", () => {
     expect((await api.get(`/api/jobs/${b}/output/json`, renter.headers)).status).toBe(410);
 
     const c = (await api.post("/api/jobs/submit", { job_type: "llm-inference", params: { prompt: "hi" } }, renter.headers)).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(c);
     const viaComplete = await api.post(`/api/jobs/${c}/complete`, { api_key: provider.key, error: "model download failed" });
     expect(viaComplete.body.status).toBe("failed");
     const b2 = await balance(renter.key);
@@ -338,6 +340,9 @@ describe("the legacy daemon protocol", () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
     const id = (await api.post("/api/jobs/submit", { job_type: "vllm_serve", params: { model: "mistralai/Mistral-7B-Instruct-v0.3" } }, renter.headers)).body.job.job_id;
+    // A report on a job the provider has not polled is refused (an earlier attempt's run, test/jobs/attempt-handout.test.ts).
+    expect((await api.post(`/api/jobs/${id}/endpoint-ready`, { api_key: provider.key, endpoint_url: "https://node-7.example.com:8000/v1" })).status).toBe(409);
+    expect((await pickUp(api, provider.key))?.job_id).toBe(id);
     expect((await api.post(`/api/jobs/${id}/endpoint-ready`, { api_key: provider.key, endpoint_url: "ftp://x" })).status).toBe(400);
     const r = await api.post(`/api/jobs/${id}/endpoint-ready`, { api_key: provider.key, endpoint_url: "https://node-7.example.com:8000/v1" });
     expect(r.status).toBe(200);

@@ -5,7 +5,7 @@ import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
-import { admin, clearMarketplace } from "./helpers.js";
+import { admin, clearMarketplace, pickUp } from "./helpers.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 const api = client(srv);
@@ -72,6 +72,7 @@ describe("templates and webhooks", () => {
     await srv.sql`UPDATE renters SET webhook_url = 'https://hooks.example.com/svc' WHERE id = ${renter.id}`;
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) ids.push((await api.post("/api/jobs/submit", { job_type: "benchmark" }, renter.headers)).body.job.job_id);
+    for (const id of ids.slice(0, 2)) expect((await pickUp(api, provider.key))?.job_id).toBe(id);
     await api.post("/api/providers/job-result", { api_key: provider.key, job_id: ids[0], success: true, result: {} });
     await api.post("/api/providers/job-result", { api_key: provider.key, job_id: ids[1], success: false, error: "boom" });
     await api.post(`/api/jobs/${ids[2]}/cancel`, {}, renter.headers);

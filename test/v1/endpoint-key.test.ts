@@ -78,7 +78,9 @@ async function servingJob(renterOpts: { webhook?: boolean } = {}) {
     renter.headers,
   );
   expect(submit.status, submit.text).toBe(201);
-  return { provider, renter, jobId: submit.body.job.job_id as string };
+  const jobId = submit.body.job.job_id as string;
+  expect((await api().get(`/api/providers/${provider.key}/jobs`)).body.job?.job_id).toBe(jobId);
+  return { provider, renter, jobId };
 }
 
 async function reportReady(s: { provider: { key: string }; jobId: string }, endpointUrl: string, apiKey?: string) {

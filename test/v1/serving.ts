@@ -34,6 +34,9 @@ export async function serveModel(
   );
   if (submit.status !== 201) throw new Error(`vllm_serve submit failed: ${submit.status} ${submit.text}`);
   const jobId: string = submit.body.job.job_id;
+  // The daemon polls the job (it runs from then on), then reports where its engine listens.
+  const polled = await api.get(`/api/providers/${provider.key}/jobs`);
+  if (polled.body?.job?.job_id !== jobId) throw new Error(`the provider's poll did not hand out ${jobId}: ${polled.text}`);
   const ready = await api.post(`/api/jobs/${jobId}/endpoint-ready`, { api_key: provider.key, endpoint_url: endpointUrl, model });
   if (ready.status !== 200) throw new Error(`endpoint-ready failed: ${ready.status} ${ready.text}`);
   return { provider, owner, jobId };

@@ -905,6 +905,14 @@ def parse_progress(line):
 
 # ---------------------------------------------------------------- results --
 
+def with_attempt(body, attempt):
+    """A report's body naming the attempt it is about (the poll's `attempt`): the server refuses one
+    about an attempt that is no longer the job's instead of taking it for the current one."""
+    if attempt:
+        body["attempt"] = attempt
+    return body
+
+
 def result_refused(status):
     """Whether an HTTP status is the server's refusal of a report (sending it again changes nothing):
     a 4xx other than 408 (request timeout) and 429 (too many requests). Everything else (a 5xx, no
@@ -1183,18 +1191,23 @@ class Daemon:
             self.log("%d job result(s) not delivered yet, kept in %s; the next start sends them"
                      % (len(self.results.items), self.results.folder))
 
-    def job_status(self, job_id):
+    def job_status(self, job_id, attempt=None):
         """The job's status; GONE when it is no longer this provider's (403: it went back to the queue
-        or on to another provider); None when the server could not be asked."""
+        or on to another provider), or when it is on another attempt than the one run here (re-queued
+        and assigned back to this provider: the next poll hands the new attempt out); None when the
+        server could not be asked."""
         try:
-            return self.api.get("/api/jobs/%s" % urllib.parse.quote(job_id, safe=""), {"key": self.api.key}).get("status")
+            job = self.api.get("/api/jobs/%s" % urllib.parse.quote(job_id, safe=""), {"key": self.api.key})
         except ApiError as err:
             return GONE if err.status == 403 else None
+        if attempt and job.get("attempt") and job.get("attempt") != attempt:
+            return GONE
+        return job.get("status")
 
-    def confirm_pickup(self, job_id):
+    def confirm_pickup(self, job_id, attempt=None):
         """A report naming the job (an empty log batch): the server counts a polled job as picked up
         once the daemon reports on it, and sends it back to the queue when nothing comes."""
-        return self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": []})
+        return self.post_quietly("/api/jobs/%s/logs" % job_id, with_attempt({"logs": []}, attempt))
 
     def running_jobs(self):
         with self.jobs_lock:
@@ -1255,6 +1268,7 @@ class Daemon:
 
     def _run_job(self, job, gpu_devices):
         job_id = job["job_id"]
+        attempt = job.get("attempt")
         if not verify_task(self.cfg["secret"], job.get("task_spec"), job.get("task_spec_hmac")):
             self.log("job %s refused: task signature does not verify" % job_id)
             self.event("task_signature_invalid", "error", "task_spec_hmac does not match the task", job_id)
@@ -1263,7 +1277,7 @@ class Daemon:
             return
         # The event names the job, which confirms the pickup; when it does not get through (the
         # server away, the hour's events used up), another report must before the pickup window ends.
-        confirmed = self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id)
+        confirmed = self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id, attempt)
         started = time.time()
         try:
             argv, extra_env, container, result_file = plan_job(
@@ -1302,18 +1316,18 @@ class Daemon:
             if line:
                 progress = parse_progress(line)
                 if progress:
-                    if self.post_quietly("/api/jobs/%s/progress" % job_id, {"progress_pct": progress[0], "phase": progress[1]}):
+                    if self.post_quietly("/api/jobs/%s/progress" % job_id, with_attempt({"progress_pct": progress[0], "phase": progress[1]}, attempt)):
                         confirmed = True
                 else:
                     pending.append(line)
                     output.append(line)
             now = time.time()
             if pending and (now - last_flush >= LOG_FLUSH_SECONDS or len(pending) >= LOG_BATCH_LINES):
-                if self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending}):
+                if self.post_quietly("/api/jobs/%s/logs" % job_id, with_attempt({"logs": pending}, attempt)):
                     confirmed = True
                 pending, last_flush = [], now
             if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
-                confirmed, last_confirm = self.confirm_pickup(job_id), now
+                confirmed, last_confirm = self.confirm_pickup(job_id, attempt), now
             if outcome is not None:
                 continue  # being stopped: wait for its end
             if now > deadline:
@@ -1322,7 +1336,7 @@ class Daemon:
                 run.stop()
             elif now - last_cancel_check >= CANCEL_CHECK_SECONDS:
                 last_cancel_check = now
-                status = self.job_status(job_id)
+                status = self.job_status(job_id, attempt)
                 if status in ("cancelled", "failed", "completed"):
                     outcome = "cancelled"
                     run.stop()
@@ -1333,7 +1347,7 @@ class Daemon:
                     outcome = "moved"
                     run.stop()
             if outcome is None and serve and serve.due(now):
-                reported, refusal = self.report_endpoint(job_id, serve)
+                reported, refusal = self.report_endpoint(job_id, serve, attempt)
                 confirmed = confirmed or reported
                 if refusal:
                     outcome, end_reason = refusal, "provider_error"
@@ -1346,7 +1360,7 @@ class Daemon:
             serve.stopped.set()
         code = run.proc.wait()
         if pending:
-            self.post_quietly("/api/jobs/%s/logs" % job_id, {"logs": pending})
+            self.post_quietly("/api/jobs/%s/logs" % job_id, with_attempt({"logs": pending}, attempt))
         duration = round(time.time() - started, 3)
         if container:
             # docker run exits 125 when docker itself failed and when the container's program exited
@@ -1385,7 +1399,7 @@ class Daemon:
         self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"))
         self.event("job_failed", "warning", error, job_id)
 
-    def report_endpoint(self, job_id, serve):
+    def report_endpoint(self, job_id, serve, attempt=None):
         """endpoint-ready for a serving job whose engine answers its health check, with the engine's key,
         which the server gives its /v1 gateway only. Returns (reported, refusal): refusal is why the
         server refused the endpoint itself (400: no address to join the port to, say), which ends the
@@ -1395,6 +1409,7 @@ class Daemon:
         body = endpoint_report(self.cfg.get("public_host"), serve.host_port)
         where = body.get("endpoint_url") or "port %d" % serve.host_port
         body["endpoint_api_key"] = serve.api_key
+        with_attempt(body, attempt)
         try:
             self.api.post("/api/jobs/%s/endpoint-ready" % job_id, body)
         except ApiError as err:
@@ -1409,7 +1424,7 @@ class Daemon:
             return False, None
         serve.settled = True
         self.log("job %s is serving at %s" % (job_id, where))
-        self.post_quietly("/api/jobs/%s/progress" % job_id, {"progress_pct": 100, "phase": "serving"})
+        self.post_quietly("/api/jobs/%s/progress" % job_id, with_attempt({"progress_pct": 100, "phase": "serving"}, attempt))
         return True, None
 
     def post_quietly(self, path, body):

@@ -209,6 +209,8 @@ export class ProviderDaemon {
             // With the jobs whose result the server has not acknowledged: a job that ended while the
             // daemon was away is not lost, and its result follows the welcome.
             runningJobIds: [...new Set([...this.jobs.keys(), ...this.unackedResults.keys()])],
+            // Of which attempt each is: a job assigned back here as a new attempt meanwhile is not taken for the old run.
+            runningJobAttempts: this.heldAttempts(),
             // The server keeps a provider whose daemon would refuse its tasks out of dispatch.
             taskSigningKey: this.trustNextKey ? undefined : this.signingKey,
             providerKey: this.attestKey?.publicKey,
@@ -241,6 +243,17 @@ export class ProviderDaemon {
       const wait = drainMs ?? backoffMs(attempt++, this.cfg.reconnectMinMs, this.cfg.reconnectMaxMs);
       await sleep(wait, this.stopSignal.signal);
     }
+  }
+
+  /** The attempt of each job this daemon runs or holds a result of (those an older server named none of are left out). */
+  private heldAttempts(): Record<string, number> {
+    const held: Record<string, number> = {};
+    for (const [jobId, kind] of this.unackedResults) {
+      const attempt = kind?.case === "result" ? kind.value?.attempt : undefined;
+      if (attempt) held[jobId] = attempt;
+    }
+    for (const [jobId, active] of this.jobs) if (active.attempt) held[jobId] = active.attempt;
+    return held;
   }
 
   /** Sends now when connected, else keeps it for the next connection. */
@@ -531,7 +544,7 @@ export class ProviderDaemon {
         // The host had GPUs when the daemon started and nvidia-smi lists none now: a driver problem of this machine.
         return this.reject(job, "nvidia-smi lists no GPU now; the job's container cannot be given one");
       }
-      this.send({ case: "jobAccepted", value: { jobId: job.jobId } });
+      this.send({ case: "jobAccepted", value: { jobId: job.jobId, attempt: active.attempt } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
       let outcome: Outcome;
       try {
@@ -577,12 +590,13 @@ export class ProviderDaemon {
     const { spec } = active;
     const running = start(spec, {
       log: (line) => this.logLine(active, line),
-      progress: (pct, phase) => this.report(active, { case: "progress", value: { jobId: spec.jobId, progressPct: pct, phase } }),
+      progress: (pct, phase) => this.report(active, { case: "progress", value: { jobId: spec.jobId, progressPct: pct, phase, attempt: active.attempt } }),
       endpointReady: (url, apiKey) =>
         this.report(active, {
           case: "endpointReady",
           value: {
             jobId: spec.jobId,
+            attempt: active.attempt,
             ...(url.startsWith("port:") ? { port: Number(url.slice(5)) } : { endpointUrl: url }),
             ...(apiKey ? { endpointApiKey: apiKey } : {}),
           },
@@ -620,7 +634,7 @@ export class ProviderDaemon {
     active.flushTimer = undefined;
     if (active.logs.length === 0) return;
     const lines = active.logs.splice(0);
-    this.report(active, { case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)) } });
+    this.report(active, { case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)), attempt: active.attempt } });
   }
 
   private finish(active: ActiveJob, outcome: Outcome) {

@@ -84,14 +84,27 @@ async function startLocked(tx: Tx, job: JobRow, confirmed: boolean): Promise<voi
 }
 
 /**
- * The daemon reported on its job: a pending one starts running, a running one
- * it polled is confirmed (it got the poll's answer). Returns the job as it now is.
+ * A pending attempt has not been handed to the daemon (the legacy poll and a stream's accept start it):
+ * a report on it comes from the run of an earlier attempt, re-queued and assigned back here, and must
+ * not start this one (it would run on the record with nothing behind it, and be billed at its deadline).
  */
-async function confirmLocked(tx: Tx, job: LockedJob): Promise<LockedJob> {
+function assertHandedOut(job: Pick<JobRow, "status" | "attempt" | "job_id">, what: string): void {
   if (job.status === "pending") {
-    await startLocked(tx, job, true);
-    return { ...job, status: "running", started_at: job.db_now, acked_at: job.db_now };
+    throw conflict(
+      `attempt ${job.attempt} of job ${job.job_id} has not been picked up by this provider yet (poll it, or accept it on the stream); ` +
+        `this ${what} comes from an earlier run and was not accepted`,
+    );
   }
+}
+
+/**
+ * The daemon reported on its job, of the attempt it names (none: the current one): a running job it
+ * polled is confirmed (it got the poll's answer). A pending one is refused (assertHandedOut). Returns
+ * the job as it now is.
+ */
+async function confirmLocked(tx: Tx, job: LockedJob, attempt: number | undefined, what: string): Promise<LockedJob> {
+  assertAttempt(job, attempt, what);
+  assertHandedOut(job, what);
   if (job.status === "running" && job.acked_at === null) {
     await tx`UPDATE jobs SET acked_at = now() WHERE id = ${job.id}`;
     return { ...job, acked_at: job.db_now };
@@ -170,9 +183,17 @@ export async function failUnverifiableTask(sql: Sql, providerId: number, jobId: 
   return ended;
 }
 
-/** Stream daemons acknowledge an assignment: pending -> running, confirmed. */
-export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId: string }): Promise<void> {
-  await sql.begin(async (tx) => confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId)));
+/**
+ * A stream daemon accepts an assignment (or names it in its hello, of the same attempt): pending ->
+ * running, confirmed. An accept of another attempt is refused.
+ */
+export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId: string; attempt?: number }): Promise<void> {
+  await sql.begin(async (tx) => {
+    const job = await lockOwnActive(tx, providerId, msg.jobId);
+    assertAttempt(job, msg.attempt, "accept");
+    if (job.status === "pending") await startLocked(tx, job, true);
+    else await confirmLocked(tx, job, msg.attempt, "accept");
+  });
 }
 
 /**
@@ -278,8 +299,8 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
     let job = await lockJob(tx, msg.jobId);
     assertAssignee(job, providerId);
     assertAttempt(job, msg.attempt, "result");
-    // The report is the daemon's evidence that it had the job (a pending one is settled as it stands).
-    if (job.status === "running") job = await confirmLocked(tx, job);
+    // The report is the daemon's evidence that it had the job.
+    if (isActive(job.status)) job = await confirmLocked(tx, job, msg.attempt, "result");
     if (!isActive(job.status)) {
       // A repeat of the report that ended the job answers its figures again.
       // (A reported timeout the server judged the provider's failure ended as provider_error.)
@@ -384,23 +405,32 @@ const LOG_LOCK_NS = 0x7633;
 export async function appendLogs(
   sql: Sql,
   providerId: number,
-  msg: { jobId: string; logs: (Value | JsonValue)[] },
+  msg: { jobId: string; logs: (Value | JsonValue)[]; attempt?: number },
 ): Promise<{ count: number; dropped: number }> {
   requireFields({ job_id: msg.jobId });
   if (msg.logs.length > MAX_LOG_LINES_PER_CALL) throw badRequest(`logs must hold at most ${MAX_LOG_LINES_PER_CALL} lines per call`);
+  if (msg.attempt !== undefined) checkRange(msg.attempt, 1, 1_000_000, "attempt", true);
   const lines = msg.logs.map((v, i) => logLine(withoutNul(resultJson(v) ?? null), i));
-  const [job] = await sql<(Pick<JobRow, "id" | "job_id" | "provider_id" | "attempt" | "status" | "acked_at"> & { closed: boolean })[]>`
-    SELECT j.id, j.job_id, j.provider_id, j.attempt, j.status, j.acked_at,
+  // The lines' attempt: the one named (an earlier run's lines are kept with it), else the current one.
+  const [job] = await sql<
+    (Pick<JobRow, "id" | "job_id" | "provider_id" | "attempt" | "status" | "acked_at"> & { closed: boolean; lines_attempt: number; attempt_provider: number | null })[]
+  >`
+    SELECT j.id, j.job_id, j.provider_id, j.attempt, j.status, j.acked_at, a.attempt AS lines_attempt, a.provider_id AS attempt_provider,
            coalesce(a.ended_at < now() - make_interval(mins => ${LOG_GRACE_AFTER_END_MINUTES}), false) AS closed
-    FROM jobs j LEFT JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt
+    FROM jobs j LEFT JOIN job_attempts a ON a.job_id = j.id AND a.attempt = coalesce(${msg.attempt ?? null}::int, j.attempt)
     WHERE j.job_id = ${msg.jobId}`;
   if (!job) throw notFound("job not found");
-  assertAssignee(job, providerId);
+  const current = msg.attempt === undefined || msg.attempt === job.attempt;
+  if (current) assertAssignee(job, providerId);
+  else if (job.attempt_provider !== providerId) throw forbidden(`attempt ${msg.attempt} of this job was not run by this provider`);
   if (job.closed) {
     throw conflict(`the job's attempt ended more than ${LOG_GRACE_AFTER_END_MINUTES} minutes ago; its logs are closed`);
   }
+  // A pending attempt has not reached the daemon: lines naming none come from an earlier run.
+  if (current) assertHandedOut(job, "log batch");
+  const attempt = current ? job.attempt : msg.attempt!;
   // Lines of a running job it polled: the daemon got the poll's answer.
-  const unconfirmed = job.status === "running" && job.acked_at === null;
+  const unconfirmed = current && job.status === "running" && job.acked_at === null;
   if (lines.length === 0) {
     if (unconfirmed) await confirmPickup(sql, providerId, job.job_id);
     return { count: 0, dropped: 0 };
@@ -410,7 +440,7 @@ export async function appendLogs(
     await tx`SELECT pg_advisory_xact_lock(${LOG_LOCK_NS}, ${job.id % 2147483647}::int)`;
     const [{ stored }] = await tx<{ stored: number }[]>`
       SELECT count(*)::int AS stored FROM (
-        SELECT 1 FROM job_logs WHERE job_id = ${job.id} AND attempt = ${job.attempt} LIMIT ${MAX_LOG_LINES_PER_ATTEMPT}) s`;
+        SELECT 1 FROM job_logs WHERE job_id = ${job.id} AND attempt = ${attempt} LIMIT ${MAX_LOG_LINES_PER_ATTEMPT}) s`;
     // Room for daemon lines keeps one line free for the notice; a full attempt already holds it.
     const room = stored >= MAX_LOG_LINES_PER_ATTEMPT ? 0 : MAX_LOG_LINES_PER_ATTEMPT - 1 - stored;
     const kept = lines.slice(0, room);
@@ -419,7 +449,7 @@ export async function appendLogs(
     if (kept.length > 0) {
       await tx`
         INSERT INTO job_logs (job_id, attempt, level, message)
-        SELECT ${job.id}, ${job.attempt}, l.level, l.message
+        SELECT ${job.id}, ${attempt}, l.level, l.message
         FROM unnest(${tx.array(kept.map((l) => l.level))}::text[], ${tx.array(kept.map((l) => l.message))}::text[]) WITH ORDINALITY AS l(level, message, n)
         ORDER BY l.n`;
     }
@@ -427,15 +457,15 @@ export async function appendLogs(
   });
 }
 
-/** Progress of a job (0-100 and a phase marker); the first report also marks a pending job running. */
-export async function reportProgress(sql: Sql, providerId: number, msg: { jobId: string; progressPct?: number; phase?: string }): Promise<void> {
+/** Progress of a job (0-100 and a phase marker); the first report on a job it polled confirms the pickup. */
+export async function reportProgress(sql: Sql, providerId: number, msg: { jobId: string; progressPct?: number; phase?: string; attempt?: number }): Promise<void> {
   const reported = withoutNul(msg.phase);
   if (msg.progressPct === undefined && (reported === undefined || reported === "")) throw badRequest("missing required fields: progress_pct or phase");
   const pct = msg.progressPct === undefined ? undefined : checkRange(msg.progressPct, 0, 100, "progress_pct");
   const phase = reported === undefined ? undefined : reported.trim().slice(0, 200) || undefined;
   if (reported !== undefined && reported.length > 200) throw badRequest("phase must be at most 200 characters");
   await sql.begin(async (tx) => {
-    const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId));
+    const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId), msg.attempt, "progress report");
     await tx`
       UPDATE jobs SET progress_pct = coalesce(${pct ?? null}, progress_pct), progress_phase = coalesce(${phase ?? null}, progress_phase), updated_at = now()
       WHERE id = ${job.id}`;
@@ -449,7 +479,7 @@ export async function reportProgress(sql: Sql, providerId: number, msg: { jobId:
 export async function endpointReady(
   sql: Sql,
   providerId: number,
-  msg: { jobId: string; endpointUrl?: string; port?: number; model?: string; endpointApiKey?: string },
+  msg: { jobId: string; endpointUrl?: string; port?: number; model?: string; endpointApiKey?: string; attempt?: number },
   reportedFrom?: string,
 ): Promise<{ endpointUrl: string }> {
   // The endpoint's own secret (the daemon's per-job VLLM_API_KEY), sent upstream by the /v1 gateway as a
@@ -483,7 +513,7 @@ export async function endpointReady(
   }
   const endpoint = url;
   await sql.begin(async (tx) => {
-    const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId));
+    const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId), msg.attempt, "endpoint report");
     // The key belongs to the endpoint reported with it: a report without one clears an earlier one's.
     await tx`UPDATE jobs SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, updated_at = now() WHERE id = ${job.id}`;
   });
