@@ -136,6 +136,7 @@ describe("login-email with one-time codes", () => {
     const email = uniqueEmail("codes-c");
     const reg = await api.post("/api/renters/register", { name: "C", email });
     expect(reg.status).toBe(201);
+    const proven = async () => (await srv.sql<{ p: boolean }[]>`SELECT email_proven_at IS NOT NULL AS p FROM renters WHERE id = ${reg.body.renter_id}`)[0].p;
     const guessWrong = async (code: string, times: number) => {
       const wrong = code === "000000" ? "000001" : "000000";
       for (let i = 0; i < times; i++) {
@@ -165,9 +166,12 @@ describe("login-email with one-time codes", () => {
     await srv.sql`
       UPDATE login_codes SET created_at = created_at - interval '2 hours', expires_at = expires_at - interval '2 hours'
       WHERE role = 'renter' AND account_id = ${reg.body.renter_id} AND attempts > 0`;
+    expect(await proven()).toBe(false);
     const ok = await api.post("/api/renters/login-email", { email, code: codeIn(sent.at(-1)!) });
     expect(ok.status).toBe(200);
     expect(ok.body.api_key).toMatch(/^svc-renter-/);
+    // The right code proves the account owns the address (what a managed-endpoint account needs).
+    expect(await proven()).toBe(true);
   });
 
   it("503 when the email service fails; an unknown address is 404 and sends nothing", async () => {

@@ -44,7 +44,7 @@ export async function serveModel(
 
 const managedOwners = new WeakMap<TestServer, Promise<Serving["owner"]>>();
 
-/** The server's managed-endpoint account (MANAGED_RENTER_EMAIL), registered and funded once per server. */
+/** The server's managed-endpoint account (MANAGED_RENTER_EMAIL), registered, its address proven and funded once per server. */
 function managedOwner(srv: TestServer): Promise<Serving["owner"]> {
   let owner = managedOwners.get(srv);
   if (!owner) {
@@ -52,6 +52,9 @@ function managedOwner(srv: TestServer): Promise<Serving["owner"]> {
       const r = await client(srv.url).post("/api/renters/register", { name: "Managed endpoints", email: MANAGED_RENTER_EMAIL });
       if (r.status !== 201) throw new Error(`managed renter register failed: ${r.status} ${r.text}`);
       const id: number = r.body.renter_id;
+      // The account proves it owns the address (one step here: no email delivery is configured).
+      const proof = await client(srv.url).post("/api/renters/login-email", { email: MANAGED_RENTER_EMAIL });
+      if (proof.status !== 200) throw new Error(`managed renter login failed: ${proof.status} ${proof.text}`);
       await srv.sql.begin((tx) => credit(tx, id, 100_000_000, `test-fund:${id}:managed`));
       return { id, key: r.body.api_key as string, headers: { "x-renter-key": r.body.api_key as string } };
     })();

@@ -54,7 +54,7 @@ export async function loginByEmail(
     if (config.production) {
       throw apiError(503, "login-email is disabled: email delivery (EMAIL_API_KEY) is not configured");
     }
-    return { kind: "key", apiKey: await issueKey(sql, role, accountId) };
+    return { kind: "key", apiKey: await signedIn(sql, role, accountId) };
   }
   if (!code) {
     const fresh = String(crypto.randomInt(0, 1_000_000)).padStart(6, "0");
@@ -110,5 +110,13 @@ export async function loginByEmail(
     return latest.ok;
   });
   if (!right) throw unauthorized("wrong sign-in code");
-  return { kind: "key", apiKey: await issueKey(sql, role, accountId) };
+  return { kind: "key", apiKey: await signedIn(sql, role, accountId) };
+}
+
+/** A sign-in that reached the account's address: a new key, and (renters) the address counted as proven (migration 051). */
+async function signedIn(sql: Sql, role: KeyRole, accountId: number): Promise<string> {
+  return sql.begin(async (tx) => {
+    if (role === "renter") await tx`UPDATE renters SET email_proven_at = coalesce(email_proven_at, now()) WHERE id = ${accountId}`;
+    return issueKey(tx, role, accountId);
+  });
 }

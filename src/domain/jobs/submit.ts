@@ -115,8 +115,10 @@ export interface SubmitIntent {
  * A vllm_serve job with params.public serves every renter's /v1 requests
  * (src/http/v1/endpoints.ts), billed per token: the platform's managed
  * endpoints. Only the accounts the operator names (SVC_V1_MANAGED_RENTERS,
- * emails) may submit one: a renter pinning such a job to a provider of its own
- * could draw other renters' prompts, and their billing, to a server of its own.
+ * emails) may submit one, once the account proved it owns the address (signed in
+ * with the emailed code, migration 051: registration takes any address): a renter
+ * pinning such a job to a provider of its own could draw other renters' prompts,
+ * and their billing, to a server of its own.
  */
 export async function checkPublicServing(db: Db, renterId: number, input: SubmitInput, managedEmails: readonly string[]): Promise<void> {
   const params = input.params as Record<string, unknown> | undefined;
@@ -124,8 +126,15 @@ export async function checkPublicServing(db: Db, renterId: number, input: Submit
   if (params?.public !== true) return;
   const jobType = input.jobType?.trim() || (input.templateId ? templateById(input.templateId)?.jobType : undefined);
   if (jobType !== "vllm_serve") return;
-  const [renter] = await db<{ email: string }[]>`SELECT email FROM renters WHERE id = ${renterId}`;
-  if (renter && managedEmails.includes(renter.email.toLowerCase())) return;
+  const [renter] = await db<{ email: string; proven: boolean }[]>`SELECT email, email_proven_at IS NOT NULL AS proven FROM renters WHERE id = ${renterId}`;
+  if (renter && managedEmails.includes(renter.email.toLowerCase())) {
+    if (renter.proven) return;
+    // Registration takes any address: the right goes to the account that showed it owns it.
+    throw forbidden(
+      "params.public: this account's email is a managed-endpoint account's (SVC_V1_MANAGED_RENTERS), but the account has not proven it owns the address; " +
+        "sign in once with POST /api/renters/login-email and the code sent there",
+    );
+  }
   throw forbidden(
     "params.public: only the platform's managed-endpoint accounts (SVC_V1_MANAGED_RENTERS) may serve every renter's /v1 requests; " +
       "without it a vllm_serve job serves its own renter's requests",

@@ -1,0 +1,43 @@
+// The managed-endpoint accounts are named by email (SVC_V1_MANAGED_RENTERS),
+// and registration takes any address: the right to run public vllm_serve jobs
+// (serving every renter's /v1 requests) goes to the account that proved it owns
+// the address by signing in with the code sent there, not to whoever
+// registered it first.
+import { describe, expect, it } from "vitest";
+import { credit } from "../../src/domain/money/ledger.js";
+import { makeProvider } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
+import { useTestServer } from "../helpers/server.js";
+
+const OPS = "ops-endpoints@platform.test";
+const srv = useTestServer({ SVC_V1_MANAGED_RENTERS: OPS });
+const api = client(srv);
+
+describe("a managed-endpoint account", () => {
+  it("serves every renter only once it proved its address: registering the address is not enough", async () => {
+    // Registered with the configured address, in another case, by someone who never received mail there.
+    const reg = await api.post("/api/renters/register", { name: "Not the platform", email: OPS.toUpperCase() });
+    expect(reg.status, reg.text).toBe(201);
+    const id: number = reg.body.renter_id;
+    await srv.sql.begin((tx) => credit(tx, id, 100_000, `test-fund:${id}`));
+    const own = await makeProvider(srv, { vramMib: 81920, gpuModel: "NVIDIA H100 80GB HBM3" });
+    const submit = () =>
+      api.post(
+        "/api/jobs/submit",
+        { job_type: "vllm_serve", params: { model: "meta-llama/Llama-3.1-8B-Instruct", public: true }, provider_id: own.id, duration_minutes: 10 },
+        { "x-renter-key": reg.body.api_key },
+      );
+    const refused = await submit();
+    expect(refused.status, refused.text).toBe(403);
+    expect(refused.body.error).toMatch(/has not proven it owns the address; sign in once with POST \/api\/renters\/login-email/);
+    expect(await srv.sql`SELECT 1 FROM jobs WHERE renter_id = ${id}`).toHaveLength(0);
+    expect((await api.get("/api/renters/balance", { "x-renter-key": reg.body.api_key })).body.held_halala).toBe(0);
+
+    // A sign-in that reached the address (one step here: no email delivery is configured) proves it.
+    const login = await api.post("/api/renters/login-email", { email: OPS });
+    expect(login.status, login.text).toBe(200);
+    expect((await srv.sql<{ proven: boolean }[]>`SELECT email_proven_at IS NOT NULL AS proven FROM renters WHERE id = ${id}`)[0].proven).toBe(true);
+    const accepted = await submit();
+    expect(accepted.status, accepted.text).toBe(201);
+  });
+});
