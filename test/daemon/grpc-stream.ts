@@ -3,7 +3,7 @@
 // given kind.
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { afterAll, beforeEach } from "vitest";
+import { afterEach, beforeEach } from "vitest";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
 import { useTestServer, type TestServer } from "../helpers/server.js";
 import { clearMarketplace } from "../helpers/isolation.js";
@@ -100,13 +100,14 @@ export function openStream(port: number, key: string | undefined, options?: grpc
 
 /**
  * A test file's server for daemon streams (job sweep slowed down, the marketplace cleared
- * before each test) and the streams its tests open, cancelled before the server closes.
+ * before each test) and the streams its tests open, cancelled as each test ends (the next
+ * test's clearing waits for the server to let go of open streams).
  */
 export function useStreamServer(env: Record<string, string> = {}): { srv: TestServer; streams: TestStream[] } {
   const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", ...env });
   const streams: TestStream[] = [];
-  afterAll(() => {
-    for (const s of streams) s.cancel();
+  afterEach(() => {
+    for (const s of streams.splice(0)) s.cancel();
   });
   beforeEach(() => clearMarketplace(srv));
   return { srv, streams };

@@ -5,7 +5,7 @@
 // the renter at its deadline. Reports name their attempt (progress, logs,
 // endpoint-ready, accept, a hello's running jobs); one naming none is taken for
 // the current attempt, and refused while that attempt is pending.
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
@@ -14,10 +14,6 @@ import { admin, pickUp } from "./helpers.js";
 
 const { srv, streams } = useStreamServer({ SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_SWEEP_MS: "60000" });
 const api = client(srv);
-// Each test's streams end with it: the next test's clearing waits for open ones.
-afterEach(() => {
-  for (const s of streams.splice(0)) s.cancel();
-});
 
 const row = async (jobId: string) =>
   (await srv.sql<{ status: string; attempt: number; provider_id: number | null; acked: boolean; progress_pct: number | null; endpoint_url: string | null }[]>`
