@@ -109,8 +109,10 @@ export async function startFakeVllm(name: string, mode: Mode = "ok", opts: { api
       return;
     }
     if (fake.mode === "hang") return; // never answers
-    if (fake.mode === "slow-json" && !body.stream) {
-      await new Promise((r) => setTimeout(r, 2000)); // answers, but late
+    if (fake.mode === "slow-json") {
+      // Answers, but late: nothing at all (no headers, no first event) for 2 s. The gateway asks for a
+      // stream also for a non-streaming client, so this is how a slow unstreamed answer looks to it.
+      await new Promise((r) => setTimeout(r, 2000));
       if (res.destroyed) return;
     }
     const id = `chatcmpl-${name}-${fake.requests.length}`;
@@ -209,4 +211,32 @@ export async function startFakeVllm(name: string, mode: Mode = "ok", opts: { api
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   fake.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return fake;
+}
+
+/**
+ * Answers a chat completion as vLLM does for a request body `body`: server-sent events when it asked to
+ * stream (the content in one chunk, the finish, the usage when asked), the chat.completion object otherwise.
+ * For test engines of their own that only decide the content and the usage.
+ */
+export function answerLikeVllm(
+  res: http.ServerResponse,
+  body: { model: string; stream?: boolean; stream_options?: { include_usage?: boolean } },
+  answer: { id: string; content: string; finishReason: string; usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number } },
+): void {
+  const head = { id: answer.id, created: 1, model: body.model };
+  if (!body.stream) {
+    res.writeHead(200, { "content-type": "application/json" }).end(
+      JSON.stringify({
+        ...head,
+        object: "chat.completion",
+        choices: [{ index: 0, message: { role: "assistant", content: answer.content }, finish_reason: answer.finishReason }],
+        usage: answer.usage,
+      }),
+    );
+    return;
+  }
+  const chunk = (delta: Record<string, unknown>, finish: string | null) => ({ ...head, object: "chat.completion.chunk", choices: [{ index: 0, delta, finish_reason: finish }] });
+  const events = [chunk({ role: "assistant", content: answer.content }, null), chunk({}, answer.finishReason)];
+  if (body.stream_options?.include_usage) events.push({ ...head, object: "chat.completion.chunk", choices: [], usage: answer.usage } as never);
+  res.writeHead(200, { "content-type": "text/event-stream" }).end(events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") + "data: [DONE]\n\n");
 }

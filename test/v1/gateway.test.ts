@@ -176,7 +176,8 @@ describe("chat completions", () => {
     const last = chunks.at(-1)!;
     expect(last.choices).toEqual([]);
     expect(last.usage).toMatchObject({ prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length });
-    expect(vllm.requests.at(-1)!.stream_options).toEqual({ include_usage: true });
+    // The endpoint is asked for usage on every chunk too (a cut stream is billed by it); the client was not shown it.
+    expect(vllm.requests.at(-1)!.stream_options).toEqual({ include_usage: true, continuous_usage_stats: true });
 
     const legs = await ledgerOf(response.headers.get("x-request-id")!);
     expect(legs.map((l) => l.amount)).toEqual([COST - share, share]);
@@ -199,7 +200,7 @@ describe("chat completions", () => {
     expect(finishing.choices[0].finish_reason).toBe("stop");
     expect(finishing.usage).toMatchObject({ prompt_tokens: PROMPT_TOKENS, completion_tokens: REPLY_WORDS.length });
     // Upstream was asked for usage regardless.
-    expect(vllm.requests.at(-1)!.stream_options).toEqual({ include_usage: true });
+    expect(vllm.requests.at(-1)!.stream_options).toEqual({ include_usage: true, continuous_usage_stats: true });
   });
 
   it("answers no_capacity_available (503, retryable) for a known model nobody serves, model_not_found for an unknown one", async () => {

@@ -1,23 +1,31 @@
 // Proxies one chat completion to the serving endpoints, in the picker's order.
-// Nothing reaches the client until an upstream has answered 200 and (when
-// streaming) sent its first event, so any failure before that is retried on
-// the next endpoint. A client disconnect or the request's deadline aborts the
-// upstream call (`signal`).
+// Every endpoint is asked for a stream with usage on every chunk
+// (stream_options include_usage and continuous_usage_stats), also for a client
+// that wants one JSON answer: the gateway builds that answer from the chunks
+// (assemble.ts). So the idle limit (`timeoutMs`) counts between chunks, never
+// over a whole generation, and what an endpoint did is known when it stops.
+// An endpoint that fails before its first event (no answer, an error status, a
+// stream that ends, drops or stalls first) is left for the next one; from its
+// first event on the request is that endpoint's: never tried elsewhere, and
+// settled for the usage it reported within what was delivered. A client
+// disconnect or the request's deadline aborts the upstream call (`signal`).
 import type { IncomingMessage } from "node:http";
 import { addDelivered, deliveredText, type DeliveredText, type TokenCounts } from "../../domain/money/token-pricing.js";
 import type { NodeResponse } from "../rest.js";
+import { CompletionBuilder, UsageTracker, usageOf } from "./assemble.js";
 import type { EndpointPicker, Upstream } from "./endpoints.js";
 import { V1Error } from "./errors.js";
 import { MAX_SSE_EVENT_LENGTH, SseReader, sseEvent } from "./sse.js";
 import { postJson, readAll } from "./upstream.js";
 import { drained } from "../drained.js";
 
-/** Largest non-streamed upstream answer accepted. */
-const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+/** Largest JSON answer the gateway builds for a non-streaming client; past it the answer is cut there (finish_reason "length"). */
+export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
 /**
  * Most bytes read from one streamed upstream answer (twice the non-streamed cap: every chunk repeats
  * the id, model and choice framing). Past it, or past one event of MAX_SSE_EVENT_LENGTH, the stream is
- * cut like one that broke off: failover when nothing was sent yet, else an error event.
+ * cut like one that broke off: failover when nothing was sent yet, else an error event. (For a
+ * non-streaming client, past it the answer is cut as at MAX_RESPONSE_BYTES.)
  */
 export const MAX_STREAM_BYTES = 2 * MAX_RESPONSE_BYTES;
 
@@ -28,14 +36,20 @@ export interface TokenUsage {
   estimated: boolean;
 }
 
+/** Why a non-streaming client's answer was cut short by the gateway (header x-svc-truncated). */
+export type Truncation = "response_too_large" | "deadline";
+
 export interface ProxyRequest {
   upstreams: Upstream[];
   picker: EndpointPicker;
-  /** The body sent upstream (stream_options.include_usage already set when streaming). */
+  /** The body sent upstream: always `stream: true`, with stream_options include_usage and continuous_usage_stats. */
   body: Record<string, unknown>;
+  /** The client asked for a stream (else it gets one JSON answer). */
   stream: boolean;
   /** The client asked for the usage chunk itself (stream_options.include_usage). */
   clientWantsUsage: boolean;
+  /** The client asked for usage on every chunk (stream_options.continuous_usage_stats); else the chunks' usage is not relayed. */
+  clientWantsContinuousUsage: boolean;
   /** Prompt tokens to assume if the upstream never reports usage. */
   promptTokensEstimate: number;
   /** The tokens billed of a reported usage, given the text delivered so far; the client's copy of `usage` shows these. */
@@ -56,28 +70,27 @@ export interface ProxyRequest {
 }
 
 export type ProxyResult =
-  /** Non-streaming success: the caller settles, then sends `json`. */
-  | { kind: "json"; upstream: Upstream; json: Record<string, unknown>; usage: TokenUsage; delivered: DeliveredText }
+  /**
+   * Non-streaming success: the caller settles, then sends `json`. `truncated`: the gateway cut the
+   * answer (its size cap, the request's deadline); the choices it cut end with finish_reason "length".
+   */
+  | { kind: "json"; upstream: Upstream; json: Record<string, unknown>; usage: TokenUsage; delivered: DeliveredText; truncated?: Truncation }
   /**
    * Streaming: the response was started and the upstream's events written. The caller settles,
    * then (when `error` says the stream broke off) writes the error event, and ends it.
    */
   | { kind: "streamed"; upstream: Upstream; usage: TokenUsage; delivered: DeliveredText; error?: V1Error }
-  /** Nothing was sent; the caller answers with `error`. */
+  /**
+   * The endpoint had sent its first event, then failed (or the client left) before anything was
+   * sent to the client: not retried elsewhere; the caller settles, then answers with `error`.
+   */
+  | { kind: "broken"; upstream: Upstream; usage: TokenUsage; delivered: DeliveredText; error: V1Error }
+  /** Nothing was sent and nothing started; the caller releases the reservation and answers with `error`. */
   | { kind: "failed"; error: V1Error };
 
 type Attempt = ProxyResult | { kind: "retry"; error: V1Error };
 
 const TIMEOUT = Symbol("upstream timeout");
-
-function usageOf(json: unknown): { promptTokens: number; completionTokens: number } | undefined {
-  const u = (json as { usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } } | null)?.usage;
-  if (!u || typeof u !== "object") return undefined;
-  const p = Number(u.prompt_tokens);
-  const c = Number(u.completion_tokens);
-  if (!Number.isSafeInteger(p) || !Number.isSafeInteger(c) || p < 0 || c < 0) return undefined;
-  return { promptTokens: p, completionTokens: c };
-}
 
 /** The upstream's usage object with the billed counts in place of the reported ones. */
 function billedUsageJson(raw: unknown, billed: TokenCounts): Record<string, unknown> {
@@ -179,7 +192,7 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
     try {
       res = await postJson(u.url, JSON.stringify(p.body), {
         signal: ctl.signal,
-        accept: p.stream ? "text/event-stream" : "application/json",
+        accept: "text/event-stream",
         allowPrivate: p.allowPrivate,
         apiKey: u.apiKey,
       });
@@ -195,41 +208,18 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
       }
       return failure(`HTTP ${status} ${upstreamMessage(text)}`.trim());
     }
-    if (!p.stream) {
-      let json: Record<string, unknown>;
-      try {
-        json = JSON.parse(await readAll(res, MAX_RESPONSE_BYTES)) as Record<string, unknown>;
-      } catch (err) {
-        return failure(`unreadable response (${(err as Error).message})`);
-      }
-      if (!json || typeof json !== "object" || !Array.isArray(json.choices)) return failure("response without choices");
-      const usage = usageOf(json);
-      const delivered = deliveredText(json.choices, "message");
-      if (usage) json.usage = billedUsageJson(json.usage, p.billedUsage(usage, delivered));
-      return {
-        kind: "json",
-        upstream: u,
-        json,
-        delivered,
-        usage: usage
-          ? { ...usage, estimated: false }
-          : { promptTokens: p.promptTokensEstimate, completionTokens: estimateCompletion(json), estimated: true },
-      };
-    }
-    return await relayStream(p, u, res, ctl, arm, () => clearTimeout(timer), failure);
+    return await readStream(p, u, res, ctl, arm, () => clearTimeout(timer), failure);
   } finally {
     clearTimeout(timer);
     p.signal.removeEventListener("abort", onOuter);
   }
 }
 
-function estimateCompletion(json: Record<string, unknown>): number {
-  const choices = (json.choices as { message?: { content?: unknown } }[]) ?? [];
-  const chars = choices.reduce((n, c) => n + (typeof c?.message?.content === "string" ? c.message.content.length : 0), 0);
-  return Math.ceil(chars / 4);
-}
-
-async function relayStream(
+/**
+ * Reads an endpoint's stream: relays it to a streaming client (events written as they come,
+ * backpressure minded) or builds the JSON answer of a non-streaming one.
+ */
+async function readStream(
   p: ProxyRequest,
   u: Upstream,
   upstream: IncomingMessage,
@@ -240,9 +230,12 @@ async function relayStream(
 ): Promise<Attempt> {
   const reader = (upstream as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
   const sse = new SseReader();
+  /** The endpoint sent its first well-formed event: from here on the request is its own (no failover). */
+  let committed = false;
+  /** The client's response was started (streaming). */
   let started = false;
   let finished = false;
-  let usage: { promptTokens: number; completionTokens: number } | undefined;
+  const usage = new UsageTracker();
   let counted = 0;
   /** Bytes read from the upstream so far (MAX_STREAM_BYTES). */
   let received = 0;
@@ -251,13 +244,24 @@ async function relayStream(
   let held: Record<string, unknown>[] = [];
   /** Generated text written to the client: what the completion tokens are bounded by. */
   let delivered: DeliveredText = { bytes: 0, toolCalls: 0 };
+  /** The answer of a non-streaming client. */
+  const answer = p.stream ? undefined : new CompletionBuilder(MAX_RESPONSE_BYTES);
+  /** The non-streaming answer outgrew its cap (MAX_RESPONSE_BYTES, MAX_STREAM_BYTES): cut there. */
+  let overflowed = false;
+
   const emit = (chunk: Record<string, unknown>) => {
     delivered = addDelivered(delivered, deliveredText(chunk.choices, "delta"));
     const reported = usageOf(chunk);
-    if (reported) chunk.usage = billedUsageJson(chunk.usage, p.billedUsage(reported, delivered));
+    if (reported) chunk.usage = billedUsageJson(reported.raw, p.billedUsage(reported, delivered));
     out.push(sseEvent(JSON.stringify(chunk)));
   };
   const flushHeld = () => {
+    const lastHeld = held.at(-1);
+    // The usage chunk never came: the finishing chunk carries the last usage the endpoint reported.
+    const reported = usage.get();
+    if (lastHeld && !usageOf(lastHeld) && reported) {
+      lastHeld.usage = { ...reported.raw, prompt_tokens: reported.promptTokens, completion_tokens: reported.completionTokens, total_tokens: reported.promptTokens + reported.completionTokens };
+    }
     held.forEach(emit);
     held = [];
   };
@@ -265,8 +269,10 @@ async function relayStream(
   /** Takes one upstream event; returns an error when the upstream reported one. */
   const take = (data: string): V1Error | undefined => {
     if (data === "[DONE]") {
-      flushHeld();
-      out.push(sseEvent("[DONE]"));
+      if (!answer) {
+        flushHeld();
+        out.push(sseEvent("[DONE]"));
+      }
       finished = true;
       return undefined;
     }
@@ -278,10 +284,15 @@ async function relayStream(
     }
     if (!chunk || typeof chunk !== "object") return new V1Error("provider_unavailable", "the serving endpoint sent an unreadable event");
     if (chunk.error) return new V1Error("provider_unavailable", `the serving endpoint failed: ${upstreamMessage(data)}`);
+    committed = true;
     const reported = usageOf(chunk);
-    if (reported) usage = reported;
+    usage.see(chunk, reported);
     counted += deltaTokens(chunk);
     const choices = Array.isArray(chunk.choices) ? (chunk.choices as { finish_reason?: unknown }[]) : [];
+    if (answer) {
+      if (choices.length > 0 && !answer.add(chunk)) overflowed = true;
+      return undefined;
+    }
     if (choices.length === 0 && reported) {
       if (p.clientWantsUsage) {
         flushHeld();
@@ -292,6 +303,8 @@ async function relayStream(
       }
       return undefined;
     }
+    // Usage on every chunk is the gateway's (continuous_usage_stats, for billing a cut stream): relayed only when asked for.
+    if (!p.clientWantsContinuousUsage && choices.length > 0) delete chunk.usage;
     if (!p.clientWantsUsage && choices.some((c) => c?.finish_reason != null)) {
       held.push(chunk);
       return undefined;
@@ -302,13 +315,13 @@ async function relayStream(
 
   let error: V1Error | undefined;
   try {
-    while (!finished && !error) {
+    while (!finished && !error && !overflowed) {
       let r: IteratorResult<Buffer>;
       arm(); // the idle limit counts while waiting on the upstream, not while the client drains
       try {
         r = await reader.next();
       } catch (err) {
-        if (!started) return failure((err as Error).message);
+        if (!committed) return failure((err as Error).message);
         const f = failure("the stream broke off");
         error = f.kind === "retry" || f.kind === "failed" ? f.error : undefined;
         break;
@@ -316,19 +329,20 @@ async function relayStream(
       disarm();
       if (!r.done) received += r.value.length;
       if (received > MAX_STREAM_BYTES) {
-        error = new V1Error("provider_unavailable", `the serving endpoint's stream exceeded ${MAX_STREAM_BYTES} bytes`);
+        if (answer && committed) overflowed = true;
+        else error = new V1Error("provider_unavailable", `the serving endpoint's stream exceeded ${MAX_STREAM_BYTES} bytes`);
       } else {
         const events = r.done ? sse.end() : sse.push(r.value);
         for (const data of events) {
           error = take(data);
-          if (error || finished) break;
+          if (error || finished || overflowed) break;
         }
-        if (!error && !finished && sse.overflowed) {
+        if (!error && !finished && !overflowed && sse.overflowed) {
           error = new V1Error("provider_unavailable", `the serving endpoint sent an event longer than ${MAX_SSE_EVENT_LENGTH} characters`);
         }
-        if (r.done && !finished && !error) error = new V1Error("provider_unavailable", "the serving endpoint ended the stream early");
+        if (r.done && !finished && !error && !overflowed) error = new V1Error("provider_unavailable", "the serving endpoint ended the stream early");
       }
-      if (!started && error) return { kind: "retry", error };
+      if (!committed && error) return { kind: "retry", error };
       if (out.length > 0) {
         if (!started) {
           started = true;
@@ -353,11 +367,28 @@ async function relayStream(
       upstream.destroy();
     }
   }
-  return {
-    kind: "streamed",
-    upstream: u,
-    delivered,
-    usage: usage ? { ...usage, estimated: false } : { promptTokens: p.promptTokensEstimate, completionTokens: counted, estimated: true },
-    error,
-  };
+  const reported = usage.get();
+  const tokens = (): TokenUsage =>
+    reported
+      ? { promptTokens: reported.promptTokens, completionTokens: reported.completionTokens, estimated: false }
+      : { promptTokens: p.promptTokensEstimate, completionTokens: counted, estimated: true };
+
+  if (answer) {
+    // A generation the gateway's own limits cut (the answer's size, the request's deadline) is answered
+    // with what was generated, as max_tokens would have cut it, and billed; any other break is an error.
+    const truncated: Truncation | undefined = overflowed ? "response_too_large" : error && p.signal.reason === "deadline" ? "deadline" : undefined;
+    if ((finished || truncated) && !answer.empty) {
+      const json = answer.build({ finishAs: truncated ? "length" : undefined });
+      const shown = deliveredText(json.choices, "message");
+      if (reported) json.usage = billedUsageJson(reported.raw, p.billedUsage(reported, shown));
+      return { kind: "json", upstream: u, json, delivered: shown, usage: tokens(), ...(truncated ? { truncated } : {}) };
+    }
+    error ??= new V1Error("provider_unavailable", "the serving endpoint's answer had no choices");
+    return { kind: "broken", upstream: u, usage: tokens(), delivered: { bytes: 0, toolCalls: 0 }, error };
+  }
+  if (!started) {
+    // Started, then failed before anything could be written (its only chunks were held): an error answer, settled.
+    return { kind: "broken", upstream: u, usage: tokens(), delivered, error: error ?? new V1Error("provider_unavailable", "the serving endpoint ended the stream early") };
+  }
+  return { kind: "streamed", upstream: u, delivered, usage: tokens(), error };
 }

@@ -89,6 +89,7 @@ interface ChatRequest {
   model: string;
   stream: boolean;
   clientWantsUsage: boolean;
+  clientWantsContinuousUsage: boolean;
   maxTokens?: number;
   choices: number;
 }
@@ -121,6 +122,14 @@ function parseChatRequest(raw: Buffer): ChatRequest {
   if (b.best_of !== undefined && b.best_of !== null && b.best_of !== n) {
     throw v1Error("invalid_request", `best_of must be absent or equal to n (${n}): only the completions returned are billed`);
   }
+  // vLLM's beam search (use_beam_search) expands beams that are never returned, likewise unbilled.
+  if (b.use_beam_search !== undefined && b.use_beam_search !== null && b.use_beam_search !== false) {
+    throw v1Error("invalid_request", "use_beam_search is not accepted: the beams a search expands and drops would be generated but never billed");
+  }
+  // Every answer is streamed from the endpoint (proxy.ts), and vLLM computes prompt logprobs only for an unstreamed one.
+  if (b.prompt_logprobs !== undefined && b.prompt_logprobs !== null && b.prompt_logprobs !== 0) {
+    throw v1Error("invalid_request", "prompt_logprobs is not accepted: the gateway streams every answer from the serving endpoint, which gives prompt logprobs only unstreamed");
+  }
   const unbounded = unboundedPrompt(b) ?? unboundedCompletion(b);
   if (unbounded) throw v1Error("invalid_request", unbounded);
   const so = b.stream_options;
@@ -131,6 +140,7 @@ function parseChatRequest(raw: Buffer): ChatRequest {
     model: b.model,
     stream: b.stream === true,
     clientWantsUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true,
+    clientWantsContinuousUsage: (so as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats === true,
     maxTokens: limits.length ? Math.min(...limits) : undefined,
     choices: n,
   };
@@ -314,7 +324,12 @@ export function createV1Handler(deps: V1Deps) {
     if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = reservation.maxTokens;
     // Special tokens the request can make the model generate are delivered, and so billed (token-pricing.ts).
     if (mayGenerateSpecialTokens(chat.body)) body.skip_special_tokens = false;
-    if (chat.stream) body.stream_options = { ...(chat.body.stream_options as object | undefined), include_usage: true };
+    // The endpoint always streams, with usage on every chunk: a non-streamed answer is built from the chunks
+    // (proxy.ts), the idle limit counts between chunks, and a stream cut short (client gone, endpoint failed,
+    // answer too large) is billed by the last usage the endpoint reported, whatever stream_options the renter
+    // sent (what its client is shown stays as it asked).
+    body.stream = true;
+    body.stream_options = { ...(chat.stream ? (chat.body.stream_options as object | undefined) : {}), include_usage: true, continuous_usage_stats: true };
 
     const { abort } = call;
     if (abort.signal.aborted) {
@@ -329,6 +344,7 @@ export function createV1Handler(deps: V1Deps) {
         body,
         stream: chat.stream,
         clientWantsUsage: chat.clientWantsUsage,
+        clientWantsContinuousUsage: chat.clientWantsContinuousUsage,
         promptTokensEstimate: Math.ceil(promptBound / 4),
         billedUsage,
         timeoutMs: config.v1.upstreamTimeoutMs,
@@ -359,9 +375,22 @@ export function createV1Handler(deps: V1Deps) {
         }
         return 200;
       }
+      if (result.kind === "broken") {
+        // The endpoint started, then failed (or the client left) before anything was sent: not tried elsewhere,
+        // billed the usage it reported within what was delivered (nothing: the prompt), then the error is answered.
+        call.log.streamError = result.error.code;
+        if (result.error.status !== 499) deps.metrics?.v1UpstreamError(result.error.code);
+        await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
+        throw result.error;
+      }
       const charge = await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
+      if (result.truncated) call.log.truncated = result.truncated;
       // What this request was charged (whole halala, its carry included) and what it cost exactly.
-      sendJson(call, 200, result.json, { "x-svc-cost-halala": String(charge.charged), "x-svc-cost-micro-halala": String(charge.costMicro) });
+      sendJson(call, 200, result.json, {
+        "x-svc-cost-halala": String(charge.charged),
+        "x-svc-cost-micro-halala": String(charge.costMicro),
+        ...(result.truncated ? { "x-svc-truncated": result.truncated } : {}),
+      });
       return 200;
     } finally {
       clearTimeout(deadline);
