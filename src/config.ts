@@ -4,6 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { parseVersion } from "./domain/providers/versions.js";
 import { parseTokenRates, type TokenRates } from "./domain/money/token-pricing.js";
+import { ENDPOINT_PROBE_MAX_SECONDS } from "./domain/shared/job-end.js";
 import { DAEMON_MIN_RELEASE, DAEMON_RELEASE } from "./shared/daemon-release.js";
 
 export interface Config {
@@ -55,6 +56,8 @@ export interface Config {
   jobMaxAttempts: number;
   /** How often the job worker looks for timeouts, silent providers and dispatchable queued jobs. */
   jobSweepMs: number;
+  /** Seconds between health probes of each running serving job's endpoint (src/workers/endpoint-health.ts); 0 disables them. */
+  endpointProbeSeconds: number;
   /** OpenAI-compatible /v1 gateway (src/http/v1). */
   v1: {
     /** Requests per renter key per minute (0: no limit; SVC_RATE_LIMITS=off turns it off too). */
@@ -255,6 +258,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
     jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),
+    endpointProbeSeconds: int(env, "SVC_ENDPOINT_PROBE_SECONDS", 30, 0, ENDPOINT_PROBE_MAX_SECONDS),
     metrics: metricsConfig(env, production),
     ledgerAuditSeconds: int(env, "SVC_LEDGER_AUDIT_SECONDS", 900, 0, 604_800),
     ledgerAuditFullSeconds: int(env, "SVC_LEDGER_AUDIT_FULL_SECONDS", 86_400, 0, 2_592_000),

@@ -24,6 +24,7 @@ import type { Worker } from "./workers/worker.js";
 import { webhookOutboxWorker } from "./workers/webhook-outbox.js";
 import { providerWorkers } from "./workers/liveness-sweep.js";
 import { jobTimeoutsWorker } from "./workers/job-timeouts.js";
+import { endpointHealthWorker } from "./workers/endpoint-health.js";
 import { offerWorkToEach } from "./domain/dispatch/job-hooks.js";
 import { createMetrics } from "./metrics/metrics.js";
 import { createMetricsHandler, metricsInterceptor, startMetricsListener, type MetricsListener } from "./http/metrics.js";
@@ -198,6 +199,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     webhookOutboxWorker({ sql, log, production: config.production, onFailure: (final) => metrics.webhookFailure(final) }),
     ...providerWorkers(deps),
     jobTimeoutsWorker({ sql, log, intervalMs: config.jobSweepMs }),
+    endpointHealthWorker({ sql, log, periodSeconds: config.endpointProbeSeconds, allowPrivate: config.v1.allowPrivateUpstreams }),
     ledgerAuditWorker({ sql, log, periodSeconds: config.ledgerAuditSeconds, fullSeconds: config.ledgerAuditFullSeconds }),
   ];
   for (const w of workers) await w.start();

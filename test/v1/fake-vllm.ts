@@ -96,6 +96,12 @@ export async function startFakeVllm(name: string, mode: Mode = "ok", opts: { api
       finished = true;
       return;
     }
+    // vLLM's health route: 200 while the engine serves (the server's endpoint probe asks it).
+    if (req.method === "GET" && req.url === "/health") {
+      res.writeHead(fake.mode === "error500" ? 500 : 200).end();
+      finished = true;
+      return;
+    }
     if (req.method !== "POST" || req.url !== "/v1/chat/completions") {
       res.writeHead(404).end(JSON.stringify({ error: { message: "not found" } }));
       finished = true;

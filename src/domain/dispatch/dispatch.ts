@@ -22,7 +22,7 @@ import { belowMinimum, daemonPolicy, versionRank } from "../providers/versions.j
 import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
 import type { JobRow, JobSummaryRow } from "../shared/job-row.js";
 import { endLocked, lockJobById, runSeconds, type LockedJob } from "../money/settlement.js";
-import { DECLINED_REASONS, faultOf, judgeTimeout, type EndReason } from "../shared/job-end.js";
+import { DECLINED_REASONS, endpointHealthOf, faultOf, judgeTimeout, type EndReason } from "../shared/job-end.js";
 
 /** How many attempts a job gets before a lost provider fails it; set from config at start. */
 export const jobPolicy = { maxAttempts: 3 };
@@ -546,7 +546,8 @@ export async function requeueLocked(tx: Tx, job: JobRow, reason: EndReason, erro
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await tx`
     UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL, acked_at = NULL,
-           timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, endpoint_url = NULL, updated_at = now()
+           timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, endpoint_url = NULL,
+           endpoint_probed_at = NULL, endpoint_healthy_at = NULL, endpoint_failing_since = NULL, endpoint_failed_at = NULL, updated_at = now()
     WHERE id = ${job.id}`;
   if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
 }
@@ -730,7 +731,8 @@ export async function releaseUnclaimed(sql: Sql, limit = 100): Promise<{ requeue
  * re-checked), unless something else ended it first. The renter's timeout, the
  * limit it set: the time used is paid (settlement.ts endLocked). Unless the
  * server's records say the provider failed it (job-end.ts judgeTimeout: a
- * serving job that never reported its endpoint served nothing): then it is the
+ * serving job that never reported its endpoint, or whose endpoint had been
+ * failing the health probe for longer than the grace, served nothing): then it is the
  * provider's failure (provider_error), re-queued at no charge or, like any
  * provider fault, failed with the hold back (loseJobLocked). A pending job, or
  * a polled one its daemon never confirmed, is not timed out (settlement.ts
@@ -743,7 +745,13 @@ export async function timeOutJob(tx: Tx, id: number): Promise<{ providerId: numb
   if (!job || job.status !== "running" || job.acked_at === null || job.provider_id === null) return undefined;
   if (job.timeout_at === null || new Date(job.timeout_at) > new Date(job.db_now)) return undefined;
   const providerId = job.provider_id;
-  const run = { jobType: job.job_type, ranSeconds: runSeconds(job), maxDurationSeconds: job.max_duration_seconds, endpointReported: job.endpoint_url !== null };
+  const run = {
+    jobType: job.job_type,
+    ranSeconds: runSeconds(job),
+    maxDurationSeconds: job.max_duration_seconds,
+    endpointReported: job.endpoint_url !== null,
+    endpointHealth: endpointHealthOf(job),
+  };
   const judged = judgeTimeout(run, false);
   if (judged.fault === "provider") {
     return { providerId, outcome: await loseJobLocked(tx, job, judged.reason, `provider ${providerId} failed the job: ${judged.error}`) };

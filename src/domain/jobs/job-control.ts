@@ -6,6 +6,8 @@ import { recordAudit } from "../shared/audit.js";
 import { dispatchForProvider, placeJobs, requeueLocked } from "../dispatch/dispatch.js";
 import type { JobRow } from "../shared/job-row.js";
 import { endLocked, isActive, lockJob } from "../money/settlement.js";
+import { refreshReputation } from "../providers/reputation.js";
+import { endpointHealthOf, judgeEndpointHealth } from "../shared/job-end.js";
 
 /** Who cancels; an admin's client IP goes into the audit entry like every admin action's. */
 export type Canceller = { role: "renter"; renterId: number } | { role: "admin"; actor: string; ip?: string };
@@ -21,24 +23,38 @@ export interface CancelOutcome {
  * The renter's cancel is the renter's fault: a running job pays the GPU time
  * it used (75/25, within the hold) and the rest of the hold goes back; one
  * that had not started yet gets the whole hold back. An admin's cancel is the
- * platform's: the whole hold goes back. 409 for a job that already ended,
- * moving nothing.
+ * platform's: the whole hold goes back. A renter's cancel of a serving job
+ * whose endpoint had been failing the server's health probe for longer than
+ * the grace is the provider's failure instead (provider_error, job-end.ts
+ * judgeEndpointHealth): the whole hold goes back, the provider earns nothing
+ * and is docked. 409 for a job that already ended, moving nothing.
  */
 export async function cancelJob(sql: Sql, jobId: string, by: Canceller, reason?: string): Promise<CancelOutcome> {
-  const { id, providerId, refunded, charged } = await sql.begin(async (tx) => {
+  const { id, providerId, refunded, charged, providerFault } = await sql.begin(async (tx) => {
     const job = await lockJob(tx, jobId);
     if (by.role === "renter" && job.renter_id !== by.renterId) throw forbidden("this job belongs to another renter");
     if (!isActive(job.status)) throw conflict(`job is already ${job.status}`);
     const who = by.role === "admin" ? "admin" : "renter";
-    const f = await endLocked(tx, job, "cancelled", {
-      reason: by.role === "admin" ? "admin_cancelled" : "renter_cancelled",
-      error: `cancelled by ${who}${reason ? `: ${reason}` : ""}`,
-    });
+    const error = `cancelled by ${who}${reason ? `: ${reason}` : ""}`;
+    // A serving job whose endpoint had been failing the health probe for longer than the grace
+    // (job-end.ts judgeEndpointHealth) served nothing: the provider's failure, nothing charged.
+    // Cancelled all the same (what the renter asked for): not re-queued. An admin's cancel is
+    // the platform's and charges nothing either way.
+    const dead = by.role === "renter" && job.status === "running" && job.provider_id !== null ? judgeEndpointHealth(job.job_type, endpointHealthOf(job)) : undefined;
+    const f = await endLocked(
+      tx,
+      job,
+      "cancelled",
+      dead
+        ? { reason: dead.reason, error: `${error}; provider ${job.provider_id} had failed the job: ${dead.error}` }
+        : { reason: by.role === "admin" ? "admin_cancelled" : "renter_cancelled", error },
+    );
     if (by.role === "admin") {
       await recordAudit(tx, by.actor, "job.cancel", "job", jobId, { status: job.status, reason: reason ?? null, ip: by.ip ?? null });
     }
-    return { id: job.id, providerId: job.provider_id, refunded: f.released ?? 0, charged: f.cost };
+    return { id: job.id, providerId: job.provider_id, refunded: f.released ?? 0, charged: f.cost, providerFault: dead !== undefined };
   });
+  if (providerFault && providerId !== null) await refreshReputation(sql, [providerId]);
   if (providerId !== null) await dispatchForProvider(sql, providerId);
   const [job] = await sql<JobRow[]>`SELECT * FROM jobs WHERE id = ${id}`;
   return { job, refunded, charged };

@@ -14,7 +14,7 @@ import { type JobRow } from "../shared/job-row.js";
 import type { AssignedJob } from "../notify/job-notices.js";
 import { completeLocked, endLocked, figuresOf, isActive, lockJob, runSeconds, type Figures, type LockedJob } from "../money/settlement.js";
 import { refreshReputation } from "../providers/reputation.js";
-import { REFUSAL_REASONS, judgeFailure, judgeTimeout, type RefusalReason } from "../shared/job-end.js";
+import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeTimeout, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
 import { withoutNul } from "../shared/lenient.js";
 import { confirmPickup } from "../shared/job-pickup.js";
@@ -282,8 +282,10 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
  * answers the same figures and moves no money; a result after a timeout or
  * cancel is 409 (the job ended without it). A reported timeout is believed
  * only as far as the server's record bears it out (job-end.ts judgeTimeout:
- * reported before max_duration_seconds had run, or a serving job that never
- * reported its endpoint, it is the provider's failure, provider_error).
+ * reported before max_duration_seconds had run, a serving job that never
+ * reported its endpoint, or one whose endpoint had been failing the server's
+ * health probe for longer than the grace, it is the provider's failure,
+ * provider_error).
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
   requireFields({ job_id: msg.jobId });
@@ -315,7 +317,13 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
     if (reason === "timeout") {
       // The daemon's word against the server's record: too soon, or a serving job that never served (job-end.ts).
       const t = judgeTimeout(
-        { jobType: job.job_type, ranSeconds: runSeconds(job), maxDurationSeconds: job.max_duration_seconds, endpointReported: job.endpoint_url !== null },
+        {
+          jobType: job.job_type,
+          ranSeconds: runSeconds(job),
+          maxDurationSeconds: job.max_duration_seconds,
+          endpointReported: job.endpoint_url !== null,
+          endpointHealth: endpointHealthOf(job),
+        },
         true,
       );
       if (t.fault === "provider") {
@@ -515,7 +523,10 @@ export async function endpointReady(
   await sql.begin(async (tx) => {
     const job = await confirmLocked(tx, await lockOwnActive(tx, providerId, msg.jobId), msg.attempt, "endpoint report");
     // The key belongs to the endpoint reported with it: a report without one clears an earlier one's.
-    await tx`UPDATE jobs SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, updated_at = now() WHERE id = ${job.id}`;
+    // The health probe asks the endpoint reported now at its next pass (a probe of the old one still
+    // in flight is not recorded: dispatch/endpoint-health.ts). A failing clock keeps running: only a
+    // healthy answer stops it, so that reporting the endpoint again and again excuses no dead engine.
+    await tx`UPDATE jobs SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, endpoint_probed_at = NULL, updated_at = now() WHERE id = ${job.id}`;
   });
   return { endpointUrl: endpoint };
 }

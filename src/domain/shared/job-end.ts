@@ -126,6 +126,8 @@ export interface TimedRun {
   maxDurationSeconds: number;
   /** The attempt's endpoint was reported (jobs.endpoint_url, set by endpoint-ready and cleared on re-queue). */
   endpointReported: boolean;
+  /** What the server's endpoint probe saw of it (endpointHealthOf). */
+  endpointHealth?: EndpointHealth;
 }
 
 /**
@@ -138,9 +140,11 @@ export interface TimedRun {
  *   less than max_duration_seconds minus TIMEOUT_REPORT_SLACK_SECONDS;
  * - a serving job (vllm_serve) that never reported its endpoint, whether the
  *   daemon reported the timeout or the server's sweep found it: it served
- *   nothing for all that time.
+ *   nothing for all that time;
+ * - a serving job whose endpoint had been failing the server's health probe
+ *   for longer than the grace when it timed out (judgeEndpointHealth).
  * The server's sweep (`reported` false) acts on its own deadline (timeout_at),
- * so only the second rule applies to it.
+ * so only the last two rules apply to it.
  */
 export function judgeTimeout(run: TimedRun, reported: boolean): { reason: "timeout"; fault: "renter" } | { reason: "provider_error"; fault: "provider"; error: string } {
   const ran = Math.floor(run.ranSeconds);
@@ -151,6 +155,11 @@ export function judgeTimeout(run: TimedRun, reported: boolean): { reason: "timeo
       error: `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s (max_duration_seconds, by the server's clock): taken as the provider's failure`,
     };
   }
+  const dead = run.endpointHealth && judgeEndpointHealth(run.jobType, run.endpointHealth);
+  if (dead) {
+    const when = reported ? `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s` : `its max_duration_seconds (${run.maxDurationSeconds} s) ran out`;
+    return { ...dead, error: `${when}, and ${dead.error}` };
+  }
   if (SERVING_JOB_TYPES.includes(run.jobType) && !run.endpointReported) {
     const when = reported ? `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s` : `its max_duration_seconds (${run.maxDurationSeconds} s) ran out`;
     return {
@@ -160,4 +169,75 @@ export function judgeTimeout(run: TimedRun, reported: boolean): { reason: "timeo
     };
   }
   return { reason: "timeout", fault: "renter" };
+}
+
+/**
+ * How long a serving job's endpoint may fail the server's health probe
+ * (src/domain/dispatch/endpoint-health.ts: GET /health, every
+ * SVC_ENDPOINT_PROBE_SECONDS) without a break before the attempt is the
+ * provider's failure. Three minutes, a fixed time rather than a count of
+ * probes, so that every process and every path that ends a job (the probe,
+ * the timeout sweep, a daemon's timeout report, a renter's cancel) judges by
+ * the same figure whatever period each process probes at. Long enough to
+ * ride out what a working provider goes through (a network blip between the
+ * platform and the provider, a moment of overload of the engine; at the
+ * default period that is seven failed probes in a row, at the longest three),
+ * of the order of the liveness window (120 s without a heartbeat), and short
+ * next to a serving job's reserved time. A longer grace costs the renter
+ * nothing but waiting (a failed attempt is not charged); a shorter one would
+ * end a working engine, unpaid, over a blip.
+ */
+export const ENDPOINT_FAILING_GRACE_SECONDS = 180;
+
+/** The longest period a process may probe at (SVC_ENDPOINT_PROBE_SECONDS): three probes at least within the grace. */
+export const ENDPOINT_PROBE_MAX_SECONDS = 60;
+
+/**
+ * How far apart two failed probes may be and still count as one failure
+ * without a break: two of the longest periods (one probe missed: a process
+ * restarting, a slow sweep). Failures further apart prove nothing of the time
+ * between them (no process was probing), so the run starts again; and the
+ * latest failure stands for the time after it only this long.
+ */
+export const ENDPOINT_FAILING_GAP_SECONDS = 2 * ENDPOINT_PROBE_MAX_SECONDS;
+
+/** What the probe recorded of a serving job's endpoint (jobs.endpoint_failing_since, endpoint_failed_at; migration 052), judged at `at`. */
+export interface EndpointHealth {
+  /** When the first of the probes failing since without a break was started; null while healthy (or never probed). */
+  failingSince: Date | null;
+  /** When the latest failed probe was started. */
+  failedAt: Date | null;
+  /** The moment judged (the database clock: the probe's start, or the job's end). */
+  at: Date;
+}
+
+export const endpointHealthOf = (job: { endpoint_failing_since: Date | null; endpoint_failed_at: Date | null; db_now: Date }): EndpointHealth => ({
+  failingSince: job.endpoint_failing_since,
+  failedAt: job.endpoint_failed_at,
+  at: job.db_now,
+});
+
+/**
+ * The one rule for a serving endpoint that does not serve: it failed every
+ * health probe since failingSince, the latest (failedAt) no longer than
+ * ENDPOINT_FAILING_GAP_SECONDS before `at`, and that was at least
+ * ENDPOINT_FAILING_GRACE_SECONDS before `at`: the provider's failure
+ * (provider_error: the attempt is not charged, the provider earns nothing for
+ * it and is docked). Judged on the probes' own record: when no probe was taken
+ * for longer than the gap, the record proves nothing after its latest failure.
+ * Undefined when the record does not show that (or the job serves no endpoint).
+ */
+export function judgeEndpointHealth(jobType: string, h: EndpointHealth): { reason: "provider_error"; fault: "provider"; error: string } | undefined {
+  if (!SERVING_JOB_TYPES.includes(jobType) || h.failingSince === null || h.failedAt === null) return undefined;
+  const since = new Date(h.failingSince).getTime();
+  const last = new Date(h.failedAt).getTime();
+  const at = new Date(h.at).getTime();
+  const until = at - last <= ENDPOINT_FAILING_GAP_SECONDS * 1000 ? Math.max(at, last) : last;
+  const failing = Math.floor((until - since) / 1000);
+  if (failing < ENDPOINT_FAILING_GRACE_SECONDS) return undefined;
+  return {
+    reason: "provider_error",
+    fault: "provider",
+    error: `its endpoint failed every health check for ${failing} s (since ${new Date(since).toISOString()}; the grace is ${ENDPOINT_FAILING_GRACE_SECONDS} s): it served nothing`,
+  };
 }

@@ -47,6 +47,14 @@ export interface JobRow {
   progress_pct: number | null;
   progress_phase: string | null;
   endpoint_url: string | null;
+  /** The serving endpoint's health probe (migration 052, dispatch/endpoint-health.ts): the latest probe's start (its claim). */
+  endpoint_probed_at: Date | null;
+  /** The start of the latest probe that found the endpoint healthy. */
+  endpoint_healthy_at: Date | null;
+  /** The start of the first of the probes failing since without a break; null while healthy. */
+  endpoint_failing_since: Date | null;
+  /** The start of the latest failed probe. */
+  endpoint_failed_at: Date | null;
   /** Why a terminal job ended (job-end.ts END_REASONS). */
   end_reason: string | null;
   /** Whose fault the end was: none, renter, provider, platform, unattributed (job-end.ts). */

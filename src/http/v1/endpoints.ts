@@ -7,6 +7,7 @@
 // random among equals) and rests an endpoint that just failed.
 import type { Db } from "../../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "../../domain/shared/liveness.js";
+import { chatCompletionsUrl } from "../../domain/shared/serving-endpoint.js";
 
 export interface Upstream {
   jobId: number;
@@ -22,14 +23,6 @@ export interface Upstream {
    * `Authorization: Bearer`; never logged nor shown. Absent: the endpoint gets no credential.
    */
   apiKey?: string;
-}
-
-/** The endpoint a daemon reports may be the server root, its /v1 base, or the full route. */
-export function chatCompletionsUrl(endpointUrl: string): string {
-  const base = endpointUrl.trim().replace(/\/+$/, "");
-  if (base.endsWith("/chat/completions")) return base;
-  if (base.endsWith("/v1")) return `${base}/chat/completions`;
-  return `${base}/v1/chat/completions`;
 }
 
 interface EndpointRow {

@@ -1,0 +1,42 @@
+// The serving endpoints' health probe (src/domain/dispatch/endpoint-health.ts):
+// every SVC_ENDPOINT_PROBE_SECONDS (0: off) this process claims the running
+// serving jobs no process probed within the period, GETs each engine's
+// /health, and ends the attempts whose endpoint failed every probe for longer
+// than the grace as their provider's failure. Claims keep several processes
+// from probing one job twice in a period.
+import type { Sql } from "../db/index.js";
+import type { Logger } from "../log.js";
+import { sweepEndpoints } from "../domain/dispatch/endpoint-health.js";
+import type { Worker } from "./worker.js";
+import { failureLevel } from "../errors.js";
+
+export function endpointHealthWorker(opts: { sql: Sql; log: Logger; periodSeconds: number; allowPrivate: boolean }): Worker {
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<unknown> | undefined;
+  let stopped = false;
+  const tick = () => {
+    running = sweepEndpoints(opts.sql, { periodSeconds: opts.periodSeconds, allowPrivate: opts.allowPrivate })
+      .then((r) => {
+        if (r.outage) opts.log.error(r, "every serving endpoint failed its health check: the platform's own network is the likelier cause; no provider was blamed");
+        if (r.requeued || r.failed) opts.log.warn(r, "serving endpoints failing past the grace: attempts ended as the provider's failure");
+      })
+      .catch((err) => {
+        if (!stopped) opts.log[failureLevel(err)]({ err }, "endpoint health sweep failed");
+      })
+      .finally(() => {
+        running = undefined;
+        // The next pass a period after this one ended: a slow pass is never run over by the next.
+        if (!stopped) timer = setTimeout(tick, opts.periodSeconds * 1000);
+      });
+  };
+  return {
+    start() {
+      if (opts.periodSeconds > 0) timer = setTimeout(tick, opts.periodSeconds * 1000);
+    },
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await running;
+    },
+  };
+}
