@@ -311,6 +311,27 @@ describe("heartbeat: write path", () => {
     expect(u.s).toBeLessThanOrEqual(32);
   });
 
+  it("credits no uptime while the provider is paused (heard, but taking no work), and credits again once resumed", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    const covered = async () =>
+      (await srv.sql<{ s: number }[]>`
+        SELECT p.uptime_hour_seconds + coalesce((SELECT sum(covered_seconds) FROM provider_uptime WHERE provider_id = p.id), 0)::int AS s
+        FROM providers p WHERE p.id = ${p.id}`)[0].s;
+    const before = await covered();
+    expect((await client(srv).post("/api/providers/pause", { key: p.key })).status).toBe(200);
+    await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    expect(await covered()).toBe(before);
+    expect((await client(srv).post("/api/providers/resume", { key: p.key })).status).toBe(200);
+    await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    expect(await covered()).toBeGreaterThanOrEqual(before + 29);
+  });
+
   it("files a finished hour's coverage when a beat arrives in a later hour", async () => {
     const p = await newProvider(srv);
     await heartbeat(srv, p.key);

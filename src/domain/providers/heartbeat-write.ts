@@ -111,10 +111,12 @@ const telemetrySet = (db: Sql) => db`
  * latest beat (no extra row written per beat); `credit` is
  * svc_heartbeat_credit of the beat(s) against the previous last_heartbeat
  * (SET expressions see the row before the update). A beat in a later hour
- * starts a new accumulator; finishedHours() files the old one.
+ * starts a new accumulator; finishedHours() files the old one. A paused
+ * provider's beats credit nothing: it is heard, but takes no work, and uptime
+ * is a third of the reliability score that placement prefers.
  */
 function coverageSet(db: Sql, hour: ReturnType<Sql>) {
-  const credit = db`svc_heartbeat_credit(p.last_heartbeat, v.first_ts, v.last_ts)`;
+  const credit = db`(CASE WHEN p.is_paused THEN 0 ELSE svc_heartbeat_credit(p.last_heartbeat, v.first_ts, v.last_ts) END)`;
   return db`
     uptime_hour_seconds = CASE WHEN p.uptime_hour = ${hour} THEN least(3600, p.uptime_hour_seconds + ${credit})
                                ELSE least(3600, ${credit}) END,
