@@ -322,7 +322,7 @@ describe("docker executor: exit status 125, clean-up and GPUs (fake docker engin
 
   it("hands out one GPU per running job: a busy GPU is not handed out again until it is given back", async () => {
     const { GpuPool } = await import("../../src/daemon/ts/gpu-pool.js");
-    const gpu = (index: number, free = 20_000) => ({ index, vram_free_mib: free }) as import("../../src/daemon/ts/nvidia-smi.js").Gpu;
+    const gpu = (index: number, total = 20_000, free = total) => ({ index, vram_mib: total, vram_free_mib: free }) as import("../../src/daemon/ts/nvidia-smi.js").Gpu;
     const pool = new GpuPool();
     const two = [gpu(0), gpu(1)];
     const a = pool.take(two);
@@ -334,6 +334,9 @@ describe("docker executor: exit status 125, clean-up and GPUs (fake docker engin
     // A job that needs more memory gets the free GPU that has it.
     const roomy = new GpuPool();
     expect(roomy.take([gpu(0, 4_000), gpu(1, 20_000)], 10_000)).toBe(1);
+    // Judged by the GPU's total memory, as placement judges it: not by what is free at the moment.
+    const busyish = new GpuPool();
+    expect(busyish.take([gpu(0, 8_000, 8_000), gpu(1, 24_000, 2_000)], 20_000)).toBe(1);
   });
 });
 
@@ -357,6 +360,17 @@ describe("process executor", () => {
     const job = { jobId: "job-proc-gpu", jobType: "custom", maxDurationSeconds: 60, taskSpec: {} };
     const out = await new ProcessExecutor([script], work).start({ ...job, gpus: [1] }, hooks().h).done;
     expect(out.result).toEqual({ response: "visible=1 order=PCI_BUS_ID" });
+  });
+
+  it("cuts each output line at 16,000 characters, without holding a longer one whole", async () => {
+    const work = tempDir("proc");
+    // 3 MB of one line (CRLF-ended), then a short one, then a last one without a newline.
+    const script = writeExecutable(work, "long.sh", "#!/bin/sh\nhead -c 3000000 /dev/zero | tr '\\0' 'x'\nprintf '\\r\\nafter\\nlast'\n");
+    const { seen, h } = hooks();
+    const out = await new ProcessExecutor([script], work).start({ jobId: "job-proc-long", jobType: "custom", maxDurationSeconds: 60, taskSpec: {} }, h).done;
+    expect(out.success).toBe(true);
+    expect(seen.logs.map((l) => l.length)).toEqual([16_000, 5, 4]);
+    expect(seen.logs.slice(1)).toEqual(["after", "last"]);
   });
 
   it("fails with the exit status and the last output lines", async () => {

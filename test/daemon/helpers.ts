@@ -250,20 +250,29 @@ export interface FakeContainer {
  * running one only with `-f`/`--force`, which kills it); `ps` lists them (`-a`, `-q`, `--no-trunc`,
  * `--filter label=KEY[=VALUE]` ANDed, `--format` with `{{.ID}}`, `{{.Names}}`, `{{.Label "KEY"}}`).
  * Containers, their labels and their process are kept in its state folder across invocations, so a
- * container outlives the daemon that started it. What the container does is the last word of the
- * command line:
+ * container outlives the daemon that started it. Images: `image inspect` finds every image, unless
+ * `opts.images` is "absent": then only those `pull` fetched; `pull` succeeds (`opts.pull` "ok", the
+ * default; "slow": after 3 s), fails as an unreachable registry does ("fail"), or hangs ("hang"; the
+ * `pull-mode` file of its folder holds the mode, so a test may change it). What the container
+ * does is the last word of the command line:
  * - `exit-125`: prints its work and exits 125 itself (the container ran);
  * - `docker-fails`: docker fails before creating the container (the GPU runtime refused), 125;
  * - `start-fails`: the container is created but cannot start (an OCI runtime error), 125;
  * - `wait`: runs until `release(jobId)`, then succeeds;
+ * - `big-result`, `zeros-result`, `fifo-result`, `symlink-result`: leaves at result.json a 20 MB JSON
+ *   string, a 7 MB JSON array of zeros (over 16 MiB as a protobuf Value), a FIFO, or a symbolic link
+ *   to a file of the host (holding the JSON string "a file of the host"), and succeeds;
+ * - `long-line`: prints a 5 MB line, then writes a result and succeeds;
  * - anything else: writes a result and succeeds.
  * A container published with `-p HOST:PORT` (vllm_serve) plays vLLM instead, on 127.0.0.1:HOST, until
  * it is killed: `/health` answers 200; every `/v1` path requires `Authorization: Bearer <VLLM_API_KEY>`
  * when its environment has that key (401 otherwise, as vLLM does); `GET /v1/models` lists the
  * `--model`, `POST /v1/chat/completions` answers "Hello from a fake engine." with its usage.
  */
-export function fakeDocker(dir: string): FakeDocker {
+export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; pull?: "ok" | "slow" | "fail" | "hang" } = {}): FakeDocker {
   const calls = path.join(dir, "docker-calls.jsonl");
+  if (opts.images === "absent") fs.writeFileSync(path.join(dir, "images-absent"), "");
+  if (opts.pull) fs.writeFileSync(path.join(dir, "pull-mode"), opts.pull);
   const file = writeExecutable(
     dir,
     "docker",
@@ -310,6 +319,36 @@ def flags():
 
 if cmd == "version":
     print("24.0.7"); sys.exit(0)
+
+def image_file(image):
+    return os.path.join(STATE, "image-" + hashlib.sha256(image.encode()).hexdigest()[:16])
+
+IMAGES_ABSENT = os.path.exists(os.path.join(STATE, "images-absent"))
+if cmd == "image" and args[1:2] == ["inspect"]:
+    image = args[-1]
+    if IMAGES_ABSENT and not os.path.exists(image_file(image)):
+        print("Error response from daemon: No such image: " + image, file=sys.stderr); sys.exit(1)
+    print("sha256:" + hashlib.sha256(image.encode()).hexdigest()); sys.exit(0)
+if cmd == "pull":
+    image = args[-1]
+    mode = open(os.path.join(STATE, "pull-mode")).read().strip() if os.path.exists(os.path.join(STATE, "pull-mode")) else "ok"
+    print("Using default tag: latest" if ":" not in image else image.split(":")[-1] + ": Pulling from " + image.split(":")[0], flush=True)
+    if mode == "hang":
+        print("3c645031de29: Waiting", flush=True)
+        # Until killed, or its daemon is gone (a test's SIGKILL leaves no pull behind).
+        parent = os.getppid()
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        sys.exit(1)
+    if mode == "fail":
+        print("Error response from daemon: Get https://registry-1.docker.io/v2/: dial tcp: lookup registry-1.docker.io: no such host", file=sys.stderr)
+        sys.exit(1)
+    if mode == "slow":
+        print("3c645031de29: Downloading", flush=True)
+        time.sleep(3)
+    open(image_file(image), "w").close()
+    print("Status: Downloaded newer image for " + image, flush=True)
+    sys.exit(0)
 if cmd == "inspect":
     ref = args[-1]
     cid = ref if os.path.exists(state_file(ref)) else by_name(ref)
@@ -451,16 +490,32 @@ if "-p" in args:
             self.end_headers()
             self.wfile.write(data)
 
+        def events(self, chunks):
+            data = "".join("data: " + (c if isinstance(c, str) else json.dumps(c)) + "\\n\\n" for c in chunks).encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def handle_one(self):
             length = int(self.headers.get("content-length") or 0)
-            if length:
-                self.rfile.read(length)
+            body = json.loads(self.rfile.read(length) or b"{}") if length else {}
             if self.path == "/health":
                 return self.answer(200, {})
             if self.path.startswith("/v1") and key and self.headers.get("authorization") != "Bearer " + key:
                 return self.answer(401, {"error": "Unauthorized"})
             if self.path == "/v1/models":
                 return self.answer(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+            usage = {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15}
+            if self.path == "/v1/chat/completions" and self.command == "POST" and body.get("stream"):
+                head = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+                return self.events([
+                    dict(head, choices=[{"index": 0, "delta": {"role": "assistant", "content": "Hello from a fake engine."}, "finish_reason": None}], usage=dict(usage)),
+                    dict(head, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}], usage=dict(usage)),
+                    dict(head, choices=[], usage=dict(usage)),
+                    "[DONE]",
+                ])
             if self.path == "/v1/chat/completions" and self.command == "POST":
                 return self.answer(200, {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
                                          "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from a fake engine."}, "finish_reason": "stop"}],
@@ -476,6 +531,28 @@ if what == "exit-125":
 if what == "wait":
     while not os.path.exists(os.path.join(STATE, name + ".go")):
         time.sleep(0.05)
+# What a renter's program can leave at /svc-output/result.json.
+target = os.path.join(out, "result.json")
+if what == "big-result":
+    with open(target, "w") as f:
+        f.write('"' + "a" * 20000000 + '"')
+    finish(0)
+if what == "zeros-result":
+    with open(target, "w") as f:
+        f.write("[" + ",".join(["0"] * 3500000) + "]")
+    finish(0)
+if what == "fifo-result":
+    os.mkfifo(target)
+    finish(0)
+if what == "symlink-result":
+    secret = os.path.join(STATE, "host-file.json")
+    with open(secret, "w") as f:
+        f.write('"a file of the host"')
+    os.symlink(secret, target)
+    finish(0)
+if what == "long-line":
+    sys.stdout.write("x" * 5000000)
+    print(" end", flush=True)
 json.dump({"response": "done"}, open(os.path.join(out, "result.json"), "w"))
 finish(0)
 `,

@@ -4,7 +4,11 @@
 // the container started is the provider's (re-queued, no charge), and the
 // container is removed either way; each job gets one GPU of the host
 // (`--gpus device=N`, CUDA_VISIBLE_DEVICES for a plain process), handed out
-// one per running job, and no env of the task chooses GPUs.
+// one per running job, and no env of the task chooses GPUs. A result file
+// that is too large, a FIFO or a symbolic link is the job's own failure
+// (read without blocking, no host file read as its output); the job's image
+// is pulled before its container runs, and a pull that fails or runs too long
+// is the provider's failure, not the renter's timeout.
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -19,13 +23,13 @@ const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 const daemons = killedAfterEach(() => clearMarketplace(srv));
 const api = () => client(srv.url);
 
-async function daemonFor(key: string, env: Record<string, string> = {}) {
+async function daemonFor(key: string, env: Record<string, string> = {}, dockerOpts: Parameters<typeof fakeDocker>[1] = {}) {
   const r = await api().get(`/api/providers/download/daemon?key=${key}`);
   expect(r.status).toBe(200);
   const dir = tempDir("py-docker");
   const file = path.join(dir, "svc_daemon.py");
   fs.writeFileSync(file, r.text);
-  const docker = fakeDocker(dir);
+  const docker = fakeDocker(dir, dockerOpts);
   const d = runLegacyDaemon(file, dir, { SVC_DOCKER: docker.path, ...env });
   daemons.push(d);
   return { d, docker, dir };
@@ -90,6 +94,70 @@ describe("svc_daemon.py with containers", { timeout: 120_000 }, () => {
     const run = docker.runs().find((r) => r.includes(`svc.job_id=${j.job_id}`))!;
     expect(run.filter((a) => a === "--gpus")).toHaveLength(1);
     expect(optionOf(run, "--gpus")).toBe("device=0");
+  });
+
+  it("fails a job whose result file is too large, a FIFO or a symbolic link as the renter's, without blocking or reading the host's file", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const { d } = await daemonFor(p.key);
+    for (const [command, error] of [
+      ["big-result", /result file is 20000002 bytes, over the 8388608-byte limit/],
+      ["fifo-result", /result file is not a regular file \(a FIFO\)/],
+      ["symlink-result", /result file is a symbolic link/],
+    ] as const) {
+      const j = await submit(renter, { job_type: "custom_container", params: { command: [command] } });
+      expect(j.provider_id).toBe(p.id);
+      const done = await ended(j.job_id, `${command}: job end (${d.output()})`);
+      expect(done, command).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter" });
+      expect(done.error).toMatch(error);
+      expect(JSON.stringify(done.result ?? null)).not.toContain("a file of the host");
+    }
+  });
+
+  it("pulls the job's image before its container runs; a failed or hung pull is the provider's failure, at no charge", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const { d, docker } = await daemonFor(p.key, {}, { images: "absent", pull: "fail" });
+
+    const failed = await submit(renter, { job_type: "custom_container", params: { command: ["ok"] } });
+    expect(failed.provider_id).toBe(p.id);
+    const a = await firstAttempt(failed.job_id, `first attempt end (${d.output()})`);
+    expect(a).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(a.error).toMatch(/could not pull the job's image nvidia\/cuda:.*no such host/);
+
+    // A registry that hangs: the pull is stopped in time for the job's deadline (20 s from the poll), and
+    // reported as the provider's failure before the server's own timeout would take it as the renter's.
+    fs.writeFileSync(path.join(docker.dir, "pull-mode"), "hang");
+    const hung = await submit(renter, { job_type: "custom_container", duration_minutes: 1, max_duration_seconds: 20, params: { command: ["ok"] } });
+    expect(hung.provider_id).toBe(p.id);
+    const b = await firstAttempt(hung.job_id, `first attempt end (${d.output()})`);
+    expect(b).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(b.error).toMatch(/was still being pulled after \d+ s/);
+    expect(docker.runs()).toEqual([]);
+
+    // A registry that answers: pulled, then run.
+    fs.writeFileSync(path.join(docker.dir, "pull-mode"), "ok");
+    const ok = await submit(renter, { job_type: "custom_container", params: { command: ["ok"] } });
+    const done = await ended(ok.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    const verbs = docker.calls().map((c) => c[0]);
+    expect(verbs.lastIndexOf("pull")).toBeLessThan(verbs.indexOf("run"));
+  });
+
+  it("cuts each output line of a job at 16,000 bytes", () => {
+    const out = JSON.parse(
+      python(`import json, os, svc_daemon
+run = svc_daemon.JobRun(["sh", "-c", "head -c 3000000 /dev/zero | tr '\\\\0' x; printf '\\\\r\\\\nafter\\\\nlast'"], "", dict(os.environ), ".")
+lines = []
+while True:
+    line = run.lines.get(timeout=30)
+    if line is None:
+        break
+    lines.append(line)
+print(json.dumps([len(l) for l in lines] + lines[1:]))
+`),
+    );
+    expect(out).toEqual([16_000, 5, 4, "after", "last"]);
   });
 
   it("gives a plain process its GPU in CUDA_VISIBLE_DEVICES", async () => {

@@ -123,6 +123,21 @@ describe("svc-daemon (TypeScript) with containers", { timeout: 120_000 }, () => 
     expect(runs.map((argv) => optionOf(argv, "--gpus"))).toEqual(["device=1"]);
   });
 
+  it("judges min_vram_gb on the GPU's total memory less the reserve, as placement does, not on the memory free now", async () => {
+    const { p, docker, d } = await dockerProvider();
+    const renter = await makeRenter(h.srv, 10_000);
+    // The fake GPUs: 24564 MiB in all with 22936 free, and 24576 with 24222 free. 24.3 GB (24300 MiB)
+    // fits either's total (placement's judgement), not what either has free at the moment.
+    const j = await h.submit(renter, { ...custom(["true"]), gpu_requirements: { min_vram_gb: 24.3 } });
+    expect(j.provider_id).toBe(p.id);
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect(done.attempt).toBe(1);
+    expect(docker.runs().filter((argv) => argv.includes(`svc.job_id=${j.job_id}`))).toHaveLength(1);
+    const [days] = await h.srv.sql`SELECT coalesce(sum(faults), 0)::int AS faults FROM provider_attempt_days WHERE provider_id = ${p.id}`;
+    expect(days.faults).toBe(0);
+  });
+
   it("serves vllm_serve with a key of the job's own: in the engine's env, on no command line, reported with the endpoint", async () => {
     const p = await makeProvider(h.srv);
     const docker = fakeDocker(tempDir("tsd-docker"));

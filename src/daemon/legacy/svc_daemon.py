@@ -42,6 +42,8 @@ provider key and the task-signing secret when it serves this file
 """
 
 import base64
+import collections
+import errno
 import hashlib
 import hmac
 import http.client
@@ -54,6 +56,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -87,6 +90,20 @@ GONE = "gone"  # job_status: the job is no longer this provider's
 # endpoint-ready report the server could not take for now is sent again.
 SERVE_HEALTH_SECONDS = 2.0
 ENDPOINT_RETRY_SECONDS = 5.0
+# A job's result file is read only when it is a regular file (no symbolic link followed, no FIFO
+# or device opened in a way that could block) of at most this size (8 MiB); else the job failed.
+MAX_RESULT_FILE_BYTES = 8 * 1024 * 1024
+# The largest job-result body the server takes (16 MiB): a result over it is the job's failure.
+MAX_REPORT_BYTES = 16 * 1024 * 1024
+# The longest output line kept (bytes): the rest of a longer line is dropped, up to its newline.
+MAX_LINE_BYTES = 16000
+# How much of the job's output is kept for its result when it writes no result file.
+MAX_KEPT_OUTPUT = 1000000
+# Log lines are sent once this many characters are waiting (the logs route takes 1 MiB a call).
+LOG_BATCH_CHARS = 100000
+# How long one `docker pull` of a job's missing image may run (it also ends in time for the job's
+# own deadline, so that a hung pull is reported as this machine's failure, not the renter's timeout).
+PULL_LIMIT_SECONDS = 1800.0
 
 
 # ---------------------------------------------------------------- signing --
@@ -492,8 +509,15 @@ class JobRun:
             pass
 
     def _read(self):
-        for raw in iter(self.proc.stdout.readline, b""):
-            self.lines.put(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        # Each line cut at MAX_LINE_BYTES: a line without end is never held in memory whole.
+        skipping = False
+        while True:
+            raw = self.proc.stdout.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            if not skipping:
+                self.lines.put(raw[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r\n"))
+            skipping = not raw.endswith(b"\n")
         self.proc.stdout.close()
         self.lines.put(None)
 
@@ -511,6 +535,48 @@ class JobRun:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+
+def read_result_file(path, max_bytes=MAX_RESULT_FILE_BYTES):
+    """A job's result file, trusting nothing about it: ("absent", None) when there is none, ("ok", value),
+    or ("error", why) when it is not a regular file (a symbolic link is not followed, a FIFO is opened
+    without blocking and refused), is larger than max_bytes, or is not JSON."""
+    if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):
+        return "error", "the job's result file is a symbolic link; only a regular file is read"
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ENOENT:
+            return "absent", None
+        if err.errno in (errno.ELOOP, getattr(errno, "EMLINK", -1)):
+            return "error", "the job's result file is a symbolic link; only a regular file is read"
+        return "error", "the job's result file could not be opened: %s" % (errno.errorcode.get(err.errno) or err)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device")
+            return "error", "the job's result file is not a regular file (%s); only a regular file is read" % kind
+        if st.st_size > max_bytes:
+            return "error", "the job's result file is %d bytes, over the %d-byte limit" % (st.st_size, max_bytes)
+        chunks, got = [], 0
+        while got <= max_bytes:  # to one byte past the limit: the file may still grow
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > max_bytes:
+            return "error", "the job's result file is over the %d-byte limit" % max_bytes
+        try:
+            return "ok", json.loads(b"".join(chunks).decode("utf-8"))
+        except ValueError as err:
+            return "error", "the job wrote an invalid result file: %s" % err
+    except OSError as err:
+        return "error", "the job's result file could not be read: %s" % (errno.errorcode.get(err.errno) or err)
+    finally:
+        os.close(fd)
 
 
 def _safe_name(job_id):
@@ -680,8 +746,9 @@ class DockerContainer:
     """A job's container: stopped with `docker kill`, removed once the job ended (it runs without --rm,
     so that after `docker run` exits 125 its state still tells whether it ever started)."""
 
-    def __init__(self, docker, name, cidfile, dropped_env, serve=None, dropped_key_env=False):
+    def __init__(self, docker, name, cidfile, dropped_env, serve=None, dropped_key_env=False, image=None):
         self.docker = docker
+        self.image = image
         self.name = name
         self.cidfile = cidfile
         self.dropped_env = dropped_env
@@ -696,6 +763,21 @@ class DockerContainer:
 
     def kill(self):
         self._docker(["kill", self.name])
+
+    def image_present(self):
+        out = self._docker(["image", "inspect", "--format", "{{.Id}}", self.image])
+        return out is not None and out.returncode == 0
+
+    def start_pull(self):
+        """`docker pull` of the job's image, started (a Popen, output to a temporary file), or None."""
+        import tempfile
+        log = tempfile.TemporaryFile()
+        try:
+            return subprocess.Popen([self.docker, "pull", self.image], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, **_popen_group_kwargs()), log
+        except OSError as err:
+            log.close()
+            return None, str(err)
 
     def container_id(self):
         """The id `docker run --cidfile` wrote; None when docker failed before creating the container."""
@@ -806,7 +888,7 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
     workspace = os.path.join(workdir, _safe_name(job_id))
     os.makedirs(workspace, exist_ok=True)
     result_file = os.path.join(workspace, "result.json")
-    if os.path.exists(result_file):
+    if os.path.lexists(result_file):
         os.remove(result_file)
     env = {"SVC_JOB_ID": job_id, "SVC_JOB_TYPE": job.get("job_type", ""), "SVC_WORKSPACE": workspace,
            "SVC_RESULT_FILE": result_file}
@@ -885,7 +967,7 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         argv.append(image)
         argv += [str(c) for c in command]
 
-        return argv, env, DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env), result_file
+        return argv, env, DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env, image), result_file
     raise RuntimeError("no executor for job type %r on this daemon: configure a local runner (--runner %s=COMMAND) "
                        "or use the TypeScript daemon (svc-daemon), which runs the built-in job containers"
                        % (job.get("job_type"), job.get("job_type")))
@@ -1138,6 +1220,12 @@ class Daemon:
         if not success and end_reason:
             body["end_reason"] = end_reason
             body["fault"] = FAULT_OF.get(end_reason, "renter")
+        size = len(json.dumps(dict(body, api_key=self.api.key)).encode("utf-8"))
+        if size > MAX_REPORT_BYTES:
+            # The server would refuse it (413) and the job would run on in its records: the job's own failure instead.
+            error = "the job's result is %d bytes as a report, over the %d-byte limit" % (size, MAX_REPORT_BYTES)
+            self.log("job %s: %s; reported as its failure" % (job_id, error))
+            return self.report(job_id, False, None, error, metrics, end_reason="runtime_error", attempt=attempt)
         item = {"body": body, "first_at": time.time(), "tries": 0, "next_at": 0.0}
         return self.send_result(job_id, item)[1]
 
@@ -1290,6 +1378,20 @@ class Daemon:
         env = dict(os.environ, **extra_env)
         stdin_text = json.dumps({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": job.get("task_spec")})
         deadline = started + float(job.get("max_duration_seconds") or 1800)
+        if container and container.image:
+            # The image before `docker run`, which would pull it inside the job's run and under its kill timer.
+            pulled = self.ensure_image(job, container, deadline, confirmed)
+            if pulled is not True:
+                outcome, error = pulled
+                if outcome == "cancelled":
+                    self.event("job_cancelled", "info", None, job_id)
+                elif outcome == "moved":
+                    self.log("job %s is no longer this provider's (the server sent it back to the queue) while its image was pulled" % job_id)
+                else:
+                    self.report(job_id, False, None, error, {"duration_seconds": round(time.time() - started, 3), "executor": "docker"},
+                                end_reason=outcome, attempt=attempt)
+                    self.event("job_failed", "warning", error, job_id)
+                return
         try:
             run = JobRun(argv, stdin_text, env, os.path.dirname(result_file), container.kill if container else None)
         except OSError as err:
@@ -1298,6 +1400,7 @@ class Daemon:
                         end_reason="provider_error", attempt=job.get("attempt"))
             return
         pending, output, outcome, end_reason = [], [], None, "runtime_error"
+        kept, tail, pending_chars = 0, collections.deque(maxlen=5), 0
         for key in (container.dropped_env if container else []):
             pending.append("env %s was left out: the provider's daemon decides which GPU the job sees" % key)
         if container and container.dropped_key_env:
@@ -1320,12 +1423,16 @@ class Daemon:
                         confirmed = True
                 else:
                     pending.append(line)
-                    output.append(line)
+                    pending_chars += len(line)
+                    tail.append(line)
+                    if kept < MAX_KEPT_OUTPUT:
+                        output.append(line)
+                        kept += len(line) + 1
             now = time.time()
-            if pending and (now - last_flush >= LOG_FLUSH_SECONDS or len(pending) >= LOG_BATCH_LINES):
+            if pending and (now - last_flush >= LOG_FLUSH_SECONDS or len(pending) >= LOG_BATCH_LINES or pending_chars >= LOG_BATCH_CHARS):
                 if self.post_quietly("/api/jobs/%s/logs" % job_id, with_attempt({"logs": pending}, attempt)):
                     confirmed = True
-                pending, last_flush = [], now
+                pending, last_flush, pending_chars = [], now, 0
             if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
                 confirmed, last_confirm = self.confirm_pickup(job_id, attempt), now
             if outcome is not None:
@@ -1378,26 +1485,74 @@ class Daemon:
             self.event("job_moved", "warning", message, job_id)
             return
         if outcome is None and code == 0:
-            result = None
-            if os.path.exists(result_file):
-                try:
-                    with open(result_file, "r", encoding="utf-8") as f:
-                        result = json.load(f)
-                except ValueError as err:
-                    outcome = "the job wrote an invalid result file: %s" % err
-            if result is None and outcome is None:
+            found, result = read_result_file(result_file)
+            if found == "error":
+                outcome, result = result, None
+            elif found == "absent":
                 result = {"response": "\n".join(output).strip()}
             if outcome is None:
                 self.report(job_id, True, result, None, metrics, attempt=job.get("attempt"))
                 self.event("job_completed", "info", "%.1fs" % duration, job_id)
                 return
-        tail = "\n".join(output[-5:])[-1000:]
+        tail = "\n".join(tail)[-1000:]
         if outcome is None and container and code == 125 and end_reason == "provider_error":
             error = "docker could not run the job's container (docker run exited 125): %s" % tail
         else:
             error = outcome or "the job exited with status %s: %s" % (code, tail)
         self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"))
         self.event("job_failed", "warning", error, job_id)
+
+    def ensure_image(self, job, container, deadline, confirmed):
+        """The job's image on this machine before its container runs: there already, or pulled now
+        (PULL_LIMIT_SECONDS at most, and ending in time for the job's deadline). On the legacy wire the
+        job's billed time started when it was polled, so the pull's time is within it; a pull that
+        fails or runs too long is this machine's failure (provider_error: re-queued, nothing charged).
+        Meanwhile the pickup is confirmed and the job's status checked as while it runs. Returns True,
+        or (end_reason or "cancelled" / "moved", error)."""
+        if container.image_present():
+            return True
+        job_id, attempt, image = job["job_id"], job.get("attempt"), container.image
+        started = time.time()
+        # Ends before the job's deadline, leaving the report time to reach the server before its own
+        # timeout sweep would take the job as the renter's timeout.
+        limit = min(PULL_LIMIT_SECONDS, max(0.0, (deadline - started) - min(15.0, (deadline - started) / 4)))
+        self.log("pulling image %s for job %s (up to %d s)" % (image, job_id, limit))
+        proc, log = container.start_pull()
+        if proc is None:
+            return "provider_error", "could not pull the job's image %s: %s" % (image, log)
+        outcome = None
+        last_cancel_check = last_confirm = time.time()
+        try:
+            while proc.poll() is None:
+                time.sleep(0.2)
+                now = time.time()
+                if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
+                    confirmed, last_confirm = self.confirm_pickup(job_id, attempt), now
+                if now - started > limit:
+                    outcome = ("provider_error", "the job's image %s was still being pulled after %d s; the pull was stopped"
+                               % (image, now - started))
+                elif self.stop_event.is_set() and now > self.stop_deadline:
+                    outcome = ("provider_interrupted", "interrupted: the provider daemon stopped while the job's image was pulled")
+                elif now - last_cancel_check >= CANCEL_CHECK_SECONDS:
+                    last_cancel_check = now
+                    status = self.job_status(job_id, attempt)
+                    if status in ("cancelled", "failed", "completed"):
+                        outcome = ("cancelled", None)
+                    elif status == GONE:
+                        outcome = ("moved", None)
+                if outcome:
+                    _kill_tree(proc)
+                    proc.wait()
+                    return outcome
+            if proc.returncode == 0:
+                self.log("pulled image %s in %d s" % (image, time.time() - started))
+                return True
+            log.seek(0)
+            lines = [l.strip() for l in log.read().decode("utf-8", "replace").splitlines() if l.strip()]
+            why = lines[-1][:500] if lines else "exit status %s" % proc.returncode
+            return "provider_error", "could not pull the job's image %s: %s" % (image, why)
+        finally:
+            log.close()
 
     def report_endpoint(self, job_id, serve, attempt=None):
         """endpoint-ready for a serving job whose engine answers its health check, with the engine's key,

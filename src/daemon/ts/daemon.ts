@@ -84,9 +84,18 @@ interface ActiveJob {
   gpuIndex?: number;
   /** A new attempt of this job, assigned back here while this one was being stopped: started once it is gone. */
   next?: { job: AssignedJob; signature: string };
+  /** Aborted when the server cancels the job: ends its preparation (an image pull) before it was accepted. */
+  abort: AbortController;
 }
 
 const MAX_BACKLOG = 10_000;
+/**
+ * The largest message the server takes on the stream (DaemonService.Connect's body_limit_kb, 16 MiB):
+ * a bigger one ends the stream. A result over it is refused here, as the job's own failure.
+ */
+export const STREAM_MESSAGE_MAX_BYTES = 16 * 1024 * 1024;
+/** Room left in a result report for all but its output: ids, error, metrics, attestation (a few KiB). */
+const REPORT_OVERHEAD_BYTES = 64 * 1024;
 const LOG_FLUSH_MS = 300;
 const LOG_BATCH = 200;
 
@@ -116,6 +125,12 @@ const STOP_SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGHUP"]);
  */
 const GPU_WAIT_MS = 60_000;
 const GPU_WAIT_POLL_MS = 100;
+/**
+ * How long after it arrived a job may wait for what it needs here (its image pulled) before it is
+ * handed back: under the server's 120 s pickup window (PICKUP_SECONDS), past which the server takes
+ * it back itself. SVC_PREPARE_WAIT_SECONDS changes it (tests).
+ */
+const PREPARE_WAIT_MS = (Number(process.env.SVC_PREPARE_WAIT_SECONDS) || 90) * 1000;
 
 /** Whether the job ended by SIGTERM/SIGINT/SIGHUP from outside (directly, or as a shell's 128+n exit status). */
 function stopSignalled(o: Outcome): boolean {
@@ -279,11 +294,13 @@ export class ProviderDaemon {
     this.connected = true;
     this.cfg.log(`connected as provider ${this.providerId} (${w.approvalStatus})`);
     for (const kind of this.backlog.splice(0)) this.out?.push({ kind });
-    for (const kind of this.unackedResults.values()) this.out?.push({ kind });
     const seconds = this.cfg.heartbeatSeconds ?? w.heartbeatIntervalSeconds ?? 30;
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = setInterval(() => void this.heartbeat(), seconds * 1000);
+    // The heartbeat before the results held from before: whatever a result does to the stream,
+    // this connection has told the server the provider is alive.
     await this.heartbeat();
+    if (this.connected) for (const kind of this.unackedResults.values()) this.out?.push({ kind });
     if (!this.readinessSent) {
       this.readinessSent = true;
       await this.readiness();
@@ -348,6 +365,7 @@ export class ProviderDaemon {
         const job = this.jobs.get(k.value.jobId);
         if (job && !job.cancelled) {
           job.cancelled = true;
+          job.abort.abort();
           this.cfg.log(`job ${k.value.jobId} cancelled by the server (${k.value.reason})`);
           void job.running?.stop(`cancelled: ${k.value.reason}`);
         }
@@ -512,7 +530,8 @@ export class ProviderDaemon {
       taskSpec: (job.taskSpec ?? {}) as JsonObject,
       maxDurationSeconds: Number(job.maxDurationSeconds) || 1800,
     };
-    const active: ActiveJob = { spec, attempt: attemptOf(job), cancelled: false, interrupted: false, logs: [] };
+    const active: ActiveJob = { spec, attempt: attemptOf(job), cancelled: false, interrupted: false, logs: [], abort: new AbortController() };
+    const arrived = Date.now();
     this.jobs.set(job.jobId, active);
     try {
       if (!this.verified(job, signature)) {
@@ -544,6 +563,19 @@ export class ProviderDaemon {
         // The host had GPUs when the daemon started and nvidia-smi lists none now: a driver problem of this machine.
         return this.reject(job, "nvidia-smi lists no GPU now; the job's container cannot be given one");
       }
+      // What the job needs on this machine before it runs (its container image, pulled when it is not
+      // here): before the accept, which starts the job's billed time and its max_duration_seconds.
+      // Within the server's pickup window; failing or running past it is this machine's failure.
+      if (executor.prepare) {
+        const signal = AbortSignal.any([active.abort.signal, this.stopSignal.signal]);
+        const failed = await executor.prepare(spec, { deadline: arrived + PREPARE_WAIT_MS, signal, stop: this.stopSignal.signal, log: this.cfg.log });
+        if (active.cancelled) return;
+        if (this.stopping) return this.reject(job, "the daemon is shutting down");
+        if (failed) {
+          this.event("job_prepare_failed", "warning", failed, job.jobId);
+          return this.reject(job, failed);
+        }
+      }
       this.send({ case: "jobAccepted", value: { jobId: job.jobId, attempt: active.attempt } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
       let outcome: Outcome;
@@ -574,13 +606,13 @@ export class ProviderDaemon {
    */
   private async takeGpu(active: ActiveJob, job: AssignedJob, snap: GpuSnapshot): Promise<number | undefined> {
     const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
-    const minFreeMib = minVramGb > 0 ? minVramGb * 1000 + (this.settings?.vramReserveGb ?? 0) * 1024 : 0;
+    const minTotalMib = minVramGb > 0 ? minVramGb * 1000 + (this.settings?.vramReserveGb ?? 0) * 1024 : 0;
     const deadline = Date.now() + GPU_WAIT_MS;
     // The GPUs fit for it first (refusal() found one free, unless every GPU was held).
     const s = this.settings;
     const gpus = s ? [...snap.gpus].sort((a, b) => Number(gpuUnfit(a, s, job) !== undefined) - Number(gpuUnfit(b, s, job) !== undefined)) : snap.gpus;
     for (;;) {
-      active.gpuIndex = this.gpuPool.take(gpus, minFreeMib);
+      active.gpuIndex = this.gpuPool.take(gpus, minTotalMib);
       if (active.gpuIndex !== undefined || active.cancelled || this.stopping || Date.now() >= deadline) return active.gpuIndex;
       await sleep(GPU_WAIT_POLL_MS, this.stopSignal.signal);
     }
@@ -637,7 +669,7 @@ export class ProviderDaemon {
     this.report(active, { case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)), attempt: active.attempt } });
   }
 
-  private finish(active: ActiveJob, outcome: Outcome) {
+  private finish(active: ActiveJob, outcome: Outcome): void {
     const { jobId } = active.spec;
     if (active.cancelled) {
       this.event("job_cancelled", "info", outcome.error, jobId);
@@ -653,6 +685,14 @@ export class ProviderDaemon {
     }
     // The server stores the output without NUL characters: the attestation signs it as stored.
     const output = withoutNul(outcome.result);
+    // Counted on the JSON, before anything is built of it (encoding millions of small values takes long).
+    const size = output === undefined ? 0 : valueBytes(output);
+    if (size > STREAM_MESSAGE_MAX_BYTES - REPORT_OVERHEAD_BYTES) {
+      // Sent, it would end the stream (and again after every reconnect): the job's own failure instead, reported small.
+      const error = `the job's result is ${size} bytes once encoded, over the ${STREAM_MESSAGE_MAX_BYTES - REPORT_OVERHEAD_BYTES} bytes a result may take of a report (the stream's limit is ${STREAM_MESSAGE_MAX_BYTES})`;
+      this.cfg.log(`job ${jobId}: ${error}; reported as its failure`);
+      return this.finish(active, { success: false, error, metrics: outcome.metrics, endReason: "runtime_error" });
+    }
     const result: MsgKind = {
       case: "result",
       value: {
@@ -751,6 +791,25 @@ function loadAttestationKey(stateDir: string, log: (line: string) => void): Ed25
   }
 }
 
+const varintBytes = (n: number) => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
+/** A length-delimited field of n bytes: its tag, its length, its bytes. */
+const fieldBytes = (n: number) => 1 + varintBytes(n) + n;
+
+/**
+ * The size of a JSON value encoded as google.protobuf.Value (as a result travels on the stream),
+ * counted without building the message: null and booleans 2 bytes, numbers 9, strings and nested
+ * structs and lists length-delimited.
+ */
+export function valueBytes(v: JsonValue): number {
+  if (v === null || typeof v === "boolean") return 2;
+  if (typeof v === "number") return 9;
+  if (typeof v === "string") return fieldBytes(Buffer.byteLength(v, "utf8"));
+  let n = 0;
+  if (Array.isArray(v)) for (const item of v) n += fieldBytes(valueBytes(item));
+  else for (const [k, item] of Object.entries(v)) n += fieldBytes(fieldBytes(Buffer.byteLength(k, "utf8")) + fieldBytes(valueBytes(item)));
+  return fieldBytes(n);
+}
+
 /** The GPU facts an attestation signs, from a probe snapshot. */
 /** Why this GPU cannot take the job now under the provider's settings; undefined when it can. */
 function gpuUnfit(g: GpuSnapshot["gpus"][number], s: DaemonSettings, job: AssignedJob): string | undefined {
@@ -758,10 +817,13 @@ function gpuUnfit(g: GpuSnapshot["gpus"][number], s: DaemonSettings, job: Assign
   if (s.gpuUsageCapPct < 100 && g.utilization_pct !== null && g.utilization_pct > s.gpuUsageCapPct) {
     return `GPU ${g.index} is ${g.utilization_pct}% busy, above the ${s.gpuUsageCapPct}% usage cap`;
   }
+  // Judged as placement judges it (dispatch.ts hardwareFitSql): the GPU's total memory less the reserve,
+  // 1000 MiB per GB. Not the memory free now: this GPU runs no other job of this daemon (the GPU pool),
+  // so what another program holds for a moment must not make the provider refuse a job it was given.
   const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
-  const free = (g.vram_free_mib ?? 0) - s.vramReserveGb * 1024;
-  if (minVramGb > 0 && free < minVramGb * 1000) {
-    return `GPU ${g.index} has only ${Math.max(0, Math.round(free))} MiB VRAM free after the ${s.vramReserveGb} GB reserve; the job needs ${minVramGb} GB`;
+  const usable = (g.vram_mib ?? 0) - s.vramReserveGb * 1024;
+  if (minVramGb > 0 && usable < minVramGb * 1000) {
+    return `GPU ${g.index} has ${Math.max(0, Math.round(usable))} MiB of VRAM after the ${s.vramReserveGb} GB reserve; the job needs ${minVramGb} GB`;
   }
   return undefined;
 }

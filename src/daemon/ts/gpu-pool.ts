@@ -11,11 +11,13 @@ export class GpuPool {
 
   /**
    * Takes a free GPU among those probed and answers its nvidia-smi index: the first with at least
-   * `minFreeMib` free when one has, else the first free one. Undefined when every GPU is taken.
+   * `minTotalMib` of memory in all when one has, else the first free one. Undefined when every GPU
+   * is taken. A GPU is judged by its total memory, as placement judges the provider: one no job of
+   * this daemon holds has it all for the job (the memory free at the moment is not asked).
    */
-  take(gpus: readonly Pick<Gpu, "index" | "vram_free_mib">[], minFreeMib = 0): number | undefined {
+  take(gpus: readonly Pick<Gpu, "index" | "vram_mib">[], minTotalMib = 0): number | undefined {
     const free = gpus.filter((g): g is typeof g & { index: number } => g.index !== null && !this.busy.has(g.index));
-    const pick = free.find((g) => (g.vram_free_mib ?? 0) >= minFreeMib) ?? free[0];
+    const pick = free.find((g) => (g.vram_mib ?? 0) >= minTotalMib) ?? free[0];
     if (!pick) return undefined;
     this.busy.add(pick.index);
     return pick.index;

@@ -12,6 +12,10 @@
 // (endpoint-ready): anyone else who finds the port is refused. The secret goes
 // to docker through the CLI's environment (`-e VLLM_API_KEY`, no value), never
 // on a command line, where `ps` would show it to every user of the machine.
+// Before a job is accepted (prepare), its image is made present: `docker image
+// inspect`, else `docker pull` (one per image at a time, killed after
+// PULL_LIMIT_MS), so that `docker run` does not pull inside the job's billed
+// time and under its kill timer.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -21,7 +25,7 @@ import { runCommand } from "../exec.js";
 import { RESERVED_ENV_NAMES } from "../../../shared/gpu-env.js";
 import { DAEMON_LABEL, JOB_LABEL } from "../leftover-containers.js";
 import { startChildJob } from "./child.js";
-import type { Executor, JobHooks, JobSpec, Outcome, RunningJob } from "./types.js";
+import type { Executor, JobHooks, JobSpec, Outcome, PrepareOptions, RunningJob } from "./types.js";
 
 export interface DockerOptions {
   /** The docker CLI (a path or a name on PATH). */
@@ -45,6 +49,46 @@ export interface DockerOptions {
   healthPollMs?: number;
   /** The daemon's DAEMON_LABEL value: its next start removes a container a killed run left (leftover-containers.ts). */
   daemonLabel?: string;
+  /** How long one `docker pull` may run before it is killed (ms; default PULL_LIMIT_MS). */
+  pullLimitMs?: number;
+}
+
+/**
+ * How long one `docker pull` may run (30 minutes). A job waits for it only within the daemon's
+ * preparation time (daemon.ts); the pull goes on past a job handed back, for the next job of the image.
+ */
+export const PULL_LIMIT_MS = 30 * 60_000;
+
+/** The pulls running now, by CLI and image: a second job of the same image waits for the same pull. */
+const pulls = new Map<string, Promise<string | undefined>>();
+
+/** The last line of a command's output that says something (an error of docker's), shortened. */
+const lastLine = (text: string) =>
+  text
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .pop()
+    ?.slice(0, 500) ?? "";
+
+/** Settles with p's value, or "timeout" at the deadline (epoch ms), or "aborted" when signal aborts first. */
+async function awaitUntil<T>(p: Promise<T>, deadline: number, signal: AbortSignal): Promise<T | "timeout" | "aborted"> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), Math.max(0, deadline - Date.now())))),
+      new Promise<"aborted">((resolve) => {
+        onAbort = () => resolve("aborted");
+        if (signal.aborted) onAbort();
+        else signal.addEventListener("abort", onAbort, { once: true });
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) signal.removeEventListener("abort", onAbort);
+  }
 }
 
 const obj = (v: unknown): JsonObject => (v && typeof v === "object" && !Array.isArray(v) ? (v as JsonObject) : {});
@@ -112,12 +156,18 @@ export function newEndpointKey(): string {
  * The `docker run` command line of a job (pure; tested on its own). `serveKey`: vllm_serve's
  * secret, passed by name (`cliEnv`), never in `argv`.
  */
-export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number, serveKey?: string): DockerPlan {
+/** The job's container image, as its task names it (undefined: none). */
+export function imageOf(job: JobSpec): string | undefined {
   const t = job.taskSpec;
   const container = obj(t.container);
+  return typeof container.image === "string" ? container.image : typeof t.image === "string" ? t.image : undefined;
+}
+
+export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number, serveKey?: string): DockerPlan {
+  const t = job.taskSpec;
   const limits = obj(t.limits);
   const workspace = obj(t.workspace);
-  const image = typeof container.image === "string" ? container.image : typeof t.image === "string" ? t.image : undefined;
+  const image = imageOf(job);
   if (!image) throw new Error("the task names no container image");
   const name = `svc-${safeName(job.jobId)}`;
   const outDir = path.join(opts.workRoot, safeName(job.jobId));
@@ -200,6 +250,46 @@ async function freePort(): Promise<number> {
 export class DockerExecutor implements Executor {
   readonly name = "docker";
   constructor(private readonly opts: DockerOptions) {}
+
+  /**
+   * The job's image on this machine: there already (`docker image inspect`), or pulled now. The job
+   * waits for the pull until opts.deadline; a pull still running then goes on (up to pullLimitMs) for
+   * the next job of the image. Why the image is not here, or undefined when it is (or the task names
+   * none: start() fails such a job).
+   */
+  async prepare(job: JobSpec, opts: PrepareOptions): Promise<string | undefined> {
+    const image = imageOf(job);
+    if (!image) return undefined;
+    const docker = this.opts.docker;
+    const inspect = await runCommand(docker, ["image", "inspect", "--format", "{{.Id}}", image], { timeoutMs: 30_000, signal: opts.signal });
+    if (inspect.code === 0) return undefined;
+    if (opts.signal.aborted) return "stopped while checking the job's image";
+    const key = `${docker}\0${image}`;
+    let pull = pulls.get(key);
+    if (!pull) {
+      const limitMs = this.opts.pullLimitMs ?? PULL_LIMIT_MS;
+      opts.log(`pulling image ${image} (job ${job.jobId}), for up to ${Math.round(limitMs / 1000)} s`);
+      const started = Date.now();
+      pull = runCommand(docker, ["pull", image], { timeoutMs: limitMs, signal: opts.stop }).then((r) => {
+        pulls.delete(key);
+        if (r.code === 0) {
+          opts.log(`pulled image ${image} in ${Math.round((Date.now() - started) / 1000)} s`);
+          return undefined;
+        }
+        const why = r.code === null && !r.missing ? `killed after ${Math.round((Date.now() - started) / 1000)} s` : lastLine(r.stderr) || lastLine(r.stdout) || `exit status ${r.code}`;
+        opts.log(`could not pull image ${image}: ${why}`);
+        return why;
+      });
+      pulls.set(key, pull);
+    }
+    const waitedFrom = Date.now();
+    const r = await awaitUntil(pull, opts.deadline, opts.signal);
+    if (r === "aborted") return "stopped while pulling the job's image";
+    if (r === "timeout") {
+      return `the job's image ${image} is not on this machine and its pull had not finished ${Math.round((Date.now() - waitedFrom) / 1000)} s later (it goes on for the next job of the image)`;
+    }
+    return r === undefined ? undefined : `could not pull the job's image ${image}: ${r}`;
+  }
 
   start(job: JobSpec, hooks: JobHooks): RunningJob {
     if (job.jobType === "vllm_serve") return this.serve(job, hooks);

@@ -45,8 +45,25 @@ export interface RunningJob {
   stop(reason: string, killAfterMs?: number): Promise<void>;
 }
 
+/** What an executor's preparation of a job is given (Executor.prepare). */
+export interface PrepareOptions {
+  /** When the daemon stops waiting (epoch ms): the job is then handed back. */
+  deadline: number;
+  /** Aborted when the job is cancelled or the daemon stops: nothing to wait for any more. */
+  signal: AbortSignal;
+  /** Aborted when the daemon stops: work shared beyond this job (a pull) is ended too. */
+  stop: AbortSignal;
+  log(line: string): void;
+}
+
 export interface Executor {
   readonly name: string;
+  /**
+   * Makes this machine ready for the job before it is accepted (the docker executor pulls a missing
+   * image), so that none of it is the job's run time. Resolves to why it could not (this machine's
+   * failure), or undefined.
+   */
+  prepare?(job: JobSpec, opts: PrepareOptions): Promise<string | undefined>;
   start(job: JobSpec, hooks: JobHooks): RunningJob;
 }
 

@@ -1,0 +1,79 @@
+// The TypeScript daemon makes a job's image present before it accepts the
+// job (docker image inspect, else docker pull): the pull is neither in the
+// renter's billed time nor under the job's kill timer. A pull that fails, or
+// has not finished within the daemon's wait (SVC_PREPARE_WAIT_SECONDS here,
+// 90 s by default, under the server's pickup window), hands the job back as
+// the provider's (provider_refused: re-queued, nothing charged), and no
+// container is run for it.
+import fs from "node:fs";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { endedJob, fakeDocker, tempDir, waitFor } from "./helpers.js";
+import { useTsDaemonServer } from "./ts-harness.js";
+
+const h = useTsDaemonServer();
+
+async function dockerProvider(pull: "slow" | "fail", env: Record<string, string> = {}) {
+  const p = await makeProvider(h.srv);
+  const docker = fakeDocker(tempDir("tsd-pull"), { images: "absent", pull });
+  const d = h.startDaemon(p.key, ["--docker", docker.path], env);
+  await waitFor(async () => {
+    const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
+    return r.gpu_count === 2 && r.readiness_status;
+  }, 45_000, `daemon up (${d.output()})`);
+  return { p, d, docker };
+}
+
+const firstAttempt = (jobId: string, what: string) =>
+  waitFor(async () => {
+    const [row] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+    return row;
+  }, 45_000, what);
+
+describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () => {
+  it("is pulled before the job is accepted: the pull's time is not the job's", async () => {
+    const { p, d, docker } = await dockerProvider("slow");
+    const renter = await makeRenter(h.srv, 10_000);
+    const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["true"] } });
+    expect(job.provider_id).toBe(p.id);
+    const done = await endedJob(h.srv.sql, job.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    // inspect (absent), pull, inspect/run: the pull before the container, and once.
+    const verbs = docker.calls().map((a) => (a[0] === "image" ? `image ${a[1]}` : a[0]));
+    expect(verbs.filter((v) => v === "pull")).toHaveLength(1);
+    expect(verbs.indexOf("image inspect")).toBeLessThan(verbs.indexOf("pull"));
+    expect(verbs.indexOf("pull")).toBeLessThan(verbs.indexOf("run"));
+    // The fake pull takes 3 s: the job started running (billed time, max_duration_seconds) after it.
+    const [a] = await h.srv.sql`SELECT extract(epoch FROM started_at - assigned_at) AS waited FROM job_attempts WHERE job_id = ${done.id} AND attempt = 1`;
+    expect(Number(a.waited)).toBeGreaterThanOrEqual(2.9);
+
+    // The image is here now: the next job of it pulls nothing.
+    const again = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["true"] } });
+    expect((await endedJob(h.srv.sql, again.job_id, `second job end (${d.output()})`)).status).toBe("completed");
+    expect(docker.calls().filter((c) => c[0] === "pull")).toHaveLength(1);
+  });
+
+  it("hands the job back as the provider's, at no charge, when the pull fails or does not finish in time", async () => {
+    const { p, d, docker } = await dockerProvider("fail", { SVC_PREPARE_WAIT_SECONDS: "3" });
+    const renter = await makeRenter(h.srv, 10_000);
+
+    const failed = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["true"] } });
+    expect(failed.provider_id).toBe(p.id);
+    const a = await firstAttempt(failed.job_id, `first attempt end (${d.output()})`);
+    expect(a).toMatchObject({ status: "requeued", end_reason: "provider_refused", fault: "provider", cost_halala: 0 });
+    expect(a.error).toMatch(/could not pull the job's image nvidia\/cuda:.*no such host/);
+
+    // A registry that hangs: the job waits 3 s for it, then goes back (the pull goes on for the next job).
+    fs.writeFileSync(path.join(docker.dir, "pull-mode"), "hang");
+    const hung = await h.submit(renter, { job_type: "custom_container", duration_minutes: 1, max_duration_seconds: 60, params: { command: ["true"] } });
+    expect(hung.provider_id).toBe(p.id);
+    const b = await firstAttempt(hung.job_id, `first attempt end (${d.output()})`);
+    expect(b).toMatchObject({ status: "requeued", end_reason: "provider_refused", fault: "provider", cost_halala: 0 });
+    expect(b.error).toMatch(/its pull had not finished/);
+    expect(b.started_at).toBeNull();
+
+    // No container ran for either.
+    expect(docker.runs()).toEqual([]);
+  });
+});

@@ -1,0 +1,71 @@
+// The TypeScript daemon and what a renter's container leaves at
+// /svc-output/result.json (helpers.ts fakeDocker's renter behaviours): a file
+// over the size cap, a FIFO, a symbolic link to a file of the host, or a
+// result whose encoding is over the stream's 16 MiB message limit is the
+// job's own failure (runtime_error, billed to the renter), reported small;
+// none of them stops the daemon's heartbeats, blocks its event loop, or
+// reads a host file as the job's output.
+import { describe, expect, it } from "vitest";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { endedJob, fakeDocker, tempDir, waitFor } from "./helpers.js";
+import { useTsDaemonServer } from "./ts-harness.js";
+
+const h = useTsDaemonServer();
+
+async function dockerProvider() {
+  const p = await makeProvider(h.srv);
+  const docker = fakeDocker(tempDir("tsd-result"));
+  const d = h.startDaemon(p.key, ["--docker", docker.path]);
+  await waitFor(async () => {
+    const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
+    return r.gpu_count === 2 && r.readiness_status;
+  }, 45_000, `daemon up (${d.output()})`);
+  return { p, d };
+}
+
+/** Milliseconds since the provider's last heartbeat, by the database clock. */
+const beatAgeMs = async (id: number) =>
+  Number((await h.srv.sql`SELECT extract(epoch FROM now() - last_heartbeat) * 1000 AS ms FROM providers WHERE id = ${id}`)[0].ms);
+
+describe("svc-daemon (TypeScript): a renter's result file", { timeout: 150_000 }, () => {
+  it("fails the job as the renter's for a result too large, for the file or for the stream, and keeps beating", async () => {
+    const { p, d } = await dockerProvider();
+    const renter = await makeRenter(h.srv, 10_000);
+    // A 20 MB file: over the 8 MiB cap, not read. A 7 MB array of zeros: under the cap, over 16 MiB encoded.
+    for (const [command, error] of [
+      ["big-result", /result file is 20000002 bytes, over the 8388608-byte limit/],
+      ["zeros-result", /result is \d+ bytes once encoded, over the 16711680 bytes a result may take of a report/],
+    ] as const) {
+      const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 5, params: { command: [command] } });
+      expect(job.provider_id).toBe(p.id);
+      const done = await endedJob(h.srv.sql, job.job_id, `${command}: job end (${d.output()})`);
+      expect(done, command).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter", attempt: 1 });
+      expect(done.error).toMatch(error);
+      expect(done.result).toBeNull();
+      expect(done.actual_cost_halala).toBeGreaterThan(0);
+    }
+    expect(d.output()).not.toMatch(/stream closed/);
+    // Still beating every second.
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(await beatAgeMs(p.id)).toBeLessThan(2500);
+  });
+
+  it("refuses a FIFO or a symbolic link as the result file without blocking or following it", async () => {
+    const { p, d } = await dockerProvider();
+    const renter = await makeRenter(h.srv, 10_000);
+    for (const [command, error] of [
+      ["fifo-result", /result file is not a regular file \(a FIFO\)/],
+      ["symlink-result", /result file is a symbolic link/],
+    ] as const) {
+      const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 5, params: { command: [command] } });
+      expect(job.provider_id).toBe(p.id);
+      const done = await endedJob(h.srv.sql, job.job_id, `${command}: job end (${d.output()})`);
+      expect(done, command).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter" });
+      expect(done.error).toMatch(error);
+      // The host's file is not the job's output.
+      expect(JSON.stringify(done.result ?? null)).not.toContain("a file of the host");
+    }
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(await beatAgeMs(p.id)).toBeLessThan(2500);
+  });
+});
