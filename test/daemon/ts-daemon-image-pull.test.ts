@@ -55,7 +55,8 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
   });
 
   it("hands the job back as the provider's, at no charge, when the pull fails or does not finish in time", async () => {
-    const { p, d, docker } = await dockerProvider("fail", { SVC_PREPARE_WAIT_SECONDS: "3" });
+    // Time enough for the failing pull to fail on a loaded machine (each fake docker call is a Python start).
+    const { p, d, docker } = await dockerProvider("fail", { SVC_PREPARE_WAIT_SECONDS: "8" });
     const renter = await makeRenter(h.srv, 10_000);
 
     const failed = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["true"] } });
@@ -64,7 +65,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
     expect(a).toMatchObject({ status: "requeued", end_reason: "provider_refused", fault: "provider", cost_halala: 0 });
     expect(a.error).toMatch(/could not pull the job's image nvidia\/cuda:.*no such host/);
 
-    // A registry that hangs: the job waits 3 s for it, then goes back (the pull goes on for the next job).
+    // A registry that hangs: the job waits 8 s for it, then goes back (the pull goes on for the next job).
     fs.writeFileSync(path.join(docker.dir, "pull-mode"), "hang");
     const hung = await h.submit(renter, { job_type: "custom_container", duration_minutes: 1, max_duration_seconds: 60, params: { command: ["true"] } });
     expect(hung.provider_id).toBe(p.id);
