@@ -118,6 +118,14 @@ export function endedJob(sql: Sql, jobId: string, what: string): Promise<Record<
   }, 45_000, what);
 }
 
+/** The job's first attempt once it has ended (its row in job_attempts). */
+export function endedFirstAttempt(sql: Sql, jobId: string, what: string): Promise<Record<string, any>> {
+  return waitFor(async () => {
+    const [row] = await sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
+    return row;
+  }, 45_000, what);
+}
+
 export interface Spawned {
   output(): string;
   exited: Promise<number | null>;

@@ -17,7 +17,7 @@ import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { clearMarketplace } from "../helpers/isolation.js";
-import { fakeDocker, optionOf, python, runLegacyDaemon, endedJob, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { endedFirstAttempt, fakeDocker, optionOf, python, runLegacyDaemon, endedJob, killedAfterEach, tempDir, waitFor, writeExecutable } from "./helpers.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 const daemons = killedAfterEach(() => clearMarketplace(srv));
@@ -38,11 +38,7 @@ async function daemonFor(key: string, env: Record<string, string> = {}, dockerOp
 const job = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
 const ended = (jobId: string, what: string) => endedJob(srv.sql, jobId, what);
 
-const firstAttempt = (jobId: string, what: string) =>
-  waitFor(async () => {
-    const [row] = await srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
-    return row;
-  }, 45_000, what);
+const firstAttempt = (jobId: string, what: string) => endedFirstAttempt(srv.sql, jobId, what);
 
 async function submit(renter: { headers: Record<string, string> }, body: Record<string, unknown>) {
   const r = await api().post("/api/jobs/submit", { duration_minutes: 2, ...body }, renter.headers);

@@ -12,32 +12,18 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import fs from "node:fs";
 import path from "node:path";
-import { endedJob, fakeDocker, FIXTURES, optionOf, tempDir, waitFor, writeExecutable } from "./helpers.js";
-import { useTsDaemonServer } from "./ts-harness.js";
+import { endedFirstAttempt, endedJob, fakeDocker, FIXTURES, optionOf, tempDir, waitFor, writeExecutable } from "./helpers.js";
+import { dockerDaemon, useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
 
-/** An approved provider whose daemon runs containers with a fake docker; ready once its 2 GPUs are known. */
-async function dockerProvider() {
-  const p = await makeProvider(h.srv);
-  const docker = fakeDocker(tempDir("tsd-docker"));
-  const d = h.startDaemon(p.key, ["--docker", docker.path]);
-  await waitFor(async () => {
-    const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
-    return r.gpu_count === 2 && r.readiness_status;
-  }, 45_000, `daemon up (${d.output()})`);
-  return { p, docker, d };
-}
+const dockerProvider = () => dockerDaemon(h);
 
 const custom = (command: string[]) => ({ job_type: "custom_container", duration_minutes: 2, params: { command } });
 
 const ended = (jobId: string, what: string) => endedJob(h.srv.sql, jobId, what);
 
-const firstAttempt = (jobId: string, what: string) =>
-  waitFor(async () => {
-    const [row] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
-    return row;
-  }, 45_000, what);
+const firstAttempt = (jobId: string, what: string) => endedFirstAttempt(h.srv.sql, jobId, what);
 
 describe("svc-daemon (TypeScript) with containers", { timeout: 120_000 }, () => {
   it("bills a container that ran and exited 125 itself as the renter's failure; docker failing before it started is re-queued at no charge", async () => {

@@ -8,28 +8,14 @@
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { endedJob, fakeDocker, tempDir, waitFor } from "./helpers.js";
-import { useTsDaemonServer } from "./ts-harness.js";
+import { makeRenter } from "../helpers/fixtures.js";
+import { endedFirstAttempt, endedJob } from "./helpers.js";
+import { dockerDaemon, useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
 
-async function dockerProvider(pull: "slow" | "fail", env: Record<string, string> = {}) {
-  const p = await makeProvider(h.srv);
-  const docker = fakeDocker(tempDir("tsd-pull"), { images: "absent", pull });
-  const d = h.startDaemon(p.key, ["--docker", docker.path], env);
-  await waitFor(async () => {
-    const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
-    return r.gpu_count === 2 && r.readiness_status;
-  }, 45_000, `daemon up (${d.output()})`);
-  return { p, d, docker };
-}
-
-const firstAttempt = (jobId: string, what: string) =>
-  waitFor(async () => {
-    const [row] = await h.srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
-    return row;
-  }, 45_000, what);
+const dockerProvider = (pull: "slow" | "fail", env: Record<string, string> = {}) => dockerDaemon(h, { docker: { images: "absent", pull }, env });
+const firstAttempt = (jobId: string, what: string) => endedFirstAttempt(h.srv.sql, jobId, what);
 
 describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () => {
   it("is pulled before the job is accepted: the pull's time is not the job's", async () => {

@@ -6,22 +6,13 @@
 // none of them stops the daemon's heartbeats, blocks its event loop, or
 // reads a host file as the job's output.
 import { describe, expect, it } from "vitest";
-import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { endedJob, fakeDocker, tempDir, waitFor } from "./helpers.js";
-import { useTsDaemonServer } from "./ts-harness.js";
+import { makeRenter } from "../helpers/fixtures.js";
+import { endedJob, waitFor } from "./helpers.js";
+import { dockerDaemon, useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
 
-async function dockerProvider() {
-  const p = await makeProvider(h.srv);
-  const docker = fakeDocker(tempDir("tsd-result"));
-  const d = h.startDaemon(p.key, ["--docker", docker.path]);
-  await waitFor(async () => {
-    const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
-    return r.gpu_count === 2 && r.readiness_status;
-  }, 45_000, `daemon up (${d.output()})`);
-  return { p, d };
-}
+const dockerProvider = () => dockerDaemon(h);
 
 /** Waits for a heartbeat of the provider written after this moment (by the database clock): the daemon still beats. */
 async function beatsOn(id: number, what: string) {

@@ -8,7 +8,7 @@ import { dbLink, type DbLink } from "../helpers/db-link.js";
 import { client } from "../helpers/http.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { FIXTURES, freePort, gatedRunner, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { FIXTURES, fakeDocker, freePort, gatedRunner, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
 
 /** A fake nvidia-smi answering the CSV query and the banner from captured-format fixtures. */
 function fakeSmi(dir: string): string {
@@ -88,6 +88,24 @@ export function useTsDaemonServer(opts: { dbLink?: boolean } = {}) {
  * A daemon running one llm-inference job, on a runner that runs until `gate.open()` and then
  * writes its result (the test decides when the job ends), and takes a second to stop.
  */
+/**
+ * An approved provider whose daemon runs containers with a fake docker (fakeDocker's options);
+ * returned once the daemon is up and its 2 GPUs are known.
+ */
+export async function dockerDaemon(
+  h: ReturnType<typeof useTsDaemonServer>,
+  opts: { docker?: Parameters<typeof fakeDocker>[1]; env?: Record<string, string> } = {},
+) {
+  const p = await makeProvider(h.srv);
+  const docker = fakeDocker(tempDir("tsd-docker"), opts.docker);
+  const d = h.startDaemon(p.key, ["--docker", docker.path], opts.env);
+  await waitFor(async () => {
+    const [r] = await h.srv.sql`SELECT gpu_count, readiness_status FROM providers WHERE id = ${p.id}`;
+    return r.gpu_count === 2 && r.readiness_status;
+  }, 45_000, `daemon up (${d.output()})`);
+  return { p, docker, d };
+}
+
 export async function runGatedJob(h: ReturnType<typeof useTsDaemonServer>) {
   const p = await makeProvider(h.srv);
   const renter = await makeRenter(h.srv, 1_000);
