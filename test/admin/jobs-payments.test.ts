@@ -43,6 +43,34 @@ describe("admin job actions", () => {
     expect(listed.jobs.map((j: any) => j.job_id)).toEqual([jobId]);
   });
 
+  it("re-queues a job onto another provider, never back onto the one it was taken off; a pinned job goes back to its own", async () => {
+    const renter = await makeRenter(srv, 5_000);
+    const stuck = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET approval_status = 'pending' WHERE approval_status = 'approved' AND id <> ${stuck.id}`;
+    const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2 }, renter.headers);
+    expect(sub.status, sub.text).toBe(201);
+    const jobId: string = sub.body.job.job_id;
+    const providerOf = async () => (await srv.sql`SELECT provider_id, status FROM jobs WHERE job_id = ${jobId}`)[0];
+    expect(await providerOf()).toMatchObject({ provider_id: stuck.id, status: "pending" });
+
+    // The only provider that fits is the one it was taken off: it waits.
+    const rq = await api.post(`/api/admin/jobs/${jobId}/requeue`, { reason: "provider stuck" }, ADMIN);
+    expect(rq.status, rq.text).toBe(200);
+    expect(await providerOf()).toMatchObject({ provider_id: null, status: "queued" });
+    await api.post("/api/providers/heartbeat", { api_key: stuck.key, gpu_status: {} });
+    expect(await providerOf()).toMatchObject({ provider_id: null, status: "queued" });
+    // Another comes online and gets it.
+    const other = await makeProvider(srv, { online: false });
+    await api.post("/api/providers/heartbeat", { api_key: other.key, gpu_status: {} });
+    expect(await providerOf()).toMatchObject({ provider_id: other.id, status: "pending" });
+    await api.post(`/api/admin/jobs/${jobId}/cancel`, {}, ADMIN);
+
+    const pinned = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2, provider_id: stuck.id }, renter.headers);
+    expect(pinned.status, pinned.text).toBe(201);
+    const back = await api.post(`/api/admin/jobs/${pinned.body.job.job_id}/requeue`, {}, ADMIN);
+    expect(back.body).toMatchObject({ attempt: 2, status: "pending", provider_id: stuck.id });
+  });
+
   it("audits an admin cancel through POST /api/jobs/{job_id}/cancel with the client IP; a renter's own cancel is not audited", async () => {
     const renter = await makeRenter(srv, 5_000);
     const provider = await makeProvider(srv);

@@ -77,7 +77,9 @@ export const fitSql = (db: Db) => db`(${hardwareFitSql(db)} AND ${jobTypeFitSql(
 
 /**
  * Fit, the requested provider if any, and not one that declined or never started this job, nor
- * one whose daemon was shut down mid-job and has not heartbeated since (it is still "live" for a while).
+ * one whose daemon was shut down mid-job and has not heartbeated since (it is still "live" for a while),
+ * nor one an admin took the job off (a re-queue is to run it elsewhere; a job pinned to a provider
+ * goes back to it).
  */
 export const matchesSql = (db: Db) => db`(
   (j.requested_provider_id IS NULL OR j.requested_provider_id = p.id)
@@ -85,7 +87,8 @@ export const matchesSql = (db: Db) => db`(
   AND (j.attempt = 1 OR NOT EXISTS (
     SELECT 1 FROM job_attempts x WHERE x.job_id = j.id AND x.provider_id = p.id
       AND (x.end_reason = ANY(${DECLINED_REASONS as string[]}::text[])
-        OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))))))`;
+        OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))
+        OR (x.end_reason = 'admin_requeued' AND j.requested_provider_id IS NULL)))))`;
 
 /** A provider's GPUs, one job each: what it reports, at most what an admin approved (migration 047). */
 export const slotsSql = (db: Db) => db`greatest(least(p.gpu_count, coalesce(p.approved_gpu_count, p.gpu_count)), 1)`;
@@ -906,7 +909,7 @@ function reasonOf(job: JobSummaryRow, standing: Standing, ahead: number): QueueR
     return { code: "no_matching_provider", reason: `no approved provider that runs ${job.job_type} jobs${describeRequirements(job.gpu_requirements)} is online` };
   }
   if (live === 0) {
-    return { code: "providers_declined", reason: `every online provider that fits declined this job or did not start it; waiting for another` };
+    return { code: "providers_declined", reason: `every online provider that fits declined this job, did not start it, or had it taken off by an admin; waiting for another` };
   }
   if (available === 0) {
     return { code: "providers_paused", reason: allOf(live, "paused or outside scheduled hours") };
