@@ -16,6 +16,7 @@ import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import { ENDPOINT_FAILING_GRACE_SECONDS } from "../../src/domain/shared/job-end.js";
 import { chatCompletionsUrl, healthUrl, probeEndpointHealth } from "../../src/domain/shared/serving-endpoint.js";
+import { servingEndpoints } from "../../src/http/v1/endpoints.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
@@ -216,6 +217,19 @@ it("a flapping endpoint that recovers within the grace is not ended: each health
   expect(await jobRow(s.jobId)).toMatchObject({ status: "cancelled", end_reason: "renter_cancelled", fault: "renter" });
   expect(await earnings(s.provider.id)).toBeGreaterThan(0);
   expect(await ledgerProblems(srv.sql)).toEqual([]);
+});
+
+it("the gateway tries an endpoint the probe finds failing after the others, and as before once it answers again", async () => {
+  const flaky = await engine(500);
+  const s = await serving(flaky.url, { pinned: true });
+  const id = Number((await jobRow(s.jobId)).id);
+  const failing = async () => (await servingEndpoints(srv.sql, { model: MODEL })).find((u) => u.jobId === id)?.failing;
+  expect(await failing()).toBeUndefined();
+  await probe();
+  expect(await failing()).toBe(true);
+  flaky.status = 200;
+  await period(s.jobId);
+  expect(await failing()).toBeUndefined();
 });
 
 it("an endpoint reported again is probed at once; its failing clock runs on until a healthy answer (reporting again excuses nothing)", async () => {

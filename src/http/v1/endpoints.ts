@@ -4,7 +4,8 @@
 // for their GPU by the minute, so its tokens there are not charged); a job
 // submitted with params.public serves every renter, billed per token. The
 // picker spreads load (fewest requests in flight from this process first,
-// random among equals) and rests an endpoint that just failed.
+// random among equals) and tries last an endpoint that just failed here or that
+// the health probe finds failing (src/domain/dispatch/endpoint-health.ts).
 import type { Db } from "../../db/index.js";
 import { LIVE_WINDOW_SECONDS } from "../../domain/shared/liveness.js";
 import { chatCompletionsUrl } from "../../domain/shared/serving-endpoint.js";
@@ -23,6 +24,8 @@ export interface Upstream {
    * `Authorization: Bearer`; never logged nor shown. Absent: the endpoint gets no credential.
    */
   apiKey?: string;
+  /** The health probe's last checks of it failed (jobs.endpoint_failing_since is set). */
+  failing?: boolean;
 }
 
 interface EndpointRow {
@@ -33,6 +36,7 @@ interface EndpointRow {
   endpoint_api_key: string | null;
   started_at: Date;
   own: boolean;
+  failing: boolean;
 }
 
 /** Which endpoints: of one model or of all; those a renter may use (its own and the public ones), or every one. */
@@ -51,7 +55,8 @@ export function servingEndpointsSql(db: Db, f: EndpointFilter = {}) {
     SELECT * FROM (
       SELECT j.id AS job_id, j.provider_id, coalesce(j.model, j.params->>'model') AS model, j.endpoint_url, j.endpoint_api_key,
              coalesce(j.started_at, j.assigned_at, j.submitted_at) AS started_at,
-             j.renter_id = ${renter}::bigint IS TRUE AS own, j.params->>'public' = 'true' AS public
+             j.renter_id = ${renter}::bigint IS TRUE AS own, j.params->>'public' = 'true' AS public,
+             j.endpoint_failing_since IS NOT NULL AS failing
       FROM jobs j JOIN providers p ON p.id = j.provider_id
       WHERE j.job_type = 'vllm_serve' AND j.status = 'running' AND j.endpoint_url ~* '^https?://'
         AND p.approval_status = 'approved' AND p.status <> 'suspended'
@@ -72,6 +77,7 @@ export async function servingEndpoints(db: Db, f: EndpointFilter = {}): Promise<
     startedAt: r.started_at,
     own: r.own,
     ...(r.endpoint_api_key ? { apiKey: r.endpoint_api_key } : {}),
+    ...(r.failing ? { failing: true } : {}),
   }));
 }
 
@@ -93,15 +99,19 @@ export class EndpointPicker {
   private readonly inflight = new Map<number, number>();
   private readonly restingUntil = new Map<number, number>();
 
-  /** Candidates in the order to try them: rested ones first, fewest in flight first, random among equals. */
+  /**
+   * Candidates in the order to try them: the unsuspected first (neither resting after a failure here
+   * nor found failing by the health probe), then those under one suspicion, then both; fewest in
+   * flight first, random among equals. A suspect is still tried when nothing better answers.
+   */
   order(candidates: Upstream[], now = Date.now()): Upstream[] {
     const keyed = candidates.map((u) => ({
       u,
-      resting: (this.restingUntil.get(u.jobId) ?? 0) > now ? 1 : 0,
+      suspicion: ((this.restingUntil.get(u.jobId) ?? 0) > now ? 1 : 0) + (u.failing ? 1 : 0),
       load: this.inflight.get(u.jobId) ?? 0,
       tie: Math.random(),
     }));
-    keyed.sort((a, b) => a.resting - b.resting || a.load - b.load || a.tie - b.tie);
+    keyed.sort((a, b) => a.suspicion - b.suspicion || a.load - b.load || a.tie - b.tie);
     return keyed.map((k) => k.u);
   }
 
