@@ -28,7 +28,7 @@
 // - Faults for `--seconds`: SIGKILL of a server process (restarted after a
 //   moment; at least one stays up), SIGKILL of a stream daemon running a job
 //   (restarted), a fast restart of PostgreSQL, daemon streams cut, an
-//   operator's re-queue of a running job. The short
+//   operator's re-queue of a running job (with two providers or more). The short
 //   default run has at least 5 server kills and one database restart.
 // - Then the faults stop, every process is up, the renters resolve any submit
 //   or top-up left without an answer (same key), and the system settles
@@ -1008,12 +1008,16 @@ async function main() {
   const streamCuts = spread(Math.max(2, Math.round(SECONDS / 6)), start, end, async () => {
     if (pick(daemons).proxy.cut() > 0) faults.stream_cut++;
   });
-  // An operator moves a running job (POST /api/admin/jobs/{id}/requeue): it may land on the provider it left,
-  // whose daemon is still stopping the first run.
+  // An operator moves a running job (POST /api/admin/jobs/{id}/requeue) to another provider, which
+  // needs one (with a single provider the job would wait for another, and the run's end would find
+  // it queued); a job it moved before is not moved again, so there is always one it has not left.
+  const moved = new Set<string>();
   const requeues = spread(Math.max(2, Math.round(SECONDS / 10)), start, end, async () => {
-    const running = await sql<{ job_id: string }[]>`SELECT job_id FROM jobs WHERE status = 'running'`.catch(() => []);
+    if (providerIds.length < 2) return;
+    const running = (await sql<{ job_id: string }[]>`SELECT job_id FROM jobs WHERE status = 'running'`.catch(() => [])).filter((j) => !moved.has(j.job_id));
     if (running.length === 0) return;
     const job = pick(running).job_id;
+    moved.add(job);
     const a = await careful("POST", `/api/admin/jobs/${job}/requeue`, { reason: "chaos" }, { "x-admin-token": ADMIN_TOKEN });
     if (a.status === 200) faults.operator_requeue++;
     note(`+${((Date.now() - start) / 1000).toFixed(1)} s: operator re-queued ${job} (${a.status})`);

@@ -67,7 +67,7 @@ function runDaemon(file: string, dir: string, env: Record<string, string> = {}):
 const job = async (jobId: string) => (await db`SELECT * FROM jobs WHERE job_id = ${jobId}`)[0];
 
 /** A provider whose served daemon runs one gated llm-inference job; returns once the job runs there. */
-async function gatedJob(env: Record<string, string> = {}, before?: (provider: { id: number }) => Promise<void>) {
+async function gatedJob(env: Record<string, string> = {}, before?: (provider: { id: number }) => Promise<void>, pinned = false) {
   const p = await makeProvider(srv);
   const renter = await makeRenter(srv, 1_000);
   if (before) await before(p);
@@ -75,7 +75,11 @@ async function gatedJob(env: Record<string, string> = {}, before?: (provider: { 
   const { file, dir } = await download(p.key);
   const daemon = runDaemon(file, dir, { SVC_RUNNERS: gate.runner, ...env });
   await waitFor(async () => (await db`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${daemon.output()})`);
-  const r = await api().post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 1, params: { prompt: "hi", max_tokens: 32 } }, renter.headers);
+  const r = await api().post(
+    "/api/jobs/submit",
+    { job_type: "llm-inference", duration_minutes: 1, params: { prompt: "hi", max_tokens: 32 }, ...(pinned ? { provider_id: p.id } : {}) },
+    renter.headers,
+  );
   expect(r.status, r.text).toBe(201);
   const j = r.body.job as { job_id: string; provider_id: number };
   expect(j.provider_id).toBe(p.id);
@@ -192,8 +196,8 @@ describe("svc_daemon.py result delivery", { timeout: 90_000 }, () => {
   });
 
   it("stops the old run of a job assigned back to it as a new attempt, and runs the new attempt from its poll", async () => {
-    const { gate, daemon: d, jobId, renter } = await gatedJob();
-    // An admin re-queues it; this provider is the only one that fits, so it comes back here as attempt 2.
+    const { gate, daemon: d, jobId, renter } = await gatedJob({}, undefined, true);
+    // An admin re-queues it; it is pinned to this provider, so it comes back here as attempt 2.
     const rq = await api().post(`/api/admin/jobs/${jobId}/requeue`, { reason: "moved by the operator" }, { "x-admin-token": srv.config.adminToken });
     expect(rq.status, rq.text).toBe(200);
     // The old run's status check sees the job on another attempt: it stops that run, reports nothing

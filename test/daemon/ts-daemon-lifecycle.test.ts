@@ -67,7 +67,8 @@ describe("svc-daemon (TypeScript) lifecycle", { timeout: 90_000 }, () => {
   });
 
   it("runs a job the operator re-queued back onto it: the new attempt waits for the stopped one", async () => {
-    const { gate, daemon: d, job: j } = await runGatedJob(h);
+    // Pinned to this provider: the re-queue sends it back here.
+    const { gate, daemon: d, job: j } = await runGatedJob(h, { pinned: true });
     const r = await h.api().post(`/api/admin/jobs/${j.job_id}/requeue`, { reason: "moved" }, { "x-admin-token": ADMIN_TOKEN });
     expect(r.status, r.text).toBe(200);
     // The only provider: the new attempt comes straight back to it, while the first still stops.

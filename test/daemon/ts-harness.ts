@@ -106,13 +106,13 @@ export async function dockerDaemon(
   return { p, docker, d };
 }
 
-export async function runGatedJob(h: ReturnType<typeof useTsDaemonServer>) {
+export async function runGatedJob(h: ReturnType<typeof useTsDaemonServer>, opts: { pinned?: boolean } = {}) {
   const p = await makeProvider(h.srv);
   const renter = await makeRenter(h.srv, 1_000);
   const gate = gatedRunner();
   const daemon = h.startDaemon(p.key, ["--runner", gate.runner]);
   await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
-  const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
+  const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 }, ...(opts.pinned ? { provider_id: p.id } : {}) });
   expect(job.provider_id).toBe(p.id);
   await waitFor(async () => (await h.job(job.job_id)).status === "running" && gate.started(), 45_000, `running (${daemon.output()})`);
   return { gate, daemon, job };

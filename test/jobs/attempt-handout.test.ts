@@ -22,10 +22,10 @@ const logAttempts = async (jobId: string) =>
   (await srv.sql<{ attempt: number; message: string }[]>`
     SELECT l.attempt, l.message FROM job_logs l JOIN jobs j ON j.id = l.job_id WHERE j.job_id = ${jobId} ORDER BY l.id`).map((l) => [l.attempt, l.message]);
 
-/** A job run by provider `p` (attempt 1), then re-queued by an admin back onto it: attempt 2, pending there. */
+/** A job pinned to provider `p`, run there (attempt 1), then re-queued by an admin back onto it: attempt 2, pending there. */
 async function assignedBack(p: { id: number }, start: (jobId: string) => Promise<void>) {
   const renter = await makeRenter(srv, 100_000);
-  const sub = await api.post("/api/jobs/submit", { job_type: "vllm_serve", duration_minutes: 30, max_duration_seconds: 1800 }, renter.headers);
+  const sub = await api.post("/api/jobs/submit", { job_type: "vllm_serve", duration_minutes: 30, max_duration_seconds: 1800, provider_id: p.id }, renter.headers);
   expect(sub.status, sub.text).toBe(201);
   const jobId = sub.body.job.job_id as string;
   await start(jobId);

@@ -13,8 +13,9 @@ import { admin, pickUp } from "./helpers.js";
 const { srv, streams } = useStreamServer();
 const api = client(srv);
 
-const submit = async (renter: { headers: Record<string, string> }) => {
-  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 } }, renter.headers);
+/** A job pinned to provider `p`: an admin's re-queue sends it back there as a new attempt. */
+const submit = async (renter: { headers: Record<string, string> }, p: { id: number }) => {
+  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 }, provider_id: p.id }, renter.headers);
   expect(r.status, r.text).toBe(201);
   return r.body.job.job_id as string;
 };
@@ -28,10 +29,10 @@ describe("reports name the attempt they end", () => {
   it("over JSON: the poll names the attempt, and the result of an earlier one is refused", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);
-    const jobId = await submit(renter);
+    const jobId = await submit(renter, p);
     const first = await pickUp(api, p.key);
     expect(first).toMatchObject({ job_id: jobId, attempt: 1 });
-    // Re-queued, and back to the only provider as attempt 2.
+    // Re-queued, and back to the provider it is pinned to as attempt 2.
     await requeue(jobId);
     const second = await pickUp(api, p.key);
     expect(second).toMatchObject({ job_id: jobId, attempt: 2 });
@@ -50,7 +51,7 @@ describe("reports name the attempt they end", () => {
   it("over JSON: a result that names no attempt is taken for the current one", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);
-    const jobId = await submit(renter);
+    const jobId = await submit(renter, p);
     await pickUp(api, p.key);
     const r = await api.post("/api/providers/job-result", { api_key: p.key, job_id: jobId, success: true, result: { response: "ok" } });
     expect(r.status, r.text).toBe(200);
@@ -64,7 +65,7 @@ describe("reports name the attempt they end", () => {
     streams.push(s);
     s.send({ case: "hello", value: { daemonVersion: "5.0.0", runningJobIds: [], gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
     await s.next("welcome");
-    const jobId = await submit(renter);
+    const jobId = await submit(renter, p);
     expect(await s.next("job")).toMatchObject({ jobId, attempt: 1 });
     s.send({ case: "jobAccepted", value: { jobId } });
     await expect.poll(async () => (await row(jobId)).status).toBe("running");
