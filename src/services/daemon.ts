@@ -23,6 +23,7 @@ import {
   endpointReady,
   failUnverifiableTask,
   markJobAccepted,
+  markJobPreparing,
   markJobRejected,
   reportProgress,
   reportResult,
@@ -386,6 +387,9 @@ class StreamSession {
         case "jobAccepted":
           await markJobAccepted(sql, pid, { jobId: k.value.jobId, attempt: k.value.attempt });
           this.delivered.add(k.value.jobId);
+          return;
+        case "jobPreparing":
+          await markJobPreparing(sql, pid, { jobId: k.value.jobId, attempt: k.value.attempt, detail: k.value.detail });
           return;
         case "jobRejected":
           this.delivered.end(k.value.jobId);

@@ -2,14 +2,15 @@
 // job (docker image inspect, else docker pull): the pull is neither in the
 // renter's billed time nor under the job's kill timer. A pull that fails, or
 // has not finished within the daemon's wait (SVC_PREPARE_WAIT_SECONDS here,
-// 90 s by default, under the server's pickup window), hands the job back as
-// the provider's (provider_refused: re-queued, nothing charged), and no
-// container is run for it.
+// 25 minutes by default, under the server's 30-minute limit on preparing),
+// hands the job back as the provider's (provider_refused: re-queued, nothing
+// charged), and no container is run for it. While it waits, its JobPreparing
+// notices keep the job assigned to it and tell the renter what it waits for.
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeRenter } from "../helpers/fixtures.js";
-import { endedFirstAttempt, endedJob } from "./helpers.js";
+import { endedFirstAttempt, endedJob, waitFor } from "./helpers.js";
 import { dockerDaemon, useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
@@ -42,7 +43,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
 
   it("hands the job back as the provider's, at no charge, when the pull fails or does not finish in time", async () => {
     // Time enough for the failing pull to fail on a loaded machine (each fake docker call is a Python start).
-    const { p, d, docker } = await dockerProvider("fail", { SVC_PREPARE_WAIT_SECONDS: "8" });
+    const { p, d, docker } = await dockerProvider("fail", { SVC_PREPARE_WAIT_SECONDS: "8", SVC_PREPARE_NOTICE_SECONDS: "1" });
     const renter = await makeRenter(h.srv, 10_000);
 
     const failed = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["true"] } });
@@ -55,6 +56,12 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
     fs.writeFileSync(path.join(docker.dir, "pull-mode"), "hang");
     const hung = await h.submit(renter, { job_type: "custom_container", duration_minutes: 1, max_duration_seconds: 60, params: { command: ["true"] } });
     expect(hung.provider_id).toBe(p.id);
+    // Meanwhile the daemon says what it waits for (JobPreparing, every second here): the renter sees
+    // it, and each notice keeps the job assigned to it on the server.
+    const preparing = () => h.srv.sql`SELECT status, progress_phase, preparing_at FROM jobs WHERE job_id = ${hung.job_id}`.then((r) => r[0]);
+    const first = await waitFor(async () => ((await preparing()).preparing_at ? preparing() : undefined), 8_000, `a preparing notice (${d.output()})`);
+    expect(first).toMatchObject({ status: "pending", progress_phase: expect.stringMatching(/^preparing: pulling image nvidia\/cuda:/) });
+    await waitFor(async () => (await preparing()).preparing_at > first.preparing_at || undefined, 5_000, `a second notice (${d.output()})`);
     const b = await firstAttempt(hung.job_id, `first attempt end (${d.output()})`);
     expect(b).toMatchObject({ status: "requeued", end_reason: "provider_refused", fault: "provider", cost_halala: 0 });
     expect(b.error).toMatch(/its pull had not finished/);

@@ -27,7 +27,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file svc/v1/daemon.proto.
  */
 export const file_svc_v1_daemon: GenFile = /*@__PURE__*/
-  fileDesc("ChNzdmMvdjEvZGFlbW9uLnByb3RvEgZzdmMudjEi3gMKDURhZW1vbk1lc3NhZ2USHgoFaGVsbG8YASABKAsyDS5zdmMudjEuSGVsbG9IABItCgloZWFydGJlYXQYAiABKAsyGC5zdmMudjEuSGVhcnRiZWF0UmVxdWVzdEgAEisKDGpvYl9hY2NlcHRlZBgDIAEoCzITLnN2Yy52MS5Kb2JBY2NlcHRlZEgAEisKDGpvYl9yZWplY3RlZBgEIAEoCzITLnN2Yy52MS5Kb2JSZWplY3RlZEgAEiwKBGxvZ3MYBSABKAsyHC5zdmMudjEuQXBwZW5kSm9iTG9nc1JlcXVlc3RIABIuCghwcm9ncmVzcxgGIAEoCzIaLnN2Yy52MS5Kb2JQcm9ncmVzc1JlcXVlc3RIABI2Cg5lbmRwb2ludF9yZWFkeRgHIAEoCzIcLnN2Yy52MS5FbmRwb2ludFJlYWR5UmVxdWVzdEgAEioKBnJlc3VsdBgIIAEoCzIYLnN2Yy52MS5Kb2JSZXN1bHRSZXF1ZXN0SAASKwoFZXZlbnQYCSABKAsyGi5zdmMudjEuRGFlbW9uRXZlbnRSZXF1ZXN0SAASLQoJcmVhZGluZXNzGAogASgLMhguc3ZjLnYxLlJlYWRpbmVzc1JlcXVlc3RIAEIGCgRraW5kItgDCgVIZWxsbxIcCg5kYWVtb25fdmVyc2lvbhgBIAEoCUIEgPQYARIrCgRncHVzGAIgAygLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIEgPQYARI5Cg1yZXNvdXJjZV9zcGVjGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIEgPQYAUgAiAEBEhsKDWNhY2hlZF9tb2RlbHMYBCADKAlCBID0GAESFwoPcnVubmluZ19qb2JfaWRzGAUgAygJEh0KEHRhc2tfc2lnbmluZ19rZXkYBiABKAlIAYgBARIZCgxwcm92aWRlcl9rZXkYCiABKAlIAogBARIhChNzdXBwb3J0ZWRfam9iX3R5cGVzGAsgAygJQgSA9BgBEkMKFHJ1bm5pbmdfam9iX2F0dGVtcHRzGAwgAygLMiUuc3ZjLnYxLkhlbGxvLlJ1bm5pbmdKb2JBdHRlbXB0c0VudHJ5GjkKF1J1bm5pbmdKb2JBdHRlbXB0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCEAoOX3Jlc291cmNlX3NwZWNCEwoRX3Rhc2tfc2lnbmluZ19rZXlCDwoNX3Byb3ZpZGVyX2tleSI/CgtKb2JBY2NlcHRlZBIOCgZqb2JfaWQYASABKAkSFAoHYXR0ZW1wdBgCIAEoBUgAiAEBQgoKCF9hdHRlbXB0In4KC0pvYlJlamVjdGVkEg4KBmpvYl9pZBgBIAEoCRIUCgZyZWFzb24YAiABKAlCBID0GAESEwoLaW50ZXJydXB0ZWQYAyABKAgSEgoKZW5kX3JlYXNvbhgEIAEoCRIUCgdhdHRlbXB0GAUgASgFSACIAQFCCgoIX2F0dGVtcHQi8wIKDVNlcnZlck1lc3NhZ2USIgoHd2VsY29tZRgBIAEoCzIPLnN2Yy52MS5XZWxjb21lSAASMgoNaGVhcnRiZWF0X2FjaxgCIAEoCzIZLnN2Yy52MS5IZWFydGJlYXRSZXNwb25zZUgAEiIKA2pvYhgDIAEoCzITLnN2Yy52MS5Bc3NpZ25lZEpvYkgAEiMKBmNhbmNlbBgEIAEoCzIRLnN2Yy52MS5DYW5jZWxKb2JIABIeCgVkcmFpbhgFIAEoCzINLnN2Yy52MS5EcmFpbkgAEi8KCnJlc3VsdF9hY2sYBiABKAsyGS5zdmMudjEuSm9iUmVzdWx0UmVzcG9uc2VIABIkCgVlcnJvchgHIAEoCzITLnN2Yy52MS5TdHJlYW1FcnJvckgAEioKCHNldHRpbmdzGAggASgLMhYuc3ZjLnYxLkRhZW1vblNldHRpbmdzSAASFgoOdGFza19zaWduYXR1cmUYFCABKAlCBgoEa2luZCL1AQoORGFlbW9uU2V0dGluZ3MSDgoGcGF1c2VkGAEgASgIEhAKCHJ1bl9tb2RlGAIgASgJEhwKD3NjaGVkdWxlZF9zdGFydBgDIAEoCUgAiAEBEhoKDXNjaGVkdWxlZF9lbmQYBCABKAlIAYgBARIZChFncHVfdXNhZ2VfY2FwX3BjdBgFIAEoBRIXCg92cmFtX3Jlc2VydmVfZ2IYBiABKAESFAoMdGVtcF9saW1pdF9jGAcgASgFEhcKD2FwcHJvdmFsX3N0YXR1cxgIIAEoCUISChBfc2NoZWR1bGVkX3N0YXJ0QhAKDl9zY2hlZHVsZWRfZW5kIswBCgdXZWxjb21lEhMKC3Byb3ZpZGVyX2lkGAEgASgDEiIKGmhlYXJ0YmVhdF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhYKDmxhdGVzdF92ZXJzaW9uGAMgASgJEhMKC21pbl92ZXJzaW9uGAQgASgJEhcKD2FwcHJvdmFsX3N0YXR1cxgFIAEoCRIoCghzZXR0aW5ncxgGIAEoCzIWLnN2Yy52MS5EYWVtb25TZXR0aW5ncxIYChB0YXNrX3NpZ25pbmdfa2V5GAcgASgJIisKCUNhbmNlbEpvYhIOCgZqb2JfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIjMKBURyYWluEg4KBnJlYXNvbhgBIAEoCRIaChJyZWNvbm5lY3RfYWZ0ZXJfbXMYAiABKAUiTAoLU3RyZWFtRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEg4KBmpvYl9pZBgDIAEoCRIOCgZyZXBvcnQYBCABKAkyWQoNRGFlbW9uU2VydmljZRJICgdDb25uZWN0EhUuc3ZjLnYxLkRhZW1vbk1lc3NhZ2UaFS5zdmMudjEuU2VydmVyTWVzc2FnZSILwvMYBxoBAiiAgAEoATABYgZwcm90bzM", [file_google_protobuf_struct, file_svc_v1_jobs, file_svc_v1_options, file_svc_v1_providers]);
+  fileDesc("ChNzdmMvdjEvZGFlbW9uLnByb3RvEgZzdmMudjEijQQKDURhZW1vbk1lc3NhZ2USHgoFaGVsbG8YASABKAsyDS5zdmMudjEuSGVsbG9IABItCgloZWFydGJlYXQYAiABKAsyGC5zdmMudjEuSGVhcnRiZWF0UmVxdWVzdEgAEisKDGpvYl9hY2NlcHRlZBgDIAEoCzITLnN2Yy52MS5Kb2JBY2NlcHRlZEgAEisKDGpvYl9yZWplY3RlZBgEIAEoCzITLnN2Yy52MS5Kb2JSZWplY3RlZEgAEiwKBGxvZ3MYBSABKAsyHC5zdmMudjEuQXBwZW5kSm9iTG9nc1JlcXVlc3RIABIuCghwcm9ncmVzcxgGIAEoCzIaLnN2Yy52MS5Kb2JQcm9ncmVzc1JlcXVlc3RIABI2Cg5lbmRwb2ludF9yZWFkeRgHIAEoCzIcLnN2Yy52MS5FbmRwb2ludFJlYWR5UmVxdWVzdEgAEioKBnJlc3VsdBgIIAEoCzIYLnN2Yy52MS5Kb2JSZXN1bHRSZXF1ZXN0SAASKwoFZXZlbnQYCSABKAsyGi5zdmMudjEuRGFlbW9uRXZlbnRSZXF1ZXN0SAASLQoJcmVhZGluZXNzGAogASgLMhguc3ZjLnYxLlJlYWRpbmVzc1JlcXVlc3RIABItCg1qb2JfcHJlcGFyaW5nGAsgASgLMhQuc3ZjLnYxLkpvYlByZXBhcmluZ0gAQgYKBGtpbmQi2AMKBUhlbGxvEhwKDmRhZW1vbl92ZXJzaW9uGAEgASgJQgSA9BgBEisKBGdwdXMYAiADKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgSA9BgBEjkKDXJlc291cmNlX3NwZWMYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgSA9BgBSACIAQESGwoNY2FjaGVkX21vZGVscxgEIAMoCUIEgPQYARIXCg9ydW5uaW5nX2pvYl9pZHMYBSADKAkSHQoQdGFza19zaWduaW5nX2tleRgGIAEoCUgBiAEBEhkKDHByb3ZpZGVyX2tleRgKIAEoCUgCiAEBEiEKE3N1cHBvcnRlZF9qb2JfdHlwZXMYCyADKAlCBID0GAESQwoUcnVubmluZ19qb2JfYXR0ZW1wdHMYDCADKAsyJS5zdmMudjEuSGVsbG8uUnVubmluZ0pvYkF0dGVtcHRzRW50cnkaOQoXUnVubmluZ0pvYkF0dGVtcHRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4AUIQCg5fcmVzb3VyY2Vfc3BlY0ITChFfdGFza19zaWduaW5nX2tleUIPCg1fcHJvdmlkZXJfa2V5Ij8KC0pvYkFjY2VwdGVkEg4KBmpvYl9pZBgBIAEoCRIUCgdhdHRlbXB0GAIgASgFSACIAQFCCgoIX2F0dGVtcHQiVgoMSm9iUHJlcGFyaW5nEg4KBmpvYl9pZBgBIAEoCRIUCgdhdHRlbXB0GAIgASgFSACIAQESFAoGZGV0YWlsGAMgASgJQgSA9BgBQgoKCF9hdHRlbXB0In4KC0pvYlJlamVjdGVkEg4KBmpvYl9pZBgBIAEoCRIUCgZyZWFzb24YAiABKAlCBID0GAESEwoLaW50ZXJydXB0ZWQYAyABKAgSEgoKZW5kX3JlYXNvbhgEIAEoCRIUCgdhdHRlbXB0GAUgASgFSACIAQFCCgoIX2F0dGVtcHQi8wIKDVNlcnZlck1lc3NhZ2USIgoHd2VsY29tZRgBIAEoCzIPLnN2Yy52MS5XZWxjb21lSAASMgoNaGVhcnRiZWF0X2FjaxgCIAEoCzIZLnN2Yy52MS5IZWFydGJlYXRSZXNwb25zZUgAEiIKA2pvYhgDIAEoCzITLnN2Yy52MS5Bc3NpZ25lZEpvYkgAEiMKBmNhbmNlbBgEIAEoCzIRLnN2Yy52MS5DYW5jZWxKb2JIABIeCgVkcmFpbhgFIAEoCzINLnN2Yy52MS5EcmFpbkgAEi8KCnJlc3VsdF9hY2sYBiABKAsyGS5zdmMudjEuSm9iUmVzdWx0UmVzcG9uc2VIABIkCgVlcnJvchgHIAEoCzITLnN2Yy52MS5TdHJlYW1FcnJvckgAEioKCHNldHRpbmdzGAggASgLMhYuc3ZjLnYxLkRhZW1vblNldHRpbmdzSAASFgoOdGFza19zaWduYXR1cmUYFCABKAlCBgoEa2luZCL1AQoORGFlbW9uU2V0dGluZ3MSDgoGcGF1c2VkGAEgASgIEhAKCHJ1bl9tb2RlGAIgASgJEhwKD3NjaGVkdWxlZF9zdGFydBgDIAEoCUgAiAEBEhoKDXNjaGVkdWxlZF9lbmQYBCABKAlIAYgBARIZChFncHVfdXNhZ2VfY2FwX3BjdBgFIAEoBRIXCg92cmFtX3Jlc2VydmVfZ2IYBiABKAESFAoMdGVtcF9saW1pdF9jGAcgASgFEhcKD2FwcHJvdmFsX3N0YXR1cxgIIAEoCUISChBfc2NoZWR1bGVkX3N0YXJ0QhAKDl9zY2hlZHVsZWRfZW5kIswBCgdXZWxjb21lEhMKC3Byb3ZpZGVyX2lkGAEgASgDEiIKGmhlYXJ0YmVhdF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhYKDmxhdGVzdF92ZXJzaW9uGAMgASgJEhMKC21pbl92ZXJzaW9uGAQgASgJEhcKD2FwcHJvdmFsX3N0YXR1cxgFIAEoCRIoCghzZXR0aW5ncxgGIAEoCzIWLnN2Yy52MS5EYWVtb25TZXR0aW5ncxIYChB0YXNrX3NpZ25pbmdfa2V5GAcgASgJIisKCUNhbmNlbEpvYhIOCgZqb2JfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIjMKBURyYWluEg4KBnJlYXNvbhgBIAEoCRIaChJyZWNvbm5lY3RfYWZ0ZXJfbXMYAiABKAUiTAoLU3RyZWFtRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEg4KBmpvYl9pZBgDIAEoCRIOCgZyZXBvcnQYBCABKAkyWQoNRGFlbW9uU2VydmljZRJICgdDb25uZWN0EhUuc3ZjLnYxLkRhZW1vbk1lc3NhZ2UaFS5zdmMudjEuU2VydmVyTWVzc2FnZSILwvMYBxoBAiiAgAEoATABYgZwcm90bzM", [file_google_protobuf_struct, file_svc_v1_jobs, file_svc_v1_options, file_svc_v1_providers]);
 
 /**
  * Daemon -> server.
@@ -98,6 +98,12 @@ export type DaemonMessage = Message<"svc.v1.DaemonMessage"> & {
      */
     value: ReadinessRequest;
     case: "readiness";
+  } | {
+    /**
+     * @generated from field: svc.v1.JobPreparing job_preparing = 11;
+     */
+    value: JobPreparing;
+    case: "jobPreparing";
   } | { case: undefined; value?: undefined };
 };
 
@@ -217,6 +223,44 @@ export const JobAcceptedSchema: GenMessage<JobAccepted> = /*@__PURE__*/
   messageDesc(file_svc_v1_daemon, 2);
 
 /**
+ * The daemon prepares a job it was handed before accepting it (pulling the job's container image,
+ * which can take minutes): sent when it starts and then at least every 60 s while it lasts. Each
+ * keeps the assignment from being taken back as never picked up for another pickup window (120 s),
+ * up to 30 minutes after the assignment. Nothing is billed until the accept; the renter sees
+ * `preparing: <detail>` as the job's progress phase. Refused (an error naming the job) when the
+ * job is not pending on this provider at this attempt.
+ *
+ * @generated from message svc.v1.JobPreparing
+ */
+export type JobPreparing = Message<"svc.v1.JobPreparing"> & {
+  /**
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * The attempt (AssignedJob.attempt); left out: the current one.
+   *
+   * @generated from field: optional int32 attempt = 2;
+   */
+  attempt?: number | undefined;
+
+  /**
+   * What it does, for the renter (at most 200 characters kept), e.g. "pulling image vllm/vllm-openai:v0.6.3".
+   *
+   * @generated from field: string detail = 3;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message svc.v1.JobPreparing.
+ * Use `create(JobPreparingSchema)` to create a new message.
+ */
+export const JobPreparingSchema: GenMessage<JobPreparing> = /*@__PURE__*/
+  messageDesc(file_svc_v1_daemon, 3);
+
+/**
  * Refuses an assignment, or hands a job back (e.g. the daemon is stopping):
  * the job is re-queued for another provider as a new attempt.
  *
@@ -267,7 +311,7 @@ export type JobRejected = Message<"svc.v1.JobRejected"> & {
  * Use `create(JobRejectedSchema)` to create a new message.
  */
 export const JobRejectedSchema: GenMessage<JobRejected> = /*@__PURE__*/
-  messageDesc(file_svc_v1_daemon, 3);
+  messageDesc(file_svc_v1_daemon, 4);
 
 /**
  * Server -> daemon.
@@ -344,7 +388,7 @@ export type ServerMessage = Message<"svc.v1.ServerMessage"> & {
  * Use `create(ServerMessageSchema)` to create a new message.
  */
 export const ServerMessageSchema: GenMessage<ServerMessage> = /*@__PURE__*/
-  messageDesc(file_svc_v1_daemon, 4);
+  messageDesc(file_svc_v1_daemon, 5);
 
 /**
  * The owner's preferences the daemon honours; sent in `welcome` and again
@@ -401,7 +445,7 @@ export type DaemonSettings = Message<"svc.v1.DaemonSettings"> & {
  * Use `create(DaemonSettingsSchema)` to create a new message.
  */
 export const DaemonSettingsSchema: GenMessage<DaemonSettings> = /*@__PURE__*/
-  messageDesc(file_svc_v1_daemon, 5);
+  messageDesc(file_svc_v1_daemon, 6);
 
 /**
  * @generated from message svc.v1.Welcome
@@ -450,7 +494,7 @@ export type Welcome = Message<"svc.v1.Welcome"> & {
  * Use `create(WelcomeSchema)` to create a new message.
  */
 export const WelcomeSchema: GenMessage<Welcome> = /*@__PURE__*/
-  messageDesc(file_svc_v1_daemon, 6);
+  messageDesc(file_svc_v1_daemon, 7);
 
 /**
  * @generated from message svc.v1.CancelJob
@@ -472,7 +516,7 @@ export type CancelJob = Message<"svc.v1.CancelJob"> & {
  * Use `create(CancelJobSchema)` to create a new message.
  */
 export const CancelJobSchema: GenMessage<CancelJob> = /*@__PURE__*/
-  messageDesc(file_svc_v1_daemon, 7);
+  messageDesc(file_svc_v1_daemon, 8);
 
 /**
  * The server is shutting down: reconnect (to any instance) after the delay.
@@ -496,7 +540,7 @@ export type Drain = Message<"svc.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_svc_v1_daemon, 8);
+  messageDesc(file_svc_v1_daemon, 9);
 
 /**
  * @generated from message svc.v1.StreamError
@@ -533,7 +577,7 @@ export type StreamError = Message<"svc.v1.StreamError"> & {
  * Use `create(StreamErrorSchema)` to create a new message.
  */
 export const StreamErrorSchema: GenMessage<StreamError> = /*@__PURE__*/
-  messageDesc(file_svc_v1_daemon, 9);
+  messageDesc(file_svc_v1_daemon, 10);
 
 /**
  * @generated from service svc.v1.DaemonService

@@ -127,10 +127,16 @@ const GPU_WAIT_MS = 60_000;
 const GPU_WAIT_POLL_MS = 100;
 /**
  * How long after it arrived a job may wait for what it needs here (its image pulled) before it is
- * handed back: under the server's 120 s pickup window (PICKUP_SECONDS), past which the server takes
- * it back itself. SVC_PREPARE_WAIT_SECONDS changes it (tests).
+ * handed back: under the server's limit on preparing (30 minutes after the assignment,
+ * PREPARE_LIMIT_SECONDS), past which the server takes it back itself. SVC_PREPARE_WAIT_SECONDS
+ * changes it (tests).
  */
-const PREPARE_WAIT_MS = (Number(process.env.SVC_PREPARE_WAIT_SECONDS) || 90) * 1000;
+const PREPARE_WAIT_MS = (Number(process.env.SVC_PREPARE_WAIT_SECONDS) || 25 * 60) * 1000;
+/**
+ * How often a job being prepared is said to be (JobPreparing): each keeps it for a pickup window
+ * (120 s) on the server. SVC_PREPARE_NOTICE_SECONDS changes it (tests).
+ */
+const PREPARE_NOTICE_MS = (Number(process.env.SVC_PREPARE_NOTICE_SECONDS) || 30) * 1000;
 
 /** Whether the job ended by SIGTERM/SIGINT/SIGHUP from outside (directly, or as a shell's 128+n exit status). */
 function stopSignalled(o: Outcome): boolean {
@@ -568,7 +574,16 @@ export class ProviderDaemon {
       // Within the server's pickup window; failing or running past it is this machine's failure.
       if (executor.prepare) {
         const signal = AbortSignal.any([active.abort.signal, this.stopSignal.signal]);
-        const failed = await executor.prepare(spec, { deadline: arrived + PREPARE_WAIT_MS, signal, stop: this.stopSignal.signal, log: this.cfg.log });
+        let notices: ReturnType<typeof setInterval> | undefined;
+        const preparing = (detail: string) => {
+          const notice = () => this.send({ case: "jobPreparing", value: { jobId: job.jobId, attempt: active.attempt, detail } });
+          clearInterval(notices);
+          notice();
+          notices = setInterval(notice, PREPARE_NOTICE_MS);
+        };
+        const failed = await executor
+          .prepare(spec, { deadline: arrived + PREPARE_WAIT_MS, signal, stop: this.stopSignal.signal, log: this.cfg.log, preparing })
+          .finally(() => clearInterval(notices));
         if (active.cancelled) return;
         if (this.stopping) return this.reject(job, "the daemon is shutting down");
         if (failed) {

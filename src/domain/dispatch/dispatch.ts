@@ -549,7 +549,7 @@ export async function requeueLocked(tx: Tx, job: JobRow, reason: EndReason, erro
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
   await tx`
     UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL, acked_at = NULL,
-           timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, endpoint_url = NULL,
+           timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, preparing_at = NULL, endpoint_url = NULL,
            endpoint_probed_at = NULL, endpoint_healthy_at = NULL, endpoint_failing_since = NULL, endpoint_failed_at = NULL, updated_at = now()
     WHERE id = ${job.id}`;
   if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
@@ -672,11 +672,24 @@ export async function afterJobsTakenOff(sql: Sql, providerId: number, removed: J
  */
 export const PICKUP_SECONDS = LIVE_WINDOW_SECONDS;
 
+/**
+ * How long after its assignment a job may stay pending while its daemon says it prepares it (its
+ * image pulled: JobPreparing, each notice good for a pickup window). Past it the job goes to
+ * another provider as never picked up; the daemon gives up a little sooner (daemon.ts PREPARE_WAIT_MS).
+ */
+export const PREPARE_LIMIT_SECONDS = 30 * 60;
+
 /** Why a job counts as never picked up, when it does (row locked, database clock). */
 function unclaimedWhy(job: LockedJob): string | undefined {
   const since = (at: Date | null) => (at === null ? 0 : new Date(job.db_now).getTime() - new Date(at).getTime());
   if (job.status === "pending" && since(job.assigned_at) >= PICKUP_SECONDS * 1000) {
-    return `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`;
+    if (job.preparing_at === null) return `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`;
+    if (since(job.assigned_at) >= PREPARE_LIMIT_SECONDS * 1000) {
+      return `provider ${job.provider_id} was still preparing the job ${PREPARE_LIMIT_SECONDS / 60} minutes after it was assigned (${job.progress_phase ?? "no detail"})`;
+    }
+    if (since(job.preparing_at) >= PICKUP_SECONDS * 1000) {
+      return `provider ${job.provider_id} said it was preparing the job, then nothing for ${PICKUP_SECONDS} seconds`;
+    }
   }
   if (job.status === "running" && job.acked_at === null && since(job.started_at) >= PICKUP_SECONDS * 1000) {
     return `provider ${job.provider_id} polled the job but sent no report on it within ${PICKUP_SECONDS} seconds (the answer may not have reached its daemon)`;
@@ -692,10 +705,12 @@ function unclaimedWhy(job: LockedJob): string | undefined {
  */
 export function unclaimedSql(db: Db, limit: number) {
   const cutoff = db.unsafe(`now() - interval '${PICKUP_SECONDS} seconds'`);
+  const prepareCutoff = db.unsafe(`now() - interval '${PREPARE_LIMIT_SECONDS} seconds'`);
   // None within a pickup window of an outage of the platform's own (platform-pulse.ts).
   const up = upForSql(db, PICKUP_SECONDS);
   return db<{ id: number }[]>`
-    (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND submitted_at < ${cutoff} AND assigned_at < ${cutoff} AND ${up})
+    (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND submitted_at < ${cutoff} AND assigned_at < ${cutoff} AND ${up}
+       AND (preparing_at IS NULL OR preparing_at < ${cutoff} OR assigned_at < ${prepareCutoff}))
     UNION ALL
     (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < ${cutoff} AND ${up})
     ORDER BY since LIMIT ${limit}`;

@@ -78,7 +78,7 @@ async function startLocked(tx: Tx, job: JobRow, confirmed: boolean): Promise<voi
   if (job.status !== "pending") return;
   await tx`
     UPDATE jobs SET status = 'running', started_at = now(), timeout_at = now() + make_interval(secs => max_duration_seconds),
-           acked_at = ${confirmed ? tx`now()` : null}, updated_at = now()
+           acked_at = ${confirmed ? tx`now()` : null}, preparing_at = NULL, progress_phase = NULL, updated_at = now()
     WHERE id = ${job.id} AND status = 'pending'`;
   await tx`UPDATE job_attempts SET status = 'running', started_at = now() WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
 }
@@ -193,6 +193,22 @@ export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId
     assertAttempt(job, msg.attempt, "accept");
     if (job.status === "pending") await startLocked(tx, job, true);
     else await confirmLocked(tx, job, msg.attempt, "accept");
+  });
+}
+
+/**
+ * A stream daemon prepares a job it was handed, before accepting it (pulling its image): the
+ * pending attempt is kept from the pickup sweep for another window (dispatch.ts unclaimedWhy, up
+ * to PREPARE_LIMIT_SECONDS after the assignment), and what it does is the job's progress_phase for
+ * its renter to see. Nothing is billed: the run starts at the accept.
+ */
+export async function markJobPreparing(sql: Sql, providerId: number, msg: { jobId: string; attempt?: number; detail?: string }): Promise<void> {
+  await sql.begin(async (tx) => {
+    const job = await lockOwnActive(tx, providerId, msg.jobId);
+    assertAttempt(job, msg.attempt, "preparing notice");
+    if (job.status !== "pending") throw conflict(`job ${job.job_id} is already ${job.status}: a preparing notice is for a job not yet accepted`);
+    const detail = withoutNul(msg.detail)?.trim().slice(0, 200);
+    await tx`UPDATE jobs SET preparing_at = now(), progress_phase = ${`preparing${detail ? `: ${detail}` : ""}`}, updated_at = now() WHERE id = ${job.id}`;
   });
 }
 

@@ -38,6 +38,8 @@ export interface JobRow {
    * while running: the poll's answer may never have reached the daemon.
    */
   acked_at: Date | null;
+  /** The latest JobPreparing notice of the daemon on the pending attempt (migration 053); NULL once it starts. */
+  preparing_at: Date | null;
   completed_at: Date | null;
   timeout_at: Date | null;
   /** The daemon's result: an object, or a string for plain-text results. */

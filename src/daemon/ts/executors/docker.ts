@@ -283,6 +283,7 @@ export class DockerExecutor implements Executor {
       pulls.set(key, pull);
     }
     const waitedFrom = Date.now();
+    opts.preparing(`pulling image ${image}`);
     const r = await awaitUntil(pull, opts.deadline, opts.signal);
     if (r === "aborted") return "stopped while pulling the job's image";
     if (r === "timeout") {

@@ -54,6 +54,11 @@ export interface PrepareOptions {
   /** Aborted when the daemon stops: work shared beyond this job (a pull) is ended too. */
   stop: AbortSignal;
   log(line: string): void;
+  /**
+   * Says the job waits for something that takes a while (`detail`: what, for the renter): the
+   * daemon tells the server from then on, so that the job is not taken back as never picked up.
+   */
+  preparing(detail: string): void;
 }
 
 export interface Executor {
