@@ -9,6 +9,7 @@ import { loginByEmail } from "../domain/accounts/login.js";
 import { recentJobsOfRenter, jobMessageFor } from "../domain/jobs/jobs.js";
 import { topupAmount } from "../domain/money/payments.js";
 import { halalaToSar } from "../domain/money/pricing.js";
+import { collectRefundDebt } from "../domain/money/refund-debt.js";
 import { registerRenter, renterByEmail, renterById, renterJobCount, renterMessage, renterQuota, updateRenter, type RenterPatch } from "../domain/accounts/renters.js";
 import { checkEmail, checkLength, optionalText, requireFields } from "../domain/shared/validate.js";
 import { checkWebhookUrl } from "../domain/notify/webhooks.js";
@@ -107,6 +108,8 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
       return idempotent(sql, TopupResponseSchema, `renter-topup:${id}`, req.idempotencyKey, request, async (tx) => {
         // Replays are stopped by the idempotency row; the ledger key only has to be unique.
         await credit(tx, id, amount, `topup:renter:${id}:${crypto.randomUUID()}`, "topup");
+        // A renter that owes for refunded payments pays that first.
+        await collectRefundDebt(tx, id);
         const funds = await renterFunds(tx, id);
         return {
           success: true,

@@ -35,7 +35,7 @@ describe("hold, settle, release", () => {
     expect(await renterFunds(sql, r.id)).toEqual({ available: 600, held: 400, balance: 1000 });
 
     const first = await sql.begin((tx) => settle(tx, r.id, p.id, job, 400, 250));
-    expect(first).toEqual({ cost: 250, providerEarned: 187, platformFee: 63, moved: true, state: "settled" });
+    expect(first).toEqual({ cost: 250, providerEarned: 187, platformFee: 63, moved: true, state: "settled", owed: 0 });
     const again = await sql.begin((tx) => settle(tx, r.id, p.id, job, 400, 250));
     expect(again).toEqual({ ...first, moved: false });
     // A retried result with other figures still answers the first settlement.
@@ -58,7 +58,7 @@ describe("hold, settle, release", () => {
     await sql.begin((tx) => hold(tx, r.id, job, 500));
     expect(await sql.begin((tx) => release(tx, r.id, job))).toBe(true);
     expect(await sql.begin((tx) => release(tx, r.id, job, 500))).toBe(false);
-    expect(await sql.begin((tx) => settle(tx, r.id, p.id, job, 500, 500))).toEqual({ cost: 0, providerEarned: 0, platformFee: 0, moved: false, state: "released" });
+    expect(await sql.begin((tx) => settle(tx, r.id, p.id, job, 500, 500))).toEqual({ cost: 0, providerEarned: 0, platformFee: 0, moved: false, state: "released", owed: 0 });
     expect(await renterFunds(sql, r.id)).toEqual({ available: 500, held: 0, balance: 500 });
   });
 

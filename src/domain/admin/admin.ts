@@ -158,7 +158,7 @@ export async function listAudit(
  */
 export async function adjustRenterBalance(tx: Tx, renterId: number, amount: number, key: string, reason: string): Promise<void> {
   if (amount < 0) {
-    const reserved = await lockedReserved(tx, renterId);
+    const reserved = (await lockedReserved(tx, renterId)).v1;
     const { available } = await renterFunds(tx, renterId);
     if (available < -amount) throw badRequest(`amount_halala would take the available balance below zero (available ${available} halala)`);
     if (available - reserved < -amount) {

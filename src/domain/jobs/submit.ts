@@ -11,7 +11,7 @@ import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
 import { quotaRefusal, quotaUsageMany, withReserved, type QuotaUsage } from "../money/quota.js";
-import { lockReservations, reservedMany } from "../money/usage-billing.js";
+import { lockReservations, reservedMany, type Promised } from "../money/usage-billing.js";
 import { canonicalJson, hmacOfCanonical } from "../../shared/task-signature.js";
 import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
 import { templateById, templateGpuRequirements } from "./templates.js";
@@ -180,8 +180,8 @@ interface RenterState {
   /** Locked by this transaction: the judgement below takes each accepted hold out of it. */
   accounts: RenterAccounts;
   usage: QuotaUsage;
-  /** Price caps of the renter's /v1 requests in flight: promised already, not for a job to hold. */
-  reservedV1: number;
+  /** Price caps of the renter's /v1 requests in flight, and what it owes for refunds: promised already, not for a job to hold. */
+  promised: Promised;
 }
 
 /**
@@ -231,8 +231,8 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   const [, , reserved, accounts, capacity, newIds, , usage, candidates] = await allInTransaction(steps);
   const renters = new Map<number, RenterState>(
     renterIds.map((id) => {
-      const reservedV1 = reserved.get(id) ?? 0;
-      return [id, { accounts: accounts.get(id)!, usage: withReserved(usage.get(id)!, reservedV1), reservedV1 }];
+      const promised = reserved.get(id) ?? { v1: 0, owed: 0 };
+      return [id, { accounts: accounts.get(id)!, usage: withReserved(usage.get(id)!, promised.v1), promised }];
     }),
   );
 
@@ -245,11 +245,12 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     if (available < estimate) {
       return refused(paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${available} halala is available`));
     }
-    if (available - r.reservedV1 < estimate) {
+    if (available - r.promised.v1 - r.promised.owed < estimate) {
+      const owed = r.promised.owed > 0 ? `${r.promised.v1 > 0 ? " and" : ""} ${r.promised.owed} is owed for refunded payments` : "";
       return refused(
         paymentRequired(
           `insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${available} halala is available, ` +
-            `of which ${r.reservedV1} is reserved by /v1 requests in flight; retry when they end, or top up`,
+            `of which${r.promised.v1 > 0 ? ` ${r.promised.v1} is reserved by /v1 requests in flight` : ""}${owed}; retry when they end, or top up`,
         ),
       );
     }

@@ -63,13 +63,13 @@ export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome
   const capMinutes = Math.ceil(job.max_duration_seconds / 60);
   if (paid >= capMinutes || ranSeconds + EXTEND_LEAD_SECONDS < paid * 60) return { kind: "unchanged" };
 
-  // What the renter's /v1 requests in flight reserved is theirs.
-  const reserved = await lockedReserved(tx, job.renter_id);
+  // What the renter's /v1 requests in flight reserved is theirs; what it owes for refunds is not its to spend.
+  const promised = await lockedReserved(tx, job.renter_id);
   await lockRenterFunds(tx, job.renter_id);
   const { available } = await renterFunds(tx, job.renter_id);
   // The hold grows within the monthly spend limit too: it counts holds, as a submit's check does.
-  const usage = withReserved(await quotaUsage(tx, job.renter_id), reserved);
-  const funded = Math.floor(Math.max(0, available - reserved) / rate);
+  const usage = withReserved(await quotaUsage(tx, job.renter_id), promised.v1);
+  const funded = Math.floor(Math.max(0, available - promised.v1 - promised.owed) / rate);
   const withinLimit = Math.floor(monthlyHeadroom(usage) / rate);
   const minutes = Math.min(EXTEND_MINUTES, capMinutes - paid, funded, withinLimit);
   if (minutes >= 1) {

@@ -373,6 +373,8 @@ export interface Settlement {
   moved: boolean;
   /** How the hold ended: settled (now or before) or released before (then the figures are 0). */
   state: "settled" | "released";
+  /** What the renter owes for refunded payments (refund-debt.ts), read as it settled; 0 when nothing moved. */
+  owed: number;
 }
 
 /**
@@ -400,8 +402,8 @@ export async function settle(tx: Tx, renterId: number, providerId: number, jobId
     const [prior] = await tx<HoldRow[]>`SELECT * FROM ledger_holds WHERE job_id = ${jobId}`;
     if (!prior) throw new Error(`job ${jobId} has no hold to settle`);
     if (prior.status === "open") throw new Error(`cost ${cost} above the ${prior.amount} held for job ${jobId}`);
-    if (prior.status === "released") return { cost: 0, providerEarned: 0, platformFee: 0, moved: false, state: "released" };
-    return { cost: prior.cost!, providerEarned: prior.provider_earned!, platformFee: prior.platform_fee!, moved: false, state: "settled" };
+    if (prior.status === "released") return { cost: 0, providerEarned: 0, platformFee: 0, moved: false, state: "released", owed: 0 };
+    return { cost: prior.cost!, providerEarned: prior.provider_earned!, platformFee: prior.platform_fee!, moved: false, state: "settled", owed: 0 };
   }
   if (h.renter_id !== renterId) throw new Error(`hold of job ${jobId} belongs to renter ${h.renter_id}, not ${renterId}`);
   if (h.amount !== held) throw new Error(`settle of job ${jobId}: ${held} given as held, ${h.amount} held`);
@@ -416,9 +418,10 @@ export async function settle(tx: Tx, renterId: number, providerId: number, jobId
     { to: acct.available, amount: h.amount - cost, kind: "release", key: `settle:job:${jobId}:remainder` },
   ];
   for (const leg of legs) await transfer(tx, { ...leg, from: acct.held, jobId });
-  await tx`UPDATE renters SET total_spent_halala = total_spent_halala + ${cost} WHERE id = ${renterId}`;
+  const [r] = await tx<{ owed: number }[]>`
+    UPDATE renters SET total_spent_halala = total_spent_halala + ${cost} WHERE id = ${renterId} RETURNING refund_owed_halala AS owed`;
   await tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned}, total_jobs = total_jobs + 1 WHERE id = ${providerId}`;
-  return { cost, providerEarned, platformFee, moved: true, state: "settled" };
+  return { cost, providerEarned, platformFee, moved: true, state: "settled", owed: Number(r?.owed ?? 0) };
 }
 
 /** The open hold of a job, if any (amount held). */

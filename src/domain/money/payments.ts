@@ -9,6 +9,7 @@ import type { Db, Tx } from "../../db/index.js";
 import { badRequest } from "../../errors.js";
 import { recordAudit } from "../shared/audit.js";
 import { credit, debitUpTo } from "./ledger.js";
+import { collectRefundDebt, oweRefund } from "./refund-debt.js";
 import { lockedReserved } from "./usage-billing.js";
 import { halalaToSar } from "./pricing.js";
 import { iso } from "../shared/validate.js";
@@ -191,8 +192,9 @@ async function findForEvent(tx: Tx, ev: GatewayEvent): Promise<PaymentRow | unde
  * nothing. A refund takes back what is still available and not reserved by
  * the renter's /v1 requests in flight (they are charged from it when they
  * end, and their providers paid); a part already spent, held or reserved is
- * recorded as `refund_shortfall_halala` and in the audit log for an operator
- * (the ledger never goes negative).
+ * recorded as `refund_shortfall_halala` and in the audit log, and owed by the
+ * renter (refund-debt.ts): taken as its held or reserved funds come free (the
+ * ledger never goes negative).
  */
 export async function applyGatewayEvent(tx: Tx, ev: GatewayEvent, raw: unknown): Promise<{ outcome: EventOutcome; payment?: PaymentRow; note?: string }> {
   const p = await findForEvent(tx, ev);
@@ -216,6 +218,8 @@ async function mismatchOf(tx: Tx, p: PaymentRow, ev: GatewayEvent): Promise<stri
 /** Credits a payment's amount to its renter once (the ledger key backs it) and marks it paid. */
 async function creditPaid(tx: Tx, p: PaymentRow): Promise<PaymentRow> {
   await credit(tx, p.renter_id, p.amount_halala, `payment:${p.payment_id}:credit`, "payment", p.payment_id);
+  // A renter that owes for refunded payments pays that first.
+  await collectRefundDebt(tx, p.renter_id);
   const [row] = await tx<PaymentRow[]>`
     UPDATE payments SET status = 'paid', confirmed_at = now(), failure_reason = NULL, updated_at = now()
     WHERE id = ${p.id} RETURNING *`;
@@ -253,8 +257,10 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
       const already = p.refunded_halala + p.refund_shortfall_halala;
       if (total <= already) return { outcome: "duplicate", payment: p };
       const amount = total - already;
+      // What /v1 requests in flight reserved is left to them; the rest of the refund is owed (refund-debt.ts).
       const reserved = await lockedReserved(tx, p.renter_id);
-      const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id, reserved);
+      const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id, reserved.v1);
+      await oweRefund(tx, p.renter_id, taken.shortfall);
       const [row] = await tx<PaymentRow[]>`
         UPDATE payments SET status = 'refunded', refunded_halala = refunded_halala + ${taken.debited},
                refund_shortfall_halala = refund_shortfall_halala + ${taken.shortfall}, updated_at = now()
@@ -267,7 +273,11 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
           shortfall_halala: taken.shortfall,
         });
       }
-      return { outcome: "refunded", payment: row, note: taken.shortfall > 0 ? `shortfall ${taken.shortfall} halala already spent, held or reserved` : undefined };
+      return {
+        outcome: "refunded",
+        payment: row,
+        note: taken.shortfall > 0 ? `shortfall ${taken.shortfall} halala held, reserved or spent: owed by the renter, taken as its funds come free` : undefined,
+      };
     }
   }
 }

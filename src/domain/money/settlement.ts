@@ -16,6 +16,7 @@ import type { Db, Tx } from "../../db/index.js";
 import { notFound } from "../../errors.js";
 import { openHold, release, settle } from "./ledger.js";
 import { actualCostHalala, actualMinutes } from "./pricing.js";
+import { collectRefundDebt } from "./refund-debt.js";
 import { notifyCancel } from "../notify/job-notices.js";
 import { faultOf, type EndReason, type Fault } from "../shared/job-end.js";
 import { enqueueRenterWebhook } from "../notify/webhooks.js";
@@ -115,6 +116,7 @@ export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, me
   const held = await heldFor(tx, job);
   const cost = actualCostHalala(job.rate_halala_per_minute, minutes, held);
   const s = await settle(tx, job.renter_id, job.provider_id, job.id, held, cost);
+  if (s.owed > 0) await collectRefundDebt(tx, job.renter_id);
   const f: Figures = { status: "completed", endReason: "completed", fault: "none", actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee };
   await tx`
     UPDATE jobs SET status = 'completed', completed_at = now(), end_reason = 'completed', fault = 'none',
@@ -166,9 +168,11 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
   if (billsTimeUsed(job, fault)) {
     const minutes = actualMinutes(runSeconds(job));
     const s = await settle(tx, job.renter_id, job.provider_id!, job.id, held, actualCostHalala(job.rate_halala_per_minute, minutes, held));
+    if (s.owed > 0) await collectRefundDebt(tx, job.renter_id);
     f = { ...f, actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee, released: held - s.cost };
-  } else {
-    await release(tx, job.renter_id, job.id);
+  } else if (await release(tx, job.renter_id, job.id)) {
+    // The hold is free again: what the renter owes for refunded payments is taken from it first.
+    await collectRefundDebt(tx, job.renter_id);
   }
   await tx`
     UPDATE jobs SET status = ${status}, completed_at = now(), end_reason = ${o.reason}, fault = ${fault}, error = ${o.error},

@@ -78,13 +78,15 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
     UPDATE v1_usage SET state = 'released', ended_at = now()
     WHERE renter_id = ${r.renterId} AND state = 'open' AND expires_at <= now()`;
   // One statement, one snapshot: a charge committing meanwhile is seen in both figures or in neither.
-  const [row] = await tx<{ balance: number | null; reserved: number }[]>`
+  const [row] = await tx<{ balance: number | null; reserved: number; owed: number }[]>`
     SELECT (SELECT balance FROM ledger_accounts WHERE kind = 'renter_available' AND coalesce(owner_id, 0) = ${r.renterId}) AS balance,
-           (SELECT coalesce(sum(reserved_halala), 0) FROM v1_usage WHERE renter_id = ${r.renterId} AND state = 'open')::bigint AS reserved`;
+           (SELECT coalesce(sum(reserved_halala), 0) FROM v1_usage WHERE renter_id = ${r.renterId} AND state = 'open')::bigint AS reserved,
+           (SELECT refund_owed_halala FROM renters WHERE id = ${r.renterId}) AS owed`;
   const balance = row.balance ?? 0;
   const reserved = Number(row.reserved);
+  const owed = Number(row.owed ?? 0);
   if (balance <= 0) throw paymentRequired("insufficient balance: your available balance is 0 halala; top up to use /v1");
-  const free = balance - reserved;
+  const free = balance - reserved - owed;
   // The monthly spend limit counts what requests in flight reserved, as job submits do.
   const usage = withReserved(await quotaUsage(tx, r.renterId), reserved);
   const headroom = monthlyHeadroom(usage);
@@ -92,7 +94,7 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
   if (maxTokens === undefined) {
     const affordable = affordableCompletionTokens(r.rate, free, r.promptTokens, r.choices);
     if (affordable < 1) {
-      throw paymentRequired(`insufficient balance: ${Math.max(free, 0)} halala free (${balance} available, ${reserved} reserved by requests in flight) does not cover this prompt`);
+      throw paymentRequired(`insufficient balance: ${Math.max(free, 0)} halala free (${balance} available, ${promisedText(reserved, owed)}) does not cover this prompt`);
     }
     const withinLimit = affordableCompletionTokens(r.rate, headroom, r.promptTokens, r.choices);
     if (withinLimit < 1) throw spendLimitReached(usage, "this prompt would cost more than what is left");
@@ -102,7 +104,7 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
   if (cap > free) {
     throw paymentRequired(
       `insufficient balance: this request may cost up to ${cap} halala (max_tokens ${maxTokens}) but ${Math.max(free, 0)} halala is free ` +
-        `(${balance} available, ${reserved} reserved by requests in flight); lower max_tokens or top up`,
+        `(${balance} available, ${promisedText(reserved, owed)}); lower max_tokens or top up`,
     );
   }
   if (cap > headroom) throw spendLimitReached(usage, `this request may cost up to ${cap} halala (max_tokens ${maxTokens}); lower max_tokens`);
@@ -121,23 +123,34 @@ export function lockReservations(tx: Tx, renterIds: number[]) {
   return tx`SELECT count(pg_advisory_xact_lock(${RESERVE_LOCK_NS}, (r % 2147483647)::int)) FROM unnest(${renterIds}::bigint[]) AS r`;
 }
 
-/**
- * What one renter's /v1 requests in flight have reserved, with its reservation lock taken first (as
- * reserveTokenBudget and submits take it): what anything else moving the renter's available funds
- * (a hold growing, a refund, an admin debit) must leave, since those requests are charged from it.
- */
-export async function lockedReserved(tx: Tx, renterId: number): Promise<number> {
-  await lockReservations(tx, [renterId]);
-  return (await reservedMany(tx, [renterId])).get(renterId) ?? 0;
+const promisedText = (reserved: number, owed: number) =>
+  `${reserved} reserved by requests in flight${owed > 0 ? `, ${owed} owed for refunded payments` : ""}`;
+
+/** What a renter's available funds are promised to already, and not free to hold or take. */
+export interface Promised {
+  /** Price caps of its /v1 requests in flight (charged from available funds when they end). */
+  v1: number;
+  /** What it owes for gateway refunds of money it had held or reserved (refund-debt.ts). */
+  owed: number;
 }
 
-/** What the renters' /v1 requests in flight have reserved (open and unexpired reservations), by renter. */
-export async function reservedMany(db: Db, renterIds: number[]): Promise<Map<number, number>> {
-  const rows = await db<{ renter_id: number; reserved: number }[]>`
-    SELECT renter_id, sum(reserved_halala)::bigint AS reserved FROM v1_usage
-    WHERE renter_id = ANY(${renterIds}::bigint[]) AND state = 'open' AND expires_at > now()
-    GROUP BY renter_id`;
-  return new Map(rows.map((r) => [Number(r.renter_id), Number(r.reserved)]));
+/**
+ * What one renter's available funds are promised to, with its reservation lock taken first (as
+ * reserveTokenBudget and submits take it): what anything else moving the renter's available funds
+ * (a hold growing, a refund, an admin debit) must leave.
+ */
+export async function lockedReserved(tx: Tx, renterId: number): Promise<Promised> {
+  await lockReservations(tx, [renterId]);
+  return (await reservedMany(tx, [renterId])).get(renterId) ?? { v1: 0, owed: 0 };
+}
+
+/** What the renters' available funds are promised to: open, unexpired /v1 reservations and refund debt, by renter. */
+export async function reservedMany(db: Db, renterIds: number[]): Promise<Map<number, Promised>> {
+  const rows = await db<{ renter_id: number; reserved: number; owed: number }[]>`
+    SELECT r.id AS renter_id, r.refund_owed_halala AS owed,
+           coalesce((SELECT sum(u.reserved_halala) FROM v1_usage u WHERE u.renter_id = r.id AND u.state = 'open' AND u.expires_at > now()), 0)::bigint AS reserved
+    FROM renters r WHERE r.id = ANY(${renterIds}::bigint[])`;
+  return new Map(rows.map((r) => [Number(r.renter_id), { v1: Number(r.reserved), owed: Number(r.owed) }]));
 }
 
 /** Ends an open reservation without a charge (nothing was delivered). False when already ended. */

@@ -1,0 +1,85 @@
+// A gateway refund (or chargeback) of a payment whose money the renter had
+// already put into a job's hold takes back what is free at once; the rest is
+// owed (renters.refund_owed_halala): no spend check counts it as the
+// renter's, and it goes back to the gateway as the money comes free (a hold
+// released or settled, a new payment credited). Without it, cancelling the
+// job gave the renter the refunded money to spend a second time.
+import crypto from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { ledgerProblems } from "../../src/domain/money/ledger.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
+import { useTestServer } from "../helpers/server.js";
+
+const SECRET = "whsec_refund_debt_0123456789";
+const srv = useTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: SECRET, SVC_JOB_SWEEP_MS: "60000" });
+const api = client(srv);
+
+type Renter = Awaited<ReturnType<typeof makeRenter>>;
+/** A 50 SAR sandbox payment, paid (the same path as a card's paid event). */
+async function paid(r: Renter, amount: number): Promise<string> {
+  const t = await api.post("/api/payments/topup", { amount_halala: amount, source_type: "sandbox" }, r.headers);
+  expect(t.status, t.text).toBe(201);
+  const id = t.body.payment.payment_id as string;
+  expect((await api.post(`/api/payments/${id}/sandbox-confirm`, {}, r.headers)).status).toBe(200);
+  return id;
+}
+/** The gateway's signed refund event for the whole of a payment. */
+async function refunded(paymentId: string, amount: number) {
+  const raw = JSON.stringify({ id: `evt-${crypto.randomUUID()}`, type: "payment_refunded", data: { amount, refunded: amount, metadata: { payment_id: paymentId } } });
+  const sig = crypto.createHmac("sha256", SECRET).update(raw).digest("hex");
+  const r = await api.call("POST", "/api/payments/webhook", raw, { "content-type": "application/json", "x-gateway-signature": sig });
+  expect(r.status, r.text).toBe(200);
+  return r.body;
+}
+const owed = async (r: Renter) => Number((await srv.sql`SELECT refund_owed_halala FROM renters WHERE id = ${r.id}`)[0].refund_owed_halala);
+const balance = async (r: Renter) => (await api.get("/api/renters/balance", r.headers)).body;
+/** Benchmark jobs hold 10 halala a minute. */
+const submit = (r: Renter, minutes: number) => api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: minutes, max_duration_seconds: minutes * 60 }, r.headers);
+
+describe("a refund of money held for a job", () => {
+  it("is owed, and taken back when the hold is released: cancelling the job gives the renter nothing to spend", async () => {
+    await makeProvider(srv);
+    const r = await makeRenter(srv);
+    const pay = await paid(r, 5_000);
+    const job = await submit(r, 500);
+    expect(job.status, job.text).toBe(201);
+    const ev = await refunded(pay, 5_000);
+    expect(ev).toMatchObject({ outcome: "refunded" });
+    expect(await owed(r)).toBe(5_000);
+
+    const c = await api.post(`/api/jobs/${job.body.job.job_id}/cancel`, {}, r.headers);
+    expect(c.status, c.text).toBe(200);
+    expect(await balance(r)).toMatchObject({ balance_halala: 0, held_halala: 0, available_halala: 0 });
+    expect(await owed(r)).toBe(0);
+    // The payment's 5,000 went back to the gateway: the credit, and refunds of 5,000 in all.
+    const moved = await srv.sql`SELECT kind, sum(amount)::int AS amount FROM ledger_transfers WHERE kind IN ('payment', 'refund') AND (payment_id = ${pay} OR idempotency_key LIKE ${`refund-debt:renter:${r.id}:%`}) GROUP BY kind ORDER BY kind`;
+    expect(moved).toEqual([{ kind: "payment", amount: 5_000 }, { kind: "refund", amount: 5_000 }]);
+    expect((await submit(r, 1)).status).toBe(402);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("is paid first from the next payment, and what is still owed no submit can hold", async () => {
+    await makeProvider(srv);
+    const r = await makeRenter(srv);
+    const first = await paid(r, 5_000);
+    expect((await submit(r, 300)).status).toBe(201); // 3,000 held
+    await refunded(first, 5_000); // 2,000 taken at once, 3,000 owed
+    expect(await owed(r)).toBe(3_000);
+    await paid(r, 2_000); // all of it pays the debt
+    expect(await owed(r)).toBe(1_000);
+    expect(await balance(r)).toMatchObject({ held_halala: 3_000, available_halala: 0 });
+
+    // Free money beside a debt (as a /v1 request's unused reservation leaves it): the debt is not the renter's to hold.
+    await srv.sql`UPDATE renters SET refund_owed_halala = 1500 WHERE id = ${r.id}`;
+    await paid(r, 2_500); // 1,500 collected of it
+    expect(await owed(r)).toBe(0);
+    await srv.sql`UPDATE renters SET refund_owed_halala = 600 WHERE id = ${r.id}`;
+    const refused = await submit(r, 50);
+    expect(refused.status, refused.text).toBe(402);
+    expect(refused.body.error).toMatch(/1000 halala is available, of which 600 is owed for refunded payments/);
+    expect((await submit(r, 40)).status).toBe(201);
+    await srv.sql`UPDATE renters SET refund_owed_halala = 0 WHERE id = ${r.id}`;
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});
