@@ -23,6 +23,7 @@ import { halalaToSar } from "../domain/money/pricing.js";
 import { checkEnum, optionalText, page, requireFields } from "../domain/shared/validate.js";
 import { badRequest, forbidden, notFound, unauthorized, unavailable } from "../errors.js";
 import { callerRenterId, principalOf, type Deps } from "./deps.js";
+import { storableJson } from "../shared/nul-text.js";
 
 /** Card gateways do not take less than 1 SAR. */
 const MIN_CARD_HALALA = 100;
@@ -92,7 +93,9 @@ export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentSe
       if (!verifySignature(secret, req.rawPayload, req.signature)) throw unauthorized("invalid webhook signature");
       let body: unknown;
       try {
-        body = JSON.parse(Buffer.from(req.rawPayload).toString("utf8"));
+        // Stored as it came (payment_events.payload), once made storable: the gateway's text may escape
+        // a NUL or a lone surrogate, which jsonb refuses (the whole event, credit and all, would fail).
+        body = storableJson(JSON.parse(Buffer.from(req.rawPayload).toString("utf8")));
       } catch {
         throw badRequest("webhook body must be JSON");
       }

@@ -47,3 +47,26 @@ export function withoutNul<T>(x: T): T {
   return holdsNul(x) ? (dropNul(x) as T) : x;
 }
 
+
+/** A UTF-16 surrogate without its pair: JSON text may escape one (`"\ud800"`), and jsonb refuses it. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+function storableText(s: string): string {
+  return s.replace(NUL, "").replace(LONE_SURROGATE, "\uFFFD");
+}
+
+/**
+ * JSON from outside the service that is stored as it came (a payment gateway's event), made
+ * storable in jsonb and text: U+0000 dropped, and a lone surrogate replaced with U+FFFD, in every
+ * string and key. The requests the service decodes itself refuse both instead (src/http/nul.ts).
+ */
+export function storableJson(x: unknown): unknown {
+  if (typeof x === "string") return storableText(x);
+  if (Array.isArray(x)) return x.map(storableJson);
+  if (x && typeof x === "object") {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(x)) out[storableText(k)] = storableJson(v);
+    return out;
+  }
+  return x;
+}

@@ -433,6 +433,25 @@ describe("POST /api/payments/webhook", () => {
   });
 });
 
+describe("gateway text PostgreSQL cannot store as it came", () => {
+  it("a lone surrogate escaped in a signed event: credited and recorded (as U+FFFD), not a 500", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 900);
+    // JSON.stringify writes a lone surrogate as the escape \ud83d, as a gateway's JSON may.
+    const ev = paidEvent(payment.payment_id, 900, { message: "APPROVED \ud83d" });
+    const raw = JSON.stringify(ev);
+    expect(raw).toContain("\\ud83d");
+    const res = await webhook(ev);
+    expect(res.status, res.text).toBe(200);
+    expect(res.body.outcome).toBe("credited");
+    expect((await balance(r.headers)).balance_halala).toBe(900);
+    const [stored] = await srv.sql`SELECT payload FROM payment_events WHERE payment_id = ${payment.payment_id}`;
+    expect(stored.payload.data).toMatchObject({ message: "APPROVED \uFFFD" });
+    const odd = await webhook({ id: "evt-odd", type: "payment_\udc00paid", data: { metadata: { payment_id: payment.payment_id } } });
+    expect(odd.status, odd.text).toBe(200);
+  });
+});
+
 describe("history and reads", () => {
   it("pages newest first with total, limit and offset; 400 for bad paging", async () => {
     const r = await makeRenter(srv);
