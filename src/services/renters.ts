@@ -94,6 +94,7 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
         totalSpentHalala: BigInt(renter.total_spent_halala),
         totalSpentSar: halalaToSar(renter.total_spent_halala),
         totalJobs: BigInt(jobs),
+        ...(Number(renter.refund_owed_halala) > 0 ? { refundOwedHalala: BigInt(renter.refund_owed_halala) } : {}),
       };
     },
 

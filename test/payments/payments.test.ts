@@ -9,7 +9,7 @@ import { ledgerProblems, hold } from "../../src/domain/money/ledger.js";
 import { startTestServer, useTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
-import { reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
+import { releaseTokenBudget, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 
 const GATEWAY_KEY = "sk_test_gateway_0123456789";
 const WEBHOOK_SECRET = "whsec_gateway_test_0123456789";
@@ -395,6 +395,14 @@ describe("POST /api/payments/webhook", () => {
     expect(await balance(r.headers)).toMatchObject({ balance_halala: 2000, available_halala: 2000 });
     const [row] = await srv.sql`SELECT refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${p.payment_id}`;
     expect(row).toEqual({ refunded_halala: 3000, refund_shortfall_halala: 2000 });
+    // The shortfall is owed (refund-debt.ts): once the request ends without a charge, its 2,000 are not
+    // the renter's to reserve again, and the balance says why.
+    expect(await releaseTokenBudget(srv.sql, requestId)).toBe(true);
+    expect(await balance(r.headers)).toMatchObject({ available_halala: 2000, refund_owed_halala: 2000 });
+    const again = srv.sql.begin((tx) =>
+      reserveTokenBudget(tx, { requestId: `${requestId}-2`, renterId: r.id, model: "m", stream: false, rate: { input: 1_000_000, output: 1_000_000 }, promptTokens: 10, maxTokens: 10, choices: 1, ttlSeconds: 60 }),
+    );
+    await expect(again).rejects.toMatchObject({ status: 402, message: expect.stringContaining("2000 owed for refunded payments") });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

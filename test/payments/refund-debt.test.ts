@@ -47,11 +47,13 @@ describe("a refund of money held for a job", () => {
     const ev = await refunded(pay, 5_000);
     expect(ev).toMatchObject({ outcome: "refunded" });
     expect(await owed(r)).toBe(5_000);
+    expect(await balance(r)).toMatchObject({ held_halala: 5_000, available_halala: 0, refund_owed_halala: 5_000 });
 
     const c = await api.post(`/api/jobs/${job.body.job.job_id}/cancel`, {}, r.headers);
     expect(c.status, c.text).toBe(200);
     expect(await balance(r)).toMatchObject({ balance_halala: 0, held_halala: 0, available_halala: 0 });
     expect(await owed(r)).toBe(0);
+    expect(await balance(r)).not.toHaveProperty("refund_owed_halala");
     // The payment's 5,000 went back to the gateway: the credit, and refunds of 5,000 in all.
     const moved = await srv.sql`SELECT kind, sum(amount)::int AS amount FROM ledger_transfers WHERE kind IN ('payment', 'refund') AND (payment_id = ${pay} OR idempotency_key LIKE ${`refund-debt:renter:${r.id}:%`}) GROUP BY kind ORDER BY kind`;
     expect(moved).toEqual([{ kind: "payment", amount: 5_000 }, { kind: "refund", amount: 5_000 }]);

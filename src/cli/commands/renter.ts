@@ -21,6 +21,7 @@ export function addRenterCommands(program: Command, ctx: Context): void {
           ["available", `${b.availableHalala} halala (${sar(b.availableHalala)})`],
           ["spent", `${b.totalSpentHalala} halala`],
           ["jobs", b.totalJobs],
+          ...(b.refundOwedHalala ? [["owed for refunded payments", `${b.refundOwedHalala} halala (not spendable; taken as funds come free)`] as [string, string]] : []),
         ]),
       );
     });

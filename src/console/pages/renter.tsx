@@ -41,6 +41,7 @@ function BalancePage() {
               <Stat label="Available" value={sar(b.availableHalala)} testid="available" />
               <Stat label="Spent so far" value={sar(b.totalSpentHalala)} />
               <Stat label="Jobs" value={String(b.totalJobs)} />
+              {b.refundOwedHalala !== undefined && <Stat label="Owed for refunded payments (not spendable)" value={sar(b.refundOwedHalala)} testid="refund-owed" />}
             </div>
           )}
         </Show>

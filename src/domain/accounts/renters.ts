@@ -24,6 +24,8 @@ export interface RenterRow {
   status: string;
   total_spent_halala: number;
   total_jobs: number;
+  /** Owed for refunded payments (migration 054, money/refund-debt.ts). */
+  refund_owed_halala: number;
   created_at: Date;
 }
 
