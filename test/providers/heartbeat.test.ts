@@ -332,6 +332,29 @@ describe("heartbeat: write path", () => {
     expect(await covered()).toBeGreaterThanOrEqual(before + 29);
   });
 
+  it("credits no uptime outside a scheduled provider's run window, and credits within it", async () => {
+    const p = await newProvider(srv);
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    const covered = async () =>
+      (await srv.sql<{ s: number }[]>`
+        SELECT p.uptime_hour_seconds + coalesce((SELECT sum(covered_seconds) FROM provider_uptime WHERE provider_id = p.id), 0)::int AS s
+        FROM providers p WHERE p.id = ${p.id}`)[0].s;
+    const hhmm = (d: Date) => d.toISOString().slice(11, 16);
+    const inHours = (h: number) => new Date(Date.now() + h * 3_600_000);
+    const before = await covered();
+    // A window that starts an hour from now and ends two hours from now: outside it.
+    await srv.sql`UPDATE providers SET run_mode = 'scheduled', scheduled_start = ${hhmm(inHours(1))}, scheduled_end = ${hhmm(inHours(2))}, last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    expect(await covered()).toBe(before);
+    // A window from an hour ago to an hour from now: within it.
+    await srv.sql`UPDATE providers SET scheduled_start = ${hhmm(inHours(-1))}, scheduled_end = ${hhmm(inHours(1))}, last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+    await heartbeat(srv, p.key);
+    await flushHeartbeats(srv);
+    expect(await covered()).toBeGreaterThanOrEqual(before + 29);
+  });
+
   it("files a finished hour's coverage when a beat arrives in a later hour", async () => {
     const p = await newProvider(srv);
     await heartbeat(srv, p.key);

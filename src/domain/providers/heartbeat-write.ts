@@ -11,6 +11,7 @@
 import type { Sql } from "../../db/index.js";
 import { REPUTATION_REFRESH_SECONDS } from "./reputation.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
+import { withinRunWindowSql } from "./preferences.js";
 
 /** A heartbeat after lenient parsing; undefined members were not reported. */
 export interface HeartbeatInput {
@@ -111,12 +112,14 @@ const telemetrySet = (db: Sql) => db`
  * latest beat (no extra row written per beat); `credit` is
  * svc_heartbeat_credit of the beat(s) against the previous last_heartbeat
  * (SET expressions see the row before the update). A beat in a later hour
- * starts a new accumulator; finishedHours() files the old one. A paused
- * provider's beats credit nothing: it is heard, but takes no work, and uptime
- * is a third of the reliability score that placement prefers.
+ * starts a new accumulator; finishedHours() files the old one. The beats of a
+ * provider that takes no work credit nothing: paused, or scheduled and outside
+ * its run window (it is heard, but placement skips it), since uptime is a
+ * third of the reliability score that placement prefers.
  */
 function coverageSet(db: Sql, hour: ReturnType<Sql>) {
-  const credit = db`(CASE WHEN p.is_paused THEN 0 ELSE svc_heartbeat_credit(p.last_heartbeat, v.first_ts, v.last_ts) END)`;
+  const credit = db`(CASE WHEN p.is_paused OR NOT ${withinRunWindowSql(db, "p")} THEN 0
+    ELSE svc_heartbeat_credit(p.last_heartbeat, v.first_ts, v.last_ts) END)`;
   return db`
     uptime_hour_seconds = CASE WHEN p.uptime_hour = ${hour} THEN least(3600, p.uptime_hour_seconds + ${credit})
                                ELSE least(3600, ${credit}) END,
