@@ -260,8 +260,9 @@ export interface FakeContainer {
  * Containers, their labels and their process are kept in its state folder across invocations, so a
  * container outlives the daemon that started it. Images: `image inspect` finds every image, unless
  * `opts.images` is "absent": then only those `pull` fetched; `pull` succeeds (`opts.pull` "ok", the
- * default; "slow": after 3 s), fails as an unreachable registry does ("fail"), or hangs ("hang"; the
- * `pull-mode` file of its folder holds the mode, so a test may change it). What the container
+ * default; "slow": after 3 s; "gate": once the test writes `pull-release` in its folder), fails as an
+ * unreachable registry does ("fail"), or hangs ("hang"; the `pull-mode` file of its folder holds the
+ * mode, so a test may change it). What the container
  * does is the last word of the command line:
  * - `exit-125`: prints its work and exits 125 itself (the container ran);
  * - `docker-fails`: docker fails before creating the container (the GPU runtime refused), 125;
@@ -277,7 +278,7 @@ export interface FakeContainer {
  * when its environment has that key (401 otherwise, as vLLM does); `GET /v1/models` lists the
  * `--model`, `POST /v1/chat/completions` answers "Hello from a fake engine." with its usage.
  */
-export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; pull?: "ok" | "slow" | "fail" | "hang" } = {}): FakeDocker {
+export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; pull?: "ok" | "slow" | "fail" | "hang" | "gate" } = {}): FakeDocker {
   const calls = path.join(dir, "docker-calls.jsonl");
   if (opts.images === "absent") fs.writeFileSync(path.join(dir, "images-absent"), "");
   if (opts.pull) fs.writeFileSync(path.join(dir, "pull-mode"), opts.pull);
@@ -348,6 +349,14 @@ if cmd == "pull":
         while os.getppid() == parent:
             time.sleep(0.2)
         sys.exit(1)
+    if mode == "gate":
+        # Until the test writes pull-release (or its daemon is gone).
+        print("3c645031de29: Downloading", flush=True)
+        parent = os.getppid()
+        while not os.path.exists(os.path.join(STATE, "pull-release")):
+            if os.getppid() != parent:
+                sys.exit(1)
+            time.sleep(0.1)
     if mode == "fail":
         print("Error response from daemon: Get https://registry-1.docker.io/v2/: dial tcp: lookup registry-1.docker.io: no such host", file=sys.stderr)
         sys.exit(1)

@@ -11,11 +11,12 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeRenter } from "../helpers/fixtures.js";
 import { endedFirstAttempt, endedJob, waitFor } from "./helpers.js";
+import { startTestServer } from "../helpers/server.js";
 import { dockerDaemon, useTsDaemonServer } from "./ts-harness.js";
 
 const h = useTsDaemonServer();
 
-const dockerProvider = (pull: "slow" | "fail", env: Record<string, string> = {}) => dockerDaemon(h, { docker: { images: "absent", pull }, env });
+const dockerProvider = (pull: "slow" | "fail" | "gate", env: Record<string, string> = {}) => dockerDaemon(h, { docker: { images: "absent", pull }, env });
 const firstAttempt = (jobId: string, what: string) => endedFirstAttempt(h.srv.sql, jobId, what);
 
 describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () => {
@@ -69,5 +70,38 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
 
     // No container ran for either.
     expect(docker.runs()).toEqual([]);
+  });
+
+  // Last: the original server process is gone afterwards.
+  it("a reconnect while the image is pulled does not start the job: billed only from the accept after the pull", async () => {
+    const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
+    const renter = await makeRenter(h.srv, 10_000);
+    const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["true"] } });
+    expect(job.provider_id).toBe(p.id);
+    await waitFor(async () => (await h.job(job.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+
+    // The server goes away mid-pull and a new process takes its port: the daemon says hello again.
+    await h.srv.app.close();
+    const again = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" }, h.srv.databaseUrl);
+    try {
+      const row = async () => (await again.sql`SELECT status, started_at, preparing_at FROM jobs WHERE job_id = ${job.job_id}`)[0];
+      const noticed = (await row()).preparing_at;
+      // Reconnected: a notice reaches the new process, and the job is still pending, unbilled.
+      await waitFor(async () => ((await row()).preparing_at > noticed ? true : undefined), 20_000, `a notice to the new process (${d.output()})`);
+      expect(await row()).toMatchObject({ status: "pending", started_at: null });
+      const [{ now: released }] = await again.sql`SELECT now()`;
+      fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
+      const [done] = await waitFor(async () => {
+        const r = await again.sql`SELECT status, error FROM jobs WHERE job_id = ${job.job_id}`;
+        return r[0].status === "completed" || r[0].status === "failed" ? r : undefined;
+      }, 45_000, `job end (${d.output()})`);
+      expect(done.status, done.error).toBe("completed");
+      // One attempt, started (billed) after the pull was let through.
+      const attempts = await again.sql`SELECT a.attempt, a.started_at >= ${released} AS after_pull FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${job.job_id}`;
+      expect(attempts).toEqual([{ attempt: 1, after_pull: true }]);
+    } finally {
+      await h.killDaemons();
+      await again.close();
+    }
   });
 });

@@ -144,7 +144,9 @@ export type Hello = Message<"svc.v1.Hello"> & {
   /**
    * Job ids the daemon still holds (resumption after a reconnect): the ones it runs, and the ones
    * that ended while it was away, whose result follows the welcome. A job the server has running
-   * on this provider and not named here is handed back to the queue (provider_interrupted).
+   * on this provider and not named here is handed back to the queue (provider_interrupted). A job
+   * named here that is pending on the server is started (as by JobAccepted): a job the daemon is
+   * still preparing (JobPreparing) is left out, and pushed to it again.
    *
    * @generated from field: repeated string running_job_ids = 5;
    */

@@ -86,6 +86,11 @@ interface ActiveJob {
   next?: { job: AssignedJob; signature: string };
   /** Aborted when the server cancels the job: ends its preparation (an image pull) before it was accepted. */
   abort: AbortController;
+  /**
+   * Accepted (JobAccepted sent or queued): only then does a reconnect's hello name it as held, since
+   * the server starts a pending job it is named (the billed time); one still being prepared is not.
+   */
+  accepted?: boolean;
 }
 
 const MAX_BACKLOG = 10_000;
@@ -229,7 +234,7 @@ export class ProviderDaemon {
             cachedModels: this.cfg.cachedModels,
             // With the jobs whose result the server has not acknowledged: a job that ended while the
             // daemon was away is not lost, and its result follows the welcome.
-            runningJobIds: [...new Set([...this.jobs.keys(), ...this.unackedResults.keys()])],
+            runningJobIds: [...new Set([...this.acceptedJobIds(), ...this.unackedResults.keys()])],
             // Of which attempt each is: a job assigned back here as a new attempt meanwhile is not taken for the old run.
             runningJobAttempts: this.heldAttempts(),
             // The server keeps a provider whose daemon would refuse its tasks out of dispatch.
@@ -273,8 +278,13 @@ export class ProviderDaemon {
       const attempt = kind?.case === "result" ? kind.value?.attempt : undefined;
       if (attempt) held[jobId] = attempt;
     }
-    for (const [jobId, active] of this.jobs) if (active.attempt) held[jobId] = active.attempt;
+    for (const [jobId, active] of this.jobs) if (active.attempt && active.accepted) held[jobId] = active.attempt;
     return held;
+  }
+
+  /** The jobs this daemon accepted and still holds (not those it prepares: the server would start them). */
+  private acceptedJobIds(): string[] {
+    return [...this.jobs].filter(([, a]) => a.accepted).map(([jobId]) => jobId);
   }
 
   /** Sends now when connected, else keeps it for the next connection. */
@@ -591,6 +601,7 @@ export class ProviderDaemon {
           return this.reject(job, failed);
         }
       }
+      active.accepted = true;
       this.send({ case: "jobAccepted", value: { jobId: job.jobId, attempt: active.attempt } });
       this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
       let outcome: Outcome;
