@@ -56,7 +56,14 @@ interface Outcome {
   permanent: boolean;
 }
 
-function post(row: OutboxRow, production: boolean, timeoutMs: number): Promise<Outcome> {
+/**
+ * One delivery, settled within `timeoutMs` whatever the receiver does: the limit is on the whole
+ * exchange up to the status line (a socket's idle timeout alone is reset by every byte, so a
+ * receiver trickling its headers held the delivery, and the batch behind it, for ever), and the
+ * connection is closed once the status is known (the body is not read: an endless one kept it open).
+ * `signal` (the worker stopping) ends it at once.
+ */
+function post(row: OutboxRow, production: boolean, timeoutMs: number, signal: AbortSignal): Promise<Outcome> {
   return new Promise((resolve) => {
     let url: URL;
     try {
@@ -79,17 +86,21 @@ function post(row: OutboxRow, production: boolean, timeoutMs: number): Promise<O
     const req = lib.request(url, {
       method: "POST",
       headers,
-      timeout: timeoutMs,
+      signal,
       ...(production ? { lookup } : {}),
     });
+    const deadline = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
     req.on("response", (res) => {
-      res.resume(); // the body is not needed
+      clearTimeout(deadline);
       const status = res.statusCode ?? 0;
       const ok = status >= 200 && status < 300;
       resolve({ ok, status, error: ok ? "" : `HTTP ${status}`, permanent: status === 410 });
+      res.destroy(); // the body is not needed
     });
-    req.on("timeout", () => req.destroy(new Error(`timed out after ${timeoutMs} ms`)));
-    req.on("error", (err) => resolve({ ok: false, status: null, error: err.message, permanent: false }));
+    req.on("error", (err) => {
+      clearTimeout(deadline);
+      resolve({ ok: false, status: null, error: signal.aborted ? "the worker stopped before an answer" : err.message, permanent: false });
+    });
     req.end(row.body);
   });
 }
@@ -106,9 +117,11 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
   let running: Promise<void> | undefined;
   let again = false;
   let stopped = false;
+  // Aborted by stop(): deliveries in flight end at once (their rows are retried later, as after a failure).
+  let stopping = new AbortController();
 
   async function deliver(row: OutboxRow) {
-    const out = await post(row, opts.production, timeoutMs);
+    const out = await post(row, opts.production, timeoutMs, stopping.signal);
     if (out.ok) {
       await markDelivered(opts.sql, row.id, out.status!);
       return;
@@ -147,6 +160,7 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
     tick,
     async start() {
       stopped = false;
+      stopping = new AbortController();
       const sub = await opts.sql.listen(WEBHOOK_NOTIFY_CHANNEL, () => void tick());
       unlisten = sub.unlisten;
       timer = setInterval(() => void tick(), pollMs);
@@ -155,6 +169,7 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
     },
     async stop() {
       stopped = true;
+      stopping.abort();
       if (timer) clearInterval(timer);
       await unlisten?.().catch(() => {});
       await running;

@@ -4,7 +4,7 @@
 // private addresses in production.
 import crypto from "node:crypto";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import net, { type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, PROCESS_TAG, type Sql } from "../../src/db/index.js";
 import { migrate } from "../../src/db/migrate.js";
@@ -214,12 +214,72 @@ describe("outbox delivery", () => {
         if (Date.now() > end) throw new Error("no timeout recorded");
         await new Promise((res) => setTimeout(res, 50));
       }
-      expect((await outbox(slow.id))[0]).toMatchObject({ status: "pending", last_error: "timed out after 300 ms" });
+      expect((await outbox(slow.id))[0]).toMatchObject({ status: "pending", last_error: "no answer within 300 ms" });
     } finally {
       await worker.stop();
       await rx.close();
       hang.closeAllConnections();
       await new Promise<void>((r) => hang.close(() => r()));
+    }
+  });
+
+  it("a receiver trickling its headers is cut off at the time limit: it holds up neither another renter's delivery nor a stop", async () => {
+    // The status line, then one header byte every 100 ms for ever: each byte would reset an idle timeout.
+    const trickler = net.createServer((s) => {
+      s.on("error", () => {});
+      s.once("data", () => {
+        s.write("HTTP/1.1 200 OK\r\nX-Slow: ");
+        const t = setInterval(() => s.write("a"), 100);
+        s.on("close", () => clearInterval(t));
+      });
+    });
+    await new Promise<void>((r) => trickler.listen(0, "127.0.0.1", r));
+    const rx = receiver();
+    const slow = await renterWithHook(`http://127.0.0.1:${(trickler.address() as AddressInfo).port}/`);
+    const fast = await renterWithHook(await rx.listen());
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, timeoutMs: 400 });
+    await worker.start();
+    try {
+      await sql.begin((tx) => enqueueRenterWebhook(tx, slow.id, "job.completed", {}));
+      await new Promise((r) => setTimeout(r, 200));
+      await sql.begin((tx) => enqueueRenterWebhook(tx, fast.id, "job.completed", {}));
+      await rx.waitFor(1, 5_000);
+      await expect.poll(async () => (await outbox(slow.id))[0].last_error, { timeout: 5_000 }).toBe("no answer within 400 ms");
+      // Stopping with another trickled delivery in flight returns at once.
+      await sql.begin((tx) => enqueueRenterWebhook(tx, slow.id, "job.failed", {}));
+      await new Promise((r) => setTimeout(r, 150));
+    } finally {
+      const t0 = Date.now();
+      await worker.stop();
+      expect(Date.now() - t0).toBeLessThan(300);
+      await rx.close();
+      trickler.close();
+    }
+  });
+
+  it("closes the connection once the status is known: a receiver streaming an endless body holds no socket", async () => {
+    let open = 0;
+    const endless = net.createServer((s) => {
+      open++;
+      s.on("close", () => open--);
+      s.on("error", () => {});
+      s.once("data", () => {
+        s.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        const t = setInterval(() => s.write(`400\r\n${"x".repeat(1024)}\r\n`), 20);
+        s.on("close", () => clearInterval(t));
+      });
+    });
+    await new Promise<void>((r) => endless.listen(0, "127.0.0.1", r));
+    const r = await renterWithHook(`http://127.0.0.1:${(endless.address() as AddressInfo).port}/`);
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, timeoutMs: 400 });
+    await worker.start();
+    try {
+      await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", {}));
+      await expect.poll(async () => (await outbox(r.id))[0].status, { timeout: 5_000 }).toBe("delivered");
+      await expect.poll(() => open, { timeout: 2_000 }).toBe(0);
+    } finally {
+      await worker.stop();
+      endless.close();
     }
   });
 
