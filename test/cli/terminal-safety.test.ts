@@ -6,6 +6,7 @@
 // window or write the clipboard (OSC 52). Table cells stay on one line; --json
 // stays the exact JSON of the answer.
 import { spawn } from "node:child_process";
+import fs from "node:fs";
 import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -72,10 +73,10 @@ async function until(f: () => boolean, what: string, ms = 60_000): Promise<void>
 }
 
 /** A renter's job, assigned to a provider of its own and running. */
-async function runningJob(job: Record<string, unknown>) {
+async function runningJob(job: Record<string, unknown>, gpuModel?: string) {
   await takeProvidersOffline(srv);
   const renter = await makeRenter(srv, 10_000);
-  const provider = await makeProvider(srv);
+  const provider = await makeProvider(srv, gpuModel === undefined ? {} : { gpuModel });
   const submit = await api.post("/api/jobs/submit", job, renter.headers);
   expect(submit.status, submit.text).toBe(201);
   const jobId: string = submit.body.job.job_id;
@@ -191,5 +192,36 @@ describe("svc", { timeout: 180_000 }, () => {
     expect(tty.code, tty.stdout + tty.stderr).toBe(0);
     for (const seq of EVIL_SEQUENCES) expect(tty.stdout.replace(/\r\n/g, "\n")).not.toContain(seq);
     expect(tty.stdout).toContain(`hello ${EVIL_SHOWN}\tend`);
+  });
+
+  it("the colour codes svc writes itself are made visible in a provider's text too (jobs logs, a failed job's output)", async () => {
+    // Dims the real line and prints a fake green one: the very sequences svc's own colours use.
+    const fake = "\u001b[2mreal error\u001b[0m \u001b[32mverified: completed\u001b[0m";
+    const shown = "^[[2mreal error^[[0m ^[[32mverified: completed^[[0m";
+    const { provider, jobId, env } = await runningJob({ job_type: "benchmark", duration_minutes: 3 });
+    expect((await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: [fake] })).status).toBe(200);
+    const logs = await svc(["jobs", "logs", jobId], env);
+    expect(logs.stdout, logs.stderr).not.toMatch(RAW_CONTROL);
+    expect(logs.stdout).toContain(shown);
+    const failed = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: false, error: fake, end_reason: "runtime_error", fault: "renter" });
+    expect(failed.status, failed.text).toBe(200);
+    const output = await svc(["jobs", "output", jobId], env);
+    expect(output.stdout, output.stderr).not.toMatch(RAW_CONTROL);
+    expect(output.stdout).toContain(shown);
+  });
+
+  it("receipt get: a provider's GPU model with C1 controls (CSI, OSC 52) printed as JSON escapes; --out keeps the exact bytes", async () => {
+    const gpuModel = "RTX 4090\u009b2J\u009d52;c;Y3VybCBldmlsLmV4YW1wbGUvcyB8IHNo\u009c";
+    const { provider, jobId, env } = await runningJob({ job_type: "benchmark", duration_minutes: 2 }, gpuModel);
+    const done = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { scores: { gflops: 1 } } });
+    expect(done.status, done.text).toBe(200);
+    const printed = await svc(["receipt", "get", jobId], env);
+    expect(printed.code, printed.stderr).toBe(0);
+    expect(printed.stdout).not.toMatch(RAW_CONTROL);
+    // The same JSON value: the model as the provider registered it.
+    expect(JSON.parse(printed.stdout).receipt.attempts[0].gpu.model).toBe(gpuModel);
+    const file = path.join(tempDir("svc-receipt"), "receipt.json");
+    expect((await svc(["receipt", "get", jobId, "--out", file], env)).code).toBe(0);
+    expect(fs.readFileSync(file, "utf8")).toContain(gpuModel);
   });
 });

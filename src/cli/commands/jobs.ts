@@ -4,7 +4,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { Command } from "commander";
 import type { Job } from "../../../gen/svc/v1/models_pb.js";
 import { follow, saveOutput } from "../follow.js";
-import { EXIT, Exit, colour, out, printFields, printJson, statusColour } from "../output.js";
+import { EXIT, Exit, colour, out, printFields, printJson, statusColour, terminalSafe } from "../output.js";
 import type { Role } from "../profiles.js";
 import { int, listCommand, type Context } from "./context.js";
 
@@ -71,7 +71,7 @@ export function addJobCommands(program: Command, ctx: Context): void {
       if (o.follow) throw new Exit(await follow(c, jobId, { json: !!g().json, logsOnly: true }));
       const r = await c.jobs.getLogs({ jobId, attempt: o.attempt });
       show(r, () => {
-        for (const l of r.logs) out(`${colour(l.level.padEnd(7), "dim")} ${l.message}`);
+        for (const l of r.logs) out(`${colour(terminalSafe(l.level.padEnd(7)), "dim")} ${terminalSafe(l.message)}`);
       });
     });
   jobs
@@ -107,7 +107,7 @@ export function addJobCommands(program: Command, ctx: Context): void {
       const r = await c.jobs.getOutput({ jobId });
       if (r.body.case !== "result") {
         const v = r.body.value!;
-        show(v, () => out(`${v.jobId}: ${statusColour(v.status)} — ${"message" in v ? v.message : v.error}`));
+        show(v, () => out(`${terminalSafe(v.jobId)}: ${statusColour(v.status)} — ${terminalSafe("message" in v ? v.message : v.error)}`));
         throw new Exit(r.body.case === "gone" ? EXIT.jobFailed : EXIT.refused);
       }
       const obj = r.body.value as JsonObject;

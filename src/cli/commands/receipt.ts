@@ -5,7 +5,7 @@ import { JobReceiptSchema, ReceiptKeysSchema } from "../../../gen/svc/v1/receipt
 import { messageToJson } from "../../shared/message-json.js";
 import { verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
 import { clientsFor } from "../clients.js";
-import { EXIT, Exit, colour, out, printJson } from "../output.js";
+import { EXIT, Exit, colour, jsonText, out, printJson } from "../output.js";
 import { checkBaseUrl, UsageError } from "../profiles.js";
 import type { Context } from "./context.js";
 
@@ -27,8 +27,10 @@ function readJsonFile(file: string, what: string): unknown {
 }
 
 function writeOrPrint(value: unknown, file: string | undefined, what: string, json: boolean) {
+  // On stdout as every JSON svc prints (jsonText: a C1 control a provider put in the receipt, e.g. in
+  // its GPU model, as its JSON escape); into a file, the exact bytes.
+  if (!file) return void out(jsonText(value, 2));
   const text = JSON.stringify(value, null, 2) + "\n";
-  if (!file) return void process.stdout.write(text);
   fs.writeFileSync(file, text);
   if (json) printJson({ file, bytes: Buffer.byteLength(text) });
   else out(`${what} written to ${file}`);
