@@ -59,7 +59,8 @@ export function saveProfile(name: string, p: Profile, env = process.env): string
  * The profile in effect: --profile, else SVC_PROFILE, else the default one; then the
  * environment. The role goes with the credential: SVC_KEY's prefix when SVC_KEY is set, admin
  * when only SVC_ADMIN_TOKEN is, the stored profile's otherwise (SVC_ROLE overrides all three);
- * a stored secret is used only for the role it was saved with.
+ * a stored secret is used only for the role and the server (origin) it was saved with: SVC_URL
+ * naming another server takes SVC_KEY / SVC_ADMIN_TOKEN, so a profile's key is never sent elsewhere.
  */
 export function resolveProfile(name: string | undefined, env = process.env): Profile & { name: string } {
   const all = readProfiles(env);
@@ -67,9 +68,14 @@ export function resolveProfile(name: string | undefined, env = process.env): Pro
   const stored: Partial<Profile> = all.profiles[chosen] ?? {};
   if (name && !all.profiles[name] && !env.SVC_URL) throw new UsageError(`no profile named "${name}" (svc login --profile ${name})`);
   const role = roleInEffect(env, stored);
-  const secret = role === "admin" ? (env.SVC_ADMIN_TOKEN ?? ownSecret(stored, role)) : (env.SVC_KEY ?? ownSecret(stored, role));
   const url = env.SVC_URL ?? stored.url;
-  if (!url || !role || !secret) throw new AuthMissing(`not logged in: run \`svc login\` (or set SVC_URL and SVC_KEY / SVC_ADMIN_TOKEN)`);
+  const savedFor = url !== undefined && sameOrigin(url, stored.url);
+  const own = savedFor ? ownSecret(stored, role) : undefined;
+  const secret = role === "admin" ? (env.SVC_ADMIN_TOKEN ?? own) : (env.SVC_KEY ?? own);
+  if (!url || !role || !secret) {
+    const elsewhere = stored.secret && !savedFor && stored.url ? ` (profile "${chosen}" holds a key for ${stored.url}, not for SVC_URL ${url})` : "";
+    throw new AuthMissing(`not logged in${elsewhere}: run \`svc login\` (or set SVC_URL and SVC_KEY / SVC_ADMIN_TOKEN)`);
+  }
   if (!ROLES.includes(role)) throw new UsageError(`unknown role "${role}" (renter, provider or admin)`);
   return { name: chosen, url: checkBaseUrl(url, env.SVC_URL ? "SVC_URL" : `the URL of profile "${chosen}"`), role, secret };
 }
@@ -86,6 +92,16 @@ function roleInEffect(env: NodeJS.ProcessEnv, stored: Partial<Profile>): Role | 
 }
 
 const ownSecret = (stored: Partial<Profile>, role: Role | undefined) => (stored.role === role ? stored.secret : undefined);
+
+/** Whether two base URLs name the same server (scheme, host and port); false when either is not a URL. */
+function sameOrigin(a: string, b: string | undefined): boolean {
+  if (b === undefined) return false;
+  try {
+    return new URL(a).origin === new URL(b).origin;
+  } catch {
+    return false;
+  }
+}
 
 /** A server base URL as given (--url, SVC_URL, a profile): http:// or https://, without trailing slashes. */
 export function checkBaseUrl(url: string, what: string): string {
