@@ -1,7 +1,7 @@
 // The container registry: built-in images, renters' requests, admin review
 // (audited), and isImageApproved for custom_container jobs.
 import { describe, expect, it } from "vitest";
-import { BUILTIN_IMAGES, isImageApproved } from "../../src/domain/jobs/registry.js";
+import { BUILTIN_IMAGES, isImageApproved, MAX_PENDING_IMAGE_REQUESTS } from "../../src/domain/jobs/registry.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { useTestServer } from "../helpers/server.js";
@@ -42,6 +42,22 @@ describe("container registry", () => {
     expect(builtin.status).toBe(409);
     const digest = `ghcr.io/acme/app@sha256:${"a".repeat(64)}`;
     expect((await api.post("/api/registry/requests", { image: digest }, renter.headers)).status).toBe(201);
+  });
+
+  it("holds a renter to MAX_PENDING_IMAGE_REQUESTS waiting for review, concurrent requests included; a review makes room", async () => {
+    const renter = await makeRenter(srv, 0);
+    const ask = (i: number) => api.post("/api/registry/requests", { image: `registry.example.com/team/img${i}:1.0.${i}`, reason: "needed" }, renter.headers);
+    const replies = await Promise.all(Array.from({ length: MAX_PENDING_IMAGE_REQUESTS + 5 }, (_, i) => ask(i)));
+    expect(replies.filter((r) => r.status === 201)).toHaveLength(MAX_PENDING_IMAGE_REQUESTS);
+    const refused = replies.filter((r) => r.status !== 201);
+    expect(refused.map((r) => r.status)).toEqual(Array(5).fill(409));
+    expect(refused[0].body.error).toMatch(/20 image requests waiting for review, the most one account may have/);
+    // Another renter is not affected; a reviewed request frees a place.
+    expect((await api.post("/api/registry/requests", { image: "registry.example.com/other/x:1.0.0" }, (await makeRenter(srv, 0)).headers)).status).toBe(201);
+    const { id } = replies.find((r) => r.status === 201)!.body;
+    expect((await api.post(`/api/admin/registry/requests/${id}/reject`, { note: "not needed" }, ADMIN)).status).toBe(200);
+    expect((await ask(100)).status).toBe(201);
+    expect((await ask(101)).status).toBe(409);
   });
 
   it("lets a renter request, see only their own requests, and an admin approve or reject (audited)", async () => {

@@ -106,8 +106,24 @@ export interface ImageRequestRow {
   reviewed_at: Date | null;
 }
 
+/**
+ * How many requests one renter may have waiting for review at once: each is an admin's work, and
+ * they cost the renter nothing, so without a bound one account could fill the review queue.
+ */
+export const MAX_PENDING_IMAGE_REQUESTS = 20;
+
+/** Advisory-lock namespace of a renter's image requests (two-key form: the renter id is the second key). */
+const REQUEST_LOCK_NS = 0x7269;
+
 export async function requestImage(tx: Tx, renterId: number, image: string, reason: string | undefined): Promise<ImageRequestRow> {
   if (await isImageApproved(tx, image)) throw conflict(`image ${image} is already approved`);
+  // One renter's requests one at a time, so that concurrent ones cannot pass the bound together.
+  await tx`SELECT pg_advisory_xact_lock(${REQUEST_LOCK_NS}, ${renterId % 2147483647}::int)`;
+  const [{ pending }] = await tx<{ pending: number }[]>`
+    SELECT count(*)::int AS pending FROM image_requests WHERE renter_id = ${renterId} AND status = 'pending'`;
+  if (pending >= MAX_PENDING_IMAGE_REQUESTS) {
+    throw conflict(`you have ${pending} image requests waiting for review, the most one account may have; request more once some are reviewed`);
+  }
   try {
     const [row] = await tx<ImageRequestRow[]>`
       INSERT INTO image_requests (image, renter_id, reason) VALUES (${image}, ${renterId}, ${reason ?? null}) RETURNING *`;
