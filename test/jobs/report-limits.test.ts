@@ -1,11 +1,12 @@
-// What one provider can store: at most MAX_LOG_LINES_PER_ATTEMPT log lines per
-// job attempt (past it lines are dropped, one notice line says so), no logs
+// What one provider can store: at most MAX_LOG_LINES_PER_ATTEMPT log lines and
+// MAX_LOG_CHARS_PER_ATTEMPT characters per job attempt (past either, lines are
+// dropped, one notice line says so), no logs
 // once the attempt ended more than 5 minutes ago (409), and at most 600
 // daemon events per provider per hour (429 with Retry-After). Both wires.
 import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { LOG_TRUNCATED_NOTICE, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/jobs/job-reports.js";
+import { LOG_TRUNCATED_NOTICE, MAX_LOG_CHARS_PER_ATTEMPT, MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/jobs/job-reports.js";
 import { MAX_EVENTS_PER_HOUR } from "../../src/domain/providers/daemon-events.js";
 import { MAX_LOG_LINES_READ } from "../../src/domain/jobs/jobs.js";
 import { openStream, useStreamServer } from "../daemon/grpc-stream.js";
@@ -62,6 +63,30 @@ describe("log lines per job attempt", () => {
     expect(read.body.logs.at(-2).message).toBe("line 9998");
     expect(read.body.logs.at(-1)).toMatchObject({ level: "warning", message: LOG_TRUNCATED_NOTICE });
     expect(LOG_TRUNCATED_NOTICE).toMatch(/10,000 lines/);
+  });
+
+  it("keeps at most MAX_LOG_CHARS_PER_ATTEMPT characters of messages: a read of the log is bounded in bytes, not only in lines", async () => {
+    const { renter, provider, jobId } = await runningJob();
+    const long = (i: number) => `${String(i).padStart(6, "0")} ${"x".repeat(MAX_LOG_LINE_CHARS - 7)}`;
+    const perCall = 50; // 800 KB a call, under the route's 1 MiB body limit
+    const fits = Math.floor(MAX_LOG_CHARS_PER_ATTEMPT / MAX_LOG_LINE_CHARS); // 256 lines
+    let kept = 0;
+    let dropped = 0;
+    for (let from = 0; from < 400; from += perCall) {
+      const r = await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: Array.from({ length: perCall }, (_, i) => long(from + i)) });
+      expect(r.status, r.text).toBe(200);
+      kept += r.body.count;
+      dropped += r.body.dropped;
+    }
+    expect(kept).toBe(fits);
+    expect(dropped).toBe(400 - fits);
+    // Once truncated, a short line is dropped too: the log does not go on after its notice.
+    expect((await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["short"] })).body).toMatchObject({ count: 0, dropped: 1 });
+    const read = await api.get(`/api/jobs/${jobId}/logs`, renter.headers);
+    expect(read.body.logs).toHaveLength(fits + 1);
+    expect(read.body.logs.at(-1)).toMatchObject({ level: "warning", message: LOG_TRUNCATED_NOTICE });
+    expect(read.text.length).toBeLessThan(MAX_LOG_CHARS_PER_ATTEMPT + 100_000);
+    expect(LOG_TRUNCATED_NOTICE).toMatch(/4,194,304 characters/);
   });
 
   it("a call that straddles the cap keeps what fits; the notice is written once", async () => {

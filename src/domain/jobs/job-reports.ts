@@ -414,15 +414,23 @@ function logLine(v: JsonValue, i: number): { level: string; message: string } {
 
 /** Lines stored per job attempt, the truncation notice included: what a read returns (one constant). */
 export const MAX_LOG_LINES_PER_ATTEMPT = MAX_LOG_LINES_READ;
+/**
+ * Characters of messages stored per job attempt (4 MiB of ASCII): with the line bound, what one read
+ * of its log answers (10,000 lines of 16,384 characters would be 160 MB in one answer).
+ */
+export const MAX_LOG_CHARS_PER_ATTEMPT = 4 * 1024 * 1024;
 /** Daemons flush their last lines shortly after the result: logs are taken this long after the attempt ended. */
 export const LOG_GRACE_AFTER_END_MINUTES = 5;
-export const LOG_TRUNCATED_NOTICE = `log truncated: at most ${MAX_LOG_LINES_PER_ATTEMPT.toLocaleString("en-US")} lines are kept per job attempt; later lines were dropped`;
+export const LOG_TRUNCATED_NOTICE =
+  `log truncated: at most ${MAX_LOG_LINES_PER_ATTEMPT.toLocaleString("en-US")} lines and ` +
+  `${MAX_LOG_CHARS_PER_ATTEMPT.toLocaleString("en-US")} characters are kept per job attempt; later lines were dropped`;
 /** Advisory-lock namespace: appends to one job run one at a time, so the per-attempt cap holds. */
 const LOG_LOCK_NS = 0x7633;
 
 /**
  * Appends log lines to the job's current attempt. Lines past the per-attempt
- * cap are dropped (one notice line says so); lines come up to
+ * bounds (lines, characters) are dropped, and every line after them (one
+ * notice line says so); lines come up to
  * LOG_GRACE_AFTER_END_MINUTES after the attempt ended, later ones are 409.
  * `count` is the number of lines kept.
  */
@@ -462,14 +470,31 @@ export async function appendLogs(
   return sql.begin(async (tx) => {
     if (unconfirmed) await confirmPickup(tx, providerId, job.job_id);
     await tx`SELECT pg_advisory_xact_lock(${LOG_LOCK_NS}, ${job.id % 2147483647}::int)`;
-    const [{ stored }] = await tx<{ stored: number }[]>`
-      SELECT count(*)::int AS stored FROM (
-        SELECT 1 FROM job_logs WHERE job_id = ${job.id} AND attempt = ${attempt} LIMIT ${MAX_LOG_LINES_PER_ATTEMPT}) s`;
-    // Room for daemon lines keeps one line free for the notice; a full attempt already holds it.
-    const room = stored >= MAX_LOG_LINES_PER_ATTEMPT ? 0 : MAX_LOG_LINES_PER_ATTEMPT - 1 - stored;
-    const kept = lines.slice(0, room);
+    const [{ stored, chars, truncated }] = await tx<{ stored: number; chars: number; truncated: boolean }[]>`
+      SELECT (SELECT count(*)::int FROM (
+                SELECT 1 FROM job_logs WHERE job_id = ${job.id} AND attempt = ${attempt} LIMIT ${MAX_LOG_LINES_PER_ATTEMPT}) s) AS stored,
+             coalesce(a.log_chars, 0) AS chars, coalesce(a.log_truncated, false) AS truncated
+      FROM (SELECT 1) one LEFT JOIN job_attempts a ON a.job_id = ${job.id} AND a.attempt = ${attempt}`;
+    // Room for daemon lines keeps one line free for the notice; a truncated attempt already holds it.
+    let room = truncated || stored >= MAX_LOG_LINES_PER_ATTEMPT ? 0 : MAX_LOG_LINES_PER_ATTEMPT - 1 - stored;
+    let roomChars = MAX_LOG_CHARS_PER_ATTEMPT - Number(chars);
+    const kept: { level: string; message: string }[] = [];
+    for (const l of lines) {
+      if (room === 0 || l.message.length > roomChars) break;
+      kept.push(l);
+      room--;
+      roomChars -= l.message.length;
+    }
     const dropped = lines.length - kept.length;
-    if (dropped > 0 && stored < MAX_LOG_LINES_PER_ATTEMPT) kept.push({ level: "warning", message: LOG_TRUNCATED_NOTICE });
+    const keptChars = kept.reduce((n, l) => n + l.message.length, 0);
+    // The notice once: an attempt at the line bound holds it already (it fills the line kept free for it).
+    const truncating = dropped > 0 && !truncated && stored < MAX_LOG_LINES_PER_ATTEMPT;
+    if (truncating) kept.push({ level: "warning", message: LOG_TRUNCATED_NOTICE });
+    if (keptChars > 0 || truncating) {
+      await tx`
+        UPDATE job_attempts SET log_chars = log_chars + ${keptChars}, log_truncated = log_truncated OR ${truncating}
+        WHERE job_id = ${job.id} AND attempt = ${attempt}`;
+    }
     if (kept.length > 0) {
       await tx`
         INSERT INTO job_logs (job_id, attempt, level, message)
