@@ -11,7 +11,9 @@ import type { Logger } from "../log.js";
 import {
   JOB_WATCH_CHANNEL,
   WATCH_LOG_PAGE,
+  WATCH_LOG_PAGE_CHARS,
   changeEvents,
+  isFullPage,
   logEvent,
   outcomeEvent,
   readJobChanges,
@@ -26,6 +28,16 @@ import { failureLevel } from "../errors.js";
 
 /** Events a watcher may have waiting before it is cut off (it resumes from its last cursor). */
 export const MAX_QUEUED_EVENTS = 4 * WATCH_LOG_PAGE;
+/**
+ * Characters of log messages a watcher may have waiting, likewise: a reader that stops reading
+ * pins what is queued for it (lines of up to 16,384 characters each).
+ */
+export const MAX_QUEUED_LOG_CHARS = 4 * WATCH_LOG_PAGE_CHARS;
+/**
+ * Watches one account (a renter, a provider) may hold open in one process at once: each holds a
+ * connection, a watcher and what is queued for it until the job ends.
+ */
+export const MAX_WATCHES_PER_ACCOUNT = 32;
 /** How often a queued job's reason is read again (it changes with providers, which send no notice). */
 const QUEUE_REFRESH_MS = 10_000;
 /** Longest wait for slow watchers to take a page of log lines before the next page is read. */
@@ -44,9 +56,21 @@ function scoped(s: WatchState, own: Set<number>): WatchState {
   return { ...s, attempts, attemptsKey: JSON.stringify(attempts.map((a) => [a.attempt, a.status, a.endedAt, a.endReason, String(a.costHalala)])) };
 }
 
-class Watcher {
+/** The characters of a log event's message (what a queued event holds that can be large). */
+const logChars = (e: JobEventInit): number => (e.event?.case === "log" ? (e.event.value.message?.length ?? 0) : 0);
+
+/** Whose watches count together against MAX_WATCHES_PER_ACCOUNT; none for an admin. */
+function accountOf(reader: JobReader): string | undefined {
+  if (reader.role === "renter") return `renter:${reader.renterId}`;
+  if (reader.role === "provider") return `provider:${reader.providerId}`;
+  return undefined;
+}
+
+/** One watch's queue of events (exported for tests). */
+export class Watcher {
   private readonly queue: JobEventInit[] = [];
   private head = 0;
+  private queuedChars = 0;
   private wake: (() => void) | undefined;
   private drained: (() => void) | undefined;
   /** Snapshot not yet sent. */
@@ -66,11 +90,13 @@ class Watcher {
 
   push(e: JobEventInit): void {
     if (this.done) return;
-    if (this.queued >= MAX_QUEUED_EVENTS) {
+    const chars = logChars(e);
+    if (this.queued >= MAX_QUEUED_EVENTS || (this.queued > 0 && this.queuedChars + chars > MAX_QUEUED_LOG_CHARS)) {
       this.finish(new ConnectError(`this watcher fell behind the job's events; watch again from cursor ${this.lastCursor()}`, Code.ResourceExhausted));
       return;
     }
     this.queue.push(e);
+    this.queuedChars += chars;
     this.notify();
   }
 
@@ -82,7 +108,7 @@ class Watcher {
     if (this.done) return;
     this.done = true;
     this.error = error;
-    if (error) this.queue.length = this.head = 0;
+    if (error) this.queue.length = this.head = this.queuedChars = 0;
     this.notify();
     this.drained?.();
   }
@@ -96,11 +122,12 @@ class Watcher {
   take(): JobEventInit | undefined {
     if (this.head >= this.queue.length) return undefined;
     const e = this.queue[this.head++];
+    this.queuedChars -= logChars(e);
     if (this.head > 1024 && this.head * 2 > this.queue.length) {
       this.queue.splice(0, this.head);
       this.head = 0;
     }
-    if (this.queued < WATCH_LOG_PAGE) this.drained?.();
+    if (this.belowAPage()) this.drained?.();
     return e;
   }
 
@@ -116,9 +143,14 @@ class Watcher {
     });
   }
 
-  /** Resolves once fewer than a page of events wait (or the watcher ended). */
+  /** Less than a page waits: fewer events than a page holds, and fewer characters. */
+  private belowAPage(): boolean {
+    return this.queued < WATCH_LOG_PAGE && this.queuedChars < WATCH_LOG_PAGE_CHARS;
+  }
+
+  /** Resolves once less than a page of events waits (or the watcher ended). */
   untilDrained(): Promise<void> {
-    if (this.done || this.queued < WATCH_LOG_PAGE) return Promise.resolve();
+    if (this.done || this.belowAPage()) return Promise.resolve();
     return new Promise((resolve) => {
       const drained = () => {
         this.drained = undefined;
@@ -139,6 +171,8 @@ class Feed {
 
 export class JobWatchHub {
   private readonly feeds = new Map<number, Feed>();
+  /** Open watches by account (accountOf). */
+  private readonly perAccount = new Map<string, number>();
   private started: Promise<void> | undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private listens = 0;
@@ -164,6 +198,24 @@ export class JobWatchHub {
    * sent, or `signal` aborts.
    */
   async *watch(id: number, reader: JobReader, cursor: number, signal: AbortSignal): AsyncGenerator<JobEventInit> {
+    const account = accountOf(reader);
+    const open = account === undefined ? 0 : (this.perAccount.get(account) ?? 0);
+    if (open >= MAX_WATCHES_PER_ACCOUNT) {
+      throw new ConnectError(`at most ${MAX_WATCHES_PER_ACCOUNT} job watches may be open at once; close one, or watch again later`, Code.ResourceExhausted);
+    }
+    if (account !== undefined) this.perAccount.set(account, open + 1);
+    try {
+      yield* this.follow(id, reader, cursor, signal);
+    } finally {
+      if (account !== undefined) {
+        const left = (this.perAccount.get(account) ?? 1) - 1;
+        if (left > 0) this.perAccount.set(account, left);
+        else this.perAccount.delete(account);
+      }
+    }
+  }
+
+  private async *follow(id: number, reader: JobReader, cursor: number, signal: AbortSignal): AsyncGenerator<JobEventInit> {
     await this.start();
     const w = new Watcher(cursor, reader);
     let feed = this.feeds.get(id);
@@ -244,7 +296,7 @@ export class JobWatchHub {
           break;
         }
         const next = watchState(c);
-        const pageFull = c.logs.length >= WATCH_LOG_PAGE;
+        const pageFull = isFullPage(c.logs);
         // Events are made once per read and handed to every watcher as the same objects (serialized
         // once, event-stream.ts); only those that carry a watcher's own cursor are made per cursor.
         const lines = c.logs.map(logEvent);

@@ -11,7 +11,8 @@ import { JobEventSchema } from "../../gen/svc/v1/jobs_pb.js";
 import { ADMIN_TOKEN, HMAC_SECRET, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { jobWatchHub } from "../../src/workers/job-watch.js";
+import { jobWatchHub, MAX_QUEUED_LOG_CHARS, MAX_WATCHES_PER_ACCOUNT, Watcher } from "../../src/workers/job-watch.js";
+import { isFullPage, readJobChanges, WATCH_LOG_PAGE_CHARS } from "../../src/domain/jobs/job-watch.js";
 import { clearMarketplace } from "./helpers.js";
 import { jobClient, openSse, watchAll, type SseEvent } from "./watch-helpers.js";
 
@@ -243,12 +244,67 @@ describe("WatchJob and GET /api/jobs/{id}/events", () => {
     again.cut();
   });
 
+  it("an account holds at most MAX_WATCHES_PER_ACCOUNT watches open at once: the next is 429 before it starts; closing one makes room", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    const url = `${srv.url}/api/jobs/${jobId}/events`;
+    const open = await Promise.all(Array.from({ length: MAX_WATCHES_PER_ACCOUNT }, () => openSse(url, renter.headers)));
+    await Promise.all(open.map((s) => s.until((es) => es.length >= 1)));
+    const refused = await openSse(url, renter.headers);
+    expect(refused.status).toBe(429);
+    expect(refused.errorBody.error).toMatch(/at most 32 job watches may be open at once/);
+    const grpc = grpcWatch(renter.headers, jobId);
+    await expect(grpc.done).rejects.toMatchObject({ code: Code.ResourceExhausted });
+    // The job's provider and another renter are not held back by this renter's watches.
+    expect((await openSse(url, provider.headers)).status).toBe(200);
+    open[0].cut();
+    await expect.poll(async () => {
+      const again = await openSse(url, renter.headers);
+      again.cut();
+      return again.status;
+    }, { timeout: 5_000 }).toBe(200);
+    for (const s of open) s.cut();
+  });
+
+  it("a job's lines are read and sent in pages bounded in characters too: a watcher of a long log gets every line", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    await api.get(`/api/providers/${provider.key}/jobs`);
+    // 250 lines of 16,000 characters: 4 M characters (under what an attempt keeps), four pages.
+    const line = (i: number) => `${String(i).padStart(4, "0")} ${"y".repeat(15_995)}`;
+    for (let from = 0; from < 250; from += 50) expect((await logs(srv.url, provider, jobId, Array.from({ length: 50 }, (_, i) => line(from + i)))).status).toBe(200);
+    const [{ id }] = await srv.sql`SELECT id FROM jobs WHERE job_id = ${jobId}`;
+    const page = (await readJobChanges(srv.sql, Number(id), 0))!.logs;
+    expect(page.length).toBe(Math.ceil(WATCH_LOG_PAGE_CHARS / 16_000));
+    expect(isFullPage(page)).toBe(true);
+    const sse = await openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers);
+    await sse.until((es) => es.filter((e) => e.event === "log").length === 250);
+    expect(logMessages(sse.events).map((m: string) => m.slice(0, 4))).toEqual(Array.from({ length: 250 }, (_, i) => String(i).padStart(4, "0")));
+    sse.cut();
+  });
+
+  it("a watcher whose reader stops taking is cut off once MAX_QUEUED_LOG_CHARS of lines wait, naming the cursor to resume from", () => {
+    const w = new Watcher(0, { role: "renter", renterId: 1 });
+    const line = (i: number) => ({ cursor: String(i), event: { case: "log" as const, value: { seq: BigInt(i), attempt: 1, level: "info", message: "z".repeat(16_000) } } });
+    let n = 1;
+    // A reader that keeps up: each line taken as it comes, however many.
+    for (; n <= 1_000; n++) {
+      w.push(line(n));
+      expect(w.take()).toBeDefined();
+    }
+    // One that stops: lines wait until their characters pass the bound.
+    while (!w.done) w.push(line(n++));
+    expect(n - 1_001).toBe(Math.floor(MAX_QUEUED_LOG_CHARS / 16_000) + 1);
+    expect(w.error?.code).toBe(Code.ResourceExhausted);
+    expect(w.error?.message).toMatch(/watch again from cursor 1000/);
+  });
+
   it("many watchers of one job in a process cost one read per change, not one per watcher", async () => {
     const { renter, provider, jobId } = await assignedJob();
     await api.get(`/api/providers/${provider.key}/jobs`);
     const hub = jobWatchHub(srv.app.sql, srv.app.deps.log);
+    // The renter's own (at most MAX_WATCHES_PER_ACCOUNT) and admins' (not counted per account).
     const WATCHERS = 40;
-    const streams = await Promise.all(Array.from({ length: WATCHERS }, () => openSse(`${srv.url}/api/jobs/${jobId}/events`, renter.headers)));
+    const headers = (i: number) => (i < MAX_WATCHES_PER_ACCOUNT ? renter.headers : { "x-admin-token": ADMIN_TOKEN });
+    const streams = await Promise.all(Array.from({ length: WATCHERS }, (_, i) => openSse(`${srv.url}/api/jobs/${jobId}/events`, headers(i))));
     await Promise.all(streams.map((s) => s.until((es) => es.length >= 1)));
     expect(hub.watchers).toBeGreaterThanOrEqual(WATCHERS);
     const before = hub.reads;

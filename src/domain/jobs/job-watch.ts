@@ -18,6 +18,16 @@ type AttemptInit = MessageInitShape<typeof JobAttemptSchema>;
 export const JOB_WATCH_CHANNEL = "svc_job_watch";
 /** Log lines read per round: a job with more is read in several, each delivered before the next. */
 export const WATCH_LOG_PAGE = 1000;
+/**
+ * Characters of log messages read per round, likewise (a page holds at least one line, and ends
+ * with the line that reaches this): lines are up to 16,384 characters, so a page of 1,000 could
+ * be 16 M characters for each watcher to hold while it is sent.
+ */
+export const WATCH_LOG_PAGE_CHARS = 1024 * 1024;
+
+/** Whether a read's lines are a whole page (more may follow at once): by count or by characters. */
+export const isFullPage = (logs: { message: string }[]): boolean =>
+  logs.length >= WATCH_LOG_PAGE || logs.reduce((n, l) => n + l.message.length, 0) >= WATCH_LOG_PAGE_CHARS;
 
 export interface WatchLogLine {
   id: number;
@@ -49,7 +59,7 @@ export type WatchedJob = Omit<JobRow, "result" | "task_spec" | "params" | "metri
 export interface JobChanges {
   job: WatchedJob;
   attempts: WatchAttempt[];
-  /** Lines with id > the cursor asked for, at most WATCH_LOG_PAGE, in order. */
+  /** Lines with id > the cursor asked for, at most a page (WATCH_LOG_PAGE, WATCH_LOG_PAGE_CHARS), in order. */
   logs: WatchLogLine[];
   /** Set while queued. */
   queue?: QueueReason;
@@ -77,8 +87,11 @@ export async function readJobChanges(db: Db, id: number, afterLogId: number): Pr
              SELECT attempt, provider_id, status, assigned_at, started_at, ended_at, end_reason, fault, cost_halala, error
              FROM job_attempts WHERE job_id = j.id) a), '[]') AS attempts_json,
            coalesce((SELECT json_agg(l ORDER BY l.id) FROM (
-             SELECT id, attempt, level, message, created_at FROM job_logs
-             WHERE job_id = j.id AND id > ${afterLogId} ORDER BY id LIMIT ${WATCH_LOG_PAGE}) l), '[]') AS logs_json
+             SELECT id, attempt, level, message, created_at FROM (
+               SELECT p.*, sum(length(p.message)) OVER (ORDER BY p.id) - length(p.message) AS chars_before FROM (
+                 SELECT id, attempt, level, message, created_at FROM job_logs
+                 WHERE job_id = j.id AND id > ${afterLogId} ORDER BY id LIMIT ${WATCH_LOG_PAGE}) p) c
+             WHERE c.chars_before < ${WATCH_LOG_PAGE_CHARS}) l), '[]') AS logs_json
     FROM jobs j WHERE j.id = ${id}`;
   if (!row) return undefined;
   const { attempts_json, logs_json, ...job } = row;
