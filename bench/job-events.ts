@@ -7,7 +7,8 @@
 //   `--processes` servers (the build) with rate limits off.
 // - One provider (approved, online, one GPU per job) runs `--jobs` jobs.
 // - `--watchers` SSE connections per process (GET /api/jobs/{id}/events),
-//   spread evenly over the jobs, so each job is watched from every process.
+//   spread evenly over the jobs, so each job is watched from every process;
+//   an operator's (the admin token: a renter holds at most 32 per process).
 // - A reporter posts one log line per job every `--interval` ms (the legacy
 //   daemon route), alternating between the processes: most watchers hear of a
 //   line written by another process (LISTEN/NOTIFY).
@@ -54,12 +55,12 @@ interface Watcher {
 const LINE = /"message":"L(\d+):(\d+)"/;
 
 /** One SSE watcher; `onLine(job, index)` is called as each line is parsed. */
-function watch(port: number, jobId: string, job: number, key: string, onLine: (job: number, index: number) => void): Watcher {
+function watch(port: number, jobId: string, job: number, onLine: (job: number, index: number) => void): Watcher {
   const w = { job, lines: [] as number[], outcome: false } as Watcher;
   let ready!: () => void;
   w.ready = new Promise((r) => (ready = r));
   w.ended = new Promise((resolve, reject) => {
-    const req = http.get({ host: "127.0.0.1", port, path: `/api/jobs/${jobId}/events`, headers: { "x-renter-key": key }, agent }, (res) => {
+    const req = http.get({ host: "127.0.0.1", port, path: `/api/jobs/${jobId}/events`, headers: { "x-admin-token": ADMIN_TOKEN }, agent }, (res) => {
       if (res.statusCode !== 200) return reject(new Error(`watch: ${res.statusCode}`));
       res.setEncoding("utf8");
       let buf = "";
@@ -128,7 +129,7 @@ async function main() {
     await pool(WATCHERS * PROCESSES, 32, async (i) => {
       const p = i % PROCESSES;
       const job = Math.floor(i / PROCESSES) % JOBS;
-      const w = watch(ports[p], jobIds[job], job, rk, onLine);
+      const w = watch(ports[p], jobIds[job], job, onLine);
       w.ended.catch((err) => note(`watcher failed: ${err.message}`));
       watchers.push(w);
       await w.ready;
