@@ -90,6 +90,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     log,
     keyRowCounter: limits?.keyRowCounter,
     streamBeatLimit: limits?.streamBeatLimit,
+    streamWriteLimit: limits?.streamWriteLimit,
     offerWork: (ids) => offerWorkToEach(sql, log, ids),
     metrics,
   };

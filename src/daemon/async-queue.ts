@@ -1,11 +1,18 @@
-// A small unbounded async queue: producers push, one consumer iterates until
-// the queue is closed (then the remaining items are still delivered). Used
-// for the outgoing side of bidirectional streams, on the server and in the
-// TypeScript daemon.
+// A small async queue: producers push, one consumer iterates until the queue
+// is closed (then the remaining items are still delivered). Used for the
+// outgoing side of bidirectional streams, on the server and in the TypeScript
+// daemon. A push always succeeds; a producer that can wait (one that reads
+// what it answers from the other side) awaits room() first, so that a
+// consumer that stops taking items holds back that producer instead of
+// letting the queue grow.
 export class AsyncQueue<T> implements AsyncIterable<T> {
   private items: T[] = [];
   private waiter: (() => void) | undefined;
+  private roomWaiters: (() => void)[] = [];
   private closed = false;
+
+  /** `highWater`: room() waits while this many items are queued (unbounded when not given). */
+  constructor(private readonly highWater = Infinity) {}
 
   push(item: T): boolean {
     if (this.closed) return false;
@@ -17,10 +24,24 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
   close(): void {
     this.closed = true;
     this.wake();
+    this.freeRoom();
   }
 
   get isClosed(): boolean {
     return this.closed;
+  }
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  /**
+   * Resolves at once while fewer than highWater items are queued; else once the consumer has
+   * taken the queue down to half of it, or the queue is closed.
+   */
+  room(): Promise<void> {
+    if (this.closed || this.items.length < this.highWater) return Promise.resolve();
+    return new Promise((resolve) => this.roomWaiters.push(resolve));
   }
 
   private wake() {
@@ -29,9 +50,19 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     w?.();
   }
 
+  private freeRoom() {
+    const waiters = this.roomWaiters;
+    this.roomWaiters = [];
+    for (const w of waiters) w();
+  }
+
   async *[Symbol.asyncIterator](): AsyncIterator<T> {
     for (;;) {
-      while (this.items.length > 0) yield this.items.shift()!;
+      while (this.items.length > 0) {
+        const item = this.items.shift()!;
+        if (this.roomWaiters.length > 0 && this.items.length <= this.highWater / 2) this.freeRoom();
+        yield item;
+      }
       if (this.closed) return;
       await new Promise<void>((resolve) => (this.waiter = resolve));
     }

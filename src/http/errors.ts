@@ -18,6 +18,7 @@ const CODE_FOR_STATUS: Record<number, Code> = {
   405: Code.Unimplemented,
   409: Code.AlreadyExists,
   410: Code.FailedPrecondition,
+  412: Code.FailedPrecondition,
   413: Code.ResourceExhausted,
   415: Code.InvalidArgument,
   429: Code.ResourceExhausted,

@@ -133,6 +133,8 @@ export interface RateLimits {
   keyRowCounter(method: DescMethod): KeyRowCounter | undefined;
   /** The heartbeat row as it applies to each daemon stream's heartbeat messages (Deps.streamBeatLimit). */
   streamBeatLimit: { points: number; durationSec: number };
+  /** The default row as it applies to each daemon stream's other reports (Deps.streamWriteLimit). */
+  streamWriteLimit: { points: number; durationSec: number };
   /** Counts one request of `row` for this caller; throws the 429. */
   check(row: RateLimitName, clientIp: string, authenticatedRenterKey?: string): Promise<void>;
   /**
@@ -276,6 +278,7 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       return next(req);
     },
     streamBeatLimit: { points: rows.heartbeat.points, durationSec: rows.heartbeat.durationSec },
+    streamWriteLimit: { points: rows.default.points, durationSec: rows.default.durationSec },
     keyRowCounter(method) {
       const name = rowNameOf(getOption(method, routeOption).rateLimit);
       if (rows[name]?.per !== "renter_key") return undefined;

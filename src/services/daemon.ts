@@ -59,6 +59,20 @@ const DRAIN_RECONNECT_MS = 1000;
  * second ends (the latest wins), or before the job's result.
  */
 export const PROGRESS_WRITES_PER_SECOND = 10;
+/**
+ * Answers one stream holds for its daemon at most before it stops reading the daemon's reports
+ * (HTTP/2 flow control then holds the daemon back) until it has taken half of them. Answers are
+ * small (acks, refusals: a few hundred bytes each), so a daemon that never reads costs its stream
+ * well under a megabyte. Pushes (jobs, cancels, settings) are queued whatever: they come at the
+ * pace of the provider's assignments, not of what the daemon sends.
+ */
+export const OUT_QUEUE_HIGH_WATER = 1000;
+/**
+ * Reports with a budget of their own: heartbeats (the heartbeat row, per stream), progress
+ * (PROGRESS_WRITES_PER_SECOND), log lines and events (per attempt and per provider, in their
+ * domain functions). Every other message counts against the stream's writes (Deps.streamWriteLimit).
+ */
+const OWN_BUDGET: ReadonlySet<DaemonMessage["kind"]["case"]> = new Set(["heartbeat", "progress", "logs", "event"]);
 
 type ProgressReport = { jobId: string; progressPct?: number; phase?: string; attempt?: number };
 
@@ -85,38 +99,39 @@ function errorCode(thrown: unknown): string {
 }
 
 /**
- * The heartbeat row of the rate table applied to one stream's heartbeat
- * messages: at most `points` in a window of `durationSec` that starts with the
- * first beat after the last window ended (a fixed window, as the HTTP rows
- * count). A beat over it is refused before any work is done for it.
+ * A row of the rate table applied to one stream's messages: at most `points`
+ * in a window of `durationSec` that starts with the first message after the
+ * last window ended (a fixed window, as the HTTP rows count). A message over
+ * it is refused before any work is done for it.
  */
-class BeatWindow {
+class StreamWindow {
   private start = -Infinity;
   private count = 0;
 
-  constructor(private readonly limit: { points: number; durationSec: number }) {}
+  constructor(readonly limit: { points: number; durationSec: number }) {}
 
-  /** Counts a beat at `now` (ms); throws the 429 when the window is full. */
-  take(now: number): void {
-    const windowMs = this.limit.durationSec * 1000;
-    if (now - this.start >= windowMs) {
+  /** Counts a message at `now` (ms); false when the window is full. */
+  take(now: number): boolean {
+    if (now - this.start >= this.limit.durationSec * 1000) {
       this.start = now;
       this.count = 0;
     }
-    if (this.count < this.limit.points) {
-      this.count++;
-      return;
-    }
-    const retry = Math.max(1, Math.ceil((this.start + windowMs - now) / 1000));
-    throw apiError(429, `too many heartbeats on this stream: at most ${this.limit.points} per ${this.limit.durationSec} s; beat again in ${retry} s`, {
-      "Retry-After": String(retry),
-    });
+    if (this.count >= this.limit.points) return false;
+    this.count++;
+    return true;
+  }
+
+  /** Counts a message at `now` (ms); throws the 429 when the window is full, `refusal` its message. */
+  takeOrThrow(now: number, refusal: (retrySeconds: number) => string): void {
+    if (this.take(now)) return;
+    const retry = Math.max(1, Math.ceil((this.start + this.limit.durationSec * 1000 - now) / 1000));
+    throw apiError(429, refusal(retry), { "Retry-After": String(retry) });
   }
 }
 
 /** One connected daemon: what it was sent, and the handling of what it sends. */
 class StreamSession {
-  readonly out = new AsyncQueue<Out>();
+  readonly out = new AsyncQueue<Out>(OUT_QUEUE_HIGH_WATER);
   /** Jobs this stream has handed to the daemon (or the daemon said it runs): never pushed twice. */
   private readonly delivered = new DeliveredJobs();
   private lastSettings = "";
@@ -124,8 +139,14 @@ class StreamSession {
   private keyMismatch = false;
   /** Pushes triggered by notices run one at a time, in the order the notices came. */
   private chain: Promise<void> = Promise.resolve();
-  /** Undefined when rate limits are off. */
-  private readonly beats: BeatWindow | undefined;
+  /** Undefined when rate limits are off (and so are the next two). */
+  private readonly beats: StreamWindow | undefined;
+  /** The stream's reports without a budget of their own (OWN_BUDGET). */
+  private readonly writes: StreamWindow | undefined;
+  /** Refusals answered with a StreamError, but for results': past it, a refused report gets no answer. */
+  private readonly refusals: StreamWindow | undefined;
+  /** False once the hello's attestation key was not registered: results are then taken unattested. */
+  private attesting = true;
   /** Per job: the second its progress writes are counted in, their count, and the report waiting for the next second. */
   private readonly progress = new Map<string, { second: number; writes: number; waiting?: ProgressReport; timer?: NodeJS.Timeout }>();
   /** The hub's generation when this stream last read its provider whole; undefined: read at the next beat. */
@@ -142,7 +163,9 @@ class StreamSession {
     /** The address the daemon connects from: where a port it serves on is reached, unless it says otherwise. */
     private readonly clientIp: string,
   ) {
-    this.beats = deps.streamBeatLimit && new BeatWindow(deps.streamBeatLimit);
+    this.beats = deps.streamBeatLimit && new StreamWindow(deps.streamBeatLimit);
+    this.writes = deps.streamWriteLimit && new StreamWindow(deps.streamWriteLimit);
+    this.refusals = deps.streamWriteLimit && new StreamWindow(deps.streamWriteLimit);
   }
 
   private send(m: Out) {
@@ -152,6 +175,9 @@ class StreamSession {
   private fail(err: unknown, jobId = "", report = "") {
     const e = toHttpError(err);
     if (e.status >= 500) this.deps.log[answeredLogLevel(err, e)]({ err, providerId: this.providerId, jobId, report }, "daemon stream report failed");
+    // A refused result is always answered: the daemon keeps it until it is acknowledged or refused.
+    // Other refusals are answered at a bounded rate, so that they cannot fill the queue themselves.
+    if (!(report === "result" && jobId) && this.refusals?.take(Date.now()) === false) return;
     this.send({ kind: { case: "error", value: { code: errorCode(err), message: e.message, jobId, report } } });
   }
 
@@ -233,7 +259,13 @@ class StreamSession {
     if (mismatch) this.deps.log.warn({ providerId: this.providerId }, "daemon pinned another task-signing key; provider kept out of dispatch");
     await recordTaskKeyCheck(sql, this.providerId, mismatch);
     // The daemon's attestation key: registered on first connect, checked against each result it signs.
-    if (hello.providerKey) await registerProviderKey(sql, this.providerId, hello.providerKey).catch((err) => this.fail(err, "", "hello"));
+    // Not registered (past the provider's cap, say): its results are taken unattested, as from a daemon without a key.
+    if (hello.providerKey) {
+      await registerProviderKey(sql, this.providerId, hello.providerKey).catch((err) => {
+        this.attesting = false;
+        this.fail(err, "", "hello");
+      });
+    }
     await recordDeclaredJobTypes(this.deps, this.providerId, hello.supportedJobTypes);
     const provider = await providerById(sql, this.providerId);
     const settings = settingsOf(provider);
@@ -369,17 +401,33 @@ class StreamSession {
     this.progress.clear();
   }
 
+  /** Counts a message against its stream budget (heartbeats', or the writes'); throws the 429 past it. */
+  private takeBudget(kind: DaemonMessage["kind"]["case"]): void {
+    const now = Date.now();
+    if (kind === "heartbeat" && this.beats) {
+      const { points, durationSec } = this.beats.limit;
+      this.beats.takeOrThrow(now, (retry) => `too many heartbeats on this stream: at most ${points} per ${durationSec} s; beat again in ${retry} s`);
+    } else if (!OWN_BUDGET.has(kind) && this.writes) {
+      const { points, durationSec } = this.writes.limit;
+      const what = kind ?? "empty";
+      this.writes.takeOrThrow(
+        now,
+        (retry) => `too many reports on this stream (this one: ${what}): at most ${points} per ${durationSec} s besides heartbeats, progress, logs and events; send again in ${retry} s`,
+      );
+    }
+  }
+
   async handle(msg: DaemonMessage): Promise<void> {
     const { sql } = this.deps;
     const pid = this.providerId;
     const k = msg.kind;
     const jobId = "value" in k && k.value && "jobId" in k.value ? k.value.jobId : "";
     try {
+      this.takeBudget(k.case);
       // A NUL outside the machine's output (a job id, a fault) is refused, as on the JSON routes.
       refuseNul(DaemonMessageSchema, msg);
       switch (k.case) {
         case "heartbeat":
-          this.beats?.take(Date.now());
           this.send({ kind: { case: "heartbeatAck", value: await recordHeartbeat(this.deps, pid, k.value) } });
           this.deps.metrics?.heartbeat("stream");
           if (this.syncedAt === undefined || !this.hub.heardAllSince(this.syncedAt)) await this.refresh();
@@ -425,7 +473,7 @@ class StreamSession {
           await this.flushProgress(k.value.jobId);
           const r = k.value;
           const ack = await this.unlessRefused(r.jobId, async () => {
-            if (r.attestation) await recordAttestation(sql, pid, r.jobId, r.result, r.attestation);
+            if (r.attestation && this.attesting) await recordAttestation(sql, pid, r.jobId, r.result, r.attestation);
             return reportResult(sql, pid, {
               jobId: r.jobId,
               success: r.success,
@@ -499,6 +547,8 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
         // Reports are handled in order (logs before the result), beside the outgoing pushes.
         void (async () => {
           for (;;) {
+            // A daemon that does not read its answers is not read either (OUT_QUEUE_HIGH_WATER).
+            await session.out.room();
             const next = await iterator.next();
             if (next.done) break;
             await session.handle(next.value);
@@ -511,6 +561,8 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
           });
         yield* session.out;
       } finally {
+        // Nobody reads the answers any more: the loop reading reports must not wait for room.
+        session.out.close();
         deps.metrics?.daemonStreams.dec();
         ctx.signal.removeEventListener("abort", onShutdown);
         unsubscribe();

@@ -27,6 +27,11 @@ export interface Deps {
    * heartbeat row's (as on the JSON route, but counted per stream, in its process).
    */
   streamBeatLimit?: { points: number; durationSec: number };
+  /**
+   * Set when rate limits are on: the default row, as it applies to each daemon stream's reports
+   * that have no budget of their own (readiness, job reports, results), and to the refusals it answers.
+   */
+  streamWriteLimit?: { points: number; durationSec: number };
   /** Offers queued work to providers that became available (dispatch; never throws). */
   offerWork(providerIds: number[]): Promise<void>;
   /** The process's Prometheus metrics (absent in tools that build services without a server). */

@@ -15,6 +15,7 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { openStream, type TestStream } from "../daemon/grpc-stream.js";
 import { tempDir, waitFor, writeExecutable } from "../daemon/helpers.js";
 import { useTsDaemonServer } from "../daemon/ts-harness.js";
+import { PROVIDER_KEYS_MAX, PROVIDER_KEYS_PER_DAY } from "../../src/domain/providers/attestations.js";
 import { attestationStatement, ed25519Signer, keyIdOf, verifyReceipt, type GpuFacts, type PublishedKeys } from "../../src/shared/receipt.js";
 
 const h = useTsDaemonServer();
@@ -109,6 +110,52 @@ describe("provider attestation on the stream", { timeout: 60_000 }, () => {
       [keyIdOf("prv", k1.publicKey), keyIdOf("prv", k2.publicKey)].sort(),
     );
     expect((await keys(`?provider_id=${b.id}`)).provider_keys).toEqual([]);
+  });
+
+  it("caps a provider's new keys: past the cap the hello is refused, the stream stays open and its results are taken unattested", async () => {
+    const p = await makeProvider(h.srv);
+    const renter = await makeRenter(h.srv, 1_000);
+    // Connects at once: counted one after the other, none passes the cap with another.
+    const signers = Array.from({ length: PROVIDER_KEYS_PER_DAY + 2 }, newKey);
+    const opened = await Promise.all(signers.map((k) => connect(p.key, k.publicKey)));
+    const barrier = async (s: TestStream) => {
+      s.send({ case: "heartbeat", value: {} });
+      await s.next("heartbeatAck");
+    };
+    await Promise.all(opened.map(barrier));
+    const refused = opened.filter((s) => s.received.some((m) => m.kind.case === "error"));
+    expect(refused).toHaveLength(2);
+    for (const s of opened) if (!refused.includes(s)) s.cancel();
+    expect((await keys(`?provider_id=${p.id}`)).provider_keys).toHaveLength(PROVIDER_KEYS_PER_DAY);
+    const [s] = refused;
+    const e = (await s.next("error")) as { code: string; message: string; report: string };
+    expect(e).toMatchObject({ code: "failed_precondition", report: "hello" });
+    expect(e.message).toMatch(new RegExp(`at most ${PROVIDER_KEYS_PER_DAY} new attestation keys per 24 h`));
+    refused[1].cancel();
+
+    // Its stream works; a result signed with the key that was not registered is taken, unattested.
+    const job = await h.submit(renter, { job_type: "benchmark", params: { suite: "quick", iterations: 1 } });
+    expect((await s.next("job")).jobId).toBe(job.job_id);
+    s.send({ case: "jobAccepted", value: { jobId: job.job_id } });
+    const out = { suite: "quick" };
+    const signer = signers[opened.indexOf(s)];
+    s.send({ case: "result", value: { jobId: job.job_id, success: true, result: fromJson(ValueSchema, out), attestation: attestation(signer, job.job_id, out) as never } });
+    expect((await s.next("resultAck")).status).toBe("completed");
+    const file = (await h.api().get(`/api/jobs/${job.job_id}/receipt`, renter.headers)).body;
+    expect(file.receipt.provider_attestation).toMatchObject({ status: "none", reason: "not_attested" });
+
+    // A key registered before connects again past the cap; past the cap in all, a day later, no new one.
+    const again = await connect(p.key, signers.find((_, i) => !refused.includes(opened[i]))!.publicKey);
+    await barrier(again);
+    expect(again.received.filter((m) => m.kind.case === "error")).toEqual([]);
+    await h.srv.sql`UPDATE provider_keys SET registered_at = now() - interval '2 days' WHERE provider_id = ${p.id}`;
+    await h.srv.sql`
+      INSERT INTO provider_keys (key_id, provider_id, public_key, registered_at)
+      SELECT 'prv-old-' || ${p.id} || '-' || g, ${p.id}, 'old-' || ${p.id} || '-' || g, now() - interval '2 days'
+      FROM generate_series(1, ${PROVIDER_KEYS_MAX - PROVIDER_KEYS_PER_DAY}) g`;
+    const full = await connect(p.key, newKey().publicKey);
+    expect((await full.next("error")).message).toMatch(new RegExp(`at most ${PROVIDER_KEYS_MAX} attestation keys in all`));
+    for (const open of [s, again, full]) open.cancel();
   });
 });
 

@@ -14,6 +14,7 @@ import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { outputSha256, sha256Hex, verifyReceipt, type PublishedKeys } from "../../src/shared/receipt.js";
 import { canonicalJson } from "../../src/shared/task-signature.js";
+import { PROVIDER_KEYS_COUNTED } from "../../src/domain/money/receipts.js";
 
 let adminH: Record<string, string>;
 
@@ -397,5 +398,24 @@ describe("who reads a receipt", () => {
     expect(JSON.stringify(all)).not.toMatch(/seed/);
     expect((await api.get("/api/receipts/keys?limit=0")).body.error).toMatch(/limit/);
     expect((await api.get("/api/receipts/keys?provider_id=0")).body.error).toMatch(/provider_id/);
+  });
+
+  it("counts provider keys only so far: PROVIDER_KEYS_COUNTED, or one past the page asked for", async () => {
+    const p = await makeProvider(srv);
+    const n = PROVIDER_KEYS_COUNTED + 5;
+    await srv.sql`
+      INSERT INTO provider_keys (key_id, provider_id, public_key)
+      SELECT 'prv-count-' || ${p.id} || '-' || g, ${p.id}, 'count-' || ${p.id} || '-' || g FROM generate_series(1, ${n}) g`;
+    const page = async (q: string) => (await api.get(`/api/receipts/keys?provider_id=${p.id}&${q}`)).body;
+    // A first page: the count stops at the bound, which says that more follow.
+    const first = await page("limit=1");
+    expect(first.provider_keys).toHaveLength(1);
+    expect(first.provider_keys_total).toBe(PROVIDER_KEYS_COUNTED);
+    // A page near the end is counted past its end: the total is exact there.
+    const last = await page(`limit=10&offset=${n - 3}`);
+    expect(last.provider_keys).toHaveLength(3);
+    expect(last.provider_keys_total).toBe(n);
+    // Past the bound but short of the end: one past the page.
+    expect((await page(`limit=2&offset=${PROVIDER_KEYS_COUNTED}`)).provider_keys_total).toBe(PROVIDER_KEYS_COUNTED + 3);
   });
 });

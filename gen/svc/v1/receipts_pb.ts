@@ -234,7 +234,8 @@ export type ReceiptKeys = Message<"svc.v1.ReceiptKeys"> & {
   providerKeys: ProviderReceiptKey[];
 
   /**
-   * Provider keys matching the filter, all pages.
+   * Provider keys matching the filter, all pages, counted up to 10,000 (or one past the page asked
+   * for when that is more): a total at that bound only says that more keys follow the page.
    *
    * @generated from field: int64 provider_keys_total = 3;
    */

@@ -117,10 +117,11 @@ const STOP_SIGNAL_WAIT_MS = 1000;
 const attemptOf = (job: AssignedJob) => job.attempt || undefined;
 /**
  * A result refused with one of these codes was not judged, only not taken now (the server's
- * database away, a fault of the server): it is sent again every RESULT_RETRY_MS, up to
- * RESULT_RETRIES times (five minutes), and again with each welcome until acknowledged.
+ * database away, a fault of the server, the stream's budget of reports spent for the minute): it
+ * is sent again every RESULT_RETRY_MS, up to RESULT_RETRIES times (five minutes), and again with
+ * each welcome until acknowledged.
  */
-const RETRIED_CODES = new Set(["unavailable", "internal", "deadline_exceeded", "unknown"]);
+const RETRIED_CODES = new Set(["unavailable", "internal", "deadline_exceeded", "unknown", "resource_exhausted"]);
 const RESULT_RETRY_MS = 5000;
 const RESULT_RETRIES = 60;
 const STOP_SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGHUP"]);

@@ -98,6 +98,14 @@ export interface ProviderKeyView {
 }
 
 /**
+ * Provider keys the listing counts at most, or up to one past the end of the
+ * page asked for when that is more: the route is public, and a count of the
+ * whole table on each call would grow with every provider's keys. A total at
+ * that bound says only that more keys follow the page.
+ */
+export const PROVIDER_KEYS_COUNTED = 10_000;
+
+/**
  * Every server receipt key (oldest first, the current one last; one is
  * created when there is none yet) and provider keys, all or those asked for.
  */
@@ -106,16 +114,19 @@ export async function publishedKeys(
   f: { providerId?: number; keyId?: string; limit: number; offset: number },
 ): Promise<{ server: ServerKeyView[]; providers: ProviderKeyView[]; providerTotal: number }> {
   await currentKey(db);
+  const where = db`WHERE true ${f.providerId === undefined ? db`` : db`AND provider_id = ${f.providerId}`} ${f.keyId === undefined ? db`` : db`AND key_id = ${f.keyId}`}`;
+  const counted = Math.max(PROVIDER_KEYS_COUNTED, f.offset + f.limit + 1);
   const server = await db<{ key_id: string; public_key: string; created_at: Date; retired_at: Date | null }[]>`
     SELECT key_id, public_key, created_at, retired_at FROM receipt_keys ORDER BY created_at, key_id`;
-  const where = db`WHERE true ${f.providerId === undefined ? db`` : db`AND provider_id = ${f.providerId}`} ${f.keyId === undefined ? db`` : db`AND key_id = ${f.keyId}`}`;
-  const providers = await db<{ key_id: string; provider_id: number; public_key: string; registered_at: Date; total: number }[]>`
-    SELECT key_id, provider_id, public_key, registered_at, count(*) OVER () AS total FROM provider_keys ${where}
+  const providers = await db<{ key_id: string; provider_id: number; public_key: string; registered_at: Date }[]>`
+    SELECT key_id, provider_id, public_key, registered_at FROM provider_keys ${where}
     ORDER BY provider_id, registered_at, key_id LIMIT ${f.limit} OFFSET ${f.offset}`;
+  const [{ total }] = await db<{ total: number }[]>`
+    SELECT count(*)::int AS total FROM (SELECT 1 FROM provider_keys ${where} LIMIT ${counted}) k`;
   return {
     server: server.map((k) => ({ keyId: k.key_id, publicKey: k.public_key, createdAt: k.created_at, retiredAt: k.retired_at })),
     providers: providers.map((k) => ({ keyId: k.key_id, providerId: k.provider_id, publicKey: k.public_key, registeredAt: k.registered_at })),
-    providerTotal: Number(providers[0]?.total ?? 0),
+    providerTotal: total,
   };
 }
 
