@@ -130,6 +130,12 @@ describe("web console", () => {
     await poll(() => page.getByTestId("balance").textContent()).toContain("5.00 SAR");
     await poll(() => page.getByRole("cell", { name: "sandbox" }).count()).toBe(1);
     await shot(page, "renter-balance");
+    // What a renter owes for a refunded payment is shown only while it owes it.
+    expect(await page.getByTestId("refund-owed").count()).toBe(0);
+    await h.srv.sql`UPDATE renters SET refund_owed_halala = 150 WHERE email = ${email}`;
+    await page.reload();
+    await poll(() => page.getByTestId("refund-owed").textContent()).toContain("1.50 SAR");
+    await h.srv.sql`UPDATE renters SET refund_owed_halala = 0 WHERE email = ${email}`;
 
     // A server error is shown in place with the server's message.
     await page.getByRole("link", { name: "New job" }).first().click();
