@@ -82,6 +82,27 @@ describe("job params schemas", () => {
     expect(BUILTIN_IMAGES.map((b) => b.image)).toEqual(expect.arrayContaining(Object.values(DEFAULT_CONTAINERS).map((c) => c.image)));
   });
 
+  it("refuses input URLs the provider's machine would fetch from its own network: loopback, private, link-local, internal names", () => {
+    for (const url of [
+      "http://127.0.0.1:8080/d.txt",
+      "http://localhost/d.txt",
+      "http://169.254.169.254/latest/meta-data/",
+      "http://172.17.0.1:2375/containers/json",
+      "https://192.168.1.10/share/d.txt",
+      "http://10.0.0.5/d.txt",
+      "http://[::1]/d.txt",
+      "http://[::ffff:127.0.0.1]/d.txt",
+      "http://nas.local/d.txt",
+      "http://metadata.google.internal/computeMetadata/v1/",
+      "http://intranet/d.txt",
+    ]) {
+      expect(err("training", { dataset_url: url }), url).toMatch(/^params\.dataset_url: .+ is not a public host; the provider's machine fetches it/);
+      expect(err("rendering", { scene_url: url }), url).toMatch(/^params\.scene_url: .+ is not a public host/);
+    }
+    expect(validateParams("rendering", { scene_url: "https://assets.example.com/s.blend" }).scene_url).toBe("https://assets.example.com/s.blend");
+    expect(validateParams("training", { dataset_url: "http://93.184.216.34/d.txt" }).dataset_url).toBe("http://93.184.216.34/d.txt");
+  });
+
   it("names unknown and malformed fields", () => {
     expect(err("image_generation", { prompt: "" })).toBe("params.prompt must NOT have fewer than 1 characters");
     expect(err("llm-inference", { prompt: null })).toBe("params.prompt must be of type string");

@@ -9,6 +9,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { badRequest } from "../../errors.js";
 import type { JobType } from "../money/pricing.js";
 import { RESERVED_ENV_NAMES } from "../../shared/gpu-env.js";
+import { isPrivateHost } from "../shared/address.js";
 
 /** Image models a provider daemon may be asked to load for image_generation. */
 export const IMAGE_MODELS = [
@@ -83,7 +84,10 @@ const int = (minimum: number, maximum: number, description: string, def?: number
   description,
   ...(def === undefined ? {} : { default: def }),
 });
-/** An http(s) URL or one of the built-in inputs (plain names: no regex metacharacters), the first being the default. */
+/**
+ * An http(s) URL or one of the built-in inputs (plain names: no regex metacharacters), the first
+ * being the default. The provider's machine fetches the URL (x-input-url): its host must be public.
+ */
 const source = (builtins: readonly string[], description: string): Schema => ({
   type: "string",
   pattern: `^(?:https?://\\S+|${builtins.join("|")})$`,
@@ -91,6 +95,7 @@ const source = (builtins: readonly string[], description: string): Schema => ({
   default: builtins[0],
   description,
   "x-error": `must be an http(s) URL or ${builtins.join(", ")}`,
+  "x-input-url": true,
 });
 
 const envMap: Schema = {
@@ -215,6 +220,7 @@ export const DEFAULT_IMAGE_CUSTOM_PARAMS_SCHEMA: Schema = (() => {
 const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: true, strictRequired: false });
 // Our own annotation: the plain-words message for a pattern mismatch.
 ajv.addKeyword({ keyword: "x-error", schemaType: "string" });
+ajv.addKeyword({ keyword: "x-input-url", schemaType: "boolean" });
 const validators = new Map<string, ValidateFunction>(
   Object.entries(PARAMS_SCHEMAS).map(([type, schema]) => [type, ajv.compile(schema)]),
 );
@@ -270,5 +276,27 @@ export function validateParams(jobType: string, params: unknown, opts: { default
   const copy = params === undefined || params === null ? {} : structuredClone(params);
   if (typeof copy !== "object" || Array.isArray(copy)) throw badRequest("params must be an object");
   if (!validate(copy)) throw badRequest(describe(jobType, PARAMS_SCHEMAS[jobType as JobType], validate.errors![0]));
+  refusePrivateInputs(PARAMS_SCHEMAS[jobType as JobType], copy as Record<string, unknown>);
   return copy as Record<string, unknown>;
+}
+
+/**
+ * Input URLs (x-input-url) are fetched by the provider's machine, inside its network: one naming a
+ * loopback, private, link-local (cloud metadata) or internal host would reach the provider's own
+ * services. Names are judged as written (src/domain/shared/address.ts isPrivateHost).
+ */
+function refusePrivateInputs(schema: Schema, params: Record<string, unknown>): void {
+  for (const [name, prop] of Object.entries((schema.properties ?? {}) as Record<string, Schema>)) {
+    const value = params[name];
+    if (prop["x-input-url"] !== true || typeof value !== "string" || !/^https?:/i.test(value)) continue;
+    let host: string;
+    try {
+      host = new URL(value).hostname;
+    } catch {
+      throw badRequest(`params.${name} is not a valid URL`);
+    }
+    if (isPrivateHost(host)) {
+      throw badRequest(`params.${name}: ${host} is not a public host; the provider's machine fetches it, so only public hosts are taken`);
+    }
+  }
 }
