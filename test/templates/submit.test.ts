@@ -1,6 +1,7 @@
 // Templates and the registry as submit sees them: a template's schema checks
 // params, its resource_requirements become gpu_requirements (dispatch skips a
-// GPU too small), and custom_container runs only approved images.
+// GPU too small), custom_container runs only approved images, and the other
+// job types only the platform's built-in ones.
 import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -49,5 +50,16 @@ describe("submit with templates and the registry", () => {
     const after = await api.post("/api/jobs/submit", job, renter.headers);
     expect(after.status).toBe(201);
     expect(after.body.job.container_spec).toMatchObject({ image });
+
+    // Approved for custom_container (no network) only: the built-in types run the platform's program with
+    // the network it needs (and vllm_serve a public port), so they take the platform's own images only.
+    for (const job_type of ["llm_inference", "image_generation", "training", "rendering", "vllm_serve", "benchmark"]) {
+      const other = await api.post("/api/jobs/submit", { job_type, duration_minutes: 1, container_spec: { image } }, renter.headers);
+      expect(other.status, `${job_type}: ${other.text}`).toBe(400);
+      expect(other.body.error).toMatch(new RegExp(`^container_spec\\.image ${image.replace(/[.]/g, "\\.")} is not one of the platform's built-in images, which ${job_type} jobs run on`));
+    }
+    // A built-in image there is taken, as the templates name them.
+    const builtin = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 1, container_spec: { image: "vllm/vllm-openai:v0.6.3" } }, renter.headers);
+    expect(builtin.status, builtin.text).toBe(201);
   });
 });

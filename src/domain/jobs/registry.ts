@@ -67,6 +67,9 @@ export function checkImageReference(raw: string, field = "image"): string {
 
 const BUILTIN = new Set(BUILTIN_IMAGES.map((b) => b.image));
 
+/** Whether an image is one of the platform's own (BUILTIN_IMAGES), not one approved at a renter's request. */
+export const isBuiltinImage = (image: string): boolean => BUILTIN.has(image);
+
 /** True when custom_container jobs may run this image (built-in or approved by an admin). */
 export async function isImageApproved(db: Db, image: string): Promise<boolean> {
   const name = canonicalImage(image);

@@ -5,7 +5,7 @@
 import { badRequest } from "../../errors.js";
 import type { Db } from "../../db/index.js";
 import { RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
-import { checkImageReference, isImageApproved } from "./registry.js";
+import { checkImageReference, isBuiltinImage, isImageApproved } from "./registry.js";
 import { DEFAULT_CONTAINERS, IMAGE_TYPES, type ImageType } from "./job-schemas.js";
 
 /** How a job type is priced, named after its per-minute rate tier (pricing.ts holds the rates). */
@@ -37,7 +37,11 @@ export function namesImage(spec: Record<string, unknown> | undefined): boolean {
  * Normalizes container_spec: `image_type` always present, the image always
  * explicit (the job type's default when none is named), `pricing_class`
  * added. A renter-chosen image must be a pinned reference on the approved
- * registry list.
+ * registry list; an image approved at a renter's request runs as
+ * custom_container only. The other types run the platform's program in the
+ * image (a model, a render, the serving engine), with the network it needs
+ * and, for vllm_serve, a public port: a renter's own image there would get
+ * them for its own entrypoint, so they take the built-in images only.
  */
 export async function normalizeContainerSpec(db: Db, jobType: JobType, spec: Record<string, unknown> | undefined): Promise<Record<string, unknown>> {
   const given = spec ?? {};
@@ -52,6 +56,12 @@ export async function normalizeContainerSpec(db: Db, jobType: JobType, spec: Rec
   let image = fallback.image;
   if (namesImage(given)) {
     image = checkImageReference(given.image as string, "container_spec.image");
+    if (jobType !== "custom_container" && !isBuiltinImage(image)) {
+      throw badRequest(
+        `container_spec.image ${image} is not one of the platform's built-in images, which ${jobType} jobs run on ` +
+          "(GET /api/registry/images, source builtin); run an image of your own as a custom_container job",
+      );
+    }
     if (!(await isImageApproved(db, image))) {
       // 400, as for any other present and wrong value (the interface documents no 403 for submit).
       throw badRequest(`container_spec.image ${image} is not an approved image; only images on the registry's approved list can run`);
