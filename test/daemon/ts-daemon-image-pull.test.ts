@@ -11,6 +11,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeRenter } from "../helpers/fixtures.js";
 import { endedFirstAttempt, endedJob, waitFor } from "./helpers.js";
+import { cancelJob } from "../../src/domain/jobs/job-control.js";
 import { startTestServer } from "../helpers/server.js";
 import { dockerDaemon, useTsDaemonServer } from "./ts-harness.js";
 
@@ -73,15 +74,19 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
   });
 
   // Last: the original server process is gone afterwards.
-  it("a reconnect while the image is pulled does not start the job: billed only from the accept after the pull", async () => {
+  it("a reconnect while the image is pulled does not start the job (billed only from the accept after the pull), and drops one cancelled meanwhile", async () => {
     const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
     const renter = await makeRenter(h.srv, 10_000);
+    // Two jobs of the one image, one per GPU, both waiting for its pull.
     const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["true"] } });
-    expect(job.provider_id).toBe(p.id);
-    await waitFor(async () => (await h.job(job.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+    const dropped = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["echo", "dropped"] } });
+    expect([job.provider_id, dropped.provider_id]).toEqual([p.id, p.id]);
+    for (const j of [job, dropped]) await waitFor(async () => (await h.job(j.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
 
-    // The server goes away mid-pull and a new process takes its port: the daemon says hello again.
+    // The server goes away mid-pull; meanwhile the renter cancels the second job (through another
+    // process, say: no cancel reaches this daemon). A new process takes the port: the daemon says hello again.
     await h.srv.app.close();
+    await cancelJob(h.srv.sql, dropped.job_id, { role: "renter", renterId: renter.id });
     const again = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" }, h.srv.databaseUrl);
     try {
       const row = async () => (await again.sql`SELECT status, started_at, preparing_at FROM jobs WHERE job_id = ${job.job_id}`)[0];
@@ -99,6 +104,10 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
       // One attempt, started (billed) after the pull was let through.
       const attempts = await again.sql`SELECT a.attempt, a.started_at >= ${released} AS after_pull FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${job.job_id}`;
       expect(attempts).toEqual([{ attempt: 1, after_pull: true }]);
+      // The cancelled one: its notice to the new process was refused, and the daemon dropped it unrun.
+      await waitFor(() => d.output().includes(`job ${dropped.job_id} cancelled by the server`) || undefined, 10_000, `the drop (${d.output()})`);
+      expect(docker.runs().filter((argv) => argv.includes("dropped"))).toEqual([]);
+      expect(docker.runs()).toHaveLength(1);
     } finally {
       await h.killDaemons();
       await again.close();

@@ -91,7 +91,17 @@ interface ActiveJob {
    * the server starts a pending job it is named (the billed time); one still being prepared is not.
    */
   accepted?: boolean;
+  /** What the job waits for while it is prepared (JobPreparing's detail); undefined otherwise. */
+  preparing?: string;
 }
+
+/**
+ * Codes of a refused preparing notice or accept that mean the job is not (or no longer) this
+ * provider's to run: cancelled, re-queued elsewhere, another attempt. Such a job is dropped as if
+ * cancelled; a cancel pushed while the daemon was away is lost, and a job it prepares is not named
+ * in its hello (the server would start it), so this refusal is how it learns.
+ */
+const NOT_OURS_CODES = new Set(["already_exists", "aborted", "permission_denied", "not_found", "failed_precondition"]);
 
 const MAX_BACKLOG = 10_000;
 /**
@@ -318,6 +328,9 @@ export class ProviderDaemon {
     // this connection has told the server the provider is alive.
     await this.heartbeat();
     if (this.connected) for (const kind of this.unackedResults.values()) this.out?.push({ kind });
+    // Jobs being prepared are not named in the hello: a notice at once tells the server they are
+    // still wanted, and its refusal tells this daemon one was cancelled or moved meanwhile.
+    for (const [jobId, active] of this.jobs) if (!active.accepted) this.notePreparing(jobId, active);
     if (!this.readinessSent) {
       this.readinessSent = true;
       await this.readiness();
@@ -378,16 +391,9 @@ export class ProviderDaemon {
       case "job":
         void this.onJob(k.value, msg.taskSignature);
         return;
-      case "cancel": {
-        const job = this.jobs.get(k.value.jobId);
-        if (job && !job.cancelled) {
-          job.cancelled = true;
-          job.abort.abort();
-          this.cfg.log(`job ${k.value.jobId} cancelled by the server (${k.value.reason})`);
-          void job.running?.stop(`cancelled: ${k.value.reason}`);
-        }
+      case "cancel":
+        this.cancelJob(k.value.jobId, k.value.reason);
         return;
-      }
       case "settings":
         this.applySettings(k.value);
         return;
@@ -412,8 +418,26 @@ export class ProviderDaemon {
             this.resultRetries.delete(k.value.jobId);
           }
         }
+        if (k.value.jobId && (k.value.report === "jobPreparing" || k.value.report === "jobAccepted") && NOT_OURS_CODES.has(k.value.code)) {
+          this.cancelJob(k.value.jobId, `the server refused its ${k.value.report === "jobAccepted" ? "accept" : "preparing notice"}: ${k.value.message}`);
+        }
         return;
     }
+  }
+
+  /** Stops a job the server says is not this provider's to run (a cancel, or a refusal saying so). */
+  private cancelJob(jobId: string, reason: string) {
+    const job = this.jobs.get(jobId);
+    if (!job || job.cancelled) return;
+    job.cancelled = true;
+    job.abort.abort();
+    this.cfg.log(`job ${jobId} cancelled by the server (${reason})`);
+    void job.running?.stop(`cancelled: ${reason}`);
+  }
+
+  /** A preparing notice for the job (JobPreparing): keeps it assigned here while it waits. */
+  private notePreparing(jobId: string, active: ActiveJob) {
+    if (active.preparing !== undefined) this.send({ case: "jobPreparing", value: { jobId, attempt: active.attempt, detail: active.preparing } });
   }
 
   /** Sends an unacknowledged result again after RESULT_RETRY_MS (or with the next welcome, if the stream drops first). */
@@ -587,14 +611,17 @@ export class ProviderDaemon {
         const signal = AbortSignal.any([active.abort.signal, this.stopSignal.signal]);
         let notices: ReturnType<typeof setInterval> | undefined;
         const preparing = (detail: string) => {
-          const notice = () => this.send({ case: "jobPreparing", value: { jobId: job.jobId, attempt: active.attempt, detail } });
+          active.preparing = detail;
           clearInterval(notices);
-          notice();
-          notices = setInterval(notice, PREPARE_NOTICE_MS);
+          this.notePreparing(job.jobId, active);
+          notices = setInterval(() => this.notePreparing(job.jobId, active), PREPARE_NOTICE_MS);
         };
         const failed = await executor
           .prepare(spec, { deadline: arrived + PREPARE_WAIT_MS, signal, stop: this.stopSignal.signal, log: this.cfg.log, preparing })
-          .finally(() => clearInterval(notices));
+          .finally(() => {
+            clearInterval(notices);
+            active.preparing = undefined;
+          });
         if (active.cancelled) return;
         if (this.stopping) return this.reject(job, "the daemon is shutting down");
         if (failed) {
