@@ -6,7 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { LOG_TRUNCATED_NOTICE, MAX_LOG_CHARS_PER_ATTEMPT, MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/jobs/job-reports.js";
+import postgres from "postgres";
+import { appendLogs, LOG_TRUNCATED_NOTICE, MAX_LOG_CHARS_PER_ATTEMPT, MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_ATTEMPT } from "../../src/domain/jobs/job-reports.js";
 import { MAX_EVENTS_PER_HOUR } from "../../src/domain/providers/daemon-events.js";
 import { MAX_LOG_LINES_READ } from "../../src/domain/jobs/jobs.js";
 import { openStream, useStreamServer } from "../daemon/grpc-stream.js";
@@ -158,6 +159,31 @@ describe("log lines per job attempt", () => {
     s.send({ case: "heartbeat", value: {} });
     await s.next("heartbeatAck");
     s.end();
+  });
+});
+
+describe("an append beside the end of its attempt", () => {
+  it("waits for the end instead of deadlocking with it (the job row, then the attempt row, as every ending path locks them)", async () => {
+    const { provider, jobId, id } = await runningJob();
+    // A first batch confirms the pickup: later appends lock no job row before their lines.
+    expect((await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["first"] })).status).toBe(200);
+    // Plain connections (bigint ids as numbers, as the service reads them): the service's pool retries a
+    // deadlock, which would hide it behind a 1 s stall.
+    const bigintAsNumber = { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) };
+    const raw = postgres(srv.databaseUrl, { max: 3, onnotice: () => {}, types: { bigint: bigintAsNumber } as never });
+    const ender = await raw.reserve();
+    try {
+      await ender`BEGIN`;
+      await ender`SELECT id FROM jobs WHERE id = ${id} FOR UPDATE`;
+      const append = appendLogs(raw as never, provider.id, { jobId, logs: ["second"] }).then(() => "appended", (e) => `append failed: ${e.code ?? e.message}`);
+      await new Promise((r) => setTimeout(r, 300));
+      const ended = await ender`UPDATE job_attempts SET ended_at = now() WHERE job_id = ${id} AND attempt = 1`.then(() => "ended", (e) => `end failed: ${e.code ?? e.message}`);
+      await ender`ROLLBACK`;
+      expect([ended, await append]).toEqual(["ended", "appended"]);
+    } finally {
+      ender.release();
+      await raw.end();
+    }
   });
 });
 

@@ -490,17 +490,20 @@ export async function appendLogs(
     // The notice once: an attempt at the line bound holds it already (it fills the line kept free for it).
     const truncating = dropped > 0 && !truncated && stored < MAX_LOG_LINES_PER_ATTEMPT;
     if (truncating) kept.push({ level: "warning", message: LOG_TRUNCATED_NOTICE });
-    if (keptChars > 0 || truncating) {
-      await tx`
-        UPDATE job_attempts SET log_chars = log_chars + ${keptChars}, log_truncated = log_truncated OR ${truncating}
-        WHERE job_id = ${job.id} AND attempt = ${attempt}`;
-    }
+    // The lines before the attempt's count: their insert takes the job row's key-share lock (the
+    // foreign key), and every path that ends an attempt locks the job row before the attempt row, so
+    // updating the attempt first could deadlock with it.
     if (kept.length > 0) {
       await tx`
         INSERT INTO job_logs (job_id, attempt, level, message)
         SELECT ${job.id}, ${attempt}, l.level, l.message
         FROM unnest(${tx.array(kept.map((l) => l.level))}::text[], ${tx.array(kept.map((l) => l.message))}::text[]) WITH ORDINALITY AS l(level, message, n)
         ORDER BY l.n`;
+    }
+    if (keptChars > 0 || truncating) {
+      await tx`
+        UPDATE job_attempts SET log_chars = log_chars + ${keptChars}, log_truncated = log_truncated OR ${truncating}
+        WHERE job_id = ${job.id} AND attempt = ${attempt}`;
     }
     return { count: lines.length - dropped, dropped };
   });
