@@ -14,6 +14,7 @@ import {
   WEBHOOK_NOTIFY_CHANNEL,
   checkWebhookUrl,
   claimDue,
+  releaseClaim,
   releaseOrphanedClaims,
   markDelivered,
   markFailed,
@@ -54,6 +55,8 @@ interface Outcome {
   status: number | null;
   error: string;
   permanent: boolean;
+  /** The worker stopped before an answer: nothing was judged (the claim is handed back untried). */
+  stopped?: boolean;
 }
 
 /**
@@ -63,7 +66,10 @@ interface Outcome {
  * connection is closed once the status is known (the body is not read: an endless one kept it open).
  * `signal` (the worker stopping) ends it at once.
  */
+const STOPPED: Outcome = { ok: false, status: null, error: "the worker stopped before an answer", permanent: false, stopped: true };
+
 function post(row: OutboxRow, production: boolean, timeoutMs: number, signal: AbortSignal): Promise<Outcome> {
+  if (signal.aborted) return Promise.resolve(STOPPED);
   return new Promise((resolve) => {
     let url: URL;
     try {
@@ -99,7 +105,7 @@ function post(row: OutboxRow, production: boolean, timeoutMs: number, signal: Ab
     });
     req.on("error", (err) => {
       clearTimeout(deadline);
-      resolve({ ok: false, status: null, error: signal.aborted ? "the worker stopped before an answer" : err.message, permanent: false });
+      resolve(signal.aborted ? STOPPED : { ok: false, status: null, error: err.message, permanent: false });
     });
     req.end(row.body);
   });
@@ -126,6 +132,8 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
       await markDelivered(opts.sql, row.id, out.status!);
       return;
     }
+    // A stop is not the receiver's failure: the row goes back as it was, for the next process.
+    if (out.stopped) return releaseClaim(opts.sql, row.id);
     const delay = out.permanent ? null : retryDelayMs(row.attempts, base, max, maxAttempts);
     opts.log.warn({ outboxId: row.id, renterId: row.renter_id, attempts: row.attempts, error: out.error, giveUp: delay === null }, "webhook delivery failed");
     await markFailed(opts.sql, row.id, out.status, out.error, delay);

@@ -257,6 +257,38 @@ describe("outbox delivery", () => {
     }
   });
 
+  it("a stop while the receiver has not answered hands the delivery back untried: not counted, due again, not dead on its last attempt", async () => {
+    let answer: (() => void) | undefined;
+    const slow = http.createServer((req, res) => {
+      req.resume();
+      answer = () => res.writeHead(200).end();
+    });
+    await new Promise<void>((r) => slow.listen(0, "127.0.0.1", r));
+    const r = await renterWithHook(`http://127.0.0.1:${(slow.address() as AddressInfo).port}/hook`);
+    await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", {}));
+    await sql`UPDATE webhook_outbox SET attempts = 9 WHERE renter_id = ${r.id}`; // the next is the last of 10
+    const first = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, timeoutMs: 5_000 });
+    await first.start();
+    await expect.poll(() => answer !== undefined, { timeout: 5_000 }).toBe(true);
+    await first.stop(); // a deploy: the receiver had not answered yet
+    const [row] = await outbox(r.id);
+    expect(row).toMatchObject({ status: "pending", attempts: 9 });
+    expect((await sql`SELECT claimed_by IS NULL AS free, next_attempt_at <= now() AS due FROM webhook_outbox WHERE renter_id = ${r.id}`)[0]).toEqual({ free: true, due: true });
+    // The next process delivers it.
+    answer = undefined;
+    const next = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, timeoutMs: 5_000 });
+    await next.start();
+    try {
+      await expect.poll(() => answer !== undefined, { timeout: 5_000 }).toBe(true);
+      answer!();
+      await expect.poll(async () => (await outbox(r.id))[0].status, { timeout: 5_000 }).toBe("delivered");
+    } finally {
+      await next.stop();
+      slow.closeAllConnections();
+      slow.close();
+    }
+  });
+
   it("closes the connection once the status is known: a receiver streaming an endless body holds no socket", async () => {
     let open = 0;
     const endless = net.createServer((s) => {

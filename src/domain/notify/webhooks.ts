@@ -127,6 +127,14 @@ export async function releaseOrphanedClaims(db: Db): Promise<number> {
   return released.count;
 }
 
+/**
+ * Hands a claimed row back untried (its worker stopped before the receiver answered): the claim's
+ * attempt is not counted, and the row is due at once for whichever process delivers next.
+ */
+export async function releaseClaim(db: Db, id: number): Promise<void> {
+  await db`UPDATE webhook_outbox SET attempts = greatest(attempts - 1, 0), next_attempt_at = now(), claimed_by = NULL WHERE id = ${id} AND status = 'pending'`;
+}
+
 export async function markDelivered(db: Db, id: number, status: number): Promise<void> {
   await db`UPDATE webhook_outbox SET status = 'delivered', delivered_at = now(), last_status = ${status}, last_error = NULL, claimed_by = NULL WHERE id = ${id}`;
 }
