@@ -104,7 +104,7 @@ export const MATRIX: Record<string, Entry> = {
   "GET /api/admin/daily": ADMIN,
   "GET /api/templates/{id}": PUBLIC,
   "GET /api/registry/images": PUBLIC,
-  "POST /api/registry/requests": { owner: "self", body: () => ({ image: `ghcr.io/matrix/app:${crypto.randomInt(1e9)}` }) },
+  "POST /api/registry/requests": { owner: "self", body: () => ({ image: `ghcr.io/matrix/app:${crypto.randomInt(1e9)}@sha256:${crypto.randomBytes(32).toString("hex")}` }) },
   "GET /api/registry/requests": SELF,
   "GET /api/admin/dashboard": ADMIN,
   "GET /api/admin/providers": ADMIN,
@@ -146,7 +146,7 @@ export async function fixtures(srv: TestServer): Promise<Fx> {
   await api.get(`/api/providers/${p1.key}/jobs`);
   const pay = await api.post("/api/payments/topup", { amount_halala: 500, source_type: "sandbox" }, a.headers);
   const paymentId = pay.status === 201 ? (pay.body.payment.payment_id as string) : "pay-missing";
-  const req = await api.post("/api/registry/requests", { image: `ghcr.io/matrix/fixture:${crypto.randomInt(1e9)}` }, a.headers);
+  const req = await api.post("/api/registry/requests", { image: `ghcr.io/matrix/fixture:${crypto.randomInt(1e9)}@sha256:${crypto.randomBytes(32).toString("hex")}` }, a.headers);
   const moved = await seedJob(srv, { renterId: a.id, providerId: p1.id, status: "running" });
   await srv.sql`UPDATE jobs SET attempt = 2, started_at = now() WHERE id = ${moved.id}`;
   await srv.sql`

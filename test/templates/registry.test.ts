@@ -1,5 +1,6 @@
 // The container registry: built-in images, renters' requests, admin review
 // (audited), and isImageApproved for custom_container jobs.
+import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { BUILTIN_IMAGES, isImageApproved, MAX_PENDING_IMAGE_REQUESTS } from "../../src/domain/jobs/registry.js";
 import { client } from "../helpers/http.js";
@@ -8,6 +9,10 @@ import { useTestServer } from "../helpers/server.js";
 import { ADMIN } from "../admin/helpers.js";
 
 const srv = useTestServer();
+/** A reference pinned by digest (the contents an approval is for), the digest made from `name`. */
+const TRAINER = `ghcr.io/acme/trainer:2.1.0@sha256:${"c".repeat(64)}`;
+const TOOL = `ghcr.io/bob/tool:0.1@sha256:${"d".repeat(64)}`;
+const pinned = (name: string) => `${name}@sha256:${createHash("sha256").update(name).digest("hex")}`;
 const api = client(srv);
 
 describe("container registry", () => {
@@ -28,6 +33,7 @@ describe("container registry", () => {
     const cases: [string, RegExp][] = [
       ["ghcr.io/acme/app", /explicit tag/],
       ["ghcr.io/acme/app:latest", /latest/],
+      ["ghcr.io/acme/app:1.0.0", /must pin its contents with an @sha256 digest \(e\.g\. ghcr\.io\/acme\/app:1\.0\.0@sha256:/],
       ["Not A Ref", /image reference/],
       ["ghcr.io/acme/app:1.0; rm -rf /", /image reference/],
       ["a".repeat(300) + ":1", /at most 255/],
@@ -46,14 +52,14 @@ describe("container registry", () => {
 
   it("holds a renter to MAX_PENDING_IMAGE_REQUESTS waiting for review, concurrent requests included; a review makes room", async () => {
     const renter = await makeRenter(srv, 0);
-    const ask = (i: number) => api.post("/api/registry/requests", { image: `registry.example.com/team/img${i}:1.0.${i}`, reason: "needed" }, renter.headers);
+    const ask = (i: number) => api.post("/api/registry/requests", { image: pinned(`registry.example.com/team/img${i}:1.0.${i}`), reason: "needed" }, renter.headers);
     const replies = await Promise.all(Array.from({ length: MAX_PENDING_IMAGE_REQUESTS + 5 }, (_, i) => ask(i)));
     expect(replies.filter((r) => r.status === 201)).toHaveLength(MAX_PENDING_IMAGE_REQUESTS);
     const refused = replies.filter((r) => r.status !== 201);
     expect(refused.map((r) => r.status)).toEqual(Array(5).fill(409));
     expect(refused[0].body.error).toMatch(/20 image requests waiting for review, the most one account may have/);
     // Another renter is not affected; a reviewed request frees a place.
-    expect((await api.post("/api/registry/requests", { image: "registry.example.com/other/x:1.0.0" }, (await makeRenter(srv, 0)).headers)).status).toBe(201);
+    expect((await api.post("/api/registry/requests", { image: pinned("registry.example.com/other/x:1.0.0") }, (await makeRenter(srv, 0)).headers)).status).toBe(201);
     const { id } = replies.find((r) => r.status === 201)!.body;
     expect((await api.post(`/api/admin/registry/requests/${id}/reject`, { note: "not needed" }, ADMIN)).status).toBe(200);
     expect((await ask(100)).status).toBe(201);
@@ -63,14 +69,14 @@ describe("container registry", () => {
   it("lets a renter request, see only their own requests, and an admin approve or reject (audited)", async () => {
     const alice = await makeRenter(srv);
     const bob = await makeRenter(srv);
-    const req = await api.post("/api/registry/requests", { image: "ghcr.io/acme/trainer:2.1.0", reason: "our trainer" }, alice.headers);
+    const req = await api.post("/api/registry/requests", { image: TRAINER, reason: "our trainer" }, alice.headers);
     expect(req.status).toBe(201);
     expect(req.body).toEqual({
-      id: expect.any(Number), image: "ghcr.io/acme/trainer:2.1.0", renter_id: alice.id, status: "pending",
+      id: expect.any(Number), image: TRAINER, renter_id: alice.id, status: "pending",
       reason: "our trainer", review_note: null, created_at: expect.stringMatching(/Z$/), reviewed_at: null, scan_status: null,
     });
-    expect((await api.post("/api/registry/requests", { image: "ghcr.io/acme/trainer:2.1.0" }, alice.headers)).status).toBe(409);
-    const other = await api.post("/api/registry/requests", { image: "ghcr.io/bob/tool:0.1" }, bob.headers);
+    expect((await api.post("/api/registry/requests", { image: TRAINER }, alice.headers)).status).toBe(409);
+    const other = await api.post("/api/registry/requests", { image: TOOL }, bob.headers);
     expect(other.status).toBe(201);
 
     const mine = await api.get("/api/registry/requests", alice.headers);
@@ -82,25 +88,25 @@ describe("container registry", () => {
 
     // A renter cannot review.
     expect((await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, {}, alice.headers)).status).toBe(401);
-    expect(await isImageApproved(srv.sql, "ghcr.io/acme/trainer:2.1.0")).toBe(false);
+    expect(await isImageApproved(srv.sql, TRAINER)).toBe(false);
 
     const ok = await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, { note: "scanned with trivy", scan_status: "passed" }, ADMIN);
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ status: "approved", review_note: "scanned with trivy", scan_status: "passed", reviewed_at: expect.stringMatching(/Z$/) });
-    expect(await isImageApproved(srv.sql, "ghcr.io/acme/trainer:2.1.0")).toBe(true);
+    expect(await isImageApproved(srv.sql, TRAINER)).toBe(true);
     const images = (await api.get("/api/registry/images")).body.images;
-    expect(images.at(-1)).toMatchObject({ image: "ghcr.io/acme/trainer:2.1.0", source: "request", request_id: req.body.id, scan_status: "passed", description: "our trainer" });
+    expect(images.at(-1)).toMatchObject({ image: TRAINER, source: "request", request_id: req.body.id, scan_status: "passed", description: "our trainer" });
     expect((await api.post(`/api/admin/registry/requests/${req.body.id}/reject`, {}, ADMIN)).status).toBe(409);
 
     const no = await api.post(`/api/admin/registry/requests/${other.body.id}/reject`, { note: "unknown publisher" }, ADMIN);
     expect(no.body).toMatchObject({ status: "rejected", review_note: "unknown publisher", scan_status: null });
-    expect(await isImageApproved(srv.sql, "ghcr.io/bob/tool:0.1")).toBe(false);
+    expect(await isImageApproved(srv.sql, TOOL)).toBe(false);
     expect((await api.post(`/api/admin/registry/requests/999999/approve`, {}, ADMIN)).status).toBe(404);
     expect((await api.post(`/api/admin/registry/requests/${other.body.id}/approve`, { scan_status: "clean" }, ADMIN)).status).toBe(400);
 
     const log = (await api.get("/api/admin/audit?target_type=image_request", ADMIN)).body.entries;
     const byTarget = Object.fromEntries(log.map((e: any) => [e.target_id, e]));
-    expect(byTarget[String(req.body.id)]).toMatchObject({ action: "registry.approve", details: { image: "ghcr.io/acme/trainer:2.1.0", scan_status: "passed" } });
+    expect(byTarget[String(req.body.id)]).toMatchObject({ action: "registry.approve", details: { image: TRAINER, scan_status: "passed" } });
     expect(byTarget[String(other.body.id)]).toMatchObject({ action: "registry.reject", details: { note: "unknown publisher" } });
   });
 });

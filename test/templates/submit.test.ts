@@ -40,7 +40,7 @@ describe("submit with templates and the registry", () => {
   it("runs custom_container only with an approved image", async () => {
     const renter = await makeRenter(srv, 50_000);
     await makeProvider(srv);
-    const image = "ghcr.io/acme/solver:3.2.1";
+    const image = `ghcr.io/acme/solver:3.2.1@sha256:${"e".repeat(64)}`;
     const job = { job_type: "custom_container", duration_minutes: 1, container_spec: { image }, params: { command: ["solve"] } };
     const before = await api.post("/api/jobs/submit", job, renter.headers);
     expect(before.status).toBe(400);
@@ -56,7 +56,7 @@ describe("submit with templates and the registry", () => {
     for (const job_type of ["llm_inference", "image_generation", "training", "rendering", "vllm_serve", "benchmark"]) {
       const other = await api.post("/api/jobs/submit", { job_type, duration_minutes: 1, container_spec: { image } }, renter.headers);
       expect(other.status, `${job_type}: ${other.text}`).toBe(400);
-      expect(other.body.error).toMatch(new RegExp(`^container_spec\\.image ${image.replace(/[.]/g, "\\.")} is not one of the platform's built-in images, which ${job_type} jobs run on`));
+      expect(other.body.error).toContain(`container_spec.image ${image} is not one of the platform's built-in images, which ${job_type} jobs run on`);
     }
     // A built-in image there is taken, as the templates name them.
     const builtin = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 1, container_spec: { image: "vllm/vllm-openai:v0.6.3" } }, renter.headers);

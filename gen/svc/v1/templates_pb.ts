@@ -165,6 +165,9 @@ export const ListImagesResponseSchema: GenMessage<ListImagesResponse> = /*@__PUR
  */
 export type RequestImageRequest = Message<"svc.v1.RequestImageRequest"> & {
   /**
+   * Pinned by digest (`name[:tag]@sha256:<64 hex digits>`): an approval is for the contents
+   * reviewed, and a tag can be pushed again after the review. 400 otherwise; 409 when approved already.
+   *
    * @generated from field: string image = 1;
    */
   image: string;

@@ -65,6 +65,22 @@ export function checkImageReference(raw: string, field = "image"): string {
   return image;
 }
 
+/**
+ * Validates the reference of an image a renter asks to have approved: as checkImageReference, and
+ * pinned by digest. Approval is for the contents reviewed; a tag can be pushed again after the
+ * review, a digest cannot.
+ */
+export function checkRequestedImage(raw: string, field = "image"): string {
+  const image = checkImageReference(raw, field);
+  if (!REFERENCE.exec(image)!.groups!.digest) {
+    throw badRequest(
+      `${field} must pin its contents with an @sha256 digest (e.g. ${image.split("@")[0]}@sha256:<64 hex digits>, as docker inspect shows it): ` +
+        "an approval is for the contents reviewed, and a tag can be pushed again after the review",
+    );
+  }
+  return image;
+}
+
 const BUILTIN = new Set(BUILTIN_IMAGES.map((b) => b.image));
 
 /** Whether an image is one of the platform's own (BUILTIN_IMAGES), not one approved at a renter's request. */
@@ -120,6 +136,7 @@ const REQUEST_LOCK_NS = 0x7269;
 
 export async function requestImage(tx: Tx, renterId: number, image: string, reason: string | undefined): Promise<ImageRequestRow> {
   if (await isImageApproved(tx, image)) throw conflict(`image ${image} is already approved`);
+  checkRequestedImage(image);
   // One renter's requests one at a time, so that concurrent ones cannot pass the bound together.
   await tx`SELECT pg_advisory_xact_lock(${REQUEST_LOCK_NS}, ${renterId % 2147483647}::int)`;
   const [{ pending }] = await tx<{ pending: number }[]>`
