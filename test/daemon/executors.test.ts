@@ -280,9 +280,16 @@ describe("docker executor: exit status 125, clean-up and GPUs (fake docker engin
     expect(inspected.every((a) => /^[0-9a-f]{64}$/.test(a[a.length - 1]))).toBe(true);
   });
 
-  it("keeps the container id out of the job's mounted folder and removes the container however the job ended", async () => {
+  it("keeps the container id out of the job's mounted folder and removes the container, its workspace volume and its folder however the job ended", async () => {
+    const dataLeft = (id: string) => ({
+      folder: fs.existsSync(path.join(eopts.workRoot, id)),
+      volumeRemoved: engine.calls().some((a) => a.join(" ") === `volume rm svc-${id}-workspace`),
+    });
     for (const [id, word] of [["job-rm-ok", "ok"], ["job-rm-125", "exit-125"], ["job-rm-start", "start-fails"]]) {
-      await new DockerExecutor(eopts).start(job(id, word), hooks().h).done;
+      const out = await new DockerExecutor(eopts).start(job(id, word), hooks().h).done;
+      // The result was read before the folder went.
+      if (word === "ok") expect(out.result).toEqual({ response: "done" });
+      expect(dataLeft(id), id).toEqual({ folder: false, volumeRemoved: true });
       const run = engine.runs().find((a) => a.includes(`svc-${id}`))!;
       const cidfile = optionOf(run, "--cidfile");
       expect(cidfile, id).toBeDefined();
@@ -298,15 +305,31 @@ describe("docker executor: exit status 125, clean-up and GPUs (fake docker engin
     expect(await running.done).toMatchObject({ success: false, error: "cancelled: renter asked" });
     expect(engine.calls()).toContainEqual(["kill", "svc-job-rm-kill"]);
     expect(containersLeft()).toEqual([]);
+    expect(dataLeft("job-rm-kill")).toEqual({ folder: false, volumeRemoved: true });
   });
 
-  it("hands the container only the job's own GPU, and no env of the task chooses GPUs", () => {
+  it("writes task.json anew: never through a link a run of the job left in its folder", async () => {
+    const victim = path.join(engine.dir, "provider-key");
+    fs.writeFileSync(victim, "the provider's key\n");
+    const folder = path.join(eopts.workRoot, "job-link");
+    fs.mkdirSync(folder, { recursive: true });
+    fs.symlinkSync("../../provider-key", path.join(folder, "task.json"));
+    const out = await new DockerExecutor(eopts).start(job("job-link", "ok"), hooks().h).done;
+    expect(out.success, out.error).toBe(true);
+    expect(fs.readFileSync(victim, "utf8")).toBe("the provider's key\n");
+    // A directory there that this machine could not remove: the job does not start here.
+    fs.mkdirSync(path.join(folder, "task.json", "inside"), { recursive: true });
+    expect(() => new DockerExecutor(eopts).start(job("job-link", "ok"), hooks().h)).toThrow(/EISDIR|EPERM/);
+    expect(fs.existsSync(path.join(folder, "task.json", "inside"))).toBe(true);
+  });
+
+  it("hands the container only the job's own GPU, passes no NVIDIA_* env of the task, and sets the runtime's device features off", () => {
     const plan = dockerRunArgs(
       job("job-gpu1", "ok", {
         taskSpec: {
           container: { image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" },
           command: ["nvidia-smi"],
-          env: { NVIDIA_VISIBLE_DEVICES: "all", CUDA_VISIBLE_DEVICES: "0,1", NVIDIA_DRIVER_CAPABILITIES: "all", KEEP: "1" },
+          env: { NVIDIA_VISIBLE_DEVICES: "all", CUDA_VISIBLE_DEVICES: "0,1", NVIDIA_DRIVER_CAPABILITIES: "all", NVIDIA_MOFED: "enabled", NVIDIA_NOT_LISTED: "1", KEEP: "1" },
         },
       }),
       eopts,
@@ -314,7 +337,10 @@ describe("docker executor: exit status 125, clean-up and GPUs (fake docker engin
     expect(plan.argv.filter((a) => a === "--gpus")).toHaveLength(1);
     expect(optionOf(plan.argv, "--gpus")).toBe("device=1");
     expect(plan.argv).not.toContain("all");
-    expect(plan.argv.filter((a) => /^(NVIDIA|CUDA)_/.test(a))).toEqual([]);
+    expect(plan.argv.filter((a) => /^(NVIDIA|CUDA)_/.test(a) && !a.endsWith("=disabled"))).toEqual([]);
+    expect(plan.droppedEnv).toContain("NVIDIA_NOT_LISTED");
+    // Whatever the image's own ENV says.
+    for (const k of ["NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY"]) expect(plan.argv.join(" "), k).toContain(`-e ${k}=disabled`);
     expect(plan.argv.join(" ")).toContain("-e KEEP=1 nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
     // No GPU handed to the job: it gets none, not every GPU of the host.
     expect(dockerRunArgs(job("job-gpu2", "ok", { gpus: undefined }), eopts).argv).not.toContain("--gpus");

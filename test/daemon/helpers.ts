@@ -256,7 +256,8 @@ export interface FakeContainer {
  * status through; `--rm` removes it once it exits, as the engine does; `inspect` answers a
  * container's state (`{{json .State}}`); `kill` stops a running one; `rm` removes containers (a
  * running one only with `-f`/`--force`, which kills it); `ps` lists them (`-a`, `-q`, `--no-trunc`,
- * `--filter label=KEY[=VALUE]` ANDed, `--format` with `{{.ID}}`, `{{.Names}}`, `{{.Label "KEY"}}`).
+ * `--filter label=KEY[=VALUE]` ANDed, `--format` with `{{.ID}}`, `{{.Names}}`, `{{.Label "KEY"}}`);
+ * `volume rm` succeeds (recorded only).
  * Containers, their labels and their process are kept in its state folder across invocations, so a
  * container outlives the daemon that started it. Images: `image inspect` finds every image, unless
  * `opts.images` is "absent": then only those `pull` fetched; `pull` succeeds (`opts.pull` "ok", the
@@ -435,6 +436,8 @@ if cmd == "rm":
             os.remove(os.path.join(STATE, "name-" + meta["name"]))
         print(ref)
     sys.exit(code)
+if cmd == "volume" and args[1:2] == ["rm"]:
+    print(args[-1]); sys.exit(0)
 if cmd != "run":
     print("docker: unknown command " + cmd, file=sys.stderr); sys.exit(1)
 

@@ -4,11 +4,13 @@
 // the container started is the provider's (re-queued, no charge), and the
 // container is removed either way; each job gets one GPU of the host
 // (`--gpus device=N`, CUDA_VISIBLE_DEVICES for a plain process), handed out
-// one per running job, and no env of the task chooses GPUs. A result file
-// that is too large, a FIFO or a symbolic link is the job's own failure
-// (read without blocking, no host file read as its output); the job's image
-// is pulled before its container runs, and a pull that fails or runs too long
-// is the provider's failure, not the renter's timeout.
+// one per running job, and no NVIDIA_* env of the task reaches a container
+// (whose runtime device features are set off). A result file that is too
+// large, a FIFO or a symbolic link is the job's own failure (read without
+// blocking, no host file read as its output); task.json is never written
+// through a link the job left; the job's volume and folder go once it ended.
+// The job's image is pulled before its container runs, and a pull that fails
+// or runs too long is the provider's failure, not the renter's timeout.
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -168,7 +170,7 @@ print(json.dumps([len(l) for l in lines] + lines[1:]))
     expect((await api().get(`/api/jobs/${j.job_id}/output`, renter.headers)).body.response).toBe("visible=0 order=PCI_BUS_ID");
   });
 
-  it("hands out one GPU per running job and drops env of the task that would choose GPUs", () => {
+  it("hands out one GPU per running job, drops the task's NVIDIA_* env and sets the runtime's device features off", () => {
     const out = JSON.parse(
       python(`import json, os, sys, tempfile, svc_daemon
 work = tempfile.mkdtemp()
@@ -180,7 +182,8 @@ slots.release(a)
 again = slots.take(gpus)
 job = {"job_id": "job-env1", "job_type": "custom_container",
        "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["nvidia-smi"],
-                     "env": {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_DRIVER_CAPABILITIES": "all", "KEEP": "1"}}}
+                     "env": {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_DRIVER_CAPABILITIES": "all",
+                             "NVIDIA_GDS": "enabled", "NVIDIA_NOT_LISTED": "1", "KEEP": "1"}}}
 argv = svc_daemon.plan_job(job, {}, "/usr/bin/docker", work, [1])[0]
 print(json.dumps({"taken": [a, b], "third": third, "again": again, "argv": argv}))
 `),
@@ -191,7 +194,44 @@ print(json.dumps({"taken": [a, b], "third": third, "again": again, "argv": argv}
     expect(out.argv.filter((a) => a === "--gpus")).toHaveLength(1);
     expect(optionOf(out.argv, "--gpus")).toBe("device=1");
     expect(out.argv).not.toContain("all");
-    expect(out.argv.filter((a) => /^(NVIDIA|CUDA)_/.test(a))).toEqual([]);
+    expect(out.argv.filter((a) => /^(NVIDIA|CUDA)_/.test(a) && !a.endsWith("=disabled"))).toEqual([]);
+    for (const k of ["NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY"]) expect(out.argv.join(" "), k).toContain(`-e ${k}=disabled`);
     expect(out.argv.join(" ")).toContain("-e KEEP=1 nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
+  });
+
+  it("writes task.json anew: never through a link a run of the job left in its folder", () => {
+    const work = path.join(tempDir("py-link"), "work");
+    const folder = path.join(work, "job-link");
+    fs.mkdirSync(folder, { recursive: true });
+    const victim = path.join(work, "..", "provider-key");
+    fs.writeFileSync(victim, "the provider's key\n");
+    fs.symlinkSync("../../provider-key", path.join(folder, "task.json"));
+    const plan = (jobId: string) =>
+      python(`import svc_daemon
+job = {"job_id": "${jobId}", "job_type": "custom_container", "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["ok"]}}
+try:
+    svc_daemon.plan_job(job, {}, "/usr/bin/docker", ${JSON.stringify(work)}, [])
+except OSError as err:
+    print(err.__class__.__name__)
+`);
+    expect(plan("job-link")).toBe("");
+    expect(fs.readFileSync(victim, "utf8")).toBe("the provider's key\n");
+    expect(JSON.parse(fs.readFileSync(path.join(folder, "task.json"), "utf8")).job_id).toBe("job-link");
+    // A directory there that this machine could not remove: an OSError (_run_job reports it as this machine's failure).
+    fs.mkdirSync(path.join(work, "job-dir", "task.json", "inside"), { recursive: true });
+    expect(plan("job-dir").trim()).toBe("IsADirectoryError");
+  });
+
+  it("removes the job's workspace volume and folder once its result is in", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { d, docker, dir } = await daemonFor(p.key);
+    const j = await submit(renter, { job_type: "custom_container", params: { command: ["ok"] } });
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect((await api().get(`/api/jobs/${j.job_id}/output`, renter.headers)).body).toMatchObject({ response: "done" });
+    await waitFor(() => !fs.existsSync(path.join(dir, "work", j.job_id)), 10_000, `job folder removed (${d.output()})`);
+    const calls = docker.calls().map((a) => a.join(" "));
+    expect(calls.indexOf(`volume rm svc-ws-${j.job_id}`)).toBeGreaterThan(calls.findIndex((c) => c.startsWith("rm --force --volumes")));
   });
 });

@@ -173,15 +173,16 @@ describe("svc-daemon (TypeScript) with containers", { timeout: 120_000 }, () => 
     expect((await h.job(job.job_id)).endpoint_api_key).toBeNull();
   });
 
-  it("refuses at submit an env that would choose the job's GPUs, naming the field", async () => {
+  it("refuses at submit an env that would choose the job's GPUs or the host devices it gets, naming the field", async () => {
     const renter = await makeRenter(h.srv, 1_000);
     await makeProvider(h.srv);
-    for (const name of ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"]) {
+    // Every NVIDIA_* name, those the runtime may read in a later version too.
+    for (const name of ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY", "NVIDIA_TF32_OVERRIDE", "NVIDIA_SOMETHING_NEW"]) {
       const r = await h.api().post("/api/jobs/submit", { job_type: "custom_container", duration_minutes: 1, params: { command: ["nvidia-smi"], env: { A: "1", [name]: "all" } } }, renter.headers);
       expect(r.status, name).toBe(400);
       expect(r.body.error, name).toMatch(new RegExp(`params\\.env\\.${name}\\b`));
     }
-    const ok = await h.api().post("/api/jobs/submit", { job_type: "custom_container", duration_minutes: 1, params: { command: ["nvidia-smi"], env: { NVIDIA_TF32_OVERRIDE: "0" } } }, renter.headers);
+    const ok = await h.api().post("/api/jobs/submit", { job_type: "custom_container", duration_minutes: 1, params: { command: ["nvidia-smi"], env: { CUDA_LAUNCH_BLOCKING: "1", NVIDIA: "x" } } }, renter.headers);
     expect(ok.status, ok.text).toBe(201);
   });
 });

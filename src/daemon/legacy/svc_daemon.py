@@ -579,6 +579,19 @@ def read_result_file(path, max_bytes=MAX_RESULT_FILE_BYTES):
         os.close(fd)
 
 
+def write_new_file(path, text):
+    """Writes a new file at path in a folder a container can write: whatever is there goes first (a link
+    is removed, never followed) and the file is created anew without following a link. A directory there
+    raises OSError: the job cannot start on this machine."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def _safe_name(job_id):
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job_id)[:100]
 
@@ -597,9 +610,19 @@ def needs_network(job, spec, inputs):
 
 # Environment names a task may not set: they choose which GPUs a container sees and what the NVIDIA
 # container runtime mounts into it, which is the daemon's to decide (the server refuses them at submit,
-# and the TypeScript daemon leaves them out too).
+# and the TypeScript daemon leaves them out too: src/shared/gpu-env.ts). The runtime reads more NVIDIA_*
+# names than are listed (and may read new ones): the whole prefix is reserved.
+RESERVED_ENV_PREFIX = "NVIDIA_"
 RESERVED_ENV_NAMES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-                      "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS")
+                      "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_IMEX_CHANNELS",
+                      "NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY")
+# Runtime features that mount more host devices into a container whose environment sets them to
+# "enabled": an image's own ENV could, so every job container gets them "disabled".
+DEVICE_FEATURE_ENV_NAMES = ("NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY")
+
+
+def reserved_env_name(name):
+    return name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV_NAMES
 
 
 # vllm_serve: the engine's port is published on every interface, so it is started with a secret of
@@ -746,11 +769,14 @@ class DockerContainer:
     """A job's container: stopped with `docker kill`, removed once the job ended (it runs without --rm,
     so that after `docker run` exits 125 its state still tells whether it ever started)."""
 
-    def __init__(self, docker, name, cidfile, dropped_env, serve=None, dropped_key_env=False, image=None):
+    def __init__(self, docker, name, cidfile, dropped_env, serve=None, dropped_key_env=False, image=None,
+                 volume=None, folder=None):
         self.docker = docker
         self.image = image
         self.name = name
         self.cidfile = cidfile
+        self.volume = volume  # the job's named workspace volume
+        self.folder = folder  # the job's host folder, mounted at /svc-output
         self.dropped_env = dropped_env
         self.serve = serve  # vllm_serve: its ServedEndpoint
         self.dropped_key_env = dropped_key_env  # vllm_serve: the task's own VLLM_API_KEY was left out
@@ -808,6 +834,24 @@ class DockerContainer:
             os.remove(self.cidfile)
         except OSError:
             pass
+
+    def remove_data(self, log):
+        """What the job wrote on this machine, once it has ended (container removed, result read and kept
+        under .svc-results until the server has it): its named workspace volume, which `docker rm --volumes`
+        leaves, and its host folder. No documented behaviour resumes a job from either (checkpoint_enabled
+        included). Files the container made as another user (root) may not be removable: logged only."""
+        if self.volume:
+            out = self._docker(["volume", "rm", self.volume])
+            if out is None or (out.returncode != 0 and "no such volume" not in out.stderr.lower()):
+                log("could not remove the workspace volume %s: %s"
+                    % (self.volume, "docker did not answer" if out is None else (out.stderr.strip().splitlines() or ["exit %d" % out.returncode])[-1]))
+        if self.folder:
+            try:
+                shutil.rmtree(self.folder)
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                log("could not remove the job's folder %s: %s" % (self.folder, err))
 
 
 def daemon_label(workdir):
@@ -934,15 +978,18 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
         memory_mb = limits.get("memory_mb") or default_memory_mb()
         argv += ["--memory", "%dm" % int(memory_mb), "--pids-limit", str(int(limits.get("pids") or 4096))]
-        # The task goes in as a file beside the result (our scripts read $SVC_TASK_FILE).
-        with open(os.path.join(workspace, "task.json"), "w") as f:
-            json.dump({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": spec}, f)
+        # The task goes in as a file beside the result (our scripts read $SVC_TASK_FILE), written anew:
+        # an earlier run of this job (a re-queue back to this provider) may have left a link there.
+        write_new_file(os.path.join(workspace, "task.json"),
+                       json.dumps({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": spec}))
         argv += ["-v", volume + ":" + mount, "-v", workspace + ":/svc-output",
                  "-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json",
                  "-e", "SVC_JOB_ID=" + job_id]
+        for key in DEVICE_FEATURE_ENV_NAMES:
+            argv += ["-e", key + "=disabled"]
         dropped_env, dropped_key_env, serve = [], False, None
         for key, value in sorted((spec.get("env") or {}).items()):
-            if key in RESERVED_ENV_NAMES:
+            if reserved_env_name(key):
                 dropped_env.append(key)
             elif serving and key == VLLM_API_KEY_ENV:
                 dropped_key_env = True  # the endpoint's key is the daemon's to set
@@ -967,7 +1014,8 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         argv.append(image)
         argv += [str(c) for c in command]
 
-        return argv, env, DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env, image), result_file
+        container = DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env, image, volume, workspace)
+        return argv, env, container, result_file
     raise RuntimeError("no executor for job type %r on this daemon: configure a local runner (--runner %s=COMMAND) "
                        "or use the TypeScript daemon (svc-daemon), which runs the built-in job containers"
                        % (job.get("job_type"), job.get("job_type")))
@@ -1368,13 +1416,30 @@ class Daemon:
         confirmed = self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id, attempt)
         started = time.time()
         try:
-            argv, extra_env, container, result_file = plan_job(
-                job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir,
-                self.cfg.get("serve_port", 0))
-        except (RuntimeError, OSError) as err:
+            plan = plan_job(job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir,
+                            self.cfg.get("serve_port", 0))
+        except RuntimeError as err:
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider", attempt=job.get("attempt"))
             return
+        except OSError as err:
+            # This machine could not make the job's folder ready (a directory a run of the job left where
+            # task.json goes, say): its failure, re-queued.
+            error = "could not prepare the job's folder: %s" % err
+            self.event("job_failed", "error", error, job_id)
+            self.report(job_id, False, None, error, {"duration_seconds": 0}, end_reason="provider_error", attempt=attempt)
+            return
+        container = plan[2]
+        try:
+            self._run_planned(job, plan, started, confirmed)
+        finally:
+            if container:
+                container.remove_data(self.log)
+
+    def _run_planned(self, job, plan, started, confirmed):
+        """Runs a job plan_job planned to its end, and reports how it ended."""
+        job_id, attempt = job["job_id"], job.get("attempt")
+        argv, extra_env, container, result_file = plan
         env = dict(os.environ, **extra_env)
         stdin_text = json.dumps({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": job.get("task_spec")})
         deadline = started + float(job.get("max_duration_seconds") or 1800)

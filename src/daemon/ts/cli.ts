@@ -148,6 +148,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
             publicHost: values["public-host"] ?? env.SVC_PUBLIC_HOST,
             servePort: number(values["serve-port"] ?? env.SVC_SERVE_PORT, "--serve-port"),
             daemonLabel: daemonLabel(url, workRoot),
+            log,
           }
         : undefined,
     },

@@ -8,7 +8,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { badRequest } from "../../errors.js";
 import type { JobType } from "../money/pricing.js";
-import { RESERVED_ENV_NAMES } from "../../shared/gpu-env.js";
+import { RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX } from "../../shared/gpu-env.js";
 import { isPrivateHost } from "../shared/address.js";
 
 /** Image models a provider daemon may be asked to load for image_generation. */
@@ -100,7 +100,10 @@ const source = (builtins: readonly string[], description: string): Schema => ({
 
 const envMap: Schema = {
   type: "object",
-  propertyNames: { pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$", not: { enum: [...RESERVED_ENV_NAMES] } },
+  propertyNames: {
+    pattern: "^[A-Za-z_][A-Za-z0-9_]{0,127}$",
+    not: { anyOf: [{ enum: [...RESERVED_ENV_NAMES] }, { pattern: `^${RESERVED_ENV_PREFIX}` }] },
+  },
   additionalProperties: { type: "string", maxLength: 4096 },
   maxProperties: 64,
 };
@@ -241,7 +244,9 @@ function describe(jobType: string, schema: Schema, err: ErrorObject): string {
       return `params.${path ? path + "." : ""}${(err.params as { additionalProperty: string }).additionalProperty} is not a parameter of ${jobType}`;
     case "not":
       // The only `not` is env's reserved names.
-      if (err.propertyName !== undefined) return `${field}.${err.propertyName} is reserved: the provider's daemon decides which GPU a job sees`;
+      if (err.propertyName !== undefined) {
+        return `${field}.${err.propertyName} is reserved: the provider's daemon decides which GPU a job sees and what the GPU runtime gives it (CUDA_VISIBLE_DEVICES and every ${RESERVED_ENV_PREFIX}* name)`;
+      }
       return `${field} ${err.message}`;
     case "propertyNames":
       return `${field} has an invalid name '${(err.params as { propertyName: string }).propertyName}'`;

@@ -3,8 +3,10 @@
 // served endpoint), memory and pids limits, the job's workspace volume at
 // /workspace, and a host folder at /svc-output for the result. Stop =
 // `docker kill`; the container is removed once the job ended, however it
-// ended. `docker run` exits 125 both when docker itself failed and when the
-// container's own program exited 125: the container's state tells which.
+// ended, and with it the job's workspace volume and host folder (what the job
+// wrote does not stay on the provider's disk). `docker run` exits 125 both
+// when docker itself failed and when the container's own program exited 125:
+// the container's state tells which.
 // vllm_serve runs the engine, waits for its health check, reports the
 // endpoint, and keeps it until it is cancelled or expires. The engine's port is
 // published on every interface, so it is started with a secret of its own
@@ -15,14 +17,17 @@
 // Before a job is accepted (prepare), its image is made present: `docker image
 // inspect`, else `docker pull` (one per image at a time, killed after
 // PULL_LIMIT_MS), so that `docker run` does not pull inside the job's billed
-// time and under its kill timer.
+// time and under its kill timer. The container can write in its host folder
+// (/svc-output) and leave links there: the daemon never writes through one.
+// A job's env sets no NVIDIA_* name (the NVIDIA runtime reads them), and the
+// runtime's device features are set off on every container.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { runCommand } from "../exec.js";
-import { RESERVED_ENV_NAMES } from "../../../shared/gpu-env.js";
+import { DEVICE_FEATURE_ENV_NAMES, isReservedEnvName } from "../../../shared/gpu-env.js";
 import { DAEMON_LABEL, JOB_LABEL } from "../leftover-containers.js";
 import { startChildJob } from "./child.js";
 import type { Executor, JobHooks, JobSpec, Outcome, PrepareOptions, RunningJob } from "./types.js";
@@ -51,6 +56,8 @@ export interface DockerOptions {
   daemonLabel?: string;
   /** How long one `docker pull` may run before it is killed (ms; default PULL_LIMIT_MS). */
   pullLimitMs?: number;
+  /** The daemon's own log (not a job's): what could not be cleaned up after a job. */
+  log?: (line: string) => void;
 }
 
 /**
@@ -131,7 +138,9 @@ export interface DockerPlan {
    * folder, not in it (the container could rewrite what it sees at /svc-output).
    */
   cidFile: string;
-  /** Names of the task's env that were left out (RESERVED_ENV_NAMES). */
+  /** The job's workspace volume (a named volume: removed once the job ended). */
+  volume: string;
+  /** Names of the task's env that were left out (isReservedEnvName). */
   droppedEnv: string[];
   /** vllm_serve: host port published for the engine. */
   hostPort?: number;
@@ -185,12 +194,13 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   argv.push("--memory", `${Math.max(256, Math.floor(memoryMb))}m`, "--pids-limit", String(opts.pidsLimit ?? 4096));
   argv.push("-v", `${volume}:${mount}`, "-v", `${outDir}:/svc-output`);
   argv.push("-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json", "-e", `SVC_JOB_ID=${job.jobId}`);
+  for (const k of DEVICE_FEATURE_ENV_NAMES) argv.push("-e", `${k}=disabled`);
   const env = obj(t.env);
   const droppedEnv: string[] = [];
   const serving = job.jobType === "vllm_serve";
   let droppedKeyEnv = false;
   for (const k of Object.keys(env).sort()) {
-    if (RESERVED_ENV_NAMES.includes(k)) droppedEnv.push(k);
+    if (isReservedEnvName(k)) droppedEnv.push(k);
     else if (serving && k === VLLM_API_KEY_ENV) droppedKeyEnv = true;
     else argv.push("-e", `${k}=${String(env[k])}`);
   }
@@ -215,7 +225,27 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
     command = ["python", `/svc-scripts/${SCRIPTS[job.jobType]}`];
   }
   argv.push(image, ...command);
-  return { argv, name, outDir, cidFile, droppedEnv, hostPort, ...(cliEnv ? { cliEnv } : {}), ...(droppedKeyEnv ? { droppedKeyEnv } : {}) };
+  return { argv, name, outDir, cidFile, volume, droppedEnv, hostPort, ...(cliEnv ? { cliEnv } : {}), ...(droppedKeyEnv ? { droppedKeyEnv } : {}) };
+}
+
+/**
+ * Writes a new file at `file` in a folder a container can write: whatever is there goes first (a
+ * link is removed, never followed), and the file is created anew without following a link. A
+ * directory there throws: the job cannot start on this machine.
+ */
+function writeNewFile(file: string, text: string): void {
+  try {
+    fs.unlinkSync(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+  }
+  const { O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW } = fs.constants;
+  const fd = fs.openSync(file, O_WRONLY | O_CREAT | O_EXCL | (O_NOFOLLOW ?? 0), 0o644);
+  try {
+    fs.writeFileSync(fd, text);
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /** The container id `docker run --cidfile` wrote, or undefined (docker failed before creating one). */
@@ -299,7 +329,8 @@ export class DockerExecutor implements Executor {
 
   private run(job: JobSpec, hooks: JobHooks, plan: DockerPlan): RunningJob {
     fs.mkdirSync(plan.outDir, { recursive: true });
-    fs.writeFileSync(path.join(plan.outDir, "task.json"), JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }));
+    // An earlier run of this job (a re-queue back to this provider) may have left a link here.
+    writeNewFile(path.join(plan.outDir, "task.json"), JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }));
     // docker run refuses a container id file that exists: one an earlier run left goes first.
     fs.rmSync(plan.cidFile, { force: true });
     for (const k of plan.droppedEnv) hooks.log(`env ${k} was left out: the provider's daemon decides which GPU the job sees`);
@@ -329,9 +360,29 @@ export class DockerExecutor implements Executor {
         // By its id when docker wrote one; else by name (a container an earlier run of this job left behind).
         await runCommand(this.opts.docker, ["rm", "--force", "--volumes", id ?? plan.name], { timeoutMs: 30_000 });
         fs.rmSync(plan.cidFile, { force: true });
+        await this.removeJobData(plan);
       }
     });
     return { done, stop: (reason, killAfterMs) => child.stop(reason, killAfterMs) };
+  }
+
+  /**
+   * What the job wrote on this machine, once its container is gone and its result read (the daemon
+   * keeps a result waiting for the server in memory): its named workspace volume, which `docker rm
+   * --volumes` leaves (anonymous volumes only), and its host folder. No documented behaviour resumes
+   * a job from either (checkpoint_enabled included), and a re-queued job may run elsewhere. Files
+   * the container made as another user (root) may not be removable: logged, the outcome stands.
+   */
+  private async removeJobData(plan: DockerPlan): Promise<void> {
+    const log = this.opts.log ?? (() => {});
+    const r = await runCommand(this.opts.docker, ["volume", "rm", plan.volume], { timeoutMs: 30_000 });
+    // No such volume: docker failed before it made one.
+    if (r.code !== 0 && !/no such volume/i.test(r.stderr)) log(`could not remove the workspace volume ${plan.volume}: ${lastLine(r.stderr) || `exit status ${r.code}`}`);
+    try {
+      fs.rmSync(plan.outDir, { recursive: true, force: true });
+    } catch (err) {
+      log(`could not remove the job's folder ${plan.outDir}: ${(err as Error).message}`);
+    }
   }
 
   /**
