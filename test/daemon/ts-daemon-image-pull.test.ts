@@ -73,6 +73,32 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
     expect(docker.runs()).toEqual([]);
   });
 
+  it("a pull that ends while the server is away: the job accepted then is started by the hello and runs on, whatever its held-over notices meet", async () => {
+    const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
+    const renter = await makeRenter(h.srv, 10_000);
+    const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["wait"] } });
+    expect(job.provider_id).toBe(p.id);
+    await waitFor(async () => (await h.job(job.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+
+    // The server goes away; notices pile up for the next connection, then the pull ends and the job is accepted (held over too).
+    await h.srv.app.close();
+    await new Promise((r) => setTimeout(r, 2_500));
+    fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
+    await waitFor(() => docker.runs().length > 0 || undefined, 15_000, `the container started (${d.output()})`);
+    h.srv = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" }, h.srv.databaseUrl);
+    // The hello names it: the job runs; the notices held over reach a running job and are refused; it runs on.
+    await waitFor(async () => ((await h.job(job.job_id)).status === "running" ? true : undefined), 20_000, `running (${d.output()})`);
+    await new Promise((r) => setTimeout(r, 2_000));
+    expect(d.output()).not.toContain(`job ${job.job_id} cancelled by the server`);
+    docker.release(job.job_id);
+    const done = await waitFor(async () => {
+      const r = await h.job(job.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 30_000, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    await h.killDaemons();
+  });
+
   // Last: the original server process is gone afterwards.
   it("a reconnect while the image is pulled does not start the job (billed only from the accept after the pull), and drops one cancelled meanwhile", async () => {
     const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });

@@ -418,11 +418,21 @@ export class ProviderDaemon {
             this.resultRetries.delete(k.value.jobId);
           }
         }
-        if (k.value.jobId && (k.value.report === "jobPreparing" || k.value.report === "jobAccepted") && NOT_OURS_CODES.has(k.value.code)) {
+        if (k.value.jobId && NOT_OURS_CODES.has(k.value.code) && this.refusedAsNotOurs(k.value.jobId, k.value.report)) {
           this.cancelJob(k.value.jobId, `the server refused its ${k.value.report === "jobAccepted" ? "accept" : "preparing notice"}: ${k.value.message}`);
         }
         return;
     }
+  }
+
+  /**
+   * Whether a refusal of this report means the job is not this provider's: a refused accept, or a
+   * refused preparing notice while the job is still being prepared (one sent before the accept and
+   * held over a reconnect may reach the server after the job started, and is refused for that).
+   */
+  private refusedAsNotOurs(jobId: string, report: string): boolean {
+    if (report === "jobAccepted") return true;
+    return report === "jobPreparing" && this.jobs.get(jobId)?.accepted !== true;
   }
 
   /** Stops a job the server says is not this provider's to run (a cancel, or a refusal saying so). */
