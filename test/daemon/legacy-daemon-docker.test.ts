@@ -234,4 +234,61 @@ except OSError as err:
     const calls = docker.calls().map((a) => a.join(" "));
     expect(calls.indexOf(`volume rm svc-ws-${j.job_id}`)).toBeGreaterThan(calls.findIndex((c) => c.startsWith("rm --force --volumes")));
   });
+
+  it("leaves a job's folder and volume to a newer attempt of it that runs on another GPU when the older one ends", () => {
+    // Attempt 1 waits for its image; the job is re-queued and assigned back here as attempt 2 (polled on
+    // the other GPU); attempt 1 then learns it moved and ends. Driven in one process with the daemon's
+    // own threads and its bookkeeping of them (Daemon.jobs), without a server.
+    const docker = fakeDocker(tempDir("legacy-reassigned-docker"), { images: "absent", pull: "gate" });
+    const work = path.join(tempDir("legacy-reassigned"), "work");
+    const out = JSON.parse(
+      python(`import json, os, threading, time, svc_daemon
+svc_daemon.verify_task = lambda *a: True
+svc_daemon.CANCEL_CHECK_SECONDS = 0.2
+d = svc_daemon.Daemon.__new__(svc_daemon.Daemon)
+d.cfg = {"secret": "s", "runners": {}, "work_dir": ${JSON.stringify(work)}, "serve_port": 0}
+d.docker = ${JSON.stringify(docker.path)}
+d.scripts_dir = None
+d.stop_event = threading.Event()
+d.stop_deadline = time.time() + 1e6
+d.jobs = {}
+d.jobs_lock = threading.Lock()
+reports = []
+d.log = lambda m: None
+d.event = lambda *a, **k: True
+d.confirm_pickup = lambda *a, **k: True
+d.post_quietly = lambda *a, **k: True
+d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
+moved = threading.Event()
+d.job_status = lambda job_id, attempt=None: svc_daemon.GONE if attempt == 1 and moved.is_set() else "running"
+def run(attempt, gpu):
+    job = {"job_id": "job-again", "job_type": "custom_container", "attempt": attempt, "max_duration_seconds": 60,
+           "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["ok"]}}
+    t = threading.Thread(target=d._run_job, args=(job, [gpu]))
+    with d.jobs_lock:
+        d.jobs[t] = job["job_id"]
+    t.start()
+    return t
+def pulls():
+    try:
+        return sum(1 for l in open(os.path.join(${JSON.stringify(docker.dir)}, "docker-calls.jsonl")) if json.loads(l)[0] == "pull")
+    except OSError:
+        return 0
+first = run(1, 0)
+while pulls() < 1: time.sleep(0.05)
+second = run(2, 1)
+while pulls() < 2: time.sleep(0.05)
+moved.set()
+first.join(20)
+with d.jobs_lock:
+    d.jobs.pop(first, None)
+kept = os.path.exists(os.path.join(${JSON.stringify(work)}, "job-again", "task.json"))
+open(os.path.join(${JSON.stringify(docker.dir)}, "pull-release"), "w").close()
+second.join(30)
+print(json.dumps({"kept": kept, "reports": reports}))
+`),
+    );
+    expect(out.kept).toBe(true);
+    expect(out.reports.filter((r: { attempt: number }) => r.attempt === 2)).toMatchObject([{ success: true }]);
+  });
 });

@@ -1433,8 +1433,16 @@ class Daemon:
         try:
             self._run_planned(job, plan, started, confirmed)
         finally:
-            if container:
+            # The job's folder and volume are named by the job: a newer attempt of it assigned back here
+            # and running on another GPU meanwhile uses them, and removes them when it ends.
+            if container and not self._job_held_elsewhere(job_id):
                 container.remove_data(self.log)
+
+    def _job_held_elsewhere(self, job_id):
+        """Whether a thread other than this one runs an attempt of the job."""
+        me = threading.current_thread()
+        with self.jobs_lock:
+            return any(t is not me and held == job_id for t, held in self.jobs.items())
 
     def _run_planned(self, job, plan, started, confirmed):
         """Runs a job plan_job planned to its end, and reports how it ended."""
