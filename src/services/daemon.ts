@@ -172,13 +172,13 @@ class StreamSession {
     this.out.push(m);
   }
 
-  private fail(err: unknown, jobId = "", report = "") {
+  private fail(err: unknown, jobId = "", report = "", attempt?: number) {
     const e = toHttpError(err);
     if (e.status >= 500) this.deps.log[answeredLogLevel(err, e)]({ err, providerId: this.providerId, jobId, report }, "daemon stream report failed");
     // A refused result is always answered: the daemon keeps it until it is acknowledged or refused.
     // Other refusals are answered at a bounded rate, so that they cannot fill the queue themselves.
     if (!(report === "result" && jobId) && this.refusals?.take(Date.now()) === false) return;
-    this.send({ kind: { case: "error", value: { code: errorCode(err), message: e.message, jobId, report } } });
+    this.send({ kind: { case: "error", value: { code: errorCode(err), message: e.message, jobId, report, attempt } } });
   }
 
   private pushSettings(s: Settings) {
@@ -422,6 +422,7 @@ class StreamSession {
     const pid = this.providerId;
     const k = msg.kind;
     const jobId = "value" in k && k.value && "jobId" in k.value ? k.value.jobId : "";
+    const attempt = "value" in k && k.value && "attempt" in k.value ? k.value.attempt : undefined;
     try {
       this.takeBudget(k.case);
       // A NUL outside the machine's output (a job id, a fault) is refused, as on the JSON routes.
@@ -501,7 +502,7 @@ class StreamSession {
           throw badRequest("empty daemon message");
       }
     } catch (err) {
-      this.fail(err, jobId, k.case ?? "");
+      this.fail(err, jobId, k.case ?? "", attempt);
     }
   }
 }

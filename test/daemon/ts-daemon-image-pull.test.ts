@@ -11,6 +11,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeRenter } from "../helpers/fixtures.js";
 import { endedFirstAttempt, endedJob, waitFor } from "./helpers.js";
+import { placeJobs, requeueLocked } from "../../src/domain/dispatch/dispatch.js";
 import { cancelJob } from "../../src/domain/jobs/job-control.js";
 import { startTestServer } from "../helpers/server.js";
 import { dockerDaemon, useTsDaemonServer } from "./ts-harness.js";
@@ -73,6 +74,46 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
     expect(docker.runs()).toEqual([]);
   });
 
+  it("a refusal of an old attempt's notice, answered late, does not drop the new attempt of the job it prepares", async () => {
+    const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
+    const renter = await makeRenter(h.srv, 10_000);
+    const [x, y] = [
+      await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["ok"] } }),
+      await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["ok"] } }),
+    ];
+    expect([x.provider_id, y.provider_id]).toEqual([p.id, p.id]);
+    for (const j of [x, y]) await waitFor(async () => (await h.job(j.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+    // The stream's reports wait behind a notice about X (its row held here): Y's notices of attempt 1 queue up.
+    let release!: () => void;
+    const holding = new Promise<void>((resolve) => {
+      void h.srv.sql.begin(async (tx) => {
+        await tx`SELECT 1 FROM jobs WHERE job_id = ${x.job_id} FOR UPDATE`;
+        resolve();
+        await new Promise<void>((r) => (release = r));
+      });
+    });
+    await holding;
+    await new Promise((r) => setTimeout(r, 2_500));
+    // Meanwhile Y is taken off the provider and placed back on it as attempt 2 (a cancel, then its push).
+    await h.srv.sql.begin(async (tx) => {
+      const [row] = await tx`SELECT * FROM jobs WHERE job_id = ${y.job_id} FOR UPDATE`;
+      await requeueLocked(tx, row as never, "provider_silent", "taken off");
+    });
+    await placeJobs(h.srv.sql, [Number((await h.job(y.job_id)).id)]);
+    expect(await h.job(y.job_id)).toMatchObject({ status: "pending", provider_id: p.id, attempt: 2 });
+    await waitFor(() => d.output().includes(`job ${y.job_id} cancelled by the server`) || undefined, 10_000, `attempt 1 stopped (${d.output()})`);
+    // The held-up notices of attempt 1 are refused now, while the daemon prepares attempt 2.
+    await new Promise((r) => setTimeout(r, 1_500));
+    release();
+    await new Promise((r) => setTimeout(r, 3_000));
+    fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
+    const done = await waitFor(async () => {
+      const r = await h.job(y.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 30_000, `Y's attempt 2 ends (${d.output()})`);
+    expect(done).toMatchObject({ status: "completed", attempt: 2 });
+  });
+
   it("a pull that ends while the server is away: the job accepted then is started by the hello and runs on, whatever its held-over notices meet", async () => {
     const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
     const renter = await makeRenter(h.srv, 10_000);
@@ -96,6 +137,34 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
       return r.status === "completed" || r.status === "failed" ? r : undefined;
     }, 30_000, `job end (${d.output()})`);
     expect(done.status, done.error).toBe("completed");
+    await h.killDaemons();
+  });
+
+  it("a job assigned back to it as a new attempt while it was away mid-pull: the old run is dropped and the new attempt runs", async () => {
+    const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
+    const renter = await makeRenter(h.srv, 10_000);
+    const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["ok"] } });
+    expect(job.provider_id).toBe(p.id);
+    await waitFor(async () => (await h.job(job.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+
+    // The server goes away mid-pull; meanwhile (another process, as the silence sweep would) the job is
+    // taken off the provider and placed again: back on it, as attempt 2. No cancel reaches the daemon.
+    await h.srv.app.close();
+    await h.srv.sql.begin(async (tx) => {
+      const [row] = await tx`SELECT * FROM jobs WHERE job_id = ${job.job_id} FOR UPDATE`;
+      await requeueLocked(tx, row as never, "provider_silent", "taken off while its daemon was away");
+    });
+    await placeJobs(h.srv.sql, [Number((await h.job(job.job_id)).id)]);
+    expect(await h.job(job.job_id)).toMatchObject({ status: "pending", provider_id: p.id, attempt: 2 });
+    h.srv = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" }, h.srv.databaseUrl);
+    await waitFor(() => d.output().split("connected as provider").length > 2 || undefined, 30_000, `reconnected (${d.output()})`);
+    fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
+    const done = await waitFor(async () => {
+      const r = await h.job(job.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 30_000, `attempt 2 ends (${d.output()})`);
+    expect(done).toMatchObject({ status: "completed", attempt: 2 });
+    expect(docker.runs()).toHaveLength(1);
     await h.killDaemons();
   });
 

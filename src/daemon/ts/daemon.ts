@@ -418,7 +418,7 @@ export class ProviderDaemon {
             this.resultRetries.delete(k.value.jobId);
           }
         }
-        if (k.value.jobId && NOT_OURS_CODES.has(k.value.code) && this.refusedAsNotOurs(k.value.jobId, k.value.report)) {
+        if (k.value.jobId && NOT_OURS_CODES.has(k.value.code) && this.refusedAsNotOurs(k.value.jobId, k.value.report, k.value.attempt)) {
           this.cancelJob(k.value.jobId, `the server refused its ${k.value.report === "jobAccepted" ? "accept" : "preparing notice"}: ${k.value.message}`);
         }
         return;
@@ -428,11 +428,16 @@ export class ProviderDaemon {
   /**
    * Whether a refusal of this report means the job is not this provider's: a refused accept, or a
    * refused preparing notice while the job is still being prepared (one sent before the accept and
-   * held over a reconnect may reach the server after the job started, and is refused for that).
+   * held over a reconnect may reach the server after the job started, and is refused for that), of
+   * the attempt this daemon holds now.
    */
-  private refusedAsNotOurs(jobId: string, report: string): boolean {
+  private refusedAsNotOurs(jobId: string, report: string, attempt: number | undefined): boolean {
+    const active = this.jobs.get(jobId);
+    if (!active) return false;
+    // The refusal of an earlier run's report (a job assigned back here as a new attempt) is not this run's.
+    if (attempt !== undefined && active.attempt !== undefined && attempt !== active.attempt) return false;
     if (report === "jobAccepted") return true;
-    return report === "jobPreparing" && this.jobs.get(jobId)?.accepted !== true;
+    return report === "jobPreparing" && active.accepted !== true;
   }
 
   /** Stops a job the server says is not this provider's to run (a cancel, or a refusal saying so). */
@@ -570,8 +575,12 @@ export class ProviderDaemon {
     const prior = this.jobs.get(job.jobId);
     if (prior) {
       // Pushed again while it runs: the same attempt, nothing to do. Pushed while it is being
-      // stopped (re-queued away, then assigned back to this provider): a new attempt.
-      if (prior.cancelled) prior.next = { job, signature };
+      // stopped (re-queued away, then assigned back to this provider), or naming another attempt
+      // than the run held here (assigned back while the daemon was away: no cancel came): a new
+      // attempt, started once the old run is gone.
+      const another = attemptOf(job) !== undefined && prior.attempt !== undefined && attemptOf(job) !== prior.attempt;
+      if (prior.cancelled || another) prior.next = { job, signature };
+      if (another) this.cancelJob(job.jobId, `attempt ${attemptOf(job)} of the job follows`);
       return;
     }
     if (this.stopping) return this.reject(job, "the daemon is shutting down");
