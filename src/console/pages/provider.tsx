@@ -231,6 +231,10 @@ function Preferences({ me }: { me: GetProviderMeResponse }) {
   );
 }
 
+/** Sets PK from a prompt: a key typed (pasted) there is not in the shell's history, as one on a command line is. */
+const SH_READ_KEY = `printf 'Provider key: '; IFS= read -r PK; export PK`;
+const PS_READ_KEY = `$env:PK = Read-Host 'Provider key'`;
+
 function InstallPage() {
   const [show, setShow] = useState(false);
   const key = session()?.secret ?? "";
@@ -254,10 +258,15 @@ function InstallPage() {
     <>
       <h1>Install the daemon</h1>
       <Card title="Your key">
-        <p>Every command below reads your key from <code>PK</code>. Run this first in the same shell. Linux or macOS (sh, bash, zsh):</p>
-        <pre class="cmd" tabIndex={0}>{`export PK='${shown}'`}</pre>
+        <p>
+          Every command below reads your key from <code>PK</code>. Run this first in the same shell, and paste your key when it
+          asks: typed at the prompt, the key stays out of your shell's history. Linux or macOS (sh, bash, zsh):
+        </p>
+        <pre class="cmd" tabIndex={0}>{SH_READ_KEY}</pre>
         <p>Windows (PowerShell):</p>
-        <pre class="cmd" tabIndex={0}>{`$env:PK = '${shown}'`}</pre>
+        <pre class="cmd" tabIndex={0}>{PS_READ_KEY}</pre>
+        <p>Your key:</p>
+        <pre class="cmd" tabIndex={0} data-testid="provider-key">{shown}</pre>
         <button class="secondary" aria-pressed={show} onClick={() => setShow(!show)}>{show ? "Hide key" : "Show key"}</button>
       </Card>
       <Card title="One-liners">
