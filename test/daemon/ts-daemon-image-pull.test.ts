@@ -107,10 +107,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
     release();
     await new Promise((r) => setTimeout(r, 3_000));
     fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
-    const done = await waitFor(async () => {
-      const r = await h.job(y.job_id);
-      return r.status === "completed" || r.status === "failed" ? r : undefined;
-    }, 30_000, `Y's attempt 2 ends (${d.output()})`);
+    const done = await endedJob(h.srv.sql, y.job_id, `Y's attempt 2 ends (${d.output()})`);
     expect(done).toMatchObject({ status: "completed", attempt: 2 });
   });
 
@@ -132,10 +129,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
     await new Promise((r) => setTimeout(r, 2_000));
     expect(d.output()).not.toContain(`job ${job.job_id} cancelled by the server`);
     docker.release(job.job_id);
-    const done = await waitFor(async () => {
-      const r = await h.job(job.job_id);
-      return r.status === "completed" || r.status === "failed" ? r : undefined;
-    }, 30_000, `job end (${d.output()})`);
+    const done = await endedJob(h.srv.sql, job.job_id, `job end (${d.output()})`);
     expect(done.status, done.error).toBe("completed");
     await h.killDaemons();
   });
@@ -159,10 +153,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
     h.srv = await startTestServer({ PORT: String(h.port), SVC_JOB_SWEEP_MS: "60000" }, h.srv.databaseUrl);
     await waitFor(() => d.output().split("connected as provider").length > 2 || undefined, 30_000, `reconnected (${d.output()})`);
     fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
-    const done = await waitFor(async () => {
-      const r = await h.job(job.job_id);
-      return r.status === "completed" || r.status === "failed" ? r : undefined;
-    }, 30_000, `attempt 2 ends (${d.output()})`);
+    const done = await endedJob(h.srv.sql, job.job_id, `attempt 2 ends (${d.output()})`);
     expect(done).toMatchObject({ status: "completed", attempt: 2 });
     expect(docker.runs()).toHaveLength(1);
     await h.killDaemons();
@@ -191,10 +182,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
       expect(await row()).toMatchObject({ status: "pending", started_at: null });
       const [{ now: released }] = await again.sql`SELECT now()`;
       fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
-      const [done] = await waitFor(async () => {
-        const r = await again.sql`SELECT status, error FROM jobs WHERE job_id = ${job.job_id}`;
-        return r[0].status === "completed" || r[0].status === "failed" ? r : undefined;
-      }, 45_000, `job end (${d.output()})`);
+      const done = await endedJob(again.sql, job.job_id, `job end (${d.output()})`);
       expect(done.status, done.error).toBe("completed");
       // One attempt, started (billed) after the pull was let through.
       const attempts = await again.sql`SELECT a.attempt, a.started_at >= ${released} AS after_pull FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${job.job_id}`;

@@ -311,14 +311,17 @@ describe("heartbeat: write path", () => {
     expect(u.s).toBeLessThanOrEqual(32);
   });
 
+  /** The seconds of heartbeat coverage credited to a provider: the current hour's and every hour filed. */
+  const coveredSeconds = async (providerId: number) =>
+    (await srv.sql<{ s: number }[]>`
+      SELECT p.uptime_hour_seconds + coalesce((SELECT sum(covered_seconds) FROM provider_uptime WHERE provider_id = p.id), 0)::int AS s
+      FROM providers p WHERE p.id = ${providerId}`)[0].s;
+
   it("credits no uptime while the provider is paused (heard, but taking no work), and credits again once resumed", async () => {
     const p = await newProvider(srv);
     await heartbeat(srv, p.key);
     await flushHeartbeats(srv);
-    const covered = async () =>
-      (await srv.sql<{ s: number }[]>`
-        SELECT p.uptime_hour_seconds + coalesce((SELECT sum(covered_seconds) FROM provider_uptime WHERE provider_id = p.id), 0)::int AS s
-        FROM providers p WHERE p.id = ${p.id}`)[0].s;
+    const covered = () => coveredSeconds(p.id);
     const before = await covered();
     expect((await client(srv).post("/api/providers/pause", { key: p.key })).status).toBe(200);
     await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
@@ -336,10 +339,7 @@ describe("heartbeat: write path", () => {
     const p = await newProvider(srv);
     await heartbeat(srv, p.key);
     await flushHeartbeats(srv);
-    const covered = async () =>
-      (await srv.sql<{ s: number }[]>`
-        SELECT p.uptime_hour_seconds + coalesce((SELECT sum(covered_seconds) FROM provider_uptime WHERE provider_id = p.id), 0)::int AS s
-        FROM providers p WHERE p.id = ${p.id}`)[0].s;
+    const covered = () => coveredSeconds(p.id);
     const hhmm = (d: Date) => d.toISOString().slice(11, 16);
     const inHours = (h: number) => new Date(Date.now() + h * 3_600_000);
     const before = await covered();
