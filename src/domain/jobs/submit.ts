@@ -11,7 +11,7 @@ import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
 import { quotaRefusal, quotaUsageMany, withReserved, type QuotaUsage } from "../money/quota.js";
-import { lockReservations, reservedMany, type Promised } from "../money/usage-billing.js";
+import { freeOf, lockReservations, reservedMany, type Promised } from "../money/usage-billing.js";
 import { canonicalJson, hmacOfCanonical } from "../../shared/task-signature.js";
 import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
 import { templateById, templateGpuRequirements } from "./templates.js";
@@ -245,7 +245,7 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
     if (available < estimate) {
       return refused(paymentRequired(`insufficient balance: this job holds ${estimate} halala (${rate} halala/min x ${durationMinutes} min) and ${available} halala is available`));
     }
-    if (available - r.promised.v1 - r.promised.owed < estimate) {
+    if (freeOf(available, r.promised) < estimate) {
       const owed = r.promised.owed > 0 ? `${r.promised.v1 > 0 ? " and" : ""} ${r.promised.owed} is owed for refunded payments` : "";
       return refused(
         paymentRequired(

@@ -13,7 +13,7 @@
 import type { Db, Tx } from "../../db/index.js";
 import { extendHold, renterFunds } from "./ledger.js";
 import { monthlyHeadroom, quotaUsage, withReserved } from "./quota.js";
-import { lockedReserved } from "./usage-billing.js";
+import { freeOf, lockedReserved } from "./usage-billing.js";
 import { endLocked, lockJobById, lockRenterFunds, runSeconds, type Figures } from "./settlement.js";
 
 /** A hold grows when less than this much paid time is left. */
@@ -69,7 +69,7 @@ export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome
   const { available } = await renterFunds(tx, job.renter_id);
   // The hold grows within the monthly spend limit too: it counts holds, as a submit's check does.
   const usage = withReserved(await quotaUsage(tx, job.renter_id), promised.v1);
-  const funded = Math.floor(Math.max(0, available - promised.v1 - promised.owed) / rate);
+  const funded = Math.floor(Math.max(0, freeOf(available, promised)) / rate);
   const withinLimit = Math.floor(monthlyHeadroom(usage) / rate);
   const minutes = Math.min(EXTEND_MINUTES, capMinutes - paid, funded, withinLimit);
   if (minutes >= 1) {

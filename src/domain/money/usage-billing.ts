@@ -86,7 +86,7 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
   const reserved = Number(row.reserved);
   const owed = Number(row.owed ?? 0);
   if (balance <= 0) throw paymentRequired("insufficient balance: your available balance is 0 halala; top up to use /v1");
-  const free = balance - reserved - owed;
+  const free = freeOf(balance, { v1: reserved, owed });
   // The monthly spend limit counts what requests in flight reserved, as job submits do.
   const usage = withReserved(await quotaUsage(tx, r.renterId), reserved);
   const headroom = monthlyHeadroom(usage);
@@ -133,6 +133,9 @@ export interface Promised {
   /** What it owes for gateway refunds of money it had held or reserved (refund-debt.ts). */
   owed: number;
 }
+
+/** What of a renter's available funds is free to hold or reserve: what nothing is promised to yet. */
+export const freeOf = (available: number, p: Promised): number => available - p.v1 - p.owed;
 
 /**
  * What one renter's available funds are promised to, with its reservation lock taken first (as
