@@ -21,6 +21,19 @@ const h = useTsDaemonServer();
 const dockerProvider = (pull: "slow" | "fail" | "gate", env: Record<string, string> = {}) => dockerDaemon(h, { docker: { images: "absent", pull }, env });
 const firstAttempt = (jobId: string, what: string) => endedFirstAttempt(h.srv.sql, jobId, what);
 
+/**
+ * A job on a docker provider whose image pull waits for the test (`pull-release`), once the daemon
+ * has said it prepares it (a notice a second).
+ */
+async function preparingJob(command: string) {
+  const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
+  const renter = await makeRenter(h.srv, 10_000);
+  const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: [command] } });
+  expect(job.provider_id).toBe(p.id);
+  await waitFor(async () => (await h.job(job.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+  return { p, d, docker, job };
+}
+
 describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () => {
   it("is pulled before the job is accepted: the pull's time is not the job's", async () => {
     const { p, d, docker } = await dockerProvider("slow");
@@ -112,11 +125,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
   });
 
   it("a pull that ends while the server is away: the job accepted then is started by the hello and runs on, whatever its held-over notices meet", async () => {
-    const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
-    const renter = await makeRenter(h.srv, 10_000);
-    const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["wait"] } });
-    expect(job.provider_id).toBe(p.id);
-    await waitFor(async () => (await h.job(job.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+    const { p, d, docker, job } = await preparingJob("wait");
 
     // The server goes away; notices pile up for the next connection, then the pull ends and the job is accepted (held over too).
     await h.srv.app.close();
@@ -135,11 +144,7 @@ describe("svc-daemon (TypeScript): the job's image", { timeout: 150_000 }, () =>
   });
 
   it("a job assigned back to it as a new attempt while it was away mid-pull: the old run is dropped and the new attempt runs", async () => {
-    const { p, d, docker } = await dockerProvider("gate", { SVC_PREPARE_NOTICE_SECONDS: "1" });
-    const renter = await makeRenter(h.srv, 10_000);
-    const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["ok"] } });
-    expect(job.provider_id).toBe(p.id);
-    await waitFor(async () => (await h.job(job.job_id)).preparing_at, 15_000, `a preparing notice (${d.output()})`);
+    const { p, d, docker, job } = await preparingJob("ok");
 
     // The server goes away mid-pull; meanwhile (another process, as the silence sweep would) the job is
     // taken off the provider and placed again: back on it, as attempt 2. No cancel reaches the daemon.
