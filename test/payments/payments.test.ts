@@ -395,14 +395,16 @@ describe("POST /api/payments/webhook", () => {
     expect(await balance(r.headers)).toMatchObject({ balance_halala: 2000, available_halala: 2000 });
     const [row] = await srv.sql`SELECT refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${p.payment_id}`;
     expect(row).toEqual({ refunded_halala: 3000, refund_shortfall_halala: 2000 });
-    // The shortfall is owed (refund-debt.ts): once the request ends without a charge, its 2,000 are not
-    // the renter's to reserve again, and the balance says why.
-    expect(await releaseTokenBudget(srv.sql, requestId)).toBe(true);
+    // The shortfall is owed (refund-debt.ts): while the request is in flight its 2,000 are not the
+    // renter's to reserve again, and the answer says why.
     expect(await balance(r.headers)).toMatchObject({ available_halala: 2000, refund_owed_halala: 2000 });
     const again = srv.sql.begin((tx) =>
       reserveTokenBudget(tx, { requestId: `${requestId}-2`, renterId: r.id, model: "m", stream: false, rate: { input: 1_000_000, output: 1_000_000 }, promptTokens: 10, maxTokens: 10, choices: 1, ttlSeconds: 60 }),
     );
     await expect(again).rejects.toMatchObject({ status: 402, message: expect.stringContaining("2000 owed for refunded payments") });
+    // Once it ends without a charge, its 2,000 go back to the gateway.
+    expect(await releaseTokenBudget(srv.sql, requestId)).toBe(true);
+    expect(await balance(r.headers)).toMatchObject({ balance_halala: 0, available_halala: 0 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

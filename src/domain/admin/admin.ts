@@ -11,6 +11,7 @@ import { JOB_SUMMARY_COLUMNS, type JobSummaryRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
 import { adjust, renterFunds } from "../money/ledger.js";
 import { lockedReserved } from "../money/usage-billing.js";
+import { collectRefundDebt } from "../money/refund-debt.js";
 import { type RenterRow } from "../accounts/renters.js";
 import { jobCountSql } from "../shared/job-counts.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
@@ -169,4 +170,6 @@ export async function adjustRenterBalance(tx: Tx, renterId: number, amount: numb
     }
   }
   await adjust(tx, renterId, amount, key, reason);
+  // A credit pays what the renter owes for refunded payments first, as a top-up does.
+  if (amount > 0) await collectRefundDebt(tx, renterId);
 }

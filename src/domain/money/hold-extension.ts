@@ -13,7 +13,8 @@
 import type { Db, Tx } from "../../db/index.js";
 import { extendHold, renterFunds } from "./ledger.js";
 import { monthlyHeadroom, quotaUsage, withReserved } from "./quota.js";
-import { freeOf, lockedReserved } from "./usage-billing.js";
+import { freeOf } from "./promised.js";
+import { lockedReserved } from "./usage-billing.js";
 import { endLocked, lockJobById, lockRenterFunds, runSeconds, type Figures } from "./settlement.js";
 
 /** A hold grows when less than this much paid time is left. */

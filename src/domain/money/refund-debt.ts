@@ -10,7 +10,7 @@
 import crypto from "node:crypto";
 import type { Tx } from "../../db/index.js";
 import { debitUpTo } from "./ledger.js";
-import { reservedMany } from "./usage-billing.js";
+import { reservedMany } from "./promised.js";
 
 /** Adds to what the renter owes (a refund's shortfall). */
 export async function oweRefund(tx: Tx, renterId: number, amount: number): Promise<void> {

@@ -23,11 +23,13 @@
 // provider 75 % of it, rather than 1 halala a request, all to the platform. The
 // carries (v1_accruals, migration 045) are what a renter owes and a provider is
 // owed below one halala: not ledger entries, so the books stay whole and balanced.
-import type { Db, Tx } from "../../db/index.js";
+import type { Db, Sql, Tx } from "../../db/index.js";
 import { apiError, paymentRequired } from "../../errors.js";
 import { accountId, CHARGE_KIND, transfer } from "./ledger.js";
 import { MICRO_PER_HALALA, providerShareMicro } from "./pricing.js";
 import { monthlyHeadroom, monthlyRefusal, msUntilNextUtcMonth, quotaUsage, withReserved, type QuotaUsage } from "./quota.js";
+import { freeOf, reservedMany, type Promised } from "./promised.js";
+import { collectRefundDebt } from "./refund-debt.js";
 import { affordableCompletionTokens, DEFAULT_MAX_COMPLETION_TOKENS, tokenCostHalala, type TokenRate } from "./token-pricing.js";
 
 export interface ReserveInput {
@@ -126,17 +128,6 @@ export function lockReservations(tx: Tx, renterIds: number[]) {
 const promisedText = (reserved: number, owed: number) =>
   `${reserved} reserved by requests in flight${owed > 0 ? `, ${owed} owed for refunded payments` : ""}`;
 
-/** What a renter's available funds are promised to already, and not free to hold or take. */
-export interface Promised {
-  /** Price caps of its /v1 requests in flight (charged from available funds when they end). */
-  v1: number;
-  /** What it owes for gateway refunds of money it had held or reserved (refund-debt.ts). */
-  owed: number;
-}
-
-/** What of a renter's available funds is free to hold or reserve: what nothing is promised to yet. */
-export const freeOf = (available: number, p: Promised): number => available - p.v1 - p.owed;
-
 /**
  * What one renter's available funds are promised to, with its reservation lock taken first (as
  * reserveTokenBudget and submits take it): what anything else moving the renter's available funds
@@ -147,19 +138,17 @@ export async function lockedReserved(tx: Tx, renterId: number): Promise<Promised
   return (await reservedMany(tx, [renterId])).get(renterId) ?? { v1: 0, owed: 0 };
 }
 
-/** What the renters' available funds are promised to: open, unexpired /v1 reservations and refund debt, by renter. */
-export async function reservedMany(db: Db, renterIds: number[]): Promise<Map<number, Promised>> {
-  const rows = await db<{ renter_id: number; reserved: number; owed: number }[]>`
-    SELECT r.id AS renter_id, r.refund_owed_halala AS owed,
-           coalesce((SELECT sum(u.reserved_halala) FROM v1_usage u WHERE u.renter_id = r.id AND u.state = 'open' AND u.expires_at > now()), 0)::bigint AS reserved
-    FROM renters r WHERE r.id = ANY(${renterIds}::bigint[])`;
-  return new Map(rows.map((r) => [Number(r.renter_id), { v1: Number(r.reserved), owed: Number(r.owed) }]));
-}
-
-/** Ends an open reservation without a charge (nothing was delivered). False when already ended. */
-export async function releaseTokenBudget(db: Db, requestId: string): Promise<boolean> {
-  const rows = await db`UPDATE v1_usage SET state = 'released', ended_at = now() WHERE request_id = ${requestId} AND state = 'open' RETURNING 1`;
-  return rows.length > 0;
+/**
+ * Ends an open reservation without a charge (nothing was delivered). False when already ended.
+ * What it reserved is free again: a renter that owes for refunded payments pays from it first.
+ */
+export async function releaseTokenBudget(sql: Sql, requestId: string): Promise<boolean> {
+  const [ended] = await sql<{ renter_id: number; owed: number }[]>`
+    WITH ended AS (UPDATE v1_usage SET state = 'released', ended_at = now() WHERE request_id = ${requestId} AND state = 'open' RETURNING renter_id)
+    SELECT ended.renter_id, r.refund_owed_halala AS owed FROM ended LEFT JOIN renters r ON r.id = ended.renter_id`;
+  if (!ended) return false;
+  if (Number(ended.owed) > 0) await sql.begin((tx) => collectRefundDebt(tx, Number(ended.renter_id)));
+  return true;
 }
 
 export interface UsageDetail {
@@ -267,16 +256,18 @@ export async function chargeTokenUsage(
   await transfer(tx, { from: availableId, to: earningsId, amount: providerEarned, kind: CHARGE_KIND.v1Provider, key: `v1:${requestId}:provider`, memo });
   const shortfall = due - charged;
   // Independent rows: sent together (postgres.js pipelines them on the transaction's connection).
-  await Promise.all([
+  const [, [{ owed }]] = await Promise.all([
     tx`UPDATE v1_usage SET cost_halala = ${charged}, cost_micro = ${costMicro.toString()}::numeric, shortfall_halala = ${shortfall},
          provider_earned_halala = ${providerEarned}, platform_fee_halala = ${platformFee}
        WHERE request_id = ${requestId}`,
-    tx`UPDATE renters SET total_spent_halala = total_spent_halala + ${charged} WHERE id = ${renterId}`,
+    tx<{ owed: number }[]>`UPDATE renters SET total_spent_halala = total_spent_halala + ${charged} WHERE id = ${renterId} RETURNING refund_owed_halala AS owed`,
     // An overstatement makes the provider's reliability due now (its next heartbeat recomputes it).
     overstated > 0
       ? tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned}, reputation_at = NULL WHERE id = ${providerId}`
       : tx`UPDATE providers SET total_earnings_halala = total_earnings_halala + ${providerEarned} WHERE id = ${providerId}`,
   ]);
+  // What the request reserved and did not cost is free again: a refund's debt is paid from it first.
+  if (Number(owed) > 0) await collectRefundDebt(tx, renterId);
   return { charged, costMicro, providerEarned, platformFee, shortfall, moved: true };
 }
 
