@@ -36,8 +36,9 @@ function holdsText(f: DescField): boolean {
   if (o.machineOutput) return false;
   switch (f.fieldKind) {
     case "scalar":
-      // A raw body (webhooks) is JSON text: a NUL escaped in it reaches jsonb.
-      return f.scalar === ScalarType.STRING || (f.scalar === ScalarType.BYTES && o.rawBody);
+      // A raw body (the payment gateway's signed event) is not: refusing it would leave a payment
+      // uncredited whatever the gateway retries; its implementation makes it storable (storableJson).
+      return f.scalar === ScalarType.STRING;
     case "enum":
       return false;
     case "list":
