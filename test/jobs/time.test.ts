@@ -40,6 +40,30 @@ const reliability = async (id: number) => {
 const silence = (providerId: number) => srv.sql`UPDATE providers SET last_heartbeat = now() - interval '10 minutes' WHERE id = ${providerId}`;
 
 describe("max_duration_seconds", () => {
+  it("bills no minute past the limit, however late the timeout is noticed or reported", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    // Benchmark jobs cost 10 halala a minute; the 10-minute estimate holds 100.
+    const swept = (await submit(renter.headers, { duration_minutes: 10, max_duration_seconds: 60 })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(swept);
+    // The sweep finds it 0.2 s after its deadline: 60.2 s run, 1 minute billed (not 2).
+    await srv.sql`UPDATE jobs SET started_at = now() - interval '60.2 seconds', timeout_at = now() - interval '0.2 seconds' WHERE job_id = ${swept}`;
+    expect((await sweepJobs(srv.sql)).timedOut).toBe(1);
+    expect((await api.get(`/api/jobs/${swept}`, renter.headers)).body).toMatchObject({ end_reason: "timeout", actual_cost_halala: 10, provider_earned_halala: 7 });
+    const receipt = (await api.get(`/api/jobs/${swept}/receipt`, renter.headers)).body;
+    expect(receipt.receipt.billing).toMatchObject({ billed_seconds: 60, billed_minutes: 1, charged_halala: 10 });
+
+    // The daemon reports its own timeout 1 s after a 300 s limit: 5 minutes, not 6.
+    const reported = (await submit(renter.headers, { duration_minutes: 10, max_duration_seconds: 300 })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(reported);
+    await srv.sql`UPDATE jobs SET started_at = now() - interval '301 seconds', timeout_at = now() - interval '1 second' WHERE job_id = ${reported}`;
+    const rep = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: reported, success: false, end_reason: "timeout", error: "killed at max_duration_seconds" });
+    expect(rep.status, rep.text).toBe(200);
+    expect(rep.body).toMatchObject({ actual_minutes: 5, cost_halala: 50 });
+    expect(await balance(renter.key)).toMatchObject({ total_spent_halala: 60, held_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("limits run time only: a job its provider never picked up is re-queued after the pickup window, not timed out", async () => {
     const renter = await makeRenter(srv, 10_000);
     const first = await makeProvider(srv);
@@ -132,11 +156,11 @@ describe("max_duration_seconds", () => {
     expect(ready.status, ready.text).toBe(200);
     await ranOut(job, 90);
     expect(await sweepJobs(srv.sql)).toMatchObject({ timedOut: 1, requeued: 0 });
-    // 90 s: 2 minutes at 20 halala, 75/25.
+    // Found 30 s past its 60 s limit: billed the limit's 1 minute at 20 halala, 75/25.
     expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({
-      status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 40, provider_earned_halala: 30, platform_fee_halala: 10,
+      status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 20, provider_earned_halala: 15, platform_fee_halala: 5,
     });
-    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_960, held_halala: 0, total_spent_halala: 40 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_980, held_halala: 0, total_spent_halala: 20 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

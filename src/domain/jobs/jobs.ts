@@ -9,7 +9,7 @@ import type { Db } from "../../db/index.js";
 import { forbidden, notFound } from "../../errors.js";
 import { explainQueue, explainQueues, type QueueReason } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
-import { actualCostHalala, actualMinutes } from "../money/pricing.js";
+import { actualCostHalala, billableMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
 import { jobCountSql } from "../shared/job-counts.js";
 
@@ -18,7 +18,7 @@ const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 /** A running job's cost so far: the billable minutes it has run at its rate, within its hold. */
 function runningCost(j: JobSummaryRow, now = Date.now()): bigint | undefined {
   if (j.status !== "running" || j.started_at === null) return undefined;
-  const minutes = actualMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000));
+  const minutes = billableMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000), j.max_duration_seconds);
   return BigInt(actualCostHalala(j.rate_halala_per_minute, minutes, j.held_halala ?? j.cost_halala));
 }
 

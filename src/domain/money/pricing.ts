@@ -29,6 +29,14 @@ export function actualMinutes(runSeconds: number): number {
   return Math.max(1, Math.ceil(runSeconds / 60));
 }
 
+/**
+ * Billable whole minutes of a job's run: never past its hard limit (max_duration_seconds), however
+ * late the timeout is noticed or reported.
+ */
+export function billableMinutes(runSeconds: number, maxDurationSeconds: number): number {
+  return actualMinutes(Math.min(runSeconds, maxDurationSeconds));
+}
+
 /** Settled cost: rate x minutes run, within what is held for the job (the estimate, grown while it ran). */
 export function actualCostHalala(rate: number, minutes: number, held: number): number {
   return Math.min(rate * minutes, held);

@@ -209,10 +209,12 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
           SELECT provider_id, key_id, statement, signature FROM job_attestations
           WHERE job_id = ${jobId} AND attempt = ${job.attempt} AND provider_id = ${job.provider_id}`;
   const charged = Number(m.provider_share) + Number(m.platform_share);
-  // Billed time: what settlement billed (its run seconds end at this transaction's now(), which is completed_at).
+  // Billed time: what settlement billed (its run seconds end at this transaction's now(), which is completed_at,
+  // and never pass max_duration_seconds: pricing.ts billableMinutes).
   const from = job.started_at ?? job.assigned_at ?? job.submitted_at;
   const billedMinutes = Number(job.actual_minutes ?? 0);
-  const billedSeconds = billedMinutes > 0 ? Math.round(Math.max(0, new Date(job.db_now).getTime() - new Date(from).getTime())) / 1000 : 0;
+  const ranMs = Math.min(Math.max(0, new Date(job.db_now).getTime() - new Date(from).getTime()), Number(job.max_duration_seconds) * 1000);
+  const billedSeconds = billedMinutes > 0 ? Math.round(ranMs) / 1000 : 0;
 
   const body: Record<string, unknown> = {
     type: RECEIPT_TYPE,

@@ -15,7 +15,7 @@
 import type { Db, Tx } from "../../db/index.js";
 import { notFound } from "../../errors.js";
 import { openHold, release, settle } from "./ledger.js";
-import { actualCostHalala, actualMinutes } from "./pricing.js";
+import { actualCostHalala, billableMinutes } from "./pricing.js";
 import { collectRefundDebt } from "./refund-debt.js";
 import { notifyCancel } from "../notify/job-notices.js";
 import { faultOf, type EndReason, type Fault } from "../shared/job-end.js";
@@ -111,7 +111,7 @@ export function runSeconds(job: LockedJob): number {
  */
 export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, metrics: unknown): Promise<Figures> {
   if (job.provider_id === null) throw new Error(`job ${job.job_id} has no provider to pay`);
-  const minutes = actualMinutes(runSeconds(job));
+  const minutes = billableMinutes(runSeconds(job), job.max_duration_seconds);
   await lockRenterFunds(tx, job.renter_id);
   const held = await heldFor(tx, job);
   const cost = actualCostHalala(job.rate_halala_per_minute, minutes, held);
@@ -166,7 +166,7 @@ export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "canc
   const held = (await openHold(tx, job.id)) ?? 0;
   let f: Figures = { status, endReason: o.reason, fault, actualMinutes: 0, cost: 0, providerEarned: 0, platformFee: 0, released: held };
   if (billsTimeUsed(job, fault)) {
-    const minutes = actualMinutes(runSeconds(job));
+    const minutes = billableMinutes(runSeconds(job), job.max_duration_seconds);
     const s = await settle(tx, job.renter_id, job.provider_id!, job.id, held, actualCostHalala(job.rate_halala_per_minute, minutes, held));
     if (s.owed > 0) await collectRefundDebt(tx, job.renter_id);
     f = { ...f, actualMinutes: minutes, cost: s.cost, providerEarned: s.providerEarned, platformFee: s.platformFee, released: held - s.cost };
