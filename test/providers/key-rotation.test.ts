@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
-import { makeProvider } from "../helpers/fixtures.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { openStream } from "../daemon/grpc-stream.js";
 import { gpuStatus } from "./helpers.js";
 
@@ -63,5 +63,22 @@ describe("provider key rotation", () => {
     expect(none.status, none.text).toBe(400);
     expect(none.body.error).toBe("API key required");
     expect((await api.post("/api/providers/rotate-key", undefined, { "x-provider-key": "svc-provider-not-a-key" })).status).toBe(401);
+  });
+
+  it("rotations of one account at the same moment leave one live key, renter's and provider's", async () => {
+    const live = (column: "renter_id" | "provider_id", id: number) =>
+      srv.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM api_keys WHERE ${srv.sql(column)} = ${id} AND revoked_at IS NULL`;
+    // Each round is a fresh account rotated twice at once; without the account's key lock one round
+    // in a few left both new keys live.
+    for (let round = 0; round < 6; round++) {
+      const r = await makeRenter(srv);
+      const both = await Promise.all([api.post("/api/renters/rotate-key", {}, r.headers), api.post("/api/renters/rotate-key", {}, r.headers)]);
+      expect(both.map((x) => x.status)).toEqual([200, 200]);
+      expect((await live("renter_id", r.id))[0].n).toBe(1);
+      const p = await makeProvider(srv);
+      const pair = await Promise.all([api.post("/api/providers/rotate-key", { key: p.key }), api.post("/api/providers/rotate-key", { key: p.key })]);
+      expect(pair.map((x) => x.status)).toEqual([200, 200]);
+      expect((await live("provider_id", p.id))[0].n).toBe(1);
+    }
   });
 });

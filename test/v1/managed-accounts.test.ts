@@ -33,11 +33,34 @@ describe("a managed-endpoint account", () => {
     expect(await srv.sql`SELECT 1 FROM jobs WHERE renter_id = ${id}`).toHaveLength(0);
     expect((await api.get("/api/renters/balance", { "x-renter-key": reg.body.api_key })).body.held_halala).toBe(0);
 
+    // Whoever registered it may have set a webhook (every job event of the account would go there).
+    const hook = await api.patch("/api/renters/me", { webhook_url: "https://hooks.example.com/squat" }, { "x-renter-key": reg.body.api_key });
+    expect(hook.status, hook.text).toBe(200);
+
     // A sign-in that reached the address (one step here: no email delivery is configured) proves it.
     const login = await api.post("/api/renters/login-email", { email: OPS });
     expect(login.status, login.text).toBe(200);
     expect((await srv.sql<{ proven: boolean }[]>`SELECT email_proven_at IS NOT NULL AS proven FROM renters WHERE id = ${id}`)[0].proven).toBe(true);
-    const accepted = await submit();
+    // The keys issued before the proof, and their webhook, do not carry the right over: revoked, dropped.
+    expect((await submit()).status).toBe(401);
+    expect((await srv.sql`SELECT webhook_url, webhook_secret FROM renters WHERE id = ${id}`)[0]).toEqual({ webhook_url: null, webhook_secret: null });
+    const proven = { "x-renter-key": login.body.api_key as string };
+    const accepted = await api.post(
+      "/api/jobs/submit",
+      { job_type: "vllm_serve", params: { model: "meta-llama/Llama-3.1-8B-Instruct", public: true }, provider_id: own.id, duration_minutes: 10 },
+      proven,
+    );
     expect(accepted.status, accepted.text).toBe(201);
+    // Later sign-ins are ordinary: one more key, the proven one still works.
+    const again = await api.post("/api/renters/login-email", { email: OPS });
+    expect(again.status, again.text).toBe(200);
+    expect((await api.get("/api/renters/balance", proven)).status).toBe(200);
+  });
+
+  it("an ordinary account's first sign-in keeps its earlier keys", async () => {
+    const reg = await api.post("/api/renters/register", { name: "Renter", email: "someone@renter.test" });
+    const login = await api.post("/api/renters/login-email", { email: "someone@renter.test" });
+    expect(login.status, login.text).toBe(200);
+    expect((await api.get("/api/renters/balance", { "x-renter-key": reg.body.api_key })).status).toBe(200);
   });
 });

@@ -10,6 +10,7 @@ import type { Sql, Tx } from "../../db/index.js";
 import { apiError, badRequest, unauthorized } from "../../errors.js";
 import type { Logger } from "../../log.js";
 import { issueKey, type KeyRole } from "./keys.js";
+import { lockAccountKeys, rotateKeys } from "./key-rotation.js";
 
 const CODE_TTL_MINUTES = 10;
 /** Wrong guesses one code allows. */
@@ -54,7 +55,7 @@ export async function loginByEmail(
     if (config.production) {
       throw apiError(503, "login-email is disabled: email delivery (EMAIL_API_KEY) is not configured");
     }
-    return { kind: "key", apiKey: await signedIn(sql, role, accountId) };
+    return { kind: "key", apiKey: await signedIn(sql, config, role, accountId) };
   }
   if (!code) {
     const fresh = String(crypto.randomInt(0, 1_000_000)).padStart(6, "0");
@@ -110,13 +111,28 @@ export async function loginByEmail(
     return latest.ok;
   });
   if (!right) throw unauthorized("wrong sign-in code");
-  return { kind: "key", apiKey: await signedIn(sql, role, accountId) };
+  return { kind: "key", apiKey: await signedIn(sql, config, role, accountId) };
 }
 
-/** A sign-in that reached the account's address: a new key, and (renters) the address counted as proven (migration 051). */
-async function signedIn(sql: Sql, role: KeyRole, accountId: number): Promise<string> {
+/**
+ * A sign-in that reached the account's address: a new key, and (renters) the address counted as
+ * proven (migration 051). Registration takes any address, so a managed-endpoint account's
+ * (SVC_V1_MANAGED_RENTERS) may have been registered by someone else first: the right to serve every
+ * renter's /v1 requests goes with the proof, so its first proof revokes the keys issued before it
+ * and drops the webhook they may have set, as a rotation would.
+ */
+async function signedIn(sql: Sql, config: Config, role: KeyRole, accountId: number): Promise<string> {
   return sql.begin(async (tx) => {
-    if (role === "renter") await tx`UPDATE renters SET email_proven_at = coalesce(email_proven_at, now()) WHERE id = ${accountId}`;
+    await lockAccountKeys(tx, role, accountId);
+    if (role === "renter") {
+      const [r] = await tx<{ email: string; first: boolean }[]>`
+        SELECT email, email_proven_at IS NULL AS first FROM renters WHERE id = ${accountId} FOR UPDATE`;
+      await tx`UPDATE renters SET email_proven_at = coalesce(email_proven_at, now()) WHERE id = ${accountId}`;
+      if (r?.first && config.v1.managedRenters.includes(r.email.toLowerCase())) {
+        await tx`UPDATE renters SET webhook_url = NULL, webhook_secret = NULL WHERE id = ${accountId}`;
+        return rotateKeys(tx, role, accountId);
+      }
+    }
     return issueKey(tx, role, accountId);
   });
 }
