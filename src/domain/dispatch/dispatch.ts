@@ -399,7 +399,7 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
     ), locked AS MATERIALIZED (
       SELECT l.provider_id AS id, ${slotsSql(tx)} - l.active AS free
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
-      WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND l.active < ${slotsSql(tx)}
+      WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND NOT l.closed AND l.active < ${slotsSql(tx)}
       ORDER BY l.provider_id FOR UPDATE OF l SKIP LOCKED
     ), held AS MATERIALIZED (${
       queuedIds.length === 0
@@ -504,7 +504,7 @@ export async function placeJob(tx: Tx, jobId: number, opts: { wholeFleet?: boole
 export async function dispatchForProvider(sql: Sql, providerId: number): Promise<Assignment[]> {
   return sql.begin(async (tx) => {
     const [p] = await tx<{ free: number; ok: boolean }[]>`
-      SELECT ${slotsSql(tx)} - l.active AS free, ${availableSql(tx)} AS ok
+      SELECT ${slotsSql(tx)} - l.active AS free, ${availableSql(tx)} AND NOT l.closed AS ok
       FROM providers p JOIN provider_load l ON l.provider_id = p.id
       WHERE p.id = ${providerId} FOR UPDATE OF l`;
     if (!p?.ok || p.free <= 0) return [];

@@ -90,6 +90,12 @@ export async function decideProvider(
   }
   const changed = after.length > 0;
   const provider = changed ? after[0] : before;
+  if (changed) {
+    // Waits for an assignment to it in flight, whose job the caller's re-queue then finds; one that
+    // locks the row later sees it closed (migration 056).
+    const closed = provider.status === "suspended" || provider.approval_status === "rejected";
+    await tx`UPDATE provider_load SET closed = ${closed} WHERE provider_id = ${id} AND closed <> ${closed}`;
+  }
   await recordAudit(tx, who.actor, `provider.${action}`, "provider", id, {
     reason: why ?? null,
     changed,
