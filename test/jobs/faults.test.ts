@@ -259,6 +259,47 @@ describe.each(["legacy", "stream"] as const)("job endings over the %s wire", (wi
     expect(await jobRow(served)).toMatchObject({ status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 40, provider_earned_halala: 30 });
   });
 
+  it("a vllm_serve job's success reported without its endpoint ever reported is the provider's failure; with it, completed and billed as before", async () => {
+    const renter = await makeRenter(srv, 1_000);
+    const d = await daemon(wire);
+    const before = await reliability(d.provider.id);
+    // Both ran 90 s of the 3 minutes held (vllm_serve: 20 halala a minute, 60 held): 2 minutes, 40, when billed.
+    const silent = await running(d, renter, { job_type: "vllm_serve" });
+    expect((await api.get(`/api/jobs/${silent}`, renter.headers)).body.running_cost_halala).toBe(0);
+    const r1 = await d.report(silent, { success: true });
+    expect(r1).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "provider_error", fault: "provider" } });
+    expect(await jobRow(silent)).toMatchObject({ status: "queued", attempt: 2, actual_cost_halala: null });
+    const [first] = await attempts(silent);
+    expect(first).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(first.error).toMatch(/claimed success, but the provider never reported the job's endpoint/);
+    expect(await balance(renter)).toMatchObject({ balance_halala: 1_000, held_halala: 60, total_spent_halala: 0 });
+    expect((await api.get(`/api/providers/me?key=${d.provider.key}`)).body.provider.total_earnings_halala).toBe(0);
+    expect(await reliability(d.provider.id)).toBeLessThan(before);
+
+    const served = await submit(renter, { job_type: "vllm_serve" });
+    await d.start(served);
+    await d.endpoint(served, "http://203.0.113.7:8000");
+    await ranFor(served, 90);
+    expect((await api.get(`/api/jobs/${served}`, renter.headers)).body.running_cost_halala).toBe(40);
+    const r2 = await d.report(served, { success: true });
+    expect(r2).toMatchObject({ status: 200, body: { status: "completed", cost_halala: 40, end_reason: "completed", fault: "none" } });
+    expect(await jobRow(served)).toMatchObject({ status: "completed", actual_cost_halala: 40, provider_earned_halala: 30, platform_fee_halala: 10 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a vllm_serve job without its endpoint that fails by the renter's fault is charged nothing, the provider neither paid nor docked", async () => {
+    const renter = await makeRenter(srv, 1_000);
+    const d = await daemon(wire);
+    const before = await reliability(d.provider.id);
+    const jobId = await running(d, renter, { job_type: "vllm_serve" });
+    const r = await d.report(jobId, { error: "model not found on the hub", fault: "renter" });
+    expect(r).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "runtime_error", fault: "renter" } });
+    expect(await jobRow(jobId)).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter", actual_cost_halala: 0, actual_minutes: 0, provider_earned_halala: 0 });
+    expect(await balance(renter)).toMatchObject({ balance_halala: 1_000, held_halala: 0, total_spent_halala: 0 });
+    expect(await reliability(d.provider.id)).toBe(before);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("a provider's failure of a job pinned to it fails the job with the fault shown, refunded", async () => {
     const renter = await makeRenter(srv, 1_000);
     const d = await daemon(wire);
@@ -336,6 +377,37 @@ describe("cancel and the server's own ends", () => {
     // Admin lists show it too.
     const list = (await api.get("/api/admin/jobs?limit=10", admin(srv))).body.jobs;
     expect(list.find((j: { job_id: string }) => j.job_id === run2)).toMatchObject({ end_reason: "admin_cancelled", fault: "platform" });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("renter cancel of a running vllm_serve job that never reported its endpoint charges nothing; with its endpoint, the time used as before", async () => {
+    const renter = await makeRenter(srv, 1_000);
+    const p = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id = ${p.id}`;
+    // vllm_serve: 20 halala a minute, 60 held; both ran 90 s: 2 minutes, 40, when billed.
+    const silent = await submit(renter, { job_type: "vllm_serve" });
+    const served = await submit(renter, { job_type: "vllm_serve" });
+    await pickUp(api, p.key);
+    await pickUp(api, p.key);
+    expect((await api.post(`/api/jobs/${served}/endpoint-ready`, { api_key: p.key, endpoint_url: "http://203.0.113.7:8000" })).status).toBe(200);
+    await ranFor(silent, 90);
+    await ranFor(served, 90);
+    const c1 = await api.post(`/api/jobs/${silent}/cancel`, {}, renter.headers);
+    expect(c1.body).toMatchObject({
+      refunded_halala: 60,
+      charged_halala: 0,
+      job: { status: "cancelled", end_reason: "renter_cancelled", fault: "renter", actual_cost_halala: 0, provider_earned_halala: 0 },
+    });
+    const receipt = (await api.get(`/api/jobs/${silent}/receipt`, renter.headers)).body.receipt;
+    expect(receipt.billing).toMatchObject({ billed_seconds: 0, billed_minutes: 0, charged_halala: 0, refunded_halala: 60 });
+    const c2 = await api.post(`/api/jobs/${served}/cancel`, {}, renter.headers);
+    expect(c2.body).toMatchObject({
+      refunded_halala: 20,
+      charged_halala: 40,
+      job: { status: "cancelled", end_reason: "renter_cancelled", fault: "renter", actual_cost_halala: 40, provider_earned_halala: 30 },
+    });
+    expect(await balance(renter)).toMatchObject({ balance_halala: 960, held_halala: 0, total_spent_halala: 40 });
+    expect((await api.get(`/api/providers/me?key=${p.key}`)).body.provider.total_earnings_halala).toBe(30);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

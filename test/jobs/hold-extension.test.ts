@@ -82,6 +82,37 @@ describe("paying as a job runs", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("stops a vllm_serve job that never reported its endpoint when its renter cannot pay for more, and charges none of it; one that did is billed as before", async () => {
+    const renter = await makeRenter(srv, 0);
+    const provider = await makeProvider(srv);
+    // Funds for 2 minutes of vllm_serve (20 halala/min): the 1-minute estimate and one more.
+    const rate = 20;
+    await srv.sql.begin((tx) => credit(tx, renter.id, 2 * rate, `test-fund:${renter.id}:two-serving-minutes`));
+    const silent = await runningJob(renter, provider, { job_type: "vllm_serve", duration_minutes: 1 });
+    expect(silent.rate).toBe(rate);
+    // Its hold grows all the same: an endpoint reported later would bill the whole run.
+    await ranFor(silent.jobId, 30);
+    expect((await sweepJobs(srv.sql)).extended).toBe(1);
+    expect((await api.get(`/api/jobs/${silent.jobId}`, renter.headers)).body).toMatchObject({ held_halala: 2 * rate, running_cost_halala: 0 });
+    await ranFor(silent.jobId, 116);
+    expect((await sweepJobs(srv.sql)).outOfFunds).toBe(1);
+    const j1 = (await api.get(`/api/jobs/${silent.jobId}`, renter.headers)).body;
+    expect(j1).toMatchObject({ status: "failed", end_reason: "out_of_funds", fault: "renter", actual_cost_halala: 0, provider_earned_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 2 * rate, held_halala: 0, total_spent_halala: 0 });
+
+    const served = await runningJob(renter, provider, { job_type: "vllm_serve", duration_minutes: 1 });
+    expect((await api.post(`/api/jobs/${served.jobId}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:8000" })).status).toBe(200);
+    await ranFor(served.jobId, 30);
+    expect((await sweepJobs(srv.sql)).extended).toBe(1);
+    expect((await api.get(`/api/jobs/${served.jobId}`, renter.headers)).body.running_cost_halala).toBe(rate);
+    await ranFor(served.jobId, 116);
+    expect((await sweepJobs(srv.sql)).outOfFunds).toBe(1);
+    const j2 = (await api.get(`/api/jobs/${served.jobId}`, renter.headers)).body;
+    expect(j2).toMatchObject({ status: "failed", end_reason: "out_of_funds", fault: "renter", actual_cost_halala: 2 * rate, provider_earned_halala: 30, platform_fee_halala: 10 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 0, held_halala: 0, total_spent_halala: 2 * rate });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("does not grow a hold into what the renter's /v1 requests in flight reserved", async () => {
     const renter = await makeRenter(srv, 0);
     const provider = await makeProvider(srv);

@@ -52,11 +52,13 @@ function managedOwner(srv: TestServer): Promise<Serving["owner"]> {
       const r = await client(srv.url).post("/api/renters/register", { name: "Managed endpoints", email: MANAGED_RENTER_EMAIL });
       if (r.status !== 201) throw new Error(`managed renter register failed: ${r.status} ${r.text}`);
       const id: number = r.body.renter_id;
-      // The account proves it owns the address (one step here: no email delivery is configured).
+      // The account proves it owns the address (one step here: no email delivery is configured); the
+      // first proof of a managed address revokes the registration's key, so the sign-in's is used.
       const proof = await client(srv.url).post("/api/renters/login-email", { email: MANAGED_RENTER_EMAIL });
       if (proof.status !== 200) throw new Error(`managed renter login failed: ${proof.status} ${proof.text}`);
       await srv.sql.begin((tx) => credit(tx, id, 100_000_000, `test-fund:${id}:managed`));
-      return { id, key: r.body.api_key as string, headers: { "x-renter-key": r.body.api_key as string } };
+      const key = proof.body.api_key as string;
+      return { id, key, headers: { "x-renter-key": key } };
     })();
     managedOwners.set(srv, owner);
   }

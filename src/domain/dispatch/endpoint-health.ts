@@ -1,6 +1,7 @@
 // The server's own check of serving endpoints: a provider is paid by the
-// minute for a vllm_serve job from the moment it reports the endpoint
-// (endpoint-ready), so the server looks whether the endpoint serves. Every
+// minute for a vllm_serve job's run once it has reported the endpoint
+// (endpoint-ready; until then no end of the job bills anything: job-end.ts
+// servedNothing), so the server looks whether the endpoint serves. Every
 // period (SVC_ENDPOINT_PROBE_SECONDS, src/workers/endpoint-health.ts) each
 // running serving job with an endpoint gets one GET of the engine's health
 // route (vLLM's /health at the server root: shared/serving-endpoint.ts), with

@@ -22,12 +22,14 @@ export interface CancelOutcome {
  * Cancels a queued, pending or running job; a provider on it is told to stop.
  * The renter's cancel is the renter's fault: a running job pays the GPU time
  * it used (75/25, within the hold) and the rest of the hold goes back; one
- * that had not started yet gets the whole hold back. An admin's cancel is the
- * platform's: the whole hold goes back. A renter's cancel of a serving job
- * whose endpoint had been failing the server's health probe for longer than
- * the grace is the provider's failure instead (provider_error, job-end.ts
- * judgeEndpointHealth): the whole hold goes back, the provider earns nothing
- * and is docked. 409 for a job that already ended, moving nothing.
+ * that had not started yet, or a serving job that never reported its endpoint
+ * (job-end.ts servedNothing: it served nothing), gets the whole hold back. An
+ * admin's cancel is the platform's: the whole hold goes back. A renter's
+ * cancel of a serving job whose endpoint had been failing the server's health
+ * probe for longer than the grace is the provider's failure instead
+ * (provider_error, job-end.ts judgeEndpointHealth): the whole hold goes back,
+ * the provider earns nothing and is docked. 409 for a job that already ended,
+ * moving nothing.
  */
 export async function cancelJob(sql: Sql, jobId: string, by: Canceller, reason?: string): Promise<CancelOutcome> {
   const { id, providerId, refunded, charged, providerFault } = await sql.begin(async (tx) => {

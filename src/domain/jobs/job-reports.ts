@@ -14,7 +14,7 @@ import { type JobRow } from "../shared/job-row.js";
 import type { AssignedJob } from "../notify/job-notices.js";
 import { completeLocked, endLocked, figuresOf, isActive, lockJob, runSeconds, type Figures, type LockedJob } from "../money/settlement.js";
 import { refreshReputation } from "../providers/reputation.js";
-import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeTimeout, type RefusalReason } from "../shared/job-end.js";
+import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeServed, judgeTimeout, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
 import { withoutNul } from "../shared/lenient.js";
 import { confirmPickup } from "../shared/job-pickup.js";
@@ -301,7 +301,8 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
  * reported before max_duration_seconds had run, a serving job that never
  * reported its endpoint, or one whose endpoint had been failing the server's
  * health probe for longer than the grace, it is the provider's failure,
- * provider_error).
+ * provider_error), and so is a success (job-end.ts judgeServed: a serving job
+ * that never reported its endpoint served nothing).
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
   requireFields({ job_id: msg.jobId });
@@ -321,15 +322,20 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
     if (isActive(job.status)) job = await confirmLocked(tx, job, msg.attempt, "result");
     if (!isActive(job.status)) {
       // A repeat of the report that ended the job answers its figures again.
-      // (A reported timeout the server judged the provider's failure ended as provider_error.)
+      // (A reported timeout the server judged the provider's failure ended as provider_error, and
+      // so did a success of a serving job that never reported its endpoint.)
       const endedAs = (r: string) => job.end_reason === r || (r === "timeout" && job.end_reason === "provider_error");
-      const repeat = judged ? job.status === "failed" && endedAs(judged.reason) : job.end_reason === "completed";
+      const repeat = judged
+        ? job.status === "failed" && endedAs(judged.reason)
+        : job.end_reason === "completed" || (job.status === "failed" && job.end_reason === "provider_error" && judgeServed(job) !== undefined);
       if (repeat) return { figures: figuresOf(job), freed: false, requeued: undefined };
       throw conflict(`job already ${job.status} (${job.end_reason ?? "ended"}); the result was not accepted`);
     }
-    if (success) return { figures: await completeLocked(tx, job, result ?? null, metrics), freed: true, requeued: undefined };
-    let { reason, fault } = judged as Exclude<typeof judged, { error: string } | undefined>;
-    let text = error ?? "the job failed on the provider";
+    // A success the server's record contradicts (a serving job that never reported its endpoint) is the provider's failure.
+    const unserved = success ? judgeServed(job) : undefined;
+    if (success && !unserved) return { figures: await completeLocked(tx, job, result ?? null, metrics), freed: true, requeued: undefined };
+    let { reason, fault } = unserved ?? (judged as Exclude<typeof judged, { error: string } | undefined>);
+    let text = unserved?.error ?? error ?? "the job failed on the provider";
     if (reason === "timeout") {
       // The daemon's word against the server's record: too soon, or a serving job that never served (job-end.ts).
       const t = judgeTimeout(

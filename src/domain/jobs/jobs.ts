@@ -12,12 +12,18 @@ import { iso } from "../shared/validate.js";
 import { actualCostHalala, billableMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
 import { jobCountSql } from "../shared/job-counts.js";
+import { servedNothing } from "../shared/job-end.js";
 
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
-/** A running job's cost so far: the billable minutes it has run at its rate, within its hold. */
+/**
+ * A running job's cost so far: the billable minutes it has run at its rate, within its hold; none
+ * for a serving job that has not reported its endpoint yet (job-end.ts servedNothing: no end of it
+ * would charge anything).
+ */
 function runningCost(j: JobSummaryRow, now = Date.now()): bigint | undefined {
   if (j.status !== "running" || j.started_at === null) return undefined;
+  if (servedNothing(j)) return 0n;
   const minutes = billableMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000), j.max_duration_seconds);
   return BigInt(actualCostHalala(j.rate_halala_per_minute, minutes, j.held_halala ?? j.cost_halala));
 }

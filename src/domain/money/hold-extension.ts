@@ -4,9 +4,11 @@
 // the renter's available balance, EXTEND_MINUTES at a time (fewer when that
 // is all the balance covers, never past max_duration_seconds). When the
 // balance covers not one more minute, the job is stopped as its paid time
-// runs out: out_of_funds, the renter's fault, settled for the time used. So
-// no job runs on time nobody pays for, and the provider is paid for every
-// billed minute. The renter's monthly spend limit bounds the growth the same
+// runs out: out_of_funds, the renter's fault, settled for the time used (none
+// for a serving job that never reported its endpoint: settlement.ts
+// billsTimeUsed; its hold grows all the same, since once the endpoint is
+// reported its whole run is billed). So no job runs on time nobody pays for,
+// and the provider is paid for every billed minute. The renter's monthly spend limit bounds the growth the same
 // way (spend_limit, also the renter's). Each step locks the job row, then the renter's accounts (the
 // order settlement uses), so an extension and a settlement never both act. The
 // hold never grows into what the renter's /v1 requests in flight reserved.

@@ -11,14 +11,15 @@
 //   of the hold goes back;
 // - nothing ran yet, the provider's fault (when the job is not re-queued:
 //   dispatch.ts), the platform's, and an unattributed failure: the whole hold
-//   goes back.
+//   goes back; so does every end of a serving job that never reported its
+//   endpoint (job-end.ts servedNothing: it served nothing).
 import type { Db, Tx } from "../../db/index.js";
 import { notFound } from "../../errors.js";
 import { openHold, release, settle } from "./ledger.js";
 import { actualCostHalala, billableMinutes } from "./pricing.js";
 import { collectRefundDebt } from "./refund-debt.js";
 import { notifyCancel } from "../notify/job-notices.js";
-import { faultOf, type EndReason, type Fault } from "../shared/job-end.js";
+import { faultOf, servedNothing, type EndReason, type Fault } from "../shared/job-end.js";
 import { enqueueRenterWebhook } from "../notify/webhooks.js";
 import type { JobRow } from "../shared/job-row.js";
 import { reportJobSettled } from "../shared/observe.js";
@@ -108,9 +109,12 @@ export function runSeconds(job: LockedJob): number {
  * Completes a pending/running job (row locked, status checked by the caller):
  * settles the time used, rate x billable minutes within the hold (the
  * estimate, grown while the job ran: hold-extension.ts), 75/25, and stores the result.
+ * A serving job that never reported its endpoint is not the caller's to
+ * complete (job-end.ts judgeServed: the provider's failure).
  */
 export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, metrics: unknown): Promise<Figures> {
   if (job.provider_id === null) throw new Error(`job ${job.job_id} has no provider to pay`);
+  if (servedNothing(job)) throw new Error(`job ${job.job_id} never reported its endpoint: it served nothing to bill`);
   const minutes = billableMinutes(runSeconds(job), job.max_duration_seconds);
   await lockRenterFunds(tx, job.renter_id);
   const held = await heldFor(tx, job);
@@ -149,10 +153,13 @@ export interface EndOptions {
 /**
  * Whether an end bills the renter for the time used: the renter's fault, after
  * the job started running and its provider confirmed it had it (a polled job
- * whose daemon never reported may never have reached it: acked_at).
+ * whose daemon never reported may never have reached it: acked_at), and not
+ * a serving job that never reported its endpoint (job-end.ts servedNothing:
+ * its time served nothing, so a cancel, a stop for funds or a failure of the
+ * renter's charges none of it).
  */
-export const billsTimeUsed = (job: Pick<JobRow, "status" | "started_at" | "provider_id" | "acked_at">, fault: Fault): boolean =>
-  fault === "renter" && job.status === "running" && job.started_at !== null && job.acked_at !== null && job.provider_id !== null;
+export const billsTimeUsed = (job: Pick<JobRow, "status" | "started_at" | "provider_id" | "acked_at" | "job_type" | "endpoint_url">, fault: Fault): boolean =>
+  fault === "renter" && job.status === "running" && job.started_at !== null && job.acked_at !== null && job.provider_id !== null && !servedNothing(job);
 
 /**
  * Ends an active job (row locked, status checked by the caller) as failed or

@@ -118,6 +118,34 @@ export const TIMEOUT_REPORT_SLACK_SECONDS = 60;
 /** Job types whose work is to serve an endpoint (reported with endpoint-ready) for their whole run. */
 export const SERVING_JOB_TYPES: readonly string[] = ["vllm_serve"];
 
+/**
+ * The one rule for a serving job whose attempt never reported its endpoint
+ * (jobs.endpoint_url: set by endpoint-ready, cleared on re-queue): it served
+ * nothing, so none of its run is billed however it ends (settlement.ts
+ * billsTimeUsed), and an end that claims it did its work (a success report,
+ * a timeout) is the provider's failure (judgeServed, judgeTimeout). A serving
+ * job that did report its endpoint is billed for its run like any job.
+ */
+export const servedNothing = (job: { job_type: string; endpoint_url: string | null }): boolean => neverServed(job.job_type, job.endpoint_url !== null);
+
+function neverServed(jobType: string, endpointReported: boolean): boolean {
+  return SERVING_JOB_TYPES.includes(jobType) && !endpointReported;
+}
+
+const NEVER_SERVED = "the provider never reported the job's endpoint (endpoint-ready): it served nothing";
+
+/**
+ * A daemon's success report, against the server's record: for a serving job
+ * that never reported its endpoint (servedNothing) it is the provider's
+ * failure (provider_error: re-queued at no charge or failed with the hold
+ * back, dispatch.ts loseJobLocked, and the provider docked), as its timeout
+ * would be. Undefined when the record bears the report out.
+ */
+export function judgeServed(job: { job_type: string; endpoint_url: string | null }): { reason: "provider_error"; fault: "provider"; error: string } | undefined {
+  if (!servedNothing(job)) return undefined;
+  return { reason: "provider_error", fault: "provider", error: `the report claimed success, but ${NEVER_SERVED}` };
+}
+
 /** What the server's own records say of the attempt a timeout ends. */
 export interface TimedRun {
   jobType: string;
@@ -140,7 +168,7 @@ export interface TimedRun {
  *   less than max_duration_seconds minus TIMEOUT_REPORT_SLACK_SECONDS;
  * - a serving job (vllm_serve) that never reported its endpoint, whether the
  *   daemon reported the timeout or the server's sweep found it: it served
- *   nothing for all that time;
+ *   nothing for all that time (servedNothing);
  * - a serving job whose endpoint had been failing the server's health probe
  *   for longer than the grace when it timed out (judgeEndpointHealth).
  * The server's sweep (`reported` false) acts on its own deadline (timeout_at),
@@ -160,13 +188,9 @@ export function judgeTimeout(run: TimedRun, reported: boolean): { reason: "timeo
     const when = reported ? `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s` : `its max_duration_seconds (${run.maxDurationSeconds} s) ran out`;
     return { ...dead, error: `${when}, and ${dead.error}` };
   }
-  if (SERVING_JOB_TYPES.includes(run.jobType) && !run.endpointReported) {
+  if (neverServed(run.jobType, run.endpointReported)) {
     const when = reported ? `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s` : `its max_duration_seconds (${run.maxDurationSeconds} s) ran out`;
-    return {
-      reason: "provider_error",
-      fault: "provider",
-      error: `${when}, and the provider never reported the job's endpoint (endpoint-ready): it served nothing`,
-    };
+    return { reason: "provider_error", fault: "provider", error: `${when}, and ${NEVER_SERVED}` };
   }
   return { reason: "timeout", fault: "renter" };
 }
