@@ -199,8 +199,8 @@ describe("docker executor (fake docker CLI)", () => {
     const { h } = hooks();
     process.env.FAKE_DOCKER_SLEEP = "30";
     const running = new DockerExecutor(opts).start({ ...llmJob, jobId: "job-kill1" }, h);
-    delete process.env.FAKE_DOCKER_SLEEP;
-    await waitFor(() => fs.existsSync(path.join(dir, "svc-job-kill1.pid")), 10_000, "container started");
+    // Until docker runs: the CLI is started once the job's volume is there.
+    await waitFor(() => fs.existsSync(path.join(dir, "svc-job-kill1.pid")), 10_000, "container started").finally(() => delete process.env.FAKE_DOCKER_SLEEP);
     await running.stop("cancelled: renter asked");
     const out = await running.done;
     expect(out).toMatchObject({ success: false, error: "cancelled: renter asked" });
@@ -227,7 +227,8 @@ describe("docker executor (fake docker CLI)", () => {
         },
         h,
       );
-      delete process.env.FAKE_DOCKER_SLEEP;
+      // Until docker runs: the CLI is started once the job's volume is there.
+      await waitFor(() => fs.existsSync(path.join(dir, "svc-job-serve1.pid")), 10_000, "container started").finally(() => delete process.env.FAKE_DOCKER_SLEEP);
       await waitFor(() => seen.endpoints.length > 0, 10_000, "endpoint ready");
       expect(seen.endpoints).toEqual([`http://203.0.113.7:${port}`]);
       const run = await waitFor(() => invocations().find((a) => a[0] === "run" && a.includes("svc-job-serve1")), 10_000, "docker run");

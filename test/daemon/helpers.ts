@@ -234,10 +234,17 @@ export interface FakeDocker {
   calls(): string[][];
   /** The `docker run` invocations. */
   runs(): string[][];
-  /** Lets the container of a job (`svc-<job_id>`) that runs `wait` finish. */
+  /** Lets every container of a job (labelled `svc.job_id=<job_id>`) that runs `wait` finish. */
   release(jobId: string): void;
   /** The containers it holds now (not removed), with their labels and the process playing each. */
   containers(): FakeContainer[];
+  /** The volumes it holds now, with their labels. */
+  volumes(): FakeVolume[];
+}
+
+export interface FakeVolume {
+  name: string;
+  labels: Record<string, string>;
 }
 
 export interface FakeContainer {
@@ -252,14 +259,19 @@ export interface FakeContainer {
 
 /**
  * A fake `docker` CLI playing the engine's part closely enough for the daemons: `run` creates a
- * container (its id written to `--cidfile`, which must not exist yet), starts it and passes its exit
- * status through; `--rm` removes it once it exits, as the engine does; `inspect` answers a
- * container's state (`{{json .State}}`); `kill` stops a running one; `rm` removes containers (a
- * running one only with `-f`/`--force`, which kills it); `ps` lists them (`-a`, `-q`, `--no-trunc`,
- * `--filter label=KEY[=VALUE]` ANDed, `--format` with `{{.ID}}`, `{{.Names}}`, `{{.Label "KEY"}}`);
- * `volume rm` succeeds (recorded only).
- * Containers, their labels and their process are kept in its state folder across invocations, so a
- * container outlives the daemon that started it. Images: `image inspect` finds every image, unless
+ * container (its id written to `--cidfile`, which must not exist yet; refused, 125, while a container
+ * of its `--name` exists), makes each named volume of its `-v NAME:PATH` that is not there (with no
+ * label), starts it and passes its exit status through; `--rm` removes it once it exits, as the
+ * engine does; `inspect` answers a container's state (`{{json .State}}`); `kill` stops a running one;
+ * `rm` removes containers (a running one only with `-f`/`--force`, which kills it; never a named
+ * volume); `ps` lists them (`-a`, `-q`, `--no-trunc`, `--filter label=KEY[=VALUE]` ANDed, `--format`
+ * with `{{.ID}}`, `{{.Names}}`, `{{.Label "KEY"}}`); `volume create [--label KEY=VALUE]... NAME` makes
+ * a volume (one of that name already there is kept as it is, labels included); `volume ls` lists them
+ * (`-q`, `--filter label=KEY[=VALUE]` ANDed, `--format` with `{{.Name}}`, `{{.Label "KEY"}}`);
+ * `volume rm` removes them, refusing one that is not there (`no such volume`) or that a container
+ * (running or not) mounts (`volume is in use`).
+ * Containers, their labels and their process, and volumes, are kept in its state folder across
+ * invocations, so a container outlives the daemon that started it. Images: `image inspect` finds every image, unless
  * `opts.images` is "absent": then only those `pull` fetched; `pull` succeeds (`opts.pull` "ok", the
  * default; "slow": after 3 s; "gate": once the test writes `pull-release` in its folder), fails as an
  * unreachable registry does ("fail"), or hangs ("hang"; the `pull-mode` file of its folder holds the
@@ -326,6 +338,32 @@ def load(path, default):
 def flags():
     # Short flags, also combined (-aq).
     return {c for a in args[1:] if a.startswith("-") and not a.startswith("--") for c in a[1:]}
+
+def option_values(name):
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == name]
+
+def labelled(labels, wanted):
+    # Every --filter label=KEY[=VALUE] holds.
+    return all(kind == "label" and key in labels and (not eq or labels[key] == value)
+               for kind, _, rest in (w.partition("=") for w in wanted) for key, eq, value in [rest.partition("=")])
+
+def volume_file(name):
+    return os.path.join(STATE, "volume-" + hashlib.sha256(name.encode()).hexdigest()[:16] + ".json")
+
+def volumes():
+    found = (load(os.path.join(STATE, f), None) for f in os.listdir(STATE) if f.startswith("volume-") and f.endswith(".json"))
+    return sorted((v for v in found if v), key=lambda v: v["name"])
+
+def make_volume(name, labels):
+    if not os.path.exists(volume_file(name)):
+        # Whole or not at all: another invocation may read it meanwhile.
+        tmp = os.path.join(STATE, "tmp-volume-%d.json" % os.getpid())
+        json.dump({"name": name, "labels": labels}, open(tmp, "w"))
+        os.replace(tmp, volume_file(name))
+
+def users_of(volume):
+    # The containers (running or not) that mount the volume.
+    return [cid for cid in containers() if volume in load(meta_file(cid), {}).get("volumes", [])]
 
 if cmd == "version":
     print("24.0.7"); sys.exit(0)
@@ -398,8 +436,7 @@ if cmd == "ps":
         if state is None or not (state["Running"] or "a" in flags() or "--all" in args):
             continue
         labels = meta["labels"]
-        if not all(kind == "label" and key in labels and (not eq or labels[key] == value)
-                   for kind, _, rest in (w.partition("=") for w in wanted) for key, eq, value in [rest.partition("=")]):
+        if not labelled(labels, wanted):
             continue
         shown = cid if "--no-trunc" in args else cid[:12]
         if "q" in flags() or "--quiet" in args:
@@ -436,8 +473,33 @@ if cmd == "rm":
             os.remove(os.path.join(STATE, "name-" + meta["name"]))
         print(ref)
     sys.exit(code)
-if cmd == "volume" and args[1:2] == ["rm"]:
+if cmd == "volume" and args[1:2] == ["create"]:
+    make_volume(args[-1], dict(l.partition("=")[::2] for l in option_values("--label")))
     print(args[-1]); sys.exit(0)
+if cmd == "volume" and args[1:2] == ["ls"]:
+    wanted, fmt = option_values("--filter"), opt("--format")
+    for v in volumes():
+        if not labelled(v["labels"], wanted):
+            continue
+        if "q" in flags() or "--quiet" in args:
+            print(v["name"])
+        elif fmt:
+            line = fmt.replace("{{.Name}}", v["name"])
+            print(re.sub(r'\\{\\{\\.Label "([^"]+)"\\}\\}', lambda m: v["labels"].get(m.group(1), ""), line))
+        else:
+            print("local     " + v["name"])
+    sys.exit(0)
+if cmd == "volume" and args[1:2] == ["rm"]:
+    code = 0
+    for name in [a for a in args[2:] if not a.startswith("-")]:
+        if not os.path.exists(volume_file(name)):
+            print("Error response from daemon: get %s: no such volume" % name, file=sys.stderr); code = 1
+        elif users_of(name):
+            print("Error response from daemon: remove %s: volume is in use - [%s]" % (name, ", ".join(users_of(name))), file=sys.stderr); code = 1
+        else:
+            os.remove(volume_file(name))
+            print(name)
+    sys.exit(code)
 if cmd != "run":
     print("docker: unknown command " + cmd, file=sys.stderr); sys.exit(1)
 
@@ -451,6 +513,13 @@ if cidfile and os.path.exists(cidfile):
 if what == "docker-fails":
     print('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', file=sys.stderr)
     sys.exit(125)
+if name and by_name(name) and os.path.exists(state_file(by_name(name))):
+    print('docker: Error response from daemon: Conflict. The container name "/%s" is already in use by container "%s". You have to remove (or rename) that container to be able to reuse that name.' % (name, by_name(name)), file=sys.stderr)
+    sys.exit(125)
+# Named volumes (-v NAME:PATH; a host path starts with "/"): made unlabelled when not there, as docker does.
+mounted = [v.split(":")[0] for v in option_values("-v") if not v.startswith("/")]
+for volume in mounted:
+    make_volume(volume, {})
 cid = hashlib.sha256(("%s-%s" % (name, time.time())).encode()).hexdigest()
 open(os.path.join(STATE, "name-" + name), "w").write(cid)
 if cidfile:
@@ -474,7 +543,7 @@ for i, a in enumerate(args):
             env[k] = v
         elif k in os.environ:
             env[k] = os.environ[k]
-json.dump({"name": name, "labels": labels, "env": env, "pid": os.getpid()}, open(meta_file(cid), "w"))
+json.dump({"name": name, "labels": labels, "env": env, "pid": os.getpid(), "volumes": mounted}, open(meta_file(cid), "w"))
 save()
 if what == "start-fails":
     save(ExitCode=128, Error="failed to create task for container: OCI runtime create failed")
@@ -549,7 +618,9 @@ if what == "exit-125":
     print("work done; exiting with status 125", flush=True)
     finish(125)
 if what == "wait":
-    while not os.path.exists(os.path.join(STATE, name + ".go")):
+    # Released by its name, or with every container of its job (release()).
+    job_go = "svc-" + re.sub(r"[^A-Za-z0-9_.-]", "-", labels.get("svc.job_id", "")) + ".go"
+    while not any(os.path.exists(os.path.join(STATE, f)) for f in (name + ".go", job_go)):
         time.sleep(0.05)
 # What a renter's program can leave at /svc-output/result.json.
 target = os.path.join(out, "result.json")
@@ -592,6 +663,15 @@ finish(0)
           const state = JSON.parse(fs.readFileSync(path.join(dir, f), "utf8")) as { Running: boolean };
           const meta = JSON.parse(fs.readFileSync(path.join(dir, `meta-${id}.json`), "utf8")) as Omit<FakeContainer, "id" | "running">;
           return [{ id, ...meta, running: state.Running }];
+        } catch {
+          return []; // removed meanwhile
+        }
+      }),
+    volumes: () =>
+      fs.readdirSync(dir).flatMap((f) => {
+        if (!/^volume-[0-9a-f]+\.json$/.test(f)) return [];
+        try {
+          return [JSON.parse(fs.readFileSync(path.join(dir, f), "utf8")) as FakeVolume];
         } catch {
           return []; // removed meanwhile
         }

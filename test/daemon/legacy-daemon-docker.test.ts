@@ -231,6 +231,8 @@ except OSError as err:
     expect(done.status, done.error).toBe("completed");
     expect((await api().get(`/api/jobs/${j.job_id}/output`, renter.headers)).body).toMatchObject({ response: "done" });
     await waitFor(() => !fs.existsSync(path.join(dir, "work", j.job_id)), 10_000, `job folder removed (${d.output()})`);
+    // The volume last: its labels name the job to the next start if the daemon is killed before it went.
+    await waitFor(() => docker.volumes().length === 0, 10_000, `volume removed (${d.output()})`);
     const calls = docker.calls().map((a) => a.join(" "));
     expect(calls.indexOf(`volume rm svc-ws-${j.job_id}`)).toBeGreaterThan(calls.findIndex((c) => c.startsWith("rm --force --volumes")));
   });
@@ -290,5 +292,72 @@ print(json.dumps({"kept": kept, "reports": reports}))
     );
     expect(out.kept).toBe(true);
     expect(out.reports.filter((r: { attempt: number }) => r.attempt === 2)).toMatchObject([{ success: true }]);
+  });
+
+  it("runs two attempts of a job at once in containers of their own: neither is refused for the other's name, nor removes the other's", () => {
+    // Attempt 1's container runs; the job is re-queued and assigned back here as attempt 2 (polled on the
+    // other GPU) before attempt 1 learns it moved. Driven in one process with the daemon's own threads.
+    const docker = fakeDocker(tempDir("legacy-twice-docker"));
+    const work = path.join(tempDir("legacy-twice"), "work");
+    const out = JSON.parse(
+      python(`import json, os, subprocess, threading, time, svc_daemon
+svc_daemon.verify_task = lambda *a: True
+svc_daemon.CANCEL_CHECK_SECONDS = 0.2
+d = svc_daemon.Daemon.__new__(svc_daemon.Daemon)
+d.cfg = {"secret": "s", "runners": {}, "work_dir": ${JSON.stringify(work)}, "serve_port": 0}
+d.docker = ${JSON.stringify(docker.path)}
+d.scripts_dir = None
+d.stop_event = threading.Event()
+d.stop_deadline = time.time() + 1e6
+d.jobs = {}
+d.jobs_lock = threading.Lock()
+reports = []
+d.log = lambda m: None
+d.event = lambda *a, **k: True
+d.confirm_pickup = lambda *a, **k: True
+d.post_quietly = lambda *a, **k: True
+d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
+moved = threading.Event()
+d.job_status = lambda job_id, attempt=None: svc_daemon.GONE if attempt == 1 and moved.is_set() else "running"
+def run(attempt, gpu):
+    job = {"job_id": "job-twice", "job_type": "custom_container", "attempt": attempt, "max_duration_seconds": 60,
+           "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["wait"]}}
+    t = threading.Thread(target=d._run_job, args=(job, [gpu]))
+    with d.jobs_lock:
+        d.jobs[t] = job["job_id"]
+    t.start()
+    return t
+def running():
+    ps = subprocess.run([d.docker, "ps", "--filter", "label=svc.job_id=job-twice", "--format", "{{.Names}}"], capture_output=True, text=True)
+    return sorted(ps.stdout.split())
+def until(cond, seconds):
+    end = time.time() + seconds
+    while not cond() and time.time() < end:
+        time.sleep(0.05)
+    return cond()
+first = run(1, 0)
+until(lambda: len(running()) == 1, 20)
+second = run(2, 1)
+both = until(lambda: len(running()) == 2, 10)
+names = running()
+moved.set()
+first.join(20)
+with d.jobs_lock:
+    d.jobs.pop(first, None)
+left = running()
+open(os.path.join(${JSON.stringify(docker.dir)}, "svc-job-twice.go"), "w").close()
+second.join(30)
+print(json.dumps({"both": both, "names": names, "left": left, "reports": reports, "folder": os.path.exists(os.path.join(${JSON.stringify(work)}, "job-twice"))}))
+`),
+    );
+    expect(out.both).toBe(true);
+    expect(out.names).toEqual(["svc-job-twice-1", "svc-job-twice-2"]);
+    // Attempt 1 stopped (it moved: nothing reported) and removed its own container only.
+    expect(out.left).toEqual(["svc-job-twice-2"]);
+    expect(out.reports).toMatchObject([{ attempt: 2, success: true }]);
+    // Attempt 2, the last to end, removed the container, the folder and the volume.
+    expect(docker.containers()).toEqual([]);
+    expect(out.folder).toBe(false);
+    expect(docker.volumes()).toEqual([]);
   });
 });

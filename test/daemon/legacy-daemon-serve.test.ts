@@ -133,7 +133,8 @@ describe("svc_daemon.py serving vllm_serve", { timeout: 120_000 }, () => {
     // Cancelled: the container is stopped and removed, and the server forgets the key.
     await cancelAndWaitRemoved(jobId, renter, docker, d);
     const calls = docker.calls();
-    expect(calls).toContainEqual(["kill", `svc-${jobId}`]);
+    // Killed by the name of this run's container (of the job's first attempt).
+    expect(calls).toContainEqual(["kill", `svc-${jobId}-1`]);
     expect(calls.some((c) => c[0] === "rm" && c.includes("--force") && c.includes("--volumes"))).toBe(true);
     expect(await job(jobId)).toMatchObject({ status: "cancelled", endpoint_api_key: null });
     expect(d.output()).not.toContain(key);

@@ -51,6 +51,7 @@ import json
 import os
 import platform
 import queue
+import re
 import secrets
 import shlex
 import shutil
@@ -593,7 +594,32 @@ def write_new_file(path, text):
 
 
 def _safe_name(job_id):
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job_id)[:100]
+    """A job id as a file or container name: never "." or "..", never hidden (a leading dot becomes "-")."""
+    name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in job_id)
+    return ("-" + name[1:] if name.startswith(".") else name)[:100]
+
+
+def job_folder(workdir, job_id):
+    """A job's host folder: a container's /svc-output, a runner's SVC_WORKSPACE."""
+    return os.path.join(workdir, _safe_name(job_id))
+
+
+def run_names(workdir, job_id, attempt):
+    """(container name, container id file) of one run of a job. Two attempts of a job may run here at
+    once (re-queued and handed back to this provider while the older one has not noticed yet): each
+    has its own, so that neither's `docker run` is refused for the other's name and neither removes
+    the other's container. The id file lies beside the job's folder, out of the container's reach."""
+    suffix = "-%d" % attempt if attempt else ""
+    return "svc-" + _safe_name(job_id) + suffix, job_folder(workdir, job_id) + suffix + ".cid"
+
+
+def _cid_files(workdir, job_id):
+    """The container id files of every run of a job (run_names) that are still there."""
+    pattern = re.compile(re.escape(_safe_name(job_id)) + r"(-[0-9]+)?\.cid")
+    try:
+        return [os.path.join(workdir, n) for n in sorted(os.listdir(workdir)) if pattern.fullmatch(n)]
+    except OSError:
+        return []
 
 
 def _remote(value):
@@ -770,13 +796,14 @@ class DockerContainer:
     so that after `docker run` exits 125 its state still tells whether it ever started)."""
 
     def __init__(self, docker, name, cidfile, dropped_env, serve=None, dropped_key_env=False, image=None,
-                 volume=None, folder=None):
+                 volume=None, folder=None, labels=()):
         self.docker = docker
         self.image = image
         self.name = name
         self.cidfile = cidfile
         self.volume = volume  # the job's named workspace volume
         self.folder = folder  # the job's host folder, mounted at /svc-output
+        self.labels = list(labels)  # KEY=VALUE: the container's and its volume's
         self.dropped_env = dropped_env
         self.serve = serve  # vllm_serve: its ServedEndpoint
         self.dropped_key_env = dropped_key_env  # vllm_serve: the task's own VLLM_API_KEY was left out
@@ -835,57 +862,132 @@ class DockerContainer:
         except OSError:
             pass
 
+    def create_volume(self, log):
+        """The job's workspace volume, made before anything else of the job's with this daemon's labels (one
+        that `docker run` makes carries none), so that the next start finds it if this daemon is killed
+        before it removed it (remove_leftovers). A volume of that name already there is used as it is; one
+        docker could not make is left to `docker run`, which makes it or fails for the same reason."""
+        if not self.volume:
+            return
+        args = ["volume", "create"]
+        for label in self.labels:
+            args += ["--label", label]
+        out = self._docker(args + [self.volume])
+        if out is None or out.returncode != 0:
+            log("could not create the workspace volume %s: %s" % (self.volume, _docker_error(out)))
+
     def remove_data(self, log):
-        """What the job wrote on this machine, once it has ended (container removed, result read and kept
-        under .svc-results until the server has it): its named workspace volume, which `docker rm --volumes`
-        leaves, and its host folder. No documented behaviour resumes a job from either (checkpoint_enabled
-        included). Files the container made as another user (root) may not be removable: logged only."""
-        if self.volume:
-            out = self._docker(["volume", "rm", self.volume])
-            if out is None or (out.returncode != 0 and "no such volume" not in out.stderr.lower()):
-                log("could not remove the workspace volume %s: %s"
-                    % (self.volume, "docker did not answer" if out is None else (out.stderr.strip().splitlines() or ["exit %d" % out.returncode])[-1]))
-        if self.folder:
-            try:
-                shutil.rmtree(self.folder)
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                log("could not remove the job's folder %s: %s" % (self.folder, err))
+        remove_job_data(self.docker, self.folder, [self.volume] if self.volume else [], log)
+
+
+def _docker_error(out):
+    """What a docker command that failed said (its last line), or that it did not answer."""
+    if out is None:
+        return "docker did not answer"
+    return (out.stderr.strip().splitlines() or ["exit %d" % out.returncode])[-1]
+
+
+def remove_job_data(docker, folder, volumes, log, cidfiles=()):
+    """What a container job wrote on this machine, once it has ended (container removed, result read and
+    kept under .svc-results until the server has it): its host folder, then its named workspace volumes,
+    which `docker rm --volumes` leaves. The volume goes last: its labels name the job to the next start
+    if this daemon is killed before this ends (remove_leftovers). No documented behaviour resumes a job
+    from either (checkpoint_enabled included). A runner's folder is its program's and never comes here.
+    Files the container made as another user (root) may not be removable: logged only. Returns (whether
+    the folder went, how many volumes went)."""
+    for cidfile in cidfiles:
+        try:
+            os.remove(cidfile)
+        except OSError:
+            pass
+    folder_gone = False
+    if folder and os.path.lexists(folder):
+        try:
+            shutil.rmtree(folder)
+            folder_gone = True
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            log("could not remove the job's folder %s: %s" % (folder, err))
+    volumes_gone = 0
+    for volume in volumes:
+        try:
+            out = subprocess.run([docker, "volume", "rm", volume], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            out = None
+        if out is not None and out.returncode == 0:
+            volumes_gone += 1
+        elif out is None or "no such volume" not in out.stderr.lower():
+            log("could not remove the workspace volume %s: %s" % (volume, _docker_error(out)))
+    return folder_gone, volumes_gone
+
+
+# Labels of every container and workspace volume this daemon creates: which daemon, which job.
+DAEMON_LABEL = "svc.daemon"
+JOB_LABEL = "svc.job_id"
 
 
 def daemon_label(workdir):
-    """The svc.daemon label every container of this daemon carries: a digest of its work folder (one
-    daemon's: its kept results live there), never its key, which `docker ps` would show."""
+    """The svc.daemon label every container and workspace volume of this daemon carries: a digest of its
+    work folder (one daemon's: its kept results live there), never its key, which `docker ps` would show."""
     scope = "svc_daemon.py\n" + os.path.abspath(workdir)
     return hashlib.sha256(scope.encode("utf-8")).hexdigest()[:16]
 
 
-def remove_leftover_containers(docker, workdir, log):
-    """Forcibly removes the containers an earlier run of this daemon left (killed before it removed them:
-    one may still be running on the GPU the next job gets). A missing or failing docker is only logged."""
+def remove_leftovers(docker, workdir, log):
+    """What an earlier run of this daemon left when it was killed before it cleaned up (SIGKILL, a crash, a
+    power cut), removed at start, before any job: the containers labelled for it (forcibly: one may still
+    run on the GPU the next job gets), then the workspace volumes labelled for it and the folders of the
+    jobs either names (remove_job_data, as a job's end removes them; nothing else of the work dir: kept
+    results, a runner's folder). A missing or failing docker is only logged."""
     if not docker:
         return
+    label = "label=%s=%s" % (DAEMON_LABEL, daemon_label(workdir))
+    fmt = '\t{{.Label "%s"}}' % JOB_LABEL
     try:
-        ps = subprocess.run([docker, "ps", "-a", "--no-trunc", "--filter", "label=svc.daemon=" + daemon_label(workdir),
-                             "--format", '{{.ID}}\t{{.Label "svc.job_id"}}'], capture_output=True, text=True, timeout=30)
+        ps = subprocess.run([docker, "ps", "-a", "--no-trunc", "--filter", label, "--format", "{{.ID}}" + fmt],
+                            capture_output=True, text=True, timeout=30)
         if ps.returncode != 0:
             log("could not list containers left by an earlier run (docker ps: %s)"
                 % (ps.stderr.strip().splitlines() or ["exit %d" % ps.returncode])[0])
             return
         rows = [line.strip().split("\t") for line in ps.stdout.splitlines() if line.strip()]
-        if not rows:
-            return
-        ids = [row[0] for row in rows]
-        jobs = ", ".join((row[1] if len(row) > 1 and row[1] else "unknown job") for row in rows)
-        rm = subprocess.run([docker, "rm", "--force", "--volumes"] + ids, capture_output=True, text=True, timeout=60)
-        if rm.returncode != 0:
-            log("removing %d container(s) left by an earlier run (jobs %s) failed: %s"
-                % (len(ids), jobs, (rm.stderr.strip().splitlines() or ["exit %d" % rm.returncode])[0]))
-        else:
+        if rows:
+            ids = [row[0] for row in rows]
+            jobs = ", ".join((row[1] if len(row) > 1 and row[1] else "unknown job") for row in rows)
+            rm = subprocess.run([docker, "rm", "--force", "--volumes"] + ids, capture_output=True, text=True, timeout=60)
+            if rm.returncode != 0:
+                # A container still there may still use its job's volume and folder: those wait for the next start.
+                log("removing %d container(s) left by an earlier run (jobs %s) failed: %s"
+                    % (len(ids), jobs, (rm.stderr.strip().splitlines() or ["exit %d" % rm.returncode])[0]))
+                return
             log("removed %d container(s) left by an earlier run of this daemon (jobs %s)" % (len(ids), jobs))
+        ls = subprocess.run([docker, "volume", "ls", "--filter", label, "--format", "{{.Name}}" + fmt],
+                            capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as err:
         log("could not remove containers left by an earlier run: %s" % err)
+        return
+    if ls.returncode != 0:
+        log("could not list workspace volumes left by an earlier run (docker volume ls: %s)"
+            % (ls.stderr.strip().splitlines() or ["exit %d" % ls.returncode])[0])
+    # Each job's volumes. A volume is removed after its job's folder (remove_job_data), so a job whose
+    # clean-up was cut short is still named by one; a container names its job too (an older version of
+    # the daemon left its volume unlabelled: that one stays).
+    jobs = dict((row[1], []) for row in rows if len(row) > 1 and row[1])
+    for line in ls.stdout.splitlines() if ls.returncode == 0 else []:
+        if line.strip():
+            volume, _, job_id = line.strip().partition("\t")
+            jobs.setdefault(job_id, []).append(volume)
+    folders = volumes = 0
+    for job_id, names in jobs.items():
+        # No folder for a volume that names no job: the work dir itself is no job's.
+        folder = job_folder(workdir, job_id) if job_id else None
+        gone = remove_job_data(docker, folder, names, log, _cid_files(workdir, job_id) if job_id else ())
+        folders += gone[0]
+        volumes += gone[1]
+    if folders or volumes:
+        log("removed %d workspace volume(s) and %d job folder(s) left by an earlier run of this daemon (jobs %s)"
+            % (volumes, folders, ", ".join(j or "unknown job" for j in jobs)))
 
 
 def write_container_scripts(workdir):
@@ -929,7 +1031,7 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
     plus the job's first GPU index."""
     job_id = job["job_id"]
     spec = job.get("task_spec") or {}
-    workspace = os.path.join(workdir, _safe_name(job_id))
+    workspace = job_folder(workdir, job_id)
     os.makedirs(workspace, exist_ok=True)
     result_file = os.path.join(workspace, "result.json")
     if os.path.lexists(result_file):
@@ -960,16 +1062,14 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
     if image and (command or builtin or serving or job.get("job_type") == "custom_container"):
         if not docker:
             raise RuntimeError("this job needs docker, which is not installed on this host")
-        name = "svc-" + _safe_name(job_id)
+        name, cidfile = run_names(workdir, job_id, job.get("attempt"))
         workspace_spec = spec.get("workspace") if isinstance(spec.get("workspace"), dict) else {}
-        volume = workspace_spec.get("volume") or name + "-workspace"
+        volume = workspace_spec.get("volume") or "svc-" + _safe_name(job_id) + "-workspace"
         mount = workspace_spec.get("mount_path") or "/workspace"
-        # Beside the job's folder, not in it: the container could rewrite what it sees at /svc-output.
-        cidfile = workspace + ".cid"
         if os.path.exists(cidfile):
             os.remove(cidfile)  # docker run refuses a container id file that exists
-        argv = [docker, "run", "--name", name, "--label", "svc.job_id=" + job_id,
-                "--label", "svc.daemon=" + daemon_label(workdir), "--cidfile", cidfile]
+        labels = [JOB_LABEL + "=" + job_id, DAEMON_LABEL + "=" + daemon_label(workdir)]
+        argv = [docker, "run", "--name", name, "--label", labels[0], "--label", labels[1], "--cidfile", cidfile]
         if gpu_devices:
             # The job's own GPU, never every GPU of the host.
             argv += ["--gpus", gpus_flag(gpu_devices)]
@@ -1014,7 +1114,7 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         argv.append(image)
         argv += [str(c) for c in command]
 
-        container = DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env, image, volume, workspace)
+        container = DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env, image, volume, workspace, labels)
         return argv, env, container, result_file
     raise RuntimeError("no executor for job type %r on this daemon: configure a local runner (--runner %s=COMMAND) "
                        "or use the TypeScript daemon (svc-daemon), which runs the built-in job containers"
@@ -1431,6 +1531,8 @@ class Daemon:
             return
         container = plan[2]
         try:
+            if container:
+                container.create_volume(self.log)
             self._run_planned(job, plan, started, confirmed)
         finally:
             # The job's folder and volume are named by the job: a newer attempt of it assigned back here
@@ -1684,7 +1786,8 @@ class Daemon:
                 signal.signal(getattr(signal, name), self.request_stop)
         self.log("starting %s against %s" % (DAEMON_VERSION, self.api.base))
         self.results.load()
-        remove_leftover_containers(self.docker, self.cfg["work_dir"], self.log)
+        # Before any job thread: no job of this run holds a container, volume or folder yet.
+        remove_leftovers(self.docker, self.cfg["work_dir"], self.log)
         if self.results.items:
             self.log("%d job result(s) from an earlier run to send" % len(self.results.items))
         self.heartbeat()

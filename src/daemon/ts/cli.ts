@@ -8,7 +8,7 @@ import { GpuProbe } from "./nvidia-smi.js";
 import { visibleGpus } from "./visible-gpus.js";
 import { ProviderDaemon, type DaemonConfig } from "./daemon.js";
 import { CONTAINER_SCRIPTS } from "./executors/plan.js";
-import { daemonLabel } from "./leftover-containers.js";
+import { daemonLabel } from "./leftovers.js";
 import { DAEMON_VERSION } from "./version.js";
 
 export const USAGE = `svc-daemon ${DAEMON_VERSION}: connects this host to the svc GPU marketplace.

@@ -32,7 +32,7 @@ import { runCommand } from "./exec.js";
 import { executorFor, supportedJobTypes, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
 import { GpuPool } from "./gpu-pool.js";
-import { removeLeftoverContainers } from "./leftover-containers.js";
+import { removeLeftovers } from "./leftovers.js";
 import { GpuProbe, gpuStatus, type GpuSnapshot } from "./nvidia-smi.js";
 import { DAEMON_VERSION } from "./version.js";
 
@@ -223,8 +223,11 @@ export class ProviderDaemon {
 
   private async loop(): Promise<void> {
     const docker = this.cfg.executors.docker;
-    // Before any job: a container a killed run of this daemon left may still hold a GPU.
-    if (docker?.daemonLabel) await removeLeftoverContainers(docker.docker, docker.daemonLabel, this.cfg.log, this.stopSignal.signal);
+    // Before any job: a container a killed run of this daemon left may still hold a GPU, and its
+    // jobs' volumes and folders the disk. No job of this run holds any yet.
+    if (docker?.daemonLabel) {
+      await removeLeftovers({ docker: docker.docker, label: docker.daemonLabel, workRoot: this.cfg.executors.workRoot }, this.cfg.log, this.stopSignal.signal);
+    }
     const client = createClient(DaemonService, createGrpcTransport({ baseUrl: this.cfg.url }));
     let attempt = 0;
     while (!this.stopping) {

@@ -4,7 +4,9 @@
 // /workspace, and a host folder at /svc-output for the result. Stop =
 // `docker kill`; the container is removed once the job ended, however it
 // ended, and with it the job's workspace volume and host folder (what the job
-// wrote does not stay on the provider's disk). `docker run` exits 125 both
+// wrote does not stay on the provider's disk). The container and the volume
+// carry the daemon's labels, so that what a killed daemon left is found and
+// removed at its next start (leftovers.ts). `docker run` exits 125 both
 // when docker itself failed and when the container's own program exited 125:
 // the container's state tells which.
 // vllm_serve runs the engine, waits for its health check, reports the
@@ -28,7 +30,6 @@ import path from "node:path";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { runCommand } from "../exec.js";
 import { DEVICE_FEATURE_ENV_NAMES, isReservedEnvName } from "../../../shared/gpu-env.js";
-import { DAEMON_LABEL, JOB_LABEL } from "../leftover-containers.js";
 import { startChildJob } from "./child.js";
 import type { Executor, JobHooks, JobSpec, Outcome, PrepareOptions, RunningJob } from "./types.js";
 
@@ -52,7 +53,7 @@ export interface DockerOptions {
   publicHost?: string;
   /** How often to probe a served endpoint's health (ms). */
   healthPollMs?: number;
-  /** The daemon's DAEMON_LABEL value: its next start removes a container a killed run left (leftover-containers.ts). */
+  /** The daemon's DAEMON_LABEL value: its next start removes the containers and volumes a killed run left (leftovers.ts). */
   daemonLabel?: string;
   /** How long one `docker pull` may run before it is killed (ms; default PULL_LIMIT_MS). */
   pullLimitMs?: number;
@@ -65,6 +66,10 @@ export interface DockerOptions {
  * preparation time (daemon.ts); the pull goes on past a job handed back, for the next job of the image.
  */
 export const PULL_LIMIT_MS = 30 * 60_000;
+
+/** Labels of every container and workspace volume a daemon creates: which daemon (leftovers.ts daemonLabel), which job. */
+export const DAEMON_LABEL = "svc.daemon";
+export const JOB_LABEL = "svc.job_id";
 
 /** The pulls running now, by CLI and image: a second job of the same image waits for the same pull. */
 const pulls = new Map<string, Promise<string | undefined>>();
@@ -100,8 +105,18 @@ async function awaitUntil<T>(p: Promise<T>, deadline: number, signal: AbortSigna
 
 const obj = (v: unknown): JsonObject => (v && typeof v === "object" && !Array.isArray(v) ? (v as JsonObject) : {});
 
+/** A job id as a file or container name: never "." or "..", never hidden (a leading dot becomes "-"). */
 export function safeName(jobId: string): string {
-  return jobId.replace(/[^A-Za-z0-9_.-]/g, "-").slice(0, 100);
+  return jobId.replace(/[^A-Za-z0-9_.-]/g, "-").replace(/^\./, "-").slice(0, 100);
+}
+
+/**
+ * A job's host folder (a container's /svc-output, a runner's SVC_WORKSPACE) and, beside it, out
+ * of the container's reach, the file `docker run --cidfile` writes the container's id to.
+ */
+export function jobFiles(workRoot: string, jobId: string): { outDir: string; cidFile: string } {
+  const outDir = path.join(workRoot, safeName(jobId));
+  return { outDir, cidFile: `${outDir}.cid` };
 }
 
 /** Built-in job types run a program of ours inside their image. */
@@ -179,11 +194,10 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   const image = imageOf(job);
   if (!image) throw new Error("the task names no container image");
   const name = `svc-${safeName(job.jobId)}`;
-  const outDir = path.join(opts.workRoot, safeName(job.jobId));
+  const { outDir, cidFile } = jobFiles(opts.workRoot, job.jobId);
   const volume = typeof workspace.volume === "string" ? workspace.volume : `${name}-workspace`;
   const mount = typeof workspace.mount_path === "string" ? workspace.mount_path : "/workspace";
   const memoryMb = typeof limits.memory_mb === "number" ? limits.memory_mb : (opts.defaultMemoryMb ?? Math.floor((os.totalmem() / 1048576) * 0.8));
-  const cidFile = `${outDir}.cid`;
   // No --rm: a container removed the moment it exits could not be asked whether it ever started
   // (exit status 125); the executor removes it itself once the job ended.
   const argv = [opts.docker, "run", "--name", name, "--label", `${JOB_LABEL}=${job.jobId}`, "--cidfile", cidFile];
@@ -256,6 +270,40 @@ function containerId(file: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * What a container job wrote on this machine, once its container is gone and its result read (the
+ * daemon keeps a result waiting for the server in memory): its container id file and host folder,
+ * then its named workspace volumes, which `docker rm --volumes` leaves (it removes anonymous ones
+ * only). The volume goes last: its labels name the job to the next start if the daemon is killed
+ * before this ends (leftovers.ts). No documented behaviour resumes a job from either
+ * (checkpoint_enabled included), and a re-queued job may run elsewhere. A runner's folder is its
+ * program's and never comes here. Files the container made as another user (root) may not be
+ * removable: logged, the job's outcome stands. Returns what went.
+ */
+export async function removeJobData(
+  docker: string,
+  data: { outDir?: string; cidFile?: string; volumes: string[] },
+  log: (line: string) => void = () => {},
+): Promise<{ folder: boolean; volumes: number }> {
+  const gone = { folder: false, volumes: 0 };
+  if (data.cidFile) fs.rmSync(data.cidFile, { force: true });
+  if (data.outDir && fs.existsSync(data.outDir)) {
+    try {
+      fs.rmSync(data.outDir, { recursive: true, force: true });
+      gone.folder = true;
+    } catch (err) {
+      log(`could not remove the job's folder ${data.outDir}: ${(err as Error).message}`);
+    }
+  }
+  for (const volume of data.volumes) {
+    const r = await runCommand(docker, ["volume", "rm", volume], { timeoutMs: 30_000 });
+    if (r.code === 0) gone.volumes++;
+    // No such volume: docker failed before it made one.
+    else if (!/no such volume/i.test(r.stderr)) log(`could not remove the workspace volume ${volume}: ${lastLine(r.stderr) || `exit status ${r.code}`}`);
+  }
+  return gone;
 }
 
 /** Whether a container's state (`docker inspect`'s .State) says it started, and has exited with `code`. */
@@ -335,54 +383,70 @@ export class DockerExecutor implements Executor {
     fs.rmSync(plan.cidFile, { force: true });
     for (const k of plan.droppedEnv) hooks.log(`env ${k} was left out: the provider's daemon decides which GPU the job sees`);
     if (plan.droppedKeyEnv) hooks.log(`env ${VLLM_API_KEY_ENV} was left out: the provider's daemon sets the endpoint's key`);
-    const child = startChildJob(
-      {
-        argv: plan.argv,
-        env: plan.cliEnv ? { ...process.env, ...plan.cliEnv } : process.env,
-        cwd: plan.outDir,
-        stdin: "",
-        resultFile: path.join(plan.outDir, "result.json"),
-        executor: "docker",
-        // Killing the CLI does not stop the container: kill it by name.
-        onStop: async () => {
-          await runCommand(this.opts.docker, ["kill", plan.name], { timeoutMs: 30_000 });
+    let child: RunningJob | undefined;
+    let stopped: { reason: string; killAfterMs?: number } | undefined;
+    const started = this.createVolume(job, plan).then(async () => {
+      child = startChildJob(
+        {
+          argv: plan.argv,
+          env: plan.cliEnv ? { ...process.env, ...plan.cliEnv } : process.env,
+          cwd: plan.outDir,
+          stdin: "",
+          resultFile: path.join(plan.outDir, "result.json"),
+          executor: "docker",
+          // Killing the CLI does not stop the container: kill it by name.
+          onStop: async () => {
+            await runCommand(this.opts.docker, ["kill", plan.name], { timeoutMs: 30_000 });
+          },
+          killGraceMs: 15_000,
         },
-        killGraceMs: 15_000,
-      },
-      hooks,
-    );
-    const done = child.done.then(async (outcome) => {
-      const id = containerId(plan.cidFile);
-      try {
-        if (!outcome.success && outcome.endReason === "runtime_error" && outcome.metrics.exit_code === 125) return await this.judgeExit125(outcome, id);
-        return outcome;
-      } finally {
-        // By its id when docker wrote one; else by name (a container an earlier run of this job left behind).
-        await runCommand(this.opts.docker, ["rm", "--force", "--volumes", id ?? plan.name], { timeoutMs: 30_000 });
-        fs.rmSync(plan.cidFile, { force: true });
-        await this.removeJobData(plan);
-      }
+        hooks,
+      );
+      if (stopped) await child.stop(stopped.reason, stopped.killAfterMs);
+      return child;
     });
-    return { done, stop: (reason, killAfterMs) => child.stop(reason, killAfterMs) };
+    const remove = async () => {
+      // By its id when docker wrote one; else by name (a container an earlier run of this job left behind).
+      await runCommand(this.opts.docker, ["rm", "--force", "--volumes", containerId(plan.cidFile) ?? plan.name], { timeoutMs: 30_000 });
+      await removeJobData(this.opts.docker, { outDir: plan.outDir, cidFile: plan.cidFile, volumes: [plan.volume] }, this.opts.log);
+    };
+    const done = started.then(
+      (c) =>
+        c.done.then(async (outcome) => {
+          try {
+            if (!outcome.success && outcome.endReason === "runtime_error" && outcome.metrics.exit_code === 125) return await this.judgeExit125(outcome, containerId(plan.cidFile));
+            return outcome;
+          } finally {
+            await remove();
+          }
+        }),
+      async (err: unknown) => {
+        await remove();
+        throw err;
+      },
+    );
+    return {
+      done,
+      async stop(reason, killAfterMs) {
+        if (child) return child.stop(reason, killAfterMs);
+        // Its volume is still being made: stopped the moment it starts.
+        stopped ??= { reason, killAfterMs };
+        await started.catch(() => undefined);
+      },
+    };
   }
 
   /**
-   * What the job wrote on this machine, once its container is gone and its result read (the daemon
-   * keeps a result waiting for the server in memory): its named workspace volume, which `docker rm
-   * --volumes` leaves (anonymous volumes only), and its host folder. No documented behaviour resumes
-   * a job from either (checkpoint_enabled included), and a re-queued job may run elsewhere. Files
-   * the container made as another user (root) may not be removable: logged, the outcome stands.
+   * The job's workspace volume, made before its container with this daemon's labels (one that
+   * `docker run` makes carries none), so that the next start finds it if this daemon is killed
+   * before it removed it (leftovers.ts). A volume of that name already there is used as it is. One
+   * that docker could not make is left to `docker run`, which makes it or fails for the same reason.
    */
-  private async removeJobData(plan: DockerPlan): Promise<void> {
-    const log = this.opts.log ?? (() => {});
-    const r = await runCommand(this.opts.docker, ["volume", "rm", plan.volume], { timeoutMs: 30_000 });
-    // No such volume: docker failed before it made one.
-    if (r.code !== 0 && !/no such volume/i.test(r.stderr)) log(`could not remove the workspace volume ${plan.volume}: ${lastLine(r.stderr) || `exit status ${r.code}`}`);
-    try {
-      fs.rmSync(plan.outDir, { recursive: true, force: true });
-    } catch (err) {
-      log(`could not remove the job's folder ${plan.outDir}: ${(err as Error).message}`);
-    }
+  private async createVolume(job: JobSpec, plan: DockerPlan): Promise<void> {
+    if (!this.opts.daemonLabel) return;
+    const labels = ["--label", `${DAEMON_LABEL}=${this.opts.daemonLabel}`, "--label", `${JOB_LABEL}=${job.jobId}`];
+    const r = await runCommand(this.opts.docker, ["volume", "create", ...labels, plan.volume], { timeoutMs: 30_000 });
+    if (r.code !== 0) this.opts.log?.(`could not create the workspace volume ${plan.volume} of job ${job.jobId}: ${lastLine(r.stderr) || `exit status ${r.code}`}`);
   }
 
   /**

@@ -7,7 +7,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { startChildJob } from "./child.js";
-import { safeName } from "./docker.js";
+import { jobFiles } from "./docker.js";
 import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
 
 export class ProcessExecutor implements Executor {
@@ -18,7 +18,8 @@ export class ProcessExecutor implements Executor {
   ) {}
 
   start(job: JobSpec, hooks: JobHooks): RunningJob {
-    const workspace = path.join(this.workRoot, safeName(job.jobId));
+    // The program's own: never removed by the daemon, neither after the job nor at its next start.
+    const workspace = jobFiles(this.workRoot, job.jobId).outDir;
     fs.mkdirSync(workspace, { recursive: true });
     const resultFile = path.join(workspace, "result.json");
     return startChildJob(
