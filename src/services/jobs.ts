@@ -9,7 +9,7 @@ import { apiError, badRequest, forbidden, notFound, ServiceError } from "../erro
 import { dispatchForProvider, jobPolicy, queuePosition, type QueueStanding } from "../domain/dispatch/dispatch.js";
 import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
 import { cancelJob } from "../domain/jobs/job-control.js";
-import { appendLogs, completeJob, endpointReady, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
+import { appendLogs, completeJob, endpointReady, markJobPreparing, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
 import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jobView, jobViews, listJobs, type JobReader } from "../domain/jobs/jobs.js";
 import { type JobRow } from "../domain/shared/job-row.js";
 import { checkPublicServing, prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
@@ -301,6 +301,11 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     async reportProgress(req, ctx) {
       await reportProgress(sql, callerProviderId(ctx), { jobId: req.jobId, progressPct: req.progressPct, phase: req.phase, attempt: req.attempt });
       return { success: true, jobId: req.jobId, count: 1n };
+    },
+
+    async reportPreparing(req, ctx) {
+      await markJobPreparing(sql, callerProviderId(ctx), { jobId: req.jobId, attempt: req.attempt, detail: req.detail });
+      return { success: true, jobId: req.jobId, count: 0n };
     },
 
     async endpointReady(req, ctx) {

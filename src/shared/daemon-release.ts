@@ -6,5 +6,5 @@
 // - DAEMON_MIN_RELEASE: the default of SVC_DAEMON_MIN_VERSION, the oldest
 //   daemon still given jobs. It moves only when the wire or the task format
 //   changes in a way older daemons cannot follow.
-export const DAEMON_RELEASE = "5.3.0";
+export const DAEMON_RELEASE = "5.4.0";
 export const DAEMON_MIN_RELEASE = "5.0.0";

@@ -115,7 +115,8 @@ describe("svc_daemon.py with containers", { timeout: 120_000 }, () => {
   it("pulls the job's image before its container runs; a failed or hung pull is the provider's failure, at no charge", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 10_000);
-    const { d, docker } = await daemonFor(p.key, {}, { images: "absent", pull: "fail" });
+    // It gives a pull 5 s (25 minutes by default) before it takes the job as its own failure.
+    const { d, docker } = await daemonFor(p.key, { SVC_PREPARE_WAIT_SECONDS: "5" }, { images: "absent", pull: "fail" });
 
     const failed = await submit(renter, { job_type: "custom_container", params: { command: ["ok"] } });
     expect(failed.provider_id).toBe(p.id);
@@ -123,8 +124,7 @@ describe("svc_daemon.py with containers", { timeout: 120_000 }, () => {
     expect(a).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
     expect(a.error).toMatch(/could not pull the job's image nvidia\/cuda:.*no such host/);
 
-    // A registry that hangs: the pull is stopped in time for the job's deadline (20 s from the poll), and
-    // reported as the provider's failure before the server's own timeout would take it as the renter's.
+    // A registry that hangs: the pull is stopped at the daemon's limit and reported as the provider's failure.
     fs.writeFileSync(path.join(docker.dir, "pull-mode"), "hang");
     const hung = await submit(renter, { job_type: "custom_container", duration_minutes: 1, max_duration_seconds: 20, params: { command: ["ok"] } });
     expect(hung.provider_id).toBe(p.id);
@@ -140,6 +140,28 @@ describe("svc_daemon.py with containers", { timeout: 120_000 }, () => {
     expect(done.status, done.error).toBe("completed");
     const verbs = docker.calls().map((c) => c[0]);
     expect(verbs.lastIndexOf("pull")).toBeLessThan(verbs.indexOf("run"));
+  });
+
+  it("tells the server it prepares the job while its image is pulled: the renter pays from the run, not the pull", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const { d, docker } = await daemonFor(p.key, {}, { images: "absent", pull: "gate" });
+    const j = await submit(renter, { job_type: "custom_container", params: { command: ["ok"] } });
+    await waitFor(async () => (await job(j.job_id)).progress_phase === "preparing: pulling image nvidia/cuda:12.4.1-runtime-ubuntu22.04", 20_000, `preparing (${d.output()})`);
+    const polled = await job(j.job_id);
+    expect(polled).toMatchObject({ status: "running", acked_at: null });
+    const seen = await api().get(`/api/jobs/${j.job_id}`, renter.headers);
+    expect(seen.body).toMatchObject({ status: "running", progress_phase: "preparing: pulling image nvidia/cuda:12.4.1-runtime-ubuntu22.04" });
+    await new Promise((r) => setTimeout(r, 2_000));
+    fs.writeFileSync(path.join(docker.dir, "pull-release"), "");
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    // The run started after the pull, at the daemon's first report on the job.
+    const [a] = await srv.sql`SELECT a.started_at FROM job_attempts a WHERE a.job_id = ${done.id} AND a.attempt = 1`;
+    expect(new Date(a.started_at).getTime() - new Date(polled.started_at).getTime()).toBeGreaterThanOrEqual(1_900);
+    expect(new Date(done.started_at).getTime()).toBe(new Date(a.started_at).getTime());
+    expect(done.actual_cost_halala).toBeGreaterThan(0);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
   it("cuts each output line of a job at 16,000 bytes", () => {
@@ -259,6 +281,7 @@ reports = []
 d.log = lambda m: None
 d.event = lambda *a, **k: True
 d.confirm_pickup = lambda *a, **k: True
+d.notice_preparing = lambda *a, **k: True
 d.post_quietly = lambda *a, **k: True
 d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
 moved = threading.Event()
@@ -315,6 +338,7 @@ reports = []
 d.log = lambda m: None
 d.event = lambda *a, **k: True
 d.confirm_pickup = lambda *a, **k: True
+d.notice_preparing = lambda *a, **k: True
 d.post_quietly = lambda *a, **k: True
 d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
 moved = threading.Event()

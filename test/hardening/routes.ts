@@ -88,6 +88,7 @@ export const MATRIX: Record<string, Entry> = {
   "POST /api/admin/receipts/keys/rotate": ADMIN,
   "POST /api/jobs/{job_id}/cancel": jobChange(),
   "POST /api/jobs/{job_id}/logs": jobChange(() => ({ logs: ["matrix"] })),
+  "POST /api/jobs/{job_id}/preparing": jobChange(() => ({ detail: "pulling image" })),
   "POST /api/jobs/{job_id}/progress": jobChange(() => ({ progress_pct: 50, phase: "matrix" })),
   "POST /api/jobs/{job_id}/endpoint-ready": jobChange(() => ({ endpoint_url: "http://10.0.0.1:8000/v1" })),
   "POST /api/jobs/{job_id}/complete": jobChange(() => ({ response: "ok" })),

@@ -3,7 +3,9 @@
 // attempt from the pickup sweep (releaseUnclaimed) for a pickup window after
 // each, up to PREPARE_LIMIT_SECONDS after the assignment, and the renter sees
 // what it does as the job's progress phase. Nothing is billed until the
-// accept. Time passes by moving the job's timestamps back, never by sleeping.
+// accept. A legacy daemon does the same after its poll (POST
+// /api/jobs/{id}/preparing): the run starts at its next report. Time passes
+// by moving the job's timestamps back, never by sleeping.
 import { describe, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { PICKUP_SECONDS, PREPARE_LIMIT_SECONDS, releaseUnclaimed } from "../../src/domain/dispatch/dispatch.js";
@@ -111,5 +113,79 @@ describe("a job its stream daemon prepares before accepting it", () => {
     expect(e).toMatchObject({ jobId, report: "jobPreparing" });
     expect(e.message).toMatch(/already running/);
     expect((await row(jobId)).progress_phase).toBeNull();
+  });
+});
+
+describe("a job a legacy daemon prepares after its poll", () => {
+  /** A job polled over the legacy JSON wire (running, not yet reported on). */
+  async function polledJob() {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2, max_duration_seconds: 300 }, renter.headers);
+    expect(sub.status, sub.text).toBe(201);
+    const jobId = sub.body.job.job_id as string;
+    expect((await api.get(`/api/providers/${p.key}/jobs`)).body.job).toMatchObject({ job_id: jobId, attempt: 1 });
+    const prepare = (body: Record<string, unknown> = {}) =>
+      api.post(`/api/jobs/${jobId}/preparing`, { api_key: p.key, attempt: 1, detail: "pulling image nvidia/cuda:12.4.1-base-ubuntu22.04", ...body });
+    return { p, renter, jobId, prepare };
+  }
+  /** As if `seconds` went by since the poll (and the assignment), and `sinceNotice` since the latest notice. */
+  const elapsePolled = (jobId: string, seconds: number, sinceNotice: number) => srv.sql`
+    UPDATE jobs SET submitted_at = submitted_at - make_interval(secs => ${seconds}), assigned_at = assigned_at - make_interval(secs => ${seconds}),
+           started_at = started_at - make_interval(secs => ${seconds}), timeout_at = timeout_at - make_interval(secs => ${seconds}),
+           preparing_at = now() - make_interval(secs => ${sinceNotice})
+    WHERE job_id = ${jobId}`;
+
+  it("is kept while notices come, and its run, billed time and deadline start at the next report, not at the poll", async () => {
+    const { p, renter, jobId, prepare } = await polledJob();
+    const r = await prepare();
+    expect(r.status, r.text).toBe(200);
+    expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body).toMatchObject({ status: "running", progress_phase: "preparing: pulling image nvidia/cuda:12.4.1-base-ubuntu22.04" });
+
+    // A ten-minute pull, the latest notice 30 s ago: kept, and not timed out past its 300 s limit.
+    await elapsePolled(jobId, 600, 30);
+    expect(await releaseUnclaimed(srv.sql)).toEqual({ requeued: 0, failed: 0 });
+    expect((await row(jobId)).status).toBe("running");
+
+    // The first report starts it: the run counts from here.
+    const progress = await api.post(`/api/jobs/${jobId}/progress`, { api_key: p.key, attempt: 1, progress_pct: 5, phase: "loading" });
+    expect(progress.status, progress.text).toBe(200);
+    const [started] = await srv.sql`SELECT started_at > now() - interval '5 seconds' AS fresh, timeout_at > now() + interval '290 seconds' AS later, preparing_at FROM jobs WHERE job_id = ${jobId}`;
+    expect(started).toEqual({ fresh: true, later: true, preparing_at: null });
+    const [attempt] = await srv.sql`SELECT a.started_at > now() - interval '5 seconds' AS fresh FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId}`;
+    expect(attempt.fresh).toBe(true);
+    // Reported on: no more notices.
+    const late = await prepare();
+    expect(late.status, late.text).toBe(409);
+
+    // Done a moment later: one minute billed, not the eleven since the poll.
+    const done = await api.post("/api/providers/job-result", { api_key: p.key, job_id: jobId, attempt: 1, success: true, result: { ok: true } });
+    expect(done.body).toMatchObject({ status: "completed", cost_halala: 10 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a daemon event naming it starts it too", async () => {
+    const { p, jobId, prepare } = await polledJob();
+    expect((await prepare()).status).toBe(200);
+    await elapsePolled(jobId, 400, 10);
+    const ev = await api.post("/api/providers/daemon-event", { api_key: p.key, event_type: "job_started", severity: "info", job_id: jobId });
+    expect(ev.status, ev.text).toBe(200);
+    const [j] = await srv.sql`SELECT acked_at IS NOT NULL AS acked, started_at > now() - interval '5 seconds' AS fresh, preparing_at FROM jobs WHERE job_id = ${jobId}`;
+    expect(j).toEqual({ acked: true, fresh: true, preparing_at: null });
+  });
+
+  it("is taken back a pickup window after the last notice, or at the limit however often they come", async () => {
+    const quiet = await polledJob();
+    expect((await quiet.prepare()).status).toBe(200);
+    await elapsePolled(quiet.jobId, 300, PICKUP_SECONDS + 5);
+    const limit = await polledJob();
+    expect((await limit.prepare()).status).toBe(200);
+    await elapsePolled(limit.jobId, PREPARE_LIMIT_SECONDS + 5, 5);
+    expect(await releaseUnclaimed(srv.sql)).toEqual({ requeued: 2, failed: 0 });
+    expect(await firstAttempt(quiet.jobId)).toMatchObject({ status: "requeued", end_reason: "not_picked_up", cost_halala: 0, error: expect.stringContaining("said it was preparing the job, then nothing") });
+    expect(await firstAttempt(limit.jobId)).toMatchObject({ status: "requeued", end_reason: "not_picked_up", cost_halala: 0, error: expect.stringContaining("still preparing the job 30 minutes after") });
+    // The job is no longer this provider's: its notice is refused.
+    expect((await quiet.prepare()).status).toBe(403);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 });

@@ -105,6 +105,11 @@ LOG_BATCH_CHARS = 100000
 # How long one `docker pull` of a job's missing image may run (it also ends in time for the job's
 # own deadline, so that a hung pull is reported as this machine's failure, not the renter's timeout).
 PULL_LIMIT_SECONDS = 1800.0
+# A pull told to the server as preparing (POST /api/jobs/{id}/preparing): a notice this often keeps the
+# job for another pickup window (120 s); the server takes it back 30 minutes after its assignment, and
+# the daemon gives up a little before that.
+PREPARE_NOTICE_SECONDS = float(os.environ.get("SVC_PREPARE_NOTICE_SECONDS") or 30.0)
+PREPARE_WAIT_SECONDS = float(os.environ.get("SVC_PREPARE_WAIT_SECONDS") or 25 * 60.0)
 
 
 # ---------------------------------------------------------------- signing --
@@ -1511,10 +1516,6 @@ class Daemon:
             self.report(job_id, False, None, "task signature verification failed: the daemon refused the task",
                         end_reason="signature_mismatch", attempt=job.get("attempt"))
             return
-        # The event names the job, which confirms the pickup; when it does not get through (the
-        # server away, the hour's events used up), another report must before the pickup window ends.
-        confirmed = self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id, attempt)
-        started = time.time()
         try:
             plan = plan_job(job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir,
                             self.cfg.get("serve_port", 0))
@@ -1533,7 +1534,20 @@ class Daemon:
         try:
             if container:
                 container.create_volume(self.log)
-            self._run_planned(job, plan, started, confirmed)
+            # An image to pull first is said so (preparing): the job's run and billed time start at the
+            # report after the pull, so the renter does not pay for it. A server without the route (404)
+            # counts the pull in the run, as before it had one.
+            preparing = False
+            if container and container.image and not container.image_present():
+                notice = self.notice_preparing(job_id, attempt, container.image)
+                if notice == GONE:
+                    self.log("job %s is no longer this provider's (the server sent it back to the queue); not pulled" % job_id)
+                    return
+                preparing = notice != "unsupported"
+            # The event names the job, which confirms the pickup; when it does not get through (the
+            # server away, the hour's events used up), another report must before the pickup window ends.
+            confirmed = False if preparing else self.confirm_started(job)
+            self._run_planned(job, plan, time.time(), confirmed, preparing)
         finally:
             # The job's folder and volume are named by the job: a newer attempt of it assigned back here
             # and running on another GPU meanwhile uses them, and removes them when it ends.
@@ -1546,8 +1560,31 @@ class Daemon:
         with self.jobs_lock:
             return any(t is not me and held == job_id for t, held in self.jobs.items())
 
-    def _run_planned(self, job, plan, started, confirmed):
-        """Runs a job plan_job planned to its end, and reports how it ended."""
+    def confirm_started(self, job):
+        """The job_started event, or an empty log batch when it does not get through: the first report
+        on a polled job confirms the pickup (and, after a preparing notice, starts the run)."""
+        job_id = job["job_id"]
+        return self.event("job_started", "info", job.get("job_type"), job_id) or self.confirm_pickup(job_id, job.get("attempt"))
+
+    def notice_preparing(self, job_id, attempt, image):
+        """POST /api/jobs/{id}/preparing. True: taken; False: not reached (tried again later); GONE: the
+        job is not this provider's at this attempt (403, 409); "unsupported": a server without the route."""
+        body = with_attempt({"detail": "pulling image %s" % image}, attempt)
+        try:
+            self.api.post("/api/jobs/%s/preparing" % urllib.parse.quote(job_id, safe=""), body)
+            return True
+        except ApiError as err:
+            if err.status in (403, 409):
+                return GONE
+            # The server's answer for a route it does not have (an unknown job is "job not found").
+            if err.status == 404 and str(err.message).startswith("not found: POST"):
+                return "unsupported"
+            self.log("preparing notice for job %s not delivered: %s" % (job_id, err))
+            return False
+
+    def _run_planned(self, job, plan, started, confirmed, preparing=False):
+        """Runs a job plan_job planned to its end, and reports how it ended. `preparing`: its image is
+        pulled first as preparing (notice_preparing), and the run starts once it is there."""
         job_id, attempt = job["job_id"], job.get("attempt")
         argv, extra_env, container, result_file = plan
         env = dict(os.environ, **extra_env)
@@ -1555,7 +1592,11 @@ class Daemon:
         deadline = started + float(job.get("max_duration_seconds") or 1800)
         if container and container.image:
             # The image before `docker run`, which would pull it inside the job's run and under its kill timer.
-            pulled = self.ensure_image(job, container, deadline, confirmed)
+            pulled = self.ensure_image(job, container, deadline, confirmed, preparing)
+            if preparing and pulled is True:
+                # Pulled: the first report starts the job's run on the server, and its deadline here.
+                confirmed, started = self.confirm_started(job), time.time()
+                deadline = started + float(job.get("max_duration_seconds") or 1800)
             if pulled is not True:
                 outcome, error = pulled
                 if outcome == "cancelled":
@@ -1677,20 +1718,22 @@ class Daemon:
         self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"))
         self.event("job_failed", "warning", error, job_id)
 
-    def ensure_image(self, job, container, deadline, confirmed):
-        """The job's image on this machine before its container runs: there already, or pulled now
-        (PULL_LIMIT_SECONDS at most, and ending in time for the job's deadline). On the legacy wire the
-        job's billed time started when it was polled, so the pull's time is within it; a pull that
-        fails or runs too long is this machine's failure (provider_error: re-queued, nothing charged).
-        Meanwhile the pickup is confirmed and the job's status checked as while it runs. Returns True,
-        or (end_reason or "cancelled" / "moved", error)."""
+    def ensure_image(self, job, container, deadline, confirmed, preparing=False):
+        """The job's image on this machine before its container runs: there already, or pulled now.
+        `preparing`: the server was told so (notice_preparing), and is told again every
+        PREPARE_NOTICE_SECONDS; the job's run starts after the pull, which may take PREPARE_WAIT_SECONDS.
+        Otherwise (a server without the preparing route) the job's billed time started when it was
+        polled, so the pull is within it: PULL_LIMIT_SECONDS at most, ending in time for the job's
+        deadline, the pickup confirmed meanwhile. A pull that fails or runs too long is this machine's
+        failure (provider_error: re-queued, nothing charged). The job's status is checked as while it
+        runs. Returns True, or (end_reason or "cancelled" / "moved", error)."""
         if container.image_present():
             return True
         job_id, attempt, image = job["job_id"], job.get("attempt"), container.image
         started = time.time()
         # Ends before the job's deadline, leaving the report time to reach the server before its own
         # timeout sweep would take the job as the renter's timeout.
-        limit = min(PULL_LIMIT_SECONDS, max(0.0, (deadline - started) - min(15.0, (deadline - started) / 4)))
+        limit = PREPARE_WAIT_SECONDS if preparing else min(PULL_LIMIT_SECONDS, max(0.0, (deadline - started) - min(15.0, (deadline - started) / 4)))
         self.log("pulling image %s for job %s (up to %d s)" % (image, job_id, limit))
         proc, log = container.start_pull()
         if proc is None:
@@ -1701,9 +1744,15 @@ class Daemon:
             while proc.poll() is None:
                 time.sleep(0.2)
                 now = time.time()
-                if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
+                if preparing and now - last_confirm >= PREPARE_NOTICE_SECONDS:
+                    if self.notice_preparing(job_id, attempt, image) == GONE:
+                        outcome = ("moved", None)
+                    last_confirm = now
+                elif not preparing and not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
                     confirmed, last_confirm = self.confirm_pickup(job_id, attempt), now
-                if now - started > limit:
+                if outcome:
+                    pass
+                elif now - started > limit:
                     outcome = ("provider_error", "the job's image %s was still being pulled after %d s; the pull was stopped"
                                % (image, now - started))
                 elif self.stop_event.is_set() and now > self.stop_deadline:

@@ -673,26 +673,29 @@ export async function afterJobsTakenOff(sql: Sql, providerId: number, removed: J
 export const PICKUP_SECONDS = LIVE_WINDOW_SECONDS;
 
 /**
- * How long after its assignment a job may stay pending while its daemon says it prepares it (its
- * image pulled: JobPreparing, each notice good for a pickup window). Past it the job goes to
- * another provider as never picked up; the daemon gives up a little sooner (daemon.ts PREPARE_WAIT_MS).
+ * How long after its assignment a job may wait while its daemon says it prepares it (its image
+ * pulled: JobPreparing on a stream, POST /api/jobs/{id}/preparing after a legacy poll; each notice
+ * good for a pickup window) before it runs. Past it the job goes to another provider as never picked
+ * up; the daemons give up a little sooner (daemon.ts PREPARE_WAIT_MS, svc_daemon.py PREPARE_WAIT_SECONDS).
  */
 export const PREPARE_LIMIT_SECONDS = 30 * 60;
 
 /** Why a job counts as never picked up, when it does (row locked, database clock). */
 function unclaimedWhy(job: LockedJob): string | undefined {
   const since = (at: Date | null) => (at === null ? 0 : new Date(job.db_now).getTime() - new Date(at).getTime());
-  if (job.status === "pending" && since(job.assigned_at) >= PICKUP_SECONDS * 1000) {
-    if (job.preparing_at === null) return `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`;
-    if (since(job.assigned_at) >= PREPARE_LIMIT_SECONDS * 1000) {
-      return `provider ${job.provider_id} was still preparing the job ${PREPARE_LIMIT_SECONDS / 60} minutes after it was assigned (${job.progress_phase ?? "no detail"})`;
-    }
-    if (since(job.preparing_at) >= PICKUP_SECONDS * 1000) {
-      return `provider ${job.provider_id} said it was preparing the job, then nothing for ${PICKUP_SECONDS} seconds`;
-    }
+  // Handed out: assigned (a stream daemon accepts it), or polled (a legacy daemon's first report confirms it).
+  const polled = job.status === "running" && job.acked_at === null;
+  if (!(job.status === "pending" || polled) || since(polled ? job.started_at : job.assigned_at) < PICKUP_SECONDS * 1000) return undefined;
+  if (job.preparing_at === null) {
+    return polled
+      ? `provider ${job.provider_id} polled the job but sent no report on it within ${PICKUP_SECONDS} seconds (the answer may not have reached its daemon)`
+      : `provider ${job.provider_id} did not pick the job up within ${PICKUP_SECONDS} seconds`;
   }
-  if (job.status === "running" && job.acked_at === null && since(job.started_at) >= PICKUP_SECONDS * 1000) {
-    return `provider ${job.provider_id} polled the job but sent no report on it within ${PICKUP_SECONDS} seconds (the answer may not have reached its daemon)`;
+  if (since(job.assigned_at) >= PREPARE_LIMIT_SECONDS * 1000) {
+    return `provider ${job.provider_id} was still preparing the job ${PREPARE_LIMIT_SECONDS / 60} minutes after it was assigned (${job.progress_phase ?? "no detail"})`;
+  }
+  if (since(job.preparing_at) >= PICKUP_SECONDS * 1000) {
+    return `provider ${job.provider_id} said it was preparing the job, then nothing for ${PICKUP_SECONDS} seconds`;
   }
   return undefined;
 }
@@ -712,7 +715,8 @@ export function unclaimedSql(db: Db, limit: number) {
     (SELECT id, assigned_at AS since FROM jobs WHERE status = 'pending' AND submitted_at < ${cutoff} AND assigned_at < ${cutoff} AND ${up}
        AND (preparing_at IS NULL OR preparing_at < ${cutoff} OR assigned_at < ${prepareCutoff}))
     UNION ALL
-    (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < ${cutoff} AND ${up})
+    (SELECT id, started_at FROM jobs WHERE status = 'running' AND acked_at IS NULL AND started_at < ${cutoff} AND ${up}
+       AND (preparing_at IS NULL OR preparing_at < ${cutoff} OR assigned_at < ${prepareCutoff}))
     ORDER BY since LIMIT ${limit}`;
 }
 

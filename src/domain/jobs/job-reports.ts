@@ -106,8 +106,11 @@ async function confirmLocked(tx: Tx, job: LockedJob, attempt: number | undefined
   assertAttempt(job, attempt, what);
   assertHandedOut(job, what);
   if (job.status === "running" && job.acked_at === null) {
-    await tx`UPDATE jobs SET acked_at = now() WHERE id = ${job.id}`;
-    return { ...job, acked_at: job.db_now };
+    await confirmPickup(tx, job.provider_id!, job.job_id);
+    // One it prepared since the poll starts now (confirmPickup).
+    return job.preparing_at === null
+      ? { ...job, acked_at: job.db_now }
+      : { ...job, acked_at: job.db_now, started_at: job.db_now, preparing_at: null, progress_phase: null };
   }
   return job;
 }
@@ -197,16 +200,21 @@ export async function markJobAccepted(sql: Sql, providerId: number, msg: { jobId
 }
 
 /**
- * A stream daemon prepares a job it was handed, before accepting it (pulling its image): the
- * pending attempt is kept from the pickup sweep for another window (dispatch.ts unclaimedWhy, up
- * to PREPARE_LIMIT_SECONDS after the assignment), and what it does is the job's progress_phase for
- * its renter to see. Nothing is billed: the run starts at the accept.
+ * A daemon prepares a job it was handed before it runs it (pulling its image): a stream daemon
+ * before its accept, a legacy one after its poll and before any other report on the job. The
+ * attempt is kept from the pickup sweep for another window (dispatch.ts unclaimedWhy, up to
+ * PREPARE_LIMIT_SECONDS after the assignment), and what it does is the job's progress_phase for
+ * its renter to see. Nothing is billed: the run starts at the accept, or at the legacy daemon's
+ * next report (confirmLocked).
  */
 export async function markJobPreparing(sql: Sql, providerId: number, msg: { jobId: string; attempt?: number; detail?: string }): Promise<void> {
   await sql.begin(async (tx) => {
     const job = await lockOwnActive(tx, providerId, msg.jobId);
     assertAttempt(job, msg.attempt, "preparing notice");
-    if (job.status !== "pending") throw conflict(`job ${job.job_id} is already ${job.status}: a preparing notice is for a job not yet accepted`);
+    const polled = job.status === "running" && job.acked_at === null;
+    if (job.status !== "pending" && !polled) {
+      throw conflict(`job ${job.job_id} is already ${job.status}: a preparing notice is for a job not yet accepted, or polled and not yet reported on`);
+    }
     const detail = withoutNul(msg.detail)?.trim().slice(0, 200);
     await tx`UPDATE jobs SET preparing_at = now(), progress_phase = ${`preparing${detail ? `: ${detail}` : ""}`}, updated_at = now() WHERE id = ${job.id}`;
   });

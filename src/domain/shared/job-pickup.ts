@@ -7,9 +7,25 @@
 // are not job reports (a daemon event) confirm through this one statement.
 import type { Db } from "../../db/index.js";
 
-/** The provider named this job in a report: if it is running there unconfirmed, it is confirmed now. */
+/**
+ * The provider named this job in a report: if it is running there unconfirmed, it is confirmed now.
+ * One it said it was preparing since its poll (job-reports.ts markJobPreparing: its image pulled)
+ * starts now: its run, billed time and max-duration clock, as a stream daemon's job at its accept.
+ */
 export async function confirmPickup(db: Db, providerId: number, jobId: string): Promise<void> {
   await db`
-    UPDATE jobs SET acked_at = now()
-    WHERE job_id = ${jobId} AND provider_id = ${providerId} AND status = 'running' AND acked_at IS NULL`;
+    WITH polled AS (
+      SELECT id, attempt, preparing_at IS NOT NULL AS prepared FROM jobs
+      WHERE job_id = ${jobId} AND provider_id = ${providerId} AND status = 'running' AND acked_at IS NULL
+      FOR UPDATE
+    ), confirmed AS (
+      UPDATE jobs j SET acked_at = now(),
+             started_at = CASE WHEN p.prepared THEN now() ELSE j.started_at END,
+             timeout_at = CASE WHEN p.prepared THEN now() + make_interval(secs => j.max_duration_seconds) ELSE j.timeout_at END,
+             progress_phase = CASE WHEN p.prepared THEN NULL ELSE j.progress_phase END,
+             preparing_at = NULL
+      FROM polled p WHERE j.id = p.id
+      RETURNING j.id, p.attempt, p.prepared
+    )
+    UPDATE job_attempts a SET started_at = now() FROM confirmed c WHERE c.prepared AND a.job_id = c.id AND a.attempt = c.attempt`;
 }
