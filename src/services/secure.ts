@@ -6,12 +6,12 @@ import { getOption, type DescMethod, type DescService } from "@bufbuild/protobuf
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Role, route } from "../../gen/svc/v1/options_pb.js";
 import { constantTimeEqual, roleOfKey } from "../domain/accounts/keys.js";
-import { cachedLookupKey } from "../domain/accounts/key-cache.js";
+import { cachedLookupKey, keyHashOf } from "../domain/accounts/key-cache.js";
 import { badRequest, forbidden, notFound, unauthorized } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { refuseNul } from "../http/nul.js";
 import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
-import { trackStream } from "../domain/accounts/open-streams.js";
+import { trackStream, type TrackedStream } from "../domain/accounts/open-streams.js";
 
 export function rolesOf(method: DescMethod): Role[] {
   const roles = getOption(method, route).roles;
@@ -76,8 +76,8 @@ async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ct
  * decoy sent beside it. A call that fails authentication counts against the
  * client IP on the same row, and answers 429 once that is over.
  */
-async function authenticateAndCount(deps: Deps, guard: Guard, ctx: HandlerContext, count: KeyRowCounter | undefined): Promise<Principal> {
-  if (!count) return (await authenticate(deps, guard, ctx)).principal;
+async function authenticateAndCount(deps: Deps, guard: Guard, ctx: HandlerContext, count: KeyRowCounter | undefined): Promise<Authenticated> {
+  if (!count) return authenticate(deps, guard, ctx);
   const { clientIp } = ctx.values.get(credentialsKey);
   let auth: Authenticated;
   try {
@@ -87,7 +87,15 @@ async function authenticateAndCount(deps: Deps, guard: Guard, ctx: HandlerContex
     throw err;
   }
   await count(clientIp, auth.principal.role === "renter" ? auth.key : undefined);
-  return auth.principal;
+  return auth;
+}
+
+/** A stream opened with an API key is ended when that key is revoked (open-streams.ts). */
+function trackedStream(deps: Deps, { principal, key }: Authenticated): TrackedStream | undefined {
+  if (!key) return undefined;
+  if (principal.role === "renter") return trackStream(deps.sql, { role: "renter", accountId: principal.renterId, keyHash: keyHashOf(key) });
+  if (principal.role === "provider") return trackStream(deps.sql, { role: "provider", accountId: principal.providerId, keyHash: keyHashOf(key) });
+  return undefined;
 }
 
 type AnyImpl = (req: unknown, ctx: HandlerContext) => unknown;
@@ -101,7 +109,7 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
     if (method.methodKind === "unary") {
       const unary: AnyImpl = async (req, ctx) => {
         refuseNul(method.input, req);
-        ctx.values.set(principalKey, await authenticateAndCount(deps, guard, ctx, count));
+        ctx.values.set(principalKey, (await authenticateAndCount(deps, guard, ctx, count)).principal);
         return fn(req, ctx);
       };
       out[method.localName] = unary;
@@ -110,10 +118,9 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
       const oneRequest = method.methodKind === "server_streaming";
       const streaming: AnyImpl = async function* (req, ctx) {
         if (oneRequest) refuseNul(method.input, req);
-        const principal = await authenticateAndCount(deps, guard, ctx, count);
-        ctx.values.set(principalKey, principal);
-        const tracked =
-          principal.role === "renter" ? trackStream("renter", principal.renterId) : principal.role === "provider" ? trackStream("provider", principal.providerId) : undefined;
+        const auth = await authenticateAndCount(deps, guard, ctx, count);
+        ctx.values.set(principalKey, auth.principal);
+        const tracked = trackedStream(deps, auth);
         if (!tracked) return yield* fn(req, ctx) as AsyncIterable<unknown>;
         // The key was checked once, here: the stream ends when the account's keys are revoked (open-streams.ts).
         const it = (fn(req, ctx) as AsyncIterable<unknown>)[Symbol.asyncIterator]();

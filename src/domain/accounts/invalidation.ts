@@ -4,7 +4,7 @@
 // process forgets at once as well.
 import type { Db, Sql } from "../../db/index.js";
 import { forgetAccountKeys, forgetAllKeys } from "./key-cache.js";
-import { endStreamsOf } from "./open-streams.js";
+import { endStreamsOf, recheckOpenStreams } from "./open-streams.js";
 import type { KeyRole } from "./keys.js";
 import { providerCacheOf } from "./provider-cache.js";
 
@@ -38,12 +38,17 @@ export function applyInvalidation(sql: Sql, payload: string): void {
   } else if (kind === "key" && (rest[0] === "provider" || rest[0] === "renter")) {
     forgetAccountKeys(rest[0], Number(rest[1]));
     // After the commit (a notice is delivered then), so a stream reopened meanwhile is refused.
-    endStreamsOf(rest[0], Number(rest[1]));
+    endStreamsOf(sql, rest[0], Number(rest[1]));
   }
 }
 
-/** After (re)connecting the listener, messages may have been missed: start cold. */
+/**
+ * After (re)connecting the listener, messages may have been missed: start cold,
+ * and check the keys of the streams open meanwhile, which no cache clearing
+ * reaches (a failed check is made up for by the periodic one, open-streams.ts).
+ */
 export function forgetEverything(sql: Sql): void {
   providerCacheOf(sql).clear();
   forgetAllKeys();
+  recheckOpenStreams(sql).catch(() => {});
 }

@@ -26,10 +26,14 @@ const blockedUntil = new Map<string, number>();
 
 const accountKey = (role: KeyRole, id: number) => `${role}:${id}`;
 
-/** The live account a key belongs to (cached when valid). */
-export async function cachedLookupKey(db: Db, key: string): Promise<KeyOwner | undefined> {
-  // Cached by SHA-256 (one-shot crypto.hash), never by the key itself.
-  const hash = crypto.hash("sha256", key, "base64");
+/**
+ * What the cache (and the open streams, open-streams.ts) knows a key by: its SHA-256 in base64
+ * (one-shot crypto.hash), never the key itself. The same digest as api_keys.key_hash.
+ */
+export const keyHashOf = (key: string): string => crypto.hash("sha256", key, "base64");
+
+/** The live account a key belongs to (cached when valid). `hash`: keyHashOf(key), when the caller has it already. */
+export async function cachedLookupKey(db: Db, key: string, hash = keyHashOf(key)): Promise<KeyOwner | undefined> {
   const now = Date.now();
   const hit = byHash.get(hash);
   if (hit && hit.expires > now) return hit.owner;

@@ -8,7 +8,8 @@
 // stream that ends, drops or stalls first) is left for the next one; from its
 // first event on the request is that endpoint's: never tried elsewhere, and
 // settled for the usage it reported within what was delivered. A client
-// disconnect or the request's deadline aborts the upstream call (`signal`).
+// disconnect, the request's deadline or the revocation of its key aborts the
+// upstream call (`signal`).
 import type { IncomingMessage } from "node:http";
 import { addDelivered, deliveredText, type DeliveredText, type TokenCounts } from "../../domain/money/token-pricing.js";
 import type { NodeResponse } from "../rest.js";
@@ -56,7 +57,10 @@ export interface ProxyRequest {
   billedUsage: (reported: TokenCounts, delivered: DeliveredText) => TokenCounts;
   /** Longest wait for response headers, and between two streamed chunks. */
   timeoutMs: number;
-  /** Aborted on client disconnect (reason "client_closed") or at the deadline (reason "deadline"). */
+  /**
+   * Aborted on client disconnect (reason "client_closed"), at the deadline (reason "deadline"), or
+   * with the V1Error to answer (the key that authenticated the request was revoked).
+   */
   signal: AbortSignal;
   maxAttempts: number;
   /** Connect to endpoints on private/loopback addresses (SVC_V1_PRIVATE_UPSTREAMS). */
@@ -165,6 +169,7 @@ export async function proxyChatCompletion(p: ProxyRequest): Promise<ProxyResult>
 }
 
 function abortError(signal: AbortSignal): V1Error {
+  if (signal.reason instanceof V1Error) return signal.reason;
   return signal.reason === "deadline"
     ? new V1Error("upstream_timeout", "the request ran past the gateway's time limit")
     : new V1Error("invalid_request", "the client closed the connection", { status: 499 });

@@ -8,13 +8,17 @@
 //   GET  /v1/usage                the renter's running token and cost totals
 // Failed authentication (no key, an invalid one) counts against the client IP
 // on the rate-limit table's default row, as a failed /api call does; an
-// address over it is refused before its key is looked up.
+// address over it is refused before its key is looked up. A chat completion
+// is registered with the open streams (domain/accounts/open-streams.ts) while
+// it runs: revoking the key that authenticated it (rotation, suspension) aborts
+// it as a client disconnect would, and what was delivered until then is billed.
 import crypto from "node:crypto";
 import type { Config } from "../../config.js";
 import type { Sql } from "../../db/index.js";
 import { LLM_MODELS } from "../../domain/jobs/job-schemas.js";
 import { roleOfKey } from "../../domain/accounts/keys.js";
-import { cachedLookupKey } from "../../domain/accounts/key-cache.js";
+import { cachedLookupKey, keyHashOf } from "../../domain/accounts/key-cache.js";
+import { watchRevocation } from "../../domain/accounts/open-streams.js";
 import { renterFunds } from "../../domain/money/ledger.js";
 import { halalaToSar } from "../../domain/money/pricing.js";
 import {
@@ -72,7 +76,10 @@ interface Call {
   requestId: string;
   headers: Record<string, string>;
   log: Record<string, unknown>;
-  /** Aborted with "client_closed" when the client goes away (watched from the start), or "deadline". */
+  /**
+   * Aborted with "client_closed" when the client goes away (watched from the start), "deadline", or
+   * the V1Error to answer when the key that authenticated the call is revoked.
+   */
   abort: AbortController;
 }
 
@@ -82,7 +89,17 @@ function sendJson(call: Call, status: number, body: unknown, extra: Record<strin
   call.res.end(data);
 }
 
+/** The call was aborted because the key that authenticated it was revoked (not a fault of the endpoint). */
+const revoked = (call: Call) => call.abort.signal.reason instanceof V1Error;
+
 const isInt = (v: unknown, min: number, max: number) => Number.isSafeInteger(v) && (v as number) >= min && (v as number) <= max;
+
+interface Authenticated {
+  renterId: number;
+  key: string;
+  /** keyHashOf(key): how the open streams know the key. */
+  keyHash: string;
+}
 
 interface ChatRequest {
   body: Record<string, unknown>;
@@ -167,7 +184,7 @@ export function createV1Handler(deps: V1Deps) {
    * authenticate, counting a failure (no key, an invalid one) against the client IP on the
    * FAILED_AUTH_ROW; an address already over that row is refused first, before any key lookup.
    */
-  async function authenticateCounted(call: Call): Promise<{ renterId: number; key: string }> {
+  async function authenticateCounted(call: Call): Promise<Authenticated> {
     const limits = deps.rateLimits;
     if (!limits) return authenticate(call);
     const ip = clientIpOf(call.req, config.trustProxy);
@@ -191,14 +208,15 @@ export function createV1Handler(deps: V1Deps) {
   }
 
   /** The calling renter and the key that authenticated, from `Authorization: Bearer` or `x-renter-key`. */
-  async function authenticate(call: Call): Promise<{ renterId: number; key: string }> {
+  async function authenticate(call: Call): Promise<Authenticated> {
     const creds = credentialsFromHeaders(call.req.headers, "", call.requestId);
     if (creds.keys.length === 0) throw v1Error("missing_api_key", "missing API key: send Authorization: Bearer <renter key> or x-renter-key");
     for (const key of creds.keys.filter((k) => roleOfKey(k) === "renter")) {
-      const owner = await cachedLookupKey(sql, key);
+      const keyHash = keyHashOf(key);
+      const owner = await cachedLookupKey(sql, key, keyHash);
       if (owner?.role !== "renter") continue;
       if (owner.suspended) throw v1Error("account_suspended", "this renter account is suspended");
-      return { renterId: owner.accountId, key };
+      return { renterId: owner.accountId, key, keyHash };
     }
     if (creds.keys.some((k) => roleOfKey(k) === "provider")) throw v1Error("invalid_api_key", "/v1 needs a renter API key (svc-renter-...), not a provider key");
     throw v1Error("invalid_api_key", "invalid API key");
@@ -334,6 +352,7 @@ export function createV1Handler(deps: V1Deps) {
     const { abort } = call;
     if (abort.signal.aborted) {
       await releaseTokenBudget(sql, requestId);
+      if (abort.signal.reason instanceof V1Error) throw abort.signal.reason;
       return 499;
     }
     const deadline = setTimeout(() => abort.abort("deadline"), config.v1.maxRequestSeconds * 1000);
@@ -363,7 +382,7 @@ export function createV1Handler(deps: V1Deps) {
       if (result.kind === "streamed") {
         if (result.error) {
           call.log.streamError = result.error.code;
-          deps.metrics?.v1UpstreamError(result.error.code);
+          if (!revoked(call)) deps.metrics?.v1UpstreamError(result.error.code);
         }
         // The stream is over (fully or broken off): what was delivered is billed before the response ends
         // (or carries its error event), so a client that saw the end also sees the charge.
@@ -379,7 +398,7 @@ export function createV1Handler(deps: V1Deps) {
         // The endpoint started, then failed (or the client left) before anything was sent: not tried elsewhere,
         // billed the usage it reported within what was delivered (nothing: the prompt), then the error is answered.
         call.log.streamError = result.error.code;
-        if (result.error.status !== 499) deps.metrics?.v1UpstreamError(result.error.code);
+        if (result.error.status !== 499 && !revoked(call)) deps.metrics?.v1UpstreamError(result.error.code);
         await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
         throw result.error;
       }
@@ -412,13 +431,19 @@ export function createV1Handler(deps: V1Deps) {
     const path = url.pathname.replace(/\/+$/, "");
     let status = 500;
     let route: "chat" | "models" | "model" | "usage" | undefined;
+    let release: (() => void) | undefined;
     try {
       route =
         path === "/v1/chat/completions" ? "chat" : path === "/v1/models" ? "models" : path.startsWith("/v1/models/") ? "model" : path === "/v1/usage" ? "usage" : undefined;
       if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${url.pathname}`);
       const wanted = route === "chat" ? "POST" : "GET";
       if (method !== wanted) throw v1Error("method_not_allowed", `${url.pathname} accepts ${wanted}, not ${method}`);
-      const { renterId, key } = await authenticateCounted(call);
+      const { renterId, key, keyHash } = await authenticateCounted(call);
+      // Only a chat completion lasts (and bills) long enough to need ending; watched from before anything
+      // else is awaited, so that no revocation notice falls between its key check and the watch.
+      if (route === "chat") {
+        release = watchRevocation(sql, { role: "renter", accountId: renterId, keyHash }, (reason) => call.abort.abort(v1Error("invalid_api_key", reason)));
+      }
       call.log.renterId = renterId;
       await limit(call, key);
       if (route === "chat") {
@@ -451,6 +476,7 @@ export function createV1Handler(deps: V1Deps) {
       if (!res.headersSent && !(res as { destroyed?: boolean }).destroyed) sendV1Error(res, e, call.headers);
       else if (!res.writableEnded) res.end();
     } finally {
+      release?.();
       res.off("close", onClose);
       deps.metrics?.request("v1", route ? V1_ROUTE_LABELS[route] : "other", status, (performance.now() - started) / 1000);
       deps.log.info(
