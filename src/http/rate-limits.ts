@@ -12,6 +12,7 @@
 // an IP row (`check` after the failure, `refuseIfOver` before the check):
 // /metrics on the admin row, /v1 on the default row.
 import crypto from "node:crypto";
+import net from "node:net";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
 import { Redis } from "ioredis";
@@ -91,7 +92,66 @@ export function effectiveRows(overrides: Config["rateLimitOverrides"]): Record<R
  */
 export function subjectOf(row: RateLimitRow, clientIp: string, authenticatedRenterKey?: string): string {
   if (row.per === "renter_key" && authenticatedRenterKey) return keySubject(authenticatedRenterKey);
-  return `ip:${clientIp || "unknown"}`;
+  return `ip:${clientNetwork(clientIp) || "unknown"}`;
+}
+
+/**
+ * What a per-IP row counts a client address as. An IPv6 client holds at least
+ * a /64 (the smallest assignment; SLAAC and privacy addresses pick any of its
+ * 2^64 addresses), so its /64 prefix is the client: counting each address
+ * would give it a fresh budget per address. An IPv4-mapped address
+ * (::ffff:a.b.c.d, what a dual-stack socket reports for an IPv4 peer) is that
+ * IPv4 address. Anything else (IPv4, a value that is no address) is kept as it is.
+ */
+export function clientNetwork(ip: string): string {
+  if (!ip.includes(":")) return ip; // IPv4 (every request of an IPv4 client): no parsing
+  let addr = ip.toLowerCase();
+  const bracket = addr.startsWith("[") ? addr.indexOf("]") : -1; // [v6] or [v6]:port
+  if (bracket > 0) addr = addr.slice(1, bracket);
+  const zone = addr.indexOf("%");
+  if (zone >= 0) addr = addr.slice(0, zone);
+  if (addr.startsWith("::ffff:") && net.isIPv4(addr.slice(7))) return addr.slice(7); // the common mapped form, at once
+  if (!net.isIPv6(addr)) return ip;
+  const g = ipv6Groups(addr);
+  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) {
+    return `${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`;
+  }
+  return `${g[0].toString(16)}:${g[1].toString(16)}:${g[2].toString(16)}:${g[3].toString(16)}::/64`;
+}
+
+/** The eight 16-bit groups of a valid IPv6 address (net.isIPv6 said so), a dotted IPv4 tail included. */
+function ipv6Groups(addr: string): number[] {
+  let end = addr.length;
+  const tail: number[] = [];
+  if (addr.includes(".")) {
+    const lastColon = addr.lastIndexOf(":");
+    const [a, b, c, d] = addr.slice(lastColon + 1).split(".").map(Number);
+    tail.push((a << 8) | b, (c << 8) | d);
+    end = lastColon + 1;
+  }
+  const head: number[] = [];
+  let rest: number[] | undefined; // the groups after "::"
+  let cur = 0;
+  let digits = 0;
+  for (let i = 0; i < end; i++) {
+    const c = addr.charCodeAt(i);
+    if (c === 58 /* : */) {
+      if (digits > 0) (rest ?? head).push(cur);
+      cur = digits = 0;
+      if (addr.charCodeAt(i + 1) === 58) {
+        rest = [];
+        i++;
+      }
+    } else {
+      cur = cur * 16 + (c <= 57 ? c - 48 : c - 87); // 0-9, a-f (lowercased)
+      digits++;
+    }
+  }
+  if (digits > 0) (rest ?? head).push(cur);
+  rest ??= [];
+  rest.push(...tail);
+  while (head.length + rest.length < 8) head.push(0);
+  return head.concat(rest);
 }
 
 /** The store's name for an API key's counters: a hash, never the credential. */

@@ -3,7 +3,8 @@
 // Redis), with 429 + Retry-After; rows per renter key count the key that
 // authenticated (not a decoy beside it), and failed authentication counts
 // against the IP; client IP from the socket unless trusted proxy hops are
-// configured (then from the right of X-Forwarded-For); rows configurable for
+// configured (then from the right of X-Forwarded-For); an IPv6 client counted
+// by its /64, an IPv4-mapped one as its IPv4 address; rows configurable for
 // benchmarks; off switch. Two real OS processes: rate-limits-processes.test.ts.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import net from "node:net";
@@ -13,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobService } from "../../gen/svc/v1/jobs_pb.js";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { loadConfig } from "../../src/config.js";
-import { createRateLimits, effectiveRows, RATE_LIMITS, rowNameOf, type RateLimitName } from "../../src/http/rate-limits.js";
+import { clientNetwork, createRateLimits, effectiveRows, RATE_LIMITS, rowNameOf, subjectOf, type RateLimitName } from "../../src/http/rate-limits.js";
 import { createLogger } from "../../src/log.js";
 import { buildRouteTable, clientIpOf, type NodeRequest } from "../../src/http/rest.js";
 import { buildServices } from "../../src/services/index.js";
@@ -349,6 +350,52 @@ describe("SVC_TRUST_PROXY", () => {
     } finally {
       await c.close();
     }
+  });
+});
+
+describe("IPv6 clients", () => {
+  it("count by their /64 prefix; an IPv4-mapped address counts as its IPv4 address", () => {
+    const ip = RATE_LIMITS.renter_register;
+    const cases: [string, string][] = [
+      ["198.51.100.7", "ip:198.51.100.7"],
+      ["2001:db8:1:2::1f", "ip:2001:db8:1:2::/64"],
+      ["2001:0DB8:0001:0002:ffff:1:2:3", "ip:2001:db8:1:2::/64"],
+      ["2001:db8:1:3::1", "ip:2001:db8:1:3::/64"],
+      ["2001:db8::", "ip:2001:db8:0:0::/64"],
+      ["fe80::1%eth0", "ip:fe80:0:0:0::/64"],
+      ["[2001:db8:1:2::9]:443", "ip:2001:db8:1:2::/64"],
+      ["1:2:3:4:5:6:1.2.3.4", "ip:1:2:3:4::/64"],
+      ["::ffff:198.51.100.7", "ip:198.51.100.7"],
+      ["::FFFF:c633:6407", "ip:198.51.100.7"],
+      ["0:0:0:0:0:ffff:c633:6407", "ip:198.51.100.7"],
+      // Not an address: kept as it is.
+      ["not:an:address", "ip:not:an:address"],
+      ["", "ip:unknown"],
+    ];
+    for (const [addr, subject] of cases) expect(subjectOf(ip, addr), addr).toBe(subject);
+    expect(clientNetwork("2001:db8:1:2::1")).toBe(clientNetwork("2001:db8:1:2:ffff:ffff:ffff:ffff"));
+  });
+
+  it("share one count across the addresses of a /64, on every process; another /64 has its own", async () => {
+    const codes: number[] = [];
+    for (let i = 1; i <= 6; i++) {
+      const from = `2001:db8:64:1::${i.toString(16)}`;
+      const r = await client((i % 2 ? a : b).url).post("/api/renters/register", { name: "R", email: uniqueEmail("v6") }, { "x-forwarded-for": from });
+      codes.push(r.status);
+    }
+    expect(codes).toEqual([201, 201, 201, 201, 201, 429]);
+    const next = await client(a.url).post("/api/renters/register", { name: "R", email: uniqueEmail("v6") }, { "x-forwarded-for": "2001:db8:64:2::1" });
+    expect(next.status).toBe(201);
+  });
+
+  it("an IPv4 client counts the same written plain or IPv4-mapped (as a server on :: sees it)", async () => {
+    const v4 = freshIp();
+    const codes: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const from = i % 2 ? `::ffff:${v4}` : v4;
+      codes.push((await client(a.url).post("/api/renters/register", { name: "R", email: uniqueEmail("mapped") }, { "x-forwarded-for": from })).status);
+    }
+    expect(codes).toEqual([201, 201, 201, 201, 201, 429]);
   });
 });
 
