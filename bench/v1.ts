@@ -20,6 +20,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { startFakeVllm } from "../test/v1/fake-vllm.js";
+import { DAEMON_RELEASE } from "../src/shared/daemon-release.js";
 import { benchDatabase, noter, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
@@ -35,6 +36,7 @@ const SECONDS = Number(args.seconds);
 const RENTERS = Number(args.renters);
 const MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
 const ADMIN_TOKEN = `bench-admin-${crypto.randomBytes(12).toString("hex")}`;
+const MANAGED_EMAIL = "managed-endpoints@bench.test";
 const note = noter("bench:v1");
 
 async function json(base: string, method: string, p: string, body?: unknown, headers: Record<string, string> = {}) {
@@ -98,6 +100,7 @@ async function main() {
     SVC_ADMIN_TOKEN: ADMIN_TOKEN,
     SVC_HMAC_SECRET: crypto.randomBytes(24).toString("hex"),
     SVC_DATA_DIR: path.join(os.tmpdir(), "svc-bench-v1"),
+    SVC_V1_MANAGED_RENTERS: MANAGED_EMAIL,
   }).catch(async (err) => {
     await upstream.close();
     await db.close();
@@ -105,19 +108,26 @@ async function main() {
   });
   const base = `http://127.0.0.1:${servers.ports[0]}`;
   try {
+    // The renters that send the requests (billed per token: a renter's own serving job would serve
+    // it without a token charge).
     const renters: { api_key: string }[] = [];
-    // The last one runs the public serving job; the others send the requests (billed per token: a
-    // renter's own serving job would serve it without a token charge).
-    for (let i = 0; i <= RENTERS; i++) {
+    for (let i = 0; i < RENTERS; i++) {
       const renter = await json(base, "POST", "/api/renters/register", { name: "Bench", email: `bench.${Date.now()}.${i}@example.com` });
       await json(base, "POST", "/api/renters/topup", { amount_halala: 10_000_000 }, { "x-renter-key": renter.api_key });
       renters.push(renter);
     }
-    const renter = renters.pop()!;
+    // The managed-endpoint account runs the public serving job, once it proved its address (one step
+    // without email delivery; the sign-in's key is the one that counts).
+    await json(base, "POST", "/api/renters/register", { name: "Managed endpoints", email: MANAGED_EMAIL });
+    const managed = (await json(base, "POST", "/api/renters/login-email", { email: MANAGED_EMAIL })).api_key as string;
+    await json(base, "POST", "/api/renters/topup", { amount_halala: 10_000_000 }, { "x-renter-key": managed });
     const provider = await json(base, "POST", "/api/providers/register", { name: "Rig", email: `rig.${Date.now()}@example.com`, gpu_model: "NVIDIA H100 80GB HBM3", os: "linux" });
     await json(base, "POST", `/api/admin/providers/${provider.provider_id}/approve`, {}, { "x-admin-token": ADMIN_TOKEN });
-    await json(base, "POST", "/api/providers/heartbeat", { api_key: provider.api_key, gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: 1, daemon_version: "3.2.0" } });
-    const job = await json(base, "POST", "/api/jobs/submit", { job_type: "vllm_serve", params: { model: MODEL, public: true }, provider_id: provider.provider_id, duration_minutes: 60, max_duration_seconds: 3600 }, { "x-renter-key": renter.api_key });
+    await json(base, "POST", "/api/providers/heartbeat", { api_key: provider.api_key, gpu_status: { gpu_name: "NVIDIA H100 80GB HBM3", gpu_vram_mib: 81559, gpu_count: 1, daemon_version: DAEMON_RELEASE } });
+    const job = await json(base, "POST", "/api/jobs/submit", { job_type: "vllm_serve", params: { model: MODEL, public: true }, provider_id: provider.provider_id, duration_minutes: 60, max_duration_seconds: 3600 }, { "x-renter-key": managed });
+    // The provider's daemon polls the job, then reports its endpoint.
+    const polled = await json(base, "GET", `/api/providers/${provider.api_key}/jobs`);
+    if (polled.job?.job_id !== job.job.job_id) throw new Error(`the provider polled ${JSON.stringify(polled.job?.job_id)}, not the serving job`);
     await json(base, "POST", `/api/jobs/${job.job.job_id}/endpoint-ready`, { api_key: provider.api_key, endpoint_url: `${upstream.url}/v1` });
 
     const body = JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "Say hello" }], max_tokens: 16, stream: args.stream });
