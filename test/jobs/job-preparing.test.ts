@@ -142,10 +142,12 @@ describe("a job a legacy daemon prepares after its poll", () => {
     expect(r.status, r.text).toBe(200);
     expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body).toMatchObject({ status: "running", progress_phase: "preparing: pulling image nvidia/cuda:12.4.1-base-ubuntu22.04" });
 
-    // A ten-minute pull, the latest notice 30 s ago: kept, and not timed out past its 300 s limit.
+    // A ten-minute pull, the latest notice 30 s ago: kept, and not timed out past its 300 s limit; it
+    // has cost nothing so far.
     await elapsePolled(jobId, 600, 30);
     expect(await releaseUnclaimed(srv.sql)).toEqual({ requeued: 0, failed: 0 });
     expect((await row(jobId)).status).toBe("running");
+    expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body.running_cost_halala).toBe(0);
 
     // The first report starts it: the run counts from here.
     const progress = await api.post(`/api/jobs/${jobId}/progress`, { api_key: p.key, attempt: 1, progress_pct: 5, phase: "loading" });

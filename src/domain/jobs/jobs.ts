@@ -18,12 +18,13 @@ const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
 /**
  * A running job's cost so far: the billable minutes it has run at its rate, within its hold; none
- * for a serving job that has not reported its endpoint yet (job-end.ts servedNothing: no end of it
- * would charge anything).
+ * while no end of it would charge anything: polled and not yet reported on (acked_at; a legacy
+ * daemon preparing it, say), or a serving job that has not reported its endpoint yet (job-end.ts
+ * servedNothing).
  */
 function runningCost(j: JobSummaryRow, now = Date.now()): bigint | undefined {
   if (j.status !== "running" || j.started_at === null) return undefined;
-  if (servedNothing(j)) return 0n;
+  if (j.acked_at === null || servedNothing(j)) return 0n;
   const minutes = billableMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000), j.max_duration_seconds);
   return BigInt(actualCostHalala(j.rate_halala_per_minute, minutes, j.held_halala ?? j.cost_halala));
 }

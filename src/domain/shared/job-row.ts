@@ -74,7 +74,7 @@ export const JOB_SUMMARY_COLUMNS = [
   "duration_minutes", "max_duration_seconds", "rate_halala_per_minute", "cost_halala", "held_halala",
   "actual_cost_halala", "provider_earned_halala", "platform_fee_halala", "gpu_requirements", "model",
   "pricing_class", "attempt", "submitted_at", "assigned_at", "started_at", "completed_at", "error",
-  "progress_pct", "progress_phase", "endpoint_url", "end_reason", "fault", "actual_minutes",
+  "progress_pct", "progress_phase", "endpoint_url", "end_reason", "fault", "actual_minutes", "acked_at",
 ] as const satisfies readonly (keyof JobRow)[];
 
 export type JobSummaryRow = Pick<JobRow, (typeof JOB_SUMMARY_COLUMNS)[number]>;
