@@ -3,10 +3,11 @@
 // RPC's request message, handed to the same (secured) implementation the
 // Connect router serves, and the answer written as the documented JSON.
 import { setMaxListeners } from "node:events";
+import type { FileHandle } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, getOption, type DescMethod, type DescService, type JsonValue, type Message } from "@bufbuild/protobuf";
-import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { RawBodySchema, route, type RawBody } from "../../gen/svc/v1/options_pb.js";
 import type { Logger } from "../log.js";
 import { maskSecrets } from "../log.js";
@@ -17,6 +18,7 @@ import { apiError } from "../errors.js";
 import { answeredLogLevel, toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
 import { writeEventStream } from "./event-stream.js";
+import { drained } from "./drained.js";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
 export type NodeResponse = ServerResponse | Http2ServerResponse;
@@ -168,6 +170,62 @@ export interface RestHandlerOptions {
   onAnswered?: (route: RestRoute, status: number, seconds: number) => void;
 }
 
+/** A file a raw-body handler answers with, open, and its size (sent as content-length). */
+export interface RawFile {
+  handle: FileHandle;
+  size: number;
+}
+export interface RawFileSlot {
+  file?: RawFile;
+}
+
+/**
+ * Present on REST calls of raw-body routes only: a handler that puts an open
+ * file here is answered with that file, streamed (a read buffer per download,
+ * however large the file), instead of with the message's `data`.
+ */
+export const rawFileSlotKey = createContextKey<RawFileSlot | undefined>(undefined);
+
+/** A file download whose client accepts nothing for this long is ended (a setting so tests can shorten it). */
+export const rawFileTimeouts = { idleMs: 60_000 };
+
+const gone = (res: NodeResponse) => res.destroyed || res.writableEnded;
+
+/**
+ * Writes a file as the body (headers already sent), waiting for the client
+ * between chunks: a slow reader holds back its download, and one that reads
+ * nothing for rawFileTimeouts.idleMs loses the connection. Closes the file.
+ */
+async function writeFile(res: NodeResponse, file: RawFile): Promise<void> {
+  if (file.size === 0) {
+    await file.handle.close();
+    res.end();
+    return;
+  }
+  // Never past the size announced, should the file grow meanwhile.
+  const input = file.handle.createReadStream({ start: 0, end: file.size - 1 });
+  const idle = setTimeout(() => res.destroy(), rawFileTimeouts.idleMs);
+  let sent = 0;
+  try {
+    for await (const chunk of input as AsyncIterable<Buffer>) {
+      if (gone(res)) break;
+      sent += chunk.length;
+      if (!(res as ServerResponse).write(chunk)) await drained(res);
+      idle.refresh();
+    }
+  } catch (err) {
+    res.destroy(); // a body cut short, never one ended as if complete
+    throw err;
+  } finally {
+    clearTimeout(idle);
+    input.destroy();
+  }
+  if (gone(res)) return;
+  // A file that shrank after its size was sent: a cut connection tells the client the download failed.
+  if (sent < file.size) res.destroy();
+  else res.end();
+}
+
 const CLIENT_GONE = new ConnectError("the client closed the connection", Code.Canceled);
 const SHUTTING_DOWN = new ConnectError("the server is shutting down", Code.Unavailable);
 
@@ -290,6 +348,7 @@ export function createRestHandler(opts: RestHandlerOptions) {
     res.setHeader("x-request-id", requestId);
     const clientIp = clientIpOf(req, opts.trustProxy);
     let status = 500;
+    let fileSlot: RawFileSlot | undefined;
     // Only a client gone before the answer, or shutdown, cancels the handler.
     const cancel = new LazyAbort(opts.shutdownSignal);
     res.on("close", () => {
@@ -312,7 +371,9 @@ export function createRestHandler(opts: RestHandlerOptions) {
       }
       const creds = credentialsFromRest(req.headers, pathParams, url.searchParams, body, clientIp, requestId);
       const input = requestFromRest(r.method.input, { pathParams, query: url.searchParams, headers: req.headers, body, rawBody });
-      const ctx = new RestContext(r, httpMethod, url, cancel, requestId, createContextValues().set(credentialsKey, creds));
+      const values = createContextValues().set(credentialsKey, creds);
+      if (r.method.output.typeName === RawBodySchema.typeName) values.set(rawFileSlotKey, (fileSlot = {}));
+      const ctx = new RestContext(r, httpMethod, url, cancel, requestId, values);
       if (r.method.methodKind === "server_streaming") {
         status = 200;
         await writeEventStream(res, r.method.output, r.impl(input, ctx) as AsyncIterable<unknown>, ctx.responseHeaderRecord());
@@ -326,8 +387,16 @@ export function createRestHandler(opts: RestHandlerOptions) {
         status = r.status;
         const headers: Record<string, string> = { "content-type": raw.contentType || "application/octet-stream", ...extra };
         if (raw.filename) headers["content-disposition"] = `attachment; filename="${raw.filename}"`;
-        res.writeHead(status, { ...headers, "content-length": raw.data.length });
-        res.end(Buffer.from(raw.data));
+        const file = fileSlot?.file;
+        if (file) {
+          fileSlot!.file = undefined;
+          res.writeHead(status, { ...headers, "content-length": file.size });
+          await writeFile(res, file);
+        } else {
+          res.writeHead(status, { ...headers, "content-length": raw.data.length });
+          // A view of the message's bytes, not a copy.
+          res.end(Buffer.from(raw.data.buffer, raw.data.byteOffset, raw.data.byteLength));
+        }
       } else {
         status = responseStatus(r.method.output, output) ?? r.status;
         sendJson(res, status, messageToJson(r.method.output, output), extra);
@@ -339,6 +408,8 @@ export function createRestHandler(opts: RestHandlerOptions) {
       if (!res.headersSent) sendJson(res, status, { error: e.message }, e.headers);
       else res.end();
     } finally {
+      // A file handed over by a handler whose answer was not written (it failed afterwards).
+      if (fileSlot?.file) void fileSlot.file.handle.close().catch(() => {});
       cancel.release();
       opts.onAnswered?.(r, status, (performance.now() - started) / 1000);
       if (opts.log.isLevelEnabled("info")) {

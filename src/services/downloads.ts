@@ -1,5 +1,6 @@
 // ProviderDownloadService: installer scripts and the legacy daemon, rendered
-// for the calling provider (raw bodies; the transcoder writes the bytes).
+// for the calling provider (raw bodies; the transcoder writes the bytes, or
+// streams the file a handler hands it: the Windows installer binary).
 import fs from "node:fs/promises";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
@@ -9,8 +10,9 @@ import { renderLegacyDaemon, renderSetupPowerShell, renderSetupShell, sha256Hex 
 import { lookupKey, roleOfKey } from "../domain/accounts/keys.js";
 import { legacySigningOf, providerTaskSecret } from "../domain/accounts/provider-secret.js";
 import { providerById } from "../domain/providers/providers.js";
-import { badRequest, forbidden, notFound } from "../errors.js";
+import { apiError, badRequest, forbidden, notFound } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
+import { rawFileSlotKey } from "../http/rest.js";
 import { callerProviderId, type Deps } from "./deps.js";
 
 type Raw = MessageInitShape<typeof RawBodySchema>;
@@ -52,10 +54,25 @@ export function downloadService(deps: Deps): Partial<ServiceImpl<typeof Provider
     return { contentType: attachment ? OCTETS : SHELL_TYPE, data: text(renderSetupShell(values)), filename: attachment ? "svc-setup.sh" : "" };
   }
 
-  async function windowsExe(): Promise<Raw | undefined> {
+  /**
+   * The Windows installer binary, when one is configured and readable. It is handed to
+   * the REST transcoder as an open file, which streams it; a message would hold the whole
+   * binary per download (for as long as a client takes to read it), so over gRPC and
+   * Connect the call is refused instead.
+   */
+  async function windowsExe(ctx: HandlerContext): Promise<Raw | undefined> {
     if (!config.windowsExePath) return undefined;
-    const data = await fs.readFile(config.windowsExePath).catch(() => undefined);
-    return data && { contentType: "application/vnd.microsoft.portable-executable", data, filename: "svc-setup.exe" };
+    const slot = ctx.values.get(rawFileSlotKey);
+    if (!slot) throw apiError(501, `the Windows installer binary is served over HTTP only: GET ${config.backendUrl}/api/providers/download-windows-exe`);
+    const handle = await fs.open(config.windowsExePath).catch(() => undefined);
+    if (!handle) return undefined;
+    const stat = await handle.stat().catch(() => undefined);
+    if (!stat?.isFile()) {
+      await handle.close();
+      return undefined;
+    }
+    slot.file = { handle, size: stat.size };
+    return { contentType: "application/vnd.microsoft.portable-executable", filename: "svc-setup.exe" };
   }
 
   return {
@@ -75,7 +92,7 @@ export function downloadService(deps: Deps): Partial<ServiceImpl<typeof Provider
     async getInstaller(req, ctx) {
       if (!req.os) throw badRequest("Missing required fields: os");
       const platform = platformOf(req.os, "os");
-      if (platform === "windows") return (await windowsExe()) ?? installer(ctx, "windows", true);
+      if (platform === "windows") return (await windowsExe(ctx)) ?? installer(ctx, "windows", true);
       return installer(ctx, platform, true);
     },
 
@@ -107,8 +124,8 @@ export function downloadService(deps: Deps): Partial<ServiceImpl<typeof Provider
       return { contentType: OCTETS, data: text(file), filename: "svc_daemon.py" };
     },
 
-    async downloadWindowsExe() {
-      const exe = await windowsExe();
+    async downloadWindowsExe(_req, ctx) {
+      const exe = await windowsExe(ctx);
       if (!exe) {
         throw notFound(
           "The Windows installer binary is not built yet. Install with PowerShell instead: " +
