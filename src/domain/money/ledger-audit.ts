@@ -172,10 +172,16 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
   const started = performance.now();
   const upTo = await committedUpTo(sql, opts.writersWaitMs ?? WRITERS_WAIT_MS);
   const found: Discrepancy[] = [];
+  let count = 0;
   let drift = 0;
   const add = (d: Discrepancy, counts = true) => {
     found.push(d);
+    count++;
     if (counts) drift += Math.abs(d.expectedHalala - d.actualHalala);
+  };
+  // The per-job checks list their first rows only; their count and drift come whole from SQL.
+  const list = (d: Discrepancy) => {
+    if (found.length < MAX_LISTED) found.push(d);
   };
 
   const { figures, checkpoint } = await sql.begin("isolation level repeatable read read only", async (tx: Tx) => {
@@ -185,7 +191,15 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
     const from = incremental ? Number(base.watermark) : 0;
     // The jobs an incremental run checks: those with an entry after the watermark. An array, so each query reads them by index.
     const inRange = () => tx`ANY(ARRAY(SELECT DISTINCT job_id FROM ledger_transfers WHERE id > ${from} AND job_id IS NOT NULL))`;
-    type HoldRow = { id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null; held_in: number; charged: number; released: number };
+    type HoldRow = {
+      id: number; job_id: string | null; hold: string; job: string | null; amount: number; cost: number | null; actual_cost: number | null;
+      held_in: number; charged: number; released: number; expect_charged: number; expect_released: number;
+      bad_held: boolean; bad_charged: boolean; bad_released: boolean; open_on_ended: boolean; disagrees: boolean;
+      /** Over every disagreeing hold, not only those listed. */
+      total_n: number; total_drift: number;
+    };
+    /** Over every row found, not only those listed. */
+    type Totals = { total_n: number; total_drift: number };
     const [accounts, pairs, baseTotals, held, jobs, openOnEnded, unsettled, counts] = await Promise.all([
       tx<{ id: number; kind: string; owner_id: number | null; balance: number }[]>`SELECT id, kind, owner_id, balance FROM ledger_accounts ORDER BY id`,
       tx<{ d: number; c: number; total: number; upto: number | null; n: number; last: number }[]>`
@@ -199,7 +213,8 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
         LEFT JOIN (SELECT renter_id, sum(amount)::bigint AS open FROM ledger_holds WHERE status = 'open' GROUP BY 1) h ON h.renter_id = a.owner_id
         WHERE a.kind = 'renter_held' AND a.balance <> coalesce(h.open, 0)
         ORDER BY a.owner_id`,
-      // Every hold whose money or job disagrees with its state; sound holds are not sent back.
+      // Every hold whose money or job disagrees with its state, each check decided here: the first
+      // MAX_LISTED such holds are sent back, with the count and drift of them all; sound holds never are.
       tx<HoldRow[]>`
         WITH t AS (
           SELECT job_id,
@@ -209,29 +224,43 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
           FROM ledger_transfers WHERE ${incremental ? tx`job_id = ${inRange()}` : tx`job_id IS NOT NULL`} GROUP BY job_id
         ), x AS (
           SELECT h.job_id AS id, j.job_id, h.status AS hold, j.status AS job, h.amount, h.cost, j.actual_cost_halala AS actual_cost,
-                 coalesce(t.held_in, 0) AS held_in, coalesce(t.charged, 0) AS charged, coalesce(t.released, 0) AS released
+                 coalesce(t.held_in, 0) AS held_in, coalesce(t.charged, 0) AS charged, coalesce(t.released, 0) AS released,
+                 CASE WHEN h.status = 'settled' THEN coalesce(h.cost, 0) ELSE 0 END AS expect_charged,
+                 CASE WHEN h.status = 'open' THEN 0 WHEN h.status = 'settled' THEN h.amount - coalesce(h.cost, 0) ELSE h.amount END AS expect_released,
+                 coalesce(j.status IN ('completed', 'failed', 'cancelled'), false) AS ended
           FROM ledger_holds h LEFT JOIN t ON t.job_id = h.job_id LEFT JOIN jobs j ON j.id = h.job_id
           ${incremental ? tx`WHERE h.job_id = ${inRange()}` : tx``}
+        ), c AS (
+          SELECT x.*, held_in <> amount AS bad_held, charged <> expect_charged AS bad_charged, released <> expect_released AS bad_released,
+                 hold = 'open' AND ended AS open_on_ended,
+                 hold = 'settled' AND (NOT ended OR actual_cost IS DISTINCT FROM cost) AS disagrees
+          FROM x
+        ), bad AS (
+          SELECT c.*,
+                 bad_held::int + bad_charged::int + bad_released::int + open_on_ended::int + disagrees::int AS n,
+                 abs(amount - held_in) + abs(expect_charged - charged) + abs(expect_released - released)
+                   + CASE WHEN open_on_ended THEN abs(amount) ELSE 0 END AS drift
+          FROM c WHERE bad_held OR bad_charged OR bad_released OR open_on_ended OR disagrees
         )
-        SELECT * FROM x
-        WHERE held_in <> amount
-           OR charged <> CASE WHEN hold = 'settled' THEN coalesce(cost, 0) ELSE 0 END
-           OR released <> CASE WHEN hold = 'open' THEN 0 WHEN hold = 'settled' THEN amount - coalesce(cost, 0) ELSE amount END
-           OR (hold = 'open' AND job IN ('completed', 'failed', 'cancelled'))
-           OR (hold = 'settled' AND (job IS NULL OR job NOT IN ('completed', 'failed', 'cancelled') OR actual_cost IS DISTINCT FROM cost))
-        ORDER BY id LIMIT ${MAX_LISTED * 4}`,
+        SELECT id, job_id, hold, job, amount, cost, actual_cost, held_in, charged, released, expect_charged, expect_released,
+               bad_held, bad_charged, bad_released, open_on_ended, disagrees,
+               sum(n) OVER ()::bigint AS total_n, sum(drift) OVER ()::bigint AS total_drift
+        FROM bad ORDER BY id LIMIT ${MAX_LISTED}`,
       // Incremental: every other open hold whose job has ended. (Their money is unchanged since the
       // base checked it; an amount changed without an entry shows in the renter's held amount.)
       incremental
-        ? tx<{ id: number; job_id: string; job: string; amount: number }[]>`
+        ? tx<({ id: number; job_id: string; job: string; amount: number } & Totals)[]>`
             WITH o AS MATERIALIZED (SELECT job_id, amount FROM ledger_holds WHERE status = 'open')
-            SELECT o.job_id AS id, j.job_id, j.status AS job, o.amount FROM o JOIN jobs j ON j.id = o.job_id
+            SELECT o.job_id AS id, j.job_id, j.status AS job, o.amount,
+                   count(*) OVER ()::bigint AS total_n, sum(abs(o.amount)) OVER ()::bigint AS total_drift
+            FROM o JOIN jobs j ON j.id = o.job_id
             WHERE j.status IN ('completed', 'failed', 'cancelled') AND NOT (o.job_id = ${inRange()})
             ORDER BY o.job_id LIMIT ${MAX_LISTED}`
         : [],
       // Charged jobs: completed ones, and those ended by the renter's fault after they ran (a cost recorded).
-      tx<{ id: number; job_id: string; status: string; actual_cost: number | null }[]>`
-        SELECT j.id, j.job_id, j.status, j.actual_cost_halala AS actual_cost FROM jobs j
+      tx<({ id: number; job_id: string; status: string; actual_cost: number | null } & Totals)[]>`
+        SELECT j.id, j.job_id, j.status, j.actual_cost_halala AS actual_cost, count(*) OVER ()::bigint AS total_n, 0::bigint AS total_drift
+        FROM jobs j
         WHERE (j.status = 'completed' OR (j.status IN ('failed', 'cancelled') AND j.actual_cost_halala > 0))
           ${incremental ? tx`AND j.id = ${inRange()}` : tx``}
           AND NOT EXISTS (SELECT 1 FROM ledger_holds h WHERE h.job_id = j.id AND h.status = 'settled')
@@ -293,42 +322,46 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
       const subject = `job ${j.id}${j.job_id ? ` (${j.job_id})` : ""}`;
       const heldIn = Number(j.held_in);
       const charged = Number(j.charged);
+      const released = Number(j.released);
+      const expectCharged = Number(j.expect_charged);
+      const expectReleased = Number(j.expect_released);
       // The hold (grown by extensions) is what its hold entries moved into held.
-      if (heldIn !== j.amount) {
-        add({ kind: "settlement_mismatch", subject, expectedHalala: j.amount, actualHalala: heldIn,
+      if (j.bad_held) {
+        list({ kind: "settlement_mismatch", subject, expectedHalala: j.amount, actualHalala: heldIn,
           message: `${subject} (hold ${j.hold}): holds ${j.amount} but its hold entries moved ${heldIn}` });
       }
-      const released = Number(j.released);
-      const expectCharged = j.hold === "settled" ? (j.cost ?? 0) : 0;
-      const expectReleased = j.hold === "open" ? 0 : j.amount - expectCharged;
-      if (charged !== expectCharged) {
-        add({ kind: "settlement_mismatch", subject, expectedHalala: expectCharged, actualHalala: charged,
+      if (j.bad_charged) {
+        list({ kind: "settlement_mismatch", subject, expectedHalala: expectCharged, actualHalala: charged,
           message: `${subject} (hold ${j.hold}, job ${j.job ?? "missing"}): charged ${charged}, expected ${expectCharged}` });
       }
-      if (released !== expectReleased) {
-        add({ kind: "settlement_mismatch", subject, expectedHalala: expectReleased, actualHalala: released,
+      if (j.bad_released) {
+        list({ kind: "settlement_mismatch", subject, expectedHalala: expectReleased, actualHalala: released,
           message: `${subject} (hold ${j.hold}, job ${j.job ?? "missing"}): released ${released}, expected ${expectReleased}` });
       }
-      if (j.hold === "open" && j.job && ["completed", "failed", "cancelled"].includes(j.job)) {
-        add({ kind: "hold_open_on_ended_job", subject, expectedHalala: 0, actualHalala: j.amount, message: `${subject} is ${j.job} but its hold of ${j.amount} is still open` });
+      if (j.open_on_ended) {
+        list({ kind: "hold_open_on_ended_job", subject, expectedHalala: 0, actualHalala: j.amount, message: `${subject} is ${j.job} but its hold of ${j.amount} is still open` });
       }
-      if (j.hold === "settled" && (!j.job || !["completed", "failed", "cancelled"].includes(j.job) || j.actual_cost !== j.cost)) {
-        add({ kind: "settlement_disagrees_with_job", subject, expectedHalala: j.cost ?? 0, actualHalala: j.actual_cost ?? 0,
-          message: `${subject}: hold settled at ${j.cost} but the job is ${j.job ?? "missing"} with actual cost ${j.actual_cost ?? "none"}` }, false);
+      if (j.disagrees) {
+        list({ kind: "settlement_disagrees_with_job", subject, expectedHalala: j.cost ?? 0, actualHalala: j.actual_cost ?? 0,
+          message: `${subject}: hold settled at ${j.cost} but the job is ${j.job ?? "missing"} with actual cost ${j.actual_cost ?? "none"}` });
       }
     }
     for (const j of openOnEnded) {
       const subject = `job ${j.id} (${j.job_id})`;
-      add({ kind: "hold_open_on_ended_job", subject, expectedHalala: 0, actualHalala: j.amount, message: `${subject} is ${j.job} but its hold of ${j.amount} is still open` });
+      list({ kind: "hold_open_on_ended_job", subject, expectedHalala: 0, actualHalala: j.amount, message: `${subject} is ${j.job} but its hold of ${j.amount} is still open` });
     }
     for (const j of unsettled) {
-      add({ kind: "charged_without_settlement", subject: `job ${j.id} (${j.job_id})`, expectedHalala: j.actual_cost ?? 0, actualHalala: 0,
-        message: `job ${j.id} (${j.job_id}) is ${j.status} with a cost of ${j.actual_cost ?? "none"} but has no settled hold` }, false);
+      list({ kind: "charged_without_settlement", subject: `job ${j.id} (${j.job_id})`, expectedHalala: j.actual_cost ?? 0, actualHalala: 0,
+        message: `job ${j.id} (${j.job_id}) is ${j.status} with a cost of ${j.actual_cost ?? "none"} but has no settled hold` });
+    }
+    for (const rows of [jobs, openOnEnded, unsettled] as Totals[][]) {
+      count += Number(rows[0]?.total_n ?? 0);
+      drift += Number(rows[0]?.total_drift ?? 0);
     }
     const c = counts[0];
     // The next base: only from a clean run whose entries up to upTo were all committed when read.
     let checkpoint: Checkpoint | undefined;
-    if (found.length === 0 && upTo !== undefined && upTo >= from) {
+    if (count === 0 && upTo !== undefined && upTo >= from) {
       const totals = new Map<number, number>();
       if (incremental) {
         // Only the accounts with an entry read change their total.
@@ -361,7 +394,7 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
     ms,
     ...figures,
     driftHalala: drift,
-    discrepancyCount: found.length,
+    discrepancyCount: count,
     discrepancies: found.slice(0, MAX_LISTED),
   };
   if (checkpoint) checkpoints.set(report, checkpoint);
@@ -413,8 +446,8 @@ export async function auditLedgerNow(sql: Sql, opts: AuditOptions = {}): Promise
 
 /**
  * The periodic run, at most once per `periodSeconds` across every process:
- * the process that takes the advisory lock checks when the last run finished
- * and runs the audit only when it is due (others skip while it holds the lock).
+ * the process that takes the advisory lock checks when the last periodic run
+ * finished and runs the audit only when it is due (others skip while it holds the lock).
  * It is a full run when no full run finished within `fullSeconds` (or when
  * there is no base yet), an incremental one otherwise.
  * Returns the report when this process ran it.
@@ -424,8 +457,10 @@ export async function runScheduledLedgerAudit(sql: Sql, periodSeconds: number, f
     const [{ elected }] = await tx<{ elected: boolean }[]>`SELECT pg_try_advisory_xact_lock(${AUDIT_LOCK_ID}) AS elected`;
     if (!elected) return undefined;
     // 90% of the period: timers of several processes drift; a run a little early beats a skipped period.
+    // Scheduled runs only: on-demand ones, however frequent, must not stand in for the schedule (nor starve its full run).
     const [last] = await tx<{ recent: boolean }[]>`
-      SELECT finished_at > now() - make_interval(secs => ${periodSeconds * 0.9}) AS recent FROM ledger_audits ORDER BY id DESC LIMIT 1`;
+      SELECT finished_at > now() - make_interval(secs => ${periodSeconds * 0.9}) AS recent FROM ledger_audits
+      WHERE trigger = 'schedule' ORDER BY id DESC LIMIT 1`;
     if (last?.recent) return undefined;
     const [{ full }] = await tx<{ full: boolean }[]>`
       SELECT NOT EXISTS (SELECT 1 FROM ledger_audits WHERE mode = 'full' AND finished_at > now() - make_interval(secs => ${fullSeconds * 0.9})) AS full`;
