@@ -34,18 +34,26 @@ function requestMessage(r: ImageRequestRow) {
 export function registryService(deps: Deps): Partial<ServiceImpl<typeof RegistryService>> {
   const { sql } = deps;
 
-  async function review(id: bigint, decision: "approved" | "rejected", note: string | undefined, scan: string | undefined, ctx: HandlerContext) {
+  async function review(
+    id: bigint,
+    decision: "approved" | "rejected",
+    note: string | undefined,
+    scan: string | undefined,
+    describe: string | undefined,
+    ctx: HandlerContext,
+  ) {
     const requestId = checkId(id, "id");
     const reviewNote = optionalText(note, TEXT_MAX, "note");
     const scanStatus = scan === undefined || scan === "" ? "pending" : checkEnum(scan, SCAN_STATUSES, "scan_status");
+    const description = optionalText(describe, TEXT_MAX, "description");
     const { actor, ip } = auditActor(ctx);
     return sql.begin(async (tx) => {
-      const row = await reviewImageRequest(tx, requestId, decision, reviewNote, scanStatus);
+      const row = await reviewImageRequest(tx, requestId, decision, reviewNote, scanStatus, description);
       await recordAudit(tx, actor, decision === "approved" ? "registry.approve" : "registry.reject", "image_request", requestId, {
         image: row.image,
         renter_id: row.renter_id,
         note: reviewNote ?? null,
-        ...(decision === "approved" ? { scan_status: scanStatus } : {}),
+        ...(decision === "approved" ? { scan_status: scanStatus, description: description ?? null } : {}),
         ip,
       });
       return requestMessage(row);
@@ -83,7 +91,7 @@ export function registryService(deps: Deps): Partial<ServiceImpl<typeof Registry
       return { requests: rows.map(requestMessage), total: BigInt(total), ...p };
     },
 
-    approveRequest: (req, ctx) => review(req.id, "approved", req.note, req.scanStatus, ctx),
-    rejectRequest: (req, ctx) => review(req.id, "rejected", req.note, undefined, ctx),
+    approveRequest: (req, ctx) => review(req.id, "approved", req.note, req.scanStatus, req.description, ctx),
+    rejectRequest: (req, ctx) => review(req.id, "rejected", req.note, undefined, undefined, ctx),
   };
 }

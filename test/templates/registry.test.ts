@@ -90,12 +90,17 @@ describe("container registry", () => {
     expect((await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, {}, alice.headers)).status).toBe(401);
     expect(await isImageApproved(srv.sql, TRAINER)).toBe(false);
 
-    const ok = await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, { note: "scanned with trivy", scan_status: "passed" }, ADMIN);
+    const ok = await api.post(
+      `/api/admin/registry/requests/${req.body.id}/approve`,
+      { note: "scanned with trivy", scan_status: "passed", description: "Training image (PyTorch, CUDA 12)" },
+      ADMIN,
+    );
     expect(ok.status).toBe(200);
     expect(ok.body).toMatchObject({ status: "approved", review_note: "scanned with trivy", scan_status: "passed", reviewed_at: expect.stringMatching(/Z$/) });
     expect(await isImageApproved(srv.sql, TRAINER)).toBe(true);
+    // The public description is the reviewer's; the renter's reason stays private.
     const images = (await api.get("/api/registry/images")).body.images;
-    expect(images.at(-1)).toMatchObject({ image: TRAINER, source: "request", request_id: req.body.id, scan_status: "passed", description: "our trainer" });
+    expect(images.at(-1)).toMatchObject({ image: TRAINER, source: "request", request_id: req.body.id, scan_status: "passed", description: "Training image (PyTorch, CUDA 12)" });
     expect((await api.post(`/api/admin/registry/requests/${req.body.id}/reject`, {}, ADMIN)).status).toBe(409);
 
     const no = await api.post(`/api/admin/registry/requests/${other.body.id}/reject`, { note: "unknown publisher" }, ADMIN);
@@ -106,7 +111,30 @@ describe("container registry", () => {
 
     const log = (await api.get("/api/admin/audit?target_type=image_request", ADMIN)).body.entries;
     const byTarget = Object.fromEntries(log.map((e: any) => [e.target_id, e]));
-    expect(byTarget[String(req.body.id)]).toMatchObject({ action: "registry.approve", details: { image: TRAINER, scan_status: "passed" } });
+    expect(byTarget[String(req.body.id)]).toMatchObject({
+      action: "registry.approve",
+      details: { image: TRAINER, scan_status: "passed", description: "Training image (PyTorch, CUDA 12)" },
+    });
     expect(byTarget[String(other.body.id)]).toMatchObject({ action: "registry.reject", details: { note: "unknown publisher" } });
+  });
+
+  it("never publishes a renter's reason: an approval without a description has an empty one", async () => {
+    const alice = await makeRenter(srv);
+    const image = pinned("registry.acme-internal.example/secret-project/trainer:0.9");
+    const reason = "fine-tuning on customer X's records, contact alice@acme.example";
+    const req = await api.post("/api/registry/requests", { image, reason }, alice.headers);
+    expect(req.status, req.text).toBe(201);
+    expect((await api.post(`/api/admin/registry/requests/${req.body.id}/approve`, { scan_status: "passed" }, ADMIN)).status).toBe(200);
+    const pub = await api.get("/api/registry/images"); // no credential
+    expect(pub.body.images.find((i: any) => i.image === image)).toMatchObject({ source: "request", description: "" });
+    expect(pub.text).not.toContain("alice@acme.example");
+    // The requester still sees their reason on their own request.
+    const mine = await api.get("/api/registry/requests", alice.headers);
+    expect(mine.body.requests.find((r: any) => r.id === req.body.id)).toMatchObject({ reason, status: "approved" });
+    // A description longer than any note is refused.
+    const other = await api.post("/api/registry/requests", { image: pinned("ghcr.io/acme/long:1.0") }, alice.headers);
+    const long = await api.post(`/api/admin/registry/requests/${other.body.id}/approve`, { description: "x".repeat(1001) }, ADMIN);
+    expect(long.status).toBe(400);
+    expect(long.body.error).toMatch(/description/);
   });
 });

@@ -170,13 +170,17 @@ export async function listImageRequests(
   return { rows, total: c.n };
 }
 
-/** Approves or rejects a pending request; an approval adds the image to the approved list. */
+/**
+ * Approves or rejects a pending request; an approval adds the image to the approved list, described
+ * publicly by `description`, the reviewer's (the request's reason is the renter's, and stays private).
+ */
 export async function reviewImageRequest(
   tx: Tx,
   id: number,
   decision: "approved" | "rejected",
   note: string | undefined,
   scanStatus: ScanStatus,
+  description?: string,
 ): Promise<ImageRequestRow> {
   const [current] = await tx<ImageRequestRow[]>`SELECT * FROM image_requests WHERE id = ${id} FOR UPDATE`;
   if (!current) throw notFound("image request not found");
@@ -188,7 +192,7 @@ export async function reviewImageRequest(
   if (decision === "approved") {
     await tx`
       INSERT INTO approved_images (image, description, request_id, scan_status)
-      VALUES (${row.image}, ${row.reason ?? ""}, ${row.id}, ${scanStatus})
+      VALUES (${row.image}, ${description ?? ""}, ${row.id}, ${scanStatus})
       ON CONFLICT (image) DO NOTHING`;
   }
   return row;
