@@ -31,10 +31,15 @@ export async function seedJob(srv: TestServer, j: JobSeed): Promise<{ id: number
   });
 }
 
-/** Settles a seeded job through the ledger (as job-result would). */
+/** Settles a seeded job through the ledger and ends its attempt on the provider (as job-result would). */
 export async function settleJob(srv: TestServer, job: { id: number }, renterId: number, providerId: number, estimate: number, cost: number) {
   await srv.sql.begin(async (tx) => {
     await settle(tx as never, renterId, providerId, job.id, estimate, cost);
     await tx`UPDATE jobs SET status = 'completed', completed_at = now() WHERE id = ${job.id}`;
+    await tx`
+      INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, end_reason, fault, cost_halala)
+      SELECT id, attempt, ${providerId}, 'completed', coalesce(assigned_at, now()), coalesce(started_at, now()), now(), 'completed', 'none', ${cost}
+      FROM jobs WHERE id = ${job.id}
+      ON CONFLICT (job_id, attempt) DO UPDATE SET status = 'completed', ended_at = now(), end_reason = 'completed', fault = 'none', cost_halala = ${cost}`;
   });
 }

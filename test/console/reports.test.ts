@@ -108,5 +108,28 @@ describe("daily reports", () => {
     expect(second.body.days[4].jobs).toBe(first.body.days[4].jobs + 1);
     expect(await srv.sql`SELECT 1 FROM platform_days WHERE day = ${today()}::date`).toHaveLength(0);
   });
+
+  it("a provider's jobs per day count each settled job, a share that rounds down to 0 halala included", async () => {
+    const api = client(srv.url);
+    const renter = await makeRenter(srv, 10_000);
+    const p = await makeProvider(srv);
+    /** A job run on p to completion through the routes, charged `rate` for its one minute. */
+    const run = async (rate: number) => {
+      const sub = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 2, provider_id: p.id }, renter.headers);
+      expect(sub.status, sub.text).toBe(201);
+      expect((await api.get(`/api/providers/${p.key}/jobs`)).body.job.job_id).toBe(sub.body.job.job_id);
+      await srv.sql`UPDATE jobs SET rate_halala_per_minute = ${rate} WHERE job_id = ${sub.body.job.job_id}`;
+      const done = await api.post("/api/providers/job-result", { api_key: p.key, job_id: sub.body.job.job_id, success: true, result: { response: "ok" } });
+      expect(done.status, done.text).toBe(200);
+    };
+    await run(1); // 1 halala charged: the provider's floor(0.75) = 0, no transfer to it
+    await run(8); // 8 charged: 6 to the provider
+    const [{ total_jobs }] = await srv.sql<{ total_jobs: number }[]>`SELECT total_jobs FROM providers WHERE id = ${p.id}`;
+    expect(total_jobs).toBe(2);
+    const r = await api.get("/api/providers/earnings?days=2", p.headers);
+    expect(r.status, r.text).toBe(200);
+    expect(r.body.days.at(-1)).toMatchObject({ day: today(), jobs: 2, earned_halala: 6 });
+    expect(r.body.days[0]).toMatchObject({ jobs: 0, earned_halala: 0 });
+  });
 });
 

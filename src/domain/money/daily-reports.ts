@@ -22,17 +22,32 @@ const dayText = (d: Date | string) => (typeof d === "string" ? d.slice(0, 10) : 
 
 const PROVIDER_EARNING_KINDS = [CHARGE_KIND.jobProvider, CHARGE_KIND.v1Provider];
 
+/**
+ * A provider's earnings and settled jobs per day. A job counts on the day its hold was settled on
+ * this provider, whatever its share came to: a share that rounds down to 0 halala moves no money,
+ * so the job is found by the settlement (the provider's attempts that ended in the window, by their
+ * index, and each one's hold), not by the ledger's transfers. providers.total_jobs counts the same.
+ */
 export async function providerEarningsByDay(sql: Sql, providerId: number, days: number) {
   const rows = await sql<{ day: Date; jobs: string; earned: string }[]>`
     WITH w AS (${sql.unsafe(windowCte(days))}),
-         acct AS (SELECT id FROM ledger_accounts WHERE kind = 'provider_earnings' AND owner_id = ${providerId})
-    SELECT w.day,
-           count(DISTINCT t.job_id) FILTER (WHERE t.kind = ${CHARGE_KIND.jobProvider}) AS jobs,
-           coalesce(sum(t.amount), 0) AS earned
-    FROM w LEFT JOIN ledger_transfers t
-      ON t.credit_account_id IN (SELECT id FROM acct) AND t.kind = ANY(${PROVIDER_EARNING_KINDS})
-     AND t.created_at >= w.start AND t.created_at < w.stop
-    GROUP BY w.day ORDER BY w.day`;
+         acct AS (SELECT id FROM ledger_accounts WHERE kind = 'provider_earnings' AND owner_id = ${providerId}),
+         earned AS (
+           SELECT w.day, coalesce(sum(t.amount), 0) AS earned
+           FROM w LEFT JOIN ledger_transfers t
+             ON t.credit_account_id IN (SELECT id FROM acct) AND t.kind = ANY(${PROVIDER_EARNING_KINDS})
+            AND t.created_at >= w.start AND t.created_at < w.stop
+           GROUP BY w.day),
+         settled AS (
+           SELECT (h.closed_at AT TIME ZONE 'UTC')::date AS day, count(DISTINCT h.job_id) AS jobs
+           FROM job_attempts a
+           JOIN ledger_holds h ON h.job_id = a.job_id AND h.status = 'settled' AND h.provider_id = ${providerId}
+           WHERE a.provider_id = ${providerId} AND a.fault IS NOT NULL
+             AND a.ended_at >= (SELECT min(start) FROM w) AND a.ended_at < (SELECT max(stop) FROM w)
+           GROUP BY 1)
+    SELECT e.day, coalesce(s.jobs, 0) AS jobs, e.earned
+    FROM earned e LEFT JOIN settled s ON s.day = e.day
+    ORDER BY e.day`;
   const out = rows.map((r) => ({ day: dayText(r.day), jobs: n(r.jobs), earnedHalala: n(r.earned) }));
   return { days: out, totalEarnedHalala: out.reduce((s, d) => s + d.earnedHalala, 0n) };
 }
