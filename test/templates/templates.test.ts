@@ -39,7 +39,7 @@ describe("templates", () => {
     for (const t of list) expect(images).toContain(t.image);
   });
 
-  it("gets one template by id, 404 for an unknown one, and filters by tag and job_type", async () => {
+  it("gets one template by id, 404 for an unknown one, and filters by tag and job_type (either spelling of llm-inference)", async () => {
     const one = await api.get("/api/templates/image-generation");
     expect(one.status).toBe(200);
     expect(one.body).toMatchObject({ id: "image-generation", job_type: "image_generation", resource_requirements: { gpu_required: true } });
@@ -51,6 +51,11 @@ describe("templates", () => {
     const training = await api.get("/api/templates?job_type=training");
     expect(training.body.templates.map((t: any) => t.id)).toEqual(["fine-tuning"]);
     expect((await api.get("/api/templates?job_type=mining")).body.templates).toEqual([]);
+    // llm_inference is the same job type as llm-inference.
+    for (const spelling of ["llm-inference", "llm_inference"]) {
+      const r = await api.get(`/api/templates?job_type=${spelling}`);
+      expect(r.body.templates.map((t: any) => [t.id, t.job_type]), spelling).toEqual([["llm-inference", "llm-inference"]]);
+    }
   });
 
   it("gives the same verdict as submit's validator for generated params (served schema, fresh ajv)", async () => {

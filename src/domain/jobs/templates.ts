@@ -97,8 +97,12 @@ export function templateById(id: string): TemplateDef {
   return t;
 }
 
+/** Other spellings of a job type that templates name one way (job_type accepts both llm-inference and llm_inference). */
+const TEMPLATE_JOB_TYPE = new Map<string, JobType>([["llm_inference", "llm-inference"]]);
+
 export function listTemplates(f: { tag?: string; jobType?: string } = {}): TemplateDef[] {
-  return TEMPLATES.filter((t) => (!f.tag || t.tags.includes(f.tag)) && (!f.jobType || t.jobType === f.jobType)).sort(
+  const jobType = f.jobType && (TEMPLATE_JOB_TYPE.get(f.jobType) ?? f.jobType);
+  return TEMPLATES.filter((t) => (!f.tag || t.tags.includes(f.tag)) && (!jobType || t.jobType === jobType)).sort(
     (a, b) => a.sortOrder - b.sortOrder,
   );
 }
