@@ -1,6 +1,8 @@
 // The container registry: built-in images, renters' requests, admin review
 // (audited), and isImageApproved for custom_container jobs.
 import { createHash } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { BUILTIN_IMAGES, isImageApproved, MAX_PENDING_IMAGE_REQUESTS } from "../../src/domain/jobs/registry.js";
 import { client } from "../helpers/http.js";
@@ -136,5 +138,20 @@ describe("container registry", () => {
     const long = await api.post(`/api/admin/registry/requests/${other.body.id}/approve`, { description: "x".repeat(1001) }, ADMIN);
     expect(long.status).toBe(400);
     expect(long.body.error).toMatch(/description/);
+  });
+
+  it("migration 057 clears the descriptions earlier approvals copied from requests' reasons, and only those", async () => {
+    const r = await makeRenter(srv);
+    const [copied] = await srv.sql`
+      INSERT INTO image_requests (image, renter_id, status, reason) VALUES (${pinned("acme/copied:1")}, ${r.id}, 'approved', 'for customer Jane, jane@example.com') RETURNING id`;
+    const [given] = await srv.sql`
+      INSERT INTO image_requests (image, renter_id, status, reason) VALUES (${pinned("acme/given:1")}, ${r.id}, 'approved', 'private') RETURNING id`;
+    await srv.sql`
+      INSERT INTO approved_images (image, description, request_id, scan_status) VALUES
+        (${pinned("acme/copied:1")}, 'for customer Jane, jane@example.com', ${copied.id}, 'passed'),
+        (${pinned("acme/given:1")}, 'Python 3.12 tools', ${given.id}, 'passed')`;
+    await srv.sql.unsafe(fs.readFileSync(path.join(process.cwd(), "src/db/migrations/057_registry_descriptions.sql"), "utf8"));
+    const rows = await srv.sql`SELECT image, description FROM approved_images WHERE request_id IN (${copied.id}, ${given.id}) ORDER BY image`;
+    expect(Object.fromEntries(rows.map((x) => [x.image, x.description]))).toEqual({ [pinned("acme/copied:1")]: "", [pinned("acme/given:1")]: "Python 3.12 tools" });
   });
 });
