@@ -332,6 +332,17 @@ describe("web console", () => {
     await page.getByRole("link", { name: "Audit" }).click();
     await poll(() => page.getByRole("cell", { name: /provider.*approve|approve/ }).count()).toBeGreaterThan(0);
     await shot(page, "operator-audit");
+
+    // A renter asks for an image; the operator sees its private reason and approves it with a public description.
+    const renter = await api.post("/api/renters/register", { name: "Image Asker", email: uniqueEmail("asker") });
+    const image = `ghcr.io/acme/prep:1.0@sha256:${"e".repeat(64)}`;
+    const asked = await api.post("/api/registry/requests", { image, reason: "for customer Jane" }, { "x-renter-key": renter.body.api_key });
+    expect(asked.status, asked.text).toBe(201);
+    await page.getByRole("link", { name: "Registry" }).click();
+    await poll(() => page.getByRole("cell", { name: "for customer Jane" }).count()).toBe(1);
+    await page.getByLabel(`Public description of ${image}`).fill("Data preparation tools");
+    await page.getByRole("row", { name: /acme\/prep:1\.0/ }).getByRole("button", { name: "Approve" }).click();
+    await poll(async () => (await api.get("/api/registry/images")).body.images.find((i: { image: string }) => i.image === image)?.description).toBe("Data preparation tools");
     assertNoProblems(page);
   }, 120_000);
 });

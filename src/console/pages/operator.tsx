@@ -300,6 +300,9 @@ function AuditPage() {
 function RegistryPage() {
   const list = useLoad(() => api.registry.listRequests({}), []);
   const a = useAction();
+  // The public description each pending image gets when approved (GET /api/registry/images shows it);
+  // the renter's reason is private to it and the operator.
+  const [descriptions, setDescriptions] = useState<Record<string, string>>({});
   return (
     <>
       <h1>Registry requests</h1>
@@ -311,11 +314,19 @@ function RegistryPage() {
               { head: "Image", class: "mono", cell: (x) => x.image },
               { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
               { head: "Requested", cell: (x) => when(x.createdAt) },
+              { head: "Renter's reason (private)", cell: (x) => x.reason ?? "" },
               {
                 head: "Actions",
                 cell: (x) => x.status === "pending" ? (
                   <div class="actions">
-                    <button disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.approveRequest({ id: x.id }); list.reload(); })}>Approve</button>
+                    <input
+                      aria-label={`Public description of ${x.image}`}
+                      placeholder="Public description (optional)"
+                      maxLength={1000}
+                      value={descriptions[String(x.id)] ?? ""}
+                      onInput={(e) => setDescriptions({ ...descriptions, [String(x.id)]: (e.target as HTMLInputElement).value })}
+                    />
+                    <button disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.approveRequest({ id: x.id, description: descriptions[String(x.id)]?.trim() || undefined }); list.reload(); })}>Approve</button>
                     <button class="secondary" disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.rejectRequest({ id: x.id }); list.reload(); })}>Reject</button>
                   </div>
                 ) : null,
