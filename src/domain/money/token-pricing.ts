@@ -57,9 +57,14 @@ export function parseTokenRates(raw: string | undefined): TokenRates {
   return out;
 }
 
-/** The rate for a model: its configured entry, the configured "*", its built-in entry, the built-in default. */
+/**
+ * The rate for a model: its configured entry, the configured "*", its built-in entry, the built-in default.
+ * Own entries only: the model is the client's string ("constructor", "__proto__" would otherwise read
+ * Object.prototype), and nothing inherited may stand in for a rate.
+ */
 export function tokenRate(model: string, overrides: TokenRates = {}): TokenRate {
-  return overrides[model] ?? overrides["*"] ?? TOKEN_RATES[model] ?? DEFAULT_TOKEN_RATE;
+  const own = (table: TokenRates, key: string) => (Object.hasOwn(table, key) ? table[key] : undefined);
+  return own(overrides, model) ?? own(overrides, "*") ?? own(TOKEN_RATES, model) ?? DEFAULT_TOKEN_RATE;
 }
 
 /**
@@ -104,12 +109,17 @@ export interface TokenCounts {
   completionTokens: number;
 }
 
-/** UTF-8 bytes of every string inside a JSON value (object keys excluded). */
-export function stringBytes(v: unknown): number {
-  if (typeof v === "string") return Buffer.byteLength(v);
-  if (Array.isArray(v)) return v.reduce((n: number, x) => n + stringBytes(x), 0);
-  if (v && typeof v === "object") return Object.values(v).reduce((n: number, x) => n + stringBytes(x), 0);
-  return 0;
+/** UTF-8 bytes of every string inside a JSON value (object keys excluded). Iterative: a request's nesting cannot overflow the stack. */
+export function stringBytes(value: unknown): number {
+  let n = 0;
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === "string") n += Buffer.byteLength(v);
+    else if (Array.isArray(v)) for (const x of v) stack.push(x);
+    else if (v && typeof v === "object") for (const x of Object.values(v)) stack.push(x);
+  }
+  return n;
 }
 
 /**
@@ -160,11 +170,30 @@ export function unboundedCompletion(body: Record<string, unknown>): string | und
 }
 
 /**
+ * Why the fields that decide whether a request can generate special tokens
+ * (mayGenerateSpecialTokens) are not of the type the gateway reads, or
+ * undefined when they are. vLLM's request model coerces what it is sent
+ * ("true" or 1 for ignore_eos, "100" for a bias): such a value would boost or
+ * unban tokens there while the gateway saw none, so only JSON booleans and
+ * numbers are accepted.
+ */
+export function specialTokenFieldsInvalid(body: Record<string, unknown>): string | undefined {
+  if (body.ignore_eos !== undefined && body.ignore_eos !== null && typeof body.ignore_eos !== "boolean") return "ignore_eos must be a boolean";
+  const bias = body.logit_bias;
+  if (bias && typeof bias === "object" && !Array.isArray(bias)) {
+    const bad = Object.entries(bias).find(([, v]) => typeof v !== "number" || !Number.isFinite(v));
+    if (bad) return `logit_bias values must be numbers (logit_bias[${JSON.stringify(bad[0])}] is ${JSON.stringify(bad[1]) ?? typeof bad[1]})`;
+  }
+  return undefined;
+}
+
+/**
  * Whether a request can make the model generate special tokens on purpose (a
  * positive logit_bias, or ignore_eos, which lets it generate past its end of
  * sequence): the endpoint leaves special tokens out of the text by default, so
  * such tokens would be generated without being delivered or billed. The
  * gateway then asks for them to be delivered (skip_special_tokens false).
+ * Only for a request specialTokenFieldsInvalid accepts.
  */
 export function mayGenerateSpecialTokens(body: Record<string, unknown>): boolean {
   const bias = body.logit_bias;
@@ -219,34 +248,66 @@ export interface DeliveredText {
 const GENERATED_TEXT = ["content", "reasoning_content", "reasoning", "refusal"] as const;
 
 /**
- * The generated text in a response's `choices` (their `message`, or a stream
- * chunk's `delta`): content, reasoning and refusal text, tool and function
- * call names and arguments. A tool call is counted where its name is sent
- * (once per call, also when streamed).
+ * Adds up the generated text of `choices` (their `message`, or a stream chunk's `delta`) into
+ * `calls`, the tool calls named, each once by its choice and call index; returns the bytes.
  */
-export function deliveredText(choices: unknown, part: "message" | "delta"): DeliveredText {
-  const out: DeliveredText = { bytes: 0, toolCalls: 0 };
-  if (!Array.isArray(choices)) return out;
+function walkDelivered(choices: unknown, part: "message" | "delta", calls: Set<string>): number {
+  let bytes = 0;
+  if (!Array.isArray(choices)) return bytes;
   for (const c of choices) {
     const m = (c as Record<string, unknown> | null)?.[part] as Record<string, unknown> | undefined;
     if (!m || typeof m !== "object") continue;
-    for (const f of GENERATED_TEXT) if (typeof m[f] === "string") out.bytes += Buffer.byteLength(m[f] as string);
-    const calls = [...(Array.isArray(m.tool_calls) ? m.tool_calls : []), ...(m.function_call ? [{ function: m.function_call }] : [])];
-    for (const call of calls) {
-      const fn = (call as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
-      if (!fn || typeof fn !== "object") continue;
-      if (typeof fn.name === "string") {
-        out.bytes += Buffer.byteLength(fn.name);
-        if (fn.name) out.toolCalls++;
+    // Choice and call indexes as the answer's assembly takes them (assemble.ts): a missing one is choice 0, the call's position.
+    const index = (c as { index?: unknown }).index;
+    const choice = Number.isSafeInteger(index) ? (index as number) : 0;
+    for (const f of GENERATED_TEXT) if (typeof m[f] === "string") bytes += Buffer.byteLength(m[f] as string);
+    const named = (key: string, fn: unknown) => {
+      if (!fn || typeof fn !== "object") return;
+      const { name, arguments: args } = fn as { name?: unknown; arguments?: unknown };
+      if (typeof name === "string") {
+        bytes += Buffer.byteLength(name);
+        if (name) calls.add(`${choice}:${key}`);
       }
-      if (typeof fn.arguments === "string") out.bytes += Buffer.byteLength(fn.arguments);
+      if (typeof args === "string") bytes += Buffer.byteLength(args);
+    };
+    if (Array.isArray(m.tool_calls)) {
+      for (const [pos, call] of m.tool_calls.entries()) {
+        const i = (call as { index?: unknown } | null)?.index;
+        named(String(Number.isSafeInteger(i) ? i : pos), (call as { function?: unknown } | null)?.function);
+      }
     }
+    named("function_call", m.function_call);
   }
-  return out;
+  return bytes;
 }
 
-export function addDelivered(a: DeliveredText, b: DeliveredText): DeliveredText {
-  return { bytes: a.bytes + b.bytes, toolCalls: a.toolCalls + b.toolCalls };
+/**
+ * The generated text in a response's `choices` (their `message`, or a stream
+ * chunk's `delta`): content, reasoning and refusal text, tool and function
+ * call names and arguments. A tool call is counted where its name is sent; a
+ * stream's calls are counted by StreamedText, once per call.
+ */
+export function deliveredText(choices: unknown, part: "message" | "delta"): DeliveredText {
+  const calls = new Set<string>();
+  const bytes = walkDelivered(choices, part, calls);
+  return { bytes, toolCalls: calls.size };
+}
+
+/**
+ * The generated text of a stream, chunk by chunk (their `delta`s): a tool call is counted once, by its
+ * choice and call index, however many of its deltas name it (an endpoint may repeat or split the name).
+ */
+export class StreamedText {
+  private bytes = 0;
+  private readonly calls = new Set<string>();
+
+  add(choices: unknown): void {
+    this.bytes += walkDelivered(choices, "delta", this.calls);
+  }
+
+  get delivered(): DeliveredText {
+    return { bytes: this.bytes, toolCalls: this.calls.size };
+  }
 }
 
 /**

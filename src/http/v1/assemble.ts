@@ -74,16 +74,33 @@ interface ChoiceParts {
 
 const isObject = (v: unknown): v is Json => !!v && typeof v === "object" && !Array.isArray(v);
 
+/**
+ * Keys never merged from an endpoint's chunks. JSON.parse makes "__proto__" an own key; assigned or
+ * followed on a plain object it reaches Object.prototype, which every object of the process inherits
+ * from (a "*" there becomes every model's rate). No OpenAI or vLLM field has these names.
+ */
+const UNSAFE_KEYS = new Set(["__proto__", "constructor", "prototype"]);
+
+/** The fields of a chunk's object that may be merged: own, and not UNSAFE_KEYS. */
+const safeEntries = (o: Json): [string, unknown][] => Object.entries(o).filter(([k]) => !UNSAFE_KEYS.has(k));
+
+/** Appends `items` to `into` in place: copying what came before on every chunk would make an answer of N chunks cost N². */
+function append(into: unknown[], items: unknown[]): void {
+  for (const x of items) into.push(x);
+}
+
 /** Merges a streamed object into what came before: strings appended, objects merged, arrays concatenated, anything else replaced. */
 function mergeInto(target: Json, delta: Json): void {
-  for (const [k, v] of Object.entries(delta)) {
-    const had = target[k];
+  for (const [k, v] of safeEntries(delta)) {
+    const had = Object.hasOwn(target, k) ? target[k] : undefined;
     if (typeof v === "string") target[k] = typeof had === "string" ? had + v : v;
     else if (isObject(v)) {
       if (!isObject(had)) target[k] = {};
       mergeInto(target[k] as Json, v);
-    } else if (Array.isArray(v)) target[k] = Array.isArray(had) ? had.concat(v) : [...v];
-    else if (v !== null || !(k in target)) target[k] = v;
+    } else if (Array.isArray(v)) {
+      if (Array.isArray(had)) append(had, v);
+      else target[k] = [...v];
+    } else if (v !== null || !Object.hasOwn(target, k)) target[k] = v;
   }
 }
 
@@ -105,13 +122,15 @@ export class CompletionBuilder {
   /** Takes one chunk; false (and nothing taken) when it would grow the answer past the cap. */
   add(chunk: Json): boolean {
     const choices = Array.isArray(chunk.choices) ? (chunk.choices as unknown[]).filter(isObject) : [];
+    // Every field of a choice but its index grows the answer (delta, logprobs, and the extra fields such as
+    // vLLM's token_ids, which are concatenated too).
     let growth = 0;
-    for (const c of choices) growth += jsonBytes(c.delta) + jsonBytes(c.logprobs);
+    for (const c of choices) for (const [k, v] of Object.entries(c)) if (k !== "index") growth += jsonBytes(v);
     if (this.bytes + growth > this.maxBytes) return false;
     this.bytes += growth;
     if (!this.head) this.head = {};
-    for (const [k, v] of Object.entries(chunk)) {
-      if (k !== "choices" && k !== "usage" && k !== "object" && !(k in this.head)) this.head[k] = v;
+    for (const [k, v] of safeEntries(chunk)) {
+      if (k !== "choices" && k !== "usage" && k !== "object" && !Object.hasOwn(this.head, k)) this.head[k] = v;
     }
     for (const c of choices) {
       const index = Number.isSafeInteger(c.index) ? (c.index as number) : 0;
@@ -120,7 +139,7 @@ export class CompletionBuilder {
         parts = { index, message: {}, toolCalls: new Map(), logprobs: null, finishReason: null, extra: {} };
         this.choices.set(index, parts);
       }
-      for (const [k, v] of Object.entries(c)) {
+      for (const [k, v] of safeEntries(c)) {
         if (k === "index") continue;
         if (k === "delta") {
           if (isObject(v)) this.mergeDelta(parts, v);
@@ -129,9 +148,10 @@ export class CompletionBuilder {
         } else if (k === "finish_reason") {
           if (v !== null && v !== undefined) parts.finishReason = v;
         } else if (Array.isArray(v)) {
-          const had = parts.extra[k];
-          parts.extra[k] = Array.isArray(had) ? had.concat(v) : [...v];
-        } else if (v !== null || !(k in parts.extra)) {
+          const had = Object.hasOwn(parts.extra, k) ? parts.extra[k] : undefined;
+          if (Array.isArray(had)) append(had, v);
+          else parts.extra[k] = [...v];
+        } else if (v !== null || !Object.hasOwn(parts.extra, k)) {
           parts.extra[k] = v;
         }
       }
@@ -140,7 +160,7 @@ export class CompletionBuilder {
   }
 
   private mergeDelta(parts: ChoiceParts, delta: Json): void {
-    for (const [k, v] of Object.entries(delta)) {
+    for (const [k, v] of safeEntries(delta)) {
       if (k === "role") {
         if (typeof v === "string") parts.message.role = v;
       } else if (k === "tool_calls") {

@@ -11,11 +11,12 @@
 // disconnect, the request's deadline or the revocation of its key aborts the
 // upstream call (`signal`).
 import type { IncomingMessage } from "node:http";
-import { addDelivered, deliveredText, type DeliveredText, type TokenCounts } from "../../domain/money/token-pricing.js";
+import { deliveredText, StreamedText, type DeliveredText, type TokenCounts } from "../../domain/money/token-pricing.js";
 import type { NodeResponse } from "../rest.js";
 import { CompletionBuilder, UsageTracker, usageOf } from "./assemble.js";
 import type { EndpointPicker, Upstream } from "./endpoints.js";
 import { V1Error } from "./errors.js";
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from "./json-depth.js";
 import { MAX_SSE_EVENT_LENGTH, SseReader, sseEvent } from "./sse.js";
 import { postJson, readAll } from "./upstream.js";
 import { drained } from "../drained.js";
@@ -248,16 +249,16 @@ async function readStream(
   // Without include_usage from the client, finishing chunks wait for the usage chunk and carry its usage.
   let held: Record<string, unknown>[] = [];
   /** Generated text written to the client: what the completion tokens are bounded by. */
-  let delivered: DeliveredText = { bytes: 0, toolCalls: 0 };
+  const streamed = new StreamedText();
   /** The answer of a non-streaming client. */
   const answer = p.stream ? undefined : new CompletionBuilder(MAX_RESPONSE_BYTES);
   /** The non-streaming answer outgrew its cap (MAX_RESPONSE_BYTES, MAX_STREAM_BYTES): cut there. */
   let overflowed = false;
 
   const emit = (chunk: Record<string, unknown>) => {
-    delivered = addDelivered(delivered, deliveredText(chunk.choices, "delta"));
+    streamed.add(chunk.choices);
     const reported = usageOf(chunk);
-    if (reported) chunk.usage = billedUsageJson(reported.raw, p.billedUsage(reported, delivered));
+    if (reported) chunk.usage = billedUsageJson(reported.raw, p.billedUsage(reported, streamed.delivered));
     out.push(sseEvent(JSON.stringify(chunk)));
   };
   const flushHeld = () => {
@@ -288,6 +289,8 @@ async function readStream(
       return new V1Error("provider_unavailable", "the serving endpoint sent an unreadable event");
     }
     if (!chunk || typeof chunk !== "object") return new V1Error("provider_unavailable", "the serving endpoint sent an unreadable event");
+    // Before anything walks it (the answer's assembly, JSON.stringify), which a deep enough nesting would overflow.
+    if (jsonDepthExceeds(chunk)) return new V1Error("provider_unavailable", `the serving endpoint sent an event nested deeper than ${MAX_JSON_DEPTH} levels`);
     if (chunk.error) return new V1Error("provider_unavailable", `the serving endpoint failed: ${upstreamMessage(data)}`);
     committed = true;
     const reported = usageOf(chunk);
@@ -339,7 +342,13 @@ async function readStream(
       } else {
         const events = r.done ? sse.end() : sse.push(r.value);
         for (const data of events) {
-          error = take(data);
+          try {
+            error = take(data);
+          } catch (err) {
+            // Whatever an event makes the gateway throw, the request ends as for any failure of the endpoint:
+            // tried elsewhere before its first event, settled for what was delivered after.
+            error = new V1Error("provider_unavailable", `the serving endpoint sent an event the gateway could not process: ${(err as Error).message}`);
+          }
           if (error || finished || overflowed) break;
         }
         if (!error && !finished && !overflowed && sse.overflowed) {
@@ -393,7 +402,7 @@ async function readStream(
   }
   if (!started) {
     // Started, then failed before anything could be written (its only chunks were held): an error answer, settled.
-    return { kind: "broken", upstream: u, usage: tokens(), delivered, error: error ?? new V1Error("provider_unavailable", "the serving endpoint ended the stream early") };
+    return { kind: "broken", upstream: u, usage: tokens(), delivered: streamed.delivered, error: error ?? new V1Error("provider_unavailable", "the serving endpoint ended the stream early") };
   }
-  return { kind: "streamed", upstream: u, delivered, usage: tokens(), error };
+  return { kind: "streamed", upstream: u, delivered: streamed.delivered, usage: tokens(), error };
 }

@@ -26,6 +26,7 @@ import {
   completionTokensBound,
   promptTokensBound,
   mayGenerateSpecialTokens,
+  specialTokenFieldsInvalid,
   unboundedCompletion,
   unboundedPrompt,
   TOKEN_RATES,
@@ -45,6 +46,7 @@ import type { RateLimits } from "../rate-limits.js";
 import { toHttpError } from "../errors.js";
 import { EndpointPicker, endpointsFor, servingEndpoints, type Upstream } from "./endpoints.js";
 import { envelope, sendV1Error, toV1Error, v1Error, V1Error } from "./errors.js";
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from "./json-depth.js";
 import { createV1Limiter } from "./limits.js";
 import { proxyChatCompletion, write, type TokenUsage } from "./proxy.js";
 import { sseEvent } from "./sse.js";
@@ -104,6 +106,8 @@ interface Authenticated {
 interface ChatRequest {
   body: Record<string, unknown>;
   model: string;
+  /** The request offers the model tools (or functions) to call: only then can an answer's tool calls be the model's. */
+  tools: boolean;
   stream: boolean;
   clientWantsUsage: boolean;
   clientWantsContinuousUsage: boolean;
@@ -120,6 +124,8 @@ function parseChatRequest(raw: Buffer): ChatRequest {
     throw v1Error("invalid_request", "request body must be JSON");
   }
   if (!body || typeof body !== "object" || Array.isArray(body)) throw v1Error("invalid_request", "request body must be a JSON object");
+  // The body is walked and serialized (its prompt's bound, the request forwarded): a deep enough nesting overflows the stack.
+  if (jsonDepthExceeds(body)) throw v1Error("invalid_request", `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`);
   const b = body as Record<string, unknown>;
   const missing = ["model", "messages"].filter((f) => b[f] === undefined || b[f] === null || b[f] === "");
   if (missing.length) throw v1Error("invalid_request", `missing required field(s): ${missing.join(", ")}`);
@@ -147,7 +153,7 @@ function parseChatRequest(raw: Buffer): ChatRequest {
   if (b.prompt_logprobs !== undefined && b.prompt_logprobs !== null && b.prompt_logprobs !== 0) {
     throw v1Error("invalid_request", "prompt_logprobs is not accepted: the gateway streams every answer from the serving endpoint, which gives prompt logprobs only unstreamed");
   }
-  const unbounded = unboundedPrompt(b) ?? unboundedCompletion(b);
+  const unbounded = unboundedPrompt(b) ?? unboundedCompletion(b) ?? specialTokenFieldsInvalid(b);
   if (unbounded) throw v1Error("invalid_request", unbounded);
   const so = b.stream_options;
   if (so !== undefined && so !== null && (typeof so !== "object" || Array.isArray(so))) throw v1Error("invalid_request", "stream_options must be an object");
@@ -155,6 +161,7 @@ function parseChatRequest(raw: Buffer): ChatRequest {
   return {
     body: b,
     model: b.model,
+    tools: (Array.isArray(b.tools) && b.tools.length > 0) || (Array.isArray(b.functions) && b.functions.length > 0),
     stream: b.stream === true,
     clientWantsUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true,
     clientWantsContinuousUsage: (so as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats === true,
@@ -170,6 +177,19 @@ export function createV1Handler(deps: V1Deps) {
   const startedAt = Math.floor(Date.now() / 1000);
   const knownModels = new Set<string>([...config.v1.models, ...LLM_MODELS, ...Object.keys(TOKEN_RATES), ...Object.keys(config.v1.tokenRates)]);
   knownModels.delete("*");
+
+  /**
+   * Counts into the metrics, never failing the request: a charge may already be committed, and a throw
+   * out of handleV1's finally would be a rejection nobody handles.
+   */
+  function metric(count: (m: Metrics) => void): void {
+    if (!deps.metrics) return;
+    try {
+      count(deps.metrics);
+    } catch (err) {
+      deps.log.warn({ err }, "/v1 metrics failed");
+    }
+  }
 
   /** A 429 of the rate-limit table as the /v1 envelope's rate_limit_exceeded; anything else as it is. */
   function asV1RateLimit(err: unknown): unknown {
@@ -297,7 +317,7 @@ export function createV1Handler(deps: V1Deps) {
         jobId: upstream.jobId,
       }),
     );
-    deps.metrics?.v1Tokens(billed.promptTokens, billed.completionTokens);
+    metric((m) => m.v1Tokens(billed.promptTokens, billed.completionTokens));
     const overstated = u.promptTokens + u.completionTokens - billed.promptTokens - billed.completionTokens;
     Object.assign(call.log, { cost: charge.charged, costMicro: String(cost), tokens: billed.promptTokens + billed.completionTokens, providerId: upstream.providerId });
     if (overstated > 0 && !u.estimated) call.log.overstatedTokens = overstated;
@@ -316,8 +336,13 @@ export function createV1Handler(deps: V1Deps) {
     }
     const rate = tokenRate(chat.model, config.v1.tokenRates);
     const promptBound = promptTokensBound(chat.body);
+    // vLLM parses tool calls out of a generation only for a request that offers tools: calls in an answer to any
+    // other are the endpoint's own making, their text billed as delivered but no allowance for markup never generated.
     const billedUsage = (reported: TokenCounts, delivered: DeliveredText) =>
-      billableTokens(reported, { promptTokens: promptBound, completionTokens: completionTokensBound(delivered, chat.choices, chat.body.stop) });
+      billableTokens(reported, {
+        promptTokens: promptBound,
+        completionTokens: completionTokensBound(chat.tools ? delivered : { ...delivered, toolCalls: 0 }, chat.choices, chat.body.stop),
+      });
     const requestId = call.requestId;
     const reservation = await sql.begin((tx) =>
       reserveTokenBudget(tx, {
@@ -342,6 +367,9 @@ export function createV1Handler(deps: V1Deps) {
     if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = reservation.maxTokens;
     // Special tokens the request can make the model generate are delivered, and so billed (token-pricing.ts).
     if (mayGenerateSpecialTokens(chat.body)) body.skip_special_tokens = false;
+    // vLLM generates a reasoning model's reasoning whatever include_reasoning says, and with false (or what it
+    // coerces to false) leaves it out of the answer: generated, never delivered, so never billed.
+    if (body.include_reasoning !== undefined) body.include_reasoning = true;
     // The endpoint always streams, with usage on every chunk: a non-streamed answer is built from the chunks
     // (proxy.ts), the idle limit counts between chunks, and a stream cut short (client gone, endpoint failed,
     // answer too large) is billed by the last usage the endpoint reported, whatever stream_options the renter
@@ -349,14 +377,26 @@ export function createV1Handler(deps: V1Deps) {
     body.stream = true;
     body.stream_options = { ...(chat.stream ? (chat.body.stream_options as object | undefined) : {}), include_usage: true, continuous_usage_stats: true };
 
-    const { abort } = call;
-    if (abort.signal.aborted) {
+    /** The reservation was settled or released: from then on a throw is the request's answer, not a loose end. */
+    let ended = false;
+    const release = async () => {
       await releaseTokenBudget(sql, requestId);
-      if (abort.signal.reason instanceof V1Error) throw abort.signal.reason;
-      return 499;
-    }
-    const deadline = setTimeout(() => abort.abort("deadline"), config.v1.maxRequestSeconds * 1000);
+      ended = true;
+    };
+    const settled = async (result: { upstream: Upstream; usage: TokenUsage; delivered: DeliveredText }) => {
+      const charge = await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
+      ended = true;
+      return charge;
+    };
+    const { abort } = call;
+    let deadline: NodeJS.Timeout | undefined;
     try {
+      if (abort.signal.aborted) {
+        await release();
+        if (abort.signal.reason instanceof V1Error) throw abort.signal.reason;
+        return 499;
+      }
+      deadline = setTimeout(() => abort.abort("deadline"), config.v1.maxRequestSeconds * 1000);
       const result = await proxyChatCompletion({
         upstreams: picker.order(upstreams),
         picker,
@@ -369,25 +409,26 @@ export function createV1Handler(deps: V1Deps) {
         timeoutMs: config.v1.upstreamTimeoutMs,
         signal: abort.signal,
         maxAttempts: MAX_ATTEMPTS,
-        onUpstreamError: (code) => deps.metrics?.v1UpstreamError(code),
+        onUpstreamError: (code) => metric((m) => m.v1UpstreamError(code)),
         allowPrivate: config.v1.allowPrivateUpstreams,
         res: call.res,
         headers: { ...call.headers },
       });
       if (result.kind === "failed") {
-        await releaseTokenBudget(sql, requestId);
+        await release();
         throw result.error;
       }
       call.log.jobId = result.upstream.jobId;
       if (result.kind === "streamed") {
-        if (result.error) {
-          call.log.streamError = result.error.code;
-          if (!revoked(call)) deps.metrics?.v1UpstreamError(result.error.code);
+        const { error } = result;
+        if (error) {
+          call.log.streamError = error.code;
+          if (!revoked(call)) metric((m) => m.v1UpstreamError(error.code));
         }
         // The stream is over (fully or broken off): what was delivered is billed before the response ends
         // (or carries its error event), so a client that saw the end also sees the charge.
         try {
-          await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
+          await settled(result);
         } finally {
           if (result.error) await write(call.res, sseEvent(JSON.stringify(envelope(result.error))), call.abort.signal);
           call.res.end();
@@ -398,11 +439,11 @@ export function createV1Handler(deps: V1Deps) {
         // The endpoint started, then failed (or the client left) before anything was sent: not tried elsewhere,
         // billed the usage it reported within what was delivered (nothing: the prompt), then the error is answered.
         call.log.streamError = result.error.code;
-        if (result.error.status !== 499 && !revoked(call)) deps.metrics?.v1UpstreamError(result.error.code);
-        await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
+        if (result.error.status !== 499 && !revoked(call)) metric((m) => m.v1UpstreamError(result.error.code));
+        await settled(result);
         throw result.error;
       }
-      const charge = await settle(call, renterId, requestId, result.upstream, chat.model, result.usage, billedUsage(result.usage, result.delivered));
+      const charge = await settled(result);
       if (result.truncated) call.log.truncated = result.truncated;
       // What this request was charged (whole halala, its carry included) and what it cost exactly.
       sendJson(call, 200, result.json, {
@@ -411,13 +452,32 @@ export function createV1Handler(deps: V1Deps) {
         ...(result.truncated ? { "x-svc-truncated": result.truncated } : {}),
       });
       return 200;
+    } catch (err) {
+      // Whatever an endpoint did once it had started comes back as a result and is settled above; a throw that
+      // leaves the reservation open (a failure of the gateway's own, the charge's transaction included) gives
+      // the cap back now rather than holding it until it expires. A no-op when the charge did commit.
+      if (!ended) await releaseTokenBudget(sql, requestId).catch((e) => deps.log.error({ err: e, requestId }, "/v1 reservation not released"));
+      throw err;
     } finally {
       clearTimeout(deadline);
     }
   }
 
+  // The server's fallback drops the promise a plain handler returns, and an unhandled rejection ends the
+  // process (every request in flight with it): serveV1 answers every failure itself, and anything thrown
+  // while doing so stops here.
   return async function handleV1(req: NodeRequest, res: NodeResponse, url: URL): Promise<boolean> {
     if (url.pathname !== "/v1" && !url.pathname.startsWith("/v1/")) return false;
+    try {
+      await serveV1(req, res, url);
+    } catch (err) {
+      deps.log.error({ err }, "/v1 request failed while answering");
+      if (!res.writableEnded) res.destroy();
+    }
+    return true;
+  };
+
+  async function serveV1(req: NodeRequest, res: NodeResponse, url: URL): Promise<void> {
     const started = performance.now();
     // Always our own id: it keys the request's billing (v1_usage, ledger idempotency), so a client must not choose it.
     const requestId = `req-${crypto.randomUUID()}`;
@@ -478,12 +538,11 @@ export function createV1Handler(deps: V1Deps) {
     } finally {
       release?.();
       res.off("close", onClose);
-      deps.metrics?.request("v1", route ? V1_ROUTE_LABELS[route] : "other", status, (performance.now() - started) / 1000);
+      metric((m) => m.request("v1", route ? V1_ROUTE_LABELS[route] : "other", status, (performance.now() - started) / 1000));
       deps.log.info(
         { requestId, method, path: url.pathname, status, ms: Math.round(performance.now() - started), ip: clientIpOf(req, config.trustProxy), ...call.log },
         "request",
       );
     }
-    return true;
-  };
+  }
 }
