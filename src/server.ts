@@ -6,7 +6,7 @@ import type { Config } from "./config.js";
 import { connect, type Sql } from "./db/index.js";
 import { startEmbedded, type EmbeddedServer } from "./db/embedded.js";
 import { migrate, migrationsCurrent } from "./db/migrate.js";
-import { createLogger, type Logger } from "./log.js";
+import { createLogger, maskSecrets, type Logger } from "./log.js";
 import { createEdge } from "./http/edge.js";
 import { bodyLimitBytesOf } from "./http/body.js";
 import { callLogInterceptor, requestIdOf } from "./http/call-log.js";
@@ -167,12 +167,19 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     shutdownSignal: shutdown.signal,
     interceptors,
     contextValues: (req) => contextValues(req as NodeRequest),
-    fallback: async (req, res) => {
-      const url = new URL(req.url ?? "/", "http://localhost");
-      for (const h of plain) if (await h(req as NodeRequest, res as NodeResponse, url)) return;
-      if (await rest(req as NodeRequest, res as NodeResponse)) return;
-      sendJson(res as NodeResponse, 404, { error: `not found: ${req.method} ${url.pathname.replace(/svc-(provider|renter)-[\w-]+/g, "svc-$1-***")}` });
-    },
+    // Connect's adapter drops the promise this returns: a handler that throws is caught here, or it
+    // would be an unhandled rejection, which ends the process.
+    fallback: (req, res) =>
+      (async () => {
+        const url = new URL(req.url ?? "/", "http://localhost");
+        for (const h of plain) if (await h(req as NodeRequest, res as NodeResponse, url)) return;
+        if (await rest(req as NodeRequest, res as NodeResponse)) return;
+        sendJson(res as NodeResponse, 404, { error: `not found: ${req.method} ${maskSecrets(url.pathname)}` });
+      })().catch((err: unknown) => {
+        log.error({ err, method: req.method, path: maskSecrets((req.url ?? "").split("?")[0]) }, "request handler failed");
+        if (!res.headersSent) sendJson(res as NodeResponse, 500, { error: "internal error" });
+        else res.destroy();
+      }),
   });
 
   const cors = createCors(config);
