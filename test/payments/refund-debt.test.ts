@@ -116,6 +116,35 @@ describe("a refund of money a /v1 request reserved", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("is taken back once when two requests end at the same moment", async () => {
+    const r = await makeRenter(srv);
+    const pay = await paid(r, 5_000);
+    await reserve(r, `rd-race-a-${r.id}`, 2_000);
+    await reserve(r, `rd-race-b-${r.id}`, 2_000);
+    await refunded(pay, 2_000); // 1,000 free taken at once, 1,000 owed
+    expect(await owed(r)).toBe(1_000);
+    // Another transaction holds the renter's available funds a moment (a settlement, a charge): both
+    // releases then collect together.
+    let unblock!: () => void;
+    const held = new Promise<void>((res) => (unblock = res));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((res) => (locked = res));
+    const blocker = srv.sql.begin(async (tx) => {
+      await tx`SELECT balance FROM ledger_accounts WHERE kind = 'renter_available' AND owner_id = ${r.id} FOR UPDATE`;
+      locked();
+      await held;
+    });
+    await isLocked;
+    const both = Promise.allSettled([releaseTokenBudget(srv.sql, `rd-race-a-${r.id}`), releaseTokenBudget(srv.sql, `rd-race-b-${r.id}`)]);
+    await new Promise((res) => setTimeout(res, 300));
+    unblock();
+    await blocker;
+    expect((await both).map((o) => (o.status === "fulfilled" ? o.value : String(o.reason)))).toEqual([true, true]);
+    expect(await owed(r)).toBe(0);
+    expect(await collected(r)).toBe(1_000);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("is taken back from what the request reserved and did not cost, once it is charged", async () => {
     const provider = await makeProvider(srv);
     const r = await makeRenter(srv);

@@ -25,7 +25,7 @@
 // owed below one halala: not ledger entries, so the books stay whole and balanced.
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { apiError, paymentRequired } from "../../errors.js";
-import { accountId, CHARGE_KIND, transfer } from "./ledger.js";
+import { accountId, CHARGE_KIND, lockRenterAccounts, transfer } from "./ledger.js";
 import { MICRO_PER_HALALA, providerShareMicro } from "./pricing.js";
 import { monthlyHeadroom, monthlyRefusal, msUntilNextUtcMonth, quotaUsage, withReserved, type QuotaUsage } from "./quota.js";
 import { freeOf, reservedMany, type Promised } from "./promised.js";
@@ -147,7 +147,14 @@ export async function releaseTokenBudget(sql: Sql, requestId: string): Promise<b
     WITH ended AS (UPDATE v1_usage SET state = 'released', ended_at = now() WHERE request_id = ${requestId} AND state = 'open' RETURNING renter_id)
     SELECT ended.renter_id, r.refund_owed_halala AS owed FROM ended LEFT JOIN renters r ON r.id = ended.renter_id`;
   if (!ended) return false;
-  if (Number(ended.owed) > 0) await sql.begin((tx) => collectRefundDebt(tx, Number(ended.renter_id)));
+  if (Number(ended.owed) > 0) {
+    const renterId = Number(ended.renter_id);
+    // Its accounts first, as every other collector holds them: two collectors of one debt then read it one after the other.
+    await sql.begin(async (tx) => {
+      await lockRenterAccounts(tx, [renterId]);
+      await collectRefundDebt(tx, renterId);
+    });
+  }
   return true;
 }
 
