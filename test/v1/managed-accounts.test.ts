@@ -10,8 +10,12 @@ import { client } from "../helpers/http.js";
 import { useTestServer } from "../helpers/server.js";
 
 const OPS = "ops-endpoints@platform.test";
+/** Named managed by the second server only: as if the operator added it after the account proved it. */
+const LATE = "late-endpoints@platform.test";
 const srv = useTestServer({ SVC_V1_MANAGED_RENTERS: OPS });
+const late = useTestServer({ SVC_V1_MANAGED_RENTERS: `${OPS},${LATE}` });
 const api = client(srv);
+const lateApi = client(late);
 
 describe("a managed-endpoint account", () => {
   it("serves every renter only once it proved its address: registering the address is not enough", async () => {
@@ -62,5 +66,27 @@ describe("a managed-endpoint account", () => {
     const login = await api.post("/api/renters/login-email", { email: "someone@renter.test" });
     expect(login.status, login.text).toBe(200);
     expect((await api.get("/api/renters/balance", { "x-renter-key": reg.body.api_key })).status).toBe(200);
+  });
+
+  it("an address proven before the operator named it serves only once the keys from before the proof are rotated away", async () => {
+    // Registered (perhaps by someone else) and proven while the address was not yet managed: no revocation then.
+    const reg = await lateApi.post("/api/renters/register", { name: "Early", email: LATE });
+    const id: number = reg.body.renter_id;
+    await late.sql`UPDATE renters SET email_proven_at = now() WHERE id = ${id}`;
+    await late.sql.begin((tx) => credit(tx, id, 100_000, `test-fund:${id}`));
+    const own = await makeProvider(late, { vramMib: 81920, gpuModel: "NVIDIA H100 80GB HBM3" });
+    const submit = (key: string) =>
+      lateApi.post(
+        "/api/jobs/submit",
+        { job_type: "vllm_serve", params: { model: "meta-llama/Llama-3.1-8B-Instruct", public: true }, provider_id: own.id, duration_minutes: 10 },
+        { "x-renter-key": key },
+      );
+    const refused = await submit(reg.body.api_key);
+    expect(refused.status, refused.text).toBe(403);
+    expect(refused.body.error).toMatch(/keys issued before this account proved its address are still live.*rotate-key/);
+    const rotated = await lateApi.post("/api/renters/rotate-key", {}, { "x-renter-key": reg.body.api_key });
+    expect(rotated.status, rotated.text).toBe(200);
+    const accepted = await submit(rotated.body.api_key);
+    expect(accepted.status, accepted.text).toBe(201);
   });
 });

@@ -127,8 +127,19 @@ export async function checkPublicServing(db: Db, renterId: number, input: Submit
   if (params?.public !== true) return;
   const jobType = input.jobType?.trim() || (input.templateId ? templateById(input.templateId)?.jobType : undefined);
   if (jobType !== "vllm_serve") return;
-  const [renter] = await db<{ email: string; proven: boolean }[]>`SELECT email, email_proven_at IS NOT NULL AS proven FROM renters WHERE id = ${renterId}`;
+  const [renter] = await db<{ email: string; proven: boolean; older_keys: boolean }[]>`
+    SELECT email, email_proven_at IS NOT NULL AS proven,
+           EXISTS (SELECT 1 FROM api_keys k WHERE k.renter_id = r.id AND k.revoked_at IS NULL AND k.created_at < r.email_proven_at) AS older_keys
+    FROM renters r WHERE id = ${renterId}`;
   if (renter && managedEmails.includes(renter.email.toLowerCase())) {
+    // A key from before the proof may be whoever registered the address (its first proof as a managed
+    // address revokes them, login.ts; one proven before the operator named it keeps them until rotated).
+    if (renter.proven && renter.older_keys) {
+      throw forbidden(
+        "params.public: keys issued before this account proved its address are still live, and whoever registered the address may hold one; " +
+          "rotate the account's keys (POST /api/renters/rotate-key) and submit with the new key",
+      );
+    }
     if (renter.proven) return;
     // Registration takes any address: the right goes to the account that showed it owns it.
     throw forbidden(
