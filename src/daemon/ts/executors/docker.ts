@@ -385,7 +385,9 @@ export class DockerExecutor implements Executor {
     if (plan.droppedKeyEnv) hooks.log(`env ${VLLM_API_KEY_ENV} was left out: the provider's daemon sets the endpoint's key`);
     let child: RunningJob | undefined;
     let stopped: { reason: string; killAfterMs?: number } | undefined;
-    const started = this.createVolume(job, plan).then(async () => {
+    const started = this.createVolume(job, plan).then(async (): Promise<RunningJob> => {
+      // Stopped while its volume was made (a cancel, a newer attempt of it): its container never starts.
+      if (stopped) return { done: Promise.resolve({ success: false, error: stopped.reason, metrics: { duration_seconds: 0, executor: "docker" } }), stop: async () => {} };
       child = startChildJob(
         {
           argv: plan.argv,
@@ -402,7 +404,6 @@ export class DockerExecutor implements Executor {
         },
         hooks,
       );
-      if (stopped) await child.stop(stopped.reason, stopped.killAfterMs);
       return child;
     });
     const remove = async () => {
@@ -429,7 +430,7 @@ export class DockerExecutor implements Executor {
       done,
       async stop(reason, killAfterMs) {
         if (child) return child.stop(reason, killAfterMs);
-        // Its volume is still being made: stopped the moment it starts.
+        // Its volume is still being made: it does not start.
         stopped ??= { reason, killAfterMs };
         await started.catch(() => undefined);
       },
