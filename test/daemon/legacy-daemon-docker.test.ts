@@ -48,6 +48,39 @@ async function submit(renter: { headers: Record<string, string> }, body: Record<
   return r.body.job as { job_id: string; provider_id: number };
 }
 
+/**
+ * Python driving svc_daemon's job threads in one process, without a server: a Daemon whose reports are
+ * kept in `reports`, whose attempt 1 of the job is no longer its own once `moved` is set, and
+ * run(attempt, gpu), which starts one attempt of `jobId` on a thread bookkept in d.jobs as the daemon does.
+ */
+const threadedDaemon = (work: string, docker: string, jobId: string, command: string) => `svc_daemon.verify_task = lambda *a: True
+svc_daemon.CANCEL_CHECK_SECONDS = 0.2
+d = svc_daemon.Daemon.__new__(svc_daemon.Daemon)
+d.cfg = {"secret": "s", "runners": {}, "work_dir": ${JSON.stringify(work)}, "serve_port": 0}
+d.docker = ${JSON.stringify(docker)}
+d.scripts_dir = None
+d.stop_event = threading.Event()
+d.stop_deadline = time.time() + 1e6
+d.jobs = {}
+d.jobs_lock = threading.Lock()
+reports = []
+d.log = lambda m: None
+d.event = lambda *a, **k: True
+d.confirm_pickup = lambda *a, **k: True
+d.notice_preparing = lambda *a, **k: True
+d.post_quietly = lambda *a, **k: True
+d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
+moved = threading.Event()
+d.job_status = lambda job_id, attempt=None: svc_daemon.GONE if attempt == 1 and moved.is_set() else "running"
+def run(attempt, gpu):
+    job = {"job_id": ${JSON.stringify(jobId)}, "job_type": "custom_container", "attempt": attempt, "max_duration_seconds": 60,
+           "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": [${JSON.stringify(command)}]}}
+    t = threading.Thread(target=d._run_job, args=(job, [gpu]))
+    with d.jobs_lock:
+        d.jobs[t] = job["job_id"]
+    t.start()
+    return t`;
+
 describe("svc_daemon.py with containers", { timeout: 120_000 }, () => {
   it("bills a container that ran and exited 125 itself as the renter's failure; docker failing before it started is re-queued at no charge", async () => {
     const p = await makeProvider(srv);
@@ -267,33 +300,7 @@ except OSError as err:
     const work = path.join(tempDir("legacy-reassigned"), "work");
     const out = JSON.parse(
       python(`import json, os, threading, time, svc_daemon
-svc_daemon.verify_task = lambda *a: True
-svc_daemon.CANCEL_CHECK_SECONDS = 0.2
-d = svc_daemon.Daemon.__new__(svc_daemon.Daemon)
-d.cfg = {"secret": "s", "runners": {}, "work_dir": ${JSON.stringify(work)}, "serve_port": 0}
-d.docker = ${JSON.stringify(docker.path)}
-d.scripts_dir = None
-d.stop_event = threading.Event()
-d.stop_deadline = time.time() + 1e6
-d.jobs = {}
-d.jobs_lock = threading.Lock()
-reports = []
-d.log = lambda m: None
-d.event = lambda *a, **k: True
-d.confirm_pickup = lambda *a, **k: True
-d.notice_preparing = lambda *a, **k: True
-d.post_quietly = lambda *a, **k: True
-d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
-moved = threading.Event()
-d.job_status = lambda job_id, attempt=None: svc_daemon.GONE if attempt == 1 and moved.is_set() else "running"
-def run(attempt, gpu):
-    job = {"job_id": "job-again", "job_type": "custom_container", "attempt": attempt, "max_duration_seconds": 60,
-           "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["ok"]}}
-    t = threading.Thread(target=d._run_job, args=(job, [gpu]))
-    with d.jobs_lock:
-        d.jobs[t] = job["job_id"]
-    t.start()
-    return t
+${threadedDaemon(work, docker.path, "job-again", "ok")}
 def pulls():
     try:
         return sum(1 for l in open(os.path.join(${JSON.stringify(docker.dir)}, "docker-calls.jsonl")) if json.loads(l)[0] == "pull")
@@ -324,33 +331,7 @@ print(json.dumps({"kept": kept, "reports": reports}))
     const work = path.join(tempDir("legacy-twice"), "work");
     const out = JSON.parse(
       python(`import json, os, subprocess, threading, time, svc_daemon
-svc_daemon.verify_task = lambda *a: True
-svc_daemon.CANCEL_CHECK_SECONDS = 0.2
-d = svc_daemon.Daemon.__new__(svc_daemon.Daemon)
-d.cfg = {"secret": "s", "runners": {}, "work_dir": ${JSON.stringify(work)}, "serve_port": 0}
-d.docker = ${JSON.stringify(docker.path)}
-d.scripts_dir = None
-d.stop_event = threading.Event()
-d.stop_deadline = time.time() + 1e6
-d.jobs = {}
-d.jobs_lock = threading.Lock()
-reports = []
-d.log = lambda m: None
-d.event = lambda *a, **k: True
-d.confirm_pickup = lambda *a, **k: True
-d.notice_preparing = lambda *a, **k: True
-d.post_quietly = lambda *a, **k: True
-d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
-moved = threading.Event()
-d.job_status = lambda job_id, attempt=None: svc_daemon.GONE if attempt == 1 and moved.is_set() else "running"
-def run(attempt, gpu):
-    job = {"job_id": "job-twice", "job_type": "custom_container", "attempt": attempt, "max_duration_seconds": 60,
-           "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["wait"]}}
-    t = threading.Thread(target=d._run_job, args=(job, [gpu]))
-    with d.jobs_lock:
-        d.jobs[t] = job["job_id"]
-    t.start()
-    return t
+${threadedDaemon(work, docker.path, "job-twice", "wait")}
 def running():
     ps = subprocess.run([d.docker, "ps", "--filter", "label=svc.job_id=job-twice", "--format", "{{.Names}}"], capture_output=True, text=True)
     return sorted(ps.stdout.split())
