@@ -34,7 +34,12 @@ export function actualMinutes(runSeconds: number): number {
  * late the timeout is noticed or reported.
  */
 export function billableMinutes(runSeconds: number, maxDurationSeconds: number): number {
-  return actualMinutes(Math.min(runSeconds, maxDurationSeconds));
+  return actualMinutes(billableSeconds(runSeconds, maxDurationSeconds));
+}
+
+/** The seconds of a job's run that are billed: never past its hard limit (max_duration_seconds). */
+export function billableSeconds(runSeconds: number, maxDurationSeconds: number): number {
+  return Math.min(runSeconds, maxDurationSeconds);
 }
 
 /** Settled cost: rate x minutes run, within what is held for the job (the estimate, grown while it ran). */

@@ -32,6 +32,7 @@ import {
 import { iso } from "../shared/validate.js";
 import type { JobRow } from "../shared/job-row.js";
 import { CHARGE_KIND } from "./ledger.js";
+import { billableSeconds } from "./pricing.js";
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
@@ -213,8 +214,8 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
   // and never pass max_duration_seconds: pricing.ts billableMinutes).
   const from = job.started_at ?? job.assigned_at ?? job.submitted_at;
   const billedMinutes = Number(job.actual_minutes ?? 0);
-  const ranMs = Math.min(Math.max(0, new Date(job.db_now).getTime() - new Date(from).getTime()), Number(job.max_duration_seconds) * 1000);
-  const billedSeconds = billedMinutes > 0 ? Math.round(ranMs) / 1000 : 0;
+  const ranSeconds = Math.max(0, new Date(job.db_now).getTime() - new Date(from).getTime()) / 1000;
+  const billedSeconds = billedMinutes > 0 ? Math.round(billableSeconds(ranSeconds, Number(job.max_duration_seconds)) * 1000) / 1000 : 0;
 
   const body: Record<string, unknown> = {
     type: RECEIPT_TYPE,
