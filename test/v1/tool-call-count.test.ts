@@ -1,7 +1,8 @@
 // The completion bound allows COMPLETION_TOKENS_PER_TOOL_CALL per tool call: once per call, by its
 // choice and call index, however many streamed deltas name it (an endpoint may repeat the name, or
 // send it a character at a time), so a streamed answer is bounded as the same answer unstreamed.
-// Only a request that offers tools gets the allowance: vLLM parses no tool calls for any other.
+// Only a request that offers tools and lets the model call them gets the allowance: vLLM parses no
+// tool calls for any other (none offered, or tool_choice / function_call "none").
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { COMPLETION_TOKENS_PER_CHOICE, COMPLETION_TOKENS_PER_TOOL_CALL, StreamedText } from "../../src/domain/money/token-pricing.js";
@@ -56,9 +57,10 @@ describe("through the gateway", () => {
   const completionTokens = async (renterId: number) =>
     (await srv.sql<{ completion_tokens: number }[]>`SELECT completion_tokens::int FROM v1_usage WHERE renter_id = ${renterId}`)[0].completion_tokens;
 
-  async function billed(stream: boolean, tools: boolean): Promise<number> {
+  async function billed(stream: boolean, tools: boolean | Record<string, unknown>): Promise<number> {
     const renter = await makeRenter(srv, 100_000);
-    const body = { model: MODEL, messages: [{ role: "user", content: "x" }], max_tokens: 5000, stream, ...(tools ? { tools: TOOLS } : {}) };
+    const offered = tools === true ? { tools: TOOLS } : tools === false ? {} : tools;
+    const body = { model: MODEL, messages: [{ role: "user", content: "x" }], max_tokens: 5000, stream, ...offered };
     const r = await client(srv.url).post("/v1/chat/completions", body, { authorization: `Bearer ${renter.key}` });
     expect(r.status).toBe(200);
     if (stream) {
@@ -80,5 +82,13 @@ describe("through the gateway", () => {
     const expected = DELTAS + COMPLETION_TOKENS_PER_CHOICE;
     expect(await billed(true, false)).toBe(expected);
     expect(await billed(false, false)).toBe(expected);
+  });
+
+  it("gives no per-call allowance when the request forbids calling the tools it lists", async () => {
+    const expected = DELTAS + COMPLETION_TOKENS_PER_CHOICE;
+    expect(await billed(true, { tools: TOOLS, tool_choice: "none" })).toBe(expected);
+    expect(await billed(false, { functions: [TOOLS[0].function], function_call: "none" })).toBe(expected);
+    // "auto" (or naming the tool) lets the model call it
+    expect(await billed(false, { tools: TOOLS, tool_choice: "auto" })).toBe(expected + COMPLETION_TOKENS_PER_TOOL_CALL);
   });
 });

@@ -106,7 +106,7 @@ interface Authenticated {
 interface ChatRequest {
   body: Record<string, unknown>;
   model: string;
-  /** The request offers the model tools (or functions) to call: only then can an answer's tool calls be the model's. */
+  /** The request lets the model call tools (or functions): only then can an answer's tool calls be the model's. */
   tools: boolean;
   stream: boolean;
   clientWantsUsage: boolean;
@@ -161,13 +161,23 @@ function parseChatRequest(raw: Buffer): ChatRequest {
   return {
     body: b,
     model: b.model,
-    tools: (Array.isArray(b.tools) && b.tools.length > 0) || (Array.isArray(b.functions) && b.functions.length > 0),
+    tools: offersTools(b),
     stream: b.stream === true,
     clientWantsUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true,
     clientWantsContinuousUsage: (so as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats === true,
     maxTokens: limits.length ? Math.min(...limits) : undefined,
     choices: n,
   };
+}
+
+/**
+ * The request lets the model call a tool: it offers tools (or legacy functions) and does not forbid
+ * calling them (`tool_choice` / `function_call` "none", under which vLLM parses no calls).
+ */
+function offersTools(b: Record<string, unknown>): boolean {
+  const tools = Array.isArray(b.tools) && b.tools.length > 0 && b.tool_choice !== "none";
+  const functions = Array.isArray(b.functions) && b.functions.length > 0 && b.function_call !== "none";
+  return tools || functions;
 }
 
 export function createV1Handler(deps: V1Deps) {
