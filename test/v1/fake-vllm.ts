@@ -18,6 +18,7 @@ export type Mode =
   | "ok"
   | "overstate"
   | "error500"
+  | "refuse400"
   | "hang"
   | "slow-stream"
   | "break-stream"
@@ -111,6 +112,12 @@ export async function startFakeVllm(name: string, mode: Mode = "ok", opts: { api
     fake.requests.push(body);
     if (fake.mode === "error500") {
       res.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "CUDA out of memory" } }));
+      finished = true;
+      return;
+    }
+    if (fake.mode === "refuse400") {
+      // A broken engine (or another model behind the name) refusing every request as the client's fault.
+      res.writeHead(400, { "content-type": "application/json" }).end(JSON.stringify({ object: "error", message: "This model's maximum context length is 16 tokens", code: 400 }));
       finished = true;
       return;
     }

@@ -7,9 +7,12 @@
 // An endpoint that fails before its first event (no answer, an error status, a
 // stream that ends, drops or stalls first) is left for the next one; from its
 // first event on the request is that endpoint's: never tried elsewhere, and
-// settled for the usage it reported within what was delivered. A client
-// disconnect, the request's deadline or the revocation of its key aborts the
-// upstream call (`signal`).
+// settled for the usage it reported within what was delivered. An endpoint that
+// refuses the request (400, 413, 422: the client's to fix, if the model server
+// is right) gets a second opinion from the next endpoint: if that one serves
+// it, the first refused wrongly and rests; if it refuses too, the client gets
+// the refusal. A client disconnect, the request's deadline or the revocation of
+// its key aborts the upstream call (`signal`).
 import type { IncomingMessage } from "node:http";
 import { deliveredText, StreamedText, type DeliveredText, type TokenCounts } from "../../domain/money/token-pricing.js";
 import type { NodeResponse } from "../rest.js";
@@ -93,7 +96,12 @@ export type ProxyResult =
   /** Nothing was sent and nothing started; the caller releases the reservation and answers with `error`. */
   | { kind: "failed"; error: V1Error };
 
-type Attempt = ProxyResult | { kind: "retry"; error: V1Error };
+type Attempt =
+  | ProxyResult
+  /** The endpoint failed before its first event: the next one is asked. */
+  | { kind: "retry"; error: V1Error }
+  /** The endpoint refused the request (400, 413, 422) before its first event. */
+  | { kind: "refused"; error: V1Error };
 
 const TIMEOUT = Symbol("upstream timeout");
 
@@ -148,6 +156,8 @@ export async function write(res: NodeResponse, data: string, signal?: AbortSigna
 
 export async function proxyChatCompletion(p: ProxyRequest): Promise<ProxyResult> {
   let last: V1Error = new V1Error("no_capacity_available", `no endpoint is serving model "${String(p.body.model)}" right now`);
+  /** The first endpoint that refused the request, waiting for the next one's opinion. */
+  let refusal: { u: Upstream; error: V1Error } | undefined;
   for (const u of p.upstreams.slice(0, p.maxAttempts)) {
     if (p.signal.aborted) break;
     const release = p.picker.acquire(u);
@@ -159,14 +169,28 @@ export async function proxyChatCompletion(p: ProxyRequest): Promise<ProxyResult>
         last = r.error;
         continue;
       }
-      if (r.kind !== "failed") p.picker.succeeded(u);
+      if (r.kind === "refused") {
+        // Refused by two: the request's own fault, answered as the model server put it.
+        if (refusal) return { kind: "failed", error: refusal.error };
+        refusal = { u, error: r.error };
+        continue;
+      }
+      if (r.kind !== "failed") {
+        p.picker.succeeded(u);
+        // Another endpoint served what the first refused: that one refuses wrongly (a broken engine, another model).
+        if (refusal) {
+          p.onUpstreamError?.("upstream_refused");
+          p.picker.failed(refusal.u);
+        }
+      }
       return r;
     } finally {
       release();
     }
   }
-  if (p.signal.aborted) last = abortError(p.signal);
-  return { kind: "failed", error: last };
+  if (p.signal.aborted) return { kind: "failed", error: abortError(p.signal) };
+  // No other endpoint gave an opinion: the refusal is the only answer there is.
+  return { kind: "failed", error: refusal?.error ?? last };
 }
 
 function abortError(signal: AbortSignal): V1Error {
@@ -210,7 +234,7 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
       const text = await readAll(res, 64 * 1024).catch(() => "");
       // The model server refused the request itself (context too long, bad parameter): the client's to fix.
       if ([400, 413, 422].includes(status)) {
-        return { kind: "failed", error: new V1Error("invalid_request", upstreamMessage(text) || `upstream refused the request (${status})`, { status: status === 413 ? 413 : 400 }) };
+        return { kind: "refused", error: new V1Error("invalid_request", upstreamMessage(text) || `upstream refused the request (${status})`, { status: status === 413 ? 413 : 400 }) };
       }
       return failure(`HTTP ${status} ${upstreamMessage(text)}`.trim());
     }
