@@ -58,6 +58,8 @@ export interface Config {
   jobSweepMs: number;
   /** Seconds between health probes of each running serving job's endpoint (src/workers/endpoint-health.ts); 0 disables them. */
   endpointProbeSeconds: number;
+  /** How much of a serving job's run before its endpoint was reported is billed (job-end.ts servingPolicy). */
+  servingLoadGraceSeconds: number;
   /** OpenAI-compatible /v1 gateway (src/http/v1). */
   v1: {
     /** Requests per renter key per minute (0: no limit; SVC_RATE_LIMITS=off turns it off too). */
@@ -259,6 +261,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
     jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),
     endpointProbeSeconds: int(env, "SVC_ENDPOINT_PROBE_SECONDS", 30, 0, ENDPOINT_PROBE_MAX_SECONDS),
+    servingLoadGraceSeconds: int(env, "SVC_SERVING_LOAD_GRACE_SECONDS", 600, 0, 86_400),
     metrics: metricsConfig(env, production),
     ledgerAuditSeconds: int(env, "SVC_LEDGER_AUDIT_SECONDS", 900, 0, 604_800),
     ledgerAuditFullSeconds: int(env, "SVC_LEDGER_AUDIT_FULL_SECONDS", 86_400, 0, 2_592_000),

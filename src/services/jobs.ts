@@ -7,6 +7,7 @@ import { JobService, SubmitJobRequestSchema, SubmitJobResponseSchema, type JobOu
 import type { Db } from "../db/index.js";
 import { apiError, badRequest, forbidden, notFound, ServiceError } from "../errors.js";
 import { dispatchForProvider, jobPolicy, queuePosition, type QueueStanding } from "../domain/dispatch/dispatch.js";
+import { servingPolicy } from "../domain/shared/job-end.js";
 import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
 import { cancelJob } from "../domain/jobs/job-control.js";
 import { appendLogs, completeJob, endpointReady, markJobPreparing, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
@@ -97,6 +98,7 @@ function imageBytes(obj: JsonObject | undefined): Buffer | undefined {
 export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> {
   const { sql, config } = deps;
   jobPolicy.maxAttempts = config.jobMaxAttempts;
+  servingPolicy.loadGraceSeconds = config.servingLoadGraceSeconds;
   const batcher = new SubmitBatcher(sql);
   const watchHub = jobWatchHub(sql, deps.log);
   const signals = jobSignalHub(sql, deps.log);

@@ -17,7 +17,8 @@ import { clearMarketplace, pickUp } from "./helpers.js";
 import { ADMIN, flushHeartbeats, heartbeat } from "../providers/helpers.js";
 
 // The test drives the sweep itself; the server's own sweep is far away.
-const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3" });
+const LOAD_GRACE = 90;
+const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0", SVC_JOB_MAX_ATTEMPTS: "3", SVC_SERVING_LOAD_GRACE_SECONDS: String(LOAD_GRACE) });
 const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
 
@@ -161,6 +162,52 @@ describe("max_duration_seconds", () => {
       status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 20, provider_earned_halala: 15, platform_fee_halala: 5,
     });
     expect(await balance(renter.key)).toMatchObject({ balance_halala: 9_980, held_halala: 0, total_spent_halala: 20 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("bills a vllm_serve job's run before its endpoint report no longer than the load grace, and moves its deadline with it", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const late = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 60, max_duration_seconds: 3600 })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(late);
+    const sinceStart = async (jobId: string) =>
+      (
+        await srv.sql<{ job: number; attempt: number; left: number }[]>`
+          SELECT extract(epoch FROM now() - j.started_at)::float8 AS job, extract(epoch FROM now() - a.started_at)::float8 AS attempt,
+                 extract(epoch FROM j.timeout_at - now())::float8 AS left
+          FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt WHERE j.job_id = ${jobId}`
+      )[0];
+    // The engine took 30 minutes to report its endpoint.
+    await srv.sql`
+      WITH j AS (UPDATE jobs SET started_at = now() - interval '30 minutes', timeout_at = now() + interval '30 minutes' WHERE job_id = ${late} RETURNING id, attempt)
+      UPDATE job_attempts a SET started_at = now() - interval '30 minutes' FROM j WHERE a.job_id = j.id AND a.attempt = j.attempt`;
+    const ready = await api.post(`/api/jobs/${late}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:8000" });
+    expect(ready.status, ready.text).toBe(200);
+    // Its run now starts the grace before the report, on the job and the attempt, and it still has its hour less the grace.
+    const moved = await sinceStart(late);
+    expect(moved.job).toBeGreaterThanOrEqual(LOAD_GRACE);
+    expect(moved.job).toBeLessThan(LOAD_GRACE + 5);
+    expect(moved.attempt).toBeCloseTo(moved.job, 3);
+    expect(moved.left).toBeGreaterThan(3600 - LOAD_GRACE - 5);
+    // The endpoint reported again (the engine restarted) moves nothing.
+    await srv.sql`UPDATE jobs SET started_at = started_at - interval '20 minutes', timeout_at = timeout_at - interval '20 minutes' WHERE job_id = ${late}`;
+    expect((await api.post(`/api/jobs/${late}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:8001" })).status).toBe(200);
+    expect((await sinceStart(late)).job).toBeGreaterThan(20 * 60);
+    await srv.sql`UPDATE jobs SET started_at = started_at + interval '20 minutes', timeout_at = timeout_at + interval '20 minutes' WHERE job_id = ${late}`;
+    // Ended now: billed the grace (90 s: 2 minutes at 20 halala), not the 30 minutes of loading.
+    expect((await api.post("/api/providers/job-result", { api_key: provider.key, job_id: late, success: true, result: {} })).status).toBe(200);
+    expect((await api.get(`/api/jobs/${late}`, renter.headers)).body).toMatchObject({ status: "completed", actual_cost_halala: 40, provider_earned_halala: 30 });
+    const billing = (await api.get(`/api/jobs/${late}/receipt`, renter.headers)).body.receipt.billing;
+    expect(billing.billed_minutes).toBe(2);
+    expect(billing.billed_seconds).toBeGreaterThanOrEqual(LOAD_GRACE);
+
+    // An endpoint reported within the grace bills the whole run, as before.
+    const prompt = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 60, max_duration_seconds: 3600 })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(prompt);
+    await srv.sql`UPDATE jobs SET started_at = now() - interval '60 seconds' WHERE job_id = ${prompt}`;
+    expect((await api.post(`/api/jobs/${prompt}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:8000" })).status).toBe(200);
+    expect((await sinceStart(prompt)).job).toBeGreaterThanOrEqual(60);
+    expect((await sinceStart(prompt)).job).toBeLessThan(LOAD_GRACE);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

@@ -14,7 +14,7 @@ import { type JobRow } from "../shared/job-row.js";
 import type { AssignedJob } from "../notify/job-notices.js";
 import { completeLocked, endLocked, figuresOf, isActive, lockJob, runSeconds, type Figures, type LockedJob } from "../money/settlement.js";
 import { refreshReputation } from "../providers/reputation.js";
-import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeServed, judgeTimeout, type RefusalReason } from "../shared/job-end.js";
+import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeServed, judgeTimeout, servingPolicy, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
 import { withoutNul } from "../shared/lenient.js";
 import { confirmPickup } from "../shared/job-pickup.js";
@@ -584,7 +584,21 @@ export async function endpointReady(
     // The health probe asks the endpoint reported now at its next pass (a probe of the old one still
     // in flight is not recorded: dispatch/endpoint-health.ts). A failing clock keeps running: only a
     // healthy answer stops it, so that reporting the endpoint again and again excuses no dead engine.
-    await tx`UPDATE jobs SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, endpoint_probed_at = NULL, updated_at = now() WHERE id = ${job.id}`;
+    // The attempt's first report, later than the load grace after its run started: the run (billed time and
+    // deadline) starts that grace before now (job-end.ts servingPolicy), here and on the attempt's record.
+    const grace = servingPolicy.loadGraceSeconds;
+    await tx`
+      WITH late AS (
+        SELECT now() - make_interval(secs => ${grace}) AS start FROM jobs
+        WHERE id = ${job.id} AND endpoint_url IS NULL AND status = 'running' AND started_at < now() - make_interval(secs => ${grace})
+      ), moved AS (
+        UPDATE job_attempts a SET started_at = late.start FROM late WHERE a.job_id = ${job.id} AND a.attempt = ${job.attempt}
+      )
+      UPDATE jobs j SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, endpoint_probed_at = NULL, updated_at = now(),
+             timeout_at = coalesce(j.timeout_at + (late.start - j.started_at), j.timeout_at),
+             started_at = coalesce(late.start, j.started_at)
+      FROM (SELECT 1) one LEFT JOIN late ON true
+      WHERE j.id = ${job.id}`;
   });
   return { endpointUrl: endpoint };
 }

@@ -119,6 +119,16 @@ export const TIMEOUT_REPORT_SLACK_SECONDS = 60;
 export const SERVING_JOB_TYPES: readonly string[] = ["vllm_serve"];
 
 /**
+ * How much of a serving job's run before its endpoint was reported is billed: the engine's start
+ * (weights loaded, model warmed). An endpoint reported later than this after the run started moves
+ * the run's start (started_at, and its deadline with it) to this long before the report
+ * (job-reports.ts endpointReady), so a provider that reports its endpoint late is paid for what it
+ * served plus this, and the renter still gets max_duration_seconds less this of service.
+ * SVC_SERVING_LOAD_GRACE_SECONDS.
+ */
+export const servingPolicy = { loadGraceSeconds: 600 };
+
+/**
  * The one rule for a serving job whose attempt never reported its endpoint
  * (jobs.endpoint_url: set by endpoint-ready, cleared on re-queue): it served
  * nothing, so none of its run is billed however it ends (settlement.ts
