@@ -173,22 +173,25 @@ describe("heartbeat: accepted", () => {
 
   it("signals updates by semantic-version comparison against min and latest", async () => {
     const p = await newProvider(srv);
+    // [version, below the minimum (update_available and needs_update, as the interface defines them), below the latest]
     const cases: [string | undefined, boolean, boolean][] = [
       ["2.9.9", true, true],
       ["3.0.0-rc.1", true, true],
-      ["3.0.0", true, false],
-      ["3.1.7", true, false],
-      ["3.2.0-beta.2", true, false],
+      ["3.0.0", false, true],
+      ["3.1.7", false, true],
+      ["3.2.0-beta.2", false, true],
       ["3.2.0", false, false],
       ["v3.2", false, false],
       ["3.10.0", false, false],
       ["not-a-version", false, false],
     ];
-    for (const [version, updateAvailable, needsUpdate] of cases) {
+    for (const [version, belowMin, belowLatest] of cases) {
       const r = await heartbeat(srv, p.key, { gpu_status: gpuStatus(24564, { daemon_version: version }) });
       expect(r.status).toBe(200);
-      expect([version, r.body.update_available, r.body.needs_update]).toEqual([version, updateAvailable, needsUpdate]);
-      if (needsUpdate) expect(r.body.message).toMatch(/update required/);
+      expect([version, r.body.update_available, r.body.needs_update]).toEqual([version, belowMin, belowMin]);
+      if (belowMin) expect(r.body.message).toMatch(/update required/);
+      else if (belowLatest) expect(r.body.message).toMatch(/daemon 3\.2\.0 is available/);
+      else expect(r.body.message).not.toMatch(/available|update/);
     }
     // A top-level daemon_version wins over the one inside gpu_status.
     const top = await heartbeat(srv, p.key, { daemon_version: "1.0.0" });

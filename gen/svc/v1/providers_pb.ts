@@ -488,6 +488,9 @@ export type HeartbeatResponse = Message<"svc.v1.HeartbeatResponse"> & {
   timestamp: string;
 
   /**
+   * True when the daemon's version is below min_version, as needs_update; a newer
+   * release above the minimum is named in the message only.
+   *
    * @generated from field: bool update_available = 4;
    */
   updateAvailable: boolean;

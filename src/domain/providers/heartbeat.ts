@@ -292,12 +292,13 @@ export class HeartbeatPipeline {
     const preload = state.preloadModel && !input.cachedModels?.includes(state.preloadModel) ? state.preloadModel : undefined;
     let message = state.isPaused ? "Heartbeat received; provider is paused and receives no new jobs" : "Heartbeat received";
     if (signals.needsUpdate) message += `; daemon is below the minimum version ${signals.minVersion}: update required`;
-    else if (signals.updateAvailable) message += `; daemon ${signals.latestVersion} is available`;
+    else if (signals.newerRelease) message += `; daemon ${signals.latestVersion} is available`;
+    const { newerRelease: _, ...answered } = signals;
     return {
       success: true,
       message,
       timestamp: new Date(now).toISOString(),
-      ...signals,
+      ...answered,
       approvalStatus: state.approvalStatus,
       approved: state.approvalStatus === "approved",
       preloadModel: preload ? { modelName: preload, status: "downloading" } : undefined,

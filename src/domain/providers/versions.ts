@@ -80,19 +80,23 @@ export interface UpdateSignals {
   needsUpdate: boolean;
   latestVersion: string;
   minVersion: string;
+  /** A newer release than the daemon's exists (said in the heartbeat's message only). */
+  newerRelease: boolean;
 }
 
 /**
- * `needs_update`: the daemon is below the minimum (it must update).
- * `update_available`: the daemon is below the latest release (which includes
- * every daemon below the minimum). A daemon that reports no parseable
- * version gets neither signal: nothing is known to compare.
+ * `needs_update` and `update_available`: the daemon is below the minimum (it
+ * must update). The interface defines `update_available` so, and daemons act
+ * on it (the legacy daemon updates itself when it is true): a daemon at or
+ * above the minimum is only told, in the message, that a newer release
+ * exists. A daemon that reports no parseable version gets no signal: nothing
+ * is known to compare.
  */
 export function updateSignals(reported: string | undefined | null, minVersion: string, latestVersion: string): UpdateSignals {
   const v = parseVersion(reported);
   const min = parseVersion(minVersion);
   const latest = parseVersion(latestVersion);
   const needsUpdate = !!(v && min && compareVersions(v, min) < 0);
-  const updateAvailable = needsUpdate || !!(v && latest && compareVersions(v, latest) < 0);
-  return { updateAvailable, needsUpdate, latestVersion, minVersion };
+  const newerRelease = !!(v && latest && compareVersions(v, latest) < 0);
+  return { updateAvailable: needsUpdate, needsUpdate, latestVersion, minVersion, newerRelease };
 }
