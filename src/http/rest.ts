@@ -132,6 +132,14 @@ export function matchRoute(routes: RestRoute[], httpMethod: string, path: string
   return { route: undefined, pathParams: {}, pathMatched };
 }
 
+/** The methods a path answers (HEAD wherever GET is), for a 405's Allow header. */
+export function allowedMethods(routes: RestRoute[], path: string): string[] {
+  const methods = new Set<string>();
+  for (const r of routes) if (r.pattern.test(path)) methods.add(r.httpMethod);
+  if (methods.has("GET")) methods.add("HEAD");
+  return [...methods].sort();
+}
+
 export function sendJson(res: NodeResponse, status: number, body: unknown, headers: Record<string, string> = {}) {
   const data = JSON.stringify(body);
   res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(data), ...headers });
@@ -338,10 +346,15 @@ export function createRestHandler(opts: RestHandlerOptions) {
     const started = performance.now();
     const url = new URL(req.url ?? "/", "http://localhost");
     const httpMethod = (req.method ?? "GET").toUpperCase();
-    const { route: r, pathParams, pathMatched } = matchRoute(opts.routes, httpMethod, url.pathname);
+    // HEAD is answered as GET: Node's response leaves out the body of an answer to HEAD.
+    const head = httpMethod === "HEAD";
+    const { route: found, pathParams, pathMatched } = matchRoute(opts.routes, head ? "GET" : httpMethod, url.pathname);
+    // An event stream has no headers to give without opening it.
+    const r = head && found?.method.methodKind === "server_streaming" ? undefined : found;
     if (!r) {
       if (!pathMatched) return false;
-      sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${url.pathname.startsWith("/api/") ? maskSecrets(url.pathname) : url.pathname}` });
+      const allow = allowedMethods(opts.routes, url.pathname).filter((m) => !(m === "HEAD" && found));
+      sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${url.pathname.startsWith("/api/") ? maskSecrets(url.pathname) : url.pathname}` }, { allow: allow.join(", ") });
       return true;
     }
     const requestId = requestIdOf(req.headers);
@@ -388,7 +401,10 @@ export function createRestHandler(opts: RestHandlerOptions) {
         const headers: Record<string, string> = { "content-type": raw.contentType || "application/octet-stream", ...extra };
         if (raw.filename) headers["content-disposition"] = `attachment; filename="${raw.filename}"`;
         const file = fileSlot?.file;
-        if (file) {
+        if (file && head) {
+          res.writeHead(status, { ...headers, "content-length": file.size });
+          res.end();
+        } else if (file) {
           fileSlot!.file = undefined;
           res.writeHead(status, { ...headers, "content-length": file.size });
           await writeFile(res, file);

@@ -150,6 +150,9 @@ describe("transcoder edges", () => {
 
     const wrongMethod = await api.call("DELETE", "/api/renters/register");
     expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.get("allow")).toBe("POST");
+    const notDeleted = await api.call("DELETE", "/api/renters/me");
+    expect(notDeleted.headers.get("allow")).toBe("GET, HEAD, PATCH");
 
     const big = await api.post("/api/renters/register", { name: "x".repeat(100 * 1024), email: uniqueEmail() });
     expect(big.status).toBe(413);
@@ -169,6 +172,29 @@ describe("transcoder edges", () => {
     });
     expect(chunked.status).toBe(413);
     expect(JSON.parse(chunked.body).error).toMatch(/too large/);
+  });
+
+  it("answers HEAD wherever GET is answered, with GET's status and headers and no body", async () => {
+    const reg = await api.post("/api/renters/register", { name: "Head", email: uniqueEmail() });
+    const key = reg.body.api_key as string;
+    for (const [path, headers] of [
+      ["/api/renters/me", { "x-renter-key": key }],
+      ["/api/renters/available-providers", {}],
+      ["/api/templates", {}],
+    ] as const) {
+      const get = await fetch(`${srv.url}${path}`, { headers });
+      const head = await fetch(`${srv.url}${path}`, { method: "HEAD", headers });
+      expect([path, head.status]).toEqual([path, get.status]);
+      expect(head.headers.get("content-type")).toBe(get.headers.get("content-type"));
+      expect(head.headers.get("content-length")).toBe(String(Buffer.byteLength(await get.text())));
+      expect(await head.text()).toBe("");
+    }
+    // Unauthenticated, as GET is.
+    expect((await fetch(`${srv.url}/api/renters/me`, { method: "HEAD" })).status).toBe(400);
+    // A route with no GET has no HEAD either.
+    const post = await fetch(`${srv.url}/api/renters/register`, { method: "HEAD" });
+    expect(post.status).toBe(405);
+    expect(post.headers.get("allow")).toBe("POST");
   });
 
   it("serves health and readiness", async () => {
