@@ -333,6 +333,14 @@ describe("the legacy daemon protocol", () => {
     const b2 = await balance(renter.key);
     expect(b2.held_halala).toBe(0);
     expect(b2.balance_halala).toBe(10_000 - 15);
+
+    // /complete with nothing but the key: completed, with no output (404, as the interface says of a job without one).
+    const d = (await api.post("/api/jobs/submit", { job_type: "llm-inference", params: { prompt: "hi" } }, renter.headers)).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(d);
+    expect((await api.post(`/api/jobs/${d}/complete`, { api_key: provider.key })).body.status).toBe("completed");
+    const none = await api.get(`/api/jobs/${d}/output`, renter.headers);
+    expect(none.status).toBe(404);
+    expect(none.body.error).toMatch(/no output/);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

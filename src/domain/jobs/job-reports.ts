@@ -395,7 +395,8 @@ export async function completeJob(sql: Sql, providerId: number, jobId: string, b
   return reportResult(sql, providerId, {
     jobId,
     success: body.success === false || error ? false : true,
-    result: body.result !== undefined ? body.result : rest,
+    // Nothing but the report fields: the job completed with no output (its output answers 404).
+    result: body.result !== undefined ? body.result : Object.keys(rest).length > 0 ? rest : null,
     error: error ?? (body.success === false ? "the job failed on the provider" : undefined),
     metrics: (body.metrics ?? undefined) as JsonObject | undefined,
     fault: typeof body.fault === "string" ? body.fault : undefined,
