@@ -98,7 +98,8 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
           provider: providerMessage(provider),
           gpuMetrics: {
             utilizationPct: num(telemetry.gpu_util_pct),
-            vramUsedMib: BigInt(Math.max(0, Math.round(vramTotal - num(telemetry.free_vram_mib)) || 0)),
+            // Unknown until the daemon reports free VRAM: 0, as the other figures it has not reported.
+            vramUsedMib: BigInt(typeof telemetry.free_vram_mib === "number" ? Math.max(0, Math.round(vramTotal - num(telemetry.free_vram_mib)) || 0) : 0),
             temperatureC: num(telemetry.temp_c),
           },
           todayEarningsHalala: BigInt(earnings.today),

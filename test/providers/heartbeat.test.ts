@@ -101,6 +101,12 @@ describe("heartbeat: accepted", () => {
     expect(me.body.provider.status).toBe("online");
     expect(me.body.provider.gpu_metrics).toEqual({ utilization_pct: 37.5, vram_used_mib: 4564, temperature_c: 61 });
     expect(me.body.provider.gpu_vram_mib).toBe(24564);
+
+    // A beat without free VRAM: how much is used is unknown, not the whole card.
+    const silent = await newProvider(srv);
+    expect((await heartbeat(srv, silent.key, { gpu_status: { gpu_name: "RTX 4090", gpu_vram_mib: 24564 } })).status).toBe(200);
+    await flushHeartbeats(srv);
+    expect((await api.get(`/api/providers/me?key=${silent.key}`)).body.provider.gpu_metrics.vram_used_mib).toBe(0);
   });
 
   it("tolerates what real daemons send: strings for objects, extra fields, missing parts", async () => {
