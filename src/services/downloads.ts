@@ -101,7 +101,8 @@ export function downloadService(deps: Deps): Partial<ServiceImpl<typeof Provider
       if (!["", "true", "false"].includes(checkOnly)) throw badRequest(`check_only must be true or false (got "${req.checkOnly}")`);
       const provider = await providerById(sql, callerProviderId(ctx));
       // The file carries the provider's own task-signing secret: only for a provider the operator approved.
-      if (provider.approval_status !== "approved") {
+      // The version check carries no secret (a digest of the file) and answers any provider.
+      if (provider.approval_status !== "approved" && checkOnly !== "true") {
         throw forbidden(`the daemon file carries this provider's task-signing secret and is served once the provider is approved (approval: ${provider.approval_status})`);
       }
       const { epoch } = await legacySigningOf(sql, provider.id);

@@ -62,6 +62,10 @@ describe("per-provider legacy task secrets", () => {
     expect(r.status).toBe(403);
     expect(r.body.error).toMatch(/approved/);
     expect(r.text).not.toMatch(/HMAC_SECRET/);
+    // Its version check carries no secret, and answers before approval too (the interface's JSON).
+    const check = await api().get(`/api/providers/download/daemon?key=${pending.key}&check_only=true`);
+    expect(check.status).toBe(200);
+    expect(Object.keys(check.body).sort()).toEqual(["download_url", "min_version", "sha256", "version"]);
 
     const p = await makeProvider(srv, { online: false });
     const before = await fileSecret(p.key);
