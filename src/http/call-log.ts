@@ -11,7 +11,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
 import { credentialsKey } from "./credentials.js";
 import { isDatabaseUnavailable } from "../errors.js";
-import { failureLogLevel, toConnectError } from "./errors.js";
+import { failureLogLevel, internalError, toConnectError } from "./errors.js";
 
 const CLIENT_REQUEST_ID = /^[\w.:-]{1,128}$/;
 
@@ -45,7 +45,7 @@ export function callLogInterceptor(log: Logger): Interceptor {
         return new ConnectError("the client went away", Code.Canceled, { "x-request-id": requestId });
       }
       log.error({ err, requestId, procedure, ms }, "call failed");
-      return new ConnectError("internal error", Code.Internal, { "x-request-id": requestId });
+      return internalError(requestId);
     };
     try {
       const res = await next(req);

@@ -53,6 +53,13 @@ export function toConnectError(err: unknown): unknown {
   return new ConnectError(err.message, CODE_FOR_STATUS[err.status] ?? Code.Unknown, metadata);
 }
 
+/** What a call that failed unexpectedly answers: no detail of the cause, the status header as every documented error carries it. */
+export function internalError(requestId?: string): ConnectError {
+  const metadata = new Headers({ [STATUS_HEADER]: "500" });
+  if (requestId) metadata.set("x-request-id", requestId);
+  return new ConnectError("internal error", Code.Internal, metadata);
+}
+
 export interface HttpError {
   status: number;
   message: string;

@@ -61,6 +61,8 @@ describe("request ids", () => {
     expect(err.code).toBe(Code.Internal);
     expect(err.rawMessage).toBe("internal error");
     expect(err.metadata.get("x-request-id")).toBe("rid-1");
+    // The documented status, as every answered error carries it: a client tells the server's 500 from no answer.
+    expect(err.metadata.get("x-svc-http-status")).toBe("500");
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ level: 50, requestId: "rid-1", procedure: "svc.v1.ProviderService/GetMe" });
     expect(JSON.stringify(lines[0])).toContain("secret_table");
