@@ -26,10 +26,11 @@ export const EXIT = {
   ok: 0,
   /** The job ended failed or cancelled. */
   jobFailed: 1,
+  /** svc's arguments, a profile or the environment; also the server's 400 (the values it was given). */
   usage: 2,
   auth: 3,
   unreachable: 4,
-  /** The server refused the request for another reason (402, 404, 409, 429, 5xx...). */
+  /** The server refused the request for another reason (402, 404, 409, 429, 5xx...), its own internal errors included. */
   refused: 5,
   /** `receipt verify`: the receipt (or the output given) does not verify. */
   invalid: 6,
@@ -183,6 +184,9 @@ export function printFields(fields: [string, unknown][]): void {
 
 export const sar = (halala: bigint | number | undefined) => (halala === undefined ? "-" : `${(Number(halala) / 100).toFixed(2)} SAR`);
 
+/** What a call that failed without the server's answer ends with (see reportError). */
+const TRANSPORT_CODES = new Set([Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded]);
+
 const CODE_NAMES: Partial<Record<Code, string>> = Object.fromEntries(
   Object.entries(Code)
     .filter(([, v]) => typeof v === "number")
@@ -204,13 +208,20 @@ export function reportError(err: unknown): number {
   if (err instanceof ConnectError) {
     const http = Number(err.metadata.get("x-svc-http-status")) || undefined;
     const code = CODE_NAMES[err.code] ?? String(err.code);
-    // No status from our server: the request never reached it (refused, reset, DNS, TLS).
-    if (!http && (err.code === Code.Unavailable || err.code === Code.Unknown || err.code === Code.Internal || err.code === Code.DeadlineExceeded)) {
+    // A call the server answered carries its status (grpc-status, and x-svc-http-status on its
+    // documented errors); one that failed in transport (refused, reset, DNS, TLS, a gateway's
+    // bare HTTP error) has neither. As follow.ts `resumable` tells them apart.
+    const answered = http !== undefined || err.metadata.has("grpc-status");
+    if (!answered && TRANSPORT_CODES.has(err.code)) {
       say(`server unreachable: ${err.rawMessage} (gRPC ${code})`);
       return EXIT.unreachable;
     }
-    say(`${err.rawMessage} (${http ? `HTTP ${http}, ` : ""}gRPC ${code})`);
+    // The server's own failures are found in its log by the request id.
+    const requestId = (!http || http >= 500) && answered ? err.metadata.get("x-request-id") : null;
+    say(`${err.rawMessage} (${http ? `HTTP ${http}, ` : ""}gRPC ${code}${requestId ? `, request id ${requestId}` : ""})`);
     if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) return EXIT.auth;
+    // A 400 refuses the values svc was given (a filter, a parameter): a usage error, as svc's own checks.
+    if (http === 400 || (!http && (err.code === Code.InvalidArgument || err.code === Code.OutOfRange))) return EXIT.usage;
     return EXIT.refused;
   }
   const e = err as NodeJS.ErrnoException;

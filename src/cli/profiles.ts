@@ -31,18 +31,49 @@ export function configDir(env = process.env): string {
 
 const fileOf = (env = process.env) => path.join(configDir(env), "profiles.json");
 
+/** The saved profiles; a file that cannot be read or is not svc's JSON is a usage error that names it. */
 export function readProfiles(env = process.env): ProfilesFile {
+  const file = fileOf(env);
+  let text: string;
   try {
-    return JSON.parse(fs.readFileSync(fileOf(env), "utf8")) as ProfilesFile;
+    text = fs.readFileSync(file, "utf8");
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return { profiles: {} };
-    throw new Error(`cannot read ${fileOf(env)}: ${(err as Error).message}`);
+    throw new UsageError(`cannot read ${file}: ${(err as Error).message}`);
   }
+  const broken = (why: string) => new UsageError(`${file} is not a valid profiles file (${why}): fix it, or remove it and run \`svc login\` again`);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw broken((err as Error).message);
+  }
+  const profiles = (parsed as Partial<ProfilesFile> | null)?.profiles;
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed) || typeof profiles !== "object" || profiles === null || Array.isArray(profiles)) {
+    throw broken('not an object with "profiles"');
+  }
+  return parsed as ProfilesFile;
+}
+
+/**
+ * Makes the profiles' folder 0700 when it is svc's own: mkdirSync's mode applies only to a folder
+ * it creates. Left as it is: a symlink (chmod would change its target, set up on purpose), a folder
+ * of another user, and a SVC_CONFIG_DIR that holds other files than svc's (a folder shared with
+ * something else is not svc's to lock down). The file itself is 0600 whatever the folder.
+ */
+function tightenDir(dir: string, env: NodeJS.ProcessEnv): void {
+  if (process.platform === "win32") return;
+  const st = fs.lstatSync(path.resolve(dir)); // resolved: no trailing slash, which would follow a symlink
+  if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o077) === 0) return;
+  const ownFile = (name: string) => name === "profiles.json" || /^profiles\.json\.\d+\.tmp$/.test(name);
+  if (env.SVC_CONFIG_DIR && !fs.readdirSync(dir).every(ownFile)) return;
+  fs.chmodSync(path.resolve(dir), 0o700);
 }
 
 export function saveProfile(name: string, p: Profile, env = process.env): string {
   const dir = configDir(env);
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  tightenDir(dir, env);
   const all = readProfiles(env);
   all.profiles[name] = p;
   all.default ??= name;

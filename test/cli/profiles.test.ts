@@ -2,10 +2,12 @@
 // it was saved for (the same scheme, host and port). SVC_URL naming another
 // server (a project's env file, a staging address) takes SVC_KEY or
 // SVC_ADMIN_TOKEN with it; without one, svc says it is not logged in there
-// rather than send the saved key.
+// rather than send the saved key. And the profiles folder's mode, and a
+// profiles file svc cannot read.
+import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { resolveProfile, saveProfile } from "../../src/cli/profiles.js";
+import { resolveProfile, saveProfile, UsageError } from "../../src/cli/profiles.js";
 import { tempDir } from "../daemon/helpers.js";
 
 const withProfile = () => {
@@ -31,5 +33,60 @@ describe("a saved profile's key", () => {
       url: "https://staging.example.com",
       secret: "svc-renter-staging",
     });
+  });
+});
+
+// README: the profiles' folder is 0700, the file 0600. mkdirSync's mode applies only to a folder it
+// creates, so an existing one is tightened when it is svc's own, and left alone when it is not.
+describe("the profiles folder", () => {
+  const profile = { url: "https://svc.example.com", role: "renter" as const, secret: "svc-renter-saved" };
+  const modeOf = (p: string) => fs.statSync(p).mode & 0o777;
+  const existing = (dir: string, mode = 0o755) => {
+    fs.mkdirSync(dir, { recursive: true });
+    fs.chmodSync(dir, mode);
+    return dir;
+  };
+
+  it("is tightened to 0700 when it already existed, at SVC_CONFIG_DIR or the default place", () => {
+    const dir = existing(path.join(tempDir("svc-profiles"), "config"));
+    const file = saveProfile("default", profile, { SVC_CONFIG_DIR: dir });
+    expect(modeOf(file)).toBe(0o600);
+    expect(modeOf(dir)).toBe(0o700);
+    // Saved again over its own file: still only svc's files there.
+    fs.chmodSync(dir, 0o750);
+    saveProfile("other", profile, { SVC_CONFIG_DIR: dir });
+    expect(modeOf(dir)).toBe(0o700);
+
+    const xdg = tempDir("svc-profiles");
+    const own = existing(path.join(xdg, "svc"));
+    fs.writeFileSync(path.join(own, "notes.txt"), "svc's folder by name");
+    saveProfile("default", profile, { XDG_CONFIG_HOME: xdg });
+    expect(modeOf(own)).toBe(0o700);
+  });
+
+  it("is left alone when it is a symlink, or a SVC_CONFIG_DIR that holds other files", () => {
+    const home = tempDir("svc-profiles");
+    const target = existing(path.join(home, "dotfiles", "svc"));
+    const link = path.join(home, "config");
+    fs.symlinkSync(target, link);
+    const file = saveProfile("default", profile, { SVC_CONFIG_DIR: link });
+    expect(modeOf(file)).toBe(0o600);
+    expect(modeOf(target)).toBe(0o755);
+
+    const shared = existing(path.join(home, "project"));
+    fs.writeFileSync(path.join(shared, "README"), "a folder of other things");
+    saveProfile("default", profile, { SVC_CONFIG_DIR: shared + "/" });
+    expect(modeOf(path.join(shared, "profiles.json"))).toBe(0o600);
+    expect(modeOf(shared)).toBe(0o755);
+  });
+});
+
+describe("a malformed profiles file", () => {
+  it("is a usage error that names the file", () => {
+    const dir = path.join(tempDir("svc-profiles"), "config");
+    fs.mkdirSync(dir);
+    fs.writeFileSync(path.join(dir, "profiles.json"), "{ not json");
+    expect(() => resolveProfile(undefined, { SVC_CONFIG_DIR: dir })).toThrow(UsageError);
+    expect(() => resolveProfile(undefined, { SVC_CONFIG_DIR: dir })).toThrow(`${path.join(dir, "profiles.json")} is not a valid profiles file`);
   });
 });

@@ -13,8 +13,8 @@ export function addAdminCommands(program: Command, ctx: Context): void {
   listCommand(ctx, admin.command("providers").description("providers").option("--pending", "only those waiting for approval").option("--status <status>"), {
     role: "admin",
     limit: 50,
-    fetch: (c, o: { pending?: boolean; status?: string; limit: number }) =>
-      c.admin.listProviders({ approvalStatus: o.pending ? "pending" : undefined, status: o.status, limit: o.limit }),
+    fetch: (c, o: { pending?: boolean; status?: string; limit: number; offset: number }) =>
+      c.admin.listProviders({ approvalStatus: o.pending ? "pending" : undefined, status: o.status, limit: o.limit, offset: o.offset }),
     rows: (r) => r.providers,
     columns: [
       ["id", (p) => p.id],
@@ -34,7 +34,7 @@ export function addAdminCommands(program: Command, ctx: Context): void {
       .description(`${verb} a provider`)
       .action(async (id: string, o: { reason?: string }) => {
         const { c } = session("admin");
-        const req = { id: BigInt(int("provider_id")(id)), reason: o.reason };
+        const req = { id: BigInt(int("provider_id", "int64")(id)), reason: o.reason };
         const r =
           verb === "approve"
             ? await c.admin.approveProvider(req)
@@ -58,7 +58,7 @@ export function addAdminCommands(program: Command, ctx: Context): void {
   listCommand(ctx, admin.command("renters").description("renters").option("--q <text>", "search name or email"), {
     role: "admin",
     limit: 50,
-    fetch: (c, o: { q?: string; limit: number }) => c.admin.listRenters({ q: o.q, limit: o.limit }),
+    fetch: (c, o: { q?: string; limit: number; offset: number }) => c.admin.listRenters({ q: o.q, limit: o.limit, offset: o.offset }),
     rows: (r) => r.renters,
     columns: [["id", (x) => x.id], ["name", (x) => x.name], ["email", (x) => x.email], ["status", (x) => x.status], ["balance (halala)", (x) => x.balanceHalala]],
   });
@@ -69,8 +69,8 @@ export function addAdminCommands(program: Command, ctx: Context): void {
       .description("every job, newest first, with the total that matches the filters")
       .option("--status <status>")
       .option("--type <job_type>", "one job type")
-      .option("--renter <id>", "one renter's", int("--renter"))
-      .option("--provider <id>", "one provider's", int("--provider")),
+      .option("--renter <id>", "one renter's", int("--renter", "int64"))
+      .option("--provider <id>", "one provider's", int("--provider", "int64")),
     {
       role: "admin",
       limit: 50,
@@ -85,13 +85,12 @@ export function addAdminCommands(program: Command, ctx: Context): void {
         }),
       rows: (r) => r.jobs,
       columns: [["job", (j) => j.jobId], ["type", (j) => j.jobType], ["status", (j) => statusColour(j.status)], ["renter", (j) => j.renterId], ["provider", (j) => j.providerId], ["submitted", (j) => j.submittedAt]],
-      footer: (r, o) => `${o.offset + r.jobs.length > 0 ? `${o.offset + 1}-${o.offset + r.jobs.length}` : "none"} of ${r.total}`,
     },
-  ).option("--offset <n>", "skip this many", int("--offset"), 0);
+  );
   listCommand(ctx, admin.command("audit").description("the audit log").option("--action <action>"), {
     role: "admin",
     limit: 50,
-    fetch: (c, o: { action?: string; limit: number }) => c.admin.listAudit({ action: o.action, limit: o.limit }),
+    fetch: (c, o: { action?: string; limit: number; offset: number }) => c.admin.listAudit({ action: o.action, limit: o.limit, offset: o.offset }),
     rows: (r) => r.entries,
     columns: [["when", (e) => e.createdAt], ["actor", (e) => e.actor], ["action", (e) => e.action], ["target", (e) => `${e.targetType} ${e.targetId}`]],
   });

@@ -3,7 +3,7 @@
 // the list command they share.
 import type { Command } from "commander";
 import { clientsFor, type Clients } from "../clients.js";
-import { printJson, printTable } from "../output.js";
+import { out, printJson, printTable } from "../output.js";
 import { resolveProfile, UsageError, withArticle, type Profile, type Role } from "../profiles.js";
 
 export interface Globals {
@@ -38,18 +38,34 @@ export function contextOf(program: Command): Context {
   };
 }
 
-export const int = (name: string) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n)) throw new UsageError(`${name} must be an integer`);
-  return n;
-};
+/** The range of each protobuf integer type an option is sent as; int64 within what a JS number holds exactly. */
+const INT_RANGES = {
+  int32: [-(2 ** 31), 2 ** 31 - 1],
+  uint32: [0, 2 ** 32 - 1],
+  int64: [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+} as const;
+export type IntType = keyof typeof INT_RANGES;
+
+/**
+ * The parser of an integer option sent as a protobuf `type` (default int32): a value out of its range
+ * is a usage error here, not a request that fails to serialise.
+ */
+export const int =
+  (name: string, type: IntType = "int32") =>
+  (v: string) => {
+    const n = /^\s*[-+]?\d+\s*$/.test(v) ? Number(v) : NaN;
+    if (!Number.isInteger(n)) throw new UsageError(`${name} must be an integer`);
+    const [min, max] = INT_RANGES[type];
+    if (n < min || n > max) throw new UsageError(`${name} must be an integer from ${min} to ${max}`);
+    return n;
+  };
 export const num = (name: string) => (v: string) => {
   const n = Number(v);
   if (!Number.isFinite(n)) throw new UsageError(`${name} must be a number`);
   return n;
 };
 
-export interface ListSpec<O extends { limit: number }, R, T> {
+export interface ListSpec<O extends Paging, R extends { total?: bigint }, T> {
   /** Who may list (default: any role). */
   role?: Role;
   /** --limit's default. */
@@ -57,22 +73,37 @@ export interface ListSpec<O extends { limit: number }, R, T> {
   fetch(c: Clients, o: O): Promise<R>;
   rows(r: R): T[];
   columns: [string, (row: T) => unknown][];
-  /** A line printed under the table. */
-  footer?(r: R, o: O): string;
+}
+
+export interface Paging {
+  limit: number;
+  offset: number;
+}
+
+/** "21-25 of 25", "1-20 of 25 (--offset 20 for more)": which rows of how many were printed. */
+export function pageLine(shown: number, total: number, offset: number): string {
+  if (shown === 0) return `none of ${total}${offset > 0 ? ` (past --offset ${offset})` : ""}`;
+  const last = offset + shown;
+  return `${offset + 1}-${last} of ${total}${last < total ? ` (--offset ${last} for more)` : ""}`;
 }
 
 /**
- * Makes `cmd` (its filter options already added) a list: adds --limit, and
- * prints the rows it fetches as a table, or the whole answer with --json.
- * Returns `cmd`, for options that come after --limit in its help.
+ * Makes `cmd` (its filter options already added) a list: adds --limit and --offset, and prints
+ * the rows it fetches as a table with which of how many they are when the server counts them
+ * (its `total`), or the whole answer with --json (total, limit and offset with the rows).
+ * Returns `cmd`, for options that come after them in its help.
  */
-export function listCommand<O extends { limit: number }, R, T>(ctx: Context, cmd: Command, spec: ListSpec<O, R, T>): Command {
-  return cmd.option("--limit <n>", "how many", int("--limit"), spec.limit).action(async (o: O) => {
-    const { c } = ctx.session(spec.role);
-    const r = await spec.fetch(c, o);
-    ctx.show(r, () => {
-      printTable(spec.rows(r), spec.columns);
-      if (spec.footer) console.log(spec.footer(r, o));
+export function listCommand<O extends Paging, R extends { total?: bigint }, T>(ctx: Context, cmd: Command, spec: ListSpec<O, R, T>): Command {
+  return cmd
+    .option("--limit <n>", "how many", int("--limit"), spec.limit)
+    .option("--offset <n>", "skip this many (the next page)", int("--offset"), 0)
+    .action(async (o: O) => {
+      const { c } = ctx.session(spec.role);
+      const r = await spec.fetch(c, o);
+      ctx.show(r, () => {
+        const rows = spec.rows(r);
+        printTable(rows, spec.columns);
+        if (r.total !== undefined && r.total > 0n) out(pageLine(rows.length, Number(r.total), o.offset));
+      });
     });
-  });
 }

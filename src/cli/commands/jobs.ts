@@ -17,14 +17,14 @@ function outputFormatOf(obj: JsonObject): string {
 
 /**
  * The jobs the credential may see (`svc jobs ls`, `svc provider jobs`): `cmd`
- * with --status added gets --limit (20) and prints job, type, status, the
+ * with --status added gets --limit (20) and --offset and prints job, type, status, the
  * columns `between`, then when it was submitted.
  */
 export function jobList(ctx: Context, cmd: Command, role: Role | undefined, between: [string, (j: Job) => unknown][]): Command {
   return listCommand(ctx, cmd, {
     role,
     limit: 20,
-    fetch: (c, o: { status?: string; limit: number }) => c.jobs.list({ status: o.status, limit: o.limit }),
+    fetch: (c, o: { status?: string; limit: number; offset: number }) => c.jobs.list({ status: o.status, limit: o.limit, offset: o.offset }),
     rows: (r) => r.jobs,
     columns: [["job", (j) => j.jobId], ["type", (j) => j.jobType], ["status", (j) => statusColour(j.status)], ...between, ["submitted", (j) => j.submittedAt]],
   });

@@ -4,7 +4,8 @@ import readline from "node:readline";
 import { Writable } from "node:stream";
 import { Option, type Command } from "commander";
 import { clientsFor } from "../clients.js";
-import { out, printFields } from "../output.js";
+import { SIGNAL_EXIT } from "../follow.js";
+import { Exit, out, printFields } from "../output.js";
 import { ROLES, checkBaseUrl, maskSecret, resolveProfile, roleOfKey, saveProfile, UsageError, type Profile, type Role } from "../profiles.js";
 import type { Context } from "./context.js";
 
@@ -23,12 +24,21 @@ async function readSecret(prompt: string): Promise<string> {
     },
   });
   const rl = readline.createInterface({ input: process.stdin, output, terminal: true });
-  return new Promise((resolve) => {
-    rl.question(prompt, (answer) => {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const settle = (then: () => void) => {
+      if (settled) return;
+      settled = true;
       rl.close();
       process.stderr.write("\n");
-      resolve(answer.trim());
-    });
+      then();
+    };
+    rl.question(prompt, (answer) => settle(() => resolve(answer.trim())));
+    // The terminal is raw while reading: Ctrl-C reaches readline, not the process, and with no
+    // listener readline only pauses, leaving this promise (and svc) hanging. Exit as Ctrl-C does.
+    rl.on("SIGINT", () => settle(() => reject(new Exit(SIGNAL_EXIT.SIGINT))));
+    // Ctrl-D on an empty line closes the input: no key given.
+    rl.on("close", () => settle(() => resolve("")));
     muted = true;
   });
 }

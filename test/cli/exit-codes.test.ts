@@ -1,0 +1,172 @@
+// svc's exit codes as a real subprocess against a real server: a failure
+// inside the server is its answer (5, with its request id), not "server
+// unreachable" (4), with or without the server's status header; a 400 and an integer option out of its protobuf type's
+// range are usage errors (2); so is a broken profiles file; Ctrl-C at
+// `svc login`'s hidden prompt exits 130 as Ctrl-C does elsewhere.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { reportError } from "../../src/cli/output.js";
+import { makeRenter } from "../helpers/fixtures.js";
+import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
+import { hasCommand, tempDir } from "../daemon/helpers.js";
+
+const SVC = path.resolve("bin/svc.js");
+const srv = useTestServer();
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs svc with a config folder of its own and only the SVC_ variables given. */
+function svc(args: string[], opts: { home: string; input?: string; env?: Record<string, string> }): Promise<Run> {
+  const env: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(opts.home, "config"), NO_COLOR: "1" };
+  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"]) delete env[k];
+  Object.assign(env, opts.env);
+  const child = spawn(process.execPath, [SVC, ...args], { env, cwd: opts.home, stdio: ["pipe", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  child.stdin.end(opts.input ?? "");
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+/**
+ * Runs `svc login` on a pseudo-terminal (python3's pty), waits for its prompt, types `keys`, and
+ * returns how svc ended: its exit code, or "hung" when it has not ended 20 s later.
+ */
+function loginOnTerminal(home: string, keys: string): Promise<string> {
+  const script = path.join(home, "login_on_pty.py");
+  fs.writeFileSync(
+    script,
+    `import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["SVC_CONFIG_DIR"] = ${JSON.stringify(path.join(home, "config"))}
+    for k in ("SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"): os.environ.pop(k, None)
+    os.execv(${JSON.stringify(process.execPath)}, [${JSON.stringify(process.execPath)}, ${JSON.stringify(SVC)}, "login", "--url", ${JSON.stringify(srv.url)}])
+out = b""
+def read(seconds):
+    global out
+    end = time.time() + seconds
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try: out += os.read(fd, 1000)
+            except OSError: return
+while b"API key" not in out: read(0.2)
+os.write(fd, ${JSON.stringify(keys)}.encode())
+started = time.time()
+while True:
+    read(0.2)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done: break
+    if time.time() - started > 20:
+        os.kill(pid, 9); os.waitpid(pid, 0); print("hung"); sys.exit(0)
+print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+`,
+  );
+  const child = spawn("python3", [script], { stdio: ["ignore", "pipe", "inherit"] });
+  let stdout = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  return new Promise((resolve) => child.on("close", () => resolve(stdout.trim())));
+}
+
+describe("reportError", () => {
+  afterEach(() => vi.restoreAllMocks());
+  const report = (err: ConnectError) => {
+    let written = "";
+    vi.spyOn(process.stderr, "write").mockImplementation((s) => ((written += String(s)), true));
+    return { code: reportError(err), written };
+  };
+
+  it("tells a server's answer without a status header (a server of before the header) from no answer", () => {
+    // What the gRPC client makes of an answer: its trailers (grpc-status, the server's own) as metadata.
+    const answered = new ConnectError("internal error", Code.Internal, { "grpc-status": "13", "x-request-id": "req-1" });
+    expect(report(answered)).toEqual({ code: 5, written: "svc: internal error (gRPC internal, request id req-1)\n" });
+    // No answer at all: no metadata.
+    const lost = new ConnectError("connect ECONNREFUSED 127.0.0.1:9", Code.Unavailable);
+    expect(report(lost)).toEqual({ code: 4, written: "svc: server unreachable: connect ECONNREFUSED 127.0.0.1:9 (gRPC unavailable)\n" });
+    // A documented 4xx: its status, no request id.
+    const refused = new ConnectError("job not found", Code.NotFound, { "grpc-status": "5", "x-svc-http-status": "404", "x-request-id": "req-2" });
+    expect(report(refused)).toEqual({ code: 5, written: "svc: job not found (HTTP 404, gRPC not_found)\n" });
+  });
+});
+
+// Each svc run starts a Node process: seconds each on a loaded machine.
+describe("svc exit codes", { timeout: 180_000 }, () => {
+  it("a server's internal error exits 5 with the server's message and its request id, not 4 'server unreachable'", async () => {
+    const home = tempDir("svc-exit");
+    const renter = await makeRenter(srv);
+    // GetRenterUsage then fails inside the server (an unexpected error, not a lost database).
+    await srv.sql`ALTER TABLE v1_usage RENAME TO v1_usage_away`;
+    let r: Run;
+    try {
+      r = await svc(["usage"], { home, env: { SVC_URL: srv.url, SVC_KEY: renter.key } });
+    } finally {
+      await srv.sql`ALTER TABLE v1_usage_away RENAME TO v1_usage`;
+    }
+    expect(r.stderr).toMatch(/^svc: internal error \(HTTP 500, gRPC internal, request id [\w.:-]+\)$/m);
+    expect(r.stderr).not.toMatch(/unreachable/);
+    expect(r.code).toBe(5);
+    // No answer at all is still "unreachable" (4).
+    const down = await svc(["usage"], { home, env: { SVC_URL: "http://127.0.0.1:9", SVC_KEY: renter.key } });
+    expect(down.stderr).toMatch(/server unreachable/);
+    expect(down.code).toBe(4);
+  });
+
+  it("an integer option outside its protobuf type's range is a usage error naming the option (2), not 'server unreachable' (4)", async () => {
+    const home = tempDir("svc-exit");
+    const renter = await makeRenter(srv, 10_000);
+    const env = { SVC_URL: srv.url, SVC_KEY: renter.key };
+    const cases: [string[], RegExp, Record<string, string>?][] = [
+      [["jobs", "ls", "--limit", "3000000000"], /--limit must be an integer from -2147483648 to 2147483647/],
+      [["jobs", "ls", "--offset", "-2147483649"], /--offset must be an integer from -2147483648 to 2147483647/],
+      [["submit", "benchmark", "--duration", "1", "--priority", "4294967297"], /--priority must be an integer from/],
+      [["submit", "benchmark", "--duration", "1", "--provider", "99999999999999999999"], /--provider must be an integer from -9007199254740991 to 9007199254740991/],
+      [["submit", "benchmark", "--duration", "1", "--max-duration", "1e30"], /--max-duration must be an integer$/m],
+      [["admin", "approve", "99999999999999999999"], /provider_id must be an integer from/, { SVC_URL: srv.url, SVC_ADMIN_TOKEN: ADMIN_TOKEN }],
+    ];
+    for (const [args, message, caseEnv] of cases) {
+      const r = await svc(args, { home, env: caseEnv ?? env });
+      expect(r.stderr, args.join(" ")).toMatch(message);
+      expect(r.stderr, args.join(" ")).not.toMatch(/unreachable/);
+      expect(r.code, args.join(" ")).toBe(2);
+    }
+    // Nothing was submitted.
+    expect((await srv.sql`SELECT count(*)::int AS n FROM jobs WHERE renter_id = ${renter.id}`)[0].n).toBe(0);
+  });
+
+  it("a 400 (a value the server refuses) is a usage error: 2, with the server's message", async () => {
+    const home = tempDir("svc-exit");
+    const renter = await makeRenter(srv);
+    const r = await svc(["jobs", "ls", "--limit", "0"], { home, env: { SVC_URL: srv.url, SVC_KEY: renter.key } });
+    expect(r.stderr).toMatch(/limit must be an integer between 1 and 200 \(HTTP 400, gRPC invalid_argument\)/);
+    expect(r.code).toBe(2);
+  });
+
+  it("a malformed profiles file is a usage error that names the file (2), not a refusal (5)", async () => {
+    const home = tempDir("svc-exit");
+    const file = path.join(home, "config", "profiles.json");
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    for (const text of ['{"profiles": {"default": ', "[]", '{"profiles": null}']) {
+      fs.writeFileSync(file, text);
+      const r = await svc(["whoami"], { home });
+      expect(r.stderr, text).toContain(`svc: ${file} is not a valid profiles file`);
+      expect(r.stderr, text).toMatch(/remove it and run `svc login` again/);
+      expect(r.stderr, text).not.toMatch(/\n\s+at /);
+      expect(r.code, text).toBe(2);
+    }
+  });
+
+  it.skipIf(!hasCommand("python3"))("Ctrl-C at login's hidden prompt exits 130; Ctrl-D there is no key given (2)", async () => {
+    // The terminal is raw while the key is read: Ctrl-C reaches svc as a byte, not a signal.
+    expect(await loginOnTerminal(tempDir("svc-exit"), "svc-renter-abc\x03")).toBe("130");
+    expect(await loginOnTerminal(tempDir("svc-exit"), "\x04")).toBe("2");
+  });
+});
