@@ -90,7 +90,7 @@ print(json.dumps([svc_daemon.daemon_label("/srv/a/work"), svc_daemon.daemon_labe
 
     // A job's folder is a child of the work folder, never the work folder itself, its parent or a hidden one (.svc-results).
     expect(["..", ".", ".svc-results", "job-1"].map(safeName)).toEqual(["-.", "-", "-svc-results", "job-1"]);
-    expect(jobFiles("/srv/a/work", "..")).toEqual({ outDir: "/srv/a/work/-.", cidFile: "/srv/a/work/-..cid" });
+    expect(jobFiles("/srv/a/work", "..")).toEqual({ outDir: "/srv/a/work/-.", cidFile: "/srv/a/work/-..cid", envFile: "/srv/a/work/-..env" });
     expect(JSON.parse(python(`import json, svc_daemon
 print(json.dumps([svc_daemon.job_folder("/srv/a/work", n) for n in ["..", ".", ".svc-results", "job-1"]]))`))).toEqual(
       ["/srv/a/work/-.", "/srv/a/work/-", "/srv/a/work/-svc-results", "/srv/a/work/job-1"],

@@ -155,11 +155,48 @@ describe("docker executor (fake docker CLI)", () => {
         taskSpec: { container: { image: "python:3.12-slim" }, command: ["python", "-c", "print(1)"], env: { B: "2", A: "1" }, inputs: { workdir: "/app" } },
       },
       { ...opts, gpus: false },
+      undefined,
+      undefined,
+      {},
     );
     const a = plan.argv.join(" ");
     expect(a).toContain("--network none");
     expect(a).not.toContain("--gpus");
-    expect(a).toContain("-e A=1 -e B=2 -w /app python:3.12-slim python -c print(1)");
+    // By name: the values go in docker's own environment, never on its command line.
+    expect(a).toContain("-e A -e B -w /app python:3.12-slim python -c print(1)");
+    expect(plan.cliEnv).toEqual({ A: "1", B: "2" });
+    expect(plan.envFile).toBeUndefined();
+  });
+
+  it("passes a task's env that the docker CLI would read itself in an env file, leaving the CLI's environment alone", () => {
+    const env = {
+      DOCKER_HOST: "tcp://renter-engine:2375",
+      PATH: "/renter/bin",
+      LD_PRELOAD: "/renter/lib.so",
+      http_proxy: "http://renter-proxy",
+      PROVIDER_SETTING: "renter-setting",
+      TOKEN: "renter-token",
+      MULTI: "renter\nlines",
+      BAD_DOCKER_CONFIG: "renter-config",
+      DOCKER_CONFIG: "renter\nconfig",
+      NUL: "renter\u0000nul",
+    };
+    const plan = dockerRunArgs(
+      { jobId: "job-c2", jobType: "custom_container", maxDurationSeconds: 60, taskSpec: { container: { image: "python:3.12-slim" }, command: ["true"], env } },
+      opts,
+      undefined,
+      undefined,
+      { PROVIDER_SETTING: "provider", PATH: "/usr/bin" },
+    );
+    expect(plan.cliEnv).toEqual({ BAD_DOCKER_CONFIG: "renter-config", MULTI: "renter\nlines", TOKEN: "renter-token" });
+    expect(plan.envFile).toEqual({
+      path: path.join(opts.workRoot, "job-c2.env"),
+      text: "DOCKER_HOST=tcp://renter-engine:2375\nLD_PRELOAD=/renter/lib.so\nPATH=/renter/bin\nPROVIDER_SETTING=renter-setting\nhttp_proxy=http://renter-proxy\n",
+    });
+    // No value can go by the file with a line break, nor anywhere with a NUL.
+    expect(plan.unpassableEnv).toEqual(["DOCKER_CONFIG", "NUL"]);
+    expect(optionOf(plan.argv, "--env-file")).toBe(plan.envFile!.path);
+    for (const value of Object.values(env)) expect(plan.argv.some((a) => a.includes(value)), value).toBe(false);
   });
 
   it("vllm_serve: the engine's key goes to docker by name, with its value in the CLI's environment; a task's own is left out", () => {
@@ -170,15 +207,15 @@ describe("docker executor (fake docker CLI)", () => {
       taskSpec: { container: { image: "vllm/vllm-openai:v0.6.3" }, model: "Qwen/Qwen2.5-7B-Instruct", serve: { api: "openai", container_port: 8000 }, ...(env ? { env } : {}) },
     });
     const plan = dockerRunArgs(serve({ VLLM_API_KEY: "renter-chosen", A: "1" }), opts, 8123, "the-jobs-own-key");
-    expect(plan.argv.join(" ")).toContain("-e A=1 -e VLLM_API_KEY -p 8123:8000");
+    expect(plan.argv.join(" ")).toContain("-e A -e VLLM_API_KEY -p 8123:8000");
     expect(plan.argv.join(" ")).not.toContain("renter-chosen");
     expect(plan.argv.join(" ")).not.toContain("the-jobs-own-key");
-    expect(plan.cliEnv).toEqual({ VLLM_API_KEY: "the-jobs-own-key" });
+    expect(plan.cliEnv).toEqual({ A: "1", VLLM_API_KEY: "the-jobs-own-key" });
     expect(plan.droppedKeyEnv).toBe(true);
     // Other job types pass a task's VLLM_API_KEY like any variable, and get no key of ours.
     const other = dockerRunArgs({ ...llmJob, taskSpec: { ...llmJob.taskSpec, env: { VLLM_API_KEY: "x" } } }, opts, undefined, "unused");
-    expect(other.argv).toContain("VLLM_API_KEY=x");
-    expect(other.cliEnv).toBeUndefined();
+    expect(other.argv).toContain("VLLM_API_KEY");
+    expect(other.cliEnv).toEqual({ VLLM_API_KEY: "x" });
   });
 
   it("runs the minimal jobs' defaults: the built-in scene and the smoke check need no network", () => {
@@ -342,7 +379,7 @@ describe("docker executor: exit status 125, clean-up and GPUs (fake docker engin
     expect(plan.droppedEnv).toContain("NVIDIA_NOT_LISTED");
     // Whatever the image's own ENV says.
     for (const k of ["NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY"]) expect(plan.argv.join(" "), k).toContain(`-e ${k}=disabled`);
-    expect(plan.argv.join(" ")).toContain("-e KEEP=1 nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
+    expect(plan.argv.join(" ")).toContain("-e KEEP nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
     // No GPU handed to the job: it gets none, not every GPU of the host.
     expect(dockerRunArgs(job("job-gpu2", "ok", { gpus: undefined }), eopts).argv).not.toContain("--gpus");
   });

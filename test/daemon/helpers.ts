@@ -251,8 +251,13 @@ export interface FakeContainer {
   id: string;
   name: string;
   labels: Record<string, string>;
-  /** Its environment as docker builds it from `-e`: `NAME=value`, or `NAME` alone, copied from the CLI's own environment (left out when unset there). */
+  /** Its environment as docker builds it from `--env-file` and `-e`: `NAME=value`, or `NAME` alone, copied from the CLI's own environment (left out when unset there). */
   env: Record<string, string>;
+  /** The `--env-file` it was run with, and that file's mode bits then (null: none). */
+  envFile: string | null;
+  envFileMode: number | null;
+  /** What the `docker run` CLI process itself had of the variables that choose the engine it talks to. */
+  cliEnv: { DOCKER_HOST: string | null; DOCKER_CONFIG: string | null };
   pid: number;
   running: boolean;
 }
@@ -260,11 +265,11 @@ export interface FakeContainer {
 /**
  * A fake `docker` CLI playing the engine's part closely enough for the daemons: `run` creates a
  * container (its id written to `--cidfile`, which must not exist yet; refused, 125, while a container
- * of its `--name` exists), makes each named volume of its `-v NAME:PATH` that is not there (with no
+ * of its `--name` exists), reads `--env-file`, makes each named volume of its `-v NAME:PATH` that is not there (with no
  * label), starts it and passes its exit status through; `--rm` removes it once it exits, as the
  * engine does; `inspect` answers a container's state (`{{json .State}}`); `kill` stops a running one;
  * `rm` removes containers (a running one only with `-f`/`--force`, which kills it; never a named
- * volume); `ps` lists them (`-a`, `-q`, `--no-trunc`, `--filter label=KEY[=VALUE]` ANDed, `--format`
+ * volume), after failing its first `opts.rmFailures` calls as a stuck engine does; `ps` lists them (`-a`, `-q`, `--no-trunc`, `--filter label=KEY[=VALUE]` ANDed, `--format`
  * with `{{.ID}}`, `{{.Names}}`, `{{.Label "KEY"}}`); `volume create [--label KEY=VALUE]... NAME` makes
  * a volume (one of that name already there is kept as it is, labels included); `volume ls` lists them
  * (`-q`, `--filter label=KEY[=VALUE]` ANDed, `--format` with `{{.Name}}`, `{{.Label "KEY"}}`);
@@ -291,8 +296,9 @@ export interface FakeContainer {
  * when its environment has that key (401 otherwise, as vLLM does); `GET /v1/models` lists the
  * `--model`, `POST /v1/chat/completions` answers "Hello from a fake engine." with its usage.
  */
-export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; pull?: "ok" | "slow" | "fail" | "hang" | "gate" } = {}): FakeDocker {
+export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; pull?: "ok" | "slow" | "fail" | "hang" | "gate"; rmFailures?: number } = {}): FakeDocker {
   const calls = path.join(dir, "docker-calls.jsonl");
+  if (opts.rmFailures) fs.writeFileSync(path.join(dir, "rm-failures"), String(opts.rmFailures));
   if (opts.images === "absent") fs.writeFileSync(path.join(dir, "images-absent"), "");
   if (opts.pull) fs.writeFileSync(path.join(dir, "pull-mode"), opts.pull);
   const file = writeExecutable(
@@ -448,6 +454,11 @@ if cmd == "ps":
             print(shown + "   " + meta["name"])
     sys.exit(0)
 if cmd == "rm":
+    left = int(open(os.path.join(STATE, "rm-failures")).read()) if os.path.exists(os.path.join(STATE, "rm-failures")) else 0
+    if left > 0:
+        open(os.path.join(STATE, "rm-failures"), "w").write(str(left - 1))
+        print("Error response from daemon: could not kill container: tried to kill container, but did not receive an exit event", file=sys.stderr)
+        sys.exit(1)
     force = "f" in flags() or "--force" in args
     code = 0
     for ref in [a for a in args[1:] if not a.startswith("-")]:
@@ -534,8 +545,22 @@ def save(**state):
     os.replace(tmp, state_file(cid))
 
 labels = dict(args[i + 1].partition("=")[::2] for i, a in enumerate(args) if a == "--label")
-# As docker does: -e NAME=value sets it; -e NAME alone copies the CLI's own, or nothing when it has none.
+# As docker does: --env-file first (NAME=value a line; NAME alone copies the CLI's own), then -e
+# NAME=value sets it; -e NAME alone copies the CLI's own, or nothing when it has none.
 env = {}
+env_file = opt("--env-file")
+env_file_mode = None
+if env_file:
+    env_file_mode = os.stat(env_file).st_mode & 0o777
+    for line in open(env_file).read().split("\\n"):
+        line = line.lstrip()
+        if not line or line.startswith("#"):
+            continue
+        k, eq, v = line.partition("=")
+        if eq:
+            env[k] = v
+        elif k in os.environ:
+            env[k] = os.environ[k]
 for i, a in enumerate(args):
     if a == "-e" and i + 1 < len(args):
         k, eq, v = args[i + 1].partition("=")
@@ -543,7 +568,8 @@ for i, a in enumerate(args):
             env[k] = v
         elif k in os.environ:
             env[k] = os.environ[k]
-json.dump({"name": name, "labels": labels, "env": env, "pid": os.getpid(), "volumes": mounted}, open(meta_file(cid), "w"))
+cli = {k: os.environ.get(k) for k in ("DOCKER_HOST", "DOCKER_CONFIG")}
+json.dump({"name": name, "labels": labels, "env": env, "envFile": env_file, "envFileMode": env_file_mode, "cliEnv": cli, "pid": os.getpid(), "volumes": mounted}, open(meta_file(cid), "w"))
 save()
 if what == "start-fails":
     save(ExitCode=128, Error="failed to create task for container: OCI runtime create failed")

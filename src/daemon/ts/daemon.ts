@@ -64,6 +64,22 @@ export interface DaemonConfig {
    */
   stopGraceMs: number;
   log: (line: string) => void;
+  /** Overrides JOB_LOG_MAX_BYTES (tests). */
+  jobLogMaxBytes?: number;
+  /** Overrides BACKLOG_MAX_BYTES (tests). */
+  backlogMaxBytes?: number;
+}
+
+/** What the signed task says about how the job runs (signedTerms). */
+interface SignedTerms {
+  jobType: string | undefined;
+  maxDurationSeconds: number | undefined;
+  minVramGb: number;
+}
+
+/** What a job needs of a GPU, from its signed task. */
+interface JobNeeds {
+  minVramGb: number;
 }
 
 interface ActiveJob {
@@ -72,11 +88,19 @@ interface ActiveJob {
   attempt?: number;
   running?: RunningJob;
   cancelled: boolean;
+  /** What the server said when it cancelled the job. */
+  cancelReason?: string;
   /** Stopped because the daemon is shutting down: reported as interrupted by the provider. */
   interrupted: boolean;
   /** Stopped because its max_duration_seconds ran out: reported as timeout (the renter's limit). */
   timedOut?: boolean;
   logs: string[];
+  /** Bytes of log text taken for sending so far (JOB_LOG_MAX_BYTES caps it). */
+  logBytes: number;
+  /** Lines dropped past JOB_LOG_MAX_BYTES (every line after the first one dropped). */
+  droppedLines: number;
+  /** Lines dropped while the daemon was away from the server and held BACKLOG_MAX_BYTES already. */
+  droppedAway?: number;
   flushTimer?: NodeJS.Timeout;
   /** The GPUs as probed when the job was accepted: the facts its result's attestation signs. */
   gpu?: GpuFacts;
@@ -104,6 +128,23 @@ interface ActiveJob {
 const NOT_OURS_CODES = new Set(["already_exists", "aborted", "permission_denied", "not_found", "failed_precondition"]);
 
 const MAX_BACKLOG = 10_000;
+/**
+ * Log text one job attempt may send: the server keeps 4 MiB (4,194,304 characters) per attempt and
+ * drops the rest, so more would only be held and sent for nothing. Room is left under it for the
+ * line that says how many were dropped.
+ */
+const JOB_LOG_MAX_BYTES = 4 * 1024 * 1024 - 64 * 1024;
+/**
+ * What the daemon holds of log batches and heartbeats while it cannot reach the server, all jobs
+ * together (MAX_BACKLOG counts messages; a log batch may be 3 MB). Past it log lines are dropped
+ * (and counted in their job's notice) and beats are not kept; results, accepts, refusals and
+ * events are never dropped for it.
+ */
+const BACKLOG_MAX_BYTES = 32 * 1024 * 1024;
+/** Counted for a heartbeat held, over its GPU status's JSON: its other fields. */
+const HEARTBEAT_OVERHEAD_BYTES = 1024;
+/** The kill timer of a job whose signed task names no max_duration_seconds (nor its assignment). */
+const DEFAULT_MAX_DURATION_SECONDS = 1800;
 /**
  * The largest message the server takes on the stream (DaemonService.Connect's body_limit_kb, 16 MiB):
  * a bigger one ends the stream. A result over it is refused here, as the job's own failure.
@@ -177,6 +218,8 @@ export class ProviderDaemon {
   private readonly stopSignal = new AbortController();
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private readonly backlog: MsgKind[] = [];
+  /** The bytes of log text and beats held in the backlog (BACKLOG_MAX_BYTES caps them). */
+  private backlogBytes = 0;
   private readonly unackedResults = new Map<string, MsgKind>();
   /** Results the server could not take for now, each sent again when its timer fires. */
   private readonly resultRetries = new Map<string, { count: number; timer?: NodeJS.Timeout }>();
@@ -301,10 +344,20 @@ export class ProviderDaemon {
     return [...this.jobs].filter(([, a]) => a.accepted).map(([jobId]) => jobId);
   }
 
-  /** Sends now when connected, else keeps it for the next connection. */
-  private send(kind: MsgKind) {
-    if (this.connected && this.out?.push({ kind })) return;
-    if (this.backlog.length < MAX_BACKLOG) this.backlog.push(kind);
+  /**
+   * Sends now when connected, else keeps it for the next connection. `heldBytes`: the message is a
+   * log batch or a beat, of about that size, kept only within BACKLOG_MAX_BYTES and half the
+   * message count, so that what must get through (accepts, refusals, events) has room. Whether it
+   * was sent or kept.
+   */
+  private send(kind: MsgKind, heldBytes?: number): boolean {
+    if (this.connected && this.out?.push({ kind })) return true;
+    if (heldBytes !== undefined) {
+      if (this.backlogBytes + heldBytes > (this.cfg.backlogMaxBytes ?? BACKLOG_MAX_BYTES) || this.backlog.length >= MAX_BACKLOG / 2) return false;
+      this.backlogBytes += heldBytes;
+    } else if (this.backlog.length >= MAX_BACKLOG) return false;
+    this.backlog.push(kind);
+    return true;
   }
 
   private async onWelcome(w: Welcome) {
@@ -323,6 +376,7 @@ export class ProviderDaemon {
     }
     this.connected = true;
     this.cfg.log(`connected as provider ${this.providerId} (${w.approvalStatus})`);
+    this.backlogBytes = 0;
     for (const kind of this.backlog.splice(0)) this.out?.push({ kind });
     const seconds = this.cfg.heartbeatSeconds ?? w.heartbeatIntervalSeconds ?? 30;
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
@@ -448,6 +502,7 @@ export class ProviderDaemon {
     const job = this.jobs.get(jobId);
     if (!job || job.cancelled) return;
     job.cancelled = true;
+    job.cancelReason = reason;
     job.abort.abort();
     this.cfg.log(`job ${jobId} cancelled by the server (${reason})`);
     void job.running?.stop(`cancelled: ${reason}`);
@@ -490,10 +545,11 @@ export class ProviderDaemon {
     if (this.stopping) return;
     const snap = await this.probe.snapshot();
     if (this.stopping) return;
+    const status = gpuStatus(snap, DAEMON_VERSION, { osInfo: `${os.type()} ${os.release()} ${os.arch()}`, runtimeVersion: `node ${process.versions.node}` }) as JsonValue;
     this.send({
       case: "heartbeat",
       value: {
-        gpuStatus: toValue(gpuStatus(snap, DAEMON_VERSION, { osInfo: `${os.type()} ${os.release()} ${os.arch()}`, runtimeVersion: `node ${process.versions.node}` }) as JsonValue),
+        gpuStatus: toValue(status),
         uptime: (Date.now() - this.started) / 1000,
         providerHostname: os.hostname(),
         cachedModels: this.cfg.cachedModels,
@@ -502,7 +558,7 @@ export class ProviderDaemon {
         // In every beat: the server offers this provider no job type that executorFor would refuse.
         supportedJobTypes: supportedJobTypes(this.cfg.executors),
       },
-    });
+    }, JSON.stringify(status).length + HEARTBEAT_OVERHEAD_BYTES);
   }
 
   private async readiness() {
@@ -545,7 +601,7 @@ export class ProviderDaemon {
   // ---- jobs -------------------------------------------------------------------
 
   /** Why this job must not run here now, or undefined. */
-  private async refusal(job: AssignedJob, snap: GpuSnapshot): Promise<string | undefined> {
+  private async refusal(job: JobNeeds, snap: GpuSnapshot): Promise<string | undefined> {
     const s = this.settings;
     if (this.paused || s?.paused) return "the provider is paused";
     if (s && !withinRunWindow(s.runMode, s.scheduledStart, s.scheduledEnd)) return "outside the provider's scheduled run window";
@@ -568,6 +624,11 @@ export class ProviderDaemon {
     return hmac === true || sig === true;
   }
 
+  /** A job the server cancelled before it was accepted: nothing started, nothing to report. */
+  private droppedCancelled(active: ActiveJob): void {
+    this.cfg.log(`job ${active.spec.jobId} not started: the server cancelled it while it was being checked`);
+  }
+
   /** Refuses a job; `endReason` says why in the server's terms (the provider's fault each). */
   private reject(job: AssignedJob, reason: string, endReason: "provider_refused" | "signature_mismatch" | "unsupported_on_provider" = "provider_refused") {
     this.cfg.log(`job ${job.jobId} refused: ${reason}`);
@@ -587,13 +648,15 @@ export class ProviderDaemon {
       return;
     }
     if (this.stopping) return this.reject(job, "the daemon is shutting down");
+    // What runs, and for how long, is what the server signed (the task), never the envelope around it.
+    const signed = signedTerms(job);
     const spec: JobSpec = {
       jobId: job.jobId,
-      jobType: job.jobType,
+      jobType: signed.jobType ?? "",
       taskSpec: (job.taskSpec ?? {}) as JsonObject,
-      maxDurationSeconds: Number(job.maxDurationSeconds) || 1800,
+      maxDurationSeconds: signed.maxDurationSeconds ?? DEFAULT_MAX_DURATION_SECONDS,
     };
-    const active: ActiveJob = { spec, attempt: attemptOf(job), cancelled: false, interrupted: false, logs: [], abort: new AbortController() };
+    const active: ActiveJob = { spec, attempt: attemptOf(job), cancelled: false, interrupted: false, logs: [], logBytes: 0, droppedLines: 0, abort: new AbortController() };
     const arrived = Date.now();
     this.jobs.set(job.jobId, active);
     try {
@@ -601,8 +664,16 @@ export class ProviderDaemon {
         this.event("task_signature_invalid", "error", "the task's signature does not verify; refused", job.jobId);
         return this.reject(job, "task signature verification failed: the daemon refused a tampered or unsigned task", "signature_mismatch");
       }
+      const unsigned = unsignedDisagreement(job, signed);
+      if (unsigned) {
+        this.event("task_signature_invalid", "error", `${unsigned}; refused`, job.jobId);
+        return this.reject(job, `the assignment does not match its signed task: ${unsigned}`, "signature_mismatch");
+      }
+      const needs: JobNeeds = { minVramGb: signed.minVramGb };
       const snap = await this.probe.snapshot();
-      const why = await this.refusal(job, snap);
+      if (active.cancelled) return this.droppedCancelled(active);
+      const why = await this.refusal(needs, snap);
+      if (active.cancelled) return this.droppedCancelled(active);
       if (why) return this.reject(job, why);
       active.gpu = gpuFacts(snap);
       let executor;
@@ -615,8 +686,8 @@ export class ProviderDaemon {
       if (this.stopping) return this.reject(job, "the daemon is shutting down");
       if (snap.gpus.length > 0) {
         // Its own GPU, never every GPU of the host: the server gives this provider one job per GPU.
-        const gpu = await this.takeGpu(active, job, snap);
-        if (active.cancelled) return;
+        const gpu = await this.takeGpu(active, needs, snap);
+        if (active.cancelled) return this.droppedCancelled(active);
         if (this.stopping) return this.reject(job, "the daemon is shutting down");
         if (gpu === undefined) return this.reject(job, `every GPU of this host is running another job (GPUs ${this.gpuPool.taken().join(", ")})`);
         spec.gpus = [gpu];
@@ -644,16 +715,18 @@ export class ProviderDaemon {
             clearInterval(notices);
             active.preparing = undefined;
           });
-        if (active.cancelled) return;
+        if (active.cancelled) return this.droppedCancelled(active);
         if (this.stopping) return this.reject(job, "the daemon is shutting down");
         if (failed) {
           this.event("job_prepare_failed", "warning", failed, job.jobId);
           return this.reject(job, failed);
         }
       }
+      // Cancelled while it was checked (the probe, the GPU wait): not accepted, not started.
+      if (active.cancelled) return this.droppedCancelled(active);
       active.accepted = true;
       this.send({ case: "jobAccepted", value: { jobId: job.jobId, attempt: active.attempt } });
-      this.event("job_started", "info", `${job.jobType} on ${executor.name}`, job.jobId);
+      this.event("job_started", "info", `${spec.jobType} on ${executor.name}`, job.jobId);
       let outcome: Outcome;
       try {
         outcome = await this.execute(active, executor.start.bind(executor));
@@ -680,8 +753,8 @@ export class ProviderDaemon {
    * GPU_WAIT_MS for a job still being stopped to give its GPU back. Undefined when none came free,
    * or the job was cancelled or the daemon is stopping meanwhile.
    */
-  private async takeGpu(active: ActiveJob, job: AssignedJob, snap: GpuSnapshot): Promise<number | undefined> {
-    const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
+  private async takeGpu(active: ActiveJob, job: JobNeeds, snap: GpuSnapshot): Promise<number | undefined> {
+    const { minVramGb } = job;
     const minTotalMib = minVramGb > 0 ? minVramGb * 1000 + (this.settings?.vramReserveGb ?? 0) * 1024 : 0;
     const deadline = Date.now() + GPU_WAIT_MS;
     // The GPUs fit for it first (refusal() found one free, unless every GPU was held).
@@ -711,6 +784,8 @@ export class ProviderDaemon {
         }),
     });
     active.running = running;
+    // Cancelled before it started (cancelJob found no run to stop): stopped now.
+    if (active.cancelled) void running.stop(`cancelled: ${active.cancelReason ?? "by the server"}`);
     const timer = setTimeout(() => {
       active.timedOut = true;
       void running.stop(`max_duration_seconds (${spec.maxDurationSeconds} s) exceeded; the job was killed`);
@@ -720,6 +795,7 @@ export class ProviderDaemon {
     } finally {
       clearTimeout(timer);
       this.flushLogs(active);
+      this.noteDroppedLines(active);
     }
   }
 
@@ -732,7 +808,15 @@ export class ProviderDaemon {
   }
 
   private logLine(active: ActiveJob, line: string) {
-    active.logs.push(line.length > 16_000 ? line.slice(0, 16_000) : line);
+    const text = line.length > 16_000 ? line.slice(0, 16_000) : line;
+    const bytes = Buffer.byteLength(text, "utf8");
+    // Past the job's budget every later line goes too (as the server drops them): its log reads whole up to a point.
+    if (active.droppedLines > 0 || active.logBytes + bytes > (this.cfg.jobLogMaxBytes ?? JOB_LOG_MAX_BYTES)) {
+      active.droppedLines++;
+      return;
+    }
+    active.logBytes += bytes;
+    active.logs.push(text);
     if (active.logs.length >= LOG_BATCH) this.flushLogs(active);
     else active.flushTimer ??= setTimeout(() => this.flushLogs(active), LOG_FLUSH_MS);
   }
@@ -742,7 +826,27 @@ export class ProviderDaemon {
     active.flushTimer = undefined;
     if (active.logs.length === 0) return;
     const lines = active.logs.splice(0);
-    this.report(active, { case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)), attempt: active.attempt } });
+    // None goes out once the server cancelled the run (report()).
+    if (active.cancelled) return;
+    const bytes = lines.reduce((n, l) => n + Buffer.byteLength(l, "utf8"), 0);
+    const kept = this.send({ case: "logs", value: { jobId: active.spec.jobId, logs: lines.map((l) => toValue(l)), attempt: active.attempt } }, bytes);
+    if (!kept) active.droppedAway = (active.droppedAway ?? 0) + lines.length;
+  }
+
+  /** Once the job's output has ended: one line in its log saying how many lines were dropped, and why. */
+  private noteDroppedLines(active: ActiveJob) {
+    const why: string[] = [];
+    if (active.droppedLines > 0) why.push(`${active.droppedLines} past the ${this.cfg.jobLogMaxBytes ?? JOB_LOG_MAX_BYTES} bytes of log text a job may send`);
+    if (active.droppedAway) {
+      why.push(`${active.droppedAway} while the daemon could not reach the server and held ${this.cfg.backlogMaxBytes ?? BACKLOG_MAX_BYTES} bytes of reports already`);
+    }
+    if (why.length === 0) return;
+    const total = active.droppedLines + (active.droppedAway ?? 0);
+    const text = `${total} log line(s) of this job were dropped by the provider's daemon: ${why.join("; ")}`;
+    this.cfg.log(`job ${active.spec.jobId}: ${text}`);
+    const notice = `[svc-daemon] ${text}`;
+    // Small, and not droppable: the one line that says the log is not whole.
+    this.report(active, { case: "logs", value: { jobId: active.spec.jobId, logs: [toValue(notice)], attempt: active.attempt } });
   }
 
   private finish(active: ActiveJob, outcome: Outcome): void {
@@ -886,9 +990,34 @@ export function valueBytes(v: JsonValue): number {
   return fieldBytes(n);
 }
 
-/** The GPU facts an attestation signs, from a probe snapshot. */
+/** The job type, kill timer and GPU memory its signed task_spec names (task-spec.ts buildTaskSpec). */
+function signedTerms(job: AssignedJob): SignedTerms {
+  const t = (job.taskSpec ?? {}) as JsonObject;
+  const asObject = (v: JsonValue | undefined): JsonObject => (v && typeof v === "object" && !Array.isArray(v) ? v : {});
+  const limits = asObject(t.limits);
+  const max = limits.max_duration_seconds;
+  const vram = asObject(limits.gpu_requirements).min_vram_gb;
+  return {
+    jobType: typeof t.job_type === "string" && t.job_type !== "" ? t.job_type : undefined,
+    maxDurationSeconds: typeof max === "number" && Number.isFinite(max) && max > 0 ? max : undefined,
+    minVramGb: typeof vram === "number" && Number.isFinite(vram) ? vram : 0,
+  };
+}
+
+/**
+ * How the assignment's own (unsigned) fields disagree with its signed task, or undefined: the
+ * server sends both from the same job, so a difference means the message was altered.
+ */
+function unsignedDisagreement(job: AssignedJob, signed: SignedTerms): string | undefined {
+  if (signed.jobType === undefined) return "the signed task names no job_type";
+  if (job.jobType !== signed.jobType) return `job_type ${job.jobType || "(none)"} is not the signed task's ${signed.jobType}`;
+  const outer = Number(job.maxDurationSeconds) || undefined;
+  if (outer !== signed.maxDurationSeconds) return `max_duration_seconds ${outer ?? "(none)"} is not the signed task's ${signed.maxDurationSeconds ?? "(none)"}`;
+  return undefined;
+}
+
 /** Why this GPU cannot take the job now under the provider's settings; undefined when it can. */
-function gpuUnfit(g: GpuSnapshot["gpus"][number], s: DaemonSettings, job: AssignedJob): string | undefined {
+function gpuUnfit(g: GpuSnapshot["gpus"][number], s: DaemonSettings, job: JobNeeds): string | undefined {
   if (g.temperature_c !== null && g.temperature_c >= s.tempLimitC) return `GPU ${g.index} is at ${g.temperature_c} C, at or above the ${s.tempLimitC} C limit`;
   if (s.gpuUsageCapPct < 100 && g.utilization_pct !== null && g.utilization_pct > s.gpuUsageCapPct) {
     return `GPU ${g.index} is ${g.utilization_pct}% busy, above the ${s.gpuUsageCapPct}% usage cap`;
@@ -896,7 +1025,7 @@ function gpuUnfit(g: GpuSnapshot["gpus"][number], s: DaemonSettings, job: Assign
   // Judged as placement judges it (dispatch.ts hardwareFitSql): the GPU's total memory less the reserve,
   // 1000 MiB per GB. Not the memory free now: this GPU runs no other job of this daemon (the GPU pool),
   // so what another program holds for a moment must not make the provider refuse a job it was given.
-  const minVramGb = Number((job.gpuRequirements as JsonObject | undefined)?.min_vram_gb ?? 0);
+  const minVramGb = job.minVramGb;
   const usable = (g.vram_mib ?? 0) - s.vramReserveGb * 1024;
   if (minVramGb > 0 && usable < minVramGb * 1000) {
     return `GPU ${g.index} has ${Math.max(0, Math.round(usable))} MiB of VRAM after the ${s.vramReserveGb} GB reserve; the job needs ${minVramGb} GB`;
@@ -904,6 +1033,7 @@ function gpuUnfit(g: GpuSnapshot["gpus"][number], s: DaemonSettings, job: Assign
   return undefined;
 }
 
+/** The GPU facts an attestation signs, from a probe snapshot. */
 function gpuFacts(s: GpuSnapshot): GpuFacts {
   const g = s.gpus[0];
   return {

@@ -10,6 +10,20 @@ export interface CommandResult {
   missing: boolean;
 }
 
+/**
+ * The variables the daemon reads its own secrets from (cli.ts): the provider key and the HMAC
+ * secret. No program it starts needs them (a job's runner, the benchmark, docker, nvidia-smi), and
+ * a job's runner is the renter's code at one remove: none of them gets them.
+ */
+export const DAEMON_SECRET_ENV: readonly string[] = ["SVC_API_KEY", "SVC_PROVIDER_KEY", "SVC_HMAC_SECRET"];
+
+/** The environment of a program the daemon starts: the daemon's own, less its secrets. */
+export function childEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const env = { ...base };
+  for (const name of DAEMON_SECRET_ENV) delete env[name];
+  return env;
+}
+
 /** `signal`: kills the command when aborted (the daemon is stopping), so it does not hold the process. */
 export function runCommand(cmd: string, args: string[], opts: { timeoutMs?: number; env?: NodeJS.ProcessEnv; signal?: AbortSignal } = {}): Promise<CommandResult> {
   return new Promise((resolve) => {
@@ -17,7 +31,7 @@ export function runCommand(cmd: string, args: string[], opts: { timeoutMs?: numb
     let stderr = "";
     let child;
     try {
-      child = spawn(cmd, args, { env: opts.env ?? process.env, stdio: ["ignore", "pipe", "pipe"], timeout: opts.timeoutMs, signal: opts.signal });
+      child = spawn(cmd, args, { env: opts.env ?? childEnv(), stdio: ["ignore", "pipe", "pipe"], timeout: opts.timeoutMs, signal: opts.signal });
     } catch {
       resolve({ code: null, stdout, stderr, missing: true });
       return;

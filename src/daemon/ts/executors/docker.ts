@@ -16,6 +16,11 @@
 // (endpoint-ready): anyone else who finds the port is refused. The secret goes
 // to docker through the CLI's environment (`-e VLLM_API_KEY`, no value), never
 // on a command line, where `ps` would show it to every user of the machine.
+// A custom_container's own env (the renter's secrets, often) goes the same
+// way; a name the docker CLI itself could read (DOCKER_HOST, PATH, a proxy,
+// one already in the daemon's environment...) goes through an --env-file
+// instead (envRoute), written 0600 beside the job's folder and removed with
+// it.
 // Before a job is accepted (prepare), its image is made present: `docker image
 // inspect`, else `docker pull` (one per image at a time, killed after
 // PULL_LIMIT_MS), so that `docker run` does not pull inside the job's billed
@@ -28,7 +33,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { JsonObject } from "@bufbuild/protobuf";
-import { runCommand } from "../exec.js";
+import { childEnv, runCommand } from "../exec.js";
 import { DEVICE_FEATURE_ENV_NAMES, isReservedEnvName } from "../../../shared/gpu-env.js";
 import { startChildJob } from "./child.js";
 import type { Executor, JobHooks, JobSpec, Outcome, PrepareOptions, RunningJob } from "./types.js";
@@ -70,6 +75,10 @@ export const PULL_LIMIT_MS = 30 * 60_000;
 /** Labels of every container and workspace volume a daemon creates: which daemon (leftovers.ts daemonLabel), which job. */
 export const DAEMON_LABEL = "svc.daemon";
 export const JOB_LABEL = "svc.job_id";
+
+/** How many times a job's container is asked to be removed, RM_RETRY_MS, then twice that, apart. */
+const RM_TRIES = 3;
+const RM_RETRY_MS = 1000;
 
 /** The pulls running now, by CLI and image: a second job of the same image waits for the same pull. */
 const pulls = new Map<string, Promise<string | undefined>>();
@@ -114,9 +123,9 @@ export function safeName(jobId: string): string {
  * A job's host folder (a container's /svc-output, a runner's SVC_WORKSPACE) and, beside it, out
  * of the container's reach, the file `docker run --cidfile` writes the container's id to.
  */
-export function jobFiles(workRoot: string, jobId: string): { outDir: string; cidFile: string } {
+export function jobFiles(workRoot: string, jobId: string): { outDir: string; cidFile: string; envFile: string } {
   const outDir = path.join(workRoot, safeName(jobId));
-  return { outDir, cidFile: `${outDir}.cid` };
+  return { outDir, cidFile: `${outDir}.cid`, envFile: `${outDir}.env` };
 }
 
 /** Built-in job types run a program of ours inside their image. */
@@ -157,6 +166,13 @@ export interface DockerPlan {
   volume: string;
   /** Names of the task's env that were left out (isReservedEnvName). */
   droppedEnv: string[];
+  /** Names of the task's env left out because no safe route carries their value (see envRoute). */
+  unpassableEnv?: string[];
+  /**
+   * The task's env that goes by `--env-file` (names the docker CLI could read itself): written 0600
+   * at `path` before `docker run`, removed with the job's data.
+   */
+  envFile?: { path: string; text: string };
   /** vllm_serve: host port published for the engine. */
   hostPort?: number;
   /**
@@ -168,6 +184,30 @@ export interface DockerPlan {
   droppedKeyEnv?: boolean;
 }
 
+/**
+ * Names the docker CLI, or what it runs (credential helpers, the Go runtime, the dynamic loader),
+ * may read from its own environment. Given as `-e NAME` with the value in the CLI's environment,
+ * such a name would change how docker itself behaves (DOCKER_HOST: which engine it talks to; PATH:
+ * which programs it runs; LD_PRELOAD: code loaded into it) as well as reach the container.
+ */
+const CLI_READS_ENV =
+  /^(?:DOCKER_|BUILDKIT_|BUILDX_|COMPOSE_|NOTARY_|OTEL_|GO|LD_|DYLD_|SSL_|XDG_|LC_|AWS_|AZURE_|GOOGLE_|GCLOUD_|CLOUDSDK_)|_PROXY$|^(?:PATH|HOME|TMPDIR|TMP|TEMP|USER|LOGNAME|SHELL|TERM|LANG|LANGUAGE|TZ|PWD)$/i;
+
+/**
+ * How one variable of the task's env reaches the container, never on a command line (`ps` shows
+ * those to every user of the host): "cli" by name (`-e NAME`), its value in the docker CLI's own
+ * environment, as the engine's key goes; "file" in an --env-file (0600) when the CLI could read
+ * the name itself (CLI_READS_ENV, or a name the CLI's environment already has: the daemon's own
+ * settings), which the file leaves the CLI's environment untouched for; "none" when neither can
+ * carry the value: a NUL (no environment can), or a line break in a value bound for the file
+ * (docker reads it one line per variable).
+ */
+export function envRoute(name: string, value: string, cliBase: NodeJS.ProcessEnv): "cli" | "file" | "none" {
+  if (value.includes("\0")) return "none";
+  if (!CLI_READS_ENV.test(name) && !Object.hasOwn(cliBase, name)) return "cli";
+  return /[\r\n]/.test(value) ? "none" : "file";
+}
+
 /** The variable vLLM reads its API key from (the same as its --api-key). */
 export const VLLM_API_KEY_ENV = "VLLM_API_KEY";
 
@@ -176,10 +216,6 @@ export function newEndpointKey(): string {
   return crypto.randomBytes(32).toString("base64url");
 }
 
-/**
- * The `docker run` command line of a job (pure; tested on its own). `serveKey`: vllm_serve's
- * secret, passed by name (`cliEnv`), never in `argv`.
- */
 /** The job's container image, as its task names it (undefined: none). */
 export function imageOf(job: JobSpec): string | undefined {
   const t = job.taskSpec;
@@ -187,14 +223,19 @@ export function imageOf(job: JobSpec): string | undefined {
   return typeof container.image === "string" ? container.image : typeof t.image === "string" ? t.image : undefined;
 }
 
-export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number, serveKey?: string): DockerPlan {
+/**
+ * The `docker run` command line of a job (pure; tested on its own). `serveKey`: vllm_serve's
+ * secret, passed by name (`cliEnv`), never in `argv`; the task's env likewise (envRoute).
+ * `cliBase`: the environment the docker CLI runs with, before `cliEnv`.
+ */
+export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number, serveKey?: string, cliBase: NodeJS.ProcessEnv = childEnv()): DockerPlan {
   const t = job.taskSpec;
   const limits = obj(t.limits);
   const workspace = obj(t.workspace);
   const image = imageOf(job);
   if (!image) throw new Error("the task names no container image");
   const name = `svc-${safeName(job.jobId)}`;
-  const { outDir, cidFile } = jobFiles(opts.workRoot, job.jobId);
+  const { outDir, cidFile, envFile } = jobFiles(opts.workRoot, job.jobId);
   const volume = typeof workspace.volume === "string" ? workspace.volume : `${name}-workspace`;
   const mount = typeof workspace.mount_path === "string" ? workspace.mount_path : "/workspace";
   const memoryMb = typeof limits.memory_mb === "number" ? limits.memory_mb : (opts.defaultMemoryMb ?? Math.floor((os.totalmem() / 1048576) * 0.8));
@@ -212,16 +253,27 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   const env = obj(t.env);
   const droppedEnv: string[] = [];
   const serving = job.jobType === "vllm_serve";
+  const unpassableEnv: string[] = [];
+  const fileLines: string[] = [];
   let droppedKeyEnv = false;
+  let cliEnv: Record<string, string> | undefined;
   for (const k of Object.keys(env).sort()) {
     if (isReservedEnvName(k)) droppedEnv.push(k);
     else if (serving && k === VLLM_API_KEY_ENV) droppedKeyEnv = true;
-    else argv.push("-e", `${k}=${String(env[k])}`);
+    else {
+      const value = String(env[k]);
+      const route = envRoute(k, value, cliBase);
+      if (route === "cli") {
+        argv.push("-e", k);
+        (cliEnv ??= {})[k] = value;
+      } else if (route === "file") fileLines.push(`${k}=${value}`);
+      else unpassableEnv.push(k);
+    }
   }
-  let cliEnv: Record<string, string> | undefined;
+  if (fileLines.length > 0) argv.push("--env-file", envFile);
   if (serving && serveKey) {
     argv.push("-e", VLLM_API_KEY_ENV);
-    cliEnv = { [VLLM_API_KEY_ENV]: serveKey };
+    (cliEnv ??= {})[VLLM_API_KEY_ENV] = serveKey;
   }
   const inputs = obj(t.inputs);
   if (typeof inputs.workdir === "string") argv.push("-w", inputs.workdir);
@@ -239,7 +291,19 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
     command = ["python", `/svc-scripts/${SCRIPTS[job.jobType]}`];
   }
   argv.push(image, ...command);
-  return { argv, name, outDir, cidFile, volume, droppedEnv, hostPort, ...(cliEnv ? { cliEnv } : {}), ...(droppedKeyEnv ? { droppedKeyEnv } : {}) };
+  return {
+    argv,
+    name,
+    outDir,
+    cidFile,
+    volume,
+    droppedEnv,
+    hostPort,
+    ...(cliEnv ? { cliEnv } : {}),
+    ...(droppedKeyEnv ? { droppedKeyEnv } : {}),
+    ...(unpassableEnv.length > 0 ? { unpassableEnv } : {}),
+    ...(fileLines.length > 0 ? { envFile: { path: envFile, text: fileLines.join("\n") + "\n" } } : {}),
+  };
 }
 
 /**
@@ -247,14 +311,14 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
  * link is removed, never followed), and the file is created anew without following a link. A
  * directory there throws: the job cannot start on this machine.
  */
-function writeNewFile(file: string, text: string): void {
+function writeNewFile(file: string, text: string, mode = 0o644): void {
   try {
     fs.unlinkSync(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
   }
   const { O_WRONLY, O_CREAT, O_EXCL, O_NOFOLLOW } = fs.constants;
-  const fd = fs.openSync(file, O_WRONLY | O_CREAT | O_EXCL | (O_NOFOLLOW ?? 0), 0o644);
+  const fd = fs.openSync(file, O_WRONLY | O_CREAT | O_EXCL | (O_NOFOLLOW ?? 0), mode);
   try {
     fs.writeFileSync(fd, text);
   } finally {
@@ -284,11 +348,12 @@ function containerId(file: string): string | undefined {
  */
 export async function removeJobData(
   docker: string,
-  data: { outDir?: string; cidFile?: string; volumes: string[] },
+  data: { outDir?: string; cidFile?: string; envFile?: string; volumes: string[] },
   log: (line: string) => void = () => {},
 ): Promise<{ folder: boolean; volumes: number }> {
   const gone = { folder: false, volumes: 0 };
   if (data.cidFile) fs.rmSync(data.cidFile, { force: true });
+  if (data.envFile) fs.rmSync(data.envFile, { force: true });
   if (data.outDir && fs.existsSync(data.outDir)) {
     try {
       fs.rmSync(data.outDir, { recursive: true, force: true });
@@ -383,6 +448,9 @@ export class DockerExecutor implements Executor {
     fs.rmSync(plan.cidFile, { force: true });
     for (const k of plan.droppedEnv) hooks.log(`env ${k} was left out: the provider's daemon decides which GPU the job sees`);
     if (plan.droppedKeyEnv) hooks.log(`env ${VLLM_API_KEY_ENV} was left out: the provider's daemon sets the endpoint's key`);
+    for (const k of plan.unpassableEnv ?? []) hooks.log(`env ${k} was left out: its value holds a character docker cannot pass for this name (a NUL, or a line break)`);
+    // Readable by this user only; beside the job's folder, out of the container's reach (as the id file).
+    if (plan.envFile) writeNewFile(plan.envFile.path, plan.envFile.text, 0o600);
     let child: RunningJob | undefined;
     let stopped: { reason: string; killAfterMs?: number } | undefined;
     const started = this.createVolume(job, plan).then(async (): Promise<RunningJob> => {
@@ -391,7 +459,7 @@ export class DockerExecutor implements Executor {
       child = startChildJob(
         {
           argv: plan.argv,
-          env: plan.cliEnv ? { ...process.env, ...plan.cliEnv } : process.env,
+          env: { ...childEnv(), ...plan.cliEnv },
           cwd: plan.outDir,
           stdin: "",
           resultFile: path.join(plan.outDir, "result.json"),
@@ -407,9 +475,8 @@ export class DockerExecutor implements Executor {
       return child;
     });
     const remove = async () => {
-      // By its id when docker wrote one; else by name (a container an earlier run of this job left behind).
-      await runCommand(this.opts.docker, ["rm", "--force", "--volumes", containerId(plan.cidFile) ?? plan.name], { timeoutMs: 30_000 });
-      await removeJobData(this.opts.docker, { outDir: plan.outDir, cidFile: plan.cidFile, volumes: [plan.volume] }, this.opts.log);
+      await this.removeContainer(job, plan);
+      await removeJobData(this.opts.docker, { outDir: plan.outDir, cidFile: plan.cidFile, envFile: plan.envFile?.path, volumes: [plan.volume] }, this.opts.log);
     };
     const done = started.then(
       (c) =>
@@ -435,6 +502,32 @@ export class DockerExecutor implements Executor {
         await started.catch(() => undefined);
       },
     };
+  }
+
+  /**
+   * Removes the job's container (by its id when docker wrote one; else by name: one an earlier run of
+   * this job left behind), tried RM_TRIES times: the daemon gives the job's GPU back next, and a
+   * container that is still there may still be running on it. One that stays is logged as such; the
+   * next start of the daemon removes it (leftovers.ts).
+   */
+  private async removeContainer(job: JobSpec, plan: DockerPlan): Promise<void> {
+    const ref = containerId(plan.cidFile) ?? plan.name;
+    let why = "";
+    for (let attempt = 1; attempt <= RM_TRIES; attempt++) {
+      const r = await runCommand(this.opts.docker, ["rm", "--force", "--volumes", ref], { timeoutMs: 30_000 });
+      // Not there: docker failed before creating it, or it is gone already.
+      if (r.code === 0 || /no such container/i.test(r.stderr)) return;
+      why = lastLine(r.stderr) || (r.code === null ? "timed out" : `exit status ${r.code}`);
+      if (attempt < RM_TRIES) {
+        this.opts.log?.(`could not remove container ${ref} of job ${job.jobId} (try ${attempt} of ${RM_TRIES}): ${why}; trying again`);
+        await new Promise((r) => setTimeout(r, RM_RETRY_MS * attempt));
+      }
+    }
+    const gpus = job.gpus?.length ? ` on GPU ${job.gpus.join(", ")}` : "";
+    this.opts.log?.(
+      `ERROR: container ${ref} of job ${job.jobId} could not be removed after ${RM_TRIES} tries (${why}): it may still be running${gpus}, ` +
+        "which the next job is given; remove it by hand (docker rm --force), or restart the daemon, which removes it",
+    );
   }
 
   /**

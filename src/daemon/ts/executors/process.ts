@@ -6,6 +6,7 @@
 // PCI_BUS_ID: CUDA's own default order may differ).
 import fs from "node:fs";
 import path from "node:path";
+import { childEnv } from "../exec.js";
 import { startChildJob } from "./child.js";
 import { jobFiles } from "./docker.js";
 import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
@@ -26,7 +27,8 @@ export class ProcessExecutor implements Executor {
       {
         argv: this.argv,
         env: {
-          ...process.env,
+          // Never the daemon's own secrets (its provider key, the HMAC secret).
+          ...childEnv(),
           SVC_JOB_ID: job.jobId,
           SVC_JOB_TYPE: job.jobType,
           SVC_WORKSPACE: workspace,
