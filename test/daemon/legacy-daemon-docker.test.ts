@@ -74,7 +74,8 @@ moved = threading.Event()
 d.job_status = lambda job_id, attempt=None: svc_daemon.GONE if attempt == 1 and moved.is_set() else "running"
 def run(attempt, gpu):
     job = {"job_id": ${JSON.stringify(jobId)}, "job_type": "custom_container", "attempt": attempt, "max_duration_seconds": 60,
-           "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": [${JSON.stringify(command)}]}}
+           "task_spec": {"job_id": ${JSON.stringify(jobId)}, "job_type": "custom_container", "limits": {"max_duration_seconds": 60},
+                         "container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": [${JSON.stringify(command)}]}}
     t = threading.Thread(target=d._run_job, args=(job, [gpu]))
     with d.jobs_lock:
         d.jobs[t] = job["job_id"]
@@ -239,10 +240,10 @@ job = {"job_id": "job-env1", "job_type": "custom_container",
        "task_spec": {"container": {"image": "nvidia/cuda:12.4.1-runtime-ubuntu22.04"}, "command": ["nvidia-smi"],
                      "env": {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_DRIVER_CAPABILITIES": "all",
                              "NVIDIA_GDS": "enabled", "NVIDIA_NOT_LISTED": "1", "KEEP": "1"}}}
-argv = svc_daemon.plan_job(job, {}, "/usr/bin/docker", work, [1])[0]
-print(json.dumps({"taken": [a, b], "third": third, "again": again, "argv": argv}))
+argv, env = svc_daemon.plan_job(job, {}, "/usr/bin/docker", work, [1])[:2]
+print(json.dumps({"taken": [a, b], "third": third, "again": again, "argv": argv, "keep": env.get("KEEP")}))
 `),
-    ) as { taken: number[]; third: number | null; again: number; argv: string[] };
+    ) as { taken: number[]; third: number | null; again: number; argv: string[]; keep: string };
     expect([...out.taken].sort()).toEqual([0, 1]);
     expect(out.third).toBeNull();
     expect(out.again).toBe(out.taken[0]);
@@ -251,7 +252,9 @@ print(json.dumps({"taken": [a, b], "third": third, "again": again, "argv": argv}
     expect(out.argv).not.toContain("all");
     expect(out.argv.filter((a) => /^(NVIDIA|CUDA)_/.test(a) && !a.endsWith("=disabled"))).toEqual([]);
     for (const k of ["NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NVIDIA_GDRCOPY"]) expect(out.argv.join(" "), k).toContain(`-e ${k}=disabled`);
-    expect(out.argv.join(" ")).toContain("-e KEEP=1 nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
+    // The task's own env by name only, its value in the docker CLI's environment.
+    expect(out.argv.join(" ")).toContain("-e KEEP nvidia/cuda:12.4.1-runtime-ubuntu22.04 nvidia-smi");
+    expect(out.keep).toBe("1");
   });
 
   it("writes task.json anew: never through a link a run of the job left in its folder", () => {

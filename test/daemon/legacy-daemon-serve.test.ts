@@ -201,12 +201,12 @@ describe("svc_daemon.py serving vllm_serve", { timeout: 120_000 }, () => {
 job = {"job_id": "job-serve-plan", "job_type": "vllm_serve", "task_spec": json.load(sys.stdin)}
 # A runner configured for vllm_serve is not used: only a container's engine is reported as an endpoint.
 argv, env, container, _ = s.plan_job(job, {"vllm_serve": ["/bin/true"]}, "/usr/bin/docker", tempfile.mkdtemp(), [1], None, 8122)
-print(json.dumps({"argv": argv, "key": env.get("VLLM_API_KEY"), "port": container.serve.host_port,
+print(json.dumps({"argv": argv, "key": env.get("VLLM_API_KEY"), "a": env.get("A"), "port": container.serve.host_port,
                   "served": container.serve.api_key == env.get("VLLM_API_KEY"), "dropped": container.dropped_key_env}))
 `,
         JSON.stringify(taskSpec),
       ),
-    ) as { argv: string[]; key: string; port: number; served: boolean; dropped: boolean };
+    ) as { argv: string[]; key: string; a: string; port: number; served: boolean; dropped: boolean };
     // The fixed first port plus the job's GPU index, as the TypeScript daemon picks it.
     expect(out.port).toBe(8123);
     expect(servePortOf(8122, [1])).toBe(8123);
@@ -218,12 +218,14 @@ print(json.dumps({"argv": argv, "key": env.get("VLLM_API_KEY"), "port": containe
     expect(optionOf(out.argv, "--gpus")).toBe("device=1");
     // No memory limit in the task: 80% of the host's, as the TypeScript daemon sets it.
     expect(optionOf(out.argv, "--memory")).toBe(`${Math.floor((os.totalmem() / 1048576) * 0.8)}m`);
-    // From the task's env on, the same words as the TypeScript daemon's.
+    // From the endpoint's key on, the same words as the TypeScript daemon's.
     const ts = dockerRunArgs({ jobId: "job-serve-plan", jobType: "vllm_serve", maxDurationSeconds: 600, gpus: [1], taskSpec }, { docker: "/usr/bin/docker", workRoot: "/tmp", gpus: true }, 8123, "k");
-    const from = (argv: string[]) => argv.slice(argv.indexOf("A=1") - 1);
+    const from = (argv: string[]) => argv.slice(argv.indexOf("VLLM_API_KEY") - 1);
     expect(from(out.argv)).toEqual(from(ts.argv));
-    expect(from(out.argv).join(" ")).toBe(
-      "-e A=1 -e VLLM_API_KEY -w /srv -p 8123:8000 vllm/vllm-openai:v0.6.3 --model Qwen/Qwen2.5-7B-Instruct --port 8000 --max-model-len 8192 --dtype bfloat16 --gpu-memory-utilization 0.85",
+    // The task's own env by name only, its value in the docker CLI's environment (never on a command line).
+    expect(out.argv.slice(out.argv.indexOf("A") - 1).join(" ")).toBe(
+      "-e A -e VLLM_API_KEY -w /srv -p 8123:8000 vllm/vllm-openai:v0.6.3 --model Qwen/Qwen2.5-7B-Instruct --port 8000 --max-model-len 8192 --dtype bfloat16 --gpu-memory-utilization 0.85",
     );
+    expect(out.a).toBe("1");
   });
 });

@@ -43,6 +43,19 @@ $Daemon = Join-Path $InstallDir 'svc_daemon.py'
 $WorkDir = Join-Path $InstallDir 'work'
 
 Write-Host "==> installing the svc provider daemon into $InstallDir ($RunMode)"
+New-Item -ItemType Directory -Force -Path $InstallDir | Out-Null
+if ($IsAdmin) {
+    # %ProgramData% lets every user read (and create files in) what is made under it, by inheritance; this
+    # folder gets the daemon file (the provider key and the task-signing secret) and renters' tasks. So,
+    # before anything goes in: its entries reset (an earlier install's, anyone's), inheritance removed, and
+    # full control for SYSTEM (which runs the task) and Administrators only, passed down to everything
+    # inside. Named by SID: the account names differ by language.
+    & icacls.exe $InstallDir /reset | Out-Null
+    if ($LASTEXITCODE -eq 0) {
+        & icacls.exe $InstallDir /inheritance:r /grant:r '*S-1-5-18:(OI)(CI)F' '*S-1-5-32-544:(OI)(CI)F' | Out-Null
+    }
+    if ($LASTEXITCODE -ne 0) { throw "could not make $InstallDir private (icacls exit $LASTEXITCODE)" }
+}
 New-Item -ItemType Directory -Force -Path $WorkDir | Out-Null
 [Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12
 $Download = "$Daemon.download"

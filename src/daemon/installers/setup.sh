@@ -18,6 +18,9 @@
 #   --prefix DIR        install root, for packaging and tests (SVC_PREFIX)
 #   --no-start          write the files, do not enable or start the service
 set -eu
+# Everything this script creates is its user's only unless made otherwise below: the daemon file holds the
+# provider key and the task-signing secret from its first byte, and the work folder holds renters' tasks.
+umask 077
 
 SVC_API_KEY='{{API_KEY}}'
 SVC_BACKEND_URL='{{BACKEND_URL}}'
@@ -78,6 +81,8 @@ DAEMON="$INSTALL_DIR/svc_daemon.py"
 
 say "installing the svc provider daemon into $INSTALL_DIR ($RUN_MODE)"
 mkdir -p "$INSTALL_DIR/work"
+# Made private also when an earlier install left them open.
+chmod 700 "$INSTALL_DIR" "$INSTALL_DIR/work"
 TMP="$DAEMON.download"
 fetch "$SVC_BACKEND_URL/api/providers/download/daemon" "$TMP" || die "could not download the daemon from $SVC_BACKEND_URL"
 "$PYTHON" -m py_compile "$TMP" || die "the downloaded daemon is not valid Python"
@@ -127,6 +132,8 @@ TimeoutStopSec=60
 [Install]
 WantedBy=$WANTED_BY
 EOF
+  # The unit holds no secret; the service manager and `systemctl status` read it.
+  chmod 644 "$UNIT"
   say "wrote $UNIT"
   [ "$START" = 1 ] || return 0
   $CTL daemon-reload
@@ -171,6 +178,7 @@ install_launchd() {
 </dict>
 </plist>
 EOF
+  chmod 644 "$PLIST"
   say "wrote $PLIST"
   [ "$START" = 1 ] || return 0
   launchctl unload "$PLIST" 2>/dev/null || true

@@ -208,6 +208,27 @@ def verify_task(secret, task_spec, signature):
     return hmac.compare_digest(expected, signature.lower())
 
 
+def signed_job(job):
+    """The polled job as its signed task_spec says it: the HMAC covers task_spec only, so the job_type that
+    picks the executor and the max_duration_seconds that arms the kill timer are taken from it (its
+    job_type, limits.max_duration_seconds), never from the unsigned fields beside it. Returns (job, None),
+    or (None, why) when those fields (and job_id) disagree with the signed ones or it names none."""
+    spec = job.get("task_spec")
+    if not isinstance(spec, dict):
+        return None, "the signed task is not an object"
+    limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
+    job_type, max_seconds = spec.get("job_type"), limits.get("max_duration_seconds")
+    if not isinstance(job_type, str) or not job_type:
+        return None, "the signed task names no job_type"
+    if not (isinstance(max_seconds, (int, float)) and not isinstance(max_seconds, bool) and max_seconds > 0):
+        return None, "the signed task names no limits.max_duration_seconds"
+    for field, signed in (("job_type", job_type), ("max_duration_seconds", max_seconds), ("job_id", spec.get("job_id"))):
+        outer = job.get(field)
+        if signed is not None and outer is not None and outer != signed:
+            return None, "the job's %s (%s) is not the signed task's (%s)" % (field, json.dumps(outer), json.dumps(signed))
+    return dict(job, job_type=job_type, max_duration_seconds=max_seconds), None
+
+
 # -------------------------------------------------------------- telemetry --
 
 GPU_QUERY = [
@@ -588,14 +609,34 @@ def read_result_file(path, max_bytes=MAX_RESULT_FILE_BYTES):
 def write_new_file(path, text):
     """Writes a new file at path in a folder a container can write: whatever is there goes first (a link
     is removed, never followed) and the file is created anew without following a link. A directory there
-    raises OSError: the job cannot start on this machine."""
+    raises OSError: the job cannot start on this machine. Mode 0600: what goes there (task.json, an env
+    file) holds the renter's secrets."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def private_folder(path):
+    """Makes a folder (and its parents) that only this daemon's user may list or enter (0700): it holds
+    tasks with the renter's env and kept results. One already there is made so too; False when that
+    could not be done."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        if os.name != "nt" and stat.S_IMODE(os.stat(path).st_mode) & 0o077:
+            os.chmod(path, 0o700)
+    except OSError:
+        return False  # another user's folder: left as it is
+    return True
+
+
+def job_url(job_id, what=None):
+    """/api/jobs/{id}[/what], the id quoted: a job id is never taken for more of the path or a query."""
+    path = "/api/jobs/%s" % urllib.parse.quote(job_id, safe="")
+    return path + "/" + what if what else path
 
 
 def _safe_name(job_id):
@@ -619,8 +660,8 @@ def run_names(workdir, job_id, attempt):
 
 
 def _cid_files(workdir, job_id):
-    """The container id files of every run of a job (run_names) that are still there."""
-    pattern = re.compile(re.escape(_safe_name(job_id)) + r"(-[0-9]+)?\.cid")
+    """The container id files and env files of every run of a job (run_names) that are still there."""
+    pattern = re.compile(re.escape(_safe_name(job_id)) + r"(-[0-9]+)?\.(cid|env)")
     try:
         return [os.path.join(workdir, n) for n in sorted(os.listdir(workdir)) if pattern.fullmatch(n)]
     except OSError:
@@ -654,6 +695,57 @@ DEVICE_FEATURE_ENV_NAMES = ("NVIDIA_GDS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH", "NV
 
 def reserved_env_name(name):
     return name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV_NAMES
+
+
+# A task's env reaches its container as `-e NAME` (no value), docker copying the value from the CLI's own
+# environment, so that no value is on a command line (`ps` shows those to every user). Names the docker CLI
+# itself reads, or what it runs (credential helpers, the Go runtime, the dynamic loader, ssh for an ssh://
+# engine): DOCKER_HOST, DOCKER_CONFIG, PATH, HOME, LD_PRELOAD, HTTPS_PROXY, AWS_*, ...; and names its
+# environment already holds, would change what the CLI does or lose the daemon's value there: those go in
+# an --env-file instead (0600, outside the job's mounted folder, removed when the job ends). Listing too
+# many costs nothing: either way the container gets them.
+DOCKER_CLI_ENV_PREFIXES = ("DOCKER_", "BUILDKIT_", "BUILDX_", "COMPOSE_", "NOTARY_", "OTEL_", "GO", "LD_", "DYLD_",
+                           "SSL_", "SSH_", "XDG_", "LC_", "AWS_", "AZURE_", "GOOGLE_", "GCLOUD_", "CLOUDSDK_", "SVC_")
+DOCKER_CLI_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMPDIR", "TMP", "TEMP", "LANG",
+                        "LANGUAGE", "TZ", "TERM", "SYSTEMROOT", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
+                        "PATHEXT", "COMSPEC")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def docker_cli_env_name(name, cli_env):
+    """Whether a task's env name goes in the --env-file: one the docker CLI reads, or one of cli_env (the
+    names the CLI is given). Compared without case: Windows names, and Go reads https_proxy too."""
+    upper = name.upper()
+    return (upper in DOCKER_CLI_ENV_NAMES or upper.startswith(DOCKER_CLI_ENV_PREFIXES) or upper.endswith("_PROXY")
+            or upper in set(k.upper() for k in cli_env))
+
+
+def env_value_problem(value, in_file):
+    """Why a task's env value cannot be given to docker (None when it can): an environment holds no NUL,
+    and a line of docker's --env-file no line break."""
+    if "\0" in value:
+        return "it holds a NUL character"
+    if in_file and ("\n" in value or "\r" in value):
+        return "it holds a line break, which docker's --env-file cannot carry for a name the docker CLI reads"
+    try:
+        value.encode("utf-8")
+    except UnicodeError:
+        return "it is not valid Unicode"
+    return None
+
+
+# The daemon's own secrets as its environment may hold them: the programs it starts (a runner, the
+# benchmark, the docker CLI, whose container gets only what `-e` names) never see them.
+SECRET_ENV_NAMES = ("SVC_API_KEY", "SVC_HMAC_SECRET")
+
+
+def child_environment(secrets_held, base=None):
+    """The daemon's environment (base) for a program it starts, without its secrets: the variables named
+    for them, and any other that holds one (a service's Environment= line under a name of its own)."""
+    base = os.environ if base is None else base
+    held = [x for x in secrets_held if isinstance(x, str) and len(x) >= 8 and "{{" not in x]
+    return dict((k, v) for k, v in base.items()
+                if k.upper() not in SECRET_ENV_NAMES and not any(x in v for x in held))
 
 
 # vllm_serve: the engine's port is published on every interface, so it is started with a secret of
@@ -812,6 +904,8 @@ class DockerContainer:
         self.dropped_env = dropped_env
         self.serve = serve  # vllm_serve: its ServedEndpoint
         self.dropped_key_env = dropped_key_env  # vllm_serve: the task's own VLLM_API_KEY was left out
+        self.envfile = None  # the --env-file of the task's env (plan_job), removed with the container
+        self.env_notes = []  # log lines: the task's env values that could not be given to docker
 
     def _docker(self, args):
         try:
@@ -862,10 +956,12 @@ class DockerContainer:
     def remove(self):
         # By its id when docker wrote one; else by name (a container an earlier run of this job left).
         self._docker(["rm", "--force", "--volumes", self.container_id() or self.name])
-        try:
-            os.remove(self.cidfile)
-        except OSError:
-            pass
+        for path in (self.cidfile, self.envfile):
+            try:
+                if path:
+                    os.remove(path)
+            except OSError:
+                pass
 
     def create_volume(self, log):
         """The job's workspace volume, made before anything else of the job's with this daemon's labels (one
@@ -882,7 +978,8 @@ class DockerContainer:
             log("could not create the workspace volume %s: %s" % (self.volume, _docker_error(out)))
 
     def remove_data(self, log):
-        remove_job_data(self.docker, self.folder, [self.volume] if self.volume else [], log)
+        remove_job_data(self.docker, self.folder, [self.volume] if self.volume else [], log,
+                        [self.envfile] if self.envfile else ())
 
 
 def _docker_error(out):
@@ -898,8 +995,8 @@ def remove_job_data(docker, folder, volumes, log, cidfiles=()):
     which `docker rm --volumes` leaves. The volume goes last: its labels name the job to the next start
     if this daemon is killed before this ends (remove_leftovers). No documented behaviour resumes a job
     from either (checkpoint_enabled included). A runner's folder is its program's and never comes here.
-    Files the container made as another user (root) may not be removable: logged only. Returns (whether
-    the folder went, how many volumes went)."""
+    Files the container made as another user (root) may not be removable: logged only. cidfiles: its
+    container id and env files, removed first. Returns (whether the folder went, how many volumes went)."""
     for cidfile in cidfiles:
         try:
             os.remove(cidfile)
@@ -1037,7 +1134,7 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
     job_id = job["job_id"]
     spec = job.get("task_spec") or {}
     workspace = job_folder(workdir, job_id)
-    os.makedirs(workspace, exist_ok=True)
+    private_folder(workspace)
     result_file = os.path.join(workspace, "result.json")
     if os.path.lexists(result_file):
         os.remove(result_file)
@@ -1092,14 +1189,33 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
                  "-e", "SVC_JOB_ID=" + job_id]
         for key in DEVICE_FEATURE_ENV_NAMES:
             argv += ["-e", key + "=disabled"]
-        dropped_env, dropped_key_env, serve = [], False, None
-        for key, value in sorted((spec.get("env") or {}).items()):
+        dropped_env, dropped_key_env, serve, env_notes, env_lines = [], False, None, [], []
+        task_env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
+        cli_env = list(os.environ) + list(env)
+        for key, value in sorted(task_env.items()):
+            value = value if isinstance(value, str) else "%s" % value
+            in_file = docker_cli_env_name(key, cli_env)
+            problem = None if ENV_NAME.fullmatch(key) else "it is not a valid name"
+            problem = problem or env_value_problem(value, in_file)
             if reserved_env_name(key):
                 dropped_env.append(key)
             elif serving and key == VLLM_API_KEY_ENV:
                 dropped_key_env = True  # the endpoint's key is the daemon's to set
+            elif problem:
+                env_notes.append("env %s was left out: %s" % (key, problem))
+            elif in_file:
+                env_lines.append("%s=%s\n" % (key, value))
             else:
-                argv += ["-e", "%s=%s" % (key, value)]
+                # The value in the docker CLI's environment only (see DOCKER_CLI_ENV_NAMES).
+                argv += ["-e", key]
+                env[key] = value
+        envfile = None
+        if env_lines:
+            # Beside the job's folder, as the container id file: out of the container's reach. docker reads
+            # it before the -e options, so the daemon's own SVC_* above win over a task's.
+            envfile = cidfile[:-len(".cid")] + ".env"
+            write_new_file(envfile, "".join(env_lines))
+            argv += ["--env-file", envfile]
         if serving:
             # A fixed first port: plus the job's first GPU index, one port per GPU (one job per GPU at a time).
             host_port = serve_port + (min(gpu_devices) if gpu_devices else 0) if serve_port else free_port()
@@ -1120,6 +1236,8 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         argv += [str(c) for c in command]
 
         container = DockerContainer(docker, name, cidfile, dropped_env, serve, dropped_key_env, image, volume, workspace, labels)
+        container.envfile = envfile
+        container.env_notes = env_notes
         return argv, env, container, result_file
     raise RuntimeError("no executor for job type %r on this daemon: configure a local runner (--runner %s=COMMAND) "
                        "or use the TypeScript daemon (svc-daemon), which runs the built-in job containers"
@@ -1198,10 +1316,10 @@ class PendingResults:
             if known:
                 return  # on disk already (what a restart needs: the body and when it was first sent)
             try:
-                os.makedirs(self.folder, exist_ok=True)
+                # A result may hold what the renter's program printed: this daemon's user's only.
+                private_folder(self.folder)
                 path = self._path(job_id)
-                with open(path + ".tmp", "w", encoding="utf-8") as f:
-                    json.dump({"body": body, "first_at": first_at, "tries": tries}, f)
+                write_new_file(path + ".tmp", json.dumps({"body": body, "first_at": first_at, "tries": tries}))
                 os.replace(path + ".tmp", path)
             except (OSError, TypeError, ValueError) as err:
                 self.log("could not write the result of %s to %s (kept in memory only): %s" % (job_id, self.folder, err))
@@ -1288,6 +1406,9 @@ class Daemon:
             else:
                 self.log("heartbeat failed: %s" % err)
             return None
+        if not isinstance(res, dict):
+            self.log("heartbeat answer ignored: not a JSON object (%s)" % type(res).__name__)
+            return None
         self.approved = bool(res.get("approved", True))
         self.paused = bool(res.get("paused", False))
         if res.get("update_available") or res.get("needs_update"):
@@ -1313,7 +1434,7 @@ class Daemon:
         try:
             signing = "service" if os.environ.get("SVC_HMAC_SECRET") else TASK_SIGNING_OWN
             res = self.api.post("/api/providers/readiness", {"daemon_version": DAEMON_VERSION, "checks": checks, "task_signing": signing})
-            self.log("readiness: %s" % res.get("readiness_status"))
+            self.log("readiness: %s" % (res.get("readiness_status") if isinstance(res, dict) else res))
         except ApiError as err:
             self.log("readiness report failed: %s" % err)
 
@@ -1323,6 +1444,8 @@ class Daemon:
         self.update_wanted = False
         try:
             info = self.api.get("/api/providers/download/daemon", {"key": self.api.key, "check_only": "true"})
+            if not isinstance(info, dict):
+                raise RuntimeError("the update check's answer is not a JSON object")
             if version_tuple(info.get("version", "0")) <= version_tuple(DAEMON_VERSION):
                 return False
             data = self.api.get("/api/providers/download/daemon", {"key": self.api.key}, raw=True)
@@ -1359,7 +1482,14 @@ class Daemon:
         except ApiError as err:
             self.log("poll failed: %s" % err)
             return None
-        return res.get("job")
+        job = res.get("job") if isinstance(res, dict) else res
+        if job is None and isinstance(res, dict):
+            return None
+        if not isinstance(job, dict) or not isinstance(job.get("job_id"), str) or not job["job_id"]:
+            # Nothing to report on without a job id: left to the server, which re-queues an unconfirmed pickup.
+            self.log("poll answer ignored: no job object with a job_id: %s" % json.dumps(res)[:300])
+            return None
+        return job
 
     def report(self, job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None):
         """job-result; a failure names its end reason and whose fault it was (docs/daemons.md), so the
@@ -1438,9 +1568,12 @@ class Daemon:
         and assigned back to this provider: the next poll hands the new attempt out); None when the
         server could not be asked."""
         try:
-            job = self.api.get("/api/jobs/%s" % urllib.parse.quote(job_id, safe=""), {"key": self.api.key})
+            job = self.api.get(job_url(job_id), {"key": self.api.key})
         except ApiError as err:
             return GONE if err.status == 403 else None
+        if not isinstance(job, dict):
+            self.log("status of job %s: the answer is not a JSON object; asked again later" % job_id)
+            return None
         if attempt and job.get("attempt") and job.get("attempt") != attempt:
             return GONE
         return job.get("status")
@@ -1448,7 +1581,7 @@ class Daemon:
     def confirm_pickup(self, job_id, attempt=None):
         """A report naming the job (an empty log batch): the server counts a polled job as picked up
         once the daemon reports on it, and sends it back to the queue when nothing comes."""
-        return self.post_quietly("/api/jobs/%s/logs" % job_id, with_attempt({"logs": []}, attempt))
+        return self.post_quietly(job_url(job_id, "logs"), with_attempt({"logs": []}, attempt))
 
     def running_jobs(self):
         with self.jobs_lock:
@@ -1510,11 +1643,15 @@ class Daemon:
     def _run_job(self, job, gpu_devices):
         job_id = job["job_id"]
         attempt = job.get("attempt")
-        if not verify_task(self.cfg["secret"], job.get("task_spec"), job.get("task_spec_hmac")):
-            self.log("job %s refused: task signature does not verify" % job_id)
-            self.event("task_signature_invalid", "error", "task_spec_hmac does not match the task", job_id)
-            self.report(job_id, False, None, "task signature verification failed: the daemon refused the task",
-                        end_reason="signature_mismatch", attempt=job.get("attempt"))
+        why = None if verify_task(self.cfg["secret"], job.get("task_spec"), job.get("task_spec_hmac")) \
+            else "task_spec_hmac does not match the task"
+        if why is None:
+            job, why = signed_job(job)
+        if why is not None:
+            self.log("job %s refused: %s" % (job_id, why))
+            self.event("task_signature_invalid", "error", why, job_id)
+            self.report(job_id, False, None, "task signature verification failed: the daemon refused the task (%s)" % why,
+                        end_reason="signature_mismatch", attempt=attempt)
             return
         try:
             plan = plan_job(job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir,
@@ -1571,7 +1708,7 @@ class Daemon:
         job is not this provider's at this attempt (403, 409); "unsupported": a server without the route."""
         body = with_attempt({"detail": "pulling image %s" % image}, attempt)
         try:
-            self.api.post("/api/jobs/%s/preparing" % urllib.parse.quote(job_id, safe=""), body)
+            self.api.post(job_url(job_id, "preparing"), body)
             return True
         except ApiError as err:
             if err.status in (403, 409):
@@ -1584,10 +1721,34 @@ class Daemon:
 
     def _run_planned(self, job, plan, started, confirmed, preparing=False):
         """Runs a job plan_job planned to its end, and reports how it ended. `preparing`: its image is
-        pulled first as preparing (notice_preparing), and the run starts once it is there."""
+        pulled first as preparing (notice_preparing), and the run starts once it is there. An unexpected
+        error on the way (an answer of a shape nothing expected, a bug) stops the job's process and
+        container and reports the job as this machine's failure: the job's thread ends next, its GPU is
+        handed out again, and a container left running would share it unseen."""
+        held = {}  # "run": the job's JobRun once started; "settled": its end reported (or not to be)
+        try:
+            self._follow_planned(job, plan, started, confirmed, preparing, held)
+        except Exception as err:
+            import traceback
+            self.log("job %s: unexpected error while it ran: %s" % (job["job_id"], traceback.format_exc().strip()))
+            if held.get("settled"):
+                return
+            container, run = plan[2], held.get("run")
+            try:
+                if run:
+                    run.stop()  # the container too (its kill hook)
+                if container:
+                    container.remove()
+            finally:
+                error = "the provider daemon failed while the job ran (%s: %s); the job was stopped" % (type(err).__name__, err)
+                self.report(job["job_id"], False, None, error, {"duration_seconds": round(time.time() - started, 3)},
+                            end_reason="provider_error", attempt=job.get("attempt"))
+                self.event("job_failed", "error", error, job["job_id"])
+
+    def _follow_planned(self, job, plan, started, confirmed, preparing, held):
         job_id, attempt = job["job_id"], job.get("attempt")
         argv, extra_env, container, result_file = plan
-        env = dict(os.environ, **extra_env)
+        env = dict(child_environment([self.cfg.get("key"), self.cfg.get("secret")]), **extra_env)
         stdin_text = json.dumps({"job_id": job_id, "job_type": job.get("job_type"), "task_spec": job.get("task_spec")})
         deadline = started + float(job.get("max_duration_seconds") or 1800)
         if container and container.image:
@@ -1598,6 +1759,7 @@ class Daemon:
                 confirmed, started = self.confirm_started(job), time.time()
                 deadline = started + float(job.get("max_duration_seconds") or 1800)
             if pulled is not True:
+                held["settled"] = True
                 outcome, error = pulled
                 if outcome == "cancelled":
                     self.event("job_cancelled", "info", None, job_id)
@@ -1609,8 +1771,9 @@ class Daemon:
                     self.event("job_failed", "warning", error, job_id)
                 return
         try:
-            run = JobRun(argv, stdin_text, env, os.path.dirname(result_file), container.kill if container else None)
+            run = held["run"] = JobRun(argv, stdin_text, env, os.path.dirname(result_file), container.kill if container else None)
         except OSError as err:
+            held["settled"] = True
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
                         end_reason="provider_error", attempt=job.get("attempt"))
@@ -1621,6 +1784,7 @@ class Daemon:
             pending.append("env %s was left out: the provider's daemon decides which GPU the job sees" % key)
         if container and container.dropped_key_env:
             pending.append("env %s was left out: the provider's daemon sets the endpoint's key" % VLLM_API_KEY_ENV)
+        pending.extend(container.env_notes if container else [])
         serve = container.serve if container else None
         if serve:
             serve.watch(run.proc)
@@ -1635,7 +1799,7 @@ class Daemon:
             if line:
                 progress = parse_progress(line)
                 if progress:
-                    if self.post_quietly("/api/jobs/%s/progress" % job_id, with_attempt({"progress_pct": progress[0], "phase": progress[1]}, attempt)):
+                    if self.post_quietly(job_url(job_id, "progress"), with_attempt({"progress_pct": progress[0], "phase": progress[1]}, attempt)):
                         confirmed = True
                 else:
                     pending.append(line)
@@ -1646,7 +1810,7 @@ class Daemon:
                         kept += len(line) + 1
             now = time.time()
             if pending and (now - last_flush >= LOG_FLUSH_SECONDS or len(pending) >= LOG_BATCH_LINES or pending_chars >= LOG_BATCH_CHARS):
-                if self.post_quietly("/api/jobs/%s/logs" % job_id, with_attempt({"logs": pending}, attempt)):
+                if self.post_quietly(job_url(job_id, "logs"), with_attempt({"logs": pending}, attempt)):
                     confirmed = True
                 pending, last_flush, pending_chars = [], now, 0
             if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
@@ -1683,7 +1847,7 @@ class Daemon:
             serve.stopped.set()
         code = run.proc.wait()
         if pending:
-            self.post_quietly("/api/jobs/%s/logs" % job_id, with_attempt({"logs": pending}, attempt))
+            self.post_quietly(job_url(job_id, "logs"), with_attempt({"logs": pending}, attempt))
         duration = round(time.time() - started, 3)
         if container:
             # docker run exits 125 when docker itself failed and when the container's program exited
@@ -1692,6 +1856,7 @@ class Daemon:
                 end_reason = container.exit_125_reason()
             container.remove()
         metrics = {"duration_seconds": duration, "exit_code": code, "executor": "docker" if container else "process"}
+        held["settled"] = True
         if outcome == "cancelled":
             self.event("job_cancelled", "info", None, job_id)
             return
@@ -1790,7 +1955,7 @@ class Daemon:
         body["endpoint_api_key"] = serve.api_key
         with_attempt(body, attempt)
         try:
-            self.api.post("/api/jobs/%s/endpoint-ready" % job_id, body)
+            self.api.post(job_url(job_id, "endpoint-ready"), body)
         except ApiError as err:
             if not result_refused(err.status):
                 serve.next_report_at = time.time() + ENDPOINT_RETRY_SECONDS
@@ -1803,7 +1968,7 @@ class Daemon:
             return False, None
         serve.settled = True
         self.log("job %s is serving at %s" % (job_id, where))
-        self.post_quietly("/api/jobs/%s/progress" % job_id, with_attempt({"progress_pct": 100, "phase": "serving"}, attempt))
+        self.post_quietly(job_url(job_id, "progress"), with_attempt({"progress_pct": 100, "phase": "serving"}, attempt))
         return True, None
 
     def post_quietly(self, path, body):
@@ -1926,7 +2091,8 @@ def load_config(argv):
 
 def main(argv=None):
     cfg = load_config(sys.argv[1:] if argv is None else argv)
-    os.makedirs(cfg["work_dir"], exist_ok=True)
+    if not private_folder(cfg["work_dir"]):
+        sys.stderr.write("svc-daemon: could not make the work folder %s private (mode 0700)\n" % cfg["work_dir"])
     return Daemon(cfg).run()
 
 
