@@ -2,9 +2,9 @@
 // the daemon and what the server expects together:
 // - DAEMON_RELEASE: the TypeScript daemon's own version, the version of the
 //   legacy daemon the server serves, and the default of SVC_DAEMON_LATEST_VERSION
-//   (older daemons are told an update is available);
+//   (a heartbeat's message tells older daemons it is out);
 // - DAEMON_MIN_RELEASE: the default of SVC_DAEMON_MIN_VERSION, the oldest
 //   daemon still given jobs. It moves only when the wire or the task format
 //   changes in a way older daemons cannot follow.
-export const DAEMON_RELEASE = "5.4.0";
+export const DAEMON_RELEASE = "5.5.0";
 export const DAEMON_MIN_RELEASE = "5.0.0";
