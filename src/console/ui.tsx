@@ -1,5 +1,5 @@
-// Shared pieces: labelled fields, errors in place, empty states, tables, loaders
-// that retry a lost connection, charts (uPlot), the progress bar.
+// Shared pieces: labelled fields, errors in place, empty states, tables and their
+// pager, loaders that retry a lost connection, charts (uPlot), the progress bar.
 import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
@@ -170,6 +170,67 @@ export function DataTable<T>({ rows, columns, empty, rowAttrs, testid }: {
   );
 }
 
+// ---- paging -------------------------------------------------------------------------------
+export interface Paging {
+  limit: number;
+  offset: number;
+  setOffset(offset: number): void;
+}
+
+/**
+ * The page of a list the service counts, `size` rows at a time. Any change
+ * of `filters` goes back to the first page: an offset into another filter's
+ * rows means nothing.
+ */
+export function usePaging(size: number, filters: unknown[]): Paging {
+  const key = JSON.stringify(filters);
+  const at = useRef({ key, offset: 0 });
+  const [, rerender] = useState(0);
+  if (at.current.key !== key) at.current = { key, offset: 0 };
+  return {
+    limit: size,
+    offset: at.current.offset,
+    setOffset: (offset) => {
+      at.current = { key, offset };
+      rerender((n) => n + 1);
+    },
+  };
+}
+
+/**
+ * "1–100 of 523" with previous and next, from a list's answer (its echoed
+ * offset and limit, its total). A page left empty by rows that went away
+ * (approved, filtered out) moves back to the last page that has rows.
+ */
+export function Pager({ paging, page, shown }: { paging: Paging; page: { total: bigint; offset: number; limit: number }; shown: number }) {
+  const total = Number(page.total);
+  const empty = shown === 0 && page.offset > 0;
+  useEffect(() => {
+    if (empty) paging.setOffset(Math.max(0, Math.floor((total - 1) / page.limit) * page.limit));
+  }, [empty, total, page.limit]);
+  if (total === 0 || empty) return null;
+  const first = page.offset + 1;
+  const last = page.offset + shown;
+  const more = page.offset + page.limit < total;
+  return (
+    <div class="pager" role="navigation" aria-label="Pages">
+      <span aria-live="polite">
+        {first}–{last} of {total}
+      </span>
+      {page.offset > 0 || more ? (
+        <span class="buttons">
+          <button class="secondary" disabled={page.offset === 0} onClick={() => paging.setOffset(Math.max(0, page.offset - page.limit))}>
+            Previous
+          </button>
+          <button class="secondary" disabled={!more} onClick={() => paging.setOffset(page.offset + page.limit)}>
+            Next
+          </button>
+        </span>
+      ) : null}
+    </div>
+  );
+}
+
 let fieldSeq = 0;
 export function useId(prefix: string): string {
   const ref = useRef<string | undefined>(undefined);
@@ -190,6 +251,34 @@ export function Field({ label, hint, children, id }: { label: string; hint?: str
       ) : null}
     </div>
   );
+}
+
+/**
+ * A list's text filter, applied on change (Enter, or leaving the field) rather than at each
+ * key. It keeps what is typed itself: a list that loads re-renders its page, and a field bound
+ * to the applied value would be put back to it mid-typing.
+ */
+export function FilterInput({ id, value, onApply, search, placeholder, numeric, invalid }: {
+  id: string;
+  value: string;
+  onApply(value: string): void;
+  search?: boolean;
+  placeholder?: string;
+  numeric?: boolean;
+  invalid?: boolean;
+}) {
+  const [typed, setTyped] = useState(value);
+  useEffect(() => setTyped(value), [value]);
+  const common = {
+    id,
+    placeholder,
+    inputMode: numeric ? "numeric" : undefined,
+    "aria-invalid": invalid || undefined,
+    value: typed,
+    onInput: (e: Event) => setTyped((e.target as HTMLInputElement).value),
+    onChange: (e: Event) => onApply((e.target as HTMLInputElement).value),
+  } as const;
+  return search ? <input type="search" {...common} /> : <input {...common} />;
 }
 
 export function Card({ title, children, actions }: { title: string; children: ComponentChildren; actions?: ComponentChildren }) {

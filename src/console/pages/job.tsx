@@ -14,8 +14,29 @@ function useLiveJob(jobId: string): LiveJob {
   return s;
 }
 
-function base64ToBytes(b64: string): Uint8Array<ArrayBuffer> {
-  const bin = atob(b64);
+/**
+ * The format of a result object's image, by the service's rule (JobOutcome.output_format,
+ * the raw output route): a `data` string is an image, of its `format` when that is a
+ * short lowercase name and a PNG otherwise. Undefined: not an image.
+ */
+function imageFormatOf(obj: JsonObject): string | undefined {
+  if (typeof obj.data !== "string") return undefined;
+  return typeof obj.format === "string" && /^[a-z0-9]{1,10}$/.test(obj.format) ? obj.format : "png";
+}
+
+/** Image formats a browser shows in <img>; others are offered for download only. */
+const PREVIEWED = new Set(["png", "jpeg", "jpg", "gif", "webp", "avif", "bmp"]);
+
+/** The bytes of an image's `data`: base64, or a data: URL of it (as the service accepts). Throws when it is not. */
+function base64ToBytes(data: string): Uint8Array<ArrayBuffer> {
+  const b64 = data.replace(/^data:[\w/+.-]+;base64,/, "").replace(/-/g, "+").replace(/_/g, "/");
+  let bin: string;
+  try {
+    bin = atob(b64);
+  } catch {
+    throw new Error("its data is not base64");
+  }
+  if (bin.length === 0) throw new Error("its data is empty");
   const out = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
@@ -28,30 +49,49 @@ function useObjectUrl(blob: Blob | undefined): string | undefined {
   return url;
 }
 
+/** The output as a file to show and download, or why it cannot be. */
+interface OutputFile {
+  kind: "image" | "text" | "json";
+  blob?: Blob;
+  ext: string;
+  error?: string;
+}
+
+function outputFile(result: JsonObject): OutputFile {
+  const format = imageFormatOf(result);
+  if (format !== undefined) {
+    try {
+      return { kind: "image", blob: new Blob([base64ToBytes(result.data as string)], { type: `image/${format}` }), ext: format };
+    } catch (err) {
+      return { kind: "image", ext: format, error: `The ${format.toUpperCase()} output cannot be read: ${(err as Error).message}.` };
+    }
+  }
+  if (typeof result.response === "string") return { kind: "text", blob: new Blob([result.response], { type: "text/plain" }), ext: "txt" };
+  return { kind: "json", blob: new Blob([JSON.stringify(result, null, 2)], { type: "application/json" }), ext: "json" };
+}
+
 function Output({ jobId, status }: { jobId: string; status: string }) {
   const out = useLoad(() => api.jobs.getOutput({ jobId }), [jobId, status]);
   const result = out.data?.body.case === "result" ? (out.data.body.value as JsonObject) : undefined;
-  const png = result && result.format === "png" && typeof result.data === "string" ? result.data : undefined;
-  const text = result && typeof result.response === "string" ? result.response : undefined;
-  const blob = useMemo(() => {
-    if (!result) return undefined;
-    if (png) return new Blob([base64ToBytes(png)], { type: "image/png" });
-    if (text !== undefined) return new Blob([text], { type: "text/plain" });
-    return new Blob([JSON.stringify(result, null, 2)], { type: "application/json" });
-  }, [result]);
-  const url = useObjectUrl(blob);
+  const file = useMemo(() => (result ? outputFile(result) : undefined), [result]);
+  const url = useObjectUrl(file?.blob);
+  const [unshown, setUnshown] = useState(false);
+  useEffect(() => setUnshown(false), [url]);
   if (!out.data) return out.error ? <ErrorBox error={out.error} /> : <Loading what="output" />;
   const body = out.data.body;
   if (body.case === "pending") return <Empty>The output appears here when the job completes.</Empty>;
   if (body.case === "gone") return <p class="error" role="alert">No output: the job {body.value.status}{body.value.error ? ` (${body.value.error})` : ""}.</p>;
-  const ext = png ? "png" : text !== undefined ? "txt" : "json";
+  const { kind, ext, error } = file!;
   const shown: JsonObject = { ...result };
   delete shown.data;
   return (
     <div class="output">
-      {png && url ? <img src={url} alt={`PNG output of job ${jobId}`} data-testid="output-image" /> : null}
-      {text !== undefined ? <pre class="output-text">{text}</pre> : null}
-      {!png && text === undefined ? <pre class="output-text">{JSON.stringify(shown, null, 2)}</pre> : null}
+      <ErrorBox error={error ?? (unshown ? `The ${ext.toUpperCase()} output could not be shown; download it to look at it.` : undefined)} />
+      {kind === "image" && url && PREVIEWED.has(ext) && !unshown ? (
+        <img src={url} alt={`${ext.toUpperCase()} output of job ${jobId}`} data-testid="output-image" onError={() => setUnshown(true)} />
+      ) : null}
+      {kind === "text" ? <pre class="output-text">{result!.response as string}</pre> : null}
+      {kind === "json" ? <pre class="output-text">{JSON.stringify(shown, null, 2)}</pre> : null}
       {url ? <a class="button" href={url} download={`${jobId}.${ext}`}>Download {ext.toUpperCase()}</a> : null}
     </div>
   );

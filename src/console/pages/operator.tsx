@@ -5,7 +5,7 @@ import type { Provider } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
 import { ago, dayToSeconds, sar, when } from "../format.js";
 import { href } from "../router.js";
-import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { Card, Chart, DataTable, Empty, ErrorBox, Field, FilterInput, Pager, Show, Stat, StatusBadge, useAction, useId, useLoad, usePaging } from "../ui.js";
 import { JobPage } from "./job.js";
 import { JobTable } from "./renter.js";
 
@@ -123,7 +123,11 @@ function ProvidersPage() {
   const [approval, setApproval] = useState("pending");
   const [q, setQ] = useState("");
   const ids = { approval: useId("approval"), q: useId("q") };
-  const list = useLoad(() => api.admin.listProviders({ limit: 100, ...(approval ? { approvalStatus: approval } : {}), ...(q ? { q } : {}) }), [approval, q]);
+  const paging = usePaging(100, [approval, q]);
+  const list = useLoad(
+    () => api.admin.listProviders({ limit: paging.limit, offset: paging.offset, ...(approval ? { approvalStatus: approval } : {}), ...(q ? { q } : {}) }),
+    [approval, q, paging.offset],
+  );
   return (
     <>
       <h1>Providers</h1>
@@ -135,22 +139,25 @@ function ProvidersPage() {
             </select>
           </Field>
           <Field id={ids.q} label="Search name or email">
-            <input id={ids.q} type="search" value={q} onChange={(e) => setQ((e.target as HTMLInputElement).value)} />
+            <FilterInput id={ids.q} search value={q} onApply={setQ} />
           </Field>
         </div>
         <Show l={list} what="providers">
           {(r) => (
-            <DataTable rows={r.providers} rowAttrs={(p) => ({ "data-provider": String(p.id) })}
-              empty={approval === "pending" ? "No provider waits for approval." : "No provider matches these filters."}
-              columns={[
-                { head: "Provider", cell: (p) => <>{p.name} #{String(p.id)}<br /><small>{p.email}</small></> },
-                { head: "GPU", cell: (p) => p.gpuModel },
-                { head: "Runs", cell: (p) => (p.supportedJobTypes.length ? p.supportedJobTypes.join(", ") : "any job type") },
-                { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
-                { head: "Approval", cell: (p) => <StatusBadge status={p.approvalStatus} /> },
-                { head: "Heard", cell: (p) => ago(p.lastHeartbeat) },
-                { head: "Actions", cell: (p) => <ProviderActions p={p} onDone={list.reload} /> },
-              ]} />
+            <>
+              <DataTable rows={r.providers} rowAttrs={(p) => ({ "data-provider": String(p.id) })}
+                empty={approval === "pending" ? "No provider waits for approval." : "No provider matches these filters."}
+                columns={[
+                  { head: "Provider", cell: (p) => <>{p.name} #{String(p.id)}<br /><small>{p.email}</small></> },
+                  { head: "GPU", cell: (p) => p.gpuModel },
+                  { head: "Runs", cell: (p) => (p.supportedJobTypes.length ? p.supportedJobTypes.join(", ") : "any job type") },
+                  { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
+                  { head: "Approval", cell: (p) => <StatusBadge status={p.approvalStatus} /> },
+                  { head: "Heard", cell: (p) => ago(p.lastHeartbeat) },
+                  { head: "Actions", cell: (p) => <ProviderActions p={p} onDone={list.reload} /> },
+                ]} />
+              <Pager paging={paging} page={r} shown={r.providers.length} />
+            </>
           )}
         </Show>
       </Card>
@@ -162,14 +169,18 @@ function RentersPage() {
   const [q, setQ] = useState("");
   const [status, setStatus] = useState("");
   const ids = { q: useId("rq"), status: useId("rstatus") };
-  const list = useLoad(() => api.admin.listRenters({ limit: 100, ...(q ? { q } : {}), ...(status ? { status } : {}) }), [q, status]);
+  const paging = usePaging(100, [q, status]);
+  const list = useLoad(
+    () => api.admin.listRenters({ limit: paging.limit, offset: paging.offset, ...(q ? { q } : {}), ...(status ? { status } : {}) }),
+    [q, status, paging.offset],
+  );
   return (
     <>
       <h1>Renters</h1>
       <Card title="Renters">
         <div class="filters">
           <Field id={ids.q} label="Search name or email">
-            <input id={ids.q} type="search" value={q} onChange={(e) => setQ((e.target as HTMLInputElement).value)} />
+            <FilterInput id={ids.q} search value={q} onApply={setQ} />
           </Field>
           <Field id={ids.status} label="Status">
             <select id={ids.status} value={status} onChange={(e) => setStatus((e.target as HTMLSelectElement).value)}>
@@ -179,15 +190,18 @@ function RentersPage() {
         </div>
         <Show l={list} what="renters">
           {(r) => (
-            <DataTable rows={r.renters} empty="No renter matches. Renters sign up from the console's Renter tab." columns={[
-              { head: "Renter", cell: (x) => <>{x.name} #{String(x.id)}<br /><small>{x.email}</small></> },
-              { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
-              { head: "Balance", cell: (x) => sar(x.balanceHalala) },
-              { head: "Held", cell: (x) => sar(x.heldHalala) },
-              { head: "Spent", cell: (x) => sar(x.totalSpentHalala) },
-              { head: "Jobs", cell: (x) => String(x.totalJobs) },
-              { head: "Since", cell: (x) => when(x.createdAt) },
-            ]} />
+            <>
+              <DataTable rows={r.renters} empty="No renter matches. Renters sign up from the console's Renter tab." columns={[
+                { head: "Renter", cell: (x) => <>{x.name} #{String(x.id)}<br /><small>{x.email}</small></> },
+                { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
+                { head: "Balance", cell: (x) => sar(x.balanceHalala) },
+                { head: "Held", cell: (x) => sar(x.heldHalala) },
+                { head: "Spent", cell: (x) => sar(x.totalSpentHalala) },
+                { head: "Jobs", cell: (x) => String(x.totalJobs) },
+                { head: "Since", cell: (x) => when(x.createdAt) },
+              ]} />
+              <Pager paging={paging} page={r} shown={r.renters.length} />
+            </>
           )}
         </Show>
       </Card>
@@ -195,21 +209,37 @@ function RentersPage() {
   );
 }
 
-const optId = (v: string) => (v && /^\d+$/.test(v) ? { v: BigInt(v) } : undefined);
+/** An id filter as typed: blank (no filter), an id, or what is wrong with it. */
+function idFilter(label: string, typed: string): { id?: bigint; error?: string } {
+  const v = typed.trim();
+  if (!v) return {};
+  return /^\d{1,18}$/.test(v) ? { id: BigInt(v) } : { error: `${label} must be a whole number, e.g. 42.` };
+}
+
+/** The first thing wrong with a page's filters, shown instead of a list they do not select. */
+const filterError = (...fs: { error?: string }[]) => fs.find((f) => f.error)?.error;
 
 function JobsPage() {
   const [f, setF] = useState({ status: "", jobType: "", renter: "", provider: "" });
   const ids = { status: useId("jstatus"), type: useId("jtype"), renter: useId("jrenter"), provider: useId("jprov") };
-  const set = (k: keyof typeof f) => (e: Event) => setF({ ...f, [k]: (e.target as HTMLInputElement).value });
+  const set = (k: keyof typeof f) => (v: string) => setF({ ...f, [k]: v });
+  const renter = idFilter("Renter id", f.renter);
+  const provider = idFilter("Provider id", f.provider);
+  const bad = filterError(renter, provider);
+  const paging = usePaging(100, [f.status, f.jobType, f.renter, f.provider]);
   const list = useLoad(
-    () => api.admin.listJobs({
-      limit: 100,
-      ...(f.status ? { status: f.status } : {}),
-      ...(f.jobType ? { jobType: f.jobType } : {}),
-      ...(optId(f.renter) ? { renterId: optId(f.renter)!.v } : {}),
-      ...(optId(f.provider) ? { providerId: optId(f.provider)!.v } : {}),
-    }),
-    [f.status, f.jobType, f.renter, f.provider],
+    async () => {
+      if (bad) throw new Error(bad);
+      return api.admin.listJobs({
+        limit: paging.limit,
+        offset: paging.offset,
+        ...(f.status ? { status: f.status } : {}),
+        ...(f.jobType ? { jobType: f.jobType } : {}),
+        ...(renter.id !== undefined ? { renterId: renter.id } : {}),
+        ...(provider.id !== undefined ? { providerId: provider.id } : {}),
+      });
+    },
+    [f.status, f.jobType, f.renter, f.provider, paging.offset],
     5000,
   );
   return (
@@ -218,17 +248,24 @@ function JobsPage() {
       <Card title="All jobs">
         <div class="filters">
           <Field id={ids.status} label="Status">
-            <select id={ids.status} value={f.status} onChange={set("status")}>
+            <select id={ids.status} value={f.status} onChange={(e) => set("status")((e.target as HTMLSelectElement).value)}>
               {["", "queued", "pending", "running", "completed", "failed", "cancelled"].map((s) => <option value={s}>{s || "any"}</option>)}
             </select>
           </Field>
-          <Field id={ids.type} label="Job type"><input id={ids.type} value={f.jobType} onChange={set("jobType")} /></Field>
-          <Field id={ids.renter} label="Renter id"><input id={ids.renter} inputMode="numeric" value={f.renter} onChange={set("renter")} /></Field>
-          <Field id={ids.provider} label="Provider id"><input id={ids.provider} inputMode="numeric" value={f.provider} onChange={set("provider")} /></Field>
+          <Field id={ids.type} label="Job type"><FilterInput id={ids.type} value={f.jobType} onApply={set("jobType")} /></Field>
+          <Field id={ids.renter} label="Renter id"><FilterInput id={ids.renter} numeric invalid={!!renter.error} value={f.renter} onApply={set("renter")} /></Field>
+          <Field id={ids.provider} label="Provider id"><FilterInput id={ids.provider} numeric invalid={!!provider.error} value={f.provider} onApply={set("provider")} /></Field>
         </div>
-        <Show l={list} what="jobs">
-          {(r) => <JobTable jobs={r.jobs} base={["admin", "jobs"]} empty="No job matches these filters." />}
-        </Show>
+        {bad ? <ErrorBox error={bad} /> : (
+          <Show l={list} what="jobs">
+            {(r) => (
+              <>
+                <JobTable jobs={r.jobs} base={["admin", "jobs"]} empty="No job matches these filters." />
+                <Pager paging={paging} page={r} shown={r.jobs.length} />
+              </>
+            )}
+          </Show>
+        )}
       </Card>
     </>
   );
@@ -238,7 +275,21 @@ function PaymentsPage() {
   const [status, setStatus] = useState("");
   const [renter, setRenter] = useState("");
   const ids = { status: useId("pstatus"), renter: useId("prenter") };
-  const list = useLoad(() => api.admin.listPayments({ limit: 100, ...(status ? { status } : {}), ...(optId(renter) ? { renterId: optId(renter)!.v } : {}) }), [status, renter]);
+  const renterId = idFilter("Renter id", renter);
+  const bad = filterError(renterId);
+  const paging = usePaging(100, [status, renter]);
+  const list = useLoad(
+    async () => {
+      if (bad) throw new Error(bad);
+      return api.admin.listPayments({
+        limit: paging.limit,
+        offset: paging.offset,
+        ...(status ? { status } : {}),
+        ...(renterId.id !== undefined ? { renterId: renterId.id } : {}),
+      });
+    },
+    [status, renter, paging.offset],
+  );
   return (
     <>
       <h1>Payments</h1>
@@ -249,20 +300,25 @@ function PaymentsPage() {
               {["", "initiated", "paid", "failed", "refunded"].map((s) => <option value={s}>{s || "any"}</option>)}
             </select>
           </Field>
-          <Field id={ids.renter} label="Renter id"><input id={ids.renter} inputMode="numeric" value={renter} onChange={(e) => setRenter((e.target as HTMLInputElement).value)} /></Field>
+          <Field id={ids.renter} label="Renter id"><FilterInput id={ids.renter} numeric invalid={!!renterId.error} value={renter} onApply={setRenter} /></Field>
         </div>
-        <Show l={list} what="payments">
-          {(r) => (
-            <DataTable rows={r.payments} empty="No payment matches these filters." columns={[
-              { head: "Payment", class: "mono", cell: (p) => p.paymentId },
-              { head: "Renter", cell: (p) => `#${p.renterId}` },
-              { head: "Amount", cell: (p) => sar(p.amountHalala) },
-              { head: "Source", cell: (p) => p.sourceType },
-              { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
-              { head: "Created", cell: (p) => when(p.createdAt) },
-            ]} />
-          )}
-        </Show>
+        {bad ? <ErrorBox error={bad} /> : (
+          <Show l={list} what="payments">
+            {(r) => (
+              <>
+                <DataTable rows={r.payments} empty="No payment matches these filters." columns={[
+                  { head: "Payment", class: "mono", cell: (p) => p.paymentId },
+                  { head: "Renter", cell: (p) => `#${p.renterId}` },
+                  { head: "Amount", cell: (p) => sar(p.amountHalala) },
+                  { head: "Source", cell: (p) => p.sourceType },
+                  { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
+                  { head: "Created", cell: (p) => when(p.createdAt) },
+                ]} />
+                <Pager paging={paging} page={r} shown={r.payments.length} />
+              </>
+            )}
+          </Show>
+        )}
       </Card>
     </>
   );
@@ -272,24 +328,31 @@ function AuditPage() {
   const [action, setAction] = useState("");
   const [target, setTarget] = useState("");
   const ids = { action: useId("aaction"), target: useId("atarget") };
-  const list = useLoad(() => api.admin.listAudit({ limit: 100, ...(action ? { action } : {}), ...(target ? { targetType: target } : {}) }), [action, target]);
+  const paging = usePaging(100, [action, target]);
+  const list = useLoad(
+    () => api.admin.listAudit({ limit: paging.limit, offset: paging.offset, ...(action ? { action } : {}), ...(target ? { targetType: target } : {}) }),
+    [action, target, paging.offset],
+  );
   return (
     <>
       <h1>Audit log</h1>
       <Card title="Operator actions">
         <div class="filters">
-          <Field id={ids.action} label="Action"><input id={ids.action} value={action} placeholder="e.g. provider.approve" onChange={(e) => setAction((e.target as HTMLInputElement).value)} /></Field>
-          <Field id={ids.target} label="Target type"><input id={ids.target} value={target} placeholder="provider, renter, job" onChange={(e) => setTarget((e.target as HTMLInputElement).value)} /></Field>
+          <Field id={ids.action} label="Action"><FilterInput id={ids.action} value={action} placeholder="e.g. provider.approve" onApply={setAction} /></Field>
+          <Field id={ids.target} label="Target type"><FilterInput id={ids.target} value={target} placeholder="provider, renter, job" onApply={setTarget} /></Field>
         </div>
         <Show l={list} what="audit log">
           {(r) => (
-            <DataTable rows={r.entries} empty="Nothing recorded yet: approvals, suspensions and adjustments appear here." columns={[
-              { head: "When", cell: (e) => when(e.createdAt) },
-              { head: "Actor", cell: (e) => e.actor },
-              { head: "Action", cell: (e) => e.action },
-              { head: "Target", cell: (e) => `${e.targetType} ${e.targetId}` },
-              { head: "Details", class: "mono small", cell: (e) => JSON.stringify(e.details ?? {}) },
-            ]} />
+            <>
+              <DataTable rows={r.entries} empty="Nothing recorded yet: approvals, suspensions and adjustments appear here." columns={[
+                { head: "When", cell: (e) => when(e.createdAt) },
+                { head: "Actor", cell: (e) => e.actor },
+                { head: "Action", cell: (e) => e.action },
+                { head: "Target", cell: (e) => `${e.targetType} ${e.targetId}` },
+                { head: "Details", class: "mono small", cell: (e) => JSON.stringify(e.details ?? {}) },
+              ]} />
+              <Pager paging={paging} page={r} shown={r.entries.length} />
+            </>
           )}
         </Show>
       </Card>
@@ -298,7 +361,8 @@ function AuditPage() {
 }
 
 function RegistryPage() {
-  const list = useLoad(() => api.registry.listRequests({}), []);
+  const paging = usePaging(50, []);
+  const list = useLoad(() => api.registry.listRequests({ limit: paging.limit, offset: paging.offset }), [paging.offset]);
   const a = useAction();
   // The public description each pending image gets when approved (GET /api/registry/images shows it);
   // the renter's reason is private to it and the operator.
@@ -310,28 +374,31 @@ function RegistryPage() {
         <ErrorBox error={a.error} />
         <Show l={list} what="registry requests">
           {(r) => (
-            <DataTable rows={r.requests} empty="No image requests. Renters ask for container images with POST /api/registry/requests." columns={[
-              { head: "Image", class: "mono", cell: (x) => x.image },
-              { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
-              { head: "Requested", cell: (x) => when(x.createdAt) },
-              { head: "Renter's reason (private)", cell: (x) => x.reason ?? "" },
-              {
-                head: "Actions",
-                cell: (x) => x.status === "pending" ? (
-                  <div class="actions">
-                    <input
-                      aria-label={`Public description of ${x.image}`}
-                      placeholder="Public description (optional)"
-                      maxLength={1000}
-                      value={descriptions[String(x.id)] ?? ""}
-                      onInput={(e) => setDescriptions({ ...descriptions, [String(x.id)]: (e.target as HTMLInputElement).value })}
-                    />
-                    <button disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.approveRequest({ id: x.id, description: descriptions[String(x.id)]?.trim() || undefined }); list.reload(); })}>Approve</button>
-                    <button class="secondary" disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.rejectRequest({ id: x.id }); list.reload(); })}>Reject</button>
-                  </div>
-                ) : null,
-              },
-            ]} />
+            <>
+              <DataTable rows={r.requests} empty="No image requests. Renters ask for container images with POST /api/registry/requests." columns={[
+                { head: "Image", class: "mono", cell: (x) => x.image },
+                { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
+                { head: "Requested", cell: (x) => when(x.createdAt) },
+                { head: "Renter's reason (private)", cell: (x) => x.reason ?? "" },
+                {
+                  head: "Actions",
+                  cell: (x) => x.status === "pending" ? (
+                    <div class="actions">
+                      <input
+                        aria-label={`Public description of ${x.image}`}
+                        placeholder="Public description (optional)"
+                        maxLength={1000}
+                        value={descriptions[String(x.id)] ?? ""}
+                        onInput={(e) => setDescriptions({ ...descriptions, [String(x.id)]: (e.target as HTMLInputElement).value })}
+                      />
+                      <button disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.approveRequest({ id: x.id, description: descriptions[String(x.id)]?.trim() || undefined }); list.reload(); })}>Approve</button>
+                      <button class="secondary" disabled={a.busy} onClick={() => void a.run(async () => { await api.registry.rejectRequest({ id: x.id }); list.reload(); })}>Reject</button>
+                    </div>
+                  ) : null,
+                },
+              ]} />
+              <Pager paging={paging} page={r} shown={r.requests.length} />
+            </>
           )}
         </Show>
       </Card>

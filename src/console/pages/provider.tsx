@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { ago, dayToSeconds, sar, when } from "../format.js";
 import { href } from "../router.js";
 import { session } from "../session.js";
-import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { Card, Chart, DataTable, Empty, ErrorBox, Field, Pager, Show, Stat, StatusBadge, useAction, useId, useLoad, usePaging } from "../ui.js";
 import { JobPage } from "./job.js";
 import { JobTable } from "./renter.js";
 import { RotateKey } from "./rotate-key.js";
@@ -116,7 +116,8 @@ function StatusPage() {
 
 function EarningsPage() {
   const earnings = useLoad(() => api.reports.getProviderEarnings({ days: 14 }), [], 10_000);
-  const jobs = useLoad(() => api.jobs.list({ limit: 50 }), [], 10_000);
+  const paging = usePaging(50, []);
+  const jobs = useLoad(() => api.jobs.list({ limit: paging.limit, offset: paging.offset }), [paging.offset], 10_000);
   return (
     <>
       <h1>Earnings</h1>
@@ -136,14 +137,17 @@ function EarningsPage() {
       <Card title="Jobs and what each earned">
         <Show l={jobs} what="jobs">
           {(r) => (
-            <DataTable rows={r.jobs} testid="earnings-jobs" rowAttrs={(j) => ({ "data-job": j.jobId })} empty="No jobs served yet." columns={[
-              { head: "Job", class: "mono", cell: (j) => j.jobId },
-              { head: "Type", cell: (j) => j.jobType },
-              { head: "Status", cell: (j) => <StatusBadge status={j.status} /> },
-              { head: "Ended", cell: (j) => when(j.completedAt) },
-              { head: "Renter paid", cell: (j) => sar(j.actualCostHalala) },
-              { head: "You earned", cell: (j) => sar(j.providerEarnedHalala) },
-            ]} />
+            <>
+              <DataTable rows={r.jobs} testid="earnings-jobs" rowAttrs={(j) => ({ "data-job": j.jobId })} empty="No jobs served yet." columns={[
+                { head: "Job", class: "mono", cell: (j) => j.jobId },
+                { head: "Type", cell: (j) => j.jobType },
+                { head: "Status", cell: (j) => <StatusBadge status={j.status} /> },
+                { head: "Ended", cell: (j) => when(j.completedAt) },
+                { head: "Renter paid", cell: (j) => sar(j.actualCostHalala) },
+                { head: "You earned", cell: (j) => sar(j.providerEarnedHalala) },
+              ]} />
+              <Pager paging={paging} page={r} shown={r.jobs.length} />
+            </>
           )}
         </Show>
       </Card>
@@ -187,13 +191,17 @@ function Preferences({ me }: { me: GetProviderMeResponse }) {
       onSubmit={(e) => {
         e.preventDefault();
         void a.run(async () => {
-          await api.providers.setPreferences({
+          // A limit left blank is not sent: the service keeps its value (0 would be a limit too).
+          const num = (v: string) => (v.trim() === "" ? undefined : Number(v));
+          const r = await api.providers.setPreferences({
             runMode: f.runMode,
             ...(f.runMode === "scheduled" ? { scheduledStart: f.scheduledStart, scheduledEnd: f.scheduledEnd } : {}),
-            gpuUsageCapPct: Number(f.gpuUsageCapPct),
-            vramReserveGb: Number(f.vramReserveGb),
-            tempLimitC: Number(f.tempLimitC),
+            gpuUsageCapPct: num(f.gpuUsageCapPct),
+            vramReserveGb: num(f.vramReserveGb),
+            tempLimitC: num(f.tempLimitC),
           });
+          const kept = r.preferences!;
+          setF({ ...f, gpuUsageCapPct: String(kept.gpuUsageCapPct), vramReserveGb: String(kept.vramReserveGb), tempLimitC: String(kept.tempLimitC) });
           setSaved(true);
         });
       }}

@@ -6,7 +6,7 @@ import { api } from "../api.js";
 import { ago, dayToSeconds, sar, when } from "../format.js";
 import { href } from "../router.js";
 import { settings } from "../settings.js";
-import { Card, Chart, DataTable, Empty, ErrorBox, Field, Show, Stat, StatusBadge, useAction, useId, useLoad } from "../ui.js";
+import { Card, Chart, DataTable, Empty, ErrorBox, Field, Pager, Show, Stat, StatusBadge, useAction, useId, useLoad, usePaging } from "../ui.js";
 import { JobPage } from "./job.js";
 import { RotateKey } from "./rotate-key.js";
 import { SubmitPage } from "./submit.js";
@@ -24,7 +24,8 @@ export function RenterPages({ route }: { route: string[] }) {
 
 function BalancePage() {
   const balance = useLoad(() => api.renters.getBalance({}), []);
-  const payments = useLoad(() => api.payments.history({ limit: 20 }), []);
+  const pay = usePaging(20, []);
+  const payments = useLoad(() => api.payments.history({ limit: pay.limit, offset: pay.offset }), [pay.offset]);
   const refresh = () => {
     balance.reload();
     payments.reload();
@@ -50,13 +51,16 @@ function BalancePage() {
       <Card title="Payment history">
         <Show l={payments} what="payments">
           {(p) => (
-            <DataTable rows={p.payments} empty="No payments yet. Add funds above to run your first job." columns={[
-              { head: "When", cell: (x) => when(x.createdAt) },
-              { head: "Amount", cell: (x) => sar(x.amountHalala) },
-              { head: "Source", cell: (x) => x.sourceType },
-              { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
-              { head: "Payment", class: "mono", cell: (x) => x.paymentId },
-            ]} />
+            <>
+              <DataTable rows={p.payments} empty="No payments yet. Add funds above to run your first job." columns={[
+                { head: "When", cell: (x) => when(x.createdAt) },
+                { head: "Amount", cell: (x) => sar(x.amountHalala) },
+                { head: "Source", cell: (x) => x.sourceType },
+                { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
+                { head: "Payment", class: "mono", cell: (x) => x.paymentId },
+              ]} />
+              <Pager paging={pay} page={p} shown={p.payments.length} />
+            </>
           )}
         </Show>
       </Card>
@@ -134,8 +138,9 @@ export function JobTable({ jobs, base, empty }: { jobs: Job[]; base: string[]; e
 function JobsPage() {
   const [status, setStatus] = useState("");
   const id = useId("status");
+  const paging = usePaging(50, [status]);
   // Polled: the list shows live status and why queued jobs wait.
-  const jobs = useLoad(() => api.jobs.list({ limit: 50, ...(status ? { status } : {}) }), [status], 3000);
+  const jobs = useLoad(() => api.jobs.list({ limit: paging.limit, offset: paging.offset, ...(status ? { status } : {}) }), [status, paging.offset], 3000);
   return (
     <>
       <h1>Jobs</h1>
@@ -147,9 +152,12 @@ function JobsPage() {
         </Field>
         <Show l={jobs} what="jobs">
           {(r) => (
-            <JobTable jobs={r.jobs} base={["renter", "jobs"]} empty={
-              <>No jobs{status ? ` with status ${status}` : ""} yet. <a href={href("renter", "submit")}>Submit a job</a> to get started.</>
-            } />
+            <>
+              <JobTable jobs={r.jobs} base={["renter", "jobs"]} empty={
+                <>No jobs{status ? ` with status ${status}` : ""} yet. <a href={href("renter", "submit")}>Submit a job</a> to get started.</>
+              } />
+              <Pager paging={paging} page={r} shown={r.jobs.length} />
+            </>
           )}
         </Show>
       </Card>
