@@ -9,8 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, PROCESS_TAG, type Sql } from "../../src/db/index.js";
 import { migrate } from "../../src/db/migrate.js";
 import { createLogger } from "../../src/log.js";
-import { registerRenter } from "../../src/domain/accounts/renters.js";
-import { enqueueRenterWebhook, webhookSignature, SIGNATURE_TOLERANCE_SECONDS } from "../../src/domain/notify/webhooks.js";
+import { registerRenter, updateRenter } from "../../src/domain/accounts/renters.js";
+import { enqueueRenterWebhook, webhookSignature, SIGNATURE_TOLERANCE_SECONDS, WEBHOOK_REMOVED } from "../../src/domain/notify/webhooks.js";
 import { isPrivateAddress, publicOnlyLookup } from "../../src/domain/shared/address.js";
 import { retryDelayMs, webhookOutboxWorker } from "../../src/workers/webhook-outbox.js";
 import { freshDatabase, startTestServer } from "../helpers/server.js";
@@ -142,6 +142,39 @@ describe("outbox delivery", () => {
     } finally {
       await worker.stop();
       await rx.close();
+    }
+  });
+
+  it("a retry goes to the renter's webhook as it is now: to a new URL, signed with its secret; nowhere once it is removed", async () => {
+    const oldRx = receiver([500, 500]);
+    const newRx = receiver();
+    const oldUrl = await oldRx.listen();
+    const newUrl = await newRx.listen();
+    const moved = await renterWithHook(oldUrl);
+    const removed = await renterWithHook(oldUrl);
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, baseDelayMs: 300, maxDelayMs: 300 });
+    await worker.start();
+    try {
+      await sql.begin((tx) => enqueueRenterWebhook(tx, moved.id, "job.completed", { job_id: "job-moved" }));
+      await sql.begin((tx) => enqueueRenterWebhook(tx, removed.id, "job.completed", { job_id: "job-removed" }));
+      await oldRx.waitFor(2); // both first tries fail: each event waits for a retry
+      await sql.begin((tx) => updateRenter(tx, moved.id, { webhookUrl: newUrl }));
+      await sql.begin((tx) => updateRenter(tx, removed.id, { webhookUrl: null }));
+      await newRx.waitFor(1);
+      const [{ webhook_secret: secret }] = await sql<{ webhook_secret: string }[]>`SELECT webhook_secret FROM renters WHERE id = ${moved.id}`;
+      const hit = newRx.hits[0];
+      expect(JSON.parse(hit.body).data).toEqual({ job_id: "job-moved" });
+      const ts = Number(hit.headers["x-svc-timestamp"]);
+      expect(hit.headers["x-svc-signature"]).toBe(`v1=${webhookSignature(secret, ts, hit.body)}`);
+      // The removed webhook's event is dead at its retry, never sent again (signed or not).
+      for (let i = 0; i < 40 && (await outbox(removed.id))[0].status === "pending"; i++) await new Promise((res) => setTimeout(res, 50));
+      expect((await outbox(removed.id))[0]).toMatchObject({ status: "dead", last_error: WEBHOOK_REMOVED, attempts: 1 });
+      expect(oldRx.hits).toHaveLength(2);
+      expect((await outbox(moved.id))[0]).toMatchObject({ status: "delivered", attempts: 2 });
+    } finally {
+      await worker.stop();
+      await oldRx.close();
+      await newRx.close();
     }
   });
 

@@ -91,13 +91,19 @@ export interface OutboxRow {
 /** How long a claimed delivery is reserved for the process that claimed it. */
 const CLAIM_SECONDS = 60;
 
+/** Why a queued delivery was dropped: the renter has no webhook any more. */
+export const WEBHOOK_REMOVED = "the renter removed its webhook";
+
 /**
  * Claims up to `limit` due deliveries: each is pushed out of reach of other
  * processes for CLAIM_SECONDS, marked with the claiming process's connection
  * name (releaseOrphanedClaims frees it sooner when that process is gone).
+ * Each goes to the renter's webhook as it is now, URL and secret together (a
+ * retry follows a change of URL, and an address the renter dropped, or that
+ * was dropped for it, gets nothing more); one whose renter has none is dead.
  */
 export async function claimDue(db: Db, limit: number): Promise<OutboxRow[]> {
-  return db<OutboxRow[]>`
+  const rows = await db<(OutboxRow & { status: string })[]>`
     WITH due AS (
       SELECT id FROM webhook_outbox
       WHERE status = 'pending' AND next_attempt_at <= now()
@@ -106,11 +112,15 @@ export async function claimDue(db: Db, limit: number): Promise<OutboxRow[]> {
       FOR UPDATE SKIP LOCKED
     )
     UPDATE webhook_outbox o
-    SET attempts = o.attempts + 1, next_attempt_at = now() + make_interval(secs => ${CLAIM_SECONDS}),
-        claimed_by = current_setting('application_name')
+    SET attempts = o.attempts + CASE WHEN r.webhook_url IS NULL THEN 0 ELSE 1 END, next_attempt_at = now() + make_interval(secs => ${CLAIM_SECONDS}),
+        claimed_by = CASE WHEN r.webhook_url IS NULL THEN NULL ELSE current_setting('application_name') END,
+        url = coalesce(r.webhook_url, o.url),
+        status = CASE WHEN r.webhook_url IS NULL THEN 'dead' ELSE o.status END,
+        last_error = CASE WHEN r.webhook_url IS NULL THEN ${WEBHOOK_REMOVED} ELSE o.last_error END
     FROM due, renters r
     WHERE o.id = due.id AND r.id = o.renter_id
-    RETURNING o.id, o.event_id, o.renter_id, o.event, o.url, o.body, o.attempts, r.webhook_secret AS secret`;
+    RETURNING o.id, o.event_id, o.renter_id, o.event, o.url, o.body, o.attempts, r.webhook_secret AS secret, o.status`;
+  return rows.filter((r) => r.status === "pending").map(({ status: _, ...row }) => row);
 }
 
 /**
