@@ -318,6 +318,23 @@ describe("key rotation", () => {
     const [audit] = await srv.sql`SELECT * FROM audit_log WHERE action = 'receipts.rotate_key' ORDER BY id DESC LIMIT 1`;
     expect(audit).toMatchObject({ target_id: fresh.signature.key_id });
   });
+
+  it("rotations at once run one after the other: each answers, each retires the key the one before made", async () => {
+    await keys(); // a current key exists
+    for (let round = 0; round < 3; round++) {
+      const replies = await Promise.all([0, 1, 2, 3].map(() => api.post("/api/admin/receipts/keys/rotate", {}, adminH)));
+      expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+      const made = new Set(replies.map((r) => r.body.current.key_id));
+      const retired = replies.map((r) => r.body.retired_key_id);
+      // A chain: every key made but the last was retired by exactly one later rotation.
+      expect(made.size).toBe(4);
+      expect(new Set(retired).size).toBe(4);
+      expect(retired.filter((id) => made.has(id))).toHaveLength(3);
+      const current = await srv.sql<{ key_id: string }[]>`SELECT key_id FROM receipt_keys WHERE retired_at IS NULL`;
+      expect(current).toHaveLength(1);
+      expect(made.has(current[0].key_id)).toBe(true);
+    }
+  });
 });
 
 describe("once per job, immutable", () => {

@@ -82,8 +82,10 @@ export interface ServerKeyView {
  * signed before keep verifying: the retired key stays published.
  */
 export async function rotateReceiptKey(tx: Tx): Promise<{ current: ServerKeyView; retired: string | null }> {
-  // The current row is locked: two rotations at once run one after the other.
-  const [old] = await tx<{ key_id: string }[]>`SELECT key_id FROM receipt_keys WHERE retired_at IS NULL FOR UPDATE`;
+  // Two rotations at once run one after the other. Locking the current row would not do it: the
+  // second, once the first commits, finds that row retired, no current one, and adds a second key.
+  await tx`LOCK TABLE receipt_keys IN SHARE ROW EXCLUSIVE MODE`;
+  const [old] = await tx<{ key_id: string }[]>`SELECT key_id FROM receipt_keys WHERE retired_at IS NULL`;
   if (old) await tx`UPDATE receipt_keys SET retired_at = now() WHERE key_id = ${old.key_id}`;
   const k = newKey();
   const [row] = await tx<{ created_at: Date }[]>`
