@@ -118,6 +118,54 @@ export interface Verification {
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 
+/** The published key with this id, from a keys file however malformed (anything but a list of objects holds none). */
+function publishedKey<K extends { key_id: string }>(list: unknown, keyId: unknown): K | undefined {
+  return Array.isArray(list) ? (list.find((k) => isObject(k) && k.key_id === keyId) as K | undefined) : undefined;
+}
+
+/** A published key is the key its id names (ids are derived from the keys: a file cannot pass one key off as another). */
+const keyMatchesId = (prefix: "srv" | "prv", k: { key_id: string; public_key: unknown }) =>
+  typeof k.public_key === "string" && keyIdOf(prefix, k.public_key) === k.key_id;
+
+/**
+ * The first member name an object in a JSON text repeats, or undefined. JSON.parse keeps a repeated
+ * name's last value where another reader may keep its first: a receipt file with one could show a
+ * figure its signature does not cover. `text` must be valid JSON (it parsed).
+ */
+export function repeatedMemberName(text: string): string | undefined {
+  const names: (Set<string> | null)[] = []; // per open object its names; null for an open array
+  let nameNext = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+      const seen = names[names.length - 1];
+      if (seen && nameNext) {
+        const name = JSON.parse(text.slice(i, j + 1)) as string; // escapes decoded: "a" and "\u0061" are one name
+        if (seen.has(name)) return name;
+        seen.add(name);
+        nameNext = false;
+      }
+      i = j;
+    } else if (c === "{") {
+      names.push(new Set());
+      nameNext = true;
+    } else if (c === "[") {
+      names.push(null);
+      nameNext = false;
+    } else if (c === "}" || c === "]") {
+      names.pop();
+      nameNext = false;
+    } else if (c === ",") {
+      nameNext = names[names.length - 1] !== null;
+    } else if (c === ":") {
+      nameNext = false;
+    }
+  }
+  return undefined;
+}
+
 /**
  * Checks a receipt file offline: the server's signature over the body with the
  * published key it names, the provider attestation (when the receipt carries
@@ -140,18 +188,18 @@ export function verifyReceipt(file: unknown, keys: PublishedKeys, output?: { val
   if (sig.algorithm !== SIGNATURE_ALGORITHM) problems.push(`unsupported signature algorithm: ${String(sig.algorithm)}`);
   const signer = isObject(body.signer) ? body.signer : {};
   if (signer.key_id !== sig.key_id) problems.push(`the signature's key ${String(sig.key_id)} is not the signer the receipt names (${String(signer.key_id)})`);
-  const serverKey = (keys.server_keys ?? []).find((k) => k.key_id === sig.key_id);
+  const serverKey = publishedKey<PublishedKeys["server_keys"][number]>(keys?.server_keys, sig.key_id);
   if (!serverKey) problems.push(`server key ${String(sig.key_id)} is not among the published keys`);
-  else if (keyIdOf("srv", serverKey.public_key) !== serverKey.key_id) problems.push(`published server key ${serverKey.key_id} does not match its id`);
+  else if (!keyMatchesId("srv", serverKey)) problems.push(`published server key ${serverKey.key_id} does not match its id`);
   else if (typeof sig.value !== "string" || !verifyCanonical(serverKey.public_key, body, sig.value)) problems.push("the server's signature does not match the receipt (changed, or signed by another key)");
   else checks.push(`server signature: valid (key ${serverKey.key_id})`);
 
   const att = body.provider_attestation;
   if (isObject(att) && att.status === "attested") {
     const statement = att.statement;
-    const pkey = (keys.provider_keys ?? []).find((k) => k.key_id === att.key_id);
+    const pkey = publishedKey<NonNullable<PublishedKeys["provider_keys"]>[number]>(keys?.provider_keys, att.key_id);
     if (!pkey) problems.push(`provider key ${String(att.key_id)} is not among the published keys`);
-    else if (keyIdOf("prv", pkey.public_key) !== pkey.key_id) problems.push(`published provider key ${pkey.key_id} does not match its id`);
+    else if (!keyMatchesId("prv", pkey)) problems.push(`published provider key ${pkey.key_id} does not match its id`);
     else if (String(pkey.provider_id) !== String(att.provider_id)) problems.push(`provider key ${pkey.key_id} belongs to provider ${pkey.provider_id}, not ${String(att.provider_id)}`);
     else if (typeof att.signature !== "string" || !verifyCanonical(pkey.public_key, statement, att.signature)) problems.push("the provider's attestation signature does not match its statement");
     else checks.push(`provider attestation: valid (provider ${pkey.provider_id}, key ${pkey.key_id})`);

@@ -62,6 +62,25 @@ describe("svc receipt", { timeout: 300_000 }, () => {
     expect(refused.stdout).toMatch(/FAIL the server's signature does not match the receipt/);
     expect(refused.stdout).toMatch(/NOT valid/);
 
+    // The signed figure repeated after another one: JSON.parse keeps the signed one, a first-wins reader shows 9999.
+    const text = fs.readFileSync(file, "utf8");
+    const charged = JSON.parse(text).receipt.billing.charged_halala;
+    const repeated = path.join(home, "repeated.json");
+    fs.writeFileSync(repeated, text.replace(`"charged_halala":${charged}`, `"charged_halala":9999,"charged_halala":${charged}`));
+    expect(fs.readFileSync(repeated, "utf8")).not.toBe(text);
+    const twice = await svc(["receipt", "verify", repeated, "--keys", keys], home);
+    expect(twice.code).toBe(6);
+    expect(twice.stdout).toMatch(/FAIL the file names "charged_halala" twice in one object/);
+
+    // A keys file whose key has no public_key: a problem, not a crash.
+    const broken = JSON.parse(fs.readFileSync(keys, "utf8"));
+    for (const k of broken.server_keys) delete k.public_key;
+    const brokenKeys = path.join(home, "broken-keys.json");
+    fs.writeFileSync(brokenKeys, JSON.stringify(broken));
+    const noKey = await svc(["receipt", "verify", file, "--keys", brokenKeys], home);
+    expect(noKey.code, noKey.stderr).toBe(6);
+    expect(noKey.stdout).toMatch(/FAIL published server key srv-[0-9a-f]{16} does not match its id/);
+
     const otherOutput = path.join(home, "other-output.json");
     fs.writeFileSync(otherOutput, JSON.stringify({ scores: { gflops: 4 } }));
     const wrongOut = await svc(["--json", "receipt", "verify", file, "--keys", keys, "--output", otherOutput], home);

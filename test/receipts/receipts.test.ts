@@ -12,7 +12,7 @@ import { dispatchForProvider } from "../../src/domain/dispatch/dispatch.js";
 import { heartbeatPipeline } from "../../src/domain/providers/heartbeat.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
-import { outputSha256, sha256Hex, verifyReceipt, type PublishedKeys } from "../../src/shared/receipt.js";
+import { outputSha256, repeatedMemberName, sha256Hex, verifyReceipt, type PublishedKeys } from "../../src/shared/receipt.js";
 import { canonicalJson } from "../../src/shared/task-signature.js";
 import { PROVIDER_KEYS_COUNTED } from "../../src/domain/money/receipts.js";
 
@@ -281,6 +281,16 @@ describe("verification", () => {
     expect(verifyReceipt(file, published, { value: out.body }).ok).toBe(true);
     expect(verifyReceipt(file, published, { value: { ...out.body, response: "done!" } }).ok).toBe(false);
     expect(verifyReceipt(file, published, { value: "done" }).ok).toBe(false);
+  });
+});
+
+describe("repeatedMemberName", () => {
+  it("finds a name an object repeats, escapes decoded, at any depth, and nothing in arrays or values", () => {
+    expect(repeatedMemberName('{"a":1,"b":{"c":2,"c":3}}')).toBe("c");
+    expect(repeatedMemberName('{"a":1,"\\u0061":2}')).toBe("a");
+    expect(repeatedMemberName('{"a":["a","a"],"b":"a","c":{"a":"\\"a\\":"}}')).toBeUndefined();
+    expect(repeatedMemberName('[{"x":1},{"x":2}]')).toBeUndefined();
+    expect(repeatedMemberName('{"x":{"y":1},"y":2,"z":[{"x":1}]}')).toBeUndefined();
   });
 });
 

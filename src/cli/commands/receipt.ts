@@ -3,7 +3,7 @@ import fs from "node:fs";
 import type { Command } from "commander";
 import { JobReceiptSchema, ReceiptKeysSchema } from "../../../gen/svc/v1/receipts_pb.js";
 import { messageToJson } from "../../shared/message-json.js";
-import { verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
+import { repeatedMemberName, verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
 import { clientsFor } from "../clients.js";
 import { EXIT, Exit, colour, jsonText, out, printJson } from "../output.js";
 import { checkBaseUrl, UsageError } from "../profiles.js";
@@ -12,7 +12,7 @@ import type { Context } from "./context.js";
 /** The answer of a proto message as the REST route writes it (src/shared/message-json.ts), for saving. */
 const restJson = messageToJson;
 
-function readJsonFile(file: string, what: string): unknown {
+function readJsonText(file: string, what: string): { value: unknown; text: string } {
   let text: string;
   try {
     text = fs.readFileSync(file, "utf8");
@@ -20,11 +20,13 @@ function readJsonFile(file: string, what: string): unknown {
     throw new UsageError(`cannot read ${what} ${file}: ${(err as Error).message}`);
   }
   try {
-    return JSON.parse(text);
+    return { value: JSON.parse(text), text };
   } catch {
     throw new UsageError(`${what} ${file} is not JSON`);
   }
 }
+
+const readJsonFile = (file: string, what: string): unknown => readJsonText(file, what).value;
 
 function writeOrPrint(value: unknown, file: string | undefined, what: string, json: boolean) {
   // On stdout as every JSON svc prints (jsonText: a C1 control a provider put in the receipt, e.g. in
@@ -71,11 +73,16 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
     .description("check a receipt's signatures (server and provider attestation) and, with --output, the output")
     .addHelpText("after", "\nExit code 0 when everything checked holds, 6 when anything does not.")
     .action(async (file: string, o: { keys?: string; url?: string; output?: string }) => {
-      const doc = readJsonFile(file, "receipt");
+      const { value: doc, text } = readJsonText(file, "receipt");
       const named = receiptKeyIds(doc);
       const keys = o.keys ? (readJsonFile(o.keys, "keys file") as PublishedKeys) : await fetchKeys(o.url, session, named);
       const output = o.output ? { value: readJsonFile(o.output, "output") } : undefined;
       const v = verifyReceipt(doc, keys, output);
+      const repeated = repeatedMemberName(text);
+      if (repeated !== undefined) {
+        v.problems.unshift(`the file names "${repeated}" twice in one object: what it shows need not be what was signed`);
+        v.ok = false;
+      }
       const body = (doc as { receipt?: Record<string, unknown> })?.receipt ?? {};
       show({ valid: v.ok, job_id: body.job_id ?? null, receipt_id: body.receipt_id ?? null, checks: v.checks, problems: v.problems }, () => {
         for (const line of v.checks) out(`${colour("ok", "green")}   ${line}`);
