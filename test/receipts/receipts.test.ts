@@ -184,6 +184,26 @@ describe("a receipt for each end of a job", () => {
     expect(c.attempts).toEqual([expect.objectContaining({ status: "cancelled", gpu: expect.objectContaining({ uuids: GPUS.map((g) => g.uuid) }) })]);
   });
 
+  it("taken back from its provider and cancelled in the queue: it reached one, and ended without a result", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await gpuProvider();
+    await srv.sql`UPDATE providers SET gpu_count = 1, approved_gpu_count = 1 WHERE id = ${provider.id}`;
+    const busy = await submit(renter.headers);
+    await pickUp(provider.key);
+    const jobId = await submit(renter.headers);
+    expect((await api.post(`/api/jobs/${busy}/cancel`, {}, renter.headers)).status).toBe(200);
+    await pickUp(provider.key);
+    expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body.provider_id).toBe(provider.id);
+    await srv.sql`UPDATE providers SET status = 'offline' WHERE id = ${provider.id}`; // nowhere to go back to
+    const rq = await api.post(`/api/admin/jobs/${jobId}/requeue`, { reason: "moved" }, adminH);
+    expect(rq.body.status, rq.text).toBe("queued");
+    expect((await api.post(`/api/jobs/${jobId}/cancel`, {}, renter.headers)).status).toBe(200);
+    const r = await checkAgainstBooks(jobId, await receiptOf(jobId, renter.headers));
+    expect(r).toMatchObject({ status: "cancelled", provider_id: null, output_sha256: null });
+    expect(r.attempts).toEqual([expect.objectContaining({ provider_id: provider.id })]);
+    expect(r.provider_attestation).toMatchObject({ status: "none", reason: "no_result" });
+  });
+
   it("timed out by the server's sweep", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await gpuProvider();

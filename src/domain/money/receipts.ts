@@ -258,7 +258,7 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
       platform_share_halala: Number(m.platform_share),
       refunded_halala: Number(m.refunded),
     },
-    provider_attestation: attestationOf(job, outputHash, att),
+    provider_attestation: attestationOf(job, attempts.length > 0, outputHash, att),
     signer: { key_id: key.keyId, algorithm: SIGNATURE_ALGORITHM },
     issued_at: iso(job.db_now),
   };
@@ -270,8 +270,9 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
 }
 
 /** The receipt's provider_attestation: the daemon's verified signature, or plainly why there is none. */
-function attestationOf(job: JobRow, outputHash: string | null, att: AttestationRow | undefined): Record<string, unknown> {
-  if (job.provider_id === null) return { status: "none", reason: "no_provider", detail: "the job never reached a provider" };
+function attestationOf(job: JobRow, hadAttempts: boolean, outputHash: string | null, att: AttestationRow | undefined): Record<string, unknown> {
+  // A job taken back from its provider (re-queued) and ended in the queue reached one: it ended without a result.
+  if (job.provider_id === null && !hadAttempts) return { status: "none", reason: "no_provider", detail: "the job never reached a provider" };
   // Stored only after it verified against the provider's registered key (providers/attestations.ts);
   // it counts only when it is about the output this job stored.
   if (att && att.statement.job_id === job.job_id && att.statement.output_sha256 === outputHash) {
