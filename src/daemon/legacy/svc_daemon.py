@@ -519,10 +519,13 @@ with open(os.environ["SVC_RESULT_FILE"], "w") as f:
 class JobRun:
     """One job's child process: line-by-line output, progress, kill."""
 
-    def __init__(self, argv, stdin_text, env, cwd, kill_hook=None):
+    def __init__(self, argv, stdin_text, env, cwd, kill_hook=None, on_group=None):
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=env, cwd=cwd, **_popen_group_kwargs())
+        # on_group(pgid) is told of the job's process group; what it returns, once the job has ended
+        # (record_job_process: killed at the next start if this daemon dies meanwhile).
+        self.group_ended = on_group(self.proc.pid) if on_group and os.name != "nt" else None
         self.lines = queue.Queue()
         self.kill_hook = kill_hook
         threading.Thread(target=self._feed, args=(stdin_text,), daemon=True).start()
@@ -561,7 +564,19 @@ class JobRun:
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            pass
+            return
+        self.ended()
+
+    def wait(self):
+        """Waits for the job's process to end; its exit status."""
+        code = self.proc.wait()
+        self.ended()
+        return code
+
+    def ended(self):
+        if self.group_ended:
+            self.group_ended()
+            self.group_ended = None
 
 
 def read_result_file(path, max_bytes=MAX_RESULT_FILE_BYTES):
@@ -1090,6 +1105,178 @@ def remove_leftovers(docker, workdir, log):
     if folders or volumes:
         log("removed %d workspace volume(s) and %d job folder(s) left by an earlier run of this daemon (jobs %s)"
             % (volumes, folders, ", ".join(j or "unknown job" for j in jobs)))
+
+
+# A job run as a host process (a runner, the benchmark) has a process group of its own (start_new_session),
+# which outlives this daemon when it is killed without cleaning up (SIGKILL, an OOM kill, a crash): the
+# server hands the job out again, and the orphan would keep its GPU busy while the same job runs twice. So
+# each such group is recorded under <work-dir>/.svc-procs/ (0700; a file per run, 0600) until it has ended,
+# and the next start kills what is recorded before it takes a job. A pid is recycled once its process is
+# gone: a record names the leader's start time (/proc/<pid>/stat field 22) and the boot it ran in, and
+# nothing that does not match is signalled. The TypeScript daemon writes the same records (job-processes.ts).
+PROCESS_RECORDS = ".svc-procs"
+
+
+def _proc_stat(pid):
+    """(state, pgrp, start time) of a live (not zombie) process from /proc/<pid>/stat, or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            text = f.read().decode("latin-1")
+    except (OSError, ValueError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields 3 on follow its last ")".
+    rest = text[text.rfind(")") + 2:].split(" ")
+    try:
+        state, pgrp, start = rest[0], int(rest[2]), int(rest[22 - 3])
+    except (IndexError, ValueError):
+        return None
+    return None if state in ("Z", "X") else (state, pgrp, start)
+
+
+def _boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _has_proc():
+    return os.path.exists("/proc/self/stat")
+
+
+def record_job_process(workdir, job_id, pid, argv, log):
+    """Records the process group `pid` leads, started for job_id; returns what removes the record once the
+    job has ended. Without /proc (not Linux) nothing is recorded: the next start could not tell the process
+    from another one that got its pid, and kills nothing it cannot verify."""
+    st = _proc_stat(pid) if _has_proc() else None
+    if not st:
+        return lambda: None
+    folder = os.path.join(workdir, PROCESS_RECORDS)
+    path = os.path.join(folder, "%s.%d.json" % (_safe_name(job_id), pid))
+    record = {"job_id": job_id, "pgid": pid, "start_time": st[2], "boot_id": _boot_id(), "argv": [str(a) for a in argv]}
+    try:
+        private_folder(folder)
+        write_new_file(path + ".tmp", json.dumps(record))
+        os.replace(path + ".tmp", path)
+    except OSError as err:
+        log("could not record job %s's process group %d (%s): a killed daemon would leave it running" % (job_id, pid, err))
+        return lambda: None
+
+    def forget():
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return forget
+
+
+def _recorded_processes(rec):
+    """(whole group?, pids) of a record's processes still the job's: the whole group while its leader is the
+    recorded process (same start time); with the leader gone, the group's members that started after it and
+    carry the job's SVC_JOB_ID (no process gets the pid of a group that still has members, but a later group
+    of that pid could be left leaderless too). None once the leader's pid is another process's."""
+    leader = _proc_stat(rec["pgid"])
+    if leader:
+        return (True, [rec["pgid"]]) if leader[2] == rec["start_time"] else (False, [])
+    needle = ("\0SVC_JOB_ID=%s\0" % rec["job_id"]).encode("utf-8")
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = _proc_stat(int(entry))
+        if not st or st[1] != rec["pgid"] or st[2] < rec["start_time"]:
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                if needle in b"\0" + f.read():
+                    pids.append(int(entry))
+        except OSError:
+            pass  # gone meanwhile, or not ours to read: not verified
+    return False, pids
+
+
+def _signal_recorded(rec, sig):
+    """Signals what of a record's group is verified to be the job's still; how many processes that was."""
+    group, pids = _recorded_processes(rec)
+    # The verified leader's group (and the leader, should it have left it), or each verified member.
+    for kill, pid in [(os.killpg, rec["pgid"]), (os.kill, rec["pgid"])] if group else [(os.kill, p) for p in pids]:
+        try:
+            kill(pid, sig)
+        except OSError:
+            pass  # gone meanwhile
+    return len(pids)
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _wait_gone(recs, seconds):
+    end = time.time() + seconds
+    while time.time() < end and any(_recorded_processes(r)[1] for r in recs):
+        time.sleep(0.1)
+
+
+def kill_leftover_processes(workdir, log, grace=5.0):
+    """At start, before any job: kills (SIGTERM, then SIGKILL after `grace` seconds) every recorded job
+    process group an earlier run of this daemon left that is still the same process, logs which, and removes
+    its record. A record of a process that has ended, or whose pid another process holds now, is only
+    removed; one still running after SIGKILL stays, for the next start."""
+    folder = os.path.join(workdir, PROCESS_RECORDS)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return  # no record: no earlier run left a job's process
+    for name in names:
+        if name.endswith(".tmp"):
+            _remove_quietly(os.path.join(folder, name))
+    files = [os.path.join(folder, n) for n in names if n.endswith(".json")]
+    if not files:
+        return
+    if not _has_proc() or not hasattr(os, "killpg"):
+        # Without /proc a recorded pid cannot be told from a process that got it since: nothing is killed.
+        log("%d job process record(s) left by an earlier run, not checked: this host has no /proc to verify a "
+            "process by (any still running is left alone)" % len(files))
+        for path in files:
+            _remove_quietly(path)
+        return
+    boot, found = _boot_id(), []
+    for path in files:
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+            rec = {"job_id": str(rec["job_id"]), "pgid": int(rec["pgid"]), "start_time": int(rec["start_time"]),
+                   "boot_id": str(rec.get("boot_id") or ""), "argv": [str(a) for a in rec.get("argv") or []]}
+            if rec["pgid"] <= 1:
+                raise ValueError("pgid %d" % rec["pgid"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            log("removed an unreadable job process record %s" % os.path.basename(path))
+            _remove_quietly(path)
+            continue
+        # Of another boot: the process ended with it, and its pid is another process's now.
+        other_boot = rec["boot_id"] and boot and rec["boot_id"] != boot
+        if other_boot or not _signal_recorded(rec, signal.SIGTERM):
+            _remove_quietly(path)
+        else:
+            found.append((rec, path))
+    if not found:
+        return
+    _wait_gone([rec for rec, _ in found], grace)
+    killed = [rec for rec, _ in found if _signal_recorded(rec, signal.SIGKILL)]
+    if killed:
+        _wait_gone(killed, 2.0)
+    for rec, path in found:
+        how = "job %s's process group %d (%s), left running by an earlier run of this daemon" % (
+            rec["job_id"], rec["pgid"], " ".join(rec["argv"])[:200])
+        if _recorded_processes(rec)[1]:
+            log("could not kill " + how)  # its record stays: tried again at the next start
+        else:
+            _remove_quietly(path)
+            log("killed " + how + (" (SIGKILL: it outlasted SIGTERM)" if rec in killed else ""))
 
 
 def write_container_scripts(workdir):
@@ -1771,7 +1958,10 @@ class Daemon:
                     self.event("job_failed", "warning", error, job_id)
                 return
         try:
-            run = held["run"] = JobRun(argv, stdin_text, env, os.path.dirname(result_file), container.kill if container else None)
+            # A host process (a runner, the benchmark) is recorded: a container is found by its labels.
+            on_group = None if container else (lambda pid: record_job_process(self.cfg["work_dir"], job_id, pid, argv, self.log))
+            run = held["run"] = JobRun(argv, stdin_text, env, os.path.dirname(result_file), container.kill if container else None,
+                                       on_group)
         except OSError as err:
             held["settled"] = True
             self.event("job_failed", "error", str(err), job_id)
@@ -1845,7 +2035,7 @@ class Daemon:
                 run.stop()
         if serve:
             serve.stopped.set()
-        code = run.proc.wait()
+        code = run.wait()
         if pending:
             self.post_quietly(job_url(job_id, "logs"), with_attempt({"logs": pending}, attempt))
         duration = round(time.time() - started, 3)
@@ -2000,7 +2190,8 @@ class Daemon:
                 signal.signal(getattr(signal, name), self.request_stop)
         self.log("starting %s against %s" % (DAEMON_VERSION, self.api.base))
         self.results.load()
-        # Before any job thread: no job of this run holds a container, volume or folder yet.
+        # Before any job thread: no job of this run holds a process, container, volume or folder yet.
+        kill_leftover_processes(self.cfg["work_dir"], self.log)
         remove_leftovers(self.docker, self.cfg["work_dir"], self.log)
         if self.results.items:
             self.log("%d job result(s) from an earlier run to send" % len(self.results.items))

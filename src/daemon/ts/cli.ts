@@ -140,6 +140,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
     executors: {
       runners: parseRunners([...(values.runner ?? []), env.SVC_RUNNERS ?? ""]),
       workRoot,
+      log,
       docker: docker
         ? {
             docker,

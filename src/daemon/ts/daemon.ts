@@ -32,6 +32,7 @@ import { runCommand } from "./exec.js";
 import { executorFor, supportedJobTypes, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
 import { GpuPool } from "./gpu-pool.js";
+import { killLeftoverProcesses } from "./job-processes.js";
 import { removeLeftovers } from "./leftovers.js";
 import { GpuProbe, gpuStatus, type GpuSnapshot } from "./nvidia-smi.js";
 import { DAEMON_VERSION } from "./version.js";
@@ -266,8 +267,10 @@ export class ProviderDaemon {
 
   private async loop(): Promise<void> {
     const docker = this.cfg.executors.docker;
-    // Before any job: a container a killed run of this daemon left may still hold a GPU, and its
-    // jobs' volumes and folders the disk. No job of this run holds any yet.
+    // Before any job: a job's process or container a killed run of this daemon left may still hold
+    // a GPU (the server hands its job out again), and its jobs' volumes and folders the disk. No
+    // job of this run holds any yet.
+    await killLeftoverProcesses(this.cfg.executors.workRoot, this.cfg.log);
     if (docker?.daemonLabel) {
       await removeLeftovers({ docker: docker.docker, label: docker.daemonLabel, workRoot: this.cfg.executors.workRoot }, this.cfg.log, this.stopSignal.signal);
     }

@@ -25,6 +25,11 @@ export interface ChildJobOptions {
   onStop?: () => Promise<void>;
   /** Seconds between SIGTERM and SIGKILL. */
   killGraceMs?: number;
+  /**
+   * Called with the job's process group (its leader's pid) once started; what it returns is called
+   * once the whole group has ended (job-processes.ts records it for a daemon killed meanwhile).
+   */
+  onGroup?: (pgid: number) => () => void;
 }
 
 const MAX_KEPT_OUTPUT = 1_000_000;
@@ -142,6 +147,7 @@ export function startChildJob(opts: ChildJobOptions, hooks: JobHooks): RunningJo
   const started = Date.now();
   fs.rmSync(opts.resultFile, { force: true });
   const child = spawn(opts.argv[0], opts.argv.slice(1), { cwd: opts.cwd, env: opts.env, stdio: ["pipe", "pipe", "pipe"], detached: true });
+  const groupEnded = child.pid === undefined ? undefined : opts.onGroup?.(child.pid);
   let stopReason: string | undefined;
   let output = "";
   const keep = (line: string) => {
@@ -169,6 +175,7 @@ export function startChildJob(opts: ChildJobOptions, hooks: JobHooks): RunningJo
     // Output after exit may still be buffered; a grandchild holding the pipes must not block the result.
     await Promise.race([Promise.all(closed), new Promise((r) => setTimeout(r, 2000))]);
     signalGroup(child, "SIGKILL");
+    groupEnded?.();
     const metrics = { duration_seconds: (Date.now() - started) / 1000, exit_code: code ?? -1, executor: opts.executor } as Record<string, JsonValue>;
     if (signal) metrics.signal = signal;
     if (stopReason) return { success: false, error: stopReason, metrics };

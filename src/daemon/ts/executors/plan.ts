@@ -14,6 +14,8 @@ export interface ExecutorConfig {
   runners: Record<string, string[]>;
   workRoot: string;
   docker: Omit<DockerOptions, "workRoot"> | undefined;
+  /** The daemon's log (what the executors report that is not a job's). */
+  log?: (line: string) => void;
 }
 
 /** The job types the docker executor runs: the built-in ones with our program, custom_container, vllm_serve. */
@@ -35,8 +37,8 @@ export function supportedJobTypes(cfg: ExecutorConfig): string[] {
 export function executorFor(job: JobSpec, cfg: ExecutorConfig): Executor {
   // Only the docker executor reports a served endpoint, so a vllm_serve runner is never used (nor declared).
   const runner = job.jobType === "vllm_serve" ? undefined : cfg.runners[job.jobType];
-  if (runner?.length) return new ProcessExecutor(runner, cfg.workRoot);
-  if (job.jobType === "benchmark") return new ProcessExecutor([process.execPath, BENCHMARK_PROGRAM], cfg.workRoot);
+  if (runner?.length) return new ProcessExecutor(runner, cfg.workRoot, cfg.log);
+  if (job.jobType === "benchmark") return new ProcessExecutor([process.execPath, BENCHMARK_PROGRAM], cfg.workRoot, cfg.log);
   if (!cfg.docker) {
     throw new Error(`job type ${job.jobType} runs in a container and docker is not available on this host (or configure --runner ${job.jobType}=COMMAND)`);
   }

@@ -9,6 +9,7 @@ import path from "node:path";
 import { childEnv } from "../exec.js";
 import { startChildJob } from "./child.js";
 import { jobFiles } from "./docker.js";
+import { recordJobProcess } from "../job-processes.js";
 import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
 
 export class ProcessExecutor implements Executor {
@@ -16,6 +17,7 @@ export class ProcessExecutor implements Executor {
   constructor(
     private readonly argv: string[],
     private readonly workRoot: string,
+    private readonly log?: (line: string) => void,
   ) {}
 
   start(job: JobSpec, hooks: JobHooks): RunningJob {
@@ -40,6 +42,8 @@ export class ProcessExecutor implements Executor {
         stdin: JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }),
         resultFile,
         executor: "process",
+        // Killed at the daemon's next start if the daemon dies while it runs.
+        onGroup: (pgid) => recordJobProcess(this.workRoot, job.jobId, pgid, this.argv, this.log),
       },
       hooks,
     );

@@ -1,0 +1,229 @@
+// A job that runs on the host (a runner) has a process group of its own,
+// which a daemon killed without cleaning up (SIGKILL) leaves running: its next
+// start (same work folder) kills that group before it takes a job, from the
+// record it keeps under <work>/.svc-procs/ while the job runs. A record whose
+// pid another process holds now (another start time, another boot) kills
+// nothing. Both daemons, against the real server; the runner is a shell
+// script with a child of its own, and tells whether an earlier runner still
+// ran when it started.
+import fs from "node:fs";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
+import { killLeftoverProcesses } from "../../src/daemon/ts/job-processes.js";
+import { python, realPython, runLegacyDaemon, start, tempDir, waitFor, writeExecutable, type Spawned } from "./helpers.js";
+import { groupProcesses } from "./procs.js";
+import { useTsDaemonServer } from "./ts-harness.js";
+
+const h = useTsDaemonServer();
+
+/**
+ * An llm-inference runner that sleeps (in a child of its own) until killed. Each run writes its pid
+ * to pids/<pid>; one that finds an earlier run still alive when it starts writes its pid to `overlap`.
+ */
+function sleepingRunner() {
+  const dir = tempDir("orphan-runner");
+  const pids = path.join(dir, "pids");
+  fs.mkdirSync(pids);
+  const overlap = path.join(dir, "overlap");
+  const script = writeExecutable(
+    dir,
+    "runner.sh",
+    [
+      "#!/bin/sh",
+      `for f in '${pids}'/*; do`,
+      '  [ -f "$f" ] || continue',
+      '  p=$(cat "$f")',
+      `  if [ -r "/proc/$p/stat" ] && ! grep -q ') Z ' "/proc/$p/stat"; then echo "$p" >> '${overlap}'; fi`,
+      "done",
+      "sleep 1000 &",
+      `echo $$ > "${pids}/.$$" && mv "${pids}/.$$" "${pids}/$$"`,
+      "wait",
+      "",
+    ].join("\n"),
+  );
+  const runs = () => fs.readdirSync(pids).filter((n) => /^\d+$/.test(n)).map(Number);
+  return {
+    spec: `llm-inference=${script}`,
+    runs,
+    overlap: () => (fs.existsSync(overlap) ? fs.readFileSync(overlap, "utf8") : ""),
+    /** Kills every run's process group (what the test leaves). */
+    cleanUp() {
+      for (const pid of runs()) {
+        try {
+          process.kill(-pid, "SIGKILL");
+        } catch {
+          // Gone.
+        }
+      }
+    },
+  };
+}
+
+/** A process's start time (/proc/<pid>/stat field 22). */
+function startTime(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "latin1");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[22 - 3]);
+}
+
+const bootId = () => fs.readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+
+/**
+ * Records that name an unrelated live process of the test's (its own process group) as if it were a
+ * job's whose pid was recycled: a wrong start time, and the right one of another boot. Returns the
+ * process; neither record may get it killed.
+ */
+function plantRecycledRecords(work: string): Spawned {
+  const decoy = start("sleep", ["1000"], { detached: true });
+  const records = path.join(work, ".svc-procs");
+  fs.mkdirSync(records, { recursive: true, mode: 0o700 });
+  const real = startTime(decoy.pid);
+  const record = (job: string, start_time: number, boot_id: string) =>
+    fs.writeFileSync(path.join(records, `${job}.${decoy.pid}.json`), JSON.stringify({ job_id: job, pgid: decoy.pid, start_time, boot_id, argv: ["sleep", "1000"] }), { mode: 0o600 });
+  record("job-recycled", real + 1, bootId());
+  record("job-other-boot", real, "00000000-0000-0000-0000-000000000000");
+  return decoy;
+}
+
+/** While the job runs: its runner's group recorded, private to the daemon's user. */
+function expectRecorded(work: string, jobId: string, pgid: number) {
+  const records = path.join(work, ".svc-procs");
+  expect(fs.statSync(records).mode & 0o777).toBe(0o700);
+  const file = path.join(records, `${jobId}.${pgid}.json`);
+  expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+  expect(JSON.parse(fs.readFileSync(file, "utf8"))).toMatchObject({ job_id: jobId, pgid, start_time: startTime(pgid), boot_id: bootId() });
+}
+
+/**
+ * After the second start: the orphan's group gone before the next job started (`next`, given to the
+ * provider while no daemon ran: its runner found no earlier one alive), the decoy alive, the records
+ * of both gone.
+ */
+async function expectOrphanKilled(second: Spawned, work: string, jobId: string, pgid: number, decoy: Spawned, runner: ReturnType<typeof sleepingRunner>, next: string) {
+  const run = await waitFor(() => runner.runs().find((pid) => pid !== pgid), 45_000, `job ${next} started`);
+  expect(runner.overlap(), `an earlier run was still alive when job ${next} started:\n${second.output()}`).toBe("");
+  expect(groupProcesses(pgid)).toEqual([]);
+  expectRecorded(work, next, run);
+  expect(second.output()).toContain(`killed job ${jobId}'s process group ${pgid} (`);
+  expect(groupProcesses(decoy.pid)).toEqual([decoy.pid]);
+  expect(second.output()).not.toMatch(/killed job job-(recycled|other-boot)/);
+  const left = fs.readdirSync(path.join(work, ".svc-procs"));
+  expect(left.filter((n) => n.includes(`.${pgid}.`) || n.startsWith("job-recycled") || n.startsWith("job-other-boot"))).toEqual([]);
+}
+
+/** A job pinned to the provider, submitted while its daemon is down (assigned, or queued until it is back): the next start takes it. */
+async function nextJob(providerId: number, renter: { headers: Record<string, string> }) {
+  const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "next", max_tokens: 32 }, provider_id: providerId });
+  expect([providerId, null]).toContain(job.provider_id);
+  return job.job_id;
+}
+
+describe("a job's host process left by a killed daemon", { timeout: 120_000 }, () => {
+  it("svc-daemon (TypeScript): its next start kills the runner's process group before it connects; a recycled pid is left alone", async () => {
+    const p = await makeProvider(h.srv);
+    const renter = await makeRenter(h.srv, 1_000);
+    const runner = sleepingRunner();
+    const state = path.join(tempDir("orphan-ts"), "state");
+    const work = path.join(state, "work");
+    let decoy: Spawned | undefined;
+    try {
+      const first = h.startDaemon(p.key, ["--runner", runner.spec], {}, { stateDir: state });
+      await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${first.output()})`);
+      const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
+      expect(job.provider_id).toBe(p.id);
+      const pgid = await waitFor(() => runner.runs()[0], 45_000, `runner started (${first.output()})`);
+      await waitFor(() => groupProcesses(pgid).length === 2, 5_000, `runner and its child up (${JSON.stringify(groupProcesses(pgid))} ${pgid})`);
+      expectRecorded(work, job.job_id, pgid);
+
+      first.kill("SIGKILL");
+      await first.exited;
+      expect(groupProcesses(pgid).length).toBe(2);
+      decoy = plantRecycledRecords(work);
+      const next = await nextJob(p.id, renter);
+
+      const second = h.startDaemon(p.key, ["--runner", runner.spec], {}, { stateDir: state });
+      await expectOrphanKilled(second, work, job.job_id, pgid, decoy, runner, next);
+      // Killed before it connected: the server hands it no job before then.
+      expect(second.output().indexOf(`killed job ${job.job_id}'s`)).toBeLessThan(second.output().indexOf("connected as provider"));
+    } finally {
+      await h.killDaemons();
+      runner.cleanUp();
+      decoy?.kill("SIGKILL");
+    }
+  });
+
+  it("svc_daemon.py: its next start kills the runner's process group before it polls; a recycled pid is left alone", async () => {
+    const p = await makeProvider(h.srv);
+    const renter = await makeRenter(h.srv, 1_000);
+    const served = await client(h.srv.url).get(`/api/providers/download/daemon?key=${p.key}`);
+    expect(served.status).toBe(200);
+    const dir = tempDir("orphan-py");
+    const work = path.join(dir, "work");
+    const file = path.join(dir, "svc_daemon.py");
+    fs.writeFileSync(file, served.text);
+    const runner = sleepingRunner();
+    const daemons: Spawned[] = [];
+    // The interpreter itself: SIGKILL must reach the daemon, not a version manager's shim.
+    const daemon = () => daemons[daemons.push(runLegacyDaemon(file, dir, { SVC_RUNNERS: runner.spec }, realPython())) - 1];
+    let decoy: Spawned | undefined;
+    try {
+      const first = daemon();
+      await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${first.output()})`);
+      const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
+      expect(job.provider_id).toBe(p.id);
+      const pgid = await waitFor(() => runner.runs()[0], 45_000, `runner started (${first.output()})`);
+      await waitFor(() => groupProcesses(pgid).length === 2, 5_000, `runner and its child up (${JSON.stringify(groupProcesses(pgid))} ${pgid})`);
+      expectRecorded(work, job.job_id, pgid);
+
+      first.kill("SIGKILL");
+      await first.exited;
+      expect(groupProcesses(pgid).length).toBe(2);
+      decoy = plantRecycledRecords(work);
+      const next = await nextJob(p.id, renter);
+
+      const second = daemon();
+      await expectOrphanKilled(second, work, job.job_id, pgid, decoy, runner, next);
+    } finally {
+      for (const d of daemons) {
+        d.kill("SIGKILL");
+        await d.exited;
+      }
+      runner.cleanUp();
+      decoy?.kill("SIGKILL");
+    }
+  });
+
+  it("both: with the group's leader gone, only its members that carry the job's SVC_JOB_ID are killed", async () => {
+    for (const daemon of ["ts", "legacy"] as const) {
+      const work = tempDir(`orphan-members-${daemon}`);
+      // A leader that exits at once, leaving two members in its group: one with the job's environment, one without.
+      const group = start("sh", ["-c", "sleep 1000 & env -u SVC_JOB_ID sleep 1000 & sleep 0.3"], { env: { SVC_JOB_ID: "job-members" }, detached: true });
+      const pgid = group.pid;
+      const records = path.join(work, ".svc-procs");
+      fs.mkdirSync(records, { mode: 0o700 });
+      const record = { job_id: "job-members", pgid, start_time: startTime(pgid), boot_id: bootId(), argv: ["sh"] };
+      fs.writeFileSync(path.join(records, `job-members.${pgid}.json`), JSON.stringify(record), { mode: 0o600 });
+      await group.exited;
+      const members = await waitFor(() => groupProcesses(pgid).length === 2 && groupProcesses(pgid), 5_000, "two members left");
+      const carrying = members.filter((pid) => fs.readFileSync(`/proc/${pid}/environ`, "latin1").includes("SVC_JOB_ID=job-members\0"));
+      expect(carrying).toHaveLength(1);
+      try {
+        const lines: string[] = [];
+        if (daemon === "ts") await killLeftoverProcesses(work, (l) => lines.push(l), 1000);
+        else lines.push(python(`import svc_daemon\nsvc_daemon.kill_leftover_processes(${JSON.stringify(work)}, print, 1.0)`));
+        expect(lines.join("\n"), daemon).toContain(`killed job job-members's process group ${pgid} (sh)`);
+        expect(groupProcesses(pgid), daemon).toEqual(members.filter((pid) => !carrying.includes(pid)));
+        expect(fs.readdirSync(records), daemon).toEqual([]);
+      } finally {
+        for (const pid of members) {
+          try {
+            process.kill(pid, "SIGKILL");
+          } catch {
+            // Gone.
+          }
+        }
+      }
+    }
+  });
+});
