@@ -167,10 +167,13 @@ describe("outbox delivery", () => {
       const ts = Number(hit.headers["x-svc-timestamp"]);
       expect(hit.headers["x-svc-signature"]).toBe(`v1=${webhookSignature(secret, ts, hit.body)}`);
       // The removed webhook's event is dead at its retry, never sent again (signed or not).
-      for (let i = 0; i < 40 && (await outbox(removed.id))[0].status === "pending"; i++) await new Promise((res) => setTimeout(res, 50));
-      expect((await outbox(removed.id))[0]).toMatchObject({ status: "dead", last_error: WEBHOOK_REMOVED, attempts: 1 });
+      const settled = async (renterId: number) => {
+        for (let i = 0; i < 100 && (await outbox(renterId))[0].status === "pending"; i++) await new Promise((res) => setTimeout(res, 50));
+        return (await outbox(renterId))[0];
+      };
+      expect(await settled(removed.id)).toMatchObject({ status: "dead", last_error: WEBHOOK_REMOVED, attempts: 1 });
+      expect(await settled(moved.id)).toMatchObject({ status: "delivered", attempts: 2 });
       expect(oldRx.hits).toHaveLength(2);
-      expect((await outbox(moved.id))[0]).toMatchObject({ status: "delivered", attempts: 2 });
     } finally {
       await worker.stop();
       await oldRx.close();
