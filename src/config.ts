@@ -22,6 +22,11 @@ export interface Config {
   heapGrowthPercent: number;
   rateLimits: boolean;
   adminToken: string;
+  /**
+   * More admin tokens, each with the name the audit log records for what is done with it
+   * (SVC_OPERATOR_TOKENS=name:token,...); SVC_ADMIN_TOKEN's calls are recorded as "admin".
+   */
+  operatorTokens: OperatorToken[];
   hmacSecret: string;
   paymentGatewaySecretKey: string | undefined;
   paymentGatewayWebhookSecret: string | undefined;
@@ -209,6 +214,35 @@ function metricsConfig(env: NodeJS.ProcessEnv, production: boolean): Config["met
   return { access, token, listen: listenAddress(env), dbFiguresSeconds: int(env, "SVC_METRICS_DB_SECONDS", 5, 1, 3600) };
 }
 
+export interface OperatorToken {
+  name: string;
+  token: string;
+}
+
+/** The name SVC_ADMIN_TOKEN's calls are recorded under. */
+export const ADMIN_ACTOR = "admin";
+
+/** SVC_OPERATOR_TOKENS: comma-separated name:token pairs, names and tokens each unique. */
+function operatorTokens(env: NodeJS.ProcessEnv): OperatorToken[] {
+  const raw = env.SVC_OPERATOR_TOKENS?.trim();
+  if (!raw) return [];
+  const out: OperatorToken[] = [];
+  for (const entry of raw.split(",")) {
+    const at = entry.indexOf(":");
+    const name = entry.slice(0, at).trim();
+    const token = entry.slice(at + 1).trim();
+    if (at < 0 || !/^[A-Za-z0-9._-]{1,64}$/.test(name)) {
+      throw new ConfigError("SVC_OPERATOR_TOKENS must be name:token pairs separated by commas, each name 1 to 64 letters, digits, '.', '_' or '-'");
+    }
+    if (name === ADMIN_ACTOR) throw new ConfigError(`SVC_OPERATOR_TOKENS: the name "${ADMIN_ACTOR}" is SVC_ADMIN_TOKEN's`);
+    if (token.length < 16) throw new ConfigError(`SVC_OPERATOR_TOKENS: the token of ${name} must be at least 16 characters`);
+    if (out.some((o) => o.name === name)) throw new ConfigError(`SVC_OPERATOR_TOKENS names ${name} twice`);
+    if (out.some((o) => o.token === token) || token === env.SVC_ADMIN_TOKEN) throw new ConfigError(`SVC_OPERATOR_TOKENS: the token of ${name} is another operator's`);
+    out.push({ name, token });
+  }
+  return out;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const production = env.NODE_ENV === "production";
   const dataDir = path.resolve(env.SVC_DATA_DIR || "./.data");
@@ -239,6 +273,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel,
     heapGrowthPercent: int(env, "SVC_HEAP_GROWTH_PERCENT", DEFAULT_HEAP_GROWTH_PERCENT, 0, 1000),
     rateLimits: rateLimitsRaw === "on",
+    operatorTokens: operatorTokens(env),
     paymentGatewaySecretKey: gatewayKey,
     paymentGatewayWebhookSecret: env.PAYMENT_GATEWAY_WEBHOOK_SECRET || gatewayKey,
     paymentGatewayUrl: url(env, "PAYMENT_GATEWAY_URL", "https://api.moyasar.com"),

@@ -9,8 +9,7 @@ import { failureLevel } from "../errors.js";
 import { listProviders, providerById, providerMessage } from "../domain/providers/providers.js";
 import { checkId } from "../domain/admin/admin.js";
 import { page } from "../domain/shared/validate.js";
-import { credentialsKey } from "../http/credentials.js";
-import type { Deps } from "./deps.js";
+import { auditActor, type Deps } from "./deps.js";
 
 const REQUEUE_REASON: Partial<Record<ApprovalAction, string>> = {
   suspend: "provider suspended by an administrator",
@@ -18,7 +17,8 @@ const REQUEUE_REASON: Partial<Record<ApprovalAction, string>> = {
 };
 
 function actorOf(ctx: HandlerContext): AdminActor {
-  return { actor: "admin", ip: ctx.values.get(credentialsKey).clientIp || undefined };
+  const { actor, ip } = auditActor(ctx);
+  return { actor, ip: ip || undefined };
 }
 
 export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof AdminService>> {

@@ -40,7 +40,8 @@ export interface Deps {
 
 export type Principal =
   | { role: "public" }
-  | { role: "admin" }
+  /** `name`: whose token it was (SVC_OPERATOR_TOKENS), "admin" for SVC_ADMIN_TOKEN's: what the audit log records. */
+  | { role: "admin"; name: string }
   | { role: "provider"; providerId: number }
   | { role: "renter"; renterId: number };
 
@@ -63,9 +64,10 @@ export function callerRenterId(ctx: HandlerContext): number {
   return p.renterId;
 }
 
-/** Who an admin call's audit record names, and from where. */
+/** Who an admin call's audit record names (the operator whose token it was), and from where. */
 export function auditActor(ctx: HandlerContext): { actor: string; ip: string } {
-  return { actor: "admin", ip: ctx.values.get(credentialsKey).clientIp };
+  const p = principalOf(ctx);
+  return { actor: p.role === "admin" ? p.name : p.role, ip: ctx.values.get(credentialsKey).clientIp };
 }
 
 /** A job ended by the platform's fault is logged as an error (the operator must look at it). */

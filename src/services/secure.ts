@@ -11,6 +11,7 @@ import { badRequest, forbidden, notFound, unauthorized } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { refuseNul } from "../http/nul.js";
 import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
+import { ADMIN_ACTOR } from "../config.js";
 import { trackStream, type TrackedStream } from "../domain/accounts/open-streams.js";
 
 export function rolesOf(method: DescMethod): Role[] {
@@ -39,10 +40,21 @@ function unknownKeyError(wanted: Set<string>, unknownKeyNotFound: boolean) {
   return unknownKeyNotFound ? notFound(`${[...wanted].join(" or ")} not found: no account has this API key`) : unauthorized("invalid API key");
 }
 
+/** Whose admin token among those given this is (every token compared in full, in constant time), or undefined. */
+function operatorOf(config: Deps["config"], given: string[]): string | undefined {
+  let name: string | undefined;
+  for (const t of given) {
+    if (constantTimeEqual(t, config.adminToken)) name ??= ADMIN_ACTOR;
+    for (const o of config.operatorTokens) if (constantTimeEqual(t, o.token)) name ??= o.name;
+  }
+  return name;
+}
+
 async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ctx: HandlerContext): Promise<Authenticated> {
   const creds = ctx.values.get(credentialsKey);
-  if (roles.includes(Role.ADMIN) && creds.adminTokens.some((t) => constantTimeEqual(t, deps.config.adminToken))) {
-    return { principal: { role: "admin" } };
+  if (roles.includes(Role.ADMIN)) {
+    const name = operatorOf(deps.config, creds.adminTokens);
+    if (name !== undefined) return { principal: { role: "admin", name } };
   }
   if (roles.includes(Role.PUBLIC)) return { principal: { role: "public" } };
 
