@@ -68,7 +68,7 @@ export function createMetricsHandler(config: Config, metrics: Metrics, log: Logg
       return true;
     }
     if (config.metrics.access === "token") {
-      const accepted = [config.adminToken, ...(config.metrics.token ? [config.metrics.token] : [])];
+      const accepted = [config.adminToken, ...config.operatorTokens.map((o) => o.token), ...(config.metrics.token ? [config.metrics.token] : [])];
       const given = tokensOf(req);
       if (given.length === 0) {
         sendJson(res, 401, { error: "metrics token required (Authorization: Bearer <SVC_METRICS_TOKEN or the admin token>)" }, { "www-authenticate": "Bearer" });

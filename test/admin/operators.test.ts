@@ -39,6 +39,15 @@ describe("operator tokens", () => {
     expect(listed.body.entries.map((e: any) => e.actor)).toEqual(expect.arrayContaining(["alice", "bob.ops", "admin"]));
   });
 
+  it("reads /metrics, as the admin token does", async () => {
+    for (const headers of [{ authorization: `Bearer ${ALICE}` }, { "x-admin-token": BOB }]) {
+      const r = await fetch(`${srv.url}/metrics`, { headers });
+      expect(r.status).toBe(200);
+      expect(await r.text()).toMatch(/^# HELP /m);
+    }
+    expect((await fetch(`${srv.url}/metrics`, { headers: { authorization: `Bearer ${ALICE}x` } })).status).toBe(401);
+  });
+
   it("refuses a token that is one of them cut short or extended, and renter keys", async () => {
     for (const token of [ALICE.slice(0, -1), `${BOB}x`, "alice", `alice:${ALICE}`]) {
       const r = await api.get("/api/admin/dashboard", { "x-admin-token": token });
