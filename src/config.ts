@@ -248,7 +248,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const dataDir = path.resolve(env.SVC_DATA_DIR || "./.data");
 
   if (production) {
-    const missing = ["SVC_ADMIN_TOKEN", "SVC_HMAC_SECRET", "DATABASE_URL"].filter((n) => !env[n]);
+    // The public origins too: the installers and daemons the server hands out, and links in its mail, carry them.
+    const missing = ["SVC_ADMIN_TOKEN", "SVC_HMAC_SECRET", "DATABASE_URL", "BACKEND_URL", "FRONTEND_URL"].filter((n) => !env[n]);
     if (missing.length > 0) {
       throw new ConfigError(`missing required environment variables for production: ${missing.join(", ")}`);
     }

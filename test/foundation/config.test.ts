@@ -24,12 +24,12 @@ describe("config", () => {
 
   it("names every missing production variable", () => {
     expect(() => loadConfig({ NODE_ENV: "production" })).toThrow(ConfigError);
-    expect(() => loadConfig({ NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20) })).toThrow(/SVC_HMAC_SECRET, DATABASE_URL/);
+    expect(() => loadConfig({ NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20) })).toThrow(/SVC_HMAC_SECRET, DATABASE_URL, BACKEND_URL, FRONTEND_URL/);
   });
 
-  it("BACKEND_URL: the public origin in production, this server's own address (filled at listen) outside it", () => {
-    const prod = { NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20), SVC_HMAC_SECRET: "y".repeat(20), DATABASE_URL: "postgres://x@h/db" };
-    expect(loadConfig(prod).backendUrl).toBe("https://api.svc.example.com");
+  it("BACKEND_URL: the public origin, required in production; this server's own address (filled at listen) outside it", () => {
+    const prod = { NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20), SVC_HMAC_SECRET: "y".repeat(20), DATABASE_URL: "postgres://x@h/db", FRONTEND_URL: "https://example.org" };
+    expect(() => loadConfig(prod)).toThrow(/missing required environment variables for production: BACKEND_URL$/);
     expect(loadConfig({ ...prod, BACKEND_URL: "https://api.example.org" }).backendUrl).toBe("https://api.example.org");
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-cfg-"));
     expect(loadConfig({ SVC_DATA_DIR: dir }).backendUrl).toBe(""); // server.ts sets it to http://host:port once listening
@@ -57,6 +57,6 @@ describe("config", () => {
       timeout: 20_000,
     });
     expect(r.status).toBe(1);
-    expect(r.stderr).toMatch(/SVC_ADMIN_TOKEN, SVC_HMAC_SECRET, DATABASE_URL/);
+    expect(r.stderr).toMatch(/SVC_ADMIN_TOKEN, SVC_HMAC_SECRET, DATABASE_URL, BACKEND_URL, FRONTEND_URL/);
   });
 });

@@ -69,7 +69,7 @@ describe("CORS", () => {
 
   it("drops the local development origins in production and rejects malformed CORS_ORIGINS", () => {
     const base = { SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: "x".repeat(32), DATABASE_URL: "postgres://x/y" };
-    const prod = allowedOrigins(loadConfig({ ...base, NODE_ENV: "production" }));
+    const prod = allowedOrigins(loadConfig({ ...base, NODE_ENV: "production", BACKEND_URL: "https://api.svc.example.com", FRONTEND_URL: "https://svc.example.com" }));
     expect(prod.has("http://localhost:5173")).toBe(false);
     expect(prod.has("https://svc.example.com")).toBe(true);
     expect(() => allowedOrigins(loadConfig({ ...base, CORS_ORIGINS: "not an origin" }))).toThrow(/CORS_ORIGINS/);

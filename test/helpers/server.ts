@@ -51,6 +51,8 @@ export async function startTestServer(env: Record<string, string> = {}, database
     LOG_LEVEL: process.env.TEST_LOG_LEVEL || "silent", // TEST_LOG_LEVEL=error shows a server's errors while debugging a test
     SVC_RATE_LIMITS: "off",
     SVC_V1_MANAGED_RENTERS: MANAGED_RENTER_EMAIL,
+    // Production requires its public origins.
+    ...(env.NODE_ENV === "production" ? { BACKEND_URL: "https://api.svc.example.com", FRONTEND_URL: "https://svc.example.com" } : {}),
     ...env,
   });
   const app = await startApp(config);

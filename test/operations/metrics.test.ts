@@ -307,7 +307,10 @@ describe("metrics access choices", () => {
     } finally {
       await srv.close();
     }
-    const prod = { NODE_ENV: "production", SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: "x".repeat(32), DATABASE_URL: "postgres://x@127.0.0.1/x" };
+    const prod = {
+      NODE_ENV: "production", SVC_ADMIN_TOKEN: ADMIN_TOKEN, SVC_HMAC_SECRET: "x".repeat(32), DATABASE_URL: "postgres://x@127.0.0.1/x",
+      BACKEND_URL: "https://api.example.org", FRONTEND_URL: "https://example.org",
+    };
     expect(() => loadConfig({ ...prod, SVC_METRICS: "open" })).toThrow(ConfigError);
     expect(loadConfig(prod).metrics).toMatchObject({ access: "token", listen: undefined });
     expect(() => loadConfig({ ...prod, SVC_METRICS_TOKEN: "short" })).toThrow(/at least 16/);
