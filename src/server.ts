@@ -222,11 +222,13 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     close() {
       closing ??= (async () => {
         shutdown.abort();
-        if (!(await settlesWithin(Promise.all(workers.map((w) => w.stop())), WORKER_STOP_GRACE_MS))) {
+        // The listener stops accepting at once, while the workers stop: the two waits overlap.
+        const workersStopped = settlesWithin(Promise.all(workers.map((w) => w.stop())), WORKER_STOP_GRACE_MS);
+        await edge.close();
+        if (!(await workersStopped)) {
           // A worker waits on a database that stopped answering; closing the pool below ends its query.
           log.warn({ graceMs: WORKER_STOP_GRACE_MS }, "background workers did not stop in time; closing without them");
         }
-        await edge.close();
         await metricsListener?.close();
         metrics.close();
         await limits?.close();

@@ -87,7 +87,7 @@ export function addJobCommands(program: Command, ctx: Context): void {
     .command("cancel")
     .argument("<job_id>")
     .option("--reason <text>")
-    .description("cancel a queued, pending or running job (the hold is released)")
+    .description("cancel a queued, pending or running job (the hold comes back, less the time a running job used)")
     .action(async (jobId: string, o: { reason?: string }) => {
       const { c, p } = session(["renter", "admin"]);
       if (p.role === "admin") {
