@@ -40,7 +40,7 @@ describe("operator tokens", () => {
   });
 
   it("reads /metrics, as the admin token does", async () => {
-    for (const headers of [{ authorization: `Bearer ${ALICE}` }, { "x-admin-token": BOB }]) {
+    for (const headers of [{ authorization: `Bearer ${ALICE}` }, { "x-admin-token": BOB }] as Record<string, string>[]) {
       const r = await fetch(`${srv.url}/metrics`, { headers });
       expect(r.status).toBe(200);
       expect(await r.text()).toMatch(/^# HELP /m);
