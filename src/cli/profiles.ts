@@ -55,6 +55,15 @@ export function readProfiles(env = process.env): ProfilesFile {
   return parsed as ProfilesFile;
 }
 
+function readProfilesOrNone(env: NodeJS.ProcessEnv): ProfilesFile {
+  try {
+    return readProfiles(env);
+  } catch (err) {
+    if (err instanceof UsageError) return { profiles: {} };
+    throw err;
+  }
+}
+
 /**
  * Makes the profiles' folder 0700 when it is svc's own: mkdirSync's mode applies only to a folder
  * it creates. Left as it is: a symlink (chmod would change its target, set up on purpose), a folder
@@ -94,7 +103,9 @@ export function saveProfile(name: string, p: Profile, env = process.env): string
  * naming another server takes SVC_KEY / SVC_ADMIN_TOKEN, so a profile's key is never sent elsewhere.
  */
 export function resolveProfile(name: string | undefined, env = process.env): Profile & { name: string } {
-  const all = readProfiles(env);
+  // The environment alone (SVC_URL and a key or token, no --profile) needs no profiles file: one that is broken is not read.
+  const envAlone = !name && env.SVC_URL !== undefined && (env.SVC_KEY !== undefined || env.SVC_ADMIN_TOKEN !== undefined);
+  const all = envAlone ? readProfilesOrNone(env) : readProfiles(env);
   const chosen = name ?? env.SVC_PROFILE ?? all.default ?? "default";
   const stored: Partial<Profile> = all.profiles[chosen] ?? {};
   if (name && !all.profiles[name] && !env.SVC_URL) throw new UsageError(`no profile named "${name}" (svc login --profile ${name})`);

@@ -88,5 +88,10 @@ describe("a malformed profiles file", () => {
     fs.writeFileSync(path.join(dir, "profiles.json"), "{ not json");
     expect(() => resolveProfile(undefined, { SVC_CONFIG_DIR: dir })).toThrow(UsageError);
     expect(() => resolveProfile(undefined, { SVC_CONFIG_DIR: dir })).toThrow(`${path.join(dir, "profiles.json")} is not a valid profiles file`);
+    // The environment alone does not need it.
+    expect(resolveProfile(undefined, { SVC_CONFIG_DIR: dir, SVC_URL: "https://svc.example.com", SVC_KEY: "svc-renter-abc" })).toMatchObject({ role: "renter", secret: "svc-renter-abc" });
+    expect(resolveProfile(undefined, { SVC_CONFIG_DIR: dir, SVC_URL: "https://svc.example.com", SVC_ADMIN_TOKEN: "t".repeat(20) })).toMatchObject({ role: "admin" });
+    // A profile named on the command line still needs the file.
+    expect(() => resolveProfile("work", { SVC_CONFIG_DIR: dir, SVC_URL: "https://svc.example.com", SVC_KEY: "svc-renter-abc" })).toThrow(UsageError);
   });
 });
