@@ -16,12 +16,11 @@ import { jobMessage } from "../domain/jobs/jobs.js";
 import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/money/payments.js";
 import { DEFAULT_QUOTA } from "../domain/money/quota.js";
 import { renterById, renterMessage, renterMessages, renterQuota, type RenterRow } from "../domain/accounts/renters.js";
-import { checkEnum, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { checkEnum, optionalText, page, REASON_MAX_CHARS, requireFields } from "../domain/shared/validate.js";
 import { badRequest } from "../errors.js";
 import { auditActor, type Deps } from "./deps.js";
 
 /** Who did it, for the audit log: the admin token has no identity beyond the caller's address. */
-const REASON_MAX = 1000;
 
 export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminService>> {
   const { sql } = deps;
@@ -37,7 +36,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
 
   async function changeStatus(id: bigint, status: (typeof RENTER_STATUSES)[number], reason: string | undefined, ctx: HandlerContext) {
     const renterId = checkId(id, "id");
-    const why = optionalText(reason, REASON_MAX, "reason");
+    const why = optionalText(reason, REASON_MAX_CHARS, "reason");
     const { actor, ip } = auditActor(ctx);
     return sql.begin(async (tx) => {
       const { row, changed } = await setRenterStatus(tx, renterId, status);
@@ -103,7 +102,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       if (amount === 0 || !Number.isSafeInteger(amount) || Math.abs(amount) > 1_000_000_000_000) {
         throw badRequest("amount_halala must be a non-zero integer (positive credits, negative debits)");
       }
-      const reason = optionalText(req.reason, REASON_MAX, "reason");
+      const reason = optionalText(req.reason, REASON_MAX_CHARS, "reason");
       if (!reason) throw badRequest("missing required fields: reason");
       const { actor, ip } = auditActor(ctx);
       return idempotent(sql, AdminRenterResponseSchema, `admin-adjust:${renterId}`, req.idempotencyKey, { amount, reason }, async (tx) => {
@@ -163,14 +162,14 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
     async cancelJob(req, ctx) {
       requireFields({ job_id: req.jobId });
       const { actor, ip } = auditActor(ctx);
-      const { job } = await cancelJob(sql, req.jobId, { role: "admin", actor, ip }, optionalText(req.reason, REASON_MAX, "reason"));
+      const { job } = await cancelJob(sql, req.jobId, { role: "admin", actor, ip }, optionalText(req.reason, REASON_MAX_CHARS, "reason"));
       return jobMessage(job);
     },
 
     async requeueJob(req, ctx) {
       requireFields({ job_id: req.jobId });
       const { actor, ip } = auditActor(ctx);
-      return jobMessage(await requeueJob(sql, req.jobId, actor, optionalText(req.reason, REASON_MAX, "reason"), ip));
+      return jobMessage(await requeueJob(sql, req.jobId, actor, optionalText(req.reason, REASON_MAX_CHARS, "reason"), ip));
     },
 
     async listAudit(req) {

@@ -19,7 +19,7 @@ import { recordAttestation } from "../domain/providers/attestations.js";
 import { parseCursor } from "../domain/jobs/job-watch.js";
 import { jobWatchHub } from "../workers/job-watch.js";
 import { jobSignalHub } from "../workers/job-signals.js";
-import { checkEnum, iso, page } from "../domain/shared/validate.js";
+import { checkEnum, iso, optionalText, page, REASON_MAX_CHARS } from "../domain/shared/validate.js";
 import { callerProviderId, callerRenterId, logPlatformFault, principalOf, type Deps, auditActor } from "./deps.js";
 import { credentialsKey } from "../http/credentials.js";
 
@@ -269,7 +269,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     async cancel(req, ctx) {
       const p = principalOf(ctx);
       const by = p.role === "renter" ? { role: "renter" as const, renterId: p.renterId } : { role: "admin" as const, ...auditActor(ctx) };
-      const out = await cancelJob(sql, req.jobId, by, req.reason?.trim().slice(0, 500) || undefined);
+      const out = await cancelJob(sql, req.jobId, by, optionalText(req.reason, REASON_MAX_CHARS, "reason"));
       return { success: true, job: await jobView(sql, out.job, readerOf(ctx)), refundedHalala: BigInt(out.refunded), chargedHalala: BigInt(out.charged) };
     },
 

@@ -81,6 +81,11 @@ describe("cancel", () => {
     expect((await api.post(`/api/jobs/${live}/cancel`, {}, other.headers)).status).toBe(403);
     expect((await api.post(`/api/jobs/${live}/cancel`, {}, provider.headers)).status).toBe(403);
     expect((await api.post("/api/jobs/job-missing/cancel", {}, renter.headers)).status).toBe(404);
+    // A reason past 1,000 characters is refused as every action's is, naming it, and cancels nothing.
+    const long = await api.post(`/api/jobs/${live}/cancel`, { reason: "x".repeat(1001) }, admin(srv));
+    expect(long.status).toBe(400);
+    expect(long.body.error).toMatch(/reason/);
+    expect((await api.get(`/api/jobs/${live}`, renter.headers)).body.status).not.toBe("cancelled");
     const byAdmin = await api.post(`/api/jobs/${live}/cancel`, { reason: "abuse report" }, admin(srv));
     expect(byAdmin.status).toBe(200);
     expect(byAdmin.body.job.error).toBe("cancelled by admin: abuse report");

@@ -39,6 +39,9 @@ export function checkLength(value: string | undefined, max: number, field: strin
 }
 
 /** Trims, and maps "" to undefined for optional text. */
+/** Longest reason an action takes (a cancel, a suspension, a re-queue...): past it, 400 naming the field. */
+export const REASON_MAX_CHARS = 1000;
+
 export function optionalText(value: string | undefined, max: number, field: string): string | undefined {
   const v = value?.trim();
   return v ? checkLength(v, max, field) : undefined;
