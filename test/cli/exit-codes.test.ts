@@ -12,29 +12,11 @@ import { reportError } from "../../src/cli/output.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { hasCommand, tempDir } from "../daemon/helpers.js";
+import { runSvc, SVC, type Run, type RunOptions } from "./run-svc.js";
 
-const SVC = path.resolve("bin/svc.js");
 const srv = useTestServer();
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs svc with a config folder of its own and only the SVC_ variables given. */
-function svc(args: string[], opts: { home: string; input?: string; env?: Record<string, string> }): Promise<Run> {
-  const env: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(opts.home, "config"), NO_COLOR: "1" };
-  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"]) delete env[k];
-  Object.assign(env, opts.env);
-  const child = spawn(process.execPath, [SVC, ...args], { env, cwd: opts.home, stdio: ["pipe", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
-  child.stdin.end(opts.input ?? "");
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const svc = (args: string[], opts: RunOptions & { home: string }): Promise<Run> => runSvc(args, opts);
 
 /**
  * Runs `svc login` on a pseudo-terminal (python3's pty), waits for its prompt, types `keys`, and

@@ -2,36 +2,16 @@
 // ls`, `provider jobs`, `admin providers|renters|jobs|audit`) pages with
 // --limit and --offset, says which rows of how many it printed, and carries
 // total, limit and offset in its --json answer.
-import { spawn } from "node:child_process";
-import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { ADMIN, seedJob } from "../admin/helpers.js";
-import { tempDir } from "../daemon/helpers.js";
+import { runSvc, type Run } from "./run-svc.js";
 
-const SVC = path.resolve("bin/svc.js");
 const srv = useTestServer();
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs svc with an empty config folder and only the SVC_ variables given. */
-function svc(args: string[], env: Record<string, string>): Promise<Run> {
-  const full: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(tempDir("svc-lists"), "config"), NO_COLOR: "1" };
-  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"]) delete full[k];
-  Object.assign(full, env);
-  const child = spawn(process.execPath, [SVC, ...args], { env: full, stdio: ["ignore", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const svc = (args: string[], env: Record<string, string>): Promise<Run> => runSvc(args, { env });
 
 async function json(args: string[], env: Record<string, string>) {
   const r = await svc(["--json", ...args], env);

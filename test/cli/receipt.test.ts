@@ -1,7 +1,6 @@
 // `svc receipt` as a real subprocess: verify a receipt offline from files
 // alone (no profile, no server), fail on a changed receipt or output (exit
 // 6), and fetch receipts and keys with a profile or from a URL.
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -9,22 +8,12 @@ import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { tempDir } from "../daemon/helpers.js";
+import { runSvc, type Run } from "./run-svc.js";
 
-const SVC = path.resolve("bin/svc.js");
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 
-function svc(args: string[], home: string, input = ""): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const env: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(home, "config"), NO_COLOR: "1" };
-  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE"]) delete env[k];
-  const child = spawn(process.execPath, [SVC, ...args], { env, cwd: home, stdio: ["pipe", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
-  child.stdin.end(input);
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const svc = (args: string[], home: string, input = ""): Promise<Run> => runSvc(args, { home, input });
 
 // Each svc run starts a Node process with the TypeScript loader: seconds each on a loaded machine.
 describe("svc receipt", { timeout: 300_000 }, () => {

@@ -10,32 +10,16 @@ import { ADMIN_TOKEN } from "../helpers/server.js";
 import { seedJob } from "../admin/helpers.js";
 import { useTsDaemonServer } from "../daemon/ts-harness.js";
 import { tempDir, waitFor, writeExecutable } from "../daemon/helpers.js";
+import { runSvc, SVC, type Run, type RunOptions } from "./run-svc.js";
 
-const SVC = path.resolve("bin/svc.js");
 const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 // A 1x1 PNG.
 const PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 const h = useTsDaemonServer();
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs svc with a config folder of its own; `input` goes to its stdin. */
-function svc(args: string[], opts: { home: string; input?: string; env?: Record<string, string>; cwd?: string }): Promise<Run> {
-  const env: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(opts.home, "config"), NO_COLOR: "", ...opts.env };
-  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"]) if (!opts.env?.[k]) delete env[k];
-  const child = spawn(process.execPath, [SVC, ...args], { env, cwd: opts.cwd ?? opts.home, stdio: ["pipe", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
-  child.stdin.end(opts.input ?? "");
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const svc = (args: string[], opts: RunOptions & { home: string }): Promise<Run> => runSvc(args, { ...opts, env: { NO_COLOR: "", ...opts.env } });
 
 /** A runner that paces itself, reports progress and logs, and answers a PNG (or fails when asked). */
 function imageRunner(): string {

