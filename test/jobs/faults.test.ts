@@ -239,8 +239,10 @@ describe.each(["legacy", "stream"] as const)("job endings over the %s wire", (wi
     const renter = await makeRenter(srv, 1_000);
     const d = await daemon(wire);
     const before = await reliability(d.provider.id);
-    // Both ran 90 s, past their max_duration_seconds of 60. vllm_serve: 20 halala a minute, 60 held.
-    const silent = await running(d, renter, { job_type: "vllm_serve", max_duration_seconds: 60 });
+    // Each ran 30 s past its max_duration_seconds. vllm_serve: 20 halala a minute, 60 held. The silent one's limit
+    // gave an engine all the time it is given to start (10 minutes): a shorter one is the renter's (time.test.ts).
+    const silent = await running(d, renter, { job_type: "vllm_serve", max_duration_seconds: 600 });
+    await ranFor(silent, 630);
     const r1 = await d.report(silent, { error: "max_duration_seconds exceeded; killed", end_reason: "timeout" });
     expect(r1).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "provider_error", fault: "provider" } });
     expect(await jobRow(silent)).toMatchObject({ status: "queued", attempt: 2 });

@@ -148,6 +148,26 @@ describe("max_duration_seconds", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("a vllm_serve job whose limit was shorter than an engine is given to start times out as the renter's: nothing billed, nothing against the provider", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const before = await reliability(provider.id);
+    const job = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 3, max_duration_seconds: LOAD_GRACE - 30, provider_id: provider.id })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(job);
+    await ranOut(job, LOAD_GRACE - 29);
+    expect(await sweepJobs(srv.sql)).toMatchObject({ timedOut: 1, requeued: 0 });
+    expect((await api.get(`/api/jobs/${job}`, renter.headers)).body).toMatchObject({ status: "failed", end_reason: "timeout", fault: "renter", actual_cost_halala: 0 });
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0 });
+    expect(await reliability(provider.id)).toBeGreaterThanOrEqual(before);
+    // The daemon's own report of that timeout is judged the same way.
+    const reported = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 3, max_duration_seconds: LOAD_GRACE - 30, provider_id: provider.id })).body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(reported);
+    await ranOut(reported, LOAD_GRACE - 29);
+    const rep = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: reported, success: false, end_reason: "timeout", error: "killed at max_duration_seconds" });
+    expect(rep.body).toMatchObject({ status: "failed", end_reason: "timeout", fault: "renter", cost_halala: 0 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("a vllm_serve job that reported its endpoint times out as the renter's, billed for the time used", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);

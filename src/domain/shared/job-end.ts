@@ -178,7 +178,10 @@ export interface TimedRun {
  *   less than max_duration_seconds minus TIMEOUT_REPORT_SLACK_SECONDS;
  * - a serving job (vllm_serve) that never reported its endpoint, whether the
  *   daemon reported the timeout or the server's sweep found it: it served
- *   nothing for all that time (servedNothing);
+ *   nothing for all that time (servedNothing); unless its max_duration_seconds
+ *   was shorter than an engine is given to start (servingPolicy): then the
+ *   limit the renter set was the cause, the renter's timeout, billed nothing
+ *   (it served nothing) and no mark against the provider;
  * - a serving job whose endpoint had been failing the server's health probe
  *   for longer than the grace when it timed out (judgeEndpointHealth).
  * The server's sweep (`reported` false) acts on its own deadline (timeout_at),
@@ -198,7 +201,7 @@ export function judgeTimeout(run: TimedRun, reported: boolean): { reason: "timeo
     const when = reported ? `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s` : `its max_duration_seconds (${run.maxDurationSeconds} s) ran out`;
     return { ...dead, error: `${when}, and ${dead.error}` };
   }
-  if (neverServed(run.jobType, run.endpointReported)) {
+  if (neverServed(run.jobType, run.endpointReported) && run.maxDurationSeconds >= servingPolicy.loadGraceSeconds) {
     const when = reported ? `the report claimed a timeout after ${ran} s of ${run.maxDurationSeconds} s` : `its max_duration_seconds (${run.maxDurationSeconds} s) ran out`;
     return { reason: "provider_error", fault: "provider", error: `${when}, and ${NEVER_SERVED}` };
   }
