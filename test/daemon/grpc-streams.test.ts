@@ -12,6 +12,7 @@ import { bodyLimitBytesOf } from "../../src/http/body.js";
 import { useTestServer } from "../helpers/server.js";
 import { makeProvider } from "../helpers/fixtures.js";
 import { openStream } from "./grpc-stream.js";
+import { EnvelopeReader } from "../../src/http/grpc-streams.js";
 
 const PATH = `/${DaemonService.typeName}/${DaemonService.method.connect.name}`;
 const hello: MessageInitShape<typeof DaemonMessageSchema> = { kind: { case: "hello", value: { daemonVersion: "5.0.0" } } };
@@ -177,5 +178,68 @@ describe("streaming gRPC on the service's own path", () => {
     expect((await json.headers)["content-type"]).toBe("application/grpc+json");
     json.stream.end();
     expect((await json.done)["grpc-status"]).toBe("0");
+  });
+});
+
+describe("EnvelopeReader", () => {
+  const reader = () => new EnvelopeReader(DaemonMessageSchema, 32 * 1024 * 1024);
+  const beats = (n: number) => Buffer.concat(Array.from({ length: n }, () => encoded(beat)));
+
+  it("reads messages however the frames cut them: inside the prefix, inside a message, several in one", () => {
+    const bytes = Buffer.concat([encoded(hello), beats(5)]);
+    for (const cut of [1, 2, 3, 5, 7, 64, bytes.length]) {
+      const r = reader();
+      const got: string[] = [];
+      for (let i = 0; i < bytes.length; i += cut) r.push(bytes.subarray(i, i + cut), (m) => got.push((m as unknown as { kind: { case: string } }).kind.case));
+      expect([cut, got]).toEqual([cut, ["hello", "heartbeat", "heartbeat", "heartbeat", "heartbeat", "heartbeat"]]);
+      expect(r.pending).toBe(0);
+    }
+  });
+
+  it("copies a large message's bytes a bounded number of times, however many frames it spans", () => {
+    // A 16 MiB message (a beat with an unknown field 99 of zeros) in 16 KiB frames: joining the partial
+    // message with every frame would copy ~8 GiB; joining once copies it once.
+    const body = toBinary(DaemonMessageSchema, create(DaemonMessageSchema, beat));
+    const padding = 16 * 1024 * 1024;
+    const tag = Buffer.from([0x9a, 0x06]); // field 99, length-delimited
+    const len: number[] = [];
+    for (let v = padding; ; v >>>= 7) {
+      if (v < 0x80) {
+        len.push(v);
+        break;
+      }
+      len.push((v & 0x7f) | 0x80);
+    }
+    const bytes = envelope(Buffer.concat([Buffer.from(body), tag, Buffer.from(len), Buffer.alloc(padding)]));
+    const r = reader();
+    let copied = 0;
+    const concat = Buffer.concat;
+    const copy = Buffer.prototype.copy;
+    const from = Buffer.from;
+    Buffer.concat = ((list: readonly Uint8Array[], total?: number) => {
+      const out = concat(list, total);
+      copied += out.length;
+      return out;
+    }) as typeof Buffer.concat;
+    Buffer.prototype.copy = function (this: Buffer, ...args: Parameters<Buffer["copy"]>) {
+      const n = copy.apply(this, args);
+      copied += n;
+      return n;
+    };
+    Buffer.from = ((...args: Parameters<typeof Buffer.from>) => {
+      const out = (from as (...a: unknown[]) => Buffer)(...args);
+      if (Buffer.isBuffer(args[0])) copied += out.length;
+      return out;
+    }) as typeof Buffer.from;
+    let got = 0;
+    try {
+      for (let i = 0; i < bytes.length; i += 16 * 1024) r.push(bytes.subarray(i, i + 16 * 1024), () => got++);
+    } finally {
+      Buffer.concat = concat;
+      Buffer.prototype.copy = copy;
+      Buffer.from = from;
+    }
+    expect(got).toBe(1);
+    expect(copied).toBeLessThanOrEqual(2 * bytes.length);
   });
 });
