@@ -17,9 +17,20 @@ const PREFACE = Buffer.from("PRI * HTTP/2.0");
 /** How long a new connection may take to send enough bytes to tell its protocol. */
 const SNIFF_TIMEOUT_MS = 10_000;
 
+export const edgeTimeouts = {
+  /**
+   * An HTTP/2 connection with no frame either way for this long is closed, as an idle HTTP/1.1
+   * keep-alive connection is (keepAliveTimeout). Past anything a live client leaves quiet: a
+   * stream daemon beats every 30 s, and event streams send a pulse every 20 s.
+   */
+  h2IdleMs: 120_000,
+};
+
 export function createEdge(handler: Handler): Edge {
   const h1 = http.createServer({ keepAliveTimeout: 65_000, headersTimeout: 66_000, requestTimeout: 0 }, handler as http.RequestListener);
   const h2 = http2.createServer({ settings: { maxConcurrentStreams: 1000 } }, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  // Without a 'timeout' listener the server destroys a session idle for this long.
+  h2.setTimeout(edgeTimeouts.h2IdleMs);
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (s) => {
     sessions.add(s);

@@ -49,6 +49,9 @@ import { credentialsKey } from "../http/credentials.js";
 import { streamRefresher, type StreamRefresher } from "../domain/jobs/stream-refresh.js";
 
 export const HEARTBEAT_INTERVAL_SECONDS = 30;
+
+/** How long a stream may be open before its hello: one that never says it holds a provider's stream slot for nothing. */
+export const streamTimeouts = { helloMs: 30_000 };
 /** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */
 const DRAIN_RECONNECT_MS = 1000;
 /**
@@ -507,6 +510,19 @@ class StreamSession {
   }
 }
 
+/** `p`, or a DEADLINE_EXCEEDED error with `why` once `ms` passed without it. */
+async function beforeDeadline<T>(p: Promise<T>, ms: number, why: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new ConnectError(why, Code.DeadlineExceeded)), ms);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonService>> {
   const hub = jobSignalHub(deps.sql, deps.log);
   const refresher = streamRefresher(deps.sql);
@@ -517,7 +533,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
     async *connect(requests: AsyncIterable<DaemonMessage>, ctx): AsyncIterable<Out> {
       const providerId = callerProviderId(ctx);
       const iterator = requests[Symbol.asyncIterator]();
-      const first = await iterator.next();
+      const first = await beforeDeadline(iterator.next(), streamTimeouts.helloMs, `the stream must open with a hello message within ${streamTimeouts.helloMs / 1000} s`);
       if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
       refuseNul(DaemonMessageSchema, first.value);
       const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
