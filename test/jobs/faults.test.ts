@@ -315,16 +315,22 @@ describe.each(["legacy", "stream"] as const)("job endings over the %s wire", (wi
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
-  it("platform_error: refunded in full, not re-queued, the provider not docked", async () => {
+  it("a daemon's platform fault is the provider's failure: re-queued at no charge, the provider docked", async () => {
+    // Only the server records the platform's failures: a daemon's word for one would let a provider drop
+    // the jobs it does not want (failed, unpaid) while its reliability stayed as it was.
     const renter = await makeRenter(srv, 1_000);
     const d = await daemon(wire);
     const before = await reliability(d.provider.id);
-    const jobId = await running(d, renter);
-    const r = await d.report(jobId, { error: "the task named a volume the platform never created", fault: "platform" });
-    expect(r).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "platform_error", fault: "platform" } });
-    expect(await jobRow(jobId)).toMatchObject({ status: "failed", attempt: 1, fault: "platform" });
-    expect(await balance(renter)).toMatchObject({ balance_halala: 1_000, held_halala: 0 });
-    expect(await reliability(d.provider.id)).toBe(before);
+    for (const report of [{ fault: "platform" }, { end_reason: "platform_error" }]) {
+      const jobId = await running(d, renter);
+      const r = await d.report(jobId, { error: "the task named a volume the platform never created", ...report });
+      expect(r).toMatchObject({ status: 200, body: { status: "failed", cost_halala: 0, end_reason: "provider_error", fault: "provider" } });
+      expect(await jobRow(jobId)).toMatchObject({ status: "queued", attempt: 2 });
+      const [first] = await attempts(jobId);
+      expect(first).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+      expect(first.error).toMatch(/cannot put a failure on the platform.*the daemon said: the task named a volume/);
+    }
+    expect(await reliability(d.provider.id)).toBeLessThan(before);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

@@ -332,7 +332,7 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
       // A repeat of the report that ended the job answers its figures again.
       // (A reported timeout the server judged the provider's failure ended as provider_error, and
       // so did a success of a serving job that never reported its endpoint.)
-      const endedAs = (r: string) => job.end_reason === r || (r === "timeout" && job.end_reason === "provider_error");
+      const endedAs = (r: string) => job.end_reason === r || ((r === "timeout" || r === "platform_error") && job.end_reason === "provider_error");
       const repeat = judged
         ? job.status === "failed" && endedAs(judged.reason)
         : job.end_reason === "completed" || (job.status === "failed" && job.end_reason === "provider_error" && judgeServed(job) !== undefined);
@@ -361,6 +361,14 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
         fault = t.fault;
         text = `${t.error}; the daemon said: ${text}`;
       }
+    }
+    if (fault === "platform") {
+      // The platform's failures are the server's to record (an admin's doing, a task it cannot vouch for):
+      // a daemon's word that the platform failed it would end the job unpaid and unmarked, so it is the
+      // provider's failure, as its other failures are (re-queued at no charge, the provider docked).
+      reason = "provider_error";
+      fault = "provider";
+      text = `a daemon cannot put a failure on the platform: taken as the provider's; the daemon said: ${text}`;
     }
     if (fault === "provider") {
       const outcome = await loseJobLocked(tx, job, reason as ProviderFaultReason, `provider ${providerId} failed the job: ${text}`);
