@@ -6,15 +6,16 @@
 // holds one. After the LISTEN connection (re)connects, every subscriber is
 // asked to resync from the database, since notices sent while it was down
 // are lost; `generation` tells a stream whether that may have happened since
-// it last looked. A connection can also go silent without an error (its host
-// gone without a reset) until TCP's keepalive notices, minutes later: the hub
-// sends itself a notice every PROBE_INTERVAL_MS, and while one is not heard
-// back within PROBE_GRACE_MS it does not count as hearing everything.
-import crypto from "node:crypto";
+// it last looked. A connection can also go silent without an error: while the
+// hub's probe (listen-probe.ts) goes unanswered it does not count as hearing
+// everything, and once it is heard again every subscriber resyncs.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { ASSIGNED_CHANNEL, CANCEL_CHANNEL, type AssignedJob, type JobSignal } from "../domain/notify/job-notices.js";
 import { SETTINGS_CHANNEL } from "../domain/notify/provider-notices.js";
+import { ListenProbe } from "./listen-probe.js";
+
+export { PROBE_GRACE_MS, PROBE_INTERVAL_MS } from "./listen-probe.js";
 
 export interface JobSignalListener {
   /**
@@ -31,17 +32,13 @@ export interface JobSignalListener {
   resync(): void;
 }
 
-/** Each hub's notices to itself, that its LISTEN connection still hears. Payload: the hub's id, a colon, a count. */
-const PROBE_CHANNEL = "svc_hub_probe";
-export const PROBE_INTERVAL_MS = 10_000;
-export const PROBE_GRACE_MS = 2_000;
-
 const CHANNELS = [
   [ASSIGNED_CHANNEL, "assigned"],
   [CANCEL_CHANNEL, "cancel"],
   [SETTINGS_CHANNEL, "settings"],
-  [PROBE_CHANNEL, "probe"],
 ] as const;
+/** Each channel, and the probe's, reports each (re)connection. */
+const LISTENS_PER_CONNECTION = CHANNELS.length + 1;
 
 /** The provider and the job at the start of a notice: json_build_object's spacing (assignedNoticeSql) or JSON.stringify's (notifyCancel). */
 const NOTICE_HEAD = /^\{"provider_id" ?: ?(\d+), ?"job_id" ?: ?"([^"\\]*)"/;
@@ -53,16 +50,15 @@ export class JobSignalHub {
   private listens = 0;
   private listening = false;
   private missedCount = 0;
-  private readonly probeId = crypto.randomUUID();
-  private probes = 0;
-  /** When the oldest probe not yet heard back was sent; 0: none outstanding. */
-  private probeSentAt = 0;
-  private probeTimer: NodeJS.Timeout | undefined;
+  private readonly listenProbe: ListenProbe;
 
   constructor(
     private readonly sql: Sql,
     private readonly log: Logger,
-  ) {}
+  ) {
+    // Heard again after counting as deaf: what was missed meanwhile is read again.
+    this.listenProbe = new ListenProbe(sql, { heardAgain: () => this.missed() });
+  }
 
   /** Subscribes a stream; resolves once the LISTEN is in place (so no later assignment is missed). */
   async subscribe(providerId: number, listener: JobSignalListener): Promise<() => void> {
@@ -87,28 +83,12 @@ export class JobSignalHub {
    * listened throughout, and its connection was not lost and listening again meanwhile.
    */
   heardAllSince(generation: number): boolean {
-    return this.listening && generation === this.missedCount && !this.deaf();
-  }
-
-  /** A probe went unanswered past its grace: the connection may be silent. */
-  private deaf(): boolean {
-    return this.probeSentAt !== 0 && Date.now() - this.probeSentAt > PROBE_GRACE_MS;
+    return this.listening && generation === this.missedCount && !this.listenProbe.deaf;
   }
 
   /** Sends this hub a notice through the pool (also every PROBE_INTERVAL_MS while it listens). */
-  async probe(): Promise<void> {
-    if (!this.listening) return;
-    if (this.probeSentAt === 0) this.probeSentAt = Date.now();
-    // A probe that cannot be sent (the database is away) stays unanswered: the hub counts as deaf meanwhile.
-    await this.sql`SELECT pg_notify(${PROBE_CHANNEL}, ${`${this.probeId}:${++this.probes}`})`.catch(() => {});
-  }
-
-  /** A probe came back: if the hub had counted as deaf, what it missed meanwhile is read again. */
-  private probeHeard(payload: string): void {
-    if (!payload.startsWith(`${this.probeId}:`)) return; // another process's
-    const wasDeaf = this.deaf();
-    this.probeSentAt = 0;
-    if (wasDeaf) this.missed();
+  probe(): Promise<void> {
+    return this.listenProbe.send();
   }
 
   /** Notices may have been missed: every subscriber reads the database again. */
@@ -130,23 +110,22 @@ export class JobSignalHub {
         // Every channel reports each (re)connection: after the first round, a channel listening again
         // may have missed notices (each one resyncs, as each may come back apart from the others).
         this.listens++;
-        if (this.listens > CHANNELS.length) this.missed();
+        if (this.listens > LISTENS_PER_CONNECTION) this.missed();
       };
       const handlers = {
         assigned: (payload: string) => this.dispatch("assigned", payload),
         cancel: (payload: string) => this.dispatch("cancel", payload),
         settings: (payload: string) => this.settingsChanged(payload),
-        probe: (payload: string) => this.probeHeard(payload),
       };
       for (const [channel, kind] of CHANNELS) {
         const sub = await this.sql.listen(channel, handlers[kind], onListen);
         this.unlisten.push(sub.unlisten);
       }
+      await this.listenProbe.listen(onListen);
       // Whatever was read while the hub did not listen may have missed notices since.
       this.missedCount++;
       this.listening = true;
-      this.probeTimer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS);
-      this.probeTimer.unref();
+      this.listenProbe.start();
     })().catch((err) => {
       this.started = undefined;
       throw err;
@@ -217,10 +196,7 @@ export class JobSignalHub {
     this.started = undefined;
     this.listening = false;
     this.listens = 0;
-    clearInterval(this.probeTimer);
-    this.probeTimer = undefined;
-    this.probeSentAt = 0;
-    await Promise.all(fns.map((f) => f().catch(() => {})));
+    await Promise.all([...fns.map((f) => f().catch(() => {})), this.listenProbe.stop()]);
   }
 }
 

@@ -4,7 +4,9 @@
 // this process follow starts one read of that job (readJobChanges), whose
 // events are handed to all of them: a thousand watchers of one job cost one
 // read per change in each process, not a thousand. Notices that arrive while
-// a read is running fold into one more read after it.
+// a read is running fold into one more read after it. Notices lost while the
+// LISTEN connection was down or silent (listen-probe.ts) are made up for by
+// reading every followed job again.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
@@ -25,6 +27,7 @@ import {
 } from "../domain/jobs/job-watch.js";
 import type { JobReader } from "../domain/jobs/jobs.js";
 import { failureLevel } from "../errors.js";
+import { ListenProbe } from "./listen-probe.js";
 
 /** Events a watcher may have waiting before it is cut off (it resumes from its last cursor). */
 export const MAX_QUEUED_EVENTS = 4 * WATCH_LOG_PAGE;
@@ -177,13 +180,19 @@ export class JobWatchHub {
   private unlisten: (() => Promise<void>) | undefined;
   private listens = 0;
   private refresh: NodeJS.Timeout | undefined;
+  private readonly listenProbe: ListenProbe;
   /** Reads of job changes made (for tests and the bench: one per change per process, however many watch). */
   reads = 0;
 
   constructor(
     private readonly sql: Sql,
     private readonly log: Logger,
-  ) {}
+  ) {
+    // While the connection is silent no notice arrives: each followed job is read at every probe
+    // left unanswered, and once more when the connection is heard again.
+    const readAll = () => this.readAll();
+    this.listenProbe = new ListenProbe(sql, { silent: readAll, heardAgain: readAll });
+  }
 
   /** Watchers held by this process. */
   get watchers(): number {
@@ -243,20 +252,29 @@ export class JobWatchHub {
     }
   }
 
+  /** Reads every followed job again. */
+  private readAll(): void {
+    for (const f of this.feeds.values()) void this.run(f);
+  }
+
   private start(): Promise<void> {
     this.started ??= (async () => {
+      // The job-watch channel and the probe's each report every (re)connection.
+      const onListen = () => {
+        // After a reconnect, notices sent while the connection was down are lost.
+        if (++this.listens > 2) this.readAll();
+      };
       const sub = await this.sql.listen(
         JOB_WATCH_CHANNEL,
         (payload) => {
           const feed = this.feeds.get(Number(payload));
           if (feed) void this.run(feed);
         },
-        // After a reconnect, notices sent while the connection was down are lost: read every followed job again.
-        () => {
-          if (++this.listens > 1) for (const f of this.feeds.values()) void this.run(f);
-        },
+        onListen,
       );
       this.unlisten = sub.unlisten;
+      await this.listenProbe.listen(onListen);
+      this.listenProbe.start();
       this.refresh = setInterval(() => {
         for (const f of this.feeds.values()) if (f.prev?.status.status === "queued") void this.run(f);
       }, QUEUE_REFRESH_MS);
@@ -351,8 +369,9 @@ export class JobWatchHub {
     const un = this.unlisten;
     this.unlisten = undefined;
     this.started = undefined;
+    this.listens = 0;
     for (const f of this.feeds.values()) for (const w of f.watchers) w.finish(new ConnectError("the server is shutting down", Code.Unavailable));
-    await un?.().catch(() => {});
+    await Promise.all([un?.().catch(() => {}), this.listenProbe.stop()]);
   }
 }
 
