@@ -236,11 +236,13 @@ async function writeFile(res: NodeResponse, file: RawFile): Promise<void> {
 
 const CLIENT_GONE = new ConnectError("the client closed the connection", Code.Canceled);
 const SHUTTING_DOWN = new ConnectError("the server is shutting down", Code.Unavailable);
+const STREAM_ENDED = new ConnectError("the stream ended", Code.Canceled);
 
 /**
  * A request's cancellation signal, made only if a handler asks for it (few
  * do; an AbortController per request is measurable on small calls). It aborts
- * when the client leaves before the answer or the server shuts down.
+ * when the client leaves before the answer or the server shuts down, and when
+ * a server stream's call ends for any reason.
  */
 class LazyAbort {
   private controller: AbortController | undefined;
@@ -362,7 +364,7 @@ export function createRestHandler(opts: RestHandlerOptions) {
     const clientIp = clientIpOf(req, opts.trustProxy);
     let status = 500;
     let fileSlot: RawFileSlot | undefined;
-    // Only a client gone before the answer, or shutdown, cancels the handler.
+    // A client gone before the answer, or shutdown, cancels the handler (and the end of a stream, below).
     const cancel = new LazyAbort(opts.shutdownSignal);
     res.on("close", () => {
       if (!res.writableFinished) cancel.abort(CLIENT_GONE);
@@ -426,6 +428,10 @@ export function createRestHandler(opts: RestHandlerOptions) {
     } finally {
       // A file handed over by a handler whose answer was not written (it failed afterwards).
       if (fileSlot?.file) void fileSlot.file.handle.close().catch(() => {});
+      // A stream may end while its handler still waits on its signal (a wrapper that ended it, as
+      // on revocation, can only queue its return() behind that wait): as on gRPC and Connect, the
+      // handler's signal aborts once the call ends, so what it holds is let go at once.
+      if (r.method.methodKind === "server_streaming") cancel.abort(STREAM_ENDED);
       cancel.release();
       opts.onAnswered?.(r, status, (performance.now() - started) / 1000);
       if (opts.log.isLevelEnabled("info")) {

@@ -144,6 +144,8 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
           }
         } finally {
           tracked.release();
+          // Ended by revocation, the inner call may still wait in next(): its return() then runs once
+          // that settles, which the transports bring about by aborting ctx.signal as the call ends.
           void it.return?.(undefined);
         }
       };

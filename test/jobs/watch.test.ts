@@ -244,6 +244,33 @@ describe("WatchJob and GET /api/jobs/{id}/events", () => {
     again.cut();
   });
 
+  it("event streams ended by revocation let go of their watch slots at once, on a job with nothing new to send", async () => {
+    const { renter, provider, jobId } = await assignedJob();
+    expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(jobId); // running, then quiet
+    const url = `${srv.url}/api/jobs/${jobId}/events`;
+    const open = await Promise.all(Array.from({ length: MAX_WATCHES_PER_ACCOUNT }, () => openSse(url, renter.headers)));
+    await Promise.all(open.map((s) => s.until((es) => es.length >= 1)));
+    const rotated = await api.post("/api/renters/rotate-key", {}, renter.headers);
+    expect(rotated.status, rotated.text).toBe(200);
+    await Promise.all(open.map((s) => s.ended));
+    for (const s of open) expect(s.events.at(-1)!.data).toMatchObject({ status: 401 });
+    // The new key holds as many watches as the old one did, and no more.
+    const headers = { "x-renter-key": rotated.body.api_key as string };
+    const again: Awaited<ReturnType<typeof openSse>>[] = [];
+    try {
+      await expect.poll(async () => {
+        const s = await openSse(url, headers);
+        if (s.status === 200) again.push(s);
+        return s.status;
+      }, { timeout: 2_000 }).toBe(200);
+      again.push(...(await Promise.all(Array.from({ length: MAX_WATCHES_PER_ACCOUNT - 1 }, () => openSse(url, headers)))));
+      expect(again.map((s) => s.status)).toEqual(Array(MAX_WATCHES_PER_ACCOUNT).fill(200));
+      expect((await openSse(url, headers)).status).toBe(429);
+    } finally {
+      for (const s of again) s.cut();
+    }
+  });
+
   it("an account holds at most MAX_WATCHES_PER_ACCOUNT watches open at once: the next is 429 before it starts; closing one makes room", async () => {
     const { renter, provider, jobId } = await assignedJob();
     const url = `${srv.url}/api/jobs/${jobId}/events`;
