@@ -32,6 +32,11 @@ describe("daily reports", () => {
     expect(r.body.days[0]).toMatchObject({ jobs: 0, earned_halala: 0 });
     expect(r.body.total_earned_halala).toBe(45);
     expect((await client(srv.url).get("/api/providers/earnings?days=91", p.headers)).status).toBe(400);
+    // 0 is out of range as -3 is, not the default.
+    const zero = await client(srv.url).get("/api/providers/earnings?days=0", p.headers);
+    expect(zero.status).toBe(400);
+    expect(zero.body.error).toMatch(/days/);
+    expect((await client(srv.url).get("/api/providers/earnings", p.headers)).body.days).toHaveLength(14);
   });
 
   it("the platform's revenue today matches the dashboard's, and jobs are counted by the day they were submitted", async () => {

@@ -7,8 +7,9 @@ import { checkRange } from "../shared/validate.js";
 
 export const REPORT_DAYS = { default: 14, max: 90 } as const;
 
+/** The window asked for: the default when absent; 0, like any number out of range, is 400 naming it. */
 export function reportDays(days: number | undefined): number {
-  return days === undefined || days === 0 ? REPORT_DAYS.default : checkRange(days, 1, REPORT_DAYS.max, "days", true);
+  return days === undefined ? REPORT_DAYS.default : checkRange(days, 1, REPORT_DAYS.max, "days", true);
 }
 
 // The window's days as [start, end) timestamps, today (UTC) last.
