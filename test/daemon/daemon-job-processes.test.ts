@@ -226,4 +226,21 @@ describe("a job's host process left by a killed daemon", { timeout: 120_000 }, (
       }
     }
   });
+
+  it("svc_daemon.py: a job's process that exits leaving a child in its group takes the child with it", async () => {
+    const dir = tempDir("left-child");
+    const out = python(
+      [
+        "import os, svc_daemon",
+        `d = ${JSON.stringify(dir)}`,
+        "run = svc_daemon.JobRun(['sh', '-c', 'sleep 1000 & echo $! > ' + d + '/child; exit 0'], '', dict(os.environ), d)",
+        "print(run.wait(), run.proc.pid)",
+      ].join("\n"),
+    );
+    const [code, pgid] = out.trim().split(" ").map(Number);
+    expect(code).toBe(0);
+    const child = Number(fs.readFileSync(path.join(dir, "child"), "utf8"));
+    expect(child).toBeGreaterThan(0);
+    await waitFor(() => groupProcesses(pgid).length === 0, 5_000, `the group of ${pgid} (its child ${child}) gone`);
+  });
 });

@@ -568,8 +568,14 @@ class JobRun:
         self.ended()
 
     def wait(self):
-        """Waits for the job's process to end; its exit status."""
+        """Waits for the job's process to end; its exit status. What it left running in its group (a
+        child it started and did not wait for) is killed with it: the GPU goes to the next job."""
         code = self.proc.wait()
+        if os.name != "nt":
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
         self.ended()
         return code
 
