@@ -40,6 +40,8 @@ export interface RestRoute {
   status: number;
   rateLimit: string;
   bodyLimitBytes: number;
+  /** HEAD is answered as this GET, which has no effect (route option get_has_effects unset). */
+  headable: boolean;
 }
 
 /** Runs before the handler and before authentication (rate-limit rows per client IP); may throw an apiError. */
@@ -83,6 +85,7 @@ export function buildRouteTable(services: RegisteredService[]): RestRoute[] {
           status: opts.status || 200,
           rateLimit: opts.rateLimit,
           bodyLimitBytes: bodyLimitBytesOf(method),
+          headable: binding.method.toUpperCase() === "GET" && !opts.getHasEffects && method.methodKind !== "server_streaming",
         });
       }
     }
@@ -135,8 +138,11 @@ export function matchRoute(routes: RestRoute[], httpMethod: string, path: string
 /** The methods a path answers (HEAD wherever GET is), for a 405's Allow header. */
 export function allowedMethods(routes: RestRoute[], path: string): string[] {
   const methods = new Set<string>();
-  for (const r of routes) if (r.pattern.test(path)) methods.add(r.httpMethod);
-  if (methods.has("GET")) methods.add("HEAD");
+  for (const r of routes) {
+    if (!r.pattern.test(path)) continue;
+    methods.add(r.httpMethod);
+    if (r.headable) methods.add("HEAD");
+  }
   return [...methods].sort();
 }
 
@@ -348,14 +354,14 @@ export function createRestHandler(opts: RestHandlerOptions) {
     const started = performance.now();
     const url = new URL(req.url ?? "/", "http://localhost");
     const httpMethod = (req.method ?? "GET").toUpperCase();
-    // HEAD is answered as GET: Node's response leaves out the body of an answer to HEAD.
+    // HEAD is answered as GET (Node's response leaves out the body of an answer to HEAD), where that
+    // GET has no effect: not an event stream (no headers to give without opening it), not the poll.
     const head = httpMethod === "HEAD";
     const { route: found, pathParams, pathMatched } = matchRoute(opts.routes, head ? "GET" : httpMethod, url.pathname);
-    // An event stream has no headers to give without opening it.
-    const r = head && found?.method.methodKind === "server_streaming" ? undefined : found;
+    const r = head && !found?.headable ? undefined : found;
     if (!r) {
       if (!pathMatched) return false;
-      const allow = allowedMethods(opts.routes, url.pathname).filter((m) => !(m === "HEAD" && found));
+      const allow = allowedMethods(opts.routes, url.pathname);
       sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${url.pathname.startsWith("/api/") ? maskSecrets(url.pathname) : url.pathname}` }, { allow: allow.join(", ") });
       return true;
     }

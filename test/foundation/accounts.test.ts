@@ -4,6 +4,7 @@ import http from "node:http";
 import { describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
 const srv = useTestServer();
 const api = client(srv);
@@ -195,6 +196,15 @@ describe("transcoder edges", () => {
     const post = await fetch(`${srv.url}/api/renters/register`, { method: "HEAD" });
     expect(post.status).toBe(405);
     expect(post.headers.get("allow")).toBe("POST");
+    // Nor has the legacy poll, a GET that hands out a job: a HEAD of it would take the job and drop the answer.
+    const provider = await makeProvider(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const job = (await api.post("/api/jobs/submit", { job_type: "benchmark" }, renter.headers)).body.job.job_id;
+    const headPoll = await fetch(`${srv.url}/api/providers/${provider.key}/jobs`, { method: "HEAD" });
+    expect(headPoll.status).toBe(405);
+    expect(headPoll.headers.get("allow")).toBe("GET");
+    expect((await api.get(`/api/jobs/${job}`, renter.headers)).body.status).not.toBe("running");
+    expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job.job_id).toBe(job);
   });
 
   it("serves health and readiness", async () => {
