@@ -190,7 +190,9 @@ export class JobWatchHub {
   ) {
     // While the connection is silent no notice arrives: each followed job is read at every probe
     // left unanswered, and once more when the connection is heard again.
-    const readAll = () => this.readAll();
+    // Those reads are a precaution: one that fails (the database away, or too busy to answer the
+    // probe) ends no watch; the next probe reads again.
+    const readAll = () => this.readAll(true);
     this.listenProbe = new ListenProbe(sql, { silent: readAll, heardAgain: readAll });
   }
 
@@ -253,8 +255,8 @@ export class JobWatchHub {
   }
 
   /** Reads every followed job again. */
-  private readAll(): void {
-    for (const f of this.feeds.values()) void this.run(f);
+  private readAll(precaution = false): void {
+    for (const f of this.feeds.values()) void this.run(f, precaution);
   }
 
   private start(): Promise<void> {
@@ -287,7 +289,7 @@ export class JobWatchHub {
   }
 
   /** Reads the job and hands out what changed; a call while a read runs asks for one more after it. */
-  private async run(feed: Feed): Promise<void> {
+  private async run(feed: Feed, precaution = false): Promise<void> {
     if (feed.running) {
       feed.dirty = true;
       return;
@@ -306,6 +308,7 @@ export class JobWatchHub {
           c = await readJobChanges(this.sql, feed.id, from);
         } catch (err) {
           this.log[failureLevel(err)]({ err, job: feed.id }, "job watch read failed");
+          if (precaution && !feed.dirty) break;
           for (const w of ws) w.finish(new ConnectError("could not read the job's events; watch again from the last cursor", Code.Unavailable));
           break;
         }
