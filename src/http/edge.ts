@@ -19,9 +19,9 @@ const SNIFF_TIMEOUT_MS = 10_000;
 
 export const edgeTimeouts = {
   /**
-   * An HTTP/2 connection with no frame either way for this long is closed, as an idle HTTP/1.1
-   * keep-alive connection is (keepAliveTimeout). Past anything a live client leaves quiet: a
-   * stream daemon beats every 30 s, and event streams send a pulse every 20 s.
+   * An HTTP/2 connection with no stream open and no frame either way for this long is closed, as an
+   * idle HTTP/1.1 keep-alive connection is (keepAliveTimeout); one with a stream open (a request
+   * being answered, however slowly; a daemon's stream) is left to it.
    */
   h2IdleMs: 120_000,
 };
@@ -29,8 +29,19 @@ export const edgeTimeouts = {
 export function createEdge(handler: Handler): Edge {
   const h1 = http.createServer({ keepAliveTimeout: 65_000, headersTimeout: 66_000, requestTimeout: 0 }, handler as http.RequestListener);
   const h2 = http2.createServer({ settings: { maxConcurrentStreams: 1000 } }, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
-  // Without a 'timeout' listener the server destroys a session idle for this long.
+  // Streams open per session: a session quiet for h2IdleMs is closed only when none is (with a
+  // 'timeout' listener the server leaves the choice here; without one it destroys any quiet session).
+  const openStreams = new WeakMap<http2.Http2Session, number>();
+  h2.on("stream", (stream) => {
+    const s = stream.session;
+    if (!s) return;
+    openStreams.set(s, (openStreams.get(s) ?? 0) + 1);
+    stream.once("close", () => openStreams.set(s, (openStreams.get(s) ?? 1) - 1));
+  });
   h2.setTimeout(edgeTimeouts.h2IdleMs);
+  h2.on("timeout", (session: http2.Http2Session) => {
+    if (!openStreams.get(session)) session.destroy();
+  });
   const sessions = new Set<http2.ServerHttp2Session>();
   h2.on("session", (s) => {
     sessions.add(s);

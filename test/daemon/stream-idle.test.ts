@@ -1,6 +1,7 @@
 // Connections and streams that say nothing are not kept: an HTTP/2 connection
-// with no frame either way for edgeTimeouts.h2IdleMs is closed (as an idle
-// HTTP/1.1 keep-alive one is), while one whose stream keeps beating stays; a
+// with no stream open and no frame either way for edgeTimeouts.h2IdleMs is
+// closed (as an idle HTTP/1.1 keep-alive one is), while one whose stream keeps
+// beating, or whose request is still being answered, stays; a
 // daemon stream that never sends its hello ends after streamTimeouts.helloMs
 // with DEADLINE_EXCEEDED, and holds no stream slot afterwards. Both limits are
 // shortened here (the same module instances the in-process server reads).
@@ -14,7 +15,8 @@ import { edgeTimeouts } from "../../src/http/edge.js";
 import { streamTimeouts } from "../../src/services/daemon.js";
 import { openStreamCount } from "../../src/domain/accounts/open-streams.js";
 import { useTestServer } from "../helpers/server.js";
-import { makeProvider } from "../helpers/fixtures.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
 import { waitFor } from "./helpers.js";
 
 edgeTimeouts.h2IdleMs = 1500;
@@ -80,5 +82,34 @@ describe("idle connections and streams", () => {
       clearInterval(beat);
       beating.stream.close();
     }
+  });
+
+  it("answers an HTTP/2 request that takes longer than the idle limit: a quiet connection with a stream open is not closed", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    await makeProvider(srv);
+    const job = (await client(srv).post("/api/jobs/submit", { job_type: "benchmark" }, renter.headers)).body.job.job_id as string;
+    // The job's row held for twice the idle limit: the cancel below waits on it, sending nothing meanwhile.
+    const held = srv.sql.begin(async (tx) => {
+      await tx`SELECT id FROM jobs WHERE job_id = ${job} FOR UPDATE`;
+      await new Promise((r) => setTimeout(r, 2 * edgeTimeouts.h2IdleMs));
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    const session = http2.connect(`http://127.0.0.1:${srv.port}`);
+    sessions.push(session);
+    session.on("error", () => {});
+    const answer = await new Promise<{ status?: number; body: string; closedEarly?: boolean }>((resolve) => {
+      const req = session.request({ ":method": "POST", ":path": `/api/jobs/${job}/cancel`, "content-type": "application/json", ...renter.headers });
+      let status: number | undefined;
+      let body = "";
+      req.on("response", (h) => (status = Number(h[":status"])));
+      req.on("data", (d) => (body += d));
+      req.on("end", () => resolve({ status, body }));
+      req.on("error", () => resolve({ status, body, closedEarly: true }));
+      req.on("close", () => resolve({ status, body, closedEarly: status === undefined }));
+      req.end("{}");
+    });
+    await held;
+    expect(answer).toMatchObject({ status: 200 });
+    expect(JSON.parse(answer.body).job.status).toBe("cancelled");
   });
 });
