@@ -53,9 +53,11 @@ const jobRow = async (jobId: string) => (await srv.sql`SELECT * FROM jobs WHERE 
 const attempts = async (jobId: string) =>
   srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} ORDER BY a.attempt`;
 const balance = async (r: Renter) => (await api.get("/api/renters/balance", r.headers)).body;
-/** As if the job had been running for `seconds` (no wall-clock wait). */
+/** As if the job had been running for `seconds` (no wall-clock wait): its start and deadline moved back together. */
 const ranFor = (jobId: string, seconds: number) =>
-  srv.sql`UPDATE jobs SET started_at = now() - make_interval(secs => ${seconds}) WHERE job_id = ${jobId}`;
+  srv.sql`UPDATE jobs SET started_at = now() - make_interval(secs => ${seconds}),
+                          timeout_at = now() - make_interval(secs => ${seconds}) + make_interval(secs => max_duration_seconds)
+          WHERE job_id = ${jobId}`;
 
 async function daemon(wire: Wire): Promise<Daemon> {
   const provider = await makeProvider(srv);

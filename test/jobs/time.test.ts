@@ -185,7 +185,7 @@ describe("max_duration_seconds", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
-  it("bills a vllm_serve job's run before its endpoint report no longer than the load grace, and moves its deadline with it", async () => {
+  it("bills a vllm_serve job's run before its endpoint report no longer than the load grace; its deadline stays, and the daemon's timeout there is the renter's", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
     const late = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 60, max_duration_seconds: 3600 })).body.job.job_id;
@@ -197,29 +197,33 @@ describe("max_duration_seconds", () => {
                  extract(epoch FROM j.timeout_at - now())::float8 AS left
           FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt WHERE j.job_id = ${jobId}`
       )[0];
+    /** As if `minutes` had passed: the run's start and its deadline both that much earlier. */
+    const passes = (jobId: string, minutes: number) => srv.sql`
+      WITH j AS (UPDATE jobs SET started_at = started_at - make_interval(mins => ${minutes}), timeout_at = timeout_at - make_interval(mins => ${minutes})
+                 WHERE job_id = ${jobId} RETURNING id, attempt)
+      UPDATE job_attempts a SET started_at = a.started_at - make_interval(mins => ${minutes}) FROM j WHERE a.job_id = j.id AND a.attempt = j.attempt`;
     // The engine took 30 minutes to report its endpoint.
-    await srv.sql`
-      WITH j AS (UPDATE jobs SET started_at = now() - interval '30 minutes', timeout_at = now() + interval '30 minutes' WHERE job_id = ${late} RETURNING id, attempt)
-      UPDATE job_attempts a SET started_at = now() - interval '30 minutes' FROM j WHERE a.job_id = j.id AND a.attempt = j.attempt`;
+    await passes(late, 30);
     const ready = await api.post(`/api/jobs/${late}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:8000" });
     expect(ready.status, ready.text).toBe(200);
-    // Its run now starts the grace before the report, on the job and the attempt, and it still has its hour less the grace.
+    // Its billed run now starts the grace before the report, on the job and the attempt; its deadline stays where the run's start put it.
     const moved = await sinceStart(late);
     expect(moved.job).toBeGreaterThanOrEqual(LOAD_GRACE);
     expect(moved.job).toBeLessThan(LOAD_GRACE + 5);
     expect(moved.attempt).toBeCloseTo(moved.job, 3);
-    expect(moved.left).toBeGreaterThan(3600 - LOAD_GRACE - 5);
+    expect(moved.left).toBeGreaterThan(1800 - 5);
+    expect(moved.left).toBeLessThan(1800 + 1);
     // The endpoint reported again (the engine restarted) moves nothing.
-    await srv.sql`UPDATE jobs SET started_at = started_at - interval '20 minutes', timeout_at = timeout_at - interval '20 minutes' WHERE job_id = ${late}`;
+    await passes(late, 20);
     expect((await api.post(`/api/jobs/${late}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:8001" })).status).toBe(200);
     expect((await sinceStart(late)).job).toBeGreaterThan(20 * 60);
-    await srv.sql`UPDATE jobs SET started_at = started_at + interval '20 minutes', timeout_at = timeout_at + interval '20 minutes' WHERE job_id = ${late}`;
-    // Ended now: billed the grace (90 s: 2 minutes at 20 halala), not the 30 minutes of loading.
-    expect((await api.post("/api/providers/job-result", { api_key: provider.key, job_id: late, success: true, result: {} })).status).toBe(200);
-    expect((await api.get(`/api/jobs/${late}`, renter.headers)).body).toMatchObject({ status: "completed", actual_cost_halala: 40, provider_earned_halala: 30 });
+    // The rest of the hour passes; the daemon's own kill timer ends it at its deadline: the renter's timeout,
+    // billed the 30 served minutes and the grace (31.5 minutes: 32 at 20 halala), not the 30 of loading.
+    await passes(late, 10);
+    const rep = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: late, success: false, end_reason: "timeout", error: "killed at max_duration_seconds" });
+    expect(rep.body).toMatchObject({ status: "failed", end_reason: "timeout", fault: "renter", cost_halala: 640, provider_earned_halala: 480 });
     const billing = (await api.get(`/api/jobs/${late}/receipt`, renter.headers)).body.receipt.billing;
-    expect(billing.billed_minutes).toBe(2);
-    expect(billing.billed_seconds).toBeGreaterThanOrEqual(LOAD_GRACE);
+    expect(billing).toMatchObject({ billed_minutes: 32, charged_halala: 640 });
 
     // An endpoint reported within the grace bills the whole run, as before.
     const prompt = (await submit(renter.headers, { job_type: "vllm_serve", duration_minutes: 60, max_duration_seconds: 3600 })).body.job.job_id;

@@ -350,6 +350,7 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
         {
           jobType: job.job_type,
           ranSeconds: runSeconds(job),
+          secondsToDeadline: job.timeout_at === null ? undefined : (new Date(job.timeout_at).getTime() - new Date(job.db_now).getTime()) / 1000,
           maxDurationSeconds: job.max_duration_seconds,
           endpointReported: job.endpoint_url !== null,
           endpointHealth: endpointHealthOf(job),
@@ -593,8 +594,9 @@ export async function endpointReady(
     // The health probe asks the endpoint reported now at its next pass (a probe of the old one still
     // in flight is not recorded: dispatch/endpoint-health.ts). A failing clock keeps running: only a
     // healthy answer stops it, so that reporting the endpoint again and again excuses no dead engine.
-    // The attempt's first report, later than the load grace after its run started: the run (billed time and
-    // deadline) starts that grace before now (job-end.ts servingPolicy), here and on the attempt's record.
+    // The attempt's first report, later than the load grace after its run started: its billed time starts
+    // that grace before now (job-end.ts servingPolicy), here and on the attempt's record. The deadline
+    // stays: the daemon's kill timer runs from its own start (a timeout is judged by it, judgeTimeout).
     const grace = servingPolicy.loadGraceSeconds;
     await tx`
       WITH late AS (
@@ -604,7 +606,6 @@ export async function endpointReady(
         UPDATE job_attempts a SET started_at = late.start FROM late WHERE a.job_id = ${job.id} AND a.attempt = ${job.attempt}
       )
       UPDATE jobs j SET endpoint_url = ${endpoint}, endpoint_api_key = ${apiKey}, endpoint_probed_at = NULL, updated_at = now(),
-             timeout_at = coalesce(j.timeout_at + (late.start - j.started_at), j.timeout_at),
              started_at = coalesce(late.start, j.started_at)
       FROM (SELECT 1) one LEFT JOIN late ON true
       WHERE j.id = ${job.id}`;

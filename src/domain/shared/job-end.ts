@@ -161,6 +161,12 @@ export interface TimedRun {
   jobType: string;
   /** Seconds the attempt ran, by the database clock from started_at (settlement.ts runSeconds). */
   ranSeconds: number;
+  /**
+   * Seconds left to its deadline (timeout_at), by the database clock. A reported timeout is judged by
+   * it: the deadline is set where the run (and a daemon's kill timer) started, and stays there when a
+   * serving job's billed time is moved later (servingPolicy). Absent: judged by ranSeconds.
+   */
+  secondsToDeadline?: number;
   maxDurationSeconds: number;
   /** The attempt's endpoint was reported (jobs.endpoint_url, set by endpoint-ready and cleared on re-queue). */
   endpointReported: boolean;
@@ -188,8 +194,10 @@ export interface TimedRun {
  * so only the last two rules apply to it.
  */
 export function judgeTimeout(run: TimedRun, reported: boolean): { reason: "timeout"; fault: "renter" } | { reason: "provider_error"; fault: "provider"; error: string } {
-  const ran = Math.floor(run.ranSeconds);
-  if (reported && run.ranSeconds < run.maxDurationSeconds - TIMEOUT_REPORT_SLACK_SECONDS) {
+  // How long it had run by the deadline's clock (its billed time may have started later).
+  const ranSeconds = run.secondsToDeadline === undefined ? run.ranSeconds : run.maxDurationSeconds - run.secondsToDeadline;
+  const ran = Math.floor(ranSeconds);
+  if (reported && ranSeconds < run.maxDurationSeconds - TIMEOUT_REPORT_SLACK_SECONDS) {
     return {
       reason: "provider_error",
       fault: "provider",
