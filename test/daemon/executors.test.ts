@@ -174,6 +174,7 @@ describe("docker executor (fake docker CLI)", () => {
       PATH: "/renter/bin",
       LD_PRELOAD: "/renter/lib.so",
       http_proxy: "http://renter-proxy",
+      SSH_AUTH_SOCK: "/renter/agent.sock",
       PROVIDER_SETTING: "renter-setting",
       TOKEN: "renter-token",
       MULTI: "renter\nlines",
@@ -191,7 +192,8 @@ describe("docker executor (fake docker CLI)", () => {
     expect(plan.cliEnv).toEqual({ BAD_DOCKER_CONFIG: "renter-config", MULTI: "renter\nlines", TOKEN: "renter-token" });
     expect(plan.envFile).toEqual({
       path: path.join(opts.workRoot, "job-c2.env"),
-      text: "DOCKER_HOST=tcp://renter-engine:2375\nLD_PRELOAD=/renter/lib.so\nPATH=/renter/bin\nPROVIDER_SETTING=renter-setting\nhttp_proxy=http://renter-proxy\n",
+      // (SSH_*: ssh, which the CLI runs for an ssh:// engine, reads them.)
+      text: "DOCKER_HOST=tcp://renter-engine:2375\nLD_PRELOAD=/renter/lib.so\nPATH=/renter/bin\nPROVIDER_SETTING=renter-setting\nSSH_AUTH_SOCK=/renter/agent.sock\nhttp_proxy=http://renter-proxy\n",
     });
     // No value can go by the file with a line break, nor anywhere with a NUL.
     expect(plan.unpassableEnv).toEqual(["DOCKER_CONFIG", "NUL"]);

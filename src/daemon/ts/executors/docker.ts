@@ -191,7 +191,7 @@ export interface DockerPlan {
  * which programs it runs; LD_PRELOAD: code loaded into it) as well as reach the container.
  */
 const CLI_READS_ENV =
-  /^(?:DOCKER_|BUILDKIT_|BUILDX_|COMPOSE_|NOTARY_|OTEL_|GO|LD_|DYLD_|SSL_|XDG_|LC_|AWS_|AZURE_|GOOGLE_|GCLOUD_|CLOUDSDK_)|_PROXY$|^(?:PATH|HOME|TMPDIR|TMP|TEMP|USER|LOGNAME|SHELL|TERM|LANG|LANGUAGE|TZ|PWD)$/i;
+  /^(?:DOCKER_|BUILDKIT_|BUILDX_|COMPOSE_|NOTARY_|OTEL_|GO|LD_|DYLD_|SSL_|SSH_|XDG_|LC_|AWS_|AZURE_|GOOGLE_|GCLOUD_|CLOUDSDK_|SVC_)|_PROXY$|^(?:PATH|HOME|TMPDIR|TMP|TEMP|USER|LOGNAME|SHELL|TERM|LANG|LANGUAGE|TZ|PWD|SYSTEMROOT|USERPROFILE|APPDATA|LOCALAPPDATA|PATHEXT|COMSPEC)$/i;
 
 /**
  * How one variable of the task's env reaches the container, never on a command line (`ps` shows
