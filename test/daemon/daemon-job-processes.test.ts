@@ -119,37 +119,47 @@ async function nextJob(providerId: number, renter: { headers: Record<string, str
   return job.job_id;
 }
 
+/**
+ * The scenario both daemons go through: a daemon (`start()`, in work folder `work`) runs a job's
+ * sleeping runner, is SIGKILLed with the runner left alive, records of a recycled pid are planted,
+ * another job waits for the provider, and a second start must kill the orphan before it takes that
+ * job (expectOrphanKilled). Returns the second daemon and the orphan's job id; `decoy` is set for cleanup.
+ */
+async function orphanScenario(providerId: number, renter: { headers: Record<string, string> }, runner: ReturnType<typeof sleepingRunner>, work: string, start: () => Spawned, planted: { decoy?: Spawned }) {
+  const first = start();
+  await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${providerId}`)[0].readiness_status, 45_000, `daemon up (${first.output()})`);
+  const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
+  expect(job.provider_id).toBe(providerId);
+  const pgid = await waitFor(() => runner.runs()[0], 45_000, `runner started (${first.output()})`);
+  await waitFor(() => groupProcesses(pgid).length === 2, 5_000, `runner and its child up (${JSON.stringify(groupProcesses(pgid))} ${pgid})`);
+  expectRecorded(work, job.job_id, pgid);
+
+  first.kill("SIGKILL");
+  await first.exited;
+  expect(groupProcesses(pgid).length).toBe(2);
+  planted.decoy = plantRecycledRecords(work);
+  const next = await nextJob(providerId, renter);
+
+  const second = start();
+  await expectOrphanKilled(second, work, job.job_id, pgid, planted.decoy, runner, next);
+  return { second, jobId: job.job_id };
+}
+
 describe("a job's host process left by a killed daemon", { timeout: 120_000 }, () => {
   it("svc-daemon (TypeScript): its next start kills the runner's process group before it connects; a recycled pid is left alone", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);
     const runner = sleepingRunner();
     const state = path.join(tempDir("orphan-ts"), "state");
-    const work = path.join(state, "work");
-    let decoy: Spawned | undefined;
+    const planted: { decoy?: Spawned } = {};
     try {
-      const first = h.startDaemon(p.key, ["--runner", runner.spec], {}, { stateDir: state });
-      await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${first.output()})`);
-      const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
-      expect(job.provider_id).toBe(p.id);
-      const pgid = await waitFor(() => runner.runs()[0], 45_000, `runner started (${first.output()})`);
-      await waitFor(() => groupProcesses(pgid).length === 2, 5_000, `runner and its child up (${JSON.stringify(groupProcesses(pgid))} ${pgid})`);
-      expectRecorded(work, job.job_id, pgid);
-
-      first.kill("SIGKILL");
-      await first.exited;
-      expect(groupProcesses(pgid).length).toBe(2);
-      decoy = plantRecycledRecords(work);
-      const next = await nextJob(p.id, renter);
-
-      const second = h.startDaemon(p.key, ["--runner", runner.spec], {}, { stateDir: state });
-      await expectOrphanKilled(second, work, job.job_id, pgid, decoy, runner, next);
+      const { second, jobId } = await orphanScenario(p.id, renter, runner, path.join(state, "work"), () => h.startDaemon(p.key, ["--runner", runner.spec], {}, { stateDir: state }), planted);
       // Killed before it connected: the server hands it no job before then.
-      expect(second.output().indexOf(`killed job ${job.job_id}'s`)).toBeLessThan(second.output().indexOf("connected as provider"));
+      expect(second.output().indexOf(`killed job ${jobId}'s`)).toBeLessThan(second.output().indexOf("connected as provider"));
     } finally {
       await h.killDaemons();
       runner.cleanUp();
-      decoy?.kill("SIGKILL");
+      planted.decoy?.kill("SIGKILL");
     }
   });
 
@@ -159,38 +169,22 @@ describe("a job's host process left by a killed daemon", { timeout: 120_000 }, (
     const served = await client(h.srv.url).get(`/api/providers/download/daemon?key=${p.key}`);
     expect(served.status).toBe(200);
     const dir = tempDir("orphan-py");
-    const work = path.join(dir, "work");
     const file = path.join(dir, "svc_daemon.py");
     fs.writeFileSync(file, served.text);
     const runner = sleepingRunner();
     const daemons: Spawned[] = [];
     // The interpreter itself: SIGKILL must reach the daemon, not a version manager's shim.
     const daemon = () => daemons[daemons.push(runLegacyDaemon(file, dir, { SVC_RUNNERS: runner.spec }, realPython())) - 1];
-    let decoy: Spawned | undefined;
+    const planted: { decoy?: Spawned } = {};
     try {
-      const first = daemon();
-      await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${first.output()})`);
-      const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
-      expect(job.provider_id).toBe(p.id);
-      const pgid = await waitFor(() => runner.runs()[0], 45_000, `runner started (${first.output()})`);
-      await waitFor(() => groupProcesses(pgid).length === 2, 5_000, `runner and its child up (${JSON.stringify(groupProcesses(pgid))} ${pgid})`);
-      expectRecorded(work, job.job_id, pgid);
-
-      first.kill("SIGKILL");
-      await first.exited;
-      expect(groupProcesses(pgid).length).toBe(2);
-      decoy = plantRecycledRecords(work);
-      const next = await nextJob(p.id, renter);
-
-      const second = daemon();
-      await expectOrphanKilled(second, work, job.job_id, pgid, decoy, runner, next);
+      await orphanScenario(p.id, renter, runner, path.join(dir, "work"), daemon, planted);
     } finally {
       for (const d of daemons) {
         d.kill("SIGKILL");
         await d.exited;
       }
       runner.cleanUp();
-      decoy?.kill("SIGKILL");
+      planted.decoy?.kill("SIGKILL");
     }
   });
 
