@@ -222,6 +222,12 @@ export interface OperatorToken {
 /** The name SVC_ADMIN_TOKEN's calls are recorded under. */
 export const ADMIN_ACTOR = "admin";
 
+/** Every token that acts as the admin's (SVC_ADMIN_TOKEN, then SVC_OPERATOR_TOKENS), with whose it is. */
+export const adminTokensOf = (config: Pick<Config, "adminToken" | "operatorTokens">): OperatorToken[] => [
+  { name: ADMIN_ACTOR, token: config.adminToken },
+  ...config.operatorTokens,
+];
+
 /** SVC_OPERATOR_TOKENS: comma-separated name:token pairs, names and tokens each unique. */
 function operatorTokens(env: NodeJS.ProcessEnv): OperatorToken[] {
   const raw = env.SVC_OPERATOR_TOKENS?.trim();

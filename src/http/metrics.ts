@@ -14,7 +14,7 @@ import crypto from "node:crypto";
 import http from "node:http";
 import type net from "node:net";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import type { Config } from "../config.js";
+import { adminTokensOf, type Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Metrics, Wire } from "../metrics/metrics.js";
 import { toHttpError } from "./errors.js";
@@ -68,7 +68,7 @@ export function createMetricsHandler(config: Config, metrics: Metrics, log: Logg
       return true;
     }
     if (config.metrics.access === "token") {
-      const accepted = [config.adminToken, ...config.operatorTokens.map((o) => o.token), ...(config.metrics.token ? [config.metrics.token] : [])];
+      const accepted = [...adminTokensOf(config).map((o) => o.token), ...(config.metrics.token ? [config.metrics.token] : [])];
       const given = tokensOf(req);
       if (given.length === 0) {
         sendJson(res, 401, { error: "metrics token required (Authorization: Bearer <SVC_METRICS_TOKEN or the admin token>)" }, { "www-authenticate": "Bearer" });

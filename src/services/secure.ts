@@ -11,7 +11,7 @@ import { badRequest, forbidden, notFound, unauthorized } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { refuseNul } from "../http/nul.js";
 import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
-import { ADMIN_ACTOR } from "../config.js";
+import { adminTokensOf } from "../config.js";
 import { trackStream, type TrackedStream } from "../domain/accounts/open-streams.js";
 
 export function rolesOf(method: DescMethod): Role[] {
@@ -43,10 +43,7 @@ function unknownKeyError(wanted: Set<string>, unknownKeyNotFound: boolean) {
 /** Whose admin token among those given this is (every token compared in full, in constant time), or undefined. */
 function operatorOf(config: Deps["config"], given: string[]): string | undefined {
   let name: string | undefined;
-  for (const t of given) {
-    if (constantTimeEqual(t, config.adminToken)) name ??= ADMIN_ACTOR;
-    for (const o of config.operatorTokens) if (constantTimeEqual(t, o.token)) name ??= o.name;
-  }
+  for (const t of given) for (const o of adminTokensOf(config)) if (constantTimeEqual(t, o.token)) name ??= o.name;
   return name;
 }
 
