@@ -134,9 +134,12 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       }
       return true;
     },
-    // Both take credentials outside the guard and the interceptor: they count failed checks on IP rows themselves.
+    // These answer outside the guard and the interceptor: they count on their IP rows themselves.
     createMetricsHandler(config, metrics, log, limits),
-    createApiDocsHandler(services.map((s) => s.service)),
+    createApiDocsHandler(
+      services.map((s) => s.service),
+      limits && { rows: limits, trustProxy: config.trustProxy },
+    ),
     createV1Handler({ config, sql, log, metrics, rateLimits: limits }),
     createConsoleHandler(config, log),
   ];

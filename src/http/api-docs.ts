@@ -8,8 +8,9 @@ import { createRequire } from "node:module";
 import path from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
 import { buildOpenApi } from "./openapi.js";
+import type { RateLimits } from "./rate-limits.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
-import { sendJson } from "./rest.js";
+import { clientIpOf, passesLimit, sendJson } from "./rest.js";
 
 export const DOCS_CSP = [
   "default-src 'self'",
@@ -75,7 +76,11 @@ function viewerFile(name: "swagger-ui.css" | "swagger-ui-bundle.js" | "favicon-3
   return fs.readFileSync(path.join(dir, name));
 }
 
-export function createApiDocsHandler(services: readonly DescService[]) {
+/**
+ * The document and its viewer. Answered ahead of the transcoder, so they count on the
+ * default row themselves (the spec's "all other /api/*"), when rate limits are on.
+ */
+export function createApiDocsHandler(services: readonly DescService[], limits?: { rows: Pick<RateLimits, "check">; trustProxy: number }) {
   let doc: Asset | undefined;
   const assets = new Map<string, Asset | (() => Asset)>([
     ["/api/docs", () => asset(PAGE, "text/html; charset=utf-8")],
@@ -96,9 +101,10 @@ export function createApiDocsHandler(services: readonly DescService[]) {
     else res.end(a.body);
   }
 
-  return (req: NodeRequest, res: NodeResponse, url: URL): boolean => {
+  return async (req: NodeRequest, res: NodeResponse, url: URL): Promise<boolean> => {
     const p = url.pathname.length > 1 && url.pathname.endsWith("/") ? url.pathname.slice(0, -1) : url.pathname;
     if (p !== "/api/openapi.json" && !assets.has(p)) return false;
+    if (limits && !(await passesLimit(res, () => limits.rows.check("default", clientIpOf(req, limits.trustProxy))))) return true;
     if (req.method !== "GET" && req.method !== "HEAD") {
       sendJson(res, 405, { error: `method ${req.method} not allowed on ${p}` }, { allow: "GET" });
       return true;

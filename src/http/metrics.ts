@@ -17,10 +17,9 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { adminTokensOf, type Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Metrics, Wire } from "../metrics/metrics.js";
-import { toHttpError } from "./errors.js";
 import type { RateLimits } from "./rate-limits.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
-import { clientIpOf, sendJson } from "./rest.js";
+import { clientIpOf, passesLimit, sendJson } from "./rest.js";
 
 function sameSecret(a: string, b: string): boolean {
   // Hashes first: timingSafeEqual needs equal lengths, and the length must not leak either.
@@ -44,18 +43,6 @@ async function writeMetrics(res: NodeResponse, metrics: Metrics): Promise<void> 
   res.end(body);
 }
 
-/** Runs a rate-limit step; its 429 (or any failure) is answered as `{"error"}` and reported false. */
-async function passes(res: NodeResponse, step: () => Promise<void>): Promise<boolean> {
-  try {
-    await step();
-    return true;
-  } catch (err) {
-    const e = toHttpError(err);
-    sendJson(res, e.status, { error: e.message }, e.headers);
-    return false;
-  }
-}
-
 /**
  * The /metrics handler of the service's port; false when the path is another or metrics are off here.
  * `limits` (when rate limits are on) counts failed token checks per client IP on the admin row.
@@ -76,12 +63,12 @@ export function createMetricsHandler(config: Config, metrics: Metrics, log: Logg
       }
       const ip = clientIpOf(req, config.trustProxy);
       if (!given.some((t) => accepted.some((a) => sameSecret(t, a)))) {
-        if (limits && !(await passes(res, () => limits.check("admin", ip)))) return true;
+        if (limits && !(await passesLimit(res, () => limits.check("admin", ip)))) return true;
         sendJson(res, 401, { error: "invalid metrics token" }, { "www-authenticate": "Bearer" });
         return true;
       }
       // A right token from an address over the row is refused too: otherwise 429 against 200 still tells.
-      if (limits && !(await passes(res, () => limits.refuseIfOver("admin", ip)))) return true;
+      if (limits && !(await passesLimit(res, () => limits.refuseIfOver("admin", ip)))) return true;
     }
     try {
       await writeMetrics(res, metrics);

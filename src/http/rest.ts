@@ -153,6 +153,21 @@ export function sendJson(res: NodeResponse, status: number, body: unknown, heade
 }
 
 /**
+ * Runs a rate-limit step of a handler outside the transcoder (its 429, or any
+ * failure, answered as `{"error"}`); false when it answered.
+ */
+export async function passesLimit(res: NodeResponse, step: () => Promise<void>): Promise<boolean> {
+  try {
+    await step();
+    return true;
+  } catch (err) {
+    const e = toHttpError(err);
+    sendJson(res, e.status, { error: e.message }, e.headers);
+    return false;
+  }
+}
+
+/**
  * The client address: the socket's, unless `trustedHops` proxies stand in
  * front of the service (SVC_TRUST_PROXY). Each proxy appends the address it
  * saw to X-Forwarded-For, so the client controls every entry left of those:

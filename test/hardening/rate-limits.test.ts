@@ -150,6 +150,21 @@ describe("each row, shared by two server processes", () => {
     expect(r.status).toBe(404);
   });
 
+  it("counts the API document and its viewer on the default row (served ahead of the transcoder)", async () => {
+    const ip = freshIp();
+    const docs = (srv: TestServer, path: string, method = "GET") => fetch(`${srv.url}${path}`, { method, headers: { "x-forwarded-for": ip } });
+    for (let i = 0; i < RATE_LIMITS.default.points; i++) {
+      const r = await docs(i % 2 ? a : b, i % 3 === 0 ? "/api/openapi.json" : "/api/docs", i % 3 === 0 ? "HEAD" : "GET");
+      expect(r.status).toBe(200);
+    }
+    const over = await docs(a, "/api/openapi.json");
+    expect(over.status).toBe(429);
+    expect(await over.json()).toEqual({ error: expect.stringContaining("rate limit exceeded") });
+    expect(over.headers.get("retry-after")).toMatch(/^\d+$/);
+    // One row: the rest of /api from that address is over it too.
+    expect429(await REQUESTS.default(b, ip, 0), 60);
+  });
+
   it("counts a request before reading its body: malformed JSON and oversized bodies count on the IP row too", async () => {
     const ip = freshIp();
     const raw = (srv: TestServer, body: string) =>
