@@ -3,7 +3,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { PaymentService, PaymentTopupResponseSchema } from "../../gen/svc/v1/payments_pb.js";
 import { createInvoice } from "../domain/money/gateway.js";
-import { idempotent, priorAnswer } from "../domain/money/idempotency.js";
+import { claimKey, finishClaim, idempotent, releaseClaim, type KeyClaim } from "../domain/money/idempotency.js";
 import {
   CARD_SOURCES,
   PAYMENT_SOURCES,
@@ -24,6 +24,7 @@ import { checkEnum, optionalText, page, requireFields } from "../domain/shared/v
 import { badRequest, forbidden, notFound, unauthorized, unavailable } from "../errors.js";
 import { callerRenterId, principalOf, type Deps } from "./deps.js";
 import { storableJson } from "../shared/nul-text.js";
+import type { Tx } from "../db/index.js";
 
 /** Card gateways do not take less than 1 SAR. */
 const MIN_CARD_HALALA = 100;
@@ -35,6 +36,11 @@ export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentSe
     if (!p) throw notFound("payment not found");
     if (renterId !== undefined && p.renter_id !== renterId) throw forbidden("payment belongs to another renter");
     return p;
+  }
+
+  /** The claim expired while this request was still in flight and a retry took the key over: both payments stand. */
+  function logLostClaim(claim: KeyClaim | undefined, paymentId: string) {
+    log.warn({ scope: claim?.scope, paymentId }, "Idempotency-Key claim expired before its top-up answered; another request took the key over");
   }
 
   return {
@@ -56,34 +62,45 @@ export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentSe
         description: req.description ?? null,
       };
       const scope = `payment-topup:${renterId}`;
-      // A replayed key answers without asking the gateway for another invoice.
-      const replay = await priorAnswer(sql, PaymentTopupResponseSchema, scope, req.idempotencyKey, request);
-      if (replay) return replay;
       const paymentId = newPaymentId();
-      let checkoutUrl = `/api/payments/${paymentId}/sandbox-confirm`;
-      let gatewayId: string | undefined;
-      if (card) {
-        // Before the transaction: no database connection waits on the gateway, a
-        // re-run transaction asks for no second invoice, and a refusal leaves no row.
-        const invoice = await createInvoice(
-          { url: config.paymentGatewayUrl, secretKey: config.paymentGatewaySecretKey! },
-          {
-            amountHalala: amount,
-            description,
-            callbackUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
-            successUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
-            backUrl: `${config.frontendUrl}/billing`,
-            metadata: { payment_id: paymentId, renter_id: String(renterId), source_type: source },
-          },
-        );
-        checkoutUrl = invoice.url;
-        gatewayId = invoice.id;
-      }
-      return idempotent(sql, PaymentTopupResponseSchema, scope, req.idempotencyKey, request, async (tx) => {
+      const record = (checkoutUrl: string, gatewayId?: string) => async (tx: Tx) => {
         const row = await insertPayment(tx, { paymentId, renterId, amountHalala: amount, source, description, gatewayId, checkoutUrl });
         log.info({ renterId, paymentId, amount, source }, "payment initiated");
         return { success: true, payment: paymentMessage(row), checkoutUrl };
-      });
+      };
+      // Nothing outside the database: the key row goes in with the payment (a duplicate waits, then replays).
+      if (!card) return idempotent(sql, PaymentTopupResponseSchema, scope, req.idempotencyKey, request, record(`/api/payments/${paymentId}/sandbox-confirm`));
+      // A card top-up asks the gateway for an invoice first. The key is claimed (committed) before that call:
+      // a replay answers without a second invoice, and a duplicate sent while this one is in flight is a 409
+      // "in progress; retry" rather than another invoice, orphaned at the gateway.
+      const claimed = await claimKey(sql, PaymentTopupResponseSchema, scope, req.idempotencyKey, request);
+      if (claimed.replay) return claimed.replay;
+      const claim = claimed.claim;
+      const release = (err: unknown) =>
+        releaseClaim(sql, claim).then(
+          () => Promise.reject(err),
+          (releaseErr) => {
+            // Not released: the claim expires (CLAIM_TTL_SECONDS) and a retry then takes the key over.
+            log.warn({ renterId, err: (releaseErr as Error).message }, "could not release an Idempotency-Key claim");
+            return Promise.reject(err);
+          },
+        );
+      // Before the transaction: no database connection waits on the gateway, a re-run transaction asks for
+      // no second invoice, and a refusal leaves no row (and releases the key, so a retry asks again).
+      const invoice = await createInvoice(
+        { url: config.paymentGatewayUrl, secretKey: config.paymentGatewaySecretKey! },
+        {
+          amountHalala: amount,
+          description,
+          callbackUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
+          successUrl: `${config.frontendUrl}/payments/callback?payment_id=${paymentId}`,
+          backUrl: `${config.frontendUrl}/billing`,
+          metadata: { payment_id: paymentId, renter_id: String(renterId), source_type: source },
+        },
+      ).catch(release);
+      const { answer, stored } = await finishClaim(sql, PaymentTopupResponseSchema, claim, record(invoice.url, invoice.id)).catch(release);
+      if (!stored) logLostClaim(claim, paymentId);
+      return answer;
     },
 
     async webhook(req) {

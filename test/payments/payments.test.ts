@@ -1,6 +1,7 @@
 // Card payments over real HTTP: the gateway client against a local server
 // that plays the gateway, the signed webhook (signature, replay, unknown ids,
-// failed, refunded), history, and the sandbox source.
+// failed, refunded, voided), Idempotency-Key claims across the gateway call,
+// history, and the sandbox source.
 import crypto from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -117,6 +118,9 @@ const paidEvent = (paymentId: string, amount: number, extra: Record<string, unkn
   data: { id: `gwpay_${crypto.randomUUID()}`, status: "paid", amount, currency: "SAR", metadata: { payment_id: paymentId }, ...extra },
 });
 
+/** Invoices the gateway has made (POST /v1/invoices answered 201). */
+const invoicesMade = () => gw.seen.filter((c) => c.method === "POST" && c.path === "/v1/invoices").length;
+
 async function balance(headers: Record<string, string>) {
   return (await api.get("/api/renters/balance", headers)).body;
 }
@@ -231,6 +235,83 @@ describe("POST /api/payments/topup with the gateway", () => {
     const other = await api.post("/api/payments/topup", { amount_halala: 2600, source_type: "creditcard" }, h);
     expect(other.status).toBe(409);
     expect((await api.get("/api/payments/history", r.headers)).body.total).toBe(1);
+  });
+
+  it("Idempotency-Key: concurrent duplicates make one invoice; the other is a 409 'in progress; retry', and its retry replays", async () => {
+    const r = await makeRenter(srv);
+    const h = { ...r.headers, "idempotency-key": "checkout-concurrent" };
+    const before = invoicesMade();
+    gw.setDelay(600);
+    try {
+      const both = await Promise.all([
+        api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h),
+        api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h),
+      ]);
+      const won = both.find((x) => x.status === 201)!;
+      const refused = both.find((x) => x.status !== 201)!;
+      expect(both.map((x) => x.status).sort(), both.map((x) => x.text).join("\n")).toEqual([201, 409]);
+      expect(refused.body.error).toMatch(/Idempotency-Key is still in progress; retry/);
+      expect(refused.headers.get("retry-after")).toBe("1");
+      // Each extra invoice would be a live checkout at the gateway for a payment id this server never stored.
+      expect(invoicesMade() - before).toBe(1);
+      const retried = await api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h);
+      expect(retried.status).toBe(201);
+      expect(retried.body).toEqual(won.body);
+      expect(invoicesMade() - before).toBe(1);
+      expect((await api.get("/api/payments/history", r.headers)).body.total).toBe(1);
+    } finally {
+      gw.setDelay(0);
+    }
+  });
+
+  it("Idempotency-Key: a gateway failure releases the key, so a retry with it asks the gateway again", async () => {
+    const r = await makeRenter(srv);
+    const h = { ...r.headers, "idempotency-key": "checkout-gateway-down" };
+    gw.setMode("error");
+    const failed = await api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h);
+    expect(failed.status).toBe(502);
+    expect(await srv.sql`SELECT 1 FROM idempotency_keys WHERE scope = ${`payment-topup:${r.id}`} AND key = 'checkout-gateway-down'`).toHaveLength(0);
+    gw.setMode("ok");
+    const before = invoicesMade();
+    const retried = await api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h);
+    expect(retried.status, retried.text).toBe(201);
+    expect(invoicesMade() - before).toBe(1);
+    expect((await api.post("/api/payments/topup", { amount_halala: 2500, source_type: "creditcard" }, h)).body).toEqual(retried.body);
+    expect((await api.get("/api/payments/history", r.headers)).body.total).toBe(1);
+  });
+
+  it("Idempotency-Key: the claim of a request that never answered expires, and a retry then takes the key over", async () => {
+    const r = await makeRenter(srv);
+    const h = { ...r.headers, "idempotency-key": "checkout-stuck" };
+    const scope = `payment-topup:${r.id}`;
+    const body = { amount_halala: 4000, source_type: "creditcard" };
+    gw.setDelay(1500);
+    try {
+      // The first request is at the gateway: its claim is committed, with no answer yet.
+      const first = api.post("/api/payments/topup", body, h);
+      let claim: any;
+      for (let i = 0; i < 50 && !claim; i++) {
+        [claim] = await srv.sql`SELECT response, claimed_until > now() AS live FROM idempotency_keys WHERE scope = ${scope} AND key = 'checkout-stuck'`;
+        if (!claim) await new Promise((res) => setTimeout(res, 20));
+      }
+      expect(claim).toEqual({ response: null, live: true });
+      const dup = await api.post("/api/payments/topup", body, h);
+      expect(dup.status).toBe(409);
+      expect(dup.body.error).toMatch(/in progress; retry/);
+      // As if the first request's process had died long ago: its claim has run out.
+      await srv.sql`UPDATE idempotency_keys SET claimed_until = now() - interval '1 second' WHERE scope = ${scope} AND key = 'checkout-stuck'`;
+      const takeover = await api.post("/api/payments/topup", body, h);
+      expect(takeover.status, takeover.text).toBe(201);
+      // The first request still finishes: its invoice is real, so its payment is recorded too (a paid event credits it).
+      const late = await first;
+      expect(late.status).toBe(201);
+      expect(late.body.payment.payment_id).not.toBe(takeover.body.payment.payment_id);
+      const replay = await api.post("/api/payments/topup", body, h);
+      expect(replay.body).toEqual(takeover.body);
+      expect((await api.get("/api/payments/history", r.headers)).body.total).toBe(2);
+    } finally {
+      gw.setDelay(0);
+    }
   });
 });
 
@@ -427,6 +508,73 @@ describe("POST /api/payments/webhook", () => {
     expect(row).toEqual({ status: "refunded", refunded_halala: 5000, refund_shortfall_halala: 0 });
     const moves = await srv.sql`SELECT amount FROM ledger_transfers WHERE payment_id = ${payment.payment_id} AND kind = 'refund' ORDER BY id`;
     expect(moves.map((m) => Number(m.amount))).toEqual([1000, 2500, 1500]);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("voided after the credit takes the whole payment back through the ledger, once; replays move nothing", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    const data = { id: `gwpay_${crypto.randomUUID()}`, amount: 5000, currency: "SAR", metadata: { payment_id: payment.payment_id } };
+    expect((await webhook({ id: "e-paid", type: "payment_paid", data: { ...data, status: "paid" } })).body.outcome).toBe("credited");
+    expect((await balance(r.headers)).balance_halala).toBe(5000);
+    // The operator voids the payment before settlement: the card holder gets the 50 SAR back.
+    const voidEv = { id: "e-void", type: "payment_voided", data: { ...data, status: "voided", refunded: 0 } };
+    const voided = await webhook(voidEv);
+    expect(voided.status).toBe(200);
+    expect(voided.body).toEqual({ success: true, outcome: "refunded", payment_id: payment.payment_id });
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    expect((await api.get(`/api/payments/${payment.payment_id}`, r.headers)).body.status).toBe("refunded");
+    // Replays, and the same void named by data.status alone, move nothing; nor does a paid event after it.
+    expect((await webhook(voidEv)).body.outcome).toBe("duplicate");
+    expect((await webhook({ id: "e-void-2", data: { ...data, status: "voided" } })).body.outcome).toBe("duplicate");
+    expect((await webhook({ id: "e-paid", type: "payment_paid", data: { ...data, status: "paid" } })).body.outcome).toBe("duplicate");
+    const moved = await srv.sql`SELECT kind, amount FROM ledger_transfers WHERE payment_id = ${payment.payment_id} ORDER BY id`;
+    expect(moved.map((t) => [t.kind, Number(t.amount)])).toEqual([["payment", 5000], ["refund", 5000]]);
+    const [row] = await srv.sql`SELECT status, refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${payment.payment_id}`;
+    expect(row).toEqual({ status: "refunded", refunded_halala: 5000, refund_shortfall_halala: 0 });
+    const events = await srv.sql`SELECT event_type, outcome FROM payment_events WHERE payment_id = ${payment.payment_id} ORDER BY id`;
+    expect(events.map((e) => e.event_type)).toEqual(["payment_paid", "payment_voided", "payment_voided", "voided", "payment_paid"]);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a void after a partial refund takes the rest; what is held then is owed, as for a refund", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    await webhook(paidEvent(payment.payment_id, 5000));
+    const refunded = await webhook({ id: "pv-1", type: "payment_refunded", data: { amount: 5000, refunded: 1000, metadata: { payment_id: payment.payment_id } } });
+    expect(refunded.body.outcome).toBe("refunded");
+    const [job] = await srv.sql`
+      INSERT INTO jobs (job_id, renter_id, job_type, status, duration_minutes, max_duration_seconds, rate_halala_per_minute, cost_halala)
+      VALUES (${"job-void-" + r.id}, ${r.id}, 'training', 'queued', 120, 7200, 25, 3000) RETURNING id`;
+    await srv.sql.begin((tx) => hold(tx, r.id, job.id, 3000));
+    // The gateway's `refunded` on a void is not what is taken back: the whole payment is.
+    const voided = await webhook({ id: "pv-2", type: "payment_voided", data: { status: "voided", amount: 5000, refunded: 1000, metadata: { payment_id: payment.payment_id } } });
+    expect(voided.body.outcome).toBe("refunded");
+    expect(await balance(r.headers)).toMatchObject({ balance_halala: 3000, held_halala: 3000, available_halala: 0, refund_owed_halala: 3000 });
+    const [row] = await srv.sql`SELECT status, refunded_halala, refund_shortfall_halala FROM payments WHERE payment_id = ${payment.payment_id}`;
+    expect(row).toEqual({ status: "refunded", refunded_halala: 2000, refund_shortfall_halala: 3000 });
+    const [audit] = await srv.sql`SELECT details FROM audit_log WHERE action = 'payment.refund_shortfall' AND target_id = ${String(r.id)}`;
+    expect(audit.details).toMatchObject({ payment_id: payment.payment_id, refunded_halala: 4000, debited_halala: 1000, shortfall_halala: 3000 });
+    expect((await webhook({ id: "pv-2", type: "payment_voided", data: { metadata: { payment_id: payment.payment_id } } })).body.outcome).toBe("duplicate");
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a void of a payment never credited marks it failed and moves nothing; a paid event arriving late then credits nothing", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 3000);
+    const voidEv = { id: "nv-1", type: "payment_voided", data: { status: "voided", amount: 3000, metadata: { payment_id: payment.payment_id } } };
+    const voided = await webhook(voidEv);
+    expect(voided.body).toEqual({ success: true, outcome: "failed", payment_id: payment.payment_id });
+    expect((await api.get(`/api/payments/${payment.payment_id}`, r.headers)).body.status).toBe("failed");
+    expect((await webhook(voidEv)).body.outcome).toBe("duplicate");
+    const late = await webhook(paidEvent(payment.payment_id, 3000));
+    expect(late.body.outcome).toBe("ignored");
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    expect(await srv.sql`SELECT 1 FROM ledger_transfers WHERE payment_id = ${payment.payment_id}`).toHaveLength(0);
+    const [row] = await srv.sql`SELECT status, failure_reason, voided_at IS NOT NULL AS voided FROM payments WHERE payment_id = ${payment.payment_id}`;
+    expect(row).toEqual({ status: "failed", failure_reason: "voided at the gateway", voided: true });
+    const [audit] = await srv.sql`SELECT details FROM audit_log WHERE action = 'payment.paid_after_void' AND target_id = ${payment.payment_id}`;
+    expect(audit.details).toMatchObject({ amount: 3000 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

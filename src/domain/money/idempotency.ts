@@ -1,11 +1,22 @@
-// Optional Idempotency-Key handling (topup, job submit): the same key with
-// the same body replays the first response; with another body it is a 409.
-// The key row is inserted in the same transaction as the work, so a
-// concurrent duplicate waits on it and then replays the committed answer.
+// Optional Idempotency-Key handling (topup, job submit, admin adjust): the
+// same key with the same body replays the first response; with another body
+// it is a 409.
+//
+// idempotent(): the key row is inserted in the same transaction as the work,
+// so a concurrent duplicate waits on it and then replays the committed answer.
+//
+// claimKey() / finishClaim() / releaseClaim(): for work that calls outside the
+// database before its transaction (a card top-up's gateway invoice), where no
+// transaction may wait on that call and a duplicate must not repeat it. The
+// key is claimed first, in its own committed statement (a row with no response
+// and a claimed_until); a duplicate meanwhile is a 409 "in progress; retry";
+// the work's transaction stores the answer and ends the claim; a failure
+// releases it (deletes the row) so a retry starts over; a claim whose process
+// died expires at claimed_until and the next retry takes the key over.
 import crypto from "node:crypto";
 import { create, fromJson, toJson, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import type { Sql, Tx } from "../../db/index.js";
-import { badRequest, conflict } from "../../errors.js";
+import { apiError, badRequest, conflict } from "../../errors.js";
 import { canonicalJson } from "../../shared/task-signature.js";
 
 function hashOf(key: string, request: unknown): string {
@@ -13,20 +24,102 @@ function hashOf(key: string, request: unknown): string {
   return crypto.createHash("sha256").update(canonicalJson(request)).digest("hex");
 }
 
+const differentRequest = () => conflict("Idempotency-Key was already used with a different request");
+
+/** Seconds a client waits before retrying a key whose first request is still in flight. */
+export const IN_PROGRESS_RETRY_AFTER_SECONDS = 1;
+
+const inProgress = () =>
+  apiError(409, "a request with this Idempotency-Key is still in progress; retry after it has answered to get its response", {
+    "Retry-After": String(IN_PROGRESS_RETRY_AFTER_SECONDS),
+  });
+
 /**
- * The answer already stored for this key and request (a replay), without
- * waiting on a request still in flight; 409 when the key was used with
- * another request. For work with an outside effect that should not be
- * repeated for a replay (a gateway invoice); idempotent() still decides.
+ * How long a claim holds its key while its request is in flight. Well above
+ * the gateway call's own timeout (15 s) and a transaction's time, so only a
+ * request whose process died (or lost its database) is ever taken over.
  */
-export async function priorAnswer<D extends DescMessage>(sql: Sql, schema: D, scope: string, key: string | undefined, request: unknown): Promise<MessageShape<D> | undefined> {
-  if (!key) return undefined;
+export const CLAIM_TTL_SECONDS = 120;
+
+/** A key claimed by this request: `token` tells its claim from a later takeover's. */
+export interface KeyClaim {
+  scope: string;
+  key: string;
+  token: string;
+}
+
+/**
+ * Claims `key` for this request before work with an outside effect, or
+ * answers the replay of a request already done with it. Each statement
+ * commits on its own: no transaction stays open across the outside call.
+ * 409 when the key was used with another request, or when its first request
+ * is still in flight (its claim not yet expired). Without a key: no claim.
+ */
+export async function claimKey<D extends DescMessage>(
+  sql: Sql,
+  schema: D,
+  scope: string,
+  key: string | undefined,
+  request: unknown,
+  ttlSeconds = CLAIM_TTL_SECONDS,
+): Promise<{ replay: MessageShape<D> } | { replay?: undefined; claim: KeyClaim | undefined }> {
+  if (!key) return { claim: undefined };
   const requestHash = hashOf(key, request);
-  const [prior] = await sql<{ request_hash: string; response: unknown }[]>`
-    SELECT request_hash, response FROM idempotency_keys WHERE scope = ${scope} AND key = ${key}`;
-  if (!prior) return undefined;
-  if (prior.request_hash !== requestHash) throw conflict("Idempotency-Key was already used with a different request");
-  return prior.response === null ? undefined : fromJson(schema, prior.response as never);
+  const token = crypto.randomUUID();
+  // A few rounds: a claim released or taken over between two statements is looked at again.
+  for (let round = 0; round < 3; round++) {
+    const inserted = await sql`
+      INSERT INTO idempotency_keys (scope, key, request_hash, claim_token, claimed_until)
+      VALUES (${scope}, ${key}, ${requestHash}, ${token}, now() + make_interval(secs => ${ttlSeconds}))
+      ON CONFLICT DO NOTHING RETURNING key`;
+    if (inserted.length > 0) return { claim: { scope, key, token } };
+    const [prior] = await sql<{ request_hash: string; response: unknown; live: boolean }[]>`
+      SELECT request_hash, response, coalesce(claimed_until > now(), false) AS live
+      FROM idempotency_keys WHERE scope = ${scope} AND key = ${key}`;
+    if (!prior) continue; // released meanwhile
+    if (prior.request_hash !== requestHash) throw differentRequest();
+    if (prior.response !== null) return { replay: fromJson(schema, prior.response as never) };
+    if (prior.live) throw inProgress();
+    // The first request's claim expired (its process died mid-request): this retry takes the key over.
+    const taken = await sql`
+      UPDATE idempotency_keys SET claim_token = ${token}, claimed_until = now() + make_interval(secs => ${ttlSeconds})
+      WHERE scope = ${scope} AND key = ${key} AND request_hash = ${requestHash} AND response IS NULL
+        AND (claimed_until IS NULL OR claimed_until <= now())
+      RETURNING key`;
+    if (taken.length > 0) return { claim: { scope, key, token } };
+  }
+  throw inProgress();
+}
+
+/**
+ * Runs the claimed work in one transaction that also stores its answer and
+ * ends the claim. `stored` is false when the claim had expired and been taken
+ * over meanwhile: the work is still committed (what it recorded happened
+ * outside, e.g. an invoice), but the key answers the other request's reply.
+ */
+export async function finishClaim<D extends DescMessage>(
+  sql: Sql,
+  schema: D,
+  claim: KeyClaim | undefined,
+  run: (tx: Tx) => Promise<MessageInitShape<D>>,
+): Promise<{ answer: MessageShape<D>; stored: boolean }> {
+  return (await sql.begin(async (tx) => {
+    const answer = create(schema, await run(tx));
+    if (!claim) return { answer, stored: true };
+    const done = await tx`
+      UPDATE idempotency_keys SET response = ${tx.json(toJson(schema, answer) as never)}, claim_token = NULL, claimed_until = NULL
+      WHERE scope = ${claim.scope} AND key = ${claim.key} AND claim_token = ${claim.token} AND response IS NULL
+      RETURNING key`;
+    return { answer, stored: done.length > 0 };
+  })) as { answer: MessageShape<D>; stored: boolean };
+}
+
+/** Gives a claim up after its work failed, so that a retry with the key starts over (only this claim, never a takeover's). */
+export async function releaseClaim(sql: Sql, claim: KeyClaim | undefined): Promise<void> {
+  if (!claim) return;
+  await sql`
+    DELETE FROM idempotency_keys
+    WHERE scope = ${claim.scope} AND key = ${claim.key} AND claim_token = ${claim.token} AND response IS NULL`;
 }
 
 export async function idempotent<D extends DescMessage>(
@@ -46,7 +139,11 @@ export async function idempotent<D extends DescMessage>(
     if (inserted.length === 0) {
       const [prior] = await tx<{ request_hash: string; response: unknown }[]>`
         SELECT request_hash, response FROM idempotency_keys WHERE scope = ${scope} AND key = ${key} FOR UPDATE`;
-      if (prior.request_hash !== requestHash) throw conflict("Idempotency-Key was already used with a different request");
+      // Deleted meanwhile: a claim (claimKey) released after its work failed.
+      if (!prior) throw inProgress();
+      if (prior.request_hash !== requestHash) throw differentRequest();
+      // A committed row without an answer is a claimKey() claim still in flight.
+      if (prior.response === null) throw inProgress();
       return fromJson(schema, prior.response as never);
     }
     const result = create(schema, await run(tx));

@@ -1,7 +1,10 @@
 // Card payments: amounts, payment rows, and the gateway events that move
 // them (paid credits once, failed records, refunded debits through the
-// ledger). Statuses: initiated -> paid | failed; failed -> paid (a later
-// successful attempt on the same checkout); paid -> refunded.
+// ledger, voided takes back the whole payment). Statuses: initiated -> paid |
+// failed; failed -> paid (a later successful attempt on the same checkout);
+// paid -> refunded. A void is a full refund of a credited payment (paid ->
+// refunded), and marks one never credited failed (initiated -> failed, with
+// voided_at: a paid event arriving for it late then credits nothing).
 import crypto from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { PaymentSchema } from "../../../gen/svc/v1/models_pb.js";
@@ -64,6 +67,8 @@ export interface PaymentRow {
   refunded_halala: number;
   refund_shortfall_halala: number;
   failure_reason: string | null;
+  /** Set when the gateway voided the payment before it was credited. */
+  voided_at: Date | null;
   created_at: Date;
   confirmed_at: Date | null;
 }
@@ -120,7 +125,7 @@ export async function listPayments(
 
 // ---- gateway events --------------------------------------------------------
 
-export type GatewayEventKind = "paid" | "failed" | "refunded";
+export type GatewayEventKind = "paid" | "failed" | "refunded" | "voided";
 
 export interface GatewayEvent {
   kind: GatewayEventKind | undefined;
@@ -148,7 +153,7 @@ const int = (v: unknown): number | undefined => (typeof v === "number" && Number
 
 /**
  * Reads a Moyasar-style event: `{id, type: "payment_paid" | "payment_failed" |
- * "payment_refunded", data: {id, invoice_id, status, amount, currency,
+ * "payment_refunded" | "payment_voided", data: {id, invoice_id, status, amount, currency,
  * refunded, message, metadata: {payment_id}}}`. `type` may also be the bare
  * kind, and `data.status` stands in when `type` is absent.
  */
@@ -159,7 +164,7 @@ export function parseGatewayEvent(body: unknown): GatewayEvent {
   const metadata = (typeof data.metadata === "object" && data.metadata !== null ? data.metadata : {}) as Record<string, unknown>;
   const type = str(b.type) ?? str(data.status) ?? "";
   const bare = type.replace(/^(payment|invoice)[._]/, "");
-  const kind = (["paid", "failed", "refunded"] as const).find((k) => k === bare);
+  const kind = (["paid", "failed", "refunded", "voided"] as const).find((k) => k === bare);
   return {
     kind,
     type,
@@ -194,7 +199,9 @@ async function findForEvent(tx: Tx, ev: GatewayEvent): Promise<PaymentRow | unde
  * end, and their providers paid); a part already spent, held or reserved is
  * recorded as `refund_shortfall_halala` and in the audit log, and owed by the
  * renter (refund-debt.ts): taken as its held or reserved funds come free (the
- * ledger never goes negative).
+ * ledger never goes negative). A void is a refund of the whole payment
+ * (whatever `refunded` says); of a payment never credited, it marks it
+ * failed and moves nothing.
  */
 export async function applyGatewayEvent(tx: Tx, ev: GatewayEvent, raw: unknown): Promise<{ outcome: EventOutcome; payment?: PaymentRow; note?: string }> {
   const p = await findForEvent(tx, ev);
@@ -232,6 +239,11 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
   switch (ev.kind) {
     case "paid": {
       if (p.status === "paid" || p.status === "refunded") return { outcome: "duplicate", payment: p };
+      if (p.voided_at) {
+        // The gateway voided this payment before we credited it: the card holder has the money back.
+        await recordAudit(tx, "gateway", "payment.paid_after_void", "payment", p.payment_id, { amount: ev.amount ?? null, event_id: ev.eventId ?? null });
+        return { outcome: "ignored", payment: p, note: "payment was voided" };
+      }
       const mismatch = await mismatchOf(tx, p, ev);
       if (mismatch) return { outcome: "ignored", payment: p, note: mismatch };
       return { outcome: "credited", payment: await creditPaid(tx, p) };
@@ -243,6 +255,19 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
         WHERE id = ${p.id} RETURNING *`;
       return { outcome: "failed", payment: row };
     }
+    case "voided": {
+      if (p.status === "initiated" || p.status === "failed") {
+        // Never credited: nothing to take back. Marked so that a late paid event credits nothing.
+        if (p.voided_at) return { outcome: "duplicate", payment: p };
+        const [row] = await tx<PaymentRow[]>`
+          UPDATE payments SET status = 'failed', voided_at = now(),
+                 failure_reason = ${`voided at the gateway${ev.reason ? `: ${ev.reason}` : ""}`.slice(0, 500)}, updated_at = now()
+          WHERE id = ${p.id} RETURNING *`;
+        return { outcome: "failed", payment: row };
+      }
+      // Credited: the whole payment goes back, as a full refund (what an earlier partial refund took is not taken twice).
+      return refund(tx, p, p.amount_halala);
+    }
     case "refunded": {
       if (p.status !== "paid" && p.status !== "refunded") {
         // A refund proves the payment was made: its paid event is late, or was lost (answered 5xx and
@@ -253,31 +278,39 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
         p = await creditPaid(tx, p);
       }
       // `refunded` is the gateway's running total: a second partial refund takes only the difference.
-      const total = Math.min(p.amount_halala, ev.refunded !== undefined && ev.refunded > 0 ? ev.refunded : p.amount_halala);
-      const already = p.refunded_halala + p.refund_shortfall_halala;
-      if (total <= already) return { outcome: "duplicate", payment: p };
-      const amount = total - already;
-      // What /v1 requests in flight reserved is left to them; the rest of the refund is owed (refund-debt.ts).
-      const reserved = await lockedReserved(tx, p.renter_id);
-      const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id, reserved.v1);
-      await oweRefund(tx, p.renter_id, taken.shortfall);
-      const [row] = await tx<PaymentRow[]>`
-        UPDATE payments SET status = 'refunded', refunded_halala = refunded_halala + ${taken.debited},
-               refund_shortfall_halala = refund_shortfall_halala + ${taken.shortfall}, updated_at = now()
-        WHERE id = ${p.id} RETURNING *`;
-      if (taken.shortfall > 0) {
-        await recordAudit(tx, "gateway", "payment.refund_shortfall", "renter", p.renter_id, {
-          payment_id: p.payment_id,
-          refunded_halala: amount,
-          debited_halala: taken.debited,
-          shortfall_halala: taken.shortfall,
-        });
-      }
-      return {
-        outcome: "refunded",
-        payment: row,
-        note: taken.shortfall > 0 ? `shortfall ${taken.shortfall} halala held, reserved or spent: owed by the renter, taken as its funds come free` : undefined,
-      };
+      return refund(tx, p, Math.min(p.amount_halala, ev.refunded !== undefined && ev.refunded > 0 ? ev.refunded : p.amount_halala));
     }
   }
+}
+
+/**
+ * Takes back what a credited payment's refunds total (`total`, the gateway's
+ * running total) has not yet taken: from what is available and not reserved
+ * by /v1 requests in flight, the rest owed (refund-debt.ts).
+ */
+async function refund(tx: Tx, p: PaymentRow, total: number): Promise<{ outcome: EventOutcome; payment?: PaymentRow; note?: string }> {
+  const already = p.refunded_halala + p.refund_shortfall_halala;
+  if (total <= already) return { outcome: "duplicate", payment: p };
+  const amount = total - already;
+  // What /v1 requests in flight reserved is left to them; the rest of the refund is owed (refund-debt.ts).
+  const reserved = await lockedReserved(tx, p.renter_id);
+  const taken = await debitUpTo(tx, p.renter_id, amount, `payment:${p.payment_id}:refund:${total}`, "refund", p.payment_id, reserved.v1);
+  await oweRefund(tx, p.renter_id, taken.shortfall);
+  const [row] = await tx<PaymentRow[]>`
+    UPDATE payments SET status = 'refunded', refunded_halala = refunded_halala + ${taken.debited},
+           refund_shortfall_halala = refund_shortfall_halala + ${taken.shortfall}, updated_at = now()
+    WHERE id = ${p.id} RETURNING *`;
+  if (taken.shortfall > 0) {
+    await recordAudit(tx, "gateway", "payment.refund_shortfall", "renter", p.renter_id, {
+      payment_id: p.payment_id,
+      refunded_halala: amount,
+      debited_halala: taken.debited,
+      shortfall_halala: taken.shortfall,
+    });
+  }
+  return {
+    outcome: "refunded",
+    payment: row,
+    note: taken.shortfall > 0 ? `shortfall ${taken.shortfall} halala held, reserved or spent: owed by the renter, taken as its funds come free` : undefined,
+  };
 }
