@@ -1,8 +1,10 @@
-// A request that can make the model generate special tokens (ignore_eos, a positive logit_bias) is
-// forwarded with skip_special_tokens: false, so they are delivered and billed. vLLM's request model
-// coerces what it is sent ("true" and 1 are True, "100" is 100.0), so the gateway takes those fields
-// only as JSON booleans and numbers. include_reasoning is always forwarded as true: vLLM generates the
-// reasoning anyway, and with false would leave it undelivered, so unbilled.
+// A request that can make the model generate special tokens (ignore_eos, a positive logit_bias, a
+// positive min_tokens, which blocks the end of sequence until that many tokens exist) is forwarded
+// with skip_special_tokens: false, so they are delivered and billed. vLLM's request model coerces
+// what it is sent ("true" and 1 are True, "100" is 100.0, "1000" is 1000), so the gateway takes those
+// fields only as JSON booleans and numbers (min_tokens: integers of 0 or more). include_reasoning is
+// always forwarded as true: vLLM generates the reasoning anyway, and with false would leave it
+// undelivered, so unbilled.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
@@ -34,6 +36,11 @@ describe("fields that decide whether special tokens are delivered", () => {
   it.each([
     ["ignore_eos: true", false, { ignore_eos: true }],
     ["a positive logit_bias", false, { logit_bias: { "151643": 100 } }],
+    // min_tokens blocks the end of sequence and stop tokens until that many tokens exist, as ignore_eos does past the end.
+    ["min_tokens: 1000", false, { min_tokens: 1000 }],
+    ["min_tokens: 1", false, { min_tokens: 1 }],
+    ["min_tokens: 0", undefined, { min_tokens: 0 }],
+    ["min_tokens: null", undefined, { min_tokens: null }],
     ["ignore_eos: false", undefined, { ignore_eos: false }],
     ["a negative logit_bias", undefined, { logit_bias: { "151643": -100 } }],
     ["neither", undefined, {}],
@@ -50,6 +57,11 @@ describe("fields that decide whether special tokens are delivered", () => {
     ['a logit_bias value "100"', { logit_bias: { "151643": "100" } }, 'logit_bias["151643"] is "100"'],
     ["a logit_bias value true", { logit_bias: { "1": 1, "151643": true } }, 'logit_bias["151643"] is true'],
     ["a logit_bias value null", { logit_bias: { "151643": null } }, "logit_bias values must be numbers"],
+    ['min_tokens: "1000"', { min_tokens: "1000" }, 'min_tokens must be an integer of 0 or more ("1000" given)'],
+    ["min_tokens: true", { min_tokens: true }, "min_tokens must be an integer of 0 or more (true given)"],
+    ["min_tokens: 1.5", { min_tokens: 1.5 }, "min_tokens must be an integer of 0 or more (1.5 given)"],
+    ["min_tokens: -1", { min_tokens: -1 }, "min_tokens must be an integer of 0 or more (-1 given)"],
+    ["min_tokens: [1000]", { min_tokens: [1000] }, "min_tokens must be an integer of 0 or more ([1000] given)"],
   ])("%s (which vLLM would coerce): 400 naming the field, nothing reserved or forwarded", async (_name, extra, message) => {
     const { r, forwarded, reserved } = await ask(extra);
     expect(r.status).toBe(400);

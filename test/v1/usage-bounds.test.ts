@@ -257,7 +257,7 @@ describe("the bounds", () => {
     expect(reliabilityScore({ ...base, overstatedRequests: 0 })).toBe(reliabilityScore(base));
   });
 
-  it("prompt: every string of the messages in UTF-8 bytes, a per-message and a per-request allowance, tools as JSON", () => {
+  it("prompt: every string of the messages in UTF-8 bytes, a per-message and a per-request allowance, tools as Python's JSON", () => {
     const messages = [
       { role: "system", content: "مرحبا" }, // 10 bytes
       { role: "user", content: [{ type: "text", text: "hi" }], name: "ali" },
@@ -265,7 +265,9 @@ describe("the bounds", () => {
     const tools = [{ type: "function", function: { name: "f", parameters: {} } }];
     const text = "system".length + 10 + "user".length + "text".length + 2 + 3;
     expect(promptTokensBound({ messages })).toBe(text + 2 * PROMPT_TOKENS_PER_MESSAGE + PROMPT_TOKENS_PER_REQUEST);
-    expect(promptTokensBound({ messages, tools })).toBe(text + 2 * PROMPT_TOKENS_PER_MESSAGE + PROMPT_TOKENS_PER_REQUEST + JSON.stringify(tools).length);
+    // Each tool as vLLM dumps it (description null) and json.dumps writes it with indent 4 (prompt-json-bound.test.ts).
+    const dumped = '{\n    "type": "function",\n    "function": {\n        "description": null,\n        "parameters": {},\n        "name": "f"\n    }\n}';
+    expect(promptTokensBound({ messages, tools })).toBe(text + 2 * PROMPT_TOKENS_PER_MESSAGE + PROMPT_TOKENS_PER_REQUEST + dumped.length);
   });
 
   it("completion: generated text in bytes (content, reasoning, tool calls), per choice and per tool call allowances", () => {

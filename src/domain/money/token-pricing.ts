@@ -123,6 +123,156 @@ export function stringBytes(value: unknown): number {
 }
 
 /**
+ * Indentation allowed to a template's `tojson` (Llama 3.1 prints each tool with `tojson(indent=4)`). Python's
+ * json.dumps with an indent writes a newline and the indentation before every item and closing bracket: never
+ * fewer bytes than without one (", " and ": " separators), nor than with a smaller indent.
+ */
+export const TOJSON_INDENT = 4;
+/** Prompt tokens a template adds around each tool call of an assistant message (Qwen2.5's `<tool_call>` markup, `{"name": "...", "arguments": ...}`). */
+export const PROMPT_TOKENS_PER_TOOL_CALL = 16;
+
+/**
+ * Bytes Python writes for a JSON number of source text `literal` once json.loads has read it (vLLM, pydantic) and
+ * json.dumps writes it again (a template's `tojson`): an integer (no `.`, `e`) as its digits, a float as Python's
+ * repr (shortest digits; fixed notation with ".0" from 1e-4 to below 1e16, else an exponent of at least two digits:
+ * 1e15 is "1000000000000000.0", 1e-7 "1e-07", 1e400 "Infinity").
+ */
+export function pythonNumberBytes(literal: string): number {
+  if (!/[.eE]/.test(literal)) return literal === "-0" ? 1 : literal.length; // an int: its digits ("-0" prints as "0")
+  const x = Number(literal); // correctly rounded, as Python's float()
+  if (!Number.isFinite(x)) return x < 0 ? "-Infinity".length : "Infinity".length;
+  const sign = x < 0 || Object.is(x, -0) ? 1 : 0;
+  if (x === 0) return sign + "0.0".length;
+  // The shortest digits that read back as x (Python's repr picks as many), and the decimal exponent.
+  const [mantissa, e] = Math.abs(x).toExponential().split("e");
+  const digits = mantissa.replace(".", "").length;
+  const exp = Number(e);
+  if (exp >= -4 && exp < 16) {
+    if (exp >= digits - 1) return sign + exp + 1 + ".0".length; // 1000000000000000.0
+    if (exp >= 0) return sign + digits + ".".length; // 12.5
+    return sign + "0.".length + (-exp - 1) + digits; // 0.00125
+  }
+  return sign + (digits > 1 ? digits + 1 : 1) + "e+".length + Math.max(2, String(Math.abs(exp)).length); // 1.5e-07
+}
+
+/**
+ * An upper bound on the UTF-8 bytes of Python's `json.dumps(json.loads(text), ensure_ascii=False, indent=i)` for any
+ * indent i from none to TOJSON_INDENT: how chat templates print a value (`tojson`, as transformers defines it) that the
+ * engine read from JSON `text`. Counted on the text's tokens: each string at its bytes in `text` (Python escapes only
+ * what JSON text must, so it writes no more), each number by pythonNumberBytes, `true`/`false`/`null` as they are,
+ * ": " per key, and a newline and the indentation before every item and closing bracket of a non-empty container
+ * (the "," before an item too). `text` must be JSON (JSON.parse accepts it); whitespace in it counts for nothing.
+ * A scan, not a recursion: any nesting is measured.
+ */
+export function pythonJsonBytes(text: string): number {
+  let n = 0;
+  /** Per open container: whether an item was seen. */
+  const open: boolean[] = [];
+  const line = () => 1 + TOJSON_INDENT * open.length; // "\n" and the indentation of the current depth
+  const item = () => {
+    if (open.length > 0 && !open[open.length - 1]) {
+      open[open.length - 1] = true;
+      n += line();
+    }
+  };
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    if (c === " " || c === "\t" || c === "\n" || c === "\r") {
+      i++;
+    } else if (c === "{" || c === "[") {
+      item();
+      n += 1;
+      open.push(false);
+      i++;
+    } else if (c === "}" || c === "]") {
+      if (open.pop()) n += line();
+      n += 1;
+      i++;
+    } else if (c === ",") {
+      n += 1 + line();
+      i++;
+    } else if (c === ":") {
+      n += 2;
+      i++;
+    } else if (c === '"') {
+      let j = i + 1;
+      while (j < text.length && text[j] !== '"') j += text[j] === "\\" ? 2 : 1;
+      j++;
+      item();
+      n += Buffer.byteLength(text.slice(i, j));
+      i = j;
+    } else {
+      let j = i + 1;
+      while (j < text.length && !' \t\n\r,:]}'.includes(text[j])) j++;
+      const t = text.slice(i, j);
+      item();
+      n += t === "true" || t === "false" || t === "null" ? t.length : pythonNumberBytes(t);
+      i = j;
+    }
+  }
+  return n;
+}
+
+/** pythonJsonBytes of a JSON value the gateway holds (it forwards the request as JSON.stringify writes it). */
+export function pythonValueBytes(value: unknown): number {
+  const text = JSON.stringify(value);
+  return text === undefined ? 0 : pythonJsonBytes(text);
+}
+
+/**
+ * A tool as vLLM's request model dumps it for the template (`tool.model_dump()`): its `type` ("function" when
+ * absent), and the function's `description` and `parameters` (null when absent).
+ */
+function dumpedTool(tool: unknown): unknown {
+  if (!tool || typeof tool !== "object" || Array.isArray(tool)) return tool;
+  const dumped: Record<string, unknown> = { type: "function", ...(tool as Record<string, unknown>) };
+  const fn = dumped.function;
+  if (fn && typeof fn === "object" && !Array.isArray(fn)) dumped.function = { description: null, parameters: null, ...(fn as Record<string, unknown>) };
+  return dumped;
+}
+
+/** The assistant tool calls of a message, each with its `function` object (undefined: none). */
+function toolCallsOf(message: unknown): { function: Record<string, unknown> }[] {
+  const calls = (message as { tool_calls?: unknown } | null)?.tool_calls;
+  if (!Array.isArray(calls)) return [];
+  return calls.filter((c): c is { function: Record<string, unknown> } => {
+    const fn = (c as { function?: unknown } | null)?.function;
+    return !!fn && typeof fn === "object" && !Array.isArray(fn);
+  });
+}
+
+/**
+ * Why a message's tool call arguments cannot be measured, or undefined: vLLM json.loads a string of arguments
+ * before the template prints them, so a string must be JSON (Python's reader also takes NaN and Infinity, which
+ * print longer and which no OpenAI client sends; the engine refuses anything else).
+ */
+function toolCallArgumentsInvalid(messages: unknown[]): string | undefined {
+  for (const [i, m] of messages.entries()) {
+    for (const [j, call] of toolCallsOf(m).entries()) {
+      const args = call.function.arguments;
+      if (typeof args !== "string" || args === "") continue;
+      try {
+        JSON.parse(args);
+      } catch {
+        return `messages[${i}].tool_calls[${j}].function.arguments must be a JSON text: the model server parses it to render the prompt`;
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The bytes an assistant tool call's `arguments` count for: vLLM reads a string with json.loads ("" and other
+ * empty values become {}) and the template prints the value with `tojson`, so its pythonJsonBytes; never less
+ * than the string's own bytes (a template that printed it as sent).
+ */
+function argumentsBytes(args: unknown): number {
+  if (typeof args === "string") return Math.max(Buffer.byteLength(args), args === "" ? 2 : pythonJsonBytes(args));
+  return Math.max(2, pythonValueBytes(args ?? {}));
+}
+
+/**
  * The most prompt tokens a chat request can make: the text of its messages
  * (every string in them: content and its parts, names, tool calls) plus
  * PROMPT_TOKENS_PER_MESSAGE each, what the model's template renders from the
@@ -130,12 +280,28 @@ export function stringBytes(value: unknown): number {
  * chat_template_kwargs), and PROMPT_TOKENS_PER_REQUEST. Also the prompt part
  * of the price cap held before the request is proxied. Only for a request
  * unboundedPrompt accepts.
+ *
+ * What a template prints as JSON (`tojson`) is counted as Python writes it
+ * (pythonJsonBytes): `tools` (each as vLLM dumps it), `functions`, `documents`,
+ * `chat_template_kwargs`, and each assistant tool call's `arguments` (which
+ * vLLM parses from their string first), with PROMPT_TOKENS_PER_TOOL_CALL for
+ * the markup around each call. A token is at least one byte, so every digit,
+ * separator and indentation byte is allowed a token of its own.
  */
 export function promptTokensBound(body: Record<string, unknown>): number {
   const messages = Array.isArray(body.messages) ? body.messages : [];
   let n = PROMPT_TOKENS_PER_REQUEST + stringBytes(messages) + messages.length * PROMPT_TOKENS_PER_MESSAGE;
+  for (const m of messages) {
+    for (const call of toolCallsOf(m)) {
+      const args = call.function.arguments;
+      // stringBytes counted the arguments' own strings: they count as printed instead.
+      n += PROMPT_TOKENS_PER_TOOL_CALL + argumentsBytes(args) - stringBytes(args);
+    }
+  }
+  if (Array.isArray(body.tools)) for (const t of body.tools) n += pythonValueBytes(dumpedTool(t));
+  else if (body.tools != null) n += pythonValueBytes(body.tools);
   // chat_template_kwargs reach the template as variables it may print (Llama 3.1's date_string, custom_tools).
-  for (const f of ["tools", "functions", "documents", "chat_template_kwargs"]) if (body[f] != null) n += Buffer.byteLength(JSON.stringify(body[f]));
+  for (const f of ["functions", "documents", "chat_template_kwargs"]) if (body[f] != null) n += pythonValueBytes(body[f]);
   return n;
 }
 
@@ -175,10 +341,13 @@ export function unboundedCompletion(body: Record<string, unknown>): string | und
  * undefined when they are. vLLM's request model coerces what it is sent
  * ("true" or 1 for ignore_eos, "100" for a bias): such a value would boost or
  * unban tokens there while the gateway saw none, so only JSON booleans and
- * numbers are accepted.
+ * numbers are accepted (for min_tokens, integers of 0 or more).
  */
 export function specialTokenFieldsInvalid(body: Record<string, unknown>): string | undefined {
   if (body.ignore_eos !== undefined && body.ignore_eos !== null && typeof body.ignore_eos !== "boolean") return "ignore_eos must be a boolean";
+  if (body.min_tokens !== undefined && body.min_tokens !== null && !(Number.isSafeInteger(body.min_tokens) && (body.min_tokens as number) >= 0)) {
+    return `min_tokens must be an integer of 0 or more (${JSON.stringify(body.min_tokens) ?? typeof body.min_tokens} given)`;
+  }
   const bias = body.logit_bias;
   if (bias && typeof bias === "object" && !Array.isArray(bias)) {
     const bad = Object.entries(bias).find(([, v]) => typeof v !== "number" || !Number.isFinite(v));
@@ -190,7 +359,8 @@ export function specialTokenFieldsInvalid(body: Record<string, unknown>): string
 /**
  * Whether a request can make the model generate special tokens on purpose (a
  * positive logit_bias, or ignore_eos, which lets it generate past its end of
- * sequence): the endpoint leaves special tokens out of the text by default, so
+ * sequence, or a positive min_tokens, which blocks its end of sequence and stop
+ * tokens until that many tokens exist): the endpoint leaves special tokens out of the text by default, so
  * such tokens would be generated without being delivered or billed. The
  * gateway then asks for them to be delivered (skip_special_tokens false).
  * Only for a request specialTokenFieldsInvalid accepts.
@@ -198,7 +368,7 @@ export function specialTokenFieldsInvalid(body: Record<string, unknown>): string
 export function mayGenerateSpecialTokens(body: Record<string, unknown>): boolean {
   const bias = body.logit_bias;
   const boosted = !!bias && typeof bias === "object" && Object.values(bias).some((v) => typeof v === "number" && v > 0);
-  return boosted || body.ignore_eos === true;
+  return boosted || body.ignore_eos === true || (typeof body.min_tokens === "number" && body.min_tokens > 0);
 }
 
 /** Message content parts whose tokens are their text. */
@@ -226,6 +396,8 @@ export function unboundedPrompt(body: Record<string, unknown>): string | undefin
     }
   }
   const messages = Array.isArray(body.messages) ? body.messages : [];
+  const args = toolCallArgumentsInvalid(messages);
+  if (args) return args;
   for (const [i, m] of messages.entries()) {
     const content = (m as { content?: unknown } | null)?.content;
     if (!Array.isArray(content)) continue;

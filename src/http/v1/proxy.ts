@@ -299,6 +299,8 @@ async function readStream(
   /** Takes one upstream event; returns an error when the upstream reported one. */
   const take = (data: string): V1Error | undefined => {
     if (data === "[DONE]") {
+      // A stream that ends before its first event failed, [DONE] or not: the next endpoint is asked.
+      if (!committed) return new V1Error("provider_unavailable", "the serving endpoint ended the stream before its first event");
       if (!answer) {
         flushHeld();
         out.push(sseEvent("[DONE]"));
@@ -312,7 +314,8 @@ async function readStream(
     } catch {
       return new V1Error("provider_unavailable", "the serving endpoint sent an unreadable event");
     }
-    if (!chunk || typeof chunk !== "object") return new V1Error("provider_unavailable", "the serving endpoint sent an unreadable event");
+    // A chunk is a JSON object: anything else (an array, a string, a number) is as unreadable as broken JSON.
+    if (!chunk || typeof chunk !== "object" || Array.isArray(chunk)) return new V1Error("provider_unavailable", "the serving endpoint sent an unreadable event");
     // Before anything walks it (the answer's assembly, JSON.stringify), which a deep enough nesting would overflow.
     if (jsonDepthExceeds(chunk)) return new V1Error("provider_unavailable", `the serving endpoint sent an event nested deeper than ${MAX_JSON_DEPTH} levels`);
     if (chunk.error) return new V1Error("provider_unavailable", `the serving endpoint failed: ${upstreamMessage(data)}`);
