@@ -13,11 +13,11 @@ import { DaemonService, type DaemonMessageSchema } from "../../gen/svc/v1/daemon
 import { HMAC_SECRET, startTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { verifyTask } from "../../src/shared/task-signature.js";
+import { verifyTask, verifyTaskSignature } from "../../src/shared/task-signature.js";
 import { taskSigner } from "../../src/shared/task-signature.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { dispatchQueued } from "../../src/domain/dispatch/dispatch.js";
-import { openStream, useStreamServer } from "./grpc-stream.js";
+import { openStream, useStreamServer, type TestStream } from "./grpc-stream.js";
 import { waitFor, whileNotListening } from "./helpers.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
 import { ASSIGNED_CHANNEL } from "../../src/domain/notify/job-notices.js";
@@ -231,6 +231,58 @@ describe("jobs over the stream", () => {
       unsubscribe();
     }
     s.end();
+  });
+
+  it("reaches a provider's stream on another process through the notice, and every stream of a provider held on two processes", async () => {
+    const other = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" }, srv.databaseUrl);
+    const notices: string[] = [];
+    const listening = await srv.sql.listen(ASSIGNED_CHANNEL, (payload) => notices.push(payload));
+    const noticeOf = async (jobId: string) => {
+      await waitFor(() => notices.some((n) => n.includes(jobId)), 5_000, "the notice");
+      return JSON.parse(notices.find((n) => n.includes(jobId))!);
+    };
+    try {
+      const renter = await makeRenter(srv, 1_000);
+      const [{ secret }] = await srv.sql<{ secret: Buffer }[]>`SELECT secret FROM server_keys WHERE name = 'task-signing-ed25519'`;
+      const signer = taskSigner(secret);
+      // The job as pushed, with the signature its message carries, verifies as the daemon checks it.
+      const verified = (stream: TestStream, jobId: string) => {
+        const m = stream.received.find((r) => r.kind.case === "job" && r.kind.value.jobId === jobId)!;
+        const job = m.kind.value as { taskSpec?: unknown };
+        return verifyTaskSignature(signer.publicKey, jobId, job.taskSpec, m.taskSignature);
+      };
+
+      // Only the other process holds the provider's stream: the notice carries the job, and it is pushed from it.
+      const away = await makeProvider(srv);
+      const remote = openStream(other.port, away.key);
+      streams.push(remote);
+      remote.send({ case: "hello", value: { daemonVersion: "5.0.0", runningJobIds: [], gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
+      await remote.next("welcome");
+      const first = await submit(renter, { provider_id: away.id });
+      const carried = await remote.next("job", 5_000);
+      expect(carried.jobId).toBe(first.job_id);
+      expect(verified(remote, first.job_id)).toBe(true);
+      expect((await noticeOf(first.job_id)).job).toMatchObject({ job_id: first.job_id, task_spec: expect.any(Object) });
+
+      // Both hold a stream of it (a daemon reconnecting before its old stream was seen to close): each gets the job.
+      const both = await makeProvider(srv);
+      await srv.sql`UPDATE providers SET gpu_count = 2, approved_gpu_count = 2 WHERE id = ${both.id}`;
+      const here = connect(both.key);
+      await here.next("welcome");
+      const there = openStream(other.port, both.key);
+      streams.push(there);
+      there.send({ case: "hello", value: { daemonVersion: "5.0.0", runningJobIds: [], gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
+      await there.next("welcome");
+      const second = await submit(renter, { provider_id: both.id });
+      expect((await here.next("job", 5_000)).jobId).toBe(second.job_id);
+      const read = await there.next("job", 5_000);
+      expect(read.jobId).toBe(second.job_id);
+      expect(verified(there, second.job_id)).toBe(true);
+    } finally {
+      await listening.unlisten();
+      await other.app.close();
+      await other.sql.end();
+    }
   });
 
   it("pushes nothing for an assignment's notice that comes after the job ended on the stream", async () => {
