@@ -5,6 +5,8 @@
 import { create, fromJson, type DescField, type DescMessage, type JsonObject, type JsonValue, type Message, ScalarType } from "@bufbuild/protobuf";
 import { badRequest } from "../errors.js";
 import { fieldOptionsOf } from "../shared/message-json.js";
+import { unstorableIn, withoutNul } from "../shared/nul-text.js";
+import { unstorableError } from "./nul.js";
 
 export { fieldOptionsOf, messageToJson, type FieldOptions } from "../shared/message-json.js";
 
@@ -56,7 +58,7 @@ const INVALID_FIELD = /field ([\w.]+)/;
  */
 export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput): Message {
   const json: JsonObject = {};
-  const { byName, wholeBodyField } = shapeOf(desc);
+  const { byName, wholeBodyField, machineText } = shapeOf(desc);
   // A Struct is held as plain JSON by protobuf-es: the parsed body is assigned
   // as is after fromJson instead of being converted value by value.
   const wholeBodyStruct = wholeBodyField?.fieldKind === "message" && wholeBodyField.message.typeName === "google.protobuf.Struct";
@@ -95,6 +97,9 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
       if (typeof v === "string") json[f.jsonName] = v;
     }
   }
+  // A machine's text is made storable, not refused (src/shared/nul-text.ts): a lone surrogate in a
+  // string field would fail the conversion ("invalid UTF8"), and the daemon's report with it.
+  for (const f of machineText) if (f.jsonName in json) json[f.jsonName] = withoutNul(json[f.jsonName]);
   let msg: Message;
   try {
     msg = fromJson(desc, json, { ignoreUnknownFields: true });
@@ -106,6 +111,13 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
     const field =
       (name ? desc.fields.find((f) => f.localName === name || f.jsonName === name || f.name === name) : undefined) ??
       desc.fields.find((f) => f.jsonName in json && !decodes(desc, { [f.jsonName]: json[f.jsonName] }));
+    // A string field refuses a lone surrogate: said as a NUL's refusal is (src/http/nul.ts).
+    const given = field ? json[field.jsonName] : undefined;
+    const texts = Array.isArray(given) ? given : [given];
+    for (const t of texts) {
+      const holds = typeof t === "string" ? unstorableIn(t) : undefined;
+      if (holds) throw unstorableError({ field: field!.name, holds });
+    }
     throw badRequest(field ? `invalid value for field '${field.name}': ${describeExpected(field)}` : `invalid request: ${text}`);
   }
   for (const f of desc.fields) {
@@ -118,6 +130,8 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
 interface MessageShape {
   byName: Map<string, DescField>;
   wholeBodyField: DescField | undefined;
+  /** (svc.v1.machine_output) string fields and lists of strings. */
+  machineText: DescField[];
 }
 const shapes = new WeakMap<DescMessage, MessageShape>();
 
@@ -128,6 +142,9 @@ function shapeOf(desc: DescMessage): MessageShape {
     shape = {
       byName: new Map(desc.fields.map((f) => [f.name, f] as const)),
       wholeBodyField: desc.fields.find((f) => fieldOptionsOf(f).wholeBody),
+      machineText: desc.fields.filter(
+        (f) => fieldOptionsOf(f).machineOutput && (f.fieldKind === "scalar" || (f.fieldKind === "list" && f.listKind === "scalar")) && f.scalar === ScalarType.STRING,
+      ),
     };
     shapes.set(desc, shape);
   }

@@ -1,25 +1,34 @@
-// PostgreSQL text and jsonb cannot hold U+0000. A NUL anywhere in a request
-// is refused before the implementation runs, naming the field (400 on REST,
-// invalid_argument on gRPC and Connect), rather than failing in the database
-// as an internal error, possibly after part of the work was written. One check
-// for every wire, on the decoded request message: the secured implementations
+// PostgreSQL text and jsonb cannot hold U+0000, and jsonb cannot hold a UTF-16
+// surrogate without its pair (JSON text may escape one: "\ud800";
+// src/shared/nul-text.ts). Either anywhere in a request is refused before the
+// implementation runs, naming the field (400 on REST, invalid_argument on gRPC
+// and Connect), rather than failing in the database as an internal error,
+// possibly after part of the work was written. One check for every wire, on
+// the decoded request message: the secured implementations
 // (src/services/secure.ts) run it on each call, REST's included, and a daemon
-// stream on each message it reads (src/services/daemon.ts).
+// stream on each message it reads (src/services/daemon.ts). (Binary protobuf
+// carries UTF-8, which holds no lone surrogate: gRPC and the Connect protocol's
+// binary codec never bring one; REST and Connect's JSON codec can.)
 //
 // Fields marked (svc.v1.machine_output) are not checked: what a provider's
 // machine produced (a job's output and error, its log lines, progress phase,
-// telemetry, daemon events) is stored with its NUL characters dropped by the
-// domain (withoutNul, src/domain/shared/lenient.ts), so that the report is
-// kept and the job ends instead of being refused.
+// telemetry, daemon events) is made storable by the domain (withoutNul,
+// src/shared/nul-text.ts: NUL characters dropped, lone surrogates replaced
+// with U+FFFD), so that the report is kept and the job ends instead of being
+// refused.
 import { ScalarType, type DescField, type DescMessage, type DescOneof } from "@bufbuild/protobuf";
 import { badRequest, type ServiceError } from "../errors.js";
-import { fieldOptionsOf } from "./json.js";
+import { mayEscapeUnstorable, unstorableIn } from "../shared/nul-text.js";
+import { fieldOptionsOf } from "../shared/message-json.js";
 
-const NUL = "\0";
 /** A field's name in the answer is cut here (keys of free-form objects are the caller's). */
 const MAX_NAME = 200;
-/** The JSON escape of U+0000, as raw body bytes hold it. */
-const NUL_ESCAPE = Buffer.from("\\u0000");
+
+/** A field that holds text PostgreSQL cannot store, and what it holds. */
+export interface Unstorable {
+  field: string;
+  holds: "nul" | "lone_surrogate";
+}
 
 interface Plan {
   /** Fields outside any oneof that may hold text and are checked. */
@@ -65,23 +74,24 @@ function planOf(desc: DescMessage): Plan {
 }
 
 const join = (path: string, key: string) => (path ? `${path}.${key}` : key);
-const named = (path: string) => (path.length > MAX_NAME ? `${path.slice(0, MAX_NAME)}…` : path || "request");
+const named = (path: string, holds: Unstorable["holds"]): Unstorable => ({ field: path.length > MAX_NAME ? `${path.slice(0, MAX_NAME)}…` : path || "request", holds });
 
 type Pending = [value: unknown, desc: DescMessage | undefined, path: string];
 
 /**
- * The name of a field of `message` (of type `desc`) that holds a NUL, as a
- * path of proto field names and object keys ("params.prompt", "logs[2]"), or
- * undefined when there is none. Walks messages, lists, maps, and the free-form
- * JSON of google.protobuf.Struct/Value/ListValue, without recursion (a deeply
- * nested request must not exhaust the stack).
+ * A field of `message` (of type `desc`) that holds a NUL or a lone surrogate,
+ * named as a path of proto field names and object keys ("params.prompt",
+ * "logs[2]"), or undefined when there is none. Walks messages, lists, maps, and
+ * the free-form JSON of google.protobuf.Struct/Value/ListValue, without
+ * recursion (a deeply nested request must not exhaust the stack).
  */
-export function nulFieldOf(desc: DescMessage, message: unknown): string | undefined {
+export function unstorableFieldOf(desc: DescMessage, message: unknown): Unstorable | undefined {
   const stack: Pending[] = [[message, desc, ""]];
   while (stack.length > 0) {
     const [v, d, path] = stack.pop()!;
     if (typeof v === "string") {
-      if (v.includes(NUL)) return named(path);
+      const found = textIn(v, path);
+      if (found) return found;
       continue;
     }
     if (v === null || typeof v !== "object") continue;
@@ -93,7 +103,8 @@ export function nulFieldOf(desc: DescMessage, message: unknown): string | undefi
         continue;
       }
       for (const [k, x] of Object.entries(m)) {
-        if (k.includes(NUL)) return named(path || "body");
+        const key = textIn(k, path || "body");
+        if (key) return key;
         stack.push([x, undefined, join(path, k)]);
       }
       continue;
@@ -109,7 +120,8 @@ export function nulFieldOf(desc: DescMessage, message: unknown): string | undefi
       case "google.protobuf.Struct": {
         const f = d.field.fields;
         for (const [k, x] of Object.entries(m.fields as Record<string, unknown>)) {
-          if (k.includes(NUL)) return named(path);
+          const key = textIn(k, path);
+          if (key) return key;
           if (f.fieldKind === "map" && f.mapKind === "message") stack.push([x, f.message, join(path, k)]);
         }
         continue;
@@ -139,14 +151,20 @@ export function nulFieldOf(desc: DescMessage, message: unknown): string | undefi
   return undefined;
 }
 
-/** Checks a field's text at once, or queues what it holds; returns the field's name when it holds a NUL. */
-function pushField(stack: Pending[], f: DescField, value: unknown, path: string): string | undefined {
+/** The field `name` when text `s` holds what PostgreSQL cannot store. */
+function textIn(s: string, name: string): Unstorable | undefined {
+  const holds = unstorableIn(s);
+  return holds ? named(name, holds) : undefined;
+}
+
+/** Checks a field's text at once, or queues what it holds; returns the field when it holds what cannot be stored. */
+function pushField(stack: Pending[], f: DescField, value: unknown, path: string): Unstorable | undefined {
   if (value === undefined || value === null) return undefined;
   const name = join(path, f.name);
   switch (f.fieldKind) {
     case "scalar":
-      if (typeof value === "string") return value.includes(NUL) ? named(name) : undefined;
-      if (value instanceof Uint8Array && Buffer.from(value.buffer, value.byteOffset, value.byteLength).includes(NUL_ESCAPE)) {
+      if (typeof value === "string") return textIn(value, name);
+      if (value instanceof Uint8Array && mayEscapeUnstorable(Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString("latin1"))) {
         try {
           stack.push([JSON.parse(Buffer.from(value).toString("utf8")), undefined, name]);
         } catch {
@@ -161,15 +179,22 @@ function pushField(stack: Pending[], f: DescField, value: unknown, path: string)
       const items = value as unknown[];
       for (let i = items.length - 1; i >= 0; i--) {
         if (f.listKind === "message") stack.push([items[i], f.message, `${name}[${i}]`]);
-        else if (typeof items[i] === "string" && (items[i] as string).includes(NUL)) return named(`${name}[${i}]`);
+        else if (typeof items[i] === "string") {
+          const found = textIn(items[i] as string, `${name}[${i}]`);
+          if (found) return found;
+        }
       }
       return undefined;
     }
     case "map":
       for (const [k, x] of Object.entries(value as Record<string, unknown>)) {
-        if (k.includes(NUL)) return named(name);
+        const key = textIn(k, name);
+        if (key) return key;
         if (f.mapKind === "message") stack.push([x, f.message, join(name, k)]);
-        else if (typeof x === "string" && x.includes(NUL)) return named(join(name, k));
+        else if (typeof x === "string") {
+          const found = textIn(x, join(name, k));
+          if (found) return found;
+        }
       }
       return undefined;
     default:
@@ -177,13 +202,20 @@ function pushField(stack: Pending[], f: DescField, value: unknown, path: string)
   }
 }
 
-/** 400 (invalid_argument) naming the field that holds a NUL. */
-export function nulIn(field: string): ServiceError {
-  return badRequest(`${field} must not contain NUL characters (\\u0000)`);
+/** 400 (invalid_argument) naming the field and what it holds that cannot be stored. */
+export function unstorableError({ field, holds }: Unstorable): ServiceError {
+  return badRequest(
+    holds === "nul"
+      ? `${field} must not contain NUL characters (\\u0000)`
+      : `${field} must not contain unpaired UTF-16 surrogates (\\ud800-\\udfff)`,
+  );
 }
 
-/** Throws nulIn(field) when a field of the request message, other than machine output, holds a NUL. */
+/**
+ * Throws unstorableError when a field of the request message, other than machine output, holds
+ * a NUL or a lone surrogate (named for the first; it refuses both).
+ */
 export function refuseNul(desc: DescMessage, message: unknown): void {
-  const field = nulFieldOf(desc, message);
-  if (field !== undefined) throw nulIn(field);
+  const found = unstorableFieldOf(desc, message);
+  if (found !== undefined) throw unstorableError(found);
 }

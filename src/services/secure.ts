@@ -1,5 +1,5 @@
 // Wraps a service implementation so that every method first refuses a request
-// holding text PostgreSQL cannot store (a NUL: src/http/nul.ts), then resolves
+// holding text PostgreSQL cannot store (a NUL or a lone surrogate: src/http/nul.ts), then resolves
 // the caller's principal and checks it against the roles declared on the RPC
 // in proto. Both wires (gRPC/Connect and REST) call the wrapped implementation.
 import { getOption, type DescMethod, type DescService } from "@bufbuild/protobuf";

@@ -866,7 +866,7 @@ export class ProviderDaemon {
       this.event("job_interrupted", "warning", outcome.error, jobId);
       return;
     }
-    // The server stores the output without NUL characters: the attestation signs it as stored.
+    // The server stores the output made storable (no NUL, no lone surrogate): the attestation signs it as stored.
     const output = withoutNul(outcome.result);
     // Counted on the JSON, before anything is built of it (encoding millions of small values takes long).
     const size = output === undefined ? 0 : valueBytes(output);

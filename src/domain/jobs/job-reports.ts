@@ -314,7 +314,7 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
   requireFields({ job_id: msg.jobId });
-  // The machine's output: its NUL characters, which PostgreSQL cannot store, are dropped (lenient.ts).
+  // The machine's output, made storable: NUL characters dropped, lone surrogates replaced (src/shared/nul-text.ts).
   const result = withoutNul(resultJson(msg.result));
   const reported = withoutNul(msg.error);
   const error = reported?.trim() ? reported.slice(0, MAX_ERROR) : undefined;

@@ -83,7 +83,7 @@ export async function recordDaemonEvent(
  * 429 once the provider stored MAX_EVENTS_PER_HOUR in the last hour.
  */
 export async function storeDaemonEvent(sql: Sql, providerId: number, reported: DaemonEventInput): Promise<{ eventType: string; providerId: number; id: number }> {
-  // What the daemon says of itself: NUL characters, which PostgreSQL cannot store, are dropped.
+  // What the daemon says of itself, made storable: NUL characters dropped, lone surrogates replaced (src/shared/nul-text.ts).
   const input = withoutNul(reported);
   requireFields({ event_type: input.eventType });
   const eventType = input.eventType!.trim();

@@ -2,7 +2,7 @@
 // strings, lists as comma-separated text. Each reader returns undefined for
 // what it cannot use instead of rejecting the whole report.
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
-import { withoutNul } from "../../shared/nul-text.js";
+import { mayEscapeUnstorable, storableText, withoutNul } from "../../shared/nul-text.js";
 
 export function num(v: unknown): number | undefined {
   if (typeof v === "number") return Number.isFinite(v) ? v : undefined;
@@ -19,20 +19,21 @@ export function count(v: unknown, max = 2 ** 31 - 1): number | undefined {
   return n === undefined || n < 0 || n > max ? undefined : Math.round(n);
 }
 
-/** PostgreSQL text and jsonb cannot hold U+0000. */
-const NUL = /\0/g;
-
+/** Trimmed text of at most `max` characters, made storable (src/shared/nul-text.ts: no U+0000, no lone surrogate). */
 export function text(v: unknown, max = 200): string | undefined {
   if (typeof v === "number" && Number.isFinite(v)) return String(v);
   if (typeof v !== "string") return undefined;
-  const t = v.replace(NUL, "").trim();
-  return t ? t.slice(0, max) : undefined;
+  const t = storableText(v).trim();
+  return t ? truncate(t, max).value : undefined;
 }
 
-/** JSON text of a value, with U+0000 removed from every string and key (rare: the text is checked first). */
+/**
+ * JSON text of a value, made storable in every string and key (withoutNul). Rare: the text is
+ * checked first (JSON.stringify escapes U+0000 and a lone surrogate, never a paired one).
+ */
 export function storableJson(v: unknown): string {
   const json = JSON.stringify(v);
-  return json.includes("\\u0000") ? JSON.stringify(withoutNul(v)) : json;
+  return mayEscapeUnstorable(json) ? JSON.stringify(withoutNul(v)) : json;
 }
 
 export { withoutNul };
