@@ -11,7 +11,9 @@
 //     suspension, a task-key mismatch), for one that did not finish (a process
 //     killed between the two),
 //  3. fills any available provider that has a free GPU and a queued job it
-//     can run (a window opened, a provider was approved, a lock was busy).
+//     can run (a window opened, a provider was approved, a lock was busy),
+//  4. releases /v1 reservations whose request's process died before it
+//     settled them (past their expires_at: usage-billing.ts).
 // Each job moves under its row lock with a status re-check, so several
 // processes can sweep at once and a result racing a timeout settles once.
 import type { Sql } from "../db/index.js";
@@ -21,6 +23,7 @@ import { pulse } from "../domain/shared/platform-pulse.js";
 import { overdueJobIds } from "../domain/money/settlement.js";
 import { refreshReputation } from "../domain/providers/reputation.js";
 import { fundRunningJob, jobsRunningOutOfPaidTime } from "../domain/money/hold-extension.js";
+import { releaseExpiredReservations } from "../domain/money/usage-billing.js";
 import type { Worker } from "./worker.js";
 import { failureLevel } from "../errors.js";
 
@@ -43,11 +46,13 @@ export interface SweepResult {
   requeued: number;
   failed: number;
   assigned: number;
+  /** /v1 reservations released past their expiry (their request's process died). */
+  reservationsReleased: number;
 }
 
 /** One pass (`lostJobs`: with the safety net); exported so tests and tools can drive it directly. */
 export async function sweepJobs(sql: Sql, opts: { lostJobs?: boolean } = {}): Promise<SweepResult> {
-  const out: SweepResult = { timedOut: 0, extended: 0, outOfFunds: 0, requeued: 0, failed: 0, assigned: 0 };
+  const out: SweepResult = { timedOut: 0, extended: 0, outOfFunds: 0, requeued: 0, failed: 0, assigned: 0, reservationsReleased: 0 };
   const freed = new Set<number>();
   // Its own pulse first: after an outage the first sweep sees the platform up only from now (the
   // safety net and the pickup window then wait a live window).
@@ -85,6 +90,7 @@ export async function sweepJobs(sql: Sql, opts: { lostJobs?: boolean } = {}): Pr
   out.failed += unclaimed.failed;
   for (const providerId of freed) out.assigned += (await dispatchForProvider(sql, providerId)).length;
   out.assigned += await dispatchQueued(sql);
+  out.reservationsReleased = await releaseExpiredReservations(sql);
   return out;
 }
 
@@ -98,7 +104,7 @@ export function jobTimeoutsWorker(opts: { sql: Sql; log: Logger; intervalMs: num
     if (lostJobs) lostJobsAt = performance.now();
     running = sweepJobs(opts.sql, { lostJobs })
       .then((r) => {
-        if (r.timedOut || r.outOfFunds || r.requeued || r.failed) opts.log.info(r, "job sweep");
+        if (r.timedOut || r.outOfFunds || r.requeued || r.failed || r.reservationsReleased) opts.log.info(r, "job sweep");
       })
       .catch((err) => {
         if (!stopped) opts.log[failureLevel(err)]({ err }, "job sweep failed");

@@ -158,6 +158,19 @@ export async function releaseTokenBudget(sql: Sql, requestId: string): Promise<b
   return true;
 }
 
+/**
+ * Releases /v1 reservations past their expires_at whose request never ended (its process died
+ * between reserving and settling), as releaseTokenBudget does, debt collection included: the
+ * spend checks stopped counting them then; the row and the renter's usage now say so too.
+ */
+export async function releaseExpiredReservations(sql: Sql, limit = 200): Promise<number> {
+  const expired = await sql<{ request_id: string }[]>`
+    SELECT request_id FROM v1_usage WHERE state = 'open' AND expires_at <= now() ORDER BY expires_at LIMIT ${limit}`;
+  let released = 0;
+  for (const r of expired) if (await releaseTokenBudget(sql, r.request_id)) released++;
+  return released;
+}
+
 export interface UsageDetail {
   /** Tokens billed (within the bounds of what was forwarded and delivered). */
   promptTokens: number;
@@ -304,7 +317,7 @@ export async function usageTotals(db: Db, renterId: number): Promise<{ total: Us
   const [open] = await db<{ n: number; reserved: number; accrued: number }[]>`
     SELECT count(*)::bigint AS n, coalesce(sum(reserved_halala), 0)::bigint AS reserved,
            coalesce((SELECT micro FROM v1_accruals WHERE owner_kind = 'renter' AND owner_id = ${renterId}), 0)::bigint AS accrued
-    FROM v1_usage WHERE renter_id = ${renterId} AND state = 'open'`;
+    FROM v1_usage WHERE renter_id = ${renterId} AND state = 'open' AND expires_at > now()`;
   const byModel = rows.map((r) => ({
     model: r.model,
     requests: Number(r.requests),
