@@ -18,9 +18,14 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { useStreamServer } from "../daemon/grpc-stream.js";
 import { pickUp } from "../jobs/helpers.js";
+import { refusedWith, unstorableHelpers } from "./unstorable.js";
 
 const { srv } = useStreamServer();
 const api = client(srv);
+const helpers = unstorableHelpers(srv);
+const { jobsOf, jobRow, logLines, submitRest } = helpers;
+const polled = () => helpers.polled();
+const refused = refusedWith;
 
 const HIGH = "\ud800"; // a high surrogate with no low one after it
 const LOW = "\udcff"; // a low one with no high one before it (Python's escape of byte 0xff)
@@ -28,27 +33,6 @@ const FFFD = "\ufffd";
 const refusal = (field: string) => `${field} must not contain unpaired UTF-16 surrogates (\\ud800-\\udfff)`;
 
 const MODEL = "TinyLlama/TinyLlama-1.1B-Chat-v1.0";
-const jobsOf = async (renterId: number) => (await srv.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE renter_id = ${renterId}`)[0].n;
-const jobRow = async (jobId: string) =>
-  (await srv.sql<{ status: string; end_reason: string | null; error: string | null; result: unknown; metrics: unknown; progress_phase: string | null; params: any }[]>`
-    SELECT status, end_reason, error, result, metrics, progress_phase, params FROM jobs WHERE job_id = ${jobId}`)[0];
-const logLines = async (jobId: string) =>
-  (await srv.sql<{ message: string }[]>`SELECT l.message FROM job_logs l JOIN jobs j ON j.id = l.job_id WHERE j.job_id = ${jobId} ORDER BY l.id`).map((r) => r.message);
-
-async function submitRest(renter: { headers: Record<string, string> }, extra: Record<string, unknown> = {}) {
-  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 }, ...extra }, renter.headers);
-  expect(r.status, r.text).toBe(201);
-  return r.body.job.job_id as string;
-}
-
-async function refused(call: Promise<unknown>): Promise<ConnectError> {
-  const err = await call.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ConnectError);
-  return err as ConnectError;
-}
 
 describe("a caller's lone surrogate is refused, naming the field", () => {
   it("REST: submit with one in params.prompt (the audit's body, as sent) is 400 {error}, no job written", async () => {
@@ -102,14 +86,6 @@ describe("a caller's lone surrogate is refused, naming the field", () => {
 });
 
 describe("a legacy daemon's JSON reports are stored with U+FFFD for a lone surrogate", () => {
-  async function polled() {
-    const p = await makeProvider(srv);
-    const renter = await makeRenter(srv, 1_000);
-    const jobId = await submitRest(renter, { provider_id: p.id });
-    expect((await pickUp(api, p.key))?.job_id).toBe(jobId);
-    return { p, jobId, renter };
-  }
-
   it("job-result whose output holds one (the audit's body, as sent): 200, completed, output readable", async () => {
     const { p, jobId, renter } = await polled();
     const r = await api.post("/api/providers/job-result", `{"api_key":"${p.key}","job_id":"${jobId}","success":true,"result":"out \\ud800 put","metrics":{"n\\udcff":"\\udc80"}}`);

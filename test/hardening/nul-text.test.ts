@@ -12,33 +12,17 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { openStream, useStreamServer, type TestStream } from "../daemon/grpc-stream.js";
 import { pickUp } from "../jobs/helpers.js";
+import { refusedWith, unstorableHelpers } from "./unstorable.js";
 
 const { srv, streams } = useStreamServer();
 const api = client(srv);
+const helpers = unstorableHelpers(srv);
+const { jobsOf, jobRow, logLines, submitRest } = helpers;
+const polled = () => helpers.polled();
+const refusal = refusedWith;
 
 const SUBMIT = { jobType: "llm_inference", durationMinutes: 1, params: { model: "TinyLlama/TinyLlama-1.1B-Chat-v1.0", prompt: "a\u0000b" } };
 
-const jobsOf = async (renterId: number) => (await srv.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM jobs WHERE renter_id = ${renterId}`)[0].n;
-const jobRow = async (jobId: string) =>
-  (await srv.sql<{ status: string; end_reason: string | null; error: string | null; result: unknown; progress_phase: string | null }[]>`
-    SELECT status, end_reason, error, result, progress_phase FROM jobs WHERE job_id = ${jobId}`)[0];
-const logLines = async (jobId: string) =>
-  (await srv.sql<{ message: string }[]>`SELECT l.message FROM job_logs l JOIN jobs j ON j.id = l.job_id WHERE j.job_id = ${jobId} ORDER BY l.id`).map((r) => r.message);
-
-async function submitRest(renter: { headers: Record<string, string> }, extra: Record<string, unknown> = {}) {
-  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 }, ...extra }, renter.headers);
-  expect(r.status, r.text).toBe(201);
-  return r.body.job.job_id as string;
-}
-
-async function refusal(call: Promise<unknown>): Promise<ConnectError> {
-  const err = await call.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ConnectError);
-  return err as ConnectError;
-}
 
 describe("a caller's NUL is refused on every wire, naming the field", () => {
   for (const wire of ["connect", "grpc"] as const) {
@@ -133,14 +117,6 @@ describe("a stream daemon's report is stored without its NUL characters", () => 
 });
 
 describe("a legacy daemon's JSON reports are stored without their NUL characters", () => {
-  async function polled() {
-    const p = await makeProvider(srv);
-    const renter = await makeRenter(srv, 1_000);
-    const jobId = await submitRest(renter, { provider_id: p.id });
-    expect((await pickUp(api, p.key))?.job_id).toBe(jobId);
-    return { p, jobId, renter };
-  }
-
   it("job-result with NUL in its result: 200, completed", async () => {
     const { p, jobId } = await polled();
     const r = await api.post("/api/providers/job-result", { api_key: p.key, job_id: jobId, success: true, result: { response: "a\u0000b" }, metrics: { m: "x\u0000" } });
