@@ -361,7 +361,8 @@ describe("SubmitBatcher", () => {
     // jsonb refuses \u0000 in a string (22P05), so this row cannot be inserted.
     const nul = await prepare(renter.id);
     nul.params = { ...nul.params, note: "bad\u0000byte" };
-    // Same job_id as `first`, written by the batch before: a unique violation (23505).
+    // Same job_id as `first`, written by the batch before: a unique violation (23505), and not
+    // this submit's job (another task), so not taken for a batch answer that was lost.
     const duplicate = { ...(await prepare(renter.id)), jobId: first.jobId };
     const unknownProvider = await prepare(renter.id, { providerId: 2_000_000_000 });
 
@@ -392,6 +393,46 @@ describe("SubmitBatcher", () => {
     expect(n).toBe(5);
     expect(await renterFunds(srv.sql, renter.id)).toMatchObject({ held: cost, balance: 100_000 });
     expect(cost).toBe(5 * ESTIMATE);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});
+
+describe("a batch whose commit went through but whose answer was lost", () => {
+  it("answers each submit with the job its batch wrote, and writes no second one", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    const provider = await makeProvider(srv);
+    await setGpus(provider.id, 2);
+    // The second transaction (the batch below) commits, then its connection drops before the answer.
+    let transactions = 0;
+    const lost = {
+      begin: async (fn: never) => {
+        const n = ++transactions;
+        const result = await srv.sql.begin(fn);
+        if (n === 2) throw Object.assign(new Error("write CONNECTION_CLOSED"), { code: "CONNECTION_CLOSED" });
+        return result;
+      },
+    };
+    const flaky = new Proxy(srv.sql, { get: (target, key) => (key === "begin" ? lost.begin : Reflect.get(target, key)) }) as Sql;
+    const batcher = new SubmitBatcher(flaky, { maxBatch: 64, inFlight: 1 });
+    const first = await prepare(renter.id);
+    const rest = await Promise.all(Array.from({ length: 3 }, () => prepare(renter.id)));
+    const results = await Promise.allSettled([first, ...rest].map((i) => batcher.submit(i)));
+    const [rFirst, ...others] = results;
+    expect(rFirst.status).toBe("fulfilled");
+    for (const [r, intent] of others.map((r, i) => [r, rest[i]] as const)) {
+      expect(r.status).toBe("fulfilled");
+      if (r.status === "fulfilled") expect(r.value.job).toMatchObject({ job_id: intent.jobId, renter_id: renter.id });
+    }
+    const statuses = others.map((r) => (r.status === "fulfilled" ? r.value.job.status : "rejected"));
+    expect(statuses.sort()).toEqual(["pending", "queued", "queued"]);
+    const pending = others.find((r) => r.status === "fulfilled" && r.value.job.status === "pending");
+    expect(pending?.status === "fulfilled" && pending.value.placement.providerId).toBe(provider.id);
+    // 1 (first) + 1 (the batch of 3, committed, answer lost) + 3 (its submits one by one).
+    expect(transactions).toBe(5);
+    const [{ n, cost }] = await srv.sql<{ n: number; cost: number }[]>`
+      SELECT count(*)::int AS n, coalesce(sum(cost_halala), 0)::int AS cost FROM jobs WHERE renter_id = ${renter.id}`;
+    expect(n).toBe(4);
+    expect(await renterFunds(srv.sql, renter.id)).toMatchObject({ held: cost, balance: 100_000 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 });

@@ -10,10 +10,13 @@
 // by side, outside the pipeline). That includes a batch, even of one, that waits
 // too long for a lock (a renter's accounts held by a slow transaction): it gives
 // up after BATCH_LOCK_TIMEOUT_MS, the pipeline moves on, and only that renter's
-// submits wait on.
+// submits wait on. A batch whose COMMIT went through but whose answer was lost
+// (the connection dropped) fails too: run again, each of its submits finds its
+// job written (its job id is taken) and is answered with it.
 import { allInTransaction, type Sql } from "../../db/index.js";
 import { queueStandings } from "../dispatch/dispatch.js";
 import { reportSubmitGroup } from "../shared/observe.js";
+import type { JobRow } from "../shared/job-row.js";
 import { submitMany, type SubmitIntent, type Submitted } from "./submit.js";
 
 /** Most submits in one transaction: bounds a batch's time and its statements' parameters. */
@@ -33,6 +36,9 @@ interface Waiting {
 
 /** lock_not_available: the batch's lock timeout ran out. */
 const LOCK_NOT_AVAILABLE = "55P03";
+/** unique_violation, and the constraint of a job's public id. */
+const UNIQUE_VIOLATION = "23505";
+const JOB_ID_KEY = "jobs_job_id_key";
 
 export interface BatcherOptions {
   maxBatch: number;
@@ -113,10 +119,26 @@ export class SubmitBatcher {
             if (o.ok) w.resolve(o.submitted);
             else w.reject(o.error);
           } catch (err) {
-            w.reject(err);
+            const written = await this.writtenBefore(w.intent, err).catch(() => undefined);
+            if (written) w.resolve(written);
+            else w.reject(err);
           }
         }
       }),
     );
+  }
+
+  /**
+   * The submit as its batch wrote it, when running it again failed because its job id is taken
+   * by that very submit (same renter, same signed task spec): the batch committed though its
+   * answer was lost. Undefined otherwise (another submit's job, or another failure).
+   */
+  private async writtenBefore(intent: SubmitIntent, err: unknown): Promise<Submitted | undefined> {
+    const e = err as { code?: string; constraint_name?: string } | null;
+    if (e?.code !== UNIQUE_VIOLATION || e.constraint_name !== JOB_ID_KEY) return undefined;
+    const [job] = await this.sql<JobRow[]>`SELECT * FROM jobs WHERE job_id = ${intent.jobId}`;
+    if (!job || job.renter_id !== intent.renterId || job.task_spec_hmac !== intent.taskSpecHmac) return undefined;
+    const placed = job.status === "pending" && job.provider_id !== null;
+    return { job, placement: placed ? { providerId: job.provider_id, contended: [], job } : { providerId: null, contended: [] } };
   }
 }
