@@ -5,6 +5,7 @@ import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ADMIN, seedJob, settleJob } from "../admin/helpers.js";
+import { chargeTokenUsage, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 
 let srv: TestServer;
 beforeAll(async () => {
@@ -60,8 +61,8 @@ describe("daily reports", () => {
     const renter = await makeRenter(srv);
     const other = await makeRenter(srv);
     const row = (id: string, renterId: number, model: string, state: string, prompt: number, completion: number, cost: number) =>
-      srv.sql`INSERT INTO v1_usage (request_id, renter_id, model, state, reserved_halala, prompt_tokens, completion_tokens, cost_halala)
-              VALUES (${id}, ${renterId}, ${model}, ${state}, 0, ${prompt}, ${completion}, ${cost})`;
+      srv.sql`INSERT INTO v1_usage (request_id, renter_id, model, state, reserved_halala, prompt_tokens, completion_tokens, cost_halala, ended_at)
+              VALUES (${id}, ${renterId}, ${model}, ${state}, 0, ${prompt}, ${completion}, ${cost}, ${state === "settled" ? new Date() : null})`;
     await row("u1", renter.id, "m-a", "settled", 100, 20, 3);
     await row("u2", renter.id, "m-a", "settled", 50, 10, 2);
     await row("u3", renter.id, "m-b", "settled", 7, 1, 1);
@@ -75,6 +76,31 @@ describe("daily reports", () => {
       { model: "m-a", requests: 2, prompt_tokens: 150, completion_tokens: 30, cost_halala: 5 },
       { model: "m-b", requests: 1, prompt_tokens: 7, completion_tokens: 1, cost_halala: 1 },
     ]);
+  });
+
+  it("a /v1 request reserved before UTC midnight and charged after it counts on the day it was charged, as in the ledger", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const requestId = `req-midnight-${renter.id}`;
+    await srv.sql.begin((tx) =>
+      reserveTokenBudget(tx, {
+        requestId, renterId: renter.id, model: "m-late", stream: true, rate: { input: 1_000_000, output: 1_000_000 },
+        promptTokens: 10, maxTokens: 100, choices: 1, ttlSeconds: 600,
+      }),
+    );
+    // Reserved 2 s before today's UTC midnight; its streamed answer ran past it and was charged now.
+    await srv.sql`
+      UPDATE v1_usage SET created_at = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - interval '2 seconds'
+      WHERE request_id = ${requestId}`;
+    const charged = await srv.sql.begin((tx) => chargeTokenUsage(tx, renter.id, provider.id, requestId, 40_000_000n, { promptTokens: 10, completionTokens: 30 }));
+    expect(charged.charged).toBe(40);
+    const earnings = await client(srv.url).get("/api/providers/earnings?days=2", provider.headers);
+    expect(earnings.body.days[1]).toMatchObject({ day: today(), earned_halala: 30 });
+    const usage = await client(srv.url).get("/api/renters/usage?days=2", renter.headers);
+    expect(usage.status, usage.text).toBe(200);
+    expect(usage.body.days.map((d: { cost_halala: number }) => d.cost_halala)).toEqual([0, 40]);
+    const late = await client(srv.url).get("/api/renters/usage?days=1", renter.headers);
+    expect(late.body.models).toEqual([{ model: "m-late", requests: 1, prompt_tokens: 10, completion_tokens: 30, cost_halala: 40 }]);
   });
 
   it("the platform's days that are over are written once and read back; the open day is read from the rows", async () => {

@@ -53,19 +53,20 @@ export async function providerEarningsByDay(sql: Sql, providerId: number, days: 
   return { days: out, totalEarnedHalala: out.reduce((s, d) => s + d.earnedHalala, 0n) };
 }
 
+/** A renter's settled /v1 requests by UTC day and by model, each dated when it was charged (as the ledger's transfers are). */
 export async function renterUsageByDay(sql: Sql, renterId: number, days: number) {
   const perDay = await sql<{ day: Date; requests: string; prompt: string; completion: string; cost: string }[]>`
     WITH w AS (${sql.unsafe(windowCte(days))})
     SELECT w.day, count(u.request_id) AS requests, coalesce(sum(u.prompt_tokens), 0) AS prompt,
            coalesce(sum(u.completion_tokens), 0) AS completion, coalesce(sum(u.cost_halala), 0) AS cost
     FROM w LEFT JOIN v1_usage u
-      ON u.renter_id = ${renterId} AND u.state = 'settled' AND u.created_at >= w.start AND u.created_at < w.stop
+      ON u.renter_id = ${renterId} AND u.state = 'settled' AND u.ended_at >= w.start AND u.ended_at < w.stop
     GROUP BY w.day ORDER BY w.day`;
   const perModel = await sql<{ model: string; requests: string; prompt: string; completion: string; cost: string }[]>`
     SELECT model, count(*) AS requests, sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion, sum(cost_halala) AS cost
     FROM v1_usage
     WHERE renter_id = ${renterId} AND state = 'settled'
-      AND created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - ${days - 1} * interval '1 day'
+      AND ended_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - ${days - 1} * interval '1 day'
     GROUP BY model ORDER BY count(*) DESC, model`;
   const tokens = (r: { requests: string; prompt: string; completion: string; cost: string }) => ({
     requests: n(r.requests), promptTokens: n(r.prompt), completionTokens: n(r.completion), costHalala: n(r.cost),
