@@ -19,6 +19,7 @@ import { answeredLogLevel, toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
 import { writeEventStream } from "./event-stream.js";
 import { drained } from "./drained.js";
+import { jsonTextDepthExceeds, MAX_JSON_DEPTH } from "./json-depth.js";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
 export type NodeResponse = ServerResponse | Http2ServerResponse;
@@ -397,6 +398,8 @@ export function createRestHandler(opts: RestHandlerOptions) {
       let body: JsonValue | undefined;
       if (httpMethod !== "GET" && httpMethod !== "HEAD") {
         rawBody = await readBody(req, r.bodyLimitBytes);
+        // Before it is parsed (and before the credentials some routes take from it are looked at): json-depth.ts.
+        if (jsonTextDepthExceeds(rawBody, MAX_JSON_DEPTH)) throw apiError(400, `JSON body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`);
         if (rawBody.length > 0) {
           try {
             body = JSON.parse(rawBody.toString("utf8"));

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { stringBytes } from "../../src/domain/money/token-pricing.js";
-import { jsonDepthExceeds, MAX_JSON_DEPTH } from "../../src/http/v1/json-depth.js";
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from "../../src/http/json-depth.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { useTestServer } from "../helpers/server.js";

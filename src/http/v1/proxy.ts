@@ -19,7 +19,7 @@ import type { NodeResponse } from "../rest.js";
 import { CompletionBuilder, UsageTracker, usageOf } from "./assemble.js";
 import type { EndpointPicker, Upstream } from "./endpoints.js";
 import { V1Error } from "./errors.js";
-import { jsonDepthExceeds, MAX_JSON_DEPTH } from "./json-depth.js";
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from "../json-depth.js";
 import { MAX_SSE_EVENT_LENGTH, SseReader, sseEvent } from "./sse.js";
 import { postJson, readAll } from "./upstream.js";
 import { drained } from "../drained.js";

@@ -46,7 +46,7 @@ import type { RateLimits } from "../rate-limits.js";
 import { toHttpError } from "../errors.js";
 import { EndpointPicker, endpointsFor, servingEndpoints, type Upstream } from "./endpoints.js";
 import { envelope, sendV1Error, toV1Error, v1Error, V1Error } from "./errors.js";
-import { jsonDepthExceeds, MAX_JSON_DEPTH } from "./json-depth.js";
+import { jsonTextDepthExceeds, MAX_JSON_DEPTH } from "../json-depth.js";
 import { createV1Limiter } from "./limits.js";
 import { proxyChatCompletion, write, type TokenUsage } from "./proxy.js";
 import { sseEvent } from "./sse.js";
@@ -117,6 +117,9 @@ interface ChatRequest {
 
 /** Checks the fields the gateway itself relies on; everything else is the model server's to judge. */
 function parseChatRequest(raw: Buffer): ChatRequest {
+  // The body is walked and serialized (its prompt's bound, the request forwarded): a deep enough nesting overflows
+  // the stack, and a deep enough text holds the parser for seconds. Measured before it is parsed (json-depth.ts).
+  if (jsonTextDepthExceeds(raw, MAX_JSON_DEPTH)) throw v1Error("invalid_request", `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`);
   let body: unknown;
   try {
     body = JSON.parse(raw.toString("utf8"));
@@ -124,8 +127,6 @@ function parseChatRequest(raw: Buffer): ChatRequest {
     throw v1Error("invalid_request", "request body must be JSON");
   }
   if (!body || typeof body !== "object" || Array.isArray(body)) throw v1Error("invalid_request", "request body must be a JSON object");
-  // The body is walked and serialized (its prompt's bound, the request forwarded): a deep enough nesting overflows the stack.
-  if (jsonDepthExceeds(body)) throw v1Error("invalid_request", `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`);
   const b = body as Record<string, unknown>;
   const missing = ["model", "messages"].filter((f) => b[f] === undefined || b[f] === null || b[f] === "");
   if (missing.length) throw v1Error("invalid_request", `missing required field(s): ${missing.join(", ")}`);
