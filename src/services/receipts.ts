@@ -6,7 +6,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
 import { receiptForReader } from "../domain/jobs/job-receipts.js";
 import type { JobReader } from "../domain/jobs/jobs.js";
-import { publishedKeys, rotateReceiptKey, type ServerKeyView } from "../domain/money/receipts.js";
+import { checkProviderKeysOffset, publishedKeys, rotateReceiptKey, type ServerKeyView } from "../domain/money/receipts.js";
 import { recordAudit } from "../domain/shared/audit.js";
 import { checkId } from "../domain/admin/admin.js";
 import { checkRange, iso, optionalText } from "../domain/shared/validate.js";
@@ -31,7 +31,7 @@ export function receiptService({ sql }: Deps): Partial<ServiceImpl<typeof Receip
 
     async listReceiptKeys(req) {
       const limit = req.limit === undefined ? 100 : checkRange(req.limit, 1, 1000, "limit", true);
-      const offset = req.offset === undefined ? 0 : checkRange(req.offset, 0, 1_000_000_000, "offset", true);
+      const offset = req.offset === undefined ? 0 : checkProviderKeysOffset(req.offset);
       const providerId = req.providerId === undefined ? undefined : checkId(req.providerId, "provider_id");
       const keyId = optionalText(req.keyId, 64, "key_id");
       const k = await publishedKeys(sql, { providerId, keyId, limit, offset });

@@ -67,23 +67,26 @@ describe("available-providers at fleet size", () => {
     expect(plan).not.toMatch(/\bSort\b/);
   });
 
-  it("counts only for a page that does not end the list: never below the rows up to a full page's end, never above an empty page's offset", async () => {
+  it("counts for a page at an offset or a full page: a page that ends the list exact, a full page never below its end, past the count nothing read", async () => {
     let counts = 0;
     const count = (n: number) => async () => {
       counts++;
       return n;
     };
-    // A page that ends the list: offset plus its rows, not counted.
-    expect((await availableProviders(srv.sql, 1000, 2000, count(9))).total).toBe(2500);
+    // A first page that ends the list: its rows, not counted.
     expect((await availableProviders(srv.sql, 3000, 0, count(9))).total).toBe(2500);
     expect(counts).toBe(0);
+    // A page at an offset is checked against the count first (available-offsets.test.ts); one that ends
+    // the list is still exact, offset plus its rows, when a reused count is behind.
+    expect((await availableProviders(srv.sql, 1000, 2000, count(2100))).total).toBe(2500);
     // A full page: the count, raised to the rows up to the page's end when a reused count is behind.
     expect((await availableProviders(srv.sql, 100, 0, count(2600))).total).toBe(2600);
-    expect((await availableProviders(srv.sql, 100, 1000, count(900))).total).toBe(1100);
-    // Past the end: the count, but never more than the offset (there are fewer).
-    expect((await availableProviders(srv.sql, 100, 4000, count(2400))).total).toBe(2400);
+    expect((await availableProviders(srv.sql, 100, 1000, count(1050))).total).toBe(1100);
+    // At or past the count: no providers, and the count.
+    expect(await availableProviders(srv.sql, 100, 4000, count(2400))).toEqual({ providers: [], total: 2400 });
+    // Past the end inside a count that is ahead: never more than the offset (there are fewer).
     expect((await availableProviders(srv.sql, 100, 2600, count(2700))).total).toBe(2600);
-    expect(counts).toBe(4);
+    expect(counts).toBe(5);
   });
 
   it("a server reuses the count for a few seconds; a page that ends the list is exact at once", async () => {

@@ -14,7 +14,7 @@ import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { outputSha256, repeatedMemberName, sha256Hex, verifyReceipt, type PublishedKeys } from "../../src/shared/receipt.js";
 import { canonicalJson } from "../../src/shared/task-signature.js";
-import { PROVIDER_KEYS_COUNTED } from "../../src/domain/money/receipts.js";
+import { PROVIDER_KEYS_COUNTED, PROVIDER_KEYS_OFFSET_MAX } from "../../src/domain/money/receipts.js";
 
 let adminH: Record<string, string>;
 
@@ -458,11 +458,13 @@ describe("who reads a receipt", () => {
     const first = await page("limit=1");
     expect(first.provider_keys).toHaveLength(1);
     expect(first.provider_keys_total).toBe(PROVIDER_KEYS_COUNTED);
-    // A page near the end is counted past its end: the total is exact there.
-    const last = await page(`limit=10&offset=${n - 3}`);
-    expect(last.provider_keys).toHaveLength(3);
+    // A page at the last offset taken (PROVIDER_KEYS_OFFSET_MAX) is counted past its end: the total is exact there.
+    const last = await page(`limit=10&offset=${PROVIDER_KEYS_OFFSET_MAX}`);
+    expect(last.provider_keys).toHaveLength(5);
     expect(last.provider_keys_total).toBe(n);
-    // Past the bound but short of the end: one past the page.
-    expect((await page(`limit=2&offset=${PROVIDER_KEYS_COUNTED}`)).provider_keys_total).toBe(PROVIDER_KEYS_COUNTED + 3);
+    // A page that ends past the bound but short of the end: one past the page.
+    expect((await page(`limit=2&offset=${PROVIDER_KEYS_COUNTED - 1}`)).provider_keys_total).toBe(PROVIDER_KEYS_COUNTED + 2);
+    // Past the last offset: 400 naming the bound (provider-keys-offset.test.ts).
+    expect((await page(`limit=1&offset=${PROVIDER_KEYS_OFFSET_MAX + 1}`)).error).toMatch(/offset .*10000/);
   });
 });

@@ -115,7 +115,8 @@ export type ListReceiptKeysRequest = Message<"svc.v1.ListReceiptKeysRequest"> & 
   keyId?: string | undefined;
 
   /**
-   * Provider keys per page (default 100, at most 1000) and offset.
+   * Provider keys per page (default 100, at most 1000) and offset (at most 10000: keys past the first 10000 are
+   * listed by provider_id or key_id).
    *
    * @generated from field: optional int32 limit = 3;
    */

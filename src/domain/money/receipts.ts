@@ -16,6 +16,7 @@
 // and adds another; every key stays published by GET /api/receipts/keys.
 import crypto from "node:crypto";
 import { allInTransaction, type Db, type Tx } from "../../db/index.js";
+import { badRequest } from "../../errors.js";
 import { canonicalJson } from "../../shared/task-signature.js";
 import {
   RECEIPT_TYPE,
@@ -109,6 +110,26 @@ export interface ProviderKeyView {
 export const PROVIDER_KEYS_COUNTED = 10_000;
 
 /**
+ * The largest offset of a page of provider keys. A page reads every key
+ * before its offset (SQL OFFSET), and its count goes one past the page: an
+ * offset bounded by the count's bound keeps both, on a public route, at most
+ * PROVIDER_KEYS_COUNTED plus a page (1,000), however large the table. Keys
+ * past it are listed by `provider_id` (a provider has at most 20) or `key_id`.
+ */
+export const PROVIDER_KEYS_OFFSET_MAX = PROVIDER_KEYS_COUNTED;
+
+/** The 400 of an offset past PROVIDER_KEYS_OFFSET_MAX, naming the bound and how to reach the keys past it. */
+export function checkProviderKeysOffset(offset: number): number {
+  if (!Number.isInteger(offset) || offset < 0 || offset > PROVIDER_KEYS_OFFSET_MAX) {
+    throw badRequest(
+      `offset must be an integer between 0 and ${PROVIDER_KEYS_OFFSET_MAX}: provider keys are paged within the first ` +
+        `${PROVIDER_KEYS_COUNTED}; list the keys past them with provider_id or key_id`,
+    );
+  }
+  return offset;
+}
+
+/**
  * Every server receipt key (oldest first, the current one last; one is
  * created when there is none yet) and provider keys, all or those asked for.
  */
@@ -116,6 +137,7 @@ export async function publishedKeys(
   db: Db,
   f: { providerId?: number; keyId?: string; limit: number; offset: number },
 ): Promise<{ server: ServerKeyView[]; providers: ProviderKeyView[]; providerTotal: number }> {
+  checkProviderKeysOffset(f.offset);
   await currentKey(db);
   const where = db`WHERE true ${f.providerId === undefined ? db`` : db`AND provider_id = ${f.providerId}`} ${f.keyId === undefined ? db`` : db`AND key_id = ${f.keyId}`}`;
   const counted = Math.max(PROVIDER_KEYS_COUNTED, f.offset + f.limit + 1);

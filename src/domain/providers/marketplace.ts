@@ -64,6 +64,13 @@ export const AVAILABLE_COUNT_REUSE_MS = 5_000;
  * takes it from `count` (availableCount, reused a few seconds), never less
  * than the rows up to the end of the page, and an empty page past the end
  * never more than its offset.
+ *
+ * A page at an offset reads every available provider before it (SQL OFFSET
+ * along the index), and the route needs no credential: an offset at or past
+ * `count` answers no providers and that count without reading any, so an
+ * offset far past the fleet costs no walk of it. (The count may be a few
+ * seconds old: providers that came online since are listed once it is read
+ * again.)
  */
 export async function availableProviders(
   db: Db,
@@ -71,11 +78,17 @@ export async function availableProviders(
   offset: number,
   count: () => Promise<number> = () => availableCount(db),
 ): Promise<{ providers: MessageInitShape<typeof AvailableProviderSchema>[]; total: number }> {
+  let counted: number | undefined;
+  if (offset > 0) {
+    counted = await count();
+    if (offset >= counted) return { providers: [], total: counted };
+  }
+  const counts = async () => counted ?? (await count());
   const rows = await availablePageSql(db, limit, offset);
   let total: number;
-  if (rows.length === limit) total = Math.max(await count(), offset + limit);
+  if (rows.length === limit) total = Math.max(await counts(), offset + limit);
   else if (rows.length > 0 || offset === 0) total = offset + rows.length;
-  else total = Math.min(await count(), offset); // past the end: there are at most `offset`
+  else total = Math.min(await counts(), offset); // past the end: there are at most `offset`
   return {
     total,
     providers: rows.map((r) => ({
