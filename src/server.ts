@@ -1,6 +1,5 @@
 // Builds the whole service: database, migrations, services, both wires on
 // one port, background workers. `main.ts` only calls `startApp`.
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createContextValues } from "@connectrpc/connect";
 import type { Config } from "./config.js";
 import { connect, type Sql } from "./db/index.js";
@@ -15,8 +14,9 @@ import { buildRouteTable, clientIpOf, createRestHandler, sendJson, type NodeRequ
 import { buildServices, STREAM_CODECS } from "./services/index.js";
 import { createApiDocsHandler } from "./http/api-docs.js";
 import { createCors } from "./http/cors.js";
-import { checkRouteRows, createRateLimits } from "./http/rate-limits.js";
+import { checkRouteRows, createRateLimits, ipRowCountKey } from "./http/rate-limits.js";
 import { createGrpcStreamHandler } from "./http/grpc-streams.js";
+import { createConnectHandler } from "./http/connect-adapter.js";
 import { createV1Handler } from "./http/v1/router.js";
 import { createConsoleHandler } from "./http/console.js";
 import type { Deps } from "./services/deps.js";
@@ -150,11 +150,16 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     s.service.methods.map((m) => ({ method: m, impl: (s.impl as unknown as Record<string, never>)[m.localName], readMaxBytes: bodyLimitBytesOf(m) })),
   );
   const interceptors = [metricsInterceptor(metrics), callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])];
-  const contextValues = (req: NodeRequest) =>
-    createContextValues().set(
-      credentialsKey,
-      credentialsFromHeaders(req.headers as Record<string, string>, clientIpOf(req, config.trustProxy), requestIdOf(req.headers)),
-    );
+  const methodAt = new Map(methods.map((r) => [`/${r.method.parent.typeName}/${r.method.name}`, r.method]));
+  // A call's per-IP row is counted here, as its request starts: before its body is read (limits.countAtStart).
+  const contextValues = (req: NodeRequest) => {
+    const credentials = credentialsFromHeaders(req.headers as Record<string, string>, clientIpOf(req, config.trustProxy), requestIdOf(req.headers));
+    const values = createContextValues().set(credentialsKey, credentials);
+    const method = methodAt.get((req.url ?? "").split("?", 1)[0]!);
+    const counted = method && limits?.countAtStart(method, credentials.clientIp);
+    if (counted) values.set(ipRowCountKey, counted);
+    return values;
+  };
   // Streaming calls over plain gRPC take the lighter path (http/grpc-streams.ts); Connect serves the rest.
   const grpcStreams = createGrpcStreamHandler({
     routes: methods.filter((r) => r.method.methodKind !== "unary").map((r) => ({ ...r, ...STREAM_CODECS.get(r.method) })),
@@ -163,32 +168,39 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     shutdownSignal: shutdown.signal,
     log,
   });
-  const handler = connectNodeAdapter({
-    routes: (router) => {
-      for (const r of methods) router.rpc(r.method, r.impl, { readMaxBytes: r.readMaxBytes });
-    },
-    shutdownSignal: shutdown.signal,
+  // The Connect handler drops the promise a fallback returns: a handler that throws is caught here, or it
+  // would be an unhandled rejection, which ends the process.
+  const fallback = (req: NodeRequest, res: NodeResponse) =>
+    (async () => {
+      const url = new URL(req.url ?? "/", "http://localhost");
+      for (const h of plain) if (await h(req, res, url)) return;
+      if (await rest(req, res)) return;
+      sendJson(res, 404, { error: `not found: ${req.method} ${maskSecrets(url.pathname)}` });
+    })().catch((err: unknown) => {
+      log.error({ err, method: req.method, path: maskSecrets((req.url ?? "").split("?")[0]) }, "request handler failed");
+      if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
+      else res.destroy();
+    });
+  // Connect serves the procedures (its unary bodies read once their IP row let them in); the rest falls through.
+  const handler = createConnectHandler({
+    routes: methods,
     interceptors,
-    contextValues: (req) => contextValues(req as NodeRequest),
-    // Connect's adapter drops the promise this returns: a handler that throws is caught here, or it
-    // would be an unhandled rejection, which ends the process.
-    fallback: (req, res) =>
-      (async () => {
-        const url = new URL(req.url ?? "/", "http://localhost");
-        for (const h of plain) if (await h(req as NodeRequest, res as NodeResponse, url)) return;
-        if (await rest(req as NodeRequest, res as NodeResponse)) return;
-        sendJson(res as NodeResponse, 404, { error: `not found: ${req.method} ${maskSecrets(url.pathname)}` });
-      })().catch((err: unknown) => {
-        log.error({ err, method: req.method, path: maskSecrets((req.url ?? "").split("?")[0]) }, "request handler failed");
-        if (!res.headersSent) sendJson(res as NodeResponse, 500, { error: "internal error" });
-        else res.destroy();
-      }),
+    shutdownSignal: shutdown.signal,
+    contextValues,
+    fallback,
+    metrics,
+    log,
   });
 
+  const sendsWhileOpen = new Set([...methodAt].filter(([, m]) => m.methodKind === "bidi_streaming" || m.methodKind === "client_streaming").map(([path]) => path));
   const cors = createCors(config);
-  const edge = createEdge((req, res) => {
-    if (!cors(req, res) && !grpcStreams(req, res)) handler(req, res);
-  });
+  const edge = createEdge(
+    (req, res) => {
+      if (!cors(req, res) && !grpcStreams(req, res)) handler(req as NodeRequest, res as NodeResponse);
+    },
+    // Bidirectional and client-streaming calls send for as long as they are open (a daemon's stream has its hello deadline).
+    { receivesWithoutDeadline: (path) => sendsWhileOpen.has(path) },
+  );
   const port = await edge.listen(config.port, config.host);
   const hostForUrl = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
   // Local default: installers and daemons point at this very server.

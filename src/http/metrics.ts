@@ -121,7 +121,7 @@ export function wireOf(contentType: string | null | undefined): Wire {
 }
 
 /** "InvalidArgument" -> "invalid_argument": the status label of a gRPC-family call. */
-function codeLabel(code: Code): string {
+export function codeLabel(code: Code): string {
   return (Code[code] ?? "unknown").replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase());
 }
 

@@ -5,8 +5,10 @@
 // Each RPC names its row with the `rate_limit` route option; a route without
 // one counts against `default`. A request counts against exactly one row.
 // The same rows apply to REST and to gRPC/Connect calls. Rows per client IP
-// are counted before authentication (the transcoder's guard, an
-// interceptor); rows per renter key after it (secure.ts calls `afterAuth`),
+// are counted before authentication and before the request's body is read
+// (the transcoder's guard; for gRPC/Connect `countAtStart`, when the call's
+// context is made, its outcome awaited by the interceptor and, for unary
+// calls, before their body is read); rows per renter key after it (secure.ts calls `afterAuth`),
 // against the key that authenticated, or against the client IP when none did.
 // The plain handlers that take credentials count only their failed checks on
 // an IP row (`check` after the failure, `refuseIfOver` before the check):
@@ -14,7 +16,7 @@
 import crypto from "node:crypto";
 import net from "node:net";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
-import type { Interceptor } from "@connectrpc/connect";
+import { createContextKey, type Interceptor } from "@connectrpc/connect";
 import { Redis } from "ioredis";
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from "rate-limiter-flexible";
 import { route as routeOption } from "../../gen/svc/v1/options_pb.js";
@@ -24,6 +26,7 @@ import type { Logger } from "../log.js";
 import type { KeyRowCounter } from "../services/deps.js";
 import { credentialsKey } from "./credentials.js";
 import { apiError } from "../errors.js";
+import { toConnectError } from "./errors.js";
 import type { RestRoute, RouteGuard } from "./rest.js";
 
 export type Subject = "ip" | "renter_key";
@@ -53,6 +56,13 @@ export const RATE_LIMITS = {
 export type RateLimitName = keyof typeof RATE_LIMITS;
 
 export const RATE_LIMIT_TABLE = "rate_limits";
+
+/**
+ * A gRPC/Connect call's count on its per-IP row, started when its request did (countAtStart): it
+ * rejects with the call's resource_exhausted ConnectError when the row refuses it. Set, the
+ * interceptor awaits it instead of counting the call again.
+ */
+export const ipRowCountKey = createContextKey<Promise<void> | undefined>(undefined);
 
 /** Tries of the shared store per request before the process's own count is used. */
 const STORE_ATTEMPTS = 2;
@@ -183,7 +193,14 @@ export function pgClientAdapter(sql: Sql) {
 export interface RateLimits {
   /** The REST transcoder's guard, before authentication: IP rows only (throws a 429 apiError with Retry-After). */
   guard: RouteGuard;
-  /** The same IP rows for gRPC and Connect calls. */
+  /**
+   * The same IP rows for gRPC and Connect calls, counted when the request starts (before its body
+   * is read: a body that stalls is counted too): the call's count on its IP row, as a rejected
+   * promise (a ConnectError, resource_exhausted, Retry-After) when the row refuses it; undefined for
+   * a method whose row is kept per renter key. Put in the call's context under ipRowCountKey.
+   */
+  countAtStart(method: DescMethod, clientIp: string): Promise<void> | undefined;
+  /** Refuses a gRPC/Connect call its IP row refused (ipRowCountKey); counts one without that count. */
   interceptor: Interceptor;
   /**
    * Key rows, after authentication, on both wires (secure.ts, through
@@ -332,9 +349,24 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       const name = rowNameOf(r.rateLimit);
       if (rows[name].per === "ip") await check(name, clientIp);
     },
+    countAtStart(method, clientIp) {
+      const name = rowNameOf(getOption(method, routeOption).rateLimit);
+      if (rows[name].per !== "ip") return undefined;
+      const counted = check(name, clientIp).catch((err: unknown) => {
+        throw toConnectError(err);
+      });
+      // Read by the interceptor or the unary body's reader; a call that ends before either leaves it unread.
+      counted.catch(() => {});
+      return counted;
+    },
     interceptor: (next) => async (req) => {
-      const name = rowNameOf(getOption(req.method, routeOption).rateLimit);
-      if (rows[name].per === "ip") await check(name, req.contextValues.get(credentialsKey).clientIp);
+      const counted = req.contextValues.get(ipRowCountKey);
+      if (counted) {
+        await counted; // counted once, when the request started
+      } else {
+        const name = rowNameOf(getOption(req.method, routeOption).rateLimit);
+        if (rows[name].per === "ip") await check(name, req.contextValues.get(credentialsKey).clientIp);
+      }
       return next(req);
     },
     streamBeatLimit: { points: rows.heartbeat.points, durationSec: rows.heartbeat.durationSec },

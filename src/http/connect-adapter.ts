@@ -1,0 +1,84 @@
+// Connect's node adapter (connectNodeAdapter, rebuilt from the pieces
+// @connectrpc/connect-node exports), but for one thing: a unary call's body is
+// read only once its per-IP rate-limit row let it through. Connect reads a
+// unary body before any interceptor runs, so a call the row refuses is
+// answered at once (resource_exhausted) instead of once its body is in, which
+// a client could stall. A stream's interceptors run before its body is read:
+// the interceptor refuses it (src/http/rate-limits.ts).
+import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import type { DescMethod } from "@bufbuild/protobuf";
+import type { Logger } from "../log.js";
+import type { Metrics } from "../metrics/metrics.js";
+import { credentialsKey } from "./credentials.js";
+import { internalError } from "./errors.js";
+import { codeLabel, wireOf } from "./metrics.js";
+import { ipRowCountKey } from "./rate-limits.js";
+import { sendJson, type NodeRequest, type NodeResponse } from "./rest.js";
+
+export interface ConnectRoute {
+  method: DescMethod;
+  impl: never;
+  readMaxBytes: number;
+}
+
+export interface ConnectHandlerOptions {
+  routes: ConnectRoute[];
+  interceptors: Interceptor[];
+  shutdownSignal: AbortSignal;
+  /** A call's context: its credentials, and its IP row's count started (ipRowCountKey). */
+  contextValues(req: NodeRequest): ContextValues;
+  /** Whatever is not a procedure (REST, /v1, the console, …). */
+  fallback(req: NodeRequest, res: NodeResponse): void;
+  metrics: Metrics;
+  log: Logger;
+}
+
+export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeRequest, res: NodeResponse) => void {
+  const { metrics, log } = o;
+  const router = createConnectRouter({ interceptors: o.interceptors, shutdownSignal: o.shutdownSignal, acceptCompression: [compressionGzip, compressionBrotli] });
+  for (const r of o.routes) router.rpc(r.method, r.impl, { readMaxBytes: r.readMaxBytes });
+  const procedures = new Map(router.handlers.map((h) => [h.requestPath, h]));
+
+  /** A call its IP row refused before its body was read: what the interceptors would have done for it (metrics, log line, request id). */
+  const refusedBeforeBody = (req: NodeRequest, procedure: string, started: number, requestId: string) => (err: unknown) => {
+    if (!(err instanceof ConnectError)) log.error({ err, requestId, procedure }, "call failed");
+    const e = err instanceof ConnectError ? err : internalError(requestId);
+    e.metadata.set("x-request-id", requestId);
+    metrics.request(wireOf(req.headers["content-type"]), procedure, codeLabel(e.code), (performance.now() - started) / 1000);
+    if (log.isLevelEnabled("info")) log.info({ requestId, procedure, code: Code[e.code], ms: Math.round(performance.now() - started) }, "call");
+    throw e;
+  };
+
+  return (req, res) => {
+    const uHandler = procedures.get((req.url ?? "").split("?", 1)[0]!);
+    if (!uHandler) return void o.fallback(req, res);
+    const started = performance.now();
+    let uReq: ReturnType<typeof universalRequestFromNodeRequest>;
+    let values: ContextValues;
+    try {
+      values = o.contextValues(req);
+      uReq = universalRequestFromNodeRequest(req as never, res as never, undefined, values);
+    } catch (err) {
+      // No authority (an HTTP/1.0 request without Host): Connect cannot make the call's URL, and its own adapter threw.
+      log.info({ err: (err as Error)?.message, path: uHandler.requestPath }, "call refused: unusable request");
+      if (!res.headersSent) sendJson(res, 400, { error: "bad request" });
+      return;
+    }
+    const counted = values.get(ipRowCountKey);
+    if (counted && uHandler.method.methodKind === "unary") {
+      const body = uReq.body as AsyncIterable<Uint8Array>;
+      const refused = refusedBeforeBody(req, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
+      uReq.body = (async function* () {
+        await counted.catch(refused);
+        yield* body;
+      })();
+    }
+    uHandler(uReq)
+      .then((uRes) => universalResponseToNodeResponse(uRes, res as never))
+      .catch((reason: unknown) => {
+        if (ConnectError.from(reason).code === Code.Aborted) return;
+        log.error({ err: reason, procedure: uHandler.requestPath }, "call handler failed");
+      });
+  };
+}
