@@ -4,7 +4,10 @@
 // unary body before any interceptor runs, so a call the row refuses is
 // answered at once (resource_exhausted) instead of once its body is in, which
 // a client could stall. A stream's interceptors run before its body is read:
-// the interceptor refuses it (src/http/rate-limits.ts).
+// the interceptor refuses it (src/http/rate-limits.ts). And a unary call's JSON
+// body is measured as it arrives, as REST's is (src/http/json-depth.ts): one
+// nested deeper than MAX_JSON_DEPTH is refused (invalid_argument) before
+// Connect parses it, which for millions of levels held the process seconds.
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { DescMethod } from "@bufbuild/protobuf";
@@ -12,6 +15,7 @@ import type { Logger } from "../log.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "./credentials.js";
 import { internalError } from "./errors.js";
+import { JsonDepthMeter, MAX_JSON_DEPTH } from "./json-depth.js";
 import { codeLabel, wireOf } from "./metrics.js";
 import { ipRowCountKey } from "./rate-limits.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "./rest.js";
@@ -66,12 +70,18 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
       return;
     }
     const counted = values.get(ipRowCountKey);
-    if (counted && uHandler.method.methodKind === "unary") {
+    const meter = jsonBodyMeter(req);
+    if ((counted || meter) && uHandler.method.methodKind === "unary") {
       const body = uReq.body as AsyncIterable<Uint8Array>;
       const refused = refusedBeforeBody(req, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
       uReq.body = (async function* () {
-        await counted.catch(refused);
-        yield* body;
+        if (counted) await counted.catch(refused);
+        for await (const piece of body) {
+          if (meter?.exceeds(piece)) {
+            refused(new ConnectError(`request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`, Code.InvalidArgument));
+          }
+          yield piece;
+        }
       })();
     }
     uHandler(uReq)
@@ -81,4 +91,14 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
         log.error({ err: reason, procedure: uHandler.requestPath }, "call handler failed");
       });
   };
+}
+
+/**
+ * A meter for a Connect unary call's JSON body (application/json, not compressed: compressed bytes are
+ * not JSON text, and the enveloped gRPC-JSON framings carry binary lengths), or undefined.
+ */
+function jsonBodyMeter(req: NodeRequest): JsonDepthMeter | undefined {
+  const type = String(req.headers["content-type"] ?? "").toLowerCase();
+  const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
+  return type.startsWith("application/json") && encoding === "identity" ? new JsonDepthMeter(MAX_JSON_DEPTH) : undefined;
 }

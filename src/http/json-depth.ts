@@ -33,31 +33,60 @@ const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
 /**
- * Whether JSON text nests objects and arrays more than `max` deep, counted as jsonDepthExceeds counts
- * the parsed value. One pass that jumps over strings (native indexOf to each closing quote) and stops at
- * the first level too many; text that is not JSON is left to the parser to refuse.
+ * Measures the nesting of JSON text fed in pieces (a body as it arrives), counted as jsonDepthExceeds
+ * counts the parsed value. It jumps over strings (native indexOf to each closing quote) and looks at
+ * no byte after the first level too many; text that is not JSON is left to the parser to refuse.
  */
-export function jsonTextDepthExceeds(text: Uint8Array, max: number): boolean {
-  const b = Buffer.isBuffer(text) ? text : Buffer.from(text.buffer, text.byteOffset, text.byteLength);
-  let depth = 0;
-  for (let i = 0; i < b.length; i++) {
-    const c = b[i];
-    if (c === QUOTE) {
-      // The closing quote: the next one not escaped (an even run of backslashes before it).
-      let j = i;
-      for (;;) {
-        j = b.indexOf(QUOTE, j + 1);
-        if (j < 0) return false;
-        let k = j - 1;
-        while (b[k] === BACKSLASH) k--;
-        if ((j - 1 - k) % 2 === 0) break;
+export class JsonDepthMeter {
+  private depth = 0;
+  private inString = false;
+  /** Inside a string, the last byte was a backslash that escapes the next one. */
+  private escaped = false;
+  private over = false;
+
+  constructor(private readonly max: number) {}
+
+  /** Takes the next bytes of the text; true once it has nested deeper than `max`. */
+  exceeds(piece: Uint8Array): boolean {
+    if (this.over) return true;
+    const b = Buffer.isBuffer(piece) ? piece : Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
+    let i = 0;
+    while (i < b.length) {
+      if (this.inString) {
+        if (this.escaped) {
+          this.escaped = false;
+          i++;
+          continue;
+        }
+        const q = b.indexOf(QUOTE, i);
+        // The run of backslashes just before `end` (none of it before i: i is not escaped).
+        const run = (end: number) => {
+          let k = end - 1;
+          while (k >= i && b[k] === BACKSLASH) k--;
+          return end - 1 - k;
+        };
+        if (q < 0) {
+          this.escaped = run(b.length) % 2 === 1;
+          return false;
+        }
+        if (run(q) % 2 === 0) this.inString = false; // an escaped quote is part of the string
+        i = q + 1;
+        continue;
       }
-      i = j;
-    } else if (c === 0x7b || c === 0x5b) {
-      if (++depth > max) return true;
-    } else if (c === 0x7d || c === 0x5d) {
-      depth--;
+      const c = b[i++];
+      if (c === QUOTE) {
+        this.inString = true;
+      } else if (c === 0x7b || c === 0x5b) {
+        if (++this.depth > this.max) return (this.over = true);
+      } else if (c === 0x7d || c === 0x5d) {
+        this.depth--;
+      }
     }
+    return false;
   }
-  return false;
+}
+
+/** Whether JSON text nests objects and arrays more than `max` deep (JsonDepthMeter, in one piece). */
+export function jsonTextDepthExceeds(text: Uint8Array, max: number): boolean {
+  return new JsonDepthMeter(max).exceeds(text);
 }

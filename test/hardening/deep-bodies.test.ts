@@ -5,7 +5,7 @@
 // any credential it carries is looked at, cheaply; a deep but reasonable result
 // is taken as before.
 import { describe, expect, it } from "vitest";
-import { jsonDepthExceeds, jsonTextDepthExceeds, MAX_JSON_DEPTH } from "../../src/http/json-depth.js";
+import { jsonDepthExceeds, JsonDepthMeter, jsonTextDepthExceeds, MAX_JSON_DEPTH } from "../../src/http/json-depth.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { useTestServer } from "../helpers/server.js";
@@ -29,6 +29,15 @@ describe("the text measure", () => {
     for (const text of texts) {
       const value = JSON.parse(text);
       for (let max = 0; max <= 50; max++) expect(jsonTextDepthExceeds(Buffer.from(text), max), `${text} at ${max}`).toBe(jsonDepthExceeds(value, max));
+      // Fed in two pieces split anywhere (a body as it arrives), inside an escape or a string too.
+      const bytes = Buffer.from(text);
+      for (const max of [0, 1, 2, 3, 20, 41, 42]) {
+        for (let cut = 0; cut <= bytes.length; cut++) {
+          const meter = new JsonDepthMeter(max);
+          const got = meter.exceeds(bytes.subarray(0, cut)) || meter.exceeds(bytes.subarray(cut));
+          expect(got, `${text} cut at ${cut}, at ${max}`).toBe(jsonDepthExceeds(value, max));
+        }
+      }
     }
   });
 
@@ -72,3 +81,18 @@ describe("an /api body nested deeper than the limit", () => {
     expect(row.result).toEqual(JSON.parse(result));
   });
 });
+
+describe("a Connect call's JSON body nested deeper than the limit", () => {
+  it("is refused as it arrives, before Connect parses it: invalid_argument naming the nesting", async () => {
+    const body = '{"result":' + nest(8_000_000) + "}";
+    const r = await fetch(`${srv.url}/svc.v1.JobService/ReportResult`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    expect(r.status).toBe(400);
+    expect(await r.json()).toMatchObject({ code: "invalid_argument", message: `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep` });
+    // A shallow one goes on to be judged as before (here: no credentials).
+    const shallow = await fetch(`${srv.url}/svc.v1.JobService/ReportResult`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"jobId":"job-x","success":true,"result":[[1]]}' });
+    const judged = await shallow.json();
+    expect(judged.message).not.toMatch(/nest/);
+    expect(judged).toEqual({ code: "invalid_argument", message: "API key required" });
+  });
+});
+
