@@ -196,6 +196,9 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   const cors = createCors(config);
   const edge = createEdge(
     (req, res) => {
+      // No answer is to be taken for another type than it says (a job's text output as a script of this
+      // origin, which the console's script-src 'self' would run).
+      res.setHeader("x-content-type-options", "nosniff");
       if (!cors(req, res) && !grpcStreams(req, res)) handler(req as NodeRequest, res as NodeResponse);
     },
     // Bidirectional and client-streaming calls send for as long as they are open (a daemon's stream has its hello deadline).

@@ -424,7 +424,13 @@ export function createRestHandler(opts: RestHandlerOptions) {
       if (r.method.output.typeName === RawBodySchema.typeName) {
         const raw = output as unknown as RawBody;
         status = r.status;
-        const headers: Record<string, string> = { "content-type": raw.contentType || "application/octet-stream", ...extra };
+        // Bytes others may have made (a job's output, from its provider): never a document of this origin,
+        // should a browser open one (no script, no sniffing: nosniff is on every answer, server.ts).
+        const headers: Record<string, string> = {
+          "content-type": raw.contentType || "application/octet-stream",
+          "content-security-policy": "sandbox; default-src 'none'",
+          ...extra,
+        };
         if (raw.filename) headers["content-disposition"] = `attachment; filename="${raw.filename}"`;
         const file = fileSlot?.file;
         if (file && head) {

@@ -88,6 +88,8 @@ function pendingMessage(job: JobRow, queueReason?: string): string {
 
 const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const OUTPUT_FORMATS = ["json", "png", "raw"] as const;
+/** Image formats a raw output is served as (image/<format>); any other is application/octet-stream. */
+const RASTER_FORMATS = new Set(["png", "jpeg", "jpg", "gif", "webp", "avif", "bmp"]);
 
 function imageBytes(obj: JsonObject | undefined): Buffer | undefined {
   if (typeof obj?.data !== "string") return undefined;
@@ -219,8 +221,9 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       if (typeof raw === "string") return { contentType: "text/plain; charset=utf-8", data: Buffer.from(raw) };
       if (typeof obj.response === "string") return { contentType: "text/plain; charset=utf-8", data: Buffer.from(obj.response) };
       if (image) {
-        const fmt = typeof obj.format === "string" && /^[a-z0-9]+$/.test(obj.format) ? obj.format : "png";
-        return { contentType: `image/${fmt}`, data: image };
+        // The provider names the format: only a raster image type is served as one (an SVG is a document).
+        const fmt = typeof obj.format === "string" ? obj.format.toLowerCase() : "png";
+        return { contentType: RASTER_FORMATS.has(fmt) ? `image/${fmt === "jpg" ? "jpeg" : fmt}` : "application/octet-stream", data: image };
       }
       return { contentType: "application/json; charset=utf-8", data: Buffer.from(JSON.stringify(raw)) };
     },
