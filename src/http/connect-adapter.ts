@@ -7,7 +7,9 @@
 // the interceptor refuses it (src/http/rate-limits.ts). And a unary call's JSON
 // body is measured as it arrives, as REST's is (src/http/json-depth.ts): one
 // nested deeper than MAX_JSON_DEPTH is refused (invalid_argument) before
-// Connect parses it, which for millions of levels held the process seconds.
+// Connect parses it, which for millions of levels held the process seconds;
+// a compressed one is refused (unimplemented), as it could not be measured
+// without being inflated twice.
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { DescMethod } from "@bufbuild/protobuf";
@@ -70,16 +72,15 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
       return;
     }
     const counted = values.get(ipRowCountKey);
-    const meter = jsonBodyMeter(req);
-    if ((counted || meter) && uHandler.method.methodKind === "unary") {
+    const check = uHandler.method.methodKind === "unary" ? jsonBodyCheck(req) : undefined;
+    if (counted || check) {
       const body = uReq.body as AsyncIterable<Uint8Array>;
       const refused = refusedBeforeBody(req, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
       uReq.body = (async function* () {
         if (counted) await counted.catch(refused);
         for await (const piece of body) {
-          if (meter?.exceeds(piece)) {
-            refused(new ConnectError(`request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`, Code.InvalidArgument));
-          }
+          const refusal = check?.(piece);
+          if (refusal) refused(refusal);
           yield piece;
         }
       })();
@@ -93,12 +94,59 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
   };
 }
 
+const tooDeep = () => new ConnectError(`request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`, Code.InvalidArgument);
+const compressedJson = () =>
+  new ConnectError("a JSON request body is taken uncompressed (compress a request in the binary codec instead)", Code.Unimplemented);
+
 /**
- * A meter for a Connect unary call's JSON body (application/json, not compressed: compressed bytes are
- * not JSON text, and the enveloped gRPC-JSON framings carry binary lengths), or undefined.
+ * How a unary call's JSON body is measured as it arrives (undefined: not JSON): a piece that makes it
+ * nest past MAX_JSON_DEPTH answers the refusal. Connect's application/json is the text itself; gRPC and
+ * gRPC-Web with the JSON codec frame each message (a flag byte and a 4-byte length before it), and the
+ * payloads are measured. A compressed JSON body is refused: measured, it would have to be inflated twice.
  */
-function jsonBodyMeter(req: NodeRequest): JsonDepthMeter | undefined {
+function jsonBodyCheck(req: NodeRequest): ((piece: Uint8Array) => ConnectError | undefined) | undefined {
   const type = String(req.headers["content-type"] ?? "").toLowerCase();
-  const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
-  return type.startsWith("application/json") && encoding === "identity" ? new JsonDepthMeter(MAX_JSON_DEPTH) : undefined;
+  if (type.startsWith("application/json")) {
+    if (String(req.headers["content-encoding"] ?? "identity").toLowerCase() !== "identity") return compressedJson;
+    const meter = new JsonDepthMeter(MAX_JSON_DEPTH);
+    return (piece) => (meter.exceeds(piece) ? tooDeep() : undefined);
+  }
+  if (!/^application\/grpc(-web)?\+json/.test(type)) return undefined;
+  const frames = new FramedJson();
+  return (piece) => frames.refusal(piece);
+}
+
+/** The JSON messages of an enveloped body (gRPC, gRPC-Web), measured message by message. */
+class FramedJson {
+  private readonly head = Buffer.alloc(5);
+  private headHave = 0;
+  private left = 0;
+  /** The frame being read is not a message (gRPC-Web's trailers): skipped. */
+  private skipping = false;
+  private meter = new JsonDepthMeter(MAX_JSON_DEPTH);
+
+  refusal(piece: Uint8Array): ConnectError | undefined {
+    let i = 0;
+    while (i < piece.length) {
+      if (this.left === 0) {
+        const take = Math.min(5 - this.headHave, piece.length - i);
+        this.head.set(piece.subarray(i, i + take), this.headHave);
+        this.headHave += take;
+        i += take;
+        if (this.headHave < 5) return undefined;
+        this.headHave = 0;
+        const flags = this.head[0];
+        if (flags & 0x01) return compressedJson();
+        this.left = this.head.readUInt32BE(1);
+        this.skipping = (flags & 0x80) !== 0;
+        this.meter = new JsonDepthMeter(MAX_JSON_DEPTH);
+        continue;
+      }
+      const take = Math.min(this.left, piece.length - i);
+      if (!this.skipping && this.meter.exceeds(piece.subarray(i, i + take))) return tooDeep();
+      this.left -= take;
+      i += take;
+    }
+    return undefined;
+  }
 }

@@ -4,6 +4,7 @@
 // they are parsed, so such a body is refused (400 naming the nesting) before
 // any credential it carries is looked at, cheaply; a deep but reasonable result
 // is taken as before.
+import zlib from "node:zlib";
 import { describe, expect, it } from "vitest";
 import { jsonDepthExceeds, JsonDepthMeter, jsonTextDepthExceeds, MAX_JSON_DEPTH } from "../../src/http/json-depth.js";
 import { client } from "../helpers/http.js";
@@ -93,6 +94,33 @@ describe("a Connect call's JSON body nested deeper than the limit", () => {
     const judged = await shallow.json();
     expect(judged.message).not.toMatch(/nest/);
     expect(judged).toEqual({ code: "invalid_argument", message: "API key required" });
+  });
+
+  it("is measured in gRPC-Web and gRPC framing too, message by message, and a compressed JSON body is refused", async () => {
+    const frame = (payload: Buffer, flags = 0) => {
+      const head = Buffer.alloc(5);
+      head[0] = flags;
+      head.writeUInt32BE(payload.length, 1);
+      return Buffer.concat([head, payload]);
+    };
+    const deep = Buffer.from('{"result":' + nest(8_000_000) + "}");
+    const call = (type: string, body: Buffer, headers: Record<string, string> = {}) =>
+      fetch(`${srv.url}/svc.v1.JobService/ReportResult`, { method: "POST", headers: { "content-type": type, ...headers }, body: new Uint8Array(body) });
+    // gRPC-Web answers its status in a trailers frame at the end of the body.
+    const trailers = async (r: Response) => {
+      const text = Buffer.from(await r.arrayBuffer()).subarray(5).toString("latin1");
+      return Object.fromEntries(text.split("\r\n").filter(Boolean).map((l) => [l.slice(0, l.indexOf(":")), decodeURIComponent(l.slice(l.indexOf(":") + 1).trim())]));
+    };
+    const web = await call("application/grpc-web+json", frame(deep));
+    expect(await trailers(web)).toMatchObject({ "grpc-status": "3", "grpc-message": `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep` });
+    // A shallow message framed so is judged as before.
+    const shallow = await call("application/grpc-web+json", frame(Buffer.from('{"jobId":"job-x","success":true,"result":[[1]]}')));
+    expect(await trailers(shallow)).toMatchObject({ "grpc-message": "API key required" });
+    // Compressed JSON (the whole body, or a framed message) is not inflated to be measured: refused.
+    const gz = await call("application/json", zlib.gzipSync(deep), { "content-encoding": "gzip" });
+    expect(await gz.json()).toMatchObject({ code: "unimplemented", message: expect.stringMatching(/JSON request body is taken uncompressed/) });
+    const framed = await call("application/grpc-web+json", frame(zlib.gzipSync(deep), 1), { "grpc-encoding": "gzip" });
+    expect(await trailers(framed)).toMatchObject({ "grpc-status": "12" });
   });
 });
 
