@@ -398,21 +398,25 @@ describe("SubmitBatcher", () => {
 });
 
 describe("a batch whose commit went through but whose answer was lost", () => {
+  /** A pool whose `lostAt`-th transaction commits, then loses its answer (the connection drops); it counts them. */
+  function losingAnswer(lostAt: number) {
+    const counter = { transactions: 0 };
+    const begin = async (fn: never) => {
+      const n = ++counter.transactions;
+      const result = await srv.sql.begin(fn);
+      if (n === lostAt) throw Object.assign(new Error("write CONNECTION_CLOSED"), { code: "CONNECTION_CLOSED" });
+      return result;
+    };
+    const sql = new Proxy(srv.sql, { get: (target, key) => (key === "begin" ? begin : Reflect.get(target, key)) }) as Sql;
+    return { sql, counter };
+  }
+
   it("answers each submit with the job its batch wrote, and writes no second one", async () => {
     const renter = await makeRenter(srv, 100_000);
     const provider = await makeProvider(srv);
     await setGpus(provider.id, 2);
     // The second transaction (the batch below) commits, then its connection drops before the answer.
-    let transactions = 0;
-    const lost = {
-      begin: async (fn: never) => {
-        const n = ++transactions;
-        const result = await srv.sql.begin(fn);
-        if (n === 2) throw Object.assign(new Error("write CONNECTION_CLOSED"), { code: "CONNECTION_CLOSED" });
-        return result;
-      },
-    };
-    const flaky = new Proxy(srv.sql, { get: (target, key) => (key === "begin" ? lost.begin : Reflect.get(target, key)) }) as Sql;
+    const { sql: flaky, counter } = losingAnswer(2);
     const batcher = new SubmitBatcher(flaky, { maxBatch: 64, inFlight: 1 });
     const first = await prepare(renter.id);
     const rest = await Promise.all(Array.from({ length: 3 }, () => prepare(renter.id)));
@@ -428,12 +432,39 @@ describe("a batch whose commit went through but whose answer was lost", () => {
     const pending = others.find((r) => r.status === "fulfilled" && r.value.job.status === "pending");
     expect(pending?.status === "fulfilled" && pending.value.placement.providerId).toBe(provider.id);
     // 1 (first) + 1 (the batch of 3, committed, answer lost) + 3 (its submits one by one).
-    expect(transactions).toBe(5);
+    expect(counter.transactions).toBe(5);
     const [{ n, cost }] = await srv.sql<{ n: number; cost: number }[]>`
       SELECT count(*)::int AS n, coalesce(sum(cost_halala), 0)::int AS cost FROM jobs WHERE renter_id = ${renter.id}`;
     expect(n).toBe(4);
     expect(await renterFunds(srv.sql, renter.id)).toMatchObject({ held: cost, balance: 100_000 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("answers with its job a submit that, run again, is refused because its batch's hold took the funds", async () => {
+    // Funded for exactly its four jobs: run again, each of the batch's submits finds no funds left.
+    const renter = await makeRenter(srv, 4 * ESTIMATE);
+    await makeProvider(srv);
+    const { sql: flaky } = losingAnswer(2);
+    const batcher = new SubmitBatcher(flaky, { maxBatch: 64, inFlight: 1 });
+    const intents = await Promise.all(Array.from({ length: 4 }, () => prepare(renter.id)));
+    const results = await Promise.allSettled(intents.map((i) => batcher.submit(i)));
+    expect(results.map((r) => (r.status === "fulfilled" ? r.value.job.job_id : String(r.reason)))).toEqual(intents.map((i) => i.jobId));
+    expect(await renterFunds(srv.sql, renter.id)).toMatchObject({ held: 4 * ESTIMATE, balance: 4 * ESTIMATE });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("answers a lone submit with its job too", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    await makeProvider(srv);
+    const { sql: flaky } = losingAnswer(1);
+    const batcher = new SubmitBatcher(flaky, { maxBatch: 64, inFlight: 1 });
+    const intent = await prepare(renter.id);
+    expect((await batcher.submit(intent)).job).toMatchObject({ job_id: intent.jobId, renter_id: renter.id });
+    expect(await rowsFor(intent.jobId)).toBe(1);
+    // A lone submit whose write truly failed is still answered with its failure.
+    const nul = await prepare(renter.id);
+    nul.params = { ...nul.params, note: "bad\u0000byte" };
+    await expect(new SubmitBatcher(srv.sql).submit(nul)).rejects.toMatchObject({ code: "22P05" });
   });
 });
 

@@ -11,8 +11,9 @@
 // too long for a lock (a renter's accounts held by a slow transaction): it gives
 // up after BATCH_LOCK_TIMEOUT_MS, the pipeline moves on, and only that renter's
 // submits wait on. A batch whose COMMIT went through but whose answer was lost
-// (the connection dropped) fails too: run again, each of its submits finds its
-// job written (its job id is taken) and is answered with it.
+// (the connection dropped) fails too: each of its submits whose write then
+// fails (or, run again, is refused: its holds are taken) looks for its job, and
+// is answered with it when its batch wrote it.
 import { allInTransaction, type Sql } from "../../db/index.js";
 import { queueStandings } from "../dispatch/dispatch.js";
 import { reportSubmitGroup } from "../shared/observe.js";
@@ -36,9 +37,6 @@ interface Waiting {
 
 /** lock_not_available: the batch's lock timeout ran out. */
 const LOCK_NOT_AVAILABLE = "55P03";
-/** unique_violation, and the constraint of a job's public id. */
-const UNIQUE_VIOLATION = "23505";
-const JOB_ID_KEY = "jobs_job_id_key";
 
 export interface BatcherOptions {
   maxBatch: number;
@@ -98,7 +96,7 @@ export class SubmitBatcher {
       outcomes.forEach((o, i) => (o.ok ? batch[i].resolve(standings ? { ...o.submitted, standings } : o.submitted) : batch[i].reject(o.error)));
       reportSubmitGroup(batch.map((w) => (started - w.at) / 1000), writeSeconds);
     } catch (err) {
-      if (batch.length === 1 && (err as { code?: string } | null)?.code !== LOCK_NOT_AVAILABLE) batch[0].reject(err);
+      if (batch.length === 1 && (err as { code?: string } | null)?.code !== LOCK_NOT_AVAILABLE) void this.answerFailed(batch[0], err);
       else void this.split(batch);
     }
   }
@@ -117,11 +115,9 @@ export class SubmitBatcher {
           try {
             const [o] = await this.sql.begin((tx) => submitMany(tx, [w.intent]));
             if (o.ok) w.resolve(o.submitted);
-            else w.reject(o.error);
+            else await this.answerFailed(w, o.error);
           } catch (err) {
-            const written = await this.writtenBefore(w.intent, err).catch(() => undefined);
-            if (written) w.resolve(written);
-            else w.reject(err);
+            await this.answerFailed(w, err);
           }
         }
       }),
@@ -129,13 +125,17 @@ export class SubmitBatcher {
   }
 
   /**
-   * The submit as its batch wrote it, when running it again failed because its job id is taken
-   * by that very submit (same renter, same signed task spec): the batch committed though its
-   * answer was lost. Undefined otherwise (another submit's job, or another failure).
+   * Answers a submit whose write failed (or, run again, was refused: its batch's holds were taken
+   * already): with its job, when its batch wrote it after all (the COMMIT went through, its answer was
+   * lost), else with the failure. Its job is its own: same id, renter and signed task spec.
    */
-  private async writtenBefore(intent: SubmitIntent, err: unknown): Promise<Submitted | undefined> {
-    const e = err as { code?: string; constraint_name?: string } | null;
-    if (e?.code !== UNIQUE_VIOLATION || e.constraint_name !== JOB_ID_KEY) return undefined;
+  private async answerFailed(w: Waiting, failure: unknown): Promise<void> {
+    const written = await this.writtenBefore(w.intent).catch(() => undefined);
+    if (written) w.resolve(written);
+    else w.reject(failure);
+  }
+
+  private async writtenBefore(intent: SubmitIntent): Promise<Submitted | undefined> {
     const [job] = await this.sql<JobRow[]>`SELECT * FROM jobs WHERE job_id = ${intent.jobId}`;
     if (!job || job.renter_id !== intent.renterId || job.task_spec_hmac !== intent.taskSpecHmac) return undefined;
     const placed = job.status === "pending" && job.provider_id !== null;
