@@ -7,9 +7,9 @@
 // the interceptor refuses it (src/http/rate-limits.ts). And a unary call's JSON
 // body is measured as it arrives, as REST's is (src/http/json-depth.ts): one
 // nested deeper than MAX_JSON_DEPTH is refused (invalid_argument) before
-// Connect parses it, which for millions of levels held the process seconds;
-// a compressed one is refused (unimplemented), as it could not be measured
-// without being inflated twice.
+// Connect parses it, which for millions of levels held the process seconds
+// (a compressed one is inflated to be measured).
+import zlib from "node:zlib";
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { DescMethod } from "@bufbuild/protobuf";
@@ -45,6 +45,7 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
   const router = createConnectRouter({ interceptors: o.interceptors, shutdownSignal: o.shutdownSignal, acceptCompression: [compressionGzip, compressionBrotli] });
   for (const r of o.routes) router.rpc(r.method, r.impl, { readMaxBytes: r.readMaxBytes });
   const procedures = new Map(router.handlers.map((h) => [h.requestPath, h]));
+  const limits = new Map(o.routes.map((r) => [`/${r.method.parent.typeName}/${r.method.name}`, r.readMaxBytes]));
 
   /** A call its IP row refused before its body was read: what the interceptors would have done for it (metrics, log line, request id). */
   const refusedBeforeBody = (req: NodeRequest, procedure: string, started: number, requestId: string) => (err: unknown) => {
@@ -72,14 +73,14 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
       return;
     }
     const counted = values.get(ipRowCountKey);
-    const check = uHandler.method.methodKind === "unary" ? jsonBodyCheck(req) : undefined;
+    const check = uHandler.method.methodKind === "unary" ? jsonBodyCheck(req, limits.get(uHandler.requestPath) ?? 0) : undefined;
     if (counted || check) {
       const body = uReq.body as AsyncIterable<Uint8Array>;
       const refused = refusedBeforeBody(req, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
       uReq.body = (async function* () {
         if (counted) await counted.catch(refused);
         for await (const piece of body) {
-          const refusal = check?.(piece);
+          const refusal = await check?.(piece);
           if (refusal) refused(refusal);
           yield piece;
         }
@@ -96,24 +97,52 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
 
 const tooDeep = () => new ConnectError(`request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`, Code.InvalidArgument);
 const compressedJson = () =>
-  new ConnectError("a JSON request body is taken uncompressed (compress a request in the binary codec instead)", Code.Unimplemented);
+  new ConnectError("a JSON request message is taken uncompressed in gRPC framing (compress the binary codec's instead)", Code.Unimplemented);
+
+type BodyCheck = (piece: Uint8Array) => ConnectError | undefined | Promise<ConnectError | undefined>;
 
 /**
  * How a unary call's JSON body is measured as it arrives (undefined: not JSON): a piece that makes it
- * nest past MAX_JSON_DEPTH answers the refusal. Connect's application/json is the text itself; gRPC and
- * gRPC-Web with the JSON codec frame each message (a flag byte and a 4-byte length before it), and the
- * payloads are measured. A compressed JSON body is refused: measured, it would have to be inflated twice.
+ * nest past MAX_JSON_DEPTH answers the refusal. Connect's application/json is the text itself, or that
+ * text compressed (content-encoding): then it is inflated beside Connect's own reading, no further than
+ * `limit` (the call's message limit, which Connect enforces), and measured. gRPC and gRPC-Web with the
+ * JSON codec frame each message (a flag byte and a 4-byte length before it), and the payloads are
+ * measured; a message compressed in that framing is refused.
  */
-function jsonBodyCheck(req: NodeRequest): ((piece: Uint8Array) => ConnectError | undefined) | undefined {
+function jsonBodyCheck(req: NodeRequest, limit: number): BodyCheck | undefined {
   const type = String(req.headers["content-type"] ?? "").toLowerCase();
   if (type.startsWith("application/json")) {
-    if (String(req.headers["content-encoding"] ?? "identity").toLowerCase() !== "identity") return compressedJson;
     const meter = new JsonDepthMeter(MAX_JSON_DEPTH);
-    return (piece) => (meter.exceeds(piece) ? tooDeep() : undefined);
+    const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
+    if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooDeep() : undefined);
+    return inflatedCheck(encoding, meter, limit);
   }
   if (!/^application\/grpc(-web)?\+json/.test(type)) return undefined;
   const frames = new FramedJson();
   return (piece) => frames.refusal(piece);
+}
+
+/** Measures a compressed JSON body as it inflates (Connect reads the same bytes and inflates them itself). */
+function inflatedCheck(encoding: string, meter: JsonDepthMeter, limit: number): BodyCheck | undefined {
+  const inflater = encoding === "gzip" ? zlib.createGunzip() : encoding === "br" ? zlib.createBrotliDecompress() : undefined;
+  // Another encoding is Connect's to refuse (unimplemented).
+  if (!inflater) return undefined;
+  let seen = 0;
+  let over = false;
+  inflater.on("data", (out: Buffer) => {
+    if (over || seen > limit) return;
+    seen += out.length;
+    if (meter.exceeds(out)) {
+      over = true;
+      inflater.destroy();
+    }
+  });
+  // A broken stream is Connect's to refuse as it reads it.
+  inflater.on("error", () => {});
+  return async (piece) => {
+    if (!over && seen <= limit && !inflater.destroyed) await new Promise<void>((resolve) => inflater.write(piece, () => resolve()));
+    return over ? tooDeep() : undefined;
+  };
 }
 
 /** The JSON messages of an enveloped body (gRPC, gRPC-Web), measured message by message. */
