@@ -1,22 +1,16 @@
 // Odd but JSON-valid bodies are answered 2xx or a 4xx in the /v1 envelope, never 500: the gateway reads
 // (and bounds, and forwards) whatever a client sends without throwing on a shape it did not expect.
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, expect, it } from "vitest";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { useTestServer } from "../helpers/server.js";
-import { startFakeVllm, type FakeVllm } from "./fake-vllm.js";
-import { serveModel } from "./serving.js";
+import { useServedEngine } from "./serving.js";
 
 const MODEL = "Qwen/Qwen2.5-7B-Instruct";
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-let fake: FakeVllm;
-beforeAll(async () => {
-  fake = await startFakeVllm("engine");
-  await serveModel(srv, MODEL, fake.url);
-});
+useServedEngine(srv, MODEL);
 afterAll(async () => {
   expect(await ledgerProblems(srv.sql)).toEqual([]);
-  await fake?.close();
 });
 
 const m = [{ role: "user", content: "hi" }];

@@ -4,7 +4,9 @@
 // it is assigned to a fresh approved and live provider, and that provider's
 // daemon reports the endpoint through POST /api/jobs/{job_id}/endpoint-ready
 // (which also marks the job running).
+import { afterAll, beforeAll } from "vitest";
 import { credit } from "../../src/domain/money/ledger.js";
+import { startFakeVllm, type FakeVllm } from "./fake-vllm.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { MANAGED_RENTER_EMAIL, type TestServer } from "../helpers/server.js";
@@ -64,3 +66,25 @@ function managedOwner(srv: TestServer): Promise<Serving["owner"]> {
   }
   return owner;
 }
+
+/**
+ * For a test file: a fake vLLM engine (fake-vllm.ts, its default behaviour) serving `model` publicly,
+ * started before the file's tests and closed after them. `fake` is the engine once started.
+ */
+export function useServedEngine(srv: TestServer, model: string): { readonly fake: FakeVllm } {
+  let fake: FakeVllm | undefined;
+  beforeAll(async () => {
+    fake = await startFakeVllm("engine");
+    await serveModel(srv, model, fake.url);
+  });
+  afterAll(async () => {
+    await fake?.close();
+  });
+  return {
+    get fake() {
+      if (!fake) throw new Error("the served engine is started before the tests");
+      return fake;
+    },
+  };
+}
+

@@ -5,31 +5,22 @@
 // fields only as JSON booleans and numbers (min_tokens: integers of 0 or more). include_reasoning is
 // always forwarded as true: vLLM generates the reasoning anyway, and with false would leave it
 // undelivered, so unbilled.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { useTestServer } from "../helpers/server.js";
-import { startFakeVllm, type FakeVllm } from "./fake-vllm.js";
-import { serveModel } from "./serving.js";
+import { useServedEngine } from "./serving.js";
 
 const MODEL = "Qwen/Qwen2.5-7B-Instruct";
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
-let fake: FakeVllm;
-
-beforeAll(async () => {
-  fake = await startFakeVllm("engine");
-  await serveModel(srv, MODEL, fake.url);
-});
-afterAll(async () => {
-  await fake?.close();
-});
+const engine = useServedEngine(srv, MODEL);
 
 async function ask(extra: Record<string, unknown>) {
   const renter = await makeRenter(srv, 100_000);
-  const before = fake.requests.length;
+  const before = engine.fake.requests.length;
   const r = await client(srv.url).post("/v1/chat/completions", { model: MODEL, messages: [{ role: "user", content: "x" }], max_tokens: 1000, ...extra }, { authorization: `Bearer ${renter.key}` });
   const reserved = await srv.sql`SELECT 1 FROM v1_usage WHERE renter_id = ${renter.id}`;
-  return { r, forwarded: fake.requests.length > before ? fake.requests.at(-1)! : undefined, reserved: reserved.length > 0 };
+  return { r, forwarded: engine.fake.requests.length > before ? engine.fake.requests.at(-1)! : undefined, reserved: reserved.length > 0 };
 }
 
 describe("fields that decide whether special tokens are delivered", () => {
