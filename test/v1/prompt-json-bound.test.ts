@@ -16,6 +16,7 @@ import {
   promptTokensBound,
   pythonJsonBytes,
   pythonNumberBytes,
+  stringBytes,
   unboundedPrompt,
 } from "../../src/domain/money/token-pricing.js";
 import { makeRenter } from "../helpers/fixtures.js";
@@ -316,6 +317,17 @@ describe("promptTokensBound", () => {
 
   it.each([["{bad"], ["[NaN]"], ['{"v": Infinity}'], ["{'a': 1}"]])("refuses tool call arguments %s that are not JSON, naming the field", (args) => {
     expect(unboundedPrompt(withCall(args))).toBe("messages[1].tool_calls[0].function.arguments must be a JSON text: the model server parses it to render the prompt");
+  });
+
+  it("reads tool calls on assistant messages only, as vLLM does: another role's arguments are strings, counted as sent", () => {
+    const body = withCall("{bad");
+    const messages = body.messages as { role: string }[];
+    const asUser = { ...body, messages: messages.map((m, i) => (i === 1 ? { ...m, role: "user" } : m)) };
+    expect(unboundedPrompt(asUser)).toBeUndefined();
+    const call = (messages[1] as unknown as { tool_calls: unknown[] }).tool_calls;
+    // The same message without its tool calls, plus their strings' bytes: no markup, no re-serialization.
+    const without = { ...asUser, messages: asUser.messages.map((m, i) => (i === 1 ? { ...m, tool_calls: undefined } : m)) };
+    expect(promptTokensBound(asUser)).toBe(promptTokensBound(without) + stringBytes(call));
   });
 });
 

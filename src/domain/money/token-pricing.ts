@@ -232,9 +232,13 @@ function dumpedTool(tool: unknown): unknown {
   return dumped;
 }
 
-/** The assistant tool calls of a message, each with its `function` object (undefined: none). */
+/**
+ * The tool calls of an assistant message, each with its `function` object: vLLM parses the arguments of
+ * those only (another role's are left as sent, and counted as the strings they are).
+ */
 function toolCallsOf(message: unknown): { function: Record<string, unknown> }[] {
-  const calls = (message as { tool_calls?: unknown } | null)?.tool_calls;
+  const m = message as { role?: unknown; tool_calls?: unknown } | null;
+  const calls = m?.role === "assistant" ? m.tool_calls : undefined;
   if (!Array.isArray(calls)) return [];
   return calls.filter((c): c is { function: Record<string, unknown> } => {
     const fn = (c as { function?: unknown } | null)?.function;
