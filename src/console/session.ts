@@ -1,6 +1,7 @@
 // Who is signed in. The secret (API key or admin token) lives in memory and in
-// sessionStorage (gone when the tab closes); only with "remember me" is it put
-// in localStorage. It is never put in a URL or logged. Sign-out forgets both.
+// sessionStorage (gone when the tab closes); only with "remember me" is an API
+// key put in localStorage (the admin token never is). It is never put in a URL
+// or logged. Sign-out forgets both.
 export type Role = "renter" | "provider" | "admin";
 
 export interface Session {
@@ -33,10 +34,14 @@ export function session(): Session | undefined {
   return current;
 }
 
+/**
+ * Signs in, keeping the session for the tab, and with `remember` on this device too; never the
+ * operator's token, which opens every account and should not outlive the tab.
+ */
 export function signIn(s: Session, remember: boolean): void {
   current = s;
   sessionStorage.setItem(STORE_KEY, JSON.stringify(s));
-  if (remember) localStorage.setItem(STORE_KEY, JSON.stringify(s));
+  if (remember && s.role !== "admin") localStorage.setItem(STORE_KEY, JSON.stringify(s));
   else localStorage.removeItem(STORE_KEY);
   listeners.forEach((l) => l());
 }

@@ -292,6 +292,8 @@ describe("web console", () => {
     await page.keyboard.press("ArrowRight");
     await page.keyboard.press("ArrowRight");
     expect(await page.getByRole("tab", { name: "Operator" }).getAttribute("aria-selected")).toBe("true");
+    // The operator's token is kept for the tab only: no "Remember me" is offered.
+    expect(await page.getByRole("checkbox", { name: "Remember me on this device" }).count()).toBe(0);
     await page.getByLabel("Admin token").fill("wrong-token");
     await page.keyboard.press("Enter");
     await poll(() => page.getByRole("alert").textContent()).toContain("invalid admin token");
@@ -300,6 +302,7 @@ describe("web console", () => {
 
     const online = page.getByTestId("online-now");
     await poll(() => online.textContent()).toContain("Online now1");
+    expect(await page.evaluate(() => localStorage.length)).toBe(0);
     await poll(() => page.getByTestId("total-providers").textContent()).toContain("2");
     await poll(() => page.getByTestId("completed-jobs").textContent()).toContain("1");
     await poll(() => page.getByTestId("revenue").textContent()).toContain("0.20 SAR");

@@ -46,7 +46,7 @@ function KeySignIn({ role }: { role: Role }) {
         <input id={id} type="password" autocomplete="off" required value={secret} aria-describedby={`${id}-hint`}
           onInput={(e) => setSecret((e.target as HTMLInputElement).value)} />
       </Field>
-      <Remember value={remember} onChange={setRemember} />
+      {role === "admin" ? null : <Remember value={remember} onChange={setRemember} />}
       <ErrorBox error={a.error} />
       <button type="submit" disabled={a.busy}>
         Sign in
