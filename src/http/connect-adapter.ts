@@ -48,7 +48,9 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
   const limits = new Map(o.routes.map((r) => [`/${r.method.parent.typeName}/${r.method.name}`, r.readMaxBytes]));
 
   /** A call its IP row refused before its body was read: what the interceptors would have done for it (metrics, log line, request id). */
-  const refusedBeforeBody = (req: NodeRequest, procedure: string, started: number, requestId: string) => (err: unknown) => {
+  const refusedBeforeBody = (req: NodeRequest, res: NodeResponse, procedure: string, started: number, requestId: string) => (err: unknown) => {
+    // Its body is left unread: on HTTP/1.1 the connection cannot carry another request, and is closed.
+    if (req.httpVersionMajor === 1 && !res.headersSent) res.setHeader("connection", "close");
     if (!(err instanceof ConnectError)) log.error({ err, requestId, procedure }, "call failed");
     const e = err instanceof ConnectError ? err : internalError(requestId);
     e.metadata.set("x-request-id", requestId);
@@ -76,7 +78,7 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
     const check = uHandler.method.methodKind === "unary" ? jsonBodyCheck(req, limits.get(uHandler.requestPath) ?? 0) : undefined;
     if (counted || check) {
       const body = uReq.body as AsyncIterable<Uint8Array>;
-      const refused = refusedBeforeBody(req, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
+      const refused = refusedBeforeBody(req, res, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
       uReq.body = (async function* () {
         if (counted) await counted.catch(refused);
         for await (const piece of body) {

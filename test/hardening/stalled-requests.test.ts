@@ -144,6 +144,9 @@ describe("gRPC/Connect calls count on their IP row as their request starts", () 
     expect(past.text()).toMatch(/\r\nretry-after: \d+\r\n/i);
     expect(past.text()).toMatch(/\r\nx-request-id: /i);
     expect(JSON.parse(past.text().slice(past.text().indexOf("\r\n\r\n") + 4))).toMatchObject({ code: "resource_exhausted" });
+    // Its body unread, its connection is closed at once rather than held to the request limit.
+    expect(past.text()).toMatch(/\r\nconnection: close\r\n/i);
+    await within(past.closed, 1500, "the refused call's connection closed");
     // The first ROW were counted, not refused: still waiting for their bodies.
     for (const h of held) expect(h.status()).toBe("");
   });
