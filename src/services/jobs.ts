@@ -22,6 +22,7 @@ import { jobSignalHub } from "../workers/job-signals.js";
 import { checkEnum, iso, optionalText, page, REASON_MAX_CHARS } from "../domain/shared/validate.js";
 import { callerProviderId, callerRenterId, logPlatformFault, principalOf, type Deps, auditActor } from "./deps.js";
 import { credentialsKey } from "../http/credentials.js";
+import { rasterImageType } from "../shared/image-formats.js";
 
 /** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
 export function timeoutAtText(d: Date | null): string | undefined {
@@ -88,8 +89,6 @@ function pendingMessage(job: JobRow, queueReason?: string): string {
 
 const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 const OUTPUT_FORMATS = ["json", "png", "raw"] as const;
-/** Image formats a raw output is served as (image/<format>); any other is application/octet-stream. */
-const RASTER_FORMATS = new Set(["png", "jpeg", "jpg", "gif", "webp", "avif", "bmp"]);
 
 function imageBytes(obj: JsonObject | undefined): Buffer | undefined {
   if (typeof obj?.data !== "string") return undefined;
@@ -222,8 +221,8 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       if (typeof obj.response === "string") return { contentType: "text/plain; charset=utf-8", data: Buffer.from(obj.response) };
       if (image) {
         // The provider names the format: only a raster image type is served as one (an SVG is a document).
-        const fmt = typeof obj.format === "string" ? obj.format.toLowerCase() : "png";
-        return { contentType: RASTER_FORMATS.has(fmt) ? `image/${fmt === "jpg" ? "jpeg" : fmt}` : "application/octet-stream", data: image };
+        const fmt = typeof obj.format === "string" ? obj.format : "png";
+        return { contentType: rasterImageType(fmt) ?? "application/octet-stream", data: image };
       }
       return { contentType: "application/json; charset=utf-8", data: Buffer.from(JSON.stringify(raw)) };
     },

@@ -7,6 +7,7 @@ import { watchJob, type LiveJob } from "../live-job.js";
 import { href } from "../router.js";
 import { session } from "../session.js";
 import { Card, DataTable, Empty, ErrorBox, Loading, ProgressBar, StatusBadge, useAction, useLoad } from "../ui.js";
+import { RASTER_IMAGE_FORMATS } from "../../shared/image-formats.js";
 
 function useLiveJob(jobId: string): LiveJob {
   const [s, set] = useState<LiveJob>({ attempts: [], logs: [], lost: false, done: false });
@@ -24,8 +25,6 @@ function imageFormatOf(obj: JsonObject): string | undefined {
   return typeof obj.format === "string" && /^[a-z0-9]{1,10}$/.test(obj.format) ? obj.format : "png";
 }
 
-/** Image formats a browser shows in <img>; others are offered for download only. */
-const PREVIEWED = new Set(["png", "jpeg", "jpg", "gif", "webp", "avif", "bmp"]);
 
 /** The bytes of an image's `data`: base64, or a data: URL of it (as the service accepts). Throws when it is not. */
 function base64ToBytes(data: string): Uint8Array<ArrayBuffer> {
@@ -87,7 +86,7 @@ function Output({ jobId, status }: { jobId: string; status: string }) {
   return (
     <div class="output">
       <ErrorBox error={error ?? (unshown ? `The ${ext.toUpperCase()} output could not be shown; download it to look at it.` : undefined)} />
-      {kind === "image" && url && PREVIEWED.has(ext) && !unshown ? (
+      {kind === "image" && url && RASTER_IMAGE_FORMATS.has(ext) && !unshown ? (
         <img src={url} alt={`${ext.toUpperCase()} output of job ${jobId}`} data-testid="output-image" onError={() => setUnshown(true)} />
       ) : null}
       {kind === "text" ? <pre class="output-text">{result!.response as string}</pre> : null}
