@@ -21,32 +21,40 @@ export function requestIdOf(headers: IncomingHttpHeaders): string {
   return typeof given === "string" && CLIENT_REQUEST_ID.test(given) ? given : crypto.randomUUID();
 }
 
+/**
+ * What a failed call answers, logged once: a documented error as it is (with the request id), a client
+ * gone as Canceled, anything else as the opaque internal error. Also for calls refused before the
+ * interceptors ran (connect-adapter.ts).
+ */
+export function callFailure(log: Logger, thrown: unknown, call: { requestId: string; procedure: string; started: number }): ConnectError {
+  const { requestId, procedure } = call;
+  const err = toConnectError(thrown);
+  const ms = Math.round(performance.now() - call.started);
+  if (err instanceof ConnectError) {
+    err.metadata.set("x-request-id", requestId);
+    if (!(thrown instanceof ConnectError) && isDatabaseUnavailable(thrown)) {
+      log.warn({ err: thrown, requestId, procedure, ms }, "call failed: database unreachable");
+    } else if (log.isLevelEnabled("info")) {
+      // A documented error, 500s included ("heartbeat failed"); their causes were logged where they were made.
+      log.info({ requestId, procedure, code: Code[err.code], ms }, "call");
+    }
+    return err;
+  }
+  if (failureLogLevel(thrown) === "info") {
+    // Expected: the client cancelled, or its stream or connection was cut; nobody is left to answer.
+    log.info({ requestId, procedure, ms, reason: (thrown as Error)?.message ?? String(thrown) }, "call ended: the client went away");
+    return new ConnectError("the client went away", Code.Canceled, { "x-request-id": requestId });
+  }
+  log.error({ err, requestId, procedure, ms }, "call failed");
+  return internalError(requestId);
+}
+
 export function callLogInterceptor(log: Logger): Interceptor {
   return (next) => async (req) => {
     const started = performance.now();
     const { requestId } = req.contextValues.get(credentialsKey);
     const procedure = `${req.service.typeName}/${req.method.name}`;
-    const failed = (thrown: unknown): ConnectError => {
-      const err = toConnectError(thrown);
-      const ms = Math.round(performance.now() - started);
-      if (err instanceof ConnectError) {
-        err.metadata.set("x-request-id", requestId);
-        if (!(thrown instanceof ConnectError) && isDatabaseUnavailable(thrown)) {
-          log.warn({ err: thrown, requestId, procedure, ms }, "call failed: database unreachable");
-        } else if (log.isLevelEnabled("info")) {
-          // A documented error, 500s included ("heartbeat failed"); their causes were logged where they were made.
-          log.info({ requestId, procedure, code: Code[err.code], ms }, "call");
-        }
-        return err;
-      }
-      if (failureLogLevel(thrown) === "info") {
-        // Expected: the client cancelled, or its stream or connection was cut; nobody is left to answer.
-        log.info({ requestId, procedure, ms, reason: (thrown as Error)?.message ?? String(thrown) }, "call ended: the client went away");
-        return new ConnectError("the client went away", Code.Canceled, { "x-request-id": requestId });
-      }
-      log.error({ err, requestId, procedure, ms }, "call failed");
-      return internalError(requestId);
-    };
+    const failed = (thrown: unknown): ConnectError => callFailure(log, thrown, { requestId, procedure, started });
     try {
       const res = await next(req);
       res.header.set("x-request-id", requestId);

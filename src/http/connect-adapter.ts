@@ -16,9 +16,9 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "./credentials.js";
-import { internalError } from "./errors.js";
 import { JsonDepthMeter, MAX_JSON_DEPTH } from "./json-depth.js";
-import { codeLabel, wireOf } from "./metrics.js";
+import { callFailure } from "./call-log.js";
+import { countCall, wireOf } from "./metrics.js";
 import { ipRowCountKey } from "./rate-limits.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "./rest.js";
 
@@ -51,11 +51,8 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
   const refusedBeforeBody = (req: NodeRequest, res: NodeResponse, procedure: string, started: number, requestId: string) => (err: unknown) => {
     // Its body is left unread: on HTTP/1.1 the connection cannot carry another request, and is closed.
     if (req.httpVersionMajor === 1 && !res.headersSent) res.setHeader("connection", "close");
-    if (!(err instanceof ConnectError)) log.error({ err, requestId, procedure }, "call failed");
-    const e = err instanceof ConnectError ? err : internalError(requestId);
-    e.metadata.set("x-request-id", requestId);
-    metrics.request(wireOf(req.headers["content-type"]), procedure, codeLabel(e.code), (performance.now() - started) / 1000);
-    if (log.isLevelEnabled("info")) log.info({ requestId, procedure, code: Code[e.code], ms: Math.round(performance.now() - started) }, "call");
+    const e = callFailure(log, err, { requestId, procedure, started });
+    countCall(metrics, wireOf(req.headers["content-type"]), procedure, e, started);
     throw e;
   };
 

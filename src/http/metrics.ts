@@ -121,8 +121,13 @@ export function wireOf(contentType: string | null | undefined): Wire {
 }
 
 /** "InvalidArgument" -> "invalid_argument": the status label of a gRPC-family call. */
-export function codeLabel(code: Code): string {
+function codeLabel(code: Code): string {
   return (Code[code] ?? "unknown").replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase());
+}
+
+/** Counts one gRPC / Connect call that ended (`err` undefined: ok) on its wire, by RPC and code, with its seconds. */
+export function countCall(metrics: Metrics, wire: Wire, route: string, err: unknown, started: number): void {
+  metrics.request(wire, route, err === undefined ? "ok" : codeLabel(ConnectError.from(err).code), (performance.now() - started) / 1000);
 }
 
 /**
@@ -136,8 +141,7 @@ export function metricsInterceptor(metrics: Metrics): Interceptor {
     const started = performance.now();
     const wire = wireOf(req.header.get("content-type"));
     const route = `${req.service.typeName}/${req.method.name}`;
-    const done = (err: unknown) =>
-      metrics.request(wire, route, err === undefined ? "ok" : codeLabel(ConnectError.from(err).code), (performance.now() - started) / 1000);
+    const done = (err: unknown) => countCall(metrics, wire, route, err, started);
     let res;
     try {
       res = await next(req);
