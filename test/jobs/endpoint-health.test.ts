@@ -74,15 +74,15 @@ interface Serving {
 }
 
 /**
- * A renter's vllm_serve job (20 halala a minute, 60 minutes held: 1,200) on a fresh provider, pinned
+ * A renter's vllm_serve job (20 halala a minute, 60 minutes held: 1,200, or `minutes`) on a fresh provider, pinned
  * to it or not, polled by its daemon and its endpoint reported with a key.
  */
-async function serving(url: string, opts: { pinned: boolean }): Promise<Serving> {
+async function serving(url: string, opts: { pinned: boolean; minutes?: number }): Promise<Serving> {
   const renter = await makeRenter(srv, 10_000);
   const provider = await makeProvider(srv, { vramMib: 81920, gpuModel: "NVIDIA H100 80GB HBM3" });
   const submit = await api.post(
     "/api/jobs/submit",
-    { job_type: "vllm_serve", params: { model: MODEL }, duration_minutes: 60, max_duration_seconds: 3600, ...(opts.pinned ? { provider_id: provider.id } : {}) },
+    { job_type: "vllm_serve", params: { model: MODEL }, duration_minutes: opts.minutes ?? 60, max_duration_seconds: 3600, ...(opts.pinned ? { provider_id: provider.id } : {}) },
     renter.headers,
   );
   expect(submit.status, submit.text).toBe(201);
@@ -298,7 +298,7 @@ it("one provider's dead endpoints, however many, are not taken for the platform'
   expect(await ledgerProblems(srv.sql)).toEqual([]);
 });
 
-describe("a timeout or a renter's cancel, judged on the probe's record", () => {
+describe("a job's end judged on the probe's record: a timeout, a renter's cancel, a daemon's report, a stop for funds", () => {
   /** The record the probe leaves between two probes: failing since `since` s ago, the latest failure `last` s ago. */
   const failing = (jobId: string, since: number, last: number) => srv.sql`
     UPDATE jobs SET endpoint_failing_since = now() - make_interval(secs => ${since}),
@@ -331,6 +331,44 @@ describe("a timeout or a renter's cancel, judged on the probe's record", () => {
       expect((await api.post(`/api/jobs/${s.jobId}/cancel`, {}, s.renter.headers)).status).toBe(200);
       expect(await jobRow(s.jobId)).toMatchObject({ status: "cancelled", end_reason: "renter_cancelled", fault: "renter", actual_cost_halala: 220 });
     }
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a success reported after failing longer than the grace: the provider's failure, re-queued at no charge, nothing earned", async () => {
+    const s = await serving(await closedPort(), { pinned: false });
+    await elapse(s.jobId, 600);
+    await failing(s.jobId, ENDPOINT_FAILING_GRACE_SECONDS + 20, 25);
+    const r = await api.post("/api/providers/job-result", { api_key: s.provider.key, job_id: s.jobId, success: true, result: { response: "served" } });
+    expect(r.status, r.text).toBe(200);
+    expect(r.body).toMatchObject({ cost_halala: 0, provider_earned_halala: 0 });
+    const [first] = await attempts(s.jobId);
+    expect(first).toMatchObject({ status: "requeued", end_reason: "provider_error", fault: "provider", cost_halala: 0 });
+    expect(first.error).toMatch(/the report claimed success, but its endpoint failed every health check/);
+    expect(await balance(s.renter)).toMatchObject({ balance_halala: 10_000, total_spent_halala: 0 });
+    expect(await earnings(s.provider.id)).toBe(0);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
+  it("a failure the daemon puts on the renter, or a stop for funds, after failing longer than the grace: nothing billed or earned", async () => {
+    const crashed = await serving(await closedPort(), { pinned: true });
+    const broke = await serving(await closedPort(), { pinned: true, minutes: 10 });
+    for (const s of [crashed, broke]) {
+      await elapse(s.jobId, 600);
+      await failing(s.jobId, ENDPOINT_FAILING_GRACE_SECONDS + 20, 25);
+    }
+    const r = await api.post("/api/providers/job-result", {
+      api_key: crashed.provider.key, job_id: crashed.jobId, success: false, error: "your model crashed", fault: "renter", end_reason: "runtime_error",
+    });
+    expect(r.status, r.text).toBe(200);
+    expect(await jobRow(crashed.jobId)).toMatchObject({ status: "failed", end_reason: "runtime_error", actual_cost_halala: 0, provider_earned_halala: 0 });
+    // The rest of the renter's balance (10,000 less the 200 held) goes to another job, so the serving job's
+    // hold cannot grow: at its 10 paid minutes it is stopped.
+    const spend = await api.post("/api/jobs/submit", { job_type: "training", duration_minutes: 392, params: {} }, broke.renter.headers);
+    expect(spend.status, spend.text).toBe(201);
+    expect((await balance(broke.renter)).available_halala).toBe(0);
+    await sweepJobs(srv.sql, { lostJobs: false });
+    expect(await jobRow(broke.jobId)).toMatchObject({ status: "failed", end_reason: "out_of_funds", actual_cost_halala: 0, provider_earned_halala: 0 });
+    for (const s of [crashed, broke]) expect(await earnings(s.provider.id)).toBe(0);
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

@@ -18,7 +18,7 @@ import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { upForSql } from "../shared/platform-pulse.js";
 import { withinRunWindowSql } from "../providers/preferences.js";
 import { refreshReputation } from "../providers/reputation.js";
-import { belowMinimum, daemonPolicy, versionRank } from "../providers/versions.js";
+import { belowMinimum, daemonPolicy, verifiesTasksSql } from "../providers/versions.js";
 import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
 import type { JobRow, JobSummaryRow } from "../shared/job-row.js";
 import { endLocked, lockJobById, runSeconds, type LockedJob } from "../money/settlement.js";
@@ -36,12 +36,8 @@ export const jobPolicy = { maxAttempts: 3 };
  * (migration 037): change both, or the reads that look for live providers scan the table.
  */
 export const liveSql = (db: Db) => db`(
-  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND p.task_key_mismatch IS NULL
-  AND (p.daemon_version_rank IS NULL OR p.daemon_version_rank >= ${minDaemonRank()})
+  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND ${verifiesTasksSql(db, "p")}
   AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))`;
-
-/** The rank of SVC_DAEMON_MIN_VERSION: a daemon below it is not given jobs (providers/versions.ts). */
-const minDaemonRank = () => versionRank(daemonPolicy.minVersion) ?? 0;
 
 /** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/providers/preferences.ts). */
 export const runWindowSql = (db: Db) => withinRunWindowSql(db, "p");

@@ -310,7 +310,9 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
  * reported its endpoint, or one whose endpoint had been failing the server's
  * health probe for longer than the grace, it is the provider's failure,
  * provider_error), and so is a success (job-end.ts judgeServed: a serving job
- * that never reported its endpoint served nothing).
+ * that never reported its endpoint, or whose endpoint the probe found dead,
+ * served nothing; a failure the daemon puts on the renter there bills nothing,
+ * settlement.ts billsTimeUsed).
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
   requireFields({ job_id: msg.jobId });
@@ -339,7 +341,7 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
       if (repeat) return { figures: figuresOf(job), freed: false, requeued: undefined };
       throw conflict(`job already ${job.status} (${job.end_reason ?? "ended"}); the result was not accepted`);
     }
-    // A success the server's record contradicts (a serving job that never reported its endpoint) is the provider's failure.
+    // A success the server's record contradicts (a serving job that never reported its endpoint, or whose endpoint was dead) is the provider's failure.
     const unserved = success ? judgeServed(job) : undefined;
     if (success && !unserved) return { figures: await completeLocked(tx, job, result ?? null, metrics), freed: true, requeued: undefined };
     let { reason, fault } = unserved ?? (judged as Exclude<typeof judged, { error: string } | undefined>);

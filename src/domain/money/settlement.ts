@@ -19,7 +19,7 @@ import { openHold, release, settle } from "./ledger.js";
 import { actualCostHalala, billableMinutes } from "./pricing.js";
 import { collectRefundDebt } from "./refund-debt.js";
 import { notifyCancel } from "../notify/job-notices.js";
-import { faultOf, servedNothing, type EndReason, type Fault } from "../shared/job-end.js";
+import { deadAtEnd, faultOf, servedNothing, type EndReason, type Fault } from "../shared/job-end.js";
 import { enqueueRenterWebhook } from "../notify/webhooks.js";
 import type { JobRow } from "../shared/job-row.js";
 import { reportJobSettled } from "../shared/observe.js";
@@ -114,7 +114,7 @@ export function runSeconds(job: LockedJob): number {
  */
 export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, metrics: unknown): Promise<Figures> {
   if (job.provider_id === null) throw new Error(`job ${job.job_id} has no provider to pay`);
-  if (servedNothing(job)) throw new Error(`job ${job.job_id} never reported its endpoint: it served nothing to bill`);
+  if (servedNothing(job) || deadAtEnd(job)) throw new Error(`job ${job.job_id} served nothing to bill (job-end.ts judgeServed)`);
   const minutes = billableMinutes(runSeconds(job), job.max_duration_seconds);
   await lockRenterFunds(tx, job.renter_id);
   const held = await heldFor(tx, job);
@@ -154,12 +154,16 @@ export interface EndOptions {
  * Whether an end bills the renter for the time used: the renter's fault, after
  * the job started running and its provider confirmed it had it (a polled job
  * whose daemon never reported may never have reached it: acked_at), and not
- * a serving job that never reported its endpoint (job-end.ts servedNothing:
- * its time served nothing, so a cancel, a stop for funds or a failure of the
- * renter's charges none of it).
+ * a serving job that never reported its endpoint or whose endpoint was dead
+ * when it ended (job-end.ts servedNothing, deadAtEnd: its time served nothing,
+ * so a cancel, a stop for funds or a failure of the renter's charges none of it).
  */
-export const billsTimeUsed = (job: Pick<JobRow, "status" | "started_at" | "provider_id" | "acked_at" | "job_type" | "endpoint_url">, fault: Fault): boolean =>
-  fault === "renter" && job.status === "running" && job.started_at !== null && job.acked_at !== null && job.provider_id !== null && !servedNothing(job);
+export const billsTimeUsed = (
+  job: Pick<LockedJob, "status" | "started_at" | "provider_id" | "acked_at" | "job_type" | "endpoint_url" | "endpoint_failing_since" | "endpoint_failed_at" | "db_now">,
+  fault: Fault,
+): boolean =>
+  fault === "renter" && job.status === "running" && job.started_at !== null && job.acked_at !== null && job.provider_id !== null &&
+  !servedNothing(job) && !deadAtEnd(job);
 
 /**
  * Ends an active job (row locked, status checked by the caller) as failed or

@@ -12,6 +12,7 @@ import type { Sql } from "../../db/index.js";
 import { REPUTATION_REFRESH_SECONDS } from "./reputation.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { withinRunWindowSql } from "./preferences.js";
+import { verifiesTasksSql } from "./versions.js";
 
 /** A heartbeat after lenient parsing; undefined members were not reported. */
 export interface HeartbeatInput {
@@ -115,10 +116,13 @@ const telemetrySet = (db: Sql) => db`
  * starts a new accumulator; finishedHours() files the old one. The beats of a
  * provider that takes no work credit nothing: paused, or scheduled and outside
  * its run window (it is heard, but placement skips it), since uptime is a
- * third of the reliability score that placement prefers.
+ * third of the reliability score that placement prefers; nor do the beats of a
+ * daemon that cannot verify this server's tasks (versions.ts verifiesTasksSql:
+ * another task-signing key pinned, or below the minimum version), which
+ * dispatch gives no jobs.
  */
 function coverageSet(db: Sql, hour: ReturnType<Sql>) {
-  const credit = db`(CASE WHEN p.is_paused OR NOT ${withinRunWindowSql(db, "p")} THEN 0
+  const credit = db`(CASE WHEN p.is_paused OR NOT ${withinRunWindowSql(db, "p")} OR NOT ${verifiesTasksSql(db, "p")} THEN 0
     ELSE svc_heartbeat_credit(p.last_heartbeat, v.first_ts, v.last_ts) END)`;
   return db`
     uptime_hour_seconds = CASE WHEN p.uptime_hour = ${hour} THEN least(3600, p.uptime_hour_seconds + ${credit})

@@ -2,6 +2,7 @@
 // update signals a heartbeat returns. min/latest come from config
 // (SVC_DAEMON_MIN_VERSION, SVC_DAEMON_LATEST_VERSION).
 import { DAEMON_MIN_RELEASE } from "../../shared/daemon-release.js";
+import type { Db } from "../../db/index.js";
 
 export interface Version {
   major: number;
@@ -66,6 +67,19 @@ export function versionRank(text: string): number | undefined {
   const v = parseVersion(text);
   if (!v || v.major >= 1e6 || v.minor >= 1e6 || v.patch >= 1e6) return undefined;
   return v.major * 1e12 + v.minor * 1e6 + v.patch;
+}
+
+/** The rank of SVC_DAEMON_MIN_VERSION: a daemon below it is not given jobs. */
+export const minDaemonRank = () => versionRank(daemonPolicy.minVersion) ?? 0;
+
+/**
+ * Provider `alias`'s daemon can verify this server's tasks: it pinned no other task-signing key
+ * (task-key.ts) and is not below the minimum version. One that cannot is heard but given no jobs
+ * (dispatch.ts liveSql), and earns no uptime (heartbeat-write.ts coverageSet).
+ */
+export function verifiesTasksSql(db: Db, alias: string) {
+  const a = db(alias);
+  return db`(${a}.task_key_mismatch IS NULL AND (${a}.daemon_version_rank IS NULL OR ${a}.daemon_version_rank >= ${minDaemonRank()}))`;
 }
 
 /** Whether a reported daemon version is below the minimum given jobs (unknown: not below). */

@@ -146,14 +146,30 @@ const NEVER_SERVED = "the provider never reported the job's endpoint (endpoint-r
 
 /**
  * A daemon's success report, against the server's record: for a serving job
- * that never reported its endpoint (servedNothing) it is the provider's
- * failure (provider_error: re-queued at no charge or failed with the hold
+ * that never reported its endpoint (servedNothing), or whose endpoint was
+ * dead when it reported (deadAtEnd), it is the provider's failure (provider_error: re-queued at no charge or failed with the hold
  * back, dispatch.ts loseJobLocked, and the provider docked), as its timeout
  * would be. Undefined when the record bears the report out.
  */
-export function judgeServed(job: { job_type: string; endpoint_url: string | null }): { reason: "provider_error"; fault: "provider"; error: string } | undefined {
-  if (!servedNothing(job)) return undefined;
-  return { reason: "provider_error", fault: "provider", error: `the report claimed success, but ${NEVER_SERVED}` };
+export function judgeServed(
+  job: Parameters<typeof deadAtEnd>[0] & { endpoint_url: string | null },
+): { reason: "provider_error"; fault: "provider"; error: string } | undefined {
+  if (servedNothing(job)) return { reason: "provider_error", fault: "provider", error: `the report claimed success, but ${NEVER_SERVED}` };
+  const dead = deadAtEnd(job);
+  return dead && { ...dead, error: `the report claimed success, but ${dead.error}` };
+}
+
+/**
+ * A serving job's end against the probe's record: its endpoint had been failing every health check
+ * for longer than the grace (judgeEndpointHealth), so it was serving nothing when it ended. Such an
+ * end bills none of the run (settlement.ts billsTimeUsed, as for servedNothing; and as the renter's
+ * cancel and the timeout judge it), and a success report is the provider's failure (judgeServed).
+ * Undefined for any other job.
+ */
+export function deadAtEnd(job: {
+  job_type: string; endpoint_failing_since: Date | null; endpoint_failed_at: Date | null; db_now: Date;
+}): { reason: "provider_error"; fault: "provider"; error: string } | undefined {
+  return judgeEndpointHealth(job.job_type, endpointHealthOf(job));
 }
 
 /** What the server's own records say of the attempt a timeout ends. */
