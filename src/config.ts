@@ -36,6 +36,8 @@ export interface Config {
   frontendUrl: string;
   /** Baked into installers and the daemon; outside production it defaults to this server's own address. */
   backendUrl: string;
+  /** In production, the public-origin variables left unset (FRONTEND_URL, BACKEND_URL): their defaults are used, and the start warns. */
+  defaultedOrigins: string[];
   corsOrigins: string[];
   /**
    * Trusted proxy hops in front of the service (SVC_TRUST_PROXY: off = 0,
@@ -254,8 +256,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const dataDir = path.resolve(env.SVC_DATA_DIR || "./.data");
 
   if (production) {
-    // The public origins too: the installers and daemons the server hands out, and links in its mail, carry them.
-    const missing = ["SVC_ADMIN_TOKEN", "SVC_HMAC_SECRET", "DATABASE_URL", "BACKEND_URL", "FRONTEND_URL"].filter((n) => !env[n]);
+    // The public origins (FRONTEND_URL, BACKEND_URL) are optional by the interface: their defaults, with a warning at start.
+    const missing = ["SVC_ADMIN_TOKEN", "SVC_HMAC_SECRET", "DATABASE_URL"].filter((n) => !env[n]);
     if (missing.length > 0) {
       throw new ConfigError(`missing required environment variables for production: ${missing.join(", ")}`);
     }
@@ -289,6 +291,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     frontendUrl: url(env, "FRONTEND_URL", DEFAULT_FRONTEND_URL),
     // Outside production an unset BACKEND_URL becomes this server's own address once it listens (server.ts).
     backendUrl: env.BACKEND_URL || production ? url(env, "BACKEND_URL", DEFAULT_BACKEND_URL) : "",
+    defaultedOrigins: production ? ["FRONTEND_URL", "BACKEND_URL"].filter((n) => !env[n]) : [],
     corsOrigins: (env.CORS_ORIGINS || "").split(",").map((s) => s.trim()).filter(Boolean),
     trustProxy: trustProxyHops(env),
     redisUrl: env.REDIS_URL || undefined,

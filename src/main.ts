@@ -18,6 +18,13 @@ async function main() {
   const log = createLogger(config.logLevel);
   applyHeapGrowth(config.heapGrowthPercent);
   if (config.secretsFile) log.info({ file: config.secretsFile }, "local admin token and HMAC secret are kept in this file");
+  if (config.defaultedOrigins.length > 0) {
+    // The installers and daemons handed out, and the links in mail and payment callbacks, carry these origins.
+    log.warn(
+      { unset: config.defaultedOrigins, frontendUrl: config.frontendUrl, backendUrl: config.backendUrl },
+      "public origins not configured: installers, daemons and links carry the defaults; set FRONTEND_URL and BACKEND_URL",
+    );
+  }
   // Signals are handled from the first moment: a stop requested while starting
   // waits for the start to finish, then shuts down cleanly.
   let stopRequested: string | undefined;

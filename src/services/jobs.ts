@@ -15,6 +15,7 @@ import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jo
 import { type JobRow } from "../domain/shared/job-row.js";
 import { checkPublicServing, prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
 import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
+import { IMAGE_RESULT_JOB_TYPES } from "../domain/jobs/task-spec.js";
 import { recordAttestation } from "../domain/providers/attestations.js";
 import { parseCursor } from "../domain/jobs/job-watch.js";
 import { jobWatchHub } from "../workers/job-watch.js";
@@ -72,11 +73,11 @@ async function submission(db: Db, job: JobRow, standing?: QueueStanding) {
   } satisfies MessageInitShape<typeof SubmitJobResponseSchema>;
 }
 
-/** The result object a completed job answers on /output (text results as {response}). */
+/** The result object a completed job answers on /output (a bare string as {data} for an image job, else {response}). */
 function resultObject(job: JobRow): JsonObject | undefined {
   const r = job.result as JsonValue | null;
   if (r === null || r === undefined) return undefined;
-  if (typeof r === "string") return { response: r };
+  if (typeof r === "string") return IMAGE_RESULT_JOB_TYPES.includes(job.job_type) ? { data: r } : { response: r };
   if (typeof r === "object" && !Array.isArray(r)) return r;
   return { result: r };
 }

@@ -24,13 +24,18 @@ describe("config", () => {
 
   it("names every missing production variable", () => {
     expect(() => loadConfig({ NODE_ENV: "production" })).toThrow(ConfigError);
-    expect(() => loadConfig({ NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20) })).toThrow(/SVC_HMAC_SECRET, DATABASE_URL, BACKEND_URL, FRONTEND_URL/);
+    expect(() => loadConfig({ NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20) })).toThrow(/SVC_HMAC_SECRET, DATABASE_URL$/);
   });
 
-  it("BACKEND_URL: the public origin, required in production; this server's own address (filled at listen) outside it", () => {
-    const prod = { NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20), SVC_HMAC_SECRET: "y".repeat(20), DATABASE_URL: "postgres://x@h/db", FRONTEND_URL: "https://example.org" };
-    expect(() => loadConfig(prod)).toThrow(/missing required environment variables for production: BACKEND_URL$/);
-    expect(loadConfig({ ...prod, BACKEND_URL: "https://api.example.org" }).backendUrl).toBe("https://api.example.org");
+  it("BACKEND_URL and FRONTEND_URL: optional (the interface's defaults, named for a warning at start) in production; the server's own address (filled at listen) outside it", () => {
+    const prod = { NODE_ENV: "production", SVC_ADMIN_TOKEN: "x".repeat(20), SVC_HMAC_SECRET: "y".repeat(20), DATABASE_URL: "postgres://x@h/db" };
+    expect(loadConfig(prod)).toMatchObject({
+      backendUrl: "https://api.svc.example.com", frontendUrl: "https://svc.example.com", defaultedOrigins: ["FRONTEND_URL", "BACKEND_URL"],
+    });
+    expect(loadConfig({ ...prod, FRONTEND_URL: "https://example.org" }).defaultedOrigins).toEqual(["BACKEND_URL"]);
+    expect(loadConfig({ ...prod, FRONTEND_URL: "https://example.org", BACKEND_URL: "https://api.example.org" })).toMatchObject({
+      backendUrl: "https://api.example.org", defaultedOrigins: [],
+    });
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "svc-cfg-"));
     expect(loadConfig({ SVC_DATA_DIR: dir }).backendUrl).toBe(""); // server.ts sets it to http://host:port once listening
     expect(loadConfig({ SVC_DATA_DIR: dir, BACKEND_URL: "http://10.0.0.5:8080" }).backendUrl).toBe("http://10.0.0.5:8080");
@@ -57,6 +62,6 @@ describe("config", () => {
       timeout: 20_000,
     });
     expect(r.status).toBe(1);
-    expect(r.stderr).toMatch(/SVC_ADMIN_TOKEN, SVC_HMAC_SECRET, DATABASE_URL, BACKEND_URL, FRONTEND_URL/);
+    expect(r.stderr).toMatch(/SVC_ADMIN_TOKEN, SVC_HMAC_SECRET, DATABASE_URL$/m);
   });
 });

@@ -9,6 +9,7 @@ import {
   IMAGE_MODELS, LLM_MODELS, PARAMS_SCHEMAS, validateParams,
 } from "../../src/domain/jobs/job-schemas.js";
 import { BUILTIN_IMAGES } from "../../src/domain/jobs/registry.js";
+import { buildTaskSpec } from "../../src/domain/jobs/task-spec.js";
 
 const err = (type: string, params: unknown, opts?: { defaultImage?: boolean }) => {
   try {
@@ -41,6 +42,22 @@ describe("job params schemas", () => {
       expect(err(t, { prompt: "p", max_tokens: 100.5 })).toMatch(/^params\.max_tokens/);
       expect(err(t, { prompt: "p", temperature: "1" })).toMatch(/^params\.temperature/);
     }
+  });
+
+  it("takes any integer seed the spec's clients send; a negative one (\"random\") is left out of the task so the engine draws one", () => {
+    for (const seed of [-1, 0, 4_294_967_296, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER]) {
+      expect(validateParams("image_generation", { seed })).toMatchObject({ seed });
+    }
+    expect(err("image_generation", { seed: 1.5 })).toMatch(/params\.seed/);
+    expect(err("image_generation", { seed: 2 ** 60 })).toMatch(/params\.seed/);
+    const spec = (seed: number) =>
+      buildTaskSpec({
+        jobId: "job-seed", jobType: "image_generation", params: validateParams("image_generation", { seed }), containerSpec: {},
+        gpuRequirements: null, maxDurationSeconds: 60, workspaceVolumeName: "v", checkpointEnabled: false, model: null,
+      }).inputs as Record<string, unknown>;
+    expect(spec(-1)).not.toHaveProperty("seed");
+    expect(spec(4_294_967_296).seed).toBe(4_294_967_296);
+    expect(spec(7).seed).toBe(7);
   });
 
   it("allows only the listed models and fills defaults", () => {

@@ -344,6 +344,25 @@ describe("the legacy daemon protocol", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("answers an image job's bare string result (its base64 PNG) under `data`, as the spec's image results, and serves it as PNG", async () => {
+    const p = await makeProvider(srv);
+    const r = await makeRenter(srv, 100_000);
+    const s = await api.post("/api/jobs/submit", { job_type: "image_generation", duration_minutes: 1 }, r.headers);
+    expect(s.status, s.text).toBe(201);
+    const jobId = s.body.job.job_id;
+    await pickUp(api, p.key);
+    const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0]).toString("base64");
+    const done = await api.post("/api/providers/job-result", { api_key: p.key, job_id: jobId, success: true, result: png });
+    expect(done.status, done.text).toBe(200);
+    const out = await api.get(`/api/jobs/${jobId}/output`, r.headers);
+    expect(out.status).toBe(200);
+    expect(out.body).toMatchObject({ data: png, job_id: jobId, status: "completed" });
+    expect(out.body.response).toBeUndefined();
+    const raw = await fetch(`${srv.url}/api/jobs/${jobId}/output/png`, { headers: r.headers });
+    expect(raw.status).toBe(200);
+    expect(Buffer.from(await raw.arrayBuffer()).toString("base64")).toBe(png);
+  });
+
   it("stores the endpoint of a serving job", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);

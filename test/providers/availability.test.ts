@@ -34,12 +34,13 @@ describe("available-providers", () => {
     await heartbeat(srv, suspended.key, { gpu_status: gpuStatus(98304) });
     await api.post(`/api/admin/providers/${suspended.id}/suspend`, {}, ADMIN);
     await heartbeat(srv, silent.key, { gpu_status: gpuStatus(65536) });
-    await heardSecondsAgo(srv, silent.id, 121); // not live any more, though the sweep has not run yet
+    await heardSecondsAgo(srv, silent.id, 121); // not live any more, though the sweep has not run yet: listed, is_live false
 
     const r = await api.get("/api/renters/available-providers");
     expect(r.status).toBe(200);
-    expect(ids(r)).toEqual([big.id, mid.id, small.id]);
-    expect(r.body.total).toBe(3);
+    expect(ids(r)).toEqual([big.id, silent.id, mid.id, small.id]);
+    expect(r.body.total).toBe(4);
+    expect(r.body.providers.map((p: { is_live: boolean }) => p.is_live)).toEqual([true, false, true, true]);
     expect(r.body.discovery_mode).toBe("sqlite");
     expect(r.body.discovery_health).toEqual({ mode: "sqlite", enabled: false, announcement_enabled: false, bootstrap_configured: false });
     expect(r.body.providers[0]).toEqual({
@@ -62,22 +63,22 @@ describe("available-providers", () => {
       addrs: [],
       stale: false,
     });
-    expect(r.body.providers[2].cached_models).toEqual(["tinyllama"]);
-    expect(r.body.providers[1].vram_gb).toBe(24);
+    expect(r.body.providers[3].cached_models).toEqual(["tinyllama"]);
+    expect(r.body.providers[2].vram_gb).toBe(24);
 
     // Paging (an extension): total still counts all.
-    const page = await api.get("/api/renters/available-providers?limit=1&offset=1");
+    const page = await api.get("/api/renters/available-providers?limit=1&offset=2");
     expect(ids(page)).toEqual([mid.id]);
-    expect(page.body.total).toBe(3);
+    expect(page.body.total).toBe(4);
     expect((await api.get("/api/renters/available-providers?limit=0")).status).toBe(400);
 
     // Resume brings the paused one back, in VRAM order.
     await api.post("/api/providers/resume", { key: paused.key });
-    expect(ids(await api.get("/api/renters/available-providers"))).toEqual([big.id, paused.id, mid.id, small.id]);
+    expect(ids(await api.get("/api/renters/available-providers"))).toEqual([big.id, silent.id, paused.id, mid.id, small.id]);
     await api.post("/api/providers/pause", { key: paused.key });
   });
 
-  it("the 120 s edge: heard 119 s ago is live and listed, 121 s ago is neither; the sweep then marks it offline", async () => {
+  it("the 120 s edge: heard 119 s ago is live, 121 s ago is listed not live; the sweep then marks it offline and it leaves the list", async () => {
     const edge = await newProvider(srv);
     const gone = await newProvider(srv);
     await heartbeat(srv, edge.key, { gpu_status: gpuStatus(200_000) });
@@ -86,8 +87,9 @@ describe("available-providers", () => {
     await heardSecondsAgo(srv, gone.id, 121);
 
     const listed = await api.get("/api/renters/available-providers");
-    expect(ids(listed)).toContain(edge.id);
-    expect(ids(listed)).not.toContain(gone.id);
+    const live = (id: number) => listed.body.providers.find((p: { id: number }) => p.id === id)?.is_live;
+    expect(live(edge.id)).toBe(true);
+    expect(live(gone.id)).toBe(false);
     expect((await api.get(`/api/providers/status/${edge.key}`)).body).toMatchObject({ status: "online", is_live: true });
     expect((await api.get(`/api/providers/status/${gone.key}`)).body).toMatchObject({ status: "online", is_live: false });
 
@@ -96,6 +98,7 @@ describe("available-providers", () => {
     expect(offline).not.toContain(edge.id);
     expect((await api.get(`/api/providers/status/${gone.key}`)).body.status).toBe("offline");
     expect((await api.get(`/api/providers/status/${edge.key}`)).body.status).toBe("online");
+    expect(ids(await api.get("/api/renters/available-providers"))).not.toContain(gone.id);
 
     // The next heartbeat brings it straight back (the sweep told the cache).
     expect((await heartbeat(srv, gone.key)).status).toBe(200);

@@ -21,11 +21,11 @@ interface Listed {
 describe("available-providers at fleet size", () => {
   it("pages through 2,500 available providers in order, each once, with one total; a page reads the index, not a sort", async () => {
     // 2,500 available (VRAM and score repeat, some of each unknown), and 2,500 that are not:
-    // paused, unapproved, silent past the live window, or offline.
+    // paused, unapproved, or offline (silent past the live window, or marked so).
     await srv.sql`
       INSERT INTO providers (name, email, gpu_model, os, status, approval_status, is_paused, last_heartbeat, gpu_vram_mib, reliability_score)
       SELECT 'Rig ' || g, 'fleet-' || g || '@example.test', 'NVIDIA RTX 4090', 'linux',
-             CASE WHEN g % 10 = 3 THEN 'offline' ELSE 'online' END,
+             CASE WHEN g % 10 IN (3, 9) THEN 'offline' ELSE 'online' END,
              CASE WHEN g % 10 = 5 THEN 'pending' ELSE 'approved' END,
              g % 10 = 7,
              now() - CASE WHEN g % 10 = 9 THEN interval '10 minutes' ELSE interval '5 seconds' END,
@@ -36,7 +36,7 @@ describe("available-providers at fleet size", () => {
     await srv.sql`ANALYZE providers`;
     const expected = await srv.sql<{ id: number }[]>`
       SELECT id FROM providers
-      WHERE status = 'online' AND NOT is_paused AND approval_status = 'approved' AND last_heartbeat >= now() - interval '1 minute'`;
+      WHERE status = 'online' AND NOT is_paused AND approval_status = 'approved'`;
     expect(expected.length).toBe(2500);
 
     const api = client(srv.url);

@@ -136,7 +136,9 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       steps: int(5, 100, "Denoising steps", 30),
       width: int(256, 1024, "Image width in pixels", 1024),
       height: int(256, 1024, "Image height in pixels", 1024),
-      seed: int(0, 4_294_967_295, "Random seed (same seed, same image)"),
+      // Any integer the spec's clients send: a negative one (-1, the usual "random") asks for a new
+      // seed each run (task-spec.ts leaves it out of the task), a large one is taken as it is.
+      seed: int(-Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, "Random seed (same seed, same image); negative: a new one each run"),
       guidance_scale: { type: "number", minimum: 0, maximum: 30, description: "Classifier-free guidance" },
       model: { type: "string", enum: [...IMAGE_MODELS], default: DEFAULT_IMAGE_MODEL, description: "Allowed image model" },
     },

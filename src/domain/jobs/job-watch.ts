@@ -10,6 +10,7 @@ import { explainQueue, type QueueReason } from "../dispatch/dispatch.js";
 import { TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
 import { iso } from "../shared/validate.js";
 import { jobMessageFor, type JobReader } from "./jobs.js";
+import { IMAGE_RESULT_JOB_TYPES } from "./task-spec.js";
 
 export type JobEventInit = MessageInitShape<typeof JobEventSchema>;
 type AttemptInit = MessageInitShape<typeof JobAttemptSchema>;
@@ -78,7 +79,7 @@ export async function readJobChanges(db: Db, id: number, afterLogId: number): Pr
            j.checkpoint_enabled, j.prewarm_requested, j.template_id, j.attempt, j.submitted_at, j.assigned_at, j.started_at,
            j.completed_at, j.timeout_at, j.error, j.progress_pct, j.progress_phase, j.endpoint_url, j.end_reason, j.fault, j.actual_minutes,
            CASE WHEN j.result IS NULL OR jsonb_typeof(j.result) = 'null' THEN NULL
-                WHEN jsonb_typeof(j.result) = 'string' THEN 'text'
+                WHEN jsonb_typeof(j.result) = 'string' THEN CASE WHEN j.job_type = ANY(${IMAGE_RESULT_JOB_TYPES}::text[]) THEN 'png' ELSE 'text' END
                 WHEN jsonb_typeof(j.result) = 'object' AND jsonb_typeof(j.result -> 'data') = 'string'
                   THEN CASE WHEN coalesce(j.result ->> 'format', '') ~ '^[a-z0-9]{1,10}$' THEN j.result ->> 'format' ELSE 'png' END
                 WHEN jsonb_typeof(j.result) = 'object' AND jsonb_typeof(j.result -> 'response') = 'string' THEN 'text'

@@ -26,6 +26,12 @@ const OUTPUTS: Record<JobType, Record<string, string>> = {
   custom_container: { kind: "json" },
 };
 
+/**
+ * Job types whose result is an image (base64 under `data`): a daemon's bare string result of one is
+ * its image, answered as `{data}` (the spec: image results carry data, text results response).
+ */
+export const IMAGE_RESULT_JOB_TYPES: readonly string[] = Object.entries(OUTPUTS).filter(([, o]) => o.kind === "image").map(([t]) => t);
+
 const CONTAINER_FIELDS = ["image", "image_type"];
 
 /** Whether a container_spec names an image; one that does not runs the job type's default (job-schemas.ts). */
@@ -83,6 +89,13 @@ export interface TaskSpecInput {
   model: string | null;
 }
 
+/** The params the job's program reads: an image's negative seed (a new one each run) is left out, so the engine draws one. */
+function inputsOf(jobType: JobType, params: Record<string, unknown>): Record<string, unknown> {
+  if (jobType !== "image_generation" || typeof params.seed !== "number" || params.seed >= 0) return params;
+  const { seed: _, ...rest } = params;
+  return rest;
+}
+
 /** The signed payload: what to run (image, command or model), its inputs and its limits. */
 export function buildTaskSpec(t: TaskSpecInput): Record<string, unknown> {
   const spec: Record<string, unknown> = {
@@ -90,7 +103,7 @@ export function buildTaskSpec(t: TaskSpecInput): Record<string, unknown> {
     job_id: t.jobId,
     job_type: t.jobType,
     container: { image: t.containerSpec.image, image_type: t.containerSpec.image_type },
-    inputs: t.params,
+    inputs: inputsOf(t.jobType, t.params),
     output: OUTPUTS[t.jobType],
     limits: { max_duration_seconds: t.maxDurationSeconds, gpu_requirements: t.gpuRequirements },
     workspace: { volume: t.workspaceVolumeName, mount_path: "/workspace", checkpoint_enabled: t.checkpointEnabled },

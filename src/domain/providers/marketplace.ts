@@ -28,17 +28,20 @@ interface AvailableRow {
   location: string | null;
   reliability_score: number | null;
   cached_models: string[];
+  is_live: boolean;
 }
 
-/** Available = status online with a heartbeat inside the live window, approved, not paused. */
-const AVAILABLE = (db: Db) => db`
-  status = 'online' AND NOT is_paused AND approval_status = 'approved'
-  AND last_heartbeat >= now() - make_interval(secs => ${LIVE_WINDOW_SECONDS})`;
+/**
+ * Available = status online, approved, not paused (the spec's rule). One not heard within the live
+ * window is listed with is_live false until the liveness sweep marks it offline.
+ */
+const AVAILABLE = (db: Db) => db`status = 'online' AND NOT is_paused AND approval_status = 'approved'`;
 
 /** A page of the available providers in the list's order, read along providers_available_idx (migration 038). */
 export const availablePageSql = (db: Db, limit: number, offset: number) => db<AvailableRow[]>`
   SELECT id, name, gpu_model, gpu_vram_mib, gpu_count, gpu_driver_version, gpu_compute_capability, gpu_cuda_version,
-         status, location, reliability_score, cached_models
+         status, location, reliability_score, cached_models,
+         coalesce(last_heartbeat >= now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}), false) AS is_live
   FROM providers WHERE ${AVAILABLE(db)}
   ORDER BY gpu_vram_mib DESC NULLS LAST, reliability_score DESC NULLS LAST, id
   LIMIT ${limit} OFFSET ${offset}`;
@@ -102,7 +105,7 @@ export async function availableProviders(
       computeCapability: r.gpu_compute_capability ?? undefined,
       cudaVersion: r.gpu_cuda_version ?? undefined,
       status: r.status,
-      isLive: true, // the filter above admits live providers only
+      isLive: r.is_live,
       location: r.location ?? undefined,
       reliabilityScore: r.reliability_score ?? undefined,
       cachedModels: r.cached_models,
