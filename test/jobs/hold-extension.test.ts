@@ -53,6 +53,34 @@ describe("paying as a job runs", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("bills a run that ended before the sweep grew its hold for the minutes it ran, as far as the renter's balance and monthly limit go", async () => {
+    const provider = await makeProvider(srv);
+    // 40 s on a 1-halala hold (duration_minutes 0.01), no sweep in between: a minute, 15 halala.
+    const rich = await makeRenter(srv, 10_000);
+    const a = await runningJob(rich, provider, { job_type: "llm-inference", duration_minutes: 0.01 });
+    await ranFor(a.jobId, 40);
+    const done = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: a.jobId, success: true, result: { response: "hi" } });
+    expect(done.status, done.text).toBe(200);
+    expect(done.body).toMatchObject({ actual_minutes: 1, cost_halala: a.rate, provider_earned_halala: Math.floor((a.rate * 75) / 100) });
+    expect(await balance(rich.key)).toMatchObject({ balance_halala: 10_000 - a.rate, held_halala: 0 });
+    // A renter with 6 halala: the hold grows to all of it, no further.
+    const poor = await makeRenter(srv, 6);
+    const b = await runningJob(poor, provider, { job_type: "llm-inference", duration_minutes: 0.01 });
+    await ranFor(b.jobId, 40);
+    expect((await api.post("/api/providers/job-result", { api_key: provider.key, job_id: b.jobId, success: true, result: { response: "hi" } })).body.cost_halala).toBe(6);
+    expect(await balance(poor.key)).toMatchObject({ balance_halala: 0, held_halala: 0 });
+    // A renter failing its own job (the renter's fault bills the time used) within a monthly limit of 10.
+    const capped = await makeRenter(srv, 10_000);
+    await srv.sql`UPDATE renter_quota SET monthly_spend_limit_halala = 10 WHERE renter_id = ${capped.id}`;
+    const c = await runningJob(capped, provider, { job_type: "llm-inference", duration_minutes: 0.01 });
+    await ranFor(c.jobId, 40);
+    const failed = await api.post("/api/providers/job-result", {
+      api_key: provider.key, job_id: c.jobId, success: false, error: "bad input", fault: "renter", end_reason: "runtime_error",
+    });
+    expect(failed.body).toMatchObject({ status: "failed", cost_halala: 10 });
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("stops a job its renter cannot pay for any longer, as the paid time runs out, and bills the minutes held", async () => {
     const renter = await makeRenter(srv, 0);
     const provider = await makeProvider(srv);

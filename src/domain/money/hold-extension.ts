@@ -13,11 +13,9 @@
 // order settlement uses), so an extension and a settlement never both act. The
 // hold never grows into what the renter's /v1 requests in flight reserved.
 import type { Db, Tx } from "../../db/index.js";
-import { extendHold, renterFunds } from "./ledger.js";
-import { monthlyHeadroom, quotaUsage, withReserved } from "./quota.js";
-import { freeOf } from "./promised.js";
-import { lockedReserved } from "./usage-billing.js";
-import { endLocked, lockJobById, lockRenterFunds, runSeconds, type Figures } from "./settlement.js";
+import { extendHold } from "./ledger.js";
+import { lockedHeadroom } from "./headroom.js";
+import { endLocked, lockJobById, runSeconds, type Figures } from "./settlement.js";
 
 /** A hold grows when less than this much paid time is left. */
 export const EXTEND_LEAD_SECONDS = 60;
@@ -66,14 +64,11 @@ export async function fundRunningJob(tx: Tx, id: number): Promise<FundingOutcome
   const capMinutes = Math.ceil(job.max_duration_seconds / 60);
   if (paid >= capMinutes || ranSeconds + EXTEND_LEAD_SECONDS < paid * 60) return { kind: "unchanged" };
 
-  // What the renter's /v1 requests in flight reserved is theirs; what it owes for refunds is not its to spend.
-  const promised = await lockedReserved(tx, job.renter_id);
-  await lockRenterFunds(tx, job.renter_id);
-  const { available } = await renterFunds(tx, job.renter_id);
-  // The hold grows within the monthly spend limit too: it counts holds, as a submit's check does.
-  const usage = withReserved(await quotaUsage(tx, job.renter_id), promised.v1);
-  const funded = Math.floor(Math.max(0, freeOf(available, promised)) / rate);
-  const withinLimit = Math.floor(monthlyHeadroom(usage) / rate);
+  // What the renter's /v1 requests in flight reserved is theirs; what it owes for refunds is not its to spend;
+  // the hold grows within the monthly spend limit too (headroom.ts).
+  const { funds, limit, usage } = await lockedHeadroom(tx, job.renter_id);
+  const funded = Math.floor(funds / rate);
+  const withinLimit = Math.floor(limit / rate);
   const minutes = Math.min(EXTEND_MINUTES, capMinutes - paid, funded, withinLimit);
   if (minutes >= 1) {
     // What tops the hold up to whole paid minutes again, plus the new ones.

@@ -15,7 +15,8 @@
 //   endpoint (job-end.ts servedNothing: it served nothing).
 import type { Db, Tx } from "../../db/index.js";
 import { notFound } from "../../errors.js";
-import { openHold, release, settle } from "./ledger.js";
+import { extendHold, openHold, release, settle } from "./ledger.js";
+import { lockedHeadroom } from "./headroom.js";
 import { actualCostHalala, billableMinutes } from "./pricing.js";
 import { collectRefundDebt } from "./refund-debt.js";
 import { notifyCancel } from "../notify/job-notices.js";
@@ -100,6 +101,25 @@ async function heldFor(tx: Tx, job: LockedJob): Promise<number> {
   return (await openHold(tx, job.id)) ?? job.cost_halala;
 }
 
+/**
+ * A run billed for more minutes than its hold pays for (it ended before the sweep grew the hold:
+ * a hold under one minute, duration_minutes 0.01, or a sweep running late) has its hold grown to
+ * the run's cost first, as far as the renter's headroom goes (headroom.ts, the sweep's rule), so
+ * the provider is paid for the minutes it ran. Locks the renter's reservations, then its accounts,
+ * as the sweep does; only when the hold falls short.
+ */
+async function coverRun(tx: Tx, job: LockedJob, minutes: number): Promise<void> {
+  const cost = job.rate_halala_per_minute * minutes;
+  if (cost <= (job.held_halala ?? job.cost_halala)) return;
+  const { funds, limit } = await lockedHeadroom(tx, job.renter_id);
+  const held = await openHold(tx, job.id);
+  if (held === undefined) return;
+  const amount = Math.min(cost - held, funds, limit);
+  if (amount <= 0) return;
+  await extendHold(tx, job.renter_id, job.id, amount, held + amount);
+  await tx`UPDATE jobs SET held_halala = ${held + amount}, updated_at = now() WHERE id = ${job.id}`;
+}
+
 export function runSeconds(job: LockedJob): number {
   const from = job.started_at ?? job.assigned_at ?? job.submitted_at;
   return Math.max(0, (new Date(job.db_now).getTime() - new Date(from).getTime()) / 1000);
@@ -116,6 +136,7 @@ export async function completeLocked(tx: Tx, job: LockedJob, result: unknown, me
   if (job.provider_id === null) throw new Error(`job ${job.job_id} has no provider to pay`);
   if (servedNothing(job) || deadAtEnd(job)) throw new Error(`job ${job.job_id} served nothing to bill (job-end.ts judgeServed)`);
   const minutes = billableMinutes(runSeconds(job), job.max_duration_seconds);
+  await coverRun(tx, job, minutes);
   await lockRenterFunds(tx, job.renter_id);
   const held = await heldFor(tx, job);
   const cost = actualCostHalala(job.rate_halala_per_minute, minutes, held);
@@ -173,10 +194,12 @@ export const billsTimeUsed = (
  */
 export async function endLocked(tx: Tx, job: LockedJob, status: "failed" | "cancelled", o: EndOptions): Promise<Figures> {
   const fault = o.fault ?? faultOf(o.reason);
+  const bills = billsTimeUsed(job, fault);
+  if (bills) await coverRun(tx, job, billableMinutes(runSeconds(job), job.max_duration_seconds));
   await lockRenterFunds(tx, job.renter_id);
   const held = (await openHold(tx, job.id)) ?? 0;
   let f: Figures = { status, endReason: o.reason, fault, actualMinutes: 0, cost: 0, providerEarned: 0, platformFee: 0, released: held };
-  if (billsTimeUsed(job, fault)) {
+  if (bills) {
     const minutes = billableMinutes(runSeconds(job), job.max_duration_seconds);
     const s = await settle(tx, job.renter_id, job.provider_id!, job.id, held, actualCostHalala(job.rate_halala_per_minute, minutes, held));
     if (s.owed > 0) await collectRefundDebt(tx, job.renter_id);
