@@ -30,9 +30,11 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
     const providerId = checkId(id, "id");
     const { outcome, removed } = await sql.begin(async (tx) => {
       // Its jobs first, then its row (in decideProvider): the order a settling result takes them in.
-      if (REQUEUE_REASON[action]) await lockJobsOfProvider(tx, providerId);
+      // A rejected provider never takes work again: the queued jobs pinned to it end too.
+      const pinnedQueued = action === "reject";
+      if (REQUEUE_REASON[action]) await lockJobsOfProvider(tx, providerId, pinnedQueued);
       const outcome = await decideProvider(sql, tx, providerId, action, actorOf(ctx), reason);
-      const removed = outcome.requeue ? await takeJobsOffProvider(tx, outcome.provider.id, "admin", REQUEUE_REASON[action]!) : undefined;
+      const removed = outcome.requeue ? await takeJobsOffProvider(tx, outcome.provider.id, "admin", REQUEUE_REASON[action]!, pinnedQueued) : undefined;
       return { outcome, removed };
     });
     if (removed) {

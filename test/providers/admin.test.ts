@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
-import { makeRenter } from "../helpers/fixtures.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
 const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "0" });
 const api = client(srv);
@@ -184,5 +184,97 @@ describe("listing", () => {
     expect((await api.post(`/api/admin/providers/${p.id}/approve`, {}, ADMIN)).status).toBe(200);
     expect(await listed()).toMatchObject({ gpu_count_approved: 1024, gpu_vram_mib_approved: 16_000_000, hardware_needs_approval: false });
     await expect.poll(async () => (await api.get(`/api/jobs/${second.job_id}`, renter.headers)).body.status, { timeout: 10_000 }).toBe("pending");
+  });
+});
+
+async function balance(headers: Record<string, string>) {
+  return (await api.get("/api/renters/balance", headers)).body as { balance_halala: number; held_halala: number; available_halala: number };
+}
+async function jobRow(jobId: string) {
+  const [j] = await srv.sql<{ status: string; provider_id: number | null; attempt: number; end_reason: string | null }[]>`
+    SELECT status, provider_id, attempt, end_reason FROM jobs WHERE job_id = ${jobId}`;
+  return j;
+}
+async function ledgerAuditOk() {
+  const r = await api.get("/api/admin/ledger/audit?full=true", ADMIN);
+  expect(r.status, r.text).toBe(200);
+  return r.body;
+}
+
+describe("the jobs of a provider an admin takes out", () => {
+  it("re-queues its running job: the renter's hold stays whole, the provider earns nothing, the books stay clean, audited with the actor", async () => {
+    await srv.sql`UPDATE providers SET approval_status = 'pending' WHERE approval_status = 'approved'`;
+    const renter = await makeRenter(srv, 5_000);
+    const p = await makeProvider(srv);
+    const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2 }, renter.headers);
+    expect(sub.status, sub.text).toBe(201);
+    const jobId: string = sub.body.job.job_id;
+    const polled = await api.get(`/api/providers/${p.key}/jobs`);
+    expect(polled.status, polled.text).toBe(200);
+    expect((await jobRow(jobId)).status).toBe("running");
+
+    const s = await api.post(`/api/admin/providers/${p.id}/suspend`, { reason: "abuse" }, ADMIN);
+    expect(s.status, s.text).toBe(200);
+    expect(await jobRow(jobId)).toMatchObject({ status: "queued", provider_id: null, attempt: 2 });
+    expect(await balance(renter.headers)).toMatchObject({ balance_halala: 5_000, held_halala: 20 });
+    const [earned] = await srv.sql`SELECT total_earnings_halala AS e FROM providers WHERE id = ${p.id}`;
+    expect(Number(earned.e)).toBe(0);
+
+    // The old run's result is refused: the job is no longer its.
+    const late = await api.post("/api/providers/job-result", { api_key: p.key, job_id: jobId, success: true, result: { ok: 1 } });
+    expect(late.status).toBeGreaterThanOrEqual(400);
+    expect(await balance(renter.headers)).toMatchObject({ balance_halala: 5_000, held_halala: 20 });
+
+    const audit = (await ledgerAuditOk());
+    expect(audit.ok, JSON.stringify(audit.discrepancies)).toBe(true);
+    const log = (await api.get(`/api/admin/audit?target_type=provider&target_id=${p.id}`, ADMIN)).body;
+    expect(log.entries[0]).toMatchObject({ actor: "admin", action: "provider.suspend" });
+    expect(log.entries[0].details).toMatchObject({ reason: "abuse", changed: true });
+    await api.post(`/api/admin/jobs/${jobId}/cancel`, {}, ADMIN);
+  });
+
+  it("rejecting a provider ends the jobs pinned to it that still wait in the queue and releases their holds, as it does its running pinned ones", async () => {
+    const renter = await makeRenter(srv, 5_000);
+    const p = await makeProvider(srv);
+    // One pinned job runs on it, a second one (same provider, GPU busy) waits in the queue.
+    const a = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2, provider_id: p.id }, renter.headers);
+    expect(a.status, a.text).toBe(201);
+    await api.get(`/api/providers/${p.key}/jobs`);
+    const b = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 3, provider_id: p.id }, renter.headers);
+    expect(b.status, b.text).toBe(201);
+    const running = a.body.job.job_id as string;
+    const queued = b.body.job.job_id as string;
+    expect((await jobRow(running)).status).toBe("running");
+    expect((await jobRow(queued)).status).toBe("queued");
+    expect((await balance(renter.headers)).held_halala).toBe(50);
+
+    const r = await api.post(`/api/admin/providers/${p.id}/reject`, { reason: "fraudulent hardware" }, ADMIN);
+    expect(r.status, r.text).toBe(200);
+    // The running pinned job: failed (the platform's doing), its hold released.
+    expect(await jobRow(running)).toMatchObject({ status: "failed", end_reason: "admin_requeued" });
+    // The queued pinned job can never run (only this provider may take it): it must not keep 30 halala held.
+    const q = await jobRow(queued);
+    expect(["failed", "cancelled"], `queued pinned job is still ${q.status}, holding the renter's funds`).toContain(q.status);
+    expect((await balance(renter.headers)).held_halala).toBe(0);
+  });
+
+  it("a job on its last attempt whose provider an admin suspends is re-queued (the platform's doing, as an admin re-queue is), not failed as 'gave up after 3 attempts'", async () => {
+    await srv.sql`UPDATE providers SET approval_status = 'pending' WHERE approval_status = 'approved'`;
+    const renter = await makeRenter(srv, 5_000);
+    const p = await makeProvider(srv);
+    const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2 }, renter.headers);
+    expect(sub.status, sub.text).toBe(201);
+    const jobId: string = sub.body.job.job_id;
+    expect((await jobRow(jobId))).toMatchObject({ status: "pending", provider_id: p.id, attempt: 1 });
+    // Its third attempt (two earlier ones handed back by admins, "beyond the retry limit"): written directly.
+    await srv.sql`UPDATE job_attempts SET attempt = 3 WHERE job_id = (SELECT id FROM jobs WHERE job_id = ${jobId})`;
+    await srv.sql`UPDATE jobs SET attempt = 3 WHERE job_id = ${jobId}`;
+    expect(await jobRow(jobId)).toMatchObject({ attempt: 3, provider_id: p.id });
+
+    const s = await api.post(`/api/admin/providers/${p.id}/suspend`, { reason: "maintenance" }, ADMIN);
+    expect(s.status, s.text).toBe(200);
+    const after = await jobRow(jobId);
+    expect(after.status, `job ended ${after.status} (${after.end_reason}) because an admin suspended its provider`).toBe("queued");
+    await api.post(`/api/admin/jobs/${jobId}/cancel`, {}, ADMIN);
   });
 });

@@ -570,7 +570,9 @@ type LossReason = ProviderFaultReason | "admin_requeued";
  * The caller refreshes the provider's reliability after commit (reputation.ts).
  */
 export async function loseJobLocked(tx: Tx, job: LockedJob, reason: LossReason, error: string): Promise<"requeued" | "failed"> {
-  const exhausted = job.attempt >= jobPolicy.maxAttempts;
+  // An admin's decision about the provider is the platform's doing: it spends none of the renter's attempts
+  // (as an admin's re-queue of one job, job-control.ts requeueJob).
+  const exhausted = reason !== "admin_requeued" && job.attempt >= jobPolicy.maxAttempts;
   const pinned = job.requested_provider_id !== null;
   if (exhausted || pinned) {
     const why = exhausted
@@ -630,10 +632,19 @@ export interface JobsTakenOff {
  * requeueJobsOfProvider's work inside `tx`: an admin's suspension or rejection
  * takes the provider's jobs off in the transaction that records it, so that no
  * report of the provider's is taken in between. afterJobsTakenOff once committed.
+ * `pinnedQueued` (a rejection: the provider will never take work again): the
+ * queued jobs that asked for it fail too, their holds released, as its pinned
+ * running ones do.
  */
-export async function takeJobsOffProvider(tx: Tx, providerId: number, removal: ProviderRemoval, message: string): Promise<JobsTakenOff> {
+export async function takeJobsOffProvider(
+  tx: Tx,
+  providerId: number,
+  removal: ProviderRemoval,
+  message: string,
+  pinnedQueued = false,
+): Promise<JobsTakenOff> {
   const out: JobsTakenOff = { requeued: [], failed: [], requeuedIds: [] };
-  const jobs = await lockJobsOfProvider(tx, providerId);
+  const jobs = await lockJobsOfProvider(tx, providerId, pinnedQueued);
   if (jobs.length > 0 && removal === "silent") {
     const silent = await tx`SELECT 1 FROM providers p WHERE p.id = ${providerId} AND NOT ${liveSql(tx)} FOR NO KEY UPDATE`;
     if (silent.length === 0) return out;
@@ -647,12 +658,15 @@ export async function takeJobsOffProvider(tx: Tx, providerId: number, removal: P
 }
 
 /**
- * The provider's active jobs, locked in id order: before its own row when both are taken (a result
- * settling takes its job, then the provider), so a transaction doing both does not deadlock with one.
+ * The provider's active jobs (with `pinnedQueued`, also the queued jobs that asked for it), locked in
+ * id order: before its own row when both are taken (a result settling takes its job, then the
+ * provider), so a transaction doing both does not deadlock with one.
  */
-export function lockJobsOfProvider(tx: Tx, providerId: number) {
+export function lockJobsOfProvider(tx: Tx, providerId: number, pinnedQueued = false) {
   return tx<LockedJob[]>`
-    SELECT *, now() AS db_now FROM jobs WHERE provider_id = ${providerId} AND status IN ('pending', 'running')
+    SELECT *, now() AS db_now FROM jobs
+    WHERE (provider_id = ${providerId} AND status IN ('pending', 'running'))
+       ${pinnedQueued ? tx`OR (status = 'queued' AND requested_provider_id = ${providerId})` : tx``}
     ORDER BY id FOR UPDATE`;
 }
 
