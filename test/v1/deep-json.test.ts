@@ -69,13 +69,13 @@ describe("nesting", () => {
 });
 
 describe("an endpoint's chunk nested too deep", () => {
-  it("after its first event, unstreamed: the endpoint's failure (502), settled", async () => {
+  it("after its first event, unstreamed: the endpoint's failure (502), charged nothing", async () => {
     const renter = await makeRenter(srv, 10_000);
     const r = await ask(renter.key, LATE, false);
     expect(r.status).toBe(502);
     expect(JSON.parse(r.text).error).toMatchObject({ code: "provider_unavailable", message: expect.stringContaining(`nested deeper than ${MAX_JSON_DEPTH}`) });
-    // The usage reported by then was none: the gateway's estimate, within the bound of nothing delivered.
-    expect(await rows(renter.id)).toMatchObject([{ state: "settled" }]);
+    // Nothing reached the client: the reservation is released.
+    expect(await rows(renter.id)).toMatchObject([{ state: "released" }]);
   });
 
   it("after its first event, streamed: the text delivered, an error event, billed", async () => {

@@ -194,6 +194,9 @@ export class CompletionBuilder {
         const { role, content, ...fields } = c.message;
         const message: Json = { role: role ?? "assistant", content: content ?? null, ...fields };
         if (c.toolCalls.size > 0) {
+          // A message that only calls tools has no content (null, as vLLM's own unstreamed answer and OpenAI's),
+          // though vLLM's streamed role delta carries "".
+          if (content === "") message.content = null;
           message.tool_calls = [...c.toolCalls.entries()]
             .sort(([a], [b]) => a - b)
             .map(([, call]) => ({ id: call.id, type: call.type ?? "function", ...call }));

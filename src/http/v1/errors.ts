@@ -88,7 +88,9 @@ export function toV1Error(err: unknown): V1Error {
 
 export function sendV1Error(res: NodeResponse, err: V1Error, headers: Record<string, string> = {}): void {
   const body = envelope(err);
-  const extra: Record<string, string> = { ...headers, ...err.headers };
+  // OpenAI's SDKs retry 408/409/429/5xx on their own, sleeping what retry-after-ms says however long; they obey
+  // this header over the status. A refusal that retrying cannot change (a spend limit until next month) says so.
+  const extra: Record<string, string> = { ...headers, ...err.headers, "x-should-retry": String(err.retryable) };
   if (err.retryAfterMs !== undefined) {
     const retry = body as { retry_after_seconds: number; retry_after_ms: number };
     extra["retry-after"] = String(retry.retry_after_seconds);

@@ -447,11 +447,17 @@ export function createV1Handler(deps: V1Deps) {
         return 200;
       }
       if (result.kind === "broken") {
-        // The endpoint started, then failed (or the client left) before anything was sent: not tried elsewhere,
-        // billed the usage it reported within what was delivered (nothing: the prompt), then the error is answered.
+        // The endpoint started, then failed (or the client left, or its key was revoked) before anything was
+        // sent: not tried elsewhere. A client that left, or whose key went, is billed the usage reported within
+        // what was delivered (nothing: the prompt). An endpoint's failure is charged nothing: the client got
+        // nothing but a retryable error, and OpenAI's SDKs retry such a 5xx on their own (a charge for each try
+        // would bill one answer several times).
         call.log.streamError = result.error.code;
-        if (result.error.status !== 499 && !revoked(call)) metric((m) => m.v1UpstreamError(result.error.code));
-        await settled(result);
+        if (result.error.status === 499 || revoked(call)) await settled(result);
+        else {
+          metric((m) => m.v1UpstreamError(result.error.code));
+          await release();
+        }
         throw result.error;
       }
       const charge = await settled(result);
