@@ -5,7 +5,9 @@
 // event stream writes it). A lost connection (cut, reset, or the server
 // restarting) is resumed from the last cursor, so no log line is lost or
 // printed twice, for as long as SVC_RECONNECT_SECONDS (default 300 s) without
-// an event; a refusal of the server is not retried. At the end the result,
+// an event; so is a watch the server cut because svc fell behind its events (a
+// 429 after events), and its "try again later" (503, 429: too many watches open)
+// after its Retry-After; a refusal of the server is not retried. At the end the result,
 // its cost and where the output was written. What the server sends (a
 // provider's log lines, phases, queue reasons, errors; a text result printed on
 // a terminal) is printed terminalSafe: its control characters in caret notation.
@@ -15,7 +17,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import cliProgress from "cli-progress";
 import type { JobEvent, JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
 import type { Clients } from "./clients.js";
-import { EXIT, colour, isTty, out, printJsonLine, sar, statusColour, terminalSafe } from "./output.js";
+import { EXIT, colour, isTty, metadataValue, out, printJsonLine, sar, statusColour, terminalSafe } from "./output.js";
+import { outputFileExtension } from "../shared/image-formats.js";
 
 /** A field of the server's on one line (a status, a phase, a reason), terminalSafe. */
 const word = (text: string) => terminalSafe(text, { singleLine: true });
@@ -36,6 +39,15 @@ export function reconnectWindowMs(env = process.env): number {
 /** Backoff between tries: 250 ms doubling up to 5 s; back to the start after any event. */
 export const backoffMs = (attempt: number) => Math.min(250 * 2 ** attempt, 5_000);
 
+/** The documented HTTP status of the server's answer (x-svc-http-status), if it sent one. */
+const httpStatusOf = (err: ConnectError): number | undefined => Number(metadataValue(err.metadata, "x-svc-http-status")) || undefined;
+
+/** How long the server asked to wait before trying again (its Retry-After, in ms); 0 when it did not say. */
+export function retryAfterMs(err: ConnectError): number {
+  const s = Number(metadataValue(err.metadata, "retry-after"));
+  return Number.isFinite(s) && s > 0 ? s * 1000 : 0;
+}
+
 /** The codes of a call that failed before or without an answer of the server (a lost connection). */
 const TRANSPORT_CODES = new Set([Code.Canceled, Code.Aborted, Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded, Code.ResourceExhausted]);
 
@@ -44,10 +56,11 @@ const TRANSPORT_CODES = new Set([Code.Canceled, Code.Aborted, Code.Unavailable, 
  * stream closed with error code CANCEL"; reset: Aborted, ECONNRESET; refused: Unavailable)
  * no status came back: no grpc-status and no x-svc-http-status, the header our server sets on
  * its own errors. An answer of the server is final, except "try again later": its 503 (a
- * database it cannot reach) and 429, and its Unavailable while it shuts down.
+ * database it cannot reach) and 429 (a rate limit, too many watches open, or a watch cut because
+ * its reader fell behind the job's events), and its Unavailable while it shuts down.
  */
 export function resumable(err: ConnectError): boolean {
-  const httpStatus = Number(err.metadata.get("x-svc-http-status")) || undefined;
+  const httpStatus = httpStatusOf(err);
   if (httpStatus) return httpStatus === 503 || httpStatus === 429;
   if (err.metadata.has("grpc-status")) return err.code === Code.Unavailable;
   return TRANSPORT_CODES.has(err.code);
@@ -155,10 +168,6 @@ function barDisplay(): Display {
   };
 }
 
-function extensionOf(format: string): string {
-  return format === "text" ? "txt" : format;
-}
-
 export interface Saved {
   /** "stdout", or the file written. */
   where: string;
@@ -169,6 +178,7 @@ export interface Saved {
  * Writes or prints what a completed job produced (`outputFormat`: JobOutcome.output_format:
  * png or another image format, text or json). A text result is its text, an image its bytes,
  * a JSON result the output route's JSON; to `outFile`, else an image to `<job_id>.<format>`
+ * for a raster format and to `<job_id>.bin` for any other the provider named (outputFileExtension),
  * and text or JSON to stdout. `svc submit --follow`, `jobs watch` and `jobs output` all save this way.
  */
 export async function saveOutput(c: Clients, jobId: string, outputFormat: string, outFile: string | undefined): Promise<Saved> {
@@ -180,7 +190,7 @@ export async function saveOutput(c: Clients, jobId: string, outputFormat: string
     process.stdout.write(isTty() ? terminalSafe(text) : text);
     return { where: "stdout", bytes: Buffer.byteLength(text) };
   }
-  const file = path.resolve(outFile ?? `${jobId}.${extensionOf(outputFormat)}`);
+  const file = path.resolve(outFile ?? `${jobId}.${outputFileExtension(outputFormat)}`);
   fs.writeFileSync(file, res.data);
   return { where: file, bytes: res.data.length };
 }
@@ -243,8 +253,11 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   /** When the connection was lost (undefined while events arrive). */
   let lostAt: number | undefined;
   while (!outcome) {
+    /** Whether this try got events: a 429 after them is a cut for falling behind, not a refusal. */
+    let streamed = false;
     try {
       for await (const e of c.jobs.watchJob({ jobId, cursor })) {
+        streamed = true;
         // Any event: the connection works; a later loss starts a new count.
         if (lostAt !== undefined) notice("svc: reconnected");
         attempt = 0;
@@ -255,16 +268,23 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
     } catch (err) {
       const ce = ConnectError.from(err);
       const now = Date.now();
-      const delay = backoffMs(attempt++);
+      // Never sooner than the server's Retry-After: what it said to wait for is not asked again at once.
+      const delay = Math.max(backoffMs(attempt++), retryAfterMs(ce));
       // A lost connection (or a server restarting) resumes from the last cursor; a refusal does not.
       if (outcome || !resumable(ce) || now + delay - (lostAt ?? now) > windowMs) {
         display?.stop(false);
         if (lostAt !== undefined) notice(`svc: gave up reconnecting after ${Math.round((now - lostAt) / 1000)} s`);
         throw err;
       }
-      if (lostAt === undefined) {
+      // The server cut a stream that was delivering because svc fell behind its events (its output
+      // went into a slow pipe, or the process was stopped): resuming from the cursor loses and repeats
+      // nothing, and is not a lost connection to report.
+      const fellBehind = streamed && httpStatusOf(ce) === 429;
+      if (lostAt === undefined && !fellBehind) {
         lostAt = now;
-        notice(`svc: connection lost (${word(ce.rawMessage)}); reconnecting…`);
+        // A 429 before any event (too many watches open, a rate limit): the server asked to wait.
+        const wait = httpStatusOf(ce) === 429;
+        notice(wait ? `svc: the server asks to try again later (${word(ce.rawMessage)}); waiting…` : `svc: connection lost (${word(ce.rawMessage)}); reconnecting…`);
       }
       await new Promise((r) => setTimeout(r, delay));
     }

@@ -193,6 +193,16 @@ const CODE_NAMES: Partial<Record<Code, string>> = Object.fromEntries(
     .map(([k, v]) => [v, k.replace(/[A-Z]/g, (c, i) => (i ? "_" : "") + c.toLowerCase())]),
 );
 
+/**
+ * One value of a metadata entry: a value the server sent in both its headers and its trailers (the
+ * request id of a stream that failed midway) reaches the client as both, joined by ", "; the first is kept.
+ */
+export function metadataValue(metadata: Headers, name: string): string | undefined {
+  const v = metadata.get(name);
+  if (v === null) return undefined;
+  return v.split(",")[0].trim() || undefined;
+}
+
 /** Prints an error the way svc reports every failure (its text made terminalSafe), and returns its exit code. */
 export function reportError(err: unknown): number {
   if (err instanceof Exit) return err.code;
@@ -206,7 +216,7 @@ export function reportError(err: unknown): number {
     return EXIT.auth;
   }
   if (err instanceof ConnectError) {
-    const http = Number(err.metadata.get("x-svc-http-status")) || undefined;
+    const http = Number(metadataValue(err.metadata, "x-svc-http-status")) || undefined;
     const code = CODE_NAMES[err.code] ?? String(err.code);
     // A call the server answered carries its status (grpc-status, and x-svc-http-status on its
     // documented errors); one that failed in transport (refused, reset, DNS, TLS, a gateway's
@@ -217,7 +227,7 @@ export function reportError(err: unknown): number {
       return EXIT.unreachable;
     }
     // The server's own failures are found in its log by the request id.
-    const requestId = (!http || http >= 500) && answered ? err.metadata.get("x-request-id") : null;
+    const requestId = (!http || http >= 500) && answered ? metadataValue(err.metadata, "x-request-id") : undefined;
     say(`${err.rawMessage} (${http ? `HTTP ${http}, ` : ""}gRPC ${code}${requestId ? `, request id ${requestId}` : ""})`);
     if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) return EXIT.auth;
     // A 400 refuses the values svc was given (a filter, a parameter): a usage error, as svc's own checks.

@@ -11,6 +11,9 @@
 // shown again: six job tabs in the background do not stop the console loading
 // in a seventh. An answer that retrying cannot change (the job does not exist,
 // it is another caller's, the key was refused) ends the watch with its message.
+// A "try again later" (429: too many watches open) is shown and tried again no
+// sooner than its Retry-After; a stream the service cut because this page fell
+// behind its events (a 429 after events) resumes from the cursor unannounced.
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Job } from "../../gen/svc/v1/models_pb.js";
 import type { JobAttempt, JobLogLine } from "../../gen/svc/v1/jobs_pb.js";
@@ -31,6 +34,14 @@ export interface LiveJob {
 
 /** Answers that watching again would only repeat: the watch stops on them. */
 const FINAL = new Set([Code.NotFound, Code.PermissionDenied, Code.Unauthenticated, Code.InvalidArgument]);
+
+/** How long the service asked to wait before trying again (its Retry-After, in ms); 0 when it did not say. */
+function retryAfterMs(err: unknown): number {
+  if (!(err instanceof ConnectError)) return 0;
+  // A value sent in both the headers and the end of the stream arrives as both, joined by ", ".
+  const s = Number(err.metadata.get("retry-after")?.split(",")[0]);
+  return Number.isFinite(s) && s > 0 ? s * 1000 : 0;
+}
 
 /** Calls `onChange` with the job's state as it changes; returns a function that stops watching. */
 export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => void {
@@ -91,9 +102,13 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
         continue;
       }
       const mine = (conn = new AbortController());
+      /** Whether this stream brought events: a 429 after them is a cut for falling behind, not a refusal. */
+      let streamed = false;
+      let retryAfter = 0;
       try {
         const stream = api.jobs.watchJob({ jobId, ...(cursor ? { cursor } : {}) }, { signal: mine.signal });
         for await (const ev of stream) {
+          streamed = true;
           cursor = ev.cursor || cursor;
           backoff = 1000;
           const e = ev.event;
@@ -134,8 +149,11 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
           backoff = 1000;
           continue;
         }
+        retryAfter = retryAfterMs(err);
         if (isConnectionLost(err)) emit({ lost: true });
-        else {
+        else if (streamed && err instanceof ConnectError && err.code === Code.ResourceExhausted) {
+          // Cut for falling behind the job's events: nothing is lost, the next stream resumes at the cursor.
+        } else {
           emit({ error: messageOf(err), lost: false });
           if (err instanceof ConnectError && FINAL.has(err.code)) {
             if (isUnauthenticated(err)) signOut();
@@ -146,7 +164,8 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
       } finally {
         if (conn === mine) conn = undefined;
       }
-      await wait(backoff);
+      // Never sooner than the service asked: a refusal to wait for is not asked again at once.
+      await wait(Math.max(backoff, retryAfter));
       backoff = Math.min(backoff * 2, 10_000);
     }
   };

@@ -13,6 +13,12 @@ export interface Session {
 
 const STORE_KEY = "svc-console-session";
 
+/**
+ * Whether this tab's session was signed in with "remember me" (kept in localStorage too). Told by
+ * the tab itself: localStorage is shared with the device's other tabs, and what it holds may be
+ * another tab's session.
+ */
+let remembered = false;
 let current: Session | undefined = read();
 const listeners = new Set<() => void>();
 
@@ -22,12 +28,25 @@ function read(): Session | undefined {
       const raw = store.getItem(STORE_KEY);
       if (!raw) continue;
       const s = JSON.parse(raw) as Session;
-      if ((s.role === "renter" || s.role === "provider" || s.role === "admin") && typeof s.secret === "string") return s;
+      if ((s.role === "renter" || s.role === "provider" || s.role === "admin") && typeof s.secret === "string") {
+        // A session this tab kept for itself was remembered when localStorage holds that same session.
+        remembered = store === localStorage || sameSession(s, localStorage.getItem(STORE_KEY));
+        return s;
+      }
     } catch {
       store.removeItem(STORE_KEY);
     }
   }
   return undefined;
+}
+
+function sameSession(s: Session, raw: string | null): boolean {
+  try {
+    const o = raw ? (JSON.parse(raw) as Session) : undefined;
+    return o?.role === s.role && o.secret === s.secret;
+  } catch {
+    return false;
+  }
 }
 
 export function session(): Session | undefined {
@@ -40,21 +59,30 @@ export function session(): Session | undefined {
  */
 export function signIn(s: Session, remember: boolean): void {
   current = s;
+  remembered = remember && s.role !== "admin";
   sessionStorage.setItem(STORE_KEY, JSON.stringify(s));
   if (remember && s.role !== "admin") localStorage.setItem(STORE_KEY, JSON.stringify(s));
   else localStorage.removeItem(STORE_KEY);
   listeners.forEach((l) => l());
 }
 
-/** Replaces the secret after a key rotation, wherever it was kept. */
+/**
+ * Replaces the secret after a key rotation where this tab's session was kept: the tab's storage,
+ * and localStorage only when the session was remembered and localStorage still holds it (not
+ * another tab's session, nor one signed out since).
+ */
 export function replaceSecret(secret: string): void {
   if (!current) return;
-  const remembered = localStorage.getItem(STORE_KEY) !== null;
-  signIn({ ...current, secret }, remembered);
+  const old = current;
+  current = { ...old, secret };
+  sessionStorage.setItem(STORE_KEY, JSON.stringify(current));
+  if (remembered && sameSession(old, localStorage.getItem(STORE_KEY))) localStorage.setItem(STORE_KEY, JSON.stringify(current));
+  listeners.forEach((l) => l());
 }
 
 export function signOut(): void {
   current = undefined;
+  remembered = false;
   sessionStorage.removeItem(STORE_KEY);
   localStorage.removeItem(STORE_KEY);
   listeners.forEach((l) => l());

@@ -331,10 +331,17 @@ const barsFor = (i: number, n: number) => uPlot.paths.bars!({ size: [0.7 / n, 40
 
 const halfStep = (x: number[]) => (x.length > 1 ? (x[1] - x[0]) / 2 : 43_200);
 
-/** A uPlot chart that follows its container's width; x is seconds since 1970 (UTC) unless `labels` name categories. */
+/**
+ * A uPlot chart that follows its container's width; x is seconds since 1970 (UTC) unless `labels` name categories.
+ * The plot is made once per title and shape; its axis and range callbacks read the latest x and labels (refs), so a
+ * refresh that brings new data (another order of categories, more days) is drawn and labelled by that data.
+ */
 export function Chart({ title, x, series, height = 200, labels }: { title: string; x: number[]; series: Series[]; height?: number; labels?: string[] }) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | undefined>(undefined);
+  const latest = useRef({ x, labels });
+  latest.current = { x, labels };
+  const categories = labels !== undefined;
   useEffect(() => {
     const el = box.current!;
     const opts: uPlot.Options = {
@@ -343,11 +350,11 @@ export function Chart({ title, x, series, height = 200, labels }: { title: strin
       title,
       // With labels, x is a category index (0, 1, …) named by labels.
       // Bars get half a step of room at both ends, so the first and last are drawn whole.
-      scales: labels
-        ? { x: { time: false, range: [-0.5, Math.max(x.length - 0.5, 0.5)] } }
-        : { x: { time: true, range: series.some((s) => s.bars) ? (_u, min, max) => [min - halfStep(x), max + halfStep(x)] : undefined } },
+      scales: categories
+        ? { x: { time: false, range: () => [-0.5, Math.max(latest.current.x.length - 0.5, 0.5)] } }
+        : { x: { time: true, range: series.some((s) => s.bars) ? (_u, min, max) => [min - halfStep(latest.current.x), max + halfStep(latest.current.x)] : undefined } },
       axes: [
-        labels ? { splits: () => x, values: (_u: uPlot, vals: number[]) => vals.map((v) => labels[v] ?? "") } : {},
+        categories ? { splits: () => latest.current.x, values: (_u: uPlot, vals: number[]) => vals.map((v) => latest.current.labels?.[v] ?? "") } : {},
         { size: 60 },
       ],
       legend: { live: false },
@@ -370,9 +377,13 @@ export function Chart({ title, x, series, height = 200, labels }: { title: strin
       ro.disconnect();
       plot.current?.destroy();
     };
-  }, [title, series.length]);
+  }, [title, series.length, categories]);
   useEffect(() => {
+    // Scales are reset from the new data (the range callbacks read it through `latest`); the axes are
+    // recomputed too, as uPlot keeps a scale's tick labels while its range stays the same (categories
+    // reordered: the same range, other names).
     plot.current?.setData([x, ...series.map((s) => s.values)] as uPlot.AlignedData);
-  }, [x, series]);
+    plot.current?.redraw(false, true);
+  }, [x, series, labels]);
   return <div class="chart" ref={box} role="img" aria-label={title} />;
 }

@@ -41,10 +41,24 @@ export const MAX_QUEUED_LOG_CHARS = 4 * WATCH_LOG_PAGE_CHARS;
  * connection, a watcher and what is queued for it until the job ends.
  */
 export const MAX_WATCHES_PER_ACCOUNT = 32;
+/** Retry-After (seconds) of a watcher cut for falling behind: it resumes from its cursor after a moment. */
+export const FELL_BEHIND_RETRY_AFTER_SECONDS = 1;
+/** Retry-After (seconds) of a watch refused past MAX_WATCHES_PER_ACCOUNT: long enough for one of them to end. */
+export const TOO_MANY_WATCHES_RETRY_AFTER_SECONDS = 10;
 /** How often a queued job's reason is read again (it changes with providers, which send no notice). */
 const QUEUE_REFRESH_MS = 10_000;
 /** Longest wait for slow watchers to take a page of log lines before the next page is read. */
 const DRAIN_WAIT_MS = 5_000;
+
+/**
+ * A 429 as the wires carry a ServiceError of that status (src/http/errors.ts): resource_exhausted with
+ * the documented status and Retry-After in its metadata, so that clients try again later (REST: 429,
+ * its Retry-After) rather than take it for a final refusal. A ConnectError, not a ServiceError, as the
+ * hub's other endings are.
+ */
+function tryAgainLater(message: string, retryAfterSeconds: number): ConnectError {
+  return new ConnectError(message, Code.ResourceExhausted, { "x-svc-http-status": "429", "retry-after": String(retryAfterSeconds) });
+}
 
 const MOVED_ON = "this job moved to another provider; a provider watches a job only while it runs it";
 
@@ -95,7 +109,7 @@ export class Watcher {
     if (this.done) return;
     const chars = logChars(e);
     if (this.queued >= MAX_QUEUED_EVENTS || (this.queued > 0 && this.queuedChars + chars > MAX_QUEUED_LOG_CHARS)) {
-      this.finish(new ConnectError(`this watcher fell behind the job's events; watch again from cursor ${this.lastCursor()}`, Code.ResourceExhausted));
+      this.finish(tryAgainLater(`this watcher fell behind the job's events; watch again from cursor ${this.lastCursor()}`, FELL_BEHIND_RETRY_AFTER_SECONDS));
       return;
     }
     this.queue.push(e);
@@ -212,7 +226,7 @@ export class JobWatchHub {
     const account = accountOf(reader);
     const open = account === undefined ? 0 : (this.perAccount.get(account) ?? 0);
     if (open >= MAX_WATCHES_PER_ACCOUNT) {
-      throw new ConnectError(`at most ${MAX_WATCHES_PER_ACCOUNT} job watches may be open at once; close one, or watch again later`, Code.ResourceExhausted);
+      throw tryAgainLater(`at most ${MAX_WATCHES_PER_ACCOUNT} job watches may be open at once; close one, or watch again later`, TOO_MANY_WATCHES_RETRY_AFTER_SECONDS);
     }
     if (account !== undefined) this.perAccount.set(account, open + 1);
     try {

@@ -78,6 +78,14 @@ describe("reportError", () => {
     const refused = new ConnectError("job not found", Code.NotFound, { "grpc-status": "5", "x-svc-http-status": "404", "x-request-id": "req-2" });
     expect(report(refused)).toEqual({ code: 5, written: "svc: job not found (HTTP 404, gRPC not_found)\n" });
   });
+
+  it("prints a request id once when it came in both the headers and the trailers (a stream that failed midway)", () => {
+    // The client joins a value sent in both: "req-3, req-3".
+    const midway = new ConnectError("internal error", Code.Internal, { "grpc-status": "13", "x-svc-http-status": "500", "x-request-id": "req-3" });
+    midway.metadata.append("x-request-id", "req-3");
+    midway.metadata.append("x-svc-http-status", "500");
+    expect(report(midway)).toEqual({ code: 5, written: "svc: internal error (HTTP 500, gRPC internal, request id req-3)\n" });
+  });
 });
 
 // Each svc run starts a Node process: seconds each on a loaded machine.

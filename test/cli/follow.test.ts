@@ -2,26 +2,33 @@
 // real subprocess against a real server, through a TCP proxy that cuts and
 // resets its connections and is down for longer than a few retries: each
 // resumes from the last event, loses and repeats no log line, and ends with
-// the job's result and exit 0. A refusal of the server is not retried. On a
+// the job's result and exit 0. A refusal of the server is not retried; its
+// "try again later" is, no sooner than its Retry-After: a watch it cut because
+// svc fell behind the job's events resumes from the cursor, and one refused
+// while the account holds too many watches waits for one to end. On a
 // terminal, Ctrl-C or SIGTERM stop the bar, restore the cursor and line wrap,
 // and exit 130 or 143.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { startTestServer } from "../helpers/server.js";
+import { seedJob, settleJob } from "../admin/helpers.js";
+import { openSse } from "../jobs/watch-helpers.js";
 import { useTsDaemonServer } from "../daemon/ts-harness.js";
 import { realPython, tempDir, waitFor, writeExecutable } from "../daemon/helpers.js";
 import { startProxy, type Proxy } from "./proxy.js";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { backoffMs, reconnectWindowMs, restoreOnSignal, resumable } from "../../src/cli/follow.js";
+import { backoffMs, reconnectWindowMs, restoreOnSignal, resumable, retryAfterMs } from "../../src/cli/follow.js";
+import { JobWatchHub, MAX_WATCHES_PER_ACCOUNT, TOO_MANY_WATCHES_RETRY_AFTER_SECONDS, Watcher } from "../../src/workers/job-watch.js";
 
 const SVC = path.resolve("bin/svc.js");
 const h = useTsDaemonServer();
 let proxy: Proxy | undefined;
 const children: ChildProcess[] = [];
 afterEach(async () => {
+  vi.restoreAllMocks();
   for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
   await proxy?.close();
   proxy = undefined;
@@ -236,6 +243,69 @@ describe("svc following a job", { timeout: 240_000 }, () => {
   });
 });
 
+describe("svc following a job the server holds back", { timeout: 240_000 }, () => {
+  it("resumes from its cursor when the server cuts it for falling behind the job's events: every line once, exit 0", async () => {
+    const renter = await makeRenter(h.srv, 10_000);
+    const provider = await makeProvider(h.srv);
+    const job = await seedJob(h.srv, { renterId: renter.id, providerId: provider.id, status: "running", jobType: "llm-inference", cost: 100 });
+    await h.srv.sql`INSERT INTO job_logs (job_id, attempt, level, message) VALUES (${job.id}, 1, 'info', 'line 0')`;
+    // The server (in this process) records why it ends each watcher.
+    const finish = vi.spyOn(Watcher.prototype, "finish");
+    const run = svcStart(["jobs", "logs", "-f", job.jobId], { SVC_URL: h.srv.url, SVC_KEY: renter.key });
+    const child = children.at(-1)!;
+    try {
+      await until(() => run.stdout().includes("line 0"), 30_000, () => `the first line: ${run.stdout()}${run.stderr()}`, [run]);
+      // The reader stops reading, as a full pipe or a suspended terminal job makes it.
+      child.kill("SIGSTOP");
+      const pad = "x".repeat(1000);
+      const N = 9000;
+      await h.srv.sql`
+        INSERT INTO job_logs (job_id, attempt, level, message)
+        SELECT ${job.id}, 1, 'info', 'line ' || g || ' ' || ${pad} FROM generate_series(1, ${N}) g`;
+      // The server reads pages and waits up to 5 s each for its watchers to take them, then cuts this one.
+      await waitFor(() => finish.mock.calls.some(([err]) => /fell behind/.test(err?.message ?? "")), 60_000, "the watcher cut for falling behind");
+      child.kill("SIGCONT");
+      await new Promise((r) => setTimeout(r, 5_000));
+      await settleJob(h.srv, job, renter.id, provider.id, 100, 40);
+      const r = await Promise.race([run.done, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 60_000))]);
+      expect(r, "svc was still running a minute after the job ended").toBeDefined();
+      const nums = [...r!.stdout.matchAll(/line (\d+)/g)].map((m) => Number(m[1]));
+      expect(r!.stderr).not.toMatch(/fell behind/);
+      expect(r!.code, `${r!.stderr.slice(0, 600)} (printed ${nums.length}, the last ${nums.at(-1)})`).toBe(0);
+      expect(nums).toEqual(Array.from({ length: N + 1 }, (_, i) => i));
+    } finally {
+      if (child.exitCode === null) child.kill("SIGCONT");
+    }
+  });
+
+  it("waits the server's Retry-After while the account holds too many watches, asking again only then, and follows once one ends", async () => {
+    const renter = await makeRenter(h.srv, 10_000);
+    const provider = await makeProvider(h.srv);
+    const job = await seedJob(h.srv, { renterId: renter.id, providerId: provider.id, status: "running", jobType: "llm-inference", cost: 100 });
+    await h.srv.sql`INSERT INTO job_logs (job_id, attempt, level, message) VALUES (${job.id}, 1, 'info', 'line 1')`;
+    const url = `${h.srv.url}/api/jobs/${job.jobId}/events`;
+    const held = await Promise.all(Array.from({ length: MAX_WATCHES_PER_ACCOUNT }, () => openSse(url, renter.headers)));
+    try {
+      await Promise.all(held.map((s) => s.until((es) => es.length >= 1)));
+      const watches = vi.spyOn(JobWatchHub.prototype, "watch");
+      const run = svcStart(["jobs", "logs", "-f", job.jobId], { SVC_URL: h.srv.url, SVC_KEY: renter.key });
+      await until(() => /try again later \(at most 32 job watches/.test(run.stderr()), 30_000, () => `the refusal: ${run.stdout()}${run.stderr()}`, [run]);
+      const refusedAt = Date.now();
+      // A slot frees at once; svc asks again only after the Retry-After, not in a loop meanwhile.
+      held.pop()!.cut();
+      await until(() => run.stdout().includes("line 1"), 60_000, () => `the line after the wait: ${run.stdout()}${run.stderr()}`, [run]);
+      expect(Date.now() - refusedAt).toBeGreaterThanOrEqual(TOO_MANY_WATCHES_RETRY_AFTER_SECONDS * 1000 - 1_000);
+      expect(watches.mock.calls.length).toBe(2);
+      await settleJob(h.srv, job, renter.id, provider.id, 100, 40);
+      const r = await run.done;
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout.match(/line 1/g)).toHaveLength(1);
+    } finally {
+      for (const s of held) s.cut();
+    }
+  });
+});
+
 describe("svc following a job on a terminal", { timeout: 180_000 }, () => {
   /** `svc jobs watch` in a pseudo-terminal (script(1)); resolves with everything it drew and its exit code. */
   function watchInTerminal(jobId: string, renterKey: string) {
@@ -316,6 +386,23 @@ describe("svc following a job: when to resume", () => {
     expect(resumable(new ConnectError("internal error", Code.Internal, answered(500, Code.Internal)))).toBe(false);
     expect(resumable(new ConnectError("internal error", Code.Internal, answered(undefined, Code.Internal)))).toBe(false);
     expect(resumable(new ConnectError("the client closed the connection", Code.Canceled, answered(undefined, Code.Canceled)))).toBe(false);
+  });
+
+  it("resumes the watch hub's 429s (a watcher cut for falling behind, too many watches open) after their Retry-After", () => {
+    // As the gRPC client hands them over: the server's trailers, and what its headers said too.
+    const cut = new ConnectError("this watcher fell behind the job's events; watch again from cursor 7", Code.ResourceExhausted, answered(429, Code.ResourceExhausted));
+    cut.metadata.set("retry-after", "1");
+    expect(resumable(cut)).toBe(true);
+    expect(retryAfterMs(cut)).toBe(1_000);
+    const twice = new ConnectError("at most 32 job watches may be open at once", Code.ResourceExhausted, answered(429, Code.ResourceExhausted));
+    twice.metadata.append("x-svc-http-status", "429");
+    twice.metadata.set("retry-after", "10");
+    twice.metadata.append("retry-after", "10");
+    expect(resumable(twice)).toBe(true);
+    expect(retryAfterMs(twice)).toBe(10_000);
+    // Without the server's status (an older server), resource_exhausted is a refusal, as before.
+    expect(resumable(new ConnectError("this watcher fell behind", Code.ResourceExhausted, answered(undefined, Code.ResourceExhausted)))).toBe(false);
+    expect(retryAfterMs(new ConnectError("read ECONNRESET", Code.Aborted))).toBe(0);
   });
 
   it("backs off up to 5 s, for SVC_RECONNECT_SECONDS (default 5 minutes)", () => {

@@ -7,7 +7,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ADMIN_TOKEN } from "../helpers/server.js";
-import { seedJob } from "../admin/helpers.js";
+import { seedJob, settleJob } from "../admin/helpers.js";
 import { useTsDaemonServer } from "../daemon/ts-harness.js";
 import { tempDir, waitFor, writeExecutable } from "../daemon/helpers.js";
 import { runSvc, SVC, type Run, type RunOptions } from "./run-svc.js";
@@ -332,5 +332,28 @@ describe("svc", { timeout: 180_000 }, () => {
     const watched = await svc(["jobs", "watch", job.job_id, "--out", "watched.txt"], { home, env });
     expect(watched.code, watched.stderr).toBe(0);
     expect(fs.readFileSync(path.join(home, "watched.txt"), "utf8")).toBe("hello, world");
+  });
+
+  it("jobs output and jobs watch name an image file by its format only when that is a raster format; any other is <job_id>.bin", async () => {
+    const b64 = (text: string) => Buffer.from(text).toString("base64");
+    const written: Record<string, string[]> = {};
+    for (const [format, data] of [["html", b64("<script>alert(1)</script>")], ["hta", b64("<script>1</script>")], ["exe", b64("MZ")], ["desktop", b64("[Desktop Entry]")], ["jpeg", PNG_B64]]) {
+      const renter = await makeRenter(h.srv, 10_000);
+      const provider = await makeProvider(h.srv);
+      const job = await seedJob(h.srv, { renterId: renter.id, providerId: provider.id, status: "running", jobType: "image_generation", cost: 100 });
+      await settleJob(h.srv, job, renter.id, provider.id, 100, 40);
+      await h.srv.sql`UPDATE jobs SET result = ${h.srv.sql.json({ data, format })} WHERE id = ${job.id}`;
+      const env = { SVC_URL: h.srv.url, SVC_KEY: renter.key };
+      for (const args of [["jobs", "output", job.jobId], ["jobs", "watch", job.jobId]]) {
+        const home = tempDir("svc-outname");
+        const r = await svc(args, { home, env });
+        expect(r.code, r.stderr).toBe(0);
+        const files = fs.readdirSync(home).filter((f) => f.startsWith("job-"));
+        expect(files).toHaveLength(1);
+        expect(fs.readFileSync(path.join(home, files[0]))).toEqual(Buffer.from(data, "base64"));
+        (written[format] ??= []).push(files[0].slice(job.jobId.length));
+      }
+    }
+    expect(written).toEqual({ html: [".bin", ".bin"], hta: [".bin", ".bin"], exe: [".bin", ".bin"], desktop: [".bin", ".bin"], jpeg: [".jpeg", ".jpeg"] });
   });
 });

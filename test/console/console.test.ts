@@ -3,7 +3,9 @@
 // runs with a --runner program, watches the progress bar to done and sees
 // the PNG; the provider sees the job in its earnings; an operator approves a
 // pending provider and sees the dashboard change. Screenshots of each main
-// page go to test-artifacts/console/ (gitignored).
+// page go to test-artifacts/console/ (gitignored). Then: a key rotated in one
+// tab is kept where that tab's session was (not in another tab's remembered
+// session), and the dashboard's chart keeps its labels right as its data changes.
 import path from "node:path";
 import type { Page } from "playwright-core";
 import { afterAll, describe, expect, it } from "vitest";
@@ -348,4 +350,89 @@ describe("web console", () => {
     await poll(async () => (await api.get("/api/registry/images")).body.images.find((i: { image: string }) => i.image === image)?.description).toBe("Data preparation tools");
     assertNoProblems(page);
   }, 120_000);
+});
+
+/** A page of a new context whose tab is signed in as `role` with `secret` (not remembered). */
+async function signedInPage(role: "renter" | "provider" | "admin", secret: string): Promise<Page> {
+  const ctx = await h.context();
+  await ctx.addInitScript((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role, secret, label: role }));
+  return ctx.newPage();
+}
+
+describe("a key rotated in the console", () => {
+  /** Rotates the provider key of the tab on its Settings page; returns the new key. */
+  async function rotate(tab: Page): Promise<string> {
+    await tab.goto(`${h.srv.url}/#/provider/settings`);
+    await tab.reload();
+    await tab.getByRole("button", { name: "Rotate key…" }).click({ timeout: STEP_MS });
+    await tab.getByRole("button", { name: "Yes, rotate my key" }).click();
+    const input = tab.getByLabel("Your new API key (shown once)");
+    await input.waitFor({ timeout: STEP_MS });
+    const key = await input.inputValue();
+    expect(key).toMatch(/^svc-provider-/);
+    return key;
+  }
+
+  it("is kept where the tab's own session was: not over another tab's remembered session, and in localStorage when remembered", async () => {
+    const rig = await makeProvider(h.srv);
+    const other = await makeProvider(h.srv);
+    const ctx = await h.context();
+    // Tab B: another provider signed in with "remember me" on this device.
+    const tabB = await ctx.newPage();
+    await tabB.goto(`${h.srv.url}/`);
+    const remembered = JSON.stringify({ role: "provider", secret: other.key, label: "Other" });
+    await tabB.evaluate((s) => localStorage.setItem("svc-console-session", s), remembered);
+    // Tab A: a provider signed in for this tab only.
+    const tabA = await ctx.newPage();
+    await tabA.goto(`${h.srv.url}/`);
+    await tabA.evaluate((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role: "provider", secret: rig.key, label: "Rig" }));
+    const newKey = await rotate(tabA);
+    expect(await tabA.evaluate(() => sessionStorage.getItem("svc-console-session"))).toContain(newKey);
+    // The other tab's remembered session is left as it was.
+    expect(await tabA.evaluate(() => localStorage.getItem("svc-console-session"))).toBe(remembered);
+
+    // Tab B's own session, remembered, follows its rotation on this device.
+    const otherKey = await rotate(tabB);
+    const stored = await tabB.evaluate(() => localStorage.getItem("svc-console-session"));
+    expect(stored).toContain(otherKey);
+    expect(stored).not.toContain(newKey);
+  }, 90_000);
+});
+
+describe("the operator dashboard's chart of providers by GPU model", () => {
+  it("keeps each bar's label right when the models' order changes on a refresh", async () => {
+    await makeProvider(h.srv, { gpuModel: "NVIDIA Chart Alpha" });
+    await makeProvider(h.srv, { gpuModel: "NVIDIA Chart Beta" });
+    const page = await signedInPage("admin", ADMIN_TOKEN);
+    // Records the axis labels the canvas draws, with where.
+    await page.addInitScript(() => {
+      const w = window as never as { __drawn: [string, number][] };
+      w.__drawn = [];
+      const fill = CanvasRenderingContext2D.prototype.fillText;
+      CanvasRenderingContext2D.prototype.fillText = function (text: string, x: number, y: number, max?: number) {
+        w.__drawn.push([String(text), x]);
+        return max === undefined ? fill.call(this, text, x, y) : fill.call(this, text, x, y, max);
+      };
+    });
+    await page.goto(`${h.srv.url}/#/admin`);
+    await page.getByRole("img", { name: "Providers by GPU model" }).waitFor({ timeout: STEP_MS });
+    /** The labels of these two models as drawn last, left to right. */
+    const order = () =>
+      page.evaluate(() => {
+        const seen = new Map<string, number>();
+        for (const [t, x] of (window as never as { __drawn: [string, number][] }).__drawn) if (/^Chart /.test(t)) seen.set(t, x);
+        return [...seen.entries()].sort((a, b) => a[1] - b[1]).map(([t]) => t);
+      });
+    await poll(order).toEqual(["Chart Alpha", "Chart Beta"]);
+    const total = page.getByTestId("total-providers").locator(".stat-value");
+    const before = Number(await total.textContent());
+    // Two more Beta rigs: the service now lists Beta (3) before Alpha (1).
+    await makeProvider(h.srv, { gpuModel: "NVIDIA Chart Beta" });
+    await makeProvider(h.srv, { gpuModel: "NVIDIA Chart Beta" });
+    await page.evaluate(() => ((window as never as { __drawn: unknown[] }).__drawn.length = 0));
+    // The dashboard reloads every 10 s: it has the new figures, and the chart is drawn again with them,
+    // the 3-provider bar (first) labelled Beta.
+    await poll(async () => Number(await total.textContent())).toBe(before + 2);
+    await poll(order).toEqual(["Chart Beta", "Chart Alpha"]);
+  }, 90_000);
 });

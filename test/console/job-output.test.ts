@@ -3,6 +3,8 @@
 // imageBytes), with or without a `format` (JobOutcome.output_format: a `data`
 // string whose format is not a short lowercase name is a PNG). Data that does
 // not decode is said so in the card: the page never throws or waits forever.
+// Only a raster format is offered for download under its own name and type; any
+// other a provider names (html, svg, hta, exe …) is offered as binary, `.bin`.
 import type { Page } from "playwright-core";
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -66,4 +68,39 @@ describe("the job page's output", () => {
     expect(await page.getByRole("progressbar", { name: "Job progress" }).getAttribute("data-status")).toBe("completed");
     expect(problems).toEqual([]);
   }, 60_000);
+
+  it("offers an output in a format that is not a raster image as binary (.bin, application/octet-stream), never under the provider's file type", async () => {
+    const b64 = (text: string) => Buffer.from(text).toString("base64");
+    const offered: Record<string, { label: string | null; file: string; type: string }> = {};
+    for (const [format, data] of [
+      ["html", b64(`<html><script>alert(document.domain)</script></html>`)],
+      ["svg", b64(`<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>`)],
+      ["hta", b64(`<script>new ActiveXObject("WScript.Shell").Run("calc")</script>`)],
+      ["exe", b64("MZ\x90\x00")],
+      ["jpeg", PNG_B64],
+    ] as const) {
+      const { page, problems } = await jobPage({ data, format });
+      // The page again, recording the type of each object URL it makes (CSP connect-src keeps fetch off blob:).
+      await page.addInitScript(() => {
+        const make = URL.createObjectURL.bind(URL);
+        const types: Record<string, string> = ((window as never as { __types: Record<string, string> }).__types = {});
+        URL.createObjectURL = (b: Blob | MediaSource) => {
+          const u = make(b);
+          types[u] = (b as Blob).type;
+          return u;
+        };
+      });
+      await page.reload();
+      const link = page.locator(".output a.button");
+      await link.waitFor({ timeout: STEP_MS });
+      const [download] = await Promise.all([page.waitForEvent("download", { timeout: STEP_MS }), link.click()]);
+      const href = (await link.getAttribute("href"))!;
+      const type = await page.evaluate((u) => (window as never as { __types?: Record<string, string> }).__types?.[u] ?? "", href);
+      offered[format] = { label: await link.textContent(), file: download.suggestedFilename().replace(/^job-[0-9a-f]+/, ""), type };
+      expect(problems).toEqual([]);
+      await page.context().close();
+    }
+    const binary = { label: "Download binary", file: ".bin", type: "application/octet-stream" };
+    expect(offered).toEqual({ html: binary, svg: binary, hta: binary, exe: binary, jpeg: { label: "Download JPEG", file: ".jpeg", type: "image/jpeg" } });
+  }, 180_000);
 });

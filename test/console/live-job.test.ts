@@ -2,7 +2,8 @@
 // an answer that retrying cannot change ends the watch, and a tab that is not
 // shown gives back its HTTP/1.1 connection (Chromium keeps six per host), so
 // job tabs in the background do not stop the console loading in another tab,
-// and a job tab shown again catches up from its cursor.
+// and a job tab shown again catches up from its cursor. A "try again later"
+// (too many watches open) is shown and asked again only after its Retry-After.
 //
 // Headless Chromium shows every page (Page.setWebLifecycleState and window
 // states do not change document.visibilityState or fire freeze there), so a
@@ -14,6 +15,8 @@ import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { seedJob } from "../admin/helpers.js";
+import { openSse } from "../jobs/watch-helpers.js";
+import { MAX_WATCHES_PER_ACCOUNT, TOO_MANY_WATCHES_RETRY_AFTER_SECONDS } from "../../src/workers/job-watch.js";
 import { useConsoleHarness, watchProblems } from "./browser.js";
 
 const STEP_MS = 30_000;
@@ -89,6 +92,32 @@ describe("the job page's live stream", () => {
     await expect(pages[0].page.getByRole("alert").textContent()).resolves.toContain("job not found");
     await pages[2].page.getByRole("heading", { name: "Sign in to svc" }).waitFor({ timeout: 1_000 });
     expect(await pages[2].page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toBeNull();
+  }, 60_000);
+
+  it("while the renter holds too many watches, says so and asks again only after the Retry-After, then follows the job", async () => {
+    const renter = await makeRenter(h.srv, 1_000);
+    const job = await seedJob(h.srv, { renterId: renter.id, status: "queued", cost: 100 });
+    const url = `${h.srv.url}/api/jobs/${job.jobId}/events`;
+    const held = await Promise.all(Array.from({ length: MAX_WATCHES_PER_ACCOUNT }, () => openSse(url, { "x-renter-key": renter.key })));
+    try {
+      await Promise.all(held.map((s) => s.until((es) => es.length >= 1)));
+      const page = await (await signedInContext(renter.key)).newPage();
+      const problems = watchProblems(page);
+      const watches = countWatches(page);
+      await page.goto(`${h.srv.url}/#/renter/jobs/${job.jobId}`);
+      await page.getByRole("alert").filter({ hasText: "at most 32 job watches may be open at once" }).waitFor({ timeout: STEP_MS });
+      const refusedAt = Date.now();
+      // With a backoff of its own (1 s, 2 s, …) it would have asked three times by now.
+      await sleep(4_000);
+      expect(watches()).toBe(1);
+      held.pop()!.cut();
+      expect(await jobStatus(page)).toBe("queued");
+      expect(Date.now() - refusedAt).toBeGreaterThanOrEqual(TOO_MANY_WATCHES_RETRY_AFTER_SECONDS * 1000 - 1_000);
+      expect(watches()).toBe(2);
+      expect(problems).toEqual([]);
+    } finally {
+      for (const s of held) s.cut();
+    }
   }, 60_000);
 
   it("job tabs in the background give back their connections: a seventh tab loads, and a tab shown again catches up", async () => {

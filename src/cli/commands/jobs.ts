@@ -100,7 +100,7 @@ export function addJobCommands(program: Command, ctx: Context): void {
   jobs
     .command("output")
     .argument("<job_id>")
-    .option("-o, --out <file>", "write it to this file (images default to <job_id>.png)")
+    .option("-o, --out <file>", "write it to this file (images default to <job_id>.<format>, <job_id>.bin when not a raster image)")
     .description("a finished job's output")
     .action(async (jobId: string, o: { out?: string }) => {
       const { c } = session();

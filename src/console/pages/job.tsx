@@ -7,7 +7,7 @@ import { watchJob, type LiveJob } from "../live-job.js";
 import { href } from "../router.js";
 import { session } from "../session.js";
 import { Card, DataTable, Empty, ErrorBox, Loading, ProgressBar, StatusBadge, useAction, useLoad } from "../ui.js";
-import { RASTER_IMAGE_FORMATS } from "../../shared/image-formats.js";
+import { RASTER_IMAGE_FORMATS, outputFileExtension, outputFileType } from "../../shared/image-formats.js";
 
 function useLiveJob(jobId: string): LiveJob {
   const [s, set] = useState<LiveJob>({ attempts: [], logs: [], lost: false, done: false });
@@ -52,21 +52,31 @@ function useObjectUrl(blob: Blob | undefined): string | undefined {
 interface OutputFile {
   kind: "image" | "text" | "json";
   blob?: Blob;
+  /** The download's file extension. */
   ext: string;
+  /** What the output is called on the page ("PNG", "binary"). */
+  label: string;
   error?: string;
 }
 
+/**
+ * An image output as its file: a raster format keeps its name and media type; any other the
+ * provider names (html, svg, exe …) is opaque bytes, `.bin` and application/octet-stream, so that
+ * the downloaded file never opens as a document or runs as a program (outputFileExtension).
+ */
 function outputFile(result: JsonObject): OutputFile {
   const format = imageFormatOf(result);
   if (format !== undefined) {
+    const ext = outputFileExtension(format);
+    const label = RASTER_IMAGE_FORMATS.has(ext) ? ext.toUpperCase() : "binary";
     try {
-      return { kind: "image", blob: new Blob([base64ToBytes(result.data as string)], { type: `image/${format}` }), ext: format };
+      return { kind: "image", blob: new Blob([base64ToBytes(result.data as string)], { type: outputFileType(format) }), ext, label };
     } catch (err) {
-      return { kind: "image", ext: format, error: `The ${format.toUpperCase()} output cannot be read: ${(err as Error).message}.` };
+      return { kind: "image", ext, label, error: `The ${label} output cannot be read: ${(err as Error).message}.` };
     }
   }
-  if (typeof result.response === "string") return { kind: "text", blob: new Blob([result.response], { type: "text/plain" }), ext: "txt" };
-  return { kind: "json", blob: new Blob([JSON.stringify(result, null, 2)], { type: "application/json" }), ext: "json" };
+  if (typeof result.response === "string") return { kind: "text", blob: new Blob([result.response], { type: "text/plain" }), ext: "txt", label: "TXT" };
+  return { kind: "json", blob: new Blob([JSON.stringify(result, null, 2)], { type: "application/json" }), ext: "json", label: "JSON" };
 }
 
 function Output({ jobId, status }: { jobId: string; status: string }) {
@@ -80,18 +90,18 @@ function Output({ jobId, status }: { jobId: string; status: string }) {
   const body = out.data.body;
   if (body.case === "pending") return <Empty>The output appears here when the job completes.</Empty>;
   if (body.case === "gone") return <p class="error" role="alert">No output: the job {body.value.status}{body.value.error ? ` (${body.value.error})` : ""}.</p>;
-  const { kind, ext, error } = file!;
+  const { kind, ext, label, error } = file!;
   const shown: JsonObject = { ...result };
   delete shown.data;
   return (
     <div class="output">
-      <ErrorBox error={error ?? (unshown ? `The ${ext.toUpperCase()} output could not be shown; download it to look at it.` : undefined)} />
+      <ErrorBox error={error ?? (unshown ? `The ${label} output could not be shown; download it to look at it.` : undefined)} />
       {kind === "image" && url && RASTER_IMAGE_FORMATS.has(ext) && !unshown ? (
-        <img src={url} alt={`${ext.toUpperCase()} output of job ${jobId}`} data-testid="output-image" onError={() => setUnshown(true)} />
+        <img src={url} alt={`${label} output of job ${jobId}`} data-testid="output-image" onError={() => setUnshown(true)} />
       ) : null}
       {kind === "text" ? <pre class="output-text">{result!.response as string}</pre> : null}
       {kind === "json" ? <pre class="output-text">{JSON.stringify(shown, null, 2)}</pre> : null}
-      {url ? <a class="button" href={url} download={`${jobId}.${ext}`}>Download {ext.toUpperCase()}</a> : null}
+      {url ? <a class="button" href={url} download={`${jobId}.${ext}`}>Download {label}</a> : null}
     </div>
   );
 }
