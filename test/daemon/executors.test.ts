@@ -220,6 +220,50 @@ describe("docker executor (fake docker CLI)", () => {
     expect(other.cliEnv).toEqual({ VLLM_API_KEY: "x" });
   });
 
+  it("never mounts a host path nor takes an option from the task's workspace or image, and gives no new privileges", async () => {
+    const custom = (spec: JsonObject): JobSpec => ({
+      jobId: "job-bad-fields",
+      jobType: "custom_container",
+      maxDurationSeconds: 60,
+      gpus: [0],
+      taskSpec: { container: { image: "nvidia/cuda:12.4.1-base-ubuntu22.04" }, command: ["sh", "-c", "cat /host/etc/shadow"], ...spec },
+    });
+    const refused: [JsonObject, RegExp][] = [
+      // A host path as the volume: `-v /:/host` would bind-mount the host's root read-write.
+      [{ workspace: { volume: "/", mount_path: "/host" } }, /workspace volume "\/" is not a volume name/],
+      [{ workspace: { volume: "/var/run/docker.sock", mount_path: "/var/run/docker.sock" } }, /workspace volume "\/var\/run\/docker.sock" is not a volume name/],
+      [{ workspace: { volume: "../etc", mount_path: "/w" } }, /workspace volume "..\/etc" is not a volume name/],
+      [{ workspace: { volume: "svc-ws-x", mount_path: "/w:/etc:rw" } }, /workspace mount_path "\/w:\/etc:rw" is not an absolute path without ':'/],
+      [{ workspace: { volume: "svc-ws-x", mount_path: "workspace" } }, /workspace mount_path "workspace" is not an absolute path/],
+      // An "image" docker would read as its option, the next word then being the image.
+      [{ container: { image: "--privileged" }, command: ["ubuntu:22.04", "sh"] }, /container image "--privileged" is not an image reference/],
+      [{ container: { image: "-v/:/host" } }, /container image "-v\/:\/host" is not an image reference/],
+      [{ container: { image: "ubuntu:22.04 --privileged" } }, /is not an image reference/],
+    ];
+    for (const [spec, why] of refused) {
+      const bad = custom(spec);
+      expect(() => dockerRunArgs(bad, opts), JSON.stringify(spec)).toThrow(why);
+      // The daemon refuses such a task before anything runs (sent back as unsupported_on_provider), with the reason.
+      expect(() => executorFor(bad, { runners: {}, workRoot: opts.workRoot, docker: opts }), JSON.stringify(spec)).toThrow(/^the daemon does not run this task: /);
+    }
+    // Nor does docker see the image as an option while the job is prepared (image inspect, pull).
+    const before = invocations().length;
+    const signal = new AbortController().signal;
+    const why = await new DockerExecutor(opts).prepare(custom({ container: { image: "--privileged" } }), { deadline: Date.now() + 10_000, signal, stop: signal, log: () => {}, preparing: () => {} });
+    expect(why).toMatch(/is not an image reference/);
+    expect(invocations().length).toBe(before);
+    // What the server sends runs as it is: its own volume at /workspace, a pinned image, a digest, a registry with a port.
+    for (const image of ["nvidia/cuda:12.4.1-runtime-ubuntu22.04", `registry.example.com:5000/team/app@sha256:${"a".repeat(64)}`, "python:3.12-slim"]) {
+      const argv = dockerRunArgs(custom({ container: { image }, workspace: { volume: "svc-ws-job-lx2-0a1b2c", mount_path: "/workspace", checkpoint_enabled: false } }), opts).argv;
+      expect(argv.join(" ")).toContain("-v svc-ws-job-lx2-0a1b2c:/workspace");
+      expect(argv[argv.length - 4]).toBe(image);
+    }
+    // No process of any container gains privileges through a setuid program.
+    for (const t of ["custom_container", "training", "rendering", "vllm_serve"] as JobType[]) {
+      expect(optionOf(dockerRunArgs(minimalJob(t, [0]), opts, 8000, "k").argv, "--security-opt"), t).toBe("no-new-privileges");
+    }
+  });
+
   it("runs the minimal jobs' defaults: the built-in scene and the smoke check need no network", () => {
     const argv = (t: JobType) => dockerRunArgs(minimalJob(t, [0]), opts).argv;
     expect(argv("rendering")).toContain("--network");
@@ -420,6 +464,23 @@ describe("process executor", () => {
     await waitFor(() => jobProcesses("job-proc-kill").length === 0, 5_000, "no process left");
   });
 
+  it("makes the work folder and the job's folder private (0700), also when they were there already", async () => {
+    const work = path.join(tempDir("proc-modes"), "work");
+    const old = process.umask(0o022);
+    try {
+      fs.mkdirSync(path.join(work, "job-proc-old"), { recursive: true, mode: 0o755 });
+      const script = writeExecutable(path.dirname(work), "ok.sh", "#!/bin/sh\necho ok\n");
+      for (const jobId of ["job-proc-old", "job-proc-new"]) {
+        const out = await new ProcessExecutor([script], work).start({ jobId, jobType: "custom", maxDurationSeconds: 60, taskSpec: {} }, hooks().h).done;
+        expect(out.success, out.error).toBe(true);
+        expect((fs.statSync(path.join(work, jobId)).mode & 0o777).toString(8), jobId).toBe("700");
+      }
+      expect((fs.statSync(work).mode & 0o777).toString(8)).toBe("700");
+    } finally {
+      process.umask(old);
+    }
+  });
+
   it("sees only the job's own GPU", async () => {
     const work = tempDir("proc");
     const script = writeExecutable(work, "gpu.sh", '#!/bin/sh\necho "visible=${CUDA_VISIBLE_DEVICES-unset} order=${CUDA_DEVICE_ORDER-unset}"\n');
@@ -449,7 +510,7 @@ describe("process executor", () => {
 
   it("ships a compiling in-container program for each built-in container job type", async () => {
     const { spawnSync } = await import("node:child_process");
-    for (const script of ["llm.py", "image.py", "render.py", "train.py"]) {
+    for (const script of ["llm.py", "image.py", "render.py", "train.py", "svc_fetch.py"]) {
       const file = path.join(CONTAINER_SCRIPTS, script);
       expect(fs.existsSync(file), script).toBe(true);
       const r = spawnSync("python3", ["-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')", file], { encoding: "utf8" });

@@ -257,6 +257,41 @@ print(json.dumps({"taken": [a, b], "third": third, "again": again, "argv": argv,
     expect(out.keep).toBe("1");
   });
 
+  it("never mounts a host path nor takes an option from the task's workspace or image, and gives no new privileges", () => {
+    const work = path.join(tempDir("py-plan-fields"), "work");
+    const plan = (spec: Record<string, unknown>) =>
+      JSON.parse(
+        python(`import json, svc_daemon
+job = {"job_id": "job-fields", "job_type": "custom_container", "attempt": 1, "task_spec": json.loads(${JSON.stringify(JSON.stringify(spec))})}
+try:
+    print(json.dumps({"argv": svc_daemon.plan_job(job, {}, "/usr/bin/docker", ${JSON.stringify(work)}, [0])[0]}))
+except RuntimeError as err:
+    print(json.dumps({"error": str(err)}))
+`),
+      ) as { argv?: string[]; error?: string };
+    const base = { container: { image: "nvidia/cuda:12.4.1-base-ubuntu22.04" }, command: ["sh", "-c", "cat /host/etc/shadow"] };
+    const refused: [Record<string, unknown>, RegExp][] = [
+      [{ ...base, workspace: { volume: "/", mount_path: "/host" } }, /workspace volume "\/" is not a volume name/],
+      [{ ...base, workspace: { volume: "/var/run/docker.sock", mount_path: "/var/run/docker.sock" } }, /is not a volume name/],
+      [{ ...base, workspace: { volume: "svc-ws-x", mount_path: "/w:/etc:rw" } }, /workspace mount_path "\/w:\/etc:rw" is not an absolute path without ':'/],
+      [{ ...base, workspace: { volume: "svc-ws-x", mount_path: "relative" } }, /is not an absolute path/],
+      [{ container: { image: "--privileged" }, command: ["ubuntu:22.04", "sh", "-c", "mount /dev/sda1 /mnt"] }, /container image "--privileged" is not an image reference/],
+      [{ image: "-v/:/host", command: ["true"] }, /container image "-v\/:\/host" is not an image reference/],
+    ];
+    for (const [spec, why] of refused) {
+      const r = plan(spec);
+      expect(r.argv, JSON.stringify(spec)).toBeUndefined();
+      expect(r.error, JSON.stringify(spec)).toMatch(/^the daemon does not run this task: /);
+      expect(r.error, JSON.stringify(spec)).toMatch(why);
+      // Refused before the task (the renter's env) is written anywhere.
+      expect(fs.existsSync(path.join(work, "job-fields", "task.json"))).toBe(false);
+    }
+    const ok = plan({ ...base, workspace: { volume: "svc-ws-job-fields", mount_path: "/workspace", checkpoint_enabled: false } });
+    expect(ok.error).toBeUndefined();
+    expect(ok.argv!.join(" ")).toContain("-v svc-ws-job-fields:/workspace");
+    expect(optionOf(ok.argv!, "--security-opt")).toBe("no-new-privileges");
+  });
+
   it("writes task.json anew: never through a link a run of the job left in its folder", () => {
     const work = path.join(tempDir("py-link"), "work");
     const folder = path.join(work, "job-link");

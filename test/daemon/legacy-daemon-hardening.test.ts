@@ -220,6 +220,28 @@ describe("svc_daemon.py runs what the signature covers", { timeout: 60_000 }, ()
     expect(errors).toMatch(/job_id \("job-someone-else"\) is not the signed task's \("job-signed-llm"\)/);
   });
 
+  it("refuses a signed container task whose workspace or image docker would take for a host path or an option", async () => {
+    const dir = tempDir("py-bad-fields");
+    const docker = fakeDocker(dir);
+    const hostRoot = customTask("job-host-root", ["sh", "-c", "cat /host/etc/shadow"]);
+    hostRoot.workspace = { volume: "/", mount_path: "/host", checkpoint_enabled: false };
+    const flagImage = customTask("job-flag-image", ["ubuntu:22.04", "sh"]);
+    flagImage.container = { image: "--privileged", image_type: "cuda" };
+    const badMount = customTask("job-bad-mount", ["ok"]);
+    badMount.workspace = { volume: "svc-ws-job-bad-mount", mount_path: "/w:/etc", checkpoint_enabled: false };
+    const jobs = [hostRoot, flagImage, badMount];
+    const fake = await serve({ poll: (n: number) => ({ job: n < jobs.length ? signedJob(jobs[n]) : null }) });
+    const d = legacy(fake, dir, { SVC_DOCKER: docker.path });
+    await waitFor(() => fake.results.length >= 3, 20_000, `three results (${d.output()})`);
+    // Refused before docker is asked anything about the job: no pull, no volume, no container.
+    expect(docker.calls().filter((a) => ["run", "pull", "image"].includes(a[0]) || a.join(" ").startsWith("volume create"))).toEqual([]);
+    for (const r of fake.results) expect(r).toMatchObject({ success: false, end_reason: "unsupported_on_provider", fault: "provider" });
+    const errors = Object.fromEntries(fake.results.map((r) => [r.job_id, r.error]));
+    expect(errors["job-host-root"]).toMatch(/^the daemon does not run this task: the task's workspace volume "\/" is not a volume name/);
+    expect(errors["job-flag-image"]).toMatch(/^the daemon does not run this task: the task's container image "--privileged" is not an image reference/);
+    expect(errors["job-bad-mount"]).toMatch(/workspace mount_path "\/w:\/etc" is not an absolute path without ':'/);
+  });
+
   it("arms the kill timer from the signed limits.max_duration_seconds", async () => {
     const dir = tempDir("py-signed-timer");
     const t = task("job-signed-timer", "llm-inference", { prompt: "hi" }, {}, 1);
@@ -314,7 +336,11 @@ describe("svc_daemon.py names a job in a URL", { timeout: 60_000 }, () => {
     const dir = tempDir("py-quote");
     const docker = fakeDocker(dir);
     let endpointReady = false;
-    const serving = task(serveJob, "vllm_serve", { model: "m" }, { model: "m", container: { image: "vllm/vllm-openai:v0.6.3", image_type: "cuda" }, serve: { api: "openai", container_port: 8000 } });
+    const serving = task(serveJob, "vllm_serve", { model: "m" }, {
+      model: "m", container: { image: "vllm/vllm-openai:v0.6.3", image_type: "cuda" }, serve: { api: "openai", container_port: 8000 },
+      // A volume name docker takes (the daemon refuses any other): this id's '/' and '?' are not in one.
+      workspace: { volume: "svc-ws-job-s-serve-z", mount_path: "/workspace", checkpoint_enabled: false },
+    });
     const fake = await serve({
       poll: (n: number) => (n === 0 ? { job: signedJob(task(runnerJob, "llm-inference", { prompt: "hi" })) } : n === 1 ? { job: signedJob(serving) } : { job: null }),
       // The served engine runs until the server says its job ended.

@@ -127,6 +127,10 @@ json.dump({"response": "from the container: " + task["task_spec"]["inputs"]["pro
     expect(fs.readFileSync(path.join(dir, "work", ".svc-scripts", "llm.py"), "utf8")).toBe(
       fs.readFileSync(new URL("../../src/daemon/ts/container-scripts/llm.py", import.meta.url), "utf8"),
     );
+    // With the download helper that train.py and render.py import from beside them.
+    expect(fs.readFileSync(path.join(dir, "work", ".svc-scripts", "svc_fetch.py"), "utf8")).toBe(
+      fs.readFileSync(new URL("../../src/daemon/ts/container-scripts/svc_fetch.py", import.meta.url), "utf8"),
+    );
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 

@@ -3,9 +3,12 @@
 // docker command line (which `ps` shows to every user of the host), by name
 // from the docker CLI's environment, or, for a name the CLI reads itself
 // (DOCKER_HOST, PATH, a proxy), from an env file only its owner can read,
-// removed with the job; and no program the daemon starts for a job inherits
-// the provider key or the HMAC secret it was given in its environment.
+// removed with the job; the task it hands the container (task.json, the env
+// included) is readable by the daemon's user only, in folders only that user
+// may enter; and no program the daemon starts for a job inherits the provider
+// key or the HMAC secret it was given in its environment.
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -52,6 +55,41 @@ describe("svc-daemon (TypeScript): secrets", { timeout: 120_000 }, () => {
     expect(done.status, done.error).toBe("completed");
     await waitFor(() => !docker.containers().some((c) => c.labels["svc.job_id"] === job.job_id), 30_000, `container removed (${d.output()})`);
     expect(fs.existsSync(container.envFile!), "the env file outlived its job").toBe(false);
+  });
+
+  it("writes task.json, which holds the renter's env, readable by the daemon's user only, in private folders", async () => {
+    // The usual umask of a login shell or a service: what the daemon inherits in the field.
+    const old = process.umask(0o022);
+    try {
+      // Its own work folder (--work-dir / SVC_WORK_DIR) in an ordinary 0755 place, made 0755 by an earlier
+      // version: the daemon tightens it. (The default, <state-dir>/work, sits in the daemon's 0700 state folder.)
+      const base = fs.mkdtempSync(path.join(os.tmpdir(), "svc-work-modes-"));
+      fs.chmodSync(base, 0o755);
+      fs.mkdirSync(path.join(base, "work"), { mode: 0o755 });
+      const { docker, d } = await dockerDaemon(h, { env: { SVC_WORK_DIR: path.join(base, "work") } });
+      const renter = await makeRenter(h.srv, 10_000);
+      const secret = "hf_renterSecretTOKEN_in_task_json_42";
+      const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 2, params: { command: ["wait"], env: { HF_TOKEN: secret } } });
+      await waitFor(() => docker.containers().find((c) => c.labels["svc.job_id"] === job.job_id && c.running), 45_000, `container running (${d.output()})`);
+      const run = docker.runs().find((argv) => argv.includes(`svc.job_id=${job.job_id}`))!;
+      const outDir = run.find((a) => a.endsWith(":/svc-output"))!.split(":")[0];
+      expect(path.dirname(outDir)).toBe(path.join(base, "work"));
+      const taskFile = path.join(outDir, "task.json");
+      // The file holds the secret the daemon kept off docker's command line.
+      expect(fs.readFileSync(taskFile, "utf8")).toContain(secret);
+      const modes = {
+        task: (fs.statSync(taskFile).mode & 0o777).toString(8),
+        job: (fs.statSync(outDir).mode & 0o777).toString(8),
+        work: (fs.statSync(path.dirname(outDir)).mode & 0o777).toString(8),
+      };
+      docker.release(job.job_id);
+      const done = await endedJob(h.srv.sql, job.job_id, `job end (${d.output()})`);
+      expect(done.status, done.error).toBe("completed");
+      // No other user of the host can read it, nor enter the folders it lies in (as the legacy daemon writes them).
+      expect(modes).toEqual({ task: "600", job: "700", work: "700" });
+    } finally {
+      process.umask(old);
+    }
   });
 
   it("gives a job's program none of the daemon's own secrets from its environment", async () => {

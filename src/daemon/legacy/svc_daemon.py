@@ -733,6 +733,32 @@ DOCKER_CLI_ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMPD
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# A docker volume name (docker's own rule): never a host path, which `-v` would bind-mount.
+VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# docker's reference grammar, [registry[:port]/]path[:tag][@digest]: never an option, nor anything but one word.
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?/)?"
+    + _IMAGE_COMPONENT + r"(?:/" + _IMAGE_COMPONENT + r")*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+IMAGE_MAX = 255
+
+
+def container_task_problem(image, volume, mount):
+    """Why the daemon never runs a container task as it is (None when it does). `docker run` is built from
+    fields of the signed task that the server fills itself; they are checked all the same, so that a task
+    that verifies yet names a host path as its volume (`-v /:/host`), a mount path docker would read more
+    from, or an "image" docker would take for an option gets a refusal, not the host. The TypeScript daemon
+    checks the same (executors/docker.ts containerTaskProblem)."""
+    if not isinstance(image, str) or len(image) > IMAGE_MAX or not IMAGE_REFERENCE.fullmatch(image):
+        return "the task's container image %s is not an image reference" % json.dumps(image)[:IMAGE_MAX]
+    if not isinstance(volume, str) or not VOLUME_NAME.fullmatch(volume):
+        return "the task's workspace volume %s is not a volume name (letters, digits, '_', '.', '-')" % json.dumps(volume)
+    if not isinstance(mount, str) or not mount.startswith("/") or re.search(r"[:\0\r\n]", mount):
+        return "the task's workspace mount_path %s is not an absolute path without ':'" % json.dumps(mount)
+    return None
+
+
 def docker_cli_env_name(name, cli_env):
     """Whether a task's env name goes in the --env-file: one the docker CLI reads, or one of cli_env (the
     names the CLI is given). Compared without case: Windows names, and Go reads https_proxy too."""
@@ -1361,6 +1387,9 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         workspace_spec = spec.get("workspace") if isinstance(spec.get("workspace"), dict) else {}
         volume = workspace_spec.get("volume") or "svc-" + _safe_name(job_id) + "-workspace"
         mount = workspace_spec.get("mount_path") or "/workspace"
+        problem = container_task_problem(image, volume, mount)
+        if problem:
+            raise RuntimeError("the daemon does not run this task: " + problem)
         if os.path.exists(cidfile):
             os.remove(cidfile)  # docker run refuses a container id file that exists
         labels = [JOB_LABEL + "=" + job_id, DAEMON_LABEL + "=" + daemon_label(workdir)]
@@ -1373,6 +1402,8 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
         memory_mb = limits.get("memory_mb") or default_memory_mb()
         argv += ["--memory", "%dm" % int(memory_mb), "--pids-limit", str(int(limits.get("pids") or 4096))]
+        # No process of the container gains privileges through a setuid or file-capability program.
+        argv += ["--security-opt", "no-new-privileges"]
         # The task goes in as a file beside the result (our scripts read $SVC_TASK_FILE), written anew:
         # an earlier run of this job (a re-queue back to this provider) may have left a link there.
         write_new_file(os.path.join(workspace, "task.json"),

@@ -1,13 +1,26 @@
 """rendering inside the job's container (Blender): renders the frames of the
 scene into the output folder and reports them as base64 files. scene_url is
 a .blend to download, or a built-in scene ("builtin:...") that Blender
-builds procedurally: the default of a rendering job that names no scene."""
+builds procedurally: the default of a rendering job that names no scene. A
+URL is fetched through svc_fetch (beside this file): never from the
+provider's own network, at most MAX_SCENE_BYTES."""
 import base64
 import glob
 import json
 import os
 import subprocess
-import urllib.request
+import sys
+
+# svc_fetch lies beside this file (/svc-scripts, read-only in the container): no bytecode cache is written there.
+_cache, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import svc_fetch  # noqa: E402
+
+sys.dont_write_bytecode = _cache
+
+# The most of scene_url downloaded (4 GiB: a .blend with its textures packed): a larger one fails the job.
+MAX_SCENE_BYTES = 4 * 1024 * 1024 * 1024
 
 # A fixed benchmark scene: 25 spheres of graded colour, metalness and
 # roughness on a floor, lit by a sun and an area light (reflections, soft
@@ -67,7 +80,10 @@ def blender_argv(inputs, out_dir):
     else:
         scene = os.path.join(out_dir, "scene.blend")
         print("SVC_PROGRESS 2 downloading scene", flush=True)
-        urllib.request.urlretrieve(scene_url, scene)
+        try:
+            svc_fetch.fetch_to_file(scene_url, scene, MAX_SCENE_BYTES)
+        except svc_fetch.FetchError as err:
+            raise SystemExit("scene_url: %s" % err)
         head = ["blender", "-b", scene]
     start, end = int(inputs.get("frame_start", 1)), int(inputs.get("frame_end", 1))
     return head + ["-E", ENGINES[inputs.get("engine", "cycles")], "--python-expr", settings,

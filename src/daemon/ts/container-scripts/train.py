@@ -2,12 +2,24 @@
 lines of dataset_url (LoRA when peft is installable, else full), keeps
 checkpoints in the workspace volume, and reports the artifacts.
 dataset_url may name a built-in dataset ("builtin:..."), generated here
-without a download: the default of a training job that names no data."""
+without a download: the default of a training job that names no data. A URL
+is fetched through svc_fetch (beside this file): never from the provider's own
+network, at most MAX_DATASET_BYTES."""
 import json
 import os
 import subprocess
 import sys
-import urllib.request
+
+# svc_fetch lies beside this file (/svc-scripts, read-only in the container): no bytecode cache is written there.
+_cache, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import svc_fetch  # noqa: E402
+
+sys.dont_write_bytecode = _cache
+
+# The most of dataset_url downloaded (256 MiB of text lines, held in memory): a larger one fails the job.
+MAX_DATASET_BYTES = 256 * 1024 * 1024
 
 
 def tiny_instruct():
@@ -29,7 +41,11 @@ def load_lines(source):
         if source not in BUILTIN_DATASETS:
             raise SystemExit("unknown built-in dataset %r (this daemon knows %s)" % (source, ", ".join(sorted(BUILTIN_DATASETS))))
         return BUILTIN_DATASETS[source]()
-    return [l.strip() for l in urllib.request.urlopen(source).read().decode("utf-8").splitlines() if l.strip()]
+    try:
+        data = svc_fetch.fetch_bytes(source, MAX_DATASET_BYTES)
+    except svc_fetch.FetchError as err:
+        raise SystemExit("dataset_url: %s" % err)
+    return [l.strip() for l in data.decode("utf-8").splitlines() if l.strip()]
 
 
 def main():

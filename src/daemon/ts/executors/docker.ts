@@ -1,7 +1,10 @@
 // Containers through the `docker` CLI: the job's own GPU with --gpus, no
 // network unless the task needs one (a model or an input to download, a
-// served endpoint), memory and pids limits, the job's workspace volume at
-// /workspace, and a host folder at /svc-output for the result. Stop =
+// served endpoint), memory and pids limits, no new privileges, the job's
+// workspace volume at /workspace, and a host folder at /svc-output for the
+// result (0700, in a 0700 work folder; task.json there 0600). The task's
+// volume, mount path and image are checked before they reach docker's
+// command line (containerTaskProblem): never a host path nor an option. Stop =
 // `docker kill`; the container is removed once the job ended, however it
 // ended, and with it the job's workspace volume and host folder (what the job
 // wrote does not stay on the provider's disk). The container and the volume
@@ -128,6 +131,18 @@ export function jobFiles(workRoot: string, jobId: string): { outDir: string; cid
   return { outDir, cidFile: `${outDir}.cid`, envFile: `${outDir}.env` };
 }
 
+/**
+ * Makes a folder (and its missing parents) that only the daemon's user may list or enter (0700):
+ * the work folder and each job's folder hold tasks with the renter's env. One already there is
+ * made so too (an earlier version made them with the umask's mode, 0755 as a rule); one that cannot
+ * be (another user's) throws, and the job does not start.
+ */
+export function privateFolder(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // Windows has no such mode bits: the folder inherits its parent's access list.
+  if (process.platform !== "win32" && (fs.statSync(dir).mode & 0o077) !== 0) fs.chmodSync(dir, 0o700);
+}
+
 /** Built-in job types run a program of ours inside their image. */
 const SCRIPTS: Record<string, string> = {
   "llm-inference": "llm.py",
@@ -223,6 +238,45 @@ export function imageOf(job: JobSpec): string | undefined {
   return typeof container.image === "string" ? container.image : typeof t.image === "string" ? t.image : undefined;
 }
 
+/** A docker volume name (docker's own rule): never a host path, which `-v` would bind-mount. */
+const VOLUME_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+/** docker's reference grammar, [registry[:port]/]path[:tag][@digest]: never an option, nor anything but one word. */
+const IMAGE_COMPONENT = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
+const IMAGE_REFERENCE = new RegExp(
+  "^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?/)?" +
+    `${IMAGE_COMPONENT}(?:/${IMAGE_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`,
+);
+const IMAGE_MAX = 255;
+
+/**
+ * The job's workspace volume and where it is mounted, as its task names them (the server names
+ * svc-ws-<job> at /workspace), else the daemon's own svc-<job>-workspace at /workspace.
+ */
+export function workspaceOf(job: JobSpec): { volume: string; mount: string } {
+  const workspace = obj(job.taskSpec.workspace);
+  return {
+    volume: typeof workspace.volume === "string" ? workspace.volume : `svc-${safeName(job.jobId)}-workspace`,
+    mount: typeof workspace.mount_path === "string" ? workspace.mount_path : "/workspace",
+  };
+}
+
+/**
+ * Why the daemon never runs a container task as it is, or undefined. `docker run` is built from
+ * fields of the signed task that the server fills itself; they are checked all the same, so that a
+ * task that verifies yet names a host path as its volume (`-v /:/host`), a mount path docker would
+ * read more from, or an "image" docker would take for an option gets a refusal, not the host.
+ */
+export function containerTaskProblem(job: JobSpec): string | undefined {
+  const image = imageOf(job);
+  if (image !== undefined && (image.length > IMAGE_MAX || !IMAGE_REFERENCE.test(image))) {
+    return `the task's container image ${JSON.stringify(image.slice(0, IMAGE_MAX))} is not an image reference`;
+  }
+  const { volume, mount } = workspaceOf(job);
+  if (!VOLUME_NAME.test(volume)) return `the task's workspace volume ${JSON.stringify(volume)} is not a volume name (letters, digits, '_', '.', '-')`;
+  if (!mount.startsWith("/") || /[:\0\r\n]/.test(mount)) return `the task's workspace mount_path ${JSON.stringify(mount)} is not an absolute path without ':'`;
+  return undefined;
+}
+
 /**
  * The `docker run` command line of a job (pure; tested on its own). `serveKey`: vllm_serve's
  * secret, passed by name (`cliEnv`), never in `argv`; the task's env likewise (envRoute).
@@ -231,13 +285,13 @@ export function imageOf(job: JobSpec): string | undefined {
 export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: number, serveKey?: string, cliBase: NodeJS.ProcessEnv = childEnv()): DockerPlan {
   const t = job.taskSpec;
   const limits = obj(t.limits);
-  const workspace = obj(t.workspace);
   const image = imageOf(job);
   if (!image) throw new Error("the task names no container image");
+  const problem = containerTaskProblem(job);
+  if (problem) throw new Error(problem);
   const name = `svc-${safeName(job.jobId)}`;
   const { outDir, cidFile, envFile } = jobFiles(opts.workRoot, job.jobId);
-  const volume = typeof workspace.volume === "string" ? workspace.volume : `${name}-workspace`;
-  const mount = typeof workspace.mount_path === "string" ? workspace.mount_path : "/workspace";
+  const { volume, mount } = workspaceOf(job);
   const memoryMb = typeof limits.memory_mb === "number" ? limits.memory_mb : (opts.defaultMemoryMb ?? Math.floor((os.totalmem() / 1048576) * 0.8));
   // No --rm: a container removed the moment it exits could not be asked whether it ever started
   // (exit status 125); the executor removes it itself once the job ended.
@@ -247,6 +301,8 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   if (opts.gpus && job.gpus?.length) argv.push("--gpus", gpusFlag(job.gpus));
   if (!needsNetwork(job)) argv.push("--network", "none");
   argv.push("--memory", `${Math.max(256, Math.floor(memoryMb))}m`, "--pids-limit", String(opts.pidsLimit ?? 4096));
+  // No process of the container gains privileges through a setuid or file-capability program.
+  argv.push("--security-opt", "no-new-privileges");
   argv.push("-v", `${volume}:${mount}`, "-v", `${outDir}:/svc-output`);
   argv.push("-e", "SVC_RESULT_FILE=/svc-output/result.json", "-e", "SVC_TASK_FILE=/svc-output/task.json", "-e", `SVC_JOB_ID=${job.jobId}`);
   for (const k of DEVICE_FEATURE_ENV_NAMES) argv.push("-e", `${k}=disabled`);
@@ -311,7 +367,7 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
  * link is removed, never followed), and the file is created anew without following a link. A
  * directory there throws: the job cannot start on this machine.
  */
-function writeNewFile(file: string, text: string, mode = 0o644): void {
+function writeNewFile(file: string, text: string, mode = 0o600): void {
   try {
     fs.unlinkSync(file);
   } catch (err) {
@@ -403,6 +459,9 @@ export class DockerExecutor implements Executor {
   async prepare(job: JobSpec, opts: PrepareOptions): Promise<string | undefined> {
     const image = imageOf(job);
     if (!image) return undefined;
+    // Never handed to `docker image inspect` or `docker pull` as an option (executorFor refuses such a task first).
+    const problem = containerTaskProblem(job);
+    if (problem) return problem;
     const docker = this.opts.docker;
     const inspect = await runCommand(docker, ["image", "inspect", "--format", "{{.Id}}", image], { timeoutMs: 30_000, signal: opts.signal });
     if (inspect.code === 0) return undefined;
@@ -441,9 +500,12 @@ export class DockerExecutor implements Executor {
   }
 
   private run(job: JobSpec, hooks: JobHooks, plan: DockerPlan): RunningJob {
-    fs.mkdirSync(plan.outDir, { recursive: true });
+    // Private, as what goes there and beside it: the task (the renter's env), the env file, the container id.
+    privateFolder(this.opts.workRoot);
+    privateFolder(plan.outDir);
     // An earlier run of this job (a re-queue back to this provider) may have left a link here.
-    writeNewFile(path.join(plan.outDir, "task.json"), JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }));
+    // Readable by this user only: it holds the whole task, the renter's env included.
+    writeNewFile(path.join(plan.outDir, "task.json"), JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }), 0o600);
     // docker run refuses a container id file that exists: one an earlier run left goes first.
     fs.rmSync(plan.cidFile, { force: true });
     for (const k of plan.droppedEnv) hooks.log(`env ${k} was left out: the provider's daemon decides which GPU the job sees`);

@@ -2,7 +2,7 @@
 // type (process), the built-in benchmark (process), vllm_serve and every
 // other type in its container (docker).
 import { fileURLToPath } from "node:url";
-import { DockerExecutor, type DockerOptions } from "./docker.js";
+import { containerTaskProblem, DockerExecutor, type DockerOptions } from "./docker.js";
 import { ProcessExecutor } from "./process.js";
 import type { Executor, JobSpec } from "./types.js";
 
@@ -42,5 +42,8 @@ export function executorFor(job: JobSpec, cfg: ExecutorConfig): Executor {
   if (!cfg.docker) {
     throw new Error(`job type ${job.jobType} runs in a container and docker is not available on this host (or configure --runner ${job.jobType}=COMMAND)`);
   }
+  // A task whose image or workspace docker would take for an option or a host path is refused before anything runs.
+  const problem = containerTaskProblem(job);
+  if (problem) throw new Error(`the daemon does not run this task: ${problem}`);
   return new DockerExecutor({ ...cfg.docker, workRoot: cfg.workRoot });
 }

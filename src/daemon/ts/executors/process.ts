@@ -4,11 +4,10 @@
 // SVC_RESULT_FILE in its environment, and CUDA_VISIBLE_DEVICES naming the
 // GPU the daemon handed the job (nvidia-smi's index, so CUDA_DEVICE_ORDER is
 // PCI_BUS_ID: CUDA's own default order may differ).
-import fs from "node:fs";
 import path from "node:path";
 import { childEnv } from "../exec.js";
 import { startChildJob } from "./child.js";
-import { jobFiles } from "./docker.js";
+import { jobFiles, privateFolder } from "./docker.js";
 import { recordJobProcess } from "../job-processes.js";
 import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
 
@@ -23,7 +22,9 @@ export class ProcessExecutor implements Executor {
   start(job: JobSpec, hooks: JobHooks): RunningJob {
     // The program's own: never removed by the daemon, neither after the job nor at its next start.
     const workspace = jobFiles(this.workRoot, job.jobId).outDir;
-    fs.mkdirSync(workspace, { recursive: true });
+    // Only the daemon's user (the program's) may enter it, nor the work folder it lies in.
+    privateFolder(this.workRoot);
+    privateFolder(workspace);
     const resultFile = path.join(workspace, "result.json");
     return startChildJob(
       {
