@@ -29,6 +29,9 @@
 // young collection until then (test/foundation/young-closures.test.ts). The
 // patch assigns the same functions from locals, which V8 allocates young.
 //
+// Third, a request whose binary message does not decode is answered
+// invalid_argument, not internal (REQUEST below).
+//
 // Checked: a version outside 2.1.x, or code that does not have the expected
 // shape (the counts of each form, every generator closed, no marker left),
 // stops the install with a message instead of patching blindly.
@@ -176,10 +179,34 @@ const YOUNG = {
   ],
 };
 
-/** Applies `replacements` once to `file` (one carrying the mark is done); each must match exactly once. */
-function replaceExactly(file, replacements) {
+const REQUEST_MARK = "svc patch: an undecodable request is invalid_argument";
+/**
+ * Third: a request message whose binary encoding does not decode (a truncated field, an invalid
+ * varint, a string that is not UTF-8) is the caller's error: invalid_argument (400), as an unreadable
+ * JSON request already is, rather than internal (500). Only the server's reading of requests changes;
+ * a client reading an answer it cannot decode still reports internal.
+ */
+const REQUEST = {
+  "protocol/serialization.js": [
+    [
+      "    const inputBinary = limitSerialization(createBinarySerialization(method.input, binaryOptions), limitOptions);\n",
+      `    // ${REQUEST_MARK}\n    const inputBinary = limitSerialization(createBinarySerialization(method.input, binaryOptions, true), limitOptions);\n`,
+    ],
+    [
+      "export function createBinarySerialization(desc, options) {\n",
+      "export function createBinarySerialization(desc, options, request = false) {\n",
+    ],
+    [
+      "                throw new ConnectError(`parse binary: ${m}`, Code.Internal);\n",
+      "                throw new ConnectError(`parse binary: ${m}`, request ? Code.InvalidArgument : Code.Internal);\n",
+    ],
+  ],
+};
+
+/** Applies `replacements` once to `file` (one carrying `mark` is done); each must match exactly once. */
+function replaceExactly(file, replacements, mark) {
   let text = fs.readFileSync(file, "utf8");
-  if (text.includes(YOUNG_MARK)) return;
+  if (text.includes(mark)) return;
   for (const [from, to] of replacements) {
     const count = text.split(from).length - 1;
     if (count !== 1) fail(`${file}: expected 1 occurrence of ${JSON.stringify(from.trim().split("\n")[0])}, found ${count}`);
@@ -198,6 +225,8 @@ if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(im
     const version = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")).version;
     if (!/^2\.1\./.test(version)) fail(`${name} ${version} installed, the patch is for 2.1.x; check its build target and update or remove this patch`);
     for (const file of walk(path.join(root, "dist", "esm"))) patchFile(file);
-    if (name === "@connectrpc/connect") for (const [rel, replacements] of Object.entries(YOUNG)) replaceExactly(path.join(root, "dist", "esm", rel), replacements);
+    if (name !== "@connectrpc/connect") continue;
+    for (const [rel, replacements] of Object.entries(YOUNG)) replaceExactly(path.join(root, "dist", "esm", rel), replacements, YOUNG_MARK);
+    for (const [rel, replacements] of Object.entries(REQUEST)) replaceExactly(path.join(root, "dist", "esm", rel), replacements, REQUEST_MARK);
   }
 }

@@ -74,7 +74,9 @@ function planOf(desc: DescMessage): Plan {
 }
 
 const join = (path: string, key: string) => (path ? `${path}.${key}` : key);
-const named = (path: string, holds: Unstorable["holds"]): Unstorable => ({ field: path.length > MAX_NAME ? `${path.slice(0, MAX_NAME)}…` : path || "request", holds });
+/** A field's path as an answer names it. */
+const shown = (path: string) => (path.length > MAX_NAME ? `${path.slice(0, MAX_NAME)}…` : path || "request");
+const named = (path: string, holds: Unstorable["holds"]): Unstorable => ({ field: shown(path), holds });
 
 type Pending = [value: unknown, desc: DescMessage | undefined, path: string];
 
@@ -213,9 +215,102 @@ export function unstorableError({ field, holds }: Unstorable): ServiceError {
 
 /**
  * Throws unstorableError when a field of the request message, other than machine output, holds
- * a NUL or a lone surrogate (named for the first; it refuses both).
+ * a NUL or a lone surrogate (named for the first; it refuses both). A number JSON cannot write
+ * (NaN, ±Infinity: JSON text's 1e400 reads as Infinity) in free-form JSON is refused too, naming
+ * the field, or in machine output made null, as JSON.stringify writes it (finiteJson).
  */
 export function refuseNul(desc: DescMessage, message: unknown): void {
   const found = unstorableFieldOf(desc, message);
   if (found !== undefined) throw unstorableError(found);
+  const infinite = finiteJson(desc, message);
+  if (infinite !== undefined) throw badRequest(`${infinite} must be a finite number (JSON has no NaN or Infinity)`);
+}
+
+/** Messages that can hold free-form JSON (a Struct, Value or ListValue, at any depth). */
+const holdsJson = new WeakMap<DescMessage, boolean>();
+const JSON_TYPES = new Set(["google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"]);
+
+function canHoldJson(desc: DescMessage, seen = new Set<DescMessage>()): boolean {
+  const known = holdsJson.get(desc);
+  if (known !== undefined) return known;
+  if (JSON_TYPES.has(desc.typeName)) return true;
+  if (seen.has(desc)) return false;
+  seen.add(desc);
+  const found = desc.fields.some((f) => {
+    const m = f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message") || (f.fieldKind === "map" && f.mapKind === "message") ? f.message : undefined;
+    return m !== undefined && canHoldJson(m, seen);
+  });
+  holdsJson.set(desc, found);
+  return found;
+}
+
+type Walk = [value: unknown, desc: DescMessage | undefined, path: string, machine: boolean, set: (v: null) => void];
+
+/**
+ * Numbers JSON cannot write in the free-form JSON of `message`: the first one outside machine
+ * output is answered by name; those in machine output (svc.v1.machine_output: what a provider's
+ * machine reported) are made null in place, so the report is kept. Walks only the fields that can
+ * hold such JSON, without recursion.
+ */
+export function finiteJson(desc: DescMessage, message: unknown): string | undefined {
+  if (!canHoldJson(desc)) return undefined;
+  const stack: Walk[] = [[message, desc, "", false, () => {}]];
+  while (stack.length > 0) {
+    const [v, d, path, machine, set] = stack.pop()!;
+    if (typeof v === "number") {
+      if (Number.isFinite(v)) continue;
+      if (!machine) return shown(path);
+      set(null);
+      continue;
+    }
+    if (v === null || typeof v !== "object") continue;
+    const m = v as Record<string, unknown>;
+    if (d === undefined || !("$typeName" in m)) {
+      if (Array.isArray(v)) {
+        for (let i = v.length - 1; i >= 0; i--) stack.push([v[i], undefined, `${path}[${i}]`, machine, (x) => (v[i] = x)]);
+      } else {
+        for (const [k, x] of Object.entries(m)) stack.push([x, undefined, join(path, k), machine, (y) => (m[k] = y)]);
+      }
+      continue;
+    }
+    if (d.typeName === "google.protobuf.Value") {
+      const kind = (m.kind ?? {}) as { case?: string; value?: unknown };
+      if (kind.case === "numberValue") stack.push([kind.value, undefined, path, machine, () => (m.kind = { case: "nullValue", value: 0 })]);
+      else if (kind.case === "structValue" || kind.case === "listValue") {
+        const f = d.field[kind.case];
+        if (f.fieldKind === "message") stack.push([kind.value, f.message, path, machine, () => {}]);
+      }
+      continue;
+    }
+    if (d.typeName === "google.protobuf.Struct") {
+      for (const [k, x] of Object.entries(m.fields as Record<string, unknown>)) stack.push([x, valueOf(d), join(path, k), machine, () => {}]);
+      continue;
+    }
+    if (d.typeName === "google.protobuf.ListValue") {
+      const items = m.values as unknown[];
+      for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], valueOf(d), `${path}[${i}]`, machine, () => {}]);
+      continue;
+    }
+    for (const f of d.fields) {
+      const value = f.oneof ? ((m[f.oneof.localName] as { case?: string; value?: unknown } | undefined)?.case === f.localName ? (m[f.oneof.localName] as { value: unknown }).value : undefined) : m[f.localName];
+      if (value === undefined || value === null) continue;
+      const name = join(path, f.name);
+      const inMachine = machine || fieldOptionsOf(f).machineOutput;
+      if (f.fieldKind === "message") {
+        if (canHoldJson(f.message)) stack.push([value, f.message, name, inMachine, () => {}]);
+      } else if (f.fieldKind === "list" && f.listKind === "message" && canHoldJson(f.message)) {
+        const items = value as unknown[];
+        for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], f.message, `${name}[${i}]`, inMachine, () => {}]);
+      } else if (f.fieldKind === "map" && f.mapKind === "message" && canHoldJson(f.message)) {
+        for (const [k, x] of Object.entries(value as Record<string, unknown>)) stack.push([x, f.message, join(name, k), inMachine, () => {}]);
+      }
+    }
+  }
+  return undefined;
+}
+
+/** google.protobuf.Value's descriptor, reached from Struct or ListValue. */
+function valueOf(d: DescMessage): DescMessage {
+  const f = d.typeName === "google.protobuf.Struct" ? d.field.fields : d.field.values;
+  return ((f.fieldKind === "map" && f.mapKind === "message") || (f.fieldKind === "list" && f.listKind === "message") ? f.message : undefined)!;
 }

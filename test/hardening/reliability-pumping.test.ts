@@ -98,8 +98,9 @@ describe("reliability pumping", () => {
   it("a job charged less than a minute of its rate does not count; one charged a minute does", async () => {
     const provider = await newProvider();
     const renter = await makeRenter(srv, 10_000);
-    // duration_minutes 0.01 holds ceil(15 x 0.01) = 1 halala, all the instant result is charged.
-    for (let i = 0; i < 3; i++) expect(await completedJob(renter, provider, 0.01)).toBe(1);
+    // duration_minutes 0.01 holds ceil(15 x 0.01) = 1 halala; a renter with nothing more is charged that alone
+    // for the instant result (one with more pays the minute: settlement grows the hold first).
+    for (let i = 0; i < 3; i++) expect(await completedJob(await makeRenter(srv, 1), provider, 0.01)).toBe(1);
     expect(await counted(provider.id)).toEqual({ carried: 0, faults: 0 });
     const cheap = await score(provider.id, 0, 0);
     expect(cheap.actual).toBe(cheap.expected);
@@ -119,7 +120,7 @@ describe("reliability pumping", () => {
     // The renter's fault after it ran: billed the time used, so carried when that is a minute, not when it is 1 halala.
     const renterFault = { success: false, error: "ValueError: bad prompt", fault: "renter" };
     expect(await runJob(renter, provider, 1, renterFault)).toMatchObject({ fault: "renter", cost_halala: RATE });
-    expect(await runJob(renter, provider, 0.01, renterFault)).toMatchObject({ fault: "renter", cost_halala: 1 });
+    expect(await runJob(await makeRenter(srv, 1), provider, 0.01, renterFault)).toMatchObject({ fault: "renter", cost_halala: 1 });
     expect(await counted(provider.id)).toEqual({ carried: 2, faults: 0 });
     // A 1-halala job the provider fails: its fault, docked as before.
     const failed = await runJob(renter, provider, 0.01, { success: false, error: "out of disk", end_reason: "provider_error" });
