@@ -32,7 +32,7 @@ import type { AssignedJob } from "../domain/notify/job-notices.js";
 import type { JobRow } from "../domain/shared/job-row.js";
 import { providerById, type DaemonSettingsRow } from "../domain/providers/providers.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
-import { recordAttestation, registerProviderKey } from "../domain/providers/attestations.js";
+import { registerProviderKey, verifyAttestation } from "../domain/providers/attestations.js";
 import { recordTaskKeyCheck, taskKeyMismatch } from "../domain/dispatch/task-key.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
 import type { TaskSigner } from "../shared/task-signature.js";
@@ -477,7 +477,8 @@ class StreamSession {
           await this.flushProgress(k.value.jobId);
           const r = k.value;
           const ack = await this.unlessRefused(r.jobId, async () => {
-            if (r.attestation && this.attesting) await recordAttestation(sql, pid, r.jobId, r.result, r.attestation);
+            // Checked first (a bad one refuses the report before any work); kept only with the result it came with.
+            const attestation = r.attestation && this.attesting ? await verifyAttestation(sql, pid, r.jobId, r.result, r.attestation) : undefined;
             return reportResult(sql, pid, {
               jobId: r.jobId,
               success: r.success,
@@ -487,6 +488,7 @@ class StreamSession {
               fault: r.fault,
               endReason: r.endReason,
               attempt: r.attempt,
+              attestation,
             });
           });
           logPlatformFault(this.deps, r.jobId, ack);

@@ -16,7 +16,7 @@ import { type JobRow } from "../domain/shared/job-row.js";
 import { checkPublicServing, prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
 import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
 import { IMAGE_RESULT_JOB_TYPES } from "../domain/jobs/task-spec.js";
-import { recordAttestation } from "../domain/providers/attestations.js";
+import { verifyAttestation } from "../domain/providers/attestations.js";
 import { parseCursor } from "../domain/jobs/job-watch.js";
 import { jobWatchHub } from "../workers/job-watch.js";
 import { jobSignalHub } from "../workers/job-signals.js";
@@ -24,6 +24,7 @@ import { checkEnum, iso, optionalText, page, REASON_MAX_CHARS } from "../domain/
 import { callerProviderId, callerRenterId, logPlatformFault, principalOf, type Deps, auditActor } from "./deps.js";
 import { credentialsKey } from "../http/credentials.js";
 import { rasterImageType } from "../shared/image-formats.js";
+import { canonicalJson } from "../shared/task-signature.js";
 
 /** The documented `timeout_at` form: YYYY-MM-DD HH:MM:SS.mmm (UTC). */
 export function timeoutAtText(d: Date | null): string | undefined {
@@ -89,7 +90,11 @@ function pendingMessage(job: JobRow, queueReason?: string): string {
 }
 
 const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-const OUTPUT_FORMATS = ["json", "png", "raw"] as const;
+/**
+ * The output formats: json, png and raw (the interface's), and result: the stored result as the
+ * exact bytes a receipt's output_sha256 hashes (docs/receipts.md).
+ */
+const OUTPUT_FORMATS = ["json", "png", "raw", "result"] as const;
 
 function imageBytes(obj: JsonObject | undefined): Buffer | undefined {
   if (typeof obj?.data !== "string") return undefined;
@@ -120,6 +125,22 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     const obj = resultObject(job);
     if (!obj) throw notFound("job has no output");
     return { job, obj };
+  }
+
+  /**
+   * /output/result: the job's stored result exactly as its receipt's output_sha256 hashes it, the
+   * canonical JSON (RFC 8785) of the object or string the daemon reported, nothing added or wrapped:
+   * its SHA-256 is output_sha256. A failed job that stored a result (a failure the daemon reported
+   * with its output) answers it too, as its receipt names it; /output itself stays 410 for it.
+   */
+  async function storedResult(ctx: HandlerContext, jobId: string) {
+    const job = await jobForReader(sql, jobId, readerOf(ctx));
+    if (job.status !== "completed" && job.status !== "failed" && job.status !== "cancelled") throw notFound(`no output yet: job is ${job.status}`);
+    if (job.result === null || job.result === undefined) {
+      if (job.status !== "completed") throw apiError(410, job.error ?? `job ${job.status}`);
+      throw notFound("job has no output");
+    }
+    return { contentType: "application/json; charset=utf-8", data: Buffer.from(canonicalJson(job.result), "utf8") };
   }
 
   return {
@@ -202,11 +223,14 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       }
       const obj = resultObject(job);
       if (!obj) throw notFound("job has no output");
+      // The interface's shape: the result object with the job's id and status (over members of the result's own
+      // of those names). To check the output against a receipt, /output/result answers the stored result as hashed.
       return { statusCode: 200, body: { case: "result", value: { ...obj, job_id: job.job_id, status: job.status } as JsonObject } };
     },
 
     async getOutputFormat(req, ctx) {
       const format = checkEnum(req.format, OUTPUT_FORMATS, "format");
+      if (format === "result") return storedResult(ctx, req.jobId);
       const { job, obj } = await completedOutput(ctx, req.jobId);
       if (format === "json") {
         return { contentType: "application/json; charset=utf-8", data: Buffer.from(JSON.stringify({ ...obj, job_id: job.job_id, status: job.status })) };
@@ -283,7 +307,8 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
     },
 
     async reportResult(req, ctx) {
-      if (req.attestation) await recordAttestation(sql, callerProviderId(ctx), req.jobId, req.result, req.attestation);
+      // Checked first (a bad one refuses the report before any work); kept only with the result it came with.
+      const attestation = req.attestation ? await verifyAttestation(sql, callerProviderId(ctx), req.jobId, req.result, req.attestation) : undefined;
       const ack = await reportResult(sql, callerProviderId(ctx), {
         jobId: req.jobId,
         success: req.success,
@@ -293,6 +318,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
         fault: req.fault,
         endReason: req.endReason,
         attempt: req.attempt,
+        attestation,
       });
       logPlatformFault(deps, req.jobId, ack);
       return ack;

@@ -32,7 +32,9 @@ export const sha256Hex = (data: string | Buffer) => crypto.createHash("sha256").
 /**
  * The output hash of a receipt: SHA-256 of the canonical JSON of the job's
  * stored result (the object or string the daemon reported), null when the job
- * stored none.
+ * stored none. GET /api/jobs/{id}/output/result answers exactly those
+ * canonical JSON bytes (a completed job's, and a failed one's that stored a
+ * result), so their SHA-256 is the hash.
  */
 export function outputSha256(result: unknown): string | null {
   return result === null || result === undefined ? null : sha256Hex(canonicalJson(result));
@@ -171,8 +173,11 @@ export function repeatedMemberName(text: string): string | undefined {
  * published key it names, the provider attestation (when the receipt carries
  * one) with the provider's published key, and, when `output` is given, that
  * the output hashes to the receipt's output_sha256. `output` is the job's
- * result as JSON; the answer of GET /api/jobs/{id}/output is accepted too
- * (its added job_id and status are left out when they match the receipt).
+ * result as JSON: the answer of GET /api/jobs/{id}/output/result, which is the
+ * stored result as hashed. The answer of GET /api/jobs/{id}/output is accepted
+ * too where it can be undone (its added job_id and status left out when they
+ * match the receipt, a wrapped string unwrapped); it cannot be for a result
+ * with job_id or status members of its own, which that answer replaces.
  */
 export function verifyReceipt(file: unknown, keys: PublishedKeys, output?: { value: unknown }): Verification {
   const checks: string[] = [];
@@ -223,15 +228,15 @@ export function verifyReceipt(file: unknown, keys: PublishedKeys, output?: { val
 
 /**
  * The result a given output file may stand for: itself, or the output route's
- * answer less the job_id and status it adds (a plain-text result is answered
- * as {response}, any other non-object as {result}).
+ * answer less the job_id and status it adds (a string result is answered as
+ * {response}, or {data} for an image job, any other non-object as {result}).
  */
 function outputForms(v: unknown, body: Record<string, unknown>): unknown[] {
   if (!isObject(v) || v.job_id !== body.job_id || v.status !== body.status) return [v];
   const { job_id: _j, status: _s, ...rest } = v;
   const keys = Object.keys(rest);
   const forms: unknown[] = [v, rest];
-  if (keys.length === 1 && keys[0] === "response" && typeof rest.response === "string") forms.push(rest.response);
+  if (keys.length === 1 && (keys[0] === "response" || keys[0] === "data") && typeof rest[keys[0]] === "string") forms.push(rest[keys[0]]);
   if (keys.length === 1 && keys[0] === "result") forms.push(rest.result);
   return forms;
 }

@@ -347,7 +347,8 @@ export type GetJobOutputFormatRequest = Message<"svc.v1.GetJobOutputFormatReques
   jobId: string;
 
   /**
-   * json, png or raw
+   * json, png or raw; or result: the stored result exactly as a receipt's output_sha256 hashes it
+   * (its canonical JSON, nothing added), also for a failed job that stored one (docs/receipts.md)
    *
    * @generated from field: string format = 2;
    */

@@ -14,6 +14,7 @@ import { type JobRow } from "../shared/job-row.js";
 import type { AssignedJob } from "../notify/job-notices.js";
 import { completeLocked, endLocked, figuresOf, isActive, lockJob, runSeconds, type Figures, type LockedJob } from "../money/settlement.js";
 import { refreshReputation } from "../providers/reputation.js";
+import { keepAttestation, type VerifiedAttestation } from "../providers/attestations.js";
 import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeServed, judgeTimeout, servingPolicy, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields } from "../shared/validate.js";
 import { withoutNul } from "../shared/lenient.js";
@@ -279,6 +280,11 @@ export interface ResultReport {
   endReason?: string;
   /** The attempt the result is for; absent: the current one. */
   attempt?: number;
+  /**
+   * The daemon's attestation of this result, verified before the report (verifyAttestation). Kept for
+   * the attempt the result ends only when the result is taken: a refused report keeps nothing.
+   */
+  attestation?: VerifiedAttestation;
 }
 
 /** A report that ends an attempt must be about the job's current one (when it names it). */
@@ -341,6 +347,9 @@ export async function reportResult(sql: Sql, providerId: number, msg: ResultRepo
       if (repeat) return { figures: figuresOf(job), freed: false, requeued: undefined };
       throw conflict(`job already ${job.status} (${job.end_reason ?? "ended"}); the result was not accepted`);
     }
+    // The result is taken: its attestation is kept for the attempt it ends (the one the report named,
+    // assertAttempt), before the settling below issues the receipt that reads it.
+    if (msg.attestation) await keepAttestation(tx, job, msg.attestation);
     // A success the server's record contradicts (a serving job that never reported its endpoint, or whose endpoint was dead) is the provider's failure.
     const unserved = success ? judgeServed(job) : undefined;
     if (success && !unserved) return { figures: await completeLocked(tx, job, result ?? null, metrics), freed: true, requeued: undefined };

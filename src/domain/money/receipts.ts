@@ -295,9 +295,10 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
 function attestationOf(job: JobRow, hadAttempts: boolean, outputHash: string | null, att: AttestationRow | undefined): Record<string, unknown> {
   // A job taken back from its provider (re-queued) and ended in the queue reached one: it ended without a result.
   if (job.provider_id === null && !hadAttempts) return { status: "none", reason: "no_provider", detail: "the job never reached a provider" };
-  // Stored only after it verified against the provider's registered key (providers/attestations.ts);
-  // it counts only when it is about the output this job stored.
-  if (att && att.statement.job_id === job.job_id && att.statement.output_sha256 === outputHash) {
+  // Stored only after it verified against the provider's registered key (providers/attestations.ts), with
+  // the result its report ended the attempt with; it counts only when it is about the output this job
+  // stored. A job that stored no output has nothing attested (a statement of "no output" proves no work).
+  if (att && outputHash !== null && att.statement.job_id === job.job_id && att.statement.output_sha256 === outputHash) {
     return { status: "attested", provider_id: att.provider_id, key_id: att.key_id, algorithm: SIGNATURE_ALGORITHM, statement: att.statement, signature: att.signature };
   }
   if (outputHash === null) {
