@@ -105,6 +105,30 @@ function safeDecode(segment: string): string {
   }
 }
 
+/** Path parameters that carry a credential (credentials.ts takes a key from them). */
+const CREDENTIAL_PARAMS = new Set(["api_key", "key"]);
+
+/**
+ * A matched request's path as logged: a credential parameter is `***` whatever form it came in
+ * (the router decodes escapes, so `svc%2Dprovider%2D…` is a working key), and any key elsewhere
+ * in the path, as sent or percent-encoded, is masked (maskSecrets).
+ */
+function pathForLog(r: RestRoute, pathname: string): string {
+  const m = r.params.some((p) => CREDENTIAL_PARAMS.has(p)) ? r.pattern.exec(pathname) : null;
+  if (!m) return maskSecrets(pathname);
+  let i = 0;
+  const path = r.template
+    .split("/")
+    .map((seg) => {
+      const param = /^\{(\w+)\}$/.exec(seg)?.[1];
+      if (param === undefined) return seg;
+      const raw = m[++i];
+      return CREDENTIAL_PARAMS.has(param) ? "***" : raw;
+    })
+    .join("/");
+  return maskSecrets(path);
+}
+
 const literalTables = new WeakMap<RestRoute[], Map<string, RestRoute>>();
 
 /** "METHOD /path" -> route for templates without {variables} (they win over any template with one). */
@@ -378,7 +402,7 @@ export function createRestHandler(opts: RestHandlerOptions) {
     if (!r) {
       if (!pathMatched) return false;
       const allow = allowedMethods(opts.routes, url.pathname);
-      sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${url.pathname.startsWith("/api/") ? maskSecrets(url.pathname) : url.pathname}` }, { allow: allow.join(", ") });
+      sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${maskSecrets(url.pathname)}` }, { allow: allow.join(", ") });
       return true;
     }
     const requestId = requestIdOf(req.headers);
@@ -466,7 +490,7 @@ export function createRestHandler(opts: RestHandlerOptions) {
       opts.onAnswered?.(r, status, (performance.now() - started) / 1000);
       if (opts.log.isLevelEnabled("info")) {
         opts.log.info(
-          { requestId, method: httpMethod, path: maskSecrets(url.pathname), route: r.template, status, ms: Math.round(performance.now() - started) },
+          { requestId, method: httpMethod, path: pathForLog(r, url.pathname), route: r.template, status, ms: Math.round(performance.now() - started) },
           "request",
         );
       }

@@ -565,7 +565,7 @@ describe("daemon pieces", () => {
     expect(cfg.url).toBe("http://127.0.0.1:9");
     expect(cfg.executors.docker?.docker).toBe(FAKE_DOCKER);
     expect(cfg.executors.docker?.gpus).toBe(false);
-    await expect(configFromArgs(["--url", "http://x"], {}, () => {})).rejects.toThrow(/--key are required/);
+    await expect(configFromArgs(["--url", "http://x"], {}, () => {})).rejects.toThrow(/--url and a provider key are required/);
     const fromEnv = await configFromArgs([], { SVC_URL: "http://h:1", SVC_API_KEY: "svc-provider-e", SVC_DOCKER: "none" }, () => {});
     expect(fromEnv.key).toBe("svc-provider-e");
     expect(fromEnv.executors.docker).toBeUndefined();

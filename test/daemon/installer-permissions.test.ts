@@ -18,11 +18,12 @@ async function install(root: string) {
   const bin = path.join(root, "bin");
   fs.mkdirSync(bin, { recursive: true });
   const modes = path.join(root, "curl-modes");
+  const curlArgs = path.join(root, "curl-args");
   // curl as it creates its -o file (0666 less the umask): the mode right after it wrote the file.
   writeExecutable(
     bin,
     "curl",
-    `#!/bin/sh\nout=""\nwhile [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; *) shift ;; esac; done\ncat >/dev/null\nif [ -n "$out" ] && [ "$out" != /dev/null ]; then printf 'API_KEY = "svc-provider-SECRETKEY"\\n' > "$out"; stat -c %a "$out" >> '${modes}'; fi\nexit 0\n`,
+    `#!/bin/sh\nprintf '%s\\n' "$*" >> '${curlArgs}'\nout=""\nwhile [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; *) shift ;; esac; done\ncat >/dev/null\nif [ -n "$out" ] && [ "$out" != /dev/null ]; then printf 'API_KEY = "svc-provider-SECRETKEY"\\n' > "$out"; stat -c %a "$out" >> '${modes}'; fi\nexit 0\n`,
   );
   const script = path.join(root, "setup.sh");
   fs.writeFileSync(script, fs.readFileSync(SETUP_SH, "utf8").replaceAll("{{API_KEY}}", "svc-provider-SECRETKEY").replaceAll("{{BACKEND_URL}}", "http://127.0.0.1:9"));
@@ -35,7 +36,7 @@ async function install(root: string) {
   // As the user: ${PREFIX}${HOME}/.svc-daemon.
   const installDir = isRoot ? path.join(root, "opt/svc-daemon") : path.join(root, home, ".svc-daemon");
   const unit = isRoot ? path.join(root, "etc/systemd/system/svc-daemon.service") : path.join(root, home, ".config/systemd/user/svc-daemon.service");
-  return { installDir, unit, downloaded: fs.readFileSync(modes, "utf8").trim().split("\n") };
+  return { installDir, unit, downloaded: fs.readFileSync(modes, "utf8").trim().split("\n"), curlArgs: fs.readFileSync(curlArgs, "utf8") };
 }
 
 describe("setup.sh", { timeout: 60_000 }, () => {
@@ -49,6 +50,18 @@ describe("setup.sh", { timeout: 60_000 }, () => {
       work: mode(path.join(installDir, "work")),
       unit: mode(unit),
     }).toEqual({ daemon: "700", installDir: "700", work: "700", unit: "644" });
+  });
+
+  it("never puts the key in a command's arguments: curl reads it from stdin, the unit starts the daemon without it", async () => {
+    const root = tempDir("setup-argv");
+    const { installDir, unit, curlArgs } = await install(root);
+    expect(curlArgs).toContain("/api/providers/download/daemon");
+    expect(curlArgs).toContain("-H @-");
+    expect(curlArgs).not.toContain("SECRETKEY");
+    const execStart = fs.readFileSync(unit, "utf8").split("\n").find((l) => l.startsWith("ExecStart="));
+    // python3 and the daemon file, nothing else: the key is in the file.
+    expect(execStart?.split(" ").slice(1)).toEqual([path.join(installDir, "svc_daemon.py")]);
+    expect(fs.readFileSync(unit, "utf8")).not.toMatch(/SECRETKEY|--key/);
   });
 
   it("makes the folders of an earlier install private", async () => {

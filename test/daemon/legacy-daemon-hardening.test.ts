@@ -21,6 +21,8 @@ interface Fake {
   results: Record<string, any>[];
   /** Every request as "METHOD /raw/url" (the query left out). */
   requests: string[];
+  /** Every request as sent: its whole URL (the query included) and its x-provider-key header. */
+  sent: { method: string; url: string; keyHeader: string | undefined }[];
   close(): Promise<void>;
 }
 
@@ -31,6 +33,7 @@ interface Fake {
 async function fakeServer(answers: { poll?: Answer; heartbeat?: Answer; readiness?: Answer; status?: Answer; resultStatus?: number }): Promise<Fake> {
   const results: Record<string, any>[] = [];
   const requests: string[] = [];
+  const sent: Fake["sent"] = [];
   const asked: Record<string, number> = {};
   const answer = (name: keyof typeof answers, fallback: unknown, raw: string) => {
     const n = (asked[name] = (asked[name] ?? -1) + 1);
@@ -43,6 +46,7 @@ async function fakeServer(answers: { poll?: Answer; heartbeat?: Answer; readines
     req.on("end", () => {
       const raw = req.url!.split("?")[0];
       requests.push(`${req.method} ${raw}`);
+      sent.push({ method: req.method!, url: req.url!, keyHeader: req.headers["x-provider-key"] as string | undefined });
       const send = (v: unknown, status = 200) => {
         res.writeHead(status, { "content-type": "application/json" });
         res.end(JSON.stringify(v));
@@ -64,6 +68,7 @@ async function fakeServer(answers: { poll?: Answer; heartbeat?: Answer; readines
     url: `http://127.0.0.1:${port}`,
     results,
     requests,
+    sent,
     close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }),
   };
 }
@@ -365,5 +370,51 @@ describe("svc_daemon.py names a job in a URL", { timeout: 60_000 }, () => {
     }
     const ours = [quoted(runnerJob), quoted(serveJob)];
     expect(jobRequests.filter((r) => !ours.some((q) => r.split(" ")[1] === q || r.split(" ")[1].startsWith(`${q}/`)))).toEqual([]);
+  });
+});
+
+describe("svc_daemon.py keeps its key out of URLs", { timeout: 60_000 }, () => {
+  it("sends the key in x-provider-key when it reads a job's status and checks for an update, never in a query", async () => {
+    const jobId = "job-key-in-header";
+    const dir = tempDir("py-key-header");
+    const fake = await serve({
+      poll: (n: number) => (n === 0 ? { job: signedJob(task(jobId, "llm-inference", { prompt: "hi" })) } : { job: null }),
+      // An update is offered: the daemon asks for the published version once no job runs (the fake's
+      // answer names none newer, so the file is not replaced).
+      heartbeat: { approved: true, paused: false, update_available: true },
+    });
+    const d = legacy(fake, dir, { SVC_RUNNERS: runner(dir, 'time.sleep(4)\njson.dump({"response": "ok"}, open(os.environ["SVC_RESULT_FILE"], "w"))') });
+    const isUpdateCheck = (r: Fake["sent"][number]) => r.method === "GET" && r.url.startsWith("/api/providers/download/daemon");
+    await waitFor(() => fake.results.length > 0 && fake.sent.some(isUpdateCheck), 30_000, `a result and an update check (${d.output()})`);
+    const status = fake.sent.filter((r) => r.method === "GET" && r.url.startsWith(`/api/jobs/${jobId}`));
+    const update = fake.sent.filter(isUpdateCheck);
+    expect(status.length).toBeGreaterThan(0);
+    expect(update[0].url).toBe("/api/providers/download/daemon?check_only=true");
+    for (const r of [...status, ...update]) {
+      expect(r.keyHeader, r.url).toBe(KEY);
+      expect(r.url).not.toContain("key=");
+    }
+    // Apart from the poll, whose route has the key in its path (the spec's legacy protocol), no URL holds it.
+    expect(fake.sent.filter((r) => r.url.includes(KEY) && r.url !== `/api/providers/${KEY}/jobs`)).toEqual([]);
+    expect(d.output()).not.toMatch(/Traceback/);
+  });
+
+  it("takes its key from SVC_API_KEY; --key still works, with a warning on stderr that other users can read it", () => {
+    const out = python(
+      `import io, json, sys, svc_daemon
+err = io.StringIO()
+sys.stderr = err
+from_env = svc_daemon.load_config(["--url", "http://127.0.0.1:9"])["key"]
+quiet = err.getvalue()
+from_argv = svc_daemon.load_config(["--url", "http://127.0.0.1:9", "--key", "svc-provider-argv"])["key"]
+print(json.dumps([from_env, quiet, from_argv, err.getvalue()]))
+`,
+      "",
+      { SVC_API_KEY: "svc-provider-env" },
+    );
+    const [fromEnv, quiet, fromArgv, warned] = JSON.parse(out) as string[];
+    expect([fromEnv, quiet, fromArgv]).toEqual(["svc-provider-env", "", "svc-provider-argv"]);
+    expect(warned).toMatch(/warning: --key puts the provider key in the process list, where every user of this host can read it; set SVC_API_KEY/);
+    expect(warned).not.toContain("svc-provider-argv");
   });
 });

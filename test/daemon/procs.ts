@@ -35,3 +35,36 @@ export function groupProcesses(pgid: number): number[] {
   }
   return pids;
 }
+
+/** A process's argv as `ps` shows it to every user of the host (its arguments joined by spaces); "" once gone. */
+export function cmdline(pid: number): string {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
+  } catch {
+    return "";
+  }
+}
+
+/** pid -> argv of every live descendant of `root` (root included). */
+export function descendants(root: number): Map<number, string> {
+  const parent = new Map<number, number>();
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, "latin1");
+      parent.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  const out = new Map<number, string>();
+  for (const pid of parent.keys()) {
+    for (let p: number | undefined = pid; p && p > 1; p = parent.get(p)) {
+      if (p === root) {
+        out.set(pid, cmdline(pid));
+        break;
+      }
+    }
+  }
+  return out;
+}

@@ -103,7 +103,14 @@ describe("svc-daemon (TypeScript): secrets", { timeout: 120_000 }, () => {
     );
     // The secret the server signs task_spec_hmac with: the daemon checks each task with it.
     const hmac = HMAC_SECRET;
-    const d = h.startDaemon(p.key, ["--runner", `llm-inference=${realPython()} ${runner}`], { SVC_API_KEY: p.key, SVC_HMAC_SECRET: hmac, SVC_PROVIDER_KEY: p.key });
+    // Where key files are kept is not a job's business either.
+    const keyFile = path.join(dir, "key");
+    fs.writeFileSync(keyFile, p.key, { mode: 0o600 });
+    const hmacFile = path.join(dir, "hmac");
+    fs.writeFileSync(hmacFile, hmac, { mode: 0o600 });
+    const d = h.startDaemon(p.key, ["--runner", `llm-inference=${realPython()} ${runner}`], {
+      SVC_API_KEY: p.key, SVC_HMAC_SECRET: hmac, SVC_PROVIDER_KEY: p.key, SVC_KEY_FILE: keyFile, SVC_HMAC_SECRET_FILE: hmacFile,
+    });
     await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${d.output()})`);
     const renter = await makeRenter(h.srv, 10_000);
     const job = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hi", max_tokens: 32 } });
@@ -116,6 +123,8 @@ describe("svc-daemon (TypeScript): secrets", { timeout: 120_000 }, () => {
     expect(Object.keys(seen)).not.toContain("SVC_API_KEY");
     expect(Object.keys(seen)).not.toContain("SVC_PROVIDER_KEY");
     expect(Object.keys(seen)).not.toContain("SVC_HMAC_SECRET");
+    expect(Object.keys(seen)).not.toContain("SVC_KEY_FILE");
+    expect(Object.keys(seen)).not.toContain("SVC_HMAC_SECRET_FILE");
     expect(JSON.stringify(seen)).not.toContain(p.key);
     expect(JSON.stringify(seen)).not.toContain(hmac);
   });

@@ -35,13 +35,14 @@ export function useTsDaemonServer(opts: { dbLink?: boolean } = {}) {
     /**
      * `url`: another server (default: this one); `stateDir`: shared between daemons (default: a new one); `detached`: its own
      * process group. The daemon does not inherit the test's CUDA_VISIBLE_DEVICES (it would choose among the fake GPUs).
+     * The key goes as the daemon's usage documents, in SVC_API_KEY: never on its command line.
      */
     startDaemon(key: string, extra: string[] = [], env: Record<string, string> = {}, opts: { url?: string; stateDir?: string; detached?: boolean } = {}) {
       const dir = tempDir("tsd");
       const d = start(process.execPath, [
-        "bin/svc-daemon.js", "--url", opts.url ?? `http://127.0.0.1:${h.port}`, "--key", key, "--docker", "none",
+        "bin/svc-daemon.js", "--url", opts.url ?? `http://127.0.0.1:${h.port}`, "--docker", "none",
         "--nvidia-smi", fakeSmi(dir), "--state-dir", opts.stateDir ?? path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1", ...extra,
-      ], { env: { CUDA_VISIBLE_DEVICES: undefined, ...env }, detached: opts.detached });
+      ], { env: { CUDA_VISIBLE_DEVICES: undefined, SVC_API_KEY: key, SVC_PROVIDER_KEY: undefined, SVC_KEY_FILE: undefined, ...env }, detached: opts.detached });
       daemons.push(d);
       return d;
     },

@@ -52,7 +52,7 @@ export function addRenterCommands(program: Command, ctx: Context): void {
     .description("submit a job; --follow watches it to the end (exit code: how it ended)")
     .argument("<type>", "job type, e.g. llm-inference, image_generation, benchmark")
     .option("-p, --param <key=value>", "a job parameter (repeatable), typed as the job type declares it (see below)", paramArg("param", paramArgs))
-    .option("--param-json <key=json>", "a job parameter given as JSON (repeatable)", paramArg("param-json", paramArgs))
+    .option("--param-json <key=json>", "a job parameter given as JSON (repeatable); key=@FILE reads the JSON from FILE, key=@- from stdin (keeps secrets such as env values off the command line)", paramArg("param-json", paramArgs))
     .option("-d, --duration <minutes>", "duration estimate in minutes (the hold)", num("--duration"))
     .option("--priority <1-3>", "1 high, 2 normal, 3 low", int("--priority"))
     .option("--provider <id>", "run on this provider", int("--provider", "int64"))

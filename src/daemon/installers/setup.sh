@@ -8,7 +8,8 @@
 #
 #   printf 'x-provider-key: %s\n' "$PK" | curl -fsSL -H @- '{{BACKEND_URL}}/api/providers/setup' | sh
 #   ... | sh -s -- --run-mode manual
-# (`?key=YOUR_KEY` on the URL works too, but puts the key in curl's arguments.)
+# (`?key=YOUR_KEY` on the URL still works, but do not: it puts the key in curl's
+# arguments, where every user of the machine sees it, and in proxies' logs.)
 #
 # Options (or environment variables):
 #   --run-mode always-on|manual|scheduled  (SVC_RUN_MODE, default always-on)
@@ -49,8 +50,9 @@ esac
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'svc setup: %s\n' "$*" >&2; exit 1; }
 
-# The key goes in a request header fed on standard input (curl) or the environment (python3),
-# never in a command's arguments: those are in the process list, readable by every user.
+# The key goes in a request header fed on standard input (curl; printf is the shell's own, no
+# process) or the environment (python3), never in a command's arguments: those are in the process
+# list, readable by every user. The service unit below starts the daemon without it (it is in the file).
 fetch() {
   # fetch URL FILE
   if command -v curl >/dev/null 2>&1; then

@@ -10,10 +10,13 @@ has GPUs), each on its own thread; a host without GPUs runs one at a time.
 
 Python 3 standard library only. The server fills in the backend URL, the
 provider key and the task-signing secret when it serves this file
-(GET /api/providers/download/daemon?key=...). Each can be overridden:
+(GET /api/providers/download/daemon, the key in the x-provider-key header).
+Each can be overridden:
 
   --url / SVC_BACKEND_URL     backend origin
-  --key / SVC_API_KEY         provider key
+  SVC_API_KEY                 provider key (--key KEY works too, but puts the
+                              key in the process list, where every user of
+                              the host can read it)
   --heartbeat-seconds / SVC_HEARTBEAT_SECONDS   (default 30)
   --poll-seconds / SVC_POLL_SECONDS             (default 10)
   --result-retry-seconds / SVC_RESULT_RETRY_SECONDS   (default 10)
@@ -425,6 +428,10 @@ class Api:
             data = json.dumps(body).encode("utf-8")
             headers["content-type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        if self.key:
+            # The key goes in a header, never in a URL (which proxies and server logs keep), and is not
+            # sent on to wherever a redirect points.
+            req.add_unredirected_header("x-provider-key", self.key)
         try:
             with urllib.request.urlopen(req, timeout=timeout or self.timeout) as res:
                 payload = res.read()
@@ -1626,7 +1633,7 @@ class Daemon:
                     self.log("provider not approved yet: %s" % err.message)
                 self.approved = False
             elif err.status == 401:
-                self.log("the provider key was refused (401): check --key")
+                self.log("the provider key was refused (401): check SVC_API_KEY (or the key this file was downloaded with)")
             else:
                 self.log("heartbeat failed: %s" % err)
             return None
@@ -1667,12 +1674,12 @@ class Daemon:
         """Download the served daemon, verify it, replace this file, restart."""
         self.update_wanted = False
         try:
-            info = self.api.get("/api/providers/download/daemon", {"key": self.api.key, "check_only": "true"})
+            info = self.api.get("/api/providers/download/daemon", {"check_only": "true"})
             if not isinstance(info, dict):
                 raise RuntimeError("the update check's answer is not a JSON object")
             if version_tuple(info.get("version", "0")) <= version_tuple(DAEMON_VERSION):
                 return False
-            data = self.api.get("/api/providers/download/daemon", {"key": self.api.key}, raw=True)
+            data = self.api.get("/api/providers/download/daemon", raw=True)
             digest = hashlib.sha256(data).hexdigest()
             if info.get("sha256") and not hmac.compare_digest(digest, info["sha256"]):
                 raise RuntimeError("downloaded daemon does not match its published sha256")
@@ -1792,7 +1799,7 @@ class Daemon:
         and assigned back to this provider: the next poll hands the new attempt out); None when the
         server could not be asked."""
         try:
-            job = self.api.get(job_url(job_id), {"key": self.api.key})
+            job = self.api.get(job_url(job_id))
         except ApiError as err:
             return GONE if err.status == 403 else None
         if not isinstance(job, dict):
@@ -2280,7 +2287,8 @@ def load_config(argv):
     import argparse
     parser = argparse.ArgumentParser(description="svc provider daemon")
     parser.add_argument("--url", default=os.environ.get("SVC_BACKEND_URL") or BACKEND_URL)
-    parser.add_argument("--key", default=os.environ.get("SVC_API_KEY") or API_KEY)
+    parser.add_argument("--key", default=None, help="provider key; prefer SVC_API_KEY: an argument is in the process list, "
+                                                    "where every user of the host can read it")
     parser.add_argument("--heartbeat-seconds", type=float, default=float(os.environ.get("SVC_HEARTBEAT_SECONDS") or 30))
     parser.add_argument("--poll-seconds", type=float, default=float(os.environ.get("SVC_POLL_SECONDS") or 10))
     parser.add_argument("--runner", action="append", default=[os.environ.get("SVC_RUNNERS", "")])
@@ -2300,8 +2308,14 @@ def load_config(argv):
                         help="the address a served endpoint is reached at (SVC_PUBLIC_HOST; unset: the server joins "
                              "the port to the provider's address on record)")
     args = parser.parse_args(argv)
+    if args.key is not None:
+        sys.stderr.write("svc-daemon: warning: --key puts the provider key in the process list, where every user of this "
+                         "host can read it; set SVC_API_KEY instead (or use the file as downloaded, which holds the key)\n")
+    else:
+        args.key = os.environ.get("SVC_API_KEY") or API_KEY
     if "{{" in args.url or "{{" in args.key:
-        parser.error("no backend URL or provider key: download this file from /api/providers/download/daemon?key=... or pass --url and --key")
+        parser.error("no backend URL or provider key: download this file from /api/providers/download/daemon with the key "
+                     "in the x-provider-key header (docs/daemons.md), or set SVC_API_KEY and pass --url")
     if not 0 <= args.serve_port <= 65535:
         parser.error("--serve-port must be 0 to 65535 (got %d)" % args.serve_port)
     return {

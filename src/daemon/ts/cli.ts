@@ -1,5 +1,6 @@
 // `svc-daemon`: command-line and environment configuration of the TypeScript
 // daemon, and its process lifecycle (SIGTERM/SIGINT stop it cleanly).
+import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -13,13 +14,22 @@ import { DAEMON_VERSION } from "./version.js";
 
 export const USAGE = `svc-daemon ${DAEMON_VERSION}: connects this host to the svc GPU marketplace.
 
-  svc-daemon --url https://api.example.com --key svc-provider-...
-  npx svc-daemon -- --url ... --key ...      (npm needs the "--" before options)
+  svc-daemon --url https://api.example.com --key-file ~/.svc-daemon/key    (the file: chmod 600)
+  SVC_API_KEY="$PK" svc-daemon --url https://api.example.com
+  npx svc-daemon -- --url ...                (npm needs the "--" before options)
+
+The provider key comes from SVC_API_KEY or a file (--key-file), never from the command line: a
+program's arguments are in the process list, where every user of the host can read them.
 
 Options (environment variable in brackets):
   --url URL                 service origin [SVC_URL]
-  --key KEY                 provider key [SVC_API_KEY]
-  --hmac-secret SECRET      also check task_spec_hmac [SVC_HMAC_SECRET]
+  --key-file PATH           read the provider key from PATH, a file only its owner may read or
+                            write (chmod 600) [SVC_KEY_FILE]
+  --hmac-secret-file PATH   read the HMAC secret from PATH (same rules) [SVC_HMAC_SECRET_FILE]
+  [SVC_API_KEY]             the provider key itself
+  [SVC_HMAC_SECRET]         also check task_spec_hmac with this secret
+  --key KEY, --hmac-secret SECRET
+                            still accepted, with a warning: every user of the host can read them
   --server-key BASE64       the server's task-signing key (default: pinned per server on first connect,
                             in <state-dir>/server-keys/) [SVC_SERVER_KEY]
   --trust-new-server-key    pin the key the server presents now, replacing a different pinned one; only
@@ -67,13 +77,77 @@ export function parseRunners(specs: string[]): Record<string, string[]> {
 
 export class UsageError extends Error {}
 
+/** The largest secret file read: a key is tens of characters. */
+const SECRET_FILE_MAX_BYTES = 4096;
+
+/**
+ * A secret kept in a file (--key-file, --hmac-secret-file): one line, in a regular file that no other
+ * user may read or write (as svc keeps its profiles: 0600, or 0400), owned by this user (or root).
+ * Checked on the open file, so the file checked is the file read. Windows has no such modes: read as is.
+ */
+function readSecretFile(file: string, option: string): string {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | (fs.constants.O_NONBLOCK ?? 0));
+  } catch (err) {
+    throw new UsageError(`${option}: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  try {
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) throw new UsageError(`${option}: ${file} is not a regular file`);
+    if (process.platform !== "win32") {
+      const uid = process.getuid?.();
+      if (uid !== undefined && st.uid !== uid && st.uid !== 0) {
+        throw new UsageError(`${option}: ${file} belongs to another user (uid ${st.uid}): it must be yours`);
+      }
+      if ((st.mode & 0o077) !== 0) {
+        throw new UsageError(`${option}: ${file} can be read or written by other users (mode ${(st.mode & 0o777).toString(8).padStart(4, "0")}): chmod 600 ${file}`);
+      }
+    }
+    if (st.size > SECRET_FILE_MAX_BYTES) throw new UsageError(`${option}: ${file} is larger than a key (${st.size} bytes)`);
+    const text = fs.readFileSync(fd, "utf8").trim();
+    if (!text) throw new UsageError(`${option}: ${file} is empty`);
+    if (/\s/.test(text)) throw new UsageError(`${option}: ${file} must hold the secret alone, on one line`);
+    return text;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * A secret from, in this order: its option (accepted, with a warning: every user of the host can read
+ * a program's arguments), its file option, its environment variable, its file's environment variable.
+ */
+function secretFrom(
+  arg: string | undefined,
+  option: string,
+  fileArg: string | undefined,
+  fileOption: string,
+  envValue: string | undefined,
+  envFile: string | undefined,
+  envFileName: string,
+  log: (line: string) => void,
+): string | undefined {
+  if (arg !== undefined && fileArg !== undefined) throw new UsageError(`${option} and ${fileOption} are both given: use one`);
+  if (arg !== undefined) {
+    log(`warning: ${option} puts a secret in this process's arguments, which every user of this host can read (ps): use the environment or ${fileOption} instead`);
+    return arg;
+  }
+  if (fileArg !== undefined) return readSecretFile(fileArg, fileOption);
+  if (envValue) return envValue;
+  if (envFile) return readSecretFile(envFile, envFileName);
+  return undefined;
+}
+
 export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = process.env, log = (l: string) => console.error(l)): Promise<DaemonConfig> {
   const { values } = parseArgs({
     args: argv.filter((a) => a !== "--"),
     options: {
       url: { type: "string" },
       key: { type: "string" },
+      "key-file": { type: "string" },
       "hmac-secret": { type: "string" },
+      "hmac-secret-file": { type: "string" },
       "server-key": { type: "string" },
       "trust-new-server-key": { type: "boolean" },
       runner: { type: "string", multiple: true },
@@ -92,8 +166,9 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
   });
   if (values.help) throw new UsageError(USAGE);
   const url = values.url ?? env.SVC_URL ?? env.SVC_BACKEND_URL;
-  const key = values.key ?? env.SVC_API_KEY ?? env.SVC_PROVIDER_KEY;
-  if (!url || !key) throw new UsageError(`--url and --key are required (or SVC_URL and SVC_API_KEY)\n\n${USAGE}`);
+  const key = secretFrom(values.key, "--key", values["key-file"], "--key-file", env.SVC_API_KEY || env.SVC_PROVIDER_KEY, env.SVC_KEY_FILE, "SVC_KEY_FILE", log);
+  if (!url || !key) throw new UsageError(`--url and a provider key are required (SVC_URL; SVC_API_KEY or --key-file)\n\n${USAGE}`);
+  const hmacSecret = secretFrom(values["hmac-secret"], "--hmac-secret", values["hmac-secret-file"], "--hmac-secret-file", env.SVC_HMAC_SECRET, env.SVC_HMAC_SECRET_FILE, "SVC_HMAC_SECRET_FILE", log);
   try {
     new URL(url);
   } catch {
@@ -131,7 +206,7 @@ export async function configFromArgs(argv: string[], env: NodeJS.ProcessEnv = pr
   return {
     url: url.replace(/\/+$/, ""),
     key,
-    hmacSecret: values["hmac-secret"] ?? env.SVC_HMAC_SECRET,
+    hmacSecret,
     serverKey: values["server-key"] ?? env.SVC_SERVER_KEY,
     trustNewServerKey: values["trust-new-server-key"] ?? ["1", "true", "yes"].includes((env.SVC_TRUST_NEW_SERVER_KEY ?? "").toLowerCase()),
     stateDir,

@@ -12,10 +12,11 @@ export interface CommandResult {
 
 /**
  * The variables the daemon reads its own secrets from (cli.ts): the provider key and the HMAC
- * secret. No program it starts needs them (a job's runner, the benchmark, docker, nvidia-smi), and
- * a job's runner is the renter's code at one remove: none of them gets them.
+ * secret, or the files that hold them. No program it starts needs them (a job's runner, the
+ * benchmark, docker, nvidia-smi), and a job's runner is the renter's code at one remove: none of
+ * them gets them, nor is told where they are kept.
  */
-export const DAEMON_SECRET_ENV: readonly string[] = ["SVC_API_KEY", "SVC_PROVIDER_KEY", "SVC_HMAC_SECRET"];
+export const DAEMON_SECRET_ENV: readonly string[] = ["SVC_API_KEY", "SVC_PROVIDER_KEY", "SVC_HMAC_SECRET", "SVC_KEY_FILE", "SVC_HMAC_SECRET_FILE"];
 
 /** The environment of a program the daemon starts: the daemon's own, less its secrets. */
 export function childEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
