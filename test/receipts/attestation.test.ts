@@ -201,6 +201,24 @@ describe("the TypeScript daemon attests its results", { timeout: 90_000 }, () =>
     expect((await keys(`?provider_id=${p.id}`)).provider_keys.map((k) => k.key_id)).toEqual([keyId]);
   });
 
+  it("sends a result whose attestation the server refuses again unattested: the job completes, its receipt says not attested", async () => {
+    const p = await makeProvider(h.srv);
+    const renter = await makeRenter(h.srv, 1_000);
+    const d = h.startDaemon(p.key, [], {}, { stateDir: path.join(tempDir("attest-refused"), "state") });
+    await waitFor(async () => (await keys(`?provider_id=${p.id}`)).provider_keys.length === 1, 45_000, `key registered (${d.output()})`);
+    // The key is no longer this provider's on record: every attestation it signs is refused ("attestation.key_id …").
+    await h.srv.sql`DELETE FROM provider_keys WHERE provider_id = ${p.id}`;
+    const j = await h.submit(renter, { job_type: "benchmark", params: { suite: "quick", iterations: 1 } });
+    const done = await waitFor(async () => {
+      const r = await h.job(j.job_id);
+      return r.status === "completed" || r.status === "failed" ? r : undefined;
+    }, 45_000, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect(d.output()).toMatch(/refused the result's attestation \(attestation\.key_id .*\); sending the result unattested/);
+    const file = (await h.api().get(`/api/jobs/${j.job_id}/receipt`, renter.headers)).body;
+    expect(file.receipt.provider_attestation?.status ?? "none").not.toBe("attested");
+  });
+
   it("signs a result whose output held NUL characters as the server stores it, so the receipt is attested", async () => {
     const p = await makeProvider(h.srv);
     const renter = await makeRenter(h.srv, 1_000);

@@ -472,7 +472,7 @@ export class ProviderDaemon {
         // Only a refused result is given up on; a refused log line or event about the same job is not.
         // A result the server could not take now (its database away, say) is sent again.
         if (k.value.jobId && k.value.report === "result") {
-          if (RETRIED_CODES.has(k.value.code)) this.resendResult(k.value.jobId);
+          if (RETRIED_CODES.has(k.value.code) || this.droppedAttestation(k.value.jobId, k.value.message)) this.resendResult(k.value.jobId);
           else {
             this.unackedResults.delete(k.value.jobId);
             this.resultRetries.delete(k.value.jobId);
@@ -517,6 +517,19 @@ export class ProviderDaemon {
   }
 
   /** Sends an unacknowledged result again after RESULT_RETRY_MS (or with the next welcome, if the stream drops first). */
+  /**
+   * A result refused for its attestation alone (the server names the field: "attestation.…") is
+   * sent again without it, so an honest output is not lost to the job's timeout; the server then
+   * keeps it unattested. False when there was none to drop.
+   */
+  private droppedAttestation(jobId: string, message: string): boolean {
+    const result = this.unackedResults.get(jobId);
+    if (result?.case !== "result" || !result.value.attestation || !message.startsWith("attestation.")) return false;
+    this.cfg.log(`job ${jobId}: the server refused the result's attestation (${message}); sending the result unattested`);
+    this.unackedResults.set(jobId, { case: "result", value: { ...result.value, attestation: undefined } });
+    return true;
+  }
+
   private resendResult(jobId: string) {
     const retry = this.resultRetries.get(jobId) ?? { count: 0 };
     if (retry.timer) return;
