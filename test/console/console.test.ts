@@ -45,11 +45,15 @@ function startDaemon(key: string): Spawned {
     "nvidia-smi",
     `#!/bin/sh\ncase "$1" in\n  --query-gpu=*) cat '${path.join(FIXTURES, "nvidia-smi-query-2gpu.csv")}' ;;\n  -L) echo 'GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-5c7e4b6a)' ;;\n  *) cat '${path.join(FIXTURES, "nvidia-smi.txt")}' ;;\nesac\n`,
   );
-  return start(process.execPath, [
-    "bin/svc-daemon.js", "--url", h.srv.url, "--key", key, "--docker", "none", "--nvidia-smi", smi,
-    "--state-dir", path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1",
-    "--runner", `image_generation=${process.execPath} ${runner}`,
-  ]);
+  return start(
+    process.execPath,
+    [
+      "bin/svc-daemon.js", "--url", h.srv.url, "--docker", "none", "--nvidia-smi", smi,
+      "--state-dir", path.join(dir, "state"), "--heartbeat-seconds", "1", "--stop-grace-seconds", "1",
+      "--runner", `image_generation=${process.execPath} ${runner}`,
+    ],
+    { env: { SVC_API_KEY: key } },
+  );
 }
 
 // When the browser cannot start, every test below fails with the reason (none is skipped).

@@ -83,6 +83,16 @@ describe("a key in a URL path", () => {
     expect(wrongMethod.body).not.toContain(p.key.slice(-16));
     expect(notFound.logs + wrongMethod.logs).not.toContain(p.key.slice(-16));
   });
+
+  it.each(forms)("a /v1 answer naming the path or model sent (%s) masks a key in it", async (_name, encode) => {
+    const p = await makeProvider({ url: app.url, sql } as never);
+    const route = await logsOf(() => fetch(`${app.url}/v1/nowhere/${encode(p.key)}`, { headers: { authorization: "Bearer none" } }));
+    const model = await logsOf(() => fetch(`${app.url}/v1/models/${encode(p.key)}`, { headers: { authorization: "Bearer none" } }));
+    for (const r of [route, model]) {
+      expect(r.res.status).toBeGreaterThanOrEqual(400);
+      expect(r.body + r.logs).not.toContain(p.key.slice(-16));
+    }
+  });
 });
 
 describe("maskSecrets", () => {

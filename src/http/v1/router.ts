@@ -36,7 +36,7 @@ import {
   type TokenCounts,
 } from "../../domain/money/token-pricing.js";
 import { chargeTokenUsage, releaseTokenBudget, reserveTokenBudget, usageTotals } from "../../domain/money/usage-billing.js";
-import type { Logger } from "../../log.js";
+import { maskSecrets, type Logger } from "../../log.js";
 import type { Metrics } from "../../metrics/metrics.js";
 import { readBody } from "../body.js";
 import { credentialsFromHeaders } from "../credentials.js";
@@ -343,7 +343,7 @@ export function createV1Handler(deps: V1Deps) {
       if (knownModels.has(chat.model)) {
         throw v1Error("no_capacity_available", `no provider is serving model "${chat.model}" right now; retry later`);
       }
-      throw v1Error("model_not_found", `model "${chat.model}" is not served here; GET /v1/models lists the models`);
+      throw v1Error("model_not_found", `model "${maskSecrets(chat.model)}" is not served here; GET /v1/models lists the models`);
     }
     const rate = tokenRate(chat.model, config.v1.tokenRates);
     const promptBound = promptTokensBound(chat.body);
@@ -512,7 +512,8 @@ export function createV1Handler(deps: V1Deps) {
     try {
       route =
         path === "/v1/chat/completions" ? "chat" : path === "/v1/models" ? "models" : path.startsWith("/v1/models/") ? "model" : path === "/v1/usage" ? "usage" : undefined;
-      if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${url.pathname}`);
+      // The path as sent, a key typed into it masked (log.ts maskSecrets), as every answer and log line has it.
+      if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${maskSecrets(url.pathname)}`);
       const wanted = route === "chat" ? "POST" : "GET";
       if (method !== wanted) throw v1Error("method_not_allowed", `${url.pathname} accepts ${wanted}, not ${method}`);
       const { renterId, key, keyHash } = await authenticateCounted(call);
@@ -541,7 +542,7 @@ export function createV1Handler(deps: V1Deps) {
             throw v1Error("invalid_request", `the model id in the path is not valid percent-encoding: "${raw}"`);
           }
           const m = models.find((x) => x.id === id);
-          if (!m) throw v1Error("model_not_found", `model "${id}" is not served here`);
+          if (!m) throw v1Error("model_not_found", `model "${maskSecrets(id)}" is not served here`);
           sendJson(call, 200, m);
         }
         status = 200;
@@ -557,7 +558,7 @@ export function createV1Handler(deps: V1Deps) {
       res.off("close", onClose);
       metric((m) => m.request("v1", route ? V1_ROUTE_LABELS[route] : "other", status, (performance.now() - started) / 1000));
       deps.log.info(
-        { requestId, method, path: url.pathname, status, ms: Math.round(performance.now() - started), ip: clientIpOf(req, config.trustProxy), ...call.log },
+        { requestId, method, path: maskSecrets(url.pathname), status, ms: Math.round(performance.now() - started), ip: clientIpOf(req, config.trustProxy), ...call.log },
         "request",
       );
     }
