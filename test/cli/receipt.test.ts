@@ -86,6 +86,12 @@ describe("svc receipt", { timeout: 300_000 }, () => {
     const viaProfile = await svc(["--json", "receipt", "verify", "mine.json"], home);
     expect(viaProfile.code, viaProfile.stderr).toBe(0);
     expect(JSON.parse(viaProfile.stdout)).toMatchObject({ valid: true, job_id: jobId, problems: [] });
+    // The output as its receipt hashes it, and verified with it.
+    const saved = await svc(["receipt", "output", jobId, "--out", "out.json"], home);
+    expect(saved.code, saved.stderr).toBe(0);
+    expect(JSON.parse(fs.readFileSync(path.join(home, "out.json"), "utf8"))).toEqual({ scores: { gflops: 3.5 } });
+    const withOutput = await svc(["--json", "receipt", "verify", "mine.json", "--output", "out.json"], home);
+    expect(JSON.parse(withOutput.stdout)).toMatchObject({ valid: true, problems: [] });
     const k = await svc(["receipt", "keys", "--out", "k.json"], home);
     expect(k.code, k.stderr).toBe(0);
     const ids = (f: string) => JSON.parse(fs.readFileSync(f, "utf8")).server_keys.map((x: { key_id: string; public_key: string }) => [x.key_id, x.public_key]);

@@ -39,7 +39,7 @@ function writeOrPrint(value: unknown, file: string | undefined, what: string, js
 }
 
 /**
- * svc receipt get|keys|verify. `verify` needs no account and, with --keys, no network: the
+ * svc receipt get|output|keys|verify. `verify` needs no account and, with --keys, no network: the
  * receipt, the public keys and the output (optional) are files (src/shared/receipt.ts checks them).
  */
 export function addReceiptCommands(program: Command, ctx: Context): void {
@@ -56,6 +56,17 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
       writeOrPrint(restJson(JobReceiptSchema, r), o.out, "receipt", !!g().json);
     });
   receipt
+    .command("output")
+    .argument("<job_id>")
+    .option("-o, --out <file>", "write the output here (default: print it)")
+    .description("a settled job's output exactly as its receipt's output_sha256 hashes it (also a failed job's), for verify --output")
+    .action(async (jobId: string, o: { out?: string }) => {
+      const { c } = session();
+      const r = await c.jobs.getOutputFormat({ jobId, format: "result" });
+      // Parsed and written as every JSON svc prints or files (the canonical bytes' hash is what verify checks).
+      writeOrPrint(JSON.parse(Buffer.from(r.data).toString("utf8")), o.out, "output", !!g().json);
+    });
+  receipt
     .command("keys")
     .option("-o, --out <file>", "write the public keys here (default: print them)")
     .option("--url <url>", "server to ask (default: the profile's)")
@@ -69,7 +80,7 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
     .argument("<file>", "a receipt file (svc receipt get, or GET /api/jobs/{job_id}/receipt)")
     .option("--keys <file>", "public keys (svc receipt keys, or GET /api/receipts/keys): no network at all")
     .option("--url <url>", "without --keys: read the public keys from this server (default: the profile's)")
-    .option("--output <file>", "also check the job's output (its JSON result, or the output route's answer)")
+    .option("--output <file>", "also check the job's output (svc receipt output, GET /api/jobs/{job_id}/output/result, or the output route's answer)")
     .description("check a receipt's signatures (server and provider attestation) and, with --output, the output")
     .addHelpText("after", "\nExit code 0 when everything checked holds, 6 when anything does not.")
     .action(async (file: string, o: { keys?: string; url?: string; output?: string }) => {
