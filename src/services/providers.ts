@@ -148,6 +148,8 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
           tempLimitC: req.tempLimitC,
         }),
       );
+      // A change can widen what the provider takes (always-on again, less VRAM held back): offered queued work now.
+      await offerWorkTo(sql, log, id);
       return {
         success: true,
         preferences: {

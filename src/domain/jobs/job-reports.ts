@@ -247,7 +247,8 @@ export async function markJobRejected(
     return { outcome: await loseJobLocked(tx, job, code, why), id: job.id };
   });
   if (outcome === "requeued") await placeJobs(sql, [id]);
-  else await dispatchForProvider(sql, providerId);
+  // The slot it freed is offered the queue's other work (placing the job itself looks only at some providers).
+  await dispatchForProvider(sql, providerId);
   await refreshReputation(sql, [providerId]);
   return outcome;
 }
