@@ -132,7 +132,10 @@ export function connect(url: string, max = 10): Sql {
         parse: (x: string) => Number(x),
       },
     },
-    connection: { application_name: PROCESS_TAG },
+    // Every session in UTC, whatever the database's or the server's TimeZone: what the database
+    // renders or truncates by the session's zone (a timestamptz as text, date_trunc without a zone)
+    // then means UTC, as the API's timestamps and the UTC hours, days and months of the rules do.
+    connection: { application_name: PROCESS_TAG, TimeZone: "UTC" },
   }) as unknown as Sql);
   poolMax.set(sql, max);
   return sql;

@@ -5,6 +5,7 @@
 // never the whole history of jobs and ledger entries.
 import crypto from "node:crypto";
 import { describe, expect, it } from "vitest";
+import postgres from "postgres";
 import { connect } from "../../src/db/index.js";
 import type { Tx } from "../../src/db/index.js";
 import { CHARGE_KINDS, PLATFORM_FEE_KINDS, release } from "../../src/domain/money/ledger.js";
@@ -217,7 +218,8 @@ describe("admin dashboard", () => {
     const dbName = new URL(srv.databaseUrl).pathname.slice(1);
     await srv.sql.unsafe(`ALTER DATABASE ${dbName} SET timezone TO 'Asia/Riyadh'`);
     // The setting applies to new connections: one shows it, and that a day taken in the session's zone starts elsewhere.
-    const probe = connect(srv.databaseUrl, 1);
+    // (A plain client: the service's own connect() keeps its sessions in UTC.)
+    const probe = postgres(srv.databaseUrl, { max: 1, onnotice: () => {} });
     try {
       const [z] = await probe<{ tz: string; local_start: Date }[]>`SELECT current_setting('TimeZone') AS tz, date_trunc('day', now()) AS local_start`;
       expect(z.tz).toBe("Asia/Riyadh");
@@ -225,7 +227,7 @@ describe("admin dashboard", () => {
     } finally {
       await probe.end();
     }
-    // A second server process on the same database: its pool opens its connections now, in Asia/Riyadh.
+    // A second server process on the same database, whose default zone is now Asia/Riyadh (its own sessions are set to UTC).
     const riyadh = await startTestServer({ SVC_JOB_SWEEP_MS: "60000" }, srv.databaseUrl);
     try {
       const r = await client(riyadh.url).get("/api/admin/dashboard", ADMIN);

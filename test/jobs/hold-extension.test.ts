@@ -2,7 +2,7 @@
 // available balance before its paid time runs out, and when the balance cannot
 // pay for more the job is stopped (out_of_funds, the renter's fault) and
 // settled for the time used; the monthly spend limit bounds it the same way. Over real HTTP, the sweep driven by the test.
-import { beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -242,5 +242,45 @@ describe("paying as a job runs", () => {
     expect(settlements.n).toBe(8);
     expect(await balance(renter.key)).toMatchObject({ balance_halala: 100_000 - charged, held_halala: 0 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+});
+
+describe("a running job's running_cost_halala is measured by the database's clock", () => {
+  // The server runs in this process: its clock (Date only, still advancing) is moved while
+  // PostgreSQL keeps the real time, which started_at and the billing are taken from.
+  const skewAppClock = (ms: number) => {
+    vi.useFakeTimers({ toFake: ["Date"], shouldAdvanceTime: true });
+    vi.setSystemTime(new Date(performance.timeOrigin + performance.now() + ms));
+  };
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  const view = async (jobId: string, renter: { headers: Record<string, string> }) => {
+    const one = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
+    const listed = (await api.get("/api/jobs?limit=5", renter.headers)).body.jobs.find((j: { job_id: string }) => j.job_id === jobId);
+    const recent = (await api.get("/api/renters/me", renter.headers)).body.recent_jobs.find((j: { job_id: string }) => j.job_id === jobId);
+    return [one.running_cost_halala, listed?.running_cost_halala, recent?.running_cost_halala];
+  };
+
+  it("a job that started just now shows its first minute at most, on a host 10 minutes ahead", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const { jobId, rate } = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 60 });
+    await srv.sql`UPDATE jobs SET started_at = now(), acked_at = now() WHERE job_id = ${jobId}`;
+    skewAppClock(10 * 60_000);
+    const costs = await view(jobId, renter);
+    vi.useRealTimers();
+    for (const c of costs) expect(c).toBeLessThanOrEqual(rate);
+  });
+
+  it("a job that has run 290 s shows 5 minutes, on a host 10 minutes behind", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const { jobId, rate } = await runningJob(renter, provider, { job_type: "benchmark", duration_minutes: 60 });
+    await srv.sql`UPDATE jobs SET started_at = now() - interval '290 seconds', acked_at = now() WHERE job_id = ${jobId}`;
+    skewAppClock(-10 * 60_000);
+    const costs = await view(jobId, renter);
+    vi.useRealTimers();
+    expect(costs).toEqual([5 * rate, 5 * rate, 5 * rate]);
   });
 });

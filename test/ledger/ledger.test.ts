@@ -1,11 +1,12 @@
 // The ledger functions the jobs engineer calls, directly inside transactions:
 // once-only holds, settlements and releases (also when they race), the
 // overdraft guard, and the submit quota.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { connect, type Sql } from "../../src/db/index.js";
 import { accountBalance, accountId, adjust, credit, debit, hold, ledgerProblems, release, renterFunds, settle, transfer } from "../../src/domain/money/ledger.js";
 import { checkSubmitQuota, quotaUsage } from "../../src/domain/money/quota.js";
 import { lockRenterFunds } from "../../src/domain/money/settlement.js";
+import { reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { useTestServer } from "../helpers/server.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 
@@ -249,6 +250,39 @@ describe("checkSubmitQuota", () => {
     );
     expect((await sql.begin((tx) => quotaUsage(tx, r.id))).spentAndHeldHalala).toBe(350);
     await expect(sql.begin((tx) => checkSubmitQuota(tx, r.id, 700))).rejects.toThrow(/monthly_spend_limit_halala/);
+  });
+});
+
+describe("the monthly spend limit's Retry-After (/v1 reservation)", () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("runs to the next UTC month of the database's clock, which counts the month, whatever this host's clock says", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    await sql`UPDATE renter_quota SET monthly_spend_limit_halala = 1 WHERE renter_id = ${renter.id}`;
+    // This process's clock (Date only, still advancing) 30 s into the next UTC month while the
+    // database's is still in this one: what a 30 s skew gives in the last 30 s of every month (the
+    // skew is larger here only because the database's clock cannot be moved to its month's end).
+    const dbNow = async () => (await sql<{ now: Date }[]>`SELECT clock_timestamp() AS now`)[0].now;
+    const db = await dbNow();
+    const appNow = Date.UTC(db.getUTCFullYear(), db.getUTCMonth() + 1, 1) + 30_000;
+    vi.useFakeTimers({ toFake: ["Date"], shouldAdvanceTime: true });
+    vi.setSystemTime(new Date(appNow + (performance.timeOrigin + performance.now() - db.getTime())));
+    const err = await sql
+      .begin((tx) =>
+        reserveTokenBudget(tx, {
+          requestId: `retry-after-${process.pid}-${++seq}`, renterId: renter.id, model: "m", stream: false,
+          rate: { input: 1_000_000, output: 1_000_000 }, promptTokens: 100, maxTokens: 100, choices: 1, ttlSeconds: 60,
+        }),
+      )
+      .catch((e) => e);
+    vi.useRealTimers();
+    expect(err?.status, String(err)).toBe(429);
+    const now = await dbNow();
+    const expected = (Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1) - now.getTime()) / 1000;
+    const retry = Number(err.headers["retry-after"]);
+    expect(Math.abs(retry - expected), `Retry-After ${retry} s; the database's month ends in ${Math.round(expected)} s`).toBeLessThan(60);
   });
 });
 

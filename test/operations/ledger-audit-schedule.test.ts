@@ -1,7 +1,7 @@
 // The periodic ledger audit keeps its own schedule, and with it the daily full run,
 // however often an operator or a monitor asks for an on-demand audit.
-import { describe, expect, it } from "vitest";
-import { runScheduledLedgerAudit } from "../../src/domain/money/ledger-audit.js";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { latestLedgerAudit, runScheduledLedgerAudit } from "../../src/domain/money/ledger-audit.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { useTestServer } from "../helpers/server.js";
@@ -52,5 +52,49 @@ describe("the periodic ledger audit", () => {
       "admin:incremental",
       "schedule:incremental",
     ]);
+  });
+});
+
+describe("the periodic ledger audit keeps the database's clock", () => {
+  // This process's clock (Date only, still advancing) is moved while PostgreSQL keeps the real time,
+  // which decides whether a run is due.
+  const skewAppClock = (ms: number) => {
+    vi.useFakeTimers({ toFake: ["Date"], shouldAdvanceTime: true });
+    vi.setSystemTime(new Date(performance.timeOrigin + performance.now() + ms));
+  };
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  /** The periodic runs so far as if an hour old: the next one is due. */
+  const ageRuns = () => srv.sql`UPDATE ledger_audits SET finished_at = finished_at - interval '1 hour' WHERE trigger = 'schedule'`;
+
+  it("a run by a process whose clock is an hour ahead is recorded at the database's time and does not suppress the next periods' runs", async () => {
+    await ageRuns();
+    skewAppClock(3600_000);
+    const first = await runScheduledLedgerAudit(srv.sql, 1, FULL);
+    expect(first).toBeDefined();
+    vi.useRealTimers();
+    const [row] = await srv.sql<{ started_at: Date; finished_at: Date; now: Date }[]>`
+      SELECT started_at, finished_at, clock_timestamp() AS now FROM ledger_audits WHERE id = ${first!.auditId!}`;
+    expect(row.finished_at.getTime()).toBeLessThanOrEqual(row.now.getTime());
+    expect(row.now.getTime() - row.finished_at.getTime()).toBeLessThan(10_000);
+    expect(row.finished_at.getTime()).toBeGreaterThanOrEqual(row.started_at.getTime());
+    expect(row.finished_at.getTime() - row.started_at.getTime()).toBeLessThanOrEqual(first!.ms + 5);
+    // 1.5 periods later the next run is due.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(await runScheduledLedgerAudit(srv.sql, 1, FULL)).toBeDefined();
+  });
+
+  it("the last run's age (/metrics) carries no skew between this process's clock and the database's", async () => {
+    await ageRuns();
+    expect(await runScheduledLedgerAudit(srv.sql, 1, FULL)).toBeDefined();
+    for (const skew of [-3600_000, 3600_000]) {
+      skewAppClock(skew);
+      const last = await latestLedgerAudit(srv.sql);
+      const age = Date.now() - last!.finishedAt.getTime();
+      vi.useRealTimers();
+      expect(age, `app clock ${skew / 1000} s off`).toBeGreaterThanOrEqual(0);
+      expect(age, `app clock ${skew / 1000} s off`).toBeLessThan(10_000);
+    }
   });
 });

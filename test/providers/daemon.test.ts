@@ -1,6 +1,6 @@
 // The daemon's other reports over real HTTP: daemon-event (severity, the
 // 5000-character truncation, ~100 KB diagnostics) and readiness.
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { ADMIN, newProvider, type TestProvider } from "./helpers.js";
@@ -14,6 +14,90 @@ beforeAll(async () => {
 });
 
 const events = (id: number, query = "") => api.get(`/api/admin/providers/${id}/events${query}`, ADMIN);
+
+describe("daemon-event timestamp: RFC 3339, one without an offset read as UTC, years 1970 to 9999", () => {
+  // The server runs in this process, here in Asia/Riyadh (UTC+3) as an operator's host may be.
+  let zone: string | undefined;
+  beforeAll(() => {
+    zone = process.env.TZ;
+    process.env.TZ = "Asia/Riyadh";
+  });
+  afterAll(() => {
+    if (zone === undefined) delete process.env.TZ;
+    else process.env.TZ = zone;
+  });
+  const send = (key: string, timestamp: string) =>
+    api.post("/api/providers/daemon-event", { api_key: key, event_type: "probe", severity: "info", timestamp });
+  const reportedAt = async (providerId: number) => (await events(providerId, "?limit=1")).body.events[0]?.reported_at as string | undefined;
+  /** Each timestamp's answer, and what the admin's list shows for it ("400" when refused). */
+  const outcomes = async (stamps: string[]) => {
+    const q = await newProvider(srv);
+    const out: Record<string, string | undefined> = {};
+    for (const ts of stamps) {
+      const r = await send(q.key, ts);
+      // A refusal names the field and the form it takes.
+      const named = r.status !== 400 || /^timestamp must be an RFC 3339 date-time/.test(r.body.error);
+      out[ts] = r.status === 200 ? await reportedAt(q.id) : named ? String(r.status) : `${r.status}: ${r.body.error}`;
+    }
+    return out;
+  };
+
+  it("this process runs in Asia/Riyadh (precondition)", () => {
+    expect(new Date(2024, 5, 1, 12).getTimezoneOffset()).toBe(-180);
+  });
+
+  it("reads a date-time without an offset as UTC, never in the server's local zone", async () => {
+    expect(await outcomes(["2024-06-01T10:00:00", "2024-06-01 10:00:00", "2024-06-01t10:00:00.5"])).toEqual({
+      "2024-06-01T10:00:00": "2024-06-01T10:00:00.000Z",
+      "2024-06-01 10:00:00": "2024-06-01T10:00:00.000Z",
+      "2024-06-01t10:00:00.5": "2024-06-01T10:00:00.500Z",
+    });
+  });
+
+  it("honours offsets, keeps fractions to the millisecond, reads a leap second as its minute's last millisecond", async () => {
+    expect(await outcomes(["2024-06-01T10:00:00+14:00", "2024-06-01T10:00:00-09:30", "2024-06-01T10:00:00.123456789Z", "2016-12-31T23:59:60Z", "2024-06-01T10:00:00.1z"])).toEqual({
+      "2024-06-01T10:00:00+14:00": "2024-05-31T20:00:00.000Z",
+      "2024-06-01T10:00:00-09:30": "2024-06-01T19:30:00.000Z",
+      "2024-06-01T10:00:00.123456789Z": "2024-06-01T10:00:00.123Z",
+      "2016-12-31T23:59:60Z": "2016-12-31T23:59:59.999Z",
+      "2024-06-01T10:00:00.1z": "2024-06-01T10:00:00.100Z",
+    });
+  });
+
+  it("refuses with 400 naming the field what is no RFC 3339 date-time (never some day of 2001)", async () => {
+    const junk = ["1", "hello 5", "June 1", "Tue 3", "2024-06-01", "2024-06-01T10:00Z", "2024-06-01T10:00:00+0300", "2024-06-01T10:00:00 Z",
+      "2023-02-29T00:00:00Z", "2024-13-01T00:00:00Z", "2024-04-31T00:00:00Z", "2024-06-01T24:00:00Z", "2024-06-01T10:60:00Z", "2024-06-01T10:00:00+24:00",
+      "Sat, 01 Jun 2024 10:00:00 GMT", "1717236000"];
+    const got = await outcomes(junk);
+    expect(got).toEqual(Object.fromEntries(junk.map((j) => [j, "400"])));
+  });
+
+  it("takes 1970 to 9999 (UTC) and refuses other years with 400, not a 500 from the database nor a wrong year read back", async () => {
+    const stamps = ["1970-01-01T00:00:00Z", "9999-12-31T23:59:59.999Z", "1970-01-01T01:00:00+01:00", "1969-12-31T23:00:00-01:00",
+      "1969-12-31T23:59:59.999Z", "1970-01-01T00:30:00+01:00", "9999-12-31T23:59:59-00:01", "0000-01-01T00:00:00Z", "0001-01-01T00:00:00Z",
+      "0075-01-01T00:00:00Z", "1850-01-01T00:00:00Z", "-000001-01-01T00:00:00Z", "+275760-09-13T00:00:00Z", "10000-01-01T00:00:00Z"];
+    expect(await outcomes(stamps)).toEqual({
+      "1970-01-01T00:00:00Z": "1970-01-01T00:00:00.000Z",
+      "9999-12-31T23:59:59.999Z": "9999-12-31T23:59:59.999Z",
+      "1970-01-01T01:00:00+01:00": "1970-01-01T00:00:00.000Z",
+      "1969-12-31T23:00:00-01:00": "1970-01-01T00:00:00.000Z",
+      "1969-12-31T23:59:59.999Z": "400",
+      "1970-01-01T00:30:00+01:00": "400",
+      "9999-12-31T23:59:59-00:01": "400",
+      "0000-01-01T00:00:00Z": "400",
+      "0001-01-01T00:00:00Z": "400",
+      "0075-01-01T00:00:00Z": "400",
+      "1850-01-01T00:00:00Z": "400",
+      "-000001-01-01T00:00:00Z": "400",
+      "+275760-09-13T00:00:00Z": "400",
+      "10000-01-01T00:00:00Z": "400",
+    });
+  });
+
+  it("an event with an empty timestamp is stored without one (reported_at null)", async () => {
+    expect(await outcomes([""])).toEqual({ "": null });
+  });
+});
 
 describe("daemon-event", () => {
   it("records an event with severity info by default and answers {success, event_type, provider_id}", async () => {

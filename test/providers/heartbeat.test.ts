@@ -1,9 +1,13 @@
 // POST /api/providers/heartbeat over real HTTP: every documented field and
 // error code, tolerance of what real daemons send, version signals, preload,
 // pause, and the coalesced write path (no state change is ever lost).
-import { describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
+import { makeRenter } from "../helpers/fixtures.js";
+import type { Sql } from "../../src/db/index.js";
+import { writeStateRows, writeTelemetryRows } from "../../src/domain/providers/heartbeat-write.js";
+import { LIVE_WINDOW_SECONDS } from "../../src/domain/shared/liveness.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
 
 const srv = useTestServer({ SVC_DAEMON_MIN_VERSION: "3.0.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_LIVENESS_SWEEP_SECONDS: "0" });
@@ -380,5 +384,97 @@ describe("heartbeat: write path", () => {
     expect(row.current).toBe(true);
     expect(row.uptime_hour_seconds).toBeGreaterThanOrEqual(29);
     expect(row.uptime_hour_seconds).toBeLessThanOrEqual(32);
+  });
+});
+
+describe("heartbeat: stored times are the database's clock, whatever this host's clock says", () => {
+  // The server runs in this process: its clock (Date) is moved with fake timers (Date only, still
+  // advancing) while PostgreSQL keeps the real time. Liveness is judged by the database's now().
+  const skewAppClock = (ms: number) => {
+    vi.useFakeTimers({ toFake: ["Date"], shouldAdvanceTime: true });
+    vi.setSystemTime(new Date(performance.timeOrigin + performance.now() + ms));
+  };
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  const stored = async (id: number) =>
+    (await srv.sql<{ last_heartbeat: Date; db_now: Date }[]>`SELECT last_heartbeat, clock_timestamp() AS db_now FROM providers WHERE id = ${id}`)[0];
+  const coveredSeconds = async (providerId: number) =>
+    (await srv.sql<{ s: number }[]>`
+      SELECT p.uptime_hour_seconds + coalesce((SELECT sum(covered_seconds) FROM provider_uptime WHERE provider_id = p.id), 0)::int AS s
+      FROM providers p WHERE p.id = ${providerId}`)[0].s;
+
+  it("a provider that just beat on a host 3 minutes behind the database is live and takes a job", async () => {
+    const p = await newProvider(srv);
+    skewAppClock(-3 * 60_000);
+    expect((await heartbeat(srv, p.key)).status).toBe(200); // the first beat: the state-changing write
+    expect((await heartbeat(srv, p.key)).status).toBe(200); // a steady one: the coalesced write
+    await flushHeartbeats(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const r = await api.post("/api/jobs/submit", { job_type: "benchmark", provider_id: p.id }, renter.headers);
+    vi.useRealTimers();
+    const row = await stored(p.id);
+    const lag = (row.db_now.getTime() - row.last_heartbeat.getTime()) / 1000;
+    expect(r.body.job, `${r.text}; the stored beat lies ${lag} s behind the database clock`).toMatchObject({ status: "pending", provider_id: p.id });
+    expect(lag).toBeGreaterThanOrEqual(0);
+    expect(lag).toBeLessThan(10);
+  });
+
+  it("a beat on a host 10 minutes ahead is not stored in the database's future (a dead provider would stay live 10 minutes more)", async () => {
+    const p = await newProvider(srv);
+    skewAppClock(10 * 60_000);
+    expect((await heartbeat(srv, p.key)).status).toBe(200);
+    expect((await heartbeat(srv, p.key)).status).toBe(200);
+    await flushHeartbeats(srv);
+    vi.useRealTimers();
+    const row = await stored(p.id);
+    expect(row.last_heartbeat.getTime()).toBeLessThanOrEqual(row.db_now.getTime());
+    expect(row.db_now.getTime() - row.last_heartbeat.getTime()).toBeLessThan(10_000);
+    // Silent for the live window by the database's clock: not live.
+    await srv.sql`UPDATE providers SET last_heartbeat = last_heartbeat - make_interval(secs => ${LIVE_WINDOW_SECONDS + 1}) WHERE id = ${p.id}`;
+    const [{ live }] = await srv.sql<{ live: boolean }[]>`
+      SELECT last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}) AS live FROM providers WHERE id = ${p.id}`;
+    expect(live).toBe(false);
+  });
+
+  it("a beat credits the time since the previous one by the database's clock, on a host behind or ahead of it", async () => {
+    for (const skew of [-3 * 60_000, 10 * 60_000]) {
+      const p = await newProvider(srv);
+      expect((await heartbeat(srv, p.key)).status).toBe(200);
+      await flushHeartbeats(srv);
+      const before = await coveredSeconds(p.id);
+      await srv.sql`UPDATE providers SET last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+      skewAppClock(skew);
+      expect((await heartbeat(srv, p.key)).status).toBe(200);
+      await flushHeartbeats(srv);
+      vi.useRealTimers();
+      const credited = (await coveredSeconds(p.id)) - before;
+      expect(credited, `app clock ${skew / 1000} s off`).toBeGreaterThanOrEqual(29);
+      expect(credited, `app clock ${skew / 1000} s off`).toBeLessThanOrEqual(32);
+      const row = await stored(p.id);
+      expect(row.db_now.getTime() - row.last_heartbeat.getTime()).toBeLessThan(10_000);
+    }
+  });
+
+  it("uptime accumulates per UTC hour, whatever the session's TimeZone (Asia/Kolkata's hours start at :30 UTC)", async () => {
+    const p = await newProvider(srv);
+    const hourOf = async () =>
+      (await srv.sql<{ uptime_hour: Date; utc_hour: Date }[]>`
+        SELECT uptime_hour, date_trunc('hour', last_heartbeat, 'UTC') AS utc_hour FROM providers WHERE id = ${p.id}`)[0];
+    const inKolkata = (write: (tx: Sql) => Promise<unknown>) =>
+      srv.sql.begin(async (tx) => {
+        await tx`SELECT set_config('TimeZone', 'Asia/Kolkata', true)`;
+        await write(tx as unknown as Sql);
+      });
+    const beat = () => ({ firstTs: performance.now(), lastTs: performance.now(), input: {} });
+    await inKolkata((tx) => writeStateRows(tx, [[p.id, beat()]], false));
+    let h = await hourOf();
+    expect(h.uptime_hour.getUTCMinutes()).toBe(0);
+    expect(h.uptime_hour.toISOString()).toBe(h.utc_hour.toISOString());
+    await srv.sql`UPDATE providers SET uptime_hour = NULL, last_heartbeat = now() - interval '30 seconds' WHERE id = ${p.id}`;
+    await inKolkata((tx) => writeTelemetryRows(tx, [[p.id, beat()]]));
+    h = await hourOf();
+    expect(h.uptime_hour.getUTCMinutes()).toBe(0);
+    expect(h.uptime_hour.toISOString()).toBe(h.utc_hour.toISOString());
   });
 });

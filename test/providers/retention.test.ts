@@ -63,6 +63,45 @@ describe("retention of uptime hours and attempt days", () => {
   });
 });
 
+describe("uptime hours are UTC hours, whatever the session's TimeZone", () => {
+  // Asia/Kolkata is UTC+05:30: a session there truncates to hours that start at :30 UTC.
+  const inZone = (tx: Db, zone: string) => tx`SELECT set_config('TimeZone', ${zone}, true)`;
+
+  it("retention keeps the oldest UTC hour it should and deletes what lies before it", async () => {
+    const p = await makeProvider(srv);
+    // One transaction: one now() for the rows and the sweep. The kept hour is the cut-off itself;
+    // a row half an hour before it is past the cut-off, which a :30 truncation would move either way.
+    const left = await srv.sql.begin(async (tx) => {
+      await inZone(tx, "Asia/Kolkata");
+      await tx`
+        INSERT INTO provider_uptime (provider_id, hour, covered_seconds)
+        SELECT ${p.id}, date_trunc('hour', now(), 'UTC') - make_interval(hours => ${UPTIME_KEPT_HOURS}) - make_interval(mins => m), 60
+        FROM unnest(ARRAY[0, 30]) AS m`;
+      await deleteExpiredReputationRows(tx);
+      return tx<{ m: number }[]>`
+        SELECT round(extract(epoch FROM date_trunc('hour', now(), 'UTC') - make_interval(hours => ${UPTIME_KEPT_HOURS}) - hour) / 60)::int AS m
+        FROM provider_uptime WHERE provider_id = ${p.id}`;
+    });
+    expect(left.map((r) => r.m)).toEqual([0]);
+  });
+
+  it("the uptime window starts on a UTC hour: the figures are the same in any session zone", async () => {
+    const p = await makeProvider(srv);
+    await srv.sql`UPDATE providers SET first_heartbeat_at = now() - interval '90 days', last_heartbeat = now() - interval '10 seconds' WHERE id = ${p.id}`;
+    await hoursAgo(p.id, [1, 2, 5, 12, 22, 23, 24]);
+    const figuresIn = await srv.sql.begin(async (tx) => {
+      const out: Record<string, unknown> = {};
+      for (const zone of ["UTC", "Asia/Kolkata", "America/St_Johns"]) {
+        await inZone(tx, zone);
+        out[zone] = await figures(tx, p.id);
+      }
+      return out;
+    });
+    expect(figuresIn["Asia/Kolkata"]).toEqual(figuresIn.UTC);
+    expect(figuresIn["America/St_Johns"]).toEqual(figuresIn.UTC);
+  });
+});
+
 describe("the retention sweep of a server", () => {
   it("runs at start", async () => {
     const db = await freshDatabase();

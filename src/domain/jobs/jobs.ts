@@ -17,19 +17,34 @@ import { servedNothing } from "../shared/job-end.js";
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
 /**
+ * The database's now() when a job row was read (as settlement.ts's LockedJob has it): the readers
+ * of this module select it with the row or page, so that the row's times are compared with the
+ * clock that wrote them.
+ */
+export interface DbNow {
+  db_now?: Date;
+}
+
+/** `now() AS db_now`, selected beside a row or a page (DbNow). */
+const dbNowSql = (db: Db) => db`now() AS db_now`;
+
+/**
  * A running job's cost so far: the billable minutes it has run at its rate, within its hold; none
  * while no end of it would charge anything: polled and not yet reported on (acked_at; a legacy
  * daemon preparing it, say), or a serving job that has not reported its endpoint yet (job-end.ts
- * servedNothing).
+ * servedNothing). The minutes run up to the database's now() read with the row (started_at is
+ * the database's time, as is the billing that will charge them); a row read without it
+ * falls back on this process's clock.
  */
-function runningCost(j: JobSummaryRow, now = Date.now()): bigint | undefined {
+function runningCost(j: JobSummaryRow & DbNow): bigint | undefined {
   if (j.status !== "running" || j.started_at === null) return undefined;
   if (j.acked_at === null || servedNothing(j)) return 0n;
+  const now = j.db_now ? new Date(j.db_now).getTime() : Date.now();
   const minutes = billableMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000), j.max_duration_seconds);
   return BigInt(actualCostHalala(j.rate_halala_per_minute, minutes, j.held_halala ?? j.cost_halala));
 }
 
-export function jobMessage(j: JobSummaryRow): MessageInitShape<typeof JobSchema> {
+export function jobMessage(j: JobSummaryRow & DbNow): MessageInitShape<typeof JobSchema> {
   return {
     id: BigInt(j.id),
     jobId: j.job_id,
@@ -60,12 +75,14 @@ export function jobMessage(j: JobSummaryRow): MessageInitShape<typeof JobSchema>
   };
 }
 
-export async function recentJobsOfRenter(db: Db, renterId: number, limit = 10): Promise<JobSummaryRow[]> {
-  return db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs WHERE renter_id = ${renterId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
+export async function recentJobsOfRenter(db: Db, renterId: number, limit = 10): Promise<(JobSummaryRow & DbNow)[]> {
+  return db<(JobSummaryRow & DbNow)[]>`
+    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${dbNowSql(db)} FROM jobs WHERE renter_id = ${renterId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
 }
 
-export async function recentJobsOfProvider(db: Db, providerId: number, limit = 10): Promise<JobSummaryRow[]> {
-  return db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs WHERE provider_id = ${providerId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
+export async function recentJobsOfProvider(db: Db, providerId: number, limit = 10): Promise<(JobSummaryRow & DbNow)[]> {
+  return db<(JobSummaryRow & DbNow)[]>`
+    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${dbNowSql(db)} FROM jobs WHERE provider_id = ${providerId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
 }
 
 // ---- readers ----
@@ -80,8 +97,8 @@ export type JobReader = { role: "renter"; renterId: number } | { role: "provider
 
 const MOVED_ON = "this job moved to another provider; a provider reads only its own attempts of it";
 
-async function jobByPublicId(db: Db, jobId: string): Promise<JobRow> {
-  const [job] = await db<JobRow[]>`SELECT * FROM jobs WHERE job_id = ${jobId}`;
+async function jobByPublicId(db: Db, jobId: string): Promise<JobRow & DbNow> {
+  const [job] = await db<(JobRow & DbNow)[]>`SELECT *, ${dbNowSql(db)} FROM jobs WHERE job_id = ${jobId}`;
   if (!job) throw notFound("job not found");
   return job;
 }
@@ -92,7 +109,7 @@ async function attemptsHeldBy(db: Db, job: JobRow, providerId: number): Promise<
 }
 
 /** The whole job, for its renter, an admin, or its current provider. */
-export async function jobForReader(db: Db, jobId: string, reader: JobReader): Promise<JobRow> {
+export async function jobForReader(db: Db, jobId: string, reader: JobReader): Promise<JobRow & DbNow> {
   const job = await jobByPublicId(db, jobId);
   if (reader.role === "admin") return job;
   if (reader.role === "renter" && job.renter_id === reader.renterId) return job;
@@ -107,7 +124,7 @@ export async function jobForReader(db: Db, jobId: string, reader: JobReader): Pr
 export type AttemptScope = "all" | number[];
 
 /** The job and the attempts the reader may see (a provider: its own, also after the job moved on). */
-export async function attemptsForReader(db: Db, jobId: string, reader: JobReader): Promise<{ job: JobRow; attempts: AttemptScope }> {
+export async function attemptsForReader(db: Db, jobId: string, reader: JobReader): Promise<{ job: JobRow & DbNow; attempts: AttemptScope }> {
   const job = await jobByPublicId(db, jobId);
   if (reader.role === "admin") return { job, attempts: "all" };
   if (reader.role === "renter" && job.renter_id === reader.renterId) return { job, attempts: "all" };
@@ -123,12 +140,12 @@ export async function attemptsForReader(db: Db, jobId: string, reader: JobReader
  * a serving job's endpoint_url: models are reached through /v1, where requests
  * are billed per token; the raw endpoint would serve them unbilled.
  */
-export async function jobView(db: Db, job: JobSummaryRow, reader?: JobReader, known?: QueueReason): Promise<MessageInitShape<typeof JobSchema>> {
+export async function jobView(db: Db, job: JobSummaryRow & DbNow, reader?: JobReader, known?: QueueReason): Promise<MessageInitShape<typeof JobSchema>> {
   return viewOf(job, reader, job.status === "queued" ? (known ?? (await explainQueue(db, job))) : undefined);
 }
 
 /** jobView of a page of jobs: the queued ones' reasons read together (explainQueues). */
-export async function jobViews(db: Db, jobs: JobSummaryRow[], reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>[]> {
+export async function jobViews(db: Db, jobs: (JobSummaryRow & DbNow)[], reader?: JobReader): Promise<MessageInitShape<typeof JobSchema>[]> {
   const reasons = await explainQueues(db, jobs);
   return jobs.map((job) => viewOf(job, reader, reasons.get(job.id)));
 }
@@ -137,13 +154,13 @@ export async function jobViews(db: Db, jobs: JobSummaryRow[], reader?: JobReader
  * The Job message as `reader` may see it: a renter never sees a serving job's
  * endpoint_url (see jobView), wherever its jobs are listed.
  */
-export function jobMessageFor(job: JobSummaryRow, reader: JobReader | undefined): MessageInitShape<typeof JobSchema> {
+export function jobMessageFor(job: JobSummaryRow & DbNow, reader: JobReader | undefined): MessageInitShape<typeof JobSchema> {
   const msg = jobMessage(job);
   if (reader?.role === "renter") msg.endpointUrl = undefined;
   return msg;
 }
 
-function viewOf(job: JobSummaryRow, reader: JobReader | undefined, q: QueueReason | undefined): MessageInitShape<typeof JobSchema> {
+function viewOf(job: JobSummaryRow & DbNow, reader: JobReader | undefined, q: QueueReason | undefined): MessageInitShape<typeof JobSchema> {
   const msg = jobMessageFor(job, reader);
   if (q) {
     msg.queueReason = q.reason;
@@ -158,7 +175,7 @@ export async function listJobs(
   db: Db,
   reader: JobReader,
   f: { status?: string; limit: number; offset: number },
-): Promise<{ rows: JobSummaryRow[]; total: number }> {
+): Promise<{ rows: (JobSummaryRow & DbNow)[]; total: number }> {
   const status = f.status ? db`AND j.status = ${f.status}` : db``;
   const owner =
     reader.role === "renter"
@@ -178,8 +195,8 @@ export async function listJobs(
         : reader.role === "admin"
           ? jobCountSql(db, { status: f.status })
           : db`0::bigint`;
-  const rows = await db<(JobSummaryRow & { total: number })[]>`
-    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${count()} AS total FROM jobs j WHERE ${owner} ${status}
+  const rows = await db<(JobSummaryRow & DbNow & { total: number })[]>`
+    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${count()} AS total, ${dbNowSql(db)} FROM jobs j WHERE ${owner} ${status}
     ORDER BY j.submitted_at DESC, j.id DESC LIMIT ${f.limit} OFFSET ${f.offset}`;
   let total = rows[0]?.total ?? 0;
   if (rows.length === 0 && f.offset > 0) {

@@ -116,6 +116,10 @@ interface Checkpoint {
 
 /** What /metrics shows of the last audit (any process's). */
 export interface LedgerAuditSummary {
+  /**
+   * When it finished, on this process's clock: its age by the database's clock (which recorded it)
+   * taken from this process's now, so that an age this process computes carries no clock skew.
+   */
   finishedAt: Date;
   ms: number;
   driftHalala: number;
@@ -144,11 +148,12 @@ function accountName(a: { id: number; kind: string; owner_id: number | null }): 
 
 /**
  * The entry id up to which every entry is committed or never will be, once
- * the transactions writing entries now have ended; undefined when they have
- * not ended within `waitMs`.
+ * the transactions writing entries now have ended (undefined when they have
+ * not ended within `waitMs`), and the database's time when it was read.
  */
-async function committedUpTo(sql: Sql, waitMs: number): Promise<number | undefined> {
-  const [{ last }] = await sql<{ last: number }[]>`SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last FROM ledger_transfers_id_seq`;
+async function committedUpTo(sql: Sql, waitMs: number): Promise<{ upTo: number | undefined; at: Date }> {
+  const [{ last, at }] = await sql<{ last: number; at: Date }[]>`
+    SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last, clock_timestamp() AS at FROM ledger_transfers_id_seq`;
   // Read after the sequence: whoever took an id up to `last` holds the lock until it ends.
   const writers = (
     await sql<{ vxid: string }[]>`
@@ -160,17 +165,18 @@ async function committedUpTo(sql: Sql, waitMs: number): Promise<number | undefin
   for (let pause = 5; writers.length > 0; pause = Math.min(pause * 2, 100)) {
     const [{ running }] = await sql<{ running: number }[]>`SELECT count(*)::int AS running FROM pg_locks WHERE virtualtransaction = ANY(${writers}::text[])`;
     if (running === 0) break;
-    if (performance.now() >= deadline) return undefined;
+    if (performance.now() >= deadline) return { upTo: undefined, at };
     await new Promise((r) => setTimeout(r, pause));
   }
-  return Number(last);
+  return { upTo: Number(last), at };
 }
 
 /** Runs the checks on one snapshot: incremental when a base run exists, unless `full`. */
 export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<LedgerAuditReport> {
-  const startedAt = new Date();
+  // The run's times are the database's clock (its start read with the sequence, its end that plus the
+  // run's duration on this process's monotonic clock): the schedule compares them with now().
   const started = performance.now();
-  const upTo = await committedUpTo(sql, opts.writersWaitMs ?? WRITERS_WAIT_MS);
+  const { upTo, at: startedAt } = await committedUpTo(sql, opts.writersWaitMs ?? WRITERS_WAIT_MS);
   const found: Discrepancy[] = [];
   let count = 0;
   let drift = 0;
@@ -387,10 +393,11 @@ export async function auditLedger(sql: Sql, opts: AuditOptions = {}): Promise<Le
       },
     };
   });
-  const ms = Math.round(performance.now() - started);
+  const elapsed = performance.now() - started;
+  const ms = Math.round(elapsed);
   const report: LedgerAuditReport = {
     startedAt,
-    finishedAt: new Date(),
+    finishedAt: new Date(startedAt.getTime() + elapsed),
     ms,
     ...figures,
     driftHalala: drift,
@@ -470,7 +477,8 @@ export async function runScheduledLedgerAudit(sql: Sql, periodSeconds: number, f
 }
 
 export async function latestLedgerAudit(db: Db): Promise<LedgerAuditSummary | undefined> {
-  const [row] = await db<{ finished_at: Date; ms: number; drift_halala: number; discrepancies: number }[]>`
-    SELECT finished_at, ms, drift_halala, discrepancies FROM ledger_audits ORDER BY id DESC LIMIT 1`;
-  return row ? { finishedAt: row.finished_at, ms: row.ms, driftHalala: Number(row.drift_halala), discrepancies: row.discrepancies } : undefined;
+  const [row] = await db<{ age_ms: number; ms: number; drift_halala: number; discrepancies: number }[]>`
+    SELECT (extract(epoch FROM clock_timestamp() - finished_at) * 1000)::float8 AS age_ms, ms, drift_halala, discrepancies
+    FROM ledger_audits ORDER BY id DESC LIMIT 1`;
+  return row ? { finishedAt: new Date(Date.now() - row.age_ms), ms: row.ms, driftHalala: Number(row.drift_halala), discrepancies: row.discrepancies } : undefined;
 }

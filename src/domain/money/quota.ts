@@ -14,6 +14,11 @@ export interface QuotaUsage {
    * reservation lock add what /v1 requests in flight reserved (withReserved).
    */
   spentAndHeldHalala: number;
+  /**
+   * The database's now() the usage was read at: the clock that decided which UTC month (and day)
+   * it counts, so the time until the limit frees up is measured from it (msUntilNextUtcMonth).
+   */
+  dbNow: Date;
 }
 
 /** The usage with the renter's /v1 reservations in flight counted: they will be spent or released. */
@@ -22,7 +27,10 @@ export const withReserved = (u: QuotaUsage, reserved: number): QuotaUsage => ({ 
 /** What the renter may still spend or hold this UTC month (never below 0). */
 export const monthlyHeadroom = (u: QuotaUsage): number => Math.max(0, u.monthlySpendLimitHalala - u.spentAndHeldHalala);
 
-/** Milliseconds until the next UTC month starts, when the monthly spend limit frees up again. */
+/**
+ * Milliseconds from `now` until the next UTC month starts, when the monthly spend limit frees up
+ * again. Give it the database's time (QuotaUsage.dbNow), the clock that counts the month.
+ */
 export function msUntilNextUtcMonth(now = new Date()): number {
   return Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1) - now.getTime();
 }
@@ -40,7 +48,9 @@ export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<n
   // by triggers, so their cost does not grow with the renter's history: this month's
   // charges from renter_monthly_spend (migration 030), today's jobs from
   // renter_daily_jobs (migration 015).
-  const rows = await tx<{ renter_id: number; daily_jobs_limit: number | null; monthly_spend_limit_halala: number | null; jobs_today: number; settled: number; held: number }[]>`
+  const rows = await tx<
+    { renter_id: number; daily_jobs_limit: number | null; monthly_spend_limit_halala: number | null; jobs_today: number; settled: number; held: number; db_now: Date }[]
+  >`
     WITH acc AS (
       SELECT id, owner_id, kind, balance FROM ledger_accounts
       WHERE owner_id = ANY(${renterIds}::bigint[]) AND kind IN ('renter_available', 'renter_held')
@@ -55,7 +65,8 @@ export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<n
     )
     SELECT r.id AS renter_id, q.daily_jobs_limit, q.monthly_spend_limit_halala,
            coalesce(today.n, 0) AS jobs_today, coalesce(charges.settled, 0) AS settled,
-           coalesce((SELECT balance FROM acc WHERE acc.owner_id = r.id AND acc.kind = 'renter_held'), 0) AS held
+           coalesce((SELECT balance FROM acc WHERE acc.owner_id = r.id AND acc.kind = 'renter_held'), 0) AS held,
+           now() AS db_now
     FROM unnest(${renterIds}::bigint[]) AS r(id)
     LEFT JOIN renter_quota q ON q.renter_id = r.id
     LEFT JOIN charges ON charges.owner_id = r.id
@@ -68,6 +79,7 @@ export async function quotaUsageMany(tx: Tx, renterIds: number[]): Promise<Map<n
         jobsToday: Number(u.jobs_today),
         monthlySpendLimitHalala: u.monthly_spend_limit_halala ?? DEFAULT_QUOTA.monthlySpendLimitHalala,
         spentAndHeldHalala: Number(u.settled) + Number(u.held),
+        dbNow: u.db_now,
       },
     ]),
   );

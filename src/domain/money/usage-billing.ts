@@ -56,9 +56,12 @@ export interface Reservation {
   maxTokens: number;
 }
 
-/** 429 (a billing refusal, not to be retried before the limit frees up at the next UTC month). */
+/**
+ * 429 (a billing refusal, not to be retried before the limit frees up at the next UTC month). The
+ * wait is the database's, read with the usage: its clock decides which month the spend counts in.
+ */
 function spendLimitReached(usage: QuotaUsage, what: string) {
-  const seconds = Math.max(1, Math.ceil(msUntilNextUtcMonth() / 1000));
+  const seconds = Math.max(1, Math.ceil(msUntilNextUtcMonth(usage.dbNow) / 1000));
   return apiError(429, monthlyRefusal(usage, what), { "retry-after": String(seconds) });
 }
 

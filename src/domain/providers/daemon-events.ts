@@ -16,6 +16,40 @@ export const MAX_DETAILS_CHARS = 5000;
 export const MAX_EVENTS_PER_HOUR = 600;
 /** Advisory-lock namespace: one provider's events are counted and stored one at a time. */
 const EVENT_LOCK_NS = 0x7634;
+/**
+ * The instants a daemon's `timestamp` may name (UTC): from 1970 (a machine whose clock was never set
+ * reports 1970-01-01, which an admin should see as such) to the end of year 9999.
+ */
+export const REPORTED_AT_MIN = Date.UTC(1970, 0, 1);
+export const REPORTED_AT_MAX = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/** RFC 3339 date-time (`T`, `t` or a space between date and time), the offset optional. */
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:[Zz]|([+-])(\d{2}):(\d{2}))?$/;
+
+const daysInMonth = (year: number, month: number) => new Date(Date.UTC(year, month, 0)).getUTCDate();
+
+/**
+ * A daemon's time of an event, read strictly: an RFC 3339 date-time (2024-06-01T10:00:00Z,
+ * 2024-06-01T13:00:00.5+03:00), one without an offset taken as UTC (never as this host's zone),
+ * fractions of a second kept to the millisecond, a leap second as the minute's last millisecond,
+ * the instant between 1970 and 9999 (UTC). Anything else is a 400 naming the field.
+ */
+export function parseReportedTime(value: string, field = "timestamp"): Date {
+  const bad = () =>
+    badRequest(`${field} must be an RFC 3339 date-time from 1970 to 9999, such as 2024-06-01T10:00:00Z (one without an offset is read as UTC)`);
+  const m = DATE_TIME.exec(value.trim());
+  if (!m) throw bad();
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number);
+  const sign = m[8];
+  const offset = sign ? Number(m[9]) * 60 + Number(m[10]) : 0;
+  // Years before 1969 are out of range whatever the offset (and Date.UTC would read 0-99 as 1900-1999).
+  if (year < 1969 || month < 1 || month > 12 || day < 1 || day > daysInMonth(year, month) || hour > 23 || minute > 59 || second > 60) throw bad();
+  if (sign && (Number(m[9]) > 23 || Number(m[10]) > 59)) throw bad();
+  const ms = second === 60 ? 999 : m[7] ? Number(m[7].slice(0, 3).padEnd(3, "0")) : 0;
+  const t = Date.UTC(year, month - 1, day, hour, minute, Math.min(second, 59), ms) - (sign === "-" ? -offset : offset) * 60_000;
+  if (!(t >= REPORTED_AT_MIN && t <= REPORTED_AT_MAX)) throw bad();
+  return new Date(t);
+}
 
 export interface DaemonEventInput {
   eventType?: string;
@@ -89,11 +123,7 @@ export async function storeDaemonEvent(sql: Sql, providerId: number, reported: D
   const eventType = input.eventType!.trim();
   if (eventType.length > 200) throw badRequest("event_type must be at most 200 characters");
   const severity = input.severity === undefined || input.severity.trim() === "" ? "info" : checkEnum(input.severity.trim().toLowerCase(), SEVERITIES, "severity");
-  let reportedAt: Date | null = null;
-  if (input.timestamp !== undefined && input.timestamp.trim() !== "") {
-    reportedAt = new Date(input.timestamp);
-    if (Number.isNaN(reportedAt.getTime())) throw badRequest("timestamp must be an ISO 8601 date-time");
-  }
+  const reportedAt = input.timestamp !== undefined && input.timestamp.trim() !== "" ? parseReportedTime(input.timestamp) : null;
   const details = input.details === undefined ? undefined : truncate(input.details, MAX_DETAILS_CHARS);
   const row = await sql.begin(async (tx) => {
     await tx`SELECT pg_advisory_xact_lock(${EVENT_LOCK_NS}, ${providerId % 2147483647}::int)`;
@@ -137,7 +167,8 @@ interface EventRow {
   hostname: string | null;
   os_info: string | null;
   python_version: string | null;
-  reported_at: Date | null;
+  /** ISO 8601 in UTC, formatted by the database (eventsSql). */
+  reported_at: string | null;
   created_at: Date;
 }
 
@@ -155,7 +186,7 @@ export function daemonEventMessage(e: EventRow): MessageInitShape<typeof DaemonE
     hostname: e.hostname ?? undefined,
     osInfo: e.os_info ?? undefined,
     pythonVersion: e.python_version ?? undefined,
-    reportedAt: iso(e.reported_at),
+    reportedAt: e.reported_at ?? undefined,
     createdAt: iso(e.created_at)!,
   };
 }
@@ -171,8 +202,14 @@ export async function listDaemonEvents(
   const where = db`provider_id = ${providerId}
     AND (${severity}::text IS NULL OR severity = ${severity})
     AND (${eventType}::text IS NULL OR event_type = ${eventType})`;
+  // reported_at as text, in UTC by the database: any year stored before timestamps were checked
+  // (year 1, say) reads back as stored, whatever the session's zone.
   const [rows, [{ total }]] = await Promise.all([
-    db<EventRow[]>`SELECT * FROM daemon_events WHERE ${where} ORDER BY id DESC LIMIT ${filter.limit} OFFSET ${filter.offset}`,
+    db<EventRow[]>`
+      SELECT id, provider_id, event_type, severity, details, details_truncated, details_length, job_id, daemon_version,
+             hostname, os_info, python_version, created_at,
+             to_char(reported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS reported_at
+      FROM daemon_events WHERE ${where} ORDER BY id DESC LIMIT ${filter.limit} OFFSET ${filter.offset}`,
     db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM daemon_events WHERE ${where}`,
   ]);
   return { rows, total };

@@ -36,7 +36,11 @@ export interface HeartbeatInput {
   supportedJobTypes?: string[];
 }
 
-/** One provider's beat(s) in a batch: the first and last beat's times and the merged input. */
+/**
+ * One provider's beat(s) in a batch: the first and last beat's times and the merged input. The
+ * times are this process's performance.now(): a write sends only their age, and stores the
+ * database's now() less it (beatsSql).
+ */
 export interface BeatSpan {
   firstTs: number;
   lastTs: number;
@@ -53,17 +57,22 @@ export function mergeInput(a: HeartbeatInput, b: HeartbeatInput): HeartbeatInput
 const str = (v: string | undefined) => (v === undefined ? "null" : JSON.stringify(v));
 const int = (v: number | undefined) => (v === undefined ? "null" : String(v));
 
+/** A beat's age in whole milliseconds at `at` (never negative). */
+const ageMs = (at: number, ts: number) => (ts >= at ? 0 : Math.round(at - ts));
+
 /**
  * One batch as a single JSON array for json_to_recordset: built by string
  * concatenation so the telemetry, already JSON text, is not serialised again
- * (cheaper than postgres.js array parameters, one per column).
+ * (cheaper than postgres.js array parameters, one per column). Each beat's
+ * time goes as its age now (milliseconds), not as a time of this host's clock.
  */
 function batchJson(entries: [number, BeatSpan][]): string {
+  const at = performance.now();
   const parts: string[] = [];
   for (const [id, p] of entries) {
     const i = p.input;
     parts.push(
-      `{"id":${id},"first_ts":"${new Date(p.firstTs).toISOString()}","last_ts":"${new Date(p.lastTs).toISOString()}",` +
+      `{"id":${id},"first_ago":${ageMs(at, p.firstTs)},"last_ago":${ageMs(at, p.lastTs)},` +
         `"dv":${str(i.daemonVersion)},"vram":${int(i.gpuVramMib)},"cnt":${int(i.gpuCount)},"cc":${str(i.computeCapability)},` +
         `"cuda":${str(i.cudaVersion)},"driver":${str(i.driverVersion)},"tel":${i.telemetryJson ?? "null"},` +
         `"cached":${i.cachedModels ? JSON.stringify(i.cachedModels) : "null"},"ip":${str(i.providerIp)},` +
@@ -73,10 +82,17 @@ function batchJson(entries: [number, BeatSpan][]): string {
   return `[${parts.join(",")}]`;
 }
 
-/** The batch's rows as relation `v`. */
+/**
+ * The batch's rows as relation `v`. first_ts and last_ts are the database's clock: now() less
+ * each beat's age when the batch was built. Every rule that compares them (liveness, the live
+ * window, coverage, the ordering of beats) reads now(), so a skew between this host's clock and
+ * the database's moves none of them; only the time the statement took to start is added.
+ */
 const beatsSql = (db: Sql, entries: [number, BeatSpan][]) => db`
-  SELECT * FROM json_to_recordset(${batchJson(entries)}::text::json) AS v(
-    id bigint, first_ts timestamptz, last_ts timestamptz, dv text, vram bigint, cnt int, cc text, cuda text,
+  SELECT id, now() - first_ago * interval '1 millisecond' AS first_ts, now() - last_ago * interval '1 millisecond' AS last_ts,
+         dv, vram, cnt, cc, cuda, driver, tel, cached, ip, host, rs, jt
+  FROM json_to_recordset(${batchJson(entries)}::text::json) AS b(
+    id bigint, first_ago float8, last_ago float8, dv text, vram bigint, cnt int, cc text, cuda text,
     driver text, tel json, cached text[], ip text, host text, rs jsonb, jt text[])`;
 
 const reputationDueSql = (db: Sql) =>
@@ -162,7 +178,7 @@ export function writeTelemetryRows(sql: Sql, entries: [number, BeatSpan][]): Pro
       ORDER BY p.id FOR NO KEY UPDATE OF p
     ), upd AS (
       UPDATE providers p SET
-        ${coverageSet(sql, sql`date_trunc('hour', v.last_ts)`)},
+        ${coverageSet(sql, sql`date_trunc('hour', v.last_ts, 'UTC')`)},
         last_heartbeat = v.last_ts,
         first_heartbeat_at = coalesce(p.first_heartbeat_at, v.first_ts),
         status = CASE WHEN p.status IN ('offline', 'registered', 'connected') AND NOT p.is_paused THEN 'online' ELSE p.status END,
@@ -214,7 +230,7 @@ export function writeStateRows(sql: Sql, entries: [number, BeatSpan][], skipLock
       ORDER BY p.id FOR NO KEY UPDATE OF p ${skipLocked ? sql`SKIP LOCKED` : sql``}
     ), upd AS (
       UPDATE providers p SET
-        ${coverageSet(sql, sql`date_trunc('hour', greatest(p.last_heartbeat, v.last_ts))`)},
+        ${coverageSet(sql, sql`date_trunc('hour', greatest(p.last_heartbeat, v.last_ts), 'UTC')`)},
         last_heartbeat = greatest(p.last_heartbeat, v.last_ts),
         first_heartbeat_at = coalesce(p.first_heartbeat_at, v.first_ts),
         status = CASE WHEN p.is_paused THEN 'paused' ELSE 'online' END,

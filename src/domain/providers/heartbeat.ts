@@ -18,6 +18,10 @@
 //   (crash) loses at most that much telemetry, never a state change.
 // - If the cache was stale (the sweep marked the provider offline a moment
 //   ago), the batch write itself moves it back online and dispatch is offered.
+// - The times written (last_heartbeat, first_heartbeat_at, uptime coverage) are
+//   the database's clock, which every liveness rule compares them with: a write
+//   sends each beat's age (this process's monotonic clock) and stores now() less
+//   that age, so a skew between this host's clock and PostgreSQL's moves nothing.
 import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatRequest, HeartbeatResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
@@ -170,6 +174,7 @@ function stateOf(row: StateRow, now: number): ProviderState {
 }
 
 interface Pending {
+  /** performance.now() of the first and the last beat: only their age at the write is used. */
   firstTs: number;
   lastTs: number;
   input: HeartbeatInput;
@@ -197,19 +202,22 @@ export class HeartbeatPipeline {
   }
 
   async record(providerId: number, input: HeartbeatInput): Promise<HeartbeatResult> {
+    // `now` (Date) times the in-process cache only; `at` (monotonic) times the beat, and only its age
+    // when it is written is sent (heartbeat-write.ts): the stored time is the database's clock.
     const now = Date.now();
+    const at = performance.now();
     let cached = this.stopped ? undefined : this.cache.get(providerId, now);
     // Not cached here (another process took its last beats, or it expired):
     // one primary-key read tells whether this beat changes anything. Unless
     // its state was announced changed: the state-changing write reads it.
     if (!cached && !this.stopped && !this.cache.changed(providerId, now)) cached = await this.load(providerId, now);
     if (cached && steady(cached) && sameJobTypes(cached, input)) {
-      this.enqueue(providerId, now, input);
+      this.enqueue(providerId, at, input);
       if (cached.preloadModel && input.cachedModels?.includes(cached.preloadModel)) cached.preloadModel = null;
       if (input.daemonVersion) cached.daemonVersion = input.daemonVersion;
       return this.answer(cached, input, now);
     }
-    return this.recordNow(providerId, input, now);
+    return this.recordNow(providerId, input, now, at);
   }
 
   /**
@@ -255,8 +263,8 @@ export class HeartbeatPipeline {
   }
 
   /** A beat that changes state: written with its group (state-beats.ts), answered after the commit. */
-  private async recordNow(providerId: number, input: HeartbeatInput, now: number): Promise<HeartbeatResult> {
-    const row = await this.stateBeats.write(providerId, now, input);
+  private async recordNow(providerId: number, input: HeartbeatInput, now: number, at: number): Promise<HeartbeatResult> {
+    const row = await this.stateBeats.write(providerId, at, input);
     if (!row) throw notFound("provider not found");
     if (row.approval_status !== "approved") {
       const why = row.approval_status === "rejected" && row.rejection_reason ? `: ${row.rejection_reason}` : "";
@@ -306,13 +314,13 @@ export class HeartbeatPipeline {
     };
   }
 
-  private enqueue(providerId: number, now: number, input: HeartbeatInput): void {
+  private enqueue(providerId: number, at: number, input: HeartbeatInput): void {
     const p = this.buffer.get(providerId);
     if (p) {
-      p.lastTs = Math.max(p.lastTs, now);
+      p.lastTs = Math.max(p.lastTs, at);
       p.input = merge(p.input, input);
     } else {
-      this.buffer.set(providerId, { firstTs: now, lastTs: now, input, attempts: 0 });
+      this.buffer.set(providerId, { firstTs: at, lastTs: at, input, attempts: 0 });
     }
     this.startTimer();
     if (this.buffer.size >= FLUSH_AT_ENTRIES && !this.flushing) void this.flush();

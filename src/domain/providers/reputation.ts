@@ -85,7 +85,7 @@ interface ReputationRow {
 export async function refreshReputation(db: Db, providerIds: number[]): Promise<void> {
   if (providerIds.length === 0) return;
   const rows = await db<ReputationRow[]>`
-    WITH w AS (SELECT date_trunc('hour', now()) - make_interval(hours => ${UPTIME_WINDOW_HOURS - 1}) AS start)
+    WITH w AS (SELECT date_trunc('hour', now(), 'UTC') - make_interval(hours => ${UPTIME_WINDOW_HOURS - 1}) AS start)
     SELECT p.id,
            coalesce(j.completed, 0)::int AS completed,
            coalesce(j.failed, 0)::int AS failed,

@@ -35,7 +35,7 @@ export async function deleteExpiredReputationRows(db: Db): Promise<RetentionResu
     const r = await db`
       DELETE FROM provider_uptime WHERE ctid = ANY(ARRAY(
         SELECT ctid FROM provider_uptime
-        WHERE hour < date_trunc('hour', now()) - make_interval(hours => ${UPTIME_KEPT_HOURS})
+        WHERE hour < date_trunc('hour', now(), 'UTC') - make_interval(hours => ${UPTIME_KEPT_HOURS})
         LIMIT ${BATCH} FOR UPDATE SKIP LOCKED))`;
     return r.count;
   });

@@ -58,7 +58,11 @@ export class StateBeatBatcher {
     private readonly maxInFlight = MAX_IN_FLIGHT,
   ) {}
 
-  /** Resolves with the provider's row after the beat committed, or undefined when the provider does not exist. */
+  /**
+   * Resolves with the provider's row after the beat committed, or undefined when the provider does
+   * not exist. `at` is the beat's performance.now(): the write stores the database's now() less the
+   * beat's age (heartbeat-write.ts beatsSql), never a time of this host's clock.
+   */
   write(providerId: number, at: number, input: HeartbeatInput): Promise<StateRow | undefined> {
     return new Promise((resolve, reject) => {
       const w: Waiting = { resolve, reject };
