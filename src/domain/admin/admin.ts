@@ -119,7 +119,8 @@ export async function listJobs(
       ? db`(SELECT count(*) FROM jobs ${where()})`
       : jobCountSql(db, { renterId: f.renterId || undefined, providerId: f.providerId || undefined, status, jobType });
   const [rows, [c]] = await Promise.all([
-    db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)} FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
+    // now() beside the rows: a running job's cost so far is counted by the database's clock (jobs.ts DbNow).
+    db<JobSummaryRow[]>`SELECT ${db(JOB_SUMMARY_COLUMNS)}, now() AS db_now FROM jobs ${where()} ORDER BY submitted_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
     db<{ n: number }[]>`SELECT ${total} AS n`,
   ]);
   return { rows, total: c.n };
