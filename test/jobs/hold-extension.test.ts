@@ -2,7 +2,7 @@
 // available balance before its paid time runs out, and when the balance cannot
 // pay for more the job is stopped (out_of_funds, the renter's fault) and
 // settled for the time used; the monthly spend limit bounds it the same way. Over real HTTP, the sweep driven by the test.
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { beforeEach, describe, expect, it, vi } from "vitest";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -12,6 +12,7 @@ import { releaseTokenBudget, reserveTokenBudget } from "../../src/domain/money/u
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { CANCEL_CHANNEL } from "../../src/domain/notify/job-notices.js";
 import { clearMarketplace, pickUp } from "./helpers.js";
+import { restoreClockAfterEach, skewAppClock } from "../helpers/clock.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 const api = client(srv);
@@ -248,13 +249,7 @@ describe("paying as a job runs", () => {
 describe("a running job's running_cost_halala is measured by the database's clock", () => {
   // The server runs in this process: its clock (Date only, still advancing) is moved while
   // PostgreSQL keeps the real time, which started_at and the billing are taken from.
-  const skewAppClock = (ms: number) => {
-    vi.useFakeTimers({ toFake: ["Date"], shouldAdvanceTime: true });
-    vi.setSystemTime(new Date(performance.timeOrigin + performance.now() + ms));
-  };
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  restoreClockAfterEach();
   const view = async (jobId: string, renter: { headers: Record<string, string> }) => {
     const one = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
     const listed = (await api.get("/api/jobs?limit=5", renter.headers)).body.jobs.find((j: { job_id: string }) => j.job_id === jobId);

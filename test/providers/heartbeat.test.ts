@@ -1,7 +1,7 @@
 // POST /api/providers/heartbeat over real HTTP: every documented field and
 // error code, tolerance of what real daemons send, version signals, preload,
 // pause, and the coalesced write path (no state change is ever lost).
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
@@ -9,6 +9,7 @@ import type { Sql } from "../../src/db/index.js";
 import { writeStateRows, writeTelemetryRows } from "../../src/domain/providers/heartbeat-write.js";
 import { LIVE_WINDOW_SECONDS } from "../../src/domain/shared/liveness.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
+import { restoreClockAfterEach, skewAppClock } from "../helpers/clock.js";
 
 const srv = useTestServer({ SVC_DAEMON_MIN_VERSION: "3.0.0", SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 const api = client(srv);
@@ -390,13 +391,7 @@ describe("heartbeat: write path", () => {
 describe("heartbeat: stored times are the database's clock, whatever this host's clock says", () => {
   // The server runs in this process: its clock (Date) is moved with fake timers (Date only, still
   // advancing) while PostgreSQL keeps the real time. Liveness is judged by the database's now().
-  const skewAppClock = (ms: number) => {
-    vi.useFakeTimers({ toFake: ["Date"], shouldAdvanceTime: true });
-    vi.setSystemTime(new Date(performance.timeOrigin + performance.now() + ms));
-  };
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  restoreClockAfterEach();
   const stored = async (id: number) =>
     (await srv.sql<{ last_heartbeat: Date; db_now: Date }[]>`SELECT last_heartbeat, clock_timestamp() AS db_now FROM providers WHERE id = ${id}`)[0];
   const coveredSeconds = async (providerId: number) =>
