@@ -180,7 +180,8 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
     },
 
     async getStatus(_req, ctx) {
-      const p = await providerById(sql, callerProviderId(ctx));
+      // Live by the database's clock, which stored the last heartbeat (docs/architecture.md: one clock).
+      const [p, [{ now }]] = await Promise.all([providerById(sql, callerProviderId(ctx)), sql<{ now: Date }[]>`SELECT now()`]);
       return {
         providerId: BigInt(p.id),
         name: p.name,
@@ -190,7 +191,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
         totalEarnings: p.total_earnings_halala,
         totalJobs: BigInt(p.total_jobs),
         uptimePercent: p.uptime_percent,
-        isLive: isLive(p.last_heartbeat),
+        isLive: isLive(p.last_heartbeat, now),
         approvalStatus: p.approval_status,
         isPaused: p.is_paused,
         reliabilityScore: p.reliability_score ?? undefined,

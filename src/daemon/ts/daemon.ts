@@ -516,7 +516,6 @@ export class ProviderDaemon {
     if (active.preparing !== undefined) this.send({ case: "jobPreparing", value: { jobId, attempt: active.attempt, detail: active.preparing } });
   }
 
-  /** Sends an unacknowledged result again after RESULT_RETRY_MS (or with the next welcome, if the stream drops first). */
   /**
    * A result refused for its attestation alone (the server names the field: "attestation.…") is
    * sent again without it, so an honest output is not lost to the job's timeout; the server then
@@ -530,6 +529,7 @@ export class ProviderDaemon {
     return true;
   }
 
+  /** Sends an unacknowledged result again after RESULT_RETRY_MS (or with the next welcome, if the stream drops first). */
   private resendResult(jobId: string) {
     const retry = this.resultRetries.get(jobId) ?? { count: 0 };
     if (retry.timer) return;

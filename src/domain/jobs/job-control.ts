@@ -21,7 +21,7 @@ export interface CancelOutcome {
 /**
  * Cancels a queued, pending or running job; a provider on it is told to stop.
  * The renter's cancel is the renter's fault: a running job pays the GPU time
- * it used (75/25, within the hold) and the rest of the hold goes back; one
+ * it used (75/25, within the hold, grown first when short: settlement.ts coverRun) and the rest of the hold goes back; one
  * that had not started yet, or a serving job that never reported its endpoint
  * (job-end.ts servedNothing: it served nothing), gets the whole hold back. An
  * admin's cancel is the platform's: the whole hold goes back. A renter's

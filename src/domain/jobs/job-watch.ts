@@ -80,7 +80,7 @@ export async function readJobChanges(db: Db, id: number, afterLogId: number): Pr
            j.provider_earned_halala, j.platform_fee_halala, j.gpu_requirements, j.task_spec_hmac, j.model, j.pricing_class,
            j.checkpoint_enabled, j.prewarm_requested, j.template_id, j.attempt, j.submitted_at, j.assigned_at, j.started_at,
            j.completed_at, j.timeout_at, j.error, j.progress_pct, j.progress_phase, j.endpoint_url, j.end_reason, j.fault, j.actual_minutes,
-           j.held_halala, j.acked_at, now() AS db_now,
+           j.held_halala, j.acked_at, j.endpoint_failing_since, j.endpoint_failed_at, now() AS db_now,
            CASE WHEN j.result IS NULL OR jsonb_typeof(j.result) = 'null' THEN NULL
                 WHEN jsonb_typeof(j.result) = 'string' THEN CASE WHEN j.job_type = ANY(${IMAGE_RESULT_JOB_TYPES}::text[]) THEN 'png' ELSE 'text' END
                 WHEN jsonb_typeof(j.result) = 'object' AND jsonb_typeof(j.result -> 'data') = 'string'

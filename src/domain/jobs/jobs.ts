@@ -9,10 +9,10 @@ import type { Db } from "../../db/index.js";
 import { forbidden, notFound } from "../../errors.js";
 import { explainQueue, explainQueues, type QueueReason } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
-import { actualCostHalala, billableMinutes } from "../money/pricing.js";
+import { billableMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
 import { jobCountSql } from "../shared/job-counts.js";
-import { servedNothing } from "../shared/job-end.js";
+import { deadAtEnd, servedNothing } from "../shared/job-end.js";
 
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
@@ -29,19 +29,21 @@ export interface DbNow {
 const dbNowSql = (db: Db) => db`now() AS db_now`;
 
 /**
- * A running job's cost so far: the billable minutes it has run at its rate, within its hold; none
- * while no end of it would charge anything: polled and not yet reported on (acked_at; a legacy
- * daemon preparing it, say), or a serving job that has not reported its endpoint yet (job-end.ts
- * servedNothing). The minutes run up to the database's now() read with the row (started_at is
- * the database's time, as is the billing that will charge them); a row read without it
- * falls back on this process's clock.
+ * A running job's cost so far: the billable minutes it has run at its rate (what an end would
+ * charge now: settlement grows a short hold to it first, as far as the renter can pay,
+ * settlement.ts coverRun); none while no end of it would charge anything: polled and not yet
+ * reported on (acked_at; a legacy daemon preparing it, say), or a serving job that served nothing
+ * (job-end.ts servedNothing: no endpoint reported yet; deadAtEnd: its endpoint failing the probe
+ * past the grace). The minutes run up to the database's now() read with the row (started_at is
+ * the database's time, as is the billing that will charge them); a row read without it falls
+ * back on this process's clock.
  */
 function runningCost(j: JobSummaryRow & DbNow): bigint | undefined {
   if (j.status !== "running" || j.started_at === null) return undefined;
-  if (j.acked_at === null || servedNothing(j)) return 0n;
-  const now = j.db_now ? new Date(j.db_now).getTime() : Date.now();
-  const minutes = billableMinutes(Math.max(0, (now - new Date(j.started_at).getTime()) / 1000), j.max_duration_seconds);
-  return BigInt(actualCostHalala(j.rate_halala_per_minute, minutes, j.held_halala ?? j.cost_halala));
+  const at = j.db_now ? new Date(j.db_now) : new Date();
+  if (j.acked_at === null || servedNothing(j) || deadAtEnd({ ...j, db_now: at })) return 0n;
+  const minutes = billableMinutes(Math.max(0, (at.getTime() - new Date(j.started_at).getTime()) / 1000), j.max_duration_seconds);
+  return BigInt(j.rate_halala_per_minute * minutes);
 }
 
 export function jobMessage(j: JobSummaryRow & DbNow): MessageInitShape<typeof JobSchema> {

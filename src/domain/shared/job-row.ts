@@ -75,6 +75,7 @@ export const JOB_SUMMARY_COLUMNS = [
   "actual_cost_halala", "provider_earned_halala", "platform_fee_halala", "gpu_requirements", "model",
   "pricing_class", "attempt", "submitted_at", "assigned_at", "started_at", "completed_at", "error",
   "progress_pct", "progress_phase", "endpoint_url", "end_reason", "fault", "actual_minutes", "acked_at",
+  "endpoint_failing_since", "endpoint_failed_at",
 ] as const satisfies readonly (keyof JobRow)[];
 
 export type JobSummaryRow = Pick<JobRow, (typeof JOB_SUMMARY_COLUMNS)[number]>;

@@ -515,7 +515,7 @@ export function createV1Handler(deps: V1Deps) {
       // The path as sent, a key typed into it masked (log.ts maskSecrets), as every answer and log line has it.
       if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${maskSecrets(url.pathname)}`);
       const wanted = route === "chat" ? "POST" : "GET";
-      if (method !== wanted) throw v1Error("method_not_allowed", `${url.pathname} accepts ${wanted}, not ${method}`);
+      if (method !== wanted) throw v1Error("method_not_allowed", `${maskSecrets(url.pathname)} accepts ${wanted}, not ${method}`);
       const { renterId, key, keyHash } = await authenticateCounted(call);
       // Only a chat completion lasts (and bills) long enough to need ending; watched from before anything
       // else is awaited, so that no revocation notice falls between its key check and the watch.
@@ -539,7 +539,7 @@ export function createV1Handler(deps: V1Deps) {
           try {
             id = decodeURIComponent(raw);
           } catch {
-            throw v1Error("invalid_request", `the model id in the path is not valid percent-encoding: "${raw}"`);
+            throw v1Error("invalid_request", `the model id in the path is not valid percent-encoding: "${maskSecrets(raw)}"`);
           }
           const m = models.find((x) => x.id === id);
           if (!m) throw v1Error("model_not_found", `model "${maskSecrets(id)}" is not served here`);
