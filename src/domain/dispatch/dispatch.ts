@@ -9,7 +9,11 @@
 // to a provider happens while holding that provider's `provider_load` row
 // FOR UPDATE (its busy-slot count, kept by a trigger on jobs): locking re-reads
 // the count, so "one running job per GPU" holds across any number of server
-// processes. Order is priority (1 high .. 3 low), then submit time.
+// processes. The same row says whether the provider stopped taking work
+// (closed: suspended or rejected; away: paused or offline, migrations 056 and
+// 060), written under its lock by whatever stops it, so no job lands on a
+// provider after its pause, its going offline or its suspension committed.
+// Order is priority (1 high .. 3 low), then submit time.
 //
 // Lock order everywhere: job rows -> renter ledger accounts -> provider_load.
 import type { PendingQuery, Row } from "postgres";
@@ -91,6 +95,15 @@ export const slotsSql = (db: Db) => db`greatest(least(p.gpu_count, coalesce(p.ap
 /** A provider's GPU memory for placement: what it reports, at most what an admin approved. */
 const approvedVramSql = (db: Db) => db`least(coalesce(p.gpu_vram_mib, 0), coalesce(p.approved_vram_mib, p.gpu_vram_mib, 0))`;
 export const busySql = (db: Db) => db`coalesce((SELECT l.active FROM provider_load l WHERE l.provider_id = p.id), 0)`;
+
+/**
+ * The provider's load row `l` is open to assignments: not closed by a suspension or rejection
+ * (migration 056), and not away (paused, or offline: migration 060). Every assignment checks it on
+ * the row it locked, besides availableSql on its snapshot: a pause, the liveness sweep's "offline"
+ * or a suspension writes that row in the transaction that records it, so one committed after the
+ * assignment's snapshot was taken, and before its lock, is still seen.
+ */
+const openLoadSql = (db: Db) => db`(NOT l.closed AND NOT l.away)`;
 
 // ---- assignment ----
 
@@ -214,7 +227,7 @@ export interface NewJob {
 
 /**
  * Available providers with a free slot that can run at least one of the
- * queued jobs `offered` or `fresh` (plus the head of the queue, but not the
+ * queued jobs `offered` or `fresh` (plus older queued jobs, but not the
  * jobs `skipped`: ones an earlier round found held elsewhere), least busy
  * first, then most reliable; read without locks (the assignment locks and
  * re-checks). Windowed: the most reliable available providers with a free
@@ -222,6 +235,8 @@ export interface NewJob {
  * providers the jobs asked for; otherwise the whole fleet for jobs not bound
  * to a provider. (The window leaves the jobs' fit out on purpose: its clauses
  * would make the planner expect one row and sort the whole fleet.)
+ * `seen` (windowed only): told whether the window was full, i.e. whether
+ * free providers may lie beyond it (the job sweep's fallback, placeMany).
  */
 export async function readCandidates(
   tx: Tx,
@@ -230,8 +245,10 @@ export async function readCandidates(
   windowed: boolean,
   fresh: NewJob[] = [],
   skipped: number[] = [],
+  seen?: { windowFull: boolean },
 ): Promise<Candidate[]> {
   const size = Math.min(MAX_CANDIDATES, Math.max(CANDIDATE_WINDOW, offered.length + fresh.length));
+  const probe = windowed && seen !== undefined;
   const free = tx`${availableSql(tx)} AND l.active < ${slotsSql(tx)} AND p.id <> ALL(${tried})`;
   const freshRows = tx`
     SELECT id, job_type, priority, now() AS submitted_at, requested_provider_id, req::jsonb AS gpu_requirements, 1 AS attempt
@@ -247,49 +264,64 @@ export async function readCandidates(
       : tx`
     SELECT id, job_type, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
     WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[])`;
-  // Windowed: the candidates are the window (read once, in index order) and the providers the
-  // offered jobs ask for; the older queued jobs offered with them are the first QUEUE_HEAD, in
-  // dispatch order, that one of those providers can run (a head of jobs waiting for other
-  // providers does not hide them). Whole fleet: any free provider that fits a job not bound to
-  // one, with the plain head of the queue.
-  const pool = windowed
-    ? tx`SELECT ARRAY(
+  // The pool of providers, then the older queued jobs offered with the jobs: the first QUEUE_HEAD,
+  // in dispatch order, that a provider of the pool can run (a head of jobs waiting for other
+  // providers does not hide them: an older job that fits a provider goes before a newer one).
+  // Windowed, the pool is the window (read once, in index order) and the providers the offered
+  // jobs ask for. Whole fleet, it is the free providers, least busy then most reliable, that fit
+  // one of the offered jobs not bound to a provider, each distinct standing of those tested once
+  // per provider (`offer`: a first attempt's fit depends on its type and requirements alone); none
+  // such (only pinned jobs): no provider is read at all.
+  const window = tx`ARRAY(
           SELECT p.id FROM providers p JOIN provider_load l ON l.provider_id = p.id WHERE ${free}
-          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${size})
-        || ARRAY(SELECT requested_provider_id FROM (${offeredRows} UNION ALL ${freshRows}) r WHERE requested_provider_id IS NOT NULL) AS ids`
-    : tx`SELECT NULL::bigint[] AS ids`;
-  const olderFit = windowed
-    ? tx`AND EXISTS (SELECT 1 FROM providers p JOIN provider_load l ON l.provider_id = p.id, pool
-                     WHERE l.provider_id = ANY(pool.ids) AND ${free} AND ${matchesSql(tx)})`
-    : tx``;
-  const where = windowed
-    ? tx`l.provider_id = ANY((SELECT ids FROM pool)::bigint[])`
-    : tx`EXISTS (SELECT 1 FROM js j WHERE j.requested_provider_id IS NULL AND ${matchesSql(tx)})`;
+          ORDER BY p.reliability_score DESC NULLS LAST, p.id LIMIT ${size})`;
+  const pinned = tx`ARRAY(SELECT requested_provider_id FROM (${offeredRows} UNION ALL ${freshRows}) r WHERE requested_provider_id IS NOT NULL)`;
+  const offer = windowed
+    ? tx``
+    : tx`offer AS MATERIALIZED (
+      SELECT DISTINCT ON (job_type, gpu_requirements->>'min_vram_gb', gpu_requirements->>'gpu_model', CASE WHEN attempt = 1 THEN 0 ELSE id END) *
+      FROM (${offeredRows} UNION ALL ${freshRows}) r WHERE requested_provider_id IS NULL
+    ), `;
+  const pool = !windowed
+    ? tx`SELECT ARRAY(
+          SELECT p.id FROM provider_load l JOIN providers p ON p.id = l.provider_id
+          WHERE EXISTS (SELECT 1 FROM offer) AND ${free} AND EXISTS (SELECT 1 FROM offer j WHERE ${matchesSql(tx)})
+          ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id LIMIT ${size}) AS ids`
+    : probe
+      ? tx`SELECT w.ids || ${pinned} AS ids, cardinality(w.ids) >= ${size} AS is_full FROM (SELECT ${window} AS ids) w`
+      : tx`SELECT ${window} || ${pinned} AS ids`;
   // js: the jobs offered, with what matchesSql reads of a job (as j), in dispatch order.
   // The queue comes on one row only (it is the same for all) and is shared by every candidate.
-  const rows = await tx<(Omit<Candidate, "queue"> & { queue: number[] | null })[]>`
-    WITH pool AS MATERIALIZED (${pool}), js AS MATERIALIZED (
+  // Probing, one more row (no candidate) says whether the window was full.
+  const rows = await tx<(Omit<Candidate, "queue"> & { queue: number[] | null; window_full?: boolean | null })[]>`
+    WITH ${offer}pool AS MATERIALIZED (${pool}), js AS MATERIALIZED (
       SELECT q.*, row_number() OVER (ORDER BY q.priority, q.submitted_at, q.id) AS rank FROM (
         ${offeredRows}
         UNION
         SELECT * FROM (
           SELECT j.id, j.job_type, j.priority, j.submitted_at, j.requested_provider_id, j.gpu_requirements, j.attempt FROM jobs j
-          WHERE j.status = 'queued' AND j.id <> ALL(${skipped}::bigint[]) ${olderFit}
+          WHERE j.status = 'queued' AND j.id <> ALL(${skipped}::bigint[])
+            AND EXISTS (SELECT 1 FROM providers p JOIN provider_load l ON l.provider_id = p.id, pool
+                        WHERE l.provider_id = ANY(pool.ids) AND ${free} AND ${matchesSql(tx)})
           ORDER BY j.priority, j.submitted_at, j.id LIMIT ${QUEUE_HEAD}) older
         UNION ALL
         ${freshRows}
       ) q
     )
-    SELECT c.*, CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id ORDER BY rank) FROM js) END AS queue FROM (
+    SELECT c.*, CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(id ORDER BY rank) FROM js) END AS queue${probe ? tx`, NULL::boolean AS window_full` : tx``}
+    FROM (
       SELECT p.id, l.active, ${slotsSql(tx)} AS slots, p.reliability_score AS reliability,
              ARRAY(SELECT j.id FROM js j WHERE ${matchesSql(tx)} ORDER BY j.rank) AS fits
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
-      WHERE ${where} AND ${free}
+      WHERE l.provider_id = ANY((SELECT ids FROM pool)::bigint[]) AND ${free}
       ORDER BY l.active, p.reliability_score DESC NULLS LAST, p.id
       LIMIT ${size}) c
-    WHERE cardinality(c.fits) > 0`;
-  const queue = rows.find((r) => r.queue !== null)?.queue ?? [];
-  return rows.map((r) => ({ ...r, queue }));
+    WHERE cardinality(c.fits) > 0${probe ? tx`
+    UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, (SELECT is_full FROM pool)` : tx``}`;
+  if (seen) seen.windowFull = rows.some((r) => r.window_full === true);
+  const candidates = probe ? rows.filter((r) => r.id !== null) : rows;
+  const queue = candidates.find((r) => r.queue !== null)?.queue ?? [];
+  return candidates.map(({ window_full: _w, ...r }) => ({ ...r, queue }));
 }
 
 /**
@@ -395,7 +427,7 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
     ), locked AS MATERIALIZED (
       SELECT l.provider_id AS id, ${slotsSql(tx)} - l.active AS free
       FROM provider_load l JOIN providers p ON p.id = l.provider_id
-      WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND NOT l.closed AND l.active < ${slotsSql(tx)}
+      WHERE l.provider_id IN (SELECT provider_id FROM plan) AND ${availableSql(tx)} AND ${openLoadSql(tx)} AND l.active < ${slotsSql(tx)}
       ORDER BY l.provider_id FOR UPDATE OF l SKIP LOCKED
     ), held AS MATERIALIZED (${
       queuedIds.length === 0
@@ -432,13 +464,16 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
  * candidates are read, a water-filling plan is made (planAssignments), and
  * the plan is carried out under the providers' locks (assignPlanned); jobs
  * the plan could not place (their provider was taken meanwhile) are tried
- * again elsewhere, first within the candidate window, then, with
- * `wholeFleet`, over every provider. Queued jobs ahead of these in priority
- * order are offered too, so a new job never overtakes an older one that the
- * same provider can run. `wholeFleet: false` (the sweep's retries) looks at
- * the candidate window only and reports no contention. `firstRound`: the
- * candidates already read for these jobs (readCandidates, in the same
- * transaction); `fresh`: their rows, not written yet (the first round inserts them).
+ * again elsewhere, first within the candidate window, then over every
+ * provider. Queued jobs ahead of these in priority order that the same
+ * providers can run are offered too, so a new job never overtakes an older
+ * one that its provider can run. `wholeFleet: false` (the job sweep) goes
+ * past the window only when the window was full (with fewer free providers
+ * than it holds, every free provider was in it: a fleet that is busy costs
+ * the sweep no read of the whole fleet), and reports no contention.
+ * `firstRound`: the candidates already read for these jobs (readCandidates,
+ * in the same transaction); `fresh`: their rows, not written yet (the first
+ * round inserts them).
  */
 export async function placeMany(
   tx: Tx,
@@ -454,11 +489,14 @@ export async function placeMany(
   const skipped: number[] = [];
   let pending = [...jobIds];
   let windowed = true;
+  // Whether the window last read was full (the sweep's fallback; read only where it decides).
+  const seen = { windowFull: false };
   for (let round = 0; round < 8 && pending.length > 0; round++) {
-    const plan = planAssignments(given ?? (await readCandidates(tx, pending, tried, windowed, [], skipped)));
+    const probe = windowed && !wholeFleet && !given;
+    const plan = planAssignments(given ?? (await readCandidates(tx, pending, tried, windowed, [], skipped, probe ? seen : undefined)));
     given = undefined;
     if (plan.length === 0 && !fresh) {
-      if (windowed && wholeFleet) {
+      if (windowed && (wholeFleet || seen.windowFull)) {
         windowed = false;
         continue;
       }
@@ -500,7 +538,7 @@ export async function placeJob(tx: Tx, jobId: number, opts: { wholeFleet?: boole
 export async function dispatchForProvider(sql: Sql, providerId: number): Promise<Assignment[]> {
   return sql.begin(async (tx) => {
     const [p] = await tx<{ free: number; ok: boolean }[]>`
-      SELECT ${slotsSql(tx)} - l.active AS free, ${availableSql(tx)} AND NOT l.closed AS ok
+      SELECT ${slotsSql(tx)} - l.active AS free, ${availableSql(tx)} AND ${openLoadSql(tx)} AS ok
       FROM providers p JOIN provider_load l ON l.provider_id = p.id
       WHERE p.id = ${providerId} FOR UPDATE OF l`;
     if (!p?.ok || p.free <= 0) return [];
@@ -517,9 +555,12 @@ export async function hasQueuedJobs(db: Db): Promise<boolean> {
 /**
  * Safety net run by the job worker (and after re-queues): the oldest queued
  * jobs, in dispatch order, are offered to the candidate window again (a slot
- * opened, a provider came back, a lock was busy). Driven by the queue, not by
- * the fleet: a job waiting for one offline provider costs one index read, not
- * a pass over every provider. Returns how many of them were placed.
+ * opened, a provider came back, a scheduled window opened, a lock was busy),
+ * and those the window could not place to the whole fleet when the window
+ * was full (placeMany with `wholeFleet: false`): a job whose only fitting
+ * provider is outside the window is placed within one pass. Driven by the
+ * queue, not by the fleet: a job waiting for one offline provider costs one
+ * index read, not a pass over every provider. Returns how many of them were placed.
  */
 export async function dispatchQueued(sql: Sql, limit = 100): Promise<number> {
   const queued = await sql<{ id: number }[]>`
@@ -543,12 +584,31 @@ export async function requeueLocked(tx: Tx, job: JobRow, reason: EndReason, erro
     UPDATE job_attempts SET status = 'requeued', ended_at = now(), end_reason = ${reason}, fault = ${faultOf(reason)},
            error = ${error ?? null}, cost_halala = 0
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
-  await tx`
-    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL, acked_at = NULL,
-           timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, preparing_at = NULL, endpoint_url = NULL,
-           endpoint_probed_at = NULL, endpoint_healthy_at = NULL, endpoint_failing_since = NULL, endpoint_failed_at = NULL, updated_at = now()
-    WHERE id = ${job.id}`;
+  await backToQueue(tx, job.id, true);
   if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
+}
+
+/** Puts a job (row locked) back in the queue, off its provider; `nextAttempt`: as its next attempt. */
+function backToQueue(tx: Tx, id: number, nextAttempt: boolean) {
+  return tx`
+    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + ${nextAttempt ? 1 : 0}, assigned_at = NULL, started_at = NULL,
+           acked_at = NULL, timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, preparing_at = NULL, endpoint_url = NULL,
+           endpoint_probed_at = NULL, endpoint_healthy_at = NULL, endpoint_failing_since = NULL, endpoint_failed_at = NULL, updated_at = now()
+    WHERE id = ${id}`;
+}
+
+/**
+ * A pending job (row locked) whose provider's daemon refused it while the provider is paused by the
+ * server's record. No job is assigned to a paused provider, so it was assigned just before the pause
+ * (which waits for an assignment in flight: migration 060), and the daemon, told it is paused, refused
+ * it: the provider was never going to run it, and its owner took it out of work as the platform
+ * allows. The assignment is undone: the job is back in the queue as the same attempt (its attempt
+ * row, opened by the assignment and never started, is removed: no end, no fault, no attempt spent),
+ * and a job pinned to the provider waits for it to resume.
+ */
+async function unassignLocked(tx: Tx, job: LockedJob): Promise<void> {
+  await tx`DELETE FROM job_attempts WHERE job_id = ${job.id} AND attempt = ${job.attempt} AND status = 'pending' AND ended_at IS NULL`;
+  await backToQueue(tx, job.id, false);
 }
 
 /** Places jobs that just went back to the queue (one transaction). */
@@ -567,13 +627,27 @@ type LossReason = ProviderFaultReason | "admin_requeued";
  * the attempt and the provider earns nothing. A new attempt in the queue while attempts
  * remain; once they are used up, or when the job is pinned to this provider
  * (provider_id at submit), failed with the fault shown and the hold released.
+ * Two exceptions for a job its provider never picked up (pending): one pinned to
+ * a provider that went silent goes back to the queue to wait for it (as it would
+ * have, had its assignment come a moment later: attempts allowing); and one its
+ * provider's daemon refused while the provider is paused (by the server's record)
+ * is not taken off as a failure at all: its assignment is undone (unassignLocked).
  * The caller refreshes the provider's reliability after commit (reputation.ts).
  */
 export async function loseJobLocked(tx: Tx, job: LockedJob, reason: LossReason, error: string): Promise<"requeued" | "failed"> {
+  if (reason === "provider_refused" && job.status === "pending" && job.provider_id !== null) {
+    const [p] = await tx<{ paused: boolean }[]>`SELECT (is_paused OR status = 'paused') AS paused FROM providers WHERE id = ${job.provider_id}`;
+    if (p?.paused) {
+      await unassignLocked(tx, job);
+      return "requeued";
+    }
+  }
   // An admin's decision about the provider is the platform's doing: it spends none of the renter's attempts
   // (as an admin's re-queue of one job, job-control.ts requeueJob).
   const exhausted = reason !== "admin_requeued" && job.attempt >= jobPolicy.maxAttempts;
-  const pinned = job.requested_provider_id !== null;
+  // Never picked up by a provider that went silent: a pinned job waits for that provider in the queue.
+  const waitsForProvider = reason === "provider_silent" && job.status === "pending";
+  const pinned = job.requested_provider_id !== null && !waitsForProvider;
   if (exhausted || pinned) {
     const why = exhausted
       ? `${error}; gave up after ${job.attempt} attempt${job.attempt === 1 ? "" : "s"}`

@@ -4,6 +4,10 @@
 // `offline`, announces it to every process's heartbeat cache, and returns the
 // ids so their work can be re-queued. Not within a live window of an outage of
 // the platform's own (platform-pulse.ts): the providers get that window to be heard.
+// Going offline marks the provider's load row away in the same statement (a
+// trigger on providers, migration 060), waiting for an assignment to it in
+// flight: that job is then on the provider when its work is re-queued, and an
+// assignment that locks the row later sees it away, whatever its snapshot said.
 import type { Sql } from "../../db/index.js";
 import { providersChanged } from "../accounts/invalidation.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";

@@ -7,7 +7,11 @@
 // Both lock the provider rows FOR NO KEY UPDATE in id order: FOR UPDATE would
 // also wait for the key-share locks of rows that reference the provider (a
 // job's hold, an event), queued in front of that transaction's own update of
-// the provider.
+// the provider. A beat that moves a provider online clears its load row's
+// `away` in the same statement (a trigger on providers, migration 060; after
+// the provider's row, the order every writer of both takes), so dispatch
+// offers it work once the beat commits; a paused provider's stays set, and a
+// beat that changes no state does not touch the load row.
 import type { Sql } from "../../db/index.js";
 import { REPUTATION_REFRESH_SECONDS } from "./reputation.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";

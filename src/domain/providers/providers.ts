@@ -156,6 +156,10 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
 /**
  * Pause: the provider keeps heartbeating but gets no new jobs (running ones
  * finish). 403 for a suspended provider: only an operator changes that state.
+ * The update marks the provider's load row away (a trigger, migration 060),
+ * waiting for an assignment to it in flight: the pause is answered after that
+ * job landed (a daemon that refuses it as paused hands it back at no cost to
+ * anyone: dispatch's loseJobLocked), and no job is assigned after it.
  */
 export async function pauseProvider(sql: Sql, id: number): Promise<string> {
   return sql.begin(async (tx) => {
@@ -174,7 +178,8 @@ export async function pauseProvider(sql: Sql, id: number): Promise<string> {
 /**
  * Resume: online when the daemon was heard from within the live window,
  * otherwise connected (waiting for its next heartbeat; the sweep moves it
- * offline if none comes within the window).
+ * offline if none comes within the window). Its load row is no longer away
+ * (migration 060) once this commits.
  */
 export async function resumeProvider(sql: Sql, id: number): Promise<{ status: string; becameOnline: boolean }> {
   return sql.begin(async (tx) => {

@@ -1,4 +1,5 @@
-// Group commit for heartbeats that change state (first beat, offline -> online).
+// Group commit for heartbeats that change state (first beat, offline -> online;
+// the provider's load row is no longer away once its group commits: heartbeat-write.ts).
 // Beats that arrive while a group is being written wait for the next, and each
 // group is one statement (writeStateRows) that locks the provider rows FOR NO
 // KEY UPDATE in id order, moves them online and writes their telemetry; a beat
