@@ -26,3 +26,11 @@ export function dayToSeconds(day: string): number {
 }
 
 export const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+/** An amount typed in SAR ("12.5", "-3", "0.01") as halala; undefined when it is not one (more than two decimals among them). */
+export function parseSar(typed: string): bigint | undefined {
+  const m = /^\s*(-?)(\d{0,13})(?:\.(\d{1,2}))?\s*$/.exec(typed);
+  if (!m || (!m[2] && !m[3])) return undefined;
+  const halala = BigInt(m[2] || "0") * 100n + BigInt((m[3] ?? "").padEnd(2, "0"));
+  return m[1] ? -halala : halala;
+}

@@ -33,6 +33,17 @@ export function watchProblems(page: Page): string[] {
   return problems;
 }
 
+/**
+ * A page in a new context of `h`, signed in as `role` with `secret` (the session the
+ * sign-in page keeps in sessionStorage), and the list of what it reports as broken.
+ */
+export async function signedIn(h: ConsoleHarness, role: "renter" | "provider" | "admin", secret: string, label = role) {
+  const ctx = await h.context();
+  await ctx.addInitScript((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role, secret, label }));
+  const page = await ctx.newPage();
+  return { page, problems: watchProblems(page), ctx };
+}
+
 export async function shot(page: Page, name: string): Promise<void> {
   fs.mkdirSync(SHOTS_DIR, { recursive: true });
   await page.screenshot({ path: path.join(SHOTS_DIR, `${name}.png`), fullPage: true });

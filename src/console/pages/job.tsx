@@ -1,4 +1,5 @@
-// One job: live status and progress, logs, attempts, output, cost, cancel.
+// One job: live status and progress, logs, attempts, output, cost, cancel;
+// for the operator, re-queueing a pending or running job.
 import type { JsonObject } from "@bufbuild/protobuf";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { api } from "../api.js";
@@ -124,6 +125,8 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
   const live = useLiveJob(jobId);
   const cancel = useAction();
   const [reason, setReason] = useState("");
+  const requeue = useAction();
+  const [requeueReason, setRequeueReason] = useState("");
   const j = live.job;
   if (!j) {
     return (
@@ -169,6 +172,22 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
           </form>
         ) : null}
         <ErrorBox error={cancel.error} />
+        {session()?.role === "admin" && (j.status === "pending" || j.status === "running") ? (
+          // The attempt on its provider ends and the job waits for placement again; the stream shows what follows.
+          <form class="inline" onSubmit={(e) => {
+            e.preventDefault();
+            const why = requeueReason.trim();
+            void requeue.run(async () => {
+              await api.admin.requeueJob({ jobId, ...(why ? { reason: why } : {}) });
+              setRequeueReason("");
+            });
+          }}>
+            <label for="requeue-reason">Requeue reason (optional)</label>
+            <input id="requeue-reason" maxLength={1000} value={requeueReason} onInput={(e) => setRequeueReason((e.target as HTMLInputElement).value)} />
+            <button class="secondary" type="submit" disabled={requeue.busy}>Requeue</button>
+          </form>
+        ) : null}
+        <ErrorBox error={requeue.error} />
       </Card>
       <div class="grid2">
         <Card title="Cost">

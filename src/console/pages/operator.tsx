@@ -1,9 +1,10 @@
-// Operator pages (admin token): dashboard, providers and approval, renters,
-// jobs, payments, the audit log and registry requests.
-import { useState } from "preact/hooks";
-import type { Provider } from "../../../gen/svc/v1/models_pb.js";
+// Operator pages (admin token): dashboard, providers and approval, renters
+// (suspension, balance adjustments, quotas), jobs, payments, the audit log and
+// registry requests.
+import { useRef, useState } from "preact/hooks";
+import type { Provider, Renter, RenterQuota } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
-import { ago, dayToSeconds, sar, when } from "../format.js";
+import { ago, dayToSeconds, parseSar, sar, when } from "../format.js";
 import { href } from "../router.js";
 import { Card, Chart, DataTable, Empty, ErrorBox, Field, FilterInput, Pager, Show, Stat, StatusBadge, useAction, useId, useLoad, usePaging } from "../ui.js";
 import { JobPage } from "./job.js";
@@ -16,6 +17,7 @@ export const OPERATOR_NAV: [string, string][] = [
 export function OperatorPages({ route }: { route: string[] }) {
   const [page, id] = route;
   if (page === "providers") return <ProvidersPage />;
+  if (page === "renters" && id) return <RenterPage id={id} />;
   if (page === "renters") return <RentersPage />;
   if (page === "jobs" && id) return <JobPage jobId={id} back={["admin", "jobs"]} />;
   if (page === "jobs") return <JobsPage />;
@@ -24,6 +26,9 @@ export function OperatorPages({ route }: { route: string[] }) {
   if (page === "registry") return <RegistryPage />;
   return <DashboardPage />;
 }
+
+/** A reading with its unit, or "—" alone when the daemon did not report it. */
+const figure = (v: number | undefined, unit: string) => (v === undefined ? "—" : `${v}${unit}`);
 
 function DashboardPage() {
   const dash = useLoad(() => api.admin.getDashboard({}), [], 10_000);
@@ -68,8 +73,8 @@ function DashboardPage() {
                   { head: "GPU", cell: (h) => h.gpuModel },
                   { head: "Status", cell: (h) => <StatusBadge status={h.status} /> },
                   { head: "Heard", cell: (h) => ago(h.lastHeartbeat) },
-                  { head: "Util.", cell: (h) => `${h.gpuUtilPct ?? "—"}%` },
-                  { head: "Temp.", cell: (h) => `${h.tempC ?? "—"} °C` },
+                  { head: "Util.", cell: (h) => figure(h.gpuUtilPct, "%") },
+                  { head: "Temp.", cell: (h) => figure(h.tempC, " °C") },
                 ]} />
               </Card>
             </>
@@ -191,14 +196,16 @@ function RentersPage() {
         <Show l={list} what="renters">
           {(r) => (
             <>
-              <DataTable rows={r.renters} empty="No renter matches. Renters sign up from the console's Renter tab." columns={[
-                { head: "Renter", cell: (x) => <>{x.name} #{String(x.id)}<br /><small>{x.email}</small></> },
+              <DataTable rows={r.renters} rowAttrs={(x) => ({ "data-renter": String(x.id) })}
+                empty="No renter matches. Renters sign up from the console's Renter tab." columns={[
+                { head: "Renter", cell: (x) => <><a href={href("admin", "renters", String(x.id))}>{x.name}</a> #{String(x.id)}<br /><small>{x.email}</small></> },
                 { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
                 { head: "Balance", cell: (x) => sar(x.balanceHalala) },
                 { head: "Held", cell: (x) => sar(x.heldHalala) },
                 { head: "Spent", cell: (x) => sar(x.totalSpentHalala) },
                 { head: "Jobs", cell: (x) => String(x.totalJobs) },
                 { head: "Since", cell: (x) => when(x.createdAt) },
+                { head: "Actions", cell: (x) => <RenterActions r={x} onDone={list.reload} /> },
               ]} />
               <Pager paging={paging} page={r} shown={r.renters.length} />
             </>
@@ -206,6 +213,178 @@ function RentersPage() {
         </Show>
       </Card>
     </>
+  );
+}
+
+/**
+ * Suspend (asking for a reason for the audit log; cancelling the question
+ * suspends nothing) or unsuspend a renter. A suspended renter's key is refused
+ * until it is unsuspended.
+ */
+function RenterActions({ r, onDone }: { r: Renter; onDone(): void }) {
+  const a = useAction();
+  const act = (fn: () => Promise<unknown>) => void a.run(async () => { await fn(); onDone(); });
+  const suspend = () => {
+    const reason = prompt(`Suspend ${r.name}? Its key is refused until it is unsuspended.\nReason (optional, kept in the audit log):`);
+    if (reason === null) return;
+    act(() => api.admin.suspendRenter({ id: r.id, ...(reason.trim() ? { reason: reason.trim() } : {}) }));
+  };
+  return (
+    <div class="actions">
+      {r.status === "suspended" ? (
+        <button class="secondary" disabled={a.busy} onClick={() => act(() => api.admin.unsuspendRenter({ id: r.id }))} aria-label={`Unsuspend ${r.name}`}>Unsuspend</button>
+      ) : (
+        <button class="danger" disabled={a.busy} onClick={suspend} aria-label={`Suspend ${r.name}`}>Suspend</button>
+      )}
+      <ErrorBox error={a.error} />
+    </div>
+  );
+}
+
+/** One renter: its account and quota, suspension, balance adjustments, its latest jobs. */
+function RenterPage({ id }: { id: string }) {
+  const renterId = idFilter("The renter id", id);
+  const account = useLoad(async () => {
+    if (renterId.id === undefined) throw new Error(renterId.error ?? "No renter id.");
+    return api.admin.getRenter({ id: renterId.id });
+  }, [id]);
+  const jobs = useLoad(async () => (renterId.id === undefined ? undefined : api.admin.listJobs({ renterId: renterId.id, limit: 20 })), [id]);
+  return (
+    <>
+      <p><a href={href("admin", "renters")}>← Renters</a></p>
+      <h1>Renter #{id}</h1>
+      <Show l={account} what="renter">
+        {(d) => {
+          const r = d.renter!;
+          return (
+            <>
+              <Card title="Account">
+                <div class="stats">
+                  <Stat label="Balance" value={sar(r.balanceHalala)} testid="renter-balance" />
+                  <Stat label="Held for running jobs" value={sar(r.heldHalala)} />
+                  <Stat label="Spent so far" value={sar(r.totalSpentHalala)} />
+                  <Stat label="Jobs" value={String(r.totalJobs)} />
+                </div>
+                <dl class="facts" data-testid="renter-facts">
+                  <dt>Name</dt><dd>{r.name}</dd>
+                  <dt>Email</dt><dd>{r.email}</dd>
+                  {r.organization ? <><dt>Organization</dt><dd>{r.organization}</dd></> : null}
+                  <dt>Status</dt><dd><StatusBadge status={r.status} /></dd>
+                  <dt>Since</dt><dd>{when(r.createdAt)}</dd>
+                  <dt>Jobs per UTC day</dt><dd>at most {String(d.quota?.dailyJobsLimit ?? "—")}</dd>
+                  <dt>Spend per UTC month</dt><dd>at most {sar(d.quota?.monthlySpendLimitHalala)}</dd>
+                </dl>
+                <RenterActions r={r} onDone={account.reload} />
+              </Card>
+              <div class="grid2">
+                <AdjustBalance r={r} onDone={account.reload} />
+                <QuotaForm r={r} quota={d.quota} onDone={account.reload} />
+              </div>
+            </>
+          );
+        }}
+      </Show>
+      {renterId.id !== undefined ? (
+        <Card title="Latest jobs">
+          <Show l={jobs} what="jobs">
+            {(j) => <JobTable jobs={j?.jobs ?? []} base={["admin", "jobs"]} empty="This renter has no jobs yet." />}
+          </Show>
+        </Card>
+      ) : null}
+    </>
+  );
+}
+
+/**
+ * Credits or debits a renter, with a required reason (kept on the ledger and in
+ * the audit log). The adjustment the form holds keeps one Idempotency-Key until
+ * it succeeds or its amount or reason changes: a double submit or a retry after
+ * a lost answer moves the money once.
+ */
+function AdjustBalance({ r, onDone }: { r: Renter; onDone(): void }) {
+  const [amount, setAmount] = useState("");
+  const [reason, setReason] = useState("");
+  const [done, setDone] = useState<string>();
+  const held = useRef<{ halala: bigint; reason: string; key: string } | undefined>(undefined);
+  const a = useAction();
+  const ids = { amount: useId("adjust-amount"), reason: useId("adjust-reason") };
+  const submit = (e: Event) => {
+    e.preventDefault();
+    setDone(undefined);
+    const halala = parseSar(amount);
+    const why = reason.trim();
+    if (halala === undefined || halala === 0n) return a.setError("The amount must be a number of SAR other than 0, with at most two decimals (e.g. 12.50, or -3 to debit).");
+    if (!why) return a.setError("Give a reason: it is kept with the adjustment and in the audit log.");
+    if (held.current?.halala !== halala || held.current.reason !== why) held.current = { halala, reason: why, key: crypto.randomUUID() };
+    const req = { id: r.id, amountHalala: halala, reason: why, idempotencyKey: held.current.key };
+    void a.run(async () => {
+      await api.admin.adjustBalance(req);
+      if (held.current?.key === req.idempotencyKey) held.current = undefined;
+      setAmount("");
+      setReason("");
+      setDone(`${halala > 0n ? "Credited" : "Debited"} ${sar(halala > 0n ? halala : -halala)}.`);
+      onDone();
+    });
+  };
+  return (
+    <Card title="Adjust balance">
+      <form onSubmit={submit}>
+        <Field id={ids.amount} label="Amount (SAR)" hint="Positive credits the renter, negative debits it (never below its available funds).">
+          <input id={ids.amount} type="number" step="0.01" required value={amount} aria-describedby={`${ids.amount}-hint`}
+            onInput={(e) => setAmount((e.target as HTMLInputElement).value)} />
+        </Field>
+        <Field id={ids.reason} label="Reason" hint="Required; kept on the ledger and in the audit log.">
+          <input id={ids.reason} required maxLength={1000} value={reason} aria-describedby={`${ids.reason}-hint`}
+            onInput={(e) => setReason((e.target as HTMLInputElement).value)} />
+        </Field>
+        <ErrorBox error={a.error} />
+        {done ? <p class="ok" role="status">{done}</p> : null}
+        <div class="buttons"><button type="submit" disabled={a.busy}>Adjust balance</button></div>
+      </form>
+    </Card>
+  );
+}
+
+/** Sets either or both of a renter's limits; a field left blank keeps its limit. */
+function QuotaForm({ r, quota, onDone }: { r: Renter; quota?: RenterQuota; onDone(): void }) {
+  const [daily, setDaily] = useState("");
+  const [monthly, setMonthly] = useState("");
+  const [done, setDone] = useState<string>();
+  const a = useAction();
+  const ids = { daily: useId("quota-daily"), monthly: useId("quota-monthly") };
+  const submit = (e: Event) => {
+    e.preventDefault();
+    setDone(undefined);
+    const d = daily.trim();
+    const m = monthly.trim();
+    if (!d && !m) return a.setError("Give a daily job limit, a monthly spend limit or both.");
+    if (d && !/^\d{1,13}$/.test(d)) return a.setError("The daily job limit must be a whole number, 0 or more.");
+    const spend = m ? parseSar(m) : undefined;
+    if (m && (spend === undefined || spend < 0n)) return a.setError("The monthly spend limit must be a number of SAR, 0 or more, with at most two decimals.");
+    void a.run(async () => {
+      await api.admin.setQuota({ id: r.id, ...(d ? { dailyJobsLimit: BigInt(d) } : {}), ...(spend !== undefined ? { monthlySpendLimitHalala: spend } : {}) });
+      setDaily("");
+      setMonthly("");
+      setDone("Quota saved.");
+      onDone();
+    });
+  };
+  return (
+    <Card title="Quota">
+      <form onSubmit={submit}>
+        <Field id={ids.daily} label="Jobs per UTC day" hint={`Now ${quota ? String(quota.dailyJobsLimit) : "—"}; blank keeps it.`}>
+          <input id={ids.daily} type="number" min={0} step={1} value={daily} aria-describedby={`${ids.daily}-hint`}
+            onInput={(e) => setDaily((e.target as HTMLInputElement).value)} />
+        </Field>
+        <Field id={ids.monthly} label="Spend per UTC month (SAR)" hint={`Now ${sar(quota?.monthlySpendLimitHalala)}; blank keeps it.`}>
+          <input id={ids.monthly} type="number" min={0} step="0.01" value={monthly} aria-describedby={`${ids.monthly}-hint`}
+            onInput={(e) => setMonthly((e.target as HTMLInputElement).value)} />
+        </Field>
+        <ErrorBox error={a.error} />
+        {done ? <p class="ok" role="status">{done}</p> : null}
+        <div class="buttons"><button type="submit" disabled={a.busy}>Save quota</button></div>
+      </form>
+    </Card>
   );
 }
 

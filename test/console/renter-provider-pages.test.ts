@@ -1,0 +1,128 @@
+// The renter's and the provider's main actions in a real browser against a
+// seeded server: cancelling a job (the page and the held funds follow), a
+// top-up and a submit the service refuses (its reason shown in place), a lost
+// connection, the live job view given back each time it is left, pause and
+// resume, and a schedule preference that is kept.
+import { describe, expect, it } from "vitest";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { seedJob } from "../admin/helpers.js";
+import { signedIn, useConsoleHarness } from "./browser.js";
+
+const STEP_MS = 20_000;
+const poll = <T,>(fn: () => Promise<T> | T) => expect.poll(fn, { timeout: STEP_MS, interval: 100 });
+const h = useConsoleHarness();
+
+/** A Connect streaming request body: one JSON message in its envelope (flags 0, big-endian length). */
+function envelope(msg: unknown): Uint8Array<ArrayBuffer> {
+  const json = new TextEncoder().encode(JSON.stringify(msg));
+  const out = new Uint8Array(5 + json.length);
+  new DataView(out.buffer).setUint32(1, json.length);
+  out.set(json, 5);
+  return out;
+}
+
+describe("the renter's pages", () => {
+  it("cancelling a queued job updates the job page and releases the held funds on the balance page", async () => {
+    const r = await makeRenter(h.srv, 5_000);
+    const job = await seedJob(h.srv, { renterId: r.id, cost: 300 });
+    const { page, problems } = await signedIn(h, "renter", r.key);
+    await page.goto(`${h.srv.url}/#/renter`);
+    await poll(() => page.getByTestId("held").textContent()).toContain("3.00 SAR");
+    await page.goto(`${h.srv.url}/#/renter/jobs/${job.jobId}`);
+    await page.getByLabel("Cancel reason (optional)").fill("changed my mind");
+    await page.getByLabel("Cancel reason (optional)").press("Enter");
+    await poll(() => page.getByRole("progressbar", { name: "Job progress" }).getAttribute("data-status")).toBe("cancelled");
+    expect(await page.getByRole("button", { name: "Cancel job" }).count()).toBe(0);
+    await page.getByRole("link", { name: "Balance" }).click();
+    await poll(() => page.getByTestId("held").textContent()).toContain("0.00 SAR");
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("a top-up the service refuses shows its reason; Enter submits; offline says the connection is lost", async () => {
+    const r = await makeRenter(h.srv, 0);
+    const { page, problems, ctx } = await signedIn(h, "renter", r.key);
+    await page.goto(`${h.srv.url}/#/renter`);
+    const amount = page.getByLabel("Amount (SAR)");
+    await amount.fill("100000000");
+    await amount.press("Enter");
+    await poll(() => page.getByRole("alert").first().textContent()).toMatch(/amount/i);
+    await amount.fill("12.5");
+    await amount.press("Enter");
+    await poll(() => page.getByTestId("balance").textContent()).toContain("12.50 SAR");
+    await ctx.setOffline(true);
+    await amount.fill("1");
+    await page.getByRole("button", { name: "Top up (sandbox)" }).click();
+    await poll(() => page.getByRole("alert").first().textContent()).toContain("Lost connection");
+    await ctx.setOffline(false);
+    expect(problems.filter((p) => !/ERR_INTERNET_DISCONNECTED|Failed to fetch/.test(p))).toEqual([]);
+  }, 60_000);
+
+  it("the submit form shows the service's reason for a job it refuses (balance too low) and stays on the form", async () => {
+    const r = await makeRenter(h.srv, 10);
+    const { page, problems } = await signedIn(h, "renter", r.key);
+    await page.goto(`${h.srv.url}/#/renter/submit`);
+    await page.getByLabel("Duration (minutes)").fill("600");
+    await page.getByRole("button", { name: "Submit job" }).click();
+    await poll(() => page.getByRole("alert").first().textContent()).toMatch(/balance|funds|insufficient/i);
+    expect(page.url()).toContain("#/renter/submit");
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("opening and leaving the live job view many times gives every watch back: a fresh one is still accepted", async () => {
+    const r = await makeRenter(h.srv, 5_000);
+    const job = await seedJob(h.srv, { renterId: r.id });
+    const { page, problems } = await signedIn(h, "renter", r.key);
+    await page.goto(`${h.srv.url}/#/renter/jobs`);
+    await page.locator(`tr[data-job="${job.jobId}"]`).waitFor();
+    for (let i = 0; i < 40; i++) {
+      await page.evaluate((id) => (location.hash = `#/renter/jobs/${id}`), job.jobId);
+      await page.getByRole("progressbar", { name: "Job progress" }).waitFor({ timeout: 15_000 });
+      await page.evaluate(() => (location.hash = "#/renter/jobs"));
+      await page.locator(`tr[data-job="${job.jobId}"]`).waitFor();
+    }
+    // The service's count of the renter's watches went back down: one from another client is accepted.
+    const res = await fetch(`${h.srv.url}/svc.v1.JobService/WatchJob`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+json", "x-renter-key": r.key, "connect-protocol-version": "1" },
+      body: envelope({ jobId: job.jobId }),
+      signal: AbortSignal.timeout(3000),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    await reader.cancel();
+    expect(Buffer.from(first.value!).toString()).not.toMatch(/resource_exhausted|at most/);
+    expect(problems).toEqual([]);
+  }, 120_000);
+});
+
+describe("the provider's pages", () => {
+  it("pause then resume update the button and the status in place", async () => {
+    const p = await makeProvider(h.srv);
+    const { page, problems } = await signedIn(h, "provider", p.key);
+    await page.goto(`${h.srv.url}/#/provider`);
+    await page.getByRole("button", { name: "Pause (take no new jobs)" }).click();
+    await poll(() => page.getByRole("button", { name: /Resume/ }).count()).toBe(1);
+    await poll(() => page.getByTestId("provider-status").textContent()).toContain("paused");
+    await page.getByRole("button", { name: /Resume/ }).click();
+    await poll(() => page.getByRole("button", { name: /Pause/ }).count()).toBe(1);
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("a schedule preference is saved and shown again after a reload", async () => {
+    const p = await makeProvider(h.srv);
+    const { page, problems } = await signedIn(h, "provider", p.key);
+    await page.goto(`${h.srv.url}/#/provider/settings`);
+    await page.getByLabel("Run mode").selectOption("scheduled");
+    await page.getByLabel("Schedule start (HH:MM, UTC)").fill("22:00");
+    await page.getByLabel("Schedule end (HH:MM, UTC)").fill("06:00");
+    await page.getByRole("button", { name: "Save preferences" }).click();
+    await poll(async () => (await page.getByRole("status").count()) + (await page.getByRole("alert").count())).toBeGreaterThan(0);
+    expect(await page.getByRole("alert").count()).toBe(0);
+    await page.reload();
+    await poll(() => page.getByLabel("Run mode").inputValue()).toBe("scheduled");
+    expect(await page.getByLabel("Schedule start (HH:MM, UTC)").inputValue()).toBe("22:00");
+    expect(await page.getByLabel("Schedule end (HH:MM, UTC)").inputValue()).toBe("06:00");
+    expect(problems).toEqual([]);
+  }, 60_000);
+});
