@@ -30,7 +30,8 @@ Each can be overridden:
         run jobs of TYPE with a local program instead of a container. The
         program gets the job as JSON on stdin, SVC_RESULT_FILE / SVC_WORKSPACE
         in its environment; stdout lines become job logs, a line
-        "SVC_PROGRESS <pct> [phase]" reports progress, and the JSON written to
+        "SVC_PROGRESS <pct> [phase]" reports progress (the latest is sent at most
+        once a second, and before the result), and the JSON written to
         SVC_RESULT_FILE (else the printed text as {"response": ...}) is the result.
   --serve-port / SVC_SERVE_PORT    first host port a vllm_serve engine is published on:
         this port plus the job's GPU index (default 0: any free port)
@@ -85,6 +86,10 @@ SCRIPT_OF_JOB_TYPE = {"llm-inference": "llm.py", "llm_inference": "llm.py", "ima
                       "rendering": "render.py", "training": "train.py"}
 
 PROGRESS_PREFIX = "SVC_PROGRESS"
+# The longest progress phase the server takes (UTF-16 code units, as it counts them): a longer one is cut.
+MAX_PHASE_CHARS = 200
+# A job's progress lines are coalesced: the latest is sent at most this often, and once more at the job's end.
+PROGRESS_SECONDS = 1.0
 LOG_FLUSH_SECONDS = 1.0
 LOG_BATCH_LINES = 100
 CANCEL_CHECK_SECONDS = 3.0
@@ -105,6 +110,17 @@ MAX_LINE_BYTES = 16000
 MAX_KEPT_OUTPUT = 1000000
 # Log lines are sent once this many characters are waiting (the logs route takes 1 MiB a call).
 LOG_BATCH_CHARS = 100000
+# While the server has asked the daemon to wait (a 429: the provider's per-IP request budget is spent), a
+# job's log lines are held, up to ten batches of them, and sent once the wait is over; later lines are
+# dropped meanwhile (a line in the job's log says how many). At the job's end its last lines and progress
+# wait for it up to END_WAIT_SECONDS before its result is reported.
+MAX_HELD_LOG_LINES = 10 * LOG_BATCH_LINES
+MAX_HELD_LOG_CHARS = 10 * LOG_BATCH_CHARS
+END_WAIT_SECONDS = 60.0
+# How long to wait after a 429 that names no wait (no Retry-After, no "retry in N s"), and the most any
+# answer is obeyed for.
+DEFAULT_RETRY_AFTER_SECONDS = 5.0
+MAX_RETRY_AFTER_SECONDS = 600.0
 # How long one `docker pull` of a job's missing image may run (it also ends in time for the job's
 # own deadline, so that a hung pull is reported as this machine's failure, not the renter's timeout).
 PULL_LIMIT_SECONDS = 1800.0
@@ -404,10 +420,33 @@ def version_tuple(text):
 # -------------------------------------------------------------------- api --
 
 class ApiError(Exception):
-    def __init__(self, status, message):
+    def __init__(self, status, message, retry_after=None):
         Exception.__init__(self, "HTTP %s: %s" % (status, message))
         self.status = status
         self.message = message
+        # Seconds the server asked to wait before the next request (retry_after_seconds), else None.
+        self.retry_after = retry_after
+
+
+def retry_after_seconds(status, header, message):
+    """How long an answer asks the daemon to wait before its next request, in seconds: its Retry-After
+    header (seconds), else the "retry in N s" of the server's 429 message, else DEFAULT_RETRY_AFTER_SECONDS
+    for a 429; None for an answer that asks for no wait (a 503 with a Retry-After asks too)."""
+    if status not in (429, 503):
+        return None
+    seconds = None
+    try:
+        seconds = float(str(header).strip()) if header is not None else None
+    except ValueError:
+        seconds = None  # an HTTP date: the message's seconds, or the default
+    if seconds is None or seconds != seconds:
+        found = re.search(r"retry in ([0-9]+(?:\.[0-9]+)?) ?s\b", str(message))
+        seconds = float(found.group(1)) if found else None
+    if seconds is None:
+        if status != 429:
+            return None
+        seconds = DEFAULT_RETRY_AFTER_SECONDS
+    return max(1.0, min(MAX_RETRY_AFTER_SECONDS, seconds))
 
 
 class Api:
@@ -444,7 +483,8 @@ class Api:
                 message = json.loads(text).get("error", text)
             except (ValueError, AttributeError):
                 message = text
-            raise ApiError(err.code, message)
+            header = err.headers.get("Retry-After") if err.headers is not None else None
+            raise ApiError(err.code, message, retry_after_seconds(err.code, header, message))
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             # HTTPException: the server went away mid-answer (IncompleteRead, BadStatusLine).
             raise ApiError(0, str(getattr(err, "reason", err)) or type(err).__name__)
@@ -1255,8 +1295,8 @@ def _remove_quietly(path):
 
 
 def _wait_gone(recs, seconds):
-    end = time.time() + seconds
-    while time.time() < end and any(_recorded_processes(r)[1] for r in recs):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and any(_recorded_processes(r)[1] for r in recs):
         time.sleep(0.1)
 
 
@@ -1475,8 +1515,21 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
                        % (job.get("job_type"), job.get("job_type")))
 
 
+def cut_utf16(text, units):
+    """text cut to at most `units` UTF-16 code units (the server's JavaScript counts a string's length so),
+    never in the middle of a character."""
+    data = text.encode("utf-16-le", "surrogatepass")
+    if len(data) <= 2 * units:
+        return text
+    data = data[:2 * units]
+    if 0xD800 <= int.from_bytes(data[-2:], "little") <= 0xDBFF:
+        data = data[:-2]  # the first half of a surrogate pair
+    return data.decode("utf-16-le", "surrogatepass")
+
+
 def parse_progress(line):
-    """'SVC_PROGRESS 42.5 phase words' -> (42.5, 'phase words') or None."""
+    """'SVC_PROGRESS 42.5 phase words' -> (42.5, 'phase words') or None. A phase longer than the server
+    takes (MAX_PHASE_CHARS) is cut to it: the server would refuse the whole report, percentage and all."""
     if not line.startswith(PROGRESS_PREFIX + " "):
         return None
     parts = line[len(PROGRESS_PREFIX) + 1:].strip().split(None, 1)
@@ -1484,7 +1537,7 @@ def parse_progress(line):
         pct = max(0.0, min(100.0, float(parts[0])))
     except (ValueError, IndexError):
         return None
-    return pct, (parts[1] if len(parts) > 1 else None)
+    return pct, (cut_utf16(parts[1], MAX_PHASE_CHARS).rstrip() if len(parts) > 1 else None)
 
 
 # ---------------------------------------------------------------- results --
@@ -1507,8 +1560,11 @@ def result_refused(status):
 class PendingResults:
     """Job results the server has not answered yet, one JSON file each under a folder of the work
     dir, so that a restart of the daemon (a stop signal, a self-update) keeps them too. Each entry:
-    the job-result body, when it was first sent, how many times it was sent and when it is due again.
-    Job threads keep and drop results while the main loop sends the kept ones: each change holds the lock."""
+    the job-result body, when it was first sent (first_at: the wall clock, written to disk; since: the
+    same moment on time.monotonic(), which a clock step does not move), how many times it was sent and
+    when it is due again (time.monotonic()). A result read back at a restart is as old as the wall
+    clock says, counted on from there without it. Job threads keep and drop results while the main loop
+    sends the kept ones: each change holds the lock."""
 
     def __init__(self, folder, log):
         self.folder = folder
@@ -1536,14 +1592,16 @@ class PendingResults:
             except (OSError, ValueError, KeyError, TypeError) as err:
                 self.log("ignoring an unreadable kept result %s: %s" % (name, err))
                 continue
-            item["next_at"] = 0.0
+            age = time.time() - item["first_at"]
+            item["since"] = time.monotonic() - (age if 0 <= age < float("inf") else 0.0)
+            item["next_at"] = float("-inf")
             with self.lock:
                 self.items[job_id] = item
 
-    def keep(self, job_id, body, first_at, tries, next_at):
+    def keep(self, job_id, body, first_at, since, tries, next_at):
         with self.lock:
             known = job_id in self.items
-            self.items[job_id] = {"body": body, "first_at": first_at, "tries": tries, "next_at": next_at}
+            self.items[job_id] = {"body": body, "first_at": first_at, "since": since, "tries": tries, "next_at": next_at}
             if known:
                 return  # on disk already (what a restart needs: the body and when it was first sent)
             try:
@@ -1572,16 +1630,122 @@ class PendingResults:
         return [(job_id, item) for job_id, item in self.snapshot() if item["next_at"] <= now]
 
 
+class JobReports:
+    """A running job's log lines and progress on their way to the server. Lines go in batches (after
+    LOG_FLUSH_SECONDS, or at LOG_BATCH_LINES lines or LOG_BATCH_CHARS characters); progress lines are
+    coalesced, the latest sent at most every PROGRESS_SECONDS, so that a job that prints its progress at
+    every step does not spend the provider's request budget. While the server asks to wait (the daemon's
+    reports_held_until, set by a 429) nothing is sent: lines are held, MAX_HELD_LOG_LINES and
+    MAX_HELD_LOG_CHARS at most (later ones are counted, dropped, and said so in the job's log), the
+    latest progress is kept, and both go once the wait is over. A batch the server refuses otherwise (a
+    4xx, a 5xx, no answer) is dropped."""
+
+    def __init__(self, daemon, job_id, attempt):
+        self.daemon = daemon
+        self.job_id = job_id
+        self.attempt = attempt
+        self.lines = collections.deque()
+        self.chars = 0
+        self.dropped = 0
+        self.progress = None  # the latest (pct, phase) not sent yet
+        self.last_flush = time.monotonic()
+        self.last_progress = float("-inf")
+
+    def note(self, line):
+        """A line of the daemon's own about the job (an env value left out): always kept."""
+        self.lines.append(line)
+        self.chars += len(line)
+
+    def add(self, line):
+        if len(self.lines) >= MAX_HELD_LOG_LINES or self.chars + len(line) > MAX_HELD_LOG_CHARS:
+            self.dropped += 1
+            return
+        self._note_dropped()
+        self.note(line)
+
+    def _note_dropped(self):
+        if self.dropped:
+            self.note("[svc-daemon] %d log line(s) of this job were dropped here: the server asked the daemon to wait "
+                      "before it sent more, and at most %d lines are held meanwhile" % (self.dropped, MAX_HELD_LOG_LINES))
+            self.dropped = 0
+
+    def _post(self, what, body):
+        """(reached the server, to be sent again): a refusal that asks to wait keeps it."""
+        if self.daemon.post_quietly(job_url(self.job_id, what), with_attempt(body, self.attempt)):
+            return True, False
+        return False, time.monotonic() < self.daemon.reports_held_until
+
+    def send(self, now, final=False):
+        """Sends what is due (everything with final) unless the server asks to wait; True when a report
+        reached the server (which confirms the job's pickup)."""
+        reached = False
+        if now < self.daemon.reports_held_until:
+            return False
+        if self.progress is not None and (final or now - self.last_progress >= PROGRESS_SECONDS):
+            pct, phase = self.progress
+            self.last_progress = now
+            ok, again = self._post("progress", {"progress_pct": pct, "phase": phase})
+            reached = reached or ok
+            if again:
+                return reached
+            self.progress = None
+        if self.lines and (final or now - self.last_flush >= LOG_FLUSH_SECONDS or len(self.lines) >= LOG_BATCH_LINES
+                           or self.chars >= LOG_BATCH_CHARS):
+            batch, chars = [], 0
+            for line in self.lines:
+                if batch and (len(batch) >= LOG_BATCH_LINES or chars + len(line) > LOG_BATCH_CHARS):
+                    break
+                batch.append(line)
+                chars += len(line)
+            self.last_flush = now
+            ok, again = self._post("logs", {"logs": batch})
+            reached = reached or ok
+            if not again:
+                for _ in batch:
+                    self.lines.popleft()
+                self.chars -= chars
+        return reached
+
+    def finish(self, progress=True):
+        """At the job's end, before its result: every line still held and, with `progress` (a job that is
+        still the server's to take progress for), the latest progress. A wait the server asked for is
+        waited out first, up to END_WAIT_SECONDS, and not past a stop's deadline (the server takes the
+        job's result no sooner: the same budget)."""
+        self._note_dropped()
+        if not progress:
+            self.progress = None
+        d = self.daemon
+        give_up = time.monotonic() + END_WAIT_SECONDS
+        while self.lines or self.progress is not None:
+            now = time.monotonic()
+            end = min(give_up, d.stop_deadline) if d.stop_event.is_set() else give_up
+            if now < d.reports_held_until:
+                if d.reports_held_until > end:
+                    d.log("job %s: %d log line(s)%s not sent: the server asked to wait %d s more"
+                          % (self.job_id, len(self.lines), " and its latest progress" if self.progress else "",
+                             d.reports_held_until - now))
+                    return
+                time.sleep(min(0.5, d.reports_held_until - now))
+                continue
+            self.send(now, final=True)
+
+
 # ----------------------------------------------------------------- daemon --
 
 class Daemon:
+    # Until when (time.monotonic()) the server has asked this daemon to send no job logs or progress: a 429
+    # (or a 503 with Retry-After) on one of them, on a job's status check or on a poll (the provider's
+    # per-IP request budget, which every request of the daemon spends, is used up for now). Meanwhile
+    # those wait, and so do a job's status checks.
+    reports_held_until = float("-inf")
+
     def __init__(self, cfg):
         self.cfg = cfg
         self.api = Api(cfg["url"], cfg["key"])
         self.gpus = Gpus(cfg["nvidia_smi"], cfg.get("visible_devices"))
         self.scripts_dir = write_container_scripts(cfg["work_dir"])
         self.log_lock = threading.Lock()
-        self.started = time.time()
+        self.started = time.monotonic()
         self.stop_event = threading.Event()
         self.stop_reason = None
         self.approved = True
@@ -1621,7 +1785,7 @@ class Daemon:
     # -- heartbeat ------------------------------------------------------
     def heartbeat(self):
         gpus = self.gpus.query()
-        body = {"gpu_status": gpu_status(gpus, self.gpus.cuda_version), "uptime": round(time.time() - self.started, 1),
+        body = {"gpu_status": gpu_status(gpus, self.gpus.cuda_version), "uptime": round(time.monotonic() - self.started, 1),
                 "provider_hostname": self.hostname, "daemon_version": DAEMON_VERSION,
                 "cached_models": self.cfg.get("cached_models", []), "resource_spec": resource_spec(),
                 "supported_job_types": supported_job_types(self.cfg["runners"], self.docker, self.scripts_dir)}
@@ -1711,6 +1875,7 @@ class Daemon:
         try:
             res = self.api.get("/api/providers/%s/jobs" % urllib.parse.quote(self.api.key, safe=""))
         except ApiError as err:
+            self.hold_reports(err)
             self.log("poll failed: %s" % err)
             return None
         job = res.get("job") if isinstance(res, dict) else res
@@ -1740,7 +1905,7 @@ class Daemon:
             error = "the job's result is %d bytes as a report, over the %d-byte limit" % (size, MAX_REPORT_BYTES)
             self.log("job %s: %s; reported as its failure" % (job_id, error))
             return self.report(job_id, False, None, error, metrics, end_reason="runtime_error", attempt=attempt)
-        item = {"body": body, "first_at": time.time(), "tries": 0, "next_at": 0.0}
+        item = {"body": body, "first_at": time.time(), "since": time.monotonic(), "tries": 0, "next_at": float("-inf")}
         return self.send_result(job_id, item)[1]
 
     def send_result(self, job_id, item, timeout=None):
@@ -1755,7 +1920,7 @@ class Daemon:
                 self.log("job-result for %s refused: %s" % (job_id, err))
                 self.results.drop(job_id)
                 return "refused", None
-            kept_for = time.time() - item["first_at"]
+            kept_for = time.monotonic() - item["since"]
             if kept_for >= self.cfg.get("result_keep_seconds", 3600):
                 self.results.drop(job_id)
                 message = "gave up sending the result of %s after %d tries over %d s: %s" % (job_id, tries, kept_for, err)
@@ -1766,7 +1931,7 @@ class Daemon:
             if tries == 1 or tries % 30 == 0:
                 self.log("job-result for %s not delivered (try %d): %s; kept, sent again every %g s for up to %g s"
                          % (job_id, tries, err, retry, self.cfg.get("result_keep_seconds", 3600)))
-            self.results.keep(job_id, item["body"], item["first_at"], tries, time.time() + retry)
+            self.results.keep(job_id, item["body"], item["first_at"], item["since"], tries, time.monotonic() + retry)
             return "kept", None
         if item["tries"]:
             self.log("job-result for %s delivered after %d earlier tries" % (job_id, item["tries"]))
@@ -1776,8 +1941,8 @@ class Daemon:
     def deliver_results(self):
         """Sends the kept results that are due. Only the main loop calls it (also while a stop waits
         for the running jobs), which runs beside the jobs, so no result waits for a job to end."""
-        for kept_id, item in self.results.due(time.time()):
-            if self.stop_event.is_set() and time.time() >= self.stop_deadline:
+        for kept_id, item in self.results.due(time.monotonic()):
+            if self.stop_event.is_set() and time.monotonic() >= self.stop_deadline:
                 break
             self.send_result(kept_id, item)
 
@@ -1785,7 +1950,7 @@ class Daemon:
         """At stop: one more try for each kept result within the stop grace; those the server still
         did not answer stay on disk, and the next start of the daemon sends them."""
         for job_id, item in self.results.snapshot():
-            left = self.stop_deadline - time.time()
+            left = self.stop_deadline - time.monotonic()
             if left < 1:
                 break
             self.send_result(job_id, item, timeout=min(left, self.api.timeout))
@@ -1801,6 +1966,7 @@ class Daemon:
         try:
             job = self.api.get(job_url(job_id))
         except ApiError as err:
+            self.hold_reports(err)
             return GONE if err.status == 403 else None
         if not isinstance(job, dict):
             self.log("status of job %s: the answer is not a JSON object; asked again later" % job_id)
@@ -1915,7 +2081,7 @@ class Daemon:
             # The event names the job, which confirms the pickup; when it does not get through (the
             # server away, the hour's events used up), another report must before the pickup window ends.
             confirmed = False if preparing else self.confirm_started(job)
-            self._run_planned(job, plan, time.time(), confirmed, preparing)
+            self._run_planned(job, plan, time.monotonic(), confirmed, preparing)
         finally:
             # The job's folder and volume are named by the job: a newer attempt of it assigned back here
             # and running on another GPU meanwhile uses them, and removes them when it ends.
@@ -1972,7 +2138,7 @@ class Daemon:
                     container.remove()
             finally:
                 error = "the provider daemon failed while the job ran (%s: %s); the job was stopped" % (type(err).__name__, err)
-                self.report(job["job_id"], False, None, error, {"duration_seconds": round(time.time() - started, 3)},
+                self.report(job["job_id"], False, None, error, {"duration_seconds": round(time.monotonic() - started, 3)},
                             end_reason="provider_error", attempt=job.get("attempt"))
                 self.event("job_failed", "error", error, job["job_id"])
 
@@ -1987,7 +2153,7 @@ class Daemon:
             pulled = self.ensure_image(job, container, deadline, confirmed, preparing)
             if preparing and pulled is True:
                 # Pulled: the first report starts the job's run on the server, and its deadline here.
-                confirmed, started = self.confirm_started(job), time.time()
+                confirmed, started = self.confirm_started(job), time.monotonic()
                 deadline = started + float(job.get("max_duration_seconds") or 1800)
             if pulled is not True:
                 held["settled"] = True
@@ -1997,7 +2163,7 @@ class Daemon:
                 elif outcome == "moved":
                     self.log("job %s is no longer this provider's (the server sent it back to the queue) while its image was pulled" % job_id)
                 else:
-                    self.report(job_id, False, None, error, {"duration_seconds": round(time.time() - started, 3), "executor": "docker"},
+                    self.report(job_id, False, None, error, {"duration_seconds": round(time.monotonic() - started, 3), "executor": "docker"},
                                 end_reason=outcome, attempt=attempt)
                     self.event("job_failed", "warning", error, job_id)
                 return
@@ -2012,17 +2178,21 @@ class Daemon:
             self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
                         end_reason="provider_error", attempt=job.get("attempt"))
             return
-        pending, output, outcome, end_reason = [], [], None, "runtime_error"
-        kept, tail, pending_chars = 0, collections.deque(maxlen=5), 0
+        output, outcome, end_reason = [], None, "runtime_error"
+        kept, tail = 0, collections.deque(maxlen=5)
+        reports = JobReports(self, job_id, attempt)
         for key in (container.dropped_env if container else []):
-            pending.append("env %s was left out: the provider's daemon decides which GPU the job sees" % key)
+            reports.note("env %s was left out: the provider's daemon decides which GPU the job sees" % key)
         if container and container.dropped_key_env:
-            pending.append("env %s was left out: the provider's daemon sets the endpoint's key" % VLLM_API_KEY_ENV)
-        pending.extend(container.env_notes if container else [])
+            reports.note("env %s was left out: the provider's daemon sets the endpoint's key" % VLLM_API_KEY_ENV)
+        for note in (container.env_notes if container else []):
+            reports.note(note)
         serve = container.serve if container else None
         if serve:
             serve.watch(run.proc)
-        last_flush = last_cancel_check = last_confirm = time.time()
+        # Every timer of the run on time.monotonic(): a step of the wall clock (NTP, a resumed VM) neither
+        # kills a job as timed out nor keeps one past its time.
+        last_cancel_check = last_confirm = time.monotonic()
         while True:
             try:
                 line = run.lines.get(timeout=0.2)
@@ -2033,21 +2203,19 @@ class Daemon:
             if line:
                 progress = parse_progress(line)
                 if progress:
-                    if self.post_quietly(job_url(job_id, "progress"), with_attempt({"progress_pct": progress[0], "phase": progress[1]}, attempt)):
-                        confirmed = True
+                    reports.progress = progress  # the latest wins: sent at most every PROGRESS_SECONDS
                 else:
-                    pending.append(line)
-                    pending_chars += len(line)
+                    reports.add(line)
                     tail.append(line)
                     if kept < MAX_KEPT_OUTPUT:
                         output.append(line)
                         kept += len(line) + 1
-            now = time.time()
-            if pending and (now - last_flush >= LOG_FLUSH_SECONDS or len(pending) >= LOG_BATCH_LINES or pending_chars >= LOG_BATCH_CHARS):
-                if self.post_quietly(job_url(job_id, "logs"), with_attempt({"logs": pending}, attempt)):
-                    confirmed = True
-                pending, last_flush, pending_chars = [], now, 0
-            if not confirmed and now - last_confirm >= CONFIRM_RETRY_SECONDS:
+            now = time.monotonic()
+            if reports.send(now):
+                confirmed = True
+            # While the server asks to wait (a 429), no request of this job's is sent: it would be refused.
+            waiting = time.monotonic() < self.reports_held_until
+            if not confirmed and not waiting and now - last_confirm >= CONFIRM_RETRY_SECONDS:
                 confirmed, last_confirm = self.confirm_pickup(job_id, attempt), now
             if outcome is not None:
                 continue  # being stopped: wait for its end
@@ -2055,7 +2223,7 @@ class Daemon:
                 outcome = "max_duration_seconds (%s s) exceeded; the job was killed" % job.get("max_duration_seconds")
                 end_reason = "timeout"
                 run.stop()
-            elif now - last_cancel_check >= CANCEL_CHECK_SECONDS:
+            elif not waiting and now - last_cancel_check >= CANCEL_CHECK_SECONDS:
                 last_cancel_check = now
                 status = self.job_status(job_id, attempt)
                 if status in ("cancelled", "failed", "completed"):
@@ -2080,9 +2248,10 @@ class Daemon:
         if serve:
             serve.stopped.set()
         code = run.wait()
-        if pending:
-            self.post_quietly(job_url(job_id, "logs"), with_attempt({"logs": pending}, attempt))
-        duration = round(time.time() - started, 3)
+        # Its last log lines and its latest progress, before its result (the server takes progress only
+        # from a job that has not ended).
+        reports.finish(progress=outcome not in ("cancelled", "moved"))
+        duration = round(time.monotonic() - started, 3)
         if container:
             # docker run exits 125 when docker itself failed and when the container's program exited
             # 125; asked before the container is removed.
@@ -2129,7 +2298,7 @@ class Daemon:
         if container.image_present():
             return True
         job_id, attempt, image = job["job_id"], job.get("attempt"), container.image
-        started = time.time()
+        started = time.monotonic()
         # Ends before the job's deadline, leaving the report time to reach the server before its own
         # timeout sweep would take the job as the renter's timeout.
         limit = PREPARE_WAIT_SECONDS if preparing else min(PULL_LIMIT_SECONDS, max(0.0, (deadline - started) - min(15.0, (deadline - started) / 4)))
@@ -2138,11 +2307,11 @@ class Daemon:
         if proc is None:
             return "provider_error", "could not pull the job's image %s: %s" % (image, log)
         outcome = None
-        last_cancel_check = last_confirm = time.time()
+        last_cancel_check = last_confirm = time.monotonic()
         try:
             while proc.poll() is None:
                 time.sleep(0.2)
-                now = time.time()
+                now = time.monotonic()
                 if preparing and now - last_confirm >= PREPARE_NOTICE_SECONDS:
                     if self.notice_preparing(job_id, attempt, image) == GONE:
                         outcome = ("moved", None)
@@ -2168,7 +2337,7 @@ class Daemon:
                     proc.wait()
                     return outcome
             if proc.returncode == 0:
-                self.log("pulled image %s in %d s" % (image, time.time() - started))
+                self.log("pulled image %s in %d s" % (image, time.monotonic() - started))
                 return True
             log.seek(0)
             lines = [l.strip() for l in log.read().decode("utf-8", "replace").splitlines() if l.strip()]
@@ -2192,7 +2361,7 @@ class Daemon:
             self.api.post(job_url(job_id, "endpoint-ready"), body)
         except ApiError as err:
             if not result_refused(err.status):
-                serve.next_report_at = time.time() + ENDPOINT_RETRY_SECONDS
+                serve.next_report_at = time.monotonic() + ENDPOINT_RETRY_SECONDS
                 self.log("endpoint-ready for %s not delivered: %s; sent again in %g s" % (job_id, err, ENDPOINT_RETRY_SECONDS))
                 return False, None
             serve.settled = True
@@ -2210,14 +2379,23 @@ class Daemon:
             self.api.post(path, body)
             return True
         except ApiError as err:
-            self.log("%s failed: %s" % (path, err))
+            held = self.hold_reports(err)
+            self.log("%s failed: %s%s" % (path, err, "; job logs and progress wait %d s" % held if held else ""))
             return False
+
+    def hold_reports(self, err):
+        """An answer that asks the daemon to wait (a 429, or a 503 with a Retry-After): job logs, progress
+        and status checks wait that long (reports_held_until). Returns the seconds, or None."""
+        if err.retry_after is None or err.status not in (429, 503):
+            return None
+        self.reports_held_until = max(self.reports_held_until, time.monotonic() + err.retry_after)
+        return err.retry_after
 
     # -- main loop -----------------------------------------------------------
     def request_stop(self, signum=None, frame=None):
         if not self.stop_event.is_set():
             self.stop_reason = "signal %s" % signum
-            self.stop_deadline = time.time() + self.cfg["stop_grace_seconds"]
+            self.stop_deadline = time.monotonic() + self.cfg["stop_grace_seconds"]
             self.stop_event.set()
             self.wake.set()
 
@@ -2225,7 +2403,7 @@ class Daemon:
         """Seconds until the next poll, or sooner when a kept result is due."""
         wait = self.cfg["poll_seconds"]
         for _, item in self.results.snapshot():
-            wait = min(wait, max(0.05, item["next_at"] - time.time()))
+            wait = min(wait, max(0.05, item["next_at"] - time.monotonic()))
         return wait
 
     def run(self):
@@ -2333,9 +2511,15 @@ def load_config(argv):
 
 def main(argv=None):
     cfg = load_config(sys.argv[1:] if argv is None else argv)
-    if not private_folder(cfg["work_dir"]):
-        sys.stderr.write("svc-daemon: could not make the work folder %s private (mode 0700)\n" % cfg["work_dir"])
-    return Daemon(cfg).run()
+    try:
+        if not private_folder(cfg["work_dir"]):
+            sys.stderr.write("svc-daemon: could not make the work folder %s private (mode 0700)\n" % cfg["work_dir"])
+        daemon = Daemon(cfg)  # writes the built-in jobs' programs under the work folder
+    except OSError as err:
+        sys.stderr.write("svc-daemon: cannot use the work folder %s: %s; set --work-dir or SVC_WORK_DIR to a folder "
+                         "this user may create and write\n" % (cfg["work_dir"], err))
+        return 1
+    return daemon.run()
 
 
 if __name__ == "__main__":
