@@ -215,9 +215,10 @@ export function unstorableError({ field, holds }: Unstorable): ServiceError {
 
 /**
  * Throws unstorableError when a field of the request message, other than machine output, holds
- * a NUL or a lone surrogate (named for the first; it refuses both). A number JSON cannot write
- * (NaN, ±Infinity: JSON text's 1e400 reads as Infinity) in free-form JSON is refused too, naming
- * the field, or in machine output made null, as JSON.stringify writes it (finiteJson).
+ * a NUL or a lone surrogate (named for the first; it refuses both), and the same for a number JSON
+ * cannot write (NaN, ±Infinity: JSON text's 1e400 reads as Infinity) in a caller's free-form JSON
+ * (finiteJson). Machine output is the domain's to make storable: such a number there is written
+ * null (src/shared/value-json.ts), so the report is kept.
  */
 export function refuseNul(desc: DescMessage, message: unknown): void {
   const found = unstorableFieldOf(desc, message);
@@ -226,9 +227,15 @@ export function refuseNul(desc: DescMessage, message: unknown): void {
   if (infinite !== undefined) throw badRequest(`${infinite} must be a finite number (JSON has no NaN or Infinity)`);
 }
 
-/** Messages that can hold free-form JSON (a Struct, Value or ListValue, at any depth). */
+/** Messages that can hold a caller's free-form JSON (a Struct, Value or ListValue outside machine output, at any depth). */
 const holdsJson = new WeakMap<DescMessage, boolean>();
 const JSON_TYPES = new Set(["google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"]);
+
+/** The message type a field holds (itself, or its list's or map's), when it holds messages and is not machine output. */
+function callerMessageOf(f: DescField): DescMessage | undefined {
+  if (fieldOptionsOf(f).machineOutput) return undefined;
+  return f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message") || (f.fieldKind === "map" && f.mapKind === "message") ? f.message : undefined;
+}
 
 function canHoldJson(desc: DescMessage, seen = new Set<DescMessage>()): boolean {
   const known = holdsJson.get(desc);
@@ -237,73 +244,68 @@ function canHoldJson(desc: DescMessage, seen = new Set<DescMessage>()): boolean 
   if (seen.has(desc)) return false;
   seen.add(desc);
   const found = desc.fields.some((f) => {
-    const m = f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message") || (f.fieldKind === "map" && f.mapKind === "message") ? f.message : undefined;
+    const m = callerMessageOf(f);
     return m !== undefined && canHoldJson(m, seen);
   });
   holdsJson.set(desc, found);
   return found;
 }
 
-type Walk = [value: unknown, desc: DescMessage | undefined, path: string, machine: boolean, set: (v: null) => void];
+type Walk = [value: unknown, desc: DescMessage | undefined, path: string];
 
 /**
- * Numbers JSON cannot write in the free-form JSON of `message`: the first one outside machine
- * output is answered by name; those in machine output (svc.v1.machine_output: what a provider's
- * machine reported) are made null in place, so the report is kept. Walks only the fields that can
- * hold such JSON, without recursion.
+ * The first number JSON cannot write in a caller's free-form JSON of `message`, named as a path of
+ * field names and keys; undefined when there is none. Walks only the fields that can hold such JSON
+ * (never machine output; a daemon's stream messages hold no other), without recursion.
  */
 export function finiteJson(desc: DescMessage, message: unknown): string | undefined {
   if (!canHoldJson(desc)) return undefined;
-  const stack: Walk[] = [[message, desc, "", false, () => {}]];
+  const stack: Walk[] = [[message, desc, ""]];
   while (stack.length > 0) {
-    const [v, d, path, machine, set] = stack.pop()!;
+    const [v, d, path] = stack.pop()!;
     if (typeof v === "number") {
-      if (Number.isFinite(v)) continue;
-      if (!machine) return shown(path);
-      set(null);
+      if (!Number.isFinite(v)) return shown(path);
       continue;
     }
     if (v === null || typeof v !== "object") continue;
     const m = v as Record<string, unknown>;
     if (d === undefined || !("$typeName" in m)) {
-      if (Array.isArray(v)) {
-        for (let i = v.length - 1; i >= 0; i--) stack.push([v[i], undefined, `${path}[${i}]`, machine, (x) => (v[i] = x)]);
-      } else {
-        for (const [k, x] of Object.entries(m)) stack.push([x, undefined, join(path, k), machine, (y) => (m[k] = y)]);
-      }
+      // Free-form JSON: a Struct field (held as a plain object).
+      if (Array.isArray(v)) for (let i = v.length - 1; i >= 0; i--) stack.push([v[i], undefined, `${path}[${i}]`]);
+      else for (const [k, x] of Object.entries(m)) stack.push([x, undefined, join(path, k)]);
       continue;
     }
     if (d.typeName === "google.protobuf.Value") {
       const kind = (m.kind ?? {}) as { case?: string; value?: unknown };
-      if (kind.case === "numberValue") stack.push([kind.value, undefined, path, machine, () => (m.kind = { case: "nullValue", value: 0 })]);
+      if (kind.case === "numberValue") stack.push([kind.value, undefined, path]);
       else if (kind.case === "structValue" || kind.case === "listValue") {
         const f = d.field[kind.case];
-        if (f.fieldKind === "message") stack.push([kind.value, f.message, path, machine, () => {}]);
+        if (f.fieldKind === "message") stack.push([kind.value, f.message, path]);
       }
       continue;
     }
     if (d.typeName === "google.protobuf.Struct") {
-      for (const [k, x] of Object.entries(m.fields as Record<string, unknown>)) stack.push([x, valueOf(d), join(path, k), machine, () => {}]);
+      for (const [k, x] of Object.entries(m.fields as Record<string, unknown>)) stack.push([x, valueOf(d), join(path, k)]);
       continue;
     }
     if (d.typeName === "google.protobuf.ListValue") {
       const items = m.values as unknown[];
-      for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], valueOf(d), `${path}[${i}]`, machine, () => {}]);
+      for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], valueOf(d), `${path}[${i}]`]);
       continue;
     }
     for (const f of d.fields) {
-      const value = f.oneof ? ((m[f.oneof.localName] as { case?: string; value?: unknown } | undefined)?.case === f.localName ? (m[f.oneof.localName] as { value: unknown }).value : undefined) : m[f.localName];
+      const held = callerMessageOf(f);
+      if (held === undefined || !canHoldJson(held)) continue;
+      const set = f.oneof ? (m[f.oneof.localName] as { case?: string; value?: unknown } | undefined) : undefined;
+      const value = f.oneof ? (set?.case === f.localName ? set.value : undefined) : m[f.localName];
       if (value === undefined || value === null) continue;
       const name = join(path, f.name);
-      const inMachine = machine || fieldOptionsOf(f).machineOutput;
-      if (f.fieldKind === "message") {
-        if (canHoldJson(f.message)) stack.push([value, f.message, name, inMachine, () => {}]);
-      } else if (f.fieldKind === "list" && f.listKind === "message" && canHoldJson(f.message)) {
+      if (f.fieldKind === "list") {
         const items = value as unknown[];
-        for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], f.message, `${name}[${i}]`, inMachine, () => {}]);
-      } else if (f.fieldKind === "map" && f.mapKind === "message" && canHoldJson(f.message)) {
-        for (const [k, x] of Object.entries(value as Record<string, unknown>)) stack.push([x, f.message, join(name, k), inMachine, () => {}]);
-      }
+        for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], held, `${name}[${i}]`]);
+      } else if (f.fieldKind === "map") {
+        for (const [k, x] of Object.entries(value as Record<string, unknown>)) stack.push([x, held, join(name, k)]);
+      } else stack.push([value, held, name]);
     }
   }
   return undefined;

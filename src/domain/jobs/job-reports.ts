@@ -3,8 +3,9 @@
 // share them. Only the provider holding the job's current attempt may report
 // on it (403 otherwise).
 import ipaddr from "ipaddr.js";
-import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, JsonValue, MessageInitShape } from "@bufbuild/protobuf";
+import type { Value } from "@bufbuild/protobuf/wkt";
+import { valueJson } from "../../shared/value-json.js";
 import type { AssignedJobSchema, JobResultResponseSchema } from "../../../gen/svc/v1/jobs_pb.js";
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { badRequest, conflict, forbidden, notFound } from "../../errors.js";
@@ -299,7 +300,7 @@ const MAX_ERROR = 10_000;
 
 function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
   if (v === undefined) return undefined;
-  if (v !== null && typeof v === "object" && "$typeName" in v) return toJson(ValueSchema, v as Value);
+  if (v !== null && typeof v === "object" && "$typeName" in v) return valueJson(v as Value);
   return v as JsonValue;
 }
 

@@ -8,8 +8,9 @@
 // that takes the result (job-reports.ts reportResult), and the job's receipt
 // carries it when it is about the output the job stored
 // (src/domain/money/receipts.ts).
-import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import { StructSchema, ValueSchema, type Struct, type Value } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import type { Struct, Value } from "@bufbuild/protobuf/wkt";
+import { structJson, valueJson } from "../../shared/value-json.js";
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { apiError, badRequest, conflict } from "../../errors.js";
 import { unstorableIn } from "../../shared/nul-text.js";
@@ -83,7 +84,7 @@ export interface VerifiedAttestation {
 }
 
 const jsonOf = (v: Value | JsonValue | undefined): JsonValue | undefined =>
-  v !== undefined && v !== null && typeof v === "object" && "$typeName" in v ? toJson(ValueSchema, v as Value) : (v as JsonValue | undefined);
+  v !== undefined && v !== null && typeof v === "object" && "$typeName" in v ? valueJson(v as Value) : (v as JsonValue | undefined);
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 
@@ -166,7 +167,7 @@ export async function verifyAttestation(
   result: Value | JsonValue | undefined,
   a: AttestationInput,
 ): Promise<VerifiedAttestation> {
-  const statement = (a.statement && "$typeName" in a.statement ? toJson(StructSchema, a.statement as Struct) : a.statement) as JsonObject | undefined;
+  const statement = (a.statement && "$typeName" in a.statement ? structJson(a.statement as Struct) : a.statement) as JsonObject | undefined;
   if (!a.keyId) throw badRequest("attestation.key_id is required");
   if (!statement) throw badRequest("attestation.statement is required");
   if (!a.signature) throw badRequest("attestation.signature is required");

@@ -22,8 +22,8 @@
 //   the database's clock, which every liveness rule compares them with: a write
 //   sends each beat's age (this process's monotonic clock) and stores now() less
 //   that age, so a skew between this host's clock and PostgreSQL's moves nothing.
-import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, JsonValue, MessageInitShape } from "@bufbuild/protobuf";
+import { valueJson } from "../../shared/value-json.js";
 import type { HeartbeatRequest, HeartbeatResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
 import type { Sql } from "../../db/index.js";
 import { failureLevel, forbidden, notFound } from "../../errors.js";
@@ -131,7 +131,7 @@ export function heartbeatInputOf(req: HeartbeatRequest): HeartbeatInput {
   const body: JsonObject = {};
   const gpuStatus = gpuStatusJson.get(req);
   if (gpuStatus !== undefined) body.gpu_status = gpuStatus;
-  else if (req.gpuStatus) body.gpu_status = toJson(ValueSchema, req.gpuStatus);
+  else if (req.gpuStatus) body.gpu_status = valueJson(req.gpuStatus);
   if (req.uptime !== undefined) body.uptime = req.uptime;
   if (req.providerIp !== undefined) body.provider_ip = req.providerIp;
   if (req.providerHostname !== undefined) body.provider_hostname = req.providerHostname;
