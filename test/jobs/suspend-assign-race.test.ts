@@ -12,23 +12,14 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { dispatchForProvider } from "../../src/domain/dispatch/dispatch.js";
 import { admin, clearMarketplace } from "./helpers.js";
+import { loadRowHolder, waitingOn as waitingOnLock } from "../helpers/lock-races.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
+const holdLoadRow = loadRowHolder(() => srv.sql);
 
-/** Until `n` sessions wait on a lock running a statement like `pattern`. */
-async function waitingOn(pattern: string, n = 1): Promise<void> {
-  await expect
-    .poll(
-      async () =>
-        (await srv.sql<{ n: number }[]>`
-          SELECT count(*)::int AS n FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ${pattern}`)[0].n,
-      { timeout: 10_000, interval: 10 },
-    )
-    .toBeGreaterThanOrEqual(n);
-}
+const waitingOn = (pattern: string, n = 1) => waitingOnLock(srv.sql, pattern, n);
 
 /** A queued job waiting for `provider`, then the provider available again, and its load row held by another transaction. */
 async function setUp() {
@@ -38,17 +29,7 @@ async function setUp() {
   const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 10 }, renter.headers);
   expect(r.body.job?.status, r.text).toBe("queued");
   await srv.sql`UPDATE providers SET is_paused = false, status = 'online', last_heartbeat = now() WHERE id = ${provider.id}`;
-  let release!: () => void;
-  const gate = new Promise<void>((res) => (release = res));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((res) => (locked = res));
-  const holder = srv.sql.begin(async (tx) => {
-    await tx`SELECT 1 FROM provider_load WHERE provider_id = ${provider.id} FOR UPDATE`;
-    locked();
-    await gate;
-  });
-  await isLocked;
-  return { provider, jobId: r.body.job.job_id as string, release: async () => (release(), await holder) };
+  return { provider, jobId: r.body.job.job_id as string, release: await holdLoadRow(provider.id) };
 }
 
 const suspend = (id: number) => api.post(`/api/admin/providers/${id}/suspend`, { reason: "fraud" }, admin(srv));

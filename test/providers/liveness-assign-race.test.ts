@@ -5,7 +5,7 @@
 // row later sees it away. A job pinned to the provider that it never picked up goes back to the
 // queue to wait for it, by the sweep's re-queue or the job sweep's lost-jobs safety net, rather
 // than failing as the provider's silence. Deterministic: the load row is held from a second connection.
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -14,28 +14,14 @@ import { markSilentProvidersOffline } from "../../src/domain/dispatch/liveness-s
 import { markJobAccepted } from "../../src/domain/jobs/job-reports.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { clearMarketplace } from "../helpers/isolation.js";
+import { loadRowHolder, waitingOn as waitingOnLock } from "../helpers/lock-races.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
-/** The load row held by a test, let go after it whatever it asserted. */
-let letGo: (() => Promise<void>) | undefined;
-afterEach(async () => {
-  await letGo?.();
-  letGo = undefined;
-});
+const holdLoadRow = loadRowHolder(() => srv.sql);
 
-async function waitingOn(pattern: string, n = 1): Promise<void> {
-  await expect
-    .poll(
-      async () =>
-        (await srv.sql<{ n: number }[]>`
-          SELECT count(*)::int AS n FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ${pattern}`)[0].n,
-      { timeout: 10_000, interval: 10 },
-    )
-    .toBeGreaterThanOrEqual(n);
-}
+const waitingOn = (pattern: string, n = 1) => waitingOnLock(srv.sql, pattern, n);
 
 /** The platform has been up long enough for the sweeps to judge silences. */
 const platformUp = () => srv.sql`
@@ -66,17 +52,7 @@ describe("the liveness sweep racing an assignment", () => {
     const provider = await makeProvider(srv);
     const { renter, jobId } = await pinnedJob(provider);
 
-    let release!: () => void;
-    const gate = new Promise<void>((res) => (release = res));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((res) => (locked = res));
-    const holder = srv.sql.begin(async (tx) => {
-      await tx`SELECT 1 FROM provider_load WHERE provider_id = ${provider.id} FOR UPDATE`;
-      locked();
-      await gate;
-    });
-    await isLocked;
-    letGo = async () => (release(), await holder);
+    const release = await holdLoadRow(provider.id);
 
     // The assignment reads the provider live, then waits for the load row.
     const assigning = dispatchForProvider(srv.sql, provider.id);
@@ -86,8 +62,7 @@ describe("the liveness sweep racing an assignment", () => {
     const sweeping = markSilentProvidersOffline(srv.sql);
     const first = await Promise.race([sweeping.then(() => "answered"), waitingOn("%SET status = 'offline'%").then(() => "waiting")]);
     expect(first).toBe("waiting");
-    release();
-    await holder;
+    await release();
     expect(await assigning).toHaveLength(1);
     expect(await sweeping).toEqual([provider.id]);
 

@@ -8,36 +8,21 @@
 // A job that lands just before the pause reaches a daemon told it is paused, which refuses it
 // (src/daemon/ts/daemon.ts refusal(): "the provider is paused"): its assignment is undone, at no
 // cost to the renter or the provider, and a job pinned to the provider waits for it to resume.
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { dispatchForProvider } from "../../src/domain/dispatch/dispatch.js";
 import { markJobRejected } from "../../src/domain/jobs/job-reports.js";
 import { clearMarketplace } from "../helpers/isolation.js";
+import { loadRowHolder, waitingOn as waitingOnLock } from "../helpers/lock-races.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
 const api = client(srv);
 beforeEach(() => clearMarketplace(srv));
-/** The load row held by setUp, let go after each test whatever it asserted. */
-let letGo: (() => Promise<void>) | undefined;
-afterEach(async () => {
-  await letGo?.();
-  letGo = undefined;
-});
+const holdLoadRow = loadRowHolder(() => srv.sql);
 
-/** Until `n` sessions wait on a lock running a statement like `pattern`. */
-async function waitingOn(pattern: string, n = 1): Promise<void> {
-  await expect
-    .poll(
-      async () =>
-        (await srv.sql<{ n: number }[]>`
-          SELECT count(*)::int AS n FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE ${pattern}`)[0].n,
-      { timeout: 10_000, interval: 10 },
-    )
-    .toBeGreaterThanOrEqual(n);
-}
+const waitingOn = (pattern: string, n = 1) => waitingOnLock(srv.sql, pattern, n);
 
 /** Whether `p` is still unsettled once `waiting` (a wait for a lock) is seen: it waits, or it answered first. */
 async function waitsFor(p: Promise<unknown>, waiting: Promise<void>): Promise<"waiting" | "answered"> {
@@ -52,18 +37,7 @@ async function setUp(pinned: boolean) {
   const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 10, ...(pinned ? { provider_id: provider.id } : {}) }, renter.headers);
   expect(r.body.job?.status, r.text).toBe("queued");
   await srv.sql`UPDATE providers SET is_paused = false, status = 'online', last_heartbeat = now() WHERE id = ${provider.id}`;
-  let release!: () => void;
-  const gate = new Promise<void>((res) => (release = res));
-  let locked!: () => void;
-  const isLocked = new Promise<void>((res) => (locked = res));
-  const holder = srv.sql.begin(async (tx) => {
-    await tx`SELECT 1 FROM provider_load WHERE provider_id = ${provider.id} FOR UPDATE`;
-    locked();
-    await gate;
-  });
-  await isLocked;
-  letGo = async () => (release(), await holder);
-  return { provider, renter, jobId: r.body.job.job_id as string, release: letGo };
+  return { provider, renter, jobId: r.body.job.job_id as string, release: await holdLoadRow(provider.id) };
 }
 
 const jobRow = async (jobId: string) =>
