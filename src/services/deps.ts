@@ -64,6 +64,11 @@ export function callerRenterId(ctx: HandlerContext): number {
   return p.renterId;
 }
 
+/** The API keys the caller presented (one of them authenticated it). */
+export function callerKeys(ctx: HandlerContext): readonly string[] {
+  return ctx.values.get(credentialsKey).keys;
+}
+
 /** Who an admin call's audit record names (the operator whose token it was), and from where. */
 export function auditActor(ctx: HandlerContext): { actor: string; ip: string } {
   const p = principalOf(ctx);

@@ -30,7 +30,7 @@ import {
 } from "../domain/providers/marketplace.js";
 import { reusedFor } from "../domain/shared/reuse.js";
 import { notFound, or500 } from "../errors.js";
-import { callerProviderId, type Deps } from "./deps.js";
+import { callerKeys, callerProviderId, type Deps } from "./deps.js";
 import { rotateKeys } from "../domain/accounts/key-rotation.js";
 
 /** The installer of a key (register and rotate-key answer it): the spec's path, the key in its query. */
@@ -165,7 +165,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
 
     async rotateKey(_req, ctx) {
       const id = callerProviderId(ctx);
-      const apiKey = await sql.begin((tx) => rotateKeys(tx, "provider", id));
+      const apiKey = await sql.begin((tx) => rotateKeys(tx, "provider", id, callerKeys(ctx)));
       const provider = await providerById(sql, id);
       log.info({ providerId: id }, "provider key rotated");
       return {

@@ -14,7 +14,7 @@ import { registerRenter, renterByEmail, renterById, renterJobCount, renterMessag
 import { checkEmail, checkLength, optionalText, requireFields } from "../domain/shared/validate.js";
 import { checkWebhookUrl } from "../domain/notify/webhooks.js";
 import { badRequest, forbidden, notFound, or500 } from "../errors.js";
-import { callerRenterId, type Deps } from "./deps.js";
+import { callerKeys, callerRenterId, type Deps } from "./deps.js";
 
 export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterService>> {
   const { sql, config, log } = deps;
@@ -124,7 +124,7 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
 
     async rotateKey(_req, ctx) {
       const id = callerRenterId(ctx);
-      const apiKey = await sql.begin((tx) => rotateKeys(tx, "renter", id));
+      const apiKey = await sql.begin((tx) => rotateKeys(tx, "renter", id, callerKeys(ctx)));
       log.info({ renterId: id }, "renter key rotated");
       return {
         success: true,

@@ -1484,6 +1484,7 @@ export const ProviderService: GenService<{
   /**
    * Not in the interface: a leaked key (installer URLs and the legacy poll route carry it) must be
    * revocable. Revokes every key of the provider, ends its daemon streams, and issues a new key.
+   * Of two rotations sent with one key at once, one wins; the other is refused (401), its key revoked.
    *
    * @generated from rpc svc.v1.ProviderService.RotateKey
    */

@@ -511,6 +511,9 @@ export const RenterService: GenService<{
     output: typeof TopupResponseSchema;
   },
   /**
+   * Not in the interface: revokes every key of the renter and issues a new one. Of two rotations
+   * sent with one key at once, one wins; the other is refused (401), its key revoked.
+   *
    * @generated from rpc svc.v1.RenterService.RotateKey
    */
   rotateKey: {

@@ -3,7 +3,8 @@
 // key store that the caches read.
 import type { Tx } from "../../db/index.js";
 import { accountKeysChanged } from "./invalidation.js";
-import { issueKey, type KeyRole } from "./keys.js";
+import { unauthorized } from "../../errors.js";
+import { hashKey, issueKey, type KeyRole } from "./keys.js";
 
 /** Advisory-lock namespaces: one account's keys are issued and revoked one transaction at a time. */
 const KEYS_LOCK_NS: Record<KeyRole, number> = { renter: 0x7636, provider: 0x7637 };
@@ -20,11 +21,21 @@ export async function lockAccountKeys(tx: Tx, role: KeyRole, accountId: number):
 /**
  * Revokes every key of the account (rotation), then issues a fresh one. The
  * old keys stop at once in this process and, at commit, in every other
- * (src/domain/accounts/key-cache.ts).
+ * (src/domain/accounts/key-cache.ts). `presented` are the keys the caller sent
+ * (undefined for a sign-in by email, whose authority is not a key): one of them
+ * must still be live once the lock is held, so of two rotations with one key
+ * the second is refused (401) instead of revoking the key the first handed out.
  */
-export async function rotateKeys(db: Tx, role: KeyRole, accountId: number): Promise<string> {
+export async function rotateKeys(db: Tx, role: KeyRole, accountId: number, presented?: readonly string[]): Promise<string> {
   await lockAccountKeys(db, role, accountId);
   const column = role === "provider" ? db`provider_id` : db`renter_id`;
+  if (presented) {
+    const hashes = presented.map((k) => hashKey(k).toString("hex"));
+    const [live] = await db`
+      SELECT 1 FROM api_keys
+      WHERE key_hash IN (SELECT decode(h, 'hex') FROM unnest(${hashes}::text[]) h) AND role = ${role} AND ${column} = ${accountId} AND revoked_at IS NULL`;
+    if (!live) throw unauthorized("invalid API key: another rotation revoked it");
+  }
   await db`UPDATE api_keys SET revoked_at = now() WHERE role = ${role} AND ${column} = ${accountId} AND revoked_at IS NULL`;
   // A provider's legacy task-signing secret is derived per key epoch: rotating its keys rotates it.
   if (role === "provider") await db`UPDATE providers SET task_secret_epoch = task_secret_epoch + 1, updated_at = now() WHERE id = ${accountId}`;
