@@ -119,8 +119,35 @@ export const reconnectDelaySeconds = (failures: number): number => Math.min(0.05
  */
 export const PROCESS_TAG = `svc:${process.pid}:${crypto.randomBytes(4).toString("hex")}`;
 
-export function connect(url: string, max = 10): Sql {
+/**
+ * libpq's `host` query parameter, which postgres.js would otherwise send to the
+ * server as a setting: a Unix-socket directory
+ * (`postgres://user@localhost/db?host=/var/run/postgresql`) becomes the
+ * socket's path, a host name the URL's host. A database on the same machine
+ * costs less to reach through its socket than through loopback TCP, for this
+ * process and for PostgreSQL (docs/operations.md).
+ */
+export function socketOf(url: string): { url: string; path?: string } {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return { url };
+  }
+  const host = parsed.searchParams.get("host");
+  if (!host) return { url };
+  parsed.searchParams.delete("host");
+  if (!host.startsWith("/")) {
+    parsed.hostname = host;
+    return { url: parsed.toString() };
+  }
+  return { url: parsed.toString(), path: `${host.replace(/\/+$/, "")}/.s.PGSQL.${parsed.port || 5432}` };
+}
+
+export function connect(databaseUrl: string, max = 10): Sql {
+  const { url, path } = socketOf(databaseUrl);
   const sql = retryTransactions(postgres(url, {
+    ...(path ? { path } : {}),
     max,
     backoff: reconnectDelaySeconds,
     onnotice: () => {},
