@@ -71,8 +71,8 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   let databaseUrl = config.databaseUrl;
   if (!opts.sql && !databaseUrl) {
     embedded = await startEmbedded(config.dataDir, log);
-    databaseUrl = embedded.url;
-    log.info({ dataDir: config.dataDir }, "using embedded PostgreSQL (set DATABASE_URL to use another)");
+    databaseUrl = embedded.socketUrl ?? embedded.url;
+    log.info({ dataDir: config.dataDir, via: embedded.socketUrl ? "unix socket" : "tcp" }, "using embedded PostgreSQL (set DATABASE_URL to use another)");
   }
   const sql = opts.sql ?? connect(databaseUrl!, 20);
   const applied = await migrate(sql);

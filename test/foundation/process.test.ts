@@ -15,6 +15,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
 import { startApp } from "../../src/server.js";
+import { connect } from "../../src/db/index.js";
 import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { SERVER_NODE_FLAGS } from "../../bin/node-flags.mjs";
@@ -132,6 +133,20 @@ describe("process", () => {
       expect(reg.status).toBe(201);
       expect(output()).toContain(path.join(dataDir, "secrets.json"));
       expect(output()).not.toContain(reg.body.api_key);
+      // The service reaches its embedded database through the cluster's Unix socket, in the cluster's folder.
+      const pgDir = path.join(dataDir, "pg");
+      const pgPort = Number(fs.readFileSync(path.join(pgDir, "postmaster.pid"), "utf8").split("\n")[3]);
+      expect(fs.readdirSync(pgDir)).toContain(`.s.PGSQL.${pgPort}`);
+      const probe = connect(`postgres://postgres:svc-local@127.0.0.1:${pgPort}/postgres`, 1);
+      try {
+        const [ways] = await probe<{ socket: number; tcp: number }[]>`
+          SELECT count(*) FILTER (WHERE client_addr IS NULL)::int AS socket, count(*) FILTER (WHERE client_addr IS NOT NULL)::int AS tcp
+          FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`;
+        expect(ways.tcp).toBe(0);
+        expect(ways.socket).toBeGreaterThan(0);
+      } finally {
+        await probe.end();
+      }
 
       // Graceful: a request in flight when SIGTERM arrives is still answered; new connections are refused.
       let refusedDuring: Promise<string> | undefined;
