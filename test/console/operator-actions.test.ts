@@ -1,5 +1,5 @@
-// The operator's actions on renters and jobs in a real browser: suspending
-// (with the reason asked for) and unsuspending a renter from the list, a
+// The operator's actions on renters, providers and jobs in a real browser: suspending
+// (with the reason asked for) and unsuspending a renter or a provider from the list, a
 // balance adjustment that a double submit makes once, a quota where a blank
 // field keeps its limit, re-queueing a stuck job from its page, and the
 // dashboard's heartbeats without a unit beside a figure the daemon did not send.
@@ -191,6 +191,36 @@ describe("the operator's dashboard", () => {
     await poll(() => cells(reporting.id)).toEqual(["57%", "64 °C"]);
     expect(await cells(silent.id)).toEqual(["—", "—"]);
     expect(await table.locator("tbody").innerText()).not.toMatch(/—\s*(%|°C)/);
+    expect(problems).toEqual([]);
+  }, 60_000);
+});
+
+describe("the operator's providers", () => {
+  it("are suspended from the list with the reason asked for; dismissing the question suspends nothing", async () => {
+    const p = await makeProvider(h.srv);
+    const providerStatus = async () => (await h.srv.sql<{ status: string }[]>`SELECT status FROM providers WHERE id = ${p.id}`)[0].status;
+    const before = await providerStatus();
+    const { page, problems } = await signedIn(h, "admin", ADMIN_TOKEN);
+    await page.goto(`${h.srv.url}/#/admin/providers`);
+    await page.getByLabel("Approval", { exact: true }).selectOption("approved");
+    const row = page.locator(`tr[data-provider="${p.id}"]`);
+    await row.waitFor();
+    const suspend = row.getByRole("button", { name: "Suspend Rig", exact: true });
+
+    const asked: string[] = [];
+    page.once("dialog", (d) => {
+      asked.push(d.type());
+      void d.dismiss();
+    });
+    await suspend.click();
+    expect(asked).toEqual(["prompt"]);
+    expect(await providerStatus()).toBe(before);
+
+    page.once("dialog", (d) => void d.accept("  fake GPU telemetry  "));
+    await suspend.click();
+    await poll(() => row.getByRole("button", { name: "Unsuspend Rig", exact: true }).count()).toBe(1);
+    expect(await providerStatus()).toBe("suspended");
+    expect((await audit("provider.suspend", p.id)).map((a) => a.details.reason)).toEqual(["fake GPU telemetry"]);
     expect(problems).toEqual([]);
   }, 60_000);
 });

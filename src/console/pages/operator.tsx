@@ -107,6 +107,12 @@ function ProviderActions({ p, onDone }: { p: Provider; onDone(): void }) {
   const a = useAction();
   const act = (fn: () => Promise<unknown>) => void a.run(async () => { await fn(); onDone(); });
   const id = { id: p.id };
+  // As for a renter: the reason goes to the audit log; cancelling the question suspends nothing.
+  const suspend = () => {
+    const reason = prompt(`Suspend ${p.name}? It gets no jobs until it is unsuspended, and its jobs are re-queued.\nReason (optional, kept in the audit log):`);
+    if (reason === null) return;
+    act(() => api.admin.suspendProvider({ ...id, ...(reason.trim() ? { reason: reason.trim() } : {}) }));
+  };
   return (
     <div class="actions">
       {p.approvalStatus !== "approved" ? <button onClick={() => act(() => api.admin.approveProvider(id))} disabled={a.busy} aria-label={`Approve ${p.name}`}>Approve</button> : null}
@@ -117,7 +123,7 @@ function ProviderActions({ p, onDone }: { p: Provider; onDone(): void }) {
       {p.status === "suspended" ? (
         <button class="secondary" disabled={a.busy} onClick={() => act(() => api.admin.unsuspendProvider(id))} aria-label={`Unsuspend ${p.name}`}>Unsuspend</button>
       ) : (
-        <button class="danger" disabled={a.busy} onClick={() => act(() => api.admin.suspendProvider(id))} aria-label={`Suspend ${p.name}`}>Suspend</button>
+        <button class="danger" disabled={a.busy} onClick={suspend} aria-label={`Suspend ${p.name}`}>Suspend</button>
       )}
       <ErrorBox error={a.error} />
     </div>
