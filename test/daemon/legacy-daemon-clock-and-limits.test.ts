@@ -322,3 +322,59 @@ describe("svc_daemon.py against a server that asks it to wait", { timeout: 60_00
     expect(d.output()).not.toContain("Traceback");
   });
 });
+
+/**
+ * A fake server whose first poll and first heartbeat are answered 429 with a Retry-After (as the real
+ * server does when a row of the provider's budget is spent); it records when each poll and heartbeat came.
+ */
+async function busyServer(pollWait: number, beatWait: number) {
+  const began = Date.now();
+  const polls: [number, number][] = [];
+  const beats: [number, number][] = [];
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      const raw = req.url!.split("?")[0];
+      const send = (v: unknown, status = 200, headers: Record<string, string> = {}) => {
+        res.writeHead(status, { "content-type": "application/json", ...headers });
+        res.end(JSON.stringify(v));
+      };
+      const at = Date.now() - began;
+      if (req.method === "GET" && raw === `/api/providers/${KEY}/jobs`) {
+        const refuse = polls.length === 0;
+        polls.push([at, refuse ? 429 : 200]);
+        return refuse ? send({ error: "rate limit exceeded; retry later" }, 429, { "retry-after": String(pollWait) }) : send({ job: null });
+      }
+      if (raw === "/api/providers/heartbeat") {
+        const refuse = beats.length === 1; // the start's own beat goes through; the loop's first is refused
+        beats.push([at, refuse ? 429 : 200]);
+        return refuse ? send({ error: "rate limit exceeded; retry later" }, 429, { "retry-after": String(beatWait) }) : send({ approved: true, paused: false });
+      }
+      if (raw === "/api/providers/readiness") return send({ readiness_status: "ready" });
+      return send({ ok: true });
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return { url: `http://127.0.0.1:${port}`, polls, beats, close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }) };
+}
+
+describe("svc_daemon.py when its polls and heartbeats are refused with a wait", { timeout: 60_000 }, () => {
+  it("sends its next poll and its next heartbeat only after the Retry-After each was answered", async () => {
+    const fake = await busyServer(2, 3);
+    const dir = tempDir("legacy-poll-wait");
+    const d = runLegacyDaemon(path.join(LEGACY_DIR, "svc_daemon.py"), dir, { SVC_BACKEND_URL: fake.url, SVC_API_KEY: KEY, SVC_HMAC_SECRET: SECRET });
+    try {
+      await waitFor(() => fake.polls.length >= 3 && fake.beats.length >= 4, 20_000, `polls ${JSON.stringify(fake.polls)}, beats ${JSON.stringify(fake.beats)} (${d.output().slice(-2000)})`);
+      // Polls come every 0.3 s and heartbeats every second, except right after a 429.
+      expect(fake.polls[1][0] - fake.polls[0][0], JSON.stringify(fake.polls)).toBeGreaterThanOrEqual(1900);
+      expect(fake.polls[2][0] - fake.polls[1][0], JSON.stringify(fake.polls)).toBeLessThan(1500);
+      expect(fake.beats[2][0] - fake.beats[1][0], JSON.stringify(fake.beats)).toBeGreaterThanOrEqual(2900);
+      expect(fake.beats[3][0] - fake.beats[2][0], JSON.stringify(fake.beats)).toBeLessThan(2500);
+    } finally {
+      d.kill("SIGKILL");
+      await d.exited;
+      await fake.close();
+    }
+  });
+});

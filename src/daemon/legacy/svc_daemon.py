@@ -1738,6 +1738,8 @@ class Daemon:
     # per-IP request budget, which every request of the daemon spends, is used up for now). Meanwhile
     # those wait, and so do a job's status checks.
     reports_held_until = float("-inf")
+    # Until when the server has asked for no heartbeat (a 429 or a 503 with a Retry-After on one).
+    heartbeat_held_until = float("-inf")
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -1799,7 +1801,10 @@ class Daemon:
             elif err.status == 401:
                 self.log("the provider key was refused (401): check SVC_API_KEY (or the key this file was downloaded with)")
             else:
-                self.log("heartbeat failed: %s" % err)
+                # A 429 (the heartbeat budget is spent) or a 503 with a Retry-After: the next beat waits that long.
+                if err.retry_after is not None and err.status in (429, 503):
+                    self.heartbeat_held_until = time.monotonic() + err.retry_after
+                self.log("heartbeat failed: %s%s" % (err, "; the next one in %g s" % err.retry_after if err.retry_after is not None else ""))
             return None
         if not isinstance(res, dict):
             self.log("heartbeat answer ignored: not a JSON object (%s)" % type(res).__name__)
@@ -1813,7 +1818,7 @@ class Daemon:
     def heartbeat_loop(self):
         while not self.stop_event.is_set():
             self.heartbeat()
-            self.stop_event.wait(self.cfg["heartbeat_seconds"])
+            self.stop_event.wait(max(self.cfg["heartbeat_seconds"], self.heartbeat_held_until - time.monotonic()))
 
     # -- readiness -------------------------------------------------------
     def readiness(self):
@@ -1915,6 +1920,7 @@ class Daemon:
         try:
             answer = self.api.post("/api/providers/job-result", item["body"], timeout)
         except ApiError as err:
+            self.hold_reports(err)
             tries = item["tries"] + 1
             if result_refused(err.status):
                 self.log("job-result for %s refused: %s" % (job_id, err))
@@ -1941,6 +1947,8 @@ class Daemon:
     def deliver_results(self):
         """Sends the kept results that are due. Only the main loop calls it (also while a stop waits
         for the running jobs), which runs beside the jobs, so no result waits for a job to end."""
+        if time.monotonic() < self.reports_held_until:
+            return  # the server asked to wait (a 429): it would refuse them now
         for kept_id, item in self.results.due(time.monotonic()):
             if self.stop_event.is_set() and time.monotonic() >= self.stop_deadline:
                 break
@@ -2384,8 +2392,8 @@ class Daemon:
             return False
 
     def hold_reports(self, err):
-        """An answer that asks the daemon to wait (a 429, or a 503 with a Retry-After): job logs, progress
-        and status checks wait that long (reports_held_until). Returns the seconds, or None."""
+        """An answer that asks the daemon to wait (a 429, or a 503 with a Retry-After): job logs, progress,
+        status checks, polls and kept results wait that long (reports_held_until). Returns the seconds, or None."""
         if err.retry_after is None or err.status not in (429, 503):
             return None
         self.reports_held_until = max(self.reports_held_until, time.monotonic() + err.retry_after)
@@ -2400,10 +2408,12 @@ class Daemon:
             self.wake.set()
 
     def next_wait(self):
-        """Seconds until the next poll, or sooner when a kept result is due."""
-        wait = self.cfg["poll_seconds"]
+        """Seconds until the next poll, or sooner when a kept result is due; while the server asks to
+        wait (a 429 on a poll, a report or a result), nothing is due before the wait is over."""
+        now = time.monotonic()
+        wait = max(self.cfg["poll_seconds"], self.reports_held_until - now)
         for _, item in self.results.snapshot():
-            wait = min(wait, max(0.05, item["next_at"] - time.monotonic()))
+            wait = min(wait, max(0.05, item["next_at"] - now, self.reports_held_until - now))
         return wait
 
     def run(self):
@@ -2431,7 +2441,8 @@ class Daemon:
             # unsent: it waits for a moment with no job running (jobs polled meanwhile still run).
             if self.update_wanted and not self.running_jobs() and self.self_update():
                 return 0
-            job = self.poll() if self.approved and not self.paused and self.can_take_job() else None
+            polling = self.approved and not self.paused and time.monotonic() >= self.reports_held_until
+            job = self.poll() if polling and self.can_take_job() else None
             if job and self.stop_event.is_set():
                 # Stopping: the job is handed back at once (re-queued, nothing charged), not started.
                 self.log("job %s handed back: the daemon is stopping" % job["job_id"])
