@@ -60,7 +60,7 @@ describe("templates and webhooks", () => {
     const r = await api.post("/api/jobs/submit", { template_id: "llm-inference", params: { prompt: "hi" } }, renter.headers);
     expect(r.status).toBe(201);
     expect(r.body.job).toMatchObject({ job_type: "llm-inference", provider_id: big.id, gpu_requirements: { min_vram_gb: 16 } });
-    expect(r.body.job.container_spec.image).toBe("vllm/vllm-openai:v0.6.3");
+    expect(r.body.job.container_spec.image).toBe("huggingface/transformers-pytorch-gpu:4.41.3"); // its job type's default image
     expect((await api.post("/api/jobs/submit", { template_id: "nope" }, renter.headers)).status).toBe(404);
     expect((await api.post("/api/jobs/submit", { template_id: "llm-inference", job_type: "benchmark" }, renter.headers)).status).toBe(400);
   });

@@ -1,7 +1,8 @@
 // Templates and the registry as submit sees them: a template's schema checks
 // params, its resource_requirements become gpu_requirements (dispatch skips a
 // GPU too small), custom_container runs only approved images, and the other
-// job types only the platform's built-in ones.
+// job types only the platform's built-in ones; a template takes either spelling
+// of its job type.
 import { describe, expect, it } from "vitest";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -58,8 +59,23 @@ describe("submit with templates and the registry", () => {
       expect(other.status, `${job_type}: ${other.text}`).toBe(400);
       expect(other.body.error).toContain(`container_spec.image ${image} is not one of the platform's built-in images, which ${job_type} jobs run on`);
     }
-    // A built-in image there is taken, as the templates name them.
-    const builtin = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 1, container_spec: { image: "vllm/vllm-openai:v0.6.3" } }, renter.headers);
+    // A built-in image there is taken (which one runs which type: template-images.test.ts).
+    const builtin = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 1, container_spec: { image: "huggingface/transformers-pytorch-gpu:4.41.3" } }, renter.headers);
     expect(builtin.status, builtin.text).toBe(201);
+  });
+
+  it("takes a template with either spelling of its job type, as the template list does, and refuses another type", async () => {
+    const renter = await makeRenter(srv, 50_000);
+    await makeProvider(srv);
+    const found = (await api.get("/api/templates?job_type=llm_inference")).body.templates;
+    expect(found.map((t: any) => t.id)).toEqual(["llm-inference"]);
+    for (const job_type of ["llm_inference", "llm-inference"]) {
+      const sub = await api.post("/api/jobs/submit", { template_id: found[0].id, job_type, duration_minutes: 1, params: { prompt: "hi" } }, renter.headers);
+      expect(sub.status, `${job_type}: ${sub.text}`).toBe(201);
+      expect(sub.body.job).toMatchObject({ job_type, gpu_requirements: { min_vram_gb: 16 } });
+    }
+    const other = await api.post("/api/jobs/submit", { template_id: "llm-inference", job_type: "training", duration_minutes: 1 }, renter.headers);
+    expect(other.status, other.text).toBe(400);
+    expect(other.body.error).toBe("job_type must be llm-inference for template llm-inference");
   });
 });

@@ -68,6 +68,28 @@ export const DEFAULT_CONTAINERS: Record<JobType, { image_type: ImageType; image:
   custom_container: { image_type: "custom", image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04" },
 };
 
+/**
+ * Refuses an image that cannot start a job type's program (400 naming container_spec.image).
+ * The daemons start vllm_serve by handing the model's arguments to its image's entrypoint, vLLM's
+ * API server, and the other built-in types as `python /svc-scripts/<program>` through the image's
+ * entrypoint (docker.ts dockerRunArgs, svc_daemon.py): vLLM's image would start its server with
+ * that command as its arguments. So vLLM's image runs vllm_serve (and custom_container, whose
+ * command is its own) only, and vllm_serve runs in it only.
+ */
+export function checkImageRunsJobType(jobType: JobType, image: string): void {
+  if (jobType === "custom_container" || (jobType === "vllm_serve") === VLLM_IMAGE.test(image)) return;
+  if (jobType === "vllm_serve") {
+    throw badRequest(`container_spec.image ${image}: vllm_serve jobs run in vLLM's image (vllm/vllm-openai) only, whose entrypoint (vLLM's API server) takes the job's model`);
+  }
+  throw badRequest(
+    `container_spec.image ${image} starts vLLM's API server whatever it is given (its entrypoint), so it runs vllm_serve jobs only; ` +
+      `leave container_spec.image out to run ${jobType} in ${DEFAULT_CONTAINERS[jobType].image}`,
+  );
+}
+
+/** vLLM's image, any tag or digest (Docker Hub's name with or without its registry). */
+const VLLM_IMAGE = /^(docker\.io\/)?vllm\/vllm-openai(:[\w][\w.-]*)?(@sha256:[0-9a-f]{64})?$/;
+
 /** A GPU smoke check: lists the GPUs the container sees (fails when it sees none). */
 export const DEFAULT_CUSTOM_COMMAND = ["nvidia-smi"];
 

@@ -12,7 +12,7 @@ export interface BuiltinImage {
 
 /** Pinned, vendor-published images reviewed with each release of the service. */
 export const BUILTIN_IMAGES: readonly BuiltinImage[] = [
-  { image: "vllm/vllm-openai:v0.6.3", description: "vLLM OpenAI-compatible server (LLM inference and serving)" },
+  { image: "vllm/vllm-openai:v0.6.3", description: "vLLM OpenAI-compatible server (vllm_serve jobs)" },
   { image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime", description: "PyTorch with CUDA 12.1 (training, diffusers image generation)" },
   { image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04", description: "CUDA 12.4 runtime on Ubuntu 22.04 (benchmarks, custom code; custom_container's default image)" },
   { image: "linuxserver/blender:4.2.3", description: "Blender 4.2 with Cycles GPU rendering" },

@@ -6,7 +6,7 @@ import crypto from "node:crypto";
 import { allInTransaction, inOrder, type Db, type Sql, type Tx } from "../../db/index.js";
 import { type ServiceError, apiError, badRequest, forbidden, notFound, paymentRequired } from "../../errors.js";
 import { liveSql, hardwareFitSql, jobTypeFitSql, declaredTypes, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult, type QueueStanding } from "../dispatch/dispatch.js";
-import { validateParams } from "./job-schemas.js";
+import { checkImageRunsJobType, validateParams } from "./job-schemas.js";
 import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
 import { estimateHalala, JOB_TYPES, RATE_HALALA_PER_MINUTE, type JobType } from "../money/pricing.js";
@@ -15,7 +15,8 @@ import { freeOf, reservedMany, type Promised } from "../money/promised.js";
 import { lockReservations } from "../money/usage-billing.js";
 import { canonicalJson, hmacOfCanonical } from "../../shared/task-signature.js";
 import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
-import { templateById, templateGpuRequirements } from "./templates.js";
+import { templateById, templateGpuRequirements, templateRuns } from "./templates.js";
+import { daemonPolicy, minDaemonRank } from "../providers/versions.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
 
 export const SUBMIT_LIMITS = {
@@ -158,19 +159,21 @@ export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number
   const rawType = input.jobType?.trim() || template?.jobType;
   if (!rawType) throw badRequest("missing required fields: job_type");
   const jobType = checkEnum(rawType, JOB_TYPES, "job_type") as JobType;
-  if (template && template.jobType !== jobType) throw badRequest(`job_type must be ${template.jobType} for template ${template.id}`);
+  if (template && !templateRuns(template, jobType)) throw badRequest(`job_type must be ${template.jobType} for template ${template.id}`);
 
   const L = SUBMIT_LIMITS;
   const durationMinutes = checkRange(input.durationMinutes ?? L.durationMinutes.default, L.durationMinutes.min, L.durationMinutes.max, "duration_minutes");
   const maxDurationSeconds = checkRange(input.maxDurationSeconds ?? L.maxDurationSeconds.default, L.maxDurationSeconds.min, L.maxDurationSeconds.max, "max_duration_seconds", true);
   const priority = checkRange(input.priority ?? L.priority.default, L.priority.min, L.priority.max, "priority", true);
   const requestedProvider = input.providerId === undefined ? null : checkRange(input.providerId, 1, Number.MAX_SAFE_INTEGER, "provider_id", true);
-  const givenContainer = input.containerSpec ?? (template ? { image: template.image } : undefined);
+  // A template's job runs in its job type's default image, as an absent image does (templates.ts).
+  const givenContainer = input.containerSpec;
   // Absent inputs take the defaults of job-schemas.ts, so what the task spec says is what runs and is billed.
   const params = validateParams(jobType, input.params, { defaultImage: !namesImage(givenContainer) });
   let gpuRequirements = normalizeGpuRequirements(input.gpuRequirements);
   if (template) gpuRequirements = templateGpuRequirements(template, gpuRequirements);
   const containerSpec = await normalizeContainerSpec(db, jobType, givenContainer);
+  checkImageRunsJobType(jobType, containerSpec.image as string);
 
   const rate = RATE_HALALA_PER_MINUTE[jobType];
   const estimate = estimateHalala(rate, durationMinutes);
@@ -316,15 +319,24 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
 }
 
 /**
- * Why no provider can take a submit: the 503's message. Its hardware is judged first (as before
- * providers declared job types), then the job type: a provider that fits but whose daemon does
- * not run the type is named as such, and so is a fleet where none that fits runs it.
+ * Why no provider can take a submit: the 503's message. Providers that could run it but for a
+ * daemon below SVC_DAEMON_MIN_VERSION (given no jobs until it updates itself) are named first:
+ * that is the whole reason. Then its hardware (as before providers declared job types), then the
+ * job type: a provider that fits but whose daemon does not run the type is named as such, and so
+ * is a fleet where none that fits runs it.
  */
 function incapableWhy(intent: SubmitIntent, cap: Capacity): string {
   const pinned = intent.requestedProvider;
-  if (!cap.fitsHardware) {
+  if (cap.outdated) {
+    const min = `the minimum version ${daemonPolicy.minVersion} (SVC_DAEMON_MIN_VERSION)`;
     return pinned !== null
-      ? `provider ${pinned} is not available: it must be approved, online and meet gpu_requirements`
+      ? `provider ${pinned} is not available: its daemon is below ${min} and is given no jobs until it updates itself`
+      : `no providers available: the online providers that could run this job have a daemon below ${min}, and are given no jobs until it updates itself`;
+  }
+  if (!cap.fitsHardware) {
+    if (pinned !== null) return `provider ${pinned} is not available: it must be approved, online and meet gpu_requirements`;
+    return intent.gpuRequirements === null
+      ? "no providers available: no approved provider is online"
       : "no providers available: no approved, online provider matches this job's gpu_requirements";
   }
   return pinned !== null
@@ -385,6 +397,8 @@ export interface Capacity {
   fitsHardware: boolean;
   /** The job types the requested provider's daemon declared (null: none declared, or no provider requested). */
   declared: string[] | null;
+  /** Some provider (the requested one, if any) would be capable but for its daemon's version (read only when not `capable`). */
+  outdated: boolean;
 }
 
 /**
@@ -401,18 +415,27 @@ export async function capacityOf(tx: Tx, intents: SubmitIntent[]): Promise<Capac
 }
 
 /**
- * The capacity statement for `distinct` submits. The hardware-only check and the requested
- * provider's declared types are read only for a submit no provider can take (CASE evaluates
- * lazily): an accepted submit costs one EXISTS, as before job types were declared.
+ * The capacity statement for `distinct` submits. The hardware-only check, the requested
+ * provider's declared types and the outdated daemons are read only for a submit no provider can
+ * take (CASE evaluates lazily): an accepted submit costs one EXISTS, as before job types were declared.
  */
 export function capacitySql(tx: Db, distinct: Pick<SubmitIntent, "gpuRequirements" | "requestedProvider" | "jobType">[]) {
-  const candidates = tx`FROM providers p WHERE ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND (j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)`;
-  // OFFSET 0: `capable` is computed once per row, not copied into each of its three uses below.
-  return tx<{ ord: number; known: boolean; capable: boolean; fitsHardware: boolean; declared: string[] | null }[]>`
+  const mine = tx`(j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)`;
+  const candidates = tx`FROM providers p WHERE ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND ${mine}`;
+  // A daemon below the minimum whose provider's row as it would be with no version ranked (`p`)
+  // is live and fits by the very rules placement applies. The first line is providers_live_idx's
+  // predicate (migration 037), which liveSql implies: the scan reads that index, not the table.
+  const outdated = tx`
+    FROM providers q, jsonb_populate_record(NULL::providers, to_jsonb(q) - 'daemon_version_rank') p
+    WHERE q.approval_status = 'approved' AND q.status NOT IN ('suspended', 'offline') AND q.task_key_mismatch IS NULL
+      AND q.daemon_version_rank < ${minDaemonRank()} AND ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND ${jobTypeFitSql(tx)} AND ${mine}`;
+  // OFFSET 0: `capable` is computed once per row, not copied into each of its uses below.
+  return tx<{ ord: number; known: boolean; capable: boolean; fitsHardware: boolean; declared: string[] | null; outdated: boolean }[]>`
     SELECT j.ord, j.known, j.capable,
            CASE WHEN j.capable THEN true ELSE EXISTS (SELECT 1 ${candidates}) END AS "fitsHardware",
            CASE WHEN j.capable OR j.requested_provider_id IS NULL THEN NULL
-                ELSE (SELECT supported_job_types FROM providers WHERE id = j.requested_provider_id) END AS declared
+                ELSE (SELECT supported_job_types FROM providers WHERE id = j.requested_provider_id) END AS declared,
+           CASE WHEN j.capable THEN false ELSE EXISTS (SELECT 1 ${outdated}) END AS outdated
     FROM (
       SELECT j.*,
              (j.requested_provider_id IS NULL OR EXISTS (SELECT 1 FROM providers WHERE id = j.requested_provider_id)) AS known,

@@ -1,10 +1,12 @@
 // Compute templates: ready-made job setups, one per kind of work. A template's
 // params_schema IS the schema submit validates `params` with (job-schemas.ts),
-// and its resource_requirements become the job's gpu_requirements at submit.
+// its image is its job type's default image (the one the daemons' program for
+// the type runs in), and its resource_requirements become the job's
+// gpu_requirements at submit.
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import type { TemplateSchema } from "../../../gen/svc/v1/models_pb.js";
 import { notFound } from "../../errors.js";
-import { PARAMS_SCHEMAS } from "./job-schemas.js";
+import { DEFAULT_CONTAINERS, PARAMS_SCHEMAS } from "./job-schemas.js";
 import type { JobType } from "../money/pricing.js";
 
 export interface TemplateDef {
@@ -12,21 +14,19 @@ export interface TemplateDef {
   name: string;
   description: string;
   jobType: JobType;
-  image: string;
   tags: string[];
   sortOrder: number;
   minVramGb: number;
   gpuRequired: boolean;
 }
 
-/** The built-in set; every image is on the registry's built-in list. */
+/** The built-in set. */
 export const TEMPLATES: readonly TemplateDef[] = [
   {
     id: "llm-inference",
     name: "LLM inference",
     description: "Run a prompt through an open LLM (Llama 3.1, Mistral, Qwen 2.5, Gemma 2, ALLaM...) and get the completion.",
     jobType: "llm-inference",
-    image: "vllm/vllm-openai:v0.6.3",
     tags: ["llm", "text", "inference"],
     sortOrder: 10,
     minVramGb: 16,
@@ -37,7 +37,6 @@ export const TEMPLATES: readonly TemplateDef[] = [
     name: "Image generation",
     description: "Generate an image from a text prompt with Stable Diffusion XL, SDXL Turbo, SD 1.5 or FLUX.1 schnell.",
     jobType: "image_generation",
-    image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime",
     tags: ["image", "diffusion", "inference"],
     sortOrder: 20,
     minVramGb: 12,
@@ -48,7 +47,6 @@ export const TEMPLATES: readonly TemplateDef[] = [
     name: "vLLM serving",
     description: "A managed vLLM server with an OpenAI-compatible endpoint, billed per minute while it runs.",
     jobType: "vllm_serve",
-    image: "vllm/vllm-openai:v0.6.3",
     tags: ["llm", "serving", "openai"],
     sortOrder: 30,
     minVramGb: 16,
@@ -59,7 +57,6 @@ export const TEMPLATES: readonly TemplateDef[] = [
     name: "Fine-tuning (LoRA)",
     description: "Fine-tune an open model on your dataset with LoRA, QLoRA or full training.",
     jobType: "training",
-    image: "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime",
     tags: ["training", "llm", "lora"],
     sortOrder: 40,
     minVramGb: 24,
@@ -70,7 +67,6 @@ export const TEMPLATES: readonly TemplateDef[] = [
     name: "Blender rendering",
     description: "Render frames of a .blend scene with Cycles or Eevee on the GPU.",
     jobType: "rendering",
-    image: "linuxserver/blender:4.2.3",
     tags: ["rendering", "3d", "blender"],
     sortOrder: 50,
     minVramGb: 8,
@@ -81,7 +77,6 @@ export const TEMPLATES: readonly TemplateDef[] = [
     name: "GPU benchmark",
     description: "Measure a GPU: matrix multiply, memory bandwidth, LLM and image throughput.",
     jobType: "benchmark",
-    image: "nvidia/cuda:12.4.1-runtime-ubuntu22.04",
     tags: ["benchmark", "diagnostics"],
     sortOrder: 60,
     minVramGb: 4,
@@ -100,9 +95,13 @@ export function templateById(id: string): TemplateDef {
 /** Other spellings of a job type that templates name one way (job_type accepts both llm-inference and llm_inference). */
 const TEMPLATE_JOB_TYPE = new Map<string, JobType>([["llm_inference", "llm-inference"]]);
 
+/** Whether a job of type `jobType` (either spelling) is the kind of work template `t` sets up: the list's filter and submit's check. */
+export function templateRuns(t: TemplateDef, jobType: string): boolean {
+  return t.jobType === (TEMPLATE_JOB_TYPE.get(jobType) ?? jobType);
+}
+
 export function listTemplates(f: { tag?: string; jobType?: string } = {}): TemplateDef[] {
-  const jobType = f.jobType && (TEMPLATE_JOB_TYPE.get(f.jobType) ?? f.jobType);
-  return TEMPLATES.filter((t) => (!f.tag || t.tags.includes(f.tag)) && (!jobType || t.jobType === jobType)).sort(
+  return TEMPLATES.filter((t) => (!f.tag || t.tags.includes(f.tag)) && (!f.jobType || templateRuns(t, f.jobType))).sort(
     (a, b) => a.sortOrder - b.sortOrder,
   );
 }
@@ -126,7 +125,7 @@ export function templateMessage(t: TemplateDef): MessageInitShape<typeof Templat
     id: t.id,
     name: t.name,
     description: t.description,
-    image: t.image,
+    image: DEFAULT_CONTAINERS[t.jobType].image,
     tags: [...t.tags],
     sortOrder: t.sortOrder,
     paramsSchema: PARAMS_SCHEMAS[t.jobType] as JsonObject,
