@@ -1,7 +1,9 @@
 // Delivers renter webhooks from the outbox: signed, retried with exponential
 // backoff, never on a request's path. Woken by NOTIFY when a transaction
-// queues one, and polling for retries that fall due; several processes can
-// run it at once (claims use FOR UPDATE SKIP LOCKED).
+// queues one, by a delivery ending, and polling for retries that fall due;
+// several processes can run it at once (claims use FOR UPDATE SKIP LOCKED).
+// Deliveries run side by side in a pool that claims as its slots free, with a
+// few at most per renter: a renter's slow receiver delays only its own.
 import http from "node:http";
 import https from "node:https";
 import type { Sql } from "../db/index.js";
@@ -35,7 +37,10 @@ export interface WebhookWorkerOptions {
   maxDelayMs?: number;
   maxAttempts?: number;
   timeoutMs?: number;
-  batch?: number;
+  /** Deliveries in flight at once in this process. */
+  concurrency?: number;
+  /** Deliveries to one renter in flight at once (claimDue). */
+  perRenter?: number;
   /** Told of each failed delivery (metrics); `final` when it was given up. */
   onFailure?: (final: boolean) => void;
 }
@@ -64,7 +69,8 @@ interface Outcome {
  * exchange up to the status line (a socket's idle timeout alone is reset by every byte, so a
  * receiver trickling its headers held the delivery, and the batch behind it, for ever), and the
  * connection is closed once the status is known (the body is not read: an endless one kept it open).
- * `signal` (the worker stopping) ends it at once.
+ * `signal` (the worker stopping) ends it at once; each delivery has its own, so a full pool puts no
+ * more than one listener on any signal.
  */
 const STOPPED: Outcome = { ok: false, status: null, error: "the worker stopped before an answer", permanent: false, stopped: true };
 
@@ -117,17 +123,19 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
   const max = opts.maxDelayMs ?? 3_600_000;
   const maxAttempts = opts.maxAttempts ?? 10;
   const timeoutMs = opts.timeoutMs ?? 10_000;
-  const batch = opts.batch ?? 20;
+  const concurrency = opts.concurrency ?? 20;
+  const perRenter = opts.perRenter ?? 4;
   let timer: NodeJS.Timeout | undefined;
   let unlisten: (() => Promise<void>) | undefined;
   let running: Promise<void> | undefined;
   let again = false;
   let stopped = false;
-  // Aborted by stop(): deliveries in flight end at once (their rows are retried later, as after a failure).
-  let stopping = new AbortController();
+  let orphansCheckedAt = 0;
+  // The deliveries in flight, each with its own abort: stop() aborts them (their rows are handed back untried).
+  const inFlight = new Map<Promise<void>, AbortController>();
 
-  async function deliver(row: OutboxRow) {
-    const out = await post(row, opts.production, timeoutMs, stopping.signal);
+  async function deliver(row: OutboxRow, signal: AbortSignal) {
+    const out = await post(row, opts.production, timeoutMs, signal);
     if (out.ok) {
       await markDelivered(opts.sql, row.id, out.status!);
       return;
@@ -140,23 +148,44 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
     opts.onFailure?.(delay === null);
   }
 
-  async function drain() {
-    await releaseOrphanedClaims(opts.sql);
+  /** Starts a claimed delivery in a slot; when it ends, the slot is filled again. */
+  function launch(row: OutboxRow) {
+    const abort = new AbortController();
+    if (stopped) abort.abort(); // claimed while stopping: handed back untried
+    const done: Promise<void> = deliver(row, abort.signal)
+      .catch((err) => opts.log[failureLevel(err)]({ err, outboxId: row.id }, "webhook delivery bookkeeping failed"))
+      .finally(() => {
+        inFlight.delete(done);
+        void tick();
+      });
+    inFlight.set(done, abort);
+  }
+
+  async function fill() {
+    // A process gone frees its claims within a poll (not on every delivery's end).
+    if (Date.now() - orphansCheckedAt >= pollMs) {
+      orphansCheckedAt = Date.now();
+      await releaseOrphanedClaims(opts.sql);
+    }
     do {
       again = false;
-      const rows = await claimDue(opts.sql, batch);
-      await Promise.all(rows.map((r) => deliver(r).catch((err) => opts.log[failureLevel(err)]({ err, outboxId: r.id }, "webhook delivery bookkeeping failed"))));
-      if (rows.length === batch) again = true;
+      while (!stopped && inFlight.size < concurrency) {
+        const free = concurrency - inFlight.size;
+        const rows = await claimDue(opts.sql, free, perRenter);
+        for (const row of rows) launch(row);
+        if (rows.length < free) break;
+      }
     } while (again && !stopped);
   }
 
+  /** Claims due deliveries into the free slots; resolves once they are started, not delivered. */
   function tick(): Promise<void> {
     if (stopped) return Promise.resolve();
     if (running) {
       again = true;
       return running;
     }
-    running = drain()
+    running = fill()
       .catch((err) => opts.log[failureLevel(err)]({ err }, "webhook outbox pass failed"))
       .finally(() => {
         running = undefined;
@@ -168,7 +197,6 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
     tick,
     async start() {
       stopped = false;
-      stopping = new AbortController();
       const sub = await opts.sql.listen(WEBHOOK_NOTIFY_CHANNEL, () => void tick());
       unlisten = sub.unlisten;
       timer = setInterval(() => void tick(), pollMs);
@@ -177,10 +205,11 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
     },
     async stop() {
       stopped = true;
-      stopping.abort();
+      for (const abort of inFlight.values()) abort.abort();
       if (timer) clearInterval(timer);
       await unlisten?.().catch(() => {});
       await running;
+      await Promise.all(inFlight.keys());
     },
   };
 }

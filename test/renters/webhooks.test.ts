@@ -1,7 +1,8 @@
 // Renter webhooks from the transactional outbox: queued only when the
 // transaction commits, delivered signed (HMAC over "<timestamp>.<body>"),
-// retried with backoff, given up after the last attempt, and never sent to
-// private addresses in production.
+// retried with backoff, given up after the last attempt, never sent to
+// private addresses in production, and several at a time, a renter's slow
+// receiver holding up only its own renter's deliveries.
 import crypto from "node:crypto";
 import http from "node:http";
 import net, { type AddressInfo } from "node:net";
@@ -10,7 +11,7 @@ import { connect, PROCESS_TAG, type Sql } from "../../src/db/index.js";
 import { migrate } from "../../src/db/migrate.js";
 import { createLogger } from "../../src/log.js";
 import { registerRenter, updateRenter } from "../../src/domain/accounts/renters.js";
-import { enqueueRenterWebhook, webhookSignature, SIGNATURE_TOLERANCE_SECONDS, WEBHOOK_REMOVED } from "../../src/domain/notify/webhooks.js";
+import { claimDue, enqueueRenterWebhook, webhookSignature, SIGNATURE_TOLERANCE_SECONDS, WEBHOOK_REMOVED } from "../../src/domain/notify/webhooks.js";
 import { isPrivateAddress, publicOnlyLookup } from "../../src/domain/shared/address.js";
 import { retryDelayMs, webhookOutboxWorker } from "../../src/workers/webhook-outbox.js";
 import { freshDatabase, startTestServer } from "../helpers/server.js";
@@ -126,18 +127,16 @@ describe("outbox delivery", () => {
     const rx = receiver([500, 503]);
     const url = await rx.listen();
     const r = await renterWithHook(url);
-    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, baseDelayMs: 150, maxDelayMs: 1000 });
+    // Retries a second apart: the state between them is read before the next one, on a loaded machine too.
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, baseDelayMs: 1000, maxDelayMs: 1000 });
     await worker.start();
+    const settled = { timeout: 10_000, interval: 20 };
     try {
       await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.failed", { job_id: "job-2" }));
       await rx.waitFor(1);
-      await new Promise((res) => setTimeout(res, 50));
-      const [afterFirst] = await outbox(r.id);
-      expect(afterFirst).toMatchObject({ status: "pending", attempts: 1, last_status: 500, last_error: "HTTP 500" });
+      await expect.poll(async () => (await outbox(r.id))[0], settled).toMatchObject({ status: "pending", attempts: 1, last_status: 500, last_error: "HTTP 500" });
       await rx.waitFor(3);
-      await new Promise((res) => setTimeout(res, 100));
-      const [done] = await outbox(r.id);
-      expect(done).toMatchObject({ status: "delivered", attempts: 3, last_status: 200 });
+      await expect.poll(async () => (await outbox(r.id))[0], settled).toMatchObject({ status: "delivered", attempts: 3, last_status: 200 });
       expect(new Set(rx.hits.map((h) => h.body)).size).toBe(1);
     } finally {
       await worker.stop();
@@ -152,7 +151,8 @@ describe("outbox delivery", () => {
     const newUrl = await newRx.listen();
     const moved = await renterWithHook(oldUrl);
     const removed = await renterWithHook(oldUrl);
-    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, baseDelayMs: 300, maxDelayMs: 300 });
+    // The retry waits long enough for the changes below to commit first, on a loaded machine too.
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, baseDelayMs: 1500, maxDelayMs: 1500 });
     await worker.start();
     try {
       await sql.begin((tx) => enqueueRenterWebhook(tx, moved.id, "job.completed", { job_id: "job-moved" }));
@@ -257,6 +257,115 @@ describe("outbox delivery", () => {
       hang.closeAllConnections();
       await new Promise<void>((r) => hang.close(() => r()));
     }
+  });
+
+  it("a receiver that never answers, with a backlog, delays only its own renter: other renters' deliveries go out at once", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    let held = 0;
+    let mostHeld = 0;
+    const hang = http.createServer(() => {
+      mostHeld = Math.max(mostHeld, ++held);
+    }); // accepts, never answers
+    hang.on("connection", (s) => s.on("close", () => held--));
+    await new Promise<void>((r) => hang.listen(0, "127.0.0.1", r));
+    const rx = receiver();
+    const slow = await renterWithHook(`http://127.0.0.1:${(hang.address() as AddressInfo).port}/`);
+    const fast = await renterWithHook(await rx.listen());
+    // Many ended jobs (queued ones cancelled cost nothing): more than the whole pool of deliveries.
+    await sql.begin(async (tx) => {
+      for (let i = 0; i < 100; i++) await enqueueRenterWebhook(tx, slow.id, "job.cancelled", { job_id: `job-slow-${i}` });
+    });
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, timeoutMs: 1000 });
+    await worker.start();
+    try {
+      await expect.poll(() => held, { timeout: 5_000 }).toBeGreaterThan(0);
+      const t0 = Date.now();
+      await sql.begin((tx) => enqueueRenterWebhook(tx, fast.id, "job.completed", { job_id: "job-fast" }));
+      await rx.waitFor(1, 15_000);
+      const waited = Date.now() - t0;
+      // Sooner than one try at the hanging receiver times out: it waited behind none of them.
+      expect(waited, `the other renter's webhook waited ${waited} ms behind the hanging receiver's backlog`).toBeLessThan(1000);
+      await expect.poll(async () => (await outbox(fast.id))[0], { timeout: 5_000 }).toMatchObject({ status: "delivered", attempts: 1 });
+      // The hanging receiver's tries time out a few at a time, never the whole pool, and go on being tried.
+      await expect.poll(async () => (await sql`SELECT count(*)::int AS n FROM webhook_outbox WHERE renter_id = ${slow.id} AND last_error IS NOT NULL`)[0].n, { timeout: 5_000 }).toBeGreaterThan(4);
+      expect(mostHeld).toBeLessThanOrEqual(4);
+      expect(rx.hits).toHaveLength(1);
+    } finally {
+      await worker.stop();
+      process.off("warning", onWarning);
+      await rx.close();
+      hang.closeAllConnections();
+      await new Promise<void>((r) => hang.close(() => r()));
+      await sql`DELETE FROM webhook_outbox WHERE renter_id = ${slow.id}`; // the backlog is for no later test's worker
+    }
+    expect(warnings).not.toContain("MaxListenersExceededWarning");
+  });
+
+  it("claims no more of a renter's deliveries than perRenter in flight, counting those other processes claimed", async () => {
+    const busy = await renterWithHook("http://127.0.0.1:9/busy");
+    const other = await renterWithHook("http://127.0.0.1:9/other");
+    await sql.begin(async (tx) => {
+      for (let i = 0; i < 6; i++) await enqueueRenterWebhook(tx, busy.id, "job.cancelled", { n: i });
+      await enqueueRenterWebhook(tx, other.id, "job.completed", {});
+    });
+    // Another process has three of the busy renter's deliveries in flight.
+    await sql`UPDATE webhook_outbox SET claimed_by = 'svc:another', next_attempt_at = now() + interval '60 seconds', attempts = 1
+              WHERE id IN (SELECT id FROM webhook_outbox WHERE renter_id = ${busy.id} ORDER BY id LIMIT 3)`;
+    // (Earlier tests' renters may have deliveries due too: only these two renters' are looked at.)
+    const mine = (rows: { renter_id: number }[]) => rows.map((r) => r.renter_id).filter((id) => id === busy.id || id === other.id);
+    expect(mine(await claimDue(sql, 1000, 4)).sort()).toEqual([busy.id, other.id].sort());
+    expect(mine(await claimDue(sql, 1000, 4))).toEqual([]);
+    const inFlight = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM webhook_outbox WHERE renter_id = ${busy.id} AND claimed_by IS NOT NULL`;
+    expect(inFlight[0].n).toBe(4);
+    await sql`DELETE FROM webhook_outbox WHERE renter_id IN (${busy.id}, ${other.id})`;
+  });
+
+  it("delivers many renters' notifications concurrently, each once, with no listener warning", async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    let open = 0;
+    let mostOpen = 0;
+    const hits: string[] = [];
+    // Answers each delivery after 300 ms: deliveries in a row would take 30 × 300 ms.
+    const paced = http.createServer((req, res) => {
+      mostOpen = Math.max(mostOpen, ++open);
+      let body = "";
+      req.on("data", (c) => (body += c));
+      req.on("end", () =>
+        setTimeout(() => {
+          open--;
+          hits.push(JSON.parse(body).data.job_id);
+          res.writeHead(200).end();
+        }, 300),
+      );
+    });
+    await new Promise<void>((r) => paced.listen(0, "127.0.0.1", r));
+    const url = `http://127.0.0.1:${(paced.address() as AddressInfo).port}/hook`;
+    const renters = await Promise.all(Array.from({ length: 15 }, () => renterWithHook(url)));
+    await sql.begin(async (tx) => {
+      for (const r of renters) for (const n of [1, 2]) await enqueueRenterWebhook(tx, r.id, "job.completed", { job_id: `job-${r.id}-${n}` });
+    });
+    const worker = webhookOutboxWorker({ sql, log, production: false, pollMs: 50 });
+    const t0 = Date.now();
+    await worker.start();
+    try {
+      await expect.poll(() => hits.length, { timeout: 10_000 }).toBe(30);
+      expect(Date.now() - t0).toBeLessThan(3_000);
+      expect(mostOpen).toBeGreaterThan(10);
+      expect(mostOpen).toBeLessThanOrEqual(20);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(new Set(hits).size).toBe(30);
+      expect(hits).toHaveLength(30);
+    } finally {
+      await worker.stop();
+      process.off("warning", onWarning);
+      paced.closeAllConnections();
+      await new Promise<void>((r) => paced.close(() => r()));
+    }
+    expect(warnings).not.toContain("MaxListenersExceededWarning");
   });
 
   it("a receiver trickling its headers is cut off at the time limit: it holds up neither another renter's delivery nor a stop", async () => {

@@ -95,20 +95,34 @@ const CLAIM_SECONDS = 60;
 export const WEBHOOK_REMOVED = "the renter removed its webhook";
 
 /**
- * Claims up to `limit` due deliveries: each is pushed out of reach of other
- * processes for CLAIM_SECONDS, marked with the claiming process's connection
- * name (releaseOrphanedClaims frees it sooner when that process is gone).
- * Each goes to the renter's webhook as it is now, URL and secret together (a
- * retry follows a change of URL, and an address the renter dropped, or that
- * was dropped for it, gets nothing more); one whose renter has none is dead.
+ * Claims up to `limit` due deliveries, oldest first, leaving out a renter's
+ * once `perRenter` of its deliveries are claimed (in flight, in any process):
+ * a renter whose receiver is slow or never answers holds only its own share.
+ * Each is pushed out of reach of other processes for CLAIM_SECONDS, marked
+ * with the claiming process's connection name (releaseOrphanedClaims frees it
+ * sooner when that process is gone). Each goes to the renter's webhook as it
+ * is now, URL and secret together (a retry follows a change of URL, and an
+ * address the renter dropped, or that was dropped for it, gets nothing more);
+ * one whose renter has none is dead. The row locked is checked to be due
+ * still (another process may have claimed it since it was ranked). Two
+ * processes claiming at the same moment do not see each other's claims: a
+ * renter may then have up to `perRenter` in flight in each.
  */
-export async function claimDue(db: Db, limit: number): Promise<OutboxRow[]> {
+export async function claimDue(db: Db, limit: number, perRenter: number): Promise<OutboxRow[]> {
   const rows = await db<(OutboxRow & { status: string })[]>`
-    WITH due AS (
+    WITH claimed AS (
+      SELECT renter_id, count(*) AS n FROM webhook_outbox
+      WHERE status = 'pending' AND claimed_by IS NOT NULL AND next_attempt_at > now()
+      GROUP BY renter_id
+    ), ranked AS (
+      SELECT o.id, o.next_attempt_at,
+             coalesce(c.n, 0) + row_number() OVER (PARTITION BY o.renter_id ORDER BY o.next_attempt_at, o.id) AS place
+      FROM webhook_outbox o LEFT JOIN claimed c ON c.renter_id = o.renter_id
+      WHERE o.status = 'pending' AND o.next_attempt_at <= now()
+    ), due AS (
       SELECT id FROM webhook_outbox
-      WHERE status = 'pending' AND next_attempt_at <= now()
-      ORDER BY next_attempt_at
-      LIMIT ${limit}
+      WHERE id IN (SELECT id FROM ranked WHERE place <= ${perRenter} ORDER BY next_attempt_at, id LIMIT ${limit})
+        AND status = 'pending' AND next_attempt_at <= now()
       FOR UPDATE SKIP LOCKED
     )
     UPDATE webhook_outbox o
