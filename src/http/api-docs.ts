@@ -26,7 +26,7 @@ export const DOCS_CSP = [
   "frame-ancestors 'none'",
 ].join("; ");
 
-/** The package's version: the document's info.version. */
+/** The package's version: the document's info.x-package-version (info.version is the interface's). */
 export function packageVersion(): string {
   return JSON.parse(fs.readFileSync(new URL("../../package.json", import.meta.url), "utf8")).version as string;
 }
@@ -110,7 +110,7 @@ export function createApiDocsHandler(services: readonly DescService[], limits?: 
       return true;
     }
     if (p === "/api/openapi.json") {
-      doc ??= asset(JSON.stringify(buildOpenApi([...services], { version: packageVersion() })), "application/json; charset=utf-8");
+      doc ??= asset(JSON.stringify(buildOpenApi([...services], { packageVersion: packageVersion() })), "application/json; charset=utf-8");
       send(req, res, doc, {});
       return true;
     }

@@ -1,14 +1,19 @@
 // The OpenAPI 3.1 document of the /api routes, generated from the proto: the
 // route options give each operation (method, path, success status, roles,
-// rate-limit row, body limit) and the messages give the schemas, written the
-// way the transcoder writes JSON (json.ts): proto field names, 64-bit
-// integers as numbers, enums by name, documented nulls, inlined members, the
-// status-code field left out, server streams as text/event-stream. Nothing
-// here is declared a second time: change the proto and the document follows.
+// rate-limit row, body limit, a description) and the messages give the
+// schemas, written the way the transcoder writes JSON (json.ts): proto field
+// names, 64-bit integers as numbers, enums by name, documented nulls, inlined
+// members, the status-code field left out, server streams as
+// text/event-stream; the field options give the required request members and
+// the values a member is limited to. Nothing here is declared a second time:
+// change the proto and the document follows.
 import { getOption, ScalarType, type DescField, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { RawBodySchema, Role, route } from "../../gen/svc/v1/options_pb.js";
+import { allowed, RawBodySchema, required as requiredMember, Role, route } from "../../gen/svc/v1/options_pb.js";
 import { bodyLimitBytesOf } from "./body.js";
 import { fieldOptionsOf } from "./json.js";
+
+/** The version of the interface the document describes (the service interface spec's), not the package's. */
+export const INTERFACE_VERSION = "5.0.0";
 
 type Schema = Record<string, unknown>;
 export type OpenApiDocument = Record<string, unknown> & {
@@ -19,6 +24,7 @@ export interface Operation {
   operationId: string;
   tags: string[];
   summary: string;
+  description?: string;
   security: Record<string, string[]>[];
   parameters?: Schema[];
   requestBody?: Schema;
@@ -28,17 +34,34 @@ export interface Operation {
   "x-body-limit-bytes": number;
 }
 
-/** The documented ways of sending each role's credential (src/http/credentials.ts). */
+/** The documented ways of sending each role's credential in a header or the query (src/http/credentials.ts). */
 export const SECURITY_OF_ROLE: Record<number, Record<string, string[]>[]> = {
-  [Role.RENTER]: [{ renterKey: [] }, { bearer: [] }],
-  [Role.PROVIDER]: [{ providerKey: [] }, { bearer: [] }],
+  [Role.RENTER]: [{ renterKey: [] }, { renterKeyQuery: [] }, { bearer: [] }],
+  [Role.PROVIDER]: [{ providerKey: [] }, { providerKeyQuery: [] }, { bearer: [] }],
   [Role.ADMIN]: [{ adminToken: [] }, { bearer: [] }],
 };
 
-/** The security requirements of a route's roles: none for public routes, else any one credential of any allowed role. */
-export function securityOf(method: DescMethod): Record<string, string[]>[] {
+/** The path parameters and body members the transcoder also reads a key from (credentials.ts KEY_FIELDS). */
+const KEY_MEMBERS = ["api_key", "key"];
+
+const pathKeyOf = (template: string) => pathParams(template).find((p) => KEY_MEMBERS.includes(p));
+const hasJsonBody = (method: DescMethod, httpMethod: string) =>
+  httpMethod !== "GET" && httpMethod !== "DELETE" && !method.input.fields.some((f) => fieldOptionsOf(f).rawBody);
+
+/** A provider route with a JSON body takes the key as body `api_key` or `key`, as the daemons send it. */
+function takesBodyKey(method: DescMethod, httpMethod: string): boolean {
   const roles = getOption(method, route).roles;
-  if (roles.length === 0 || roles.includes(Role.PUBLIC)) return [];
+  return roles.includes(Role.PROVIDER) && !roles.includes(Role.PUBLIC) && hasJsonBody(method, httpMethod);
+}
+
+/**
+ * The security requirements of one binding of a route: none for public routes, nor for those whose
+ * path carries the key (that parameter is the credential); else any one credential of any allowed
+ * role, or, on a provider route with a JSON body, none beyond the key in the body (the empty requirement).
+ */
+export function securityOf(method: DescMethod, httpMethod: string, template: string): Record<string, string[]>[] {
+  const roles = getOption(method, route).roles;
+  if (roles.length === 0 || roles.includes(Role.PUBLIC) || pathKeyOf(template)) return [];
   const out: Record<string, string[]>[] = [];
   const seen = new Set<string>();
   for (const r of roles) {
@@ -48,6 +71,7 @@ export function securityOf(method: DescMethod): Record<string, string[]>[] {
       seen.add(k);
     }
   }
+  if (takesBodyKey(method, httpMethod)) out.push({});
   return out;
 }
 
@@ -100,8 +124,10 @@ class Builder {
   /** A field's value as JSON, whatever its presence. */
   valueSchema(field: DescField): Schema {
     switch (field.fieldKind) {
-      case "scalar":
-        return scalarSchema(field.scalar);
+      case "scalar": {
+        const values = getOption(field, allowed);
+        return values.length ? { type: "string", enum: values } : scalarSchema(field.scalar);
+      }
       case "enum":
         return { type: "string", enum: field.enum.values.map((v) => v.name) };
       case "message":
@@ -152,10 +178,10 @@ class Builder {
     return { type: "object", properties, ...(required.length ? { required: [...new Set(required)] } : {}), additionalProperties: open };
   }
 
-  /** The schema of one request field as a client sends it (fromJson: null means "not given"). */
-  inputSchema(field: DescField): Schema {
+  /** The schema of one request field as a client sends it (fromJson: null means "not given", which a required one may not be). */
+  inputSchema(field: DescField, required: boolean): Schema {
     const s = this.valueSchema(field);
-    return { anyOf: [s, { type: "null" }] };
+    return required ? s : { anyOf: [s, { type: "null" }] };
   }
 }
 
@@ -165,41 +191,61 @@ function pathParams(template: string): string[] {
 
 const ROLE_NAMES: Record<number, string> = { [Role.PUBLIC]: "public", [Role.PROVIDER]: "provider", [Role.RENTER]: "renter", [Role.ADMIN]: "admin" };
 
+/** The roles whose API key a route takes, in words ("provider", "renter or provider"). */
+const roleWords = (roles: Role[]) => roles.filter((r) => r === Role.RENTER || r === Role.PROVIDER).map((r) => ROLE_NAMES[r]).join(" or ");
+
+const BODY_KEY: Record<string, Schema> = {
+  api_key: {
+    type: "string",
+    description: "The provider API key (svc-provider-...), as the daemons send it: the credential when no header or query `key` carries one.",
+  },
+  key: { type: "string", description: "The provider API key, as `api_key` (the name the interface gives it on pause, resume and preferences)." },
+};
+
 function operation(b: Builder, service: DescService, method: DescMethod, httpMethod: string, template: string, idSuffix: string): Operation {
   const opts = getOption(method, route);
   const status = opts.status || 200;
   const params = pathParams(template);
   const input = method.input;
+  // What the server refuses a request without (requireMembers, src/domain/shared/validate.ts).
+  const required = new Set(input.fields.filter((f) => getOption(f, requiredMember)));
   const parameters: Schema[] = [];
   const bodyProps: Record<string, Schema> = {};
+  const bodyRequired: string[] = [];
   let wholeBody = false;
   let rawBody = false;
   for (const f of input.fields) {
     const o = fieldOptionsOf(f);
     if (params.includes(f.name)) {
-      parameters.push({ name: f.name, in: "path", required: true, schema: b.valueSchema(f) });
+      const credential = f.name === pathKeyOf(template) ? { description: `The ${roleWords(opts.roles)} API key: this route's credential.` } : {};
+      parameters.push({ name: f.name, in: "path", required: true, ...credential, schema: b.valueSchema(f) });
     } else if (o.fromHeader) {
       parameters.push({ name: o.fromHeader, in: "header", required: false, schema: { type: "string" } });
     } else if (o.rawBody) {
       rawBody = true;
     } else if (o.wholeBody) {
-      wholeBody = true;
+      wholeBody = true; // the other members are documented still: the domain reads them from this object, leniently
     } else if (httpMethod === "GET" || httpMethod === "DELETE") {
       const queryable = f.fieldKind === "scalar" || f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind !== "message");
       if (queryable) {
-        parameters.push({ name: f.name, in: "query", required: false, schema: b.valueSchema(f), ...(f.fieldKind === "list" ? { explode: true } : {}) });
+        parameters.push({ name: f.name, in: "query", required: required.has(f), schema: b.valueSchema(f), ...(f.fieldKind === "list" ? { explode: true } : {}) });
       }
     } else {
-      bodyProps[f.name] = b.inputSchema(f);
+      bodyProps[f.name] = b.inputSchema(f, required.has(f));
+      if (required.has(f)) bodyRequired.push(f.name);
     }
   }
+  if (takesBodyKey(method, httpMethod)) for (const [k, s] of Object.entries(BODY_KEY)) bodyProps[k] ??= s;
   const bodyLimit = bodyLimitBytesOf(method);
   let requestBody: Schema | undefined;
   if (httpMethod !== "GET" && httpMethod !== "DELETE") {
-    const schema: Schema = rawBody || wholeBody ? { type: "object", additionalProperties: true } : { type: "object", properties: bodyProps, additionalProperties: true };
+    const schema: Schema = rawBody
+      ? { type: "object", additionalProperties: true }
+      : { type: "object", properties: bodyProps, ...(bodyRequired.length ? { required: bodyRequired } : {}), additionalProperties: true };
+    const read = rawBody ? "; read as raw bytes (signed)" : wholeBody ? "; read as a whole, leniently" : "";
     requestBody = {
-      required: false,
-      description: `JSON object of at most ${bodyLimit} bytes; unknown members are ignored${rawBody ? "; read as raw bytes (signed)" : ""}.`,
+      required: bodyRequired.length > 0,
+      description: `JSON object of at most ${bodyLimit} bytes; unknown members are ignored${read}.`,
       content: { "application/json": { schema } },
     };
   }
@@ -227,7 +273,8 @@ function operation(b: Builder, service: DescService, method: DescMethod, httpMet
     operationId: `${service.name}_${method.name}${idSuffix}`,
     tags: [service.name],
     summary: method.name.replace(/([a-z])([A-Z])/g, "$1 $2"),
-    security: securityOf(method),
+    ...(opts.description ? { description: opts.description } : {}),
+    security: securityOf(method, httpMethod, template),
     ...(parameters.length ? { parameters } : {}),
     ...(requestBody ? { requestBody } : {}),
     responses,
@@ -238,7 +285,8 @@ function operation(b: Builder, service: DescService, method: DescMethod, httpMet
 }
 
 export interface OpenApiOptions {
-  version: string;
+  /** The server package's version, given as info.x-package-version. */
+  packageVersion?: string;
   serverUrl?: string;
 }
 
@@ -263,11 +311,15 @@ export function buildOpenApi(services: DescService[], opts: OpenApiOptions): Ope
     openapi: "3.1.0",
     info: {
       title: "svc GPU compute marketplace",
-      version: opts.version,
+      version: INTERFACE_VERSION,
+      ...(opts.packageVersion ? { "x-package-version": opts.packageVersion } : {}),
       description:
         "The JSON-over-HTTP `/api` routes, generated from the proto (`proto/svc/v1`). The same RPCs are served as gRPC and Connect " +
         "on the same port. Amounts are integer halala (1 SAR = 100). 64-bit integers are JSON numbers. A failure answers " +
-        "`{\"error\": \"...\"}` with its status; 429 and 503 may carry `Retry-After`.",
+        "`{\"error\": \"...\"}` with its status; 429 and 503 may carry `Retry-After`. A renter or provider key goes in its header " +
+        "or the `key` query parameter; provider routes with a JSON body also take it as the body's `api_key` (or `key`), as the " +
+        "daemons send it (the empty security requirement), and the routes with `{api_key}` in their path take it there. " +
+        "`info.version` is the interface's version, `x-package-version` the server's.",
     },
     servers: [{ url: opts.serverUrl ?? "/" }],
     paths: sortedPaths,
@@ -275,11 +327,18 @@ export function buildOpenApi(services: DescService[], opts: OpenApiOptions): Ope
       schemas,
       securitySchemes: {
         renterKey: { type: "apiKey", in: "header", name: "x-renter-key", description: "A renter API key (svc-renter-...)." },
-        providerKey: {
+        renterKeyQuery: {
           type: "apiKey",
-          in: "header",
-          name: "x-provider-key",
-          description: "A provider API key (svc-provider-...). The legacy daemon protocol also sends it as `api_key` or `key` in the body, query or path.",
+          in: "query",
+          name: "key",
+          description: "A renter API key (svc-renter-...) in the query (`api_key` is read too); the header keeps it out of URLs and the logs that keep them.",
+        },
+        providerKey: { type: "apiKey", in: "header", name: "x-provider-key", description: "A provider API key (svc-provider-...)." },
+        providerKeyQuery: {
+          type: "apiKey",
+          in: "query",
+          name: "key",
+          description: "A provider API key (svc-provider-...) in the query (`api_key` is read too), as the daemons and installers send it.",
         },
         adminToken: { type: "apiKey", in: "header", name: "x-admin-token", description: "The admin token (SVC_ADMIN_TOKEN)." },
         bearer: { type: "http", scheme: "bearer", description: "`Authorization: Bearer` with any of the above." },

@@ -11,7 +11,7 @@ export const OPENAPI_FILE = "docs/openapi.json";
 
 /** The file's text: the document, two-space indented, newline-terminated. */
 export function openApiText(): string {
-  return `${JSON.stringify(buildOpenApi([...SERVED_SERVICES], { version: packageVersion() }), null, 2)}\n`;
+  return `${JSON.stringify(buildOpenApi([...SERVED_SERVICES], { packageVersion: packageVersion() }), null, 2)}\n`;
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(new URL(import.meta.url).pathname)) {

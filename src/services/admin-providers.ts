@@ -1,14 +1,14 @@
 // AdminService, the provider part: listing, approval decisions, preload
 // requests and the daemon event log. The rest of AdminService is admin.ts.
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { AdminService } from "../../gen/svc/v1/admin_pb.js";
+import { AdminRejectProviderRequestSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
 import { decideProvider, requestPreload, type AdminActor, type ApprovalAction } from "../domain/providers/approval.js";
 import { daemonEventMessage, listDaemonEvents } from "../domain/providers/daemon-events.js";
 import { afterJobsTakenOff, lockJobsOfProvider, takeJobsOffProvider } from "../domain/dispatch/dispatch.js";
 import { failureLevel } from "../errors.js";
 import { listProviders, providerById, providerMessage } from "../domain/providers/providers.js";
 import { checkId } from "../domain/admin/admin.js";
-import { page } from "../domain/shared/validate.js";
+import { page, requireMembers } from "../domain/shared/validate.js";
 import { auditActor, type Deps } from "./deps.js";
 
 const REQUEUE_REASON: Partial<Record<ApprovalAction, string>> = {
@@ -65,7 +65,10 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
     },
 
     approveProvider: (req, ctx) => decide(req.id, "approve", req.reason, ctx),
-    rejectProvider: (req, ctx) => decide(req.id, "reject", req.reason, ctx),
+    rejectProvider: (req, ctx) => {
+      requireMembers(AdminRejectProviderRequestSchema, req);
+      return decide(req.id, "reject", req.reason, ctx);
+    },
     suspendProvider: (req, ctx) => decide(req.id, "suspend", req.reason, ctx),
     unsuspendProvider: (req, ctx) => decide(req.id, "unsuspend", req.reason, ctx),
 

@@ -4,7 +4,7 @@
 import crypto from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { AdminRenterResponseSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
+import { AdjustBalanceRequestSchema, AdminRenterResponseSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
 import type { Db } from "../db/index.js";
 import { adjustRenterBalance, checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
 import { recordAudit } from "../domain/shared/audit.js";
@@ -16,7 +16,7 @@ import { jobMessage } from "../domain/jobs/jobs.js";
 import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/money/payments.js";
 import { DEFAULT_QUOTA } from "../domain/money/quota.js";
 import { renterById, renterMessage, renterMessages, renterQuota, type RenterRow } from "../domain/accounts/renters.js";
-import { checkEnum, optionalText, page, REASON_MAX_CHARS, requireFields } from "../domain/shared/validate.js";
+import { checkEnum, optionalText, page, REASON_MAX_CHARS, requireFields, requireMembers } from "../domain/shared/validate.js";
 import { badRequest } from "../errors.js";
 import { auditActor, type Deps } from "./deps.js";
 
@@ -102,8 +102,8 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       if (amount === 0 || !Number.isSafeInteger(amount) || Math.abs(amount) > 1_000_000_000_000) {
         throw badRequest("amount_halala must be a non-zero integer (positive credits, negative debits)");
       }
-      const reason = optionalText(req.reason, REASON_MAX_CHARS, "reason");
-      if (!reason) throw badRequest("missing required fields: reason");
+      requireMembers(AdjustBalanceRequestSchema, req);
+      const reason = optionalText(req.reason, REASON_MAX_CHARS, "reason")!;
       const { actor, ip } = auditActor(ctx);
       return idempotent(sql, AdminRenterResponseSchema, `admin-adjust:${renterId}`, req.idempotencyKey, { amount, reason }, async (tx) => {
         const renter = await renterById(tx, renterId);

@@ -5,11 +5,12 @@ import fs from "node:fs/promises";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { RawBodySchema } from "../../gen/svc/v1/options_pb.js";
-import { ProviderDownloadService } from "../../gen/svc/v1/providers_pb.js";
+import { GetInstallerRequestSchema, ProviderDownloadService } from "../../gen/svc/v1/providers_pb.js";
 import { renderLegacyDaemon, renderSetupPowerShell, renderSetupShell, sha256Hex } from "../daemon/render.js";
 import { lookupKey, roleOfKey } from "../domain/accounts/keys.js";
 import { legacySigningOf, providerTaskSecret } from "../domain/accounts/provider-secret.js";
 import { providerById } from "../domain/providers/providers.js";
+import { requireMembers } from "../domain/shared/validate.js";
 import { apiError, badRequest, forbidden, notFound } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
 import { rawFileSlotKey } from "../http/rest.js";
@@ -90,7 +91,7 @@ export function downloadService(deps: Deps): Partial<ServiceImpl<typeof Provider
     },
 
     async getInstaller(req, ctx) {
-      if (!req.os) throw badRequest("Missing required fields: os");
+      requireMembers(GetInstallerRequestSchema, req, "Missing required fields");
       const platform = platformOf(req.os, "os");
       if (platform === "windows") return (await windowsExe(ctx)) ?? installer(ctx, "windows", true);
       return installer(ctx, platform, true);

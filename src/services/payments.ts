@@ -1,7 +1,7 @@
 // PaymentService: card top-ups through the gateway, its webhook, history, and
 // the sandbox source for trying the whole flow locally.
 import type { ServiceImpl } from "@connectrpc/connect";
-import { PaymentService, PaymentTopupResponseSchema } from "../../gen/svc/v1/payments_pb.js";
+import { PaymentService, PaymentTopupRequestSchema, PaymentTopupResponseSchema } from "../../gen/svc/v1/payments_pb.js";
 import { createInvoice } from "../domain/money/gateway.js";
 import { claimKey, finishClaim, idempotent, releaseClaim, type KeyClaim } from "../domain/money/idempotency.js";
 import {
@@ -20,7 +20,7 @@ import {
   type PaymentSource,
 } from "../domain/money/payments.js";
 import { halalaToSar } from "../domain/money/pricing.js";
-import { checkEnum, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { checkEnum, optionalText, page, requireMembers } from "../domain/shared/validate.js";
 import { badRequest, forbidden, notFound, unauthorized, unavailable } from "../errors.js";
 import { callerRenterId, principalOf, type Deps } from "./deps.js";
 import { storableJson } from "../shared/nul-text.js";
@@ -46,7 +46,7 @@ export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentSe
   return {
     async topup(req, ctx) {
       const renterId = callerRenterId(ctx);
-      requireFields({ source_type: req.sourceType });
+      requireMembers(PaymentTopupRequestSchema, req);
       const source = checkEnum(req.sourceType.trim().toLowerCase(), PAYMENT_SOURCES, "source_type") as PaymentSource;
       const card = CARD_SOURCES.includes(source);
       if (card && !config.paymentGatewaySecretKey) {

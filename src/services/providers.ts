@@ -1,6 +1,6 @@
 // ProviderService: thin translation between messages and domain calls.
 import type { ServiceImpl } from "@connectrpc/connect";
-import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
+import { ProviderLoginEmailRequestSchema, ProviderService, RegisterProviderRequestSchema } from "../../gen/svc/v1/providers_pb.js";
 import { loginByEmail } from "../domain/accounts/login.js";
 import {
   PROVIDER_OS,
@@ -12,7 +12,7 @@ import {
   resumeProvider,
 } from "../domain/providers/providers.js";
 import { jobMessage, recentJobsOfProvider } from "../domain/jobs/jobs.js";
-import { checkEmail, checkEnum, iso, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { checkEmail, checkEnum, iso, optionalText, page, requireMembers } from "../domain/shared/validate.js";
 import { recordHeartbeat } from "../domain/providers/heartbeat.js";
 import { recordDaemonEvent } from "../domain/providers/daemon-events.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
@@ -45,7 +45,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
   const countAvailable = reusedFor(() => availableCount(sql), AVAILABLE_COUNT_REUSE_MS);
   return {
     async register(req) {
-      requireFields({ name: req.name, email: req.email, gpu_model: req.gpuModel, os: req.os });
+      requireMembers(RegisterProviderRequestSchema, req);
       const os = checkEnum(req.os.trim().toLowerCase(), PROVIDER_OS, "os");
       const input = {
         name: optionalText(req.name, 200, "name")!,
@@ -67,7 +67,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
     },
 
     async loginEmail(req) {
-      requireFields({ email: req.email });
+      requireMembers(ProviderLoginEmailRequestSchema, req);
       const provider = await providerByEmail(sql, checkEmail(req.email));
       if (!provider) throw notFound("no provider with that email");
       const outcome = await loginByEmail(sql, config, log, "provider", provider.id, provider.email, req.code);

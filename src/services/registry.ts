@@ -1,6 +1,6 @@
 // RegistryService: approved images, renters' image requests, admin review.
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { RegistryService } from "../../gen/svc/v1/templates_pb.js";
+import { RequestImageRequestSchema, type RegistryService } from "../../gen/svc/v1/templates_pb.js";
 import { checkId } from "../domain/admin/admin.js";
 import { recordAudit } from "../domain/shared/audit.js";
 import {
@@ -12,7 +12,7 @@ import {
   SCAN_STATUSES,
   type ImageRequestRow,
 } from "../domain/jobs/registry.js";
-import { checkEnum, iso, optionalText, page, requireFields } from "../domain/shared/validate.js";
+import { checkEnum, iso, optionalText, page, requireMembers } from "../domain/shared/validate.js";
 import { principalOf, callerRenterId, type Deps, auditActor } from "./deps.js";
 
 const TEXT_MAX = 1000;
@@ -77,7 +77,7 @@ export function registryService(deps: Deps): Partial<ServiceImpl<typeof Registry
 
     async requestImage(req, ctx) {
       const renterId = callerRenterId(ctx);
-      requireFields({ image: req.image });
+      requireMembers(RequestImageRequestSchema, req);
       const image = checkImageReference(req.image);
       const reason = optionalText(req.reason, TEXT_MAX, "reason");
       return requestMessage(await sql.begin((tx) => requestImage(tx, renterId, image, reason)));

@@ -1,7 +1,7 @@
 // RenterService: thin translation between messages and domain calls.
 import type { ServiceImpl } from "@connectrpc/connect";
 import crypto from "node:crypto";
-import { RenterService, TopupResponseSchema } from "../../gen/svc/v1/renters_pb.js";
+import { RegisterRenterRequestSchema, RenterLoginEmailRequestSchema, RenterService, TopupResponseSchema } from "../../gen/svc/v1/renters_pb.js";
 import { idempotent } from "../domain/money/idempotency.js";
 import { rotateKeys } from "../domain/accounts/key-rotation.js";
 import { credit, renterFunds } from "../domain/money/ledger.js";
@@ -11,7 +11,7 @@ import { topupAmount } from "../domain/money/payments.js";
 import { halalaToSar } from "../domain/money/pricing.js";
 import { collectRefundDebt } from "../domain/money/refund-debt.js";
 import { registerRenter, renterByEmail, renterById, renterJobCount, renterMessage, renterQuota, updateRenter, type RenterPatch } from "../domain/accounts/renters.js";
-import { checkEmail, checkLength, optionalText, requireFields } from "../domain/shared/validate.js";
+import { checkEmail, checkLength, optionalText, requireMembers } from "../domain/shared/validate.js";
 import { checkWebhookUrl } from "../domain/notify/webhooks.js";
 import { badRequest, forbidden, notFound, or500 } from "../errors.js";
 import { callerKeys, callerRenterId, type Deps } from "./deps.js";
@@ -20,7 +20,7 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
   const { sql, config, log } = deps;
   return {
     async register(req) {
-      requireFields({ name: req.name, email: req.email });
+      requireMembers(RegisterRenterRequestSchema, req);
       const input = {
         name: optionalText(req.name, 200, "name")!,
         email: checkEmail(req.email),
@@ -41,7 +41,7 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
     },
 
     async loginEmail(req) {
-      requireFields({ email: req.email });
+      requireMembers(RenterLoginEmailRequestSchema, req);
       const renter = await renterByEmail(sql, checkEmail(req.email));
       if (!renter) throw notFound("no renter with that email");
       const outcome = await loginByEmail(sql, config, log, "renter", renter.id, renter.email, req.code);

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file svc/v1/options.proto.
  */
 export const file_svc_v1_options: GenFile = /*@__PURE__*/
-  fileDesc("ChRzdmMvdjEvb3B0aW9ucy5wcm90bxIGc3ZjLnYxIisKC0h0dHBCaW5kaW5nEg4KBm1ldGhvZBgBIAEoCRIMCgRwYXRoGAIgASgJIsEBCgxSb3V0ZU9wdGlvbnMSIQoEaHR0cBgBIAMoCzITLnN2Yy52MS5IdHRwQmluZGluZxIOCgZzdGF0dXMYAiABKAUSGwoFcm9sZXMYAyADKA4yDC5zdmMudjEuUm9sZRISCgpyYXRlX2xpbWl0GAQgASgJEhUKDWJvZHlfbGltaXRfa2IYBSABKAUSHQoVdW5rbm93bl9rZXlfbm90X2ZvdW5kGAYgASgIEhcKD2dldF9oYXNfZWZmZWN0cxgHIAEoCCI/CgdSYXdCb2R5EhQKDGNvbnRlbnRfdHlwZRgBIAEoCRIMCgRkYXRhGAIgASgMEhAKCGZpbGVuYW1lGAMgASgJKmEKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfUFVCTElDEAESEQoNUk9MRV9QUk9WSURFUhACEg8KC1JPTEVfUkVOVEVSEAMSDgoKUk9MRV9BRE1JThAEOkwKBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuI4DIAEoCzIULnN2Yy52MS5Sb3V0ZU9wdGlvbnNSBXJvdXRlOjsKCG51bGxhYmxlEh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi5jgMgASgIUghudWxsYWJsZTpACgtmcm9tX2hlYWRlchIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYuo4DIAEoCVIKZnJvbUhlYWRlcjo6CghyYXdfYm9keRIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYu44DIAEoCFIHcmF3Qm9keTo3CgZpbmxpbmUSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGLyOAyABKAhSBmlubGluZTo+Cgp3aG9sZV9ib2R5Eh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi9jgMgASgIUgl3aG9sZUJvZHk6QAoLaHR0cF9zdGF0dXMSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGL6OAyABKAhSCmh0dHBTdGF0dXM6NgoGc3NlX2lkEh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi/jgMgASgIUgVzc2VJZDpGCg5tYWNoaW5lX291dHB1dBIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYwI4DIAEoCFINbWFjaGluZU91dHB1dGIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("ChRzdmMvdjEvb3B0aW9ucy5wcm90bxIGc3ZjLnYxIisKC0h0dHBCaW5kaW5nEg4KBm1ldGhvZBgBIAEoCRIMCgRwYXRoGAIgASgJItYBCgxSb3V0ZU9wdGlvbnMSIQoEaHR0cBgBIAMoCzITLnN2Yy52MS5IdHRwQmluZGluZxIOCgZzdGF0dXMYAiABKAUSGwoFcm9sZXMYAyADKA4yDC5zdmMudjEuUm9sZRISCgpyYXRlX2xpbWl0GAQgASgJEhUKDWJvZHlfbGltaXRfa2IYBSABKAUSHQoVdW5rbm93bl9rZXlfbm90X2ZvdW5kGAYgASgIEhcKD2dldF9oYXNfZWZmZWN0cxgHIAEoCBITCgtkZXNjcmlwdGlvbhgIIAEoCSI/CgdSYXdCb2R5EhQKDGNvbnRlbnRfdHlwZRgBIAEoCRIMCgRkYXRhGAIgASgMEhAKCGZpbGVuYW1lGAMgASgJKmEKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfUFVCTElDEAESEQoNUk9MRV9QUk9WSURFUhACEg8KC1JPTEVfUkVOVEVSEAMSDgoKUk9MRV9BRE1JThAEOkwKBXJvdXRlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuI4DIAEoCzIULnN2Yy52MS5Sb3V0ZU9wdGlvbnNSBXJvdXRlOjsKCG51bGxhYmxlEh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi5jgMgASgIUghudWxsYWJsZTpACgtmcm9tX2hlYWRlchIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYuo4DIAEoCVIKZnJvbUhlYWRlcjo6CghyYXdfYm9keRIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYu44DIAEoCFIHcmF3Qm9keTo3CgZpbmxpbmUSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGLyOAyABKAhSBmlubGluZTo+Cgp3aG9sZV9ib2R5Eh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi9jgMgASgIUgl3aG9sZUJvZHk6QAoLaHR0cF9zdGF0dXMSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGL6OAyABKAhSCmh0dHBTdGF0dXM6NgoGc3NlX2lkEh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi/jgMgASgIUgVzc2VJZDpGCg5tYWNoaW5lX291dHB1dBIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYwI4DIAEoCFINbWFjaGluZU91dHB1dDo7CghyZXF1aXJlZBIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYwY4DIAEoCFIIcmVxdWlyZWQ6OQoHYWxsb3dlZBIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYwo4DIAMoCVIHYWxsb3dlZGIGcHJvdG8z", [file_google_protobuf_descriptor]);
 
 /**
  * @generated from message svc.v1.HttpBinding
@@ -98,6 +98,14 @@ export type RouteOptions = Message<"svc.v1.RouteOptions"> & {
    * @generated from field: bool get_has_effects = 7;
    */
   getHasEffects: boolean;
+
+  /**
+   * Said of the operation in the API document (src/http/openapi.ts): a rule of
+   * its request that no field option states, such as one member among several.
+   *
+   * @generated from field: string description = 8;
+   */
+  description: string;
 };
 
 /**
@@ -264,4 +272,25 @@ export const sse_id: GenExtension<FieldOptions, boolean> = /*@__PURE__*/
  */
 export const machine_output: GenExtension<FieldOptions, boolean> = /*@__PURE__*/
   extDesc(file_svc_v1_options, 8);
+
+/**
+ * A member the caller must send (in the body or the query; path members are
+ * required by their path): absent, null or blank, the request is refused
+ * with 400 "missing required fields: ..." naming every such member
+ * (requireMembers, src/domain/shared/validate.ts), and the API document
+ * lists it as required.
+ *
+ * @generated from extension: bool required = 51009;
+ */
+export const required: GenExtension<FieldOptions, boolean> = /*@__PURE__*/
+  extDesc(file_svc_v1_options, 9);
+
+/**
+ * The values the server takes for this text member, which the API document
+ * gives as its enum (a test holds it to the list the server checks).
+ *
+ * @generated from extension: repeated string allowed = 51010;
+ */
+export const allowed: GenExtension<FieldOptions, string[]> = /*@__PURE__*/
+  extDesc(file_svc_v1_options, 10);
 

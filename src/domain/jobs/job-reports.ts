@@ -6,7 +6,7 @@ import ipaddr from "ipaddr.js";
 import type { JsonObject, JsonValue, MessageInitShape } from "@bufbuild/protobuf";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import { valueJson } from "../../shared/value-json.js";
-import type { AssignedJobSchema, JobResultResponseSchema } from "../../../gen/svc/v1/jobs_pb.js";
+import { JobResultRequestSchema, type AssignedJobSchema, type JobResultResponseSchema } from "../../../gen/svc/v1/jobs_pb.js";
 import type { Db, Sql, Tx } from "../../db/index.js";
 import { badRequest, conflict, forbidden, notFound } from "../../errors.js";
 import { dispatchForProvider, loseJobLocked, placeJobs, type ProviderFaultReason } from "../dispatch/dispatch.js";
@@ -17,7 +17,7 @@ import { completeLocked, endLocked, figuresOf, isActive, lockJob, runSeconds, ty
 import { refreshReputation } from "../providers/reputation.js";
 import { keepAttestation, type VerifiedAttestation } from "../providers/attestations.js";
 import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeServed, judgeTimeout, servingPolicy, type RefusalReason } from "../shared/job-end.js";
-import { checkRange, requireFields } from "../shared/validate.js";
+import { checkRange, requireFields, requireMembers } from "../shared/validate.js";
 import { withoutNul } from "../shared/lenient.js";
 import { confirmPickup } from "../shared/job-pickup.js";
 import { legacySigningOf, providerTaskSecret } from "../accounts/provider-secret.js";
@@ -323,7 +323,7 @@ function resultJson(v: Value | JsonValue | undefined): JsonValue | undefined {
  * settlement.ts billsTimeUsed).
  */
 export async function reportResult(sql: Sql, providerId: number, msg: ResultReport): Promise<ResultInit> {
-  requireFields({ job_id: msg.jobId });
+  requireMembers(JobResultRequestSchema, msg);
   // The machine's output, made storable: NUL characters dropped, lone surrogates replaced (src/shared/nul-text.ts).
   const result = withoutNul(resultJson(msg.result));
   const reported = withoutNul(msg.error);

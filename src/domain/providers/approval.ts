@@ -32,7 +32,8 @@ async function lockProvider(tx: Tx, id: number): Promise<ProviderRow> {
  * Applies one decision and audits it. Repeating a decision changes nothing
  * and answers the current state (PATCH and retries are safe).
  * - approve: pending/rejected -> approved; the next heartbeat brings it online.
- * - reject (reason required): -> rejected; an online provider goes offline.
+ * - reject (its request requires the reason: AdminRejectProviderRequest): -> rejected;
+ *   an online provider goes offline.
  * - suspend: -> status suspended (heartbeats refused, no jobs); approval kept.
  * - unsuspend: suspended -> paused when the owner had paused it, else offline
  *   until its next heartbeat.
@@ -47,7 +48,6 @@ export async function decideProvider(
 ): Promise<ActionOutcome> {
   const why = reason?.trim() || undefined;
   if (why && why.length > 1000) throw badRequest("reason must be at most 1000 characters");
-  if (action === "reject" && !why) throw badRequest("missing required fields: reason");
   const before = await lockProvider(tx, id);
   let after: ProviderRow[] = [];
   let requeue = false;

@@ -2,11 +2,11 @@
 // stored per provider and listed for admins.
 import { type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import type { DaemonEventRecordSchema } from "../../../gen/svc/v1/admin_pb.js";
-import type { DaemonEventRequest, DaemonEventResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
+import { DaemonEventRequestSchema, type DaemonEventRequest, type DaemonEventResponseSchema } from "../../../gen/svc/v1/providers_pb.js";
 import type { Db, Sql } from "../../db/index.js";
 import { apiError, badRequest } from "../../errors.js";
 import { text, truncate, withoutNul } from "../shared/lenient.js";
-import { checkEnum, iso, requireFields } from "../shared/validate.js";
+import { checkEnum, iso, requireMembers } from "../shared/validate.js";
 import { confirmPickup } from "../shared/job-pickup.js";
 
 export const SEVERITIES = ["info", "warning", "error", "critical"] as const;
@@ -51,6 +51,7 @@ export function parseReportedTime(value: string, field = "timestamp"): Date {
   return new Date(t);
 }
 
+/** A daemon event as either wire reports it: DaemonEventRequest's members, by the same names. */
 export interface DaemonEventInput {
   eventType?: string;
   severity?: string;
@@ -119,7 +120,7 @@ export async function recordDaemonEvent(
 export async function storeDaemonEvent(sql: Sql, providerId: number, reported: DaemonEventInput): Promise<{ eventType: string; providerId: number; id: number }> {
   // What the daemon says of itself, made storable: NUL characters dropped, lone surrogates replaced (src/shared/nul-text.ts).
   const input = withoutNul(reported);
-  requireFields({ event_type: input.eventType });
+  requireMembers(DaemonEventRequestSchema, input);
   const eventType = input.eventType!.trim();
   if (eventType.length > 200) throw badRequest("event_type must be at most 200 characters");
   const severity = input.severity === undefined || input.severity.trim() === "" ? "info" : checkEnum(input.severity.trim().toLowerCase(), SEVERITIES, "severity");

@@ -3,16 +3,39 @@
 // liveness window and the jobs row type. It imports nothing of the domain.
 //
 // Input rules shared by every service: each failure is a 400 naming the field.
+import { getOption, type DescField, type DescMessage } from "@bufbuild/protobuf";
+import { required } from "../../../gen/svc/v1/options_pb.js";
 import { badRequest } from "../../errors.js";
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
-/** 400 listing every missing required field at once. */
-export function requireFields(values: Record<string, unknown>): void {
+/** 400 listing every missing required field at once (`text` before the list). */
+export function requireFields(values: Record<string, unknown>, text = "missing required fields"): void {
   const missing = Object.entries(values)
     .filter(([, v]) => v === undefined || v === null || (typeof v === "string" && v.trim() === ""))
     .map(([k]) => k);
-  if (missing.length > 0) throw badRequest(`missing required fields: ${missing.join(", ")}`);
+  if (missing.length > 0) throw badRequest(`${text}: ${missing.join(", ")}`);
+}
+
+const requiredCache = new WeakMap<DescMessage, DescField[]>();
+
+/** The members a request message's proto marks `(svc.v1.required)`, in field order (the API document lists them as required). */
+function requiredMembersOf(desc: DescMessage): DescField[] {
+  let fields = requiredCache.get(desc);
+  if (!fields) {
+    fields = desc.fields.filter((f) => getOption(f, required));
+    requiredCache.set(desc, fields);
+  }
+  return fields;
+}
+
+/**
+ * 400 listing every member of `desc` marked `(svc.v1.required)` that `value` lacks (absent, null or
+ * blank): the request message itself, or an input holding its members under the same names.
+ */
+export function requireMembers(desc: DescMessage, value: object, text?: string): void {
+  const members = value as Record<string, unknown>;
+  requireFields(Object.fromEntries(requiredMembersOf(desc).map((f) => [f.name, members[f.localName]])), text);
 }
 
 export function checkEmail(email: string, field = "email"): string {
