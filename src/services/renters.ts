@@ -124,13 +124,24 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
 
     async rotateKey(_req, ctx) {
       const id = callerRenterId(ctx);
-      const apiKey = await sql.begin((tx) => rotateKeys(tx, "renter", id, callerKeys(ctx)));
+      const { apiKey, webhookSecret } = await sql.begin(async (tx) => {
+        const apiKey = await rotateKeys(tx, "renter", id, callerKeys(ctx));
+        // A revoked key could read the webhook's secret (PATCH /api/renters/me answers it) and sign
+        // notifications to the renter's receiver: it is replaced with the keys.
+        const renter = await updateRenter(tx, id, { rotateWebhookSecret: true });
+        return { apiKey, webhookSecret: renter.webhook_secret };
+      });
       log.info({ renterId: id }, "renter key rotated");
       return {
         success: true,
-        message: "API key rotated. Every earlier key of this account stopped working; save this one now: it is shown only once.",
+        message:
+          "API key rotated. Every earlier key of this account stopped working; save this one now: it is shown only once." +
+          (webhookSecret
+            ? " The webhook's signing secret was replaced too (webhook_secret): give it to your receiver, and check webhook_url (GET /api/renters/me), which an earlier key could have changed."
+            : ""),
         apiKey,
         renterId: BigInt(id),
+        webhookSecret: webhookSecret ?? undefined,
       };
     },
   };

@@ -183,13 +183,30 @@ describe("rotate-key", () => {
     const login = await api.post("/api/renters/login-email", { email: (await api.get("/api/renters/me", r.headers)).body.renter.email });
     const rot = await api.post("/api/renters/rotate-key", undefined, r.headers);
     expect(rot.status).toBe(200);
-    expect(rot.body).toEqual({ success: true, message: expect.any(String), api_key: expect.stringMatching(/^svc-renter-/), renter_id: r.id });
+    expect(rot.body).toEqual({ success: true, message: expect.any(String), api_key: expect.stringMatching(/^svc-renter-/), renter_id: r.id, webhook_secret: null });
     expect((await api.get("/api/renters/balance", r.headers)).status).toBe(401);
     expect((await api.get("/api/renters/balance", { "x-renter-key": login.body.api_key })).status).toBe(401);
     const now = await api.get("/api/renters/balance", { "x-renter-key": rot.body.api_key });
     expect(now.status).toBe(200);
     expect(now.body.balance_halala).toBe(100);
     expect((await api.post("/api/renters/rotate-key", undefined, r.headers)).status).toBe(401);
+  });
+
+  it("replaces the webhook's signing secret too, which the revoked key could read, and says to check the webhook's address", async () => {
+    const r = await makeRenter(srv);
+    // Whoever holds the leaked key points the webhook at its own server and learns the secret.
+    const set = await api.patch("/api/renters/me", { webhook_url: "http://127.0.0.1:9/hook" }, r.headers);
+    expect(set.status, set.text).toBe(200);
+    const learned: string = set.body.webhook_secret;
+    expect(learned).toMatch(/^whsec_/);
+    const rot = await api.post("/api/renters/rotate-key", undefined, r.headers);
+    expect(rot.status, rot.text).toBe(200);
+    expect(rot.body.webhook_secret).toMatch(/^whsec_/);
+    expect(rot.body.webhook_secret).not.toBe(learned);
+    expect(rot.body.message).toMatch(/webhook_secret.*webhook_url/);
+    const [row] = await srv.sql<{ webhook_url: string; webhook_secret: string }[]>`SELECT webhook_url, webhook_secret FROM renters WHERE id = ${r.id}`;
+    // The address stays (the owner's own webhook keeps working once its receiver has the new secret).
+    expect(row).toEqual({ webhook_url: "http://127.0.0.1:9/hook", webhook_secret: rot.body.webhook_secret });
   });
 });
 

@@ -119,7 +119,7 @@ export async function loginByEmail(
  * proven (migration 051). Registration takes any address, so a managed-endpoint account's
  * (SVC_V1_MANAGED_RENTERS) may have been registered by someone else first: the right to serve every
  * renter's /v1 requests goes with the proof, so its first proof revokes the keys issued before it
- * and drops the webhook they may have set, as a rotation would.
+ * as a rotation would, and drops the webhook they may have set (a rotation only replaces its secret).
  */
 async function signedIn(sql: Sql, config: Config, role: KeyRole, accountId: number): Promise<string> {
   return sql.begin(async (tx) => {
