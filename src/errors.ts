@@ -27,6 +27,8 @@ export const forbidden = (m: string) => apiError(403, m);
 export const notFound = (m: string) => apiError(404, m);
 export const conflict = (m: string) => apiError(409, m);
 export const unavailable = (m: string) => apiError(503, m);
+/** What this server does not offer as configured: definitive (a client must not retry it as a 5xx). */
+export const notImplemented = (m: string) => apiError(501, m);
 
 /** Seconds a client waits before trying again while the database cannot be reached. */
 export const DATABASE_RETRY_AFTER_SECONDS = 2;

@@ -21,7 +21,7 @@ import {
 } from "../domain/money/payments.js";
 import { halalaToSar } from "../domain/money/pricing.js";
 import { checkEnum, optionalText, page, requireMembers } from "../domain/shared/validate.js";
-import { badRequest, forbidden, notFound, unauthorized, unavailable } from "../errors.js";
+import { badRequest, forbidden, notFound, notImplemented, unauthorized, unavailable } from "../errors.js";
 import { callerRenterId, principalOf, type Deps } from "./deps.js";
 import { storableJson } from "../shared/nul-text.js";
 import type { Tx } from "../db/index.js";
@@ -50,7 +50,7 @@ export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentSe
       const source = checkEnum(req.sourceType.trim().toLowerCase(), PAYMENT_SOURCES, "source_type") as PaymentSource;
       const card = CARD_SOURCES.includes(source);
       if (card && !config.paymentGatewaySecretKey) {
-        throw unavailable("card payments are not configured on this server (PAYMENT_GATEWAY_SECRET_KEY is not set)");
+        throw notImplemented("card payments are not configured on this server (PAYMENT_GATEWAY_SECRET_KEY is not set)");
       }
       if (!card && config.production) throw badRequest("source_type sandbox is not available in production");
       const amount = topupAmount(req.amountHalala, req.amountSar, card ? MIN_CARD_HALALA : 1);

@@ -101,7 +101,8 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
     async topup(req, ctx) {
       const id = callerRenterId(ctx);
       if (!config.allowTopup) {
-        throw forbidden("direct topup is disabled in production (set SVC_ALLOW_TOPUP=on to allow it); use POST /api/payments/topup");
+        const where = config.production ? "in production (set SVC_ALLOW_TOPUP=on to allow it)" : "on this server (SVC_ALLOW_TOPUP=off)";
+        throw forbidden(`direct topup is disabled ${where}; use POST /api/payments/topup`);
       }
       const amount = topupAmount(req.amountHalala, req.amountSar);
       // The body as sent: the same amount written the other way is another request.

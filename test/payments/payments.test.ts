@@ -663,12 +663,13 @@ describe("without a gateway (local)", () => {
     expect(await ledgerProblems(local.sql)).toEqual([]);
   });
 
-  it("card sources answer 503 naming PAYMENT_GATEWAY_SECRET_KEY; the webhook is 503 without a secret", async () => {
+  it("card sources answer 501 naming PAYMENT_GATEWAY_SECRET_KEY, definitive (no Retry-After: a 5xx that asks for no retry); the webhook is 503 without a secret", async () => {
     const r = await makeRenter(local);
     for (const source_type of ["creditcard", "mada", "applepay"]) {
       const res = await lapi.post("/api/payments/topup", { amount_halala: 1000, source_type }, r.headers);
-      expect(res.status).toBe(503);
-      expect(res.body.error).toMatch(/PAYMENT_GATEWAY_SECRET_KEY/);
+      expect(res.status).toBe(501);
+      expect(res.headers.get("retry-after")).toBeNull();
+      expect(res.body.error).toMatch(/card payments are not configured on this server.*PAYMENT_GATEWAY_SECRET_KEY/);
     }
     const wh = await lapi.call("POST", "/api/payments/webhook", "{}", { "content-type": "application/json", "x-gateway-signature": "00" });
     expect(wh.status).toBe(503);

@@ -210,6 +210,17 @@ describe("rotate-key", () => {
   });
 });
 
+describe("SVC_ALLOW_TOPUP=off outside production", () => {
+  const off = useTestServer({ SVC_ALLOW_TOPUP: "off" });
+
+  it("the direct top-up's refusal names the setting, not production", async () => {
+    const r = await makeRenter(off);
+    const res = await client(off).post("/api/renters/topup", { amount_halala: 100 }, r.headers);
+    expect(res.status).toBe(403);
+    expect(res.body.error).toBe("direct topup is disabled on this server (SVC_ALLOW_TOPUP=off); use POST /api/payments/topup");
+  });
+});
+
 describe("production", () => {
   const prod = useTestServer({ NODE_ENV: "production" });
 
