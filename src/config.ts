@@ -6,6 +6,7 @@ import { parseVersion } from "./domain/providers/versions.js";
 import { parseTokenRates, type TokenRates } from "./domain/money/token-pricing.js";
 import { ENDPOINT_PROBE_MAX_SECONDS } from "./domain/shared/job-end.js";
 import { DAEMON_MIN_RELEASE, DAEMON_RELEASE } from "./shared/daemon-release.js";
+import { RATE_LIMITS, type RateLimitName } from "./http/rate-limit-table.js";
 
 export interface Config {
   production: boolean;
@@ -38,6 +39,7 @@ export interface Config {
   backendUrl: string;
   /** In production, the public-origin variables left unset (FRONTEND_URL, BACKEND_URL): their defaults are used, and the start warns. */
   defaultedOrigins: string[];
+  /** CORS_ORIGINS: origins (scheme, host, port; "*" for any), checked by webOrigin. */
   corsOrigins: string[];
   /**
    * Trusted proxy hops in front of the service (SVC_TRUST_PROXY: off = 0,
@@ -48,7 +50,7 @@ export interface Config {
   /** Redis for the shared rate-limit store (REDIS_URL); PostgreSQL when unset. */
   redisUrl: string | undefined;
   /** Rate-limit rows replaced (benchmarks): SVC_RATE_LIMIT_OVERRIDES="heartbeat=1000/60,default=10000/60". */
-  rateLimitOverrides: Record<string, { points: number; durationSec: number }>;
+  rateLimitOverrides: Partial<Record<RateLimitName, { points: number; durationSec: number }>>;
   allowTopup: boolean;
   signupCreditHalala: number;
   daemonMinVersion: string;
@@ -102,9 +104,12 @@ export interface Config {
   ledgerAuditSeconds: number;
   /** Seconds between full ledger audits; the periodic runs between them are incremental (0: every run full). */
   ledgerAuditFullSeconds: number;
-  /** Where the admin token and HMAC secret were generated (local default only). */
-  secretsFile: string | undefined;
+  /** The secrets generated because the environment does not set them, and the file that keeps them (local default only). */
+  localSecrets: { file: string; names: LocalSecret[] } | undefined;
 }
+
+/** A secret generated for the local default when its variable is unset, by its name in secrets.json. */
+export type LocalSecret = "adminToken" | "hmacSecret";
 
 export class ConfigError extends Error {}
 
@@ -163,35 +168,81 @@ function version(env: NodeJS.ProcessEnv, name: string, fallback: string): string
   return raw;
 }
 
-/** Secrets generated once for the local default and kept (0600) in the data folder. */
-function localSecrets(dataDir: string): { adminToken: string; hmacSecret: string; file: string } {
+/** Each local secret: the variable that sets it, and how it is generated when that is unset. */
+const LOCAL_SECRETS: Record<LocalSecret, { variable: string; generate(): string }> = {
+  adminToken: { variable: "SVC_ADMIN_TOKEN", generate: () => crypto.randomBytes(24).toString("base64url") },
+  hmacSecret: { variable: "SVC_HMAC_SECRET", generate: () => crypto.randomBytes(32).toString("hex") },
+};
+
+/**
+ * The local default's secrets that the environment leaves unset (`names`), generated once and kept
+ * (0600) in the data folder, so that each stays the same from one start to the next. The file holds
+ * only those: one the environment sets is neither written nor kept there, where it would be a dead value.
+ */
+function localSecrets(dataDir: string, names: LocalSecret[]): { values: Partial<Record<LocalSecret, string>>; file: string } {
   const file = path.join(dataDir, "secrets.json");
   fs.mkdirSync(dataDir, { recursive: true });
-  if (fs.existsSync(file)) {
-    const saved = JSON.parse(fs.readFileSync(file, "utf8"));
-    if (typeof saved.adminToken === "string" && typeof saved.hmacSecret === "string") {
-      return { ...saved, file };
-    }
-  }
-  const secrets = {
-    adminToken: crypto.randomBytes(24).toString("base64url"),
-    hmacSecret: crypto.randomBytes(32).toString("hex"),
-  };
-  fs.writeFileSync(file, JSON.stringify(secrets, null, 2), { mode: 0o600 });
-  return { ...secrets, file };
+  const saved: Partial<Record<string, unknown>> = fs.existsSync(file) ? JSON.parse(fs.readFileSync(file, "utf8")) : {};
+  const values = Object.fromEntries(names.map((n) => [n, typeof saved[n] === "string" ? saved[n] : LOCAL_SECRETS[n].generate()]));
+  if (JSON.stringify(values) !== JSON.stringify(saved)) fs.writeFileSync(file, JSON.stringify(values, null, 2), { mode: 0o600 });
+  return { values, file };
 }
 
-/** "row=points/seconds,..." -> { row: { points, durationSec } }; row names are checked by src/http/rate-limits.ts. */
-function rateLimitOverrides(raw: string | undefined): Record<string, { points: number; durationSec: number }> {
-  const out: Record<string, { points: number; durationSec: number }> = {};
+/** "row=points/seconds,..." -> { row: { points, durationSec } }, each row one of the rate table's (rate-limit-table.ts). */
+function rateLimitOverrides(raw: string | undefined): Config["rateLimitOverrides"] {
+  const out: Config["rateLimitOverrides"] = {};
   for (const item of (raw || "").split(",").map((s) => s.trim()).filter(Boolean)) {
     const m = /^([a-z_]+)=(\d{1,9})\/(\d{1,7})$/.exec(item);
     if (!m || Number(m[2]) < 1 || Number(m[3]) < 1) {
       throw new ConfigError(`SVC_RATE_LIMIT_OVERRIDES items look like heartbeat=1000/60 (row=points/seconds), got "${item}"`);
     }
-    out[m[1]] = { points: Number(m[2]), durationSec: Number(m[3]) };
+    if (!Object.hasOwn(RATE_LIMITS, m[1])) {
+      throw new ConfigError(`SVC_RATE_LIMIT_OVERRIDES names "${m[1]}"; rows are ${Object.keys(RATE_LIMITS).join(", ")}`);
+    }
+    out[m[1] as RateLimitName] = { points: Number(m[2]), durationSec: Number(m[3]) };
   }
   return out;
+}
+
+/**
+ * The origin (scheme, host, port) of an http(s) URL; undefined for anything else. The one check of
+ * CORS_ORIGINS and FRONTEND_URL as origins a browser calls from (src/http/cors.ts).
+ */
+export function webOrigin(value: string): string | undefined {
+  try {
+    const u = new URL(value);
+    return u.protocol === "http:" || u.protocol === "https:" ? u.origin : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** CORS_ORIGINS: comma-separated origins, or "*" for any. */
+function corsOrigins(raw: string | undefined): string[] {
+  return (raw || "").split(",").map((s) => s.trim()).filter(Boolean).map((entry) => {
+    const origin = entry === "*" ? entry : webOrigin(entry);
+    if (!origin) throw new ConfigError(`CORS_ORIGINS entries must be origins like https://app.example.com (got "${entry}")`);
+    return origin;
+  });
+}
+
+/**
+ * DATABASE_URL as postgres.js reads it: a postgres:// (or postgresql://) URL; of several hosts
+ * (h1,h2) the first is parsed. Its value is never repeated: it may hold a password.
+ */
+function databaseUrl(raw: string | undefined): string | undefined {
+  if (!raw) return undefined;
+  const m = /^(postgres(?:ql)?:\/\/)([^/?#]*)(.*)$/i.exec(raw);
+  let parsed = false;
+  if (m) {
+    const hostsAt = m[2].lastIndexOf("@") + 1;
+    try {
+      new URL(m[1] + m[2].slice(0, hostsAt) + m[2].slice(hostsAt).split(",")[0] + m[3]);
+      parsed = true;
+    } catch {}
+  }
+  if (!parsed) throw new ConfigError("DATABASE_URL must be a URL such as postgres://user:password@host:5432/database (its value is not shown here)");
+  return raw;
 }
 
 /** SVC_METRICS_LISTEN: "host:port" or ":port" (all interfaces), "[v6]:port" for an IPv6 address. */
@@ -273,11 +324,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!["on", "off"].includes(rateLimitsRaw)) throw new ConfigError(`SVC_RATE_LIMITS must be on or off (got "${env.SVC_RATE_LIMITS}")`);
   const gatewayKey = env.PAYMENT_GATEWAY_SECRET_KEY || undefined;
 
-  const config: Omit<Config, "adminToken" | "hmacSecret" | "secretsFile"> = {
+  const config: Omit<Config, "adminToken" | "hmacSecret" | "localSecrets"> = {
     production,
     port: int(env, "PORT", 8080, 0, 65535),
     host: env.HOST || "0.0.0.0",
-    databaseUrl: env.DATABASE_URL || undefined,
+    databaseUrl: databaseUrl(env.DATABASE_URL),
     dataDir,
     logLevel,
     heapGrowthPercent: int(env, "SVC_HEAP_GROWTH_PERCENT", DEFAULT_HEAP_GROWTH_PERCENT, 0, 1000),
@@ -292,7 +343,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     // Outside production an unset BACKEND_URL becomes this server's own address once it listens (server.ts).
     backendUrl: env.BACKEND_URL || production ? url(env, "BACKEND_URL", DEFAULT_BACKEND_URL) : "",
     defaultedOrigins: production ? ["FRONTEND_URL", "BACKEND_URL"].filter((n) => !env[n]) : [],
-    corsOrigins: (env.CORS_ORIGINS || "").split(",").map((s) => s.trim()).filter(Boolean),
+    corsOrigins: corsOrigins(env.CORS_ORIGINS),
     trustProxy: trustProxyHops(env),
     redisUrl: env.REDIS_URL || undefined,
     rateLimitOverrides: rateLimitOverrides(env.SVC_RATE_LIMIT_OVERRIDES),
@@ -320,12 +371,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       managedRenters: (env.SVC_V1_MANAGED_RENTERS || "").split(",").map((s) => s.trim().toLowerCase()).filter(Boolean),
     },
   };
+  if (!webOrigin(config.frontendUrl)) throw new ConfigError(`FRONTEND_URL must be an http(s) URL (got "${config.frontendUrl}")`);
   // Local secrets are generated (and written) only once every other variable passed its checks.
-  if (env.SVC_ADMIN_TOKEN && env.SVC_HMAC_SECRET) {
-    return { ...config, adminToken: env.SVC_ADMIN_TOKEN, hmacSecret: env.SVC_HMAC_SECRET, secretsFile: undefined };
+  const unset = (Object.keys(LOCAL_SECRETS) as LocalSecret[]).filter((n) => !env[LOCAL_SECRETS[n].variable]);
+  if (unset.length === 0) {
+    return { ...config, adminToken: env.SVC_ADMIN_TOKEN!, hmacSecret: env.SVC_HMAC_SECRET!, localSecrets: undefined };
   }
-  const local = localSecrets(dataDir);
-  return { ...config, adminToken: env.SVC_ADMIN_TOKEN || local.adminToken, hmacSecret: env.SVC_HMAC_SECRET || local.hmacSecret, secretsFile: local.file };
+  const local = localSecrets(dataDir, unset);
+  return {
+    ...config,
+    adminToken: env.SVC_ADMIN_TOKEN || local.values.adminToken!,
+    hmacSecret: env.SVC_HMAC_SECRET || local.values.hmacSecret!,
+    localSecrets: { file: local.file, names: unset },
+  };
 }
 
 function v1TokenRates(raw: string | undefined): TokenRates {

@@ -11,13 +11,12 @@
 // its cost and where the output was written. What the server sends (a
 // provider's log lines, phases, queue reasons, errors; a text result printed on
 // a terminal) is printed terminalSafe: its control characters in caret notation.
-import fs from "node:fs";
 import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import cliProgress from "cli-progress";
 import type { JobEvent, JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
 import type { Clients } from "./clients.js";
-import { EXIT, colour, isTty, metadataValue, out, printJsonLine, sar, statusColour, terminalSafe } from "./output.js";
+import { EXIT, colour, isTty, metadataValue, out, printJsonLine, sar, statusColour, terminalSafe, writeLocalFile } from "./output.js";
 import { outputFileExtension } from "../shared/image-formats.js";
 
 /** A field of the server's on one line (a status, a phase, a reason), terminalSafe. */
@@ -191,7 +190,7 @@ export async function saveOutput(c: Clients, jobId: string, outputFormat: string
     return { where: "stdout", bytes: Buffer.byteLength(text) };
   }
   const file = path.resolve(outFile ?? `${jobId}.${outputFileExtension(outputFormat)}`);
-  fs.writeFileSync(file, res.data);
+  writeLocalFile(file, res.data);
   return { where: file, bytes: res.data.length };
 }
 
@@ -294,14 +293,22 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   const ok = o.status === "completed";
   if (opts.logsOnly) return ok ? EXIT.ok : EXIT.jobFailed;
   let saved: Saved | undefined;
+  /** Saving the output failed (a file svc cannot write, the server's refusal): said after the job's own result. */
+  let unsaved: { err: unknown } | undefined;
   // With --json, stdout carries only the events: a text result goes to a file only when --out names one.
   if (ok && o.outputFormat && !(opts.json && !opts.outFile && (o.outputFormat === "text" || o.outputFormat === "json"))) {
-    saved = await saveOutput(c, jobId, o.outputFormat, opts.outFile);
+    try {
+      saved = await saveOutput(c, jobId, o.outputFormat, opts.outFile);
+    } catch (err) {
+      unsaved = { err };
+    }
   }
-  if (opts.json) return ok ? EXIT.ok : EXIT.jobFailed;
-  const why = [o.endReason, o.fault && o.fault !== "none" ? `${o.fault} fault` : undefined].filter(Boolean).map((t) => word(t!)).join(", ");
-  out(`result: ${statusColour(o.status)}${why ? ` (${why})` : ""}${o.error ? `: ${terminalSafe(o.error)}` : ""}`);
-  out(`cost: ${o.costHalala} halala (${sar(o.costHalala)})${o.actualMinutes !== undefined ? `, ${o.actualMinutes} GPU minute(s)` : ""}`);
-  if (saved && saved.where !== "stdout") out(`output: written to ${saved.where}`);
+  if (!opts.json) {
+    const why = [o.endReason, o.fault && o.fault !== "none" ? `${o.fault} fault` : undefined].filter(Boolean).map((t) => word(t!)).join(", ");
+    out(`result: ${statusColour(o.status)}${why ? ` (${why})` : ""}${o.error ? `: ${terminalSafe(o.error)}` : ""}`);
+    out(`cost: ${o.costHalala} halala (${sar(o.costHalala)})${o.actualMinutes !== undefined ? `, ${o.actualMinutes} GPU minute(s)` : ""}`);
+    if (saved && saved.where !== "stdout") out(`output: written to ${saved.where}`);
+  }
+  if (unsaved) throw unsaved.err;
   return ok ? EXIT.ok : EXIT.jobFailed;
 }

@@ -15,8 +15,8 @@ const EXIT_HELP = `
 Exit codes:
   0  done (a followed job completed)
   1  the job failed or was cancelled
-  2  usage error: svc's arguments, a profile or the environment, or a value the server
-     refused (HTTP 400)
+  2  usage error: svc's arguments, a profile or the environment, a file it cannot write
+     (--out), or a value the server refused (HTTP 400)
   3  authentication: no profile, a bad key or token, or not allowed
   4  server unreachable (no answer from it)
   5  the server refused the request or failed (402, 404, 409, 429, 5xx: its error text and

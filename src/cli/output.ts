@@ -4,6 +4,8 @@
 // stack trace). Exit codes are fixed here. Text from the server (names anyone
 // can register, a provider's log lines, error messages) never reaches the
 // terminal with its control characters: see terminalSafe.
+import fs from "node:fs";
+import util from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createRegistry, type Message } from "@bufbuild/protobuf";
 import { file_svc_v1_admin } from "../../gen/svc/v1/admin_pb.js";
@@ -26,7 +28,7 @@ export const EXIT = {
   ok: 0,
   /** The job ended failed or cancelled. */
   jobFailed: 1,
-  /** svc's arguments, a profile or the environment; also the server's 400 (the values it was given). */
+  /** svc's arguments, a profile or the environment, a file it cannot write; also the server's 400 (the values it was given). */
   usage: 2,
   auth: 3,
   unreachable: 4,
@@ -180,6 +182,21 @@ export function printFields(fields: [string, unknown][]): void {
   const keys = fields.map(([k]) => terminalSafe(k, { singleLine: true }));
   const w = Math.max(...keys.map((k) => k.length));
   fields.forEach(([, v], i) => out(`${keys[i].padEnd(w)}  ${cell(v)}`));
+}
+
+/**
+ * Writes a file of svc's (--out, or a job's image in the working folder): a failure is on this
+ * machine, for the user to fix (exit 2: "cannot write FILE: no such file or directory (ENOENT)"),
+ * not the server's refusal.
+ */
+export function writeLocalFile(file: string, data: string | Uint8Array): void {
+  try {
+    fs.writeFileSync(file, data);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    const described = typeof e.errno === "number" ? util.getSystemErrorMap().get(e.errno)?.[1] : undefined;
+    throw new UsageError(`cannot write ${file}: ${described ? `${described} (${e.code})` : e.message}`);
+  }
 }
 
 export const sar = (halala: bigint | number | undefined) => (halala === undefined ? "-" : `${(Number(halala) / 100).toFixed(2)} SAR`);

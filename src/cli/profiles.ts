@@ -108,7 +108,10 @@ export function resolveProfile(name: string | undefined, env = process.env): Pro
   const all = envAlone ? readProfilesOrNone(env) : readProfiles(env);
   const chosen = name ?? env.SVC_PROFILE ?? all.default ?? "default";
   const stored: Partial<Profile> = all.profiles[chosen] ?? {};
-  if (name && !all.profiles[name] && !env.SVC_URL) throw new UsageError(`no profile named "${name}" (svc login --profile ${name})`);
+  const named = name ?? env.SVC_PROFILE;
+  if (named && !all.profiles[named] && !env.SVC_URL) {
+    throw new UsageError(`no profile named "${named}"${name ? "" : ", which SVC_PROFILE names"} (svc login --profile ${named})`);
+  }
   const role = roleInEffect(env, stored);
   const url = env.SVC_URL ?? stored.url;
   const savedFor = url !== undefined && sameOrigin(url, stored.url);

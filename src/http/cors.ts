@@ -2,7 +2,7 @@
 // CORS_ORIGINS. Preflights from an allowed origin are answered here with 204;
 // from any other origin with 403. Credentials travel in headers, never
 // cookies, so no Access-Control-Allow-Credentials is sent.
-import { ConfigError, type Config } from "../config.js";
+import { webOrigin, type Config } from "../config.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
 import { sendJson } from "./rest.js";
 
@@ -17,21 +17,10 @@ export const ALLOWED_HEADERS = [
 export const EXPOSED_HEADERS = "retry-after, x-request-id, content-disposition, grpc-status, grpc-message";
 const MAX_AGE_SECONDS = "600";
 
-function originOf(value: string, source: string): string {
-  if (value === "*") return value;
-  try {
-    const u = new URL(value);
-    if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error();
-    return u.origin;
-  } catch {
-    throw new ConfigError(`${source} entries must be origins like https://app.example.com (got "${value}")`);
-  }
-}
-
-/** The origins a browser page may call the API from. */
+/** The origins a browser page may call the API from (loadConfig checked FRONTEND_URL and CORS_ORIGINS as origins). */
 export function allowedOrigins(config: Config): Set<string> {
-  const builtin = [config.frontendUrl, ...(config.production ? [] : DEV_ORIGINS)].map((o) => originOf(o, "FRONTEND_URL"));
-  return new Set([...builtin, ...config.corsOrigins.map((o) => originOf(o, "CORS_ORIGINS"))]);
+  const frontend = webOrigin(config.frontendUrl);
+  return new Set([...(frontend ? [frontend] : []), ...(config.production ? [] : DEV_ORIGINS), ...config.corsOrigins]);
 }
 
 /** Returns a function that sets the CORS headers and answers preflights (true when it answered). */

@@ -1,5 +1,5 @@
-// The rate-limit table (spec "Limits"), in one place, and its enforcement
-// across every server process through a shared store: PostgreSQL (the
+// The rate-limit table's enforcement (the table: rate-limit-table.ts) across
+// every server process through a shared store: PostgreSQL (the
 // `rate_limits` table of migration 006) or Redis when REDIS_URL is set.
 //
 // Each RPC names its row with the `rate_limit` route option; a route without
@@ -27,33 +27,10 @@ import type { KeyRowCounter } from "../services/deps.js";
 import { credentialsKey } from "./credentials.js";
 import { apiError } from "../errors.js";
 import { toConnectError } from "./errors.js";
+import { RATE_LIMITS, type RateLimitName, type RateLimitRow, type Subject } from "./rate-limit-table.js";
 import type { RestRoute, RouteGuard } from "./rest.js";
 
-export type Subject = "ip" | "renter_key";
-
-export interface RateLimitRow {
-  /** What the spec's table calls the row. */
-  applies: string;
-  points: number;
-  durationSec: number;
-  /** Counted per client IP, or per renter API key (the client IP when no renter key authenticated). */
-  per: Subject;
-}
-
-/** The spec's table, exactly. Keys are the `rate_limit` route option values. */
-export const RATE_LIMITS = {
-  provider_register: { applies: "POST /api/providers/register", points: 5, durationSec: 3600, per: "ip" },
-  heartbeat: { applies: "POST /api/providers/heartbeat", points: 4, durationSec: 60, per: "ip" },
-  renter_register: { applies: "POST /api/renters/register", points: 5, durationSec: 3600, per: "ip" },
-  job_submit: { applies: "POST /api/jobs/submit", points: 10, durationSec: 60, per: "renter_key" },
-  payment_topup: { applies: "POST /api/payments/topup", points: 10, durationSec: 60, per: "ip" },
-  renter_topup: { applies: "POST /api/renters/topup", points: 10, durationSec: 60, per: "renter_key" },
-  marketplace: { applies: "GET /api/providers/marketplace", points: 30, durationSec: 60, per: "ip" },
-  admin: { applies: "GET /api/admin/*", points: 100, durationSec: 60, per: "ip" },
-  default: { applies: "all other /api/*", points: 300, durationSec: 60, per: "ip" },
-} as const satisfies Record<string, RateLimitRow>;
-
-export type RateLimitName = keyof typeof RATE_LIMITS;
+export { RATE_LIMITS, type RateLimitName, type RateLimitRow, type Subject } from "./rate-limit-table.js";
 
 export const RATE_LIMIT_TABLE = "rate_limits";
 
@@ -77,19 +54,16 @@ export function checkRouteRows(methods: DescMethod[]): void {
   for (const m of methods) {
     const name = getOption(m, routeOption).rateLimit;
     if (name && !(name in RATE_LIMITS)) {
-      throw new ConfigError(`${m.parent.typeName}.${m.name} names rate_limit "${name}", which src/http/rate-limits.ts does not define`);
+      throw new ConfigError(`${m.parent.typeName}.${m.name} names rate_limit "${name}", which src/http/rate-limit-table.ts does not define`);
     }
   }
 }
 
-/** The documented rows with the operator's overrides (benchmarks) applied. */
+/** The documented rows with the operator's overrides (benchmarks; their row names checked by loadConfig) applied. */
 export function effectiveRows(overrides: Config["rateLimitOverrides"]): Record<RateLimitName, RateLimitRow> {
   const rows = { ...RATE_LIMITS } as Record<RateLimitName, RateLimitRow>;
-  for (const [name, o] of Object.entries(overrides)) {
-    if (!(name in rows)) {
-      throw new ConfigError(`SVC_RATE_LIMIT_OVERRIDES names "${name}"; rows are ${Object.keys(RATE_LIMITS).join(", ")}`);
-    }
-    rows[name as RateLimitName] = { ...rows[name as RateLimitName], points: o.points, durationSec: o.durationSec };
+  for (const [name, o] of Object.entries(overrides) as [RateLimitName, { points: number; durationSec: number }][]) {
+    rows[name] = { ...rows[name], points: o.points, durationSec: o.durationSec };
   }
   return rows;
 }

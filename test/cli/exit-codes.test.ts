@@ -1,7 +1,8 @@
 // svc's exit codes as a real subprocess against a real server: a failure
 // inside the server is its answer (5, with its request id), not "server
 // unreachable" (4), with or without the server's status header; a 400 and an integer option out of its protobuf type's
-// range are usage errors (2); so is a broken profiles file; Ctrl-C at
+// range are usage errors (2); so is a broken profiles file, a profile name
+// that is not saved, and a file svc cannot write (--out); Ctrl-C at
 // `svc login`'s hidden prompt exits 130 as Ctrl-C does elsewhere.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
@@ -9,7 +10,8 @@ import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { reportError } from "../../src/cli/output.js";
-import { makeRenter } from "../helpers/fixtures.js";
+import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { hasCommand, tempDir } from "../daemon/helpers.js";
 import { runSvc, SVC, type Run, type RunOptions } from "./run-svc.js";
@@ -17,6 +19,20 @@ import { runSvc, SVC, type Run, type RunOptions } from "./run-svc.js";
 const srv = useTestServer();
 
 const svc = (args: string[], opts: RunOptions & { home: string }): Promise<Run> => runSvc(args, opts);
+
+/** A completed llm-inference job of a fresh renter, run by hand over the legacy protocol. */
+async function completedJob() {
+  const api = client(srv);
+  const renter = await makeRenter(srv, 100_000);
+  const provider = await makeProvider(srv);
+  const sub = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 2, provider_id: provider.id, params: { prompt: "Hello" } }, renter.headers);
+  expect(sub.status, sub.text).toBe(201);
+  const jobId: string = sub.body.job.job_id;
+  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job?.job_id).toBe(jobId);
+  const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { response: "Hi!" } });
+  expect(res.status, res.text).toBe(200);
+  return { env: { SVC_URL: srv.url, SVC_KEY: renter.key }, jobId };
+}
 
 /**
  * Runs `svc login` on a pseudo-terminal (python3's pty), waits for its prompt, types `keys`, and
@@ -152,6 +168,38 @@ describe("svc exit codes", { timeout: 180_000 }, () => {
       expect(r.stderr, text).not.toMatch(/\n\s+at /);
       expect(r.code, text).toBe(2);
     }
+  });
+
+  it("a file svc cannot write (--out into a missing folder) is a usage error naming it (2), not the server's refusal (5)", async () => {
+    const { env, jobId } = await completedJob();
+    const home = tempDir("svc-exit");
+    const missing = path.join(home, "no-such-folder", "out.txt");
+    for (const args of [["jobs", "output", jobId, "--out", missing], ["receipt", "get", jobId, "-o", missing]]) {
+      const r = await svc(args, { home, env });
+      expect(r.stderr, args.join(" ")).toBe(`svc: cannot write ${missing}: no such file or directory (ENOENT)\n`);
+      expect(r.code, args.join(" ")).toBe(2);
+    }
+    // Watching the completed job: its result is said first, then what svc could not do with it.
+    const watched = await svc(["jobs", "watch", jobId, "--out", missing], { home, env });
+    expect(watched.stdout).toMatch(/^result: completed/m);
+    expect(watched.stdout).toMatch(/^cost: /m);
+    expect(watched.stderr).toContain(`svc: cannot write ${missing}: no such file or directory (ENOENT)`);
+    expect(watched.code).toBe(2);
+  });
+
+  it("a profile name that is not saved is a usage error (2) whether --profile or SVC_PROFILE names it, not 'not logged in' (3)", async () => {
+    const home = tempDir("svc-exit");
+    const renter = await makeRenter(srv);
+    const login = await svc(["login", "--url", srv.url], { home, input: renter.key + "\n" });
+    expect(login.code, login.stderr).toBe(0);
+    const flag = await svc(["--profile", "lab", "balance"], { home });
+    const variable = await svc(["balance"], { home, env: { SVC_PROFILE: "lab" } });
+    for (const r of [flag, variable]) {
+      expect(r.stderr).toMatch(/^svc: no profile named "lab"/);
+      expect(r.code).toBe(2);
+    }
+    // A saved one works either way.
+    expect((await svc(["balance"], { home, env: { SVC_PROFILE: "default" } })).code).toBe(0);
   });
 
   it.skipIf(!hasCommand("python3"))("Ctrl-C at login's hidden prompt exits 130; Ctrl-D there is no key given (2)", async () => {

@@ -2,8 +2,8 @@
 // it was saved for (the same scheme, host and port). SVC_URL naming another
 // server (a project's env file, a staging address) takes SVC_KEY or
 // SVC_ADMIN_TOKEN with it; without one, svc says it is not logged in there
-// rather than send the saved key. And the profiles folder's mode, and a
-// profiles file svc cannot read.
+// rather than send the saved key. A profile name that is not saved; the
+// profiles folder's mode, and a profiles file svc cannot read.
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -33,6 +33,18 @@ describe("a saved profile's key", () => {
       url: "https://staging.example.com",
       secret: "svc-renter-staging",
     });
+  });
+});
+
+describe("a profile name that is not saved", () => {
+  it("is refused by its name from --profile or SVC_PROFILE alike; with SVC_URL the environment stands for it", () => {
+    const env = withProfile();
+    expect(() => resolveProfile("lab", env)).toThrow(/^no profile named "lab" \(svc login --profile lab\)$/);
+    expect(() => resolveProfile(undefined, { ...env, SVC_PROFILE: "lab" })).toThrow(/^no profile named "lab", which SVC_PROFILE names/);
+    expect(() => resolveProfile(undefined, { ...env, SVC_PROFILE: "lab" })).toThrow(UsageError);
+    expect(resolveProfile(undefined, { ...env, SVC_PROFILE: "default" }).secret).toBe("svc-renter-saved");
+    const elsewhere = { ...env, SVC_PROFILE: "lab", SVC_URL: "https://lab.example.com", SVC_KEY: "svc-renter-lab" };
+    expect(resolveProfile(undefined, elsewhere)).toMatchObject({ name: "lab", url: "https://lab.example.com", secret: "svc-renter-lab" });
   });
 });
 

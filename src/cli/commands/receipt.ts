@@ -5,7 +5,7 @@ import { JobReceiptSchema, ReceiptKeysSchema } from "../../../gen/svc/v1/receipt
 import { messageToJson } from "../../shared/message-json.js";
 import { repeatedMemberName, verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
 import { clientsFor } from "../clients.js";
-import { EXIT, Exit, colour, jsonText, out, printJson } from "../output.js";
+import { EXIT, Exit, colour, jsonText, out, printJson, writeLocalFile } from "../output.js";
 import { checkBaseUrl, UsageError } from "../profiles.js";
 import type { Context } from "./context.js";
 
@@ -33,7 +33,7 @@ function writeOrPrint(value: unknown, file: string | undefined, what: string, js
   // its GPU model, as its JSON escape); into a file, the exact bytes.
   if (!file) return void out(jsonText(value, 2));
   const text = JSON.stringify(value, null, 2) + "\n";
-  fs.writeFileSync(file, text);
+  writeLocalFile(file, text);
   if (json) printJson({ file, bytes: Buffer.byteLength(text) });
   else out(`${what} written to ${file}`);
 }
