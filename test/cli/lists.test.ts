@@ -23,7 +23,8 @@ async function json(args: string[], env: Record<string, string>) {
 describe("svc lists", { timeout: 180_000 }, () => {
   it("jobs ls and provider jobs page with --offset and say which of how many", async () => {
     const renter = await makeRenter(srv, 100_000);
-    const provider = await makeProvider(srv);
+    // Offline: the job sweep would otherwise place the seeded queued jobs on it while the lists are read.
+    const provider = await makeProvider(srv, { online: false });
     for (let i = 0; i < 25; i++) await seedJob(srv, { renterId: renter.id, status: "queued", cost: 10 });
     for (let i = 0; i < 3; i++) await seedJob(srv, { renterId: renter.id, providerId: provider.id, status: "running", cost: 10 });
     const env = { SVC_URL: srv.url, SVC_KEY: renter.key };
