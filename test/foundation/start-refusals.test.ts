@@ -127,14 +127,15 @@ describe("a start refused for a setting", { timeout: 90_000 }, () => {
   it("a DATABASE_URL that cannot be reached, or names a database that is not there, names DATABASE_URL and never its password", async () => {
     const refused = refusedWithOneLine(await start({ DATABASE_URL: "postgres://svc:s3cret-pw@127.0.0.1:1/svc" }));
     expect(refused).toBe("cannot reach the database of DATABASE_URL (127.0.0.1:1/svc): connection refused (ECONNREFUSED)");
+    // The test database's own URL (its password kept: the embedded PostgreSQL checks it), another database.
     const missing = new URL(db.url);
     missing.pathname = "/svc_no_such_database";
-    missing.password = "s3cret-pw";
     const absent = refusedWithOneLine(await start({ DATABASE_URL: missing.toString() }));
     expect(absent).toBe(`the database of DATABASE_URL (${missing.host}/svc_no_such_database) refused: database "svc_no_such_database" does not exist`);
+    if (missing.password) expect(absent).not.toContain(decodeURIComponent(missing.password));
     const malformed = refusedWithOneLine(await start({ DATABASE_URL: "postgres://svc:s3cret-pw@db.example.com:port/svc" }));
     expect(malformed).toMatch(/^configuration error: DATABASE_URL must be a URL such as postgres:\/\//);
-    expect(refused + absent + malformed).not.toContain("s3cret");
+    expect(refused + malformed).not.toContain("s3cret");
   });
 });
 

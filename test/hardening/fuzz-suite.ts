@@ -7,13 +7,11 @@
 import fc from "fast-check";
 import { ScalarType, type DescField } from "@bufbuild/protobuf";
 import { beforeAll, describe, expect, it } from "vitest";
-import { Role } from "../../gen/svc/v1/options_pb.js";
 import { buildRouteTable, type RestRoute } from "../../src/http/rest.js";
 import { buildServices } from "../../src/services/index.js";
-import { rolesOf } from "../../src/services/secure.js";
 import type { Reply } from "../helpers/http.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
-import { fixtures, MATRIX, ownerCred, routeKey, send, WEBHOOK_SECRET, type Fx, type Overrides } from "./routes.js";
+import { fixtures, MATRIX, routeKey, routeOwnerCred, send, WEBHOOK_SECRET, type Fx, type Overrides } from "./routes.js";
 
 /** Defines the fuzz tests for the routes `pick` selects (the suite is split over files to run in parallel). */
 export function defineFuzzSuite(name: string, pick: (r: RestRoute) => boolean): void {
@@ -142,13 +140,7 @@ describe(`fuzzing every JSON route: ${name}`, () => {
     let current: string | undefined;
     for (const r of jsonRoutes()) {
       const entry = MATRIX[routeKey(r)];
-      const roles = rolesOf(r.method);
-      const cred = ownerCred(
-        { renter: roles.includes(Role.RENTER), provider: roles.includes(Role.PROVIDER), admin: roles.includes(Role.ADMIN), public: roles.includes(Role.PUBLIC) },
-        entry,
-        fx,
-        ADMIN_TOKEN,
-      );
+      const cred = routeOwnerCred(r, fx, ADMIN_TOKEN);
       await fc.assert(
         fc.asyncProperty(requestArb(r), async (o) => {
           // The state before: the last one seen, unless an accepted request may have left work behind.

@@ -3,6 +3,8 @@
 // credential the documented way for the route.
 import crypto from "node:crypto";
 import type { RestRoute } from "../../src/http/rest.js";
+import { Role } from "../../gen/svc/v1/options_pb.js";
+import { rolesOf } from "../../src/services/secure.js";
 import { client, type Reply } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import type { TestServer } from "../helpers/server.js";
@@ -232,6 +234,13 @@ async function streamHead(url: string, headers: Record<string, string>): Promise
 
 
 /** The credential of the caller a route is for (the "right owner"). */
+/** The credential of a route's rightful caller, from the roles the route declares and its matrix entry. */
+export function routeOwnerCred(r: RestRoute, fx: Fx, adminToken: string): Cred {
+  const roles = rolesOf(r.method);
+  const has = (role: Role) => roles.includes(role);
+  return ownerCred({ renter: has(Role.RENTER), provider: has(Role.PROVIDER), admin: has(Role.ADMIN), public: has(Role.PUBLIC) }, MATRIX[routeKey(r)], fx, adminToken);
+}
+
 export function ownerCred(roles: { renter: boolean; provider: boolean; admin: boolean; public: boolean }, entry: Entry, fx: Fx, adminToken: string): Cred {
   if (entry.owner === "signature") return { kind: "signature", valid: true };
   if (roles.public) return { kind: "none" };

@@ -16,7 +16,7 @@ import { rolesOf } from "../../src/services/secure.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
-import { fixtures, MATRIX, ownerCred, routeKey, send, WEBHOOK_SECRET, type Fx } from "../hardening/routes.js";
+import { fixtures, MATRIX, routeKey, routeOwnerCred, send, WEBHOOK_SECRET, type Fx } from "../hardening/routes.js";
 
 const srv = useTestServer({ PAYMENT_GATEWAY_WEBHOOK_SECRET: WEBHOOK_SECRET });
 const api = client(srv);
@@ -42,13 +42,7 @@ function requiredOf(o: any): string[] {
 /** Sends a route a request carrying nothing but the caller's credential. */
 async function sendBare(r: RestRoute, fx: Fx) {
   const entry = MATRIX[routeKey(r)];
-  const roles = rolesOf(r.method);
-  const cred = ownerCred(
-    { renter: roles.includes(Role.RENTER), provider: roles.includes(Role.PROVIDER), admin: roles.includes(Role.ADMIN), public: roles.includes(Role.PUBLIC) },
-    entry,
-    fx,
-    ADMIN_TOKEN,
-  );
+  const cred = routeOwnerCred(r, fx, ADMIN_TOKEN);
   return send(srv, r, entry, fx, cred, { body: {} });
 }
 
@@ -252,13 +246,7 @@ describe("values the server limits to a list", () => {
       for (const p of op(r.httpMethod, r.template).parameters ?? []) {
         if (!p.schema?.enum) continue;
         const entry = MATRIX[routeKey(r)];
-        const roles = rolesOf(r.method);
-        const cred = ownerCred(
-          { renter: roles.includes(Role.RENTER), provider: roles.includes(Role.PROVIDER), admin: roles.includes(Role.ADMIN), public: roles.includes(Role.PUBLIC) },
-          entry,
-          fx,
-          ADMIN_TOKEN,
-        );
+        const cred = routeOwnerCred(r, fx, ADMIN_TOKEN);
         const reply = await send(srv, r, entry, fx, cred, p.in === "path" ? { path: { [p.name]: "not-a-value" } } : { query: { [p.name]: "not-a-value" } });
         const list = listIn(String(reply.body?.error ?? ""), p.name);
         if (reply.status !== 400 || !list) wrong.push(`${routeKey(r)} ${p.name}=not-a-value: ${reply.status} ${reply.text.slice(0, 200)}`);
