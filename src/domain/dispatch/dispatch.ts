@@ -34,14 +34,19 @@ export const jobPolicy = { maxAttempts: 3 };
 // ---- SQL fragments over `providers p` (and `jobs j`, `provider_load l`) ----
 
 /**
- * Approved, heartbeating, not suspended or offline, and its daemon can verify this server's
- * tasks (no task-signing key mismatch, task-key.ts; a daemon version not below the minimum):
- * could run jobs at all. Its state part is also the predicate of providers_live_idx
- * (migration 037): change both, or the reads that look for live providers scan the table.
+ * Approved, heartbeating, not suspended or offline: heard as a provider, whatever its daemon. Its
+ * state part is also the predicate of providers_live_idx (migration 037): change both, or the reads
+ * that look for live providers scan the table.
  */
-export const liveSql = (db: Db) => db`(
-  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline') AND ${verifiesTasksSql(db, "p")}
+export const heardSql = (db: Db) => db`(
+  p.approval_status = 'approved' AND p.status NOT IN ('suspended', 'offline')
   AND p.last_heartbeat > now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}))`;
+
+/**
+ * Heard, and its daemon can verify this server's tasks (no task-signing key mismatch,
+ * task-key.ts; a daemon version not below the minimum): could run jobs at all.
+ */
+export const liveSql = (db: Db) => db`(${heardSql(db)} AND ${verifiesTasksSql(db, "p")})`;
 
 /** Scheduled run mode: inside the provider's daily window (the providers' rule, src/domain/providers/preferences.ts). */
 export const runWindowSql = (db: Db) => withinRunWindowSql(db, "p");

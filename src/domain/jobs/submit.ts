@@ -5,7 +5,7 @@
 import crypto from "node:crypto";
 import { allInTransaction, inOrder, type Db, type Sql, type Tx } from "../../db/index.js";
 import { type ServiceError, apiError, badRequest, forbidden, notFound, paymentRequired } from "../../errors.js";
-import { liveSql, hardwareFitSql, jobTypeFitSql, declaredTypes, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult, type QueueStanding } from "../dispatch/dispatch.js";
+import { heardSql, liveSql, hardwareFitSql, jobTypeFitSql, declaredTypes, placeMany, readCandidates, renameJobs, type FreshRows, type NewJob, type PlaceResult, type QueueStanding } from "../dispatch/dispatch.js";
 import { checkImageRunsJobType, validateParams } from "./job-schemas.js";
 import type { JobRow } from "../shared/job-row.js";
 import { lockRenterAccounts, takeHold, writeHolds, type AcceptedHold, type RenterAccounts } from "../money/ledger.js";
@@ -16,7 +16,7 @@ import { lockReservations } from "../money/usage-billing.js";
 import { canonicalJson, hmacOfCanonical } from "../../shared/task-signature.js";
 import { buildTaskSpec, modelOf, namesImage, normalizeContainerSpec, workspaceVolumeName } from "./task-spec.js";
 import { templateById, templateGpuRequirements, templateRuns } from "./templates.js";
-import { daemonPolicy, minDaemonRank } from "../providers/versions.js";
+import { daemonPolicy, outdatedDaemonSql } from "../providers/versions.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
 
 export const SUBMIT_LIMITS = {
@@ -422,13 +422,8 @@ export async function capacityOf(tx: Tx, intents: SubmitIntent[]): Promise<Capac
 export function capacitySql(tx: Db, distinct: Pick<SubmitIntent, "gpuRequirements" | "requestedProvider" | "jobType">[]) {
   const mine = tx`(j.requested_provider_id IS NULL OR p.id = j.requested_provider_id)`;
   const candidates = tx`FROM providers p WHERE ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND ${mine}`;
-  // A daemon below the minimum whose provider's row as it would be with no version ranked (`p`)
-  // is live and fits by the very rules placement applies. The first line is providers_live_idx's
-  // predicate (migration 037), which liveSql implies: the scan reads that index, not the table.
-  const outdated = tx`
-    FROM providers q, jsonb_populate_record(NULL::providers, to_jsonb(q) - 'daemon_version_rank') p
-    WHERE q.approval_status = 'approved' AND q.status NOT IN ('suspended', 'offline') AND q.task_key_mismatch IS NULL
-      AND q.daemon_version_rank < ${minDaemonRank()} AND ${liveSql(tx)} AND ${hardwareFitSql(tx)} AND ${jobTypeFitSql(tx)} AND ${mine}`;
+  // Heard, fitting, and given no jobs only because its daemon is below the minimum version.
+  const outdated = tx`FROM providers p WHERE ${heardSql(tx)} AND ${outdatedDaemonSql(tx, "p")} AND ${hardwareFitSql(tx)} AND ${jobTypeFitSql(tx)} AND ${mine}`;
   // OFFSET 0: `capable` is computed once per row, not copied into each of its uses below.
   return tx<{ ord: number; known: boolean; capable: boolean; fitsHardware: boolean; declared: string[] | null; outdated: boolean }[]>`
     SELECT j.ord, j.known, j.capable,

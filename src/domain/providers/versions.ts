@@ -82,6 +82,15 @@ export function verifiesTasksSql(db: Db, alias: string) {
   return db`(${a}.task_key_mismatch IS NULL AND (${a}.daemon_version_rank IS NULL OR ${a}.daemon_version_rank >= ${minDaemonRank()}))`;
 }
 
+/**
+ * Provider `alias`'s daemon could verify this server's tasks but for its version: it pinned no
+ * other key and is below the minimum (verifiesTasksSql's version part, the other way round).
+ */
+export function outdatedDaemonSql(db: Db, alias: string) {
+  const a = db(alias);
+  return db`(${a}.task_key_mismatch IS NULL AND ${a}.daemon_version_rank < ${minDaemonRank()})`;
+}
+
 /** Whether a reported daemon version is below the minimum given jobs (unknown: not below). */
 export function belowMinimum(reported: string | null | undefined): boolean {
   const v = parseVersion(reported);
