@@ -20,6 +20,27 @@ export function ago(iso: string | undefined | null): string {
   return `${Math.round(s / 86400)} d ago`;
 }
 
+const DAY = new Intl.DateTimeFormat("en-GB", { day: "numeric", month: "short", timeZone: "UTC" });
+const TIME = new Intl.DateTimeFormat("en-GB", { hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: "UTC" });
+const SECONDS = new Intl.DateTimeFormat("en-GB", { second: "2-digit", timeZone: "UTC" });
+
+/**
+ * Labels of a time axis's ticks (seconds since 1970) `step` seconds apart, in UTC as every time the console
+ * shows: days as "17 Nov"; times of day as "14:05", or "14:05:10" when ticks are under a minute apart, then
+ * ":20" while the minute stays the same; the day under the first tick and under each tick that starts another day.
+ */
+export function utcTickLabels(ticks: number[], step: number): string[] {
+  if (step >= 86_400) return ticks.map((t) => DAY.format(t * 1000));
+  return ticks.map((t, i) => {
+    const ms = t * 1000;
+    const before = i === 0 ? undefined : ticks[i - 1] * 1000;
+    const seconds = `:${SECONDS.format(ms).padStart(2, "0")}`;
+    const sameMinute = before !== undefined && TIME.format(before) === TIME.format(ms);
+    const time = step >= 60 || seconds === ":00" ? TIME.format(ms) : sameMinute ? seconds : TIME.format(ms) + seconds;
+    return before === undefined || DAY.format(before) !== DAY.format(ms) ? `${time}\n${DAY.format(ms)}` : time;
+  });
+}
+
 /** "YYYY-MM-DD" (UTC) as chart x value, in seconds. */
 export function dayToSeconds(day: string): number {
   return Date.UTC(Number(day.slice(0, 4)), Number(day.slice(5, 7)) - 1, Number(day.slice(8, 10))) / 1000;

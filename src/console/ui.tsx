@@ -4,6 +4,7 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import { isConnectionLost, isUnauthenticated, messageOf } from "./api.js";
+import { utcTickLabels } from "./format.js";
 import { signOut } from "./session.js";
 
 // ---- connection state, shown once for the whole page --------------------------------------
@@ -353,8 +354,12 @@ export function Chart({ title, x, series, height = 200, labels }: { title: strin
       scales: categories
         ? { x: { time: false, range: () => [-0.5, Math.max(latest.current.x.length - 0.5, 0.5)] } }
         : { x: { time: true, range: series.some((s) => s.bars) ? (_u, min, max) => [min - halfStep(latest.current.x), max + halfStep(latest.current.x)] : undefined } },
+      // Time in UTC, as everywhere in the console: uPlot's ticks and labels follow the browser's zone otherwise.
+      tzDate: (t) => uPlot.tzDate(new Date(t * 1000), "Etc/UTC"),
       axes: [
-        categories ? { splits: () => latest.current.x, values: (_u: uPlot, vals: number[]) => vals.map((v) => latest.current.labels?.[v] ?? "") } : {},
+        categories
+          ? { splits: () => latest.current.x, values: (_u: uPlot, vals: number[]) => vals.map((v) => latest.current.labels?.[v] ?? "") }
+          : { values: (_u: uPlot, ticks: number[], _axis: number, _space: number, step: number) => utcTickLabels(ticks, step) },
         { size: 60 },
       ],
       legend: { live: false },

@@ -2,7 +2,7 @@
 // started the tests fail with the reason: they never skip.
 import fs from "node:fs";
 import path from "node:path";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { chromium, type Browser, type BrowserContext, type BrowserContextOptions, type Page } from "playwright-core";
 import { afterAll, beforeAll } from "vitest";
 import { useTestServer, type TestServer } from "../helpers/server.js";
 
@@ -52,8 +52,11 @@ export async function shot(page: Page, name: string): Promise<void> {
 export interface ConsoleHarness {
   /** The file's test server, started before its tests. */
   readonly srv: TestServer;
-  /** A new browser context, closed after the file's tests; throws the reason when the browser could not start. */
-  context(viewport?: { width: number; height: number }): Promise<BrowserContext>;
+  /**
+   * A new browser context, closed after the file's tests; throws the reason when the browser could not start.
+   * `options`: more of the context's settings (its time zone, say).
+   */
+  context(viewport?: { width: number; height: number }, options?: BrowserContextOptions): Promise<BrowserContext>;
 }
 
 /**
@@ -78,9 +81,9 @@ export function useConsoleHarness(): ConsoleHarness {
   });
   return {
     srv,
-    async context(viewport = { width: 1280, height: 900 }) {
+    async context(viewport = { width: 1280, height: 900 }, options = {}) {
       if (!browser) throw launchError;
-      const ctx = await browser.newContext({ viewport });
+      const ctx = await browser.newContext({ ...options, viewport });
       contexts.push(ctx);
       return ctx;
     },
