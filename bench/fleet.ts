@@ -1,6 +1,6 @@
 // The provider fleet of the heartbeat benches (bench/heartbeat.ts,
 // bench/streams.ts): telemetry as daemons send it, providers seeded in SQL,
-// a raw keep-alive HTTP/1.1 heartbeat generator, and the servers' memory.
+// a raw HTTP/1.1 heartbeat generator (keep-alive, or a connection per beat), and the servers' memory.
 import net from "node:net";
 import type { Sql } from "../src/db/index.js";
 import { hashKey, newKey } from "../src/domain/accounts/keys.js";
@@ -36,11 +36,13 @@ export function heartbeatBody(key: string, i: number): string {
   });
 }
 
-export function heartbeatRequest(port: number, body: string): Buffer {
+/** `close`: asks for the connection to be closed after the answer, as the legacy daemon's urllib does. */
+export function heartbeatRequest(port: number, body: string, close = false): Buffer {
   const b = Buffer.from(body);
   return Buffer.concat([
     Buffer.from(
-      `POST /api/providers/heartbeat HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n`,
+      `POST /api/providers/heartbeat HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\n` +
+        `${close ? "Connection: close\r\n" : ""}Content-Length: ${b.length}\r\n\r\n`,
     ),
     b,
   ]);
@@ -61,6 +63,27 @@ export interface RunResult {
  * responses received within the run.
  */
 export function runHeartbeats(ports: number[], requests: Buffer[], connections: number, seconds: number, record: boolean, maxRequests = Infinity): Promise<RunResult> {
+  return runRequests(ports, requests, connections, seconds, record, maxRequests, false);
+}
+
+/**
+ * As runHeartbeats, but each request on a connection of its own that the server closes after its
+ * answer (`requests` made with `close`), the next one opened once it has: how the legacy daemon
+ * beats (urllib opens a connection per request).
+ */
+export function runHeartbeatsConnectionEach(ports: number[], requests: Buffer[], connections: number, seconds: number, record: boolean): Promise<RunResult> {
+  return runRequests(ports, requests, connections, seconds, record, Infinity, true);
+}
+
+function runRequests(
+  ports: number[],
+  requests: Buffer[],
+  connections: number,
+  seconds: number,
+  record: boolean,
+  maxRequests: number,
+  connectionEach: boolean,
+): Promise<RunResult> {
   return new Promise((resolve, reject) => {
     let next = 0;
     let open = connections;
@@ -71,12 +94,18 @@ export function runHeartbeats(ports: number[], requests: Buffer[], connections: 
     let n = 0;
     const started = performance.now();
     const deadline = started + seconds * 1000;
-    for (let c = 0; c < connections; c++) {
+    const done = () => {
+      if (--open === 0) {
+        resolve({ requests: ok + nonOk, ok, nonOk, statuses, latenciesMs: lat.subarray(0, n), elapsedS: (performance.now() - started) / 1000 });
+      }
+    };
+    const more = () => performance.now() < deadline && next < maxRequests;
+    const connection = (c: number) => {
       const sock = net.connect(ports[c % ports.length], "127.0.0.1");
       sock.setNoDelay(true);
       let sentAt = 0;
       const send = () => {
-        if (performance.now() >= deadline || next >= maxRequests) {
+        if (!more()) {
           sock.end();
           return;
         }
@@ -99,16 +128,17 @@ export function runHeartbeats(ports: number[], requests: Buffer[], connections: 
             }
             lat[n++] = performance.now() - sentAt;
           }
-          send();
+          // With a connection each, the server closes this one: the next request waits for that.
+          if (!connectionEach) send();
         }),
       );
       sock.on("error", reject);
       sock.on("close", () => {
-        if (--open === 0) {
-          resolve({ requests: ok + nonOk, ok, nonOk, statuses, latenciesMs: lat.subarray(0, n), elapsedS: (performance.now() - started) / 1000 });
-        }
+        if (connectionEach && more()) connection(c);
+        else done();
       });
-    }
+    };
+    for (let c = 0; c < connections; c++) connection(c);
   });
 }
 

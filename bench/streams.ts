@@ -17,7 +17,9 @@
 // - Measured in `--rounds` rounds, each a JSON phase then a stream phase of
 //   `--seconds`: `--connections` heartbeats in flight either way, over the
 //   same providers with the same telemetry. JSON beats go out on raw
-//   keep-alive HTTP/1.1 sockets (bench/fleet.ts); a stream beat is a
+//   keep-alive HTTP/1.1 sockets (bench/fleet.ts), or with `--json-wire
+//   connection-each` each on a TCP connection of its own, as the legacy
+//   daemon sends them; a stream beat is a
 //   heartbeat message on a daemon's stream, done when its heartbeat_ack is
 //   read. Reported per phase: beats/s, p50/p99, the server's CPU per beat,
 //   the generator's and the database's (the phase's telemetry batches); then
@@ -40,7 +42,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../gen/svc/v1/daemon_pb.js";
 import { DAEMON_VERSION } from "../src/daemon/ts/version.js";
 import { AsyncQueue } from "../src/daemon/async-queue.js";
-import { gpuStatus, heartbeatRequest, memorySampler, runHeartbeats, seedProviders } from "./fleet.js";
+import { gpuStatus, heartbeatRequest, memorySampler, runHeartbeats, runHeartbeatsConnectionEach, seedProviders } from "./fleet.js";
 import { benchDatabase, cpuSecondsOf, databaseCpuMeter, machine, memoryOf, noter, percentile, pool, postJson, startServers } from "./lib.js";
 
 const { values: args } = parseArgs({
@@ -58,12 +60,19 @@ const { values: args } = parseArgs({
     client: { type: "string", default: "raw" },
     // Run one side only (to profile it): "json" or "stream".
     only: { type: "string" },
+    // How the JSON beats travel: "keep-alive" (a few sockets, each beat after the last: the cheapest
+    // JSON there is) or "connection-each" (a TCP connection per beat, closed by the server after its
+    // answer: how the legacy daemon beats, as urllib opens a connection per request).
+    "json-wire": { type: "string", default: "keep-alive" },
   },
 });
 const DAEMONS = Number(args.daemons);
 const CLIENT = args.client!;
 const ONLY = args.only;
 if (CLIENT !== "raw" && CLIENT !== "connect") throw new Error("--client is raw or connect");
+const JSON_WIRE = args["json-wire"]!;
+if (JSON_WIRE !== "keep-alive" && JSON_WIRE !== "connection-each") throw new Error("--json-wire is keep-alive or connection-each");
+const jsonBeats = JSON_WIRE === "keep-alive" ? runHeartbeats : runHeartbeatsConnectionEach;
 const CONNECTIONS = Number(args.connections);
 const SECONDS = Number(args.seconds);
 const WARMUP_SECONDS = Number(args.warmup);
@@ -393,13 +402,13 @@ async function main() {
     const openS = (performance.now() - opened) / 1000;
     if (daemons.some((d, i) => d.providerId !== ids[i])) throw new Error("a daemon was welcomed as another provider");
 
-    const requests = keys.map((k, i) => heartbeatRequest(port, jsonBody(k, i)));
+    const requests = keys.map((k, i) => heartbeatRequest(port, jsonBody(k, i), JSON_WIRE === "connection-each"));
     note(`warm-up ${WARMUP_SECONDS} s each way`);
     endPhase("opening");
     const heapWithStreams = { rss_mb: memoryOf(pid)?.rss_mb ?? null, ...(await heapOf(base)) };
     const json = ONLY !== "stream";
     const stream = ONLY !== "json";
-    if (ROUNDS > 0 && json) await runHeartbeats([port], requests, CONNECTIONS, WARMUP_SECONDS, false);
+    if (ROUNDS > 0 && json) await jsonBeats([port], requests, CONNECTIONS, WARMUP_SECONDS, false);
     if (ROUNDS > 0 && stream) await runStreamBeats(daemons, CONNECTIONS, WARMUP_SECONDS);
 
     const rounds: { json: ReturnType<typeof figures<{ non_200: number }>>; stream: ReturnType<typeof figures<{ errors: number }>> }[] = [];
@@ -407,7 +416,7 @@ async function main() {
       note(`round ${r + 1}/${ROUNDS}: ${SECONDS} s of ${[json && "JSON heartbeats", stream && "heartbeats over streams"].filter(Boolean).join(", then ")}, ${CONNECTIONS} in flight`);
       let meter = cpuMeter(pid);
       let dbMeter = await databaseCpuMeter(sql, db.name);
-      const j = json ? await runHeartbeats([port], requests, CONNECTIONS, SECONDS, true) : { ok: 0, elapsedS: 1, latenciesMs: [], requests: 0, nonOk: 0 };
+      const j = json ? await jsonBeats([port], requests, CONNECTIONS, SECONDS, true) : { ok: 0, elapsedS: 1, latenciesMs: [], requests: 0, nonOk: 0 };
       const jsonCpu = meter(j.requests);
       // The pause lets the phase's last telemetry batch (every 250 ms) land in the phase's database CPU.
       await new Promise((res) => setTimeout(res, 500));
@@ -440,6 +449,7 @@ async function main() {
       benchmark: "streams",
       daemons: DAEMONS,
       client: CLIENT,
+      json_wire: JSON_WIRE,
       connections_in_flight: CONNECTIONS,
       seconds_per_phase: SECONDS,
       streams_opened_in_s: Math.round(openS * 10) / 10,
