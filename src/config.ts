@@ -59,6 +59,8 @@ export interface Config {
   livenessSweepSeconds: number;
   /** Seconds between deletions of the uptime hours and attempt days reputation no longer reads; 0 disables them. */
   retentionSweepSeconds: number;
+  /** Seconds between sweeps that finish re-signing the receipts of revoked receipt keys; 0 disables them. */
+  receiptResignSeconds: number;
   /** The Windows installer binary served by /api/providers/download-windows-exe, when one is built. */
   windowsExePath: string | undefined;
   /** Attempts a job gets (first run plus re-queues after a provider goes silent) before it fails. */
@@ -353,6 +355,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", DAEMON_RELEASE),
     livenessSweepSeconds: int(env, "SVC_LIVENESS_SWEEP_SECONDS", 15, 0, 3600),
     retentionSweepSeconds: int(env, "SVC_RETENTION_SWEEP_SECONDS", 3600, 0, 86400),
+    receiptResignSeconds: int(env, "SVC_RECEIPT_RESIGN_SECONDS", 60, 0, 86400),
     windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),
     jobSweepMs: int(env, "SVC_JOB_SWEEP_MS", 1000, 50, 60_000),

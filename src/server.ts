@@ -29,6 +29,7 @@ import { offerWorkToEach } from "./domain/dispatch/job-hooks.js";
 import { createMetrics } from "./metrics/metrics.js";
 import { createMetricsHandler, metricsInterceptor, startMetricsListener, type MetricsListener } from "./http/metrics.js";
 import { ledgerAuditWorker } from "./workers/ledger-audit.js";
+import { receiptResignWorker } from "./workers/receipt-resign.js";
 import { daemonPolicy } from "./domain/providers/versions.js";
 
 export interface App {
@@ -227,6 +228,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     jobTimeoutsWorker({ sql, log, intervalMs: config.jobSweepMs }),
     endpointHealthWorker({ sql, log, periodSeconds: config.endpointProbeSeconds, allowPrivate: config.v1.allowPrivateUpstreams }),
     ledgerAuditWorker({ sql, log, periodSeconds: config.ledgerAuditSeconds, fullSeconds: config.ledgerAuditFullSeconds }),
+    receiptResignWorker({ sql, log, periodSeconds: config.receiptResignSeconds }),
   ];
   for (const w of workers) await w.start();
 

@@ -1,15 +1,22 @@
 // ReceiptService: a job's signed receipt, the public keys that verify
-// receipts, and rotation of the server's receipt key (domain:
+// receipts, and rotation and revocation of the server's receipt keys (domain:
 // src/domain/money/receipts.ts, src/domain/jobs/job-receipts.ts).
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
 import { receiptForReader } from "../domain/jobs/job-receipts.js";
 import type { JobReader } from "../domain/jobs/jobs.js";
-import { checkProviderKeysOffset, publishedKeys, rotateReceiptKey, type ServerKeyView } from "../domain/money/receipts.js";
+import {
+  checkProviderKeysOffset,
+  publishedKeys,
+  resignRevokedReceipts,
+  revokeReceiptKey,
+  rotateReceiptKey,
+  type ServerKeyView,
+} from "../domain/money/receipts.js";
 import { recordAudit } from "../domain/shared/audit.js";
 import { checkId } from "../domain/admin/admin.js";
-import { checkRange, iso, optionalText } from "../domain/shared/validate.js";
+import { checkLength, checkRange, iso, optionalText, REASON_MAX_CHARS } from "../domain/shared/validate.js";
 import { SIGNATURE_ALGORITHM } from "../shared/receipt.js";
 import { auditActor, principalOf, type Deps } from "./deps.js";
 
@@ -20,7 +27,12 @@ const serverKey = (k: ServerKeyView) => ({
   createdAt: iso(k.createdAt)!,
   retiredAt: iso(k.retiredAt),
   current: k.retiredAt === null,
+  revokedAt: iso(k.revokedAt),
+  revocationReason: k.revocationReason ?? undefined,
 });
+
+/** How long a revocation re-signs its key's receipts before it answers; the periodic sweep does the rest. */
+const RESIGN_IN_REQUEST_MS = 5_000;
 
 export function receiptService({ sql }: Deps): Partial<ServiceImpl<typeof ReceiptService>> {
   return {
@@ -55,6 +67,28 @@ export function receiptService({ sql }: Deps): Partial<ServiceImpl<typeof Receip
         await recordAudit(tx, actor, "receipts.rotate_key", "receipt_key", r.current.keyId, { retired_key_id: r.retired, ip });
         return { current: serverKey(r.current), retiredKeyId: r.retired ?? "" };
       });
+    },
+
+    async revokeReceiptKey(req, ctx) {
+      const { actor, ip } = auditActor(ctx);
+      const keyId = checkLength(req.keyId, 64, "key_id")!;
+      const reason = optionalText(req.reason, REASON_MAX_CHARS, "reason") ?? null;
+      const r = await sql.begin(async (tx) => {
+        const r = await revokeReceiptKey(tx, keyId, reason);
+        if (!r.alreadyRevoked) {
+          await recordAudit(tx, actor, "receipts.revoke_key", "receipt_key", keyId, { reason, current_key_id: r.current.keyId, ip });
+        }
+        return r;
+      });
+      // After the revocation committed: each batch is a transaction of its own.
+      const s = await resignRevokedReceipts(sql, { keyId, until: Date.now() + RESIGN_IN_REQUEST_MS });
+      return {
+        key: serverKey(r.key),
+        current: serverKey(r.current),
+        alreadyRevoked: r.alreadyRevoked,
+        receiptsResigned: BigInt(s.resigned),
+        resigningDone: s.done,
+      };
     },
   };
 }

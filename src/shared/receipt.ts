@@ -8,7 +8,8 @@
 // "key_id", "value"}}: `value` is the base64 Ed25519 signature, by the server
 // key `key_id`, of the UTF-8 bytes of canonicalJson(BODY) (RFC 8785, the
 // canonicalisation task specs use). BODY names the same key in `signer`, so
-// the key id is signed too. A provider attestation inside BODY is the
+// the key id is signed too; a receipt signed again after the key it was
+// issued under was revoked keeps naming that key there (verifyReceipt). A provider attestation inside BODY is the
 // provider daemon's own Ed25519 signature of canonicalJson(statement), where
 // the statement holds the job id, the output hash and the GPU facts.
 //
@@ -99,9 +100,12 @@ export function attestationStatement(jobId: string, result: unknown, gpu: GpuFac
   return { type: ATTESTATION_TYPE, version: 1, job_id: jobId, output_sha256: outputSha256(result), gpu };
 }
 
-/** Public keys a verifier trusts: the answer of GET /api/receipts/keys (or its saved file). */
+/**
+ * Public keys a verifier trusts: the answer of GET /api/receipts/keys (or its
+ * saved file). A server key with a `revoked_at` is trusted no more.
+ */
 export interface PublishedKeys {
-  server_keys: { key_id: string; public_key: string; algorithm?: string }[];
+  server_keys: { key_id: string; public_key: string; algorithm?: string; revoked_at?: string | null; revocation_reason?: string | null }[];
   provider_keys?: { key_id: string; provider_id: number | string; public_key: string; algorithm?: string }[];
 }
 
@@ -168,6 +172,9 @@ export function repeatedMemberName(text: string): string | undefined {
   return undefined;
 }
 
+/** A published server key marked revoked (any revoked_at but null: a malformed one counts as revoked). */
+const isRevoked = (k: { revoked_at?: unknown }) => k.revoked_at !== undefined && k.revoked_at !== null;
+
 /**
  * Checks a receipt file offline: the server's signature over the body with the
  * published key it names, the provider attestation (when the receipt carries
@@ -178,6 +185,12 @@ export function repeatedMemberName(text: string): string | undefined {
  * too where it can be undone (its added job_id and status left out when they
  * match the receipt, a wrapped string unwrapped); it cannot be for a result
  * with job_id or status members of its own, which that answer replaces.
+ *
+ * A signature by a revoked key is refused (anyone holding its leaked seed
+ * could have made it). A receipt issued under a key since revoked is signed
+ * again by the server with its current key: its signature then names that key
+ * while its body still names the revoked signer, which is taken only when that
+ * signer is published as revoked.
  */
 export function verifyReceipt(file: unknown, keys: PublishedKeys, output?: { value: unknown }): Verification {
   const checks: string[] = [];
@@ -192,12 +205,18 @@ export function verifyReceipt(file: unknown, keys: PublishedKeys, output?: { val
   if (body.type !== RECEIPT_TYPE || body.version !== RECEIPT_VERSION) problems.push(`unknown receipt type or version: ${String(body.type)} v${String(body.version)}`);
   if (sig.algorithm !== SIGNATURE_ALGORITHM) problems.push(`unsupported signature algorithm: ${String(sig.algorithm)}`);
   const signer = isObject(body.signer) ? body.signer : {};
-  if (signer.key_id !== sig.key_id) problems.push(`the signature's key ${String(sig.key_id)} is not the signer the receipt names (${String(signer.key_id)})`);
+  let resignedFor: string | undefined;
+  if (signer.key_id !== sig.key_id) {
+    const issuer = publishedKey<PublishedKeys["server_keys"][number]>(keys?.server_keys, signer.key_id);
+    if (issuer && isRevoked(issuer)) resignedFor = issuer.key_id;
+    else problems.push(`the signature's key ${String(sig.key_id)} is not the signer the receipt names (${String(signer.key_id)})`);
+  }
   const serverKey = publishedKey<PublishedKeys["server_keys"][number]>(keys?.server_keys, sig.key_id);
   if (!serverKey) problems.push(`server key ${String(sig.key_id)} is not among the published keys`);
   else if (!keyMatchesId("srv", serverKey)) problems.push(`published server key ${serverKey.key_id} does not match its id`);
+  else if (isRevoked(serverKey)) problems.push(revokedProblem(serverKey, body.job_id));
   else if (typeof sig.value !== "string" || !verifyCanonical(serverKey.public_key, body, sig.value)) problems.push("the server's signature does not match the receipt (changed, or signed by another key)");
-  else checks.push(`server signature: valid (key ${serverKey.key_id})`);
+  else checks.push(`server signature: valid (key ${serverKey.key_id}${resignedFor ? `; re-signed: the receipt was issued under key ${resignedFor}, since revoked` : ""})`);
 
   const att = body.provider_attestation;
   if (isObject(att) && att.status === "attested") {
@@ -224,6 +243,17 @@ export function verifyReceipt(file: unknown, keys: PublishedKeys, output?: { val
     else checks.push("output: matches output_sha256");
   }
   return done();
+}
+
+/** Why a signature by a revoked key is refused, and what to do: the server serves the receipt signed again. */
+function revokedProblem(k: { key_id: string; revoked_at?: unknown; revocation_reason?: unknown }, jobId: unknown): string {
+  const when = typeof k.revoked_at === "string" ? ` at ${k.revoked_at}` : "";
+  const why = typeof k.revocation_reason === "string" && k.revocation_reason !== "" ? ` (${k.revocation_reason})` : "";
+  const job = typeof jobId === "string" ? jobId : "JOB_ID";
+  return (
+    `server key ${k.key_id} was revoked${when}${why}: a signature by it proves nothing; ` +
+    `fetch the receipt again from the server (svc receipt get ${job}, or GET /api/jobs/${job}/receipt), which serves it signed by a key in force`
+  );
 }
 
 /**

@@ -88,6 +88,7 @@ export const MATRIX: Record<string, Entry> = {
   "GET /api/jobs/{job_id}/receipt": job(),
   "GET /api/receipts/keys": PUBLIC,
   "POST /api/admin/receipts/keys/rotate": ADMIN,
+  "POST /api/admin/receipts/keys/{key_id}/revoke": ADMIN,
   "POST /api/jobs/{job_id}/cancel": jobChange(),
   "POST /api/jobs/{job_id}/logs": jobChange(() => ({ logs: ["matrix"] })),
   "POST /api/jobs/{job_id}/preparing": jobChange(() => ({ detail: "pulling image" })),

@@ -441,7 +441,7 @@ describe("who reads a receipt", () => {
     expect(k.status).toBe(200);
     expect(k.body).toMatchObject({ server_keys: [], provider_keys: [], provider_keys_total: 0 });
     const all = await keys();
-    for (const s of all.server_keys) expect(Object.keys(s).sort()).toEqual(["algorithm", "created_at", "current", "key_id", "public_key", "retired_at"]);
+    for (const s of all.server_keys) expect(Object.keys(s).sort()).toEqual(["algorithm", "created_at", "current", "key_id", "public_key", "retired_at", "revocation_reason", "revoked_at"]);
     expect(JSON.stringify(all)).not.toMatch(/seed/);
     expect((await api.get("/api/receipts/keys?limit=0")).body.error).toMatch(/limit/);
     expect((await api.get("/api/receipts/keys?provider_id=0")).body.error).toMatch(/provider_id/);

@@ -18,7 +18,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file svc/v1/receipts.proto.
  */
 export const file_svc_v1_receipts: GenFile = /*@__PURE__*/
-  fileDesc("ChVzdmMvdjEvcmVjZWlwdHMucHJvdG8SBnN2Yy52MSImChRHZXRKb2JSZWNlaXB0UmVxdWVzdBIOCgZqb2JfaWQYASABKAkiYwoKSm9iUmVjZWlwdBIoCgdyZWNlaXB0GAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCglzaWduYXR1cmUYAiABKAsyGC5zdmMudjEuUmVjZWlwdFNpZ25hdHVyZSJEChBSZWNlaXB0U2lnbmF0dXJlEhEKCWFsZ29yaXRobRgBIAEoCRIOCgZrZXlfaWQYAiABKAkSDQoFdmFsdWUYAyABKAkioAEKFkxpc3RSZWNlaXB0S2V5c1JlcXVlc3QSGAoLcHJvdmlkZXJfaWQYASABKANIAIgBARITCgZrZXlfaWQYAiABKAlIAYgBARISCgVsaW1pdBgDIAEoBUgCiAEBEhMKBm9mZnNldBgEIAEoBUgDiAEBQg4KDF9wcm92aWRlcl9pZEIJCgdfa2V5X2lkQggKBl9saW1pdEIJCgdfb2Zmc2V0IpwBChBTZXJ2ZXJSZWNlaXB0S2V5Eg4KBmtleV9pZBgBIAEoCRIRCglhbGdvcml0aG0YAiABKAkSEgoKcHVibGljX2tleRgDIAEoCRISCgpjcmVhdGVkX2F0GAQgASgJEh0KCnJldGlyZWRfYXQYBSABKAlCBMjzGAFIAIgBARIPCgdjdXJyZW50GAYgASgIQg0KC19yZXRpcmVkX2F0IncKElByb3ZpZGVyUmVjZWlwdEtleRIOCgZrZXlfaWQYASABKAkSEwoLcHJvdmlkZXJfaWQYAiABKAMSEQoJYWxnb3JpdGhtGAMgASgJEhIKCnB1YmxpY19rZXkYBCABKAkSFQoNcmVnaXN0ZXJlZF9hdBgFIAEoCSKMAQoLUmVjZWlwdEtleXMSLQoLc2VydmVyX2tleXMYASADKAsyGC5zdmMudjEuU2VydmVyUmVjZWlwdEtleRIxCg1wcm92aWRlcl9rZXlzGAIgAygLMhouc3ZjLnYxLlByb3ZpZGVyUmVjZWlwdEtleRIbChNwcm92aWRlcl9rZXlzX3RvdGFsGAMgASgDIhkKF1JvdGF0ZVJlY2VpcHRLZXlSZXF1ZXN0Il0KGFJvdGF0ZVJlY2VpcHRLZXlSZXNwb25zZRIpCgdjdXJyZW50GAEgASgLMhguc3ZjLnYxLlNlcnZlclJlY2VpcHRLZXkSFgoOcmV0aXJlZF9rZXlfaWQYAiABKAkiZAoTUHJvdmlkZXJBdHRlc3RhdGlvbhIOCgZrZXlfaWQYASABKAkSKgoJc3RhdGVtZW50GAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIRCglzaWduYXR1cmUYAyABKAky9AIKDlJlY2VpcHRTZXJ2aWNlEm8KDUdldEpvYlJlY2VpcHQSHC5zdmMudjEuR2V0Sm9iUmVjZWlwdFJlcXVlc3QaEi5zdmMudjEuSm9iUmVjZWlwdCIswvMYKAohCgNHRVQSGi9hcGkvam9icy97am9iX2lkfS9yZWNlaXB0GgMDAgQSZwoPTGlzdFJlY2VpcHRLZXlzEh4uc3ZjLnYxLkxpc3RSZWNlaXB0S2V5c1JlcXVlc3QaEy5zdmMudjEuUmVjZWlwdEtleXMiH8LzGBsKGQoDR0VUEhIvYXBpL3JlY2VpcHRzL2tleXMShwEKEFJvdGF0ZVJlY2VpcHRLZXkSHy5zdmMudjEuUm90YXRlUmVjZWlwdEtleVJlcXVlc3QaIC5zdmMudjEuUm90YXRlUmVjZWlwdEtleVJlc3BvbnNlIjDC8xgsCicKBFBPU1QSHy9hcGkvYWRtaW4vcmVjZWlwdHMva2V5cy9yb3RhdGUaAQRiBnByb3RvMw", [file_google_protobuf_struct, file_svc_v1_options]);
+  fileDesc("ChVzdmMvdjEvcmVjZWlwdHMucHJvdG8SBnN2Yy52MSImChRHZXRKb2JSZWNlaXB0UmVxdWVzdBIOCgZqb2JfaWQYASABKAkiYwoKSm9iUmVjZWlwdBIoCgdyZWNlaXB0GAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCglzaWduYXR1cmUYAiABKAsyGC5zdmMudjEuUmVjZWlwdFNpZ25hdHVyZSJEChBSZWNlaXB0U2lnbmF0dXJlEhEKCWFsZ29yaXRobRgBIAEoCRIOCgZrZXlfaWQYAiABKAkSDQoFdmFsdWUYAyABKAkioAEKFkxpc3RSZWNlaXB0S2V5c1JlcXVlc3QSGAoLcHJvdmlkZXJfaWQYASABKANIAIgBARITCgZrZXlfaWQYAiABKAlIAYgBARISCgVsaW1pdBgDIAEoBUgCiAEBEhMKBm9mZnNldBgEIAEoBUgDiAEBQg4KDF9wcm92aWRlcl9pZEIJCgdfa2V5X2lkQggKBl9saW1pdEIJCgdfb2Zmc2V0IoYCChBTZXJ2ZXJSZWNlaXB0S2V5Eg4KBmtleV9pZBgBIAEoCRIRCglhbGdvcml0aG0YAiABKAkSEgoKcHVibGljX2tleRgDIAEoCRISCgpjcmVhdGVkX2F0GAQgASgJEh0KCnJldGlyZWRfYXQYBSABKAlCBMjzGAFIAIgBARIPCgdjdXJyZW50GAYgASgIEh0KCnJldm9rZWRfYXQYByABKAlCBMjzGAFIAYgBARIkChFyZXZvY2F0aW9uX3JlYXNvbhgIIAEoCUIEyPMYAUgCiAEBQg0KC19yZXRpcmVkX2F0Qg0KC19yZXZva2VkX2F0QhQKEl9yZXZvY2F0aW9uX3JlYXNvbiJ3ChJQcm92aWRlclJlY2VpcHRLZXkSDgoGa2V5X2lkGAEgASgJEhMKC3Byb3ZpZGVyX2lkGAIgASgDEhEKCWFsZ29yaXRobRgDIAEoCRISCgpwdWJsaWNfa2V5GAQgASgJEhUKDXJlZ2lzdGVyZWRfYXQYBSABKAkijAEKC1JlY2VpcHRLZXlzEi0KC3NlcnZlcl9rZXlzGAEgAygLMhguc3ZjLnYxLlNlcnZlclJlY2VpcHRLZXkSMQoNcHJvdmlkZXJfa2V5cxgCIAMoCzIaLnN2Yy52MS5Qcm92aWRlclJlY2VpcHRLZXkSGwoTcHJvdmlkZXJfa2V5c190b3RhbBgDIAEoAyIZChdSb3RhdGVSZWNlaXB0S2V5UmVxdWVzdCJdChhSb3RhdGVSZWNlaXB0S2V5UmVzcG9uc2USKQoHY3VycmVudBgBIAEoCzIYLnN2Yy52MS5TZXJ2ZXJSZWNlaXB0S2V5EhYKDnJldGlyZWRfa2V5X2lkGAIgASgJIkkKF1Jldm9rZVJlY2VpcHRLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCRITCgZyZWFzb24YAiABKAlIAIgBAUIJCgdfcmVhc29uIrgBChhSZXZva2VSZWNlaXB0S2V5UmVzcG9uc2USJQoDa2V5GAEgASgLMhguc3ZjLnYxLlNlcnZlclJlY2VpcHRLZXkSKQoHY3VycmVudBgCIAEoCzIYLnN2Yy52MS5TZXJ2ZXJSZWNlaXB0S2V5EhcKD2FscmVhZHlfcmV2b2tlZBgDIAEoCBIZChFyZWNlaXB0c19yZXNpZ25lZBgEIAEoAxIWCg5yZXNpZ25pbmdfZG9uZRgFIAEoCCJkChNQcm92aWRlckF0dGVzdGF0aW9uEg4KBmtleV9pZBgBIAEoCRIqCglzdGF0ZW1lbnQYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhEKCXNpZ25hdHVyZRgDIAEoCTKHBAoOUmVjZWlwdFNlcnZpY2USbwoNR2V0Sm9iUmVjZWlwdBIcLnN2Yy52MS5HZXRKb2JSZWNlaXB0UmVxdWVzdBoSLnN2Yy52MS5Kb2JSZWNlaXB0IizC8xgoCiEKA0dFVBIaL2FwaS9qb2JzL3tqb2JfaWR9L3JlY2VpcHQaAwMCBBJnCg9MaXN0UmVjZWlwdEtleXMSHi5zdmMudjEuTGlzdFJlY2VpcHRLZXlzUmVxdWVzdBoTLnN2Yy52MS5SZWNlaXB0S2V5cyIfwvMYGwoZCgNHRVQSEi9hcGkvcmVjZWlwdHMva2V5cxKHAQoQUm90YXRlUmVjZWlwdEtleRIfLnN2Yy52MS5Sb3RhdGVSZWNlaXB0S2V5UmVxdWVzdBogLnN2Yy52MS5Sb3RhdGVSZWNlaXB0S2V5UmVzcG9uc2UiMMLzGCwKJwoEUE9TVBIfL2FwaS9hZG1pbi9yZWNlaXB0cy9rZXlzL3JvdGF0ZRoBBBKQAQoQUmV2b2tlUmVjZWlwdEtleRIfLnN2Yy52MS5SZXZva2VSZWNlaXB0S2V5UmVxdWVzdBogLnN2Yy52MS5SZXZva2VSZWNlaXB0S2V5UmVzcG9uc2UiOcLzGDUKMAoEUE9TVBIoL2FwaS9hZG1pbi9yZWNlaXB0cy9rZXlzL3trZXlfaWR9L3Jldm9rZRoBBGIGcHJvdG8z", [file_google_protobuf_struct, file_svc_v1_options]);
 
 /**
  * @generated from message svc.v1.GetJobReceiptRequest
@@ -174,6 +174,21 @@ export type ServerReceiptKey = Message<"svc.v1.ServerReceiptKey"> & {
    * @generated from field: bool current = 6;
    */
   current: boolean;
+
+  /**
+   * When it was revoked (null: it is trusted). A receipt signed by a revoked key proves nothing:
+   * fetch it again from the server, which serves it signed by a key in force.
+   *
+   * @generated from field: optional string revoked_at = 7;
+   */
+  revokedAt?: string | undefined;
+
+  /**
+   * Why, as the operator gave it (null: none given, or not revoked).
+   *
+   * @generated from field: optional string revocation_reason = 8;
+   */
+  revocationReason?: string | undefined;
 };
 
 /**
@@ -288,6 +303,78 @@ export const RotateReceiptKeyResponseSchema: GenMessage<RotateReceiptKeyResponse
   messageDesc(file_svc_v1_receipts, 8);
 
 /**
+ * @generated from message svc.v1.RevokeReceiptKeyRequest
+ */
+export type RevokeReceiptKeyRequest = Message<"svc.v1.RevokeReceiptKeyRequest"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+
+  /**
+   * Why (kept with the key and published with it; at most 1000 characters).
+   *
+   * @generated from field: optional string reason = 2;
+   */
+  reason?: string | undefined;
+};
+
+/**
+ * Describes the message svc.v1.RevokeReceiptKeyRequest.
+ * Use `create(RevokeReceiptKeyRequestSchema)` to create a new message.
+ */
+export const RevokeReceiptKeyRequestSchema: GenMessage<RevokeReceiptKeyRequest> = /*@__PURE__*/
+  messageDesc(file_svc_v1_receipts, 9);
+
+/**
+ * @generated from message svc.v1.RevokeReceiptKeyResponse
+ */
+export type RevokeReceiptKeyResponse = Message<"svc.v1.RevokeReceiptKeyResponse"> & {
+  /**
+   * The revoked key, with revoked_at and revocation_reason.
+   *
+   * @generated from field: svc.v1.ServerReceiptKey key = 1;
+   */
+  key?: ServerReceiptKey | undefined;
+
+  /**
+   * The current key: the new one when the revoked key was current.
+   *
+   * @generated from field: svc.v1.ServerReceiptKey current = 2;
+   */
+  current?: ServerReceiptKey | undefined;
+
+  /**
+   * True when the key was revoked before this call, which then changed nothing.
+   *
+   * @generated from field: bool already_revoked = 3;
+   */
+  alreadyRevoked: boolean;
+
+  /**
+   * Receipts this call signed again with the current key.
+   *
+   * @generated from field: int64 receipts_resigned = 4;
+   */
+  receiptsResigned: bigint;
+
+  /**
+   * True when every receipt of the key holds a signature by a key in force; false when some are
+   * left to the periodic sweep (SVC_RECEIPT_RESIGN_SECONDS).
+   *
+   * @generated from field: bool resigning_done = 5;
+   */
+  resigningDone: boolean;
+};
+
+/**
+ * Describes the message svc.v1.RevokeReceiptKeyResponse.
+ * Use `create(RevokeReceiptKeyResponseSchema)` to create a new message.
+ */
+export const RevokeReceiptKeyResponseSchema: GenMessage<RevokeReceiptKeyResponse> = /*@__PURE__*/
+  messageDesc(file_svc_v1_receipts, 10);
+
+/**
  * A daemon's Ed25519 signature of canonicalJson(statement), by the key it registered.
  * statement: {type: "svc.job-result-attestation", version: 1, job_id, output_sha256 (SHA-256 hex of
  * the canonical JSON of the reported result, null without one), gpu: {model, count, vram_mib,
@@ -319,7 +406,7 @@ export type ProviderAttestation = Message<"svc.v1.ProviderAttestation"> & {
  * Use `create(ProviderAttestationSchema)` to create a new message.
  */
 export const ProviderAttestationSchema: GenMessage<ProviderAttestation> = /*@__PURE__*/
-  messageDesc(file_svc_v1_receipts, 9);
+  messageDesc(file_svc_v1_receipts, 11);
 
 /**
  * @generated from service svc.v1.ReceiptService
@@ -339,8 +426,8 @@ export const ReceiptService: GenService<{
     output: typeof JobReceiptSchema;
   },
   /**
-   * Public keys that verify receipts: every server key (retired ones stay listed) and provider
-   * daemon keys. No secrets.
+   * Public keys that verify receipts: every server key (retired ones stay listed; revoked ones
+   * too, marked revoked: trusted no more) and provider daemon keys. No secrets.
    *
    * @generated from rpc svc.v1.ReceiptService.ListReceiptKeys
    */
@@ -358,6 +445,21 @@ export const ReceiptService: GenService<{
     methodKind: "unary";
     input: typeof RotateReceiptKeyRequestSchema;
     output: typeof RotateReceiptKeyResponseSchema;
+  },
+  /**
+   * Revokes a server receipt key (audited): it is trusted no more (verifiers refuse what it
+   * signed); a current key is replaced as a rotation does. Every receipt stored under it is signed
+   * again with the current key (the receipt itself is unchanged), in batches: those this call
+   * does not reach in a few seconds are left to the server's periodic sweep, and a receipt read
+   * before then is signed on the read. A key already revoked is answered as it stands
+   * (already_revoked, its first reason kept; nothing audited again). 404 for an unknown key.
+   *
+   * @generated from rpc svc.v1.ReceiptService.RevokeReceiptKey
+   */
+  revokeReceiptKey: {
+    methodKind: "unary";
+    input: typeof RevokeReceiptKeyRequestSchema;
+    output: typeof RevokeReceiptKeyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_svc_v1_receipts, 0);

@@ -1,11 +1,11 @@
-// svc receipt: get, keys and verify.
+// svc receipt: get, output, keys and verify; revoke-key (an admin profile).
 import fs from "node:fs";
 import type { Command } from "commander";
 import { JobReceiptSchema, ReceiptKeysSchema } from "../../../gen/svc/v1/receipts_pb.js";
 import { messageToJson } from "../../shared/message-json.js";
 import { repeatedMemberName, verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
 import { clientsFor } from "../clients.js";
-import { EXIT, Exit, colour, jsonText, out, printJson, writeLocalFile } from "../output.js";
+import { EXIT, Exit, colour, jsonText, out, printFields, printJson, writeLocalFile } from "../output.js";
 import { checkBaseUrl, UsageError } from "../profiles.js";
 import type { Context } from "./context.js";
 
@@ -39,8 +39,9 @@ function writeOrPrint(value: unknown, file: string | undefined, what: string, js
 }
 
 /**
- * svc receipt get|output|keys|verify. `verify` needs no account and, with --keys, no network: the
- * receipt, the public keys and the output (optional) are files (src/shared/receipt.ts checks them).
+ * svc receipt get|output|keys|verify|revoke-key. `verify` needs no account and, with --keys, no
+ * network: the receipt, the public keys and the output (optional) are files (src/shared/receipt.ts
+ * checks them).
  */
 export function addReceiptCommands(program: Command, ctx: Context): void {
   const { globals: g, session, show } = ctx;
@@ -70,7 +71,7 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
     .command("keys")
     .option("-o, --out <file>", "write the public keys here (default: print them)")
     .option("--url <url>", "server to ask (default: the profile's)")
-    .description("the public keys that verify receipts (server keys, retired ones included, and provider keys)")
+    .description("the public keys that verify receipts (server keys, retired and revoked ones included, and provider keys)")
     .action(async (o: { out?: string; url?: string }) => {
       const keys = await fetchKeys(o.url, session);
       writeOrPrint(keys, o.out, "keys", !!g().json);
@@ -102,12 +103,36 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
       });
       if (!v.ok) throw new Exit(EXIT.invalid);
     });
+  receipt
+    .command("revoke-key")
+    .argument("<key_id>", "a server receipt key (srv-…)")
+    .option("--reason <text>", "why (published with the key, and kept in the audit log)")
+    .description("revoke a server receipt key (admin): trusted no more; its receipts are signed again with the current key")
+    .action(async (keyId: string, o: { reason?: string }) => {
+      const { c } = session("admin");
+      const r = await c.receipts.revokeReceiptKey({ keyId, reason: o.reason });
+      show(r, () => {
+        printFields([
+          ["revoked", r.key?.keyId],
+          ["revoked at", r.key?.revokedAt],
+          ["reason", r.key?.revocationReason],
+          ["current key", r.current?.keyId],
+          ["receipts re-signed", r.receiptsResigned],
+        ]);
+        if (r.alreadyRevoked) out("the key was already revoked: nothing changed");
+        if (!r.resigningDone) out("re-signing continues on the server (its periodic sweep); receipts are served re-signed meanwhile");
+      });
+    });
 }
 
-/** The key ids a receipt file names: its signer's and its provider attestation's. */
+/**
+ * The key ids a receipt file names: its signature's, the signer its body names (another key when the
+ * receipt was signed again after that one was revoked) and its provider attestation's.
+ */
 function receiptKeyIds(doc: unknown): string[] {
-  const d = doc as { signature?: { key_id?: unknown }; receipt?: { provider_attestation?: { key_id?: unknown } } } | null;
-  return [d?.signature?.key_id, d?.receipt?.provider_attestation?.key_id].filter((k): k is string => typeof k === "string" && k !== "");
+  const d = doc as { signature?: { key_id?: unknown }; receipt?: { signer?: { key_id?: unknown }; provider_attestation?: { key_id?: unknown } } } | null;
+  const ids = [d?.signature?.key_id, d?.receipt?.signer?.key_id, d?.receipt?.provider_attestation?.key_id];
+  return [...new Set(ids.filter((k): k is string => typeof k === "string" && k !== ""))];
 }
 
 /**

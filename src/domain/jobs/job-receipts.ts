@@ -5,13 +5,13 @@
 // ended and what it was paid. It carries the task's and the output's hashes,
 // never the output, the logs or the endpoint, and the signature covers the
 // whole document, so it is shown whole or not at all.
-import type { Db } from "../../db/index.js";
+import type { Sql } from "../../db/index.js";
 import { forbidden, notFound } from "../../errors.js";
 import { storedReceipt } from "../money/receipts.js";
 import type { ReceiptFile } from "../../shared/receipt.js";
 import type { JobReader } from "./jobs.js";
 
-export async function receiptForReader(db: Db, jobId: string, reader: JobReader): Promise<ReceiptFile> {
+export async function receiptForReader(db: Sql, jobId: string, reader: JobReader): Promise<ReceiptFile> {
   const [job] = await db<{ id: number; renter_id: number; provider_id: number | null; status: string; held_by: boolean }[]>`
     SELECT j.id, j.renter_id, j.provider_id, j.status,
            EXISTS (SELECT 1 FROM job_attempts a WHERE a.job_id = j.id AND a.provider_id = ${reader.role === "provider" ? reader.providerId : null}) AS held_by

@@ -14,9 +14,14 @@
 // Keys: receipt_keys holds Ed25519 seeds the server generates (like the
 // task-signing key, server_keys); one is current. rotateReceiptKey retires it
 // and adds another; every key stays published by GET /api/receipts/keys.
+// revokeReceiptKey marks a key no longer trusted (its seed may have leaked);
+// every receipt stored under it is then signed again with the current key
+// (receipt_signatures; the document is not changed), in batches
+// (resignRevokedReceipts, run by the revocation and by a periodic sweep), and
+// a receipt read before its batch ran is signed on the read.
 import crypto from "node:crypto";
-import { allInTransaction, type Db, type Tx } from "../../db/index.js";
-import { badRequest } from "../../errors.js";
+import { allInTransaction, type Db, type Sql, type Tx } from "../../db/index.js";
+import { badRequest, notFound } from "../../errors.js";
 import { canonicalJson } from "../../shared/task-signature.js";
 import {
   RECEIPT_TYPE,
@@ -58,8 +63,14 @@ function newKey(): { keyId: string; seed: Buffer; publicKey: string } {
   return { keyId: keyIdOf("srv", publicKey), seed, publicKey };
 }
 
-/** The current signing key, created on first use (concurrent first uses agree: one current key, by index). */
-async function currentKey(db: Db): Promise<{ keyId: string; signer: Ed25519Signer }> {
+/**
+ * The current signing key, created on first use (concurrent first uses agree: one current key, by index).
+ * `forSigning` (in a transaction that signs with it) holds the table in ROW EXCLUSIVE mode until the
+ * transaction ends: a rotation or revocation (SHARE ROW EXCLUSIVE) waits for it, so once a revocation has
+ * committed no transaction can still add a signature by the key it revoked.
+ */
+async function currentKey(db: Db, forSigning = false): Promise<{ keyId: string; signer: Ed25519Signer }> {
+  if (forSigning) await db`LOCK TABLE receipt_keys IN ROW EXCLUSIVE MODE`;
   let [row] = await db<KeyRow[]>`SELECT key_id, seed FROM receipt_keys WHERE retired_at IS NULL`;
   if (!row) {
     const k = newKey();
@@ -76,6 +87,42 @@ export interface ServerKeyView {
   publicKey: string;
   createdAt: Date;
   retiredAt: Date | null;
+  revokedAt: Date | null;
+  revocationReason: string | null;
+}
+
+interface KeyViewRow {
+  key_id: string;
+  public_key: string;
+  created_at: Date;
+  retired_at: Date | null;
+  revoked_at: Date | null;
+  revocation_reason: string | null;
+}
+
+const KEY_VIEW_COLUMNS = "key_id, public_key, created_at, retired_at, revoked_at, revocation_reason";
+
+const keyView = (k: KeyViewRow): ServerKeyView => ({
+  keyId: k.key_id,
+  publicKey: k.public_key,
+  createdAt: k.created_at,
+  retiredAt: k.retired_at,
+  revokedAt: k.revoked_at,
+  revocationReason: k.revocation_reason,
+});
+
+/** The receipt_keys lock every change of the current key takes (see currentKey). */
+const lockKeys = (tx: Tx) => tx`LOCK TABLE receipt_keys IN SHARE ROW EXCLUSIVE MODE`;
+
+/** Retires the current key, if any, and adds a new current one; the caller holds lockKeys. */
+async function replaceCurrentKey(tx: Tx): Promise<{ current: ServerKeyView; retired: string | null }> {
+  const [old] = await tx<{ key_id: string }[]>`SELECT key_id FROM receipt_keys WHERE retired_at IS NULL`;
+  if (old) await tx`UPDATE receipt_keys SET retired_at = now() WHERE key_id = ${old.key_id}`;
+  const k = newKey();
+  const [row] = await tx<KeyViewRow[]>`
+    INSERT INTO receipt_keys (key_id, seed, public_key) VALUES (${k.keyId}, ${k.seed}, ${k.publicKey})
+    RETURNING ${tx.unsafe(KEY_VIEW_COLUMNS)}`;
+  return { current: keyView(row), retired: old?.key_id ?? null };
 }
 
 /**
@@ -85,13 +132,115 @@ export interface ServerKeyView {
 export async function rotateReceiptKey(tx: Tx): Promise<{ current: ServerKeyView; retired: string | null }> {
   // Two rotations at once run one after the other. Locking the current row would not do it: the
   // second, once the first commits, finds that row retired, no current one, and adds a second key.
-  await tx`LOCK TABLE receipt_keys IN SHARE ROW EXCLUSIVE MODE`;
-  const [old] = await tx<{ key_id: string }[]>`SELECT key_id FROM receipt_keys WHERE retired_at IS NULL`;
-  if (old) await tx`UPDATE receipt_keys SET retired_at = now() WHERE key_id = ${old.key_id}`;
-  const k = newKey();
-  const [row] = await tx<{ created_at: Date }[]>`
-    INSERT INTO receipt_keys (key_id, seed, public_key) VALUES (${k.keyId}, ${k.seed}, ${k.publicKey}) RETURNING created_at`;
-  return { current: { keyId: k.keyId, publicKey: k.publicKey, createdAt: row.created_at, retiredAt: null }, retired: old?.key_id ?? null };
+  await lockKeys(tx);
+  return replaceCurrentKey(tx);
+}
+
+/**
+ * Revokes a receipt key: it is retired (a current key is replaced, as a
+ * rotation does) and marked revoked, which verifiers read as "not trusted".
+ * The receipts stored under it are re-signed afterwards, in batches
+ * (resignRevokedReceipts). A key already revoked is answered as it stands,
+ * with `alreadyRevoked` (its first reason kept). 404 for an unknown key.
+ */
+export async function revokeReceiptKey(
+  tx: Tx,
+  keyId: string,
+  reason: string | null,
+): Promise<{ key: ServerKeyView; current: ServerKeyView; alreadyRevoked: boolean }> {
+  await lockKeys(tx);
+  const [k] = await tx<KeyViewRow[]>`SELECT ${tx.unsafe(KEY_VIEW_COLUMNS)} FROM receipt_keys WHERE key_id = ${keyId}`;
+  if (!k) throw notFound(`receipt key ${keyId} not found`);
+  const alreadyRevoked = k.revoked_at !== null;
+  if (!alreadyRevoked && k.retired_at === null) await replaceCurrentKey(tx);
+  const [key] = alreadyRevoked
+    ? [k]
+    : await tx<KeyViewRow[]>`
+        UPDATE receipt_keys SET revoked_at = now(), revocation_reason = ${reason}, retired_at = coalesce(retired_at, now())
+        WHERE key_id = ${keyId} RETURNING ${tx.unsafe(KEY_VIEW_COLUMNS)}`;
+  const [row] = await tx<KeyViewRow[]>`SELECT ${tx.unsafe(KEY_VIEW_COLUMNS)} FROM receipt_keys WHERE retired_at IS NULL`;
+  const current = row ? keyView(row) : (await replaceCurrentKey(tx)).current;
+  return { key: keyView(key), current, alreadyRevoked };
+}
+
+/** Receipts one re-signing transaction covers at most. */
+export const RESIGN_BATCH = 500;
+
+/**
+ * One batch of re-signing for a revoked key: the next `limit` receipts (by
+ * job id, after the key's resign_cursor) whose signature in force is by this
+ * key (issued under it, or signed again by it before it was revoked) and that
+ * hold no signature by a key not revoked get one by the current key. The
+ * cursor moves in the same transaction, so a run that stops resumes after the
+ * last batch it committed; `done` once a batch finds fewer than `limit`
+ * (resigned_at is then set). Batches of one key from several processes run one
+ * after the other (the key's row is locked).
+ */
+export async function resignBatch(sql: Sql, keyId: string, limit = RESIGN_BATCH): Promise<{ resigned: number; done: boolean }> {
+  return sql.begin(async (tx) => {
+    const signing = await currentKey(tx, true);
+    const [k] = await tx<{ resign_cursor: number }[]>`
+      SELECT resign_cursor FROM receipt_keys
+      WHERE key_id = ${keyId} AND revoked_at IS NOT NULL AND resigned_at IS NULL FOR UPDATE`;
+    if (!k) return { resigned: 0, done: true };
+    const cursor = Number(k.resign_cursor);
+    const batch = await tx<{ job_id: number }[]>`
+      (SELECT job_id FROM job_receipts WHERE key_id = ${keyId} AND job_id > ${cursor} ORDER BY job_id LIMIT ${limit})
+      UNION
+      (SELECT job_id FROM receipt_signatures WHERE key_id = ${keyId} AND job_id > ${cursor} ORDER BY job_id LIMIT ${limit})
+      ORDER BY job_id LIMIT ${limit}`;
+    const ids = batch.map((b) => Number(b.job_id));
+    const todo = ids.length
+      ? await tx<{ job_id: number; document: string }[]>`
+          SELECT r.job_id, r.document FROM job_receipts r
+          JOIN receipt_keys issued ON issued.key_id = r.key_id AND issued.revoked_at IS NOT NULL
+          WHERE r.job_id = ANY(${ids}::bigint[]) AND NOT EXISTS (${inForceSignature(tx)})`
+      : [];
+    if (todo.length) {
+      const values = todo.map((r) => signing.signer.signCanonical(JSON.parse(r.document)));
+      await tx`
+        INSERT INTO receipt_signatures (job_id, key_id, value)
+        SELECT j, ${signing.keyId}, v FROM unnest(${todo.map((r) => Number(r.job_id))}::bigint[], ${values}::text[]) AS t(j, v)
+        ON CONFLICT DO NOTHING`;
+    }
+    const done = ids.length < limit;
+    await tx`
+      UPDATE receipt_keys SET resign_cursor = ${ids.length ? ids[ids.length - 1] : cursor}, resigned_at = CASE WHEN ${done} THEN now() END
+      WHERE key_id = ${keyId}`;
+    return { resigned: todo.length, done };
+  });
+}
+
+/** A re-signature of receipt r (job_receipts r) by a key not revoked. */
+const inForceSignature = (db: Db) => db`
+  SELECT 1 FROM receipt_signatures s JOIN receipt_keys sk ON sk.key_id = s.key_id
+  WHERE s.job_id = r.job_id AND sk.revoked_at IS NULL`;
+
+/**
+ * Re-signs, batch after batch, the receipts of revoked keys (`keyId`: of that
+ * key only) that have no signature in force yet, until none is left (`done`)
+ * or, given `until` (a Date.now() time), until then: what is left is the
+ * periodic sweep's, which runs this again.
+ */
+export async function resignRevokedReceipts(
+  sql: Sql,
+  opts: { keyId?: string; batch?: number; until?: number } = {},
+): Promise<{ resigned: number; done: boolean }> {
+  const keys =
+    opts.keyId !== undefined
+      ? [opts.keyId]
+      : (await sql<{ key_id: string }[]>`
+          SELECT key_id FROM receipt_keys WHERE revoked_at IS NOT NULL AND resigned_at IS NULL ORDER BY revoked_at, key_id`).map((k) => k.key_id);
+  let resigned = 0;
+  for (const keyId of keys) {
+    for (;;) {
+      if (opts.until !== undefined && Date.now() >= opts.until) return { resigned, done: false };
+      const b = await resignBatch(sql, keyId, opts.batch);
+      resigned += b.resigned;
+      if (b.done) break;
+    }
+  }
+  return { resigned, done: true };
 }
 
 export interface ProviderKeyView {
@@ -141,15 +290,14 @@ export async function publishedKeys(
   await currentKey(db);
   const where = db`WHERE true ${f.providerId === undefined ? db`` : db`AND provider_id = ${f.providerId}`} ${f.keyId === undefined ? db`` : db`AND key_id = ${f.keyId}`}`;
   const counted = Math.max(PROVIDER_KEYS_COUNTED, f.offset + f.limit + 1);
-  const server = await db<{ key_id: string; public_key: string; created_at: Date; retired_at: Date | null }[]>`
-    SELECT key_id, public_key, created_at, retired_at FROM receipt_keys ORDER BY created_at, key_id`;
+  const server = await db<KeyViewRow[]>`SELECT ${db.unsafe(KEY_VIEW_COLUMNS)} FROM receipt_keys ORDER BY created_at, key_id`;
   const providers = await db<{ key_id: string; provider_id: number; public_key: string; registered_at: Date }[]>`
     SELECT key_id, provider_id, public_key, registered_at FROM provider_keys ${where}
     ORDER BY provider_id, registered_at, key_id LIMIT ${f.limit} OFFSET ${f.offset}`;
   const [{ total }] = await db<{ total: number }[]>`
     SELECT count(*)::int AS total FROM (SELECT 1 FROM provider_keys ${where} LIMIT ${counted}) k`;
   return {
-    server: server.map((k) => ({ keyId: k.key_id, publicKey: k.public_key, createdAt: k.created_at, retiredAt: k.retired_at })),
+    server: server.map(keyView),
     providers: providers.map((k) => ({ keyId: k.key_id, providerId: k.provider_id, publicKey: k.public_key, registeredAt: k.registered_at })),
     providerTotal: total,
   };
@@ -220,7 +368,7 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
       JOIN ledger_accounts d ON d.id = t.debit_account_id
       JOIN ledger_accounts c ON c.id = t.credit_account_id
       WHERE t.job_id = ${jobId}`,
-    currentKey(tx),
+    currentKey(tx, true),
   ]);
   const job = jobs[0];
   if (!job) throw new Error(`receipt of job ${jobId}: no such job`);
@@ -315,10 +463,32 @@ function attestationOf(job: JobRow, hadAttempts: boolean, outputHash: string | n
 
 // ---- read ----
 
-/** A job's receipt as issued (`jobId`: jobs.id), or undefined when it has none. */
-export async function storedReceipt(db: Db, jobId: number): Promise<ReceiptFile | undefined> {
-  const [r] = await db<{ key_id: string; document: string; signature: string }[]>`
-    SELECT key_id, document, signature FROM job_receipts WHERE job_id = ${jobId}`;
+/**
+ * A job's receipt (`jobId`: jobs.id) with a signature in force, or undefined
+ * when it has none: as issued, unless the key it was issued under is revoked;
+ * then its signature by a key not revoked, made on this read when no
+ * re-signing batch has reached it yet.
+ */
+export async function storedReceipt(sql: Sql, jobId: number): Promise<ReceiptFile | undefined> {
+  const [r] = await sql<{ key_id: string; document: string; signature: string; revoked: boolean; in_force_key: string | null; in_force_value: string | null }[]>`
+    SELECT r.key_id, r.document, r.signature, k.revoked_at IS NOT NULL AS revoked, s.key_id AS in_force_key, s.value AS in_force_value
+    FROM job_receipts r
+    JOIN receipt_keys k ON k.key_id = r.key_id
+    LEFT JOIN LATERAL (
+      SELECT s.key_id, s.value FROM receipt_signatures s JOIN receipt_keys sk ON sk.key_id = s.key_id
+      WHERE s.job_id = r.job_id AND sk.revoked_at IS NULL ORDER BY s.created_at DESC, s.key_id LIMIT 1
+    ) s ON k.revoked_at IS NOT NULL
+    WHERE r.job_id = ${jobId}`;
   if (!r) return undefined;
-  return { receipt: JSON.parse(r.document) as Record<string, unknown>, signature: { algorithm: SIGNATURE_ALGORITHM, key_id: r.key_id, value: r.signature } };
+  const receipt = JSON.parse(r.document) as Record<string, unknown>;
+  const file = (keyId: string, value: string): ReceiptFile => ({ receipt, signature: { algorithm: SIGNATURE_ALGORITHM, key_id: keyId, value } });
+  if (!r.revoked) return file(r.key_id, r.signature);
+  if (r.in_force_key !== null && r.in_force_value !== null) return file(r.in_force_key, r.in_force_value);
+  const signed = await sql.begin(async (tx) => {
+    const key = await currentKey(tx, true);
+    const value = key.signer.signCanonical(receipt);
+    await tx`INSERT INTO receipt_signatures (job_id, key_id, value) VALUES (${jobId}, ${key.keyId}, ${value}) ON CONFLICT DO NOTHING`;
+    return { keyId: key.keyId, value };
+  });
+  return file(signed.keyId, signed.value);
 }
