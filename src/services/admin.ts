@@ -6,12 +6,12 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { AdjustBalanceRequestSchema, AdminRenterResponseSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
 import type { Db } from "../db/index.js";
-import { adjustRenterBalance, checkId, listAudit, listJobs, listRenters, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
+import { adjustRenterBalance, checkId, listAudit, listJobs, listRenters, offerQueuedJobsOf, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
 import { recordAudit } from "../domain/shared/audit.js";
 import { dashboard } from "../domain/admin/dashboard.js";
 import { auditLedgerNow } from "../domain/money/ledger-audit.js";
 import { idempotent } from "../domain/money/idempotency.js";
-import { cancelJob, requeueJob } from "../domain/jobs/job-control.js";
+import { afterCancels, cancelJob, requeueJob } from "../domain/jobs/job-control.js";
 import { jobMessage } from "../domain/jobs/jobs.js";
 import { listPayments, PAYMENT_STATUSES, paymentMessage } from "../domain/money/payments.js";
 import { DEFAULT_QUOTA } from "../domain/money/quota.js";
@@ -34,19 +34,26 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
     };
   }
 
-  async function changeStatus(id: bigint, status: (typeof RENTER_STATUSES)[number], reason: string | undefined, ctx: HandlerContext) {
-    const renterId = checkId(id, "id");
-    const why = optionalText(reason, REASON_MAX_CHARS, "reason");
+  async function changeStatus(req: { id: bigint; reason?: string; stopJobs?: boolean }, status: (typeof RENTER_STATUSES)[number], ctx: HandlerContext) {
+    const renterId = checkId(req.id, "id");
+    const why = optionalText(req.reason, REASON_MAX_CHARS, "reason");
+    const stopJobs = req.stopJobs ?? false;
+    const suspending = status === "suspended";
     const { actor, ip } = auditActor(ctx);
-    return sql.begin(async (tx) => {
-      const { row, changed } = await setRenterStatus(tx, renterId, status);
-      await recordAudit(tx, actor, status === "suspended" ? "renter.suspend" : "renter.unsuspend", "renter", renterId, {
+    const { answer, changed, stopped } = await sql.begin(async (tx) => {
+      const { row, changed, stopped } = await setRenterStatus(tx, renterId, status, { stopJobs });
+      await recordAudit(tx, actor, suspending ? "renter.suspend" : "renter.unsuspend", "renter", renterId, {
         reason: why ?? null,
         changed,
+        ...(suspending ? { stop_jobs: stopJobs, jobs_stopped: stopped.length } : {}),
         ip,
       });
-      return renterAnswer(tx, row);
+      const answer = await renterAnswer(tx, row);
+      return { answer: suspending ? { ...answer, jobsStopped: BigInt(stopped.length) } : answer, changed, stopped };
     });
+    await afterCancels(sql, stopped);
+    if (!suspending && changed) await offerQueuedJobsOf(sql, renterId);
+    return answer;
   }
 
   return {
@@ -93,8 +100,8 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       return renterAnswer(sql, await renterById(sql, checkId(req.id, "id")));
     },
 
-    suspendRenter: (req, ctx) => changeStatus(req.id, "suspended", req.reason, ctx),
-    unsuspendRenter: (req, ctx) => changeStatus(req.id, "active", req.reason, ctx),
+    suspendRenter: (req, ctx) => changeStatus(req, "suspended", ctx),
+    unsuspendRenter: (req, ctx) => changeStatus(req, "active", ctx),
 
     async adjustBalance(req, ctx) {
       const renterId = checkId(req.id, "id");

@@ -1,5 +1,6 @@
 // The operator's actions on renters, providers and jobs in a real browser: suspending
-// (with the reason asked for) and unsuspending a renter or a provider from the list, a
+// (with the reason asked for; a renter's jobs stopped too when ticked) and
+// unsuspending a renter or a provider from the list, a
 // balance adjustment that a double submit makes once, a quota where a blank
 // field keeps its limit, re-queueing a stuck job from its page, and the
 // dashboard's heartbeats without a unit beside a figure the daemon did not send.
@@ -57,6 +58,29 @@ describe("the operator's renters", () => {
     await page.keyboard.press("Enter");
     await poll(() => suspend.count()).toBe(1);
     expect(await renterStatus(r.id)).toBe("active");
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("are suspended with their jobs stopped when \"stop its jobs\" is ticked, and the row says how many", async () => {
+    const r = await makeRenter(h.srv, 1_000);
+    await seedJob(h.srv, { renterId: r.id, cost: 100 });
+    await seedJob(h.srv, { renterId: r.id, cost: 100 });
+    const { page, problems } = await signedIn(h, "admin", ADMIN_TOKEN);
+    await page.goto(`${h.srv.url}/#/admin/renters`);
+    const row = page.locator(`tr[data-renter="${r.id}"]`);
+    await row.waitFor();
+    const asked: string[] = [];
+    page.once("dialog", (d) => {
+      asked.push(d.message());
+      void d.accept("abuse report");
+    });
+    await row.getByRole("checkbox", { name: "Stop Renter's jobs when suspending" }).check();
+    await row.getByRole("button", { name: "Suspend Renter", exact: true }).click();
+    await poll(() => row.getByRole("status").textContent()).toBe("2 jobs stopped.");
+    expect(asked[0]).toMatch(/cancelled now/);
+    expect(await renterStatus(r.id)).toBe("suspended");
+    expect((await h.srv.sql<{ status: string }[]>`SELECT status FROM jobs WHERE renter_id = ${r.id}`).map((j) => j.status)).toEqual(["cancelled", "cancelled"]);
+    expect((await audit("renter.suspend", r.id)).map((a) => [a.details.stop_jobs, a.details.jobs_stopped])).toEqual([[true, 2]]);
     expect(problems).toEqual([]);
   }, 60_000);
 

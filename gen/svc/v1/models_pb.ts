@@ -503,7 +503,8 @@ export type Job = Message<"svc.v1.Job"> & {
    * provider_offline, provider_unavailable, provider_paused, provider_outside_schedule,
    * provider_busy, provider_mismatch, provider_unsupported_job_type (its daemon declared job types
    * without this one), provider_cannot_verify_tasks (its daemon pinned another task-signing key),
-   * provider_daemon_outdated (its daemon is below SVC_DAEMON_MIN_VERSION).
+   * provider_daemon_outdated (its daemon is below SVC_DAEMON_MIN_VERSION), renter_suspended (the
+   * renter's account is suspended: given to no provider until it is unsuspended).
    *
    * @generated from field: optional string queue_reason = 23;
    */
@@ -516,7 +517,7 @@ export type Job = Message<"svc.v1.Job"> & {
 
   /**
    * Why the job ended (null while active): completed, runtime_error, renter_cancelled, timeout,
-   * out_of_funds, spend_limit, admin_cancelled, platform_error, provider_refused, provider_silent,
+   * out_of_funds, spend_limit, renter_suspended, admin_cancelled, platform_error, provider_refused, provider_silent,
    * not_picked_up, provider_interrupted, provider_error, signature_mismatch,
    * unsupported_on_provider. docs/jobs.md "How a job ends" says what each costs.
    *

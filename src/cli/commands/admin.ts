@@ -1,5 +1,5 @@
-// svc admin: providers and their approval, platform figures, renters, every
-// job, the audit log (an admin profile).
+// svc admin: providers and their approval, platform figures, renters and
+// their suspension, every job, the audit log (an admin profile).
 import type { Command } from "commander";
 import { apiJson, out, printFields, sar, statusColour } from "../output.js";
 import { int, listCommand, type Context } from "./context.js";
@@ -46,6 +46,28 @@ export function addAdminCommands(program: Command, ctx: Context): void {
         show(r, () => out(`provider ${id}: ${verb} done`));
       });
   }
+  admin
+    .command("suspend-renter")
+    .argument("<renter_id>")
+    .description("suspend a renter: its key is refused and its queued jobs wait; --stop-jobs cancels its active jobs too")
+    .option("--reason <text>", "why (kept in the audit log)")
+    .option("--stop-jobs", "also cancel its queued, pending and running jobs (a running job pays the time it used)")
+    .action(async (id: string, o: { reason?: string; stopJobs?: boolean }) => {
+      const { c } = session("admin");
+      const r = await c.admin.suspendRenter({ id: BigInt(int("renter_id", "int64")(id)), reason: o.reason, stopJobs: o.stopJobs });
+      const stopped = r.jobsStopped ?? 0n;
+      show(r, () => out(`renter ${id}: suspended${o.stopJobs ? `; ${stopped} ${stopped === 1n ? "job" : "jobs"} stopped` : ""}`));
+    });
+  admin
+    .command("unsuspend-renter")
+    .argument("<renter_id>")
+    .description("unsuspend a renter: its key works again and its queued jobs are offered to providers")
+    .option("--reason <text>", "why (kept in the audit log)")
+    .action(async (id: string, o: { reason?: string }) => {
+      const { c } = session("admin");
+      const r = await c.admin.unsuspendRenter({ id: BigInt(int("renter_id", "int64")(id)), reason: o.reason });
+      show(r, () => out(`renter ${id}: unsuspended`));
+    });
   admin
     .command("dashboard")
     .description("platform figures")

@@ -225,23 +225,42 @@ function RentersPage() {
 /**
  * Suspend (asking for a reason for the audit log; cancelling the question
  * suspends nothing) or unsuspend a renter. A suspended renter's key is refused
- * until it is unsuspended.
+ * and its queued jobs wait until it is unsuspended; with "stop its jobs"
+ * ticked, its active jobs are cancelled too (stop_jobs), and how many is said.
  */
 function RenterActions({ r, onDone }: { r: Renter; onDone(): void }) {
   const a = useAction();
+  const [stopJobs, setStopJobs] = useState(false);
+  const [done, setDone] = useState<string>();
+  const stopId = useId("stop-jobs");
   const act = (fn: () => Promise<unknown>) => void a.run(async () => { await fn(); onDone(); });
   const suspend = () => {
-    const reason = prompt(`Suspend ${r.name}? Its key is refused until it is unsuspended.\nReason (optional, kept in the audit log):`);
+    const jobs = stopJobs
+      ? "Its queued and running jobs are cancelled now (a running job pays the time it used)."
+      : "Its running jobs run on; its queued jobs wait until it is unsuspended.";
+    const reason = prompt(`Suspend ${r.name}? Its key is refused until it is unsuspended. ${jobs}\nReason (optional, kept in the audit log):`);
     if (reason === null) return;
-    act(() => api.admin.suspendRenter({ id: r.id, ...(reason.trim() ? { reason: reason.trim() } : {}) }));
+    setDone(undefined);
+    act(async () => {
+      const res = await api.admin.suspendRenter({ id: r.id, ...(reason.trim() ? { reason: reason.trim() } : {}), ...(stopJobs ? { stopJobs: true } : {}) });
+      if (stopJobs) setDone(`${String(res.jobsStopped ?? 0n)} ${res.jobsStopped === 1n ? "job" : "jobs"} stopped.`);
+    });
   };
   return (
     <div class="actions">
       {r.status === "suspended" ? (
         <button class="secondary" disabled={a.busy} onClick={() => act(() => api.admin.unsuspendRenter({ id: r.id }))} aria-label={`Unsuspend ${r.name}`}>Unsuspend</button>
       ) : (
-        <button class="danger" disabled={a.busy} onClick={suspend} aria-label={`Suspend ${r.name}`}>Suspend</button>
+        <>
+          <button class="danger" disabled={a.busy} onClick={suspend} aria-label={`Suspend ${r.name}`}>Suspend</button>
+          <span class="check">
+            <input id={stopId} type="checkbox" checked={stopJobs} aria-label={`Stop ${r.name}'s jobs when suspending`}
+              onChange={(e) => setStopJobs((e.target as HTMLInputElement).checked)} />
+            <label for={stopId}>stop its jobs</label>
+          </span>
+        </>
       )}
+      {done ? <p class="ok" role="status">{done}</p> : null}
       <ErrorBox error={a.error} />
     </div>
   );

@@ -4,15 +4,18 @@
 // The operator's reads and account actions: renter, job and audit lists with
 // filters and paging, renter suspension and quotas. Each action is written
 // with its audit record in the caller's transaction.
-import type { Db, Tx } from "../../db/index.js";
+import type { Db, Sql, Tx } from "../../db/index.js";
 import { badRequest, conflict, notFound } from "../../errors.js";
 import { accountKeysChanged } from "../accounts/invalidation.js";
 import { JOB_SUMMARY_COLUMNS, type JobSummaryRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
 import { adjust, renterFunds } from "../money/ledger.js";
-import { lockedReserved } from "../money/usage-billing.js";
+import { lockedReserved, lockReservations } from "../money/usage-billing.js";
 import { collectRefundDebt } from "../money/refund-debt.js";
-import { type RenterRow } from "../accounts/renters.js";
+import { renterById, type RenterRow } from "../accounts/renters.js";
+import { placeJobs } from "../dispatch/dispatch.js";
+import { cancelLocked, lockActiveJobsOf, type CancelEnd } from "../jobs/job-control.js";
+import { lockRenterFunds } from "../money/settlement.js";
 import { jobCountSql } from "../shared/job-counts.js";
 import { checkEnum, checkRange } from "../shared/validate.js";
 
@@ -53,17 +56,70 @@ export async function listRenters(
   return { rows, total: c.n };
 }
 
-/** Sets a renter's status; answers the row and whether it changed. */
-export async function setRenterStatus(tx: Tx, id: number, status: (typeof RENTER_STATUSES)[number]): Promise<{ row: RenterRow; changed: boolean }> {
-  // NO KEY UPDATE: the status is not a key, so submits inserting jobs for this renter (foreign key
-  // share locks) are not held up.
-  const [before] = await tx<RenterRow[]>`SELECT * FROM renters WHERE id = ${id} FOR NO KEY UPDATE`;
+export interface RenterStatusChange {
+  row: RenterRow;
+  changed: boolean;
+  /** The active jobs stop_jobs cancelled (afterCancels once committed). */
+  stopped: CancelEnd[];
+}
+
+/**
+ * Sets a renter's status; answers the row, whether it changed, and the jobs
+ * `stopJobs` cancelled (a suspension only; the renter's fault, as its own
+ * cancel: job-control.ts cancelLocked). A suspended renter's queued jobs stay
+ * queued with their holds and are given to no provider (dispatch.ts
+ * renterActiveSql); its running jobs run on unless stopped.
+ *
+ * A suspension takes the renter's reservation lock, which every submit of the
+ * renter holds from its first statement to its commit and reads the status
+ * under (submit.ts): a submit under way commits first, and one after sees the
+ * suspension and is refused. Its row is locked FOR UPDATE, against the KEY
+ * SHARE lock an assignment of the renter's queued job holds on it: one under
+ * way commits first, one after sees the suspension. Locks in the order every
+ * path takes them: the jobs stopped, the reservations, the accounts, the row.
+ */
+export async function setRenterStatus(
+  tx: Tx,
+  id: number,
+  status: (typeof RENTER_STATUSES)[number],
+  opts: { stopJobs?: boolean } = {},
+): Promise<RenterStatusChange> {
+  const suspending = status === "suspended";
+  if (opts.stopJobs && !suspending) throw badRequest("stop_jobs is for a suspension only");
+  if (opts.stopJobs) await lockActiveJobsOf(tx, id);
+  if (suspending) await lockReservations(tx, [id]);
+  if (opts.stopJobs) await lockRenterFunds(tx, id);
+  // Unsuspending, NO KEY UPDATE: the status is not a key, so submits inserting jobs for this renter
+  // (foreign key share locks) are not held up.
+  const [before] = await tx<RenterRow[]>`SELECT * FROM renters WHERE id = ${id} ${suspending ? tx`FOR UPDATE` : tx`FOR NO KEY UPDATE`}`;
   if (!before) throw notFound("renter not found");
-  if (before.status === status) return { row: before, changed: false };
-  const [row] = await tx<RenterRow[]>`UPDATE renters SET status = ${status} WHERE id = ${id} RETURNING *`;
-  // Cached key owners carry the suspension: forget them here and, at commit, everywhere.
-  await accountKeysChanged(tx, "renter", id);
-  return { row, changed: true };
+  const changed = before.status !== status;
+  let row = before;
+  if (changed) {
+    [row] = await tx<RenterRow[]>`UPDATE renters SET status = ${status} WHERE id = ${id} RETURNING *`;
+    // Cached key owners carry the suspension: forget them here and, at commit, everywhere.
+    await accountKeysChanged(tx, "renter", id);
+  }
+  const stopped: CancelEnd[] = [];
+  if (opts.stopJobs) {
+    // Read again: it holds the jobs that submits committed while this waited for the reservation lock.
+    for (const job of await lockActiveJobsOf(tx, id)) {
+      stopped.push(await cancelLocked(tx, job, "renter_suspended", "cancelled by admin: the account was suspended"));
+    }
+    // Its spending as the charges left it.
+    if (stopped.length > 0) row = await renterById(tx, id);
+  }
+  return { row, changed, stopped };
+}
+
+/** How many of an unsuspended renter's queued jobs are offered to providers at once; refills and the job sweep reach the rest. */
+const REINSTATED_OFFERED = 100;
+
+/** Offers an unsuspended renter's queued jobs (the first REINSTATED_OFFERED, in dispatch order) to providers, once committed. */
+export async function offerQueuedJobsOf(sql: Sql, renterId: number): Promise<void> {
+  const rows = await sql<{ id: number }[]>`
+    SELECT id FROM jobs WHERE renter_id = ${renterId} AND status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${REINSTATED_OFFERED}`;
+  await placeJobs(sql, rows.map((r) => r.id));
 }
 
 export const QUOTA_MAX = 1_000_000_000_000;

@@ -38,11 +38,13 @@ export async function operationsFigures(db: Db): Promise<OperationsFigures> {
              lower(btrim(p.gpu_model)) AS gpu_model, count(*)::bigint AS n
       FROM providers p GROUP BY 1, 2`,
     // Jobs with the same requested provider and requirements wait for the same reason:
-    // one explanation per kind, the oldest job of each standing for the rest.
+    // one explanation per kind, the oldest job of each standing for the rest. A suspended
+    // renter's jobs wait for that alone (renter_suspended): kinds of their own.
     db<{ rep: number; n: number }[]>`
-      SELECT (array_agg(id ORDER BY priority, submitted_at, id))[1] AS rep, count(*)::bigint AS n
-      FROM jobs WHERE status = 'queued'
-      GROUP BY requested_provider_id, gpu_requirements::text
+      SELECT (array_agg(j.id ORDER BY j.priority, j.submitted_at, j.id))[1] AS rep, count(*)::bigint AS n
+      FROM jobs j LEFT JOIN renters s ON s.id = j.renter_id AND s.status = 'suspended'
+      WHERE j.status = 'queued'
+      GROUP BY j.requested_provider_id, j.gpu_requirements::text, s.id IS NULL
       ORDER BY count(*) DESC`,
     db<{ age: number | null }[]>`
       SELECT extract(epoch FROM now() - min(submitted_at))::float8 AS age FROM jobs WHERE status = 'queued'`,

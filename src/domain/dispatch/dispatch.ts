@@ -13,7 +13,9 @@
 // (closed: suspended or rejected; away: paused or offline, migrations 056 and
 // 060), written under its lock by whatever stops it, so no job lands on a
 // provider after its pause, its going offline or its suspension committed.
-// Order is priority (1 high .. 3 low), then submit time.
+// A suspended renter's queued jobs are given to no provider: an assignment
+// holds the renter's row FOR KEY SHARE, which its suspension locks FOR UPDATE
+// (renterActiveSql). Order is priority (1 high .. 3 low), then submit time.
 //
 // Lock order everywhere: job rows -> renter ledger accounts -> provider_load.
 import type { PendingQuery, Row } from "postgres";
@@ -95,6 +97,18 @@ export const matchesSql = (db: Db) => db`(
         OR (x.end_reason = 'provider_interrupted' AND (p.last_heartbeat IS NULL OR p.last_heartbeat <= x.ended_at))
         OR (x.end_reason = 'admin_requeued' AND j.requested_provider_id IS NULL)))))`;
 
+/**
+ * Job j's renter is not suspended: a suspended renter's queued jobs wait, with their holds, until it
+ * is unsuspended (admin.ts setRenterStatus). Read without a lock where placement plans; each
+ * assignment joins the renter's row as `r` instead and holds it FOR KEY SHARE (renterHeldSql), so
+ * a suspension, which locks the row FOR UPDATE, waits for an assignment under way, and one whose
+ * statement read the renter before the suspension committed re-reads it under the lock and skips the job.
+ */
+export const renterActiveSql = (db: Db) => db`(SELECT r.status FROM renters r WHERE r.id = j.renter_id) <> 'suspended'`;
+
+/** The locking clause for the renter rows `r` of the jobs an assignment takes (renterActiveSql); one a suspension holds is skipped. */
+const renterHeldSql = (db: Db) => db`FOR KEY SHARE OF r SKIP LOCKED`;
+
 /** A provider's GPUs, one job each: what it reports, at most what an admin approved (migration 047). */
 export const slotsSql = (db: Db) => db`greatest(least(p.gpu_count, coalesce(p.approved_gpu_count, p.gpu_count)), 1)`;
 /** A provider's GPU memory for placement: what it reports, at most what an admin approved. */
@@ -152,10 +166,10 @@ export interface Assignment {
 async function fill(tx: Tx, target: ReturnType<Tx>): Promise<{ providerId: number | null; assigned: Assignment[] }> {
   const rows = await tx<(JobRow & { target_id: number; notified: string | null; opened: number })[]>`
     WITH target AS MATERIALIZED (${target}), picked AS (
-      SELECT j.id, t.id AS provider_id FROM jobs j, providers p, target t
-      WHERE p.id = t.id AND j.status = 'queued' AND ${matchesSql(tx)}
+      SELECT j.id, t.id AS provider_id FROM jobs j JOIN renters r ON r.id = j.renter_id, providers p, target t
+      WHERE p.id = t.id AND j.status = 'queued' AND r.status <> 'suspended' AND ${matchesSql(tx)}
       ORDER BY j.priority, j.submitted_at, j.id
-      LIMIT (SELECT free FROM target) FOR UPDATE OF j SKIP LOCKED
+      LIMIT (SELECT free FROM target) FOR UPDATE OF j SKIP LOCKED ${renterHeldSql(tx)}
     ), moved AS (${moveToPendingSql(tx)}
     ), opened AS (${openAttemptsSql(tx, "moved")}
     )
@@ -267,8 +281,8 @@ export async function readCandidates(
       ? tx`SELECT NULL::bigint AS id, NULL::text AS job_type, NULL::int AS priority, NULL::timestamptz AS submitted_at,
                   NULL::bigint AS requested_provider_id, NULL::jsonb AS gpu_requirements, NULL::int AS attempt WHERE false`
       : tx`
-    SELECT id, job_type, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs
-    WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[])`;
+    SELECT id, job_type, priority, submitted_at, requested_provider_id, gpu_requirements, attempt FROM jobs j
+    WHERE status = 'queued' AND id = ANY(${offered}::bigint[]) AND id <> ALL(${skipped}::bigint[]) AND ${renterActiveSql(tx)}`;
   // The pool of providers, then the older queued jobs offered with the jobs: the first QUEUE_HEAD,
   // in dispatch order, that a provider of the pool can run (a head of jobs waiting for other
   // providers does not hide them: an older job that fits a provider goes before a newer one).
@@ -305,7 +319,7 @@ export async function readCandidates(
         UNION
         SELECT * FROM (
           SELECT j.id, j.job_type, j.priority, j.submitted_at, j.requested_provider_id, j.gpu_requirements, j.attempt FROM jobs j
-          WHERE j.status = 'queued' AND j.id <> ALL(${skipped}::bigint[])
+          WHERE j.status = 'queued' AND j.id <> ALL(${skipped}::bigint[]) AND ${renterActiveSql(tx)}
             AND EXISTS (SELECT 1 FROM providers p JOIN provider_load l ON l.provider_id = p.id, pool
                         WHERE l.provider_id = ANY(pool.ids) AND ${free} AND ${matchesSql(tx)})
           ORDER BY j.priority, j.submitted_at, j.id LIMIT ${QUEUE_HEAD}) older
@@ -437,7 +451,10 @@ async function assignPlanned(tx: Tx, plan: [number, number][], fresh?: FreshRows
     ), held AS MATERIALIZED (${
       queuedIds.length === 0
         ? tx`SELECT NULL::bigint AS id WHERE false`
-        : tx`SELECT id FROM jobs WHERE id = ANY(${queuedIds}::bigint[]) AND status = 'queued' ORDER BY id FOR UPDATE SKIP LOCKED`}
+        : tx`
+          SELECT j.id FROM jobs j JOIN renters r ON r.id = j.renter_id
+          WHERE j.id = ANY(${queuedIds}::bigint[]) AND j.status = 'queued' AND r.status <> 'suspended'
+          ORDER BY j.id FOR UPDATE OF j SKIP LOCKED ${renterHeldSql(tx)}`}
     ), picked AS (
       SELECT job_id AS id, provider_id FROM (
         SELECT plan.job_id, plan.provider_id, locked.free, row_number() OVER (PARTITION BY plan.provider_id ORDER BY plan.ord) AS n
@@ -568,8 +585,9 @@ export async function hasQueuedJobs(db: Db): Promise<boolean> {
  * index read, not a pass over every provider. Returns how many of them were placed.
  */
 export async function dispatchQueued(sql: Sql, limit = 100): Promise<number> {
+  // A suspended renter's jobs are not among them: a head of those would leave the sweep nothing to place.
   const queued = await sql<{ id: number }[]>`
-    SELECT id FROM jobs WHERE status = 'queued' ORDER BY priority, submitted_at, id LIMIT ${limit}`;
+    SELECT id FROM jobs j WHERE status = 'queued' AND ${renterActiveSql(sql)} ORDER BY priority, submitted_at, id LIMIT ${limit}`;
   if (queued.length === 0) return 0;
   const ids = queued.map((q) => q.id);
   const { placed } = await sql.begin((tx) => placeMany(tx, ids, { wholeFleet: false }));
@@ -899,19 +917,31 @@ export async function queuePosition(db: Db, id: number): Promise<number> {
  * page; 1–2 ms in one pass). A job no longer queued has no place.
  */
 export async function queuePositions(db: Db, ids: number[]): Promise<Map<number, number>> {
-  const rows = await db<{ id: number; pos: number }[]>`
+  return new Map([...(await queuePlaces(db, ids))].map(([id, p]) => [id, p.position]));
+}
+
+/** A queued job's place, and whether its renter is suspended (its jobs wait whatever their place). */
+interface QueuePlace {
+  position: number;
+  suspended: boolean;
+}
+
+/** queuePositions, with each job's renter's suspension read in the same statement. */
+async function queuePlaces(db: Db, ids: number[]): Promise<Map<number, QueuePlace>> {
+  const rows = await db<{ id: number; pos: number; suspended: boolean }[]>`
     WITH mine AS MATERIALIZED (
-      SELECT id, priority, submitted_at FROM jobs WHERE id = ANY(${ids}::bigint[]) AND status = 'queued'
+      SELECT id, priority, submitted_at, (SELECT r.status = 'suspended' FROM renters r WHERE r.id = j.renter_id) AS suspended
+      FROM jobs j WHERE id = ANY(${ids}::bigint[]) AND status = 'queued'
     ), last AS MATERIALIZED (
       SELECT priority, submitted_at, id FROM mine ORDER BY priority DESC, submitted_at DESC, id DESC LIMIT 1
     )
-    SELECT q.id, q.pos FROM (
+    SELECT q.id, q.pos, mine.suspended FROM (
       SELECT j.id, row_number() OVER (ORDER BY j.priority, j.submitted_at, j.id) AS pos
       FROM jobs j WHERE j.status = 'queued'
         -- As three values, so that the bound is the queue index's range, not a filter.
         AND (j.priority, j.submitted_at, j.id) <= ((SELECT priority FROM last), (SELECT submitted_at FROM last), (SELECT id FROM last))
-    ) q WHERE q.id = ANY(${ids}::bigint[])`;
-  return new Map(rows.map((r) => [Number(r.id), Number(r.pos)]));
+    ) q JOIN mine ON mine.id = q.id`;
+  return new Map(rows.map((r) => [Number(r.id), { position: Number(r.pos), suspended: r.suspended }]));
 }
 
 function describeRequirements(req: Record<string, unknown> | null): string {
@@ -982,8 +1012,11 @@ function standingKey(job: JobSummaryRow): string | undefined {
   return JSON.stringify([job.requested_provider_id, job.job_type, r?.min_vram_gb ?? null, r?.gpu_model ?? null]);
 }
 
-/** The reason, from the standing and the number of queued jobs ahead. */
-function reasonOf(job: JobSummaryRow, standing: Standing, ahead: number): QueueReason {
+/** The reason, from the standing, the number of queued jobs ahead and whether the job's renter is suspended. */
+function reasonOf(job: JobSummaryRow, standing: Standing, ahead: number, renterSuspended: boolean): QueueReason {
+  if (renterSuspended) {
+    return { code: "renter_suspended", reason: "the account is suspended: its jobs are given to no provider until an operator unsuspends it" };
+  }
   const aheadText = ahead > 0 ? `; ${plural(ahead, "job")} ahead in the queue` : "";
   if ("pinned" in standing) {
     const id = job.requested_provider_id;
@@ -1028,8 +1061,9 @@ function reasonOf(job: JobSummaryRow, standing: Standing, ahead: number): QueueR
 
 /** Why a queued job is still waiting, answered on submit and every read. */
 export async function explainQueue(db: Db, job: JobSummaryRow): Promise<QueueReason> {
-  const [position, standing] = await Promise.all([queuePosition(db, job.id), standingOf(db, job)]);
-  return reasonOf(job, standing, position - 1);
+  const [places, standing] = await Promise.all([queuePlaces(db, [job.id]), standingOf(db, job)]);
+  const place = places.get(job.id);
+  return reasonOf(job, standing, (place?.position ?? 1) - 1, place?.suspended ?? false);
 }
 
 /** A queued job's reason for waiting, and its 1-based place in the queue. */
@@ -1047,7 +1081,7 @@ export async function queueStandings(db: Db, jobs: JobSummaryRow[]): Promise<Map
   const queued = jobs.filter((j) => j.status === "queued");
   const out = new Map<number, QueueStanding>();
   if (queued.length === 0) return out;
-  const positions = await queuePositions(db, queued.map((j) => j.id));
+  const places = await queuePlaces(db, queued.map((j) => j.id));
   const shared = new Map<string, Promise<Standing>>();
   await Promise.all(
     queued.map(async (job) => {
@@ -1058,8 +1092,9 @@ export async function queueStandings(db: Db, jobs: JobSummaryRow[]): Promise<Map
         standing = shared.get(key) ?? standingOf(db, job);
         shared.set(key, standing);
       }
-      const position = positions.get(job.id) ?? 1;
-      out.set(job.id, { reason: reasonOf(job, await standing, position - 1), position });
+      const place = places.get(job.id);
+      const position = place?.position ?? 1;
+      out.set(job.id, { reason: reasonOf(job, await standing, position - 1, place?.suspended ?? false), position });
     }),
   );
   return out;

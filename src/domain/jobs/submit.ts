@@ -197,17 +197,19 @@ interface RenterState {
   usage: QuotaUsage;
   /** Price caps of the renter's /v1 requests in flight, and what it owes for refunds: promised already, not for a job to hold. */
   promised: Promised;
+  /** Suspended since its key was accepted: the suspension committed while this waited for the renter's reservation lock (admin.ts setRenterStatus). */
+  suspended: boolean;
 }
 
 /**
  * Writes any number of submits in the caller's transaction, set-based (the
  * submit batcher's group commit, or one submit): each one is judged in the
- * order given, as if they came one after another. Money first (402), then
- * quotas (429), then capacity (404 for an unknown requested provider, 503
- * when no approved, online provider could ever run it); a refused submit
- * writes nothing. The others' job rows are inserted, their estimates held,
- * their renters' job counts raised and the jobs placed, each step one
- * statement for the whole set.
+ * order given, as if they came one after another. A renter suspended since
+ * its key was accepted first (403), then money (402), then quotas (429), then
+ * capacity (404 for an unknown requested provider, 503 when no approved,
+ * online provider could ever run it); a refused submit writes nothing. The
+ * others' job rows are inserted, their estimates held, their renters' job
+ * counts raised and the jobs placed, each step one statement for the whole set.
  *
  * Locks, in the order every path takes them: the renters' /v1 reservation
  * locks and their ledger accounts, each in id order (which also serialises one
@@ -246,14 +248,15 @@ export async function submitMany(tx: Tx, intents: SubmitIntent[]): Promise<Submi
   const [, , reserved, accounts, capacity, newIds, , usage, candidates] = await allInTransaction(steps);
   const renters = new Map<number, RenterState>(
     renterIds.map((id) => {
-      const promised = reserved.get(id) ?? { v1: 0, owed: 0 };
-      return [id, { accounts: accounts.get(id)!, usage: withReserved(usage.get(id)!, promised.v1), promised }];
+      const promised = reserved.get(id) ?? { v1: 0, owed: 0, suspended: false };
+      return [id, { accounts: accounts.get(id)!, usage: withReserved(usage.get(id)!, promised.v1), promised, suspended: promised.suspended }];
     }),
   );
 
   const holds: AcceptedHold[] = [];
   const outcomes: (SubmitOutcome | undefined)[] = intents.map((intent, i) => {
     const r = renters.get(intent.renterId)!;
+    if (r.suspended) return refused(forbidden("renter account is suspended"));
     const { estimate, rate, durationMinutes } = intent;
     const { available, held } = r.accounts;
     if (available + held <= 0) return refused(paymentRequired("insufficient balance: the wallet balance is 0; top up before submitting jobs"));

@@ -31,6 +31,8 @@ export const END_REASONS = {
   out_of_funds: "renter",
   /** The renter's monthly_spend_limit_halala left nothing to extend the hold of a running job. */
   spend_limit: "renter",
+  /** An admin suspended the renter's account with stop_jobs: its active jobs end as a renter's cancel does. */
+  renter_suspended: "renter",
   /** An admin cancelled it. */
   admin_cancelled: "platform",
   /** An admin handed the attempt back to the queue. */
