@@ -2,7 +2,7 @@
 // Every endpoint is asked for a stream with usage on every chunk
 // (stream_options include_usage and continuous_usage_stats), also for a client
 // that wants one JSON answer: the gateway builds that answer from the chunks
-// (assemble.ts). So the idle limit (`timeoutMs`) counts between chunks, never
+// (assemble.ts). So the idle limit (`timeoutMs`) counts between events, never
 // over a whole generation, and what an endpoint did is known when it stops.
 // An endpoint that fails before its first event (no answer, an error status, a
 // stream that ends, drops or stalls first) is left for the next one; from its
@@ -59,7 +59,7 @@ export interface ProxyRequest {
   promptTokensEstimate: number;
   /** The tokens billed of a reported usage, given the text delivered so far; the client's copy of `usage` shows these. */
   billedUsage: (reported: TokenCounts, delivered: DeliveredText) => TokenCounts;
-  /** Longest wait for response headers, and between two streamed chunks. */
+  /** Longest wait for response headers, for the first event, and between two events (bytes that complete none do not count). */
   timeoutMs: number;
   /**
    * Aborted on client disconnect (reason "client_closed"), at the deadline (reason "deadline"), or
@@ -205,9 +205,9 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
   const onOuter = () => ctl.abort(p.signal.reason);
   p.signal.addEventListener("abort", onOuter, { once: true });
   let timer: NodeJS.Timeout | undefined;
-  const arm = () => {
+  const arm = (ms = p.timeoutMs) => {
     clearTimeout(timer);
-    timer = setTimeout(() => ctl.abort(TIMEOUT), p.timeoutMs);
+    timer = setTimeout(() => ctl.abort(TIMEOUT), ms);
   };
   const failure = (what: string): Attempt => {
     if (p.signal.aborted) return { kind: "failed", error: abortError(p.signal) };
@@ -254,7 +254,7 @@ async function readStream(
   u: Upstream,
   upstream: IncomingMessage,
   ctl: AbortController,
-  arm: () => void,
+  arm: (ms: number) => void,
   disarm: () => void,
   failure: (what: string) => Attempt,
 ): Promise<Attempt> {
@@ -285,13 +285,23 @@ async function readStream(
     if (reported) chunk.usage = billedUsageJson(reported.raw, p.billedUsage(reported, streamed.delivered));
     out.push(sseEvent(JSON.stringify(chunk)));
   };
+  /**
+   * The usage the request is billed by, before its bounds (emit applies them): the last the endpoint reported, or
+   * the gateway's estimate when it reported none (TokenUsage.estimated).
+   */
+  const lastUsage = (): Record<string, unknown> => {
+    const reported = usage.get();
+    if (!reported) return { prompt_tokens: p.promptTokensEstimate, completion_tokens: counted, total_tokens: p.promptTokensEstimate + counted };
+    return { ...reported.raw, prompt_tokens: reported.promptTokens, completion_tokens: reported.completionTokens, total_tokens: reported.promptTokens + reported.completionTokens };
+  };
+  /** Id, created and model of the endpoint's first chunk: a usage chunk the gateway writes itself carries them. */
+  let head: Record<string, unknown> | undefined;
+  /** The client asked for the usage chunk and was sent one. */
+  let usageChunkSent = false;
   const flushHeld = () => {
     const lastHeld = held.at(-1);
-    // The usage chunk never came: the finishing chunk carries the last usage the endpoint reported.
-    const reported = usage.get();
-    if (lastHeld && !usageOf(lastHeld) && reported) {
-      lastHeld.usage = { ...reported.raw, prompt_tokens: reported.promptTokens, completion_tokens: reported.completionTokens, total_tokens: reported.promptTokens + reported.completionTokens };
-    }
+    // The usage chunk never came: the finishing chunk carries the last usage (flushed only at the usage chunk or the end).
+    if (lastHeld && !usageOf(lastHeld)) lastHeld.usage = lastUsage();
     held.forEach(emit);
     held = [];
   };
@@ -303,6 +313,8 @@ async function readStream(
       if (!committed) return new V1Error("provider_unavailable", "the serving endpoint ended the stream before its first event");
       if (!answer) {
         flushHeld();
+        // The endpoint sent no usage chunk (it reported usage only on its chunks, or none): a client that asked for one gets it.
+        if (p.clientWantsUsage && !usageChunkSent) emit({ ...head, object: "chat.completion.chunk", choices: [], usage: lastUsage() });
         out.push(sseEvent("[DONE]"));
       }
       finished = true;
@@ -320,6 +332,7 @@ async function readStream(
     if (jsonDepthExceeds(chunk)) return new V1Error("provider_unavailable", `the serving endpoint sent an event nested deeper than ${MAX_JSON_DEPTH} levels`);
     if (chunk.error) return new V1Error("provider_unavailable", `the serving endpoint failed: ${upstreamMessage(data)}`);
     committed = true;
+    head ??= { id: chunk.id, created: chunk.created, model: chunk.model };
     const reported = usageOf(chunk);
     usage.see(chunk, reported);
     counted += deltaTokens(chunk);
@@ -332,6 +345,7 @@ async function readStream(
       if (p.clientWantsUsage) {
         flushHeld();
         emit(chunk);
+        usageChunkSent = true;
       } else if (held.length > 0) {
         held[held.length - 1].usage = chunk.usage;
         flushHeld();
@@ -349,10 +363,16 @@ async function readStream(
   };
 
   let error: V1Error | undefined;
+  /**
+   * What is left of the idle limit: it counts while waiting on the upstream (not while the client drains), from
+   * the headers or the last event on. Bytes that complete no event (SSE comments, keep-alive pings) leave it running.
+   */
+  let idleLeft = p.timeoutMs;
   try {
     while (!finished && !error && !overflowed) {
       let r: IteratorResult<Buffer>;
-      arm(); // the idle limit counts while waiting on the upstream, not while the client drains
+      const waitedFrom = performance.now();
+      arm(idleLeft);
       try {
         r = await reader.next();
       } catch (err) {
@@ -362,12 +382,14 @@ async function readStream(
         break;
       }
       disarm();
+      idleLeft -= performance.now() - waitedFrom;
       if (!r.done) received += r.value.length;
       if (received > MAX_STREAM_BYTES) {
         if (answer && committed) overflowed = true;
         else error = new V1Error("provider_unavailable", `the serving endpoint's stream exceeded ${MAX_STREAM_BYTES} bytes`);
       } else {
         const events = r.done ? sse.end() : sse.push(r.value);
+        if (events.length > 0) idleLeft = p.timeoutMs;
         for (const data of events) {
           try {
             error = take(data);
@@ -421,8 +443,9 @@ async function readStream(
     if ((finished || truncated) && !answer.empty) {
       const json = answer.build({ finishAs: truncated ? "length" : undefined });
       const shown = deliveredText(json.choices, "message");
-      if (reported) json.usage = billedUsageJson(reported.raw, p.billedUsage(reported, shown));
-      return { kind: "json", upstream: u, json, delivered: shown, usage: tokens(), ...(truncated ? { truncated } : {}) };
+      const billed = tokens();
+      json.usage = billedUsageJson(reported?.raw ?? {}, p.billedUsage(billed, shown));
+      return { kind: "json", upstream: u, json, delivered: shown, usage: billed, ...(truncated ? { truncated } : {}) };
     }
     error ??= new V1Error("provider_unavailable", "the serving endpoint's answer had no choices");
     return { kind: "broken", upstream: u, usage: tokens(), delivered: { bytes: 0, toolCalls: 0 }, error };

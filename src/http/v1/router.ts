@@ -515,7 +515,10 @@ export function createV1Handler(deps: V1Deps) {
       // The path as sent, a key typed into it masked (log.ts maskSecrets), as every answer and log line has it.
       if (!route) throw v1Error("unknown_url", `unknown /v1 route: ${method} ${maskSecrets(url.pathname)}`);
       const wanted = route === "chat" ? "POST" : "GET";
-      if (method !== wanted) throw v1Error("method_not_allowed", `${maskSecrets(url.pathname)} accepts ${wanted}, not ${method}`);
+      if (method !== wanted) {
+        call.headers.allow = wanted;
+        throw v1Error("method_not_allowed", `${maskSecrets(url.pathname)} accepts ${wanted}, not ${method}`);
+      }
       const { renterId, key, keyHash } = await authenticateCounted(call);
       // Only a chat completion lasts (and bills) long enough to need ending; watched from before anything
       // else is awaited, so that no revocation notice falls between its key check and the watch.
