@@ -115,6 +115,19 @@ function billedUsageJson(raw: unknown, billed: TokenCounts): Record<string, unkn
   };
 }
 
+/**
+ * What a renter is told of a connection to an endpoint that failed: the error's code, never its
+ * message, which names the provider's address ("connect ECONNREFUSED 203.0.113.7:8000"), and a
+ * public endpoint serves renters who have no business knowing where the provider's machine is.
+ */
+function connectionFailure(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  if (typeof code === "string" && /^[A-Z0-9_]{1,40}$/.test(code)) return `connection failed (${code})`;
+  // The refusal of a private address (upstream.ts, address.ts) names the host as well.
+  if (/private address/.test(String((err as Error | undefined)?.message))) return "the endpoint's host is a private address, which this server does not connect to";
+  return "connection failed";
+}
+
 function upstreamMessage(text: string): string {
   try {
     const j = JSON.parse(text);
@@ -227,7 +240,7 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
         apiKey: u.apiKey,
       });
     } catch (err) {
-      return failure((err as Error).message);
+      return failure(connectionFailure(err));
     }
     const status = res.statusCode ?? 0;
     if (status < 200 || status > 299) {
@@ -376,7 +389,7 @@ async function readStream(
       try {
         r = await reader.next();
       } catch (err) {
-        if (!committed) return failure((err as Error).message);
+        if (!committed) return failure(connectionFailure(err));
         const f = failure("the stream broke off");
         error = f.kind === "retry" || f.kind === "failed" ? f.error : undefined;
         break;
