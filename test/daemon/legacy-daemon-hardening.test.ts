@@ -418,3 +418,82 @@ print(json.dumps([from_env, quiet, from_argv, err.getvalue()]))
     expect(warned).not.toContain("svc-provider-argv");
   });
 });
+
+describe("svc_daemon.py leaves nothing of a job running", { timeout: 60_000 }, () => {
+  /** Whether a process is alive and not a zombie waiting to be reaped. */
+  const running = (pid: number) => {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+      return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
+    } catch {
+      return false;
+    }
+  };
+  /** A runner that leaves a process behind holding its output, writes that process's id to `pidFile`, then does `then`. */
+  const leaving = (dir: string, pidFile: string, then: string) =>
+    runner(dir, `import subprocess\np = subprocess.Popen(["sleep", "600"])\nopen(${JSON.stringify(pidFile)}, "w").write(str(p.pid))\n${then}`);
+
+  it("reports a job whose program exited while a process it started still holds its output, and kills that process", async () => {
+    const dir = tempDir("py-stray-exit");
+    const pidFile = path.join(dir, "stray.pid");
+    const t = task("job-stray-exit", "llm-inference", { prompt: "hi" });
+    const fake = await serve({ poll: (n: number) => (n === 0 ? { job: signedJob(t) } : { job: null }) });
+    const d = legacy(fake, dir, { SVC_RUNNERS: leaving(dir, pidFile, 'json.dump({"response": "done"}, open(os.environ["SVC_RESULT_FILE"], "w"))') });
+    try {
+      await waitFor(() => fake.results.length > 0, 15_000, `a result (${d.output()})`);
+      expect(fake.results[0]).toMatchObject({ job_id: "job-stray-exit", success: true, result: { response: "done" } });
+      const stray = Number(fs.readFileSync(pidFile, "utf8"));
+      await waitFor(() => !running(stray), 5_000, "the process the job left to be killed");
+    } finally {
+      if (fs.existsSync(pidFile)) try { process.kill(Number(fs.readFileSync(pidFile, "utf8")), "SIGKILL"); } catch {}
+    }
+  });
+
+  it("stops what a job's program left in its process group when the program itself has exited already", () => {
+    const dir = tempDir("py-stray-stop");
+    const out = python(`import os, time, svc_daemon
+run = svc_daemon.JobRun(["sh", "-c", "sleep 600 & echo $!; exit 0"], "", dict(os.environ), ${JSON.stringify(dir)})
+pid = run.lines.get(timeout=10)
+while run.proc.poll() is None:
+    time.sleep(0.05)
+run.stop()
+print(pid)
+`);
+    const stray = Number(out.trim());
+    try {
+      expect(stray).toBeGreaterThan(0);
+      expect(running(stray)).toBe(false);
+    } finally {
+      try { process.kill(stray, "SIGKILL"); } catch {}
+    }
+  });
+});
+
+describe("svc_daemon.py applies the container limits the stream daemon applies", { timeout: 60_000 }, () => {
+  it("keeps its own pids limit and a memory limit of at least 256 MiB whatever the task's limits say, and runs a task whose memory_mb is no number", async () => {
+    const dir = tempDir("py-limits");
+    const docker = fakeDocker(dir);
+    const limited = (jobId: string, limits: Record<string, unknown>) => {
+      const t = customTask(jobId, ["true"]);
+      t.limits = { ...t.limits, ...limits } as typeof t.limits;
+      return t;
+    };
+    const jobs = [
+      limited("job-no-pids-limit", { pids: -1, memory_mb: 100 }),
+      limited("job-text-memory", { memory_mb: "1g" }),
+    ];
+    const fake = await serve({ poll: (n: number) => ({ job: n < jobs.length ? signedJob(jobs[n]) : null }) });
+    const d = legacy(fake, dir, { SVC_DOCKER: docker.path });
+    await waitFor(() => fake.results.length >= 2, 20_000, `two results (${d.output()})`);
+    expect(d.output()).not.toMatch(/Traceback/);
+    for (const r of fake.results) expect(r, JSON.stringify(r)).toMatchObject({ success: true });
+    const runs = Object.fromEntries(docker.runs().map((run) => [run[run.indexOf("--label") + 1].split("=")[1], run]));
+    const opt = (run: string[], name: string) => run[run.indexOf(name) + 1];
+    // As the stream daemon (executors/docker.ts): the daemon's pids limit, never the task's (-1 is none at all).
+    expect(opt(runs["job-no-pids-limit"], "--pids-limit")).toBe("4096");
+    expect(opt(runs["job-no-pids-limit"], "--memory")).toBe("256m");
+    // No number: the host's default (80% of its memory).
+    expect(opt(runs["job-text-memory"], "--memory")).toMatch(/^\d+m$/);
+    expect(Number(opt(runs["job-text-memory"], "--memory").slice(0, -1))).toBeGreaterThanOrEqual(256);
+  });
+});

@@ -110,6 +110,8 @@ describe("svc-daemon (TypeScript): secrets", { timeout: 120_000 }, () => {
     fs.writeFileSync(hmacFile, hmac, { mode: 0o600 });
     const d = h.startDaemon(p.key, ["--runner", `llm-inference=${realPython()} ${runner}`], {
       SVC_API_KEY: p.key, SVC_HMAC_SECRET: hmac, SVC_PROVIDER_KEY: p.key, SVC_KEY_FILE: keyFile, SVC_HMAC_SECRET_FILE: hmacFile,
+      // A service's own copies under names of its own (an Environment= line, a wrapper script's export).
+      PROVIDER_KEY_COPY: p.key, MY_HMAC: `hmac=${hmac}`,
     });
     await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${d.output()})`);
     const renter = await makeRenter(h.srv, 10_000);
@@ -125,6 +127,8 @@ describe("svc-daemon (TypeScript): secrets", { timeout: 120_000 }, () => {
     expect(Object.keys(seen)).not.toContain("SVC_HMAC_SECRET");
     expect(Object.keys(seen)).not.toContain("SVC_KEY_FILE");
     expect(Object.keys(seen)).not.toContain("SVC_HMAC_SECRET_FILE");
+    expect(Object.keys(seen)).not.toContain("PROVIDER_KEY_COPY");
+    expect(Object.keys(seen)).not.toContain("MY_HMAC");
     expect(JSON.stringify(seen)).not.toContain(p.key);
     expect(JSON.stringify(seen)).not.toContain(hmac);
   });

@@ -93,6 +93,9 @@ PROGRESS_SECONDS = 1.0
 LOG_FLUSH_SECONDS = 1.0
 LOG_BATCH_LINES = 100
 CANCEL_CHECK_SECONDS = 3.0
+# How long a job's output is read after its program exited: a process it left holding the output (a
+# child it did not wait for) is then killed with its group, as the TypeScript daemon does (child.ts).
+OUTPUT_AFTER_EXIT_SECONDS = 2.0
 CONFIRM_RETRY_SECONDS = 5.0
 GONE = "gone"  # job_status: the job is no longer this provider's
 # vllm_serve: how often the engine's health is probed until it answers, and how soon an
@@ -511,11 +514,11 @@ def _popen_group_kwargs():
 
 
 def _kill_tree(proc, sig=None):
-    if proc.poll() is not None:
-        return
+    """Signals the job's whole process group, also after its leader exited: what it started may still run."""
     try:
         if os.name == "nt":
-            proc.kill()
+            if proc.poll() is None:
+                proc.kill()
         else:
             os.killpg(proc.pid, sig or signal.SIGKILL)
     except (ProcessLookupError, PermissionError, OSError):
@@ -849,6 +852,10 @@ def child_environment(secrets_held, base=None):
 SERVE_JOB_TYPE = "vllm_serve"
 VLLM_API_KEY_ENV = "VLLM_API_KEY"
 DEFAULT_CONTAINER_PORT = 8000
+
+
+# A container's pids limit (the TypeScript daemon's too).
+PIDS_LIMIT = 4096
 
 
 def default_memory_mb():
@@ -1447,8 +1454,12 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         if not needs_network(job, spec, inputs):
             argv += ["--network", "none"]
         limits = spec.get("limits") if isinstance(spec.get("limits"), dict) else {}
-        memory_mb = limits.get("memory_mb") or default_memory_mb()
-        argv += ["--memory", "%dm" % int(memory_mb), "--pids-limit", str(int(limits.get("pids") or 4096))]
+        # As the TypeScript daemon: the task's memory_mb when it is a number (at least 256 MiB), else the
+        # host's default; the pids limit is the daemon's own (docker takes 0 or -1 for none at all).
+        memory_mb = limits.get("memory_mb")
+        if not _is_number(memory_mb) or memory_mb != memory_mb or memory_mb in (float("inf"), float("-inf")):
+            memory_mb = default_memory_mb()
+        argv += ["--memory", "%dm" % max(256, int(memory_mb // 1)), "--pids-limit", str(PIDS_LIMIT)]
         # No process of the container gains privileges through a setuid or file-capability program.
         argv += ["--security-opt", "no-new-privileges"]
         # The task goes in as a file beside the result (our scripts read $SVC_TASK_FILE), written anew:
@@ -2201,6 +2212,7 @@ class Daemon:
         # Every timer of the run on time.monotonic(): a step of the wall clock (NTP, a resumed VM) neither
         # kills a job as timed out nor keeps one past its time.
         last_cancel_check = last_confirm = time.monotonic()
+        exited_at, group_killed = None, False
         while True:
             try:
                 line = run.lines.get(timeout=0.2)
@@ -2208,6 +2220,11 @@ class Daemon:
                 line = ""
             if line is None:
                 break
+            if exited_at is None and run.proc.poll() is not None:
+                exited_at = time.monotonic()
+            elif exited_at is not None and not group_killed and time.monotonic() - exited_at > OUTPUT_AFTER_EXIT_SECONDS:
+                group_killed = True
+                _kill_tree(run.proc)  # its output ends with it
             if line:
                 progress = parse_progress(line)
                 if progress:

@@ -4,16 +4,17 @@
 // verified before it runs (stream signature with the pinned server key, and
 // the HMAC when the secret is configured); pause, run window, temperature
 // limit, usage cap and VRAM reserve decide whether a job is accepted; jobs
-// run through the executors; results survive reconnects (sent until acked)
-// and are signed with the daemon's own key (provider attestation, registered
-// in hello; docs/receipts.md).
+// run through the executors; results survive reconnects and restarts (kept
+// on disk, sent until acked) and are signed with the daemon's own key
+// (provider attestation, registered in hello; docs/receipts.md). A refused
+// stream's Retry-After is waited out before the next.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fromJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import { createClient } from "@connectrpc/connect";
+import { ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import {
   DaemonMessageSchema,
@@ -28,12 +29,12 @@ import { verifyTask, verifyTaskSignature } from "../../shared/task-signature.js"
 import { withoutNul } from "../../shared/nul-text.js";
 import { attestationStatement, ed25519Signer, keyIdOf, type Ed25519Signer, type GpuFacts } from "../../shared/receipt.js";
 import { AsyncQueue } from "../async-queue.js";
-import { runCommand } from "./exec.js";
+import { runCommand, withholdSecrets } from "./exec.js";
 import { executorFor, supportedJobTypes, type ExecutorConfig } from "./executors/plan.js";
 import type { JobHooks, JobSpec, Outcome, RunningJob } from "./executors/types.js";
 import { GpuPool } from "./gpu-pool.js";
 import { killLeftoverProcesses } from "./job-processes.js";
-import { removeLeftovers } from "./leftovers.js";
+import { daemonLabel, removeLeftovers } from "./leftovers.js";
 import { GpuProbe, gpuStatus, type GpuSnapshot } from "./nvidia-smi.js";
 import { DAEMON_VERSION } from "./version.js";
 
@@ -203,6 +204,19 @@ function stopSignalled(o: Outcome): boolean {
   return (typeof signal === "string" && STOP_SIGNALS.has(signal)) || code === 143 || code === 130 || code === 129;
 }
 
+/** The longest Retry-After honoured (10 minutes): a larger one is waited for this long. */
+const MAX_RETRY_AFTER_MS = 600_000;
+
+/**
+ * How long a refused stream asked the daemon to wait before it opens the next (its Retry-After in
+ * seconds: a rate limit's 429, a 503 while the server's database is away), in ms; 0 when it did not say.
+ */
+export function retryAfterMs(err: unknown): number {
+  if (!(err instanceof ConnectError)) return 0;
+  const s = Number(err.metadata.get("retry-after"));
+  return Number.isFinite(s) && s > 0 ? Math.min(MAX_RETRY_AFTER_MS, Math.ceil(s * 1000)) : 0;
+}
+
 /** Exponential backoff with full jitter in [0.5, 1.5) of the step. */
 export function backoffMs(attempt: number, minMs: number, maxMs: number, random = Math.random): number {
   const step = Math.min(maxMs, minMs * 2 ** Math.min(attempt, 20));
@@ -222,6 +236,8 @@ export class ProviderDaemon {
   /** The bytes of log text and beats held in the backlog (BACKLOG_MAX_BYTES caps them). */
   private backlogBytes = 0;
   private readonly unackedResults = new Map<string, MsgKind>();
+  /** unackedResults on disk: a result outlives a restart of the daemon until the server took or refused it. */
+  private readonly keptResults: KeptResults;
   /** Results the server could not take for now, each sent again when its timer fires. */
   private readonly resultRetries = new Map<string, { count: number; timer?: NodeJS.Timeout }>();
   /** This daemon's own key: registered with the server in hello, it signs each result (provider attestation). */
@@ -246,8 +262,12 @@ export class ProviderDaemon {
   providerId: number | undefined;
 
   constructor(private readonly cfg: DaemonConfig) {
+    withholdSecrets(cfg.key, cfg.hmacSecret);
     this.probe = new GpuProbe(cfg.nvidiaSmi, this.stopSignal.signal, cfg.visibleDevices);
     this.attestKey = loadAttestationKey(cfg.stateDir, cfg.log);
+    this.keptResults = new KeptResults(path.join(cfg.stateDir, KEPT_RESULTS_DIR, daemonLabel(cfg.url, cfg.executors.workRoot)), cfg.log);
+    for (const [jobId, kind] of this.keptResults.load()) this.unackedResults.set(jobId, kind);
+    if (this.unackedResults.size > 0) cfg.log(`${this.unackedResults.size} result(s) kept from an earlier run, sent once connected (jobs ${[...this.unackedResults.keys()].join(", ")})`);
     this.trustNextKey = !!cfg.trustNewServerKey && !cfg.serverKey;
     if (cfg.serverKey) [this.signingKey, this.keySource] = [cfg.serverKey, "configured"];
     else {
@@ -282,6 +302,7 @@ export class ProviderDaemon {
       const abort = new AbortController();
       this.abortConn = abort;
       let drainMs: number | undefined;
+      let retryAfter = 0;
       const snapshot = await this.probe.snapshot();
       if (this.stopping) break;
       out.push({
@@ -319,14 +340,15 @@ export class ProviderDaemon {
           }
         }
       } catch (err) {
-        if (!this.stopping) this.cfg.log(`stream closed: ${(err as Error).message}`);
+        retryAfter = retryAfterMs(err);
+        if (!this.stopping) this.cfg.log(`stream closed: ${(err as Error).message}${retryAfter ? `; retrying in ${retryAfter / 1000} s, as the server asked` : ""}`);
       }
       this.connected = false;
       this.out = undefined;
       out.close();
       if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
       if (this.stopping) break;
-      const wait = drainMs ?? backoffMs(attempt++, this.cfg.reconnectMinMs, this.cfg.reconnectMaxMs);
+      const wait = drainMs ?? Math.max(backoffMs(attempt++, this.cfg.reconnectMinMs, this.cfg.reconnectMaxMs), retryAfter);
       await sleep(wait, this.stopSignal.signal);
     }
   }
@@ -464,6 +486,7 @@ export class ProviderDaemon {
         return;
       case "resultAck":
         this.unackedResults.delete(k.value.jobId);
+        this.keptResults.drop(k.value.jobId);
         clearTimeout(this.resultRetries.get(k.value.jobId)?.timer);
         this.resultRetries.delete(k.value.jobId);
         return;
@@ -475,6 +498,7 @@ export class ProviderDaemon {
           if (RETRIED_CODES.has(k.value.code) || this.droppedAttestation(k.value.jobId, k.value.message)) this.resendResult(k.value.jobId);
           else {
             this.unackedResults.delete(k.value.jobId);
+            this.keptResults.drop(k.value.jobId);
             this.resultRetries.delete(k.value.jobId);
           }
         }
@@ -525,7 +549,9 @@ export class ProviderDaemon {
     const result = this.unackedResults.get(jobId);
     if (result?.case !== "result" || !result.value.attestation || !message.startsWith("attestation.")) return false;
     this.cfg.log(`job ${jobId}: the server refused the result's attestation (${message}); sending the result unattested`);
-    this.unackedResults.set(jobId, { case: "result", value: { ...result.value, attestation: undefined } });
+    const unattested: MsgKind = { case: "result", value: { ...result.value, attestation: undefined } };
+    this.unackedResults.set(jobId, unattested);
+    this.keptResults.keep(jobId, unattested);
     return true;
   }
 
@@ -536,6 +562,7 @@ export class ProviderDaemon {
     if (retry.count >= RESULT_RETRIES) {
       this.resultRetries.delete(jobId);
       this.unackedResults.delete(jobId);
+      this.keptResults.drop(jobId);
       this.cfg.log(`gave up sending the result of ${jobId} after ${RESULT_RETRIES} tries`);
       return;
     }
@@ -904,6 +931,7 @@ export class ProviderDaemon {
       },
     };
     this.unackedResults.set(jobId, result);
+    this.keptResults.keep(jobId, result);
     if (this.connected) this.out?.push({ kind: result });
     this.event(outcome.success ? "job_completed" : "job_failed", outcome.success ? "info" : "warning", outcome.error ?? `${outcome.metrics.duration_seconds} s`, jobId);
   }
@@ -952,6 +980,79 @@ export class ProviderDaemon {
       this.cfg.log("the server did not close the stream in time; closing it");
       this.abortConn?.abort();
       await this.runLoop;
+    }
+  }
+}
+
+/** Under the state folder: the results not yet acknowledged, in a folder per server and work folder (KeptResults). */
+export const KEPT_RESULTS_DIR = "results";
+
+/**
+ * The results the server has not acknowledged, one file each (the DaemonMessage as sent, binary;
+ * 0600 in a 0700 folder: a result is the renter's output), so that a job that ended while the
+ * server was away is not lost when the daemon stops or dies before it is back: the next start names
+ * the job in its hello and sends the result. A file goes once the server took or refused the
+ * result. The folder is named by the server and work folder (daemonLabel): two daemons sharing a
+ * state folder keep their results apart. What cannot be written or read is logged: the daemon
+ * runs on, holding the result in memory only.
+ */
+class KeptResults {
+  constructor(
+    private readonly dir: string,
+    private readonly log: (line: string) => void,
+  ) {}
+
+  private file(jobId: string): string {
+    return path.join(this.dir, `${crypto.createHash("sha256").update(jobId).digest("hex").slice(0, 32)}.result`);
+  }
+
+  load(): Map<string, MsgKind> {
+    const kept = new Map<string, MsgKind>();
+    let names: string[];
+    try {
+      names = fs.readdirSync(this.dir);
+    } catch {
+      return kept;
+    }
+    for (const name of names) {
+      const file = path.join(this.dir, name);
+      try {
+        // A write a killed run did not finish.
+        if (name.endsWith(".tmp")) fs.rmSync(file, { force: true });
+        if (!name.endsWith(".result")) continue;
+        const kind = fromBinary(DaemonMessageSchema, fs.readFileSync(file)).kind;
+        if (kind.case !== "result" || !kind.value.jobId) throw new Error("not a job result");
+        kept.set(kind.value.jobId, kind);
+      } catch (err) {
+        this.log(`could not read the kept result ${file} (${(err as Error).message}); removed`);
+        this.remove(file);
+      }
+    }
+    return kept;
+  }
+
+  keep(jobId: string, kind: MsgKind): void {
+    const file = this.file(jobId);
+    const tmp = `${file}.${process.pid}.tmp`;
+    try {
+      fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      fs.rmSync(tmp, { force: true });
+      fs.writeFileSync(tmp, toBinary(DaemonMessageSchema, create(DaemonMessageSchema, { kind })), { mode: 0o600, flag: "wx" });
+      fs.renameSync(tmp, file);
+    } catch (err) {
+      this.log(`could not keep the result of ${jobId} on disk (${(err as Error).message}): it is lost if the daemon stops before the server takes it`);
+    }
+  }
+
+  drop(jobId: string): void {
+    this.remove(this.file(jobId));
+  }
+
+  private remove(file: string): void {
+    try {
+      fs.rmSync(file, { force: true });
+    } catch (err) {
+      this.log(`could not remove the kept result ${file}: ${(err as Error).message}`);
     }
   }
 }

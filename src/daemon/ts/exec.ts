@@ -18,10 +18,23 @@ export interface CommandResult {
  */
 export const DAEMON_SECRET_ENV: readonly string[] = ["SVC_API_KEY", "SVC_PROVIDER_KEY", "SVC_HMAC_SECRET", "SVC_KEY_FILE", "SVC_HMAC_SECRET_FILE"];
 
+/** The daemon's secrets themselves (withholdSecrets): a variable holding one under another name is left out too. */
+const heldSecrets = new Set<string>();
+
+/**
+ * Leaves every variable that holds one of these values (the provider key, the HMAC secret) out of
+ * what childEnv gives: a service's own copy under a name of its own (an Environment= line, a
+ * wrapper's export) is not a job's either. Values shorter than 8 characters are not secrets.
+ */
+export function withholdSecrets(...values: (string | undefined)[]): void {
+  for (const v of values) if (v && v.length >= 8) heldSecrets.add(v);
+}
+
 /** The environment of a program the daemon starts: the daemon's own, less its secrets. */
 export function childEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const env = { ...base };
   for (const name of DAEMON_SECRET_ENV) delete env[name];
+  for (const [name, value] of Object.entries(env)) if (value && [...heldSecrets].some((s) => value.includes(s))) delete env[name];
   return env;
 }
 
