@@ -300,7 +300,10 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   // The job's own GPU, never every GPU of the host: the server runs one job per GPU here.
   if (opts.gpus && job.gpus?.length) argv.push("--gpus", gpusFlag(job.gpus));
   if (!needsNetwork(job)) argv.push("--network", "none");
-  argv.push("--memory", `${Math.max(256, Math.floor(memoryMb))}m`, "--pids-limit", String(opts.pidsLimit ?? 4096));
+  // Swap as large as the memory limit (no more than it): docker's default lets a container swap as much
+  // again, and the host's disk is not the job's.
+  const memory = `${Math.max(256, Math.floor(memoryMb))}m`;
+  argv.push("--memory", memory, "--memory-swap", memory, "--pids-limit", String(opts.pidsLimit ?? 4096));
   // No process of the container gains privileges through a setuid or file-capability program.
   argv.push("--security-opt", "no-new-privileges");
   argv.push("-v", `${volume}:${mount}`, "-v", `${outDir}:/svc-output`);
