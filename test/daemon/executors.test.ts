@@ -136,7 +136,7 @@ describe("docker executor (fake docker CLI)", () => {
     expect(run.slice(0, 5)).toEqual(["run", "--name", "svc-job-llm1", "--label", "svc.job_id=job-llm1"]);
     expect(optionOf(run, "--gpus")).toBe("device=0");
     expect(run).not.toContain("--network");
-    // No swap beyond the memory limit (docker's default allows as much again): the host's disk is not the job's.
+    // No swap (--memory-swap counts memory and swap together; docker's default allows as much swap again).
     expect(run.join(" ")).toContain("--memory 2048m --memory-swap 2048m --pids-limit 4096");
     expect(run.join(" ")).toContain("-v svc-ws-job-llm1:/workspace");
     expect(run.join(" ")).toContain(`-v ${path.join(opts.workRoot, "job-llm1")}:/svc-output`);

@@ -492,7 +492,7 @@ describe("svc_daemon.py applies the container limits the stream daemon applies",
     // As the stream daemon (executors/docker.ts): the daemon's pids limit, never the task's (-1 is none at all).
     expect(opt(runs["job-no-pids-limit"], "--pids-limit")).toBe("4096");
     expect(opt(runs["job-no-pids-limit"], "--memory")).toBe("256m");
-    // No swap beyond it (docker's default allows as much again).
+    // No swap: --memory-swap counts memory and swap together.
     expect(opt(runs["job-no-pids-limit"], "--memory-swap")).toBe("256m");
     expect(opt(runs["job-text-memory"], "--memory-swap")).toBe(opt(runs["job-text-memory"], "--memory"));
     // No number: the host's default (80% of its memory).

@@ -1459,7 +1459,7 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
         memory_mb = limits.get("memory_mb")
         if not _is_number(memory_mb) or memory_mb != memory_mb or memory_mb in (float("inf"), float("-inf")):
             memory_mb = default_memory_mb()
-        # --memory-swap equal to --memory: no swap beyond the limit (docker's default allows as much again).
+        # --memory-swap (memory and swap together) equal to --memory: no swap (docker's default allows as much again).
         memory = "%dm" % max(256, int(memory_mb // 1))
         argv += ["--memory", memory, "--memory-swap", memory, "--pids-limit", str(PIDS_LIMIT)]
         # No process of the container gains privileges through a setuid or file-capability program.

@@ -300,8 +300,8 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
   // The job's own GPU, never every GPU of the host: the server runs one job per GPU here.
   if (opts.gpus && job.gpus?.length) argv.push("--gpus", gpusFlag(job.gpus));
   if (!needsNetwork(job)) argv.push("--network", "none");
-  // Swap as large as the memory limit (no more than it): docker's default lets a container swap as much
-  // again, and the host's disk is not the job's.
+  // --memory-swap (memory and swap together) equal to it: no swap. Docker's default lets a container swap
+  // as much again as its memory, and the host's disk is not the job's.
   const memory = `${Math.max(256, Math.floor(memoryMb))}m`;
   argv.push("--memory", memory, "--memory-swap", memory, "--pids-limit", String(opts.pidsLimit ?? 4096));
   // No process of the container gains privileges through a setuid or file-capability program.
