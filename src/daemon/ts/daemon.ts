@@ -217,6 +217,9 @@ export function retryAfterMs(err: unknown): number {
   return Number.isFinite(s) && s > 0 ? Math.min(MAX_RETRY_AFTER_MS, Math.ceil(s * 1000)) : 0;
 }
 
+/** How long a welcomed stream must have stayed open for its end to restart the reconnect backoff. */
+const STABLE_STREAM_MS = 10_000;
+
 /** Exponential backoff with full jitter in [0.5, 1.5) of the step. */
 export function backoffMs(attempt: number, minMs: number, maxMs: number, random = Math.random): number {
   const step = Math.min(maxMs, minMs * 2 ** Math.min(attempt, 20));
@@ -297,6 +300,7 @@ export class ProviderDaemon {
     const client = createClient(DaemonService, createGrpcTransport({ baseUrl: this.cfg.url }));
     let attempt = 0;
     while (!this.stopping) {
+      let welcomedAt: number | undefined;
       const out = new AsyncQueue<Msg>();
       this.out = out;
       const abort = new AbortController();
@@ -329,7 +333,7 @@ export class ProviderDaemon {
       try {
         for await (const msg of client.connect(out, { headers: { "x-provider-key": this.cfg.key }, signal: abort.signal })) {
           if (msg.kind.case === "welcome") {
-            attempt = 0;
+            welcomedAt = Date.now();
             await this.onWelcome(msg.kind.value);
           } else if (msg.kind.case === "drain") {
             drainMs = msg.kind.value.reconnectAfterMs;
@@ -348,6 +352,9 @@ export class ProviderDaemon {
       out.close();
       if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
       if (this.stopping) break;
+      // A welcome restarts the backoff only for a stream that then stayed open: a server that welcomes
+      // and drops each stream at once is not reconnected to at the first step's pace forever.
+      if (welcomedAt !== undefined && Date.now() - welcomedAt >= STABLE_STREAM_MS) attempt = 0;
       const wait = drainMs ?? Math.max(backoffMs(attempt++, this.cfg.reconnectMinMs, this.cfg.reconnectMaxMs), retryAfter);
       await sleep(wait, this.stopSignal.signal);
     }
