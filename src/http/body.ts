@@ -27,6 +27,13 @@ function tooLarge(req: IncomingMessage | Http2ServerRequest, limitBytes: number)
   return apiError(413, `request body too large (limit ${Math.floor(limitBytes / 1024)} KiB)`, close);
 }
 
+/** 499, nginx's "client closed request": what a request whose client left before its body was read is counted as. */
+function clientGone(cause?: Error) {
+  const e = apiError(499, "the client closed the connection before the request's body was read");
+  if (cause) (e as Error & { cause?: unknown }).cause = cause;
+  return e;
+}
+
 export async function readBody(req: IncomingMessage | Http2ServerRequest, limitBytes: number): Promise<Buffer> {
   const declared = Number(req.headers["content-length"]);
   if (Number.isFinite(declared) && declared > limitBytes) throw tooLarge(req, limitBytes);
@@ -82,13 +89,14 @@ class BodyReader {
     this.resolve(this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks));
   }
 
+  // The client went away mid-body (its connection reset or closed): a 499, not a failure of ours.
   private error(err: Error): void {
     this.cleanup();
-    this.reject(err);
+    this.reject(clientGone(err));
   }
 
   private close(): void {
     this.cleanup();
-    this.reject(new Error("request closed before its body was read"));
+    this.reject(clientGone());
   }
 }

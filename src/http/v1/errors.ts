@@ -78,6 +78,7 @@ export function toV1Error(err: unknown): V1Error {
     413: "request_too_large",
     429: "spend_limit_exceeded",
     503: "no_capacity_available",
+    499: "invalid_request",
   };
   const headers = e.headers.connection ? { connection: e.headers.connection } : undefined;
   // A 429 always carries its retry-after (spec Errors 4); the domain gives it in seconds.
