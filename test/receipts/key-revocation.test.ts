@@ -10,6 +10,7 @@ import path from "node:path";
 import { beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
+import { receiptReads } from "./helpers.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
 import { tempDir } from "../daemon/helpers.js";
@@ -26,16 +27,9 @@ beforeAll(async () => {
 });
 beforeEach(() => clearMarketplace(srv));
 
-const keys = async (): Promise<{ server_keys: any[]; provider_keys: any[] }> => {
-  const r = await api.get("/api/receipts/keys");
-  expect(r.status, r.text).toBe(200);
-  return r.body;
-};
-const receiptOf = async (jobId: string, headers: Record<string, string>) => {
-  const r = await api.get(`/api/jobs/${jobId}/receipt`, headers);
-  expect(r.status, r.text).toBe(200);
-  return r.body;
-};
+const reads = receiptReads(api);
+const keys = () => reads.keys<{ server_keys: any[]; provider_keys: any[] }>();
+const receiptOf = reads.receiptOf;
 const currentKeyId = async () => (await keys()).server_keys.find((k) => k.current).key_id as string;
 /** A new current key, which has signed nothing yet (receipts of earlier tests stay under the keys before it). */
 const freshKey = async () => {

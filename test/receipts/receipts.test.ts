@@ -6,6 +6,7 @@
 import { beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
+import { receiptReads } from "./helpers.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace, takeProvidersOffline } from "../helpers/isolation.js";
 import { dispatchForProvider } from "../../src/domain/dispatch/dispatch.js";
@@ -55,16 +56,7 @@ const pickUp = async (key: string) => {
 };
 const result = (key: string, jobId: string, body: Record<string, unknown> = { success: true, result: { response: "done", tokens: 7 } }) =>
   api.post("/api/providers/job-result", { api_key: key, job_id: jobId, ...body });
-const keys = async (): Promise<PublishedKeys> => {
-  const r = await api.get("/api/receipts/keys");
-  expect(r.status, r.text).toBe(200);
-  return r.body;
-};
-const receiptOf = async (jobId: string, headers: Record<string, string>) => {
-  const r = await api.get(`/api/jobs/${jobId}/receipt`, headers);
-  expect(r.status, r.text).toBe(200);
-  return r.body;
-};
+const { keys, receiptOf } = receiptReads(api);
 
 /** The receipt agrees with the job row and the ledger, and verifies with the published keys. */
 async function checkAgainstBooks(jobId: string, file: any) {
