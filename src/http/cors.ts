@@ -14,6 +14,25 @@ export const ALLOWED_HEADERS = [
   "authorization", "content-type", "x-admin-token", "x-renter-key", "x-provider-key", "idempotency-key", "x-request-id",
   "connect-protocol-version", "connect-timeout-ms", "grpc-timeout", "x-grpc-web", "x-user-agent",
 ].join(", ");
+/**
+ * Headers the official OpenAI SDKs send with every request (x-stainless-os, -lang, -package-version,
+ * -runtime, -runtime-version, -arch, -retry-count, -timeout, -helper-method...): a /v1 preflight
+ * allows those it asks for, whichever a version of the SDK adds.
+ */
+const SDK_HEADER = /^x-stainless-[a-z0-9-]{1,64}$/;
+const MAX_SDK_HEADERS = 32;
+
+/** The headers a preflight allows: the list above, and on /v1 the SDK's it asks for. */
+function allowedHeaders(req: NodeRequest): string {
+  const path = (req.url ?? "").split("?")[0];
+  if (path !== "/v1" && !path.startsWith("/v1/")) return ALLOWED_HEADERS;
+  const asked = String(req.headers["access-control-request-headers"] ?? "")
+    .split(",")
+    .map((h) => h.trim().toLowerCase())
+    .filter((h) => SDK_HEADER.test(h));
+  return [ALLOWED_HEADERS, ...new Set(asked.slice(0, MAX_SDK_HEADERS))].join(", ");
+}
+
 export const EXPOSED_HEADERS = "retry-after, x-request-id, content-disposition, grpc-status, grpc-message";
 const MAX_AGE_SECONDS = "600";
 
@@ -42,9 +61,10 @@ export function createCors(config: Config) {
       sendJson(res, 403, { error: `origin ${origin.slice(0, 200)} is not allowed` });
       return true;
     }
+    res.setHeader("vary", "Origin, Access-Control-Request-Headers");
     res.writeHead(204, {
       "access-control-allow-methods": ALLOWED_METHODS,
-      "access-control-allow-headers": ALLOWED_HEADERS,
+      "access-control-allow-headers": allowedHeaders(req),
       "access-control-max-age": MAX_AGE_SECONDS,
       "content-length": 0,
     });

@@ -27,7 +27,7 @@ export const TOKEN_RATES: TokenRates = {
   "google/gemma-2-9b-it": { input: 120, output: 360 },
 };
 
-/** Completion tokens allowed (and held for) when a request names no max_tokens. */
+/** Completion tokens allowed (and held for) when a request to a paid endpoint names no max_tokens. */
 export const DEFAULT_MAX_COMPLETION_TOKENS = 4096;
 
 const PER = 1_000_000;

@@ -6,7 +6,9 @@
 // concurrent requests cannot together promise more than the renter has, and a
 // job submit, under the same lock, holds only what they leave free. No
 // money moves then, so that transaction commits without waiting for the disk
-// (a reservation lost in a crash is harmless) and takes no ledger lock. When
+// (a reservation lost in a crash is harmless) and takes no ledger lock, unless
+// it releases the renter's expired reservations while it owes for refunded
+// payments: that debt is then paid from what they held, as on any release. When
 // the response is done, `chargeTokenUsage` moves the actual cost (never above
 // the cap, never above the available balance) from the renter to the serving
 // provider and the platform with the 75/25 split, once per request. The tokens
@@ -40,7 +42,7 @@ export interface ReserveInput {
   rate: TokenRate;
   /** Upper bound of the prompt's tokens. */
   promptTokens: number;
-  /** max_tokens the client asked for; when absent the gateway sets one the balance pays for. */
+  /** max_tokens the client asked for; when absent the gateway sets one the balance pays for (on a paid endpoint). */
   maxTokens?: number;
   /** n: completions per request. */
   choices: number;
@@ -52,8 +54,11 @@ export interface ReserveInput {
 
 export interface Reservation {
   reserved: number;
-  /** The completion-token limit the upstream is asked to respect. */
-  maxTokens: number;
+  /**
+   * The completion-token limit the upstream is asked to respect. None on the renter's own endpoint
+   * when the request names none: nothing is reserved there, so the model's own limit applies.
+   */
+  maxTokens?: number;
 }
 
 /**
@@ -76,12 +81,22 @@ export async function reserveTokenBudget(tx: Tx, r: ReserveInput): Promise<Reser
     await tx`
       INSERT INTO v1_usage (request_id, renter_id, model, stream, reserved_halala, expires_at)
       VALUES (${r.requestId}, ${r.renterId}, ${r.model}, ${r.stream}, 0, now() + make_interval(secs => ${r.ttlSeconds}))`;
-    return { reserved: 0, maxTokens: r.maxTokens ?? DEFAULT_MAX_COMPLETION_TOKENS };
+    return { reserved: 0, maxTokens: r.maxTokens };
   }
   await tx`SELECT pg_advisory_xact_lock(${RESERVE_LOCK_NS}, ${r.renterId % 2147483647}::int)`;
-  await tx`
-    UPDATE v1_usage SET state = 'released', ended_at = now()
-    WHERE renter_id = ${r.renterId} AND state = 'open' AND expires_at <= now()`;
+  const [swept] = await tx<{ owed: number }[]>`
+    WITH ended AS (
+      UPDATE v1_usage SET state = 'released', ended_at = now()
+      WHERE renter_id = ${r.renterId} AND state = 'open' AND expires_at <= now() RETURNING 1)
+    SELECT refund_owed_halala AS owed FROM renters WHERE id = ${r.renterId} AND EXISTS (SELECT 1 FROM ended)`;
+  if (swept && Number(swept.owed) > 0) {
+    // What the released reservations held is free: it pays a refund's debt first, as releaseTokenBudget
+    // has it. Money moves, so this commit waits for the disk; the accounts are locked after the
+    // reservation lock, the order submits and lockedHeadroom take them in.
+    await tx`SET LOCAL synchronous_commit TO on`;
+    await lockRenterAccounts(tx, [r.renterId]);
+    await collectRefundDebt(tx, r.renterId);
+  }
   // One statement, one snapshot: a charge committing meanwhile is seen in both figures or in neither.
   const [row] = await tx<{ balance: number | null; reserved: number; owed: number }[]>`
     SELECT (SELECT balance FROM ledger_accounts WHERE kind = 'renter_available' AND coalesce(owner_id, 0) = ${r.renterId}) AS balance,

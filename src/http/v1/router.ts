@@ -6,7 +6,7 @@
 //   GET  /v1/models/{model}       one of them
 //   POST /v1/chat/completions     OpenAI chat completions, JSON or SSE
 //   GET  /v1/usage                the renter's running token and cost totals
-// Failed authentication (no key, an invalid one) counts against the client IP
+// Failed authentication (no key, an invalid one, a suspended renter's) counts against the client IP
 // on the rate-limit table's default row, as a failed /api call does; an
 // address over it is refused before its key is looked up. A chat completion
 // is registered with the open streams (domain/accounts/open-streams.ts) while
@@ -62,6 +62,8 @@ export interface V1Deps {
 
 /** The rate-limit table's row that failed /v1 authentication counts on, per client IP (as failed /api calls do). */
 const FAILED_AUTH_ROW = "default";
+/** Failed authentication: no key, an invalid one, or a suspended renter's (as on /api, where each counts per client IP). */
+const FAILED_AUTH_CODES = new Set(["missing_api_key", "invalid_api_key", "account_suspended"]);
 
 /** The route label of a /v1 request in the metrics (unknown paths: "other"). */
 const V1_ROUTE_LABELS = { chat: "POST /v1/chat/completions", models: "GET /v1/models", model: "GET /v1/models/{model}", usage: "GET /v1/usage" } as const;
@@ -212,7 +214,7 @@ export function createV1Handler(deps: V1Deps) {
   }
 
   /**
-   * authenticate, counting a failure (no key, an invalid one) against the client IP on the
+   * authenticate, counting a failure (no key, an invalid one, a suspended renter's) against the client IP on the
    * FAILED_AUTH_ROW; an address already over that row is refused first, before any key lookup.
    */
   async function authenticateCounted(call: Call): Promise<Authenticated> {
@@ -227,7 +229,7 @@ export function createV1Handler(deps: V1Deps) {
     try {
       return await authenticate(call);
     } catch (err) {
-      if (err instanceof V1Error && (err.code === "missing_api_key" || err.code === "invalid_api_key")) {
+      if (err instanceof V1Error && FAILED_AUTH_CODES.has(err.code)) {
         try {
           await limits.check(FAILED_AUTH_ROW, ip);
         } catch (over) {
@@ -374,8 +376,11 @@ export function createV1Handler(deps: V1Deps) {
     // The engine gets the completion limit the price cap was reserved for, in whichever field it reads:
     // engines prefer max_completion_tokens when both are set, older ones know only max_tokens (and
     // without it generate to the end of the context), and a charge never exceeds the reserved cap.
-    body.max_tokens = reservation.maxTokens;
-    if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = reservation.maxTokens;
+    // The renter's own endpoint reserves nothing: a request naming no limit is sent without one.
+    if (reservation.maxTokens !== undefined) {
+      body.max_tokens = reservation.maxTokens;
+      if (body.max_completion_tokens !== undefined && body.max_completion_tokens !== null) body.max_completion_tokens = reservation.maxTokens;
+    }
     // Special tokens the request can make the model generate are delivered, and so billed (token-pricing.ts).
     if (mayGenerateSpecialTokens(chat.body)) body.skip_special_tokens = false;
     // vLLM generates a reasoning model's reasoning whatever include_reasoning says, and with false (or what it
