@@ -1,7 +1,8 @@
 // A renter's suspension over real HTTP and PostgreSQL: while suspended, none of
 // its queued jobs is given to a provider by any path (a freed slot, a provider
 // coming online, the job sweep, a re-queue after a provider's fault), they wait
-// with their holds and say why, and the unsuspension offers them at once;
+// with their holds and say why, other renters' queue positions do not count
+// them, and the unsuspension offers them at once;
 // stop_jobs cancels every active job in the suspension's transaction (the time
 // a running job used charged and paid, the holds released); a submit or an
 // assignment racing the suspension leaves no job dispatched after it. The CLI
@@ -190,6 +191,36 @@ describe("stop_jobs", () => {
     const u = await unsuspend(renter.id, { stop_jobs: true });
     expect(u.status, u.text).toBe(400);
     expect(u.body.error).toMatch(/stop_jobs/);
+  });
+});
+
+describe("queue positions", () => {
+  it("leave out a suspended renter's queued jobs ahead, and count them again once it is unsuspended", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const other = await makeRenter(srv, 10_000);
+    const busy = await makeProvider(srv);
+    const running = await submitted(other.headers);
+    expect((await pickUp(api, busy.key))?.job_id).toBe(running);
+    const first = await submit(renter.headers);
+    expect(first.body.job, first.text).toMatchObject({ status: "queued", queue_position: 1 });
+    expect((await suspend(renter.id)).status).toBe(200);
+
+    // Another renter's job behind it: the suspended renter's job, given to no provider, is not ahead of it.
+    const behind = await submit(other.headers);
+    expect(behind.body.job, behind.text).toMatchObject({ status: "queued", queue_position: 1 });
+    const waiting = (await api.get(`/api/jobs/${behind.body.job.job_id}`, other.headers)).body;
+    expect(waiting.queue_reason_code).toBe("providers_busy");
+    expect(waiting.queue_reason).not.toMatch(/ahead/);
+    // The suspended renter's job still says why it waits.
+    expect((await api.get(`/api/jobs/${first.body.job.job_id}`, ADMIN)).body.queue_reason_code).toBe("renter_suspended");
+
+    // Unsuspended (the only provider still busy), its job is in line again, ahead of the other renter's.
+    expect((await unsuspend(renter.id)).status).toBe(200);
+    expect((await jobRow(first.body.job.job_id)).status).toBe("queued");
+    const later = await submit(other.headers);
+    expect(later.body.job, later.text).toMatchObject({ status: "queued", queue_position: 3 });
+    expect((await api.get(`/api/jobs/${behind.body.job.job_id}`, other.headers)).body.queue_reason).toMatch(/1 job ahead in the queue/);
+    await booksClean();
   });
 });
 

@@ -437,6 +437,29 @@ describe("jobs over the stream", () => {
     s2.end();
   });
 
+  it("takes back a job its paused provider hands back, keeping the attempt in its history, and pushes it again once the provider resumes", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const s = connect(p.key);
+    await s.next("welcome");
+    const j = await submit(renter, { provider_id: p.id });
+    expect((await s.next("job")).jobId).toBe(j.job_id);
+    // Paused with the job pushed and not accepted: its daemon hands the job back (daemon.ts refusal()).
+    expect((await api.post("/api/providers/pause", { key: p.key })).status).toBe(200);
+    s.send({ case: "jobRejected", value: { jobId: j.job_id, reason: "the provider is paused", attempt: 1 } });
+    await waitFor(async () => (await jobStatus(j.job_id)) === "queued", 5_000, "handed back");
+    // Resumed: assigned to it again as the next attempt, and pushed on the same stream.
+    expect((await api.post("/api/providers/resume", { key: p.key })).status).toBe(200);
+    expect((await s.next("job", 5_000)).jobId).toBe(j.job_id);
+    const attempts = await srv.sql`
+      SELECT attempt, status, end_reason, fault FROM job_attempts WHERE job_id = (SELECT id FROM jobs WHERE job_id = ${j.job_id}) ORDER BY attempt`;
+    expect(attempts).toEqual([
+      { attempt: 1, status: "requeued", end_reason: "provider_paused", fault: "none" },
+      { attempt: 2, status: "pending", end_reason: null, fault: null },
+    ]);
+    s.end();
+  });
+
   it("re-queues a job the provider interrupted, at no charge, and offers it back to that provider only once it heartbeats again", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);

@@ -6,8 +6,9 @@
 // made deterministic by holding the load row from a second connection.
 //
 // A job that lands just before the pause reaches a daemon told it is paused, which refuses it
-// (src/daemon/ts/daemon.ts refusal(): "the provider is paused"): its assignment is undone, at no
-// cost to the renter or the provider, and a job pinned to the provider waits for it to resume.
+// (src/daemon/ts/daemon.ts refusal(): "the provider is paused"): the attempt ends as provider_paused,
+// kept in the job's history, at no cost to the renter or the provider and spending none of the job's
+// attempts, and a job pinned to the provider waits for it to resume.
 import { beforeEach, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
@@ -44,6 +45,8 @@ const jobRow = async (jobId: string) =>
   (await srv.sql<{ status: string; provider_id: number | null; attempt: number; end_reason: string | null }[]>`
     SELECT status, provider_id, attempt, end_reason FROM jobs WHERE job_id = ${jobId}`)[0];
 
+const balance = async (key: string) => (await api.get("/api/renters/balance", { "x-renter-key": key })).body;
+
 const pause = (key: string) => api.post("/api/providers/pause", { key });
 
 describe("a pause racing an assignment", () => {
@@ -78,7 +81,7 @@ describe("a pause racing an assignment", () => {
     expect(await jobRow(jobId)).toMatchObject({ status: "queued", provider_id: null });
   });
 
-  it("a pinned job its paused provider refuses goes back to the queue as the same attempt, at no one's fault", async () => {
+  it("a pinned job its paused provider refuses goes back to the queue, the hand-back kept in its history at no one's fault", async () => {
     const { provider, renter, jobId, release } = await setUp(true);
     const assigning = dispatchForProvider(srv.sql, provider.id);
     await waitingOn("%FOR UPDATE OF l%");
@@ -90,15 +93,54 @@ describe("a pause racing an assignment", () => {
     expect(await jobRow(jobId)).toMatchObject({ status: "pending", provider_id: provider.id });
     // What a paused stream daemon does with a job pushed to it (daemon.ts refusal()).
     expect(await markJobRejected(srv.sql, provider.id, { jobId, reason: "the provider is paused", endReason: "provider_refused", attempt: 1 })).toBe("requeued");
-    // The renter's pinned job waits for its provider to resume: not failed, no attempt spent, nothing recorded against the provider.
-    expect(await jobRow(jobId)).toEqual({ status: "queued", provider_id: null, attempt: 1, end_reason: null });
-    expect(await srv.sql`SELECT attempt FROM job_attempts WHERE job_id = (SELECT id FROM jobs WHERE job_id = ${jobId})`).toEqual([]);
-    expect(await srv.sql`SELECT * FROM provider_attempt_days WHERE provider_id = ${provider.id} AND faults > 0`).toEqual([]);
+    // The renter's pinned job waits for its provider to resume: not failed, nothing charged, nothing recorded against the provider.
+    expect(await jobRow(jobId)).toEqual({ status: "queued", provider_id: null, attempt: 2, end_reason: null });
+    expect(await srv.sql`SELECT * FROM provider_attempt_days WHERE provider_id = ${provider.id}`).toEqual([]);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 100, total_spent_halala: 0 });
     const reason = (await api.get(`/api/jobs/${jobId}`, renter.headers)).body;
     expect(reason.queue_reason_code ?? reason.job?.queue_reason_code).toBe("provider_paused");
-    // Resumed: the provider is offered the job again, as attempt 1.
+    // The hand-back is in the job's history, to its renter and to the provider that held it.
+    for (const headers of [renter.headers, provider.headers]) {
+      const history = await api.get(`/api/jobs/${jobId}/history`, headers);
+      expect(history.status, history.text).toBe(200);
+      expect(history.body.attempts).toEqual([
+        expect.objectContaining({
+          attempt: 1, provider_id: provider.id, status: "requeued", end_reason: "provider_paused", fault: "none", cost_halala: 0,
+          error: expect.stringMatching(/the provider is paused/),
+        }),
+      ]);
+      expect(history.body.attempts[0].ended_at).toEqual(expect.any(String));
+    }
+    // Resumed: the provider is offered the job again, as its next attempt.
     expect((await api.post("/api/providers/resume", { key: provider.key })).status).toBe(200);
-    expect(await jobRow(jobId)).toEqual({ status: "pending", provider_id: provider.id, attempt: 1, end_reason: null });
+    expect(await jobRow(jobId)).toEqual({ status: "pending", provider_id: provider.id, attempt: 2, end_reason: null });
+    expect(await srv.sql`SELECT * FROM provider_attempt_days WHERE provider_id = ${provider.id}`).toEqual([]);
+  });
+
+  it("a hand-back by a paused provider spends none of the job's attempts", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const paused = await makeProvider(srv);
+    const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 10 }, renter.headers);
+    const jobId: string = r.body.job?.job_id;
+    expect(await jobRow(jobId), r.text).toMatchObject({ status: "pending", provider_id: paused.id, attempt: 1 });
+    // Paused with the job assigned and not yet accepted; its daemon hands it back.
+    expect((await pause(paused.key)).status).toBe(200);
+    expect(await markJobRejected(srv.sql, paused.id, { jobId, reason: "the provider is paused", attempt: 1 })).toBe("requeued");
+    // SVC_JOB_MAX_ATTEMPTS (3) provider failures after it: the last one, not the one before, fails the job.
+    const outcomes: string[] = [];
+    for (let attempt = 2; attempt <= 4; attempt++) {
+      const other = await makeProvider(srv);
+      await dispatchForProvider(srv.sql, other.id);
+      expect(await jobRow(jobId)).toMatchObject({ status: "pending", provider_id: other.id, attempt });
+      outcomes.push(await markJobRejected(srv.sql, other.id, { jobId, reason: "not enough free VRAM", attempt }));
+    }
+    expect(outcomes).toEqual(["requeued", "requeued", "failed"]);
+    const [job] = await srv.sql<{ status: string; end_reason: string; error: string }[]>`SELECT status, end_reason, error FROM jobs WHERE job_id = ${jobId}`;
+    expect(job).toMatchObject({ status: "failed", end_reason: "provider_refused" });
+    expect(job.error).toMatch(/gave up after 3 attempts/);
+    const history = await api.get(`/api/jobs/${jobId}/history`, renter.headers);
+    expect(history.body.attempts.map((a: { end_reason: string }) => a.end_reason)).toEqual(["provider_paused", "provider_refused", "provider_refused", "provider_refused"]);
+    expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0, total_spent_halala: 0 });
   });
 
   it("a refusal by a provider that is not paused stays the provider's fault", async () => {

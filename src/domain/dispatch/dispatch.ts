@@ -607,14 +607,14 @@ export async function requeueLocked(tx: Tx, job: JobRow, reason: EndReason, erro
     UPDATE job_attempts SET status = 'requeued', ended_at = now(), end_reason = ${reason}, fault = ${faultOf(reason)},
            error = ${error ?? null}, cost_halala = 0
     WHERE job_id = ${job.id} AND attempt = ${job.attempt}`;
-  await backToQueue(tx, job.id, true);
+  await backToQueue(tx, job.id);
   if (job.provider_id !== null) await notifyCancel(tx, job.provider_id, job.job_id);
 }
 
-/** Puts a job (row locked) back in the queue, off its provider; `nextAttempt`: as its next attempt. */
-function backToQueue(tx: Tx, id: number, nextAttempt: boolean) {
+/** Puts a job (row locked) back in the queue, off its provider, as its next attempt. */
+function backToQueue(tx: Tx, id: number) {
   return tx`
-    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + ${nextAttempt ? 1 : 0}, assigned_at = NULL, started_at = NULL,
+    UPDATE jobs SET status = 'queued', provider_id = NULL, attempt = attempt + 1, assigned_at = NULL, started_at = NULL,
            acked_at = NULL, timeout_at = NULL, progress_pct = NULL, progress_phase = NULL, preparing_at = NULL, endpoint_url = NULL,
            endpoint_probed_at = NULL, endpoint_healthy_at = NULL, endpoint_failing_since = NULL, endpoint_failed_at = NULL, updated_at = now()
     WHERE id = ${id}`;
@@ -625,13 +625,21 @@ function backToQueue(tx: Tx, id: number, nextAttempt: boolean) {
  * server's record. No job is assigned to a paused provider, so it was assigned just before the pause
  * (which waits for an assignment in flight: migration 060), and the daemon, told it is paused, refused
  * it: the provider was never going to run it, and its owner took it out of work as the platform
- * allows. The assignment is undone: the job is back in the queue as the same attempt (its attempt
- * row, opened by the assignment and never started, is removed: no end, no fault, no attempt spent),
- * and a job pinned to the provider waits for it to resume.
+ * allows. The attempt ends as provider_paused (kept in the job's history: no one's fault, nothing
+ * billed, and not one of the attempts the job is allowed: attemptsSpent), the job goes back to the
+ * queue as its next attempt, and a job pinned to the provider waits for it to resume.
  */
-async function unassignLocked(tx: Tx, job: LockedJob): Promise<void> {
-  await tx`DELETE FROM job_attempts WHERE job_id = ${job.id} AND attempt = ${job.attempt} AND status = 'pending' AND ended_at IS NULL`;
-  await backToQueue(tx, job.id, false);
+function handBackLocked(tx: Tx, job: LockedJob, error: string): Promise<void> {
+  return requeueLocked(tx, job, "provider_paused", error);
+}
+
+/** The attempts a job (row locked) has used of jobPolicy.maxAttempts: its hand-backs by a paused provider are not among them. */
+async function attemptsSpent(tx: Tx, job: LockedJob): Promise<number> {
+  // Only a job at or past the limit by its attempt number can have used them all: a read for those alone.
+  if (job.attempt < jobPolicy.maxAttempts) return job.attempt;
+  const [r] = await tx<{ n: number }[]>`
+    SELECT count(*)::int AS n FROM job_attempts WHERE job_id = ${job.id} AND attempt < ${job.attempt} AND end_reason = 'provider_paused'`;
+  return job.attempt - r.n;
 }
 
 /** Places jobs that just went back to the queue (one transaction). */
@@ -654,26 +662,27 @@ type LossReason = ProviderFaultReason | "admin_requeued";
  * a provider that went silent goes back to the queue to wait for it (as it would
  * have, had its assignment come a moment later: attempts allowing); and one its
  * provider's daemon refused while the provider is paused (by the server's record)
- * is not taken off as a failure at all: its assignment is undone (unassignLocked).
+ * is not taken off as a failure at all: it is handed back (handBackLocked).
  * The caller refreshes the provider's reliability after commit (reputation.ts).
  */
 export async function loseJobLocked(tx: Tx, job: LockedJob, reason: LossReason, error: string): Promise<"requeued" | "failed"> {
   if (reason === "provider_refused" && job.status === "pending" && job.provider_id !== null) {
     const [p] = await tx<{ paused: boolean }[]>`SELECT (is_paused OR status = 'paused') AS paused FROM providers WHERE id = ${job.provider_id}`;
     if (p?.paused) {
-      await unassignLocked(tx, job);
+      await handBackLocked(tx, job, error);
       return "requeued";
     }
   }
   // An admin's decision about the provider is the platform's doing: it spends none of the renter's attempts
   // (as an admin's re-queue of one job, job-control.ts requeueJob).
-  const exhausted = reason !== "admin_requeued" && job.attempt >= jobPolicy.maxAttempts;
+  const spent = reason === "admin_requeued" ? 0 : await attemptsSpent(tx, job);
+  const exhausted = spent >= jobPolicy.maxAttempts;
   // Never picked up by a provider that went silent: a pinned job waits for that provider in the queue.
   const waitsForProvider = reason === "provider_silent" && job.status === "pending";
   const pinned = job.requested_provider_id !== null && !waitsForProvider;
   if (exhausted || pinned) {
     const why = exhausted
-      ? `${error}; gave up after ${job.attempt} attempt${job.attempt === 1 ? "" : "s"}`
+      ? `${error}; gave up after ${spent} attempt${spent === 1 ? "" : "s"}`
       : `${error}; the job asked for this provider, so it is not sent to another`;
     await endLocked(tx, job, "failed", { reason, error: why });
     return "failed";
@@ -905,7 +914,11 @@ export interface QueueReason {
   reason: string;
 }
 
-/** 1-based place of a queued job in dispatch order (priority, then submit time). */
+/**
+ * 1-based place of a queued job in dispatch order (priority, then submit time), among the jobs that
+ * dispatch would give a provider: the queued jobs of suspended renters ahead of it are not counted
+ * (renterActiveSql; they wait until an unsuspension puts them back in line).
+ */
 export async function queuePosition(db: Db, id: number): Promise<number> {
   return (await queuePositions(db, [id])).get(id) ?? 1;
 }
@@ -934,9 +947,16 @@ async function queuePlaces(db: Db, ids: number[]): Promise<Map<number, QueuePlac
       FROM jobs j WHERE id = ANY(${ids}::bigint[]) AND status = 'queued'
     ), last AS MATERIALIZED (
       SELECT priority, submitted_at, id FROM mine ORDER BY priority DESC, submitted_at DESC, id DESC LIMIT 1
+    ), held AS MATERIALIZED (
+      -- The queued jobs of suspended renters (renterActiveSql's rule) up to the last, left out of the places:
+      -- read through the few suspended renters (migration 062), not by a renter read per queued job.
+      SELECT j.priority, j.submitted_at, j.id FROM renters r JOIN jobs j ON j.renter_id = r.id
+      WHERE r.status = 'suspended' AND j.status = 'queued'
+        AND (j.priority, j.submitted_at, j.id) <= ((SELECT priority FROM last), (SELECT submitted_at FROM last), (SELECT id FROM last))
     )
-    SELECT q.id, q.pos, mine.suspended FROM (
-      SELECT j.id, row_number() OVER (ORDER BY j.priority, j.submitted_at, j.id) AS pos
+    SELECT q.id, q.pos - (SELECT count(*) FROM held h WHERE (h.priority, h.submitted_at, h.id) < (q.priority, q.submitted_at, q.id)) AS pos,
+           mine.suspended FROM (
+      SELECT j.id, j.priority, j.submitted_at, row_number() OVER (ORDER BY j.priority, j.submitted_at, j.id) AS pos
       FROM jobs j WHERE j.status = 'queued'
         -- As three values, so that the bound is the queue index's range, not a filter.
         AND (j.priority, j.submitted_at, j.id) <= ((SELECT priority FROM last), (SELECT submitted_at FROM last), (SELECT id FROM last))

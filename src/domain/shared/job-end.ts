@@ -39,6 +39,12 @@ export const END_REASONS = {
   admin_requeued: "platform",
   /** Something on the platform's side failed (e.g. a task the service itself cannot vouch for). */
   platform_error: "platform",
+  /**
+   * An attempt only, never a job: its provider, paused (by the server's record) after the job was assigned
+   * and before it was accepted, handed the job back. Its owner took it out of work as the platform allows:
+   * no one's fault, nothing billed, no attempt spent (dispatch.ts handBackLocked).
+   */
+  provider_paused: "none",
   /** The provider's daemon declined the job (busy, not enough free VRAM, ...). */
   provider_refused: "provider",
   /** The provider stopped heartbeating with the job on it. */
