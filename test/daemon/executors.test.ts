@@ -6,7 +6,7 @@ import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { DockerExecutor, dockerRunArgs, servePortOf } from "../../src/daemon/ts/executors/docker.js";
+import { DockerExecutor, dockerRunArgs, portAnswers, servePortOf } from "../../src/daemon/ts/executors/docker.js";
 import { ProcessExecutor } from "../../src/daemon/ts/executors/process.js";
 import { CONTAINER_SCRIPTS, executorFor } from "../../src/daemon/ts/executors/plan.js";
 import { parseProgress, type JobHooks, type JobSpec } from "../../src/daemon/ts/executors/types.js";
@@ -277,6 +277,54 @@ describe("docker executor (fake docker CLI)", () => {
     const remoteScene = minimalJob("rendering");
     (remoteScene.taskSpec.inputs as JsonObject).scene_url = "https://scenes.example.com/a.blend";
     expect(dockerRunArgs(remoteScene, opts).argv).not.toContain("--network");
+  });
+
+  it("publishes a custom_container's expose_port on the serving host port, with the network docker needs for it; without it, no port and no network", () => {
+    const exposing = (port?: number): JobSpec => {
+      const jobId = "job-expose";
+      const params = validateParams("custom_container", { command: ["python", "-m", "http.server", "8080"], ...(port ? { expose_port: port } : {}) }, { defaultImage: true });
+      const taskSpec = buildTaskSpec({
+        jobId, jobType: "custom_container", params, containerSpec: DEFAULT_CONTAINERS.custom_container, gpuRequirements: null, maxDurationSeconds: 600,
+        workspaceVolumeName: `svc-ws-${jobId}`, checkpointEnabled: false, model: null,
+      });
+      return { jobId, jobType: "custom_container", maxDurationSeconds: 600, taskSpec: taskSpec as JsonObject, gpus: [1] };
+    };
+    const plan = dockerRunArgs(exposing(8080), opts, servePortOf(9100, [1]));
+    expect(optionOf(plan.argv, "-p")).toBe("9101:8080");
+    expect(plan.hostPort).toBe(9101);
+    expect(plan.argv).not.toContain("--network");
+    // No key of the daemon's: the renter's program answers on its port as it chooses.
+    expect(plan.argv.join(" ")).not.toContain("VLLM_API_KEY");
+    expect(plan.argv.slice(-5)).toEqual(["nvidia/cuda:12.4.1-runtime-ubuntu22.04", "python", "-m", "http.server", "8080"]);
+
+    const plain = dockerRunArgs(exposing(), opts).argv;
+    expect(plain).not.toContain("-p");
+    expect(optionOf(plain, "--network")).toBe("none");
+  });
+
+  it("counts a published port as answering only when a connection to it holds or says something", async () => {
+    const net = await import("node:net");
+    const listen = (onConnection: (s: import("node:net").Socket) => void) =>
+      new Promise<import("node:net").Server>((resolve) => {
+        const server = net.createServer(onConnection);
+        server.listen(0, "127.0.0.1", () => resolve(server));
+      });
+    const portOf = (s: import("node:net").Server) => (s.address() as import("node:net").AddressInfo).port;
+    const silent = await listen(() => {});
+    const banner = await listen((s) => s.write("SSH-2.0-x\r\n"));
+    // What docker's proxy does when nothing in the container listens: accepts, then closes.
+    const closing = await listen((s) => s.destroy());
+    try {
+      expect(await portAnswers(portOf(silent))).toBe(true);
+      expect(await portAnswers(portOf(banner))).toBe(true);
+      expect(await portAnswers(portOf(closing))).toBe(false);
+      const gone = portOf(closing);
+      closing.close();
+      await new Promise((r) => closing.once("close", r));
+      expect(await portAnswers(gone)).toBe(false);
+    } finally {
+      for (const s of [silent, banner]) s.close();
+    }
   });
 
   it("stops a job with docker kill and reports the reason", async () => {

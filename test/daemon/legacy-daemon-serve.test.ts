@@ -172,6 +172,70 @@ describe("svc_daemon.py serving vllm_serve", { timeout: 120_000 }, () => {
     expect((await api().get("/api/renters/balance", renter.headers)).body.balance_halala).toBe(10_000);
   });
 
+  it("publishes a custom_container's expose_port and shows its endpoint_url once the port answers: no key, no /v1; without it no port", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 10_000);
+    const port = await freePort();
+    const { d, docker } = await daemonFor(p.key, { SVC_PUBLIC_HOST: "127.0.0.1", SVC_SERVE_PORT: String(port) });
+    expect(await declared(p.id, d)).toContain("custom_container");
+    const submit = async (params: Record<string, unknown>) => {
+      const r = await api().post("/api/jobs/submit", { job_type: "custom_container", provider_id: p.id, duration_minutes: 5, params }, renter.headers);
+      expect(r.status, r.text).toBe(201);
+      return r.body.job.job_id as string;
+    };
+    const jobId = await submit({ command: ["serve"], expose_port: 8080 });
+    const shown = await waitFor(async () => {
+      const r = await api().get(`/api/jobs/${jobId}`, renter.headers);
+      return r.body.endpoint_url ? r.body : undefined;
+    }, 45_000, `endpoint shown (${d.output()})`);
+    expect(shown.status).toBe("running");
+    const run = docker.runs().find((argv) => argv.includes(`svc.job_id=${jobId}`))!;
+    // The serving host port (--serve-port plus the job's GPU index), as vllm_serve's.
+    const hostPort = Number(optionOf(run, "-p")!.split(":")[0]);
+    expect(optionOf(run, "-p")).toBe(`${hostPort}:8080`);
+    expect(hostPort - port).toBe(Number(optionOf(run, "--gpus")!.slice("device=".length)));
+    expect(shown.endpoint_url).toBe(`http://127.0.0.1:${hostPort}`);
+    expect(run).not.toContain("--network");
+    expect(run.join(" ")).not.toContain("VLLM_API_KEY");
+    expect((await job(jobId)).endpoint_api_key).toBeNull();
+    // Not a model endpoint: the gateway has nothing to send there.
+    expect((await chat(renter.key)).status).not.toBe(200);
+
+    const plainId = await submit({ command: ["wait"] });
+    await waitFor(() => docker.runs().some((argv) => argv.includes(`svc.job_id=${plainId}`)), 45_000, `plain container started (${d.output()})`);
+    const plain = docker.runs().find((argv) => argv.includes(`svc.job_id=${plainId}`))!;
+    expect(plain).not.toContain("-p");
+    expect(optionOf(plain, "--network")).toBe("none");
+    docker.release(plainId);
+    await cancelAndWaitRemoved(jobId, renter, docker, d);
+    const ended = await waitFor(async () => {
+      const r = await job(plainId);
+      return r.status === "completed" ? r : undefined;
+    }, 45_000, `plain job end (${d.output()})`);
+    expect(ended.endpoint_url).toBeNull();
+  });
+
+  it("plans a custom_container's expose_port as the TypeScript daemon does", () => {
+    const taskSpec = { container: { image: "python:3.12-slim" }, command: ["python", "-m", "http.server", "8080"], inputs: { expose_port: 8080 } };
+    const out = JSON.parse(
+      python(
+        `import json, sys, tempfile, svc_daemon as s
+job = {"job_id": "job-expose-plan", "job_type": "custom_container", "task_spec": json.load(sys.stdin)}
+argv, env, container, _ = s.plan_job(job, {}, "/usr/bin/docker", tempfile.mkdtemp(), [1], None, 9100)
+print(json.dumps({"argv": argv, "port": container.serve.host_port, "key": container.serve.api_key}))
+`,
+        JSON.stringify(taskSpec),
+      ),
+    ) as { argv: string[]; port: number; key: string | null };
+    expect(out.port).toBe(9101);
+    expect(out.key).toBeNull();
+    const ts = dockerRunArgs({ jobId: "job-expose-plan", jobType: "custom_container", maxDurationSeconds: 600, gpus: [1], taskSpec }, { docker: "/usr/bin/docker", workRoot: "/tmp", gpus: true }, 9101);
+    const from = (argv: string[]) => argv.slice(argv.indexOf("-p"));
+    expect(from(out.argv)).toEqual(["-p", "9101:8080", "python:3.12-slim", "python", "-m", "http.server", "8080"]);
+    expect(from(ts.argv)).toEqual(from(out.argv));
+    expect(out.argv).not.toContain("--network");
+  });
+
   it("declares vllm_serve only with docker present, never for a runner", async () => {
     const withDocker = await makeProvider(srv);
     const a = await daemonFor(withDocker.key);

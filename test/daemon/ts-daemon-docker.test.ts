@@ -173,6 +173,44 @@ describe("svc-daemon (TypeScript) with containers", { timeout: 120_000 }, () => 
     expect((await h.job(job.job_id)).endpoint_api_key).toBeNull();
   });
 
+  it("publishes a custom_container's expose_port and shows its endpoint_url once the port answers; no key, not a /v1 endpoint", async () => {
+    const p = await makeProvider(h.srv);
+    const docker = fakeDocker(tempDir("tsd-expose"));
+    const d = h.startDaemon(p.key, ["--docker", docker.path, "--public-host", "127.0.0.1"]);
+    await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, `daemon up (${d.output()})`);
+    const renter = await makeRenter(h.srv, 10_000);
+    const job = await h.submit(renter, { job_type: "custom_container", duration_minutes: 5, params: { command: ["serve"], expose_port: 8080 } });
+    expect(job.provider_id).toBe(p.id);
+    const shown = await waitFor(async () => {
+      const r = await h.api().get(`/api/jobs/${job.job_id}`, renter.headers);
+      return r.body.endpoint_url ? r.body : undefined;
+    }, 45_000, `endpoint shown (${d.output()})`);
+    expect(shown.status).toBe("running");
+    const run = docker.runs().find((argv) => argv.includes(`svc.job_id=${job.job_id}`))!;
+    const [hostPort, containerPort] = optionOf(run, "-p")!.split(":");
+    expect(containerPort).toBe("8080");
+    expect(shown.endpoint_url).toBe(`http://127.0.0.1:${hostPort}`);
+    expect(run).not.toContain("--network");
+    expect(run.join(" ")).not.toContain("VLLM_API_KEY");
+    expect((await h.job(job.job_id)).endpoint_api_key).toBeNull();
+    // The renter's own service, reached directly; the /v1 gateway serves model endpoints only.
+    expect((await fetch(`${shown.endpoint_url}/health`)).status).toBe(200);
+    const models = await fetch(`${h.srv.url}/v1/models`, { headers: { authorization: `Bearer ${renter.key}` } });
+    expect(JSON.stringify(await models.json())).not.toContain(job.job_id);
+
+    // Without expose_port nothing is published.
+    const plain = await h.submit(renter, custom(["wait"]));
+    await waitFor(() => docker.runs().some((argv) => argv.includes(`svc.job_id=${plain.job_id}`)), 45_000, `plain container started (${d.output()})`);
+    const plainRun = docker.runs().find((argv) => argv.includes(`svc.job_id=${plain.job_id}`))!;
+    expect(plainRun).not.toContain("-p");
+    expect(optionOf(plainRun, "--network")).toBe("none");
+    docker.release(plain.job_id);
+    expect((await ended(plain.job_id, `plain job end (${d.output()})`)).endpoint_url).toBeNull();
+
+    expect((await h.api().post(`/api/jobs/${job.job_id}/cancel`, {}, renter.headers)).status).toBe(200);
+    await waitFor(() => !docker.containers().some((c) => c.labels["svc.job_id"] === job.job_id), 45_000, `container removed (${d.output()})`);
+  });
+
   it("refuses at submit an env that would choose the job's GPUs or the host devices it gets, naming the field", async () => {
     const renter = await makeRenter(h.srv, 1_000);
     await makeProvider(h.srv);

@@ -235,6 +235,22 @@ describe("max_duration_seconds", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("bills a custom_container's run from its start however late its published port (expose_port) is reported, and shows the renter its endpoint_url", async () => {
+    const renter = await makeRenter(srv, 10_000);
+    const provider = await makeProvider(srv);
+    const r = await submit(renter.headers, { job_type: "custom_container", duration_minutes: 60, max_duration_seconds: 3600, params: { command: ["python", "-m", "http.server", "8080"], expose_port: 8080 } });
+    expect(r.status, r.text).toBe(201);
+    const jobId = r.body.job.job_id;
+    expect((await pickUp(api, provider.key))?.job_id).toBe(jobId);
+    await srv.sql`UPDATE jobs SET started_at = started_at - interval '30 minutes', timeout_at = timeout_at - interval '30 minutes' WHERE job_id = ${jobId}`;
+    const [before] = await srv.sql`SELECT started_at FROM jobs WHERE job_id = ${jobId}`;
+    const ready = await api.post(`/api/jobs/${jobId}/endpoint-ready`, { api_key: provider.key, endpoint_url: "http://203.0.113.7:9100" });
+    expect(ready.status, ready.text).toBe(200);
+    const [after] = await srv.sql`SELECT started_at FROM jobs WHERE job_id = ${jobId}`;
+    expect(after.started_at).toEqual(before.started_at);
+    expect((await api.get(`/api/jobs/${jobId}`, renter.headers)).body.endpoint_url).toBe("http://203.0.113.7:9100");
+  });
+
   it("is enforced by the server's own worker", async () => {
     const fast = await startTestServer({ SVC_JOB_SWEEP_MS: "100", SVC_LIVENESS_SWEEP_SECONDS: "0" }, srv.databaseUrl);
     try {

@@ -33,7 +33,8 @@ Each can be overridden:
         "SVC_PROGRESS <pct> [phase]" reports progress (the latest is sent at most
         once a second, and before the result), and the JSON written to
         SVC_RESULT_FILE (else the printed text as {"response": ...}) is the result.
-  --serve-port / SVC_SERVE_PORT    first host port a vllm_serve engine is published on:
+  --serve-port / SVC_SERVE_PORT    first host port a vllm_serve engine (or a custom_container's
+        expose_port) is published on:
         this port plus the job's GPU index (default 0: any free port)
   --public-host / SVC_PUBLIC_HOST  the address a served endpoint is reached at;
         unset, only the port is reported and the server joins it to the
@@ -744,9 +745,18 @@ def _remote(value):
     return isinstance(value, str) and value.lower().startswith(("http://", "https://"))
 
 
+def exposed_port(job, inputs):
+    """A custom_container's params.expose_port: the container port published as its endpoint (None: none)."""
+    port = inputs.get("expose_port")
+    if job.get("job_type") == "custom_container" and isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535:
+        return port
+    return None
+
+
 def needs_network(job, spec, inputs):
-    """Same rule as the TypeScript daemon: a model, dataset or scene to download, or asked for."""
-    if spec.get("network") is True or job.get("job_type") == "vllm_serve":
+    """Same rule as the TypeScript daemon: a model, dataset or scene to download, or asked for, or a port
+    to publish (docker publishes none with --network none)."""
+    if spec.get("network") is True or job.get("job_type") == "vllm_serve" or exposed_port(job, inputs) is not None:
         return True
     return isinstance(spec.get("model"), str) or _remote(inputs.get("dataset_url")) or _remote(inputs.get("scene_url"))
 
@@ -906,6 +916,30 @@ def endpoint_report(public_host, host_port):
     return {"port": host_port}
 
 
+# custom_container: how long a connection to its published port must stay open, or answer, to count.
+PORT_HOLD_SECONDS = 0.5
+
+
+def port_answers(port, timeout=2.0):
+    """Whether something in a custom_container listens on its published port (its protocol is the
+    renter's: no /health). docker's proxy accepts a connection on the host port whether or not the
+    container listens, and closes it at once when it does not: one that says something, or stays
+    open PORT_HOLD_SECONDS, counts. As the TypeScript daemon's portAnswers."""
+    try:
+        conn = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    except OSError:
+        return False
+    try:
+        conn.settimeout(PORT_HOLD_SECONDS)
+        return conn.recv(1) != b""
+    except socket.timeout:
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
 def endpoint_healthy(port, api_key, timeout=2.0):
     """Whether the engine published on this host's port answers /health (vLLM answers it without the
     key; it is sent all the same). Straight to 127.0.0.1, past any proxy of the environment."""
@@ -920,8 +954,10 @@ def endpoint_healthy(port, api_key, timeout=2.0):
 
 
 class ServedEndpoint:
-    """A vllm_serve job's engine: its host port and key. A thread probes its health until it answers
-    (or the job's process ended, or the job is being stopped); the job's loop then reports it."""
+    """A vllm_serve job's engine, or a custom_container's published port: its host port and key (None
+    for a custom_container). A thread probes its health (the engine's /health, the container's port)
+    until it answers (or the job's process ended, or the job is being stopped); the job's loop then
+    reports it."""
 
     def __init__(self, host_port, api_key):
         self.host_port = host_port
@@ -936,7 +972,7 @@ class ServedEndpoint:
 
     def _probe(self, proc):
         while not self.stopped.is_set() and proc.poll() is None:
-            if endpoint_healthy(self.host_port, self.api_key):
+            if endpoint_healthy(self.host_port, self.api_key) if self.api_key else port_answers(self.host_port):
                 self.healthy.set()
                 return
             self.stopped.wait(SERVE_HEALTH_SECONDS)
@@ -1003,7 +1039,7 @@ class DockerContainer:
         self.folder = folder  # the job's host folder, mounted at /svc-output
         self.labels = list(labels)  # KEY=VALUE: the container's and its volume's
         self.dropped_env = dropped_env
-        self.serve = serve  # vllm_serve: its ServedEndpoint
+        self.serve = serve  # vllm_serve, custom_container's expose_port: its ServedEndpoint
         self.dropped_key_env = dropped_key_env  # vllm_serve: the task's own VLLM_API_KEY was left out
         self.envfile = None  # the --env-file of the task's env (plan_job), removed with the container
         self.env_notes = []  # log lines: the task's env values that could not be given to docker
@@ -1500,10 +1536,12 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
             envfile = cidfile[:-len(".cid")] + ".env"
             write_new_file(envfile, "".join(env_lines))
             argv += ["--env-file", envfile]
-        if serving:
+        exposed = exposed_port(job, inputs)
+        if serving or exposed is not None:
             # A fixed first port: plus the job's first GPU index, one port per GPU (one job per GPU at a time).
             host_port = serve_port + (min(gpu_devices) if gpu_devices else 0) if serve_port else free_port()
-            serve = ServedEndpoint(host_port, new_endpoint_key())
+            serve = ServedEndpoint(host_port, new_endpoint_key() if serving else None)
+        if serving:
             argv += ["-e", VLLM_API_KEY_ENV]
             env[VLLM_API_KEY_ENV] = serve.api_key
         if isinstance(inputs.get("workdir"), str):
@@ -1513,6 +1551,8 @@ def plan_job(job, runners, docker, workdir, gpu_devices, scripts_dir=None, serve
             port = serve_spec.get("container_port") if _is_number(serve_spec.get("container_port")) else DEFAULT_CONTAINER_PORT
             argv += ["-p", "%d:%s" % (serve.host_port, _es_number(port))]
             command = engine_command(spec, inputs, port)
+        elif exposed is not None:
+            argv += ["-p", "%d:%d" % (serve.host_port, exposed)]
         elif builtin:
             argv += ["-v", scripts_dir + ":/svc-scripts:ro"]
             command = ["python", "/svc-scripts/" + script]
@@ -2382,7 +2422,8 @@ class Daemon:
         is no longer this provider's) is left to the job's status checks."""
         body = endpoint_report(self.cfg.get("public_host"), serve.host_port)
         where = body.get("endpoint_url") or "port %d" % serve.host_port
-        body["endpoint_api_key"] = serve.api_key
+        if serve.api_key:
+            body["endpoint_api_key"] = serve.api_key
         with_attempt(body, attempt)
         try:
             self.api.post(job_url(job_id, "endpoint-ready"), body)
@@ -2398,6 +2439,8 @@ class Daemon:
             return False, None
         serve.settled = True
         self.log("job %s is serving at %s" % (job_id, where))
+        if not serve.api_key:
+            return True, None  # a custom_container's port: its progress is its own
         self.post_quietly(job_url(job_id, "progress"), with_attempt({"progress_pct": 100, "phase": "serving"}, attempt))
         return True, None
 

@@ -40,7 +40,7 @@ Options (environment variable in brackets):
   --state-dir DIR           pinned keys and state [SVC_STATE_DIR] (default ~/.svc-daemon)
   --work-dir DIR            job folders [SVC_WORK_DIR] (default <state-dir>/work)
   --public-host HOST        address served endpoints are reached at [SVC_PUBLIC_HOST]
-  --serve-port PORT         first host port for vllm_serve: PORT + the job's GPU index [SVC_SERVE_PORT]
+  --serve-port PORT         first host port for vllm_serve and expose_port: PORT + the job's GPU index [SVC_SERVE_PORT]
   --cached-models A,B       models already on disk [SVC_CACHED_MODELS]
   --heartbeat-seconds N     override the server's interval [SVC_HEARTBEAT_SECONDS]
   --stop-grace-seconds N    on SIGTERM/SIGINT, stop running jobs (reported as interrupted:

@@ -16,7 +16,7 @@ import type { AssignedJob } from "../notify/job-notices.js";
 import { completeLocked, endLocked, figuresOf, isActive, lockJob, runSeconds, type Figures, type LockedJob } from "../money/settlement.js";
 import { refreshReputation } from "../providers/reputation.js";
 import { keepAttestation, type VerifiedAttestation } from "../providers/attestations.js";
-import { REFUSAL_REASONS, endpointHealthOf, judgeFailure, judgeServed, judgeTimeout, servingPolicy, type RefusalReason } from "../shared/job-end.js";
+import { REFUSAL_REASONS, SERVING_JOB_TYPES, endpointHealthOf, judgeFailure, judgeServed, judgeTimeout, servingPolicy, type RefusalReason } from "../shared/job-end.js";
 import { checkRange, requireFields, requireMembers } from "../shared/validate.js";
 import { withoutNul } from "../shared/lenient.js";
 import { confirmPickup } from "../shared/job-pickup.js";
@@ -562,8 +562,9 @@ export async function reportProgress(sql: Sql, providerId: number, msg: { jobId:
 }
 
 /**
- * vllm_serve and other serving jobs: where the endpoint listens (a URL, or a port on the provider's
- * address: the one its heartbeats report, else `reportedFrom`, the address this report came from).
+ * vllm_serve and other serving jobs, and a custom_container's published port (params.expose_port):
+ * where the endpoint listens (a URL, or a port on the provider's address: the one its heartbeats
+ * report, else `reportedFrom`, the address this report came from).
  */
 export async function endpointReady(
   sql: Sql,
@@ -610,11 +611,13 @@ export async function endpointReady(
     // The attempt's first report, later than the load grace after its run started: its billed time starts
     // that grace before now (job-end.ts servingPolicy), here and on the attempt's record. The deadline
     // stays: the daemon's kill timer runs from its own start (a timeout is judged by it, judgeTimeout).
+    // Only a serving job's billing waits for its endpoint: a custom_container's port moves nothing.
     const grace = servingPolicy.loadGraceSeconds;
+    const serving = SERVING_JOB_TYPES.includes(job.job_type);
     await tx`
       WITH late AS (
         SELECT now() - make_interval(secs => ${grace}) AS start FROM jobs
-        WHERE id = ${job.id} AND endpoint_url IS NULL AND status = 'running' AND started_at < now() - make_interval(secs => ${grace})
+        WHERE ${serving} AND id = ${job.id} AND endpoint_url IS NULL AND status = 'running' AND started_at < now() - make_interval(secs => ${grace})
       ), moved AS (
         UPDATE job_attempts a SET started_at = late.start FROM late WHERE a.job_id = ${job.id} AND a.attempt = ${job.attempt}
       )

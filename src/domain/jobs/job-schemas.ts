@@ -223,7 +223,7 @@ export const PARAMS_SCHEMAS: Record<JobType, Schema> = {
       command: { type: "array", items: { type: "string", maxLength: 4096 }, minItems: 1, maxItems: 256, description: "Entrypoint and arguments" },
       env: { ...envMap, description: "Environment variables" },
       workdir: { type: "string", pattern: "^/\\S*$", maxLength: 1024, "x-error": "must be an absolute path" },
-      expose_port: int(1, 65535, "Container port to expose"),
+      expose_port: int(1, 65535, "Container port to publish on a port of the provider's host (every interface, no access control of the platform's); its URL is the job's endpoint_url once it answers"),
     },
   ),
 };

@@ -12,7 +12,7 @@ import { iso } from "../shared/validate.js";
 import { billableMinutes } from "../money/pricing.js";
 import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
 import { jobCountSql } from "../shared/job-counts.js";
-import { deadAtEnd, servedNothing } from "../shared/job-end.js";
+import { SERVING_JOB_TYPES, deadAtEnd, servedNothing } from "../shared/job-end.js";
 
 const big = (n: number | null) => (n === null ? undefined : BigInt(n));
 
@@ -139,8 +139,10 @@ export async function attemptsForReader(db: Db, jobId: string, reader: JobReader
 
 /**
  * The Job resource, with why it waits when it is queued. A renter does not see
- * a serving job's endpoint_url: models are reached through /v1, where requests
- * are billed per token; the raw endpoint would serve them unbilled.
+ * a serving job's (vllm_serve's) endpoint_url: models are reached through /v1,
+ * where requests are billed per token; the raw endpoint would serve them
+ * unbilled. A custom_container's published port (params.expose_port) is the
+ * renter's own to reach: its endpoint_url is shown.
  */
 export async function jobView(db: Db, job: JobSummaryRow & DbNow, reader?: JobReader, known?: QueueReason): Promise<MessageInitShape<typeof JobSchema>> {
   return viewOf(job, reader, job.status === "queued" ? (known ?? (await explainQueue(db, job))) : undefined);
@@ -154,11 +156,11 @@ export async function jobViews(db: Db, jobs: (JobSummaryRow & DbNow)[], reader?:
 
 /**
  * The Job message as `reader` may see it: a renter never sees a serving job's
- * endpoint_url (see jobView), wherever its jobs are listed.
+ * (vllm_serve's) endpoint_url (see jobView), wherever its jobs are listed.
  */
 export function jobMessageFor(job: JobSummaryRow & DbNow, reader: JobReader | undefined): MessageInitShape<typeof JobSchema> {
   const msg = jobMessage(job);
-  if (reader?.role === "renter") msg.endpointUrl = undefined;
+  if (reader?.role === "renter" && SERVING_JOB_TYPES.includes(job.job_type)) msg.endpointUrl = undefined;
   return msg;
 }
 

@@ -19,6 +19,9 @@
 // (endpoint-ready): anyone else who finds the port is refused. The secret goes
 // to docker through the CLI's environment (`-e VLLM_API_KEY`, no value), never
 // on a command line, where `ps` would show it to every user of the machine.
+// A custom_container with params.expose_port has that port published the same
+// way (same host port, every interface) and its endpoint reported once a TCP
+// connection to it holds (its protocol is the renter's: no key, no /health).
 // A custom_container's own env (the renter's secrets, often) goes the same
 // way; a name the docker CLI itself could read (DOCKER_HOST, PATH, a proxy,
 // one already in the daemon's environment...) goes through an --env-file
@@ -54,7 +57,7 @@ export interface DockerOptions {
   /** Folder with the in-container programs of the built-in job types, mounted read-only at /svc-scripts. */
   scriptsDir?: string;
   /**
-   * vllm_serve: the first host port to publish (0: any free one; else this port plus the job's first
+   * vllm_serve and a custom_container's expose_port: the first host port to publish (0: any free one; else this port plus the job's first
    * GPU's index, so that jobs on different GPUs do not collide) and the address the endpoint is reached at.
    */
   servePort?: number;
@@ -155,10 +158,16 @@ const SCRIPTS: Record<string, string> = {
 /** A URL to download; the built-in inputs ("builtin:...") are made inside the container. */
 const remote = (v: unknown): boolean => typeof v === "string" && /^https?:\/\//i.test(v);
 
+/** A custom_container's params.expose_port: the container port published as its endpoint (undefined: none). */
+export function exposedPortOf(job: JobSpec): number | undefined {
+  const port = obj(job.taskSpec.inputs).expose_port;
+  return job.jobType === "custom_container" && typeof port === "number" && Number.isInteger(port) && port >= 1 && port <= 65535 ? port : undefined;
+}
+
 export function needsNetwork(job: JobSpec): boolean {
   const t = job.taskSpec;
   const inputs = obj(t.inputs);
-  if (t.network === true || job.jobType === "vllm_serve") return true;
+  if (t.network === true || job.jobType === "vllm_serve" || exposedPortOf(job) !== undefined) return true;
   return typeof t.model === "string" || remote(inputs.dataset_url) || remote(inputs.scene_url);
 }
 
@@ -188,7 +197,7 @@ export interface DockerPlan {
    * at `path` before `docker run`, removed with the job's data.
    */
   envFile?: { path: string; text: string };
-  /** vllm_serve: host port published for the engine. */
+  /** vllm_serve, and a custom_container's expose_port: host port published. */
   hostPort?: number;
   /**
    * Variables the `docker` CLI itself is given, on top of the daemon's environment: those `argv`
@@ -345,6 +354,8 @@ export function dockerRunArgs(job: JobSpec, opts: DockerOptions, hostPort?: numb
     if (typeof inputs.max_model_len === "number") command.push("--max-model-len", String(inputs.max_model_len));
     if (typeof inputs.dtype === "string") command.push("--dtype", inputs.dtype);
     if (typeof inputs.gpu_memory_utilization === "number") command.push("--gpu-memory-utilization", String(inputs.gpu_memory_utilization));
+  } else if (exposedPortOf(job) !== undefined) {
+    argv.push("-p", `${hostPort ?? 0}:${exposedPortOf(job)}`);
   } else if (command.length === 0 && SCRIPTS[job.jobType] && opts.scriptsDir) {
     argv.push("-v", `${opts.scriptsDir}:/svc-scripts:ro`);
     command = ["python", `/svc-scripts/${SCRIPTS[job.jobType]}`];
@@ -498,7 +509,7 @@ export class DockerExecutor implements Executor {
   }
 
   start(job: JobSpec, hooks: JobHooks): RunningJob {
-    if (job.jobType === "vllm_serve") return this.serve(job, hooks);
+    if (job.jobType === "vllm_serve" || exposedPortOf(job) !== undefined) return this.serve(job, hooks);
     return this.run(job, hooks, dockerRunArgs(job, this.opts));
   }
 
@@ -636,14 +647,16 @@ export class DockerExecutor implements Executor {
     let stopped: string | undefined;
     const ready = (async () => {
       const hostPort = this.opts.servePort ? servePortOf(this.opts.servePort, job.gpus) : await freePort();
-      // This job's own: the engine requires it on /v1, and only the server is told it.
-      const apiKey = newEndpointKey();
+      // vllm_serve: this job's own, which the engine requires on /v1, and only the server is told.
+      const engine = job.jobType === "vllm_serve";
+      const apiKey = engine ? newEndpointKey() : undefined;
       const plan = dockerRunArgs(job, this.opts, hostPort, apiKey);
       inner = this.run(job, hooks, plan);
       if (stopped) await inner.stop(stopped);
-      void this.waitHealthy(hostPort, apiKey, inner, () => stopped !== undefined).then((ok) => {
+      const probe = apiKey ? () => engineHealthy(hostPort, apiKey) : () => portAnswers(hostPort);
+      void this.waitHealthy(probe, inner, () => stopped !== undefined).then((ok) => {
         if (!ok) return;
-        hooks.progress(100, "serving");
+        if (engine) hooks.progress(100, "serving");
         const host = this.opts.publicHost;
         hooks.endpointReady?.(host ? `http://${host.includes(":") ? `[${host}]` : host}:${hostPort}` : `port:${hostPort}`, apiKey);
       });
@@ -658,19 +671,54 @@ export class DockerExecutor implements Executor {
     };
   }
 
-  /** Probes the engine's /health (which vLLM answers without the key; it is sent all the same). */
-  private async waitHealthy(port: number, apiKey: string, job: RunningJob, stopped: () => boolean): Promise<boolean> {
+  /** Probes the served port until it answers, the job ends or it is stopped. */
+  private async waitHealthy(probe: () => Promise<boolean>, job: RunningJob, stopped: () => boolean): Promise<boolean> {
     let ended = false;
     void job.done.then(() => (ended = true));
     while (!ended && !stopped()) {
-      try {
-        const r = await fetch(`http://127.0.0.1:${port}/health`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(2000) });
-        if (r.ok) return true;
-      } catch {}
+      if (await probe()) return true;
       await new Promise((r) => setTimeout(r, this.opts.healthPollMs ?? 2000));
     }
     return false;
   }
+}
+
+/** vllm_serve: whether the engine's /health answers 2xx (vLLM answers it without the key; it is sent all the same). */
+async function engineHealthy(port: number, apiKey: string): Promise<boolean> {
+  try {
+    const r = await fetch(`http://127.0.0.1:${port}/health`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(2000) });
+    return r.ok;
+  } catch {
+    return false;
+  }
+}
+
+/** How long a connection to a published port must stay open, or answer, to count as the container listening. */
+export const PORT_HOLD_MS = 500;
+
+/**
+ * custom_container: whether something in the container listens on its published port. docker's
+ * proxy accepts a connection on the host port whether or not the container listens, and closes it
+ * at once when it does not: a connection that says something, or stays open PORT_HOLD_MS, counts.
+ */
+export async function portAnswers(port: number): Promise<boolean> {
+  const net = await import("node:net");
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: "127.0.0.1", port });
+    const settle = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => settle(false), 2000 + PORT_HOLD_MS);
+    socket.once("connect", () => {
+      clearTimeout(timer);
+      setTimeout(() => settle(!socket.destroyed && !socket.readableEnded), PORT_HOLD_MS);
+    });
+    socket.once("data", () => settle(true));
+    socket.once("end", () => settle(false));
+    socket.once("error", () => settle(false));
+  });
 }
 
 /** A serving job's host port from a fixed first port: one port per GPU, so concurrent jobs (one per GPU) never share one. */
