@@ -21,8 +21,10 @@ export const ALLOWED_HEADERS = [
  */
 const SDK_HEADER = /^x-stainless-[a-z0-9-]{1,64}$/;
 const MAX_SDK_HEADERS = 32;
+/** Headers the OpenAI SDKs send when a client sets an organization or project, or asks for a beta feature: allowed on /v1. */
+const V1_HEADERS = ["openai-organization", "openai-project", "openai-beta"];
 
-/** The headers a preflight allows: the list above, and on /v1 the SDK's it asks for. */
+/** The headers a preflight allows: the list above, and on /v1 the OpenAI SDKs' (V1_HEADERS and the x-stainless-* it asks for). */
 function allowedHeaders(req: NodeRequest): string {
   const path = (req.url ?? "").split("?")[0];
   if (path !== "/v1" && !path.startsWith("/v1/")) return ALLOWED_HEADERS;
@@ -30,7 +32,7 @@ function allowedHeaders(req: NodeRequest): string {
     .split(",")
     .map((h) => h.trim().toLowerCase())
     .filter((h) => SDK_HEADER.test(h));
-  return [ALLOWED_HEADERS, ...new Set(asked.slice(0, MAX_SDK_HEADERS))].join(", ");
+  return [ALLOWED_HEADERS, ...V1_HEADERS, ...new Set(asked.slice(0, MAX_SDK_HEADERS))].join(", ");
 }
 
 export const EXPOSED_HEADERS = "retry-after, x-request-id, content-disposition, grpc-status, grpc-message";

@@ -1,7 +1,10 @@
 // A browser page using the official OpenAI JS SDK sends `x-stainless-*`
 // headers (the SDK's language, version, platform, retry count, timeout...)
 // with every /v1 request, so its preflight asks for them: a /v1 preflight
-// allows those it asks for, beside the usual list. Other routes keep that list.
+// allows those it asks for, beside the usual list. The SDKs also send
+// `openai-organization` and `openai-project` when the client sets them, and
+// `openai-beta` for beta features: /v1 allows those too. Other routes keep
+// the usual list.
 import { expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 
@@ -48,4 +51,20 @@ it("allows only x-stainless-* headers beyond the usual list, and them only on /v
   const api = allowed(await preflight("/api/jobs/submit", ["x-stainless-os", "content-type"]));
   expect(api).toContain("content-type");
   expect(api).not.toContain("x-stainless-os");
+});
+
+it("allows the OpenAI SDK's openai-organization, openai-project and openai-beta headers on /v1 only", async () => {
+  const asked = ["authorization", "content-type", "openai-beta", "openai-organization", "openai-project", "x-stainless-lang"];
+  for (const [path, method] of [["/v1/chat/completions", "POST"], ["/v1/models", "GET"]]) {
+    const r = await preflight(path, asked, method);
+    expect(r.status, path).toBe(204);
+    const names = allowed(r);
+    for (const h of asked) expect(names, `${path} ${h}`).toContain(h);
+  }
+  // As a client sets them, in any case.
+  const mixed = allowed(await preflight("/v1/embeddings", ["OpenAI-Organization", "OpenAI-Project", "OpenAI-Beta"]));
+  for (const h of ["openai-organization", "openai-project", "openai-beta"]) expect(mixed).toContain(h);
+  const api = allowed(await preflight("/api/jobs/submit", ["openai-organization", "openai-project", "openai-beta", "content-type"]));
+  expect(api).toContain("content-type");
+  for (const h of ["openai-organization", "openai-project", "openai-beta"]) expect(api).not.toContain(h);
 });

@@ -28,7 +28,7 @@ import { belowMinimum, daemonPolicy, verifiesTasksSql } from "../providers/versi
 import { assignedNoticeSql, notifyCancel } from "../notify/job-notices.js";
 import type { JobRow, JobSummaryRow } from "../shared/job-row.js";
 import { endLocked, lockJobById, runSeconds, type LockedJob } from "../money/settlement.js";
-import { DECLINED_REASONS, endpointHealthOf, faultOf, judgeTimeout, type EndReason } from "../shared/job-end.js";
+import { ATTEMPT_FREE_REASONS, DECLINED_REASONS, endpointHealthOf, faultOf, judgeTimeout, type EndReason } from "../shared/job-end.js";
 
 /** How many attempts a job gets before a lost provider fails it; set from config at start. */
 export const jobPolicy = { maxAttempts: 3 };
@@ -633,12 +633,16 @@ function handBackLocked(tx: Tx, job: LockedJob, error: string): Promise<void> {
   return requeueLocked(tx, job, "provider_paused", error);
 }
 
-/** The attempts a job (row locked) has used of jobPolicy.maxAttempts: its hand-backs by a paused provider are not among them. */
+/**
+ * The attempts a job (row locked) has used of jobPolicy.maxAttempts, its current one included: its
+ * earlier attempts that ended for a reason that spends none (ATTEMPT_FREE_REASONS) are not among them.
+ */
 async function attemptsSpent(tx: Tx, job: LockedJob): Promise<number> {
   // Only a job at or past the limit by its attempt number can have used them all: a read for those alone.
   if (job.attempt < jobPolicy.maxAttempts) return job.attempt;
   const [r] = await tx<{ n: number }[]>`
-    SELECT count(*)::int AS n FROM job_attempts WHERE job_id = ${job.id} AND attempt < ${job.attempt} AND end_reason = 'provider_paused'`;
+    SELECT count(*)::int AS n FROM job_attempts
+    WHERE job_id = ${job.id} AND attempt < ${job.attempt} AND end_reason = ANY(${ATTEMPT_FREE_REASONS as string[]}::text[])`;
   return job.attempt - r.n;
 }
 
@@ -673,9 +677,8 @@ export async function loseJobLocked(tx: Tx, job: LockedJob, reason: LossReason, 
       return "requeued";
     }
   }
-  // An admin's decision about the provider is the platform's doing: it spends none of the renter's attempts
-  // (as an admin's re-queue of one job, job-control.ts requeueJob).
-  const spent = reason === "admin_requeued" ? 0 : await attemptsSpent(tx, job);
+  // An end that spends no attempt (an admin's decision about the provider) cannot use the last one up.
+  const spent = ATTEMPT_FREE_REASONS.includes(reason) ? 0 : await attemptsSpent(tx, job);
   const exhausted = spent >= jobPolicy.maxAttempts;
   // Never picked up by a provider that went silent: a pinned job waits for that provider in the queue.
   const waitsForProvider = reason === "provider_silent" && job.status === "pending";

@@ -96,7 +96,7 @@ export function lockActiveJobsOf(tx: Tx, renterId: number) {
     ORDER BY id FOR UPDATE`;
 }
 
-/** Admin: end the current attempt of a pending/running job and queue it again (beyond the retry limit). */
+/** Admin: end the current attempt of a pending/running job and queue it again, spending none of its attempts (ATTEMPT_FREE_REASONS). */
 export async function requeueJob(sql: Sql, jobId: string, actor: string, reason?: string, ip?: string): Promise<JobRow> {
   const { id, from } = await sql.begin(async (tx) => {
     const job = await lockJob(tx, jobId);

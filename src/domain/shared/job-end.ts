@@ -35,14 +35,14 @@ export const END_REASONS = {
   renter_suspended: "renter",
   /** An admin cancelled it. */
   admin_cancelled: "platform",
-  /** An admin handed the attempt back to the queue. */
+  /** An admin handed the attempt back to the queue (no attempt spent: ATTEMPT_FREE_REASONS). */
   admin_requeued: "platform",
   /** Something on the platform's side failed (e.g. a task the service itself cannot vouch for). */
   platform_error: "platform",
   /**
    * An attempt only, never a job: its provider, paused (by the server's record) after the job was assigned
    * and before it was accepted, handed the job back. Its owner took it out of work as the platform allows:
-   * no one's fault, nothing billed, no attempt spent (dispatch.ts handBackLocked).
+   * no one's fault, nothing billed, no attempt spent (ATTEMPT_FREE_REASONS; dispatch.ts handBackLocked).
    */
   provider_paused: "none",
   /** The provider's daemon declined the job (busy, not enough free VRAM, ...). */
@@ -85,6 +85,14 @@ export type RefusalReason = (typeof REFUSAL_REASONS)[number];
  * (dispatch.ts matchesSql); provider_silent once it is live again.
  */
 export const DECLINED_REASONS: readonly EndReason[] = ["provider_refused", "not_picked_up", "signature_mismatch", "unsupported_on_provider", "provider_error"];
+
+/**
+ * Attempt end reasons that spend none of the attempts a job is allowed (SVC_JOB_MAX_ATTEMPTS): the
+ * attempt stays in the job's history, and the job still gets that many attempts at being run
+ * (dispatch.ts attemptsSpent). Neither is the renter's job failing on a provider: an admin's decision,
+ * or a paused provider handing back a job it was never going to run.
+ */
+export const ATTEMPT_FREE_REASONS: readonly EndReason[] = ["admin_requeued", "provider_paused"];
 
 export const faultOf = (reason: EndReason): Fault => END_REASONS[reason];
 
