@@ -35,6 +35,11 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     return this.items.length;
   }
 
+  /** Whether room() would resolve at once. */
+  get hasRoom(): boolean {
+    return this.closed || this.items.length < this.highWater;
+  }
+
   /**
    * Resolves at once while fewer than highWater items are queued; else once the consumer has
    * taken the queue down to half of it, or the queue is closed.
@@ -56,15 +61,43 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     for (const w of waiters) w();
   }
 
-  async *[Symbol.asyncIterator](): AsyncIterator<T> {
-    for (;;) {
-      while (this.items.length > 0) {
-        const item = this.items.shift()!;
+  /** The one consumer's iterator: a plain object, not a generator (no promise per item while items wait). */
+  [Symbol.asyncIterator](): AsyncIterator<T> {
+    const step = (): IteratorResult<T> | undefined => {
+      if (this.items.length > 0) {
+        const value = this.items.shift()!;
         if (this.roomWaiters.length > 0 && this.items.length <= this.highWater / 2) this.freeRoom();
-        yield item;
+        return { value, done: false };
       }
-      if (this.closed) return;
-      await new Promise<void>((resolve) => (this.waiter = resolve));
-    }
+      return this.closed ? { value: undefined, done: true } : undefined;
+    };
+    let over = false;
+    return {
+      next: () => {
+        if (over) return Promise.resolve({ value: undefined, done: true });
+        const ready = step();
+        if (ready) return Promise.resolve(ready);
+        return new Promise<IteratorResult<T>>((resolve) => {
+          const wait = () => {
+            if (over) return resolve({ value: undefined, done: true });
+            const r = step();
+            if (r) resolve(r);
+            else this.waiter = wait;
+          };
+          this.waiter = wait;
+        });
+      },
+      // The consumer stopped: what is still queued is not delivered (as a generator returned at its yield).
+      return: (value?: unknown) => {
+        over = true;
+        this.wake();
+        return Promise.resolve({ value: value as T, done: true });
+      },
+      throw: (err?: unknown) => {
+        over = true;
+        this.wake();
+        return Promise.reject(err);
+      },
+    };
   }
 }

@@ -12,6 +12,7 @@ import type { Logger } from "../log.js";
 import { credentialsKey } from "./credentials.js";
 import { isDatabaseUnavailable } from "../errors.js";
 import { failureLogLevel, internalError, toConnectError } from "./errors.js";
+import { observed } from "../shared/iterables.js";
 
 const CLIENT_REQUEST_ID = /^[\w.:-]{1,128}$/;
 
@@ -62,17 +63,9 @@ export function callLogInterceptor(log: Logger): Interceptor {
         log.info({ requestId, procedure, stream: req.stream, code: "ok", ms: Math.round(performance.now() - started) }, req.stream ? "stream opened" : "call");
       }
       if (!res.stream) return res;
-      return { ...res, message: mapStreamErrors(res.message, failed) };
+      return { ...res, message: observed(res.message, { mapError: failed }) };
     } catch (err) {
       throw failed(err);
     }
   };
-}
-
-async function* mapStreamErrors<T>(messages: AsyncIterable<T>, failed: (err: unknown) => ConnectError): AsyncIterable<T> {
-  try {
-    yield* messages;
-  } catch (err) {
-    throw failed(err);
-  }
 }

@@ -15,11 +15,11 @@
 // messages not compressed. Everything else (compressed messages, the JSON
 // codec, gRPC-Web, Connect's own protocol, HTTP/1.1) is left to Connect.
 import type http2 from "node:http2";
-import { fromBinary, toBinary, type DescMethod, type DescMessage, type Message } from "@bufbuild/protobuf";
-import { Code, ConnectError, createHandlerContext, createMethodImplSpec, type ContextValues, type HandlerContext, type Interceptor } from "@connectrpc/connect";
-import { transformInvokeImplementation } from "@connectrpc/connect/protocol";
+import { create, fromBinary, isMessage, toBinary, type DescMethod, type DescMethodStreaming, type DescMessage, type Message } from "@bufbuild/protobuf";
+import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
 import { drained } from "./drained.js";
+import { deferred, observed } from "../shared/iterables.js";
 import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 export interface StreamRoute {
@@ -172,8 +172,7 @@ async function serve(
     inbox.fail(reason ?? new ConnectError("the client went away", Code.Canceled));
   });
 
-  const spec = createMethodImplSpec(method, route.impl as never);
-  const it = transformInvokeImplementation(spec, context, opts.interceptors)(inbox)[Symbol.asyncIterator]();
+  const it = invoke(route, context, opts.interceptors, inbox);
   const trailer = context.responseTrailer;
   let headersSent = false;
   let gone = false;
@@ -190,7 +189,7 @@ async function serve(
         res.writeHead(200, nodeHeaders(context.responseHeader, {}));
         headersSent = true;
       }
-      if (!res.write(frame(encode(r.value)))) await drained(res);
+      if (!res.write(frame(encode(normalize(method.output, r.value))))) await drained(res);
     }
     // A message the client sent that could not be read ends the call with that error.
     if (inbox.failure instanceof ConnectError && inbox.failure.code !== Code.Canceled) setTrailerStatus(trailer, inbox.failure);
@@ -221,6 +220,53 @@ async function serve(
   res.end();
 }
 
+
+/**
+ * The implementation's answers, called through the interceptors with the handler context, as
+ * Connect's transformInvokeImplementation calls a streaming method; without its generator around
+ * the answers, and their headers and trailers copied into the context as it copies them.
+ */
+function invoke(route: StreamRoute, context: HandlerContext, interceptors: Interceptor[], input: AsyncIterable<Message>): AsyncIterator<Message> {
+  const method = route.method as DescMethodStreaming;
+  const impl = route.impl as (req: unknown, ctx: HandlerContext) => AsyncIterable<Message>;
+  const call: StreamingFn = async (req) => {
+    const ctx = { ...context, service: req.service, requestHeader: req.header, signal: req.signal, values: req.contextValues };
+    const message = impl(method.methodKind === "server_streaming" ? await single(req.message) : req.message, ctx);
+    return { stream: true, service: method.parent, method, header: context.responseHeader, trailer: context.responseTrailer, message };
+  };
+  const next = interceptors.reduceRight<StreamingFn>((n, i) => i(n as never) as unknown as StreamingFn, call);
+  let trailer: Headers | undefined;
+  return deferred(async () => {
+    const res = await next({
+      stream: true, service: method.parent, method, requestMethod: context.requestMethod, url: context.url,
+      signal: context.signal, header: context.requestHeader, contextValues: context.values, message: input,
+    });
+    copyHeaders(res.header, context.responseHeader);
+    trailer = res.trailer;
+    return observed(res.message, { onEnd: (err) => err === undefined && trailer && copyHeaders(trailer, context.responseTrailer) });
+  });
+}
+
+type StreamingFn = (req: StreamRequest<DescMessage, DescMessage>) => Promise<StreamResponse<DescMessage, DescMessage>>;
+
+/** A server-streaming method's one request (Connect's rule: exactly one message). */
+async function single(messages: AsyncIterable<Message>): Promise<Message> {
+  const it = messages[Symbol.asyncIterator]();
+  const first = await it.next();
+  if (first.done) throw new ConnectError("protocol error: missing input message for server-streaming method", Code.Unimplemented);
+  const second = await it.next();
+  if (!second.done) throw new ConnectError("protocol error: received extra input message for server-streaming method", Code.Unimplemented);
+  return first.value;
+}
+
+function copyHeaders(from: Headers, to: Headers): void {
+  if (from === to) return;
+  for (const key of [...to.keys()]) to.delete(key);
+  from.forEach((value, key) => to.set(key, value));
+}
+
+/** An answer as the implementation gave it: a message, or the init shape of one (as Connect accepts). */
+const normalize = (schema: DescMessage, value: unknown): Message => (isMessage(value, schema) ? value : create(schema, value as never));
 
 /**
  * Splits the gRPC envelopes (flag byte, 4-byte length, message) out of a stream's chunks and parses them.

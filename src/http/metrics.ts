@@ -20,6 +20,7 @@ import type { Metrics, Wire } from "../metrics/metrics.js";
 import type { RateLimits } from "./rate-limits.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
 import { clientIpOf, passesLimit, sendJson } from "./rest.js";
+import { observed } from "../shared/iterables.js";
 
 function sameSecret(a: string, b: string): boolean {
   // Hashes first: timingSafeEqual needs equal lengths, and the length must not leak either.
@@ -153,20 +154,6 @@ export function metricsInterceptor(metrics: Metrics): Interceptor {
       done(undefined);
       return res;
     }
-    const messages = res.message;
-    return {
-      ...res,
-      message: (async function* () {
-        let failure: unknown;
-        try {
-          yield* messages;
-        } catch (err) {
-          failure = err;
-          throw err;
-        } finally {
-          done(failure);
-        }
-      })(),
-    };
+    return { ...res, message: observed(res.message, { onEnd: done }) };
   };
 }

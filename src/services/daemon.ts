@@ -35,6 +35,7 @@ import { recordReadiness } from "../domain/providers/readiness.js";
 import { registerProviderKey, verifyAttestation } from "../domain/providers/attestations.js";
 import { recordTaskKeyCheck, taskKeyMismatch } from "../domain/dispatch/task-key.js";
 import { AsyncQueue } from "../daemon/async-queue.js";
+import { deferred, observed } from "../shared/iterables.js";
 import type { TaskSigner } from "../shared/task-signature.js";
 import { loadTaskSigner } from "../domain/jobs/task-signer.js";
 import { canonicalJson, verifyTask } from "../shared/task-signature.js";
@@ -532,42 +533,55 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
   let signer: Promise<TaskSigner> | undefined;
   const signerOnce = () => (signer ??= loadTaskSigner(deps.sql).catch((err) => ((signer = undefined), Promise.reject(err))));
   return {
-    async *connect(requests: AsyncIterable<DaemonMessage>, ctx): AsyncIterable<Out> {
-      const providerId = callerProviderId(ctx);
-      const iterator = requests[Symbol.asyncIterator]();
-      const first = await beforeDeadline(iterator.next(), streamTimeouts.helloMs, `the stream must open with a hello message within ${streamTimeouts.helloMs / 1000} s`);
-      if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
-      refuseNul(DaemonMessageSchema, first.value);
-      const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
-      const session = new StreamSession(deps, providerId, await signerOnce(), refresher, hub, binary, ctx.values.get(credentialsKey).clientIp);
-      const report = (p: Promise<void>) =>
-        p.catch((err) => {
-          session.unsynced();
-          deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed");
+    // Not an async generator: each answer would pass one more generator on its way out (shared/iterables.ts).
+    connect(requests: AsyncIterable<DaemonMessage>, ctx): AsyncIterable<Out> {
+      return deferred(async () => {
+        const providerId = callerProviderId(ctx);
+        const iterator = requests[Symbol.asyncIterator]();
+        const first = await beforeDeadline(iterator.next(), streamTimeouts.helloMs, `the stream must open with a hello message within ${streamTimeouts.helloMs / 1000} s`);
+        if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
+        refuseNul(DaemonMessageSchema, first.value);
+        const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
+        const session = new StreamSession(deps, providerId, await signerOnce(), refresher, hub, binary, ctx.values.get(credentialsKey).clientIp);
+        const report = (p: Promise<void>) =>
+          p.catch((err) => {
+            session.unsynced();
+            deps.log[failureLogLevel(err)]({ err, providerId }, "daemon stream push failed");
+          });
+        // Subscribe before reading the backlog, so an assignment committed in between is not missed.
+        const unsubscribe = await hub.subscribe(providerId, {
+          assigned: (jobId, job, signed) => void report(session.serial(() => session.assigned(jobId, job, signed))),
+          cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
+          settings: () => void report(session.refreshInTurn()),
+          resync: () => void report(session.refreshInTurn()),
         });
-      // Subscribe before reading the backlog, so an assignment committed in between is not missed.
-      const unsubscribe = await hub.subscribe(providerId, {
-        assigned: (jobId, job, signed) => void report(session.serial(() => session.assigned(jobId, job, signed))),
-        cancel: (jobId) => void report(session.serial(() => session.cancel(jobId))),
-        settings: () => void report(session.refreshInTurn()),
-        resync: () => void report(session.refreshInTurn()),
-      });
-      const onShutdown = () => {
-        session.out.push({
-          kind: { case: "drain", value: { reason: "server shutting down", reconnectAfterMs: DRAIN_RECONNECT_MS + Math.floor(Math.random() * DRAIN_RECONNECT_MS) } },
-        });
-        session.out.close();
-      };
-      deps.metrics?.daemonStreams.inc();
-      try {
-        await session.serial(() => session.open(first.value.kind.value as Hello));
+        const onShutdown = () => {
+          session.out.push({
+            kind: { case: "drain", value: { reason: "server shutting down", reconnectAfterMs: DRAIN_RECONNECT_MS + Math.floor(Math.random() * DRAIN_RECONNECT_MS) } },
+          });
+          session.out.close();
+        };
+        deps.metrics?.daemonStreams.inc();
+        const end = () => {
+          // Nobody reads the answers any more: the loop reading reports must not wait for room.
+          session.out.close();
+          deps.metrics?.daemonStreams.dec();
+          ctx.signal.removeEventListener("abort", onShutdown);
+          unsubscribe();
+        };
+        try {
+          await session.serial(() => session.open(first.value.kind.value as Hello));
+        } catch (err) {
+          end();
+          throw err;
+        }
         if (ctx.signal.aborted) onShutdown();
         else ctx.signal.addEventListener("abort", onShutdown, { once: true });
         // Reports are handled in order (logs before the result), beside the outgoing pushes.
         void (async () => {
           for (;;) {
             // A daemon that does not read its answers is not read either (OUT_QUEUE_HIGH_WATER).
-            await session.out.room();
+            if (!session.out.hasRoom) await session.out.room();
             const next = await iterator.next();
             if (next.done) break;
             await session.handle(next.value);
@@ -578,14 +592,8 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
             session.close();
             session.out.close();
           });
-        yield* session.out;
-      } finally {
-        // Nobody reads the answers any more: the loop reading reports must not wait for room.
-        session.out.close();
-        deps.metrics?.daemonStreams.dec();
-        ctx.signal.removeEventListener("abort", onShutdown);
-        unsubscribe();
-      }
+        return observed(session.out, { onEnd: end });
+      });
     },
   };
 }

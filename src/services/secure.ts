@@ -13,6 +13,7 @@ import { refuseNul } from "../http/nul.js";
 import { principalKey, type Deps, type KeyRowCounter, type Principal } from "./deps.js";
 import { adminTokensOf } from "../config.js";
 import { trackStream, type TrackedStream } from "../domain/accounts/open-streams.js";
+import { deferred, untilRejected } from "../shared/iterables.js";
 
 export function rolesOf(method: DescMethod): Role[] {
   const roles = getOption(method, route).roles;
@@ -125,27 +126,18 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
     } else {
       // A server stream's one request is checked here; a daemon stream checks each message it reads.
       const oneRequest = method.methodKind === "server_streaming";
-      const streaming: AnyImpl = async function* (req, ctx) {
-        if (oneRequest) refuseNul(method.input, req);
-        const auth = await authenticateAndCount(deps, guard, ctx, count);
-        ctx.values.set(principalKey, auth.principal);
-        const tracked = trackedStream(deps, auth);
-        if (!tracked) return yield* fn(req, ctx) as AsyncIterable<unknown>;
-        // The key was checked once, here: the stream ends when the account's keys are revoked (open-streams.ts).
-        const it = (fn(req, ctx) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
-        try {
-          for (;;) {
-            const next = await Promise.race([it.next(), tracked.revoked]);
-            if (next.done) return;
-            yield next.value;
-          }
-        } finally {
-          tracked.release();
+      const streaming: AnyImpl = (req, ctx) =>
+        deferred(async () => {
+          if (oneRequest) refuseNul(method.input, req);
+          const auth = await authenticateAndCount(deps, guard, ctx, count);
+          ctx.values.set(principalKey, auth.principal);
+          const inner = (fn(req, ctx) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
+          const tracked = trackedStream(deps, auth);
+          // The key was checked once, here: the stream ends when the account's keys are revoked (open-streams.ts).
           // Ended by revocation, the inner call may still wait in next(): its return() then runs once
           // that settles, which the transports bring about by aborting ctx.signal as the call ends.
-          void it.return?.(undefined);
-        }
-      };
+          return tracked ? untilRejected(inner, tracked.revoked, () => tracked.release()) : inner;
+        });
       out[method.localName] = streaming;
     }
   }
