@@ -19,7 +19,7 @@ import { create, fromBinary, isMessage, toBinary, type DescMethod, type DescMeth
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
 import { drained } from "./drained.js";
-import { deferred, observed } from "../shared/iterables.js";
+import { deferred } from "../shared/iterables.js";
 import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 
 export interface StreamRoute {
@@ -30,8 +30,8 @@ export interface StreamRoute {
   readMaxBytes: number;
   /** Reads a request message; protobuf-es's fromBinary when not given. */
   decode?: (bytes: Uint8Array) => Message;
-  /** Writes an answer; protobuf-es's toBinary when not given. */
-  encode?: (message: Message) => Uint8Array;
+  /** Writes an answer, a message or its init shape (as Connect accepts either); protobuf-es's toBinary when not given. */
+  encode?: (answer: unknown) => Uint8Array;
 }
 
 export interface GrpcStreamOptions {
@@ -151,7 +151,7 @@ async function serve(
   calls.add(context);
   const inbox = new Inbox<Message>(stream);
   const reader = new EnvelopeReader(method.input, route.readMaxBytes, route.decode);
-  const encode = route.encode ?? ((m: Message) => toBinary(method.output, m));
+  const encode = route.encode ?? ((answer: unknown) => toBinary(method.output, normalize(method.output, answer)));
   // Stream errors end in "close"; this listener only keeps them from being thrown.
   stream.on("error", () => {});
   stream.on("data", (chunk: Buffer) => {
@@ -172,7 +172,8 @@ async function serve(
     inbox.fail(reason ?? new ConnectError("the client went away", Code.Canceled));
   });
 
-  const it = invoke(route, context, opts.interceptors, inbox);
+  const call = invoke(route, context, opts.interceptors, inbox);
+  const it = call.messages;
   const trailer = context.responseTrailer;
   let headersSent = false;
   let gone = false;
@@ -189,8 +190,9 @@ async function serve(
         res.writeHead(200, nodeHeaders(context.responseHeader, {}));
         headersSent = true;
       }
-      if (!res.write(frame(encode(normalize(method.output, r.value))))) await drained(res);
+      if (!res.write(frame(encode(r.value)))) await drained(res);
     }
+    if (!gone) call.finished();
     // A message the client sent that could not be read ends the call with that error.
     if (inbox.failure instanceof ConnectError && inbox.failure.code !== Code.Canceled) setTrailerStatus(trailer, inbox.failure);
   } catch (err) {
@@ -226,7 +228,7 @@ async function serve(
  * Connect's transformInvokeImplementation calls a streaming method; without its generator around
  * the answers, and their headers and trailers copied into the context as it copies them.
  */
-function invoke(route: StreamRoute, context: HandlerContext, interceptors: Interceptor[], input: AsyncIterable<Message>): AsyncIterator<Message> {
+function invoke(route: StreamRoute, context: HandlerContext, interceptors: Interceptor[], input: AsyncIterable<Message>): Invocation {
   const method = route.method as DescMethodStreaming;
   const impl = route.impl as (req: unknown, ctx: HandlerContext) => AsyncIterable<Message>;
   const call: StreamingFn = async (req) => {
@@ -236,15 +238,22 @@ function invoke(route: StreamRoute, context: HandlerContext, interceptors: Inter
   };
   const next = interceptors.reduceRight<StreamingFn>((n, i) => i(n as never) as unknown as StreamingFn, call);
   let trailer: Headers | undefined;
-  return deferred(async () => {
+  const messages = deferred(async () => {
     const res = await next({
       stream: true, service: method.parent, method, requestMethod: context.requestMethod, url: context.url,
       signal: context.signal, header: context.requestHeader, contextValues: context.values, message: input,
     });
     copyHeaders(res.header, context.responseHeader);
     trailer = res.trailer;
-    return observed(res.message, { onEnd: (err) => err === undefined && trailer && copyHeaders(trailer, context.responseTrailer) });
+    return res.message[Symbol.asyncIterator]();
   });
+  return { messages, finished: () => trailer && copyHeaders(trailer, context.responseTrailer) };
+}
+
+interface Invocation {
+  messages: AsyncIterator<Message>;
+  /** The answers ran out: the trailers the interceptors left join the context's. */
+  finished(): void;
 }
 
 type StreamingFn = (req: StreamRequest<DescMessage, DescMessage>) => Promise<StreamResponse<DescMessage, DescMessage>>;

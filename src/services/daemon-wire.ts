@@ -6,10 +6,10 @@
 // that JSON only if something reads it. Every other message, and a heartbeat
 // with anything unusual in it, is read and written by protobuf-es, which also
 // reports what is wrong with bytes that do not parse.
-import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, isMessage, toBinary, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
-import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponse } from "../../gen/svc/v1/providers_pb.js";
+import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponseSchema } from "../../gen/svc/v1/providers_pb.js";
 import { NotPlainJson, partSize, readStructJsonAt, readValueJsonAt, WireCursor, writeVarint } from "../shared/struct-binary.js";
 import { gpuStatusJsonOf, setGpuStatusJson } from "../domain/providers/heartbeat.js";
 
@@ -133,7 +133,7 @@ const PRELOAD_MODEL_NAME = 0x0a;
 const PRELOAD_STATUS = 0x12;
 
 /** Size of a string field as proto3 writes it: nothing when empty. */
-const stringSize = (s: string) => (s === "" ? 0 : partSize(Buffer.byteLength(s)));
+const stringSize = (s: string | undefined) => (!s ? 0 : partSize(Buffer.byteLength(s)));
 
 class AckWriter {
   pos = 0;
@@ -143,14 +143,14 @@ class AckWriter {
     this.pos = writeVarint(this.buf, this.pos, n);
   }
 
-  bool(tag: number, v: boolean) {
+  bool(tag: number, v: boolean | undefined) {
     if (!v) return;
     this.buf[this.pos++] = tag;
     this.buf[this.pos++] = 1;
   }
 
-  string(tag: number, s: string) {
-    if (s === "") return;
+  string(tag: number, s: string | undefined) {
+    if (!s) return;
     const n = Buffer.byteLength(s);
     this.buf[this.pos++] = tag;
     this.varint(n);
@@ -158,7 +158,7 @@ class AckWriter {
   }
 }
 
-function ackBytes(a: HeartbeatResponse): Uint8Array {
+function ackBytes(a: AckShape): Uint8Array {
   const preload = a.preloadModel;
   const preloadBody = preload ? stringSize(preload.modelName) + stringSize(preload.status) : 0;
   const body =
@@ -195,12 +195,19 @@ function ackBytes(a: HeartbeatResponse): Uint8Array {
   return w.buf;
 }
 
-const hasUnknown = (m: { $unknown?: unknown[] } | undefined) => (m?.$unknown?.length ?? 0) > 0;
+type AckShape = MessageInitShape<typeof HeartbeatResponseSchema>;
+type ServerMessageShape = MessageInitShape<typeof ServerMessageSchema>;
 
-export function encodeServerMessage(msg: ServerMessage): Uint8Array {
+const hasUnknown = (m: object | undefined) => ((m as { $unknown?: unknown[] } | undefined)?.$unknown?.length ?? 0) > 0;
+
+/**
+ * A server message, or its init shape as the stream's implementation sends it (a heartbeat's ack is
+ * written from that shape, without making the message first).
+ */
+export function encodeServerMessage(msg: ServerMessageShape): Uint8Array {
   const k = msg.kind;
-  if (k.case === "heartbeatAck" && msg.taskSignature === "" && !hasUnknown(msg) && !hasUnknown(k.value) && !hasUnknown(k.value.preloadModel)) {
+  if (k?.case === "heartbeatAck" && !msg.taskSignature && !hasUnknown(msg) && !hasUnknown(k.value) && !hasUnknown(k.value.preloadModel)) {
     return ackBytes(k.value);
   }
-  return toBinary(ServerMessageSchema, msg);
+  return toBinary(ServerMessageSchema, isMessage(msg, ServerMessageSchema) ? msg : create(ServerMessageSchema, msg));
 }

@@ -55,8 +55,8 @@ const SERVICES: [DescService, (deps: Deps) => Impl][] = [
 ];
 
 /** Stream methods whose messages have a reader and writer faster than protobuf-es's reflection (a daemon's heartbeats and acks). */
-export const STREAM_CODECS: ReadonlyMap<DescMethod, { decode: (bytes: Uint8Array) => Message; encode: (message: Message) => Uint8Array }> = new Map([
-  [DaemonService.method.connect, { decode: decodeDaemonMessage, encode: (m: Message) => encodeServerMessage(m as ServerMessage) }],
+export const STREAM_CODECS: ReadonlyMap<DescMethod, { decode: (bytes: Uint8Array) => Message; encode: (answer: unknown) => Uint8Array }> = new Map([
+  [DaemonService.method.connect, { decode: decodeDaemonMessage, encode: (answer: unknown) => encodeServerMessage(answer as Parameters<typeof encodeServerMessage>[0]) }],
 ]);
 
 /** The descriptors of every served service (the OpenAPI document is made from them). */

@@ -115,6 +115,18 @@ describe("daemon-wire: the heartbeat's ack", () => {
     expect(Buffer.from(encodeServerMessage(msg))).toEqual(Buffer.from(toBinary(ServerMessageSchema, msg)));
   });
 
+  it.each(ACKS)("writes %s ack from its init shape (what the stream sends) as from the message", (_, ack) => {
+    const shape = { kind: { case: "heartbeatAck" as const, value: ack } };
+    expect(Buffer.from(encodeServerMessage(shape))).toEqual(Buffer.from(toBinary(ServerMessageSchema, create(ServerMessageSchema, shape))));
+  });
+
+  it("writes any other init shape through protobuf-es", () => {
+    const shape = { kind: { case: "drain" as const, value: { reason: "bye", reconnectAfterMs: 1000 } } };
+    expect(Buffer.from(encodeServerMessage(shape))).toEqual(Buffer.from(toBinary(ServerMessageSchema, create(ServerMessageSchema, shape))));
+    const signed = { kind: { case: "heartbeatAck" as const, value: { success: true } }, taskSignature: "sig" };
+    expect(Buffer.from(encodeServerMessage(signed))).toEqual(Buffer.from(toBinary(ServerMessageSchema, create(ServerMessageSchema, signed))));
+  });
+
   it("leaves every other message to protobuf-es", () => {
     const others = [
       create(ServerMessageSchema, { kind: { case: "heartbeatAck", value: { success: true } }, taskSignature: "sig" }),

@@ -170,7 +170,9 @@ export interface TelemetryRow {
 /**
  * Writes coalesced steady beats (ids ascending, each once). Rows of providers
  * no longer approved or now suspended are left alone, and a beat older than
- * the stored last_heartbeat writes nothing. Returns the rows written.
+ * the stored last_heartbeat writes nothing. Returns the rows written that the
+ * caller acts on: a provider the write moved online, or whose reputation is due
+ * (every other row would be sent back and parsed for nothing: most of a batch).
  */
 export function writeTelemetryRows(sql: Sql, entries: [number, BeatSpan][]): Promise<TelemetryRow[]> {
   return sql<TelemetryRow[]>`
@@ -196,7 +198,8 @@ export function writeTelemetryRows(sql: Sql, entries: [number, BeatSpan][]): Pro
     ), done AS (
       ${finishedHours(sql, sql`SELECT id, old_hour, old_seconds, new_hour FROM upd`)}
     )
-    SELECT id, old_status, new_status, reputation_due FROM upd`;
+    SELECT id, old_status, new_status, reputation_due FROM upd
+    WHERE (new_status = 'online' AND old_status <> 'online') OR reputation_due`;
 }
 
 /** What a state-changing beat found (status, approval, reasons) and left (new_*: null when refused). */

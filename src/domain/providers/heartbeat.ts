@@ -32,7 +32,7 @@ import type { Config } from "../../config.js";
 import { count, names, num, object, storableJson, text } from "../shared/lenient.js";
 import { providerCacheOf, type ProviderState, type ProviderStateCache } from "../accounts/provider-cache.js";
 import { refreshReputation } from "./reputation.js";
-import { updateSignals } from "./versions.js";
+import { updateSignals, type UpdateSignals } from "./versions.js";
 import { mergeInput as merge, writeTelemetryRows, type HeartbeatInput, type StateRow } from "./heartbeat-write.js";
 import { StateBeatBatcher } from "./state-beats.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
@@ -117,19 +117,20 @@ export function parseHeartbeatBody(body: JsonObject): HeartbeatInput {
 
 /** REST sends the whole body (`raw`); gRPC the typed fields. Both end in parseHeartbeatBody. */
 /** gpu_status already read as JSON off the wire, beside its message (services/daemon-wire.ts). */
-const gpuStatusJson = new WeakMap<HeartbeatRequest, JsonValue>();
+/** Kept on the message under a symbol (no reflection sees it) rather than in a WeakMap, whose entries the collector treats as ephemerons: one more per beat. */
+const GPU_STATUS_JSON = Symbol("gpuStatusJson");
+type WithGpuStatusJson = HeartbeatRequest & { [GPU_STATUS_JSON]?: JsonValue };
 
 export function setGpuStatusJson(req: HeartbeatRequest, json: JsonValue | undefined): void {
-  if (json === undefined) gpuStatusJson.delete(req);
-  else gpuStatusJson.set(req, json);
+  (req as WithGpuStatusJson)[GPU_STATUS_JSON] = json;
 }
 
-export const gpuStatusJsonOf = (req: HeartbeatRequest): JsonValue | undefined => gpuStatusJson.get(req);
+export const gpuStatusJsonOf = (req: HeartbeatRequest): JsonValue | undefined => (req as WithGpuStatusJson)[GPU_STATUS_JSON];
 
 export function heartbeatInputOf(req: HeartbeatRequest): HeartbeatInput {
   if (req.raw && Object.keys(req.raw).length > 0) return parseHeartbeatBody(req.raw);
   const body: JsonObject = {};
-  const gpuStatus = gpuStatusJson.get(req);
+  const gpuStatus = gpuStatusJsonOf(req);
   if (gpuStatus !== undefined) body.gpu_status = gpuStatus;
   else if (req.gpuStatus) body.gpu_status = valueJson(req.gpuStatus);
   if (req.uptime !== undefined) body.uptime = req.uptime;
@@ -183,6 +184,13 @@ interface Pending {
 }
 
 const MAX_WRITE_ATTEMPTS = 3;
+/** Daemon versions whose answers are kept (cleared past it: a daemon may report any text). */
+const MAX_KEPT_ANSWERS = 256;
+
+interface Told {
+  signals: UpdateSignals;
+  message: string;
+}
 
 /** Per-pool heartbeat state: the provider cache and the telemetry buffer. */
 export class HeartbeatPipeline {
@@ -195,6 +203,7 @@ export class HeartbeatPipeline {
   readonly cache: ProviderStateCache;
   /** Group commit of the state-changing beats. */
   readonly stateBeats: StateBeatBatcher;
+  private readonly told = new Map<string, Told>();
 
   constructor(private readonly deps: HeartbeatDeps) {
     this.cache = providerCacheOf(deps.sql);
@@ -294,19 +303,37 @@ export class HeartbeatPipeline {
     if (cameOnline.length > 0) await this.deps.offerWork(cameOnline);
   }
 
+  /**
+   * What a beat of this daemon version is told (update signals, message): the same for every beat of
+   * a version, so worked out once per version and pause state. A fleet reports a handful of versions.
+   */
+  private toldOf(version: string | null | undefined, paused: boolean): Told {
+    const { daemonMinVersion: min, daemonLatestVersion: latest } = this.deps.config;
+    const key = `${paused ? "p" : "a"}${version ?? ""}\n${min}\n${latest}`;
+    let told = this.told.get(key);
+    if (!told) {
+      if (this.told.size >= MAX_KEPT_ANSWERS) this.told.clear();
+      const signals = updateSignals(version, min, latest);
+      let message = paused ? "Heartbeat received; provider is paused and receives no new jobs" : "Heartbeat received";
+      if (signals.needsUpdate) message += `; daemon is below the minimum version ${signals.minVersion}: update required`;
+      else if (signals.newerRelease) message += `; daemon ${signals.latestVersion} is available`;
+      told = { signals, message };
+      this.told.set(key, told);
+    }
+    return told;
+  }
+
   private answer(state: ProviderState, input: HeartbeatInput, now: number): HeartbeatResult {
-    const { config } = this.deps;
-    const signals = updateSignals(input.daemonVersion ?? state.daemonVersion, config.daemonMinVersion, config.daemonLatestVersion);
+    const { signals, message } = this.toldOf(input.daemonVersion ?? state.daemonVersion, state.isPaused);
     const preload = state.preloadModel && !input.cachedModels?.includes(state.preloadModel) ? state.preloadModel : undefined;
-    let message = state.isPaused ? "Heartbeat received; provider is paused and receives no new jobs" : "Heartbeat received";
-    if (signals.needsUpdate) message += `; daemon is below the minimum version ${signals.minVersion}: update required`;
-    else if (signals.newerRelease) message += `; daemon ${signals.latestVersion} is available`;
-    const { newerRelease: _, ...answered } = signals;
     return {
       success: true,
       message,
       timestamp: new Date(now).toISOString(),
-      ...answered,
+      updateAvailable: signals.updateAvailable,
+      needsUpdate: signals.needsUpdate,
+      latestVersion: signals.latestVersion,
+      minVersion: signals.minVersion,
       approvalStatus: state.approvalStatus,
       approved: state.approvalStatus === "approved",
       preloadModel: preload ? { modelName: preload, status: "downloading" } : undefined,
