@@ -1,21 +1,23 @@
 // The daemon stream's messages, read off and written to the wire. A heartbeat,
 // most of what a fleet sends, is read by hand, and its ack written by hand. The
-// heartbeat's telemetry (a google.protobuf.Value) goes straight to the JSON the
-// heartbeat stores (shared/struct-binary.ts), not through a Value message per
-// member read back by reflection; the message keeps its gpu_status, built from
-// that JSON only if something reads it. Every other message, and a heartbeat
+// heartbeat's telemetry (a google.protobuf.Value; daemons send a Struct) goes
+// straight to the JSON text the heartbeat stores (shared/struct-binary.ts), not
+// through a Value message per member read back by reflection nor an object
+// written out again; the message keeps its gpu_status, built from that text only
+// if something reads it. Every other message, and a heartbeat
 // with anything unusual in it, is read and written by protobuf-es, which also
 // reports what is wrong with bytes that do not parse.
 import { create, fromBinary, fromJson, isMessage, toBinary, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
 import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponseSchema } from "../../gen/svc/v1/providers_pb.js";
-import { NotPlainJson, partSize, readStructJsonAt, readValueJsonAt, WireCursor, writeVarint } from "../shared/struct-binary.js";
-import { gpuStatusJsonOf, setGpuStatusJson } from "../domain/providers/heartbeat.js";
+import { NotPlainJson, partSize, readStructJsonAt, readStructTextAt, readValueJsonAt, WireCursor, writeVarint, type StructText } from "../shared/struct-binary.js";
+import { GPU_STATUS_READ, gpuStatusJsonOf, setGpuStatusRead } from "../domain/providers/heartbeat.js";
 
 // Tags (field number << 3 | wire type) of daemon.proto and providers.proto.
 const DAEMON_HEARTBEAT = 0x12; // DaemonMessage.heartbeat, length-delimited
 const GPU_STATUS = 0x0a;
+const VALUE_STRUCT = 0x2a; // google.protobuf.Value.struct_value
 const UPTIME = 0x11; // double
 const PROVIDER_IP = 0x1a;
 const PROVIDER_HOSTNAME = 0x22;
@@ -40,7 +42,7 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
   const r = new WireCursor(buf, 1, buf.length);
   const end = r.delimited();
   if (end !== buf.length) return undefined; // a second field: protobuf-es merges them
-  let gpuStatus: JsonValue | undefined;
+  let gpuStatus: { json: JsonValue } | { text: StructText } | undefined;
   let uptime: number | undefined;
   let providerIp: string | undefined;
   let providerHostname: string | undefined;
@@ -51,10 +53,22 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
   while (r.pos < end) {
     const tag = buf[r.pos++];
     switch (tag) {
-      case GPU_STATUS:
+      case GPU_STATUS: {
         if (gpuStatus !== undefined) return undefined; // twice: protobuf-es merges the two
-        gpuStatus = readValueJsonAt(r, r.delimited());
+        const valueEnd = r.delimited();
+        // A Struct, as daemons send it: read straight to the text the heartbeat stores.
+        if (r.pos < valueEnd && buf[r.pos] === VALUE_STRUCT) {
+          const at = r.pos;
+          r.pos++;
+          if (r.delimited() === valueEnd) {
+            gpuStatus = { text: readStructTextAt(r, valueEnd, GPU_STATUS_READ) };
+            break;
+          }
+          r.pos = at;
+        }
+        gpuStatus = { json: readValueJsonAt(r, valueEnd) };
         break;
+      }
       case UPTIME:
         if (r.pos + 8 > end) throw new NotPlainJson("truncated double");
         uptime = buf.readDoubleLE(r.pos);
@@ -86,7 +100,7 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
   if (r.pos !== end) throw new NotPlainJson("a part overruns the heartbeat");
   const req = create(HeartbeatRequestSchema, { uptime, providerIp, providerHostname, cachedModels, resourceSpec, daemonVersion, supportedJobTypes });
   if (gpuStatus !== undefined) {
-    setGpuStatusJson(req, gpuStatus);
+    setGpuStatusRead(req, gpuStatus);
     Object.defineProperty(req, "gpuStatus", LAZY_GPU_STATUS);
   }
   return req;
@@ -108,7 +122,7 @@ const LAZY_GPU_STATUS: PropertyDescriptor = {
     return value;
   },
   set(this: HeartbeatRequest, v: Value | undefined) {
-    setGpuStatusJson(this, undefined);
+    setGpuStatusRead(this, undefined);
     Object.defineProperty(this, "gpuStatus", dataProperty(v));
   },
 };

@@ -298,3 +298,232 @@ export function readStructJson(bytes: Uint8Array): JsonObject {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   return readStruct(new WireCursor(buf, 0, buf.length), buf.length);
 }
+
+// A Struct read straight to JSON text, for a heartbeat's telemetry, which is stored as text: the
+// object readStructJson makes (a keyed store under a new key per member, every string decoded) was
+// most of a stream heartbeat's decoding, and was then written out again with JSON.stringify. Here
+// the bytes are copied across: a string of printable ASCII without a quote or a backslash (nearly
+// every string a daemon reports) is the same bytes in JSON between quotes; any other is decoded
+// and written as JSON.stringify writes it. One UTF-8 decode of the whole text at the end.
+
+/** A Struct as JSON text, with the top-level members asked for as values. */
+export interface StructText {
+  /** What JSON.stringify writes for the object readStructJson returns from the same bytes. */
+  json: string;
+  /** No string in it needed an escape: it cannot hold an escaped NUL or surrogate. */
+  plain: boolean;
+  /** Members asked for that hold a string, a number or a boolean. */
+  scalars: Map<string, string | number | boolean>;
+  /** Members asked for that hold a list: its length. */
+  lengths: Map<string, number>;
+}
+
+/** Members of one Struct read to text; a larger one goes to the object reader (keys are compared pairwise). */
+const MAX_KEYS_COMPARED = 256;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
+/** The JSON text being written, in a buffer kept between reads (its text is decoded out of it at the end). */
+class JsonOut {
+  buf = Buffer.allocUnsafe(4096);
+  len = 0;
+  plain = true;
+
+  room(n: number): void {
+    if (this.len + n <= this.buf.length) return;
+    const bigger = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.len + n));
+    this.buf.copy(bigger, 0, 0, this.len);
+    this.buf = bigger;
+  }
+
+  byte(b: number): void {
+    this.room(1);
+    this.buf[this.len++] = b;
+  }
+
+  /** Text that may hold any character. */
+  text(s: string): void {
+    this.room(s.length * 3);
+    this.len += this.buf.write(s, this.len, "utf8");
+  }
+
+  /** Text known to be ASCII (numbers, literals), byte by byte: Buffer's calls cost more than a short loop. */
+  ascii(s: string): void {
+    this.room(s.length);
+    for (let i = 0; i < s.length; i++) this.buf[this.len++] = s.charCodeAt(i);
+  }
+
+  /** Bytes [start, end) of `src` as a JSON string. */
+  string(src: Buffer, start: number, end: number): void {
+    this.room(end - start + 2);
+    const buf = this.buf;
+    const from = this.len;
+    let at = from;
+    buf[at++] = QUOTE;
+    for (let i = start; i < end; i++) {
+      const b = src[i]!;
+      if (b < 0x20 || b >= 0x80 || b === QUOTE || b === BACKSLASH) {
+        this.len = from;
+        this.plain = false;
+        this.text(JSON.stringify(src.toString("utf8", start, end)));
+        return;
+      }
+      buf[at++] = b;
+    }
+    buf[at++] = QUOTE;
+    this.len = at;
+  }
+}
+
+/** Whether bytes [s1, e1) and [s2, e2) of `buf` are the same. */
+function sameBytes(buf: Buffer, s1: number, e1: number, s2: number, e2: number): boolean {
+  if (e1 - s1 !== e2 - s2) return false;
+  for (let i = 0; i < e1 - s1; i++) if (buf[s1 + i] !== buf[s2 + i]) return false;
+  return true;
+}
+
+const PROTO_KEY = Buffer.from("__proto__");
+
+/** A key a plain object orders before the others (an array index: JSON.stringify would not keep wire order), or `__proto__`. */
+function unusualKey(buf: Buffer, start: number, end: number): boolean {
+  const n = end - start;
+  if (n === PROTO_KEY.length) {
+    let i = 0;
+    while (i < n && buf[start + i] === PROTO_KEY[i]) i++;
+    if (i === n) return true;
+  }
+  if (n === 0 || n > 10) return false;
+  if (buf[start] === 0x30) return n === 1; // "0", never "07"
+  for (let i = start; i < end; i++) if (buf[i]! < 0x30 || buf[i]! > 0x39) return false;
+  return true; // up to 10 digits: an index, or near enough (left to the object reader either way)
+}
+
+let shared: JsonOut | undefined;
+
+/** What a Value held, when the caller asked: a scalar, or a list's length. */
+interface Noted {
+  scalar: string | number | boolean | undefined;
+  length: number | undefined;
+}
+
+function valueText(r: WireCursor, end: number, out: JsonOut, noted?: Noted): void {
+  let seen = false;
+  while (r.pos < end) {
+    if (seen) throw new NotPlainJson("more than one field in a Value");
+    seen = true;
+    const tag = r.buf[r.pos++];
+    switch (tag) {
+      case VALUE_NULL:
+        r.varint();
+        out.ascii("null");
+        break;
+      case VALUE_NUMBER: {
+        if (r.pos + 8 > end) throw new NotPlainJson("truncated double");
+        const n = r.buf.readDoubleLE(r.pos);
+        r.pos += 8;
+        if (!Number.isFinite(n)) throw new NotPlainJson("a number JSON cannot hold");
+        if (noted) noted.scalar = n;
+        out.ascii(String(n));
+        break;
+      }
+      case VALUE_STRING: {
+        const e = r.delimited();
+        if (noted) noted.scalar = r.buf.toString("utf8", r.pos, e);
+        out.string(r.buf, r.pos, e);
+        r.pos = e;
+        break;
+      }
+      case VALUE_BOOL: {
+        const b = r.varint() !== 0;
+        if (noted) noted.scalar = b;
+        out.ascii(b ? "true" : "false");
+        break;
+      }
+      case VALUE_STRUCT:
+        structText(r, r.delimited(), out);
+        break;
+      case VALUE_LIST: {
+        const e = r.delimited();
+        out.byte(0x5b); // [
+        let length = 0;
+        while (r.pos < e) {
+          if (r.buf[r.pos++] !== LIST_VALUES) throw new NotPlainJson("unknown field in a ListValue");
+          const itemEnd = r.delimited();
+          if (length++ > 0) out.byte(0x2c); // ,
+          valueText(r, itemEnd, out);
+        }
+        if (noted) noted.length = length;
+        out.byte(0x5d); // ]
+        break;
+      }
+      default:
+        throw new NotPlainJson("unknown field in a Value");
+    }
+  }
+  if (r.pos !== end) throw new NotPlainJson("a part overruns its Value");
+  if (!seen) throw new NotPlainJson("a Value with no kind");
+}
+
+function structText(r: WireCursor, end: number, out: JsonOut, top?: { pick: ReadonlySet<string>; into: StructText }): void {
+  // Each key's bytes (start, end): a key twice is left to protobuf-es (compared byte by byte; few keys per Struct).
+  const keys: number[] = [];
+  const noted: Noted | undefined = top && { scalar: undefined, length: undefined };
+  out.byte(0x7b); // {
+  while (r.pos < end) {
+    if (r.buf[r.pos++] !== STRUCT_FIELDS) throw new NotPlainJson("unknown field in a Struct");
+    const entryEnd = r.delimited();
+    // Key first, then the value, each once: any other entry is left to protobuf-es.
+    let keyStart = r.pos;
+    let keyEnd = r.pos;
+    if (r.pos < entryEnd && r.buf[r.pos] === ENTRY_KEY) {
+      r.pos++;
+      keyEnd = r.delimited();
+      keyStart = r.pos;
+      r.pos = keyEnd;
+    }
+    if (r.pos >= entryEnd || r.buf[r.pos++] !== ENTRY_VALUE) throw new NotPlainJson("an unusual Struct entry");
+    if (unusualKey(r.buf, keyStart, keyEnd)) throw new NotPlainJson("a key a plain object orders or holds differently");
+    if (keys.length >= 2 * MAX_KEYS_COMPARED) throw new NotPlainJson("a Struct with many members");
+    for (let k = 0; k < keys.length; k += 2) {
+      if (sameBytes(r.buf, keys[k]!, keys[k + 1]!, keyStart, keyEnd)) throw new NotPlainJson("a key twice in a Struct");
+    }
+    if (keys.length > 0) out.byte(0x2c); // ,
+    keys.push(keyStart, keyEnd);
+    out.string(r.buf, keyStart, keyEnd);
+    out.byte(0x3a); // :
+    // Names asked for are ASCII: a key's latin1 text is its text when it is one of them.
+    const key = top ? r.buf.toString("latin1", keyStart, keyEnd) : "";
+    const picked = !!top && top.pick.has(key);
+    if (picked) noted!.scalar = noted!.length = undefined;
+    valueText(r, r.delimited(), out, picked ? noted : undefined);
+    if (r.pos !== entryEnd) throw new NotPlainJson("an unusual Struct entry");
+    if (picked) {
+      if (noted!.scalar !== undefined) top!.into.scalars.set(key, noted!.scalar);
+      if (noted!.length !== undefined) top!.into.lengths.set(key, noted!.length);
+    }
+  }
+  if (r.pos !== end) throw new NotPlainJson("a part overruns its Struct");
+  out.byte(0x7d); // }
+}
+
+/**
+ * The Struct whose bytes run from the cursor to `end`, as JSON text, with the top-level members
+ * named in `pick` (ASCII names); throws NotPlainJson for bytes to leave to protobuf-es (also for a
+ * Struct whose object would order or hold its keys otherwise than the bytes do: a key twice, an
+ * index key).
+ */
+export function readStructTextAt(r: WireCursor, end: number, pick: ReadonlySet<string>): StructText {
+  const out = shared ?? new JsonOut();
+  shared = undefined; // a read inside a read (none today) gets its own
+  out.len = 0;
+  out.plain = true;
+  try {
+    const into: StructText = { json: "", plain: true, scalars: new Map(), lengths: new Map() };
+    structText(r, end, out, { pick, into });
+    into.json = out.buf.toString("utf8", 0, out.len);
+    into.plain = out.plain;
+    return into;
+  } finally {
+    if (out.buf.length <= 1 << 20) shared = out; // a buffer grown past 1 MiB is not kept
+  }
+}

@@ -6,7 +6,7 @@ import { create, fromBinary, fromJson, toBinary, toJson, type JsonObject, type J
 import { StructSchema, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { AssignedJobSchema } from "../../gen/svc/v1/jobs_pb.js";
-import { NotPlainJson, readStructJson, readValueJson, setStructBytes, structBytes } from "../../src/shared/struct-binary.js";
+import { NotPlainJson, readStructJson, readStructTextAt, readValueJson, setStructBytes, structBytes, WireCursor } from "../../src/shared/struct-binary.js";
 
 const SPECS: JsonObject[] = [
   {},
@@ -76,5 +76,90 @@ describe("struct-binary reading", () => {
       ["a __proto__ key", Buffer.concat([Buffer.from([0x2a]), structBytes(JSON.parse('{"__proto__": 1}') as JsonObject)])],
     ];
     for (const [what, bytes] of cases) expect(() => readValueJson(bytes), what).toThrow(NotPlainJson);
+  });
+});
+
+describe("struct-binary reading to text", () => {
+  const PICK = new Set(["gpu_name", "gpu_count", "all_gpus", "flag", "nested"]);
+  const textOf = (bytes: Uint8Array) => {
+    const buf = Buffer.from(bytes);
+    return readStructTextAt(new WireCursor(buf, 0, buf.length), buf.length, PICK);
+  };
+
+  /** What the text reader must give for these bytes: JSON.stringify of the object the object reader makes. */
+  function expectSameAsObject(bytes: Uint8Array, what: string): "text" | "left" {
+    const object = readStructJson(bytes);
+    let read: ReturnType<typeof textOf>;
+    try {
+      read = textOf(bytes);
+    } catch (err) {
+      expect(err, what).toBeInstanceOf(NotPlainJson);
+      return "left";
+    }
+    expect(read.json, what).toBe(JSON.stringify(object));
+    for (const k of PICK) {
+      const v = object[k];
+      expect(read.scalars.get(k), `${what}: ${k}`).toBe(typeof v === "string" || typeof v === "number" || typeof v === "boolean" ? v : undefined);
+      expect(read.lengths.get(k), `${what}: ${k} length`).toBe(Array.isArray(v) ? v.length : undefined);
+    }
+    return "text";
+  }
+
+  it.each(SPECS.map((s, i) => [i, s] as const))("struct %i reads to the text JSON.stringify writes for its object", (_, spec) => {
+    expect(expectSameAsObject(toBinary(StructSchema, fromJson(StructSchema, spec)), "spec")).toBe("text");
+  });
+
+  it("writes strings as JSON does: quotes, backslashes, control characters, NUL and non-ASCII", () => {
+    const spec = { gpu_name: 'A "quoted"\\ name\n\t\u0001\u0000 ☃ 𝄞 \u2028', flag: true, gpu_count: 2, nested: { "key \"q\"": "v" }, all_gpus: [{ a: 1 }, 2, "3"] };
+    const read = textOf(toBinary(StructSchema, fromJson(StructSchema, spec)));
+    expect(read.json).toBe(JSON.stringify(spec));
+    expect(JSON.parse(read.json)).toEqual(spec);
+    expect(read.lengths.get("all_gpus")).toBe(3);
+    expect(read.scalars.get("gpu_count")).toBe(2);
+    expect(read.scalars.has("nested")).toBe(false);
+  });
+
+  it("leaves to the object reader a Struct whose object orders or holds its keys otherwise: a key twice, an index key, __proto__", () => {
+    const once = (k: string, v: JsonValue) => toBinary(StructSchema, fromJson(StructSchema, { [k]: v }));
+    const cases: [string, Uint8Array][] = [
+      ["a key twice", Buffer.concat([once("k", 1), once("other", "x"), once("k", "last")])],
+      ["an index key", Buffer.concat([once("b", 1), once("7", 2)])],
+      ["__proto__", structBytes(JSON.parse('{"__proto__": 1}') as JsonObject).subarray(1)],
+    ];
+    for (const [what, bytes] of cases) expect(() => textOf(bytes), what).toThrow(NotPlainJson);
+    // Keys that only look like indices are written in order, as an object keeps them.
+    expect(expectSameAsObject(Buffer.concat([once("b", 1), once("07", 2), once("-1", 3), once("1.5", 5)]), "near-index keys")).toBe("text");
+  });
+
+  it("gives the object's text for random Structs", () => {
+    let seed = 20261130;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)]!;
+    const KEYS = ["gpu_name", "gpu_count", "all_gpus", "flag", "nested", "a", "b", "é", "0", "10", "x y", '"', "\\", "", "__proto__x"];
+    const STRINGS = ["", "plain", "ü ☃ 𝄞", 'q"uote', "back\\slash", "line\nfeed", "nul\u0000", "\u001f", "\u2028"];
+    function value(depth: number): JsonValue {
+      const kind = Math.floor(rand() * (depth > 3 ? 4 : 6));
+      switch (kind) {
+        case 0: return null;
+        case 1: return pick([true, false]);
+        case 2: return pick([0, -0, 1, -1.5, 1e21, 1e-7, 123456789.125, Number.MAX_SAFE_INTEGER]);
+        case 3: return pick(STRINGS);
+        case 4: return Array.from({ length: Math.floor(rand() * 4) }, () => value(depth + 1));
+        default: return struct(depth + 1);
+      }
+    }
+    function struct(depth: number): JsonObject {
+      const o: JsonObject = {};
+      for (let i = Math.floor(rand() * 6); i > 0; i--) o[pick(KEYS)] = value(depth);
+      return o;
+    }
+    const seen = { text: 0, left: 0 };
+    for (let i = 0; i < 400; i++) {
+      const spec = struct(0);
+      seen[expectSameAsObject(toBinary(StructSchema, fromJson(StructSchema, spec)), JSON.stringify(spec))]++;
+    }
+    // Both ways were taken: most Structs as text, those with index keys left to the object reader.
+    expect(seen.text).toBeGreaterThan(200);
+    expect(seen.left).toBeGreaterThan(0);
   });
 });

@@ -30,6 +30,8 @@ import { failureLevel, forbidden, notFound } from "../../errors.js";
 import type { Logger } from "../../log.js";
 import type { Config } from "../../config.js";
 import { count, names, num, object, storableJson, text } from "../shared/lenient.js";
+import { mayEscapeUnstorable } from "../../shared/nul-text.js";
+import type { StructText } from "../../shared/struct-binary.js";
 import { providerCacheOf, type ProviderState, type ProviderStateCache } from "../accounts/provider-cache.js";
 import { refreshReputation } from "./reputation.js";
 import { updateSignals, type UpdateSignals } from "./versions.js";
@@ -77,21 +79,52 @@ const objectJson = (v: unknown) => {
   return o ? storableJson(o) : undefined;
 };
 
-/** The documented members of a heartbeat body, read leniently (see lenient.ts). */
-export function parseHeartbeatBody(body: JsonObject): HeartbeatInput {
+/** The members of gpu_status a heartbeat reads besides storing it (a hand-read one keeps just these as values). */
+export const GPU_STATUS_READ: ReadonlySet<string> = new Set([...DOCUMENTED_GPU_FIELDS, "all_gpus"]);
+
+/** gpu_status as a heartbeat reads it: its storable JSON text, its members, and how many GPUs all_gpus lists. */
+interface GpuRead {
+  json: string;
+  field(name: string): unknown;
+  allGpus: number | undefined;
+}
+
+function gpuOfBody(body: JsonObject): GpuRead | undefined {
   let gpu = object(body.gpu_status);
   const list = Array.isArray(body.gpu_status) ? (body.gpu_status as JsonValue[]) : undefined;
   if (!gpu && list) gpu = { all_gpus: list, ...(object(list[0]) ?? {}) }; // a bare list of GPUs
-  const allGpus = gpu && Array.isArray(gpu.all_gpus) ? gpu.all_gpus : undefined;
+  if (!gpu) return undefined;
+  const g = gpu;
+  return { json: storableJson(g), field: (f) => g[f], allGpus: Array.isArray(g.all_gpus) ? g.all_gpus.length : undefined };
+}
+
+/** A gpu_status Struct read straight to text (shared/struct-binary.ts): the same as gpuOfBody gives for its object. */
+function gpuOfText(t: StructText): GpuRead {
+  return {
+    json: t.plain || !mayEscapeUnstorable(t.json) ? t.json : storableJson(JSON.parse(t.json)),
+    field: (f) => t.scalars.get(f),
+    allGpus: t.lengths.get("all_gpus"),
+  };
+}
+
+/**
+ * The documented members of a heartbeat body, read leniently (see lenient.ts). `gpuText`: its
+ * gpu_status, when that was read off the wire as text (body.gpu_status is then not read).
+ */
+export function parseHeartbeatBody(body: JsonObject, gpuText?: StructText): HeartbeatInput {
+  const gpu = gpuText ? gpuOfText(gpuText) : gpuOfBody(body);
   const uptime = num(body.uptime);
   let telemetryJson: string | undefined;
   if (gpu) {
-    telemetryJson = storableJson(gpu);
+    telemetryJson = gpu.json;
     // daemon_uptime_s joins the object in its JSON text (no copy of the object).
     if (uptime !== undefined) telemetryJson = `${telemetryJson.slice(0, -1)}${telemetryJson.length > 2 ? "," : ""}"daemon_uptime_s":${uptime}}`;
     if (telemetryJson.length > MAX_TELEMETRY_CHARS) {
       const small: JsonObject = {};
-      for (const f of DOCUMENTED_GPU_FIELDS) if (gpu[f] !== undefined && typeof gpu[f] !== "object") small[f] = gpu[f];
+      for (const f of DOCUMENTED_GPU_FIELDS) {
+        const v = gpu.field(f);
+        if (v !== undefined && typeof v !== "object") small[f] = v as JsonValue;
+      }
       if (uptime !== undefined) small.daemon_uptime_s = uptime;
       telemetryJson = storableJson(small);
     }
@@ -100,12 +133,12 @@ export function parseHeartbeatBody(body: JsonObject): HeartbeatInput {
   }
   return {
     telemetryJson,
-    daemonVersion: text(body.daemon_version, 64) ?? text(gpu?.daemon_version, 64),
-    gpuVramMib: count(gpu?.gpu_vram_mib, 16 * 1024 * 1024),
-    gpuCount: count(gpu?.gpu_count, 1024) ?? (allGpus ? Math.min(allGpus.length, 1024) : undefined),
-    computeCapability: text(gpu?.compute_capability, 32),
-    cudaVersion: text(gpu?.cuda_version, 32),
-    driverVersion: text(gpu?.driver_version, 64),
+    daemonVersion: text(body.daemon_version, 64) ?? text(gpu?.field("daemon_version"), 64),
+    gpuVramMib: count(gpu?.field("gpu_vram_mib"), 16 * 1024 * 1024),
+    gpuCount: count(gpu?.field("gpu_count"), 1024) ?? (gpu?.allGpus !== undefined ? Math.min(gpu.allGpus, 1024) : undefined),
+    computeCapability: text(gpu?.field("compute_capability"), 32),
+    cudaVersion: text(gpu?.field("cuda_version"), 32),
+    driverVersion: text(gpu?.field("driver_version"), 64),
     cachedModels: body.cached_models === undefined ? undefined : names(body.cached_models),
     providerIp: text(body.provider_ip, 64),
     hostname: text(body.provider_hostname, 255),
@@ -116,23 +149,33 @@ export function parseHeartbeatBody(body: JsonObject): HeartbeatInput {
 }
 
 /** REST sends the whole body (`raw`); gRPC the typed fields. Both end in parseHeartbeatBody. */
-/** gpu_status already read as JSON off the wire, beside its message (services/daemon-wire.ts). */
-/** Kept on the message under a symbol (no reflection sees it) rather than in a WeakMap, whose entries the collector treats as ephemerons: one more per beat. */
+/** gpu_status already read off the wire beside its message (services/daemon-wire.ts): as JSON, or as text. */
 const GPU_STATUS_JSON = Symbol("gpuStatusJson");
-type WithGpuStatusJson = HeartbeatRequest & { [GPU_STATUS_JSON]?: JsonValue };
+const GPU_STATUS_TEXT = Symbol("gpuStatusText");
+/** Kept on the message under symbols (no reflection sees them) rather than in a WeakMap, whose entries the collector treats as ephemerons. */
+type WithGpuStatus = HeartbeatRequest & { [GPU_STATUS_JSON]?: JsonValue; [GPU_STATUS_TEXT]?: StructText };
 
-export function setGpuStatusJson(req: HeartbeatRequest, json: JsonValue | undefined): void {
-  (req as WithGpuStatusJson)[GPU_STATUS_JSON] = json;
+/** Keeps gpu_status as read off the wire; undefined forgets it (gpu_status was replaced). */
+export function setGpuStatusRead(req: HeartbeatRequest, read: { json: JsonValue } | { text: StructText } | undefined): void {
+  const r = req as WithGpuStatus;
+  r[GPU_STATUS_JSON] = read && "json" in read ? read.json : undefined;
+  r[GPU_STATUS_TEXT] = read && "text" in read ? read.text : undefined;
 }
 
-export const gpuStatusJsonOf = (req: HeartbeatRequest): JsonValue | undefined => (req as WithGpuStatusJson)[GPU_STATUS_JSON];
+/** gpu_status as read off the wire, as JSON (parsed from the text when that is what was kept). */
+export function gpuStatusJsonOf(req: HeartbeatRequest): JsonValue | undefined {
+  const r = req as WithGpuStatus;
+  const text = r[GPU_STATUS_TEXT];
+  return text ? (JSON.parse(text.json) as JsonValue) : r[GPU_STATUS_JSON];
+}
 
 export function heartbeatInputOf(req: HeartbeatRequest): HeartbeatInput {
   if (req.raw && Object.keys(req.raw).length > 0) return parseHeartbeatBody(req.raw);
   const body: JsonObject = {};
-  const gpuStatus = gpuStatusJsonOf(req);
+  const gpuText = (req as WithGpuStatus)[GPU_STATUS_TEXT];
+  const gpuStatus = gpuText ? undefined : (req as WithGpuStatus)[GPU_STATUS_JSON];
   if (gpuStatus !== undefined) body.gpu_status = gpuStatus;
-  else if (req.gpuStatus) body.gpu_status = valueJson(req.gpuStatus);
+  else if (!gpuText && req.gpuStatus) body.gpu_status = valueJson(req.gpuStatus);
   if (req.uptime !== undefined) body.uptime = req.uptime;
   if (req.providerIp !== undefined) body.provider_ip = req.providerIp;
   if (req.providerHostname !== undefined) body.provider_hostname = req.providerHostname;
@@ -140,7 +183,7 @@ export function heartbeatInputOf(req: HeartbeatRequest): HeartbeatInput {
   if (req.resourceSpec) body.resource_spec = req.resourceSpec;
   if (req.daemonVersion !== undefined) body.daemon_version = req.daemonVersion;
   if (req.supportedJobTypes.length > 0) body.supported_job_types = req.supportedJobTypes;
-  return parseHeartbeatBody(body);
+  return parseHeartbeatBody(body, gpuText);
 }
 
 /** A provider that, by its cached state, a heartbeat leaves unchanged. */
