@@ -4,10 +4,9 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
+import { refusedToTheLimit } from "../helpers/attempt-limit.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { clearMarketplace } from "../helpers/isolation.js";
-import { dispatchForProvider } from "../../src/domain/dispatch/dispatch.js";
-import { markJobRejected } from "../../src/domain/jobs/job-reports.js";
 import { ADMIN } from "./helpers.js";
 
 const srv = useTestServer({ SVC_JOB_MAX_ATTEMPTS: "3", SVC_JOB_SWEEP_MS: "60000", SVC_LIVENESS_SWEEP_SECONDS: "0" });
@@ -31,18 +30,7 @@ describe("an admin's re-queue and the job's attempts", () => {
     // Not offered back to the provider it was taken off: it waits for another.
     expect(await jobRow(jobId)).toEqual({ status: "queued", provider_id: null, attempt: 2 });
 
-    const outcomes: string[] = [];
-    for (let attempt = 2; attempt <= 4; attempt++) {
-      const other = await makeProvider(srv);
-      await dispatchForProvider(srv.sql, other.id);
-      expect(await jobRow(jobId)).toMatchObject({ status: "pending", provider_id: other.id, attempt });
-      outcomes.push(await markJobRejected(srv.sql, other.id, { jobId, reason: "not enough free VRAM", attempt }));
-    }
-    expect(outcomes).toEqual(["requeued", "requeued", "failed"]);
-    const [job] = await srv.sql<{ status: string; end_reason: string; error: string }[]>`
-      SELECT status, end_reason, error FROM jobs WHERE job_id = ${jobId}`;
-    expect(job).toMatchObject({ status: "failed", end_reason: "provider_refused" });
-    expect(job.error).toMatch(/gave up after 3 attempts/);
+    await refusedToTheLimit(srv, jobId, 2);
 
     // Every attempt is in the job's history, the admin's re-queue included.
     const history = await api.get(`/api/jobs/${jobId}/history`, renter.headers);

@@ -10,6 +10,7 @@ import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { chargeTokenUsage, releaseTokenBudget, reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
+import { gatewayRefund, paidTopup } from "../helpers/payments.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 
 const SECRET = "whsec_refund_debt_0123456789";
@@ -18,22 +19,8 @@ const api = client(srv);
 const ADMIN = { "x-admin-token": ADMIN_TOKEN };
 
 type Renter = Awaited<ReturnType<typeof makeRenter>>;
-/** A 50 SAR sandbox payment, paid (the same path as a card's paid event). */
-async function paid(r: Renter, amount: number): Promise<string> {
-  const t = await api.post("/api/payments/topup", { amount_halala: amount, source_type: "sandbox" }, r.headers);
-  expect(t.status, t.text).toBe(201);
-  const id = t.body.payment.payment_id as string;
-  expect((await api.post(`/api/payments/${id}/sandbox-confirm`, {}, r.headers)).status).toBe(200);
-  return id;
-}
-/** The gateway's signed refund event for the whole of a payment. */
-async function refunded(paymentId: string, amount: number) {
-  const raw = JSON.stringify({ id: `evt-${crypto.randomUUID()}`, type: "payment_refunded", data: { amount, refunded: amount, metadata: { payment_id: paymentId } } });
-  const sig = crypto.createHmac("sha256", SECRET).update(raw).digest("hex");
-  const r = await api.call("POST", "/api/payments/webhook", raw, { "content-type": "application/json", "x-gateway-signature": sig });
-  expect(r.status, r.text).toBe(200);
-  return r.body;
-}
+const paid = (r: Renter, amount: number) => paidTopup(api, r.headers, amount);
+const refunded = (paymentId: string, amount: number) => gatewayRefund(api, SECRET, paymentId, amount);
 const owed = async (r: Renter) => Number((await srv.sql`SELECT refund_owed_halala FROM renters WHERE id = ${r.id}`)[0].refund_owed_halala);
 const balance = async (r: Renter) => (await api.get("/api/renters/balance", r.headers)).body;
 /** Benchmark jobs hold 10 halala a minute. */

@@ -12,6 +12,7 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
+import { refusedToTheLimit } from "../helpers/attempt-limit.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { dispatchForProvider } from "../../src/domain/dispatch/dispatch.js";
 import { markJobRejected } from "../../src/domain/jobs/job-reports.js";
@@ -127,17 +128,7 @@ describe("a pause racing an assignment", () => {
     expect((await pause(paused.key)).status).toBe(200);
     expect(await markJobRejected(srv.sql, paused.id, { jobId, reason: "the provider is paused", attempt: 1 })).toBe("requeued");
     // SVC_JOB_MAX_ATTEMPTS (3) provider failures after it: the last one, not the one before, fails the job.
-    const outcomes: string[] = [];
-    for (let attempt = 2; attempt <= 4; attempt++) {
-      const other = await makeProvider(srv);
-      await dispatchForProvider(srv.sql, other.id);
-      expect(await jobRow(jobId)).toMatchObject({ status: "pending", provider_id: other.id, attempt });
-      outcomes.push(await markJobRejected(srv.sql, other.id, { jobId, reason: "not enough free VRAM", attempt }));
-    }
-    expect(outcomes).toEqual(["requeued", "requeued", "failed"]);
-    const [job] = await srv.sql<{ status: string; end_reason: string; error: string }[]>`SELECT status, end_reason, error FROM jobs WHERE job_id = ${jobId}`;
-    expect(job).toMatchObject({ status: "failed", end_reason: "provider_refused" });
-    expect(job.error).toMatch(/gave up after 3 attempts/);
+    await refusedToTheLimit(srv, jobId, 2);
     const history = await api.get(`/api/jobs/${jobId}/history`, renter.headers);
     expect(history.body.attempts.map((a: { end_reason: string }) => a.end_reason)).toEqual(["provider_paused", "provider_refused", "provider_refused", "provider_refused"]);
     expect(await balance(renter.key)).toMatchObject({ balance_halala: 10_000, held_halala: 0, total_spent_halala: 0 });

@@ -5,7 +5,6 @@
 // or the job sweep releases an expired one: the debt is not left recorded,
 // counted as promised, beside funds that could pay it, until something else
 // comes to collect it.
-import crypto from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, expect, it } from "vitest";
@@ -13,6 +12,7 @@ import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { reserveTokenBudget } from "../../src/domain/money/usage-billing.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
+import { gatewayRefund, paidTopup } from "../helpers/payments.js";
 import { useTestServer } from "../helpers/server.js";
 import { chunk, usageChunk } from "./evil-upstream.js";
 import { serveModel } from "./serving.js";
@@ -53,19 +53,8 @@ afterAll(async () => {
 });
 
 type Renter = Awaited<ReturnType<typeof makeRenter>>;
-async function paid(r: Renter, amount: number): Promise<string> {
-  const t = await api.post("/api/payments/topup", { amount_halala: amount, source_type: "sandbox" }, r.headers);
-  expect(t.status, t.text).toBe(201);
-  const id = t.body.payment.payment_id as string;
-  expect((await api.post(`/api/payments/${id}/sandbox-confirm`, {}, r.headers)).status).toBe(200);
-  return id;
-}
-async function refunded(paymentId: string, amount: number) {
-  const raw = JSON.stringify({ id: `evt-${crypto.randomUUID()}`, type: "payment_refunded", data: { amount, refunded: amount, metadata: { payment_id: paymentId } } });
-  const sig = crypto.createHmac("sha256", SECRET).update(raw).digest("hex");
-  const r = await api.call("POST", "/api/payments/webhook", raw, { "content-type": "application/json", "x-gateway-signature": sig });
-  expect(r.status, r.text).toBe(200);
-}
+const paid = (r: Renter, amount: number) => paidTopup(api, r.headers, amount);
+const refunded = (paymentId: string, amount: number) => gatewayRefund(api, SECRET, paymentId, amount);
 const owed = async (r: Renter) => Number((await srv.sql`SELECT refund_owed_halala FROM renters WHERE id = ${r.id}`)[0].refund_owed_halala);
 const debtCollected = async (r: Renter) =>
   Number((await srv.sql`SELECT coalesce(sum(amount), 0)::int AS n FROM ledger_transfers WHERE idempotency_key LIKE ${`refund-debt:renter:${r.id}:%`}`)[0].n);
