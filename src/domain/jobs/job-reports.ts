@@ -505,8 +505,11 @@ export async function appendLogs(
     return { count: 0, dropped: 0 };
   }
   return sql.begin(async (tx) => {
-    if (unconfirmed) await confirmPickup(tx, providerId, job.job_id);
+    // The attempt's log lock first, before the pickup's lock on the job row: a batch holding the log
+    // lock waits for that row (its lines' foreign key), so a batch locking the row first and then
+    // waiting for the log lock deadlocked with it.
     await tx`SELECT pg_advisory_xact_lock(${LOG_LOCK_NS}, ${job.id % 2147483647}::int)`;
+    if (unconfirmed) await confirmPickup(tx, providerId, job.job_id);
     const [{ stored, chars, truncated }] = await tx<{ stored: number; chars: number; truncated: boolean }[]>`
       SELECT (SELECT count(*)::int FROM (
                 SELECT 1 FROM job_logs WHERE job_id = ${job.id} AND attempt = ${attempt} LIMIT ${MAX_LOG_LINES_PER_ATTEMPT}) s) AS stored,
