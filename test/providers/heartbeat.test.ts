@@ -6,7 +6,7 @@ import { startTestServer, useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeRenter } from "../helpers/fixtures.js";
 import type { Sql } from "../../src/db/index.js";
-import { writeStateRows, writeTelemetryRows } from "../../src/domain/providers/heartbeat-write.js";
+import { BEAT_TIME_SLACK_SECONDS, writeStateRows, writeTelemetryRows } from "../../src/domain/providers/heartbeat-write.js";
 import { LIVE_WINDOW_SECONDS } from "../../src/domain/shared/liveness.js";
 import { ADMIN, flushHeartbeats, gpuStatus, heartbeat, newProvider } from "./helpers.js";
 import { restoreClockAfterEach, skewAppClock } from "../helpers/clock.js";
@@ -449,6 +449,27 @@ describe("heartbeat: stored times are the database's clock, whatever this host's
       const row = await stored(p.id);
       expect(row.db_now.getTime() - row.last_heartbeat.getTime()).toBeLessThan(10_000);
     }
+  });
+
+  it("a later flush's beat is written though the earlier flush's statement started late; a beat older by more than the slack is not", async () => {
+    const p = await newProvider(srv);
+    expect((await heartbeat(srv, p.key)).status).toBe(200);
+    await flushHeartbeats(srv);
+    const beat = (ageMs: number, cachedModels: string[]) => ({ firstTs: performance.now() - ageMs, lastTs: performance.now() - ageMs, input: { cachedModels } });
+    const stored = async () =>
+      (await srv.sql<{ cached_models: string[]; ahead_ms: number }[]>`
+        SELECT cached_models, (extract(epoch FROM last_heartbeat - now()) * 1000)::float8 AS ahead_ms FROM providers WHERE id = ${p.id}`)[0];
+    // The earlier batch's statement waited 300 ms to start: its beat's time came out 300 ms late.
+    await srv.sql`UPDATE providers SET last_heartbeat = now() + interval '300 milliseconds', cached_models = '{earlier}' WHERE id = ${p.id}`;
+    await writeTelemetryRows(srv.sql, [[p.id, beat(0, ["later"])]]);
+    let r = await stored();
+    expect(r.cached_models).toEqual(["later"]);
+    expect(r.ahead_ms, "last_heartbeat never moves back").toBeGreaterThan(200);
+    // A beat from a batch retried long after (or another process's) is older than the slack: it changes nothing.
+    await srv.sql`UPDATE providers SET last_heartbeat = now() WHERE id = ${p.id}`;
+    await writeTelemetryRows(srv.sql, [[p.id, beat((BEAT_TIME_SLACK_SECONDS + 5) * 1000, ["stale"])]]);
+    r = await stored();
+    expect(r.cached_models).toEqual(["later"]);
   });
 
   it("uptime accumulates per UTC hour, whatever the session's TimeZone (Asia/Kolkata's hours start at :30 UTC)", async () => {

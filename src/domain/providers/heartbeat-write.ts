@@ -61,6 +61,15 @@ export function mergeInput(a: HeartbeatInput, b: HeartbeatInput): HeartbeatInput
 const str = (v: string | undefined) => (v === undefined ? "null" : JSON.stringify(v));
 const int = (v: number | undefined) => (v === undefined ? "null" : String(v));
 
+/**
+ * How much older than the stored last_heartbeat a beat may look and still be written. A beat's
+ * time is the statement's now() less its age, so it runs late by however long its statement
+ * waited to start: a later flush of this process (flushes run one at a time, in order) can come
+ * out earlier than the beat it follows. A beat older by more than this (a batch retried long
+ * after, another process's late one) writes nothing; last_heartbeat never moves back.
+ */
+export const BEAT_TIME_SLACK_SECONDS = 5;
+
 /** A beat's age in whole milliseconds at `at` (never negative). */
 const ageMs = (at: number, ts: number) => (ts >= at ? 0 : Math.round(at - ts));
 
@@ -170,7 +179,7 @@ export interface TelemetryRow {
 /**
  * Writes coalesced steady beats (ids ascending, each once). Rows of providers
  * no longer approved or now suspended are left alone, and a beat older than
- * the stored last_heartbeat writes nothing. Returns the rows written that the
+ * the stored last_heartbeat by more than BEAT_TIME_SLACK_SECONDS writes nothing. Returns the rows written that the
  * caller acts on: a provider the write moved online, or whose reputation is due
  * (every other row would be sent back and parsed for nothing: most of a batch).
  */
@@ -184,15 +193,16 @@ export function writeTelemetryRows(sql: Sql, entries: [number, BeatSpan][]): Pro
       ORDER BY p.id FOR NO KEY UPDATE OF p
     ), upd AS (
       UPDATE providers p SET
-        ${coverageSet(sql, sql`date_trunc('hour', v.last_ts, 'UTC')`)},
-        last_heartbeat = v.last_ts,
+        ${coverageSet(sql, sql`date_trunc('hour', greatest(p.last_heartbeat, v.last_ts), 'UTC')`)},
+        last_heartbeat = greatest(p.last_heartbeat, v.last_ts),
         first_heartbeat_at = coalesce(p.first_heartbeat_at, v.first_ts),
         status = CASE WHEN p.status IN ('offline', 'registered', 'connected') AND NOT p.is_paused THEN 'online' ELSE p.status END,
         status_since = CASE WHEN p.status IN ('offline', 'registered', 'connected') AND NOT p.is_paused THEN now() ELSE p.status_since END,
         ${telemetrySet(sql)},
         updated_at = now()
       FROM v JOIN prev ON prev.id = v.id
-      WHERE p.id = v.id AND (prev.last_heartbeat IS NULL OR v.last_ts > prev.last_heartbeat)
+      WHERE p.id = v.id
+        AND (prev.last_heartbeat IS NULL OR v.last_ts > prev.last_heartbeat - make_interval(secs => ${BEAT_TIME_SLACK_SECONDS}))
       RETURNING p.id, prev.status AS old_status, p.status AS new_status, prev.reputation_due,
                 prev.uptime_hour AS old_hour, prev.uptime_hour_seconds AS old_seconds, p.uptime_hour AS new_hour
     ), done AS (
