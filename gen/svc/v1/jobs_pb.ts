@@ -490,6 +490,10 @@ export type JobAttempt = Message<"svc.v1.JobAttempt"> & {
   endedAt?: string | undefined;
 
   /**
+   * Why the attempt ended (null while it runs): a Job.end_reason, admin_requeued (an admin handed it
+   * back to the queue) or provider_paused (its provider, paused just after the assignment, handed it
+   * back before accepting it). Neither of the last two is one of the job's attempts.
+   *
    * @generated from field: optional string end_reason = 7;
    */
   endReason?: string | undefined;

@@ -517,7 +517,8 @@ export type Job = Message<"svc.v1.Job"> & {
 
   /**
    * Why the job ended (null while active): completed, runtime_error, renter_cancelled, timeout,
-   * out_of_funds, spend_limit, renter_suspended, admin_cancelled, platform_error, provider_refused, provider_silent,
+   * out_of_funds, spend_limit, renter_suspended, admin_cancelled, admin_requeued (a job that asked
+   * for a provider an admin suspended or rejected), platform_error, provider_refused, provider_silent,
    * not_picked_up, provider_interrupted, provider_error, signature_mismatch,
    * unsupported_on_provider. docs/jobs.md "How a job ends" says what each costs.
    *
