@@ -37,6 +37,8 @@ function sleepingRunner() {
       '  p=$(cat "$f")',
       `  if [ -r "/proc/$p/stat" ] && ! grep -q ') Z ' "/proc/$p/stat"; then echo "$p" >> '${overlap}'; fi`,
       "done",
+      // What a job leaves in its folder midway (a killed daemon's next start removes it).
+      'echo partial > "$SVC_WORKSPACE/partial.bin"',
       "sleep 1000 &",
       `echo $$ > "${pids}/.$$" && mv "${pids}/.$$" "${pids}/$$"`,
       "wait",
@@ -140,9 +142,10 @@ async function orphanScenario(providerId: number, renter: { headers: Record<stri
   planted.decoy = plantRecycledRecords(work);
   const next = await nextJob(providerId, renter);
 
+  expect(fs.readFileSync(path.join(work, job.job_id, "partial.bin"), "utf8")).toBe("partial\n");
   const second = start();
   await expectOrphanKilled(second, work, job.job_id, pgid, planted.decoy, runner, next);
-  return { second, jobId: job.job_id };
+  return { second, jobId: job.job_id, next };
 }
 
 describe("a job's host process left by a killed daemon", { timeout: 120_000 }, () => {
@@ -153,9 +156,14 @@ describe("a job's host process left by a killed daemon", { timeout: 120_000 }, (
     const state = path.join(tempDir("orphan-ts"), "state");
     const planted: { decoy?: Spawned } = {};
     try {
-      const { second, jobId } = await orphanScenario(p.id, renter, runner, path.join(state, "work"), () => h.startDaemon(p.key, ["--runner", runner.spec], {}, { stateDir: state }), planted);
+      const work = path.join(state, "work");
+      const { second, jobId, next } = await orphanScenario(p.id, renter, runner, work, () => h.startDaemon(p.key, ["--runner", runner.spec], {}, { stateDir: state }), planted);
       // Killed before it connected: the server hands it no job before then.
       expect(second.output().indexOf(`killed job ${jobId}'s`)).toBeLessThan(second.output().indexOf("connected as provider"));
+      // The orphan's folder went with it; the job running now keeps its own.
+      expect(fs.existsSync(path.join(work, jobId))).toBe(false);
+      expect(second.output()).toContain(`removed job ${jobId}'s folder, left by an earlier run of this daemon`);
+      expect(fs.readFileSync(path.join(work, next, "partial.bin"), "utf8")).toBe("partial\n");
     } finally {
       await h.killDaemons();
       runner.cleanUp();
@@ -218,6 +226,48 @@ describe("a job's host process left by a killed daemon", { timeout: 120_000 }, (
           }
         }
       }
+    }
+  });
+
+  it("svc-daemon (TypeScript): at start, removes the folders of the recorded jobs, never a link's target nor a folder no record names", async () => {
+    const root = tempDir("left-workspaces");
+    const work = path.join(root, "work");
+    const outside = path.join(root, "outside");
+    fs.mkdirSync(outside);
+    fs.writeFileSync(path.join(outside, "keep.txt"), "the provider's");
+    const records = path.join(work, ".svc-procs");
+    fs.mkdirSync(records, { recursive: true, mode: 0o700 });
+    // A job whose process ended with its boot, and one still running (killed now): both folders go.
+    const running = start("sleep", ["1000"], { env: { SVC_JOB_ID: "job-left-running" }, detached: true });
+    const record = (job: string, pgid: number, start_time: number, boot_id: string) =>
+      fs.writeFileSync(path.join(records, `${job}.${pgid}.json`), JSON.stringify({ job_id: job, pgid, start_time, boot_id, argv: ["runner"] }), { mode: 0o600 });
+    record("job-left-ended", 4_000_000, 1, "00000000-0000-0000-0000-000000000000");
+    record("job-left-running", running.pid, startTime(running.pid), bootId());
+    // A record naming no job: never the work folder itself.
+    record("", 4_000_001, 1, "00000000-0000-0000-0000-000000000000");
+    for (const job of ["job-left-ended", "job-left-running"]) {
+      fs.mkdirSync(path.join(work, job, "out"), { recursive: true });
+      fs.writeFileSync(path.join(work, job, "out", "weights.bin"), "x".repeat(1000));
+      fs.symlinkSync(outside, path.join(work, job, "link-dir"));
+    }
+    // A folder no record names (not known to be a job's), and a file of the provider's.
+    fs.mkdirSync(path.join(work, "job-unrecorded"));
+    fs.writeFileSync(path.join(work, "job-unrecorded", "checkpoint.bin"), "kept");
+    fs.writeFileSync(path.join(work, "notes.txt"), "the provider's");
+    try {
+      const lines: string[] = [];
+      await killLeftoverProcesses(work, (l) => lines.push(l), 1000);
+      expect(lines.join("\n")).toContain("killed job job-left-running's process group");
+      for (const job of ["job-left-ended", "job-left-running"]) {
+        expect(fs.existsSync(path.join(work, job)), job).toBe(false);
+        expect(lines.join("\n")).toContain(`removed job ${job}'s folder, left by an earlier run of this daemon`);
+      }
+      expect(fs.readdirSync(work).sort()).toEqual([".svc-procs", "job-unrecorded", "notes.txt"]);
+      expect(fs.readdirSync(records)).toEqual([]);
+      expect(fs.readFileSync(path.join(work, "job-unrecorded", "checkpoint.bin"), "utf8")).toBe("kept");
+      expect(fs.readFileSync(path.join(outside, "keep.txt"), "utf8")).toBe("the provider's");
+    } finally {
+      running.kill("SIGKILL");
     }
   });
 

@@ -3,8 +3,8 @@
 // containers and volumes, and its next start (same server, same work folder)
 // removes them, running or stopped, and the folders of the jobs they name,
 // before it takes a job. Another daemon's containers and volumes on the same
-// host, a user's volumes (even one named as ours are), a runner's folder and
-// anything else of the work folder are left alone. Both daemons, against the
+// host, a user's volumes (even one named as ours are), a folder no container,
+// volume or job record names and anything else of the work folder are left alone. Both daemons, against the
 // real server and the fake docker engine (helpers.ts). A docker that fails
 // does not keep a daemon from starting.
 import fs from "node:fs";
@@ -46,8 +46,8 @@ async function killHard(d: Spawned) {
  * of this daemon killed in the middle of a job's clean-up left (the job's folder, its container id
  * file and its labelled volume; the container gone already), and what is not this daemon's to
  * remove: a volume another daemon labelled (and the folder its job would have here), a user's
- * volumes (one unlabelled under our prefix), a runner's folder (the runner's program's), a file
- * of the provider's.
+ * volumes (one unlabelled under our prefix), a folder nothing names as a job's, a file of the
+ * provider's.
  */
 async function plantLeftovers(docker: FakeDocker, work: string, label: string) {
   const volume = (...args: string[]) => run(docker.path, ["volume", "create", ...args]);

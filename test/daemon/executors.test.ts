@@ -518,16 +518,62 @@ describe("process executor", () => {
     const old = process.umask(0o022);
     try {
       fs.mkdirSync(path.join(work, "job-proc-old"), { recursive: true, mode: 0o755 });
-      const script = writeExecutable(path.dirname(work), "ok.sh", "#!/bin/sh\necho ok\n");
+      // The job's folder is gone once the job ended: the program tells its mode while it runs.
+      const script = writeExecutable(path.dirname(work), "ok.sh", '#!/bin/sh\nstat -c %a "$SVC_WORKSPACE"\n');
       for (const jobId of ["job-proc-old", "job-proc-new"]) {
         const out = await new ProcessExecutor([script], work).start({ jobId, jobType: "custom", maxDurationSeconds: 60, taskSpec: {} }, hooks().h).done;
         expect(out.success, out.error).toBe(true);
-        expect((fs.statSync(path.join(work, jobId)).mode & 0o777).toString(8), jobId).toBe("700");
+        expect(out.result, jobId).toEqual({ response: "700" });
       }
       expect((fs.statSync(work).mode & 0o777).toString(8)).toBe("700");
     } finally {
       process.umask(old);
     }
+  });
+
+  it("removes the job's folder once its result is read, however it ended; never what a link in it points to", async () => {
+    const root = tempDir("proc-ws");
+    const work = path.join(root, "work");
+    const outside = path.join(root, "outside");
+    fs.mkdirSync(outside);
+    fs.writeFileSync(path.join(outside, "keep.txt"), "the provider's");
+    // Outputs, a nested folder, links out of the folder (to a folder and to a file), then the result or a failure.
+    const body = (end: string) =>
+      [
+        "#!/bin/sh",
+        'cd "$SVC_WORKSPACE"',
+        "mkdir -p out/deep && head -c 100000 /dev/zero > out/deep/weights.bin",
+        `ln -s '${outside}' link-dir && ln -s '${outside}/keep.txt' link-file`,
+        end,
+        "",
+      ].join("\n");
+    const ok = writeExecutable(root, "ok.sh", body(`echo '{"answer": 42}' > "$SVC_RESULT_FILE"`));
+    const bad = writeExecutable(root, "bad.sh", body("exit 3"));
+    const slow = writeExecutable(root, "slow.sh", body("echo started\nsleep 300"));
+    const job = (jobId: string): JobSpec => ({ jobId, jobType: "custom", maxDurationSeconds: 60, taskSpec: {} });
+    const folder = (jobId: string) => path.join(work, jobId);
+    const records = () => fs.readdirSync(path.join(work, ".svc-procs"));
+
+    const done = await new ProcessExecutor([ok], work).start(job("job-ws-ok"), hooks().h).done;
+    expect(done).toMatchObject({ success: true, result: { answer: 42 } });
+    expect(fs.existsSync(folder("job-ws-ok"))).toBe(false);
+
+    const failed = await new ProcessExecutor([bad], work).start(job("job-ws-bad"), hooks().h).done;
+    expect(failed).toMatchObject({ success: false, metrics: { exit_code: 3 } });
+    expect(fs.existsSync(folder("job-ws-bad"))).toBe(false);
+
+    const { seen, h } = hooks();
+    const running = new ProcessExecutor([slow], work).start(job("job-ws-stop"), h);
+    await waitFor(() => seen.logs.includes("started"), 10_000, "slow job running");
+    expect(fs.readdirSync(folder("job-ws-stop")).sort()).toEqual(["link-dir", "link-file", "out"]);
+    await running.stop("max_duration_seconds (1 s) exceeded; the job was killed");
+    expect((await running.done).error).toMatch(/max_duration_seconds/);
+    expect(fs.existsSync(folder("job-ws-stop"))).toBe(false);
+
+    expect(fs.readdirSync(work)).toEqual([".svc-procs"]);
+    expect(records()).toEqual([]);
+    expect(fs.readdirSync(outside)).toEqual(["keep.txt"]);
+    expect(fs.readFileSync(path.join(outside, "keep.txt"), "utf8")).toBe("the provider's");
   });
 
   it("sees only the job's own GPU", async () => {

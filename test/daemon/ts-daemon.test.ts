@@ -5,6 +5,7 @@
 // progress, gets settled 75/25; refuses a tampered task; and runs a
 // provider-configured runner (ts-daemon-lifecycle.test.ts: cancel, restart).
 import fs from "node:fs";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
@@ -105,9 +106,10 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     const runner = writeExecutable(
       dir,
       "echo-llm.py",
-      `#!/usr/bin/env python3\nimport json, os, sys\njob = json.load(sys.stdin)\nprint("SVC_PROGRESS 50 generating", flush=True)\nprint("loaded model", job["task_spec"].get("model"), flush=True)\njson.dump({"response": "echo: " + job["task_spec"]["inputs"]["prompt"]}, open(os.environ["SVC_RESULT_FILE"], "w"))\n`,
+      `#!/usr/bin/env python3\nimport json, os, sys\njob = json.load(sys.stdin)\nprint("SVC_PROGRESS 50 generating", flush=True)\nprint("loaded model", job["task_spec"].get("model"), flush=True)\nos.makedirs(os.path.join(os.environ["SVC_WORKSPACE"], "cache"))\nopen(os.path.join(os.environ["SVC_WORKSPACE"], "cache", "model.bin"), "wb").write(bytes(4096))\njson.dump({"response": "echo: " + job["task_spec"]["inputs"]["prompt"]}, open(os.environ["SVC_RESULT_FILE"], "w"))\n`,
     );
-    h.startDaemon(p.key, ["--runner", `llm-inference=python3 ${runner}`]);
+    const workDir = path.join(dir, "work");
+    h.startDaemon(p.key, ["--work-dir", workDir, "--runner", `llm-inference=python3 ${runner}`]);
     await waitFor(async () => (await h.srv.sql`SELECT readiness_status FROM providers WHERE id = ${p.id}`)[0].readiness_status, 45_000, "daemon up");
     const j = await h.submit(renter, { job_type: "llm-inference", params: { prompt: "hello there", max_tokens: 64 } });
     expect(j.provider_id).toBe(p.id);
@@ -119,6 +121,8 @@ describe("svc-daemon (TypeScript)", { timeout: 90_000 }, () => {
     const out = await h.api().get(`/api/jobs/${j.job_id}/output`, renter.headers);
     expect(out.body.response).toBe("echo: hello there");
     expect(fs.existsSync(runner)).toBe(true);
+    // Its folder (what it wrote there, its result file) went once the result was read, before it was reported.
+    expect(fs.readdirSync(workDir)).toEqual([".svc-procs"]);
   });
 
   it("reports the job's own failure as the renter's (billed), and a job type it cannot run as unsupported_on_provider (re-queued)", async () => {

@@ -8,10 +8,12 @@
 // its process is gone: a record names the group leader's start time (field 22
 // of /proc/<pid>/stat, clock ticks since boot) and the boot it ran in, and
 // nothing that does not match is signalled. The record layout is the legacy
-// daemon's too (svc_daemon.py).
+// daemon's too (svc_daemon.py). A record outlives its group until the job's
+// folder (SVC_WORKSPACE) is removed too, so the next start also removes the
+// folder of a job whose end was cut short.
 import fs from "node:fs";
 import path from "node:path";
-import { safeName } from "./executors/docker.js";
+import { jobFiles, safeName } from "./executors/docker.js";
 
 /** The folder of a work folder's records (hidden: no job folder is, safeName). */
 export const PROCESS_RECORDS_DIR = ".svc-procs";
@@ -68,6 +70,29 @@ function remove(file: string): void {
     fs.rmSync(file, { force: true });
   } catch {
     // Left as it is.
+  }
+}
+
+/**
+ * Removes a host job's folder (SVC_WORKSPACE: `<work>/<safe job id>`, never the work folder nor
+ * anything beside it) and all in it; a symbolic link in it, or in its place, is removed itself,
+ * never followed. What cannot be removed is logged and stays. Whether there was a folder that went.
+ */
+export function removeJobFolder(workRoot: string, jobId: string, log?: (line: string) => void): boolean {
+  const dir = path.resolve(jobFiles(workRoot, jobId).outDir);
+  // An empty job id (a record's) would name the work folder itself.
+  if (path.dirname(dir) !== path.resolve(workRoot)) return false;
+  try {
+    fs.lstatSync(dir);
+  } catch {
+    return false;
+  }
+  try {
+    fs.rmSync(dir, { recursive: true, force: true });
+    return true;
+  } catch (err) {
+    log?.(`could not remove job ${jobId}'s folder ${dir}: ${(err as Error).message}`);
+    return false;
   }
 }
 
@@ -166,9 +191,10 @@ function readRecord(file: string): ProcessRecord | undefined {
 
 /**
  * At start, before any job: kills (SIGTERM, then SIGKILL after `graceMs`) every recorded job process
- * group that an earlier run of this daemon left and that is still the same process, logs which, and
- * removes the records. A record of a process that has ended, or whose pid another process holds
- * now, is only removed.
+ * group that an earlier run of this daemon left and that is still the same process, logs which,
+ * removes the folders of the recorded jobs (no job of this run has one yet), and then the records.
+ * A record of a process that has ended, or whose pid another process holds now, kills nothing. A
+ * group that could not be killed keeps its record and its job's folder, for the next start.
  */
 export async function killLeftoverProcesses(workRoot: string, log: (line: string) => void, graceMs = 5000): Promise<void> {
   const dir = processRecordsDir(workRoot);
@@ -182,13 +208,15 @@ export async function killLeftoverProcesses(workRoot: string, log: (line: string
   for (const n of names) if (n.endsWith(".tmp")) remove(path.join(dir, n));
   if (files.length === 0) return;
   if (!hasProc()) {
-    // Without /proc a recorded pid cannot be told from a process that got it since: nothing is killed.
+    // Without /proc a recorded pid cannot be told from a process that got it since: nothing is killed,
+    // and a folder is left to a process that may still use it.
     log(`${files.length} job process record(s) left by an earlier run, not checked: this host has no /proc to verify a process by (any still running is left alone)`);
     for (const f of files) remove(f);
     return;
   }
   const boot = bootId();
   const found: { rec: ProcessRecord; file: string }[] = [];
+  const running: ProcessRecord[] = [];
   for (const file of files) {
     const rec = readRecord(file);
     if (!rec) {
@@ -196,22 +224,32 @@ export async function killLeftoverProcesses(workRoot: string, log: (line: string
       remove(file);
       continue;
     }
+    found.push({ rec, file });
     // Of another boot: the process ended with it, and its pid is another process's now.
-    const pids = rec.boot_id && boot && rec.boot_id !== boot ? 0 : signalRecorded(rec, "SIGTERM");
-    if (pids === 0) remove(file);
-    else found.push({ rec, file });
+    if (!(rec.boot_id && boot && rec.boot_id !== boot) && signalRecorded(rec, "SIGTERM") > 0) running.push(rec);
   }
-  if (found.length === 0) return;
-  await waitGone(found.map((f) => f.rec), graceMs);
-  const killed = found.filter(({ rec }) => signalRecorded(rec, "SIGKILL") > 0);
-  if (killed.length > 0) await waitGone(killed.map((f) => f.rec), 2000);
-  for (const { rec, file } of found) {
+  const left = running.length > 0 ? await killRecorded(running, graceMs, log) : [];
+  const jobs = new Set(found.map(({ rec }) => rec.job_id));
+  for (const rec of left) jobs.delete(rec.job_id);
+  for (const job of jobs) {
+    if (removeJobFolder(workRoot, job, log)) log(`removed job ${job}'s folder, left by an earlier run of this daemon`);
+  }
+  for (const { rec, file } of found) if (!left.includes(rec)) remove(file);
+}
+
+/** Kills what of the recorded groups (sent SIGTERM already) is still there after `graceMs`, and logs each; returns those it could not kill. */
+async function killRecorded(recs: ProcessRecord[], graceMs: number, log: (line: string) => void): Promise<ProcessRecord[]> {
+  await waitGone(recs, graceMs);
+  const killed = recs.filter((rec) => signalRecorded(rec, "SIGKILL") > 0);
+  if (killed.length > 0) await waitGone(killed, 2000);
+  const left: ProcessRecord[] = [];
+  for (const rec of recs) {
     const how = `job ${rec.job_id}'s process group ${rec.pgid} (${rec.argv.join(" ").slice(0, 200)}), left running by an earlier run of this daemon`;
     // One that is still there is tried again at the next start.
-    if (recordedProcesses(rec).pids.length > 0) log(`could not kill ${how}`);
-    else {
-      remove(file);
-      log(`killed ${how}${killed.some((k) => k.rec === rec) ? " (SIGKILL: it outlasted SIGTERM)" : ""}`);
-    }
+    if (recordedProcesses(rec).pids.length > 0) {
+      log(`could not kill ${how}`);
+      left.push(rec);
+    } else log(`killed ${how}${killed.includes(rec) ? " (SIGKILL: it outlasted SIGTERM)" : ""}`);
   }
+  return left;
 }

@@ -7,8 +7,8 @@
 // volume the daemon creates carries DAEMON_LABEL naming this daemon and
 // JOB_LABEL naming the job, and the next start removes those containers
 // before it takes a job, then what the jobs they name left: the same data a
-// job's end removes, nothing else of the work folder (a runner's folder is its
-// program's, never removed). The label's value names the daemon by its server
+// job's end removes, nothing else of the work folder (a host job's folder is
+// job-processes.ts's to remove, by its record). The label's value names the daemon by its server
 // and work folder, never its key (labels show in `docker ps`): two daemons on
 // one host keep their job folders apart, and so each other's containers and
 // volumes.

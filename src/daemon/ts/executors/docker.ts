@@ -412,8 +412,8 @@ function containerId(file: string): string | undefined {
  * then its named workspace volumes, which `docker rm --volumes` leaves (it removes anonymous ones
  * only). The volume goes last: its labels name the job to the next start if the daemon is killed
  * before this ends (leftovers.ts). No documented behaviour resumes a job from either
- * (checkpoint_enabled included), and a re-queued job may run elsewhere. A runner's folder is its
- * program's and never comes here. Files the container made as another user (root) may not be
+ * (checkpoint_enabled included), and a re-queued job may run elsewhere. A host job's folder never
+ * comes here (job-processes.ts removeJobFolder). Files the container made as another user (root) may not be
  * removable: logged, the job's outcome stands. Returns what went.
  */
 export async function removeJobData(

@@ -3,12 +3,16 @@
 // It gets the job as JSON on stdin and SVC_JOB_ID, SVC_WORKSPACE,
 // SVC_RESULT_FILE in its environment, and CUDA_VISIBLE_DEVICES naming the
 // GPU the daemon handed the job (nvidia-smi's index, so CUDA_DEVICE_ORDER is
-// PCI_BUS_ID: CUDA's own default order may differ).
+// PCI_BUS_ID: CUDA's own default order may differ). The workspace is the
+// job's while it runs: once its result is read (or it failed, timed out or
+// was stopped) the daemon removes it, and a killed daemon's next start
+// removes what its jobs left (job-processes.ts). The result is read into
+// memory first.
 import path from "node:path";
 import { childEnv } from "../exec.js";
 import { startChildJob } from "./child.js";
 import { jobFiles, privateFolder } from "./docker.js";
-import { recordJobProcess } from "../job-processes.js";
+import { recordJobProcess, removeJobFolder } from "../job-processes.js";
 import type { Executor, JobHooks, JobSpec, RunningJob } from "./types.js";
 
 export class ProcessExecutor implements Executor {
@@ -20,13 +24,13 @@ export class ProcessExecutor implements Executor {
   ) {}
 
   start(job: JobSpec, hooks: JobHooks): RunningJob {
-    // The program's own: never removed by the daemon, neither after the job nor at its next start.
     const workspace = jobFiles(this.workRoot, job.jobId).outDir;
     // Only the daemon's user (the program's) may enter it, nor the work folder it lies in.
     privateFolder(this.workRoot);
     privateFolder(workspace);
     const resultFile = path.join(workspace, "result.json");
-    return startChildJob(
+    let ended: (() => void) | undefined;
+    const running = startChildJob(
       {
         argv: this.argv,
         env: {
@@ -43,10 +47,20 @@ export class ProcessExecutor implements Executor {
         stdin: JSON.stringify({ job_id: job.jobId, job_type: job.jobType, task_spec: job.taskSpec }),
         resultFile,
         executor: "process",
-        // Killed at the daemon's next start if the daemon dies while it runs.
-        onGroup: (pgid) => recordJobProcess(this.workRoot, job.jobId, pgid, this.argv, this.log),
+        // Killed at the daemon's next start if the daemon dies while it runs. The record stays until
+        // the workspace is gone: a daemon killed before then still finds it at its next start.
+        onGroup: (pgid) => {
+          ended = recordJobProcess(this.workRoot, job.jobId, pgid, this.argv, this.log);
+          return () => {};
+        },
       },
       hooks,
     );
+    const removed = () => {
+      removeJobFolder(this.workRoot, job.jobId, this.log);
+      ended?.();
+    };
+    // Settles once its result is read (into memory) and its workspace removed.
+    return { ...running, done: running.done.finally(removed) };
   }
 }
