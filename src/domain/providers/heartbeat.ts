@@ -242,6 +242,8 @@ export class HeartbeatPipeline {
   private readonly reputationDue = new Set<number>();
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
+  /** The batch the flush under way is writing: an entry leaves it once its statement committed. */
+  private writing: Map<number, Pending> | undefined;
   private stopped = false;
   readonly cache: ProviderStateCache;
   /** Group commit of the state-changing beats. */
@@ -314,9 +316,19 @@ export class HeartbeatPipeline {
     if (cached) cached.jobTypes = jobTypesKey(types);
   }
 
-  /** A beat that changes state: written with its group (state-beats.ts), answered after the commit. */
+  /**
+   * A beat that changes state: written with its group (state-beats.ts), answered after the commit.
+   * This provider's earlier beats that are not written yet go with it, merged before it: written
+   * after it by the flush, an earlier beat's telemetry (its declared job types) would undo its. The
+   * flush under way is waited for when it still holds such a beat.
+   */
   private async recordNow(providerId: number, input: HeartbeatInput, now: number, at: number): Promise<HeartbeatResult> {
-    const row = await this.stateBeats.write(providerId, at, input);
+    while (this.flushing && this.writing?.has(providerId)) await this.flushing;
+    const earlier = this.buffer.get(providerId);
+    if (earlier) this.buffer.delete(providerId);
+    const row = earlier
+      ? await this.stateBeats.write(providerId, at, merge(earlier.input, input), earlier.firstTs)
+      : await this.stateBeats.write(providerId, at, input);
     if (!row) throw notFound("provider not found");
     if (row.approval_status !== "approved") {
       const why = row.approval_status === "rejected" && row.rejection_reason ? `: ${row.rejection_reason}` : "";
@@ -410,6 +422,7 @@ export class HeartbeatPipeline {
     if (this.buffer.size === 0 && this.reputationDue.size === 0) return;
     const batch = this.buffer;
     this.buffer = new Map();
+    this.writing = batch;
     this.flushing = this.writeBatch(batch)
       .catch((err) => {
         // Unwritten entries go back for the next flush, each at most MAX_WRITE_ATTEMPTS
@@ -428,6 +441,7 @@ export class HeartbeatPipeline {
       })
       .finally(() => {
         this.flushing = undefined;
+        this.writing = undefined;
       });
     await this.flushing;
   }

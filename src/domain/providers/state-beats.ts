@@ -62,17 +62,18 @@ export class StateBeatBatcher {
   /**
    * Resolves with the provider's row after the beat committed, or undefined when the provider does
    * not exist. `at` is the beat's performance.now(): the write stores the database's now() less the
-   * beat's age (heartbeat-write.ts beatsSql), never a time of this host's clock.
+   * beat's age (heartbeat-write.ts beatsSql), never a time of this host's clock. `since` is the
+   * first of earlier beats, not yet written, whose input `input` already carries (merged before it).
    */
-  write(providerId: number, at: number, input: HeartbeatInput): Promise<StateRow | undefined> {
+  write(providerId: number, at: number, input: HeartbeatInput, since = at): Promise<StateRow | undefined> {
     return new Promise((resolve, reject) => {
       const w: Waiting = { resolve, reject };
       const e = this.waiting.get(providerId);
       if (e) {
-        e.span = { firstTs: Math.min(e.span.firstTs, at), lastTs: Math.max(e.span.lastTs, at), input: mergeInput(e.span.input, input) };
+        e.span = { firstTs: Math.min(e.span.firstTs, since), lastTs: Math.max(e.span.lastTs, at), input: mergeInput(e.span.input, input) };
         e.waiters.push(w);
       } else {
-        this.waiting.set(providerId, { span: { firstTs: at, lastTs: at, input }, waiters: [w] });
+        this.waiting.set(providerId, { span: { firstTs: since, lastTs: at, input }, waiters: [w] });
       }
       this.next();
     });
