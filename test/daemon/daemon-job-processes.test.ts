@@ -1,7 +1,8 @@
 // A job that runs on the host (a runner) has a process group of its own,
 // which a daemon killed without cleaning up (SIGKILL) leaves running: its next
 // start (same work folder) kills that group before it takes a job, from the
-// record it keeps under <work>/.svc-procs/ while the job runs. A record whose
+// record it keeps under <work>/.svc-procs/ while the job runs, and removes the
+// job's folder (SVC_WORKSPACE). A record whose
 // pid another process holds now (another start time, another boot) kills
 // nothing. Both daemons, against the real server; the runner is a shell
 // script with a child of its own, and tells whether an earlier runner still
@@ -185,7 +186,12 @@ describe("a job's host process left by a killed daemon", { timeout: 120_000 }, (
     const daemon = () => daemons[daemons.push(runLegacyDaemon(file, dir, { SVC_RUNNERS: runner.spec }, realPython())) - 1];
     const planted: { decoy?: Spawned } = {};
     try {
-      await orphanScenario(p.id, renter, runner, path.join(dir, "work"), daemon, planted);
+      const work = path.join(dir, "work");
+      const { second, jobId, next } = await orphanScenario(p.id, renter, runner, work, daemon, planted);
+      // The orphan's folder went with it; the job running now keeps its own.
+      expect(fs.existsSync(path.join(work, jobId))).toBe(false);
+      expect(second.output()).toContain(`removed job ${jobId}'s folder, left by an earlier run of this daemon`);
+      expect(fs.readFileSync(path.join(work, next, "partial.bin"), "utf8")).toBe("partial\n");
     } finally {
       for (const d of daemons) {
         d.kill("SIGKILL");
@@ -229,8 +235,12 @@ describe("a job's host process left by a killed daemon", { timeout: 120_000 }, (
     }
   });
 
-  it("svc-daemon (TypeScript): at start, removes the folders of the recorded jobs, never a link's target nor a folder no record names", async () => {
-    const root = tempDir("left-workspaces");
+  it("both: at start, remove the folders of the recorded jobs, never a link's target nor a folder no record names", async () => {
+    for (const daemon of ["ts", "legacy"] as const) await expectLeftFoldersRemoved(daemon);
+  });
+
+  async function expectLeftFoldersRemoved(daemon: "ts" | "legacy") {
+    const root = tempDir(`left-workspaces-${daemon}`);
     const work = path.join(root, "work");
     const outside = path.join(root, "outside");
     fs.mkdirSync(outside);
@@ -256,20 +266,22 @@ describe("a job's host process left by a killed daemon", { timeout: 120_000 }, (
     fs.writeFileSync(path.join(work, "notes.txt"), "the provider's");
     try {
       const lines: string[] = [];
-      await killLeftoverProcesses(work, (l) => lines.push(l), 1000);
-      expect(lines.join("\n")).toContain("killed job job-left-running's process group");
+      if (daemon === "ts") await killLeftoverProcesses(work, (l) => lines.push(l), 1000);
+      else lines.push(python(`import svc_daemon\nsvc_daemon.kill_leftover_processes(${JSON.stringify(work)}, print, 1.0)`));
+      expect(lines.join("\n"), daemon).toContain("killed job job-left-running's process group");
       for (const job of ["job-left-ended", "job-left-running"]) {
-        expect(fs.existsSync(path.join(work, job)), job).toBe(false);
-        expect(lines.join("\n")).toContain(`removed job ${job}'s folder, left by an earlier run of this daemon`);
+        expect(fs.existsSync(path.join(work, job)), `${daemon} ${job}`).toBe(false);
+        expect(lines.join("\n"), daemon).toContain(`removed job ${job}'s folder, left by an earlier run of this daemon`);
       }
-      expect(fs.readdirSync(work).sort()).toEqual([".svc-procs", "job-unrecorded", "notes.txt"]);
-      expect(fs.readdirSync(records)).toEqual([]);
+      expect(fs.readdirSync(work).sort(), daemon).toEqual([".svc-procs", "job-unrecorded", "notes.txt"]);
+      expect(fs.readdirSync(records), daemon).toEqual([]);
       expect(fs.readFileSync(path.join(work, "job-unrecorded", "checkpoint.bin"), "utf8")).toBe("kept");
       expect(fs.readFileSync(path.join(outside, "keep.txt"), "utf8")).toBe("the provider's");
     } finally {
       running.kill("SIGKILL");
+      await running.exited;
     }
-  });
+  }
 
   it("svc_daemon.py: a job's process that exits leaving a child in its group takes the child with it", async () => {
     const dir = tempDir("left-child");

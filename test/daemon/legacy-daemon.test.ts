@@ -5,7 +5,8 @@
 // settled 75/25; each failure reported with its end reason and fault (the
 // job's own failure billed, a signature it cannot verify re-queued, a task
 // changed behind the service's back never handed out); SIGTERM mid-job leaves
-// no child and hands the job back; self-update from an old version.
+// no child and hands the job back; a host job's folder goes once it ended,
+// however it did; self-update from an old version.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
@@ -220,6 +221,38 @@ else:
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("removes a runner job's folder once its result is read, before it is reported; never what a link in it points to", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    const { file, dir } = await download(p.key);
+    const outside = path.join(dir, "outside");
+    fs.mkdirSync(outside);
+    fs.writeFileSync(path.join(outside, "keep.txt"), "the provider's");
+    // Outputs, a nested folder, links out of the folder (to a folder and to a file), then the result.
+    const runner = writeExecutable(
+      dir,
+      "writer",
+      [
+        "#!/bin/sh",
+        'cd "$SVC_WORKSPACE"',
+        "mkdir -p out/deep && head -c 100000 /dev/zero > out/deep/weights.bin",
+        `ln -s '${outside}' link-dir && ln -s '${outside}/keep.txt' link-file`,
+        `echo '{"answer": 42}' > "$SVC_RESULT_FILE"`,
+        "",
+      ].join("\n"),
+    );
+    const work = path.join(dir, "work");
+    const d = run(file, dir, { SVC_RUNNERS: `benchmark=${runner}` });
+    const j = await submit(renter, { suite: "quick", iterations: 1 });
+    const done = await ended(j.job_id, "job end").catch((err) => Promise.reject(new Error(`${err.message}: ${d.output()}`)));
+    expect(done.status, done.error).toBe("completed");
+    expect((await api().get(`/api/jobs/${j.job_id}/output`, renter.headers)).body).toMatchObject({ answer: 42 });
+    expect(fs.existsSync(path.join(work, j.job_id)), d.output()).toBe(false);
+    expect(fs.readdirSync(path.join(work, ".svc-procs"))).toEqual([]);
+    expect(fs.readdirSync(outside)).toEqual(["keep.txt"]);
+    expect(fs.readFileSync(path.join(outside, "keep.txt"), "utf8")).toBe("the provider's");
+  });
+
   it("reports the job's own failure as the renter's: the time used is billed 75/25", async () => {
     const p = await makeProvider(srv);
     const renter = await makeRenter(srv, 1_000);
@@ -230,6 +263,8 @@ else:
     const done = await ended(j.job_id, "job end").catch((err) => Promise.reject(new Error(`${err.message}: ${d.output()}`)));
     expect(done).toMatchObject({ status: "failed", end_reason: "runtime_error", fault: "renter", actual_cost_halala: 10, provider_earned_halala: 7, platform_fee_halala: 3 });
     expect(done.error).toMatch(/exited with status 3/);
+    // However the job ended, its folder went once it did.
+    expect(fs.existsSync(path.join(dir, "work", j.job_id))).toBe(false);
     expect((await api().get("/api/renters/balance", renter.headers)).body).toMatchObject({ balance_halala: 990, held_halala: 0 });
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
@@ -244,6 +279,8 @@ else:
     d.kill("SIGTERM");
     expect(await d.exited).toBe(0);
     expect(jobProcesses(j.job_id)).toEqual([]);
+    // The built-in benchmark's folder went with the stopped job.
+    expect(fs.existsSync(path.join(dir, "work", j.job_id))).toBe(false);
     const a = await waitFor(async () => {
       const [row] = await srv.sql`SELECT a.* FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${j.job_id} AND a.attempt = 1 AND a.ended_at IS NOT NULL`;
       return row;

@@ -33,6 +33,8 @@ Each can be overridden:
         "SVC_PROGRESS <pct> [phase]" reports progress (the latest is sent at most
         once a second, and before the result), and the JSON written to
         SVC_RESULT_FILE (else the printed text as {"response": ...}) is the result.
+        SVC_WORKSPACE is the job's while it runs: it is removed, with all in it,
+        once the job has ended and its result is read.
   --serve-port / SVC_SERVE_PORT    first host port a vllm_serve engine (or a custom_container's
         expose_port) is published on:
         this port plus the job's GPU index (default 0: any free port)
@@ -1131,7 +1133,7 @@ def remove_job_data(docker, folder, volumes, log, cidfiles=()):
     kept under .svc-results until the server has it): its host folder, then its named workspace volumes,
     which `docker rm --volumes` leaves. The volume goes last: its labels name the job to the next start
     if this daemon is killed before this ends (remove_leftovers). No documented behaviour resumes a job
-    from either (checkpoint_enabled included). A runner's folder is its program's and never comes here.
+    from either (checkpoint_enabled included). A host job's folder never comes here (remove_job_folder).
     Files the container made as another user (root) may not be removable: logged only. cidfiles: its
     container id and env files, removed first. Returns (whether the folder went, how many volumes went)."""
     for cidfile in cidfiles:
@@ -1178,7 +1180,8 @@ def remove_leftovers(docker, workdir, log):
     power cut), removed at start, before any job: the containers labelled for it (forcibly: one may still
     run on the GPU the next job gets), then the workspace volumes labelled for it and the folders of the
     jobs either names (remove_job_data, as a job's end removes them; nothing else of the work dir: kept
-    results, a runner's folder). A missing or failing docker is only logged."""
+    results, a host job's folder, which kill_leftover_processes removes by its record). A missing or
+    failing docker is only logged."""
     if not docker:
         return
     label = "label=%s=%s" % (DAEMON_LABEL, daemon_label(workdir))
@@ -1235,7 +1238,9 @@ def remove_leftovers(docker, workdir, log):
 # each such group is recorded under <work-dir>/.svc-procs/ (0700; a file per run, 0600) until it has ended,
 # and the next start kills what is recorded before it takes a job. A pid is recycled once its process is
 # gone: a record names the leader's start time (/proc/<pid>/stat field 22) and the boot it ran in, and
-# nothing that does not match is signalled. The TypeScript daemon writes the same records (job-processes.ts).
+# nothing that does not match is signalled. A record outlives its group until the job's folder (SVC_WORKSPACE)
+# is removed too, so the next start also removes the folder of a job whose end was cut short. The TypeScript
+# daemon writes the same records (job-processes.ts).
 PROCESS_RECORDS = ".svc-procs"
 
 
@@ -1293,6 +1298,29 @@ def record_job_process(workdir, job_id, pid, argv, log):
     return forget
 
 
+def remove_job_folder(workdir, job_id, log):
+    """Removes a host job's folder (SVC_WORKSPACE: <work-dir>/<safe job id>, never the work dir nor anything
+    beside it) and all in it; a symbolic link in it, or in its place, is removed itself, never followed. What
+    cannot be removed is logged and stays. Whether there was a folder that went."""
+    folder = os.path.abspath(job_folder(workdir, job_id))
+    # An empty job id (a record's) would name the work dir itself.
+    if os.path.dirname(folder) != os.path.abspath(workdir):
+        return False
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(folder)  # links inside are unlinked, not followed
+        else:
+            os.remove(folder)
+        return True
+    except OSError as err:
+        log("could not remove job %s's folder %s: %s" % (job_id, folder, err))
+        return False
+
+
 def _recorded_processes(rec):
     """(whole group?, pids) of a record's processes still the job's: the whole group while its leader is the
     recorded process (same start time); with the leader gone, the group's members that started after it and
@@ -1345,9 +1373,10 @@ def _wait_gone(recs, seconds):
 
 def kill_leftover_processes(workdir, log, grace=5.0):
     """At start, before any job: kills (SIGTERM, then SIGKILL after `grace` seconds) every recorded job
-    process group an earlier run of this daemon left that is still the same process, logs which, and removes
-    its record. A record of a process that has ended, or whose pid another process holds now, is only
-    removed; one still running after SIGKILL stays, for the next start."""
+    process group an earlier run of this daemon left that is still the same process, logs which, removes the
+    folders of the recorded jobs (no job of this run has one yet), and then the records. A record of a
+    process that has ended, or whose pid another process holds now, kills nothing. A group still running
+    after SIGKILL keeps its record and its job's folder, for the next start."""
     folder = os.path.join(workdir, PROCESS_RECORDS)
     try:
         names = sorted(os.listdir(folder))
@@ -1360,13 +1389,14 @@ def kill_leftover_processes(workdir, log, grace=5.0):
     if not files:
         return
     if not _has_proc() or not hasattr(os, "killpg"):
-        # Without /proc a recorded pid cannot be told from a process that got it since: nothing is killed.
+        # Without /proc a recorded pid cannot be told from a process that got it since: nothing is killed,
+        # and a folder is left to a process that may still use it.
         log("%d job process record(s) left by an earlier run, not checked: this host has no /proc to verify a "
             "process by (any still running is left alone)" % len(files))
         for path in files:
             _remove_quietly(path)
         return
-    boot, found = _boot_id(), []
+    boot, found, running = _boot_id(), [], []
     for path in files:
         try:
             with open(path) as f:
@@ -1379,26 +1409,41 @@ def kill_leftover_processes(workdir, log, grace=5.0):
             log("removed an unreadable job process record %s" % os.path.basename(path))
             _remove_quietly(path)
             continue
+        found.append((rec, path))
         # Of another boot: the process ended with it, and its pid is another process's now.
         other_boot = rec["boot_id"] and boot and rec["boot_id"] != boot
-        if other_boot or not _signal_recorded(rec, signal.SIGTERM):
+        if not other_boot and _signal_recorded(rec, signal.SIGTERM):
+            running.append(rec)
+    left = _kill_recorded(running, grace, log) if running else []
+    jobs = []
+    for rec, _ in found:
+        if rec["job_id"] not in jobs and not any(r["job_id"] == rec["job_id"] for r in left):
+            jobs.append(rec["job_id"])
+    for job_id in jobs:
+        if remove_job_folder(workdir, job_id, log):
+            log("removed job %s's folder, left by an earlier run of this daemon" % job_id)
+    for rec, path in found:
+        if not any(r is rec for r in left):
             _remove_quietly(path)
-        else:
-            found.append((rec, path))
-    if not found:
-        return
-    _wait_gone([rec for rec, _ in found], grace)
-    killed = [rec for rec, _ in found if _signal_recorded(rec, signal.SIGKILL)]
+
+
+def _kill_recorded(recs, grace, log):
+    """Kills what of the recorded groups (sent SIGTERM already) is still there after `grace` seconds, and logs
+    each; returns those it could not kill."""
+    _wait_gone(recs, grace)
+    killed = [rec for rec in recs if _signal_recorded(rec, signal.SIGKILL)]
     if killed:
         _wait_gone(killed, 2.0)
-    for rec, path in found:
+    left = []
+    for rec in recs:
         how = "job %s's process group %d (%s), left running by an earlier run of this daemon" % (
             rec["job_id"], rec["pgid"], " ".join(rec["argv"])[:200])
         if _recorded_processes(rec)[1]:
             log("could not kill " + how)  # its record stays: tried again at the next start
+            left.append(rec)
         else:
-            _remove_quietly(path)
-            log("killed " + how + (" (SIGKILL: it outlasted SIGTERM)" if rec in killed else ""))
+            log("killed " + how + (" (SIGKILL: it outlasted SIGTERM)" if any(k is rec for k in killed) else ""))
+    return left
 
 
 def write_container_scripts(workdir):
@@ -2183,7 +2228,9 @@ class Daemon:
         error on the way (an answer of a shape nothing expected, a bug) stops the job's process and
         container and reports the job as this machine's failure: the job's thread ends next, its GPU is
         handed out again, and a container left running would share it unseen."""
-        held = {}  # "run": the job's JobRun once started; "settled": its end reported (or not to be)
+        # "run": the job's JobRun once started; "settled": its end reported (or not to be); "forget": what
+        # removes a host job's process record; "cleaned": that and its folder done (host_job_ended)
+        held = {}
         try:
             self._follow_planned(job, plan, started, confirmed, preparing, held)
         except Exception as err:
@@ -2202,6 +2249,22 @@ class Daemon:
                 self.report(job["job_id"], False, None, error, {"duration_seconds": round(time.monotonic() - started, 3)},
                             end_reason="provider_error", attempt=job.get("attempt"))
                 self.event("job_failed", "error", error, job["job_id"])
+        finally:
+            if not plan[2]:
+                self.host_job_ended(job["job_id"], held)
+
+    def host_job_ended(self, job_id, held):
+        """Once a host job (a runner, the benchmark) has ended and its result is read into memory: removes its
+        folder (SVC_WORKSPACE) with all in it, then the record of its process group, so that a daemon killed
+        in between still removes the folder at its next start. A process a stop could not end keeps both, for
+        the next start; a newer attempt of the job running here meanwhile keeps the folder, its own too."""
+        run = held.get("run")
+        if held.get("cleaned") or (run and run.proc.poll() is None):
+            return
+        held["cleaned"] = True
+        if not self._job_held_elsewhere(job_id):
+            remove_job_folder(self.cfg["work_dir"], job_id, self.log)
+        held.get("forget", lambda: None)()
 
     def _follow_planned(self, job, plan, started, confirmed, preparing, held):
         job_id, attempt = job["job_id"], job.get("attempt")
@@ -2229,10 +2292,12 @@ class Daemon:
                     self.event("job_failed", "warning", error, job_id)
                 return
         try:
-            # A host process (a runner, the benchmark) is recorded: a container is found by its labels.
-            on_group = None if container else (lambda pid: record_job_process(self.cfg["work_dir"], job_id, pid, argv, self.log))
+            # A host process (a runner, the benchmark) is recorded: a container is found by its labels. The
+            # record stays past the group's end, until the job's folder is gone too (host_job_ended).
+            def record(pid):
+                held["forget"] = record_job_process(self.cfg["work_dir"], job_id, pid, argv, self.log)
             run = held["run"] = JobRun(argv, stdin_text, env, os.path.dirname(result_file), container.kill if container else None,
-                                       on_group)
+                                       None if container else record)
         except OSError as err:
             held["settled"] = True
             self.event("job_failed", "error", str(err), job_id)
@@ -2327,6 +2392,10 @@ class Daemon:
             container.remove()
         metrics = {"duration_seconds": duration, "exit_code": code, "executor": "docker" if container else "process"}
         held["settled"] = True
+        # Read into memory first: a host job's folder, where its result lies, goes before the job is reported.
+        found, result = read_result_file(result_file) if outcome is None and code == 0 else ("absent", None)
+        if not container:
+            self.host_job_ended(job_id, held)
         if outcome == "cancelled":
             self.event("job_cancelled", "info", None, job_id)
             return
@@ -2336,7 +2405,6 @@ class Daemon:
             self.event("job_moved", "warning", message, job_id)
             return
         if outcome is None and code == 0:
-            found, result = read_result_file(result_file)
             if found == "error":
                 outcome, result = result, None
             elif found == "absent":
