@@ -3,6 +3,8 @@
 // ALTER DATABASE before the server connects, as on a host whose postgresql.conf names a local zone.
 // The server's sessions run in UTC (src/db/index.ts), so what the database renders or truncates by
 // the session's zone means UTC, and the rules that name UTC say so themselves as well.
+// Put back once the file is done: the worker runs other files after it in this process.
+const hostZone = process.env.TZ;
 process.env.TZ = "America/Los_Angeles";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -31,6 +33,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await srv?.close();
   await drop?.();
+  if (hostZone === undefined) delete process.env.TZ;
+  else process.env.TZ = hostZone;
 });
 const api = () => client(srv.url);
 const hhmm = (d: Date) => d.toISOString().slice(11, 16);
