@@ -245,6 +245,9 @@ describe("svc_daemon.py runs what the signature covers", { timeout: 60_000 }, ()
     expect(errors["job-host-root"]).toMatch(/^the daemon does not run this task: the task's workspace volume "\/" is not a volume name/);
     expect(errors["job-flag-image"]).toMatch(/^the daemon does not run this task: the task's container image "--privileged" is not an image reference/);
     expect(errors["job-bad-mount"]).toMatch(/workspace mount_path "\/w:\/etc" is not an absolute path without ':'/);
+    // Nor does a refused job leave a folder of its own behind.
+    const work = path.join(dir, "work");
+    for (const job of jobs) expect(fs.existsSync(path.join(work, job.job_id as string)), `${job.job_id}'s folder`).toBe(false);
   });
 
   it("arms the kill timer from the signed limits.max_duration_seconds", async () => {

@@ -2160,12 +2160,14 @@ class Daemon:
             plan = plan_job(job, self.cfg["runners"], self.docker, self.cfg["work_dir"], gpu_devices, self.scripts_dir,
                             self.cfg.get("serve_port", 0))
         except RuntimeError as err:
+            self.refused_job_ended(job_id)
             self.event("job_failed", "error", str(err), job_id)
             self.report(job_id, False, None, str(err), {"duration_seconds": 0}, end_reason="unsupported_on_provider", attempt=job.get("attempt"))
             return
         except OSError as err:
             # This machine could not make the job's folder ready (a directory a run of the job left where
             # task.json goes, say): its failure, re-queued.
+            self.refused_job_ended(job_id)
             error = "could not prepare the job's folder: %s" % err
             self.event("job_failed", "error", error, job_id)
             self.report(job_id, False, None, error, {"duration_seconds": 0}, end_reason="provider_error", attempt=attempt)
@@ -2193,6 +2195,12 @@ class Daemon:
             # and running on another GPU meanwhile uses them, and removes them when it ends.
             if container and not self._job_held_elsewhere(job_id):
                 container.remove_data(self.log)
+
+    def refused_job_ended(self, job_id):
+        """A job refused while it was planned (plan_job made its folder first): its folder goes, unless an
+        attempt of the job running here meanwhile uses it."""
+        if not self._job_held_elsewhere(job_id):
+            remove_job_folder(self.cfg["work_dir"], job_id, self.log)
 
     def _job_held_elsewhere(self, job_id):
         """Whether a thread other than this one runs an attempt of the job."""
