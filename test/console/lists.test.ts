@@ -134,8 +134,11 @@ describe("the console's lists", () => {
     await poll(() => rangeOf(page)).toBe("1–3 of 3");
     expect(await page.getByRole("alert").count()).toBe(0);
 
+    // Typed once the page has its first list, as on the jobs page above.
+    const listed = page.waitForResponse((r) => r.url().endsWith("/svc.v1.AdminService/ListPayments"), { timeout: STEP_MS });
     await page.getByRole("link", { name: "Payments" }).click();
     await page.getByRole("heading", { name: "Payments", level: 1 }).waitFor({ timeout: STEP_MS });
+    await listed;
     await page.getByLabel("Renter id").fill("12x");
     await page.getByLabel("Renter id").press("Enter");
     await poll(() => page.getByRole("alert").textContent()).toBe("Renter id must be a whole number, e.g. 42.");

@@ -17,6 +17,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { ADMIN_TOKEN, HMAC_SECRET, freshDatabase } from "../helpers/server.js";
+import { connect } from "../../src/db/index.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 import { DbProxy } from "../helpers/db-proxy.js";
 import { reconnectDelaySeconds } from "../../src/db/index.js";
@@ -46,6 +47,30 @@ const errorLines = () =>
     .map((l) => JSON.parse(l) as { level: number; msg: string })
     .filter((l) => l.level >= 50);
 const balance = () => fetch(`${base}/api/renters/balance`, { headers: { "x-renter-key": renterKey } });
+
+/**
+ * The last LISTEN the server's listening connection sent, once it has listened on every channel (the
+ * same text in five reads in a row), read straight from the database, not through the proxy. Every
+ * (re)connect of that connection empties the server's key cache (anything notified meanwhile is lost).
+ */
+async function lastListen(expected?: string): Promise<string> {
+  const direct = connect(db.url, 1);
+  try {
+    let seen = "";
+    for (let i = 0, same = 0; i < 200 && same < 5; i++) {
+      const [row] = await direct<{ query: string }[]>`
+        SELECT query FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle' AND query ILIKE 'listen%'`;
+      const q = row?.query ?? "";
+      same = q !== "" && q === seen && (expected === undefined || q === expected) ? same + 1 : 0;
+      seen = q;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return seen;
+  } finally {
+    await direct.end();
+  }
+}
+let listening = "";
 
 /** Waits (bounded) until the database answers through the server again. */
 async function recovered(): Promise<number> {
@@ -84,6 +109,7 @@ beforeAll(async () => {
     if (!ready) await new Promise((r) => setTimeout(r, 200));
   }
   if (!ready) throw new Error(`the server did not start:\n${output}`);
+  listening = await lastListen();
   const api = client(base);
   renterKey = (await api.post("/api/renters/register", { name: "Renter", email: uniqueEmail("restart") })).body.api_key;
 }, 120_000);
@@ -124,6 +150,8 @@ describe("the database goes away under a running server process", () => {
 
   it("while it cannot be reached: 503 with {error} and Retry-After on REST, Connect and gRPC; documented 500s keep their text", async () => {
     // The renter's key is looked up (and cached) while the database answers: renters/me then reaches its handler.
+    // Once the listening connection, cut by the test before, is back: its reconnect empties the cache.
+    expect(await lastListen(listening)).toBe(listening);
     const me = () => fetch(`${base}/api/renters/me`, { headers: { "x-renter-key": renterKey } });
     expect((await me()).status).toBe(200);
     proxy.refusing = true;
