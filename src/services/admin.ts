@@ -7,7 +7,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { AdjustBalanceRequestSchema, AdminRenterResponseSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
 import type { Db } from "../db/index.js";
 import { adjustRenterBalance, checkId, listAudit, listJobs, listRenters, offerQueuedJobsOf, RENTER_STATUSES, setQuota, setRenterStatus } from "../domain/admin/admin.js";
-import { recordAudit } from "../domain/shared/audit.js";
+import { recordAudit, recordAuditMany } from "../domain/shared/audit.js";
 import { dashboard } from "../domain/admin/dashboard.js";
 import { auditLedgerNow } from "../domain/money/ledger-audit.js";
 import { idempotent } from "../domain/money/idempotency.js";
@@ -41,13 +41,22 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
     const suspending = status === "suspended";
     const { actor, ip } = auditActor(ctx);
     const { answer, changed, stopped } = await sql.begin(async (tx) => {
-      const { row, changed, stopped } = await setRenterStatus(tx, renterId, status, { stopJobs });
+      const { row, changed, stopped, stoppedJobs } = await setRenterStatus(tx, renterId, status, { stopJobs });
       await recordAudit(tx, actor, suspending ? "renter.suspend" : "renter.unsuspend", "renter", renterId, {
         reason: why ?? null,
         changed,
         ...(suspending ? { stop_jobs: stopJobs, jobs_stopped: stopped.length } : {}),
         ip,
       });
+      // Each job stopped gets the entry an admin's cancel of it writes: a job's own trail says who ended it.
+      const cause = `the renter's account was suspended (stop_jobs)${why ? `: ${why}` : ""}`;
+      await recordAuditMany(
+        tx,
+        actor,
+        "job.cancel",
+        "job",
+        stoppedJobs.map((j) => ({ targetId: j.jobId, details: { status: j.status, reason: cause, renter_id: renterId, ip: ip ?? null } })),
+      );
       const answer = await renterAnswer(tx, row);
       return { answer: suspending ? { ...answer, jobsStopped: BigInt(stopped.length) } : answer, changed, stopped };
     });

@@ -174,6 +174,14 @@ describe("stop_jobs", () => {
 
     const [entry] = await renterAudit(renter.id);
     expect(entry).toMatchObject({ action: "renter.suspend", details: { reason: "abuse report 42", changed: false, stop_jobs: true, jobs_stopped: 3 } });
+    // Each job stopped has its own entry, as an admin's cancel of it would: a job's audit trail says who ended it.
+    for (const [jobId, status] of [[running, "running"], [pending, "pending"], [queued, "queued"]]) {
+      const trail = (await api.get(`/api/admin/audit?target_type=job&target_id=${jobId}`, ADMIN)).body.entries;
+      expect(trail, jobId).toMatchObject([
+        { action: "job.cancel", details: { status, reason: "the renter's account was suspended (stop_jobs): abuse report 42", renter_id: renter.id } },
+      ]);
+    }
+    expect((await api.get(`/api/admin/audit?target_type=job&target_id=${theirs}`, ADMIN)).body.entries).toEqual([]);
     // Nothing left to stop.
     expect((await suspend(renter.id, { stop_jobs: true })).body.jobs_stopped).toBe(0);
     await booksClean();

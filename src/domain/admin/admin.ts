@@ -61,6 +61,8 @@ export interface RenterStatusChange {
   changed: boolean;
   /** The active jobs stop_jobs cancelled (afterCancels once committed). */
   stopped: CancelEnd[];
+  /** The same jobs by job_id, with the status each was cancelled from (their audit entries). */
+  stoppedJobs: { jobId: string; status: string }[];
 }
 
 /**
@@ -101,15 +103,17 @@ export async function setRenterStatus(
     await accountKeysChanged(tx, "renter", id);
   }
   const stopped: CancelEnd[] = [];
+  const stoppedJobs: { jobId: string; status: string }[] = [];
   if (opts.stopJobs) {
     // Read again: it holds the jobs that submits committed while this waited for the reservation lock.
     for (const job of await lockActiveJobsOf(tx, id)) {
+      stoppedJobs.push({ jobId: job.job_id, status: job.status });
       stopped.push(await cancelLocked(tx, job, "renter_suspended", "cancelled by admin: the account was suspended"));
     }
     // Its spending as the charges left it.
     if (stopped.length > 0) row = await renterById(tx, id);
   }
-  return { row, changed, stopped };
+  return { row, changed, stopped, stoppedJobs };
 }
 
 /** How many of an unsuspended renter's queued jobs are offered to providers at once; refills and the job sweep reach the rest. */
