@@ -10,6 +10,7 @@ import { listProviders, providerById, providerMessage } from "../domain/provider
 import { checkId } from "../domain/admin/admin.js";
 import { page, requireMembers } from "../domain/shared/validate.js";
 import { auditActor, type Deps } from "./deps.js";
+import { recordAuditMany } from "../domain/shared/audit.js";
 
 const REQUEUE_REASON: Partial<Record<ApprovalAction, string>> = {
   suspend: "provider suspended by an administrator",
@@ -32,9 +33,25 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
       // Its jobs first, then its row (in decideProvider): the order a settling result takes them in.
       // A rejected provider never takes work again: the queued jobs pinned to it end too.
       const pinnedQueued = action === "reject";
-      if (REQUEUE_REASON[action]) await lockJobsOfProvider(tx, providerId, pinnedQueued);
-      const outcome = await decideProvider(sql, tx, providerId, action, actorOf(ctx), reason);
+      const held = REQUEUE_REASON[action] ? await lockJobsOfProvider(tx, providerId, pinnedQueued) : [];
+      const who = actorOf(ctx);
+      const outcome = await decideProvider(sql, tx, providerId, action, who, reason);
       const removed = outcome.requeue ? await takeJobsOffProvider(tx, outcome.provider.id, "admin", REQUEUE_REASON[action]!, pinnedQueued) : undefined;
+      if (removed) {
+        // Each job taken off gets the entry an admin's re-queue of it writes: a job's own trail says who moved it.
+        const why = `${REQUEUE_REASON[action]}${reason ? `: ${reason}` : ""}`;
+        const ended = new Map<string, string>([...removed.requeued.map((j) => [j, "requeued"] as const), ...removed.failed.map((j) => [j, "failed"] as const)]);
+        await recordAuditMany(
+          tx,
+          who.actor,
+          "job.requeue",
+          "job",
+          held.filter((j) => ended.has(j.job_id)).map((j) => ({
+            targetId: j.job_id,
+            details: { from_provider: j.provider_id, attempt: j.attempt, outcome: ended.get(j.job_id), reason: why, ip: who.ip ?? null },
+          })),
+        );
+      }
       return { outcome, removed };
     });
     if (removed) {

@@ -230,6 +230,11 @@ describe("the jobs of a provider an admin takes out", () => {
     const log = (await api.get(`/api/admin/audit?target_type=provider&target_id=${p.id}`, ADMIN)).body;
     expect(log.entries[0]).toMatchObject({ actor: "admin", action: "provider.suspend" });
     expect(log.entries[0].details).toMatchObject({ reason: "abuse", changed: true });
+    // The job's own trail says who took it off, as an admin's re-queue of it would.
+    const trail = (await api.get(`/api/admin/audit?target_type=job&target_id=${jobId}`, ADMIN)).body.entries;
+    expect(trail).toMatchObject([
+      { actor: "admin", action: "job.requeue", details: { from_provider: p.id, attempt: 1, outcome: "requeued", reason: "provider suspended by an administrator: abuse" } },
+    ]);
     await api.post(`/api/admin/jobs/${jobId}/cancel`, {}, ADMIN);
   });
 
@@ -256,6 +261,13 @@ describe("the jobs of a provider an admin takes out", () => {
     const q = await jobRow(queued);
     expect(["failed", "cancelled"], `queued pinned job is still ${q.status}, holding the renter's funds`).toContain(q.status);
     expect((await balance(renter.headers)).held_halala).toBe(0);
+    // Each has its own audit entry: ended, not re-queued (it asked for this provider).
+    for (const [jobId, from] of [[running, p.id], [queued, null]] as const) {
+      const trail = (await api.get(`/api/admin/audit?target_type=job&target_id=${jobId}`, ADMIN)).body.entries;
+      expect(trail, jobId).toMatchObject([
+        { action: "job.requeue", details: { from_provider: from, outcome: "failed", reason: "provider rejected by an administrator: fraudulent hardware" } },
+      ]);
+    }
   });
 
   it("a job on its last attempt whose provider an admin suspends is re-queued (the platform's doing, as an admin re-queue is), not failed as 'gave up after 3 attempts'", async () => {
