@@ -1,8 +1,8 @@
 // Per-route body limits over real HTTP: the result routes (job-result and
 // /complete, body_limit_kb 16384 in jobs.proto) accept a ~1.5 MiB body and
 // keep it whole, while the same body on a route with the 64 KiB default
-// (progress, submit) or a 1 MiB limit (daemon-event) is 413 with {error},
-// moving nothing.
+// (progress) or a 1 MiB limit (daemon-event), and twice it on submit (2 MiB),
+// is 413 with {error}, moving nothing.
 import { describe, expect, it } from "vitest";
 import { DEFAULT_BODY_LIMIT_KB } from "../../src/http/body.js";
 import { client } from "../helpers/http.js";
@@ -59,9 +59,10 @@ describe("per-route body limits", () => {
     const progress = await api.post(`/api/jobs/${jobId}/progress`, { api_key: provider.key, progress_pct: 10, phase: BIG });
     expect(progress.status).toBe(413);
     expect(progress.body).toEqual({ error: `request body too large (limit ${DEFAULT_BODY_LIMIT_KB} KiB)` });
-    const submit = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 2, params: { prompt: BIG } }, renter.headers);
+    // Submit takes 2 MiB (room for the longest params GET /api/job-types advertises): twice BIG is past it.
+    const submit = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 2, params: { prompt: BIG + BIG } }, renter.headers);
     expect(submit.status).toBe(413);
-    expect(submit.body).toEqual({ error: `request body too large (limit ${DEFAULT_BODY_LIMIT_KB} KiB)` });
+    expect(submit.body).toEqual({ error: "request body too large (limit 2048 KiB)" });
     const event = await api.post("/api/providers/daemon-event", { api_key: provider.key, event_type: "crash_report", details: BIG });
     expect(event.status).toBe(413);
     expect(event.body).toEqual({ error: "request body too large (limit 1024 KiB)" });
