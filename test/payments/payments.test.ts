@@ -578,6 +578,25 @@ describe("POST /api/payments/webhook", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("a refund event arriving after a void of a payment never credited credits nothing (the void gave the whole payment back)", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    // The gateway's paid, partial refund and void, delivered in reverse: the void first, then the refund.
+    const base = { amount: 5000, currency: "SAR", metadata: { payment_id: payment.payment_id } };
+    expect((await webhook({ id: "vr-void", type: "payment_voided", data: { ...base, status: "voided", refunded: 1000 } })).body.outcome).toBe("failed");
+    const refund = await webhook({ id: "vr-refund", type: "payment_refunded", data: { ...base, status: "refunded", refunded: 1000 } });
+    expect(refund.status).toBe(200);
+    expect(refund.body.outcome).toBe("ignored");
+    expect((await webhook(paidEvent(payment.payment_id, 5000))).body.outcome).toBe("ignored");
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    expect(await srv.sql`SELECT 1 FROM ledger_transfers WHERE payment_id = ${payment.payment_id}`).toHaveLength(0);
+    const [row] = await srv.sql`SELECT status, refunded_halala, voided_at IS NOT NULL AS voided FROM payments WHERE payment_id = ${payment.payment_id}`;
+    expect(row).toEqual({ status: "failed", refunded_halala: 0, voided: true });
+    const audits = await srv.sql`SELECT action FROM audit_log WHERE target_id = ${payment.payment_id} ORDER BY id`;
+    expect(audits.map((a) => a.action)).toEqual(["payment.refund_after_void", "payment.paid_after_void"]);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("records every verified event", async () => {
     const r = await makeRenter(srv);
     const { payment } = await cardTopup(r.headers, 700);

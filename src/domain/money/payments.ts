@@ -4,7 +4,7 @@
 // failed; failed -> paid (a later successful attempt on the same checkout);
 // paid -> refunded. A void is a full refund of a credited payment (paid ->
 // refunded), and marks one never credited failed (initiated -> failed, with
-// voided_at: a paid event arriving for it late then credits nothing).
+// voided_at: a paid or refunded event arriving for it late then credits nothing).
 import crypto from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { PaymentSchema } from "../../../gen/svc/v1/models_pb.js";
@@ -269,6 +269,12 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
       return refund(tx, p, p.amount_halala);
     }
     case "refunded": {
+      if (p.voided_at) {
+        // Voided before it was credited: the void gave the card holder the whole payment back, so a
+        // refund of it (delivered after the void) has nothing to take, and must not credit it first.
+        await recordAudit(tx, "gateway", "payment.refund_after_void", "payment", p.payment_id, { refunded: ev.refunded ?? null, event_id: ev.eventId ?? null });
+        return { outcome: "ignored", payment: p, note: "payment was voided" };
+      }
       if (p.status !== "paid" && p.status !== "refunded") {
         // A refund proves the payment was made: its paid event is late, or was lost (answered 5xx and
         // not sent again). Credited here, the refund then takes it back, and the paid event, when it
