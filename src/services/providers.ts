@@ -11,9 +11,10 @@ import {
   registerProvider,
   resumeProvider,
 } from "../domain/providers/providers.js";
-import { jobMessage, recentJobsOfProvider } from "../domain/jobs/jobs.js";
+import { activeJobOfProvider, jobMessage, recentJobsOfProvider } from "../domain/jobs/jobs.js";
 import { checkEmail, checkEnum, iso, optionalText, page, requireMembers } from "../domain/shared/validate.js";
-import { recordHeartbeat } from "../domain/providers/heartbeat.js";
+import { MAX_VRAM_MIB, recordHeartbeat } from "../domain/providers/heartbeat.js";
+import { count } from "../domain/shared/lenient.js";
 import { recordDaemonEvent } from "../domain/providers/daemon-events.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
 import { setPreferences } from "../domain/providers/preferences.js";
@@ -81,7 +82,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
 
     async getMe(_req, ctx) {
       const id = callerProviderId(ctx);
-      const [provider, recent] = await Promise.all([providerById(sql, id), recentJobsOfProvider(sql, id)]);
+      const [provider, recent, active] = await Promise.all([providerById(sql, id), recentJobsOfProvider(sql, id), activeJobOfProvider(sql, id)]);
       const telemetry = (provider.gpu_telemetry ?? {}) as Record<string, unknown>;
       const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
       const [earnings] = await sql<{ today: number; week: number }[]>`
@@ -91,15 +92,16 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
         WHERE a.kind = 'provider_earnings' AND a.owner_id = ${id}
           -- Bounded by the older of the two windows: the provider's earlier earnings are not read.
           AND t.created_at >= least(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', now() - interval '7 days')`;
-      const active = recent.find((j) => j.status === "running" || j.status === "pending");
-      const vramTotal = num(telemetry.gpu_vram_mib) || provider.gpu_vram_mib || 0;
+      // Figures past any card's size are not believed (as the heartbeat stores none): a used figure stays a whole number of MiB.
+      const vramTotal = count(telemetry.gpu_vram_mib, MAX_VRAM_MIB) || provider.gpu_vram_mib || 0;
+      const vramFree = typeof telemetry.free_vram_mib === "number" ? count(telemetry.free_vram_mib, MAX_VRAM_MIB) : undefined;
       return {
         provider: {
           provider: providerMessage(provider),
           gpuMetrics: {
             utilizationPct: num(telemetry.gpu_util_pct),
             // Unknown until the daemon reports free VRAM: 0, as the other figures it has not reported.
-            vramUsedMib: BigInt(typeof telemetry.free_vram_mib === "number" ? Math.max(0, Math.round(vramTotal - num(telemetry.free_vram_mib)) || 0) : 0),
+            vramUsedMib: BigInt(vramFree === undefined ? 0 : Math.max(0, vramTotal - vramFree)),
             temperatureC: num(telemetry.temp_c),
           },
           todayEarningsHalala: BigInt(earnings.today),

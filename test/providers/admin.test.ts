@@ -67,6 +67,22 @@ describe("approval", () => {
     expect((await api.post(`/api/admin/providers/${p.id}/approve`, {}, ADMIN)).body.provider).toMatchObject({ approval_status: "approved", rejection_reason: null });
   });
 
+  it("a rejected provider's own pause and resume do not bring it back online (nor into the dashboard's online count)", async () => {
+    const p = await newProvider(srv);
+    expect((await heartbeat(srv, p.key)).status).toBe(200);
+    await flushHeartbeats(srv);
+    const onlineNow = async () => (await api.get("/api/admin/dashboard", ADMIN)).body.stats.online_now as number;
+    const before = await onlineNow();
+    expect((await api.post(`/api/admin/providers/${p.id}/reject`, { reason: "failed verification" }, ADMIN)).body.provider.status).toBe("offline");
+    expect(await onlineNow()).toBe(before - 1);
+    expect((await api.post("/api/providers/pause", { key: p.key })).body.status).toBe("paused");
+    const resumed = await api.post("/api/providers/resume", { key: p.key });
+    expect(resumed.status).toBe(200);
+    expect(resumed.body.status).toBe("connected");
+    expect((await api.get(`/api/admin/providers/${p.id}`, ADMIN)).body).toMatchObject({ status: "connected", is_paused: false, approval_status: "rejected" });
+    expect(await onlineNow()).toBe(before - 1);
+  });
+
   it("suspend refuses heartbeats and hides the provider; unsuspend restores offline (or paused) until the next beat", async () => {
     const p = await newProvider(srv);
     await heartbeat(srv, p.key);

@@ -139,6 +139,25 @@ describe("heartbeat: accepted", () => {
     expect(stored.resource_spec).toEqual({ cpu_count: 8 });
   });
 
+
+  it("GET /me answers 200 with vram_used_mib a whole number of MiB, whatever VRAM figures the daemon reported", async () => {
+    const cases: [Record<string, unknown>, number][] = [
+      // Out of every GPU's range: the stored card size (the heartbeat keeps none past 16 TiB) and no used figure.
+      [{ gpu_vram_mib: 1e308, free_vram_mib: -1e308 }, 0],
+      [{ gpu_vram_mib: 1e300, free_vram_mib: -1e300 }, 0],
+      [{ gpu_vram_mib: 24000, free_vram_mib: -1e19 }, 0],
+      [{ gpu_vram_mib: 24000, free_vram_mib: 1e19 }, 0],
+      [{ gpu_vram_mib: 24000, free_vram_mib: 20000.4 }, 4000],
+    ];
+    for (const [gpu, used] of cases) {
+      const p = await newProvider(srv);
+      expect((await heartbeat(srv, p.key, { gpu_status: gpu })).status).toBe(200);
+      await flushHeartbeats(srv);
+      const me = await api.get(`/api/providers/me?key=${p.key}`);
+      expect(me.status, JSON.stringify(gpu)).toBe(200);
+      expect(me.body.provider.gpu_metrics.vram_used_mib, JSON.stringify(gpu)).toBe(used);
+    }
+  });
   it("answers 500 {error: \"heartbeat failed\"} when the database refuses the write", async () => {
     const p = await newProvider(srv);
     await srv.sql.unsafe(`

@@ -87,6 +87,14 @@ export async function recentJobsOfProvider(db: Db, providerId: number, limit = 1
     SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${dbNowSql(db)} FROM jobs WHERE provider_id = ${providerId} ORDER BY submitted_at DESC, id DESC LIMIT ${limit}`;
 }
 
+/** The provider's newest job still on it (pending or running), among all its jobs, not only its recent ones; undefined when none. */
+export async function activeJobOfProvider(db: Db, providerId: number): Promise<(JobSummaryRow & DbNow) | undefined> {
+  const [job] = await db<(JobSummaryRow & DbNow)[]>`
+    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${dbNowSql(db)} FROM jobs
+    WHERE provider_id = ${providerId} AND status IN ('pending', 'running') ORDER BY submitted_at DESC, id DESC LIMIT 1`;
+  return job;
+}
+
 // ---- readers ----
 
 /**

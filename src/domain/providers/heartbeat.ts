@@ -55,6 +55,8 @@ const MAX_TELEMETRY_CHARS = 16_384;
 /** Bounds of a declared supported_job_types list: a handful of job types, each a short name. */
 const MAX_JOB_TYPES = 64;
 const MAX_JOB_TYPE_CHARS = 64;
+/** The largest VRAM figure (MiB) a heartbeat is believed for: a card's size, or its free memory. */
+export const MAX_VRAM_MIB = 16 * 1024 * 1024;
 
 export interface HeartbeatDeps {
   config: Config;
@@ -134,7 +136,7 @@ export function parseHeartbeatBody(body: JsonObject, gpuText?: StructText): Hear
   return {
     telemetryJson,
     daemonVersion: text(body.daemon_version, 64) ?? text(gpu?.field("daemon_version"), 64),
-    gpuVramMib: count(gpu?.field("gpu_vram_mib"), 16 * 1024 * 1024),
+    gpuVramMib: count(gpu?.field("gpu_vram_mib"), MAX_VRAM_MIB),
     gpuCount: count(gpu?.field("gpu_count"), 1024) ?? (gpu?.allGpus !== undefined ? Math.min(gpu.allGpus, 1024) : undefined),
     computeCapability: text(gpu?.field("compute_capability"), 32),
     cudaVersion: text(gpu?.field("cuda_version"), 32),

@@ -176,10 +176,11 @@ export async function pauseProvider(sql: Sql, id: number): Promise<string> {
 }
 
 /**
- * Resume: online when the daemon was heard from within the live window,
- * otherwise connected (waiting for its next heartbeat; the sweep moves it
- * offline if none comes within the window). Its load row is no longer away
- * (migration 060) once this commits.
+ * Resume: online when the provider is approved and its daemon was heard from
+ * within the live window, otherwise connected (waiting for its next accepted
+ * heartbeat; the sweep moves it offline if none comes within the window): a
+ * rejected provider, whose heartbeats are refused, is never brought back online
+ * by its owner. Its load row is no longer away (migration 060) once this commits.
  */
 export async function resumeProvider(sql: Sql, id: number): Promise<{ status: string; becameOnline: boolean }> {
   return sql.begin(async (tx) => {
@@ -188,7 +189,8 @@ export async function resumeProvider(sql: Sql, id: number): Promise<{ status: st
     if (row.status === "suspended") throw forbidden("provider is suspended; contact support");
     const [after] = await tx<{ status: string }[]>`
       UPDATE providers SET is_paused = false,
-        status = CASE WHEN last_heartbeat >= now() - make_interval(secs => ${LIVE_WINDOW_SECONDS}) THEN 'online' ELSE 'connected' END,
+        status = CASE WHEN approval_status = 'approved' AND last_heartbeat >= now() - make_interval(secs => ${LIVE_WINDOW_SECONDS})
+                      THEN 'online' ELSE 'connected' END,
         updated_at = now()
       WHERE id = ${id} RETURNING status`;
     if (after.status !== row.status) await tx`UPDATE providers SET status_since = now() WHERE id = ${id}`;
