@@ -24,11 +24,12 @@ function whereOf(raw: string): string {
 
 /**
  * The one line a start that failed for a setting says (the port is taken, the database cannot be
- * reached or refuses), naming the variable; undefined for any other failure, whose stack is printed.
+ * reached or refuses, the embedded one exits as it starts), naming the variable; undefined for any other failure, whose stack is printed.
  */
 function startFailure(err: unknown, config: Config): string | undefined {
   if (err instanceof ConfigError) return `configuration error: ${err.message}`;
   const e = err as SystemError;
+  if (e?.name === "EmbeddedStartError") return e.message;
   const metrics = config.metrics.listen;
   if (e?.syscall === "listen" || (e?.syscall === "getaddrinfo" && (e.hostname === config.host || e.hostname === metrics?.host))) {
     const onMetrics = metrics !== undefined && (e.port === metrics.port || (e.port === undefined && e.hostname === metrics.host));

