@@ -37,6 +37,10 @@ function clientGone(cause?: Error) {
 export async function readBody(req: IncomingMessage | Http2ServerRequest, limitBytes: number): Promise<Buffer> {
   const declared = Number(req.headers["content-length"]);
   if (Number.isFinite(declared) && declared > limitBytes) throw tooLarge(req, limitBytes);
+  // The client left before the body was read (while the caller awaited something else): the request was
+  // destroyed (HTTP/1.1) or its stream's close ended it unread (HTTP/2) before anyone listened, and no
+  // data, end or close will follow to settle the read.
+  if (req.destroyed || req.readableEnded) throw clientGone();
   // Events rather than `for await`: the async iterator costs several times
   // more per request, and most bodies arrive in one chunk.
   return new Promise<Buffer>((resolve, reject) => new BodyReader(req, limitBytes, resolve, reject).start());

@@ -439,7 +439,8 @@ export function createV1Handler(deps: V1Deps) {
         const { error } = result;
         if (error) {
           call.log.streamError = error.code;
-          if (!revoked(call)) metric((m) => m.v1UpstreamError(error.code));
+          // A client that left, or whose key was revoked, is no failure of the endpoint's (as in "broken" below).
+          if (error.status !== 499 && !revoked(call)) metric((m) => m.v1UpstreamError(error.code));
         }
         // The stream is over (fully or broken off): what was delivered is billed before the response ends
         // (or carries its error event), so a client that saw the end also sees the charge.
