@@ -6,7 +6,7 @@
 //   query ended the process with an unhandled `read ECONNRESET` (the crash
 //   npm run chaos found; bin/patch-postgres.mjs);
 // - while the database cannot be reached, requests answer 503 with
-//   {"error"} and Retry-After on REST, Connect and gRPC (the routes whose
+//   {"error"} and Retry-After on REST, Connect, gRPC and /v1 (the routes whose
 //   failure the spec documents as 500 keep it, with Retry-After), never a bare 500;
 // - the pool connects again within seconds once it is back (its reconnect
 //   delay is capped at 2 s, postgres.js's default grows to 20 s).
@@ -188,6 +188,18 @@ describe("the database goes away under a running server process", () => {
       );
       expect(err?.code).toBe(Code.Unavailable);
       expect(err?.metadata.get("retry-after")).toMatch(/^\d+$/);
+
+      // /v1: the envelope says the service is away (retryable, with its retry-after), as the other wires do.
+      const chat = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${renterKey}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "any-model", messages: [{ role: "user", content: "hi" }] }),
+      });
+      expect(chat.status).toBe(503);
+      expect(chat.headers.get("retry-after")).toMatch(/^\d+$/);
+      expect(await chat.json()).toMatchObject({
+        error: { message: expect.stringMatching(/temporarily unavailable/), status: 503, retryable: true, retry_after_seconds: expect.any(Number) },
+      });
 
       // The spec documents the failure of renters/me as 500 "failed to fetch renter data": kept, with Retry-After.
       const mine = await me();

@@ -81,9 +81,11 @@ export function toV1Error(err: unknown): V1Error {
     499: "invalid_request",
   };
   const headers = e.headers.connection ? { connection: e.headers.connection } : undefined;
-  // A 429 always carries its retry-after (spec Errors 4); the domain gives it in seconds.
+  // A 429 always carries its retry-after (spec Errors 4); the domain gives it in seconds. A 503 that names one
+  // (the database away) passes it on, as the other wires do.
   const retryAfter = Number(e.headers["retry-after"]);
-  const retryAfterMs = e.status === 429 ? (Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : 1000) : undefined;
+  const named = Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : undefined;
+  const retryAfterMs = e.status === 429 ? (named ?? 1000) : e.status === 503 ? named : undefined;
   return new V1Error(code[e.status] ?? "internal_error", e.message, { status: e.status >= 400 ? e.status : 500, headers, retryAfterMs });
 }
 
