@@ -79,6 +79,17 @@ describe("the minimal submit of every job type", () => {
     }
   });
 
+  it("takes back the container_spec a submit answered (its pricing_class included)", async () => {
+    const renter = await makeRenter(srv, 100_000);
+    await makeProvider(srv);
+    const first = await api.post("/api/jobs/submit", minimal("image_generation"), renter.headers);
+    expect(first.status).toBe(201);
+    expect(first.body.job.container_spec.pricing_class).toEqual(expect.any(String));
+    const again = await api.post("/api/jobs/submit", { ...minimal("image_generation"), container_spec: first.body.job.container_spec }, renter.headers);
+    expect(again.status, JSON.stringify(again.body)).toBe(201);
+    expect(again.body.job.container_spec).toEqual(first.body.job.container_spec);
+  });
+
   it("keeps a renter's own custom_container image on its own CMD: the smoke check is the default image's", async () => {
     const renter = await makeRenter(srv, 10_000);
     const provider = await makeProvider(srv);
@@ -153,6 +164,7 @@ describe("present and wrong values", () => {
       [{ job_type: "custom_container", container_spec: { image: "evil/miner:1.0" } }, /^container_spec\.image evil\/miner:1\.0 is not an approved image/],
       [{ job_type: "custom_container", container_spec: { image: "nvidia/cuda:latest" } }, /^container_spec\.image must not use the moving tag 'latest'/],
       [{ job_type: "benchmark", duration_minutes: 0 }, /duration_minutes/],
+      [{ job_type: "training", container_spec: { pricing_class: "free" } }, /^container_spec\.pricing_class is set by the service: training jobs are priced as /],
       [{ job_type: "gpu_mining" }, /^job_type must be one of /],
     ];
     for (const [body, error] of cases) {

@@ -32,7 +32,7 @@ const OUTPUTS: Record<JobType, Record<string, string>> = {
  */
 export const IMAGE_RESULT_JOB_TYPES: readonly string[] = Object.entries(OUTPUTS).filter(([, o]) => o.kind === "image").map(([t]) => t);
 
-const CONTAINER_FIELDS = ["image", "image_type"];
+const CONTAINER_FIELDS = ["image", "image_type", "pricing_class"];
 
 /** Whether a container_spec names an image; one that does not runs the job type's default (job-schemas.ts). */
 export function namesImage(spec: Record<string, unknown> | undefined): boolean {
@@ -55,6 +55,11 @@ export async function normalizeContainerSpec(db: Db, jobType: JobType, spec: Rec
     if (!CONTAINER_FIELDS.includes(k)) throw badRequest(`container_spec.${k} is not supported (allowed: ${CONTAINER_FIELDS.join(", ")})`);
   }
   if (given.image !== undefined && typeof given.image !== "string") throw badRequest("container_spec.image must be a string");
+  // Set by the service: a container_spec sent back as a job answered it (with its pricing_class) is taken,
+  // one asking for another class is refused rather than silently priced otherwise.
+  if (given.pricing_class !== undefined && given.pricing_class !== null && given.pricing_class !== pricingClassOf(jobType)) {
+    throw badRequest(`container_spec.pricing_class is set by the service: ${jobType} jobs are priced as ${pricingClassOf(jobType)}`);
+  }
   if (given.image_type !== undefined && (typeof given.image_type !== "string" || !IMAGE_TYPES.includes(given.image_type as ImageType))) {
     throw badRequest(`container_spec.image_type must be one of ${IMAGE_TYPES.join(", ")}`);
   }
