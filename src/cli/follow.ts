@@ -265,12 +265,14 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
       }
       if (!outcome) throw new ConnectError("the event stream ended before the job did", Code.Unavailable);
     } catch (err) {
+      // The job's end arrived before the stream failed (its close was lost): nothing is missing.
+      if (outcome) break;
       const ce = ConnectError.from(err);
       const now = Date.now();
       // Never sooner than the server's Retry-After: what it said to wait for is not asked again at once.
       const delay = Math.max(backoffMs(attempt++), retryAfterMs(ce));
       // A lost connection (or a server restarting) resumes from the last cursor; a refusal does not.
-      if (outcome || !resumable(ce) || now + delay - (lostAt ?? now) > windowMs) {
+      if (!resumable(ce) || now + delay - (lostAt ?? now) > windowMs) {
         display?.stop(false);
         if (lostAt !== undefined) notice(`svc: gave up reconnecting after ${Math.round((now - lostAt) / 1000)} s`);
         throw err;

@@ -201,8 +201,11 @@ export function writeLocalFile(file: string, data: string | Uint8Array): void {
 
 export const sar = (halala: bigint | number | undefined) => (halala === undefined ? "-" : `${(Number(halala) / 100).toFixed(2)} SAR`);
 
-/** What a call that failed without the server's answer ends with (see reportError). */
-const TRANSPORT_CODES = new Set([Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded]);
+/**
+ * What a call that failed without the server's answer ends with (see reportError): a connection
+ * closed under it is canceled ("http/2 stream closed with error code CANCEL"), one reset aborted.
+ */
+const TRANSPORT_CODES = new Set([Code.Canceled, Code.Aborted, Code.Unavailable, Code.Unknown, Code.Internal, Code.DeadlineExceeded]);
 
 const CODE_NAMES: Partial<Record<Code, string>> = Object.fromEntries(
   Object.entries(Code)

@@ -46,7 +46,8 @@ export function receiptService({ sql }: Deps): Partial<ServiceImpl<typeof Receip
       const offset = req.offset === undefined ? 0 : checkProviderKeysOffset(req.offset);
       const providerId = req.providerId === undefined ? undefined : checkId(req.providerId, "provider_id");
       const keyId = optionalText(req.keyId, 64, "key_id");
-      const k = await publishedKeys(sql, { providerId, keyId, limit, offset });
+      const afterProviderId = req.afterProviderId === undefined ? undefined : checkId(req.afterProviderId, "after_provider_id");
+      const k = await publishedKeys(sql, { providerId, keyId, afterProviderId, limit, offset });
       return {
         serverKeys: k.server.filter((s) => keyId === undefined || s.keyId === keyId).map(serverKey),
         providerKeys: k.providers.map((p) => ({

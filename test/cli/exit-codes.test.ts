@@ -1,11 +1,13 @@
 // svc's exit codes as a real subprocess against a real server: a failure
 // inside the server is its answer (5, with its request id), not "server
-// unreachable" (4), with or without the server's status header; a 400 and an integer option out of its protobuf type's
+// unreachable" (4), with or without the server's status header, while a connection closed or reset
+// before the answer is (4); a 400 and an integer option out of its protobuf type's
 // range are usage errors (2); so is a broken profiles file, a profile name
 // that is not saved, and a file svc cannot write (--out); Ctrl-C at
 // `svc login`'s hidden prompt exits 130 as Ctrl-C does elsewhere.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -32,6 +34,57 @@ async function completedJob() {
   const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { response: "Hi!" } });
   expect(res.status, res.text).toBe(200);
   return { env: { SVC_URL: srv.url, SVC_KEY: renter.key }, jobId };
+}
+
+/**
+ * A proxy in front of the server that passes its connections through until a request's HEADERS
+ * frame (HTTP/2 frame type 1, after the client's 24-byte preface) comes from the client: then it
+ * closes the connection (`how`: "close", a FIN) or resets it ("reset", an RST) without passing the
+ * request on, so no answer comes back.
+ */
+async function dropAtRequest(how: "close" | "reset"): Promise<{ url: string; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((c) => {
+    const up = net.connect(srv.port, "127.0.0.1");
+    sockets.add(c).add(up);
+    const drop = () => {
+      c.destroy();
+      up.destroy();
+    };
+    c.on("error", drop).on("close", drop);
+    up.on("error", drop).on("close", drop);
+    up.pipe(c);
+    let buf = Buffer.alloc(0);
+    let preface = false;
+    c.on("data", (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      if (!preface && buf.length >= 24) {
+        up.write(buf.subarray(0, 24));
+        buf = buf.subarray(24);
+        preface = true;
+      }
+      while (preface && buf.length >= 9 && buf.length >= 9 + buf.readUIntBE(0, 3)) {
+        const frame = buf.subarray(0, 9 + buf.readUIntBE(0, 3));
+        buf = buf.subarray(frame.length);
+        if (frame[3] === 1) {
+          c.removeAllListeners("data");
+          up.destroy();
+          if (how === "reset") c.resetAndDestroy();
+          else c.end();
+          return;
+        }
+        up.write(frame);
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  return {
+    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
 }
 
 /**
@@ -124,6 +177,21 @@ describe("svc exit codes", { timeout: 180_000 }, () => {
     const down = await svc(["usage"], { home, env: { SVC_URL: "http://127.0.0.1:9", SVC_KEY: renter.key } });
     expect(down.stderr).toMatch(/server unreachable/);
     expect(down.code).toBe(4);
+  });
+
+  it("a connection lost before the server answered (closed or reset) is 'server unreachable' (4), not the server's refusal (5)", async () => {
+    const home = tempDir("svc-exit");
+    const renter = await makeRenter(srv);
+    for (const how of ["close", "reset"] as const) {
+      const proxy = await dropAtRequest(how);
+      try {
+        const r = await svc(["balance"], { home, env: { SVC_URL: proxy.url, SVC_KEY: renter.key } });
+        expect(r.stderr, how).toMatch(/^svc: server unreachable: /m);
+        expect(r.code, `${how}: ${r.stderr}`).toBe(4);
+      } finally {
+        await proxy.close();
+      }
+    }
   });
 
   it("an integer option outside its protobuf type's range is a usage error naming the option (2), not 'server unreachable' (4)", async () => {

@@ -15,6 +15,20 @@ const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 
 const svc = (args: string[], home: string, input = ""): Promise<Run> => runSvc(args, { home, input });
 
+/** A completed job (over the legacy JSON protocol) and its renter. */
+async function completedJob() {
+  const api = client(srv.url);
+  const renter = await makeRenter(srv, 10_000);
+  const provider = await makeProvider(srv);
+  const sub = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 2, provider_id: provider.id }, renter.headers);
+  expect(sub.status, sub.text).toBe(201);
+  const jobId: string = sub.body.job.job_id;
+  await api.get(`/api/providers/${provider.key}/jobs`);
+  const done = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { scores: { gflops: 3.5 } } });
+  expect(done.status, done.text).toBe(200);
+  return { api, renter, jobId };
+}
+
 // Each svc run starts a Node process with the TypeScript loader: seconds each on a loaded machine.
 describe("svc receipt", { timeout: 300_000 }, () => {
   it("verifies a receipt offline from files, and refuses a changed receipt or output", async () => {
@@ -107,5 +121,37 @@ describe("svc receipt", { timeout: 300_000 }, () => {
     const other = tempDir("svc-receipt-other");
     await svc(["login", "--url", srv.url], other, stranger.key);
     expect((await svc(["receipt", "get", jobId], other)).code).toBe(3);
+  });
+
+  it("refuses an output file that names a member twice: a first-wins reader would show what was not hashed", async () => {
+    const { api, renter, jobId } = await completedJob();
+    const home = tempDir("svc-receipt-output-twice");
+    fs.writeFileSync(path.join(home, "r.json"), (await api.get(`/api/jobs/${jobId}/receipt`, renter.headers)).text);
+    fs.writeFileSync(path.join(home, "k.json"), (await api.get("/api/receipts/keys")).text);
+    const text = (await api.get(`/api/jobs/${jobId}/output/result`, renter.headers)).text;
+    fs.writeFileSync(path.join(home, "out.json"), text);
+    const ok = await svc(["receipt", "verify", "r.json", "--keys", "k.json", "--output", "out.json"], home);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    // The hashed value last: JSON.parse keeps it, a reader keeping the first value shows 99.
+    expect(text).toContain('"gflops":3.5');
+    fs.writeFileSync(path.join(home, "twice.json"), text.replace('"gflops":3.5', '"gflops":99,"gflops":3.5'));
+    const twice = await svc(["--json", "receipt", "verify", "r.json", "--keys", "k.json", "--output", "twice.json"], home);
+    expect(twice.code, twice.stdout + twice.stderr).toBe(6);
+    expect(JSON.parse(twice.stdout)).toMatchObject({ valid: false, problems: [expect.stringMatching(/the output file names "gflops" twice in one object/)] });
+  });
+
+  it("a receipt naming a key id the server would refuse is not valid (6), with the keys from a file or from the server", async () => {
+    const { api, renter, jobId } = await completedJob();
+    const home = tempDir("svc-receipt-odd-key-id");
+    const file = JSON.parse((await api.get(`/api/jobs/${jobId}/receipt`, renter.headers)).text);
+    fs.writeFileSync(path.join(home, "k.json"), (await api.get("/api/receipts/keys")).text);
+    // Longer than the server takes as a key id (64 characters): not a value to refuse (2), a key not published.
+    file.signature.key_id = `srv-${"a".repeat(80)}`;
+    fs.writeFileSync(path.join(home, "r.json"), JSON.stringify(file));
+    const offline = await svc(["receipt", "verify", "r.json", "--keys", "k.json"], home);
+    expect(offline.code, offline.stdout + offline.stderr).toBe(6);
+    const online = await svc(["--json", "receipt", "verify", "r.json", "--url", srv.url], home);
+    expect(online.code, online.stdout + online.stderr).toBe(6);
+    expect(JSON.parse(online.stdout)).toMatchObject({ valid: false, problems: expect.arrayContaining([expect.stringMatching(/is not among the published keys/)]) });
   });
 });

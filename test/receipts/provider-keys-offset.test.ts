@@ -3,14 +3,20 @@
 // page: an offset without bound made one call count and walk the whole
 // provider_keys table. The offset is at most PROVIDER_KEYS_OFFSET_MAX (past
 // it: 400 naming the bound, no statement run), so a call's work stays within
-// the count's bound plus a page whatever the table holds. Work is measured as
+// the count's bound plus a page whatever the table holds; the keys past it come
+// in keyset pages (after_provider_id), which `svc receipt keys` walks to write
+// every key. Work is measured as
 // rows the server's statements visit (EXPLAIN ANALYZE of each statement it
 // ran, with its parameters), over real HTTP.
+import fs from "node:fs";
+import path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { PROVIDER_KEYS_COUNTED, PROVIDER_KEYS_OFFSET_MAX } from "../../src/domain/money/receipts.js";
 import { workOf } from "../providers/statement-work.js";
+import { tempDir } from "../daemon/helpers.js";
+import { runSvc } from "../cli/run-svc.js";
 
 const srv = useTestServer({ SVC_LIVENESS_SWEEP_SECONDS: "3600", SVC_JOB_SWEEP_MS: "60000" });
 /** Keys in the table: well past what one call may read (the count's bound plus a page of 1,000). */
@@ -74,6 +80,31 @@ describe("provider-key offsets on GET /api/receipts/keys", () => {
       expect(r.body.provider_keys_total).toBe(PROVIDER_KEYS_COUNTED);
     });
     expect(first.rows).toBeLessThanOrEqual(PROVIDER_KEYS_COUNTED + 50); // the count, and a page of one (with the keys that share its sort prefix)
+  });
+
+  it("keys past the bound are listed in keyset pages after a provider, each reading a page, not the keys before it", async () => {
+    const all = await srv.sql<{ key_id: string; provider_id: number }[]>`SELECT key_id, provider_id::int FROM provider_keys ORDER BY provider_id, registered_at, key_id`;
+    const after = all[PROVIDER_KEYS_OFFSET_MAX + PAGE_MAX + 5].provider_id; // past what an offset reaches
+    let body: { provider_keys: { key_id: string }[] } | undefined;
+    const work = await workOf(srv, "provider_keys", async () => {
+      const r = await keys(`?limit=${PAGE_MAX}&after_provider_id=${after}`);
+      expect(r.status, r.text).toBe(200);
+      body = r.body;
+    });
+    expect(body!.provider_keys.map((k) => k.key_id)).toEqual(all.filter((k) => k.provider_id > after).slice(0, PAGE_MAX).map((k) => k.key_id));
+    expect(work.rows).toBeLessThanOrEqual(2 * (PROVIDER_KEYS_COUNTED + PAGE_MAX + 1));
+    for (const bad of ["0", "-1", "x"]) expect((await keys(`?after_provider_id=${bad}`)).status, bad).toBe(400);
+  });
+
+  it("svc receipt keys writes every key, those past the offset bound too", async () => {
+    const home = tempDir("svc-receipt-keys-all");
+    const r = await runSvc(["receipt", "keys", "--url", srv.url, "-o", "keys.json"], { home });
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    const file = JSON.parse(fs.readFileSync(path.join(home, "keys.json"), "utf8"));
+    const stored = await srv.sql<{ key_id: string }[]>`SELECT key_id FROM provider_keys ORDER BY key_id`;
+    expect(file.provider_keys).toHaveLength(N);
+    expect(file.provider_keys.map((k: { key_id: string }) => k.key_id).sort()).toEqual(stored.map((k) => k.key_id).sort());
+    expect(file.server_keys).toHaveLength(1);
   });
 
   it("keys past the bound are listed by provider", async () => {

@@ -88,11 +88,16 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
       const { value: doc, text } = readJsonText(file, "receipt");
       const named = receiptKeyIds(doc);
       const keys = o.keys ? (readJsonFile(o.keys, "keys file") as PublishedKeys) : await fetchKeys(o.url, session, named);
-      const output = o.output ? { value: readJsonFile(o.output, "output") } : undefined;
-      const v = verifyReceipt(doc, keys, output);
+      const outputFile = o.output ? readJsonText(o.output, "output") : undefined;
+      const v = verifyReceipt(doc, keys, outputFile && { value: outputFile.value });
       const repeated = repeatedMemberName(text);
       if (repeated !== undefined) {
         v.problems.unshift(`the file names "${repeated}" twice in one object: what it shows need not be what was signed`);
+        v.ok = false;
+      }
+      const repeatedInOutput = outputFile && repeatedMemberName(outputFile.text);
+      if (repeatedInOutput !== undefined) {
+        v.problems.push(`the output file names "${repeatedInOutput}" twice in one object: what it shows need not be what was hashed`);
         v.ok = false;
       }
       const body = (doc as { receipt?: Record<string, unknown> })?.receipt ?? {};
@@ -125,15 +130,23 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
     });
 }
 
+/** The form of every key id (src/shared/receipt.ts keyIdOf): another text names no published key. */
+const KEY_ID = /^(srv|prv)-[0-9a-f]{16}$/;
+
 /**
  * The key ids a receipt file names: its signature's, the signer its body names (another key when the
- * receipt was signed again after that one was revoked) and its provider attestation's.
+ * receipt was signed again after that one was revoked) and its provider attestation's. Only those of a
+ * key id's form are asked for: a changed file may name anything, and what no key can be is not
+ * published (verifyReceipt says so) rather than a value for the server to refuse.
  */
 function receiptKeyIds(doc: unknown): string[] {
   const d = doc as { signature?: { key_id?: unknown }; receipt?: { signer?: { key_id?: unknown }; provider_attestation?: { key_id?: unknown } } } | null;
   const ids = [d?.signature?.key_id, d?.receipt?.signer?.key_id, d?.receipt?.provider_attestation?.key_id];
-  return [...new Set(ids.filter((k): k is string => typeof k === "string" && k !== ""))];
+  return [...new Set(ids.filter((k): k is string => typeof k === "string" && KEY_ID.test(k)))];
 }
+
+/** Provider keys per page of the listing (its largest). */
+const KEYS_PAGE = 1000;
 
 /**
  * Published keys from --url (no credential: the route is public) or the profile's server: all of
@@ -144,11 +157,24 @@ async function fetchKeys(url: string | undefined, session: Context["session"], i
   const pages = [];
   if (ids) for (const keyId of ids) pages.push(await c.receipts.listReceiptKeys({ keyId }));
   else {
-    for (let offset = 0; ; ) {
-      const page = await c.receipts.listReceiptKeys({ limit: 1000, offset });
+    // Pages after the last provider read whole (an offset stops at 10,000 keys): keys come in provider
+    // order, and a page that ends inside a provider's keys is completed with that provider's own listing.
+    let after: bigint | undefined;
+    for (;;) {
+      const page = await c.receipts.listReceiptKeys({ limit: KEYS_PAGE, afterProviderId: after });
       pages.push(page);
-      offset += page.providerKeys.length;
-      if (page.providerKeys.length === 0 || offset >= Number(page.providerKeysTotal)) break;
+      const keys = page.providerKeys;
+      if (keys.length < KEYS_PAGE) break;
+      const last = keys[keys.length - 1].providerId;
+      // A server that ignored after_provider_id answers the same page again: stop rather than loop.
+      if (after !== undefined && last <= after) break;
+      for (let offset = 0; ; ) {
+        const own = await c.receipts.listReceiptKeys({ providerId: last, limit: KEYS_PAGE, offset });
+        pages.push(own);
+        offset += own.providerKeys.length;
+        if (own.providerKeys.length < KEYS_PAGE) break;
+      }
+      after = last;
     }
   }
   const json = pages.map((p) => restJson(ReceiptKeysSchema, p) as unknown as PublishedKeys);

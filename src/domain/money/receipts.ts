@@ -263,7 +263,8 @@ export const PROVIDER_KEYS_COUNTED = 10_000;
  * before its offset (SQL OFFSET), and its count goes one past the page: an
  * offset bounded by the count's bound keeps both, on a public route, at most
  * PROVIDER_KEYS_COUNTED plus a page (1,000), however large the table. Keys
- * past it are listed by `provider_id` (a provider has at most 20) or `key_id`.
+ * past it are listed by `provider_id` (a provider has at most 20), `key_id`
+ * or `after_provider_id` (keyset pages, from the provider index).
  */
 export const PROVIDER_KEYS_OFFSET_MAX = PROVIDER_KEYS_COUNTED;
 
@@ -272,7 +273,7 @@ export function checkProviderKeysOffset(offset: number): number {
   if (!Number.isInteger(offset) || offset < 0 || offset > PROVIDER_KEYS_OFFSET_MAX) {
     throw badRequest(
       `offset must be an integer between 0 and ${PROVIDER_KEYS_OFFSET_MAX}: provider keys are paged within the first ` +
-        `${PROVIDER_KEYS_COUNTED}; list the keys past them with provider_id or key_id`,
+        `${PROVIDER_KEYS_COUNTED}; list the keys past them with provider_id, key_id or after_provider_id`,
     );
   }
   return offset;
@@ -280,15 +281,18 @@ export function checkProviderKeysOffset(offset: number): number {
 
 /**
  * Every server receipt key (oldest first, the current one last; one is
- * created when there is none yet) and provider keys, all or those asked for.
+ * created when there is none yet) and provider keys, all or those asked for
+ * (`afterProviderId`: of providers with a greater id, the keyset pages that
+ * reach the keys past the offset bound).
  */
 export async function publishedKeys(
   db: Db,
-  f: { providerId?: number; keyId?: string; limit: number; offset: number },
+  f: { providerId?: number; keyId?: string; afterProviderId?: number; limit: number; offset: number },
 ): Promise<{ server: ServerKeyView[]; providers: ProviderKeyView[]; providerTotal: number }> {
   checkProviderKeysOffset(f.offset);
   await currentKey(db);
-  const where = db`WHERE true ${f.providerId === undefined ? db`` : db`AND provider_id = ${f.providerId}`} ${f.keyId === undefined ? db`` : db`AND key_id = ${f.keyId}`}`;
+  const where = db`WHERE true ${f.providerId === undefined ? db`` : db`AND provider_id = ${f.providerId}`} ${f.keyId === undefined ? db`` : db`AND key_id = ${f.keyId}`}
+    ${f.afterProviderId === undefined ? db`` : db`AND provider_id > ${f.afterProviderId}`}`;
   const counted = Math.max(PROVIDER_KEYS_COUNTED, f.offset + f.limit + 1);
   const server = await db<KeyViewRow[]>`SELECT ${db.unsafe(KEY_VIEW_COLUMNS)} FROM receipt_keys ORDER BY created_at, key_id`;
   const providers = await db<{ key_id: string; provider_id: number; public_key: string; registered_at: Date }[]>`
