@@ -1,5 +1,6 @@
 // A small async queue: producers push, one consumer iterates until the queue
-// is closed (then the remaining items are still delivered). Used for the
+// is closed (then the remaining items are still delivered, and then the
+// failure it was closed with, if any). Used for the
 // outgoing side of bidirectional streams, on the server and in the TypeScript
 // daemon. A push always succeeds; a producer that can wait (one that reads
 // what it answers from the other side) awaits room() first, so that a
@@ -10,6 +11,7 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
   private waiter: (() => void) | undefined;
   private roomWaiters: (() => void)[] = [];
   private closed = false;
+  private failure: { err: unknown } | undefined;
 
   /** `highWater`: room() waits while this many items are queued (unbounded when not given). */
   constructor(private readonly highWater = Infinity) {}
@@ -21,7 +23,9 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     return true;
   }
 
-  close(): void {
+  /** No more items; `failure`: the consumer's last step rejects with it, once the items left are taken. */
+  close(failure?: { err: unknown }): void {
+    if (!this.closed) this.failure = failure;
     this.closed = true;
     this.wake();
     this.freeRoom();
@@ -63,26 +67,40 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
 
   /** The one consumer's iterator: a plain object, not a generator (no promise per item while items wait). */
   [Symbol.asyncIterator](): AsyncIterator<T> {
+    let over = false;
     const step = (): IteratorResult<T> | undefined => {
       if (this.items.length > 0) {
         const value = this.items.shift()!;
         if (this.roomWaiters.length > 0 && this.items.length <= this.highWater / 2) this.freeRoom();
         return { value, done: false };
       }
-      return this.closed ? { value: undefined, done: true } : undefined;
+      if (!this.closed) return undefined;
+      if (this.failure) {
+        over = true;
+        throw this.failure.err;
+      }
+      return { value: undefined, done: true };
     };
-    let over = false;
     return {
       next: () => {
         if (over) return Promise.resolve({ value: undefined, done: true });
-        const ready = step();
+        let ready: IteratorResult<T> | undefined;
+        try {
+          ready = step();
+        } catch (err) {
+          return Promise.reject(err);
+        }
         if (ready) return Promise.resolve(ready);
-        return new Promise<IteratorResult<T>>((resolve) => {
+        return new Promise<IteratorResult<T>>((resolve, reject) => {
           const wait = () => {
             if (over) return resolve({ value: undefined, done: true });
-            const r = step();
-            if (r) resolve(r);
-            else this.waiter = wait;
+            try {
+              const r = step();
+              if (r) resolve(r);
+              else this.waiter = wait;
+            } catch (err) {
+              reject(err);
+            }
           };
           this.waiter = wait;
         });

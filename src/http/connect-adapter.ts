@@ -9,6 +9,7 @@
 // nested deeper than MAX_JSON_DEPTH is refused (invalid_argument) before
 // Connect parses it, which for millions of levels held the process seconds
 // (a compressed one is inflated to be measured).
+import type { Http2ServerRequest, ServerHttp2Stream } from "node:http2";
 import zlib from "node:zlib";
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
@@ -72,7 +73,8 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
       return;
     }
     const counted = values.get(ipRowCountKey);
-    const check = uHandler.method.methodKind === "unary" ? jsonBodyCheck(req, limits.get(uHandler.requestPath) ?? 0) : undefined;
+    const unary = uHandler.method.methodKind === "unary";
+    const check = jsonBodyCheck(req, unary, limits.get(uHandler.requestPath) ?? 0);
     if (counted || check) {
       const body = uReq.body as AsyncIterable<Uint8Array>;
       const refused = refusedBeforeBody(req, res, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
@@ -80,11 +82,15 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
         if (counted) await counted.catch(refused);
         for await (const piece of body) {
           const refusal = await check?.(piece);
-          if (refusal) refused(refusal);
+          if (refusal && unary) refused(refusal);
+          // A stream's messages are read by its implementation, after the interceptors: a refused one
+          // fails that read, and the call's own ending logs and counts it.
+          if (refusal) throw refusal;
           yield piece;
         }
       })();
     }
+    if (!unary && req.httpVersionMajor === 2) closeClientHalfOnceAnswered((req as Http2ServerRequest).stream);
     uHandler(uReq)
       .then((uRes) => universalResponseToNodeResponse(uRes, res as never))
       .catch((reason: unknown) => {
@@ -94,29 +100,46 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
   };
 }
 
+const H2_NO_ERROR = 0x0;
+
+/**
+ * A stream call's client may go on sending after its answer ended (a daemon's stream has no deadline for its
+ * request: edge.ts): once the answer is out, trailers included, its half is closed too (RST_STREAM NO_ERROR,
+ * as gRPC servers do, and as http/grpc-streams.ts does on the gRPC path), so that it holds neither the stream
+ * nor its connection. Node's compatibility layer sends the trailers from its own "wantTrailers" listener.
+ */
+function closeClientHalfOnceAnswered(stream: ServerHttp2Stream): void {
+  stream.once("wantTrailers", () =>
+    setImmediate(() => {
+      if (!stream.closed && !stream.destroyed) stream.close(H2_NO_ERROR);
+    }),
+  );
+}
+
 const tooDeep = () => new ConnectError(`request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`, Code.InvalidArgument);
 const compressedJson = () =>
-  new ConnectError("a JSON request message is taken uncompressed in gRPC framing (compress the binary codec's instead)", Code.Unimplemented);
+  new ConnectError("a JSON request message is taken uncompressed in gRPC or Connect stream framing (compress the binary codec's instead)", Code.Unimplemented);
 
 type BodyCheck = (piece: Uint8Array) => ConnectError | undefined | Promise<ConnectError | undefined>;
 
 /**
- * How a unary call's JSON body is measured as it arrives (undefined: not JSON): a piece that makes it
- * nest past MAX_JSON_DEPTH answers the refusal. Connect's application/json is the text itself, or that
- * text compressed (content-encoding): then it is inflated beside Connect's own reading, no further than
- * `limit` (the call's message limit, which Connect enforces), and measured. gRPC and gRPC-Web with the
- * JSON codec frame each message (a flag byte and a 4-byte length before it), and the payloads are
- * measured; a message compressed in that framing is refused.
+ * How a call's JSON body is measured as it arrives (undefined: not JSON): a piece that makes it
+ * nest past MAX_JSON_DEPTH answers the refusal. A unary call in Connect's application/json is the text
+ * itself, or that text compressed (content-encoding): then it is inflated beside Connect's own reading,
+ * no further than `limit` (the call's message limit, which Connect enforces), and measured. gRPC and
+ * gRPC-Web with the JSON codec, and Connect's streaming protocol (application/connect+json: a daemon's
+ * stream, 16 MiB a message), frame each message (a flag byte and a 4-byte length before it), and the
+ * payloads are measured; a message compressed in that framing is refused.
  */
-function jsonBodyCheck(req: NodeRequest, limit: number): BodyCheck | undefined {
+function jsonBodyCheck(req: NodeRequest, unary: boolean, limit: number): BodyCheck | undefined {
   const type = String(req.headers["content-type"] ?? "").toLowerCase();
-  if (type.startsWith("application/json")) {
+  if (unary && type.startsWith("application/json")) {
     const meter = new JsonDepthMeter(MAX_JSON_DEPTH);
     const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
     if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooDeep() : undefined);
     return inflatedCheck(encoding, meter, limit);
   }
-  if (!/^application\/grpc(-web)?\+json/.test(type)) return undefined;
+  if (!/^application\/(grpc(-web)?|connect)\+json/.test(type)) return undefined;
   const frames = new FramedJson();
   return (piece) => frames.refusal(piece);
 }

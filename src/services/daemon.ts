@@ -53,6 +53,12 @@ export const HEARTBEAT_INTERVAL_SECONDS = 30;
 
 /** How long a stream may be open before its hello: one that never says it holds a provider's stream slot for nothing. */
 export const streamTimeouts = { helloMs: 30_000 };
+/**
+ * Jobs a hello may name as held (running_job_ids): four times the most a provider runs at once (1024
+ * GPUs, one job each). Each named is answered (resumed, or cancelled), so an unbounded list made a
+ * hello of a few megabytes into hundreds of megabytes of answers.
+ */
+export const HELLO_MAX_JOB_IDS = 4096;
 /** Drain notice: reconnect after this much, plus jitter so a fleet does not return at once. */
 const DRAIN_RECONNECT_MS = 1000;
 /**
@@ -541,6 +547,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
         const first = await beforeDeadline(iterator.next(), streamTimeouts.helloMs, `the stream must open with a hello message within ${streamTimeouts.helloMs / 1000} s`);
         if (first.done || first.value.kind.case !== "hello") throw badRequest("the stream must open with a hello message");
         refuseNul(DaemonMessageSchema, first.value);
+        if (first.value.kind.value.runningJobIds.length > HELLO_MAX_JOB_IDS) throw badRequest(`running_job_ids must name at most ${HELLO_MAX_JOB_IDS} jobs`);
         const binary = !(ctx.requestHeader.get("content-type") ?? "").includes("json");
         const session = new StreamSession(deps, providerId, await signerOnce(), refresher, hub, binary, ctx.values.get(credentialsKey).clientIp);
         const report = (p: Promise<void>) =>
@@ -578,6 +585,7 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
         if (ctx.signal.aborted) onShutdown();
         else ctx.signal.addEventListener("abort", onShutdown, { once: true });
         // Reports are handled in order (logs before the result), beside the outgoing pushes.
+        let unreadable: { err: unknown } | undefined;
         void (async () => {
           for (;;) {
             // A daemon that does not read its answers is not read either (OUT_QUEUE_HIGH_WATER).
@@ -587,10 +595,14 @@ export function daemonService(deps: Deps): Partial<ServiceImpl<typeof DaemonServ
             await session.handle(next.value);
           }
         })()
-          .catch(() => {})
+          .catch((err: unknown) => {
+            // A message that could not be read (too large, malformed, nested too deep) ends the answers
+            // with why, on every wire (the gRPC path's status says it too).
+            if (err instanceof ConnectError && err.code !== Code.Canceled) unreadable = { err };
+          })
           .finally(() => {
             session.close();
-            session.out.close();
+            session.out.close(unreadable);
           });
         return observed(session.out, { onEnd: end });
       });

@@ -131,9 +131,21 @@ export function secure<S extends DescService>(deps: Deps, service: S, impl: Serv
           if (oneRequest) refuseNul(method.input, req);
           const auth = await authenticateAndCount(deps, guard, ctx, count);
           ctx.values.set(principalKey, auth.principal);
-          const inner = (fn(req, ctx) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
           const tracked = trackedStream(deps, auth);
           // The key was checked once, here: the stream ends when the account's keys are revoked (open-streams.ts).
+          // Both ways: of what the client sent, nothing the implementation had not read yet (read ahead of
+          // it, or still arriving) is taken after the revocation.
+          const requests =
+            tracked && !oneRequest
+              ? untilRejected((req as AsyncIterable<unknown>)[Symbol.asyncIterator](), tracked.revoked, () => {})
+              : req;
+          let inner: AsyncIterator<unknown>;
+          try {
+            inner = (fn(requests, ctx) as AsyncIterable<unknown>)[Symbol.asyncIterator]();
+          } catch (err) {
+            tracked?.release();
+            throw err;
+          }
           // Ended by revocation, the inner call may still wait in next(): its return() then runs once
           // that settles, which the transports bring about by aborting ctx.signal as the call ends.
           return tracked ? untilRejected(inner, tracked.revoked, () => tracked.release()) : inner;

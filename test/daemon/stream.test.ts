@@ -20,6 +20,7 @@ import { dispatchQueued } from "../../src/domain/dispatch/dispatch.js";
 import { openStream, useStreamServer, type TestStream } from "./grpc-stream.js";
 import { waitFor, whileNotListening } from "./helpers.js";
 import { jobSignalHub } from "../../src/workers/job-signals.js";
+import { HELLO_MAX_JOB_IDS } from "../../src/services/daemon.js";
 import { ASSIGNED_CHANNEL } from "../../src/domain/notify/job-notices.js";
 
 const { srv, streams } = useStreamServer();
@@ -98,6 +99,25 @@ describe("handshake", () => {
     streams.push(s);
     s.send({ case: "hello", value: { daemonVersion: "5.0.0", taskSigningKey: "not-a-key" } });
     expect((await s.ended).code).toBe(grpc.status.INVALID_ARGUMENT);
+  });
+
+  it("refuses a hello naming more jobs than a daemon can hold, before answering any of them", async () => {
+    const p = await makeProvider(srv);
+    // Each id named would be answered (a cancel for a job unknown here), held for a daemon that does not read:
+    // a hello of a few megabytes made hundreds of megabytes of answers.
+    const s = openStream(srv.port, p.key);
+    streams.push(s);
+    const ids = Array.from({ length: HELLO_MAX_JOB_IDS + 1 }, (_, i) => `job-${i}`);
+    s.send({ case: "hello", value: { daemonVersion: "5.0.0", runningJobIds: ids } });
+    const ended = await s.ended;
+    expect(ended.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(ended.details).toBe(`running_job_ids must name at most ${HELLO_MAX_JOB_IDS} jobs`);
+    expect(s.received).toEqual([]);
+    // As many as that are taken.
+    const held = connect(p.key, ids.slice(1));
+    await held.next("welcome");
+    expect((await held.next("cancel")).reason).toBe("unknown job");
+    held.end();
   });
 });
 

@@ -146,7 +146,8 @@ export type Hello = Message<"svc.v1.Hello"> & {
    * that ended while it was away, whose result follows the welcome. A job the server has running
    * on this provider and not named here is handed back to the queue (provider_interrupted). A job
    * named here that is pending on the server is started (as by JobAccepted): a job the daemon is
-   * still preparing (JobPreparing) is left out, and pushed to it again.
+   * still preparing (JobPreparing) is left out, and pushed to it again. At most 4096 ids: a hello
+   * naming more is refused (INVALID_ARGUMENT).
    *
    * @generated from field: repeated string running_job_ids = 5;
    */
