@@ -51,8 +51,10 @@ export function createCors(config: Config) {
   return function cors(req: NodeRequest, res: NodeResponse): boolean {
     const origin = req.headers.origin;
     const preflight = req.method === "OPTIONS" && origin !== undefined && req.headers["access-control-request-method"] !== undefined;
-    if (!origin) return false;
+    // On every answer, with an Origin or without: the allow header depends on it, and a cache that kept an
+    // answer without one (a public marketplace answer) would otherwise hand it to an allowed origin's page.
     res.setHeader("vary", "Origin");
+    if (!origin) return false;
     const allowed = any || origins.has(origin);
     if (allowed) {
       res.setHeader("access-control-allow-origin", any ? "*" : origin);

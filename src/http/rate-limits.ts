@@ -79,16 +79,22 @@ export function subjectOf(row: RateLimitRow, clientIp: string, authenticatedRent
   return `ip:${clientNetwork(clientIp) || "unknown"}`;
 }
 
+const IPV4_WITH_PORT = /^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/;
+
 /**
  * What a per-IP row counts a client address as. An IPv6 client holds at least
  * a /64 (the smallest assignment; SLAAC and privacy addresses pick any of its
  * 2^64 addresses), so its /64 prefix is the client: counting each address
  * would give it a fresh budget per address. An IPv4-mapped address
  * (::ffff:a.b.c.d, what a dual-stack socket reports for an IPv4 peer) is that
- * IPv4 address. Anything else (IPv4, a value that is no address) is kept as it is.
+ * IPv4 address. A port that a proxy wrote into X-Forwarded-For (a.b.c.d:port, [v6]:port) is left
+ * out: the client picks its source port, and each would be a fresh budget. Anything else (IPv4, a
+ * value that is no address) is kept as it is.
  */
 export function clientNetwork(ip: string): string {
   if (!ip.includes(":")) return ip; // IPv4 (every request of an IPv4 client): no parsing
+  const v4WithPort = IPV4_WITH_PORT.exec(ip);
+  if (v4WithPort && net.isIPv4(v4WithPort[1])) return v4WithPort[1];
   let addr = ip.toLowerCase();
   const bracket = addr.startsWith("[") ? addr.indexOf("]") : -1; // [v6] or [v6]:port
   if (bracket > 0) addr = addr.slice(1, bracket);

@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, getOption, type DescMethod, type DescService, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { RawBodySchema, route, type RawBody } from "../../gen/svc/v1/options_pb.js";
+import { RawBodySchema, Role, route, type RawBody } from "../../gen/svc/v1/options_pb.js";
 import type { Logger } from "../log.js";
 import { maskSecrets } from "../log.js";
 import { bodyLimitBytesOf, readBody } from "./body.js";
@@ -43,6 +43,8 @@ export interface RestRoute {
   bodyLimitBytes: number;
   /** HEAD is answered as this GET, which has no effect (route option get_has_effects unset). */
   headable: boolean;
+  /** Takes a credential (a role other than public): its answers depend on who asks. */
+  credentialed: boolean;
 }
 
 /** Runs before the handler and before authentication (rate-limit rows per client IP); may throw an apiError. */
@@ -87,6 +89,7 @@ export function buildRouteTable(services: RegisteredService[]): RestRoute[] {
           rateLimit: opts.rateLimit,
           bodyLimitBytes: bodyLimitBytesOf(method),
           headable: binding.method.toUpperCase() === "GET" && !opts.getHasEffects && method.methodKind !== "server_streaming",
+          credentialed: opts.roles.some((role) => role !== Role.PUBLIC),
         });
       }
     }
@@ -407,6 +410,9 @@ export function createRestHandler(opts: RestHandlerOptions) {
     }
     const requestId = requestIdOf(req.headers);
     res.setHeader("x-request-id", requestId);
+    // What a credential is answered (an account's data, an installer holding the caller's key) is kept by no
+    // cache: a shared one keys on the URL, and a key sent in a header would be handed to the next caller.
+    if (r.credentialed) res.setHeader("cache-control", "no-store");
     const clientIp = clientIpOf(req, opts.trustProxy);
     let status = 500;
     let fileSlot: RawFileSlot | undefined;

@@ -61,6 +61,19 @@ describe("CORS", () => {
     expect(none.headers.get("access-control-allow-origin")).toBeNull();
   });
 
+  it("says Vary: Origin on answers to requests without an Origin too, so a cache never hands one to a page of an allowed origin", async () => {
+    // The marketplace answer may be kept by shared caches (public, max-age=30): one kept from a request
+    // without Origin has no Access-Control-Allow-Origin, and served to the front end's page it fails there.
+    const plain = await fetch(srv.url + "/api/providers/marketplace");
+    expect(plain.status).toBe(200);
+    expect(plain.headers.get("cache-control")).toContain("public");
+    expect(plain.headers.get("access-control-allow-origin")).toBeNull();
+    expect(plain.headers.get("vary")).toMatch(/\borigin\b/i);
+    const cross = await fetch(srv.url + "/api/providers/marketplace", { headers: { origin: "https://app.example.com" } });
+    expect(cross.headers.get("access-control-allow-origin")).toBe("https://app.example.com");
+    expect(cross.headers.get("vary")).toMatch(/\borigin\b/i);
+  });
+
   it("leaves a plain OPTIONS (no preflight headers) to the routes", async () => {
     const r = await fetch(srv.url + "/api/templates", { method: "OPTIONS" });
     expect(r.status).toBe(405);

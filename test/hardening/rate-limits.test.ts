@@ -366,6 +366,22 @@ describe("SVC_TRUST_PROXY", () => {
       await c.close();
     }
   });
+
+  it("an entry with a port (as some proxies write it) counts as its address: each new source port opens no new bucket", async () => {
+    const c = await startTestServer({ SVC_RATE_LIMITS: "on", SVC_TRUST_PROXY: "on", SVC_RATE_LIMIT_OVERRIDES: "renter_register=2/3600" });
+    try {
+      const api = client(c.url);
+      const register = (xff: string) => api.post("/api/renters/register", { name: "R", email: uniqueEmail("xffport") }, { "x-forwarded-for": xff });
+      const codes: number[] = [];
+      for (const xff of ["198.51.100.17:40001", "198.51.100.17:40002", "198.51.100.17:40003", "198.51.100.17", "[::ffff:198.51.100.17]:40004"]) {
+        codes.push((await register(xff)).status);
+      }
+      expect(codes).toEqual([201, 201, 429, 429, 429]);
+      expect((await register("198.51.100.18:40001")).status).toBe(201);
+    } finally {
+      await c.close();
+    }
+  });
 });
 
 describe("IPv6 clients", () => {
@@ -379,6 +395,7 @@ describe("IPv6 clients", () => {
       ["2001:db8::", "ip:2001:db8:0:0::/64"],
       ["fe80::1%eth0", "ip:fe80:0:0:0::/64"],
       ["[2001:db8:1:2::9]:443", "ip:2001:db8:1:2::/64"],
+      ["198.51.100.7:443", "ip:198.51.100.7"],
       ["1:2:3:4:5:6:1.2.3.4", "ip:1:2:3:4::/64"],
       ["::ffff:198.51.100.7", "ip:198.51.100.7"],
       ["::FFFF:c633:6407", "ip:198.51.100.7"],
