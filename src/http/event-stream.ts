@@ -11,7 +11,7 @@ import { messageToJson } from "./json.js";
 import { toHttpError } from "./errors.js";
 import type { ServerResponse } from "node:http";
 import type { Http2ServerResponse } from "node:http2";
-import { drained } from "./drained.js";
+import { closed, drained } from "./drained.js";
 
 type NodeResponse = ServerResponse | Http2ServerResponse;
 
@@ -63,7 +63,7 @@ function frameOf(desc: DescMessage, value: object): string {
   return f;
 }
 
-const gone = (res: NodeResponse) => res.destroyed || res.writableEnded;
+const gone = (res: NodeResponse) => closed(res) || res.writableEnded;
 /** HTTP/1.1 and HTTP/2 responses write alike; their union's overloads do not type-check as one. */
 const write = (res: NodeResponse, text: string): boolean => (res as ServerResponse).write(text);
 

@@ -28,13 +28,16 @@ function sameSecret(a: string, b: string): boolean {
   return crypto.timingSafeEqual(h(a), h(b));
 }
 
-/** Tokens the request carries: `Authorization: Bearer`, or the admin token's own header. */
+/**
+ * Tokens the request carries: `Authorization: Bearer`, or the admin token's own header, read as the
+ * API reads them (credentials.ts): trimmed, and an empty one is none.
+ */
 function tokensOf(req: NodeRequest): string[] {
   const out: string[] = [];
   const auth = req.headers.authorization;
   if (typeof auth === "string" && /^bearer\s+/i.test(auth)) out.push(auth.replace(/^bearer\s+/i, "").trim());
   const admin = req.headers["x-admin-token"];
-  if (typeof admin === "string") out.push(admin);
+  if (typeof admin === "string" && admin.trim()) out.push(admin.trim());
   return out;
 }
 

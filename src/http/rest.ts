@@ -18,7 +18,7 @@ import { apiError } from "../errors.js";
 import { answeredLogLevel, toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
 import { writeEventStream } from "./event-stream.js";
-import { drained } from "./drained.js";
+import { closed, drained } from "./drained.js";
 import { jsonTextDepthExceeds, MAX_JSON_DEPTH } from "./json-depth.js";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
@@ -246,7 +246,7 @@ export const rawFileSlotKey = createContextKey<RawFileSlot | undefined>(undefine
 /** A file download whose client accepts nothing for this long is ended (a setting so tests can shorten it). */
 export const rawFileTimeouts = { idleMs: 60_000 };
 
-const gone = (res: NodeResponse) => res.destroyed || res.writableEnded;
+const gone = (res: NodeResponse) => closed(res) || res.writableEnded;
 
 /**
  * Writes a file as the body (headers already sent), waiting for the client

@@ -50,6 +50,9 @@ const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
  */
 export const EVENT_LOOP_SAMPLE_MS = 20;
 
+/** How long a scrape waits for the database figures before it shows the last ones read. */
+export const FIGURES_WAIT_MS = 3000;
+
 export function createMetrics(opts: MetricsOptions): Metrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
@@ -104,13 +107,24 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     })();
     return reading;
   }
-  /** The figures for a scrape: the last good ones when the database cannot be read now. */
+  /**
+   * The figures for a scrape: the last good ones when the database cannot be read now, or does not
+   * answer within FIGURES_WAIT_MS (the read goes on, and a later scrape takes what it brings), so a
+   * database that stopped answering does not hold the whole scrape, process series included.
+   */
   async function scrapeFigures(): Promise<DatabaseFigures | undefined> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), FIGURES_WAIT_MS)));
     try {
-      return await databaseFigures();
+      const figures = await Promise.race([databaseFigures(), late]);
+      if (figures) return figures;
+      opts.log.warn({ waitedMs: FIGURES_WAIT_MS }, "metrics: the database did not answer in time; the last figures read are shown");
+      return cached?.figures;
     } catch (err) {
       opts.log.warn({ err }, "metrics: database figures unavailable");
       return cached?.figures;
+    } finally {
+      clearTimeout(timer);
     }
   }
 

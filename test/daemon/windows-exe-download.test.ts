@@ -3,6 +3,7 @@
 // reads, and a client that reads nothing for a while loses the connection.
 import crypto from "node:crypto";
 import fs from "node:fs";
+import http2 from "node:http2";
 import net from "node:net";
 import path from "node:path";
 import v8 from "node:v8";
@@ -89,6 +90,33 @@ describe("the Windows installer download", () => {
       expect(await readToEnd(s, 5000)).toBeLessThan(SIZE);
     } finally {
       rawFileTimeouts.idleMs = 60_000;
+    }
+  });
+
+  it("lets go of the file once an HTTP/2 client resets its download while the server waits on it", async () => {
+    /** This process's descriptors open on the installer file. */
+    const openOnFile = () =>
+      fs.readdirSync("/proc/self/fd").filter((fd) => {
+        try {
+          return fs.readlinkSync(`/proc/self/fd/${fd}`) === exe;
+        } catch {
+          return false;
+        }
+      }).length;
+    await expect.poll(openOnFile, { timeout: 10_000 }).toBe(0); // the downloads of the tests before have let go
+    const session = http2.connect(srv.url);
+    session.on("error", () => {});
+    try {
+      const req = session.request({ ":path": "/api/providers/download-windows-exe" });
+      req.on("error", () => {});
+      await new Promise((resolve) => req.once("data", resolve));
+      req.pause(); // nothing more read: the server's writes fill the stream's window and wait
+      expect(openOnFile()).toBe(1);
+      await new Promise((r) => setTimeout(r, 300));
+      req.close(http2.constants.NGHTTP2_CANCEL);
+      await expect.poll(openOnFile, { timeout: 10_000 }).toBe(0);
+    } finally {
+      session.destroy();
     }
   });
 

@@ -101,6 +101,22 @@ describe("/metrics token guessing", () => {
   });
 });
 
+describe("/metrics and the admin routes read x-admin-token alike", () => {
+  it("an empty x-admin-token is no token (not counted); one padded with whitespace the admin routes take reads /metrics", async () => {
+    const ip = freshIp();
+    for (let i = 0; i < ROW * 2; i++) {
+      const r = await api.get("/metrics", from(ip, { "x-admin-token": "" }));
+      expect(r.status, r.text).toBe(401);
+      expect(r.body.error).toMatch(/token required/);
+    }
+    expect((await metrics(ip, METRICS_TOKEN)).status).toBe(200);
+    const padded = { "x-admin-token": `${ADMIN_TOKEN}\u00a0` };
+    expect((await api.get("/api/admin/dashboard", from(freshIp(), padded))).status).toBe(200);
+    const r = await api.get("/metrics", from(freshIp(), padded));
+    expect(r.status, r.text).toBe(200);
+  });
+});
+
 describe("/v1 failed authentication", () => {
   it("counts invented keys per client IP on the default row: the /v1 429 envelope once over, for a real key too; other addresses unaffected", async () => {
     const renter = await makeRenter(srv);
