@@ -316,12 +316,12 @@ class StreamSession {
         this.send({ kind: { case: "cancel", value: { jobId, reason: !j ? "unknown job" : j.provider_id !== this.providerId ? "re-queued to another provider" : `job is ${j.status}` } } });
       }
     }
-    // Running here by the record but not on the daemon: it restarted and lost them; hand them back.
+    // Running here by the record but not on the daemon: it restarted and lost them; hand them back. Of
+    // the attempt read above: one the job moved to since (assigned back here, not yet handed out) stays.
     for (const j of held) {
       if (j.provider_id === this.providerId && j.status === "running" && !stillRunning.has(j.job_id)) {
-        await markJobRejected(sql, this.providerId, { jobId: j.job_id, reason: "the daemon reconnected without this job (restarted)", interrupted: true }).catch((err) =>
-          this.fail(err, j.job_id),
-        );
+        const handBack = { jobId: j.job_id, reason: "the daemon reconnected without this job (restarted)", interrupted: true, attempt: j.attempt };
+        await markJobRejected(sql, this.providerId, handBack).catch((err) => this.fail(err, j.job_id));
       }
     }
     await this.deliverPending();

@@ -65,12 +65,19 @@ export class JobSignalHub {
     let set = this.byProvider.get(providerId);
     if (!set) this.byProvider.set(providerId, (set = new Set()));
     set.add(listener);
-    await this.start();
-    return () => {
+    const unsubscribe = () => {
       const s = this.byProvider.get(providerId);
       s?.delete(listener);
       if (s && s.size === 0) this.byProvider.delete(providerId);
     };
+    try {
+      await this.start();
+    } catch (err) {
+      // Its caller gets no unsubscribe: kept, the listener (and the stream it holds) would be handed every later notice.
+      unsubscribe();
+      throw err;
+    }
+    return unsubscribe;
   }
 
   /** A mark of what this process has heard so far; see heardAllSince. */
@@ -106,22 +113,32 @@ export class JobSignalHub {
 
   private start(): Promise<void> {
     this.started ??= (async () => {
+      // postgres.js keeps a listener whose LISTEN failed, and listens for it again on its own: the
+      // handlers of a start that failed go quiet, or each notice would be handled once more per
+      // failed start once the next start adds its own.
+      let live = true;
       const onListen = () => {
+        if (!live) return;
         // Every channel reports each (re)connection: after the first round, a channel listening again
         // may have missed notices (each one resyncs, as each may come back apart from the others).
         this.listens++;
         if (this.listens > LISTENS_PER_CONNECTION) this.missed();
       };
       const handlers = {
-        assigned: (payload: string) => this.dispatch("assigned", payload),
-        cancel: (payload: string) => this.dispatch("cancel", payload),
-        settings: (payload: string) => this.settingsChanged(payload),
+        assigned: (payload: string) => live && this.dispatch("assigned", payload),
+        cancel: (payload: string) => live && this.dispatch("cancel", payload),
+        settings: (payload: string) => live && this.settingsChanged(payload),
       };
-      for (const [channel, kind] of CHANNELS) {
-        const sub = await this.sql.listen(channel, handlers[kind], onListen);
-        this.unlisten.push(sub.unlisten);
+      try {
+        for (const [channel, kind] of CHANNELS) {
+          const sub = await this.sql.listen(channel, handlers[kind], onListen);
+          this.unlisten.push(sub.unlisten);
+        }
+        await this.listenProbe.listen(onListen);
+      } catch (err) {
+        live = false;
+        throw err;
       }
-      await this.listenProbe.listen(onListen);
       // Whatever was read while the hub did not listen may have missed notices since.
       this.missedCount++;
       this.listening = true;

@@ -2,7 +2,8 @@
 // cut() resets every connection (the server process reads ECONNRESET, as when
 // PostgreSQL restarts under load), `refusing` resets new connections at once,
 // `resetOnTypesQuery` resets a connection when it sends postgres.js's
-// array-types query, the first statement of every new connection, and
+// array-types query, the first statement of every new connection,
+// cutListeners() resets only the connections that sent a LISTEN, and
 // holdListeners() holds back what PostgreSQL sends to the connections that
 // sent a LISTEN (a connection gone silent, with no error) until releaseAnswers().
 import net from "node:net";
@@ -103,6 +104,19 @@ export class DbProxy {
       upstream.destroy();
     }
     this.pairs.clear();
+    return n;
+  }
+
+  /** Resets the connections that sent a LISTEN (the others stay open); returns how many there were. */
+  cutListeners(): number {
+    const n = this.listeners.size;
+    for (const pair of this.listeners) {
+      pair[0].resetAndDestroy();
+      pair[1].destroy();
+      this.pairs.delete(pair);
+      this.held.delete(pair);
+    }
+    this.listeners.clear();
     return n;
   }
 

@@ -501,7 +501,7 @@ export class ProviderDaemon {
         this.cfg.log(`server refused a report${k.value.jobId ? ` about ${k.value.jobId}` : ""}: ${k.value.message}`);
         // Only a refused result is given up on; a refused log line or event about the same job is not.
         // A result the server could not take now (its database away, say) is sent again.
-        if (k.value.jobId && k.value.report === "result") {
+        if (k.value.jobId && k.value.report === "result" && this.refusedHeldResult(k.value.jobId, k.value.attempt)) {
           if (RETRIED_CODES.has(k.value.code) || this.droppedAttestation(k.value.jobId, k.value.message)) this.resendResult(k.value.jobId);
           else {
             this.unackedResults.delete(k.value.jobId);
@@ -514,6 +514,16 @@ export class ProviderDaemon {
         }
         return;
     }
+  }
+
+  /**
+   * Whether a refused result is the one held for the job: a refusal of an earlier attempt's result
+   * (sent before the job came back here as a new attempt) leaves the later attempt's result alone.
+   */
+  private refusedHeldResult(jobId: string, attempt: number | undefined): boolean {
+    const held = this.unackedResults.get(jobId);
+    const heldAttempt = held?.case === "result" ? held.value?.attempt : undefined;
+    return attempt === undefined || heldAttempt === undefined || attempt === heldAttempt;
   }
 
   /**
