@@ -141,11 +141,12 @@ export function webhookOutboxWorker(opts: WebhookWorkerOptions): Worker & { tick
       return;
     }
     // A stop is not the receiver's failure: the row goes back as it was, for the next process.
-    if (out.stopped) return releaseClaim(opts.sql, row.id);
+    if (out.stopped) return releaseClaim(opts.sql, row);
     const delay = out.permanent ? null : retryDelayMs(row.attempts, base, max, maxAttempts);
-    opts.log.warn({ outboxId: row.id, renterId: row.renter_id, attempts: row.attempts, error: out.error, giveUp: delay === null }, "webhook delivery failed");
-    await markFailed(opts.sql, row.id, out.status, out.error, delay);
-    opts.onFailure?.(delay === null);
+    // Settled only while this process still holds the claim (a claim released meanwhile may have been delivered by another).
+    const settled = await markFailed(opts.sql, row, out.status, out.error, delay);
+    opts.log.warn({ outboxId: row.id, renterId: row.renter_id, attempts: row.attempts, error: out.error, giveUp: settled && delay === null, claimLost: !settled }, "webhook delivery failed");
+    opts.onFailure?.(settled && delay === null);
   }
 
   /** Starts a claimed delivery in a slot; when it ends, the slot is filled again. */

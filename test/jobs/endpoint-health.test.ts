@@ -263,6 +263,27 @@ it("failures further apart than the probe's gap do not make one failure: no prob
   expect(job.status).toBe("running");
 });
 
+it("more serving jobs than one claim takes: every one is probed each period, so a dead endpoint still ends at the grace", async () => {
+  // One claim takes a single job here (as 500 of many more would): a pass claims again until none is due.
+  const sweep = () => sweepEndpoints(srv.sql, { periodSeconds: PERIOD, allowPrivate: true, timeoutMs: 2_000, batch: 1 });
+  const ok = await engine(200);
+  const healthy = await serving(ok.url, { pinned: true });
+  const dead: Serving[] = [];
+  for (let i = 0; i < 4; i++) dead.push(await serving((await engine(500)).url, { pinned: true }));
+  const all = [healthy, ...dead];
+  expect(await sweep()).toMatchObject({ probed: 5, healthy: 1, failing: 4 });
+  for (let i = 1; i < PROBES_TO_END - 1; i++) {
+    for (const j of all) await elapse(j.jobId, PERIOD);
+    expect(await sweep()).toMatchObject({ probed: 5, healthy: 1, failing: 4, failed: 0 });
+  }
+  for (const j of all) await elapse(j.jobId, PERIOD);
+  expect(await sweep()).toMatchObject({ probed: 5, healthy: 1, failed: 4 });
+  for (const j of dead) expect(await jobRow(j.jobId)).toMatchObject({ status: "failed", end_reason: "provider_error", fault: "provider", actual_cost_halala: 0 });
+  expect(await jobRow(healthy.jobId)).toMatchObject({ status: "running" });
+  expect(ok.probes.length).toBe(PROBES_TO_END);
+  expect(await ledgerProblems(srv.sql)).toEqual([]);
+});
+
 it("every endpoint failing at once (of three providers or more) is taken for the platform's outage: nobody is blamed; one healthy among them and the dead ones end", async () => {
   const dead = await Promise.all([engine(503), engine(503), engine(503)]);
   const jobs: Serving[] = [];

@@ -14,6 +14,8 @@ import { registerRenter, updateRenter } from "../../src/domain/accounts/renters.
 import { claimDue, enqueueRenterWebhook, webhookSignature, SIGNATURE_TOLERANCE_SECONDS, WEBHOOK_REMOVED } from "../../src/domain/notify/webhooks.js";
 import { isPrivateAddress, publicOnlyLookup } from "../../src/domain/shared/address.js";
 import { retryDelayMs, webhookOutboxWorker } from "../../src/workers/webhook-outbox.js";
+import postgres from "postgres";
+import { dbLink } from "../helpers/db-link.js";
 import { freshDatabase, startTestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
 
@@ -431,6 +433,96 @@ describe("outbox delivery", () => {
       await next.stop();
       slow.closeAllConnections();
       slow.close();
+    }
+  });
+
+  it("a process whose claim was released settles nothing: a delivery another process made stays delivered, never dead, after the first's last try fails", async () => {
+    // The receiver holds the first try; answers the second 200, then the first 500.
+    let first: http.ServerResponse | undefined;
+    const tries: (string | string[] | undefined)[] = [];
+    const rx = http.createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        tries.push(req.headers["x-svc-delivery"]);
+        if (!first) first = res;
+        else res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((r) => rx.listen(0, "127.0.0.1", r));
+    const r = await renterWithHook(`http://127.0.0.1:${(rx.address() as AddressInfo).port}/hook`);
+    await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", {}));
+    await sql`UPDATE webhook_outbox SET attempts = 9 WHERE renter_id = ${r.id}`; // the next claim is the last of 10
+    // Process A: its own connections (its own application_name), through a link cut as by a database restart.
+    const link = await dbLink(db.url);
+    const tagA = `svc:other-${crypto.randomBytes(4).toString("hex")}`;
+    const sqlA = postgres(link.url, {
+      max: 2,
+      onnotice: () => {},
+      connection: { application_name: tagA },
+      types: { bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) } },
+    }) as unknown as Sql;
+    let settledA!: () => void;
+    const aSettled = new Promise<void>((res) => (settledA = res));
+    const a = webhookOutboxWorker({ sql: sqlA, log, production: false, pollMs: 60_000, timeoutMs: 30_000, onFailure: () => settledA() });
+    const b = webhookOutboxWorker({ sql, log, production: false, pollMs: 50 });
+    try {
+      await a.start();
+      await expect.poll(() => first !== undefined, { timeout: 5_000 }).toBe(true);
+      expect((await sql`SELECT claimed_by FROM webhook_outbox WHERE renter_id = ${r.id}`)[0].claimed_by).toBe(tagA);
+      // A loses its connections: its claim is released as orphaned, and B delivers the event.
+      link.down();
+      await expect.poll(async () => (await sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${tagA}`)[0].n, { timeout: 5_000 }).toBe(0);
+      await b.start();
+      await expect.poll(async () => (await outbox(r.id))[0].status, { timeout: 5_000 }).toBe("delivered");
+      // A is back; its try fails on what was its last attempt.
+      link.up();
+      first!.writeHead(500).end();
+      await aSettled;
+      expect(tries).toHaveLength(2); // at least once: the same event id twice
+      expect(tries[0]).toBe(tries[1]);
+      expect((await outbox(r.id))[0]).toMatchObject({ status: "delivered", last_status: 200, last_error: null });
+    } finally {
+      await a.stop();
+      await b.stop();
+      await sqlA.end({ timeout: 1 });
+      await link.close();
+      rx.closeAllConnections();
+      rx.close();
+    }
+  });
+
+  it("a process whose claim was released and taken by another hands nothing back when it stops: the other's claim stands", async () => {
+    const held: http.ServerResponse[] = [];
+    const rx = http.createServer((req, res) => {
+      req.resume();
+      held.push(res);
+    });
+    await new Promise<void>((r) => rx.listen(0, "127.0.0.1", r));
+    const r = await renterWithHook(`http://127.0.0.1:${(rx.address() as AddressInfo).port}/hook`);
+    await sql.begin((tx) => enqueueRenterWebhook(tx, r.id, "job.completed", {}));
+    const link = await dbLink(db.url);
+    const tagA = `svc:other-${crypto.randomBytes(4).toString("hex")}`;
+    const sqlA = postgres(link.url, { max: 2, onnotice: () => {}, connection: { application_name: tagA } }) as unknown as Sql;
+    const a = webhookOutboxWorker({ sql: sqlA, log, production: false, pollMs: 60_000, timeoutMs: 30_000 });
+    const b = webhookOutboxWorker({ sql, log, production: false, pollMs: 50, timeoutMs: 30_000 });
+    try {
+      await a.start();
+      await expect.poll(() => held.length, { timeout: 5_000 }).toBe(1);
+      link.down();
+      await expect.poll(async () => (await sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = ${tagA}`)[0].n, { timeout: 5_000 }).toBe(0);
+      await b.start();
+      await expect.poll(() => held.length, { timeout: 5_000 }).toBe(2);
+      link.up();
+      await a.stop(); // its try is handed back untried: but the row is B's now
+      expect((await sql`SELECT claimed_by, attempts, next_attempt_at > now() AS reserved FROM webhook_outbox WHERE renter_id = ${r.id}`)[0])
+        .toEqual({ claimed_by: PROCESS_TAG, attempts: 2, reserved: true });
+    } finally {
+      await a.stop();
+      await b.stop();
+      await sqlA.end({ timeout: 1 });
+      await link.close();
+      rx.closeAllConnections();
+      rx.close();
     }
   });
 

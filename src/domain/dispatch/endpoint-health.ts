@@ -14,7 +14,7 @@
 // renter charged nothing for the attempt, the provider earning nothing for it
 // and docked.
 // Several processes may probe: each claims the jobs due (none probed within
-// 90% of its period) with one UPDATE, skipping rows locked elsewhere, so a
+// 90% of its period) with an UPDATE per batch, skipping rows locked elsewhere, so a
 // job gets one probe per period whichever process takes it; no transaction is
 // held while probing. A result is recorded under the job's row lock, and only
 // when the job still runs the attempt and the claim probed: an end, a
@@ -36,7 +36,7 @@ export const PROBE_TIMEOUT_MS = 5_000;
  * provider's dead engines do not excuse themselves. With fewer the two cannot be told apart.
  */
 export const OUTAGE_MIN_PROVIDERS = 3;
-/** Most jobs one sweep of a process claims, and probes at once. */
+/** Most jobs one claim of a sweep takes (a sweep claims again until none is due); probes in flight at once. */
 const BATCH = 500;
 const CONCURRENCY = 32;
 
@@ -137,21 +137,32 @@ async function mapLimit<T, R>(items: T[], limit: number, f: (t: T) => Promise<R>
 }
 
 /**
- * One pass: claims the due jobs, probes them, records each result and ends
- * the attempts found dead. Exported so tests and tools can drive it directly
- * (`probe` replaces the HTTP probe).
+ * One pass: claims the due jobs, `batch` at a time (BATCH), until none is due
+ * or the pass has run a period (what is left is the oldest due at the next
+ * pass); probes them, CONCURRENCY at once; then records each result and ends
+ * the attempts found dead. Every running serving job is probed each period
+ * however many a process has, as long as the probes fit in it. Exported so
+ * tests and tools can drive it directly (`probe` replaces the HTTP probe).
  */
 export async function sweepEndpoints(
   sql: Sql,
-  opts: { periodSeconds: number; allowPrivate: boolean; timeoutMs?: number },
+  opts: { periodSeconds: number; allowPrivate: boolean; timeoutMs?: number; batch?: number },
   probe: (url: string, o: ProbeOptions) => Promise<ProbeResult> = probeEndpointHealth,
 ): Promise<EndpointSweep> {
   const out: EndpointSweep = { probed: 0, healthy: 0, failing: 0, requeued: 0, failed: 0, outage: false };
-  const claims = await claimProbes(sql, opts.periodSeconds);
+  const batch = opts.batch ?? BATCH;
+  const until = Date.now() + opts.periodSeconds * 1000;
+  const claims: ProbeClaim[] = [];
+  const results: ProbeResult[] = [];
+  for (;;) {
+    const claimed = await claimProbes(sql, opts.periodSeconds, batch);
+    claims.push(...claimed);
+    results.push(...(await mapLimit(claimed, CONCURRENCY, (c) =>
+      probe(c.endpoint_url, { allowPrivate: opts.allowPrivate, timeoutMs: opts.timeoutMs ?? PROBE_TIMEOUT_MS, ...(c.endpoint_api_key ? { apiKey: c.endpoint_api_key } : {}) }),
+    )));
+    if (claimed.length < batch || Date.now() >= until) break;
+  }
   if (claims.length === 0) return out;
-  const results = await mapLimit(claims, CONCURRENCY, (c) =>
-    probe(c.endpoint_url, { allowPrivate: opts.allowPrivate, timeoutMs: opts.timeoutMs ?? PROBE_TIMEOUT_MS, ...(c.endpoint_api_key ? { apiKey: c.endpoint_api_key } : {}) }),
-  );
   if (new Set(claims.map((c) => c.provider_id)).size >= OUTAGE_MIN_PROVIDERS && results.every((r) => !r.healthy)) {
     out.outage = true;
     return out;

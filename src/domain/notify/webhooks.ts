@@ -152,26 +152,45 @@ export async function releaseOrphanedClaims(db: Db): Promise<number> {
 }
 
 /**
+ * A claim as the claiming process holds it: the row still pending, claimed by this process (its
+ * connections' application_name), at the attempt it claimed. Every claim counts an attempt and only
+ * the holder hands one back (releaseClaim), so a claim released meanwhile (its process taken for
+ * gone while it reconnected, or its 60 s run out) and taken again, by another process or this one,
+ * is no longer held: what the first holder learns afterwards changes nothing but a success.
+ */
+type Claim = Pick<OutboxRow, "id" | "attempts">;
+
+/**
  * Hands a claimed row back untried (its worker stopped before the receiver answered): the claim's
  * attempt is not counted, and the row is due at once for whichever process delivers next.
  */
-export async function releaseClaim(db: Db, id: number): Promise<void> {
-  await db`UPDATE webhook_outbox SET attempts = greatest(attempts - 1, 0), next_attempt_at = now(), claimed_by = NULL WHERE id = ${id} AND status = 'pending'`;
+export async function releaseClaim(db: Db, claim: Claim): Promise<void> {
+  await db`
+    UPDATE webhook_outbox SET attempts = greatest(attempts - 1, 0), next_attempt_at = now(), claimed_by = NULL
+    WHERE id = ${claim.id} AND status = 'pending' AND claimed_by = current_setting('application_name') AND attempts = ${claim.attempts}`;
 }
 
+/**
+ * Records a delivery the receiver accepted, whoever holds the row now: the event has arrived (another
+ * process's try of it still in flight changes nothing once it ends), and a row given up meanwhile was
+ * delivered after all. Delivery is at least once; a delivered row is never marked dead.
+ */
 export async function markDelivered(db: Db, id: number, status: number): Promise<void> {
   await db`UPDATE webhook_outbox SET status = 'delivered', delivered_at = now(), last_status = ${status}, last_error = NULL, claimed_by = NULL WHERE id = ${id}`;
 }
 
-/** Schedules the next try after `delayMs`, or gives up (dead) after the last attempt. */
-export async function markFailed(db: Db, id: number, status: number | null, error: string, delayMs: number | null): Promise<void> {
-  if (delayMs === null) {
-    await db`UPDATE webhook_outbox SET status = 'dead', last_status = ${status}, last_error = ${error.slice(0, 500)}, claimed_by = NULL WHERE id = ${id}`;
-  } else {
-    await db`
+/**
+ * Schedules the next try after `delayMs`, or gives up (dead) after the last attempt; only while the
+ * claim is still held (Claim). False when it was not: the row is left as it is.
+ */
+export async function markFailed(db: Db, claim: Claim, status: number | null, error: string, delayMs: number | null): Promise<boolean> {
+  const held = db`id = ${claim.id} AND status = 'pending' AND claimed_by = current_setting('application_name') AND attempts = ${claim.attempts}`;
+  const settled = delayMs === null
+    ? await db`UPDATE webhook_outbox SET status = 'dead', last_status = ${status}, last_error = ${error.slice(0, 500)}, claimed_by = NULL WHERE ${held}`
+    : await db`
       UPDATE webhook_outbox
       SET last_status = ${status}, last_error = ${error.slice(0, 500)}, claimed_by = NULL,
           next_attempt_at = now() + make_interval(secs => ${delayMs / 1000})
-      WHERE id = ${id}`;
-  }
+      WHERE ${held}`;
+  return settled.count > 0;
 }
