@@ -56,9 +56,23 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
   let pageHidden = false;
   const away = () => frozen || pageHidden || document.visibilityState === "hidden";
 
+  /**
+   * Log lines read and not handed on yet. A stream's lines come many to a read (a page of up to a
+   * thousand): handed on one by one, each would redraw the whole log, and a long log froze the tab.
+   * They are handed on once the lines read so far are taken (a task later), or with the next other event.
+   */
+  let unsent: JobLogLine[] = [];
+  let flushTimer: ReturnType<typeof setTimeout> | undefined;
   const emit = (patch: Partial<LiveJob>) => {
-    state = { ...state, ...patch };
+    clearTimeout(flushTimer);
+    flushTimer = undefined;
+    state = { ...state, ...(unsent.length ? { logs: state.logs.concat(unsent) } : {}), ...patch };
+    unsent = [];
     if (!stopped) onChange(state);
+  };
+  const addLog = (line: JobLogLine) => {
+    unsent.push(line);
+    flushTimer ??= setTimeout(() => emit({}), 0);
   };
   /** Waits `ms` (or until woken when not given); the tab being shown again wakes it. */
   const wait = (ms?: number) =>
@@ -85,6 +99,7 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
   window.addEventListener("pageshow", onPageShow);
   const stop = () => {
     stopped = true;
+    clearTimeout(flushTimer);
     conn?.abort();
     wake?.();
     document.removeEventListener("visibilitychange", changed);
@@ -131,7 +146,7 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
               if (job) emit({ job: { ...job, progressPct: e.value.progressPct, progressPhase: e.value.phase } });
               break;
             case "log":
-              emit({ logs: [...state.logs, { $typeName: "svc.v1.JobLogLine", seq: e.value.seq, level: e.value.level, message: e.value.message, createdAt: e.value.createdAt }] });
+              addLog({ $typeName: "svc.v1.JobLogLine", seq: e.value.seq, level: e.value.level, message: e.value.message, createdAt: e.value.createdAt });
               break;
             case "attempts":
               emit({ attempts: e.value.attempts });

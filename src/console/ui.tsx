@@ -31,13 +31,17 @@ export interface Loaded<T> {
   reload(): void;
 }
 
+const sameDeps = (a: unknown[] | undefined, b: unknown[]) => a !== undefined && a.length === b.length && a.every((v, i) => Object.is(v, b[i]));
+
 /**
  * Loads `fn` now, again whenever `deps` change, and every `everyMs` when
  * given. A lost connection is retried with backoff (1 s doubling up to 10 s)
  * until the service answers; a server error is kept for showing in place.
+ * What was loaded for other `deps` (another filter, page or id) is never
+ * answered for these: it is loading, or the service's error alone.
  */
 export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: number): Loaded<T> {
-  const [state, setState] = useState<{ data?: T; error?: string; lost: boolean }>({ lost: false });
+  const [state, setState] = useState<{ data?: T; error?: string; lost: boolean; of?: unknown[] }>({ lost: false });
   const [tick, setTick] = useState(0);
   useEffect(() => {
     let stopped = false;
@@ -54,20 +58,20 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: numb
         if (stopped) return;
         markLost(false);
         backoff = 1000;
-        setState({ data, lost: false });
+        setState({ data, lost: false, of: deps });
         if (everyMs) timer = setTimeout(run, everyMs);
       } catch (err) {
         if (stopped) return;
         if (isUnauthenticated(err)) signOut();
         if (isConnectionLost(err)) {
           markLost(true);
-          setState((s) => ({ ...s, lost: true }));
+          setState((s) => (sameDeps(s.of, deps) ? { ...s, lost: true } : { lost: true, of: deps }));
           timer = setTimeout(run, backoff);
           backoff = Math.min(backoff * 2, 10_000);
           return;
         }
         markLost(false);
-        setState((s) => ({ data: s.data, error: messageOf(err), lost: false }));
+        setState((s) => ({ data: sameDeps(s.of, deps) ? s.data : undefined, error: messageOf(err), lost: false, of: deps }));
         if (everyMs) timer = setTimeout(run, everyMs);
       }
     };
@@ -78,7 +82,8 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: numb
       markLost(false);
     };
   }, [...deps, tick]);
-  return { data: state.data, error: state.error, lost: state.lost, reload: () => setTick((t) => t + 1) };
+  const current = sameDeps(state.of, deps);
+  return { data: current ? state.data : undefined, error: current ? state.error : undefined, lost: current && state.lost, reload: () => setTick((t) => t + 1) };
 }
 
 /** Runs an action (a button, a form): busy while it runs, its error shown in place. */

@@ -34,10 +34,13 @@ interface Asset {
   gzip: Buffer;
   type: string;
   etag: string;
+  /** The `?v=` the page gives this asset's URL: a hash of its content. */
+  version: string;
 }
 
 function asset(body: Buffer, type: string): Asset {
-  return { body, gzip: zlib.gzipSync(body, { level: 9 }), type, etag: `"${crypto.createHash("sha256").update(body).digest("base64url").slice(0, 22)}"` };
+  const hash = crypto.createHash("sha256").update(body);
+  return { body, gzip: zlib.gzipSync(body, { level: 9 }), type, etag: `"${hash.copy().digest("base64url").slice(0, 22)}"`, version: hash.digest("hex").slice(0, 12) };
 }
 
 async function buildBundle(log: Logger): Promise<Map<string, Asset>> {
@@ -70,7 +73,7 @@ async function buildBundle(log: Logger): Promise<Map<string, Asset>> {
 
 function page(config: Config, assets: Map<string, Asset>): Asset {
   // Asset URLs carry a hash of their content, so they may be cached for good.
-  const v = (p: string) => `${p}?v=${crypto.createHash("sha256").update(assets.get(p)!.body).digest("hex").slice(0, 12)}`;
+  const v = (p: string) => `${p}?v=${assets.get(p)!.version}`;
   // What the page needs to know of this deployment; no secret ever goes here.
   const settings = JSON.stringify({
     production: config.production,
@@ -119,16 +122,19 @@ export function createConsoleHandler(config: Config, log: Logger) {
       return true;
     }
     if (!found) return false;
+    // Added to what is there already (CORS varies every answer on Origin), not put in its place.
+    const vary = res.getHeader("vary");
     const headers: Record<string, string> = {
       "content-type": found.type,
-      vary: "accept-encoding",
+      vary: [...(vary === undefined ? [] : [String(vary)]), "Accept-Encoding"].join(", "),
       "content-security-policy": CONSOLE_CSP,
       "x-content-type-options": "nosniff",
       "referrer-policy": "no-referrer",
       "x-frame-options": "DENY",
       etag: found.etag,
-      // Versioned asset URLs may be cached; the page itself is revalidated.
-      "cache-control": isPage ? "no-cache" : "public, max-age=31536000, immutable",
+      // An asset under the version the page names may be cached for good. The page itself is revalidated, and
+      // so is an asset asked for under another version (a page of another build): its URL does not name this content.
+      "cache-control": !isPage && url.searchParams.get("v") === found.version ? "public, max-age=31536000, immutable" : "no-cache",
     };
     if (req.headers["if-none-match"] === found.etag) {
       res.writeHead(304, headers);

@@ -1,7 +1,8 @@
 // The console's lists in a real browser: each says how many rows there are
 // and pages through them ("1–100 of 101", previous and next), a filter goes
 // back to the first page, an id filter that is not a number is refused in
-// place (and a polled list does not wipe what is being typed), and provider
+// place (and a polled list does not wipe what is being typed), a filter the
+// service refuses shows its reason without the previous rows, and provider
 // preferences left blank keep their values.
 import type { Page } from "playwright-core";
 import { describe, expect, it } from "vitest";
@@ -145,6 +146,28 @@ describe("the console's lists", () => {
     expect(await page.getByRole("table").count()).toBe(0);
     expect(problems).toEqual([]);
   }, 120_000);
+
+  it("a filter or id the service refuses shows its reason alone, never the rows or figures of the one before", async () => {
+    const renter = await makeRenter(h.srv, 123_456);
+    for (let i = 0; i < 2; i++) await seedJob(h.srv, { renterId: renter.id, status: "queued", cost: 10 });
+    const { page, problems } = await signedIn("admin", ADMIN_TOKEN);
+    await page.goto(`${h.srv.url}/#/admin/jobs`);
+    await page.locator("tr[data-job]").first().waitFor({ timeout: STEP_MS });
+    await page.getByLabel("Job type").fill("nonsense");
+    await page.getByLabel("Job type").press("Enter");
+    await poll(() => page.getByRole("alert").textContent()).toMatch(/^job_type must be one of /);
+    // Not the unfiltered list under the error, as if it were what the filter selects.
+    expect(await page.locator("tr[data-job]").count()).toBe(0);
+    expect(await pages(page).count()).toBe(0);
+
+    // One renter's page, then (the address edited) one that does not exist: not the first one's balance.
+    await page.goto(`${h.srv.url}/#/admin/renters/${renter.id}`);
+    await poll(() => page.getByTestId("renter-balance").textContent()).toContain("1,234.56 SAR");
+    await page.evaluate(() => (location.hash = "#/admin/renters/999999999"));
+    await poll(() => page.getByRole("alert").first().textContent()).toMatch(/not found/i);
+    expect(await page.getByTestId("renter-balance").count()).toBe(0);
+    expect(problems).toEqual([]);
+  }, 60_000);
 
   it("a provider preference left blank keeps its value", async () => {
     const provider = await makeProvider(h.srv);

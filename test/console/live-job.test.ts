@@ -4,6 +4,7 @@
 // job tabs in the background do not stop the console loading in another tab,
 // and a job tab shown again catches up from its cursor. A "try again later"
 // (too many watches open) is shown and asked again only after its Retry-After.
+// A long log is drawn a page of lines at a time.
 //
 // Headless Chromium shows every page (Page.setWebLifecycleState and window
 // states do not change document.visibilityState or fire freeze there), so a
@@ -171,5 +172,41 @@ describe("the job page's live stream", () => {
     await poll(() => jobStatus(third.page)).toBe("cancelled");
 
     for (const t of [...background, seventh]) expect(t.problems).toEqual([]);
+  }, 120_000);
+  it("draws a long log a page of lines at a time, not line by line, and goes on to the lines after it and the end", async () => {
+    const r = await makeRenter(h.srv, 5_000);
+    const job = await seedJob(h.srv, { renterId: r.id });
+    const lines = 1_500;
+    await h.srv.sql`
+      INSERT INTO job_logs (job_id, attempt, level, message)
+      SELECT ${job.id}, 1, 'info', 'line ' || g || ' of a long log, with words enough to make it eighty characters or so'
+      FROM generate_series(1, ${lines}) g`;
+    const ctx = await signedInContext(r.key);
+    // Counts the changes made to the log's text: each is a redraw of the whole log.
+    await ctx.addInitScript(() => {
+      const w = window as never as { __logDraws: number };
+      w.__logDraws = 0;
+      new MutationObserver((records) => {
+        for (const m of records) {
+          const el = m.target.nodeType === Node.TEXT_NODE ? m.target.parentElement : m.target;
+          if (el instanceof Element && el.closest("pre.logs")) w.__logDraws++;
+        }
+      }).observe(document, { subtree: true, childList: true, characterData: true });
+    });
+    const page = await ctx.newPage();
+    const problems = watchProblems(page);
+    const log = page.getByRole("region", { name: "Logs" }).locator("pre.logs");
+    await page.goto(`${h.srv.url}/#/renter/jobs/${job.jobId}`);
+    await poll(() => log.textContent()).toContain(`line ${lines} of a long log`);
+    const draws = await page.evaluate(() => (window as never as { __logDraws: number }).__logDraws);
+    // A line at a time, the page redraws the whole log for each line (quadratic: a full log froze the tab for minutes).
+    expect(draws).toBeLessThan(lines / 10);
+
+    await h.srv.sql`INSERT INTO job_logs (job_id, attempt, level, message) VALUES (${job.id}, 1, 'warn', 'one more line')`;
+    await poll(() => log.textContent()).toMatch(/warn +one more line$/);
+    expect((await client(h.srv.url).post(`/api/jobs/${job.jobId}/cancel`, {}, { "x-renter-key": r.key })).status).toBe(200);
+    await poll(() => jobStatus(page)).toBe("cancelled");
+    expect((await log.textContent())!.split("\n")).toHaveLength(lines + 1);
+    expect(problems).toEqual([]);
   }, 120_000);
 });

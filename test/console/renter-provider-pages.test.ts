@@ -2,11 +2,12 @@
 // seeded server: cancelling a job (the page and the held funds follow), a
 // top-up and a submit the service refuses (its reason shown in place), a lost
 // connection, the live job view given back each time it is left, pause and
-// resume, and a schedule preference that is kept.
+// resume, a key pasted as the Install page shortens it, the telemetry charts'
+// samples (one per heartbeat), and a schedule preference that is kept.
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { seedJob } from "../admin/helpers.js";
-import { signedIn, useConsoleHarness } from "./browser.js";
+import { signedIn, useConsoleHarness, watchProblems } from "./browser.js";
 
 const STEP_MS = 20_000;
 const poll = <T,>(fn: () => Promise<T> | T) => expect.poll(fn, { timeout: STEP_MS, interval: 100 });
@@ -106,6 +107,60 @@ describe("the provider's pages", () => {
     await poll(() => page.getByTestId("provider-status").textContent()).toContain("paused");
     await page.getByRole("button", { name: /Resume/ }).click();
     await poll(() => page.getByRole("button", { name: /Pause/ }).count()).toBe(1);
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("signing in with the key as the Install page shows it (shortened) says the key is not whole, not that the connection is lost", async () => {
+    const p = await makeProvider(h.srv);
+    const { page, problems } = await signedIn(h, "provider", p.key);
+    await page.goto(`${h.srv.url}/#/provider/install`);
+    const shortened = (await page.getByTestId("provider-key").textContent())!;
+    expect(shortened).toMatch(/^svc-provider-.{4}…$/);
+
+    const ctx = await h.context();
+    const signIn = await ctx.newPage();
+    const problems2 = watchProblems(signIn);
+    await signIn.goto(`${h.srv.url}/`);
+    await signIn.getByRole("tab", { name: "Provider" }).click();
+    const key = signIn.getByRole("textbox", { name: "API key" });
+    await key.fill(shortened);
+    await key.press("Enter");
+    await poll(() => signIn.getByRole("alert").textContent()).toMatch(/not a whole API key/);
+    expect(await signIn.getByRole("alert").textContent()).not.toMatch(/connection/i);
+    // The operator's token likewise.
+    await signIn.getByRole("tab", { name: "Operator" }).click();
+    await signIn.getByRole("textbox", { name: "Admin token" }).fill("token…");
+    await signIn.getByRole("textbox", { name: "Admin token" }).press("Enter");
+    await poll(() => signIn.getByRole("alert").textContent()).toMatch(/not a whole admin token/);
+    // The whole key, with spaces around it as pasted, signs in.
+    await signIn.getByRole("tab", { name: "Provider" }).click();
+    await key.fill(` ${p.key} `);
+    await key.press("Enter");
+    await poll(() => signIn.getByTestId("approval").count()).toBe(1);
+    expect([...problems, ...problems2]).toEqual([]);
+  }, 60_000);
+
+  it("the GPU telemetry charts take a sample per heartbeat: a daemon that stopped sending adds none", async () => {
+    const p = await makeProvider(h.srv);
+    const beat = (minutesAgo: number, util: number) => h.srv.sql`
+      UPDATE providers SET last_heartbeat = now() - make_interval(mins => ${minutesAgo}),
+        gpu_telemetry = ${h.srv.sql.json({ gpu_util_pct: util, temp_c: 70, gpu_vram_mib: 24576, free_vram_mib: 20480 })}
+      WHERE id = ${p.id}`;
+    await beat(10, 90);
+    const { page, problems } = await signedIn(h, "provider", p.key);
+    let reads = 0;
+    page.on("response", (r) => void (r.url().endsWith("/svc.v1.ProviderService/GetMe") && r.ok() && reads++));
+    const telemetry = page.getByRole("region", { name: "GPU telemetry (while this page is open)" });
+    await page.goto(`${h.srv.url}/#/provider`);
+    // The page reads the provider every 5 s; the heartbeat it reads stays the one of 10 minutes ago.
+    await poll(() => reads).toBeGreaterThanOrEqual(3);
+    await poll(() => page.getByTestId("provider-status").count()).toBe(1);
+    expect(await telemetry.getByText("Collecting samples from heartbeats…").count()).toBe(1);
+    expect(await telemetry.getByRole("img").count()).toBe(0);
+
+    // A heartbeat arrives: its reading is the second sample.
+    await beat(0, 40);
+    await poll(() => telemetry.getByRole("img", { name: "Utilisation (%)" }).count()).toBe(1);
     expect(problems).toEqual([]);
   }, 60_000);
 

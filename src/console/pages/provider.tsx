@@ -32,8 +32,10 @@ const MAX_SAMPLES = 360;
 
 /**
  * GPU telemetry over time: the service keeps each provider's latest
- * heartbeat figures, so the page samples them while it is open (every 5 s,
- * the last 30 minutes at most).
+ * heartbeat figures, so the page samples them while it is open (read every
+ * 5 s; the last 360 heartbeats at most). A sample is a heartbeat, at its
+ * time: reads between two heartbeats, or after the daemon stopped sending,
+ * add none.
  */
 function useTelemetry(me: GetProviderMeResponse | undefined): Sample[] {
   const samples = useRef<Sample[]>([]);
@@ -43,9 +45,9 @@ function useTelemetry(me: GetProviderMeResponse | undefined): Sample[] {
     const g = p?.gpuMetrics;
     const beat = p?.provider?.lastHeartbeat;
     if (!g || !beat) return;
-    const t = Math.floor(Date.now() / 1000);
+    const t = new Date(beat).getTime() / 1000;
     const last = samples.current[samples.current.length - 1];
-    if (last && t - last.t < 1) return;
+    if (!Number.isFinite(t) || (last && t <= last.t)) return;
     samples.current = [...samples.current, { t, temp: g.temperatureC, util: g.utilizationPct, vramGb: Number(g.vramUsedMib) / 1024 }].slice(-MAX_SAMPLES);
     bump((n) => n + 1);
   }, [me]);

@@ -8,14 +8,27 @@ import { Card, ErrorBox, Field, useAction, useId } from "../ui.js";
 
 const KEY_HEADER = { renter: "x-renter-key", provider: "x-provider-key", admin: "x-admin-token" } as const;
 
+/**
+ * A character no key or token has: a control character, or one past Latin-1, which no header can
+ * carry (the browser refuses to send it at all, and that read as a lost connection). The Install
+ * page's shortened key ends in one ("…").
+ */
+const UNSENDABLE = /[^\t\x20-\x7e\x80-\xff]/;
+
 /** Checks the secret with a read of the role's own account, then signs in. */
-async function verifyAndSignIn(role: Role, secret: string, remember: boolean): Promise<void> {
+async function verifyAndSignIn(role: Role, typed: string, remember: boolean): Promise<void> {
+  const secret = typed.trim();
+  const bad = UNSENDABLE.exec(secret)?.[0];
+  if (bad !== undefined) {
+    const what = role === "admin" ? "admin token" : "API key";
+    throw new Error(`This is not a whole ${what}: it has "${bad}" in it, which no ${what} has. Paste it whole, as it was shown when it was made.`);
+  }
   const headers = { [KEY_HEADER[role]]: secret };
   let label = "operator";
   if (role === "renter") label = (await api.renters.getMe({}, { headers })).renter?.name ?? "renter";
   else if (role === "provider") label = (await api.providers.getMe({}, { headers })).provider?.provider?.name ?? "provider";
   else await api.admin.getDashboard({}, { headers });
-  signIn({ role, secret: secret.trim(), label }, remember);
+  signIn({ role, secret, label }, remember);
   go(role);
 }
 
