@@ -5,6 +5,7 @@
 // time; a polled job is confirmed even when its job_started event is refused;
 // a job the server sent back to the queue is stopped here, not run twice.
 import fs from "node:fs";
+import http from "node:http";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, startTestServer, type TestServer } from "../helpers/server.js";
@@ -139,6 +140,64 @@ describe("svc_daemon.py result delivery", { timeout: 90_000 }, () => {
     expect(b.output()).toMatch(/1 job result\(s\) from an earlier run to send/);
     await waitFor(() => fs.readdirSync(path.join(dir, "work", ".svc-results")).length === 0, 5_000, "the kept result removed");
     expect(await ledgerProblems(db)).toEqual([]);
+  });
+
+  it("sends at its next start a result whose report was under way when the daemon was killed", async () => {
+    // Between the daemon and the server: a proxy that takes job-result requests and answers none while
+    // `hang` holds (a server that stopped answering), and passes everything else on.
+    let hang = true;
+    let held = 0;
+    const proxy = http.createServer((req, res) => {
+      if (hang && req.url === "/api/providers/job-result") {
+        held++;
+        return; // never answered
+      }
+      const up = http.request(srv.url + req.url!, { method: req.method, headers: req.headers }, (answer) => {
+        res.writeHead(answer.statusCode!, answer.headers);
+        answer.pipe(res);
+      });
+      up.on("error", () => res.destroy());
+      req.pipe(up);
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    try {
+      const via = `http://127.0.0.1:${(proxy.address() as { port: number }).port}`;
+      const { gate, daemon: a, jobId, file, dir } = await gatedJob({ SVC_BACKEND_URL: via });
+      gate.open();
+      await waitFor(() => held > 0, 20_000, `the result's report under way (${a.output()})`);
+      // Killed (a crash, an OOM kill, a service manager's stop timeout) while it waits for the answer.
+      a.kill("SIGKILL");
+      await a.exited;
+      hang = false;
+      const b = runDaemon(file, dir, { SVC_BACKEND_URL: via });
+      const done = await ended(jobId, 20_000, `job end after the restart (${b.output()})`);
+      expect(done.status, done.error).toBe("completed");
+      expect(done.attempt).toBe(1);
+      expect(done.result).toMatchObject({ response: "done" });
+      await waitFor(() => fs.readdirSync(path.join(dir, "work", ".svc-results")).length === 0, 5_000, "the kept result removed");
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise((r) => proxy.close(r));
+    }
+  });
+
+  it("keeps a result its rotated key could not report, and sends it when started again with the new key", async () => {
+    const { p, gate, daemon: a, jobId, file, dir } = await gatedJob({ SVC_STOP_GRACE_SECONDS: "2" });
+    // The provider rotates its key (a leaked one) while the job runs: the daemon's key stops working at once.
+    const rotated = await api().post("/api/providers/rotate-key", {}, { "x-provider-key": p.key });
+    expect(rotated.status, rotated.text).toBe(200);
+    gate.open();
+    await waitFor(() => a.output().includes(`job-result for ${jobId}`), 20_000, `the result's first try (${a.output()})`);
+    expect((await job(jobId)).status).toBe("running");
+    // The provider restarts its daemon with the new key, in the same work folder.
+    a.kill("SIGTERM");
+    expect(await a.exited).toBe(0);
+    const b = runDaemon(file, dir, { SVC_API_KEY: rotated.body.api_key });
+    const done = await ended(jobId, 20_000, `job end after the restart (${b.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    expect(done.attempt).toBe(1);
+    expect(done.result).toMatchObject({ response: "done" });
+    await waitFor(() => fs.readdirSync(path.join(dir, "work", ".svc-results")).length === 0, 5_000, "the kept result removed");
   });
 
   it("gives a result up after its keep time, logs it, and goes on taking work", async () => {

@@ -330,6 +330,18 @@ except OSError as err:
     expect(calls.indexOf(`volume rm svc-ws-${j.job_id}`)).toBeGreaterThan(calls.findIndex((c) => c.startsWith("rm --force --volumes")));
   });
 
+  it("asks docker again to remove a job's container when a removal fails, then removes its volume", async () => {
+    const p = await makeProvider(srv);
+    const renter = await makeRenter(srv, 1_000);
+    // The engine fails the first two removals, as one that did not get the container's exit event does.
+    const { d, docker } = await daemonFor(p.key, {}, { rmFailures: 2 });
+    const j = await submit(renter, { job_type: "custom_container", params: { command: ["ok"] } });
+    const done = await ended(j.job_id, `job end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    await waitFor(() => docker.containers().length === 0 && docker.volumes().length === 0, 15_000, `container and volume removed (${d.output()})`);
+    expect(docker.calls().filter((c) => c[0] === "rm")).toHaveLength(3);
+  });
+
   it("leaves a job's folder and volume to a newer attempt of it that runs on another GPU when the older one ends", () => {
     // Attempt 1 waits for its image; the job is re-queued and assigned back here as attempt 2 (polled on
     // the other GPU); attempt 1 then learns it moved and ends. Driven in one process with the daemon's

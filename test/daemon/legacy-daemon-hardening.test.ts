@@ -12,6 +12,11 @@ import { fakeDocker, LEGACY_DIR, python, realPython, runLegacyDaemon, tempDir, w
 const SECRET = "hardening-hmac-secret";
 const KEY = "svc-provider-hardeningkey";
 
+/** An answer's JSON text as it stands (JSON.stringify runs out of stack on some). */
+class RawJson {
+  constructor(readonly text: string) {}
+}
+
 /** An answer, or a function of how many times it was asked before and the request's path. */
 type Answer = unknown | ((n: number, path: string) => unknown);
 
@@ -49,7 +54,7 @@ async function fakeServer(answers: { poll?: Answer; heartbeat?: Answer; readines
       sent.push({ method: req.method!, url: req.url!, keyHeader: req.headers["x-provider-key"] as string | undefined });
       const send = (v: unknown, status = 200) => {
         res.writeHead(status, { "content-type": "application/json" });
-        res.end(JSON.stringify(v));
+        res.end(v instanceof RawJson ? v.text : JSON.stringify(v));
       };
       if (req.method === "GET" && raw === `/api/providers/${KEY}/jobs`) return send(answer("poll", { job: null }, raw));
       if (req.method === "GET" && raw.startsWith("/api/jobs/")) return send(answer("status", { status: "running", attempt: 1 }, raw));
@@ -138,6 +143,25 @@ describe("svc_daemon.py against unexpected answers", { timeout: 60_000 }, () => 
     expect(fake.results[0]).toMatchObject({ job_id: jobId, success: true, result: { response: "ran" } });
     expect(d.output()).toMatch(/poll answer ignored/);
     expect(d.output()).toMatch(/heartbeat answer ignored/);
+    expect(d.output()).not.toMatch(/Traceback/);
+  });
+
+  it("lives through answers nesting deeper than Python's parser reads (poll, heartbeat, a job's status)", async () => {
+    const jobId = "job-after-deep-answers";
+    const dir = tempDir("py-deep");
+    const nested = "[".repeat(5000) + "1" + "]".repeat(5000);
+    const deep = new RawJson(nested);
+    const fake = await serve({
+      poll: (n: number) => (n === 0 ? new RawJson(`{"job": ${nested}}`) : n === 1 ? deep : n === 2 ? { job: signedJob(task(jobId, "llm-inference", { prompt: "hi" })) } : { job: null }),
+      heartbeat: (n: number) => (n < 2 ? deep : { approved: true, paused: false }),
+      status: (n: number) => (n === 0 ? deep : { status: "running", attempt: 1 }),
+    });
+    const d = legacy(fake, dir, { SVC_RUNNERS: runner(dir, 'time.sleep(4)\njson.dump({"response": "ran"}, open(os.environ["SVC_RESULT_FILE"], "w"))') });
+    await waitFor(() => fake.results.length > 0, 30_000, "a result").catch((e) => { throw new Error(`${e}: ${d.output()}`); });
+    expect(fake.results[0]).toMatchObject({ job_id: jobId, success: true, result: { response: "ran" } });
+    // Its status was read past the deep answer, and it kept beating after the deep ones.
+    expect(fake.requests.filter((r) => r.startsWith("GET /api/jobs/")).length).toBeGreaterThanOrEqual(1);
+    await waitFor(() => fake.requests.filter((r) => r === "POST /api/providers/heartbeat").length >= 4, 10_000, `heartbeats go on (${d.output()})`);
     expect(d.output()).not.toMatch(/Traceback/);
   });
 

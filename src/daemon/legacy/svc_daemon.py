@@ -21,11 +21,13 @@ Each can be overridden:
   --poll-seconds / SVC_POLL_SECONDS             (default 10)
   --result-retry-seconds / SVC_RESULT_RETRY_SECONDS   (default 10)
   --result-keep-seconds / SVC_RESULT_KEEP_SECONDS     (default 3600)
-        a job result the server could not take (a 5xx, no answer: the server
-        restarting, its database away) is kept, under the work dir so that a
-        restart keeps it too, and sent again every retry-seconds until the
-        server answers it (a 4xx refusal ends it as well) or keep-seconds have
-        passed since it was first sent, when it is given up and logged.
+        a job result is kept under the work dir before it is first sent, so that
+        a restart (or a kill) keeps it too; one the server could not take (a 5xx,
+        no answer: the server restarting, its database away; a 401: its key
+        rotated, and replaced at the next start) is sent again every retry-seconds
+        until the server answers it (a 4xx refusal ends it as well) or
+        keep-seconds have passed since it was first sent, when it is given up
+        and logged.
   --runner TYPE=COMMAND / SVC_RUNNERS="TYPE=COMMAND;..."
         run jobs of TYPE with a local program instead of a container. The
         program gets the job as JSON on stdin, SVC_RESULT_FILE / SVC_WORKSPACE
@@ -108,12 +110,20 @@ ENDPOINT_RETRY_SECONDS = 5.0
 # A job's result file is read only when it is a regular file (no symbolic link followed, no FIFO
 # or device opened in a way that could block) of at most this size (8 MiB); else the job failed.
 MAX_RESULT_FILE_BYTES = 8 * 1024 * 1024
+# The deepest a result file's JSON may nest objects and arrays: the server refuses a report past its own
+# limit (a body 100 levels deep, less in a result's protobuf reading), which would leave the job running.
+MAX_RESULT_DEPTH = 64
 # The largest job-result body the server takes (16 MiB): a result over it is the job's failure.
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 # The longest output line kept (bytes): the rest of a longer line is dropped, up to its newline.
 MAX_LINE_BYTES = 16000
 # How much of the job's output is kept for its result when it writes no result file.
 MAX_KEPT_OUTPUT = 1000000
+# How much of a job's output waits between the thread that reads it and the job's loop that sends it (as
+# many lines as the server keeps of an attempt, 4 MB of text): a job printing faster than its lines can be
+# sent has the rest dropped (and counted) rather than held, however long it prints.
+MAX_QUEUED_LINES = 10000
+MAX_QUEUED_CHARS = 4000000
 # Log lines are sent once this many characters are waiting (the logs route takes 1 MiB a call).
 LOG_BATCH_CHARS = 100000
 # While the server has asked the daemon to wait (a 429: the provider's per-IP request budget is spent), a
@@ -487,7 +497,7 @@ class Api:
                 text = ""
             try:
                 message = json.loads(text).get("error", text)
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 message = text
             header = err.headers.get("Retry-After") if err.headers is not None else None
             raise ApiError(err.code, message, retry_after_seconds(err.code, header, message))
@@ -500,6 +510,9 @@ class Api:
             return json.loads(payload.decode("utf-8")) if payload else {}
         except ValueError:
             raise ApiError(0, "the answer was not JSON: %r" % payload[:200])
+        except RecursionError:
+            # JSON nested deeper than Python's parser reads: no answer of the server's is.
+            raise ApiError(0, "the answer nests too deep to read: %r" % payload[:200])
 
     def post(self, path, body, timeout=None):
         return self._request("POST", path, dict(body, api_key=self.key), timeout=timeout)
@@ -570,7 +583,10 @@ with open(os.environ["SVC_RESULT_FILE"], "w") as f:
 
 
 class JobRun:
-    """One job's child process: line-by-line output, progress, kill."""
+    """One job's child process: line-by-line output, progress, kill. `lines` carries the job's output
+    lines to its loop (str), a count of lines dropped before the next one (int), and None at its end.
+    `output` (the first MAX_KEPT_OUTPUT characters of its lines that are no progress) and `tail` (the
+    last of them) are complete once None came."""
 
     def __init__(self, argv, stdin_text, env, cwd, kill_hook=None, on_group=None):
         self.proc = subprocess.Popen(
@@ -580,6 +596,12 @@ class JobRun:
         # (record_job_process: killed at the next start if this daemon dies meanwhile).
         self.group_ended = on_group(self.proc.pid) if on_group and os.name != "nt" else None
         self.lines = queue.Queue()
+        self.queued_lock = threading.Lock()
+        self.queued_lines = self.queued_chars = 0  # str items in `lines` not yet taken
+        self.dropped = 0  # lines dropped since the last one queued
+        self.dropped_progress = None  # the latest progress line dropped meanwhile
+        self.output, self.kept = [], 0
+        self.tail = collections.deque(maxlen=5)
         self.kill_hook = kill_hook
         threading.Thread(target=self._feed, args=(stdin_text,), daemon=True).start()
         threading.Thread(target=self._read, daemon=True).start()
@@ -599,10 +621,56 @@ class JobRun:
             if not raw:
                 break
             if not skipping:
-                self.lines.put(raw[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r\n"))
+                self._line(raw[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r\n"))
             skipping = not raw.endswith(b"\n")
         self.proc.stdout.close()
+        self._flush_dropped()
         self.lines.put(None)
+
+    def _line(self, line):
+        """Keeps a line for the result and queues it for the job's loop, or drops it while MAX_QUEUED_LINES
+        or MAX_QUEUED_CHARS wait there already (a progress line is kept aside, the latest one)."""
+        progress = parse_progress(line) is not None
+        if not progress:
+            self.tail.append(line)
+            if self.kept < MAX_KEPT_OUTPUT:
+                self.output.append(line)
+                self.kept += len(line) + 1
+        # Once lines are dropped, none is queued again until half the queue has been taken: a line in the job's
+        # log says how many went each time.
+        share = 2 if self.dropped or self.dropped_progress is not None else 1
+        with self.queued_lock:
+            room = (self.queued_lines < MAX_QUEUED_LINES // share
+                    and self.queued_chars + len(line) <= MAX_QUEUED_CHARS // share)
+        if not room:
+            if progress:
+                self.dropped_progress = line
+            else:
+                self.dropped += 1
+            return
+        self._flush_dropped()
+        self._queue(line)
+
+    def _flush_dropped(self):
+        """What was dropped since the last queued line, queued before the next: its count, and its latest progress."""
+        if self.dropped:
+            self.lines.put(self.dropped)
+            self.dropped = 0
+        if self.dropped_progress is not None:
+            self._queue(self.dropped_progress)
+            self.dropped_progress = None
+
+    def _queue(self, line):
+        with self.queued_lock:
+            self.queued_lines += 1
+            self.queued_chars += len(line)
+        self.lines.put(line)
+
+    def taken(self, line):
+        """The job's loop took a line off `lines`."""
+        with self.queued_lock:
+            self.queued_lines -= 1
+            self.queued_chars -= len(line)
 
     def stop(self):
         if self.kill_hook:
@@ -638,10 +706,48 @@ class JobRun:
             self.group_ended = None
 
 
+def _not_json_constant(name):
+    raise ValueError("%s is not a JSON value" % name)
+
+
+def _finite_number(text):
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError("the number %s is out of range" % text[:40])
+    return value
+
+
+def json_depth_exceeds(value, limit):
+    """Whether a parsed JSON value nests objects and arrays more than `limit` deep (a scalar is 0 deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def parse_result_json(data):
+    """A result file's bytes as the server reads JSON: NaN, Infinity and numbers past a double's range (which
+    Python reads and writes back as no JSON parser takes) are refused, and so is nesting past
+    MAX_RESULT_DEPTH. ValueError says why."""
+    too_deep = ValueError("it nests objects and arrays deeper than %d levels, the most a result may" % MAX_RESULT_DEPTH)
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_not_json_constant, parse_float=_finite_number)
+    except RecursionError:
+        raise too_deep
+    if json_depth_exceeds(value, MAX_RESULT_DEPTH):
+        raise too_deep
+    return value
+
+
 def read_result_file(path, max_bytes=MAX_RESULT_FILE_BYTES):
     """A job's result file, trusting nothing about it: ("absent", None) when there is none, ("ok", value),
     or ("error", why) when it is not a regular file (a symbolic link is not followed, a FIFO is opened
-    without blocking and refused), is larger than max_bytes, or is not JSON."""
+    without blocking and refused), is larger than max_bytes, or is not JSON the server takes
+    (parse_result_json)."""
     if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):
         return "error", "the job's result file is a symbolic link; only a regular file is read"
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
@@ -671,7 +777,7 @@ def read_result_file(path, max_bytes=MAX_RESULT_FILE_BYTES):
         if got > max_bytes:
             return "error", "the job's result file is over the %d-byte limit" % max_bytes
         try:
-            return "ok", json.loads(b"".join(chunks).decode("utf-8"))
+            return "ok", parse_result_json(b"".join(chunks))
         except ValueError as err:
             return "error", "the job wrote an invalid result file: %s" % err
     except OSError as err:
@@ -1092,9 +1198,23 @@ class DockerContainer:
             return "provider_error"
         return "runtime_error" if container_ran_and_exited(state, 125) else "provider_error"
 
-    def remove(self):
+    def remove(self, log=None):
+        """Removes the container (running or not), asking three times (1 s, then 2 s apart) as an engine
+        that missed the container's exit event fails a removal for a moment: one left would hold its GPU
+        (should it still run) and its volume. A removal that still failed is logged (the next start
+        removes it)."""
         # By its id when docker wrote one; else by name (a container an earlier run of this job left).
-        self._docker(["rm", "--force", "--volumes", self.container_id() or self.name])
+        ref = self.container_id() or self.name
+        for wait in (1.0, 2.0, None):
+            out = self._docker(["rm", "--force", "--volumes", ref])
+            if out is not None and (out.returncode == 0 or "no such container" in out.stderr.lower()):
+                break
+            if wait is None:
+                if log:
+                    log("ERROR: could not remove container %s (%s): %s; it may still run on its GPU, and the next "
+                        "start of the daemon removes it" % (self.name, ref, _docker_error(out)))
+            else:
+                time.sleep(wait)
         for path in (self.cidfile, self.envfile):
             try:
                 if path:
@@ -1657,7 +1777,8 @@ def result_refused(status):
 
 class PendingResults:
     """Job results the server has not answered yet, one JSON file each under a folder of the work
-    dir, so that a restart of the daemon (a stop signal, a self-update) keeps them too. Each entry:
+    dir, so that a restart of the daemon (a stop signal, a self-update, a kill) keeps them too: each is
+    kept before it is first sent, and due to the main loop only once that try went unanswered. Each entry:
     the job-result body, when it was first sent (first_at: the wall clock, written to disk; since: the
     same moment on time.monotonic(), which a clock step does not move), how many times it was sent and
     when it is due again (time.monotonic()). A result read back at a restart is as old as the wall
@@ -1697,11 +1818,10 @@ class PendingResults:
                 self.items[job_id] = item
 
     def keep(self, job_id, body, first_at, since, tries, next_at):
+        """Keeps a job's result, on disk too (what a restart needs: the body and when it was first sent); it
+        replaces one an earlier attempt of the job left, which the server would refuse."""
         with self.lock:
-            known = job_id in self.items
             self.items[job_id] = {"body": body, "first_at": first_at, "since": since, "tries": tries, "next_at": next_at}
-            if known:
-                return  # on disk already (what a restart needs: the body and when it was first sent)
             try:
                 # A result may hold what the renter's program printed: this daemon's user's only.
                 private_folder(self.folder)
@@ -1711,8 +1831,18 @@ class PendingResults:
             except (OSError, TypeError, ValueError) as err:
                 self.log("could not write the result of %s to %s (kept in memory only): %s" % (job_id, self.folder, err))
 
-    def drop(self, job_id):
+    def retry(self, job_id, body, tries, next_at):
+        """A kept result not delivered yet: when it is due again (unless a later attempt's replaced it)."""
         with self.lock:
+            item = self.items.get(job_id)
+            if item is not None and item["body"] is body:
+                item["tries"], item["next_at"] = tries, next_at
+
+    def drop(self, job_id, body=None):
+        """Forgets a job's result; with `body`, only while that is the one kept (a later attempt's replaces it)."""
+        with self.lock:
+            if body is not None and self.items.get(job_id, {}).get("body") is not body:
+                return
             self.items.pop(job_id, None)
             try:
                 os.remove(self._path(job_id))
@@ -2009,6 +2139,10 @@ class Daemon:
             self.log("job %s: %s; reported as its failure" % (job_id, error))
             return self.report(job_id, False, None, error, metrics, end_reason="runtime_error", attempt=attempt)
         item = {"body": body, "first_at": time.time(), "since": time.monotonic(), "tries": 0, "next_at": float("-inf")}
+        # On disk before it is sent (not due to the main loop meanwhile): a daemon killed while the server
+        # has not answered yet (one that stopped answering takes the request's whole timeout) sends it at
+        # its next start.
+        self.results.keep(job_id, body, item["first_at"], item["since"], 0, float("inf"))
         return self.send_result(job_id, item)[1]
 
     def send_result(self, job_id, item, timeout=None):
@@ -2020,13 +2154,15 @@ class Daemon:
         except ApiError as err:
             self.hold_reports(err)
             tries = item["tries"] + 1
-            if result_refused(err.status):
+            # A 401 refuses the key, not the result: a key rotated while the job ran is replaced at the next
+            # start, which sends the kept result with the new one.
+            if result_refused(err.status) and err.status != 401:
                 self.log("job-result for %s refused: %s" % (job_id, err))
-                self.results.drop(job_id)
+                self.results.drop(job_id, item["body"])
                 return "refused", None
             kept_for = time.monotonic() - item["since"]
             if kept_for >= self.cfg.get("result_keep_seconds", 3600):
-                self.results.drop(job_id)
+                self.results.drop(job_id, item["body"])
                 message = "gave up sending the result of %s after %d tries over %d s: %s" % (job_id, tries, kept_for, err)
                 self.log(message)
                 self.event("job_result_undelivered", "error", message, job_id)
@@ -2035,11 +2171,11 @@ class Daemon:
             if tries == 1 or tries % 30 == 0:
                 self.log("job-result for %s not delivered (try %d): %s; kept, sent again every %g s for up to %g s"
                          % (job_id, tries, err, retry, self.cfg.get("result_keep_seconds", 3600)))
-            self.results.keep(job_id, item["body"], item["first_at"], item["since"], tries, time.monotonic() + retry)
+            self.results.retry(job_id, item["body"], tries, time.monotonic() + retry)
             return "kept", None
         if item["tries"]:
             self.log("job-result for %s delivered after %d earlier tries" % (job_id, item["tries"]))
-        self.results.drop(job_id)
+        self.results.drop(job_id, item["body"])
         return "delivered", answer
 
     def deliver_results(self):
@@ -2251,7 +2387,7 @@ class Daemon:
                 if run:
                     run.stop()  # the container too (its kill hook)
                 if container:
-                    container.remove()
+                    container.remove(self.log)
             finally:
                 error = "the provider daemon failed while the job ran (%s: %s); the job was stopped" % (type(err).__name__, err)
                 self.report(job["job_id"], False, None, error, {"duration_seconds": round(time.monotonic() - started, 3)},
@@ -2312,8 +2448,7 @@ class Daemon:
             self.report(job_id, False, None, "could not start the job: %s" % err, {"duration_seconds": 0},
                         end_reason="provider_error", attempt=job.get("attempt"))
             return
-        output, outcome, end_reason = [], None, "runtime_error"
-        kept, tail = 0, collections.deque(maxlen=5)
+        outcome, end_reason = None, "runtime_error"
         reports = JobReports(self, job_id, attempt)
         for key in (container.dropped_env if container else []):
             reports.note("env %s was left out: the provider's daemon decides which GPU the job sees" % key)
@@ -2331,6 +2466,8 @@ class Daemon:
         while True:
             try:
                 line = run.lines.get(timeout=0.2)
+                if isinstance(line, str):
+                    run.taken(line)
             except queue.Empty:
                 line = ""
             if line is None:
@@ -2340,16 +2477,15 @@ class Daemon:
             elif exited_at is not None and not group_killed and time.monotonic() - exited_at > OUTPUT_AFTER_EXIT_SECONDS:
                 group_killed = True
                 _kill_tree(run.proc)  # its output ends with it
-            if line:
+            if isinstance(line, int):
+                reports.note("[svc-daemon] %d log line(s) of this job were dropped here: the job printed them faster than "
+                             "the daemon could send them, and at most %d lines wait to be sent" % (line, MAX_QUEUED_LINES))
+            elif line:
                 progress = parse_progress(line)
                 if progress:
                     reports.progress = progress  # the latest wins: sent at most every PROGRESS_SECONDS
                 else:
                     reports.add(line)
-                    tail.append(line)
-                    if kept < MAX_KEPT_OUTPUT:
-                        output.append(line)
-                        kept += len(line) + 1
             now = time.monotonic()
             if reports.send(now):
                 confirmed = True
@@ -2397,7 +2533,7 @@ class Daemon:
             # 125; asked before the container is removed.
             if outcome is None and code == 125:
                 end_reason = container.exit_125_reason()
-            container.remove()
+            container.remove(self.log)
         metrics = {"duration_seconds": duration, "exit_code": code, "executor": "docker" if container else "process"}
         held["settled"] = True
         # Read into memory first: a host job's folder, where its result lies, goes before the job is reported.
@@ -2416,12 +2552,12 @@ class Daemon:
             if found == "error":
                 outcome, result = result, None
             elif found == "absent":
-                result = {"response": "\n".join(output).strip()}
+                result = {"response": "\n".join(run.output).strip()}
             if outcome is None:
                 self.report(job_id, True, result, None, metrics, attempt=job.get("attempt"))
                 self.event("job_completed", "info", "%.1fs" % duration, job_id)
                 return
-        tail = "\n".join(tail)[-1000:]
+        tail = "\n".join(run.tail)[-1000:]
         if outcome is None and container and code == 125 and end_reason == "provider_error":
             error = "docker could not run the job's container (docker run exited 125): %s" % tail
         else:
