@@ -3,7 +3,10 @@
 // serving jobs no process probed within the period, GETs each engine's
 // /health, and ends the attempts whose endpoint failed every probe for longer
 // than the grace as their provider's failure. Claims keep several processes
-// from probing one job twice in a period.
+// from probing one job twice in a period. A pass starts a period after the
+// one before started (at once when that one ran longer, never two at once),
+// so a job's probes stay a period apart however long its pass takes; stop()
+// has the pass claim nothing more and waits only for its probes in flight.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { sweepEndpoints } from "../domain/dispatch/endpoint-health.js";
@@ -15,7 +18,8 @@ export function endpointHealthWorker(opts: { sql: Sql; log: Logger; periodSecond
   let running: Promise<unknown> | undefined;
   let stopped = false;
   const tick = () => {
-    running = sweepEndpoints(opts.sql, { periodSeconds: opts.periodSeconds, allowPrivate: opts.allowPrivate })
+    const started = Date.now();
+    running = sweepEndpoints(opts.sql, { periodSeconds: opts.periodSeconds, allowPrivate: opts.allowPrivate, stopped: () => stopped })
       .then((r) => {
         if (r.outage) opts.log.error(r, "every serving endpoint failed its health check: the platform's own network is the likelier cause; no provider was blamed");
         if (r.requeued || r.failed) opts.log.warn(r, "serving endpoints failing past the grace: attempts ended as the provider's failure");
@@ -25,8 +29,7 @@ export function endpointHealthWorker(opts: { sql: Sql; log: Logger; periodSecond
       })
       .finally(() => {
         running = undefined;
-        // The next pass a period after this one ended: a slow pass is never run over by the next.
-        if (!stopped) timer = setTimeout(tick, opts.periodSeconds * 1000);
+        if (!stopped) timer = setTimeout(tick, Math.max(0, started + opts.periodSeconds * 1000 - Date.now()));
       });
   };
   return {

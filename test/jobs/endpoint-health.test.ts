@@ -3,7 +3,8 @@
 // endpoint, so an endpoint that never serves (every /health a 500, nothing
 // listening) must not earn it the run. The probe is driven directly
 // (sweepEndpoints, as a 30 s worker would) against real HTTP endpoints; time
-// passes by moving the job's timestamps back (elapse), never by sleeping.
+// passes by moving the job's timestamps back (elapse), never by sleeping;
+// only the worker's own timing of its passes runs in real time, on short periods.
 // An endpoint failing every probe for longer than the grace
 // (ENDPOINT_FAILING_GRACE_SECONDS) ends the attempt as provider_error, the
 // provider's fault: re-queued (or, pinned, failed with the hold back), nothing
@@ -17,6 +18,8 @@ import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import { ENDPOINT_FAILING_GRACE_SECONDS } from "../../src/domain/shared/job-end.js";
 import { chatCompletionsUrl, healthUrl, probeEndpointHealth } from "../../src/domain/shared/serving-endpoint.js";
 import { servingEndpoints } from "../../src/http/v1/endpoints.js";
+import { createLogger } from "../../src/log.js";
+import { endpointHealthWorker } from "../../src/workers/endpoint-health.js";
 import { sweepJobs } from "../../src/workers/job-timeouts.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
@@ -443,6 +446,79 @@ describe("the probe's request", () => {
     expect(await probeEndpointHealth(url, { allowPrivate: true, timeoutMs: 200 })).toEqual({ healthy: false, error: "GET /health did not answer within 200 ms" });
     server.closeAllConnections();
     await new Promise((r) => server.close(r));
+  });
+});
+
+describe("the worker's passes", () => {
+  /** An engine whose /health (under any path) answers 200 after `delayMs`: when each probe came, and the most at once. */
+  async function slowEngine(delayMs: number) {
+    const e = { url: "", arrivals: [] as number[], inFlight: 0, maxInFlight: 0 };
+    const server = http.createServer((req, res) => {
+      if (req.method !== "GET" || !req.url?.endsWith("/health")) return void res.writeHead(404).end();
+      e.arrivals.push(Date.now());
+      e.maxInFlight = Math.max(e.maxInFlight, ++e.inFlight);
+      setTimeout(() => {
+        e.inFlight--;
+        res.writeHead(200).end();
+      }, delayMs);
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    e.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const close = () => {
+      server.closeAllConnections();
+      return new Promise((r) => server.close(r));
+    };
+    return Object.assign(e, { close });
+  }
+  const waitFor = async (done: () => boolean, ms: number) => {
+    const until = Date.now() + ms;
+    while (!done() && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    expect(done()).toBe(true);
+  };
+  const log = createLogger("silent");
+
+  it("start a period after the pass before started, not after it ended: a job's probes stay a period apart however long its pass takes", async () => {
+    const slow = await slowEngine(1_500);
+    await serving(`${slow.url}/v1`, { pinned: true });
+    const worker = endpointHealthWorker({ sql: srv.sql, log, periodSeconds: 2, allowPrivate: true });
+    worker.start();
+    try {
+      await waitFor(() => slow.arrivals.length >= 4, 25_000);
+    } finally {
+      await worker.stop();
+      await slow.close();
+    }
+    // Each pass takes 1.5 s (the probe): a period after a pass ended would put them 3.5 s apart.
+    const gaps = slow.arrivals.slice(1).map((t, i) => t - slow.arrivals[i]);
+    for (const gap of gaps) expect(gap).toBeLessThan(3_000);
+    expect(slow.maxInFlight).toBe(1);
+  });
+
+  it("stop() ends a long pass early: it starts no more probes, records those in flight and gives back the claims it did not probe", async () => {
+    const slow = await slowEngine(2_500);
+    // Two rounds of probes (32 in flight at once): a pass of 5 s.
+    const jobs: Serving[] = [];
+    for (let i = 0; i < 64; i += 8) {
+      jobs.push(...(await Promise.all(Array.from({ length: 8 }, (_, k) => serving(`${slow.url}/e${i + k}/v1`, { pinned: true })))));
+    }
+    const worker = endpointHealthWorker({ sql: srv.sql, log, periodSeconds: 1, allowPrivate: true });
+    worker.start();
+    try {
+      await waitFor(() => slow.arrivals.length >= 32, 15_000);
+    } finally {
+      await worker.stop();
+    }
+    // Only the first round's probes: the rest were never started, and stop() did not wait for them.
+    expect(slow.arrivals.length).toBe(32);
+    const ids = jobs.map((j) => j.jobId);
+    const rows = await srv.sql<{ endpoint_probed_at: Date | null; endpoint_healthy_at: Date | null }[]>`
+      SELECT endpoint_probed_at, endpoint_healthy_at FROM jobs WHERE job_id = ANY(${ids})`;
+    expect(rows.filter((r) => r.endpoint_healthy_at !== null).length).toBe(32);
+    // The claims not probed were given back as they were (never probed): the next pass probes them at once.
+    expect(rows.filter((r) => r.endpoint_probed_at === null).length).toBe(32);
+    expect(await sweepEndpoints(srv.sql, { periodSeconds: 30, allowPrivate: true })).toMatchObject({ probed: 32, healthy: 32 });
+    expect(slow.arrivals.length).toBe(64);
+    await slow.close();
   });
 });
 

@@ -49,6 +49,8 @@ export interface ProbeClaim {
   provider_id: number;
   /** endpoint_probed_at as the claim set it: the result counts only while it is still the job's. */
   probed_at: Date;
+  /** endpoint_probed_at before the claim: restored when the claim is given back unprobed. */
+  prev_probed_at: Date | null;
 }
 
 /**
@@ -61,14 +63,29 @@ export function claimProbes(sql: Sql, periodSeconds: number, limit = BATCH) {
   return sql<ProbeClaim[]>`
     UPDATE jobs j SET endpoint_probed_at = now()
     FROM (
-      SELECT id FROM jobs
+      SELECT id, endpoint_probed_at AS prev FROM jobs
       WHERE job_type = 'vllm_serve' AND status = 'running' AND endpoint_url IS NOT NULL
         AND (endpoint_probed_at IS NULL OR endpoint_probed_at <= now() - make_interval(secs => ${periodSeconds * 0.9}))
       ORDER BY endpoint_probed_at NULLS FIRST, id LIMIT ${limit}
       FOR UPDATE SKIP LOCKED
     ) due
     WHERE j.id = due.id
-    RETURNING j.id, j.attempt, j.endpoint_url, j.endpoint_api_key, j.provider_id, j.endpoint_probed_at AS probed_at`;
+    RETURNING j.id, j.attempt, j.endpoint_url, j.endpoint_api_key, j.provider_id, j.endpoint_probed_at AS probed_at, due.prev AS prev_probed_at`;
+}
+
+/**
+ * Gives back claims a stopped pass left unprobed: each job's probe time goes
+ * back to what it was, so the job is due again at once (for any process),
+ * unless something changed it since the claim (a new endpoint-ready, an end).
+ * Compared to the millisecond: a JS Date holds no finer.
+ */
+async function releaseClaims(sql: Sql, claims: ProbeClaim[]): Promise<void> {
+  if (claims.length === 0) return;
+  await sql`
+    UPDATE jobs j SET endpoint_probed_at = c.prev
+    FROM unnest(${claims.map((c) => c.id)}::bigint[], ${claims.map((c) => new Date(c.probed_at).toISOString())}::timestamptz[],
+                ${claims.map((c) => (c.prev_probed_at ? new Date(c.prev_probed_at).toISOString() : null))}::timestamptz[]) AS c(id, claimed, prev)
+    WHERE j.id = c.id AND date_trunc('milliseconds', j.endpoint_probed_at) = c.claimed`;
 }
 
 export type ProbeOutcome =
@@ -122,12 +139,12 @@ export interface EndpointSweep {
   outage: boolean;
 }
 
-/** Maps with at most `limit` calls in flight. */
-async function mapLimit<T, R>(items: T[], limit: number, f: (t: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array(items.length);
+/** Maps with at most `limit` calls in flight; once `stopped`, starts no more (their results left undefined). */
+async function mapLimit<T, R>(items: T[], limit: number, f: (t: T) => Promise<R>, stopped?: () => boolean): Promise<(R | undefined)[]> {
+  const out: (R | undefined)[] = new Array(items.length);
   let next = 0;
   const lane = async () => {
-    while (next < items.length) {
+    while (next < items.length && !stopped?.()) {
       const i = next++;
       out[i] = await f(items[i]);
     }
@@ -141,12 +158,15 @@ async function mapLimit<T, R>(items: T[], limit: number, f: (t: T) => Promise<R>
  * or the pass has run a period (what is left is the oldest due at the next
  * pass); probes them, CONCURRENCY at once; then records each result and ends
  * the attempts found dead. Every running serving job is probed each period
- * however many a process has, as long as the probes fit in it. Exported so
- * tests and tools can drive it directly (`probe` replaces the HTTP probe).
+ * however many a process has, as long as the probes fit in it. Once `stopped`
+ * (the process shutting down) it claims and starts no more: the probes in
+ * flight finish and are recorded, the claims not probed are given back
+ * (releaseClaims). Exported so tests and tools can drive it directly (`probe`
+ * replaces the HTTP probe).
  */
 export async function sweepEndpoints(
   sql: Sql,
-  opts: { periodSeconds: number; allowPrivate: boolean; timeoutMs?: number; batch?: number },
+  opts: { periodSeconds: number; allowPrivate: boolean; timeoutMs?: number; batch?: number; stopped?: () => boolean },
   probe: (url: string, o: ProbeOptions) => Promise<ProbeResult> = probeEndpointHealth,
 ): Promise<EndpointSweep> {
   const out: EndpointSweep = { probed: 0, healthy: 0, failing: 0, requeued: 0, failed: 0, outage: false };
@@ -154,14 +174,22 @@ export async function sweepEndpoints(
   const until = Date.now() + opts.periodSeconds * 1000;
   const claims: ProbeClaim[] = [];
   const results: ProbeResult[] = [];
-  for (;;) {
+  const unprobed: ProbeClaim[] = [];
+  while (!opts.stopped?.()) {
     const claimed = await claimProbes(sql, opts.periodSeconds, batch);
-    claims.push(...claimed);
-    results.push(...(await mapLimit(claimed, CONCURRENCY, (c) =>
+    const probed = await mapLimit(claimed, CONCURRENCY, (c) =>
       probe(c.endpoint_url, { allowPrivate: opts.allowPrivate, timeoutMs: opts.timeoutMs ?? PROBE_TIMEOUT_MS, ...(c.endpoint_api_key ? { apiKey: c.endpoint_api_key } : {}) }),
-    )));
+      opts.stopped,
+    );
+    for (const [i, r] of probed.entries()) {
+      if (r) {
+        claims.push(claimed[i]);
+        results.push(r);
+      } else unprobed.push(claimed[i]);
+    }
     if (claimed.length < batch || Date.now() >= until) break;
   }
+  await releaseClaims(sql, unprobed);
   if (claims.length === 0) return out;
   if (new Set(claims.map((c) => c.provider_id)).size >= OUTAGE_MIN_PROVIDERS && results.every((r) => !r.healthy)) {
     out.outage = true;
