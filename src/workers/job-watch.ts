@@ -275,21 +275,30 @@ export class JobWatchHub {
 
   private start(): Promise<void> {
     this.started ??= (async () => {
+      // postgres.js keeps a listener whose LISTEN failed, and listens for it again on its own: the
+      // handlers of a start that failed go quiet, or each notice would be read once more (and each
+      // reconnection counted twice) once the next start adds its own.
+      let live = true;
       // The job-watch channel and the probe's each report every (re)connection.
       const onListen = () => {
         // After a reconnect, notices sent while the connection was down are lost.
-        if (++this.listens > 2) this.readAll();
+        if (live && ++this.listens > 2) this.readAll();
       };
-      const sub = await this.sql.listen(
-        JOB_WATCH_CHANNEL,
-        (payload) => {
-          const feed = this.feeds.get(Number(payload));
-          if (feed) void this.run(feed);
-        },
-        onListen,
-      );
-      this.unlisten = sub.unlisten;
-      await this.listenProbe.listen(onListen);
+      try {
+        const sub = await this.sql.listen(
+          JOB_WATCH_CHANNEL,
+          (payload) => {
+            const feed = live ? this.feeds.get(Number(payload)) : undefined;
+            if (feed) void this.run(feed);
+          },
+          onListen,
+        );
+        this.unlisten = sub.unlisten;
+        await this.listenProbe.listen(onListen);
+      } catch (err) {
+        live = false;
+        throw err;
+      }
       this.listenProbe.start();
       this.refresh = setInterval(() => {
         for (const f of this.feeds.values()) if (f.prev?.status.status === "queued") void this.run(f);

@@ -172,10 +172,10 @@ const attemptOf = (job: AssignedJob) => job.attempt || undefined;
  * A result refused with one of these codes was not judged, only not taken now (the server's
  * database away, a fault of the server, the stream's budget of reports spent for the minute): it
  * is sent again every RESULT_RETRY_MS, up to RESULT_RETRIES times (five minutes), and again with
- * each welcome until acknowledged.
+ * each welcome until acknowledged. SVC_RESULT_RETRY_SECONDS changes the interval.
  */
 const RETRIED_CODES = new Set(["unavailable", "internal", "deadline_exceeded", "unknown", "resource_exhausted"]);
-const RESULT_RETRY_MS = 5000;
+const RESULT_RETRY_MS = (Number(process.env.SVC_RESULT_RETRY_SECONDS) || 5) * 1000;
 const RESULT_RETRIES = 60;
 const STOP_SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGHUP"]);
 /**
@@ -949,6 +949,9 @@ export class ProviderDaemon {
     };
     this.unackedResults.set(jobId, result);
     this.keptResults.keep(jobId, result);
+    // Its tries are its own: none spent on an earlier attempt's result (replaced here) count against them.
+    clearTimeout(this.resultRetries.get(jobId)?.timer);
+    this.resultRetries.delete(jobId);
     if (this.connected) this.out?.push({ kind: result });
     this.event(outcome.success ? "job_completed" : "job_failed", outcome.success ? "info" : "warning", outcome.error ?? `${outcome.metrics.duration_seconds} s`, jobId);
   }
