@@ -140,6 +140,36 @@ describe("container registry", () => {
     expect(long.body.error).toMatch(/description/);
   });
 
+  it("approving a second renter's request for an image already approved writes the reviewer's description and scan to the public list", async () => {
+    const alice = await makeRenter(srv);
+    const bob = await makeRenter(srv);
+    const image = pinned("ghcr.io/acme/shared-tool:2.0");
+    const first = await api.post("/api/registry/requests", { image }, alice.headers);
+    const second = await api.post("/api/registry/requests", { image }, bob.headers);
+    expect([first.status, second.status]).toEqual([201, 201]);
+    // Approved unscanned and undescribed first; the second review scanned it and describes it.
+    expect((await api.post(`/api/admin/registry/requests/${first.body.id}/approve`, {}, ADMIN)).status).toBe(200);
+    const listed = async () => (await api.get("/api/registry/images")).body.images.find((i: any) => i.image === image);
+    expect(await listed()).toMatchObject({ scan_status: "pending", description: "", request_id: first.body.id });
+    const ok = await api.post(
+      `/api/admin/registry/requests/${second.body.id}/approve`,
+      { note: "scanned", scan_status: "passed", description: "Shared tool 2.0" },
+      ADMIN,
+    );
+    expect(ok.status, ok.text).toBe(200);
+    expect(ok.body).toMatchObject({ status: "approved", scan_status: "passed" });
+    // What the decision and its audit entry say is what the list shows.
+    expect(await listed()).toMatchObject({ source: "request", scan_status: "passed", description: "Shared tool 2.0", request_id: first.body.id });
+    // A later approval that scanned nothing and describes nothing takes neither away: the digest pins the contents scanned.
+    const third = await api.post("/api/registry/requests", { image }, (await makeRenter(srv)).headers);
+    // (A request for an approved image is refused; one already waiting, as here, is reviewed as any other.)
+    expect(third.status).toBe(409);
+    await srv.sql`INSERT INTO image_requests (image, renter_id, reason) VALUES (${image}, ${alice.id}, 'again')`;
+    const [{ id: againId }] = await srv.sql<{ id: number }[]>`SELECT id FROM image_requests WHERE image = ${image} AND status = 'pending'`;
+    expect((await api.post(`/api/admin/registry/requests/${againId}/approve`, {}, ADMIN)).status).toBe(200);
+    expect(await listed()).toMatchObject({ scan_status: "passed", description: "Shared tool 2.0" });
+  });
+
   it("migration 057 clears the descriptions earlier approvals copied from requests' reasons, and only those", async () => {
     const r = await makeRenter(srv);
     const [copied] = await srv.sql`

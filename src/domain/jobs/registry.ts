@@ -190,10 +190,15 @@ export async function reviewImageRequest(
       scan_status = ${decision === "approved" ? scanStatus : null}, reviewed_at = now()
     WHERE id = ${id} RETURNING *`;
   if (decision === "approved") {
+    // An image already approved at another request (several renters may wait for one image) takes
+    // this review's description when it gives one, and its scan unless one passed already: the
+    // reference pins the contents by digest, so a passed scan stays true of them.
     await tx`
       INSERT INTO approved_images (image, description, request_id, scan_status)
       VALUES (${row.image}, ${description ?? ""}, ${row.id}, ${scanStatus})
-      ON CONFLICT (image) DO NOTHING`;
+      ON CONFLICT (image) DO UPDATE SET
+        description = CASE WHEN ${description !== undefined} THEN EXCLUDED.description ELSE approved_images.description END,
+        scan_status = CASE WHEN approved_images.scan_status = 'passed' THEN 'passed' ELSE EXCLUDED.scan_status END`;
   }
   return row;
 }
