@@ -20,6 +20,8 @@ const STORE_KEY = "svc-console-session";
  */
 let remembered = false;
 let current: Session | undefined = read();
+/** The role of a session the service stopped accepting, until the next sign-in or sign-out: the sign-in page says why. */
+let refused: Role | undefined;
 const listeners = new Set<() => void>();
 
 function read(): Session | undefined {
@@ -59,6 +61,7 @@ export function session(): Session | undefined {
  */
 export function signIn(s: Session, remember: boolean): void {
   current = s;
+  refused = undefined;
   remembered = remember && s.role !== "admin";
   sessionStorage.setItem(STORE_KEY, JSON.stringify(s));
   if (remember && s.role !== "admin") localStorage.setItem(STORE_KEY, JSON.stringify(s));
@@ -81,6 +84,24 @@ export function replaceSecret(secret: string): void {
 }
 
 export function signOut(): void {
+  end(undefined);
+}
+
+/**
+ * Signs out a session whose secret the service refused (a key rotated in another tab or on another
+ * device, revoked, an admin token changed), keeping that for the sign-in page to say.
+ */
+export function signOutRefused(): void {
+  if (current) end(current.role);
+}
+
+/** The role whose session ended because the service refused its secret; undefined after a sign-out or sign-in. */
+export function refusedRole(): Role | undefined {
+  return refused;
+}
+
+function end(refusedAs: Role | undefined): void {
+  refused = refusedAs;
   current = undefined;
   remembered = false;
   sessionStorage.removeItem(STORE_KEY);

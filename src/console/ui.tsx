@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import { isConnectionLost, isUnauthenticated, messageOf } from "./api.js";
 import { utcTickLabels } from "./format.js";
-import { signOut } from "./session.js";
+import { signOutRefused } from "./session.js";
 
 // ---- connection state, shown once for the whole page --------------------------------------
 let lostLoaders = 0;
@@ -62,7 +62,7 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: numb
         if (everyMs) timer = setTimeout(run, everyMs);
       } catch (err) {
         if (stopped) return;
-        if (isUnauthenticated(err)) signOut();
+        if (isUnauthenticated(err)) signOutRefused();
         if (isConnectionLost(err)) {
           markLost(true);
           setState((s) => (sameDeps(s.of, deps) ? { ...s, lost: true } : { lost: true, of: deps }));
@@ -96,7 +96,7 @@ export function useAction() {
     try {
       return await fn();
     } catch (err) {
-      if (isUnauthenticated(err)) signOut();
+      if (isUnauthenticated(err)) signOutRefused();
       setError(messageOf(err));
       return undefined;
     } finally {

@@ -34,13 +34,41 @@ interface Asset {
   gzip: Buffer;
   type: string;
   etag: string;
+  /** The gzip representation's own tag: another representation of the same content needs another ETag. */
+  gzipEtag: string;
   /** The `?v=` the page gives this asset's URL: a hash of its content. */
   version: string;
 }
 
 function asset(body: Buffer, type: string): Asset {
   const hash = crypto.createHash("sha256").update(body);
-  return { body, gzip: zlib.gzipSync(body, { level: 9 }), type, etag: `"${hash.copy().digest("base64url").slice(0, 22)}"`, version: hash.digest("hex").slice(0, 12) };
+  const tag = hash.copy().digest("base64url").slice(0, 22);
+  return { body, gzip: zlib.gzipSync(body, { level: 9 }), type, etag: `"${tag}"`, gzipEtag: `"${tag}-gzip"`, version: hash.digest("hex").slice(0, 12) };
+}
+
+/**
+ * Whether an Accept-Encoding takes gzip (RFC 9110 12.5.3): its own q-value, else that of `*`;
+ * q=0 refuses it. No header (or an empty one) asks for no coding.
+ */
+function acceptsGzip(header: string | undefined): boolean {
+  let gzip: number | undefined;
+  let any: number | undefined;
+  for (const part of (header ?? "").split(",")) {
+    const [coding, ...params] = part.split(";").map((x) => x.trim().toLowerCase());
+    const qParam = params.find((p) => /^q\s*=/.test(p));
+    const q = qParam === undefined ? 1 : Number(qParam.slice(qParam.indexOf("=") + 1).trim());
+    const weight = Number.isFinite(q) ? q : 0;
+    if (coding === "gzip" || coding === "x-gzip") gzip = Math.max(gzip ?? 0, weight);
+    else if (coding === "*") any = weight;
+  }
+  return (gzip ?? any ?? 0) > 0;
+}
+
+/** Whether an If-None-Match names `etag` (weak comparison, as RFC 9110 13.1.2 has it), or is `*`. */
+function noneMatch(header: string | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  if (header.trim() === "*") return true;
+  return (header.match(/(?:W\/)?"[^"]*"/g) ?? []).some((t) => t.replace(/^W\//, "") === etag);
 }
 
 async function buildBundle(log: Logger): Promise<Map<string, Asset>> {
@@ -131,17 +159,18 @@ export function createConsoleHandler(config: Config, log: Logger) {
       "x-content-type-options": "nosniff",
       "referrer-policy": "no-referrer",
       "x-frame-options": "DENY",
-      etag: found.etag,
       // An asset under the version the page names may be cached for good. The page itself is revalidated, and
       // so is an asset asked for under another version (a page of another build): its URL does not name this content.
       "cache-control": !isPage && url.searchParams.get("v") === found.version ? "public, max-age=31536000, immutable" : "no-cache",
     };
-    if (req.headers["if-none-match"] === found.etag) {
+    const ae = req.headers["accept-encoding"];
+    const gzip = acceptsGzip(Array.isArray(ae) ? ae.join(",") : ae);
+    headers.etag = gzip ? found.gzipEtag : found.etag;
+    if (noneMatch(req.headers["if-none-match"], headers.etag)) {
       res.writeHead(304, headers);
       res.end();
       return true;
     }
-    const gzip = /\bgzip\b/.test(String(req.headers["accept-encoding"] ?? ""));
     const body = gzip ? found.gzip : found.body;
     if (gzip) headers["content-encoding"] = "gzip";
     headers["content-length"] = String(body.length);

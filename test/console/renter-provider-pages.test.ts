@@ -6,6 +6,7 @@
 // samples (one per heartbeat), and a schedule preference that is kept.
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { client } from "../helpers/http.js";
 import { seedJob } from "../admin/helpers.js";
 import { signedIn, useConsoleHarness, watchProblems } from "./browser.js";
 
@@ -66,6 +67,73 @@ describe("the renter's pages", () => {
     await page.getByRole("button", { name: "Submit job" }).click();
     await poll(() => page.getByRole("alert").first().textContent()).toMatch(/balance|funds|insufficient/i);
     expect(page.url()).toContain("#/renter/submit");
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("the submit form's longest run takes a whole number written as its number field allows (1e3, 1500.0), and says which field is wrong otherwise", async () => {
+    const r = await makeRenter(h.srv, 100_000);
+    await makeProvider(h.srv);
+    const { page, problems } = await signedIn(h, "renter", r.key);
+    const maxRun = () => page.getByLabel("Longest run (seconds, optional)");
+    for (const [typed, seconds] of [["1e3", 1000], ["1500.0", 1500]] as const) {
+      await page.goto(`${h.srv.url}/#/renter/submit`);
+      await maxRun().fill(typed);
+      await page.getByRole("button", { name: "Submit job" }).click();
+      // The job's page, or what the form says instead.
+      const alert = page.getByRole("alert");
+      await poll(async () => ((await alert.count()) ? await alert.first().textContent() : page.url())).toMatch(/#\/renter\/jobs\/.+/);
+      const jobId = decodeURIComponent(page.url().split("/").pop()!);
+      const [row] = await h.srv.sql<{ max_duration_seconds: string }[]>`SELECT max_duration_seconds FROM jobs WHERE job_id = ${jobId}`;
+      expect(Number(row.max_duration_seconds), typed).toBe(seconds);
+    }
+    // A value the field's own checks would stop (a fraction), submitted past them: named in place, nothing sent.
+    await page.goto(`${h.srv.url}/#/renter/submit`);
+    await maxRun().fill("1000.5");
+    const submitted = { n: 0 };
+    page.on("request", (req) => void (req.url().endsWith("/svc.v1.JobService/Submit") && submitted.n++));
+    await page.locator("form.submit-form").evaluate((f) => f.dispatchEvent(new Event("submit", { cancelable: true })));
+    await poll(() => page.getByRole("alert").first().textContent()).toBe("Longest run (seconds) must be a whole number of seconds, e.g. 3600.");
+    expect(submitted.n).toBe(0);
+    expect(page.url()).toContain("#/renter/submit");
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("signed out because its key was rotated elsewhere, the sign-in page says why; a sign-out of its own says nothing", async () => {
+    const r = await makeRenter(h.srv, 1_000);
+    const { page, problems } = await signedIn(h, "renter", r.key);
+    await page.goto(`${h.srv.url}/#/renter`);
+    await poll(() => page.getByTestId("balance").textContent()).toContain("10.00 SAR");
+    const rotated = await client(h.srv.url).post("/api/renters/rotate-key", undefined, r.headers);
+    expect(rotated.status).toBe(200);
+    // The next call with the old key is refused (401) and signs the tab out.
+    await page.getByRole("link", { name: "Jobs" }).click();
+    await page.getByRole("heading", { name: "Sign in to svc" }).waitFor({ timeout: STEP_MS });
+    const why = page.getByRole("status").filter({ hasText: "session ended" });
+    await poll(async () => ((await why.count()) ? await why.textContent() : "(nothing said)")).toBe("Your session ended: the API key it used is no longer valid (rotated, or revoked). Sign in again with your current key.");
+    expect(await page.evaluate(() => sessionStorage.getItem("svc-console-session"))).toBeNull();
+    // Signing in again clears it, and signing out by choice says nothing of the kind.
+    await page.getByRole("region", { name: "Sign in with an API key" }).getByLabel("API key").fill(rotated.body.api_key);
+    await page.getByRole("region", { name: "Sign in with an API key" }).getByRole("button", { name: "Sign in" }).click();
+    await poll(() => page.getByTestId("balance").textContent()).toContain("10.00 SAR");
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByRole("heading", { name: "Sign in to svc" }).waitFor();
+    expect(await page.getByText("session ended").count()).toBe(0);
+    // A wrong key typed on the sign-in page is that form's own error, not a session that ended.
+    await page.getByRole("region", { name: "Sign in with an API key" }).getByLabel("API key").fill(r.key);
+    await page.getByRole("region", { name: "Sign in with an API key" }).getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("region", { name: "Sign in with an API key" }).getByRole("alert").waitFor({ timeout: STEP_MS });
+    expect(await page.getByText("session ended").count()).toBe(0);
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("the balance page follows funds that change elsewhere (a job submitted from the API), as the other pages do, without a reload", async () => {
+    const r = await makeRenter(h.srv, 5_000);
+    const { page, problems } = await signedIn(h, "renter", r.key);
+    await page.goto(`${h.srv.url}/#/renter`);
+    await poll(() => page.getByTestId("held").textContent()).toContain("0.00 SAR");
+    await seedJob(h.srv, { renterId: r.id, cost: 300 });
+    await poll(() => page.getByTestId("held").textContent()).toContain("3.00 SAR");
+    await poll(() => page.getByTestId("available").textContent()).toContain("47.00 SAR");
     expect(problems).toEqual([]);
   }, 60_000);
 

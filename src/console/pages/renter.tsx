@@ -23,9 +23,10 @@ export function RenterPages({ route }: { route: string[] }) {
 }
 
 function BalancePage() {
-  const balance = useLoad(() => api.renters.getBalance({}), []);
+  // Refreshed as the other live pages are: holds and settlements of jobs, and card payments, change it from elsewhere.
+  const balance = useLoad(() => api.renters.getBalance({}), [], 10_000);
   const pay = usePaging(20, []);
-  const payments = useLoad(() => api.payments.history({ limit: pay.limit, offset: pay.offset }), [pay.offset]);
+  const payments = useLoad(() => api.payments.history({ limit: pay.limit, offset: pay.offset }), [pay.offset], 10_000);
   const refresh = () => {
     balance.reload();
     payments.reload();

@@ -2,7 +2,7 @@
 import { useState } from "preact/hooks";
 import { api } from "../api.js";
 import { go } from "../router.js";
-import { signIn, type Role } from "../session.js";
+import { refusedRole, signIn, type Role } from "../session.js";
 import { settings } from "../settings.js";
 import { Card, ErrorBox, Field, useAction, useId } from "../ui.js";
 
@@ -208,10 +208,18 @@ function ProviderSignUp() {
 const ROLES: [Role, string][] = [["renter", "Renter"], ["provider", "Provider"], ["admin", "Operator"]];
 
 export function SignIn() {
-  const [role, setRole] = useState<Role>("renter");
+  const refused = refusedRole();
+  const [role, setRole] = useState<Role>(refused ?? "renter");
   return (
     <div class="signin">
       <h1>Sign in to svc</h1>
+      {refused ? (
+        <p class="note" role="status">
+          {refused === "admin"
+            ? "Your session ended: the admin token it used is no longer valid (changed, or revoked). Sign in again with the current token."
+            : "Your session ended: the API key it used is no longer valid (rotated, or revoked). Sign in again with your current key."}
+        </p>
+      ) : null}
       <div class="tabs" role="tablist" aria-label="Account type">
         {ROLES.map(([r, name]) => (
           <button role="tab" id={`tab-${r}`} aria-selected={role === r} aria-controls={`panel-${r}`} tabIndex={role === r ? 0 : -1} onClick={() => setRole(r)}

@@ -111,6 +111,9 @@ function SubmitForm({ rules }: { rules: ListJobTypesResponse }) {
         const v = valueOf(param, params[param.name] ?? "");
         if (v !== undefined) p[param.name] = v;
       }
+      // The number field passes "1e3" and "1500.0" as whole numbers; BigInt() takes digits alone.
+      const maxRun = maxSeconds.trim() ? Number(maxSeconds) : undefined;
+      if (maxRun !== undefined && !Number.isSafeInteger(maxRun)) throw new Error("Longest run (seconds) must be a whole number of seconds, e.g. 3600.");
       const gpu: JsonObject = {};
       if (vram) gpu.min_vram_gb = Number(vram);
       if (gpuModel.trim()) gpu.gpu_model = gpuModel.trim();
@@ -120,7 +123,7 @@ function SubmitForm({ rules }: { rules: ListJobTypesResponse }) {
         params: p,
         priority: Number(priority),
         idempotencyKey: crypto.randomUUID(),
-        ...(maxSeconds ? { maxDurationSeconds: BigInt(maxSeconds) } : {}),
+        ...(maxRun !== undefined ? { maxDurationSeconds: BigInt(maxRun) } : {}),
         ...(Object.keys(gpu).length ? { gpuRequirements: gpu } : {}),
         ...(templateId ? { templateId } : {}),
       });
