@@ -1,6 +1,7 @@
 // login-email with email delivery configured (EMAIL_API_KEY): the first call
 // mails a one-time code (202), the second call with the code issues a key.
 // The email API is a local HTTP server that records what it was sent.
+import crypto from "node:crypto";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,18 +18,28 @@ let api: ReturnType<typeof client>;
 let mailer: http.Server;
 const sent: Sent[] = [];
 let failMail = false;
+/** The email API closes the connection without answering. */
+let dropMail = false;
+/** Milliseconds the email API waits before it answers. */
+let mailDelayMs = 0;
 
 beforeAll(async () => {
   mailer = http.createServer((req, res) => {
     let raw = "";
     req.on("data", (c) => (raw += c));
     req.on("end", () => {
-      if (req.url !== "/emails" || failMail) {
-        res.writeHead(failMail ? 500 : 404).end();
+      if (dropMail) {
+        req.socket.destroy();
         return;
       }
-      sent.push({ auth: req.headers.authorization, body: JSON.parse(raw) });
-      res.writeHead(200, { "content-type": "application/json" }).end('{"id":"mail-1"}');
+      setTimeout(() => {
+        if (req.url !== "/emails" || failMail) {
+          res.writeHead(failMail ? 500 : 404).end();
+          return;
+        }
+        sent.push({ auth: req.headers.authorization, body: JSON.parse(raw) });
+        res.writeHead(200, { "content-type": "application/json" }).end('{"id":"mail-1"}');
+      }, mailDelayMs);
     });
   });
   await new Promise<void>((r) => mailer.listen(0, "127.0.0.1", r));
@@ -172,6 +183,103 @@ describe("login-email with one-time codes", () => {
     expect(ok.body.api_key).toMatch(/^svc-renter-/);
     // The right code proves the account owns the address (what a managed-endpoint account needs).
     expect(await proven()).toBe(true);
+  });
+
+  const failingRequests = async (email: string, times: number) => {
+    failMail = true;
+    try {
+      for (let i = 0; i < times; i++) {
+        const r = await api.post("/api/renters/login-email", { email });
+        expect(r.status).toBe(503);
+        expect(r.body.error).toMatch(/email delivery failed/);
+      }
+    } finally {
+      failMail = false;
+    }
+  };
+
+  it("a code whose email failed does not end the code sent before it", async () => {
+    const email = uniqueEmail("codes-g");
+    expect((await api.post("/api/renters/register", { name: "G", email })).status).toBe(201);
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    const first = codeIn(sent.at(-1)!);
+    await failingRequests(email, 1);
+    const ok = await api.post("/api/renters/login-email", { email, code: first });
+    expect(ok.status).toBe(200);
+    expect(ok.body.api_key).toMatch(/^svc-renter-/);
+  });
+
+  it("503 too when the email service closes the connection unanswered, and the earlier code still works", async () => {
+    const email = uniqueEmail("codes-d");
+    expect((await api.post("/api/renters/register", { name: "D", email })).status).toBe(201);
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    const first = codeIn(sent.at(-1)!);
+    dropMail = true;
+    try {
+      const r = await api.post("/api/renters/login-email", { email });
+      expect(r.status).toBe(503);
+      expect(r.body.error).toMatch(/email delivery failed/);
+    } finally {
+      dropMail = false;
+    }
+    expect((await api.post("/api/renters/login-email", { email, code: first })).status).toBe(200);
+  });
+
+  it("a code whose email failed does not count against the 5 codes an hour", async () => {
+    const email = uniqueEmail("codes-g2");
+    expect((await api.post("/api/renters/register", { name: "G2", email })).status).toBe(201);
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    await failingRequests(email, 5);
+    for (let i = 0; i < 4; i++) expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    const sixth = await api.post("/api/renters/login-email", { email });
+    expect(sixth.status).toBe(429);
+    // The last code sent works.
+    expect((await api.post("/api/renters/login-email", { email, code: codeIn(sent.at(-1)!) })).status).toBe(200);
+  });
+
+  it("concurrent code requests of one account send at most 5 codes an hour and leave one of them live", async () => {
+    const email = uniqueEmail("codes-h");
+    expect((await api.post("/api/renters/register", { name: "H", email })).status).toBe(201);
+    const before = sent.length;
+    mailDelayMs = 200;
+    let answers: number[];
+    try {
+      answers = (await Promise.all(Array.from({ length: 8 }, () => api.post("/api/renters/login-email", { email })))).map((r) => r.status);
+    } finally {
+      mailDelayMs = 0;
+    }
+    expect(answers.filter((s) => s === 202)).toHaveLength(5);
+    expect(answers.filter((s) => s === 429)).toHaveLength(3);
+    const mine = sent.slice(before).filter((m) => m.body.to[0] === email);
+    expect(mine).toHaveLength(5);
+    // One live code, one of those mailed, and it signs in.
+    const live = await srv.sql<{ code_hash: Buffer }[]>`
+      SELECT c.code_hash FROM login_codes c JOIN renters r ON r.id = c.account_id
+      WHERE c.role = 'renter' AND r.email = ${email} AND c.used_at IS NULL AND c.expires_at > now()`;
+    expect(live).toHaveLength(1);
+    const code = mine.map(codeIn).find((c) => crypto.createHash("sha256").update(c).digest().equals(live[0].code_hash));
+    expect(code).toBeDefined();
+    expect((await api.post("/api/renters/login-email", { email, code })).status).toBe(200);
+  });
+
+  it("a code left unsent by a process that stopped mid-send is never usable and stops counting after a minute", async () => {
+    const email = uniqueEmail("codes-i");
+    const reg = await api.post("/api/renters/register", { name: "I", email });
+    expect(reg.status).toBe(201);
+    const unsent = (age: string) => srv.sql`
+      INSERT INTO login_codes (role, account_id, code_hash, expires_at, created_at)
+      SELECT 'renter', ${reg.body.renter_id}, sha256('123456'), now() + interval '5 minutes', now() - ${age}::interval
+      FROM generate_series(1, 5)`;
+    await unsent("2 minutes");
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(202);
+    // Without the code just sent, the unsent ones' code does not sign in.
+    await srv.sql`DELETE FROM login_codes WHERE role = 'renter' AND account_id = ${reg.body.renter_id} AND sent_at IS NOT NULL`;
+    const r = await api.post("/api/renters/login-email", { email, code: "123456" });
+    expect(r.status).toBe(401);
+    expect(r.body.error).toMatch(/no valid sign-in code/);
+    // Ones being sent now count.
+    await unsent("0 seconds");
+    expect((await api.post("/api/renters/login-email", { email })).status).toBe(429);
   });
 
   it("503 when the email service fails; an unknown address is 404 and sends nothing", async () => {

@@ -19,6 +19,13 @@ const MAX_ATTEMPTS = 5;
 export const CODES_PER_HOUR = 5;
 /** Wrong guesses per account per hour across all its codes; past it even the right code waits. */
 export const WRONG_GUESSES_PER_HOUR = 10;
+/** How long one email may take to send. */
+const SEND_TIMEOUT_MS = 10_000;
+/**
+ * A code whose email is being sent (sent_at NULL) counts against the hourly limit for this long:
+ * well past SEND_TIMEOUT_MS, after which one still unsent was left by a process that stopped mid-send.
+ */
+const SENDING_COUNTS_FOR = "1 minute";
 /** Advisory-lock namespace: issuing and checking codes of one account run one at a time. */
 const LOGIN_LOCK_NS = 0x7632;
 
@@ -32,14 +39,25 @@ async function lockAccount(tx: Tx, role: KeyRole, accountId: number): Promise<vo
 
 const tooMany = (message: string, retrySeconds: number) => apiError(429, message, { "retry-after": String(Math.max(1, retrySeconds)) });
 
-export async function sendEmail(config: Config, to: string, subject: string, text: string): Promise<void> {
-  const res = await fetch(`${config.emailApiUrl}/emails`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${config.emailApiKey}`, "content-type": "application/json" },
-    body: JSON.stringify({ from: "no-reply@svc.example.com", to: [to], subject, text }),
-    signal: AbortSignal.timeout(10_000),
-  });
-  if (!res.ok) throw apiError(503, "email delivery failed; try again later");
+export async function sendEmail(config: Config, log: Logger, to: string, subject: string, text: string): Promise<void> {
+  const failed = () => apiError(503, "email delivery failed; try again later");
+  let res: Response;
+  try {
+    res = await fetch(`${config.emailApiUrl}/emails`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${config.emailApiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ from: "no-reply@svc.example.com", to: [to], subject, text }),
+      signal: AbortSignal.timeout(SEND_TIMEOUT_MS),
+    });
+  } catch (err) {
+    // Unreachable, connection closed, timed out: the service's outage, not ours.
+    log.warn({ err }, "email service unreachable");
+    throw failed();
+  }
+  if (!res.ok) {
+    log.warn({ status: res.status }, "email service refused the email");
+    throw failed();
+  }
 }
 
 export async function loginByEmail(
@@ -58,26 +76,41 @@ export async function loginByEmail(
     return { kind: "key", apiKey: await signedIn(sql, config, role, accountId) };
   }
   if (!code) {
+    // Stored first, so that concurrent requests count it, but usable, and ending the older codes,
+    // only once its email went out: a failed send leaves the account as it was.
     const fresh = String(crypto.randomInt(0, 1_000_000)).padStart(6, "0");
-    await sql.begin(async (tx) => {
+    const id = await sql.begin(async (tx) => {
       await lockAccount(tx, role, accountId);
-      // The fifth newest code of the last hour: while there is one, no new code until it is an hour old.
+      // The fifth newest code of the last hour, sent or being sent: while there is one, no new code until it is an hour old.
       const [fifth] = await tx<{ retry: number }[]>`
         SELECT ceil(extract(epoch FROM created_at + interval '1 hour' - now()))::int AS retry FROM login_codes
         WHERE role = ${role} AND account_id = ${accountId} AND created_at > now() - interval '1 hour'
+          AND (sent_at IS NOT NULL OR created_at > now() - ${SENDING_COUNTS_FOR}::interval)
         ORDER BY created_at DESC OFFSET ${CODES_PER_HOUR - 1} LIMIT 1`;
       if (fifth) {
         throw tooMany(`at most ${CODES_PER_HOUR} sign-in codes per hour; use the last code sent or try again later`, fifth.retry);
       }
+      const [row] = await tx<{ id: number }[]>`
+        INSERT INTO login_codes (role, account_id, code_hash, expires_at)
+        VALUES (${role}, ${accountId}, ${hashCode(fresh)}, now() + make_interval(mins => ${CODE_TTL_MINUTES}))
+        RETURNING id`;
+      return row.id;
+    });
+    try {
+      await sendEmail(config, log, email, "Your sign-in code", `Your sign-in code is ${fresh}. It expires in ${CODE_TTL_MINUTES} minutes.`);
+    } catch (err) {
+      await sql`DELETE FROM login_codes WHERE id = ${id}`.catch((e) => log.warn({ err: e, role, accountId }, "unsent login code not deleted"));
+      throw err;
+    }
+    await sql.begin(async (tx) => {
+      await lockAccount(tx, role, accountId);
       // One live code per account: a new code ends the older unused ones (their wrong guesses still count).
       await tx`
         UPDATE login_codes SET expires_at = now()
-        WHERE role = ${role} AND account_id = ${accountId} AND used_at IS NULL AND expires_at > now()`;
-      await tx`
-        INSERT INTO login_codes (role, account_id, code_hash, expires_at)
-        VALUES (${role}, ${accountId}, ${hashCode(fresh)}, now() + make_interval(mins => ${CODE_TTL_MINUTES}))`;
+        WHERE role = ${role} AND account_id = ${accountId} AND id <> ${id} AND sent_at IS NOT NULL
+          AND used_at IS NULL AND expires_at > now()`;
+      await tx`UPDATE login_codes SET sent_at = now(), expires_at = now() + make_interval(mins => ${CODE_TTL_MINUTES}) WHERE id = ${id}`;
     });
-    await sendEmail(config, email, "Your sign-in code", `Your sign-in code is ${fresh}. It expires in ${CODE_TTL_MINUTES} minutes.`);
     log.info({ role, accountId }, "login code sent");
     return { kind: "code_sent", message: "a sign-in code was sent to the email address; call again with email and code" };
   }
@@ -101,7 +134,8 @@ export async function loginByEmail(
     }
     const [latest] = await tx<{ id: number; ok: boolean }[]>`
       SELECT id, code_hash = ${hashCode(code)} AS ok FROM login_codes
-      WHERE role = ${role} AND account_id = ${accountId} AND used_at IS NULL AND expires_at > now() AND attempts < ${MAX_ATTEMPTS}
+      WHERE role = ${role} AND account_id = ${accountId} AND sent_at IS NOT NULL AND used_at IS NULL
+        AND expires_at > now() AND attempts < ${MAX_ATTEMPTS}
       ORDER BY created_at DESC, id DESC LIMIT 1`;
     if (!latest) throw unauthorized("no valid sign-in code; request a new one");
     // A wrong guess is counted and committed (not thrown here, which would roll the count back).
