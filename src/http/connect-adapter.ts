@@ -17,7 +17,7 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "./credentials.js";
-import { JsonDepthMeter, MAX_JSON_DEPTH } from "./json-depth.js";
+import { JsonDepthMeter, MAX_JSON_DEPTH, PROTO_JSON_RECURSION_LIMIT, tooDeepMessage } from "./json-depth.js";
 import { callFailure } from "./call-log.js";
 import { countCall, wireOf } from "./metrics.js";
 import { ipRowCountKey } from "./rate-limits.js";
@@ -43,7 +43,13 @@ export interface ConnectHandlerOptions {
 
 export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeRequest, res: NodeResponse) => void {
   const { metrics, log } = o;
-  const router = createConnectRouter({ interceptors: o.interceptors, shutdownSignal: o.shutdownSignal, acceptCompression: [compressionGzip, compressionBrotli] });
+  const router = createConnectRouter({
+    interceptors: o.interceptors,
+    shutdownSignal: o.shutdownSignal,
+    acceptCompression: [compressionGzip, compressionBrotli],
+    // A JSON message is measured as it arrives (below): its free-form JSON may nest as deep as that allows.
+    jsonOptions: { recursionLimit: PROTO_JSON_RECURSION_LIMIT },
+  });
   for (const r of o.routes) router.rpc(r.method, r.impl, { readMaxBytes: r.readMaxBytes });
   const procedures = new Map(router.handlers.map((h) => [h.requestPath, h]));
   const limits = new Map(o.routes.map((r) => [`/${r.method.parent.typeName}/${r.method.name}`, r.readMaxBytes]));
@@ -116,7 +122,7 @@ function closeClientHalfOnceAnswered(stream: ServerHttp2Stream): void {
   );
 }
 
-const tooDeep = () => new ConnectError(`request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`, Code.InvalidArgument);
+const tooDeep = (meter: JsonDepthMeter) => new ConnectError(tooDeepMessage("request body", meter.member()), Code.InvalidArgument);
 const compressedJson = () =>
   new ConnectError("a JSON request message is taken uncompressed in gRPC or Connect stream framing (compress the binary codec's instead)", Code.Unimplemented);
 
@@ -136,7 +142,7 @@ function jsonBodyCheck(req: NodeRequest, unary: boolean, limit: number): BodyChe
   if (unary && type.startsWith("application/json")) {
     const meter = new JsonDepthMeter(MAX_JSON_DEPTH);
     const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
-    if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooDeep() : undefined);
+    if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooDeep(meter) : undefined);
     return inflatedCheck(encoding, meter, limit);
   }
   if (!/^application\/(grpc(-web)?|connect)\+json/.test(type)) return undefined;
@@ -163,7 +169,7 @@ function inflatedCheck(encoding: string, meter: JsonDepthMeter, limit: number): 
   inflater.on("error", () => {});
   return async (piece) => {
     if (!over && seen <= limit && !inflater.destroyed) await new Promise<void>((resolve) => inflater.write(piece, () => resolve()));
-    return over ? tooDeep() : undefined;
+    return over ? tooDeep(meter) : undefined;
   };
 }
 
@@ -194,7 +200,7 @@ class FramedJson {
         continue;
       }
       const take = Math.min(this.left, piece.length - i);
-      if (!this.skipping && this.meter.exceeds(piece.subarray(i, i + take))) return tooDeep();
+      if (!this.skipping && this.meter.exceeds(piece.subarray(i, i + take))) return tooDeep(this.meter);
       this.left -= take;
       i += take;
     }

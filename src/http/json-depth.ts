@@ -10,12 +10,19 @@
 
 /**
  * Deepest nesting accepted in a request body (/api and /v1) and in a /v1 endpoint's chunk. No request's
- * shape comes near it: a chunk nests 9 deep at most (choices, logprobs, content, top_logprobs, bytes), a chat
- * request's deepest part is a tool's JSON schema, and the free-form JSON of an /api request (a job's params, a
- * result's output and metrics, telemetry) is read by protobuf-es, which stops at 100 messages deep (each
- * JSON level is one or two: a Value, and a Struct or ListValue).
+ * shape comes near it: a chunk nests 9 deep at most (choices, logprobs, content, top_logprobs, bytes), and a chat
+ * request's deepest part is a tool's JSON schema. The free-form JSON of an /api request (a job's params, a
+ * result's output and metrics, telemetry) may use all of it (PROTO_JSON_RECURSION_LIMIT).
  */
 export const MAX_JSON_DEPTH = 100;
+
+/**
+ * The recursion limit protobuf-es reads a request's JSON with. Its own default, 100, counts each message and
+ * each google.protobuf.Value once more (a field's Value twice), so it refused free-form JSON a few levels short
+ * of MAX_JSON_DEPTH. A body is measured before it is parsed, so twice that bounds the count; the stack it
+ * allows is a few hundred frames.
+ */
+export const PROTO_JSON_RECURSION_LIMIT = 2 * MAX_JSON_DEPTH + 2;
 
 /** Whether `value` nests objects and arrays more than `max` deep (a scalar is 0 deep, `{}` 1). Iterative: any depth is safe to ask about. */
 export function jsonDepthExceeds(value: unknown, max = MAX_JSON_DEPTH): boolean {
@@ -32,10 +39,14 @@ export function jsonDepthExceeds(value: unknown, max = MAX_JSON_DEPTH): boolean 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
+/** The longest member name a refusal repeats (bytes of its text). */
+const MEMBER_NAME_BYTES = 64;
+
 /**
  * Measures the nesting of JSON text fed in pieces (a body as it arrives), counted as jsonDepthExceeds
  * counts the parsed value. It jumps over strings (native indexOf to each closing quote) and looks at
  * no byte after the first level too many; text that is not JSON is left to the parser to refuse.
+ * It keeps the name of the top-level member being read, for a refusal to name (member()).
  */
 export class JsonDepthMeter {
   private depth = 0;
@@ -43,8 +54,37 @@ export class JsonDepthMeter {
   /** Inside a string, the last byte was a backslash that escapes the next one. */
   private escaped = false;
   private over = false;
+  /** The text is an object, and the next string at its top level is a member's name. */
+  private topIsObject = false;
+  private nameNext = false;
+  /** The string being read is a top-level member's name: its text so far (escapes as written). */
+  private name: Buffer[] | undefined;
+  private nameBytes = 0;
+  private lastName: string | undefined;
 
   constructor(private readonly max: number) {}
+
+  /** The top-level member whose value was being read when the text went too deep (undefined: none). */
+  member(): string | undefined {
+    return this.over ? this.lastName : undefined;
+  }
+
+  private keep(b: Buffer, from: number, to: number): void {
+    if (!this.name || this.nameBytes >= MEMBER_NAME_BYTES || to <= from) return;
+    const part = b.subarray(from, Math.min(to, from + MEMBER_NAME_BYTES - this.nameBytes));
+    this.name.push(Buffer.from(part));
+    this.nameBytes += part.length;
+  }
+
+  private nameEnded(): void {
+    const raw = Buffer.concat(this.name!).toString("utf8");
+    this.name = undefined;
+    try {
+      this.lastName = JSON.parse(`"${raw}"`);
+    } catch {
+      this.lastName = raw; // cut inside an escape
+    }
+  }
 
   /** Takes the next bytes of the text; true once it has nested deeper than `max`. */
   exceeds(piece: Uint8Array): boolean {
@@ -55,6 +95,7 @@ export class JsonDepthMeter {
       if (this.inString) {
         if (this.escaped) {
           this.escaped = false;
+          this.keep(b, i, i + 1);
           i++;
           continue;
         }
@@ -66,24 +107,46 @@ export class JsonDepthMeter {
           return end - 1 - k;
         };
         if (q < 0) {
+          this.keep(b, i, b.length);
           this.escaped = run(b.length) % 2 === 1;
           return false;
         }
-        if (run(q) % 2 === 0) this.inString = false; // an escaped quote is part of the string
+        if (run(q) % 2 === 0) {
+          // The string ends here (an escaped quote is part of it).
+          this.inString = false;
+          this.keep(b, i, q);
+          if (this.name) this.nameEnded();
+        } else {
+          this.keep(b, i, q + 1);
+        }
         i = q + 1;
         continue;
       }
       const c = b[i++];
       if (c === QUOTE) {
         this.inString = true;
+        if (this.nameNext && this.depth === 1) {
+          this.nameNext = false;
+          this.name = [];
+          this.nameBytes = 0;
+        }
       } else if (c === 0x7b || c === 0x5b) {
+        if (this.depth === 0) this.topIsObject = this.nameNext = c === 0x7b;
         if (++this.depth > this.max) return (this.over = true);
       } else if (c === 0x7d || c === 0x5d) {
         this.depth--;
+      } else if (c === 0x2c && this.depth === 1 && this.topIsObject) {
+        this.nameNext = true;
       }
     }
     return false;
   }
+}
+
+/** The refusal of a body (`subject`) nested past MAX_JSON_DEPTH, naming the top-level member that does (JsonDepthMeter.member). */
+export function tooDeepMessage(subject: string, member: string | undefined): string {
+  const named = member === undefined ? "" : `; field '${member}' nests deeper`;
+  return `${subject} must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep${named}`;
 }
 
 /** Whether JSON text nests objects and arrays more than `max` deep (JsonDepthMeter, in one piece). */

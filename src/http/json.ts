@@ -6,6 +6,7 @@ import { create, fromJson, type DescField, type DescMessage, type JsonObject, ty
 import { badRequest } from "../errors.js";
 import { fieldOptionsOf } from "../shared/message-json.js";
 import { unstorableIn, withoutNul } from "../shared/nul-text.js";
+import { PROTO_JSON_RECURSION_LIMIT } from "./json-depth.js";
 import { unstorableError } from "./nul.js";
 
 export { fieldOptionsOf, messageToJson, type FieldOptions } from "../shared/message-json.js";
@@ -51,6 +52,8 @@ export interface RestInput {
 }
 
 const INVALID_FIELD = /field ([\w.]+)/;
+// The body was measured before it was parsed (json-depth.ts): free-form JSON may nest as deep as it allows.
+const JSON_READ = { ignoreUnknownFields: true, recursionLimit: PROTO_JSON_RECURSION_LIMIT };
 
 /**
  * Builds the request message: body members, then query and path parameters
@@ -102,7 +105,7 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
   for (const f of machineText) if (f.jsonName in json) json[f.jsonName] = withoutNul(json[f.jsonName]);
   let msg: Message;
   try {
-    msg = fromJson(desc, json, { ignoreUnknownFields: true });
+    msg = fromJson(desc, json, JSON_READ);
   } catch (err) {
     const text = err instanceof Error ? err.message : String(err);
     const m = INVALID_FIELD.exec(text);
@@ -153,7 +156,7 @@ function shapeOf(desc: DescMessage): MessageShape {
 
 function decodes(desc: DescMessage, json: JsonObject): boolean {
   try {
-    fromJson(desc, json, { ignoreUnknownFields: true });
+    fromJson(desc, json, JSON_READ);
     return true;
   } catch {
     return false;

@@ -19,7 +19,8 @@ import { answeredLogLevel, toHttpError } from "./errors.js";
 import { messageToJson, requestFromRest, responseStatus } from "./json.js";
 import { writeEventStream } from "./event-stream.js";
 import { closed, drained } from "./drained.js";
-import { jsonTextDepthExceeds, MAX_JSON_DEPTH } from "./json-depth.js";
+import { JsonDepthMeter, MAX_JSON_DEPTH, tooDeepMessage } from "./json-depth.js";
+import { RATE_LIMITS, type RateLimitName } from "./rate-limit-table.js";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
 export type NodeResponse = ServerResponse | Http2ServerResponse;
@@ -27,6 +28,8 @@ export type NodeResponse = ServerResponse | Http2ServerResponse;
 export interface RegisteredService {
   service: DescService;
   impl: ServiceImpl<DescService>;
+  /** Refuses (throws) a call of `method` that brings no credential, as its authentication would, without its request. */
+  refuseWithoutCredential?: (method: DescMethod, ctx: HandlerContext) => Promise<void>;
 }
 
 export interface RestRoute {
@@ -45,6 +48,12 @@ export interface RestRoute {
   headable: boolean;
   /** Takes a credential (a role other than public): its answers depend on who asks. */
   credentialed: boolean;
+  /**
+   * Set where a request without a credential in its headers or query is refused before its body is read:
+   * a route counted per renter key (counted once authenticated, so after the body) whose credential cannot
+   * be in the body (renter and admin credentials come in headers or the query).
+   */
+  refuseWithoutCredential?: (ctx: HandlerContext) => Promise<void>;
 }
 
 /** Runs before the handler and before authentication (rate-limit rows per client IP); may throw an apiError. */
@@ -71,9 +80,11 @@ function compileTemplate(template: string): { pattern: RegExp; params: string[];
 
 export function buildRouteTable(services: RegisteredService[]): RestRoute[] {
   const routes: RestRoute[] = [];
-  for (const { service, impl } of services) {
+  for (const { service, impl, refuseWithoutCredential } of services) {
     for (const method of service.methods) {
       const opts = getOption(method, route);
+      const headerCredentials = opts.roles.length > 0 && opts.roles.every((role) => role === Role.RENTER || role === Role.ADMIN);
+      const keyRow = RATE_LIMITS[(opts.rateLimit || "default") as RateLimitName]?.per === "renter_key";
       for (const binding of opts.http) {
         const { pattern, params, literalSegments } = compileTemplate(binding.path);
         routes.push({
@@ -90,6 +101,7 @@ export function buildRouteTable(services: RegisteredService[]): RestRoute[] {
           bodyLimitBytes: bodyLimitBytesOf(method),
           headable: binding.method.toUpperCase() === "GET" && !opts.getHasEffects && method.methodKind !== "server_streaming",
           credentialed: opts.roles.some((role) => role !== Role.PUBLIC),
+          refuseWithoutCredential: refuseWithoutCredential && headerCredentials && keyRow ? (ctx) => refuseWithoutCredential(method, ctx) : undefined,
         });
       }
     }
@@ -424,12 +436,25 @@ export function createRestHandler(opts: RestHandlerOptions) {
     try {
       // Counted before the body is read: a malformed or oversized request still counts, and costs no read.
       if (opts.guard) await opts.guard(r, clientIp);
+      if (r.refuseWithoutCredential && httpMethod !== "GET" && httpMethod !== "HEAD") {
+        const given = credentialsFromRest(req.headers, pathParams, url.searchParams, undefined, clientIp, requestId);
+        if (given.keys.length === 0 && given.adminTokens.length === 0) {
+          try {
+            await r.refuseWithoutCredential(new RestContext(r, httpMethod, url, cancel, requestId, createContextValues().set(credentialsKey, given)));
+          } catch (err) {
+            // Its body left unread, an HTTP/1.1 connection cannot carry another request.
+            if (req.httpVersionMajor === 1) res.setHeader("connection", "close");
+            throw err;
+          }
+        }
+      }
       let rawBody: Buffer = Buffer.alloc(0);
       let body: JsonValue | undefined;
       if (httpMethod !== "GET" && httpMethod !== "HEAD") {
         rawBody = await readBody(req, r.bodyLimitBytes);
         // Before it is parsed (and before the credentials some routes take from it are looked at): json-depth.ts.
-        if (jsonTextDepthExceeds(rawBody, MAX_JSON_DEPTH)) throw apiError(400, `JSON body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`);
+        const depth = new JsonDepthMeter(MAX_JSON_DEPTH);
+        if (depth.exceeds(rawBody)) throw apiError(400, tooDeepMessage("JSON body", depth.member()));
         if (rawBody.length > 0) {
           try {
             body = JSON.parse(rawBody.toString("utf8"));

@@ -27,7 +27,7 @@ import { jobService } from "./jobs.js";
 import { jobTypeService } from "./job-types.js";
 import { reportService } from "./reports.js";
 import { receiptService } from "./receipts.js";
-import { secure } from "./secure.js";
+import { refuseWithoutCredential, secure } from "./secure.js";
 
 type Impl = Partial<Record<string, (...args: never[]) => unknown>>;
 
@@ -66,5 +66,6 @@ export function buildServices(deps: Deps): RegisteredService[] {
   return SERVICES.map(([service, make]) => ({
     service,
     impl: secure(deps, service, complete(service, make(deps))) as ServiceImpl<DescService>,
+    refuseWithoutCredential: (method, ctx) => refuseWithoutCredential(deps, method, ctx),
   }));
 }

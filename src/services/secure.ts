@@ -100,6 +100,19 @@ async function authenticateAndCount(deps: Deps, guard: Guard, ctx: HandlerContex
   return auth;
 }
 
+/**
+ * What authentication answers a call that brought no credential at all (and its count against the client's
+ * address on a per-renter-key row), judged without its request: the REST transcoder asks before reading the
+ * body of a route whose credential cannot be in it. Returns (nothing decided) when the call has a
+ * credential or the method is public; a call with neither is always refused.
+ */
+export async function refuseWithoutCredential(deps: Deps, method: DescMethod, ctx: HandlerContext): Promise<void> {
+  const creds = ctx.values.get(credentialsKey);
+  const guard = guardOf(method);
+  if (creds.keys.length > 0 || creds.adminTokens.length > 0 || guard.roles.includes(Role.PUBLIC)) return;
+  await authenticateAndCount(deps, guard, ctx, deps.keyRowCounter?.(method));
+}
+
 /** A stream opened with an API key is ended when that key is revoked (open-streams.ts). */
 function trackedStream(deps: Deps, { principal, key }: Authenticated): TrackedStream | undefined {
   if (!key) return undefined;

@@ -200,6 +200,37 @@ describe("svc_daemon.py result delivery", { timeout: 90_000 }, () => {
     await waitFor(() => fs.readdirSync(path.join(dir, "work", ".svc-results")).length === 0, 5_000, "the kept result removed");
   });
 
+  it("stops the jobs it can no longer report on once its rotated key has been refused a while, keeps their reports, and says it needs the new key", async () => {
+    // The job never ends by itself (its gate stays closed): before, it ran on to its deadline while the server,
+    // hearing nothing from the provider, sent it back to the queue and on to another provider.
+    const { p, gate, daemon: a, jobId, file, dir } = await gatedJob({ SVC_KEY_REFUSED_SECONDS: "3", SVC_RESULT_RETRY_SECONDS: "0.5" });
+    const rotated = await api().post("/api/providers/rotate-key", {}, { "x-provider-key": p.key });
+    expect(rotated.status, rotated.text).toBe(200);
+    await waitFor(() => jobProcesses(jobId).length === 0, 30_000, `the job stopped (${a.output()})`);
+    expect(a.output()).toMatch(/the provider key has been refused \(HTTP 401\) for \d+ s: it was rotated or revoked/);
+    expect(a.output()).toMatch(/Restart the daemon with the new key/);
+    // Its report (the provider's interruption, re-queued without charge) is kept for the next start.
+    const kept = await waitFor(() => {
+      const names = fs.readdirSync(path.join(dir, "work", ".svc-results"));
+      return names.length ? JSON.parse(fs.readFileSync(path.join(dir, "work", ".svc-results", names[0]), "utf8")) : undefined;
+    }, 10_000, `the report kept (${a.output()})`);
+    expect(kept.body).toMatchObject({ job_id: jobId, attempt: 1, success: false, end_reason: "provider_interrupted", fault: "provider" });
+    expect(kept.body.error).toMatch(/provider key was refused/);
+    expect((await job(jobId)).status).toBe("running");
+    // The daemon itself runs on until it is restarted with the new key, which sends the report first: the
+    // attempt ends as the provider's interruption.
+    a.kill("SIGTERM");
+    expect(await a.exited).toBe(0);
+    const b = runDaemon(file, dir, { SVC_API_KEY: rotated.body.api_key, SVC_RUNNERS: gate.runner });
+    const attempt1 = await waitFor(async () => {
+      const [row] = await db`SELECT a.status, a.end_reason FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.job_id = ${jobId} AND a.attempt = 1`;
+      return row?.end_reason ? row : undefined;
+    }, 20_000, `attempt 1 ended (${b.output()})`);
+    expect(attempt1).toMatchObject({ end_reason: "provider_interrupted" });
+    await waitFor(() => fs.readdirSync(path.join(dir, "work", ".svc-results")).length === 0, 5_000, "the kept report removed");
+    expect(await ledgerProblems(db)).toEqual([]);
+  });
+
   it("gives a result up after its keep time, logs it, and goes on taking work", async () => {
     const { gate, daemon: d, jobId, renter, dir } = await gatedJob({ SVC_RESULT_RETRY_SECONDS: "0.3", SVC_RESULT_KEEP_SECONDS: "2" });
     link.down();

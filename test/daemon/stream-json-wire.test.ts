@@ -50,7 +50,7 @@ function open(key: string, contentType: string) {
 }
 
 const deepHeartbeat = (levels: number) => `{"heartbeat":{"gpuStatus":${"[".repeat(levels)}${"]".repeat(levels)}}}`;
-const refusal = `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`;
+const refusal = `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep; field 'heartbeat' nests deeper`;
 
 describe("a daemon stream in the JSON codec", () => {
   it("ends at a message nested deeper than the limit, refused before it is parsed, saying why", async () => {

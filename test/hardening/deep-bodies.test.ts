@@ -57,7 +57,7 @@ describe("an /api body nested deeper than the limit", () => {
     const body = '{"x":' + nest(8_000_000) + "}";
     const r = await api.post("/api/providers/job-result", body);
     expect(r.status, r.text.slice(0, 200)).toBe(400);
-    expect(r.body).toEqual({ error: `JSON body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep` });
+    expect(r.body).toEqual({ error: `JSON body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep; field 'x' nests deeper` });
     // The server is answering at once afterwards.
     expect((await api.get("/api/templates")).status).toBe(200);
   });
@@ -88,7 +88,7 @@ describe("a Connect call's JSON body nested deeper than the limit", () => {
     const body = '{"result":' + nest(8_000_000) + "}";
     const r = await fetch(`${srv.url}/svc.v1.JobService/ReportResult`, { method: "POST", headers: { "content-type": "application/json" }, body });
     expect(r.status).toBe(400);
-    expect(await r.json()).toMatchObject({ code: "invalid_argument", message: `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep` });
+    expect(await r.json()).toMatchObject({ code: "invalid_argument", message: `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep; field 'result' nests deeper` });
     // A shallow one goes on to be judged as before (here: no credentials).
     const shallow = await fetch(`${srv.url}/svc.v1.JobService/ReportResult`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"jobId":"job-x","success":true,"result":[[1]]}' });
     const judged = await shallow.json();
@@ -112,14 +112,14 @@ describe("a Connect call's JSON body nested deeper than the limit", () => {
       return Object.fromEntries(text.split("\r\n").filter(Boolean).map((l) => [l.slice(0, l.indexOf(":")), decodeURIComponent(l.slice(l.indexOf(":") + 1).trim())]));
     };
     const web = await call("application/grpc-web+json", frame(deep));
-    expect(await trailers(web)).toMatchObject({ "grpc-status": "3", "grpc-message": `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep` });
+    expect(await trailers(web)).toMatchObject({ "grpc-status": "3", "grpc-message": `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep; field 'result' nests deeper` });
     // A shallow message framed so is judged as before.
     const shallow = await call("application/grpc-web+json", frame(Buffer.from('{"jobId":"job-x","success":true,"result":[[1]]}')));
     expect(await trailers(shallow)).toMatchObject({ "grpc-message": "API key required" });
     // A compressed body is measured as it inflates (8 M levels are 16 KB of gzip), and a shallow one goes on.
     for (const [encoding, squeeze] of [["gzip", zlib.gzipSync], ["br", zlib.brotliCompressSync]] as const) {
       const gz = await call("application/json", squeeze(deep), { "content-encoding": encoding });
-      expect(await gz.json(), encoding).toEqual({ code: "invalid_argument", message: `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep` });
+      expect(await gz.json(), encoding).toEqual({ code: "invalid_argument", message: `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep; field 'result' nests deeper` });
       const ok = await call("application/json", squeeze(Buffer.from('{"jobId":"job-x","success":true,"result":[[1]]}')), { "content-encoding": encoding });
       expect(await ok.json(), encoding).toEqual({ code: "invalid_argument", message: "API key required" });
     }

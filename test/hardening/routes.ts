@@ -187,9 +187,10 @@ export async function send(srv: TestServer, r: RestRoute, entry: Entry, fx: Fx, 
   if (cred.kind === "admin") headers["x-admin-token"] = cred.token;
   if (cred.kind === "provider") {
     // Daemon routes: api_key in the body (key for pause/resume/preferences, same handling); GETs: ?key=.
+    // A route no provider may call (a wrong role) takes none in its body: the header.
     if (r.params.includes("api_key")) pathKey = cred.key;
     else if (isGet) query.set("key", cred.key);
-    else if (body && typeof body === "object" && !Array.isArray(body)) body = { ...body, api_key: cred.key };
+    else if (body && typeof body === "object" && !Array.isArray(body) && rolesOf(r.method).includes(Role.PROVIDER)) body = { ...body, api_key: cred.key };
     else headers["x-provider-key"] = cred.key;
   }
   if (cred.kind === "signature") {

@@ -28,6 +28,12 @@ Each can be overridden:
         until the server answers it (a 4xx refusal ends it as well) or
         keep-seconds have passed since it was first sent, when it is given up
         and logged.
+  --key-refused-seconds / SVC_KEY_REFUSED_SECONDS   (default 60)
+        how long every request's refusal of the provider key (401: the key was
+        rotated or revoked while the daemon ran) lasts before the running jobs,
+        which can no longer be reported on, are stopped as the provider's
+        interruption (their reports kept, as above, for a start with the new key),
+        so that a job the server hands to another provider does not run twice
   --runner TYPE=COMMAND / SVC_RUNNERS="TYPE=COMMAND;..."
         run jobs of TYPE with a local program instead of a container. The
         program gets the job as JSON on stdin, SVC_RESULT_FILE / SVC_WORKSPACE
@@ -103,6 +109,10 @@ CANCEL_CHECK_SECONDS = 3.0
 OUTPUT_AFTER_EXIT_SECONDS = 2.0
 CONFIRM_RETRY_SECONDS = 5.0
 GONE = "gone"  # job_status: the job is no longer this provider's
+# job_status: the provider key has been refused (401) for key_refused_seconds: rotated or revoked while the daemon
+# ran. Its jobs can no longer be reported on, and the server hands them to another provider once it has heard
+# nothing from this one for 120 s: they are stopped rather than run twice.
+KEY_REFUSED = "key_refused"
 # vllm_serve: how often the engine's health is probed until it answers, and how soon an
 # endpoint-ready report the server could not take for now is sent again.
 SERVE_HEALTH_SECONDS = 2.0
@@ -111,7 +121,7 @@ ENDPOINT_RETRY_SECONDS = 5.0
 # or device opened in a way that could block) of at most this size (8 MiB); else the job failed.
 MAX_RESULT_FILE_BYTES = 8 * 1024 * 1024
 # The deepest a result file's JSON may nest objects and arrays: the server refuses a report past its own
-# limit (a body 100 levels deep, less in a result's protobuf reading), which would leave the job running.
+# limit (a body 100 levels deep, its own object counted), which would leave the job running.
 MAX_RESULT_DEPTH = 64
 # The largest job-result body the server takes (16 MiB): a result over it is the job's failure.
 MAX_REPORT_BYTES = 16 * 1024 * 1024
@@ -470,6 +480,13 @@ class Api:
         self.base = base_url.rstrip("/")
         self.key = api_key
         self.timeout = timeout
+        # Since when every answer refused the key (401), none taken since (time.monotonic()); None while it works.
+        self.refused_since = None
+
+    def key_refused_for(self):
+        """Seconds the server has refused the key without taking it in between; 0 while it takes it."""
+        since = self.refused_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def _request(self, method, path, body=None, query=None, raw=False, timeout=None):
         """The answer's JSON (or bytes with raw). ApiError with the HTTP status on a refusal, with
@@ -500,10 +517,13 @@ class Api:
             except (ValueError, AttributeError, RecursionError):
                 message = text
             header = err.headers.get("Retry-After") if err.headers is not None else None
+            if err.code == 401 and self.refused_since is None:
+                self.refused_since = time.monotonic()
             raise ApiError(err.code, message, retry_after_seconds(err.code, header, message))
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             # HTTPException: the server went away mid-answer (IncompleteRead, BadStatusLine).
             raise ApiError(0, str(getattr(err, "reason", err)) or type(err).__name__)
+        self.refused_since = None
         if raw:
             return payload
         try:
@@ -1968,6 +1988,8 @@ class Daemon:
     reports_held_until = float("-inf")
     # Until when the server has asked for no heartbeat (a 429 or a 503 with a Retry-After on one).
     heartbeat_held_until = float("-inf")
+    # The spell of key refusals (Api.refused_since) the log has told of (key_refused).
+    key_refused_said = None
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -2204,11 +2226,13 @@ class Daemon:
         """The job's status; GONE when it is no longer this provider's (403: it went back to the queue
         or on to another provider), or when it is on another attempt than the one run here (re-queued
         and assigned back to this provider: the next poll hands the new attempt out); None when the
-        server could not be asked."""
+        server could not be asked; KEY_REFUSED once the provider key has been refused for key_refused_seconds."""
         try:
             job = self.api.get(job_url(job_id))
         except ApiError as err:
             self.hold_reports(err)
+            if err.status == 401 and self.key_refused():
+                return KEY_REFUSED
             return GONE if err.status == 403 else None
         if not isinstance(job, dict):
             self.log("status of job %s: the answer is not a JSON object; asked again later" % job_id)
@@ -2216,6 +2240,27 @@ class Daemon:
         if attempt and job.get("attempt") and job.get("attempt") != attempt:
             return GONE
         return job.get("status")
+
+    def key_refused(self):
+        """Whether the provider key has been refused (401) for key_refused_seconds, nothing taken since: it
+        was rotated or revoked while the daemon ran. Said once in the log for each such spell."""
+        since = self.api.refused_since
+        if since is None or time.monotonic() - since < self.cfg.get("key_refused_seconds", 60):
+            return False
+        refused_for = time.monotonic() - since
+        with self.log_lock:
+            said, self.key_refused_said = self.key_refused_said, since
+        if said != since:
+            self.log("the provider key has been refused (HTTP 401) for %d s: it was rotated or revoked. The running jobs "
+                     "cannot be reported on with it (the server hands them to another provider once it hears nothing "
+                     "from this one), so they are stopped; their reports are kept in %s and sent at the next start. "
+                     "Restart the daemon with the new key (SVC_API_KEY, or run the installer again)"
+                     % (refused_for, self.results.folder))
+        return True
+
+    def key_refused_error(self):
+        return ("stopped: the provider key was refused (HTTP 401) for %d s, rotated or revoked while the job ran, so the "
+                "job could not be reported on" % self.api.key_refused_for())
 
     def confirm_pickup(self, job_id, attempt=None):
         """A report naming the job (an empty log batch): the server counts a polled job as picked up
@@ -2511,6 +2556,9 @@ class Daemon:
                     # would be refused.
                     outcome = "moved"
                     run.stop()
+                elif status == KEY_REFUSED:
+                    outcome, end_reason = self.key_refused_error(), "provider_interrupted"
+                    run.stop()
             if outcome is None and serve and serve.due(now):
                 reported, refusal = self.report_endpoint(job_id, serve, attempt)
                 confirmed = confirmed or reported
@@ -2611,6 +2659,8 @@ class Daemon:
                         outcome = ("cancelled", None)
                     elif status == GONE:
                         outcome = ("moved", None)
+                    elif status == KEY_REFUSED:
+                        outcome = ("provider_interrupted", self.key_refused_error())
                 if outcome:
                     _kill_tree(proc)
                     proc.wait()
@@ -2761,6 +2811,9 @@ def load_config(argv):
     parser.add_argument("--result-keep-seconds", type=float, default=float(os.environ.get("SVC_RESULT_KEEP_SECONDS") or 3600),
                         help="how long such a result is kept and sent again before it is given up, across restarts "
                              "(SVC_RESULT_KEEP_SECONDS, default 3600)")
+    parser.add_argument("--key-refused-seconds", type=float, default=float(os.environ.get("SVC_KEY_REFUSED_SECONDS") or 60),
+                        help="how long the provider key is refused (401: rotated or revoked) before the running jobs, "
+                             "which can no longer be reported on, are stopped (SVC_KEY_REFUSED_SECONDS, default 60)")
     # Accepted for the daemons it replaces, which restart themselves with it: this
     # daemon runs no separate watchdog (a service manager restarts it).
     parser.add_argument("--no-watchdog", action="store_true")
@@ -2785,6 +2838,7 @@ def load_config(argv):
         "url": args.url, "key": args.key, "secret": os.environ.get("SVC_HMAC_SECRET") or HMAC_SECRET,
         "heartbeat_seconds": args.heartbeat_seconds, "poll_seconds": args.poll_seconds,
         "result_retry_seconds": max(0.1, args.result_retry_seconds), "result_keep_seconds": max(0.0, args.result_keep_seconds),
+        "key_refused_seconds": max(0.0, args.key_refused_seconds),
         "runners": parse_runners(args.runner), "work_dir": args.work_dir,
         "serve_port": args.serve_port, "public_host": args.public_host,
         "nvidia_smi": os.environ.get("SVC_NVIDIA_SMI") or "nvidia-smi", "docker": os.environ.get("SVC_DOCKER", "docker"),
