@@ -86,7 +86,8 @@ describe("setup scripts", () => {
     expect(unit).not.toMatch(/npx|npm/);
     const log = fs.readFileSync(calls, "utf8");
     expect(log).toContain("daemon-reload");
-    expect(log).toMatch(/enable --now svc-daemon/);
+    expect(log).toMatch(/^enable svc-daemon$/m);
+    expect(log).toMatch(/^restart svc-daemon$/m);
   });
 
   it("downloads with python3 where curl is missing, the key in its environment", async () => {
@@ -158,6 +159,110 @@ describe("setup scripts", () => {
     expect(parsed.RunAtLoad).toBe(true);
     expect(parsed.KeepAlive).toBe(true);
     expect(fs.readFileSync(calls, "utf8")).toMatch(/^load /m);
+  });
+
+  // `curl ... | sh` runs what has arrived as it arrives: a download cut short must run nothing at all (curl -s
+  // says nothing of the cut), not install half a daemon and exit 0.
+  it("a script cut short in transit does nothing", { timeout: 120_000 }, async () => {
+    const r = await api().get(`/api/providers/setup`, { "x-provider-key": provider.key });
+    const root = tempDir("cut");
+    const bin = tempDir("bin");
+    writeExecutable(bin, "systemctl", `#!/bin/sh\necho "$@" >> '${path.join(root, "systemctl.calls")}'\n`);
+    const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, SVC_PREFIX: root, SVC_OS: "Linux", HOME: path.join(root, "home") };
+    const lines = r.text.split("\n");
+    expect(lines.at(-1)).toBe("");
+    for (let n = 1; n < lines.length - 1; n++) {
+      const res = await run("sh", [], { env, input: lines.slice(0, n).join("\n") + "\n" });
+      expect(fs.readdirSync(root), `the first ${n} lines, which ${res.status === 0 ? "exited 0" : `exited ${res.status}`}`).toEqual([]);
+    }
+    const whole = await run("sh", [], { env, input: r.text });
+    expect(whole.status, whole.stderr).toBe(0);
+    expect(fs.readFileSync(path.join(root, "systemctl.calls"), "utf8")).toMatch(/enable/);
+  });
+
+  it("an install refused the daemon fails saying why, with curl and without it", async () => {
+    const p = await makeProvider(srv, { approved: false });
+    const script = (await api().get(`/api/providers/setup`, p.headers)).text;
+    const root = tempDir("refused");
+    const bin = tempDir("bin");
+    writeExecutable(bin, "systemctl", "#!/bin/sh\n");
+    // The same PATH without curl (the python3 download).
+    const noCurl = tempDir("bin-no-curl");
+    for (const dir of [bin, ...(process.env.PATH ?? "").split(":")]) {
+      for (const name of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
+        if (name === "curl" || name === "wget" || fs.existsSync(path.join(noCurl, name))) continue;
+        fs.symlinkSync(path.join(dir, name), path.join(noCurl, name));
+      }
+    }
+    for (const PATH of [`${bin}:${process.env.PATH}`, noCurl]) {
+      const res = await run("sh", [], { env: { ...process.env, PATH, SVC_PREFIX: root, SVC_OS: "Linux", HOME: path.join(root, "home") }, input: script });
+      expect(res.status).toBe(1);
+      // The server's own words: the file is served once the provider is approved.
+      expect(res.stderr).toMatch(/svc setup: could not download the daemon .*: .*served once the provider is approved \(approval: pending\)/);
+      expect(res.stderr).not.toContain("Traceback");
+      expect(res.stdout).not.toMatch(/done/);
+    }
+  });
+
+  // A service manager that keeps state: whether the unit is enabled, and a copy of the daemon file it runs.
+  function statefulSystemctl(bin: string, state: string, daemon: string) {
+    writeExecutable(
+      bin,
+      "systemctl",
+      `#!/bin/sh
+S='${state}'; D='${daemon}'
+[ "$1" = --user ] && shift
+verb=$1; shift
+now=0
+for a in "$@"; do [ "$a" = --now ] && now=1; done
+start() { [ -e "$S/running" ] || cp "$D" "$S/running"; }
+case "$verb" in
+  daemon-reload) ;;
+  enable) touch "$S/enabled"; [ $now = 0 ] || start ;;
+  disable) rm -f "$S/enabled"; [ $now = 0 ] || rm -f "$S/running" ;;
+  start) start ;;
+  stop) rm -f "$S/running" ;;
+  restart) cp "$D" "$S/running" ;;
+  try-restart) [ ! -e "$S/running" ] || cp "$D" "$S/running" ;;
+  is-active) [ -e "$S/running" ] ;;
+  is-enabled) [ -e "$S/enabled" ] ;;
+  *) echo "systemctl: unexpected $verb" >&2; exit 1 ;;
+esac
+`,
+    );
+  }
+
+  it("run again after a key rotation, the running daemon is the new file; run again as manual, it no longer starts at boot", async () => {
+    const p = await makeProvider(srv);
+    const root = tempDir("rerun");
+    const bin = tempDir("bin");
+    const state = tempDir("systemd");
+    const isRoot = process.getuid?.() === 0;
+    const daemon = isRoot ? path.join(root, "opt/svc-daemon/svc_daemon.py") : path.join(root, root, "home/.svc-daemon/svc_daemon.py");
+    statefulSystemctl(bin, state, daemon);
+    const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, SVC_PREFIX: root, SVC_OS: "Linux", HOME: path.join(root, "home") };
+    const install = async (key: string, args: string[] = []) => {
+      const script = (await api().get(`/api/providers/setup`, { "x-provider-key": key })).text;
+      const res = await run("sh", ["-s", "--", ...args], { env, input: script });
+      expect(res.status, res.stderr).toBe(0);
+    };
+    // The key of the daemon file the service manager runs (the file is long: the key alone in a failure).
+    const running = () => /^API_KEY = "(.*)"$/m.exec(fs.readFileSync(path.join(state, "running"), "utf8"))?.[1];
+
+    await install(p.key);
+    expect(running()).toBe(p.key);
+    expect(fs.existsSync(path.join(state, "enabled"))).toBe(true);
+
+    const rotated = await api().post("/api/providers/rotate-key", {}, p.headers);
+    expect(rotated.status).toBe(200);
+    const newKey: string = rotated.body.api_key;
+    await install(newKey);
+    expect(fs.readFileSync(daemon, "utf8")).toContain(`API_KEY = "${newKey}"`);
+    // Not the old key, refused by the server from now on.
+    expect(running()).toBe(newKey);
+
+    await install(newKey, ["--run-mode", "manual"]);
+    expect(fs.existsSync(path.join(state, "enabled")), "enabled at boot after a manual install").toBe(false);
   });
 
   it("serves the PowerShell installer that registers a scheduled task running python directly", async () => {

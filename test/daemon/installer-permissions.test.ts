@@ -19,11 +19,11 @@ async function install(root: string) {
   fs.mkdirSync(bin, { recursive: true });
   const modes = path.join(root, "curl-modes");
   const curlArgs = path.join(root, "curl-args");
-  // curl as it creates its -o file (0666 less the umask): the mode right after it wrote the file.
+  // curl as it creates its -o file (0666 less the umask): the mode right after it wrote the file; a 200 for -w.
   writeExecutable(
     bin,
     "curl",
-    `#!/bin/sh\nprintf '%s\\n' "$*" >> '${curlArgs}'\nout=""\nwhile [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; *) shift ;; esac; done\ncat >/dev/null\nif [ -n "$out" ] && [ "$out" != /dev/null ]; then printf 'API_KEY = "svc-provider-SECRETKEY"\\n' > "$out"; stat -c %a "$out" >> '${modes}'; fi\nexit 0\n`,
+    `#!/bin/sh\nprintf '%s\\n' "$*" >> '${curlArgs}'\nout=""; w=""\nwhile [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; -w) w=1; shift 2 ;; *) shift ;; esac; done\ncat >/dev/null\nif [ -n "$out" ] && [ "$out" != /dev/null ]; then printf 'API_KEY = "svc-provider-SECRETKEY"\\n' > "$out"; stat -c %a "$out" >> '${modes}'; fi\n[ -z "$w" ] || printf 200\nexit 0\n`,
   );
   const script = path.join(root, "setup.sh");
   fs.writeFileSync(script, fs.readFileSync(SETUP_SH, "utf8").replaceAll("{{API_KEY}}", "svc-provider-SECRETKEY").replaceAll("{{BACKEND_URL}}", "http://127.0.0.1:9"));

@@ -18,6 +18,9 @@
 #       inside the window set in your provider preferences.
 #   --prefix DIR        install root, for packaging and tests (SVC_PREFIX)
 #   --no-start          write the files, do not enable or start the service
+#
+# Only functions are defined until the last line runs main: `curl | sh` runs a script as it arrives, so one
+# cut short in transit is then a syntax error that runs nothing, not half an install that exits 0.
 set -eu
 # Everything this script creates is its user's only unless made otherwise below: the daemon file holds the
 # provider key and the task-signing secret from its first byte, and the work folder holds renters' tasks.
@@ -25,27 +28,7 @@ umask 077
 
 SVC_API_KEY='{{API_KEY}}'
 SVC_BACKEND_URL='{{BACKEND_URL}}'
-RUN_MODE="${SVC_RUN_MODE:-always-on}"
-PREFIX="${SVC_PREFIX:-}"
-START=1
 SERVICE_NAME=svc-daemon
-
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --run-mode) RUN_MODE="${2:?--run-mode needs a value}"; shift 2 ;;
-    --run-mode=*) RUN_MODE="${1#--run-mode=}"; shift ;;
-    --prefix) PREFIX="${2:?--prefix needs a value}"; shift 2 ;;
-    --prefix=*) PREFIX="${1#--prefix=}"; shift ;;
-    --no-start) START=0; shift ;;
-    -h|--help) echo "usage: setup.sh [--run-mode always-on|manual|scheduled] [--prefix DIR] [--no-start]"; exit 0 ;;
-    *) echo "svc setup: unknown option: $1" >&2; exit 2 ;;
-  esac
-done
-
-case "$RUN_MODE" in
-  always-on|manual|scheduled) ;;
-  *) echo "svc setup: --run-mode must be always-on, manual or scheduled (got '$RUN_MODE')" >&2; exit 2 ;;
-esac
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'svc setup: %s\n' "$*" >&2; exit 1; }
@@ -54,50 +37,40 @@ die() { printf 'svc setup: %s\n' "$*" >&2; exit 1; }
 # process) or the environment (python3), never in a command's arguments: those are in the process
 # list, readable by every user. The service unit below starts the daemon without it (it is in the file).
 fetch() {
-  # fetch URL FILE
+  # fetch URL FILE: 0 with the body in FILE on a 2xx; else 1, and FETCH_ERROR says what the server answered
+  # (its {"error": ...}: a provider not approved yet, a revoked key) where it answered.
+  FETCH_ERROR=""
   if command -v curl >/dev/null 2>&1; then
-    printf 'x-provider-key: %s\n' "$SVC_API_KEY" | curl -fsSL --retry 3 -H @- -o "$2" "$1"
+    status="$(printf 'x-provider-key: %s\n' "$SVC_API_KEY" | curl -sSL --retry 3 -H @- -o "$2" -w '%{http_code}' "$1")" || return 1
   else
-    SVC_FETCH_KEY="$SVC_API_KEY" "$PYTHON" - "$1" "$2" <<'PY'
-import os, sys, urllib.request
+    status="$(SVC_FETCH_KEY="$SVC_API_KEY" "$PYTHON" - "$1" "$2" <<'PY'
+import os, sys, urllib.error, urllib.request
 req = urllib.request.Request(sys.argv[1], headers={"x-provider-key": os.environ["SVC_FETCH_KEY"]})
-with urllib.request.urlopen(req, timeout=120) as res, open(sys.argv[2], "wb") as out:
+try:
+    res = urllib.request.urlopen(req, timeout=120)
+except urllib.error.HTTPError as err:
+    res = err
+except (OSError, ValueError) as err:
+    sys.exit("%s" % getattr(err, "reason", err))
+with res, open(sys.argv[2], "wb") as out:
     out.write(res.read())
+print(res.getcode())
 PY
+    )" || return 1
   fi
+  case "$status" in 2??) return 0 ;; esac
+  FETCH_ERROR="$("$PYTHON" - "$2" "$status" <<'PY'
+import json, sys
+try:
+    with open(sys.argv[1], "rb") as f:
+        print("HTTP %s: %s" % (sys.argv[2], json.loads(f.read(65536).decode("utf-8"))["error"]))
+except Exception:
+    print("HTTP %s" % sys.argv[2])
+PY
+  )"
+  rm -f "$2"
+  return 1
 }
-
-OS="${SVC_OS:-$(uname -s)}"
-PYTHON="$(command -v python3 || true)"
-[ -n "$PYTHON" ] || die "python3 is needed (install it with your package manager, then run this again)"
-"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' || die "python 3.8 or newer is needed"
-
-if [ "$(id -u)" = "0" ] && [ "$OS" = "Linux" ]; then
-  SCOPE=system
-  INSTALL_DIR="${PREFIX}/opt/svc-daemon"
-else
-  SCOPE=user
-  INSTALL_DIR="${PREFIX}${HOME}/.svc-daemon"
-fi
-DAEMON="$INSTALL_DIR/svc_daemon.py"
-
-say "installing the svc provider daemon into $INSTALL_DIR ($RUN_MODE)"
-mkdir -p "$INSTALL_DIR/work"
-# Made private also when an earlier install left them open.
-chmod 700 "$INSTALL_DIR" "$INSTALL_DIR/work"
-TMP="$DAEMON.download"
-fetch "$SVC_BACKEND_URL/api/providers/download/daemon" "$TMP" || die "could not download the daemon from $SVC_BACKEND_URL"
-"$PYTHON" -m py_compile "$TMP" || die "the downloaded daemon is not valid Python"
-rm -rf "$INSTALL_DIR/__pycache__"
-mv "$TMP" "$DAEMON"
-chmod 700 "$DAEMON"
-
-# Tell the service the chosen run mode (best effort: the daemon works without it).
-if command -v curl >/dev/null 2>&1; then
-  printf '{"key":"%s","run_mode":"%s"}' "$SVC_API_KEY" "$RUN_MODE" |
-    curl -fsS -o /dev/null -X POST -H 'content-type: application/json' --data-binary @- \
-      "$SVC_BACKEND_URL/api/providers/preferences" || say "could not save the run mode (set it later in your dashboard)"
-fi
 
 install_systemd() {
   if [ "$SCOPE" = system ]; then
@@ -139,10 +112,15 @@ EOF
   say "wrote $UNIT"
   [ "$START" = 1 ] || return 0
   $CTL daemon-reload
+  # An earlier install's daemon may be running (`start` would leave it be, on the old file and key): it is
+  # restarted on the file just written, and a manual install leaves nothing enabled at boot.
   if [ "$RUN_MODE" = manual ]; then
+    $CTL disable "$SERVICE_NAME"
+    $CTL try-restart "$SERVICE_NAME"
     say "run mode manual: start it with '$CTL start $SERVICE_NAME'"
   else
-    $CTL enable --now "$SERVICE_NAME"
+    $CTL enable "$SERVICE_NAME"
+    $CTL restart "$SERVICE_NAME"
     if [ "$SCOPE" = user ] && command -v loginctl >/dev/null 2>&1; then
       loginctl enable-linger "$(id -un)" 2>/dev/null || say "run 'loginctl enable-linger' so the daemon runs while you are logged out"
     fi
@@ -192,15 +170,72 @@ EOF
   fi
 }
 
-case "$OS" in
-  Linux)
-    command -v systemctl >/dev/null 2>&1 || [ "$START" = 0 ] || die "systemd is needed (or run: $PYTHON $DAEMON)"
-    install_systemd ;;
-  Darwin) install_launchd ;;
-  *) die "unsupported system '$OS': on Windows use /api/providers/setup-windows" ;;
-esac
+main() {
+  RUN_MODE="${SVC_RUN_MODE:-always-on}"
+  PREFIX="${SVC_PREFIX:-}"
+  START=1
 
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  say "note: nvidia-smi was not found; the daemon runs CPU-only jobs until an NVIDIA driver is installed"
-fi
-say "done"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --run-mode) RUN_MODE="${2:?--run-mode needs a value}"; shift 2 ;;
+      --run-mode=*) RUN_MODE="${1#--run-mode=}"; shift ;;
+      --prefix) PREFIX="${2:?--prefix needs a value}"; shift 2 ;;
+      --prefix=*) PREFIX="${1#--prefix=}"; shift ;;
+      --no-start) START=0; shift ;;
+      -h|--help) echo "usage: setup.sh [--run-mode always-on|manual|scheduled] [--prefix DIR] [--no-start]"; exit 0 ;;
+      *) echo "svc setup: unknown option: $1" >&2; exit 2 ;;
+    esac
+  done
+
+  case "$RUN_MODE" in
+    always-on|manual|scheduled) ;;
+    *) echo "svc setup: --run-mode must be always-on, manual or scheduled (got '$RUN_MODE')" >&2; exit 2 ;;
+  esac
+
+  OS="${SVC_OS:-$(uname -s)}"
+  PYTHON="$(command -v python3 || true)"
+  [ -n "$PYTHON" ] || die "python3 is needed (install it with your package manager, then run this again)"
+  "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 8) else 1)' || die "python 3.8 or newer is needed"
+
+  if [ "$(id -u)" = "0" ] && [ "$OS" = "Linux" ]; then
+    SCOPE=system
+    INSTALL_DIR="${PREFIX}/opt/svc-daemon"
+  else
+    SCOPE=user
+    INSTALL_DIR="${PREFIX}${HOME}/.svc-daemon"
+  fi
+  DAEMON="$INSTALL_DIR/svc_daemon.py"
+
+  say "installing the svc provider daemon into $INSTALL_DIR ($RUN_MODE)"
+  mkdir -p "$INSTALL_DIR/work"
+  # Made private also when an earlier install left them open.
+  chmod 700 "$INSTALL_DIR" "$INSTALL_DIR/work"
+  TMP="$DAEMON.download"
+  fetch "$SVC_BACKEND_URL/api/providers/download/daemon" "$TMP" || die "could not download the daemon from $SVC_BACKEND_URL${FETCH_ERROR:+: $FETCH_ERROR}"
+  "$PYTHON" -m py_compile "$TMP" || die "the downloaded daemon is not valid Python"
+  rm -rf "$INSTALL_DIR/__pycache__"
+  mv "$TMP" "$DAEMON"
+  chmod 700 "$DAEMON"
+
+  # Tell the service the chosen run mode (best effort: the daemon works without it).
+  if command -v curl >/dev/null 2>&1; then
+    printf '{"key":"%s","run_mode":"%s"}' "$SVC_API_KEY" "$RUN_MODE" |
+      curl -fsS -o /dev/null -X POST -H 'content-type: application/json' --data-binary @- \
+        "$SVC_BACKEND_URL/api/providers/preferences" || say "could not save the run mode (set it later in your dashboard)"
+  fi
+
+  case "$OS" in
+    Linux)
+      command -v systemctl >/dev/null 2>&1 || [ "$START" = 0 ] || die "systemd is needed (or run: $PYTHON $DAEMON)"
+      install_systemd ;;
+    Darwin) install_launchd ;;
+    *) die "unsupported system '$OS': on Windows use /api/providers/setup-windows" ;;
+  esac
+
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    say "note: nvidia-smi was not found; the daemon runs CPU-only jobs until an NVIDIA driver is installed"
+  fi
+  say "done"
+}
+
+main "$@"
