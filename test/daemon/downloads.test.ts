@@ -80,7 +80,7 @@ describe("setup scripts", () => {
     const unitFile = isRoot ? path.join(root, "etc/systemd/system/svc-daemon.service") : path.join(root, root, "home/.config/systemd/user/svc-daemon.service");
     const unit = fs.readFileSync(unitFile, "utf8");
     const python3 = spawnSync("sh", ["-c", "command -v python3"], { encoding: "utf8" }).stdout.trim();
-    expect(unit).toContain(`ExecStart=${python3} ${daemon}\n`);
+    expect(unit).toContain(`ExecStart="${python3}" "${daemon}"\n`);
     expect(unit).toMatch(/KillSignal=SIGTERM/);
     expect(unit).toMatch(/Restart=always/);
     expect(unit).not.toMatch(/npx|npm/);
@@ -276,6 +276,10 @@ esac
     expect(r.text).not.toMatch(/npx|npm/);
     // The daemon is fetched with the key in a header, not on its URL.
     expect(r.text).toContain("-Headers @{ 'x-provider-key' = $SvcApiKey }");
+    // Its requests carrying the key follow no redirect (PowerShell would send the header on to another host).
+    const keyed = r.text.split("\n").filter((l) => /^\s*Invoke-(WebRequest|RestMethod)/.test(l));
+    expect(keyed.length).toBe(2);
+    for (const line of keyed) expect(line).toContain(" -MaximumRedirection 0 ");
     expect(r.text).not.toMatch(/download\/daemon\?key=/);
     // Without PowerShell on this machine: brackets and quotes must balance.
     const code = r.text.replace(/^\s*#.*$/gm, "").replace(/'[^'\n]*'/g, "''");

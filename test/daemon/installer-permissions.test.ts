@@ -60,7 +60,7 @@ describe("setup.sh", { timeout: 60_000 }, () => {
     expect(curlArgs).not.toContain("SECRETKEY");
     const execStart = fs.readFileSync(unit, "utf8").split("\n").find((l) => l.startsWith("ExecStart="));
     // python3 and the daemon file, nothing else: the key is in the file.
-    expect(execStart?.split(" ").slice(1)).toEqual([path.join(installDir, "svc_daemon.py")]);
+    expect(execStart?.split(" ").slice(1)).toEqual([`"${path.join(installDir, "svc_daemon.py")}"`]);
     expect(fs.readFileSync(unit, "utf8")).not.toMatch(/SECRETKEY|--key/);
   });
 

@@ -59,15 +59,16 @@ if ($IsAdmin) {
 New-Item -ItemType Directory -Force -Path $WorkDir | Out-Null
 [Net.ServicePointManager]::SecurityProtocol = [Net.SecurityProtocolType]::Tls12
 $Download = "$Daemon.download"
-# The key travels in a header, not the URL, which proxies and server logs keep.
-Invoke-WebRequest -UseBasicParsing -Uri ($SvcBackendUrl + '/api/providers/download/daemon') -Headers @{ 'x-provider-key' = $SvcApiKey } -OutFile $Download
+# The key travels in a header, not the URL, which proxies and server logs keep. No redirect is followed
+# (one fails the install): PowerShell would send the header on to whatever host it names.
+Invoke-WebRequest -UseBasicParsing -MaximumRedirection 0 -Uri ($SvcBackendUrl + '/api/providers/download/daemon') -Headers @{ 'x-provider-key' = $SvcApiKey } -OutFile $Download
 & $Python -m py_compile $Download
 if ($LASTEXITCODE -ne 0) { throw 'the downloaded daemon is not valid Python' }
 Move-Item -Force -Path $Download -Destination $Daemon
 
 try {
     $Prefs = @{ key = $SvcApiKey; run_mode = $RunMode } | ConvertTo-Json -Compress
-    Invoke-RestMethod -Method Post -Uri ($SvcBackendUrl + '/api/providers/preferences') -ContentType 'application/json' -Body $Prefs | Out-Null
+    Invoke-RestMethod -Method Post -MaximumRedirection 0 -Uri ($SvcBackendUrl + '/api/providers/preferences') -ContentType 'application/json' -Body $Prefs | Out-Null
 } catch {
     Write-Host '==> could not save the run mode (set it later in your dashboard)'
 }

@@ -39,25 +39,26 @@ die() { printf 'svc setup: %s\n' "$*" >&2; exit 1; }
 fetch() {
   # fetch URL FILE: 0 with the body in FILE on a 2xx; else 1, and FETCH_ERROR says what the server answered
   # (its {"error": ...}: a provider not approved yet, a revoked key) where it answered.
+  # Redirects are followed here, and only within URL's origin (scheme, host and port): curl -L and urllib
+  # would send the key header on to any host a redirect names.
   FETCH_ERROR=""
-  if command -v curl >/dev/null 2>&1; then
-    status="$(printf 'x-provider-key: %s\n' "$SVC_API_KEY" | curl -sSL --retry 3 -H @- -o "$2" -w '%{http_code}' "$1")" || return 1
-  else
-    status="$(SVC_FETCH_KEY="$SVC_API_KEY" "$PYTHON" - "$1" "$2" <<'PY'
-import os, sys, urllib.error, urllib.request
-req = urllib.request.Request(sys.argv[1], headers={"x-provider-key": os.environ["SVC_FETCH_KEY"]})
-try:
-    res = urllib.request.urlopen(req, timeout=120)
-except urllib.error.HTTPError as err:
-    res = err
-except (OSError, ValueError) as err:
-    sys.exit("%s" % getattr(err, "reason", err))
-with res, open(sys.argv[2], "wb") as out:
-    out.write(res.read())
-print(res.getcode())
-PY
-    )" || return 1
-  fi
+  url="$1"
+  origin="$(url_origin "$1")"
+  hops=0
+  while :; do
+    fetch_once "$url" "$2" || return 1
+    status="${answer%% *}"
+    location="${answer#* }"
+    case "$status" in 3??) [ -n "$location" ] || break ;; *) break ;; esac
+    if [ "$(url_origin "$location")" != "$origin" ]; then
+      FETCH_ERROR="HTTP $status: redirected to $location, not $origin: the provider key is not sent there"
+      rm -f "$2"
+      return 1
+    fi
+    hops=$((hops + 1))
+    [ "$hops" -le 5 ] || { FETCH_ERROR="HTTP $status: too many redirects"; rm -f "$2"; return 1; }
+    url="$location"
+  done
   case "$status" in 2??) return 0 ;; esac
   FETCH_ERROR="$("$PYTHON" - "$2" "$status" <<'PY'
 import json, sys
@@ -71,6 +72,47 @@ PY
   rm -f "$2"
   return 1
 }
+
+# url_origin URL: its scheme://host[:port], as written.
+url_origin() {
+  rest="${1#*://}"
+  printf '%s://%s' "${1%%://*}" "${rest%%[/?#]*}"
+}
+
+# fetch_once URL FILE: one request, no redirect followed; answer is "STATUS LOCATION" (LOCATION absolute, or
+# empty unless a 3xx).
+fetch_once() {
+  if command -v curl >/dev/null 2>&1; then
+    answer="$(printf 'x-provider-key: %s\n' "$SVC_API_KEY" | curl -sS --retry 3 -H @- -o "$2" -w '%{http_code} %{redirect_url}' "$1")"
+  else
+    answer="$(SVC_FETCH_KEY="$SVC_API_KEY" "$PYTHON" - "$1" "$2" <<'PY'
+import os, sys, urllib.error, urllib.parse, urllib.request
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args):
+        return None
+req = urllib.request.Request(sys.argv[1], headers={"x-provider-key": os.environ["SVC_FETCH_KEY"]})
+try:
+    res = urllib.request.build_opener(NoRedirect).open(req, timeout=120)
+except urllib.error.HTTPError as err:
+    res = err
+except (OSError, ValueError) as err:
+    sys.exit("%s" % getattr(err, "reason", err))
+with res, open(sys.argv[2], "wb") as out:
+    out.write(res.read())
+location = res.headers.get("Location", "") if 300 <= res.getcode() < 400 else ""
+print(res.getcode(), urllib.parse.urljoin(sys.argv[1], location) if location else "")
+PY
+    )"
+  fi
+}
+
+# Values for the systemd unit: systemd reads `%` as a specifier (`%%` is one) and splits ExecStart= and
+# Environment= at spaces outside double quotes (inside them `\` and `"` are escaped); ExecStart= also
+# expands `$` (`$$` is one) in the arguments, not in the program's path. WorkingDirectory= takes the rest of
+# its line, unquoted.
+unit_path() { printf '%s' "$1" | sed 's/%/%%/g'; }
+unit_word() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/[\\"]/\\&/g' -e 's/%/%%/g')"; }
+exec_word() { unit_word "$1" | sed 's/[$]/$$/g'; }
 
 install_systemd() {
   if [ "$SCOPE" = system ]; then
@@ -94,10 +136,10 @@ After=network-online.target
 
 [Service]
 Type=simple
-ExecStart=$PYTHON $DAEMON
-WorkingDirectory=$INSTALL_DIR
+ExecStart=$(unit_word "$PYTHON") $(exec_word "$DAEMON")
+WorkingDirectory=$(unit_path "$INSTALL_DIR")
 Environment=PYTHONUNBUFFERED=1
-Environment=SVC_WORK_DIR=$INSTALL_DIR/work
+Environment=$(unit_word "SVC_WORK_DIR=$INSTALL_DIR/work")
 Restart=always
 RestartSec=10
 KillMode=mixed
