@@ -8,16 +8,19 @@
 // body is measured as it arrives, as REST's is (src/http/json-depth.ts): one
 // nested deeper than MAX_JSON_DEPTH is refused (invalid_argument) before
 // Connect parses it, which for millions of levels held the process seconds
-// (a compressed one is inflated to be measured).
+// (a compressed one is inflated to be measured). A message in the binary codec
+// is read as deep as that depth needs (protobuf-es's recursion limit raised,
+// and bounded) and held to the depth its JSON form would nest (binaryDepth).
 import type { Http2ServerRequest, ServerHttp2Stream } from "node:http2";
 import zlib from "node:zlib";
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
-import type { DescMethod } from "@bufbuild/protobuf";
+import type { DescMessage, DescMethod, Message } from "@bufbuild/protobuf";
+import { checkMessageDepth, NestedTooDeep } from "../shared/json-nesting.js";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "./credentials.js";
-import { JsonDepthMeter, MAX_JSON_DEPTH, PROTO_JSON_RECURSION_LIMIT, tooDeepMessage } from "./json-depth.js";
+import { JsonDepthMeter, MAX_JSON_DEPTH, PROTO_RECURSION_LIMIT, tooDeepMessage } from "./json-depth.js";
 import { callFailure } from "./call-log.js";
 import { countCall, wireOf } from "./metrics.js";
 import { ipRowCountKey } from "./rate-limits.js";
@@ -44,11 +47,13 @@ export interface ConnectHandlerOptions {
 export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeRequest, res: NodeResponse) => void {
   const { metrics, log } = o;
   const router = createConnectRouter({
-    interceptors: o.interceptors,
+    interceptors: [...o.interceptors, binaryDepth],
     shutdownSignal: o.shutdownSignal,
     acceptCompression: [compressionGzip, compressionBrotli],
     // A JSON message is measured as it arrives (below): its free-form JSON may nest as deep as that allows.
-    jsonOptions: { recursionLimit: PROTO_JSON_RECURSION_LIMIT },
+    jsonOptions: { recursionLimit: PROTO_RECURSION_LIMIT },
+    // A binary message cannot be measured before it is parsed: it is parsed as deep as its free-form JSON may nest, and measured then.
+    binaryOptions: { recursionLimit: PROTO_RECURSION_LIMIT },
   });
   for (const r of o.routes) router.rpc(r.method, r.impl, { readMaxBytes: r.readMaxBytes });
   const procedures = new Map(router.handlers.map((h) => [h.requestPath, h]));
@@ -121,6 +126,41 @@ function closeClientHalfOnceAnswered(stream: ServerHttp2Stream): void {
     }),
   );
 }
+
+/**
+ * A request in the binary codec whose messages' JSON form would nest past MAX_JSON_DEPTH is refused
+ * (invalid_argument) as the same message in JSON is; so is a stream's message too deep for protobuf-es's
+ * bounded reading of it (a unary one is refused by Connect, saying that the recursion limit was reached).
+ */
+const binaryDepth: Interceptor = (next) => async (req) => {
+  if (/[/+]json/i.test(req.header.get("content-type") ?? "")) return next(req);
+  const check = (desc: DescMessage, m: Message) => {
+    try {
+      checkMessageDepth(desc, m);
+    } catch (err) {
+      throw err instanceof NestedTooDeep ? new ConnectError(err.message, Code.InvalidArgument) : err;
+    }
+  };
+  if (!req.stream) {
+    check(req.method.input, req.message);
+    return next(req);
+  }
+  const messages = req.message;
+  return next({
+    ...req,
+    message: (async function* () {
+      try {
+        for await (const m of messages) {
+          check(req.method.input, m);
+          yield m;
+        }
+      } catch (err) {
+        if (err instanceof ConnectError && /maximum recursion depth/.test(err.rawMessage)) throw new ConnectError(tooDeepMessage("request body", undefined), Code.InvalidArgument);
+        throw err;
+      }
+    })(),
+  });
+};
 
 const tooDeep = (meter: JsonDepthMeter) => new ConnectError(tooDeepMessage("request body", meter.member()), Code.InvalidArgument);
 const compressedJson = () =>

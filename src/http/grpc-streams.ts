@@ -15,12 +15,13 @@
 // messages not compressed. Everything else (compressed messages, the JSON
 // codec, gRPC-Web, Connect's own protocol, HTTP/1.1) is left to Connect.
 import type http2 from "node:http2";
-import { create, fromBinary, isMessage, toBinary, type DescMethod, type DescMethodStreaming, type DescMessage, type Message } from "@bufbuild/protobuf";
+import { create, isMessage, toBinary, type DescMethod, type DescMethodStreaming, type DescMessage, type Message } from "@bufbuild/protobuf";
 import { Code, ConnectError, createHandlerContext, type ContextValues, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
 import { drained } from "./drained.js";
 import { deferred } from "../shared/iterables.js";
 import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { NestedTooDeep, readBinaryRequest } from "../shared/json-nesting.js";
 
 export interface StreamRoute {
   method: DescMethod;
@@ -28,7 +29,7 @@ export interface StreamRoute {
   impl: unknown;
   /** Largest message accepted, in bytes. */
   readMaxBytes: number;
-  /** Reads a request message; protobuf-es's fromBinary when not given. */
+  /** Reads a request message; readBinaryRequest (protobuf-es, as deep as MAX_JSON_DEPTH allows) when not given. */
   decode?: (bytes: Uint8Array) => Message;
   /** Writes an answer, a message or its init shape (as Connect accepts either); protobuf-es's toBinary when not given. */
   encode?: (answer: unknown) => Uint8Array;
@@ -294,7 +295,7 @@ export class EnvelopeReader {
     private readonly maxBytes: number,
     decode?: (bytes: Uint8Array) => Message,
   ) {
-    this.decode = decode ?? ((bytes) => fromBinary(schema, bytes));
+    this.decode = decode ?? ((bytes) => readBinaryRequest(schema, bytes));
   }
 
   get pending(): number {
@@ -324,6 +325,7 @@ export class EnvelopeReader {
       try {
         message = this.decode(envelope.subarray(5));
       } catch (err) {
+        if (err instanceof NestedTooDeep) throw new ConnectError(err.message, Code.InvalidArgument);
         throw new ConnectError(`invalid ${this.schema.typeName}: ${(err as Error).message}`, Code.InvalidArgument);
       }
       deliver(message);

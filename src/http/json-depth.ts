@@ -8,33 +8,7 @@
 // (jsonTextDepthExceeds, linear and stopping at the first level too many), and
 // what nests deeper than its route allows is refused before it is parsed.
 
-/**
- * Deepest nesting accepted in a request body (/api and /v1) and in a /v1 endpoint's chunk. No request's
- * shape comes near it: a chunk nests 9 deep at most (choices, logprobs, content, top_logprobs, bytes), and a chat
- * request's deepest part is a tool's JSON schema. The free-form JSON of an /api request (a job's params, a
- * result's output and metrics, telemetry) may use all of it (PROTO_JSON_RECURSION_LIMIT).
- */
-export const MAX_JSON_DEPTH = 100;
-
-/**
- * The recursion limit protobuf-es reads a request's JSON with. Its own default, 100, counts each message and
- * each google.protobuf.Value once more (a field's Value twice), so it refused free-form JSON a few levels short
- * of MAX_JSON_DEPTH. A body is measured before it is parsed, so twice that bounds the count; the stack it
- * allows is a few hundred frames.
- */
-export const PROTO_JSON_RECURSION_LIMIT = 2 * MAX_JSON_DEPTH + 2;
-
-/** Whether `value` nests objects and arrays more than `max` deep (a scalar is 0 deep, `{}` 1). Iterative: any depth is safe to ask about. */
-export function jsonDepthExceeds(value: unknown, max = MAX_JSON_DEPTH): boolean {
-  const stack: [unknown, number][] = [[value, 1]];
-  while (stack.length > 0) {
-    const [v, depth] = stack.pop()!;
-    if (!v || typeof v !== "object") continue;
-    if (depth > max) return true;
-    for (const x of Array.isArray(v) ? v : Object.values(v)) if (x && typeof x === "object") stack.push([x, depth + 1]);
-  }
-  return false;
-}
+export { jsonDepthExceeds, MAX_JSON_DEPTH, PROTO_RECURSION_LIMIT, tooDeepMessage } from "../shared/json-nesting.js";
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -141,12 +115,6 @@ export class JsonDepthMeter {
     }
     return false;
   }
-}
-
-/** The refusal of a body (`subject`) nested past MAX_JSON_DEPTH, naming the top-level member that does (JsonDepthMeter.member). */
-export function tooDeepMessage(subject: string, member: string | undefined): string {
-  const named = member === undefined ? "" : `; field '${member}' nests deeper`;
-  return `${subject} must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep${named}`;
 }
 
 /** Whether JSON text nests objects and arrays more than `max` deep (JsonDepthMeter, in one piece). */

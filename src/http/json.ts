@@ -6,7 +6,7 @@ import { create, fromJson, type DescField, type DescMessage, type JsonObject, ty
 import { badRequest } from "../errors.js";
 import { fieldOptionsOf } from "../shared/message-json.js";
 import { unstorableIn, withoutNul } from "../shared/nul-text.js";
-import { PROTO_JSON_RECURSION_LIMIT } from "./json-depth.js";
+import { PROTO_RECURSION_LIMIT } from "./json-depth.js";
 import { unstorableError } from "./nul.js";
 
 export { fieldOptionsOf, messageToJson, type FieldOptions } from "../shared/message-json.js";
@@ -53,7 +53,7 @@ export interface RestInput {
 
 const INVALID_FIELD = /field ([\w.]+)/;
 // The body was measured before it was parsed (json-depth.ts): free-form JSON may nest as deep as it allows.
-const JSON_READ = { ignoreUnknownFields: true, recursionLimit: PROTO_JSON_RECURSION_LIMIT };
+const JSON_READ = { ignoreUnknownFields: true, recursionLimit: PROTO_RECURSION_LIMIT };
 
 /**
  * Builds the request message: body members, then query and path parameters

@@ -7,12 +7,13 @@
 // if something reads it. Every other message, and a heartbeat
 // with anything unusual in it, is read and written by protobuf-es, which also
 // reports what is wrong with bytes that do not parse.
-import { create, fromBinary, fromJson, isMessage, toBinary, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromJson, isMessage, toBinary, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
 import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponseSchema } from "../../gen/svc/v1/providers_pb.js";
 import { NotPlainJson, partSize, readStructJsonAt, readStructTextAt, readValueJsonAt, WireCursor, writeVarint, type StructText } from "../shared/struct-binary.js";
 import { GPU_STATUS_READ, gpuStatusJsonOf, setGpuStatusRead } from "../domain/providers/heartbeat.js";
+import { MAX_JSON_DEPTH, readBinaryRequest } from "../shared/json-nesting.js";
 
 // Tags (field number << 3 | wire type) of daemon.proto and providers.proto.
 const DAEMON_HEARTBEAT = 0x12; // DaemonMessage.heartbeat, length-delimited
@@ -25,6 +26,11 @@ const CACHED_MODELS = 0x2a;
 const RESOURCE_SPEC = 0x32;
 const DAEMON_VERSION = 0x3a;
 const SUPPORTED_JOB_TYPES = 0x42;
+/**
+ * How deep the heartbeat's telemetry and resource spec may nest as read by hand: the message and its
+ * heartbeat are the first two levels of MAX_JSON_DEPTH. Deeper is left to readBinaryRequest, which refuses it.
+ */
+const HEARTBEAT_JSON_ROOM = MAX_JSON_DEPTH - 2;
 
 export function decodeDaemonMessage(bytes: Uint8Array): DaemonMessage {
   try {
@@ -33,7 +39,7 @@ export function decodeDaemonMessage(bytes: Uint8Array): DaemonMessage {
   } catch (err) {
     if (!(err instanceof NotPlainJson)) throw err;
   }
-  return fromBinary(DaemonMessageSchema, bytes);
+  return readBinaryRequest(DaemonMessageSchema, bytes) as DaemonMessage;
 }
 
 /** A DaemonMessage that holds a heartbeat and nothing else, read by hand; undefined for any other. */
@@ -61,12 +67,12 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
           const at = r.pos;
           r.pos++;
           if (r.delimited() === valueEnd) {
-            gpuStatus = { text: readStructTextAt(r, valueEnd, GPU_STATUS_READ) };
+            gpuStatus = { text: readStructTextAt(r, valueEnd, GPU_STATUS_READ, HEARTBEAT_JSON_ROOM) };
             break;
           }
           r.pos = at;
         }
-        gpuStatus = { json: readValueJsonAt(r, valueEnd) };
+        gpuStatus = { json: readValueJsonAt(r, valueEnd, HEARTBEAT_JSON_ROOM) };
         break;
       }
       case UPTIME:
@@ -85,7 +91,7 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
         break;
       case RESOURCE_SPEC:
         if (resourceSpec !== undefined) return undefined;
-        resourceSpec = readStructJsonAt(r, r.delimited());
+        resourceSpec = readStructJsonAt(r, r.delimited(), HEARTBEAT_JSON_ROOM);
         break;
       case DAEMON_VERSION:
         daemonVersion = r.string();

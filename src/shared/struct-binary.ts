@@ -6,6 +6,7 @@
 // bytes are those a Struct message encodes to; any protobuf decoder reads them.
 import type { DescField, JsonObject, JsonValue, Message } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
+import { MAX_JSON_DEPTH } from "./json-nesting.js";
 
 // Tags (field number << 3 | wire type) of google/protobuf/struct.proto.
 const STRUCT_FIELDS = 0x0a; // Struct.fields (map entry), length-delimited
@@ -164,8 +165,17 @@ export function setStructBytes(msg: Message, field: DescField, value: JsonObject
 // JSON is then made from those; for a heartbeat's telemetry that was most of
 // the decoding of a stream heartbeat.
 
-/** Bytes these readers leave to protobuf-es, which says what is wrong with them (or accepts them). */
+/**
+ * Bytes these readers leave to protobuf-es, which says what is wrong with them (or accepts them). So is
+ * JSON nested deeper than the reader was given room for (`room`: the objects and arrays it may nest,
+ * its own counted), which protobuf-es reads within its bounded recursion, or refuses.
+ */
 export class NotPlainJson extends Error {}
+
+const deeper = (room: number) => {
+  if (room < 1) throw new NotPlainJson("nested deeper than the room given");
+  return room - 1;
+};
 
 /** A position in protobuf bytes, for the hand-written readers here and in services/daemon-wire.ts. */
 export class WireCursor {
@@ -205,7 +215,7 @@ export class WireCursor {
   }
 }
 
-function readValue(r: WireCursor, end: number): JsonValue {
+function readValue(r: WireCursor, end: number, room: number): JsonValue {
   let value: JsonValue | undefined;
   while (r.pos < end) {
     // One member per Value: anything else (a second kind, an unknown field) goes to protobuf-es.
@@ -232,16 +242,17 @@ function readValue(r: WireCursor, end: number): JsonValue {
         break;
       case VALUE_STRUCT: {
         const e = r.delimited();
-        value = readStruct(r, e);
+        value = readStruct(r, e, room);
         break;
       }
       case VALUE_LIST: {
         const e = r.delimited();
+        const inner = deeper(room);
         const list: JsonValue[] = [];
         while (r.pos < e) {
           if (r.buf[r.pos++] !== LIST_VALUES) throw new NotPlainJson("unknown field in a ListValue");
           const itemEnd = r.delimited();
-          list.push(readValue(r, itemEnd));
+          list.push(readValue(r, itemEnd, inner));
         }
         value = list;
         break;
@@ -255,7 +266,8 @@ function readValue(r: WireCursor, end: number): JsonValue {
   return value;
 }
 
-function readStruct(r: WireCursor, end: number): JsonObject {
+function readStruct(r: WireCursor, end: number, room: number): JsonObject {
+  const inner = deeper(room);
   const obj: JsonObject = {};
   while (r.pos < end) {
     if (r.buf[r.pos++] !== STRUCT_FIELDS) throw new NotPlainJson("unknown field in a Struct");
@@ -265,7 +277,7 @@ function readStruct(r: WireCursor, end: number): JsonObject {
     while (r.pos < entryEnd) {
       const tag = r.buf[r.pos++];
       if (tag === ENTRY_KEY) key = r.string();
-      else if (tag === ENTRY_VALUE) value = readValue(r, r.delimited());
+      else if (tag === ENTRY_VALUE) value = readValue(r, r.delimited(), inner);
       else throw new NotPlainJson("unknown field in a Struct entry");
     }
     if (r.pos !== entryEnd) throw new NotPlainJson("a part overruns its Struct entry");
@@ -278,25 +290,25 @@ function readStruct(r: WireCursor, end: number): JsonObject {
 }
 
 /** A google.protobuf.Value's message bytes as JSON; throws NotPlainJson for bytes to leave to protobuf-es. */
-export function readValueJson(bytes: Uint8Array): JsonValue {
+export function readValueJson(bytes: Uint8Array, room = MAX_JSON_DEPTH): JsonValue {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return readValue(new WireCursor(buf, 0, buf.length), buf.length);
+  return readValue(new WireCursor(buf, 0, buf.length), buf.length, room);
 }
 
 /** The Value whose bytes run from the cursor to `end`, as JSON. */
-export function readValueJsonAt(r: WireCursor, end: number): JsonValue {
-  return readValue(r, end);
+export function readValueJsonAt(r: WireCursor, end: number, room: number): JsonValue {
+  return readValue(r, end, room);
 }
 
 /** The Struct whose bytes run from the cursor to `end`, as JSON. */
-export function readStructJsonAt(r: WireCursor, end: number): JsonObject {
-  return readStruct(r, end);
+export function readStructJsonAt(r: WireCursor, end: number, room: number): JsonObject {
+  return readStruct(r, end, room);
 }
 
 /** A google.protobuf.Struct's message bytes as JSON; throws NotPlainJson for bytes to leave to protobuf-es. */
-export function readStructJson(bytes: Uint8Array): JsonObject {
+export function readStructJson(bytes: Uint8Array, room = MAX_JSON_DEPTH): JsonObject {
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return readStruct(new WireCursor(buf, 0, buf.length), buf.length);
+  return readStruct(new WireCursor(buf, 0, buf.length), buf.length, room);
 }
 
 // A Struct read straight to JSON text, for a heartbeat's telemetry, which is stored as text: the
@@ -406,7 +418,7 @@ interface Noted {
   length: number | undefined;
 }
 
-function valueText(r: WireCursor, end: number, out: JsonOut, noted?: Noted): void {
+function valueText(r: WireCursor, end: number, out: JsonOut, room: number, noted?: Noted): void {
   let seen = false;
   while (r.pos < end) {
     if (seen) throw new NotPlainJson("more than one field in a Value");
@@ -440,17 +452,18 @@ function valueText(r: WireCursor, end: number, out: JsonOut, noted?: Noted): voi
         break;
       }
       case VALUE_STRUCT:
-        structText(r, r.delimited(), out);
+        structText(r, r.delimited(), out, room);
         break;
       case VALUE_LIST: {
         const e = r.delimited();
+        const inner = deeper(room);
         out.byte(0x5b); // [
         let length = 0;
         while (r.pos < e) {
           if (r.buf[r.pos++] !== LIST_VALUES) throw new NotPlainJson("unknown field in a ListValue");
           const itemEnd = r.delimited();
           if (length++ > 0) out.byte(0x2c); // ,
-          valueText(r, itemEnd, out);
+          valueText(r, itemEnd, out, inner);
         }
         if (noted) noted.length = length;
         out.byte(0x5d); // ]
@@ -464,7 +477,8 @@ function valueText(r: WireCursor, end: number, out: JsonOut, noted?: Noted): voi
   if (!seen) throw new NotPlainJson("a Value with no kind");
 }
 
-function structText(r: WireCursor, end: number, out: JsonOut, top?: { pick: ReadonlySet<string>; into: StructText }): void {
+function structText(r: WireCursor, end: number, out: JsonOut, room: number, top?: { pick: ReadonlySet<string>; into: StructText }): void {
+  const inner = deeper(room);
   // Each key's bytes (start, end): a key twice is left to protobuf-es (compared byte by byte; few keys per Struct).
   const keys: number[] = [];
   const noted: Noted | undefined = top && { scalar: undefined, length: undefined };
@@ -495,7 +509,7 @@ function structText(r: WireCursor, end: number, out: JsonOut, top?: { pick: Read
     const key = top ? r.buf.toString("latin1", keyStart, keyEnd) : "";
     const picked = !!top && top.pick.has(key);
     if (picked) noted!.scalar = noted!.length = undefined;
-    valueText(r, r.delimited(), out, picked ? noted : undefined);
+    valueText(r, r.delimited(), out, inner, picked ? noted : undefined);
     if (r.pos !== entryEnd) throw new NotPlainJson("an unusual Struct entry");
     if (picked) {
       if (noted!.scalar !== undefined) top!.into.scalars.set(key, noted!.scalar);
@@ -508,18 +522,18 @@ function structText(r: WireCursor, end: number, out: JsonOut, top?: { pick: Read
 
 /**
  * The Struct whose bytes run from the cursor to `end`, as JSON text, with the top-level members
- * named in `pick` (ASCII names); throws NotPlainJson for bytes to leave to protobuf-es (also for a
+ * named in `pick` (ASCII names), nesting at most `room` deep; throws NotPlainJson for bytes to leave to protobuf-es (also for a
  * Struct whose object would order or hold its keys otherwise than the bytes do: a key twice, an
  * index key).
  */
-export function readStructTextAt(r: WireCursor, end: number, pick: ReadonlySet<string>): StructText {
+export function readStructTextAt(r: WireCursor, end: number, pick: ReadonlySet<string>, room = MAX_JSON_DEPTH): StructText {
   const out = shared ?? new JsonOut();
   shared = undefined; // a read inside a read (none today) gets its own
   out.len = 0;
   out.plain = true;
   try {
     const into: StructText = { json: "", plain: true, scalars: new Map(), lengths: new Map() };
-    structText(r, end, out, { pick, into });
+    structText(r, end, out, room, { pick, into });
     into.json = out.buf.toString("utf8", 0, out.len);
     into.plain = out.plain;
     return into;

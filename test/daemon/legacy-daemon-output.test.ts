@@ -62,14 +62,24 @@ describe("svc_daemon.py and a job's output", { timeout: 120_000 }, () => {
     });
   }
 
-  // 150 levels: past the server's limit; 200,000: past what Python's parser reads without running out of stack.
-  for (const depth of [150, 200_000]) {
+  // A job-result body may nest 100 levels, its own object counted: its result 99.
+  it("reports a result nested as deep as a job-result body's result may (99 levels)", async () => {
+    const { d, jobId } = await runJob([`open(os.environ["SVC_RESULT_FILE"], "w").write("[" * 99 + '"deep"' + "]" * 99)`]);
+    const done = await endedJob(srv.sql, jobId, `the job's end (${d.output()})`);
+    expect(done.status, done.error).toBe("completed");
+    let expected: unknown = "deep";
+    for (let i = 0; i < 99; i++) expected = [expected];
+    expect(done.result).toEqual(expected);
+  });
+
+  // 100 levels: one past the server's limit; 200,000: past what Python's parser reads without running out of stack.
+  for (const depth of [100, 200_000]) {
     it(`fails a job whose result nests ${depth} levels deep (deeper than the server takes) as its own, rather than leave it running`, async () => {
       const { d, jobId } = await runJob([`open(os.environ["SVC_RESULT_FILE"], "w").write("[" * ${depth} + "]" * ${depth})`]);
       const done = await endedJob(srv.sql, jobId, `the job's end (${d.output()})`);
       expect(done.status).toBe("failed");
       expect(done.end_reason).toBe("runtime_error");
-      expect(done.error).toMatch(/invalid result file: it nests objects and arrays deeper than 64 levels/);
+      expect(done.error).toMatch(/invalid result file: it nests objects and arrays deeper than 99 levels/);
     });
   }
 

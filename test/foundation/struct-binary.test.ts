@@ -6,7 +6,7 @@ import { create, fromBinary, fromJson, toBinary, toJson, type JsonObject, type J
 import { StructSchema, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { AssignedJobSchema } from "../../gen/svc/v1/jobs_pb.js";
-import { NotPlainJson, readStructJson, readStructTextAt, readValueJson, setStructBytes, structBytes, WireCursor } from "../../src/shared/struct-binary.js";
+import { NotPlainJson, partSize, readStructJson, readStructTextAt, readValueJson, setStructBytes, structBytes, WireCursor, writeVarint } from "../../src/shared/struct-binary.js";
 
 const SPECS: JsonObject[] = [
   {},
@@ -76,6 +76,46 @@ describe("struct-binary reading", () => {
       ["a __proto__ key", Buffer.concat([Buffer.from([0x2a]), structBytes(JSON.parse('{"__proto__": 1}') as JsonObject)])],
     ];
     for (const [what, bytes] of cases) expect(() => readValueJson(bytes), what).toThrow(NotPlainJson);
+  });
+
+  it("reads JSON as deep as its room, and leaves deeper JSON to protobuf-es however deep (no stack overflow)", () => {
+    /** A Value of `depth` lists around a string, encoded from the outside in (no recursion here either). */
+    const deepList = (depth: number) => {
+      const inner = toBinary(ValueSchema, fromJson(ValueSchema, "x"));
+      const valueSizes = [inner.length];
+      const listSizes: number[] = [];
+      for (let i = 1; i <= depth; i++) {
+        listSizes[i] = partSize(valueSizes[i - 1]);
+        valueSizes[i] = partSize(listSizes[i]);
+      }
+      const out = Buffer.alloc(valueSizes[depth]);
+      let pos = 0;
+      for (let i = depth; i >= 1; i--) {
+        out[pos++] = 0x32; // Value.list_value
+        pos = writeVarint(out, pos, listSizes[i]);
+        out[pos++] = 0x0a; // ListValue.values
+        pos = writeVarint(out, pos, valueSizes[i - 1]);
+      }
+      out.set(inner, pos);
+      return out;
+    };
+    let expected: JsonValue = "x";
+    for (let i = 0; i < 5; i++) expected = [expected];
+    expect(readValueJson(deepList(5), 5)).toEqual(expected);
+    expect(() => readValueJson(deepList(6), 5)).toThrow(NotPlainJson);
+    // Each frame of the reader's recursion was a level: this many overflowed the stack (RangeError).
+    const deep = deepList(500_000);
+    expect(() => readValueJson(deep)).toThrow(NotPlainJson);
+    // {"a": deep}, read to an object and to text.
+    const entry = partSize(1) + partSize(deep.length);
+    const struct = Buffer.alloc(partSize(entry));
+    let pos = writeVarint(struct, 1, entry);
+    struct[0] = 0x0a; // Struct.fields
+    struct.set([0x0a, 0x01, 0x61, 0x12], pos); // key "a", then the value
+    pos = writeVarint(struct, pos + 4, deep.length);
+    struct.set(deep, pos);
+    expect(() => readStructJson(struct)).toThrow(NotPlainJson);
+    expect(() => readStructTextAt(new WireCursor(struct, 0, struct.length), struct.length, new Set())).toThrow(NotPlainJson);
   });
 });
 

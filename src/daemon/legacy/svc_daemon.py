@@ -121,8 +121,8 @@ ENDPOINT_RETRY_SECONDS = 5.0
 # or device opened in a way that could block) of at most this size (8 MiB); else the job failed.
 MAX_RESULT_FILE_BYTES = 8 * 1024 * 1024
 # The deepest a result file's JSON may nest objects and arrays: the server refuses a report past its own
-# limit (a body 100 levels deep, its own object counted), which would leave the job running.
-MAX_RESULT_DEPTH = 64
+# limit (a body 100 levels deep, its own object counted, so its result 99), which would leave the job running.
+MAX_RESULT_DEPTH = 99
 # The largest job-result body the server takes (16 MiB): a result over it is the job's failure.
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 # The longest output line kept (bytes): the rest of a longer line is dropped, up to its newline.

@@ -27,6 +27,7 @@ import type { AssignedJob } from "../../../gen/svc/v1/jobs_pb.js";
 import { withinRunWindow } from "../../shared/run-window.js";
 import { verifyTask, verifyTaskSignature } from "../../shared/task-signature.js";
 import { withoutNul } from "../../shared/nul-text.js";
+import { jsonDepthExceeds, MAX_JSON_DEPTH, PROTO_RECURSION_LIMIT } from "../../shared/json-nesting.js";
 import { attestationStatement, ed25519Signer, keyIdOf, type Ed25519Signer, type GpuFacts } from "../../shared/receipt.js";
 import { AsyncQueue } from "../async-queue.js";
 import { runCommand, withholdSecrets } from "./exec.js";
@@ -154,10 +155,16 @@ const DEFAULT_MAX_DURATION_SECONDS = 1800;
 export const STREAM_MESSAGE_MAX_BYTES = 16 * 1024 * 1024;
 /** Room left in a result report for all but its output: ids, error, metrics, attestation (a few KiB). */
 const REPORT_OVERHEAD_BYTES = 64 * 1024;
+/**
+ * The deepest a result may nest objects and arrays: the server holds a stream message to the depth its
+ * JSON form would nest (MAX_JSON_DEPTH), and the message and its result report are the first two levels.
+ * A deeper one would end the stream (and again after every reconnect): it is the job's own failure instead.
+ */
+export const RESULT_MAX_DEPTH = MAX_JSON_DEPTH - 2;
 const LOG_FLUSH_MS = 300;
 const LOG_BATCH = 200;
 
-const toValue = (v: JsonValue) => fromJson(ValueSchema, v);
+const toValue = (v: JsonValue) => fromJson(ValueSchema, v, { recursionLimit: PROTO_RECURSION_LIMIT });
 
 /** The fault the server's protocol pairs with each end reason this daemon reports. */
 function failureAttribution(endReason: "runtime_error" | "provider_error" | "timeout"): { endReason: string; fault: string } {
@@ -923,6 +930,11 @@ export class ProviderDaemon {
       this.event("job_interrupted", "warning", outcome.error, jobId);
       return;
     }
+    if (outcome.result !== undefined && jsonDepthExceeds(outcome.result, RESULT_MAX_DEPTH)) {
+      const error = `the job's result nests objects and arrays more than ${RESULT_MAX_DEPTH} levels deep, the most a result may`;
+      this.cfg.log(`job ${jobId}: ${error}; reported as its failure`);
+      return this.finish(active, { success: false, error, metrics: outcome.metrics, endReason: "runtime_error" });
+    }
     // The server stores the output made storable (no NUL, no lone surrogate): the attestation signs it as stored.
     const output = withoutNul(outcome.result);
     // Counted on the JSON, before anything is built of it (encoding millions of small values takes long).
@@ -1040,7 +1052,7 @@ class KeptResults {
         // A write a killed run did not finish.
         if (name.endsWith(".tmp")) fs.rmSync(file, { force: true });
         if (!name.endsWith(".result")) continue;
-        const kind = fromBinary(DaemonMessageSchema, fs.readFileSync(file)).kind;
+        const kind = fromBinary(DaemonMessageSchema, fs.readFileSync(file), { recursionLimit: PROTO_RECURSION_LIMIT }).kind;
         if (kind.case !== "result" || !kind.value.jobId) throw new Error("not a job result");
         kept.set(kind.value.jobId, kind);
       } catch (err) {
