@@ -131,7 +131,7 @@ export function downloadService(deps: Deps): Partial<ServiceImpl<typeof Provider
       if (!exe) {
         throw notFound(
           "The Windows installer binary is not built yet. Install with PowerShell instead: " +
-            `irm '${config.backendUrl}/api/providers/setup-windows' -Headers @{ 'x-provider-key' = 'YOUR_KEY' } | iex`,
+            `irm '${config.backendUrl}/api/providers/setup-windows' -MaximumRedirection 0 -Headers @{ 'x-provider-key' = 'YOUR_KEY' } | iex`,
         );
       }
       return exe;

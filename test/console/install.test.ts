@@ -12,7 +12,7 @@ import path from "node:path";
 import type { Page } from "playwright-core";
 import { describe, expect, it } from "vitest";
 import { makeProvider } from "../helpers/fixtures.js";
-import { tempDir, writeExecutable } from "../daemon/helpers.js";
+import { keyRedirector, run as runTo, tempDir, writeExecutable } from "../daemon/helpers.js";
 import { configFromArgs } from "../../src/daemon/ts/cli.js";
 import { shot, useConsoleHarness, watchProblems } from "./browser.js";
 
@@ -119,9 +119,42 @@ describe("the provider's Install page", () => {
     expect(await windowsKey.textContent({ timeout: 1_000 })).toBe(`$env:PK = Read-Host 'Provider key'`);
     await page.getByRole("button", { name: "Hide key" }).click();
     expect(await keyShown.textContent()).toMatch(/^svc-provider-.{4}…$/);
-    expect(await command(page, /^Windows \(PowerShell\)/)).toBe(`irm "${h.srv.url}/api/providers/setup-windows" -Headers @{ 'x-provider-key' = $env:PK } | iex`);
+    expect(await command(page, /^Windows \(PowerShell\)/)).toBe(`irm "${h.srv.url}/api/providers/setup-windows" -MaximumRedirection 0 -Headers @{ 'x-provider-key' = $env:PK } | iex`);
     // The service installer is fetched the same way as the Python daemon (not run here: it installs a service).
-    expect(await command(page, /^Linux or macOS, as a service/)).toBe(`printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL -H @- "${h.srv.url}/api/providers/setup" | sh`);
+    expect(await command(page, /^Linux or macOS, as a service/)).toBe(
+      `SETUP=$(printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL --max-redirs 0 -H @- "${h.srv.url}/api/providers/setup") && printf '%s\\n' "$SETUP" | sh`,
+    );
     expect(problems).toEqual([]);
   }, 90_000);
+
+  it("shows commands that fail on a redirected download, sending the key to no other host", async () => {
+    const p = await makeProvider(h.srv);
+    const ctx = await h.context();
+    await ctx.addInitScript((s) => sessionStorage.setItem("svc-console-session", s), JSON.stringify({ role: "provider", secret: p.key, label: "Rig" }));
+    const page = await ctx.newPage();
+    await page.goto(`${h.srv.url}/#/provider/install`);
+    await page.getByRole("heading", { name: "Install the daemon" }).waitFor({ timeout: STEP_MS });
+    const readKey = await page.locator("pre.cmd").filter({ hasText: /read -r PK/ }).textContent();
+
+    const dir = tempDir("install-redirect");
+    const marker = path.join(dir, "ran-an-answer");
+    const redirector = await keyRedirector(marker);
+    try {
+      for (const title of [/^Linux or macOS, as a service/, /Python daemon/]) {
+        // The command as shown, against a backend whose downloads redirect to another host.
+        const shown = (await command(page, title))!.replaceAll(h.srv.url, redirector.url);
+        const bin = tempDir("install-redirect-bin");
+        writeExecutable(bin, "python3", `#!/bin/sh
+: > '${marker}.python3'
+`);
+        const ran = await runTo("sh", ["-c", `umask 022\n${readKey}\n${shown}`], { cwd: dir, input: `${p.key}\n`, env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } });
+        expect(redirector.otherHostKeys, `keys the other host got from: ${shown}`).toEqual([]);
+        expect(ran.status, shown).not.toBe(0);
+        expect(ran.stderr).toMatch(/redirect/i);
+        expect(fs.readdirSync(dir), "nothing the command fetched ran, nor the daemon").toEqual([]);
+      }
+    } finally {
+      await redirector.close();
+    }
+  }, 60_000);
 });

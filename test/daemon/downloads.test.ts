@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HMAC_SECRET, startTestServer, useTestServer, type TestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { hasCommand, run, tempDir, writeExecutable } from "./helpers.js";
+import { hasCommand, keyRedirector, run, tempDir, writeExecutable } from "./helpers.js";
 import { providerTaskSecret } from "../../src/domain/accounts/provider-secret.js";
 
 const srv = useTestServer({ SVC_DAEMON_LATEST_VERSION: "3.2.0", SVC_DAEMON_MIN_VERSION: "3.0.0" });
@@ -177,6 +177,32 @@ describe("setup scripts", () => {
     }
     const whole = await run("sh", [], { env, input: r.text });
     expect(whole.status, whole.stderr).toBe(0);
+    expect(fs.readFileSync(path.join(root, "systemctl.calls"), "utf8")).toMatch(/enable/);
+  });
+
+  it("the install command its header shows fails on a redirect, sending the key to no other host", async () => {
+    const r = await api().get(`/api/providers/setup`, { "x-provider-key": provider.key });
+    const shown = /^# +(.*\/api\/providers\/setup.*\| sh)$/m.exec(r.text)?.[1];
+    expect(shown, "the command in the installer's header").toContain(srv.url);
+    const dir = tempDir("setup-redirect");
+    const redirector = await keyRedirector(path.join(dir, "ran-an-answer"));
+    try {
+      const cmd = shown!.replaceAll(srv.url, redirector.url);
+      const ran = await run("sh", ["-c", cmd], { cwd: dir, env: { ...process.env, PK: provider.key } });
+      expect(redirector.otherHostKeys, `keys the other host got from: ${cmd}`).toEqual([]);
+      expect(ran.status, cmd).not.toBe(0);
+      expect(ran.stderr).toMatch(/redirect/i);
+      expect(fs.readdirSync(dir), "nothing either answer held ran").toEqual([]);
+    } finally {
+      await redirector.close();
+    }
+    // Not redirected, it installs.
+    const root = tempDir("setup-shown");
+    const bin = tempDir("bin");
+    writeExecutable(bin, "systemctl", `#!/bin/sh\necho "$@" >> '${path.join(root, "systemctl.calls")}'\n`);
+    const env = { ...process.env, PK: provider.key, PATH: `${bin}:${process.env.PATH}`, SVC_PREFIX: root, SVC_OS: "Linux", HOME: path.join(root, "home") };
+    const installed = await run("sh", ["-c", shown!], { cwd: dir, env });
+    expect(installed.status, installed.stderr).toBe(0);
     expect(fs.readFileSync(path.join(root, "systemctl.calls"), "utf8")).toMatch(/enable/);
   });
 
@@ -384,7 +410,8 @@ describe("downloads", () => {
     const r = await api().get(`/api/providers/download-windows-exe`);
     expect(r.status).toBe(404);
     expect(r.body.error).toMatch(/not built yet/);
-    expect(r.body.error).toContain(`${srv.url}/api/providers/setup-windows`);
+    // The PowerShell command it suggests follows no redirect (Invoke-RestMethod would send the key header on).
+    expect(r.body.error).toContain(`irm '${srv.url}/api/providers/setup-windows' -MaximumRedirection 0 -Headers @{ 'x-provider-key' = 'YOUR_KEY' } | iex`);
   });
 });
 

@@ -4,6 +4,7 @@
 // by default, so served installers and daemons reach it as rendered.)
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -88,6 +89,41 @@ export function run(cmd: string, args: string[], opts: { env?: Record<string, st
     child.on("close", (status) => resolve({ status, stdout, stderr }));
     child.stdin.end(opts.input ?? "");
   });
+}
+
+/**
+ * A server on 127.0.0.1 that answers every request with a redirect to one on 127.0.0.2, which records the
+ * `x-provider-key` of each request it gets. Both answers are a shell command that creates `marker`, so a
+ * command that runs either leaves it behind.
+ */
+export async function keyRedirector(marker: string): Promise<{ url: string; otherHostKeys: (string | undefined)[]; close(): Promise<void> }> {
+  const otherHostKeys: (string | undefined)[] = [];
+  const body = `: > '${marker}'\n`;
+  const listen = (host: string, handle: http.RequestListener) =>
+    new Promise<http.Server>((resolve) => {
+      const s = http.createServer(handle);
+      s.listen(0, host, () => resolve(s));
+    });
+  const other = await listen("127.0.0.2", (req, res) => {
+    otherHostKeys.push(req.headers["x-provider-key"] as string | undefined);
+    req.resume();
+    res.writeHead(200, { "content-type": "text/plain" }).end(body);
+  });
+  const otherUrl = `http://127.0.0.2:${(other.address() as net.AddressInfo).port}`;
+  const first = await listen("127.0.0.1", (req, res) => {
+    req.resume();
+    res.writeHead(302, { location: `${otherUrl}${req.url ?? "/"}`, "content-type": "text/plain" }).end(body);
+  });
+  return {
+    url: `http://127.0.0.1:${(first.address() as net.AddressInfo).port}`,
+    otherHostKeys,
+    close: async () => {
+      for (const s of [first, other]) {
+        s.closeAllConnections();
+        await new Promise((resolve) => s.close(resolve));
+      }
+    },
+  };
 }
 
 export function hasCommand(cmd: string): boolean {

@@ -253,15 +253,17 @@ function InstallPage() {
   // The key never goes on a command line (where `ps` shows it to every user): curl reads it
   // as a header from standard input; the Python file has it (and the provider's signing
   // secret) baked in and is written readable by its owner only; the TypeScript daemon
-  // reads SVC_API_KEY.
-  const keyHeader = `printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL -H @-`;
+  // reads SVC_API_KEY. A redirect is an error (`-L --max-redirs 0`), never followed: curl would send the
+  // key header on to whatever host it names, and without -L it would hand the redirect's page on as the answer.
+  // The installer runs only once curl has succeeded: `curl | sh` runs sh on nothing and exits 0.
+  const keyHeader = `printf 'x-provider-key: %s\\n' "$PK" | curl -fsSL --max-redirs 0 -H @-`;
   const lines = [
-    ["Linux or macOS, as a service", `${keyHeader} "${base}/api/providers/setup" | sh`],
+    ["Linux or macOS, as a service", `SETUP=$(${keyHeader} "${base}/api/providers/setup") && printf '%s\\n' "$SETUP" | sh`],
     [
       "In the foreground (Python daemon; the file holds your key, so only you may read it)",
       `(umask 077 && ${keyHeader} -o svc_daemon.py "${base}/api/providers/download/daemon") && chmod 600 svc_daemon.py && python3 svc_daemon.py --url "${base}"`,
     ],
-    ["Windows (PowerShell)", `irm "${base}/api/providers/setup-windows" -Headers @{ 'x-provider-key' = $env:PK } | iex`],
+    ["Windows (PowerShell)", `irm "${base}/api/providers/setup-windows" -MaximumRedirection 0 -Headers @{ 'x-provider-key' = $env:PK } | iex`],
     ["TypeScript stream daemon, from a checkout", `SVC_API_KEY="$PK" npx svc-daemon -- --url "${base}"`],
   ];
   return (

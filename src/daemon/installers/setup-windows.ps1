@@ -4,7 +4,7 @@
 # only) and installs it as a scheduled task that runs python.exe with the
 # daemon directly (no wrapper), so stopping the task stops the daemon.
 #
-#   irm '{{BACKEND_URL}}/api/providers/setup-windows' -Headers @{ 'x-provider-key' = $env:PK } | iex
+#   irm '{{BACKEND_URL}}/api/providers/setup-windows' -MaximumRedirection 0 -Headers @{ 'x-provider-key' = $env:PK } | iex
 #
 # Run mode: set $env:SVC_RUN_MODE to always-on (default: starts at boot and
 # now), manual (installed, started with Start-ScheduledTask) or scheduled

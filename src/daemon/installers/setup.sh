@@ -6,8 +6,9 @@
 # a systemd unit on Linux (system-wide as root, a user unit otherwise) or a
 # launchd agent on macOS.
 #
-#   printf 'x-provider-key: %s\n' "$PK" | curl -fsSL -H @- '{{BACKEND_URL}}/api/providers/setup' | sh
+#   SETUP=$(printf 'x-provider-key: %s\n' "$PK" | curl -fsSL --max-redirs 0 -H @- '{{BACKEND_URL}}/api/providers/setup') && printf '%s\n' "$SETUP" | sh
 #   ... | sh -s -- --run-mode manual
+# (A redirect fails the download rather than send the key on to where it points.)
 # (`?key=YOUR_KEY` on the URL still works, but do not: it puts the key in curl's
 # arguments, where every user of the machine sees it, and in proxies' logs.)
 #
