@@ -11,14 +11,40 @@ import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import { RegistryService, TemplateService } from "../../gen/svc/v1/templates_pb.js";
-import { session } from "./session.js";
+import { session, signOutRefused } from "./session.js";
 
 const HEADER = { renter: "x-renter-key", provider: "x-provider-key", admin: "x-admin-token" } as const;
 
-const credentials: Interceptor = (next) => (req) => {
+/** The secret a failed call carried (undefined: none), by its error: see signOutIfRefused. */
+const sentWith = new WeakMap<ConnectError, string | undefined>();
+
+function noteSecret(err: unknown, secret: string | undefined): unknown {
+  if (err instanceof ConnectError) sentWith.set(err, secret);
+  return err;
+}
+
+const credentials: Interceptor = (next) => async (req) => {
   const s = session();
   if (s) req.header.set(HEADER[s.role], s.secret);
-  return next(req);
+  const secret = s?.secret;
+  let res;
+  try {
+    res = await next(req);
+  } catch (err) {
+    throw noteSecret(err, secret);
+  }
+  if (!res.stream) return res;
+  // A stream's error comes while it is read.
+  const message = res.message;
+  return {
+    ...res,
+    message: {
+      [Symbol.asyncIterator]() {
+        const it = message[Symbol.asyncIterator]();
+        return { next: () => it.next().catch((err: unknown) => Promise.reject(noteSecret(err, secret))) };
+      },
+    },
+  };
 };
 
 const transport = createConnectTransport({ baseUrl: location.origin, interceptors: [credentials] });
@@ -55,4 +81,13 @@ export function messageOf(err: unknown): string {
 
 export function isUnauthenticated(err: unknown): boolean {
   return err instanceof ConnectError && (err.code === Code.Unauthenticated || err.code === Code.NotFound && /no account has this API key/.test(err.rawMessage));
+}
+
+/**
+ * Signs the tab out when `err` is the service refusing the secret its call carried and that is still
+ * the session's: a call sent before the key was rotated in this tab is refused for the old key, and
+ * leaves the new session be.
+ */
+export function signOutIfRefused(err: unknown): void {
+  if (isUnauthenticated(err)) signOutRefused(sentWith.get(err as ConnectError));
 }

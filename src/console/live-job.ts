@@ -17,8 +17,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Job } from "../../gen/svc/v1/models_pb.js";
 import type { JobAttempt, JobLogLine } from "../../gen/svc/v1/jobs_pb.js";
-import { api, isConnectionLost, isUnauthenticated, messageOf } from "./api.js";
-import { signOutRefused } from "./session.js";
+import { api, isConnectionLost, messageOf, signOutIfRefused } from "./api.js";
 
 export interface LiveJob {
   job?: Job;
@@ -171,7 +170,7 @@ export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => v
         } else {
           emit({ error: messageOf(err), lost: false });
           if (err instanceof ConnectError && FINAL.has(err.code)) {
-            if (isUnauthenticated(err)) signOutRefused();
+            signOutIfRefused(err);
             stop();
             return;
           }

@@ -89,10 +89,11 @@ export function signOut(): void {
 
 /**
  * Signs out a session whose secret the service refused (a key rotated in another tab or on another
- * device, revoked, an admin token changed), keeping that for the sign-in page to say.
+ * device, revoked, an admin token changed), keeping that for the sign-in page to say. `secret`: the
+ * one the refused call carried; a session with another secret (rotated in this tab since) stays.
  */
-export function signOutRefused(): void {
-  if (current) end(current.role);
+export function signOutRefused(secret: string | undefined): void {
+  if (current && secret !== undefined && current.secret === secret) end(current.role);
 }
 
 /** The role whose session ended because the service refused its secret; undefined after a sign-out or sign-in. */

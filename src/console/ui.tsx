@@ -3,9 +3,8 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
-import { isConnectionLost, isUnauthenticated, messageOf } from "./api.js";
+import { isConnectionLost, messageOf, signOutIfRefused } from "./api.js";
 import { utcTickLabels } from "./format.js";
-import { signOutRefused } from "./session.js";
 
 // ---- connection state, shown once for the whole page --------------------------------------
 let lostLoaders = 0;
@@ -62,7 +61,7 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: numb
         if (everyMs) timer = setTimeout(run, everyMs);
       } catch (err) {
         if (stopped) return;
-        if (isUnauthenticated(err)) signOutRefused();
+        signOutIfRefused(err);
         if (isConnectionLost(err)) {
           markLost(true);
           setState((s) => (sameDeps(s.of, deps) ? { ...s, lost: true } : { lost: true, of: deps }));
@@ -96,7 +95,7 @@ export function useAction() {
     try {
       return await fn();
     } catch (err) {
-      if (isUnauthenticated(err)) signOutRefused();
+      signOutIfRefused(err);
       setError(messageOf(err));
       return undefined;
     } finally {

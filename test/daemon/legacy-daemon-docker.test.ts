@@ -69,7 +69,7 @@ d.event = lambda *a, **k: True
 d.confirm_pickup = lambda *a, **k: True
 d.notice_preparing = lambda *a, **k: True
 d.post_quietly = lambda *a, **k: True
-d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None: reports.append({"attempt": attempt, "success": success, "error": error})
+d.report = lambda job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None, before_send=None: reports.append({"attempt": attempt, "success": success, "error": error})
 moved = threading.Event()
 d.job_status = lambda job_id, attempt=None: svc_daemon.GONE if attempt == 1 and moved.is_set() else "running"
 def run(attempt, gpu):

@@ -147,6 +147,8 @@ END_WAIT_SECONDS = 60.0
 # answer is obeyed for.
 DEFAULT_RETRY_AFTER_SECONDS = 5.0
 MAX_RETRY_AFTER_SECONDS = 600.0
+# At a stop: how long past the stop grace the reports handing back the jobs it stopped may take.
+STOP_REPORT_SECONDS = 5.0
 # How long one `docker pull` of a job's missing image may run (it also ends in time for the job's
 # own deadline, so that a hung pull is reported as this machine's failure, not the renter's timeout).
 PULL_LIMIT_SECONDS = 1800.0
@@ -475,6 +477,34 @@ def retry_after_seconds(status, header, message):
     return max(1.0, min(MAX_RETRY_AFTER_SECONDS, seconds))
 
 
+def _tracked_connection(api, base):
+    """http.client's connection class `base`, whose socket the requesting thread holds in api.in_flight."""
+    class Tracked(base):
+        def connect(self):
+            super().connect()
+            with api.in_flight_lock:
+                api.in_flight[threading.get_ident()] = self.sock
+    return Tracked
+
+
+class _TrackedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, api):
+        super().__init__()
+        self.connection = _tracked_connection(api, http.client.HTTPConnection)
+
+    def http_open(self, req):
+        return self.do_open(self.connection, req)
+
+
+class _TrackedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, api):
+        super().__init__()
+        self.connection = _tracked_connection(api, http.client.HTTPSConnection)
+
+    def https_open(self, req):
+        return self.do_open(self.connection, req, context=self._context)
+
+
 class Api:
     def __init__(self, base_url, api_key, timeout=30):
         self.base = base_url.rstrip("/")
@@ -482,6 +512,22 @@ class Api:
         self.timeout = timeout
         # Since when every answer refused the key (401), none taken since (time.monotonic()); None while it works.
         self.refused_since = None
+        # Set at a stop (time.monotonic()): a request started before it ends by then, one started later (a
+        # stopped job's hand-back) by STOP_REPORT_SECONDS after it; cut() ends those under way.
+        self.stop_deadline = None
+        self.in_flight = {}  # thread ident -> the socket of its request under way
+        self.in_flight_lock = threading.Lock()
+        self.opener = urllib.request.build_opener(_TrackedHTTPHandler(self), _TrackedHTTPSHandler(self))
+
+    def cut(self):
+        """Ends every request under way now: its thread gets no answer (ApiError with status 0)."""
+        with self.in_flight_lock:
+            socks = list(self.in_flight.values())
+        for sock in socks:
+            try:
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed meanwhile
 
     def key_refused_for(self):
         """Seconds the server has refused the key without taking it in between; 0 while it takes it."""
@@ -504,8 +550,15 @@ class Api:
             # The key goes in a header, never in a URL (which proxies and server logs keep), and is not
             # sent on to wherever a redirect points.
             req.add_unredirected_header("x-provider-key", self.key)
+        timeout = timeout or self.timeout
+        if self.stop_deadline is not None:
+            now = time.monotonic()
+            ends = self.stop_deadline if now < self.stop_deadline else self.stop_deadline + STOP_REPORT_SECONDS
+            if now >= ends:
+                raise ApiError(0, "not sent: the daemon is stopping and its stop grace is over")
+            timeout = min(timeout, ends - now)
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as res:
+            with self.opener.open(req, timeout=timeout) as res:
                 payload = res.read()
         except urllib.error.HTTPError as err:
             try:
@@ -523,6 +576,9 @@ class Api:
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             # HTTPException: the server went away mid-answer (IncompleteRead, BadStatusLine).
             raise ApiError(0, str(getattr(err, "reason", err)) or type(err).__name__)
+        finally:
+            with self.in_flight_lock:
+                self.in_flight.pop(threading.get_ident(), None)
         self.refused_since = None
         if raw:
             return payload
@@ -2142,11 +2198,12 @@ class Daemon:
             return None
         return job
 
-    def report(self, job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None):
+    def report(self, job_id, success, result=None, error=None, metrics=None, end_reason=None, attempt=None, before_send=None):
         """job-result; a failure names its end reason and whose fault it was (docs/daemons.md), so the
         server bills the renter's own failures, re-queues this machine's and refunds the platform's.
         Sent once now; when the server cannot take it (a 5xx, no answer) it is kept and sent again
-        (deliver_results) until the server answers it. Returns the server's answer, or None."""
+        (deliver_results) until the server answers it. `before_send` (the job's last logs) runs once it
+        is on disk, before it is sent. Returns the server's answer, or None."""
         body = {"job_id": job_id, "success": success, "result": result, "error": error, "metrics": metrics or {}}
         if attempt:
             # The attempt polled: a result kept past a re-queue is then refused, not taken for a later attempt.
@@ -2159,13 +2216,18 @@ class Daemon:
             # The server would refuse it (413) and the job would run on in its records: the job's own failure instead.
             error = "the job's result is %d bytes as a report, over the %d-byte limit" % (size, MAX_REPORT_BYTES)
             self.log("job %s: %s; reported as its failure" % (job_id, error))
-            return self.report(job_id, False, None, error, metrics, end_reason="runtime_error", attempt=attempt)
+            return self.report(job_id, False, None, error, metrics, end_reason="runtime_error", attempt=attempt, before_send=before_send)
         item = {"body": body, "first_at": time.time(), "since": time.monotonic(), "tries": 0, "next_at": float("-inf")}
         # On disk before it is sent (not due to the main loop meanwhile): a daemon killed while the server
         # has not answered yet (one that stopped answering takes the request's whole timeout) sends it at
         # its next start.
         self.results.keep(job_id, body, item["first_at"], item["since"], 0, float("inf"))
-        return self.send_result(job_id, item)[1]
+        try:
+            if before_send:
+                before_send()
+        finally:
+            answer = self.send_result(job_id, item)[1]
+        return answer
 
     def send_result(self, job_id, item, timeout=None):
         """One try at a result: ("delivered", answer), ("refused", None) on the server's 4xx (sending it
@@ -2532,10 +2594,13 @@ class Daemon:
                 else:
                     reports.add(line)
             now = time.monotonic()
-            if reports.send(now):
+            # Stopping, once the job's process has exited or the stop grace is over, nothing of the job's is
+            # sent until its result is on disk: a server that does not answer would hold it there.
+            settling = self.stop_event.is_set() and (exited_at is not None or now > self.stop_deadline)
+            if not settling and reports.send(now):
                 confirmed = True
             # While the server asks to wait (a 429), no request of this job's is sent: it would be refused.
-            waiting = time.monotonic() < self.reports_held_until
+            waiting = settling or time.monotonic() < self.reports_held_until
             if not confirmed and not waiting and now - last_confirm >= CONFIRM_RETRY_SECONDS:
                 confirmed, last_confirm = self.confirm_pickup(job_id, attempt), now
             if outcome is not None:
@@ -2559,22 +2624,24 @@ class Daemon:
                 elif status == KEY_REFUSED:
                     outcome, end_reason = self.key_refused_error(), "provider_interrupted"
                     run.stop()
-            if outcome is None and serve and serve.due(now):
+            if outcome is None and serve and not settling and serve.due(now):
                 reported, refusal = self.report_endpoint(job_id, serve, attempt)
                 confirmed = confirmed or reported
                 if refusal:
                     outcome, end_reason = refusal, "provider_error"
                     run.stop()
-            if self.stop_event.is_set() and outcome is None and now > self.stop_deadline:
+            if self.stop_event.is_set() and outcome is None and exited_at is None and now > self.stop_deadline:
                 outcome = "interrupted: the provider daemon stopped before the job finished"
                 end_reason = "provider_interrupted"
                 run.stop()
         if serve:
             serve.stopped.set()
         code = run.wait()
-        # Its last log lines and its latest progress, before its result (the server takes progress only
-        # from a job that has not ended).
-        reports.finish(progress=outcome not in ("cancelled", "moved"))
+
+        def finish():
+            # Its last log lines and its latest progress, before its result is sent (the server takes
+            # progress only from a job that has not ended), and after it is on disk.
+            reports.finish(progress=outcome not in ("cancelled", "moved"))
         duration = round(time.monotonic() - started, 3)
         if container:
             # docker run exits 125 when docker itself failed and when the container's program exited
@@ -2588,6 +2655,8 @@ class Daemon:
         found, result = read_result_file(result_file) if outcome is None and code == 0 else ("absent", None)
         if not container:
             self.host_job_ended(job_id, held)
+        if outcome in ("cancelled", "moved"):
+            finish()
         if outcome == "cancelled":
             self.event("job_cancelled", "info", None, job_id)
             return
@@ -2602,7 +2671,7 @@ class Daemon:
             elif found == "absent":
                 result = {"response": "\n".join(run.output).strip()}
             if outcome is None:
-                self.report(job_id, True, result, None, metrics, attempt=job.get("attempt"))
+                self.report(job_id, True, result, None, metrics, attempt=job.get("attempt"), before_send=finish)
                 self.event("job_completed", "info", "%.1fs" % duration, job_id)
                 return
         tail = "\n".join(run.tail)[-1000:]
@@ -2610,7 +2679,7 @@ class Daemon:
             error = "docker could not run the job's container (docker run exited 125): %s" % tail
         else:
             error = outcome or "the job exited with status %s: %s" % (code, tail)
-        self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"))
+        self.report(job_id, False, None, error, metrics, end_reason=end_reason, attempt=job.get("attempt"), before_send=finish)
         self.event("job_failed", "warning", error, job_id)
 
     def ensure_image(self, job, container, deadline, confirmed, preparing=False):
@@ -2728,8 +2797,20 @@ class Daemon:
         if not self.stop_event.is_set():
             self.stop_reason = "signal %s" % signum
             self.stop_deadline = time.monotonic() + self.cfg["stop_grace_seconds"]
+            self.api.stop_deadline = self.stop_deadline
             self.stop_event.set()
             self.wake.set()
+
+    def stop_watch(self):
+        """At a stop, ends the requests still under way when the stop grace is over (a poll, a job's
+        report or status check that a server that does not answer would hold for the whole request
+        timeout), and again STOP_REPORT_SECONDS later: the daemon exits within that time."""
+        self.stop_event.wait()
+        if self.api.stop_deadline is None:
+            return  # a self-update's restart
+        for end in (self.api.stop_deadline, self.api.stop_deadline + STOP_REPORT_SECONDS):
+            time.sleep(max(0.0, end - time.monotonic()))
+            self.api.cut()
 
     def next_wait(self):
         """Seconds until the next poll, or sooner when a kept result is due; while the server asks to
@@ -2758,6 +2839,7 @@ class Daemon:
             offered = [str(g.get("index")) for g in self.gpus.query()]
             self.log("CUDA_VISIBLE_DEVICES=%r: jobs run on GPU %s" % (self.gpus.visible, ", ".join(offered) or "none"))
         threading.Thread(target=self.heartbeat_loop, daemon=True).start()
+        threading.Thread(target=self.stop_watch, daemon=True).start()
         while not self.stop_event.is_set():
             self.wake.clear()
             self.deliver_results()
