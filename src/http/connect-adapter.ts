@@ -11,16 +11,21 @@
 // (a compressed one is inflated to be measured). A message in the binary codec
 // is read as deep as that depth needs (protobuf-es's recursion limit raised,
 // and bounded) and held to the depth its JSON form would nest (binaryDepth).
+// And the lists of a request whose type holds one are counted before Connect
+// reads it, in either codec (listBodyCheck; src/shared/list-bounds.ts).
 import type { Http2ServerRequest, ServerHttp2Stream } from "node:http2";
+import { promisify } from "node:util";
 import zlib from "node:zlib";
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { DescMessage, DescMethod, Message } from "@bufbuild/protobuf";
 import { checkMessageDepth, NestedTooDeep } from "../shared/json-nesting.js";
+import { checkBinaryLists, jsonListTree, ListTooLong, MalformedMessage } from "../shared/list-bounds.js";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "./credentials.js";
 import { JsonDepthMeter, MAX_JSON_DEPTH, PROTO_RECURSION_LIMIT, tooDeepMessage } from "./json-depth.js";
+import { JsonListMeter } from "./json-lists.js";
 import { callFailure } from "./call-log.js";
 import { countCall, wireOf } from "./metrics.js";
 import { ipRowCountKey } from "./rate-limits.js";
@@ -85,7 +90,8 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
     }
     const counted = values.get(ipRowCountKey);
     const unary = uHandler.method.methodKind === "unary";
-    const check = jsonBodyCheck(req, unary, limits.get(uHandler.requestPath) ?? 0);
+    const limit = limits.get(uHandler.requestPath) ?? 0;
+    const check = bothChecks(jsonBodyCheck(req, unary, limit), listBodyCheck(req, unary, limit, uHandler.method.input));
     if (counted || check) {
       const body = uReq.body as AsyncIterable<Uint8Array>;
       const refused = refusedBeforeBody(req, res, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
@@ -99,6 +105,10 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
           if (refusal) throw refusal;
           yield piece;
         }
+        // A unary body is read by Connect once it has ended, and what needs it whole is checked now.
+        const refusal = await check?.end?.();
+        if (refusal && unary) refused(refusal);
+        if (refusal) throw refusal;
       })();
     }
     if (!unary && req.httpVersionMajor === 2) closeClientHalfOnceAnswered((req as Http2ServerRequest).stream);
@@ -166,7 +176,16 @@ const tooDeep = (meter: JsonDepthMeter) => new ConnectError(tooDeepMessage("requ
 const compressedJson = () =>
   new ConnectError("a JSON request message is taken uncompressed in gRPC or Connect stream framing (compress the binary codec's instead)", Code.Unimplemented);
 
-type BodyCheck = (piece: Uint8Array) => ConnectError | undefined | Promise<ConnectError | undefined>;
+type Refusal = ConnectError | undefined | Promise<ConnectError | undefined>;
+/** Looks at a body's pieces as they arrive, and at its end (`end`) when given. */
+type BodyCheck = ((piece: Uint8Array) => Refusal) & { end?: () => Refusal };
+
+function bothChecks(a: BodyCheck | undefined, b: BodyCheck | undefined): BodyCheck | undefined {
+  if (!a || !b) return a ?? b;
+  const check: BodyCheck = async (piece) => (await a(piece)) ?? b(piece);
+  check.end = async () => (await a.end?.()) ?? b.end?.();
+  return check;
+}
 
 /**
  * How a call's JSON body is measured as it arrives (undefined: not JSON): a piece that makes it
@@ -183,7 +202,7 @@ function jsonBodyCheck(req: NodeRequest, unary: boolean, limit: number): BodyChe
     const meter = new JsonDepthMeter(MAX_JSON_DEPTH);
     const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
     if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooDeep(meter) : undefined);
-    return inflatedCheck(encoding, meter, limit);
+    return inflatedCheck(encoding, limit, (out) => meter.exceeds(out), () => tooDeep(meter));
   }
   if (!/^application\/(grpc(-web)?|connect)\+json/.test(type)) return undefined;
   const frames = new FramedJson();
@@ -191,7 +210,7 @@ function jsonBodyCheck(req: NodeRequest, unary: boolean, limit: number): BodyChe
 }
 
 /** Measures a compressed JSON body as it inflates (Connect reads the same bytes and inflates them itself). */
-function inflatedCheck(encoding: string, meter: JsonDepthMeter, limit: number): BodyCheck | undefined {
+function inflatedCheck(encoding: string, limit: number, exceeds: (out: Buffer) => boolean, refusal: () => ConnectError): BodyCheck | undefined {
   const inflater = encoding === "gzip" ? zlib.createGunzip() : encoding === "br" ? zlib.createBrotliDecompress() : undefined;
   // Another encoding is Connect's to refuse (unimplemented).
   if (!inflater) return undefined;
@@ -200,7 +219,7 @@ function inflatedCheck(encoding: string, meter: JsonDepthMeter, limit: number): 
   inflater.on("data", (out: Buffer) => {
     if (over || seen > limit) return;
     seen += out.length;
-    if (meter.exceeds(out)) {
+    if (exceeds(out)) {
       over = true;
       inflater.destroy();
     }
@@ -209,7 +228,7 @@ function inflatedCheck(encoding: string, meter: JsonDepthMeter, limit: number): 
   inflater.on("error", () => {});
   return async (piece) => {
     if (!over && seen <= limit && !inflater.destroyed) await new Promise<void>((resolve) => inflater.write(piece, () => resolve()));
-    return over ? tooDeep(meter) : undefined;
+    return over ? refusal() : undefined;
   };
 }
 
@@ -243,6 +262,152 @@ class FramedJson {
       if (!this.skipping && this.meter.exceeds(piece.subarray(i, i + take))) return tooDeep(this.meter);
       this.left -= take;
       i += take;
+    }
+    return undefined;
+  }
+}
+
+const inflaters: Record<string, (bytes: Buffer, options: zlib.ZlibOptions & zlib.BrotliOptions) => Promise<Buffer>> = {
+  gzip: promisify(zlib.gunzip),
+  br: promisify(zlib.brotliDecompress),
+};
+
+/** A message's bytes as Connect reads them: inflated when `encoding` says so; undefined where Connect refuses them itself. */
+async function inflated(bytes: Buffer, encoding: string | undefined, limit: number): Promise<Buffer | undefined> {
+  if (!encoding || encoding === "identity") return bytes;
+  const inflate = inflaters[encoding];
+  if (!inflate) return undefined;
+  try {
+    return await inflate(bytes, { maxOutputLength: Math.max(limit, 1) });
+  } catch {
+    return undefined; // broken, or larger than the method takes
+  }
+}
+
+/** The refusal of a request message in the binary codec with a list past its bound, or with a field past its end. */
+function binaryListsRefusal(desc: DescMessage, bytes: Buffer): ConnectError | undefined {
+  try {
+    checkBinaryLists(desc, bytes, PROTO_RECURSION_LIMIT);
+    return undefined;
+  } catch (err) {
+    if (err instanceof ListTooLong) return new ConnectError(err.message, Code.InvalidArgument);
+    if (err instanceof MalformedMessage) return new ConnectError(`parse binary: ${err.message}`, Code.InvalidArgument);
+    throw err;
+  }
+}
+
+const CONNECT_UNARY_JSON = /^application\/json(?:; ?charset=utf-?8)?$/;
+const ENVELOPED = /^application\/(?:(grpc|grpc-web)(?:\+(proto|json(?:; ?charset=utf-?8)?))?|connect\+(proto|json(?:; ?charset=utf-?8)?))$/;
+
+/**
+ * How a call's lists are counted before Connect reads it (undefined: its request type has none with a bound):
+ * a unary call's JSON text as it arrives (inflated when compressed), its binary message once it is whole;
+ * a stream's messages (and gRPC's and gRPC-Web's unary ones), each as its envelope completes, the binary
+ * ones inflated when compressed. A list past its bound answers invalid_argument naming the field.
+ */
+function listBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: DescMessage): BodyCheck | undefined {
+  const tree = jsonListTree(desc);
+  if (!tree) return undefined;
+  const header = (name: string) => String(req.headers[name] ?? "identity").toLowerCase();
+  const type = String(req.headers["content-type"] ?? "").toLowerCase();
+  const tooMany = (meter: JsonListMeter) => new ConnectError(meter.refusal()!, Code.InvalidArgument);
+  if (unary && CONNECT_UNARY_JSON.test(type)) {
+    const meter = new JsonListMeter(tree);
+    const encoding = header("content-encoding");
+    if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooMany(meter) : undefined);
+    return inflatedCheck(encoding, limit, (out) => meter.exceeds(out), () => tooMany(meter));
+  }
+  if (unary && type === "application/proto") {
+    const parts: Buffer[] = [];
+    let size = 0;
+    const check: BodyCheck = (piece) => {
+      size += piece.length;
+      // Past the limit Connect refuses the body itself.
+      if (size <= limit) parts.push(Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength));
+      return undefined;
+    };
+    check.end = async () => {
+      if (size > limit) return undefined;
+      const bytes = await inflated(Buffer.concat(parts, size), header("content-encoding"), limit);
+      return bytes && binaryListsRefusal(desc, bytes);
+    };
+    return check;
+  }
+  const m = ENVELOPED.exec(type);
+  if (!m) return undefined;
+  const json = (m[2] ?? m[3] ?? "").startsWith("json");
+  const encoding = header(m[1] ? "grpc-encoding" : "connect-content-encoding");
+  const frames = new Envelopes(json ? 0 : limit, {
+    // A compressed JSON message is refused as such (jsonBodyCheck).
+    start: (compressed) => (json && !compressed ? new JsonListMeter(tree) : undefined),
+    piece: (meter, piece) => (meter && meter.exceeds(piece) ? tooMany(meter) : undefined),
+    end: async (_, bytes, compressed) => {
+      if (json) return undefined;
+      const message = await inflated(bytes, compressed ? encoding : undefined, limit);
+      return message && binaryListsRefusal(desc, message);
+    },
+  });
+  return (piece) => frames.refusal(piece);
+}
+
+interface EnvelopeReading<T> {
+  /** A message's envelope was read: what its pieces are given to. */
+  start(compressed: boolean): T;
+  piece(state: T, piece: Buffer): ConnectError | undefined;
+  /** The message ended: its bytes whole (when no larger than the limit; none are kept with a limit of 0). */
+  end(state: T, bytes: Buffer, compressed: boolean): Refusal;
+}
+
+/** The messages of an enveloped body (gRPC, gRPC-Web, Connect's streams), each looked at as it arrives and once it ended. */
+class Envelopes<T> {
+  private readonly head = Buffer.alloc(5);
+  private headHave = 0;
+  private left = 0;
+  private message: { state: T; compressed: boolean; parts: Buffer[] | undefined; size: number } | undefined;
+
+  constructor(
+    private readonly limit: number,
+    private readonly reading: EnvelopeReading<T>,
+  ) {}
+
+  async refusal(piece: Uint8Array): Promise<ConnectError | undefined> {
+    const b = Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
+    let i = 0;
+    while (i < b.length || (this.message && this.left === 0)) {
+      if (this.message && this.left === 0) {
+        const { state, compressed, parts, size } = this.message;
+        this.message = undefined;
+        if (parts) {
+          const refusal = await this.reading.end(state, Buffer.concat(parts, size), compressed);
+          if (refusal) return refusal;
+        }
+        continue;
+      }
+      if (!this.message && this.left === 0) {
+        const take = Math.min(5 - this.headHave, b.length - i);
+        b.copy(this.head, this.headHave, i, i + take);
+        this.headHave += take;
+        i += take;
+        if (this.headHave < 5) return undefined;
+        this.headHave = 0;
+        const flags = this.head[0]!;
+        this.left = this.head.readUInt32BE(1);
+        const trailer = (flags & 0x80) !== 0;
+        // Connect refuses a message past the limit at its envelope: nothing of it is kept.
+        if (!trailer) {
+          const compressed = (flags & 0x01) !== 0;
+          this.message = { state: this.reading.start(compressed), compressed, parts: this.left <= this.limit && this.limit > 0 ? [] : undefined, size: this.left };
+        }
+        continue;
+      }
+      const take = Math.min(this.left, b.length - i);
+      const part = b.subarray(i, i + take);
+      this.left -= take;
+      i += take;
+      if (!this.message) continue; // a trailer frame
+      this.message.parts?.push(part);
+      const refusal = this.reading.piece(this.message.state, part);
+      if (refusal) return refusal;
     }
     return undefined;
   }

@@ -22,6 +22,7 @@ import { drained } from "./drained.js";
 import { deferred } from "../shared/iterables.js";
 import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { NestedTooDeep, readBinaryRequest } from "../shared/json-nesting.js";
+import { ListTooLong } from "../shared/list-bounds.js";
 
 export interface StreamRoute {
   method: DescMethod;
@@ -325,7 +326,7 @@ export class EnvelopeReader {
       try {
         message = this.decode(envelope.subarray(5));
       } catch (err) {
-        if (err instanceof NestedTooDeep) throw new ConnectError(err.message, Code.InvalidArgument);
+        if (err instanceof NestedTooDeep || err instanceof ListTooLong) throw new ConnectError(err.message, Code.InvalidArgument);
         throw new ConnectError(`invalid ${this.schema.typeName}: ${(err as Error).message}`, Code.InvalidArgument);
       }
       deliver(message);

@@ -6,6 +6,7 @@ import { create, fromJson, type DescField, type DescMessage, type JsonObject, ty
 import { badRequest } from "../errors.js";
 import { fieldOptionsOf } from "../shared/message-json.js";
 import { unstorableIn, withoutNul } from "../shared/nul-text.js";
+import { checkJsonLists, ListTooLong } from "../shared/list-bounds.js";
 import { PROTO_RECURSION_LIMIT } from "./json-depth.js";
 import { unstorableError } from "./nul.js";
 
@@ -103,6 +104,12 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
   // A machine's text is made storable, not refused (src/shared/nul-text.ts): a lone surrogate in a
   // string field would fail the conversion ("invalid UTF8"), and the daemon's report with it.
   for (const f of machineText) if (f.jsonName in json) json[f.jsonName] = withoutNul(json[f.jsonName]);
+  // Counted before protobuf-es reads the lists (an object per item, shared/list-bounds.ts).
+  try {
+    checkJsonLists(desc, json);
+  } catch (err) {
+    throw err instanceof ListTooLong ? badRequest(err.message) : err;
+  }
   let msg: Message;
   try {
     msg = fromJson(desc, json, JSON_READ);

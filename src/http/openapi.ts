@@ -8,6 +8,7 @@
 // the values a member is limited to. Nothing here is declared a second time:
 // change the proto and the document follows.
 import { getOption, ScalarType, type DescField, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { listBoundOf } from "../shared/list-bounds.js";
 import { allowed, RawBodySchema, required as requiredMember, Role, route } from "../../gen/svc/v1/options_pb.js";
 import { bodyLimitBytesOf } from "./body.js";
 import { fieldOptionsOf } from "./json.js";
@@ -179,8 +180,10 @@ class Builder {
   }
 
   /** The schema of one request field as a client sends it (fromJson: null means "not given", which a required one may not be). */
-  inputSchema(field: DescField, required: boolean): Schema {
-    const s = this.valueSchema(field);
+  inputSchema(field: DescField, required: boolean, bounded = true): Schema {
+    // A list past its bound is refused before the body is read into the message (src/shared/list-bounds.ts).
+    const max = bounded ? listBoundOf(field) : 0;
+    const s = { ...this.valueSchema(field), ...(max > 0 ? (field.fieldKind === "map" ? { maxProperties: max } : { maxItems: max }) : {}) };
     return required ? s : { anyOf: [s, { type: "null" }] };
   }
 }
@@ -231,7 +234,8 @@ function operation(b: Builder, service: DescService, method: DescMethod, httpMet
         parameters.push({ name: f.name, in: "query", required: required.has(f), schema: b.valueSchema(f), ...(f.fieldKind === "list" ? { explode: true } : {}) });
       }
     } else {
-      bodyProps[f.name] = b.inputSchema(f, required.has(f));
+      // A body read as a whole is read leniently: its members are not held to their lists' bounds.
+      bodyProps[f.name] = b.inputSchema(f, required.has(f), !input.fields.some((x) => fieldOptionsOf(x).wholeBody));
       if (required.has(f)) bodyRequired.push(f.name);
     }
   }

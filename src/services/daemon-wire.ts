@@ -14,6 +14,7 @@ import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponseSc
 import { NotPlainJson, partSize, readStructJsonAt, readStructTextAt, readValueJsonAt, WireCursor, writeVarint, type StructText } from "../shared/struct-binary.js";
 import { GPU_STATUS_READ, gpuStatusJsonOf, setGpuStatusRead } from "../domain/providers/heartbeat.js";
 import { MAX_JSON_DEPTH, readBinaryRequest } from "../shared/json-nesting.js";
+import { listBoundOf, ListTooLong, tooManyItemsMessage } from "../shared/list-bounds.js";
 
 // Tags (field number << 3 | wire type) of daemon.proto and providers.proto.
 const DAEMON_HEARTBEAT = 0x12; // DaemonMessage.heartbeat, length-delimited
@@ -31,6 +32,10 @@ const SUPPORTED_JOB_TYPES = 0x42;
  * heartbeat are the first two levels of MAX_JSON_DEPTH. Deeper is left to readBinaryRequest, which refuses it.
  */
 const HEARTBEAT_JSON_ROOM = MAX_JSON_DEPTH - 2;
+/** The bounds of the heartbeat's lists, as readBinaryRequest holds a message read by protobuf-es to them. */
+const MAX_CACHED_MODELS = listBoundOf(HeartbeatRequestSchema.field.cachedModels);
+const MAX_SUPPORTED_JOB_TYPES = listBoundOf(HeartbeatRequestSchema.field.supportedJobTypes);
+const tooMany = (field: string, max: number) => new ListTooLong(tooManyItemsMessage(`heartbeat.${field}`, max));
 
 export function decodeDaemonMessage(bytes: Uint8Array): DaemonMessage {
   try {
@@ -87,7 +92,7 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
         providerHostname = r.string();
         break;
       case CACHED_MODELS:
-        cachedModels.push(r.string());
+        if (cachedModels.push(r.string()) > MAX_CACHED_MODELS) throw tooMany("cached_models", MAX_CACHED_MODELS);
         break;
       case RESOURCE_SPEC:
         if (resourceSpec !== undefined) return undefined;
@@ -97,7 +102,7 @@ function readHeartbeat(buf: Buffer): HeartbeatRequest | undefined {
         daemonVersion = r.string();
         break;
       case SUPPORTED_JOB_TYPES:
-        supportedJobTypes.push(r.string());
+        if (supportedJobTypes.push(r.string()) > MAX_SUPPORTED_JOB_TYPES) throw tooMany("supported_job_types", MAX_SUPPORTED_JOB_TYPES);
         break;
       default:
         return undefined; // raw, or a field this reader does not know

@@ -3,6 +3,7 @@
 // a message in the binary codec is read with protobuf-es's recursion limit raised to what that depth needs
 // (bounded: each level is a few stack frames) and then held to the depth its JSON form would nest.
 import { fromBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
+import { checkBinaryLists } from "./list-bounds.js";
 
 /**
  * Deepest nesting accepted in a request body (/api and /v1) and in a /v1 endpoint's chunk, its own object
@@ -113,11 +114,13 @@ const RECURSION_REFUSED = /maximum recursion depth/;
 /**
  * A request message in the binary codec, read as deep as MAX_JSON_DEPTH allows its JSON form and no deeper:
  * NestedTooDeep (naming the top-level field, when it was read) for one nested past it; protobuf-es's own
- * error for bytes that are not the message.
+ * error for bytes that are not the message. One with a list past its bound is refused before it is read
+ * (ListTooLong, shared/list-bounds.ts).
  */
 export function readBinaryRequest(desc: DescMessage, bytes: Uint8Array): Message {
   let message: Message;
   try {
+    checkBinaryLists(desc, bytes, PROTO_RECURSION_LIMIT);
     message = fromBinary(desc, bytes, { recursionLimit: PROTO_RECURSION_LIMIT });
   } catch (err) {
     if (err instanceof Error && RECURSION_REFUSED.test(err.message)) throw new NestedTooDeep(tooDeepMessage("request body", undefined));

@@ -14,7 +14,8 @@ const definition = {
     path: `/${DaemonService.typeName}/${method.name}`,
     requestStream: true,
     responseStream: true,
-    requestSerialize: (m: unknown) => Buffer.from(toBinary(DaemonMessageSchema, m as never)),
+    // Bytes go as they are (a message no client library would write).
+    requestSerialize: (m: unknown) => Buffer.from(m instanceof Uint8Array ? m : toBinary(DaemonMessageSchema, m as never)),
     requestDeserialize: (b: Buffer) => fromBinary(DaemonMessageSchema, b),
     responseSerialize: (m: unknown) => Buffer.from(toBinary(ServerMessageSchema, m as never)),
     responseDeserialize: (b: Buffer) => fromBinary(ServerMessageSchema, b),
@@ -27,6 +28,8 @@ export type Sent = MessageInitShape<typeof DaemonMessageSchema>["kind"];
 
 export interface TestStream {
   send(kind: Sent): void;
+  /** One message, its bytes as given. */
+  sendBytes(bytes: Uint8Array): void;
   /** The next message of that kind (earlier messages of other kinds are kept). */
   next<K extends Kind>(kind: K, timeoutMs?: number): Promise<Extract<ServerMessage["kind"], { case: K }>["value"]>;
   /** Every message received so far. */
@@ -67,6 +70,9 @@ export function openStream(port: number, key: string | undefined, options?: grpc
     ended,
     send(kind) {
       call.write(create(DaemonMessageSchema, { kind } as never));
+    },
+    sendBytes(bytes) {
+      call.write(bytes);
     },
     async next(kind, timeoutMs = 10_000) {
       const deadline = Date.now() + timeoutMs;

@@ -111,7 +111,7 @@ describe("handshake", () => {
     s.send({ case: "hello", value: { daemonVersion: "5.0.0", runningJobIds: ids } });
     const ended = await s.ended;
     expect(ended.code).toBe(grpc.status.INVALID_ARGUMENT);
-    expect(ended.details).toBe(`running_job_ids must name at most ${HELLO_MAX_JOB_IDS} jobs`);
+    expect(ended.details).toBe(`hello.running_job_ids must hold at most ${HELLO_MAX_JOB_IDS} items`);
     expect(s.received).toEqual([]);
     // As many as that are taken.
     const held = connect(p.key, ids.slice(1));
