@@ -183,7 +183,8 @@ type BodyCheck = ((piece: Uint8Array) => Refusal) & { end?: () => Refusal };
 function bothChecks(a: BodyCheck | undefined, b: BodyCheck | undefined): BodyCheck | undefined {
   if (!a || !b) return a ?? b;
   const check: BodyCheck = async (piece) => (await a(piece)) ?? b(piece);
-  check.end = async () => (await a.end?.()) ?? b.end?.();
+  const end = async () => (await a.end?.()) ?? b.end?.();
+  check.end = end;
   return check;
 }
 
@@ -326,11 +327,12 @@ function listBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: De
       if (size <= limit) parts.push(Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength));
       return undefined;
     };
-    check.end = async () => {
+    const end = async () => {
       if (size > limit) return undefined;
       const bytes = await inflated(Buffer.concat(parts, size), header("content-encoding"), limit);
       return bytes && binaryListsRefusal(desc, bytes);
     };
+    check.end = end;
     return check;
   }
   const m = ENVELOPED.exec(type);
