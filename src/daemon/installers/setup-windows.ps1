@@ -9,6 +9,8 @@
 # Run mode: set $env:SVC_RUN_MODE to always-on (default: starts at boot and
 # now), manual (installed, started with Start-ScheduledTask) or scheduled
 # (starts at boot; jobs only inside the window of your preferences).
+# Run again (after a key rotation, or to upgrade), it stops the daemon already
+# running before it replaces the task, so that no daemon goes on with the old key.
 $ErrorActionPreference = 'Stop'
 
 $SvcApiKey = '{{API_KEY}}'
@@ -86,11 +88,46 @@ if ($IsAdmin) {
 }
 [Environment]::SetEnvironmentVariable('SVC_WORK_DIR', $WorkDir, $(if ($IsAdmin) { 'Machine' } else { 'User' }))
 
+# An earlier install's daemon may be running, on the old file and key (after a key rotation, one the server
+# refuses): Unregister-ScheduledTask leaves a running instance running, and the new task started beside it
+# would make two daemons. So the task's instance, and any other process running this daemon file, is stopped
+# and waited for before the task is replaced; as on Linux, a manual install starts the new one again only
+# where one was running.
+function Stop-Daemon {
+    $stopped = $false
+    $task = Get-ScheduledTask -TaskName $TaskName -ErrorAction SilentlyContinue
+    if ($null -ne $task -and $task.State -eq 'Running') {
+        Stop-ScheduledTask -TaskName $TaskName | Out-Null
+        $stopped = $true
+    }
+    $running = @(Get-CimInstance -ClassName Win32_Process | Where-Object {
+        $_.ProcessId -ne $PID -and $_.CommandLine -and $_.CommandLine.IndexOf($Daemon, [StringComparison]::OrdinalIgnoreCase) -ge 0
+    })
+    foreach ($proc in $running) {
+        Stop-Process -Id $proc.ProcessId -Force -ErrorAction SilentlyContinue
+        $stopped = $true
+    }
+    if ($running.Count -gt 0) {
+        Wait-Process -Id ($running | ForEach-Object { $_.ProcessId }) -Timeout 60 -ErrorAction SilentlyContinue
+        $left = @($running | Where-Object { $null -ne (Get-Process -Id $_.ProcessId -ErrorAction SilentlyContinue) })
+        if ($left.Count -gt 0) {
+            throw "could not stop the daemon already running (process $($left[0].ProcessId)): stop it, then run this again"
+        }
+    }
+    return $stopped
+}
+
+$WasRunning = Stop-Daemon
 Unregister-ScheduledTask -TaskName $TaskName -Confirm:$false -ErrorAction SilentlyContinue
 if ($RunMode -eq 'manual') {
     Register-ScheduledTask -TaskName $TaskName -Action $Action -Settings $Settings -Principal $Principal `
         -Description 'svc GPU marketplace provider daemon' | Out-Null
-    Write-Host "==> run mode manual: start it with 'Start-ScheduledTask -TaskName $TaskName'"
+    if ($WasRunning) {
+        Start-ScheduledTask -TaskName $TaskName
+        Write-Host "==> run mode manual: the daemon that was running was restarted on the new file; stop it with 'Stop-ScheduledTask -TaskName $TaskName'"
+    } else {
+        Write-Host "==> run mode manual: start it with 'Start-ScheduledTask -TaskName $TaskName'"
+    }
 } else {
     Register-ScheduledTask -TaskName $TaskName -Action $Action -Trigger $Trigger -Settings $Settings -Principal $Principal `
         -Description 'svc GPU marketplace provider daemon' | Out-Null

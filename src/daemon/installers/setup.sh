@@ -171,6 +171,10 @@ EOF
   fi
 }
 
+# A string for the launchd plist: XML text, where `&` and `<` begin markup and `>` may end it, so a path
+# holding them would make a file launchd refuses, or one with keys of its own.
+plist_string() { printf '<string>%s</string>' "$(printf '%s' "$1" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g')"; }
+
 install_launchd() {
   AGENT_DIR="${PREFIX}${HOME}/Library/LaunchAgents"
   mkdir -p "$AGENT_DIR" "$INSTALL_DIR/logs"
@@ -184,20 +188,20 @@ install_launchd() {
   <key>Label</key><string>com.svc.daemon</string>
   <key>ProgramArguments</key>
   <array>
-    <string>$PYTHON</string>
-    <string>$DAEMON</string>
+    $(plist_string "$PYTHON")
+    $(plist_string "$DAEMON")
   </array>
-  <key>WorkingDirectory</key><string>$INSTALL_DIR</string>
+  <key>WorkingDirectory</key>$(plist_string "$INSTALL_DIR")
   <key>EnvironmentVariables</key>
   <dict>
     <key>PYTHONUNBUFFERED</key><string>1</string>
-    <key>SVC_WORK_DIR</key><string>$INSTALL_DIR/work</string>
+    <key>SVC_WORK_DIR</key>$(plist_string "$INSTALL_DIR/work")
   </dict>
   <key>RunAtLoad</key><$AT_LOAD/>
   <key>KeepAlive</key><$AT_LOAD/>
   <key>ExitTimeOut</key><integer>60</integer>
-  <key>StandardOutPath</key><string>$INSTALL_DIR/logs/daemon.log</string>
-  <key>StandardErrorPath</key><string>$INSTALL_DIR/logs/daemon.log</string>
+  <key>StandardOutPath</key>$(plist_string "$INSTALL_DIR/logs/daemon.log")
+  <key>StandardErrorPath</key>$(plist_string "$INSTALL_DIR/logs/daemon.log")
 </dict>
 </plist>
 EOF
