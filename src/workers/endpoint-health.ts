@@ -1,12 +1,16 @@
 // The serving endpoints' health probe (src/domain/dispatch/endpoint-health.ts):
-// every SVC_ENDPOINT_PROBE_SECONDS (0: off) this process claims the running
-// serving jobs no process probed within the period, GETs each engine's
-// /health, and ends the attempts whose endpoint failed every probe for longer
-// than the grace as their provider's failure. Claims keep several processes
-// from probing one job twice in a period. A pass starts a period after the
-// one before started (at once when that one ran longer, never two at once),
-// so a job's probes stay a period apart however long its pass takes; stop()
-// has the pass claim nothing more and waits only for its probes in flight.
+// at start and every SVC_ENDPOINT_PROBE_SECONDS (0: off) this process claims
+// the running serving jobs no process probed within the period, GETs each
+// engine's /health, and ends the attempts whose endpoint failed every probe for
+// longer than the grace as their provider's failure. Claims keep several
+// processes from probing one job twice in a period. The first pass runs at
+// start: an endpoint that went down while no process probed is found failing
+// (and tried last by /v1) at once, not a period later; like every pass it
+// probes CONCURRENCY endpoints at a time, however many are due. A pass starts
+// a period after the one before started (at once when that one ran longer,
+// never two at once), so a job's probes stay a period apart however long its
+// pass takes; stop() has the pass claim nothing more and waits only for its
+// probes in flight.
 import type { Sql } from "../db/index.js";
 import type { Logger } from "../log.js";
 import { sweepEndpoints } from "../domain/dispatch/endpoint-health.js";
@@ -34,7 +38,7 @@ export function endpointHealthWorker(opts: { sql: Sql; log: Logger; periodSecond
   };
   return {
     start() {
-      if (opts.periodSeconds > 0) timer = setTimeout(tick, opts.periodSeconds * 1000);
+      if (opts.periodSeconds > 0) tick();
     },
     async stop() {
       stopped = true;

@@ -1,7 +1,9 @@
 // The retention sweep (every SVC_RETENTION_SWEEP_SECONDS, and once at start):
 // deletes the uptime hours and attempt days the reputation figures no longer
-// read (src/domain/providers/retention.ts). Several processes may run it at
-// once: each skips the rows another is deleting.
+// read (src/domain/providers/retention.ts) and the login codes the sign-in
+// limits no longer count (src/domain/accounts/login.ts). Several processes may
+// run it at once: each skips the rows another is deleting.
+import { deleteSpentLoginCodes } from "../domain/accounts/login.js";
 import { deleteExpiredReputationRows } from "../domain/providers/retention.js";
 import type { HeartbeatDeps as Deps } from "../domain/providers/heartbeat.js";
 import { failureLevel } from "../errors.js";
@@ -10,14 +12,19 @@ import type { Worker } from "./worker.js";
 export function retentionWorker(deps: Deps): Worker {
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<unknown> | undefined;
+  const failed = (what: string) => (err: unknown) => deps.log[failureLevel(err)]({ err }, `retention sweep of ${what} failed`);
+  // Each deletion on its own: one failing leaves the other to run.
+  const sweep = async () => {
+    await deleteExpiredReputationRows(deps.sql).then((r) => {
+      if (r.uptimeHours || r.attemptDays) deps.log.info(r, "expired uptime hours and attempt days deleted");
+    }, failed("uptime hours and attempt days"));
+    await deleteSpentLoginCodes(deps.sql).then((loginCodes) => {
+      if (loginCodes) deps.log.info({ loginCodes }, "spent login codes deleted");
+    }, failed("login codes"));
+  };
   const tick = () => {
     if (running) return;
-    running = deleteExpiredReputationRows(deps.sql)
-      .then((r) => {
-        if (r.uptimeHours || r.attemptDays) deps.log.info(r, "expired uptime hours and attempt days deleted");
-      })
-      .catch((err) => deps.log[failureLevel(err)]({ err }, "retention sweep failed"))
-      .finally(() => (running = undefined));
+    running = sweep().finally(() => (running = undefined));
   };
   return {
     start() {

@@ -7,6 +7,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../helpers/server.js";
 import { client, uniqueEmail } from "../helpers/http.js";
+import { deleteSpentLoginCodes } from "../../src/domain/accounts/login.js";
 
 interface Sent {
   auth: string | undefined;
@@ -296,5 +297,90 @@ describe("login-email with one-time codes", () => {
     const before = sent.length;
     expect((await api.post("/api/renters/login-email", { email: uniqueEmail("nobody") })).status).toBe(404);
     expect(sent.length).toBe(before);
+  });
+});
+
+describe("retention of login codes", () => {
+  /** A renter; its codes listed as "minutes since created:kind", newest first; `code` inserts one. */
+  async function renterWithCodes() {
+    const email = uniqueEmail("codes-ret");
+    const reg = await api.post("/api/renters/register", { name: "Ret", email });
+    expect(reg.status).toBe(201);
+    const id: number = reg.body.renter_id;
+    const codes = async () =>
+      (await srv.sql<{ age: number; kind: string }[]>`
+        SELECT round(extract(epoch FROM now() - created_at) / 60)::int AS age,
+               CASE WHEN used_at IS NOT NULL THEN 'used' WHEN expires_at <= now() THEN 'expired' ELSE 'live' END AS kind
+        FROM login_codes WHERE role = 'renter' AND account_id = ${id} ORDER BY created_at DESC, id DESC`).map((r) => `${r.age}:${r.kind}`);
+    /** A sent code created `minutes` ago that lived its 10 minutes (or ended at once: `endedAfter` 0), used or not, with `attempts` wrong guesses. */
+    const code = (minutes: number, o: { used?: boolean; endedAfter?: number; attempts?: number } = {}) => srv.sql`
+      INSERT INTO login_codes (role, account_id, code_hash, attempts, created_at, sent_at, expires_at, used_at)
+      VALUES ('renter', ${id}, sha256('123456'), ${o.attempts ?? 0}, now() - make_interval(mins => ${minutes}), now() - make_interval(mins => ${minutes}),
+              now() - make_interval(mins => ${minutes}) + make_interval(mins => ${o.endedAfter ?? 10}),
+              ${o.used ? srv.sql`now() - make_interval(mins => ${minutes - 1})` : null})`;
+    return { email, id, codes, code };
+  }
+
+  it("deletes the codes created and expired over an hour ago, used or not; keeps those the hourly limits still count", async () => {
+    const r = await renterWithCodes();
+    // Out of the window: created and expired (or used) over an hour ago.
+    await r.code(24 * 60, { used: true });
+    await r.code(120, { attempts: 5 });
+    await r.code(80, { used: true, attempts: 2 });
+    await r.code(71, { endedAfter: 0 });
+    // Within it: created, or expired with wrong guesses, in the last hour.
+    await r.code(65, { attempts: 3 }); // created over an hour ago, expired 55 minutes ago: its guesses still count
+    await r.code(50, { used: true });
+    await r.code(30, { endedAfter: 0 });
+    await r.code(5);
+    expect(await deleteSpentLoginCodes(srv.sql)).toBeGreaterThanOrEqual(4);
+    expect(await r.codes()).toEqual(["5:live", "30:expired", "50:used", "65:expired"]);
+    // Nothing more to delete of this account's: a second sweep keeps them all.
+    await deleteSpentLoginCodes(srv.sql);
+    expect(await r.codes()).toEqual(["5:live", "30:expired", "50:used", "65:expired"]);
+  });
+
+  it("after a sweep the per-hour limit still refuses the 6th code of the hour, used and expired ones counted", async () => {
+    const r = await renterWithCodes();
+    await r.code(200, { used: true });
+    await r.code(90);
+    // Three codes of the hour already, one used, one ended by a newer one, and one still live.
+    await r.code(40, { used: true });
+    await r.code(20, { endedAfter: 0 });
+    await r.code(2);
+    await deleteSpentLoginCodes(srv.sql);
+    expect(await r.codes()).toEqual(["2:live", "20:expired", "40:used"]);
+    for (let i = 0; i < 2; i++) expect((await api.post("/api/renters/login-email", { email: r.email })).status).toBe(202);
+    await deleteSpentLoginCodes(srv.sql);
+    const sixth = await api.post("/api/renters/login-email", { email: r.email });
+    expect(sixth.status).toBe(429);
+    expect(sixth.body.error).toMatch(/at most 5 sign-in codes per hour/);
+    // The oldest of the hour's codes comes out of the window in about 20 minutes.
+    const retry = Number(sixth.headers.get("retry-after"));
+    expect(retry).toBeGreaterThan(19 * 60);
+    expect(retry).toBeLessThanOrEqual(20 * 60 + 1);
+  });
+
+  it("the wrong guesses of the hour still count after a sweep", async () => {
+    const r = await renterWithCodes();
+    // Ten wrong guesses on codes created over an hour ago that expired within it.
+    await r.code(68, { attempts: 5 });
+    await r.code(62, { attempts: 5 });
+    await deleteSpentLoginCodes(srv.sql);
+    expect((await r.codes()).length).toBe(2);
+    const locked = await api.post("/api/renters/login-email", { email: r.email, code: "123456" });
+    expect(locked.status).toBe(429);
+    expect(locked.body.error).toMatch(/too many wrong sign-in codes/);
+  });
+
+  it("deletes a backlog larger than one batch", async () => {
+    const r = await renterWithCodes();
+    await srv.sql`
+      INSERT INTO login_codes (role, account_id, code_hash, created_at, sent_at, expires_at)
+      SELECT 'renter', ${r.id}, sha256('123456'), now() - make_interval(mins => 61 + g), now() - make_interval(mins => 61 + g), now() - make_interval(mins => 61 + g)
+      FROM generate_series(1, 25000) g`;
+    await r.code(3);
+    expect(await deleteSpentLoginCodes(srv.sql)).toBeGreaterThanOrEqual(25_000);
+    expect(await r.codes()).toEqual(["3:live"]);
   });
 });

@@ -15,7 +15,7 @@ import { afterAll, beforeEach, describe, expect, it } from "vitest";
 import { sweepEndpoints } from "../../src/domain/dispatch/endpoint-health.js";
 import { ledgerProblems } from "../../src/domain/money/ledger.js";
 import { refreshReputation } from "../../src/domain/providers/reputation.js";
-import { ENDPOINT_FAILING_GRACE_SECONDS } from "../../src/domain/shared/job-end.js";
+import { ENDPOINT_FAILING_GRACE_SECONDS, ENDPOINT_PROBE_MAX_SECONDS } from "../../src/domain/shared/job-end.js";
 import { chatCompletionsUrl, healthUrl, probeEndpointHealth } from "../../src/domain/shared/serving-endpoint.js";
 import { servingEndpoints } from "../../src/http/v1/endpoints.js";
 import { createLogger } from "../../src/log.js";
@@ -492,6 +492,34 @@ describe("the worker's passes", () => {
     const gaps = slow.arrivals.slice(1).map((t, i) => t - slow.arrivals[i]);
     for (const gap of gaps) expect(gap).toBeLessThan(3_000);
     expect(slow.maxInFlight).toBe(1);
+  });
+
+  it("the first pass runs at start: an endpoint that went down while no process probed is found failing at once, not a period later", async () => {
+    const e = await engine(200);
+    const s = await serving(`${e.url}/v1`, { pinned: true });
+    const id = Number((await jobRow(s.jobId)).id);
+    const failing = async () => (await servingEndpoints(srv.sql, { model: MODEL })).find((u) => u.jobId === id)?.failing === true;
+    expect(await probe()).toMatchObject({ probed: 1, healthy: 1 });
+    // The engine stops while no process probes (the server restarting), for longer than a period.
+    await e.close();
+    engines.splice(engines.indexOf(e), 1);
+    await elapse(s.jobId, ENDPOINT_PROBE_MAX_SECONDS);
+    expect(await failing()).toBe(false);
+    // A process starts with the longest period: its first pass does not wait for it.
+    const worker = endpointHealthWorker({ sql: srv.sql, log, periodSeconds: ENDPOINT_PROBE_MAX_SECONDS, allowPrivate: true });
+    const started = Date.now();
+    worker.start();
+    try {
+      const until = Date.now() + 10_000;
+      while (!(await failing()) && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      expect(await failing()).toBe(true);
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      await worker.stop();
+    }
+    const row = await jobRow(s.jobId);
+    expect(row.status).toBe("running");
+    expect(row.endpoint_failed_at).not.toBeNull();
   });
 
   it("stop() ends a long pass early: it starts no more probes, records those in flight and gives back the claims it did not probe", async () => {

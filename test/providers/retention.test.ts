@@ -1,6 +1,8 @@
 // Retention of the reputation inputs: uptime hours and attempt days older than
 // what the score reads are deleted, in batches, without changing the score;
-// the server runs the sweep at start and on its period.
+// the server runs the sweep at start and on its period, and deletes the spent
+// login codes with them.
+import crypto from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { freshDatabase, startTestServer, useTestServer } from "../helpers/server.js";
 import { makeProvider } from "../helpers/fixtures.js";
@@ -103,7 +105,7 @@ describe("uptime hours are UTC hours, whatever the session's TimeZone", () => {
 });
 
 describe("the retention sweep of a server", () => {
-  it("runs at start", async () => {
+  it("runs at start, login codes included", async () => {
     const db = await freshDatabase();
     const other = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "0" }, db.url);
     const p = await makeProvider(other);
@@ -114,6 +116,11 @@ describe("the retention sweep of a server", () => {
     await other.sql`
       INSERT INTO provider_attempt_days (provider_id, day, carried, faults)
       VALUES (${p.id}, (now() AT TIME ZONE 'UTC')::date - ${ATTEMPT_DAYS_KEPT + 5}::int, 1, 0)`;
+    // A login code spent two hours ago, and one of the last hour that the hourly limit still counts.
+    await other.sql`
+      INSERT INTO login_codes (role, account_id, code_hash, created_at, sent_at, expires_at, used_at)
+      VALUES ('provider', ${p.id}, sha256('1'), now() - interval '2 hours', now() - interval '2 hours', now() - interval '110 minutes', now() - interval '119 minutes'),
+             ('provider', ${p.id}, sha256('2'), now() - interval '20 minutes', now() - interval '20 minutes', now() - interval '10 minutes', NULL)`;
     await other.close();
     // A server with the sweep on, on the same database.
     const sweeping = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "3600" }, db.url);
@@ -122,11 +129,14 @@ describe("the retention sweep of a server", () => {
       for (let i = 0; i < 50 && left !== 1; i++) {
         const [r] = await sweeping.sql<{ n: number }[]>`
           SELECT (SELECT count(*) FROM provider_uptime WHERE provider_id = ${p.id})::int
-               + (SELECT count(*) FROM provider_attempt_days WHERE provider_id = ${p.id})::int AS n`;
+               + (SELECT count(*) FROM provider_attempt_days WHERE provider_id = ${p.id})::int
+               + (SELECT count(*) FROM login_codes WHERE role = 'provider' AND account_id = ${p.id})::int AS n`;
         left = r.n;
-        if (left !== 1) await new Promise((resolve) => setTimeout(resolve, 100));
+        if (left !== 2) await new Promise((resolve) => setTimeout(resolve, 100));
       }
-      expect(left).toBe(1);
+      expect(left).toBe(2);
+      const codes = await sweeping.sql`SELECT code_hash FROM login_codes WHERE role = 'provider' AND account_id = ${p.id}`;
+      expect(codes.map((c) => Buffer.from(c.code_hash).equals(crypto.createHash("sha256").update("2").digest()))).toEqual([true]);
     } finally {
       await sweeping.close();
       await db.drop();

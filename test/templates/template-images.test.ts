@@ -1,7 +1,8 @@
 // What a job made from each template runs on a provider: the task the daemon is handed, planned
 // into the TypeScript daemon's docker command line. A template runs in its job type's default
-// image, where the daemon's program for the type can run; vLLM's image, whose entrypoint is its
-// API server, takes only vllm_serve (and custom_container) jobs.
+// image, where the daemon's program for the type can run, unless the submit names another that
+// any job of the type may name; vLLM's image, whose entrypoint is its API server, takes only
+// vllm_serve (and custom_container) jobs.
 import { describe, expect, it } from "vitest";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { client } from "../helpers/http.js";
@@ -45,6 +46,30 @@ describe("what a template's job runs", () => {
       expect(plan.argv.slice(plan.argv.lastIndexOf(t.image)), t.id).toEqual([t.image, ...command]);
       expect(plan.argv, t.id).not.toContain("--entrypoint");
     }
+  });
+
+  it("a template's job may name another image under the rules of any job of its type: a built-in one that runs the type", async () => {
+    const renter = await makeRenter(srv, 500_000);
+    const prov = await makeProvider(srv);
+    const tpl = (await api.get("/api/templates/llm-inference")).body;
+    const other = "pytorch/pytorch:2.4.1-cuda12.1-cudnn9-runtime";
+    expect(tpl.image).not.toBe(other);
+    const sub = await api.post("/api/jobs/submit", { template_id: tpl.id, duration_minutes: 1, provider_id: prov.id, container_spec: { image: other } }, renter.headers);
+    expect(sub.status, sub.text).toBe(201);
+    expect(sub.body.job).toMatchObject({ job_type: tpl.job_type, container_spec: { image: other }, gpu_requirements: { min_vram_gb: tpl.resource_requirements.min_vram_gb } });
+    const job = (await api.get(`/api/providers/${prov.key}/jobs`)).body.job;
+    expect(job.job_id).toBe(sub.body.job.job_id);
+    const taskSpec = (typeof job.task_spec === "string" ? JSON.parse(job.task_spec) : job.task_spec) as JsonObject;
+    expect((taskSpec.container as JsonObject).image).toBe(other);
+    // Refused as without a template: vLLM's image, which cannot start the type's program, and an image not built in.
+    const vllm = DEFAULT_CONTAINERS.vllm_serve.image;
+    const refused = await api.post("/api/jobs/submit", { template_id: tpl.id, duration_minutes: 1, container_spec: { image: vllm } }, renter.headers);
+    expect(refused.status, refused.text).toBe(400);
+    expect(refused.body.error).toMatch(new RegExp(`^container_spec\\.image ${vllm} .*runs vllm_serve jobs only`));
+    const own = `ghcr.io/acme/solver:3.2.1@sha256:${"f".repeat(64)}`;
+    const notBuiltin = await api.post("/api/jobs/submit", { template_id: tpl.id, duration_minutes: 1, container_spec: { image: own } }, renter.headers);
+    expect(notBuiltin.status, notBuiltin.text).toBe(400);
+    expect(notBuiltin.body.error).toContain(`container_spec.image ${own} is not one of the platform's built-in images`);
   });
 
   it("judges vLLM's image by its repository, whatever its tag or digest", () => {

@@ -4,11 +4,13 @@
 // one-time code and the second call, with the code, issues an extra key.
 // Guessing is bounded per account, whatever the callers' addresses: one live
 // code (5 wrong guesses), 5 codes an hour, 10 wrong guesses an hour (429).
+// The retention sweep deletes the codes those limits no longer count.
 import crypto from "node:crypto";
 import type { Config } from "../../config.js";
-import type { Sql, Tx } from "../../db/index.js";
+import type { Db, Sql, Tx } from "../../db/index.js";
 import { apiError, badRequest, unauthorized } from "../../errors.js";
 import type { Logger } from "../../log.js";
+import { deleteInBatches } from "../shared/batched-delete.js";
 import { issueKey, type KeyRole } from "./keys.js";
 import { lockAccountKeys, rotateKeys } from "./key-rotation.js";
 
@@ -19,6 +21,8 @@ const MAX_ATTEMPTS = 5;
 export const CODES_PER_HOUR = 5;
 /** Wrong guesses per account per hour across all its codes; past it even the right code waits. */
 export const WRONG_GUESSES_PER_HOUR = 10;
+/** The hour both per-hour limits count over. */
+const LIMITS_WINDOW = "1 hour";
 /** How long one email may take to send. */
 const SEND_TIMEOUT_MS = 10_000;
 /**
@@ -83,8 +87,8 @@ export async function loginByEmail(
       await lockAccount(tx, role, accountId);
       // The fifth newest code of the last hour, sent or being sent: while there is one, no new code until it is an hour old.
       const [fifth] = await tx<{ retry: number }[]>`
-        SELECT ceil(extract(epoch FROM created_at + interval '1 hour' - now()))::int AS retry FROM login_codes
-        WHERE role = ${role} AND account_id = ${accountId} AND created_at > now() - interval '1 hour'
+        SELECT ceil(extract(epoch FROM created_at + ${LIMITS_WINDOW}::interval - now()))::int AS retry FROM login_codes
+        WHERE role = ${role} AND account_id = ${accountId} AND created_at > now() - ${LIMITS_WINDOW}::interval
           AND (sent_at IS NOT NULL OR created_at > now() - ${SENDING_COUNTS_FOR}::interval)
         ORDER BY created_at DESC OFFSET ${CODES_PER_HOUR - 1} LIMIT 1`;
       if (fifth) {
@@ -125,9 +129,9 @@ export async function loginByEmail(
         SELECT attempts, expires_at,
                sum(attempts) OVER (ORDER BY expires_at DESC, id DESC) - attempts AS newer
         FROM login_codes
-        WHERE role = ${role} AND account_id = ${accountId} AND attempts > 0 AND expires_at > now() - interval '1 hour')
+        WHERE role = ${role} AND account_id = ${accountId} AND attempts > 0 AND expires_at > now() - ${LIMITS_WINDOW}::interval)
       SELECT coalesce(sum(attempts), 0)::int AS wrong,
-             ceil(extract(epoch FROM min(expires_at) FILTER (WHERE newer < ${WRONG_GUESSES_PER_HOUR}) + interval '1 hour' - now()))::int AS retry
+             ceil(extract(epoch FROM min(expires_at) FILTER (WHERE newer < ${WRONG_GUESSES_PER_HOUR}) + ${LIMITS_WINDOW}::interval - now()))::int AS retry
       FROM c`;
     if (g.wrong >= WRONG_GUESSES_PER_HOUR) {
       throw tooMany(`too many wrong sign-in codes (${WRONG_GUESSES_PER_HOUR} per hour); try again later`, g.retry ?? 3600);
@@ -146,6 +150,25 @@ export async function loginByEmail(
   });
   if (!right) throw unauthorized("wrong sign-in code");
   return { kind: "key", apiKey: await signedIn(sql, config, role, accountId) };
+}
+
+/**
+ * Deletes the codes nothing reads any more, a batch a statement (shared/batched-delete.ts): a code
+ * counts toward the hour's codes until LIMITS_WINDOW after its created_at, its wrong guesses toward
+ * the hour's until LIMITS_WINDOW after its expires_at, and it signs in only before its expires_at.
+ * So one created and expired more than LIMITS_WINDOW ago, used or not, is spent: the limits count
+ * the same without it. Run by the retention sweep (src/workers/retention.ts). The table is read
+ * whole: after a sweep it holds the last hour's codes and those spent since.
+ */
+export async function deleteSpentLoginCodes(db: Db): Promise<number> {
+  return deleteInBatches(async (limit) => {
+    const r = await db`
+      DELETE FROM login_codes WHERE id = ANY(ARRAY(
+        SELECT id FROM login_codes
+        WHERE created_at < now() - ${LIMITS_WINDOW}::interval AND expires_at < now() - ${LIMITS_WINDOW}::interval
+        LIMIT ${limit} FOR UPDATE SKIP LOCKED))`;
+    return r.count;
+  });
 }
 
 /**

@@ -166,7 +166,8 @@ export async function prepareSubmit(db: Db, hmacSecret: string, renterId: number
   const maxDurationSeconds = checkRange(input.maxDurationSeconds ?? L.maxDurationSeconds.default, L.maxDurationSeconds.min, L.maxDurationSeconds.max, "max_duration_seconds", true);
   const priority = checkRange(input.priority ?? L.priority.default, L.priority.min, L.priority.max, "priority", true);
   const requestedProvider = input.providerId === undefined ? null : checkRange(input.providerId, 1, Number.MAX_SAFE_INTEGER, "provider_id", true);
-  // A template's job runs in its job type's default image, as an absent image does (templates.ts).
+  // A template names no image of its own: its job runs in the type's default image unless container_spec names
+  // another, under the rules of any job of the type (templates.ts).
   const givenContainer = input.containerSpec;
   // Absent inputs take the defaults of job-schemas.ts, so what the task spec says is what runs and is billed.
   const params = validateParams(jobType, input.params, { defaultImage: !namesImage(givenContainer) });

@@ -1,8 +1,9 @@
 // Compute templates: ready-made job setups, one per kind of work. A template's
 // params_schema IS the schema submit validates `params` with (job-schemas.ts),
 // its image is its job type's default image (the one the daemons' program for
-// the type runs in), and its resource_requirements become the job's
-// gpu_requirements at submit.
+// the type runs in), which a submit's container_spec.image may replace under
+// the rules of any job of the type, and its resource_requirements become the
+// job's gpu_requirements at submit.
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import type { TemplateSchema } from "../../../gen/svc/v1/models_pb.js";
 import { notFound } from "../../errors.js";

@@ -4,47 +4,36 @@
 // file 2.4 million uptime hours a day) while the score reads the last 24 hours
 // and the last 30 days.
 import type { Db } from "../../db/index.js";
+import { deleteInBatches } from "../shared/batched-delete.js";
 import { SUCCESS_WINDOW_DAYS, UPTIME_WINDOW_HOURS } from "./reputation.js";
 
 /** Filed uptime hours are kept this long: the window, and a week for looking back at an outage. */
 export const UPTIME_KEPT_HOURS = UPTIME_WINDOW_HOURS + 7 * 24;
 /** Attempt days are kept while the success rate may read them, and one day more. */
 export const ATTEMPT_DAYS_KEPT = SUCCESS_WINDOW_DAYS + 1;
-/** Rows deleted per statement: each is a short transaction, so heartbeats filing hours never wait long. */
-const BATCH = 10_000;
 
 export interface RetentionResult {
   uptimeHours: number;
   attemptDays: number;
 }
 
-/** Deletes in batches until nothing older than the cut-off is left; rows another process is deleting are skipped. */
-async function deleteInBatches(deleteBatch: () => Promise<number>): Promise<number> {
-  let total = 0;
-  for (;;) {
-    const n = await deleteBatch();
-    total += n;
-    if (n < BATCH) return total;
-  }
-}
-
 export async function deleteExpiredReputationRows(db: Db): Promise<RetentionResult> {
   // provider_uptime has an index on hour; provider_attempt_days, bounded by this to about 31 rows a
-  // provider, is read whole (once an hour).
-  const uptimeHours = await deleteInBatches(async () => {
+  // provider, is read whole (once an hour). A batch a statement, so heartbeats filing hours never wait long.
+  const uptimeHours = await deleteInBatches(async (limit) => {
     const r = await db`
       DELETE FROM provider_uptime WHERE ctid = ANY(ARRAY(
         SELECT ctid FROM provider_uptime
         WHERE hour < date_trunc('hour', now(), 'UTC') - make_interval(hours => ${UPTIME_KEPT_HOURS})
-        LIMIT ${BATCH} FOR UPDATE SKIP LOCKED))`;
+        LIMIT ${limit} FOR UPDATE SKIP LOCKED))`;
     return r.count;
   });
-  const attemptDays = await deleteInBatches(async () => {
+  const attemptDays = await deleteInBatches(async (limit) => {
     const r = await db`
       DELETE FROM provider_attempt_days WHERE ctid = ANY(ARRAY(
         SELECT ctid FROM provider_attempt_days
         WHERE day <= (now() AT TIME ZONE 'UTC')::date - ${ATTEMPT_DAYS_KEPT}::int
-        LIMIT ${BATCH} FOR UPDATE SKIP LOCKED))`;
+        LIMIT ${limit} FOR UPDATE SKIP LOCKED))`;
     return r.count;
   });
   return { uptimeHours, attemptDays };
