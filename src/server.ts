@@ -110,6 +110,7 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
     log,
     trustProxy: config.trustProxy,
     guard: limits?.guard,
+    unroutedGuard: limits?.unroutedGuard,
     shutdownSignal: shutdown.signal,
     onAnswered: (r, status, seconds) => metrics.request("rest", `${r.httpMethod} ${r.template}`, status, seconds),
   });

@@ -26,3 +26,12 @@ export const RATE_LIMITS = {
 } as const satisfies Record<string, RateLimitRow>;
 
 export type RateLimitName = keyof typeof RATE_LIMITS;
+
+/**
+ * The row of an /api request that no route answers (an unknown path, or a method its path does not take):
+ * the table's rows by method and path, as for a route: a GET (or HEAD) under /api/admin/ is on
+ * `GET /api/admin/*`, anything else on `all other /api/*`.
+ */
+export function unroutedRow(httpMethod: string, path: string): RateLimitName {
+  return (httpMethod === "GET" || httpMethod === "HEAD") && path.startsWith("/api/admin/") ? "admin" : "default";
+}

@@ -3,7 +3,9 @@
 // `rate_limits` table of migration 006) or Redis when REDIS_URL is set.
 //
 // Each RPC names its row with the `rate_limit` route option; a route without
-// one counts against `default`. A request counts against exactly one row.
+// one counts against `default`; an /api request that no route answers (404,
+// 405) counts against the row of its method and path (unroutedRow). A request
+// counts against exactly one row.
 // The same rows apply to REST and to gRPC/Connect calls. Rows per client IP
 // are counted before authentication and before the request's body is read
 // (the transcoder's guard; for gRPC/Connect `countAtStart`, when the call's
@@ -27,8 +29,8 @@ import type { KeyRowCounter } from "../services/deps.js";
 import { credentialsKey } from "./credentials.js";
 import { apiError } from "../errors.js";
 import { toConnectError } from "./errors.js";
-import { RATE_LIMITS, type RateLimitName, type RateLimitRow, type Subject } from "./rate-limit-table.js";
-import type { RestRoute, RouteGuard } from "./rest.js";
+import { RATE_LIMITS, unroutedRow, type RateLimitName, type RateLimitRow, type Subject } from "./rate-limit-table.js";
+import type { RestRoute, RouteGuard, UnroutedGuard } from "./rest.js";
 
 export { RATE_LIMITS, type RateLimitName, type RateLimitRow, type Subject } from "./rate-limit-table.js";
 
@@ -173,6 +175,8 @@ export function pgClientAdapter(sql: Sql) {
 export interface RateLimits {
   /** The REST transcoder's guard, before authentication: IP rows only (throws a 429 apiError with Retry-After). */
   guard: RouteGuard;
+  /** The same for an /api request that no route answers (an unknown path: 404; a method its path does not take: 405). */
+  unroutedGuard: UnroutedGuard;
   /**
    * The same IP rows for gRPC and Connect calls, counted when the request starts (before its body
    * is read: a body that stalls is counted too): the call's count on its IP row, as a rejected
@@ -329,6 +333,7 @@ export async function createRateLimits(config: Config, sql: Sql, log: Logger): P
       const name = rowNameOf(r.rateLimit);
       if (rows[name].per === "ip") await check(name, clientIp);
     },
+    unroutedGuard: (httpMethod, path, clientIp) => check(unroutedRow(httpMethod, path), clientIp),
     countAtStart(method, clientIp) {
       const name = rowNameOf(getOption(method, routeOption).rateLimit);
       if (rows[name].per !== "ip") return undefined;

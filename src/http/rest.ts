@@ -56,9 +56,13 @@ export interface RestRoute {
   refuseWithoutCredential?: (ctx: HandlerContext) => Promise<void>;
 }
 
-/** Runs before the handler and before authentication (rate-limit rows per client IP); may throw an apiError. */
-/** Checks a request before its body is read (the per-IP rate-limit rows). */
+/** Checks a request before its body is read (the per-IP rate-limit rows); may throw an apiError (429). */
 export type RouteGuard = (route: RestRoute, clientIp: string) => Promise<void>;
+/** The same for an /api request that no route answers, before it is answered 404 or 405. */
+export type UnroutedGuard = (httpMethod: string, path: string, clientIp: string) => Promise<void>;
+
+/** The paths the REST API answers, a route or not (the API document and its viewer are served ahead of it). */
+export const isApiPath = (path: string): boolean => path === "/api" || path.startsWith("/api/");
 
 function compileTemplate(template: string): { pattern: RegExp; params: string[]; literalSegments: number } {
   const params: string[] = [];
@@ -234,6 +238,7 @@ export interface RestHandlerOptions {
   /** Trusted proxy hops (config.trustProxy). */
   trustProxy: number;
   guard?: RouteGuard;
+  unroutedGuard?: UnroutedGuard;
   shutdownSignal?: AbortSignal;
   /** Told of every answered route request (metrics): its status and seconds taken (a stream: until it ended). */
   onAnswered?: (route: RestRoute, status: number, seconds: number) => void;
@@ -401,7 +406,7 @@ class RestContext implements HandlerContext {
   }
 }
 
-/** Returns a handler that answers when the path is a REST route, or false. */
+/** Returns a handler that answers when the path is a REST route or under /api (404 when no route has it), or false. */
 export function createRestHandler(opts: RestHandlerOptions) {
   // Each request in flight whose handler reads its signal listens on it: no leak warning at 11.
   if (opts.shutdownSignal) setMaxListeners(0, opts.shutdownSignal);
@@ -415,7 +420,14 @@ export function createRestHandler(opts: RestHandlerOptions) {
     const { route: found, pathParams, pathMatched } = matchRoute(opts.routes, head ? "GET" : httpMethod, url.pathname);
     const r = head && !found?.headable ? undefined : found;
     if (!r) {
-      if (!pathMatched) return false;
+      if (!pathMatched && !isApiPath(url.pathname)) return false;
+      // Counted as a route's request is: an unknown path or method is no way around the per-IP limit.
+      const unrouted = opts.unroutedGuard;
+      if (unrouted && !(await passesLimit(res, () => unrouted(httpMethod, url.pathname, clientIpOf(req, opts.trustProxy))))) return true;
+      if (!pathMatched) {
+        sendJson(res, 404, { error: `not found: ${httpMethod} ${maskSecrets(url.pathname)}` });
+        return true;
+      }
       const allow = allowedMethods(opts.routes, url.pathname);
       sendJson(res, 405, { error: `method ${httpMethod} not allowed on ${maskSecrets(url.pathname)}` }, { allow: allow.join(", ") });
       return true;

@@ -5,7 +5,7 @@
 import { getOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { Role, route } from "../../gen/svc/v1/options_pb.js";
-import { constantTimeEqual, roleOfKey } from "../domain/accounts/keys.js";
+import { anyKeyRevoked, constantTimeEqual, roleOfKey } from "../domain/accounts/keys.js";
 import { cachedLookupKey, keyHashOf } from "../domain/accounts/key-cache.js";
 import { badRequest, forbidden, notFound, unauthorized } from "../errors.js";
 import { credentialsKey } from "../http/credentials.js";
@@ -22,7 +22,7 @@ export function rolesOf(method: DescMethod): Role[] {
 
 interface Guard {
   roles: Role[];
-  /** 404 rather than 401 for a key of no account (route option unknown_key_not_found). */
+  /** 404 rather than 401 for a key no account was ever given (route option unknown_key_not_found). */
   unknownKeyNotFound: boolean;
 }
 
@@ -36,9 +36,14 @@ interface Authenticated {
   key?: string;
 }
 
-/** A key that no account has: 404 on routes that say so (unknownKeyNotFound), else 401. */
-function unknownKeyError(wanted: Set<string>, unknownKeyNotFound: boolean) {
-  return unknownKeyNotFound ? notFound(`${[...wanted].join(" or ")} not found: no account has this API key`) : unauthorized("invalid API key");
+/**
+ * The answer to keys that no live account has: 401 "invalid API key", or 404 "<role> not found" on the routes
+ * that say so (unknownKeyNotFound: the `me` reads) when no account was ever given any of them. A key its account
+ * revoked (a rotation) worked once and works no more: an invalid key on every route, those included.
+ */
+async function unknownKeyError(deps: Deps, keys: readonly string[], wanted: Set<string>, unknownKeyNotFound: boolean) {
+  if (unknownKeyNotFound && !(await anyKeyRevoked(deps.sql, keys))) return notFound(`${[...wanted].join(" or ")} not found: no account has this API key`);
+  return unauthorized("invalid API key");
 }
 
 /** Whose admin token among those given this is (every token compared in full, in constant time), or undefined. */
@@ -68,14 +73,14 @@ async function authenticate(deps: Deps, { roles, unknownKeyNotFound }: Guard, ct
     if (owner.suspended) throw forbidden("renter account is suspended");
     return { principal: { role: "renter", renterId: owner.accountId }, key };
   }
-  if (keys.length > 0) throw unknownKeyError(wanted, unknownKeyNotFound);
+  if (keys.length > 0) throw await unknownKeyError(deps, keys, wanted, unknownKeyNotFound);
   const adminOnly = wanted.size === 0;
   if (adminOnly) {
     throw unauthorized(creds.adminTokens.length > 0 ? "invalid admin token" : "admin token required (x-admin-token or Authorization: Bearer)");
   }
   const otherKeys = creds.keys.filter((k) => roleOfKey(k) !== undefined);
   if (otherKeys.length > 0) throw forbidden(`this endpoint needs a ${[...wanted].join(" or ")} key`);
-  if (creds.keys.length > 0) throw unknownKeyError(wanted, unknownKeyNotFound);
+  if (creds.keys.length > 0) throw await unknownKeyError(deps, [], wanted, unknownKeyNotFound);
   if (creds.adminTokens.length > 0 && roles.includes(Role.ADMIN)) throw unauthorized("invalid admin token");
   throw badRequest("API key required");
 }

@@ -150,6 +150,39 @@ describe("each row, shared by two server processes", () => {
     expect(r.status).toBe(404);
   });
 
+  it("counts /api requests no route answers (an unknown path: 404; a method its path does not take: 405) on the default row, shared with the known routes", async () => {
+    const ip = freshIp();
+    const from = { "x-forwarded-for": ip };
+    const unknown = ["/api/nope", "/api/jobs/x/y/z", "/api", "/api/renters/me/more"];
+    const send = (srv: TestServer, i: number) =>
+      i % 5 === 4 ? client(srv.url).call("DELETE", "/api/renters/me", undefined, from) : client(srv.url).get(unknown[i % 5], from);
+    for (let i = 0; i < RATE_LIMITS.default.points; i++) {
+      const r = await send(i % 2 ? b : a, i);
+      expect(r.status, `request ${i + 1}: ${r.text}`).toBe(i % 5 === 4 ? 405 : 404);
+      expect(r.body).toEqual({ error: expect.any(String) });
+    }
+    expect429(await send(a, 0), 60);
+    expect429(await send(b, 4), 60);
+    expect429(await client(a.url).post("/api/nope", { any: "body" }, from), 60);
+    // One row: the known routes of that row, from that address, are over it too.
+    expect429(await REQUESTS.default(b, ip, 0), 60);
+    // Another client is not affected.
+    expect((await client(b.url).get("/api/nope", { "x-forwarded-for": freshIp() })).status).toBe(404);
+  });
+
+  it("counts a GET of an unknown path under /api/admin on the GET /api/admin/* row, any other unknown path on the default row", async () => {
+    const ip = freshIp();
+    const from = { "x-forwarded-for": ip };
+    for (let i = 0; i < RATE_LIMITS.admin.points; i++) {
+      const r = await client((i % 2 ? a : b).url).get("/api/admin/nope", from);
+      expect(r.status, r.text).toBe(404);
+    }
+    expect429(await client(a.url).get("/api/admin/nope", from), 60);
+    expect429(await REQUESTS.admin(b, ip, 0), 60);
+    expect((await client(a.url).post("/api/admin/nope", {}, from)).status).toBe(404);
+    expect((await client(b.url).get("/api/nope", from)).status).toBe(404);
+  });
+
   it("counts the API document and its viewer on the default row (served ahead of the transcoder)", async () => {
     const ip = freshIp();
     const docs = (srv: TestServer, path: string, method = "GET") => fetch(`${srv.url}${path}`, { method, headers: { "x-forwarded-for": ip } });

@@ -84,8 +84,9 @@ export type RouteOptions = Message<"svc.v1.RouteOptions"> & {
   bodyLimitKb: number;
 
   /**
-   * A key that belongs to no account answers 404 "<role> not found" instead of
-   * 401 "invalid API key" (the documented answer of the `me` reads).
+   * A key that no account was ever given answers 404 "<role> not found" instead of
+   * 401 "invalid API key" (the documented answer of the `me` reads); a key its
+   * account revoked (a rotation) is 401 "invalid API key" there too.
    *
    * @generated from field: bool unknown_key_not_found = 6;
    */

@@ -55,6 +55,20 @@ export async function lookupKey(db: Db, key: string): Promise<KeyOwner | undefin
   return { role: row.role, accountId: (row.role === "provider" ? row.provider_id : row.renter_id)!, suspended: row.suspended === true };
 }
 
+/**
+ * Whether one of these keys was issued and has since been revoked (a rotation): a key that worked once,
+ * which callers are told is invalid, unlike a key no account was ever given.
+ */
+export async function anyKeyRevoked(db: Db, keys: readonly string[]): Promise<boolean> {
+  const hashes = keys.filter((k) => roleOfKey(k) && k.length <= 200).map((k) => hashKey(k).toString("hex"));
+  if (hashes.length === 0) return false;
+  const [row] = await db`
+    SELECT 1 FROM api_keys
+    WHERE key_hash IN (SELECT decode(h, 'hex') FROM unnest(${hashes}::text[]) h) AND revoked_at IS NOT NULL
+    LIMIT 1`;
+  return row !== undefined;
+}
+
 export function constantTimeEqual(a: string, b: string): boolean {
   const ha = crypto.createHash("sha256").update(a).digest();
   const hb = crypto.createHash("sha256").update(b).digest();
