@@ -10,7 +10,7 @@ import { createEdge } from "./http/edge.js";
 import { bodyLimitBytesOf } from "./http/body.js";
 import { callLogInterceptor, requestIdOf } from "./http/call-log.js";
 import { credentialsFromHeaders, credentialsKey } from "./http/credentials.js";
-import { buildRouteTable, clientIpOf, createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
+import { buildRouteTable, clientIpOf, createRestHandler, passesLimit, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
 import { buildServices, STREAM_CODECS } from "./services/index.js";
 import { createApiDocsHandler } from "./http/api-docs.js";
 import { createCors } from "./http/cors.js";
@@ -177,6 +177,11 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
       const url = new URL(req.url ?? "/", "http://localhost");
       for (const h of plain) if (await h(req, res, url)) return;
       if (await rest(req, res)) return;
+      // Nothing answered (an unknown gRPC/Connect procedure, any other path): counted as an unrouted /api
+      // request is, so that no path is a way around the per-IP limit.
+      const unrouted = limits?.unroutedGuard;
+      const httpMethod = (req.method ?? "GET").toUpperCase();
+      if (unrouted && !(await passesLimit(res, () => unrouted(httpMethod, url.pathname, clientIpOf(req, config.trustProxy))))) return;
       sendJson(res, 404, { error: `not found: ${req.method} ${maskSecrets(url.pathname)}` });
     })().catch((err: unknown) => {
       log.error({ err, method: req.method, path: maskSecrets((req.url ?? "").split("?")[0]) }, "request handler failed");

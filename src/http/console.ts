@@ -8,21 +8,13 @@ import zlib from "node:zlib";
 import { fileURLToPath } from "node:url";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
+import { selfOnlyCsp } from "./csp.js";
 import type { NodeRequest, NodeResponse } from "./rest.js";
 
-export const CONSOLE_CSP = [
-  "default-src 'self'",
-  "script-src 'self'",
-  "style-src 'self'",
+export const CONSOLE_CSP = selfOnlyCsp({
   // PNG output is previewed from an object URL made in the page.
-  "img-src 'self' blob:",
-  "connect-src 'self'",
-  "font-src 'self'",
-  "object-src 'none'",
-  "base-uri 'none'",
-  "form-action 'self'",
-  "frame-ancestors 'none'",
-].join("; ");
+  "img-src": ["blob:"],
+});
 
 const FAVICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="6" fill="#0f172a"/><path d="M8 22V10h4v12zm6 0V6h4v16zm6 0v-8h4v8z" fill="#60a5fa"/></svg>`;
 

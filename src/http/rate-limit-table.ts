@@ -28,9 +28,9 @@ export const RATE_LIMITS = {
 export type RateLimitName = keyof typeof RATE_LIMITS;
 
 /**
- * The row of an /api request that no route answers (an unknown path, or a method its path does not take):
- * the table's rows by method and path, as for a route: a GET (or HEAD) under /api/admin/ is on
- * `GET /api/admin/*`, anything else on `all other /api/*`.
+ * The row of a request that nothing answers (an /api path no route has, or a method its path does not take;
+ * an unknown procedure or any other path): the table's rows by method and path, as for a route: a GET (or
+ * HEAD) under /api/admin/ is on `GET /api/admin/*`, anything else on `all other /api/*`.
  */
 export function unroutedRow(httpMethod: string, path: string): RateLimitName {
   return (httpMethod === "GET" || httpMethod === "HEAD") && path.startsWith("/api/admin/") ? "admin" : "default";

@@ -3,9 +3,10 @@
 // `rate_limits` table of migration 006) or Redis when REDIS_URL is set.
 //
 // Each RPC names its row with the `rate_limit` route option; a route without
-// one counts against `default`; an /api request that no route answers (404,
-// 405) counts against the row of its method and path (unroutedRow). A request
-// counts against exactly one row.
+// one counts against `default`; a request that nothing answers (an /api path
+// no route has or a method it does not take: 404, 405; an unknown gRPC/Connect
+// procedure or any other path: 404) counts against the row of its method and
+// path (unroutedRow). A request counts against exactly one row.
 // The same rows apply to REST and to gRPC/Connect calls. Rows per client IP
 // are counted before authentication and before the request's body is read
 // (the transcoder's guard; for gRPC/Connect `countAtStart`, when the call's
@@ -175,7 +176,10 @@ export function pgClientAdapter(sql: Sql) {
 export interface RateLimits {
   /** The REST transcoder's guard, before authentication: IP rows only (throws a 429 apiError with Retry-After). */
   guard: RouteGuard;
-  /** The same for an /api request that no route answers (an unknown path: 404; a method its path does not take: 405). */
+  /**
+   * The same for a request that nothing answers: an /api request no route answers (an unknown path: 404; a method
+   * its path does not take: 405), and, in the server's fallback, an unknown procedure or any other path (404).
+   */
   unroutedGuard: UnroutedGuard;
   /**
    * The same IP rows for gRPC and Connect calls, counted when the request starts (before its body

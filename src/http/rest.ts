@@ -58,7 +58,7 @@ export interface RestRoute {
 
 /** Checks a request before its body is read (the per-IP rate-limit rows); may throw an apiError (429). */
 export type RouteGuard = (route: RestRoute, clientIp: string) => Promise<void>;
-/** The same for an /api request that no route answers, before it is answered 404 or 405. */
+/** The same for a request that nothing answers (an /api path no route answers, an unknown procedure, any other path), before its 404 or 405. */
 export type UnroutedGuard = (httpMethod: string, path: string, clientIp: string) => Promise<void>;
 
 /** The paths the REST API answers, a route or not (the API document and its viewer are served ahead of it). */

@@ -31,6 +31,7 @@ import {
 import type { AssignedJob } from "../domain/notify/job-notices.js";
 import type { JobRow } from "../domain/shared/job-row.js";
 import { providerById, type DaemonSettingsRow } from "../domain/providers/providers.js";
+import { preferenceFields } from "../domain/providers/preferences.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
 import { registerProviderKey, verifyAttestation } from "../domain/providers/attestations.js";
 import { recordTaskKeyCheck, taskKeyMismatch } from "../domain/dispatch/task-key.js";
@@ -92,12 +93,7 @@ type Settings = MessageInitShape<typeof DaemonSettingsSchema>;
 function settingsOf(p: Omit<DaemonSettingsRow, "id">): Settings {
   return {
     paused: p.is_paused || p.status === "paused",
-    runMode: p.run_mode,
-    scheduledStart: p.scheduled_start ?? undefined,
-    scheduledEnd: p.scheduled_end ?? undefined,
-    gpuUsageCapPct: p.gpu_usage_cap_pct,
-    vramReserveGb: p.vram_reserve_gb,
-    tempLimitC: p.temp_limit_c,
+    ...preferenceFields(p),
     approvalStatus: p.approval_status,
   };
 }

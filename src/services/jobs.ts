@@ -11,7 +11,7 @@ import { servingPolicy } from "../domain/shared/job-end.js";
 import { idempotent, restoreAnswer } from "../domain/money/idempotency.js";
 import { cancelJob } from "../domain/jobs/job-control.js";
 import { appendLogs, completeJob, endpointReady, markJobPreparing, pollJob, reportProgress, reportResult } from "../domain/jobs/job-reports.js";
-import { JOB_STATUSES, attemptsForReader, jobAttempts, jobForReader, jobLogs, jobView, jobViews, listJobs, type JobReader } from "../domain/jobs/jobs.js";
+import { JOB_STATUSES, attemptMessage, attemptsForReader, jobAttempts, jobForReader, jobLogs, jobView, jobViews, listJobs, type JobReader } from "../domain/jobs/jobs.js";
 import { type JobRow } from "../domain/shared/job-row.js";
 import { checkPublicServing, prepareSubmit, reloadJob, submitJob, type SubmitInput, type Submitted } from "../domain/jobs/submit.js";
 import { SubmitBatcher } from "../domain/jobs/submit-batcher.js";
@@ -278,18 +278,7 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
       const attempts = (await jobAttempts(sql, job.id)).filter((a) => scope === "all" || scope.includes(a.attempt));
       return {
         jobId: job.job_id,
-        attempts: attempts.map((a) => ({
-          attempt: a.attempt,
-          providerId: a.provider_id === null ? undefined : BigInt(a.provider_id),
-          status: a.status,
-          assignedAt: iso(a.assigned_at),
-          startedAt: iso(a.started_at),
-          endedAt: iso(a.ended_at),
-          endReason: a.end_reason ?? undefined,
-          fault: a.fault ?? undefined,
-          costHalala: a.cost_halala === null ? undefined : BigInt(a.cost_halala),
-          error: a.error ?? undefined,
-        })),
+        attempts: attempts.map(attemptMessage),
       };
     },
 

@@ -17,7 +17,7 @@ import { MAX_VRAM_MIB, recordHeartbeat } from "../domain/providers/heartbeat.js"
 import { count } from "../domain/shared/lenient.js";
 import { recordDaemonEvent } from "../domain/providers/daemon-events.js";
 import { recordReadiness } from "../domain/providers/readiness.js";
-import { setPreferences } from "../domain/providers/preferences.js";
+import { preferenceFields, setPreferences } from "../domain/providers/preferences.js";
 import { isLive } from "../domain/shared/liveness.js";
 import { offerWorkTo } from "../domain/dispatch/job-hooks.js";
 import {
@@ -154,14 +154,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
       await offerWorkTo(sql, log, id);
       return {
         success: true,
-        preferences: {
-          runMode: prefs.run_mode,
-          scheduledStart: prefs.scheduled_start ?? undefined,
-          scheduledEnd: prefs.scheduled_end ?? undefined,
-          gpuUsageCapPct: prefs.gpu_usage_cap_pct,
-          vramReserveGb: prefs.vram_reserve_gb,
-          tempLimitC: prefs.temp_limit_c,
-        },
+        preferences: preferenceFields(prefs),
       };
     },
 

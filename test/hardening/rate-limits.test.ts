@@ -7,6 +7,7 @@
 // by its /64, an IPv4-mapped one as its IPv4 address; rows configurable for
 // benchmarks; off switch. Two real OS processes: rate-limits-processes.test.ts.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import http2 from "node:http2";
 import net from "node:net";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
@@ -181,6 +182,50 @@ describe("each row, shared by two server processes", () => {
     expect429(await REQUESTS.admin(b, ip, 0), 60);
     expect((await client(a.url).post("/api/admin/nope", {}, from)).status).toBe(404);
     expect((await client(b.url).get("/api/nope", from)).status).toBe(404);
+  });
+
+  it("counts a request nothing answers outside /api (an unknown gRPC or Connect procedure, any other path) on the default row; what answers is not held", async () => {
+    const ip = freshIp();
+    const from = { "x-forwarded-for": ip };
+    const sessions = new Map<TestServer, http2.ClientHttp2Session>();
+    /** A gRPC call over HTTP/2 (one empty message) to a procedure no service has: its HTTP status, headers and body. */
+    const grpc = (srv: TestServer, headers: Record<string, string> = from) =>
+      new Promise<Reply>((resolve, reject) => {
+        if (!sessions.has(srv)) sessions.set(srv, http2.connect(srv.url));
+        const stream = sessions.get(srv)!.request({ ":method": "POST", ":path": "/svc.v1.Nope/Nope", "content-type": "application/grpc", te: "trailers", ...headers });
+        stream.end(Buffer.alloc(5));
+        let head: http2.IncomingHttpHeaders = {};
+        const chunks: Buffer[] = [];
+        stream.on("response", (h) => (head = h));
+        stream.on("data", (c: Buffer) => chunks.push(c));
+        stream.on("end", () => {
+          const text = Buffer.concat(chunks).toString("utf8");
+          const h = new Headers(Object.entries(head).filter(([k]) => !k.startsWith(":")).map(([k, v]): [string, string] => [k, String(v)]));
+          resolve({ status: Number(head[":status"]), headers: h, text, body: JSON.parse(text || "null") });
+        });
+        stream.on("error", reject);
+      });
+    // A Connect unary call over HTTP/1.1 to a procedure no service has, and a plain path nothing serves.
+    const connect = (srv: TestServer) => client(srv.url).post("/svc.v1.Nope/Nope", {}, { ...from, "connect-protocol-version": "1" });
+    const sends = [grpc, connect, (srv: TestServer) => client(srv.url).get("/nope", from)];
+    try {
+      for (let i = 0; i < RATE_LIMITS.default.points; i++) {
+        const r = await sends[i % 3]!(i % 2 ? b : a);
+        expect(r.status, `request ${i + 1}: ${r.text}`).toBe(404);
+        expect(r.body).toEqual({ error: expect.any(String) });
+      }
+      for (const send of sends) expect429(await send(a), 60);
+      expect429(await grpc(b), 60);
+      // One row: the known routes of that row, from that address, are over it too.
+      expect429(await REQUESTS.default(b, ip, 0), 60);
+      // What answers outside the transcoder and counts nothing is still answered: the console, the health check.
+      expect((await client(a.url).get("/", from)).status).toBe(200);
+      expect((await client(b.url).get("/healthz", from)).status).toBe(200);
+      // Another client is not affected.
+      expect((await grpc(a, { "x-forwarded-for": freshIp() })).status).toBe(404);
+    } finally {
+      for (const s of sessions.values()) s.close();
+    }
   });
 
   it("counts the API document and its viewer on the default row (served ahead of the transcoder)", async () => {

@@ -9,7 +9,7 @@ import { badRequest } from "../../errors.js";
 import { explainQueue, type QueueReason } from "../dispatch/dispatch.js";
 import { TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
 import { iso } from "../shared/validate.js";
-import { jobMessageFor, type JobReader } from "./jobs.js";
+import { attemptMessage, jobMessageFor, type JobReader } from "./jobs.js";
 import { IMAGE_RESULT_JOB_TYPES } from "./task-spec.js";
 
 export type JobEventInit = MessageInitShape<typeof JobEventSchema>;
@@ -117,21 +117,6 @@ export function parseCursor(cursor: string | undefined): number {
 }
 
 const big = (n: number | null | undefined) => (n === null || n === undefined ? undefined : BigInt(n));
-
-function attemptMessage(a: WatchAttempt): AttemptInit {
-  return {
-    attempt: a.attempt,
-    providerId: big(a.provider_id),
-    status: a.status,
-    assignedAt: iso(a.assigned_at),
-    startedAt: iso(a.started_at),
-    endedAt: iso(a.ended_at),
-    endReason: a.end_reason ?? undefined,
-    fault: a.fault ?? undefined,
-    costHalala: big(a.cost_halala),
-    error: a.error ?? undefined,
-  };
-}
 
 /** The parts of a read that make events, in a form compared by value between reads. */
 export interface WatchState {

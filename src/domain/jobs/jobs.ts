@@ -4,13 +4,14 @@
 //
 // Job rows and the Job resource shape.
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { JobAttemptSchema } from "../../../gen/svc/v1/jobs_pb.js";
 import type { JobSchema } from "../../../gen/svc/v1/models_pb.js";
 import type { Db } from "../../db/index.js";
 import { forbidden, notFound } from "../../errors.js";
 import { explainQueue, explainQueues, type QueueReason } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
 import { billableMinutes } from "../money/pricing.js";
-import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
+import { ACTIVE_STATUSES, JOB_SUMMARY_COLUMNS, TERMINAL_STATUSES, type JobAttemptRow, type JobRow, type JobSummaryRow } from "../shared/job-row.js";
 import { jobCountSql } from "../shared/job-counts.js";
 import { SERVING_JOB_TYPES, deadAtEnd, servedNothing } from "../shared/job-end.js";
 
@@ -218,21 +219,28 @@ export async function listJobs(
   return { rows, total: Number(total) };
 }
 
-export interface AttemptRow {
-  attempt: number;
-  provider_id: number | null;
-  status: string;
-  assigned_at: Date | null;
-  started_at: Date | null;
-  ended_at: Date | null;
-  end_reason: string | null;
-  fault: string | null;
-  cost_halala: number | null;
-  error: string | null;
+export async function jobAttempts(db: Db, id: number): Promise<JobAttemptRow[]> {
+  return db<JobAttemptRow[]>`SELECT * FROM job_attempts WHERE job_id = ${id} ORDER BY attempt`;
 }
 
-export async function jobAttempts(db: Db, id: number): Promise<AttemptRow[]> {
-  return db<AttemptRow[]>`SELECT * FROM job_attempts WHERE job_id = ${id} ORDER BY attempt`;
+/** What the JobAttempt message shows of an attempt: its row's columns, a timestamp also as the text JSON has for it. */
+type AttemptFields = Pick<JobAttemptRow, "attempt" | "provider_id" | "status" | "end_reason" | "fault" | "cost_halala" | "error"> &
+  Record<"assigned_at" | "started_at" | "ended_at", Date | string | null>;
+
+/** The JobAttempt message of an attempt (a job's history, a watch's attempts). */
+export function attemptMessage(a: AttemptFields): MessageInitShape<typeof JobAttemptSchema> {
+  return {
+    attempt: a.attempt,
+    providerId: big(a.provider_id),
+    status: a.status,
+    assignedAt: iso(a.assigned_at),
+    startedAt: iso(a.started_at),
+    endedAt: iso(a.ended_at),
+    endReason: a.end_reason ?? undefined,
+    fault: a.fault ?? undefined,
+    costHalala: big(a.cost_halala),
+    error: a.error ?? undefined,
+  };
 }
 
 export const MAX_LOG_LINES_READ = 10_000;

@@ -36,7 +36,7 @@ import {
   type ReceiptFile,
 } from "../../shared/receipt.js";
 import { iso } from "../shared/validate.js";
-import type { JobRow } from "../shared/job-row.js";
+import type { JobAttemptRow, JobRow } from "../shared/job-row.js";
 import { CHARGE_KIND } from "./ledger.js";
 import { billableSeconds } from "./pricing.js";
 
@@ -309,20 +309,14 @@ export async function publishedKeys(
 
 // ---- issue ----
 
-interface AttemptRow {
-  attempt: number;
-  provider_id: number | null;
-  status: string;
-  assigned_at: Date | null;
-  started_at: Date | null;
-  ended_at: Date | null;
-  end_reason: string | null;
-  cost_halala: number | null;
-  gpu: GpuFacts | null;
+type AttemptRow = Pick<
+  JobAttemptRow,
+  "attempt" | "provider_id" | "status" | "assigned_at" | "started_at" | "ended_at" | "end_reason" | "cost_halala" | "gpu"
+> & {
   /** The attempt's fault, where the schema has that column (null: none recorded; undefined: no column). */
   fault?: string | null;
   has_fault: boolean;
-}
+};
 
 interface MoneyRow {
   held: number;

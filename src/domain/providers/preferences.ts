@@ -45,6 +45,27 @@ export interface Preferences {
   temp_limit_c: number;
 }
 
+/** The preferences as messages carry them (ProviderPreferences, and within DaemonSettings and Provider): a window end not set is absent. */
+export interface PreferenceFields {
+  runMode: string;
+  scheduledStart?: string;
+  scheduledEnd?: string;
+  gpuUsageCapPct: number;
+  vramReserveGb: number;
+  tempLimitC: number;
+}
+
+export function preferenceFields(p: Omit<Preferences, "run_mode"> & { run_mode: string }): PreferenceFields {
+  return {
+    runMode: p.run_mode,
+    scheduledStart: p.scheduled_start ?? undefined,
+    scheduledEnd: p.scheduled_end ?? undefined,
+    gpuUsageCapPct: p.gpu_usage_cap_pct,
+    vramReserveGb: p.vram_reserve_gb,
+    tempLimitC: p.temp_limit_c,
+  };
+}
+
 function bounded(value: number | undefined, field: keyof typeof PREFERENCE_BOUNDS): number | undefined {
   if (value === undefined) return undefined;
   const b = PREFERENCE_BOUNDS[field];

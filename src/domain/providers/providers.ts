@@ -12,6 +12,7 @@ import { providersChanged } from "../accounts/invalidation.js";
 import { issueKey } from "../accounts/keys.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
 import { checkEnum, iso } from "../shared/validate.js";
+import { preferenceFields } from "./preferences.js";
 import { belowMinimum } from "./versions.js";
 
 export const PROVIDER_OS = ["windows", "linux", "mac", "darwin"] as const;
@@ -126,7 +127,6 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
     lastHeartbeat: iso(p.last_heartbeat),
     daemonVersion: p.daemon_version ?? undefined,
     daemonNeedsUpdate: belowMinimum(p.daemon_version),
-    runMode: p.run_mode,
     uptimePercent: p.uptime_percent,
     totalEarningsHalala: BigInt(p.total_earnings_halala),
     totalJobs: BigInt(p.total_jobs),
@@ -135,12 +135,8 @@ export function providerMessage(p: ProviderRow): MessageInitShape<typeof Provide
     gpuComputeCapability: p.gpu_compute_capability ?? undefined,
     gpuCudaVersion: p.gpu_cuda_version ?? undefined,
     isPaused: p.is_paused,
-    gpuUsageCapPct: p.gpu_usage_cap_pct,
-    vramReserveGb: p.vram_reserve_gb,
-    tempLimitC: p.temp_limit_c,
+    ...preferenceFields(p),
     approvalStatus: p.approval_status,
-    scheduledStart: p.scheduled_start ?? undefined,
-    scheduledEnd: p.scheduled_end ?? undefined,
     reliabilityScore: p.reliability_score ?? undefined,
     createdAt: iso(p.created_at)!,
     readinessStatus: p.readiness_status ?? undefined,

@@ -1,5 +1,8 @@
-// A jobs table row and the job statuses: a leaf every area that reads jobs
-// can import (dispatch and settlement among them) without importing job logic.
+// A jobs table row, an attempt's row and the job statuses: a leaf every area
+// that reads jobs can import (dispatch and settlement among them) without
+// importing job logic.
+import type { GpuFacts } from "../../shared/receipt.js";
+
 export interface JobRow {
   id: number;
   job_id: string;
@@ -62,6 +65,28 @@ export interface JobRow {
   /** Whose fault the end was: none, renter, provider, platform, unattributed (job-end.ts). */
   fault: string | null;
   actual_minutes: number | null;
+}
+
+/** A job_attempts row: one assignment of a job to a provider. */
+export interface JobAttemptRow {
+  job_id: number;
+  attempt: number;
+  provider_id: number | null;
+  status: string;
+  assigned_at: Date | null;
+  started_at: Date | null;
+  ended_at: Date | null;
+  end_reason: string | null;
+  /** Whose fault the attempt's end was (job-end.ts). */
+  fault: string | null;
+  cost_halala: number | null;
+  error: string | null;
+  /** The GPU its provider reported when the attempt ended (migration 023): its receipt's GPU facts. */
+  gpu: GpuFacts | null;
+  /** Characters of the attempt's stored log messages (migration 055). */
+  log_chars: number;
+  /** Log lines were dropped at a bound. */
+  log_truncated: boolean;
 }
 
 /**
