@@ -24,10 +24,15 @@ const MAX_SDK_HEADERS = 32;
 /** Headers the OpenAI SDKs send when a client sets an organization or project, or asks for a beta feature: allowed on /v1. */
 const V1_HEADERS = ["openai-organization", "openai-project", "openai-beta"];
 
+/** A request to the /v1 gateway (the OpenAI SDKs' headers). */
+function isV1(req: NodeRequest): boolean {
+  const path = (req.url ?? "").split("?")[0];
+  return path === "/v1" || path.startsWith("/v1/");
+}
+
 /** The headers a preflight allows: the list above, and on /v1 the OpenAI SDKs' (V1_HEADERS and the x-stainless-* it asks for). */
 function allowedHeaders(req: NodeRequest): string {
-  const path = (req.url ?? "").split("?")[0];
-  if (path !== "/v1" && !path.startsWith("/v1/")) return ALLOWED_HEADERS;
+  if (!isV1(req)) return ALLOWED_HEADERS;
   const asked = String(req.headers["access-control-request-headers"] ?? "")
     .split(",")
     .map((h) => h.trim().toLowerCase())
@@ -36,6 +41,20 @@ function allowedHeaders(req: NodeRequest): string {
 }
 
 export const EXPOSED_HEADERS = "retry-after, x-request-id, content-disposition, grpc-status, grpc-message";
+/**
+ * What a /v1 answer says in headers that a page's OpenAI SDK reads, or the docs tell it to: whether to retry
+ * (x-should-retry, which the SDK obeys over the status, and retry-after-ms), the per-key rate limit, and what a
+ * request was charged. A browser hides from the page every response header not exposed.
+ */
+const V1_EXPOSED_HEADERS = [
+  "x-should-retry", "retry-after-ms", "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
+  "x-svc-cost-halala", "x-svc-cost-micro-halala", "x-svc-truncated",
+].join(", ");
+
+/** The headers an answer exposes to a page: the list above, and on /v1 the gateway's (V1_EXPOSED_HEADERS). */
+function exposedHeaders(req: NodeRequest): string {
+  return isV1(req) ? `${EXPOSED_HEADERS}, ${V1_EXPOSED_HEADERS}` : EXPOSED_HEADERS;
+}
 const MAX_AGE_SECONDS = "600";
 
 /** The origins a browser page may call the API from (loadConfig checked FRONTEND_URL and CORS_ORIGINS as origins). */
@@ -58,7 +77,7 @@ export function createCors(config: Config) {
     const allowed = any || origins.has(origin);
     if (allowed) {
       res.setHeader("access-control-allow-origin", any ? "*" : origin);
-      res.setHeader("access-control-expose-headers", EXPOSED_HEADERS);
+      res.setHeader("access-control-expose-headers", exposedHeaders(req));
     }
     if (!preflight) return false;
     if (!allowed) {

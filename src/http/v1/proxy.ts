@@ -189,7 +189,12 @@ export async function proxyChatCompletion(p: ProxyRequest): Promise<ProxyResult>
         continue;
       }
       if (r.kind !== "failed") {
-        p.picker.succeeded(u);
+        // One that failed after its first event (dropped, stalled, sent what cannot be read) is not tried
+        // elsewhere, but rests as one that failed before it: failing fast, it would have the fewest requests
+        // in flight and draw the most. The client leaving, the deadline or a revoked key is no fault of it.
+        const brokeOff = (r.kind === "broken" || (r.kind === "streamed" && r.error !== undefined)) && !p.signal.aborted;
+        if (brokeOff) p.picker.failed(u);
+        else p.picker.succeeded(u);
         // Another endpoint served what the first refused: that one refuses wrongly (a broken engine, another model).
         if (refusal) {
           p.onUpstreamError?.("upstream_refused");
@@ -258,6 +263,37 @@ async function attempt(p: ProxyRequest, u: Upstream): Promise<Attempt> {
   }
 }
 
+/** How long an endpoint may take after [DONE] to end its response, and how much it may send meanwhile. */
+export const AFTER_DONE_MS = 2_000;
+const AFTER_DONE_BYTES = 64 * 1024;
+
+/**
+ * After [DONE]: the endpoint's response is read to its end (what comes is dropped), so that its connection
+ * goes back to the agent for the next request; vLLM's server ends it in a write of its own, after the event.
+ * One that has not ended it within AFTER_DONE_MS, or sends more than AFTER_DONE_BYTES, is hung up on: its
+ * connection would otherwise stay open, neither read nor reused, for as long as the endpoint kept it, one
+ * for every request.
+ */
+async function afterDone(upstream: IncomingMessage, reader: AsyncIterator<Buffer>): Promise<void> {
+  await reader.return?.(); // the reader lets go of the response (no longer paused under it), which stays open
+  if (upstream.readableEnded) return;
+  let left = AFTER_DONE_BYTES;
+  const hangUp = () => upstream.destroy();
+  const timer = setTimeout(hangUp, AFTER_DONE_MS).unref();
+  const onData = (c: Buffer) => {
+    left -= c.length;
+    if (left < 0) hangUp();
+  };
+  const done = () => {
+    clearTimeout(timer);
+    upstream.off("data", onData);
+  };
+  upstream.on("data", onData);
+  upstream.once("end", done);
+  upstream.once("close", done);
+  upstream.resume();
+}
+
 /**
  * Reads an endpoint's stream: relays it to a streaming client (events written as they come,
  * backpressure minded) or builds the JSON answer of a non-streaming one.
@@ -271,7 +307,8 @@ async function readStream(
   disarm: () => void,
   failure: (what: string) => Attempt,
 ): Promise<Attempt> {
-  const reader = (upstream as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+  // Stopped without destroying the response after [DONE], so that what follows it can be read (afterDone).
+  const reader = upstream.iterator({ destroyOnReturn: false }) as AsyncIterator<Buffer>;
   const sse = new SseReader();
   /** The endpoint sent its first well-formed event: from here on the request is its own (no failover). */
   let committed = false;
@@ -436,7 +473,7 @@ async function readStream(
     }
   } finally {
     if (finished) {
-      upstream.resume(); // drain what follows [DONE] so the connection can be reused
+      await afterDone(upstream, reader);
     } else {
       // Closing the connection is how vLLM learns to stop generating.
       ctl.abort();

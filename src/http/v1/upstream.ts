@@ -10,7 +10,16 @@ import http from "node:http";
 import https from "node:https";
 import { isIpLiteral, isPrivateAddress, publicOnlyLookup } from "../../domain/shared/address.js";
 
-const agents = { http: new http.Agent({ keepAlive: true }), https: new https.Agent({ keepAlive: true }) };
+/**
+ * How long a connection to an endpoint is kept idle for the next request: below the 5 s after which vLLM's
+ * server (uvicorn) closes an idle one, so that a request is not sent down a connection the endpoint is closing
+ * (a reset, read as the endpoint's failure). Only idle connections: a slow stream is never cut by it.
+ */
+const IDLE_CONNECTION_MS = 4_000;
+const agents = {
+  http: new http.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
+  https: new https.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
+};
 
 const lookup = publicOnlyLookup("endpoint");
 
