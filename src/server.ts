@@ -11,7 +11,7 @@ import { bodyLimitBytesOf } from "./http/body.js";
 import { callLogInterceptor, requestIdOf } from "./http/call-log.js";
 import { credentialsFromHeaders, credentialsKey } from "./http/credentials.js";
 import { buildRouteTable, clientIpOf, createRestHandler, passesLimit, sendJson, type NodeRequest, type NodeResponse } from "./http/rest.js";
-import { buildServices, STREAM_CODECS } from "./services/index.js";
+import { buildServices, STREAM_CODECS, STREAM_KIND_BOUNDS } from "./services/index.js";
 import { createApiDocsHandler } from "./http/api-docs.js";
 import { createCors } from "./http/cors.js";
 import { checkRouteRows, createRateLimits, ipRowCountKey } from "./http/rate-limits.js";
@@ -147,9 +147,15 @@ export async function startApp(config: Config, opts: StartOptions = {}): Promise
   ];
 
   // Method by method, each with its route's size limit: a message is never read past it
-  // (the library's default is 4 GiB, and bodies are read before authentication).
+  // (the library's default is 4 GiB, and bodies are read before authentication); a stream's message
+  // with a bound per kind is held to its kind's too, on either path.
   const methods = services.flatMap((s) =>
-    s.service.methods.map((m) => ({ method: m, impl: (s.impl as unknown as Record<string, never>)[m.localName], readMaxBytes: bodyLimitBytesOf(m) })),
+    s.service.methods.map((m) => ({
+      method: m,
+      impl: (s.impl as unknown as Record<string, never>)[m.localName],
+      readMaxBytes: bodyLimitBytesOf(m),
+      bounds: STREAM_KIND_BOUNDS.get(m),
+    })),
   );
   const interceptors = [metricsInterceptor(metrics), callLogInterceptor(log), ...(limits ? [limits.interceptor] : [])];
   const methodAt = new Map(methods.map((r) => [`/${r.method.parent.typeName}/${r.method.name}`, r.method]));

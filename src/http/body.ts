@@ -3,6 +3,7 @@ import type { IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
 import { getOption, type DescMethod } from "@bufbuild/protobuf";
 import { route } from "../../gen/svc/v1/options_pb.js";
+import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
 import { apiError } from "../errors.js";
 
 export const DEFAULT_BODY_LIMIT_KB = 64;
@@ -15,6 +16,12 @@ export const DEFAULT_BODY_LIMIT_KB = 64;
 export function bodyLimitBytesOf(method: DescMethod): number {
   return (getOption(method, route).bodyLimitKb || DEFAULT_BODY_LIMIT_KB) * 1024;
 }
+
+/**
+ * The heartbeat's body limit (POST /api/providers/heartbeat, its body_limit_kb): a daemon stream's
+ * heartbeat messages are held to it too (services/daemon-wire.ts).
+ */
+export const HEARTBEAT_BODY_LIMIT_BYTES = bodyLimitBytesOf(ProviderService.method.heartbeat);
 
 /**
  * 413 for a body over the limit. The rest of the body is discarded, not read

@@ -10,22 +10,26 @@
 // Connect parses it, which for millions of levels held the process seconds
 // (a compressed one is inflated to be measured). A message in the binary codec
 // is read as deep as that depth needs (protobuf-es's recursion limit raised,
-// and bounded) and held to the depth its JSON form would nest (binaryDepth).
-// And the lists of a request whose type holds one are counted before Connect
-// reads it, in either codec (listBodyCheck; src/shared/list-bounds.ts).
+// and bounded) and held to the depth its JSON form would nest (binaryDepth);
+// a unary one nested past what protobuf-es reads is refused, naming the field,
+// before Connect reads it (binaryBodyCheck). And the lists of a request whose
+// type holds one are counted before Connect reads it, in either codec, a JSON
+// text in the same walk as its depth (src/shared/list-bounds.ts).
 import type { Http2ServerRequest, ServerHttp2Stream } from "node:http2";
 import { promisify } from "node:util";
 import zlib from "node:zlib";
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { DescMessage, DescMethod, Message } from "@bufbuild/protobuf";
-import { checkMessageDepth, NestedTooDeep } from "../shared/json-nesting.js";
-import { checkBinaryLists, jsonListTree, ListTooLong, MalformedMessage } from "../shared/list-bounds.js";
+import { checkBinaryRequest, checkMessageDepth, NestedTooDeep } from "../shared/json-nesting.js";
+import { checkBinaryLists, jsonListTree, ListTooLong, MalformedMessage, type JsonListNode } from "../shared/list-bounds.js";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "./credentials.js";
-import { JsonDepthMeter, MAX_JSON_DEPTH, PROTO_RECURSION_LIMIT, tooDeepMessage } from "./json-depth.js";
-import { JsonListMeter } from "./json-lists.js";
+import { MAX_JSON_DEPTH, PROTO_RECURSION_LIMIT, tooDeepMessage } from "./json-depth.js";
+import { Envelopes, type EnvelopeReading, type Refusal } from "./envelopes.js";
+import { JsonScanner } from "./json-scan.js";
+import { EnvelopedKinds, type KindBounds } from "./kind-bounds.js";
 import { callFailure } from "./call-log.js";
 import { countCall, wireOf } from "./metrics.js";
 import { ipRowCountKey } from "./rate-limits.js";
@@ -35,6 +39,8 @@ export interface ConnectRoute {
   method: DescMethod;
   impl: never;
   readMaxBytes: number;
+  /** A stream's smaller bounds for each kind of its messages (kind-bounds.ts). */
+  bounds?: KindBounds;
 }
 
 export interface ConnectHandlerOptions {
@@ -63,6 +69,7 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
   for (const r of o.routes) router.rpc(r.method, r.impl, { readMaxBytes: r.readMaxBytes });
   const procedures = new Map(router.handlers.map((h) => [h.requestPath, h]));
   const limits = new Map(o.routes.map((r) => [`/${r.method.parent.typeName}/${r.method.name}`, r.readMaxBytes]));
+  const kindBounds = new Map<string, KindBounds>(o.routes.flatMap((r) => (r.bounds ? [[`/${r.method.parent.typeName}/${r.method.name}`, r.bounds]] : [])));
 
   /** A call its IP row refused before its body was read: what the interceptors would have done for it (metrics, log line, request id). */
   const refusedBeforeBody = (req: NodeRequest, res: NodeResponse, procedure: string, started: number, requestId: string) => (err: unknown) => {
@@ -91,7 +98,11 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
     const counted = values.get(ipRowCountKey);
     const unary = uHandler.method.methodKind === "unary";
     const limit = limits.get(uHandler.requestPath) ?? 0;
-    const check = bothChecks(jsonBodyCheck(req, unary, limit), listBodyCheck(req, unary, limit, uHandler.method.input));
+    const bounds = unary ? undefined : kindBounds.get(uHandler.requestPath);
+    const check = bothChecks(
+      bounds && kindBodyCheck(req, limit, bounds),
+      jsonBodyCheck(req, unary, limit, uHandler.method.input) ?? binaryBodyCheck(req, unary, limit, uHandler.method.input),
+    );
     if (counted || check) {
       const body = uReq.body as AsyncIterable<Uint8Array>;
       const refused = refusedBeforeBody(req, res, `${uHandler.service.typeName}/${uHandler.method.name}`, started, values.get(credentialsKey).requestId);
@@ -172,14 +183,18 @@ const binaryDepth: Interceptor = (next) => async (req) => {
   });
 };
 
-const tooDeep = (meter: JsonDepthMeter) => new ConnectError(tooDeepMessage("request body", meter.member()), Code.InvalidArgument);
+const tooDeep = (meter: JsonScanner) => new ConnectError(tooDeepMessage("request body", meter.member()), Code.InvalidArgument);
+const tooMany = (meter: JsonScanner) => {
+  const refusal = meter.listRefusal();
+  return refusal === undefined ? undefined : new ConnectError(refusal, Code.InvalidArgument);
+};
 const compressedJson = () =>
   new ConnectError("a JSON request message is taken uncompressed in gRPC or Connect stream framing (compress the binary codec's instead)", Code.Unimplemented);
 
-type Refusal = ConnectError | undefined | Promise<ConnectError | undefined>;
 /** Looks at a body's pieces as they arrive, and at its end (`end`) when given. */
 type BodyCheck = ((piece: Uint8Array) => Refusal) & { end?: () => Refusal };
 
+/** Both checks on each piece, `a` first: the first refusal. */
 function bothChecks(a: BodyCheck | undefined, b: BodyCheck | undefined): BodyCheck | undefined {
   if (!a || !b) return a ?? b;
   const check: BodyCheck = async (piece) => (await a(piece)) ?? b(piece);
@@ -188,30 +203,35 @@ function bothChecks(a: BodyCheck | undefined, b: BodyCheck | undefined): BodyChe
   return check;
 }
 
+const CONNECT_UNARY_JSON = /^application\/json(?:; ?charset=utf-?8)?$/;
+const ENVELOPED = /^application\/(?:(grpc|grpc-web)(?:\+(proto|json(?:; ?charset=utf-?8)?))?|connect\+(proto|json(?:; ?charset=utf-?8)?))$/;
+
 /**
- * How a call's JSON body is measured as it arrives (undefined: not JSON): a piece that makes it
- * nest past MAX_JSON_DEPTH answers the refusal. A unary call in Connect's application/json is the text
- * itself, or that text compressed (content-encoding): then it is inflated beside Connect's own reading,
- * no further than `limit` (the call's message limit, which Connect enforces), and measured. gRPC and
- * gRPC-Web with the JSON codec, and Connect's streaming protocol (application/connect+json: a daemon's
- * stream, 16 MiB a message), frame each message (a flag byte and a 4-byte length before it), and the
- * payloads are measured; a message compressed in that framing is refused.
+ * How a call's JSON body is measured as it arrives (undefined: not JSON), in one walk of its text
+ * (JsonScanner): a piece that makes it nest past MAX_JSON_DEPTH answers the refusal, and else one
+ * that makes a list of its request type hold more than its bound (naming the field). A unary call
+ * in Connect's application/json is the text itself, or that text compressed (content-encoding): then
+ * it is inflated beside Connect's own reading, no further than `limit` (the call's message limit,
+ * which Connect enforces), and measured. gRPC and gRPC-Web with the JSON codec, and Connect's
+ * streaming protocol (application/connect+json: a daemon's stream, 16 MiB a message), frame each
+ * message (a flag byte and a 4-byte length before it), and the payloads are measured; a message
+ * compressed in that framing is refused.
  */
-function jsonBodyCheck(req: NodeRequest, unary: boolean, limit: number): BodyCheck | undefined {
+function jsonBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: DescMessage): BodyCheck | undefined {
   const type = String(req.headers["content-type"] ?? "").toLowerCase();
   if (unary && type.startsWith("application/json")) {
-    const meter = new JsonDepthMeter(MAX_JSON_DEPTH);
+    const meter = new JsonScanner(MAX_JSON_DEPTH, CONNECT_UNARY_JSON.test(type) ? jsonListTree(desc) : undefined);
     const encoding = String(req.headers["content-encoding"] ?? "identity").toLowerCase();
-    if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooDeep(meter) : undefined);
-    return inflatedCheck(encoding, limit, (out) => meter.exceeds(out), () => tooDeep(meter));
+    if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooDeep(meter) : tooMany(meter));
+    return inflatedCheck(encoding, limit, meter);
   }
   if (!/^application\/(grpc(-web)?|connect)\+json/.test(type)) return undefined;
-  const frames = new FramedJson();
+  const frames = new FramedJson(ENVELOPED.test(type) ? jsonListTree(desc) : undefined);
   return (piece) => frames.refusal(piece);
 }
 
 /** Measures a compressed JSON body as it inflates (Connect reads the same bytes and inflates them itself). */
-function inflatedCheck(encoding: string, limit: number, exceeds: (out: Buffer) => boolean, refusal: () => ConnectError): BodyCheck | undefined {
+function inflatedCheck(encoding: string, limit: number, meter: JsonScanner): BodyCheck | undefined {
   const inflater = encoding === "gzip" ? zlib.createGunzip() : encoding === "br" ? zlib.createBrotliDecompress() : undefined;
   // Another encoding is Connect's to refuse (unimplemented).
   if (!inflater) return undefined;
@@ -220,7 +240,7 @@ function inflatedCheck(encoding: string, limit: number, exceeds: (out: Buffer) =
   inflater.on("data", (out: Buffer) => {
     if (over || seen > limit) return;
     seen += out.length;
-    if (exceeds(out)) {
+    if (meter.exceeds(out)) {
       over = true;
       inflater.destroy();
     }
@@ -229,41 +249,34 @@ function inflatedCheck(encoding: string, limit: number, exceeds: (out: Buffer) =
   inflater.on("error", () => {});
   return async (piece) => {
     if (!over && seen <= limit && !inflater.destroyed) await new Promise<void>((resolve) => inflater.write(piece, () => resolve()));
-    return over ? refusal() : undefined;
+    return over ? tooDeep(meter) : tooMany(meter);
   };
 }
 
-/** The JSON messages of an enveloped body (gRPC, gRPC-Web), measured message by message. */
-class FramedJson {
-  private readonly head = Buffer.alloc(5);
-  private headHave = 0;
-  private left = 0;
-  /** The frame being read is not a message (gRPC-Web's trailers): skipped. */
-  private skipping = false;
-  private meter = new JsonDepthMeter(MAX_JSON_DEPTH);
+/**
+ * The JSON messages of an enveloped body (gRPC, gRPC-Web, Connect's streams), measured message by message
+ * (their lists too, along `lists`). A piece's refusal is its first message nested too deep or compressed,
+ * else its first list past its bound.
+ */
+class FramedJson implements EnvelopeReading<JsonScanner> {
+  private readonly envelopes = new Envelopes(0, this);
+  /** The first list past its bound in the piece being read. */
+  private listed: ConnectError | undefined;
 
-  refusal(piece: Uint8Array): ConnectError | undefined {
-    let i = 0;
-    while (i < piece.length) {
-      if (this.left === 0) {
-        const take = Math.min(5 - this.headHave, piece.length - i);
-        this.head.set(piece.subarray(i, i + take), this.headHave);
-        this.headHave += take;
-        i += take;
-        if (this.headHave < 5) return undefined;
-        this.headHave = 0;
-        const flags = this.head[0];
-        if (flags & 0x01) return compressedJson();
-        this.left = this.head.readUInt32BE(1);
-        this.skipping = (flags & 0x80) !== 0;
-        this.meter = new JsonDepthMeter(MAX_JSON_DEPTH);
-        continue;
-      }
-      const take = Math.min(this.left, piece.length - i);
-      if (!this.skipping && this.meter.exceeds(piece.subarray(i, i + take))) return tooDeep(this.meter);
-      this.left -= take;
-      i += take;
-    }
+  constructor(private readonly lists: JsonListNode | undefined) {}
+
+  async refusal(piece: Uint8Array): Promise<ConnectError | undefined> {
+    this.listed = undefined;
+    return (await this.envelopes.refusal(piece)) ?? this.listed;
+  }
+
+  start(compressed: boolean): JsonScanner | ConnectError {
+    return compressed ? compressedJson() : new JsonScanner(MAX_JSON_DEPTH, this.lists);
+  }
+
+  piece(meter: JsonScanner, bytes: Buffer): ConnectError | undefined {
+    if (meter.exceeds(bytes)) return tooDeep(meter);
+    this.listed ??= tooMany(meter);
     return undefined;
   }
 }
@@ -285,39 +298,32 @@ async function inflated(bytes: Buffer, encoding: string | undefined, limit: numb
   }
 }
 
-/** The refusal of a request message in the binary codec with a list past its bound, or with a field past its end. */
-function binaryListsRefusal(desc: DescMessage, bytes: Buffer): ConnectError | undefined {
+/**
+ * The refusal of a request message in the binary codec with a list past its bound, or with a field past its end;
+ * and, for a unary call's (which Connect reads before any interceptor, saying only that protobuf-es's recursion
+ * limit was reached), of one nested past what protobuf-es reads, naming the top-level field (checkBinaryRequest).
+ */
+function binaryRefusal(desc: DescMessage, bytes: Buffer, unary: boolean): ConnectError | undefined {
   try {
-    checkBinaryLists(desc, bytes, PROTO_RECURSION_LIMIT);
+    if (unary) checkBinaryRequest(desc, bytes);
+    else checkBinaryLists(desc, bytes, PROTO_RECURSION_LIMIT);
     return undefined;
   } catch (err) {
-    if (err instanceof ListTooLong) return new ConnectError(err.message, Code.InvalidArgument);
+    if (err instanceof ListTooLong || err instanceof NestedTooDeep) return new ConnectError(err.message, Code.InvalidArgument);
     if (err instanceof MalformedMessage) return new ConnectError(`parse binary: ${err.message}`, Code.InvalidArgument);
     throw err;
   }
 }
 
-const CONNECT_UNARY_JSON = /^application\/json(?:; ?charset=utf-?8)?$/;
-const ENVELOPED = /^application\/(?:(grpc|grpc-web)(?:\+(proto|json(?:; ?charset=utf-?8)?))?|connect\+(proto|json(?:; ?charset=utf-?8)?))$/;
-
 /**
- * How a call's lists are counted before Connect reads it (undefined: its request type has none with a bound):
- * a unary call's JSON text as it arrives (inflated when compressed), its binary message once it is whole;
- * a stream's messages (and gRPC's and gRPC-Web's unary ones), each as its envelope completes, the binary
- * ones inflated when compressed. A list past its bound answers invalid_argument naming the field.
+ * How a call's binary messages are looked at before Connect reads them (undefined: not binary, or a stream
+ * whose request type holds no bounded list): a unary call's body once it is whole, a stream's messages (and
+ * gRPC's and gRPC-Web's unary ones) each as its envelope completes, inflated when compressed (binaryRefusal).
  */
-function listBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: DescMessage): BodyCheck | undefined {
-  const tree = jsonListTree(desc);
-  if (!tree) return undefined;
+function binaryBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: DescMessage): BodyCheck | undefined {
+  if (!unary && !jsonListTree(desc)) return undefined;
   const header = (name: string) => String(req.headers[name] ?? "identity").toLowerCase();
   const type = String(req.headers["content-type"] ?? "").toLowerCase();
-  const tooMany = (meter: JsonListMeter) => new ConnectError(meter.refusal()!, Code.InvalidArgument);
-  if (unary && CONNECT_UNARY_JSON.test(type)) {
-    const meter = new JsonListMeter(tree);
-    const encoding = header("content-encoding");
-    if (encoding === "identity") return (piece) => (meter.exceeds(piece) ? tooMany(meter) : undefined);
-    return inflatedCheck(encoding, limit, (out) => meter.exceeds(out), () => tooMany(meter));
-  }
   if (unary && type === "application/proto") {
     const parts: Buffer[] = [];
     let size = 0;
@@ -330,87 +336,35 @@ function listBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: De
     const end = async () => {
       if (size > limit) return undefined;
       const bytes = await inflated(Buffer.concat(parts, size), header("content-encoding"), limit);
-      return bytes && binaryListsRefusal(desc, bytes);
+      return bytes && binaryRefusal(desc, bytes, true);
     };
     check.end = end;
     return check;
   }
   const m = ENVELOPED.exec(type);
-  if (!m) return undefined;
-  const json = (m[2] ?? m[3] ?? "").startsWith("json");
+  if (!m || (m[2] ?? m[3] ?? "").startsWith("json")) return undefined;
   const encoding = header(m[1] ? "grpc-encoding" : "connect-content-encoding");
-  const frames = new Envelopes(json ? 0 : limit, {
-    // A compressed JSON message is refused as such (jsonBodyCheck).
-    start: (compressed) => (json && !compressed ? new JsonListMeter(tree) : undefined),
-    piece: (meter, piece) => (meter && meter.exceeds(piece) ? tooMany(meter) : undefined),
-    end: async (_, bytes, compressed) => {
-      if (json) return undefined;
-      const message = await inflated(bytes, compressed ? encoding : undefined, limit);
-      return message && binaryListsRefusal(desc, message);
+  const frames = new Envelopes<boolean>(limit, {
+    start: (compressed) => compressed,
+    whole: () => true,
+    end: async (compressed, bytes) => {
+      const message = bytes && (await inflated(bytes, compressed ? encoding : undefined, limit));
+      return message && binaryRefusal(desc, message, unary);
     },
   });
   return (piece) => frames.refusal(piece);
 }
 
-interface EnvelopeReading<T> {
-  /** A message's envelope was read: what its pieces are given to. */
-  start(compressed: boolean): T;
-  piece(state: T, piece: Buffer): ConnectError | undefined;
-  /** The message ended: its bytes whole (when no larger than the limit; none are kept with a limit of 0). */
-  end(state: T, bytes: Buffer, compressed: boolean): Refusal;
-}
-
-/** The messages of an enveloped body (gRPC, gRPC-Web, Connect's streams), each looked at as it arrives and once it ended. */
-class Envelopes<T> {
-  private readonly head = Buffer.alloc(5);
-  private headHave = 0;
-  private left = 0;
-  private message: { state: T; compressed: boolean; parts: Buffer[] | undefined; size: number } | undefined;
-
-  constructor(
-    private readonly limit: number,
-    private readonly reading: EnvelopeReading<T>,
-  ) {}
-
-  async refusal(piece: Uint8Array): Promise<ConnectError | undefined> {
-    const b = Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
-    let i = 0;
-    while (i < b.length || (this.message && this.left === 0)) {
-      if (this.message && this.left === 0) {
-        const { state, compressed, parts, size } = this.message;
-        this.message = undefined;
-        if (parts) {
-          const refusal = await this.reading.end(state, Buffer.concat(parts, size), compressed);
-          if (refusal) return refusal;
-        }
-        continue;
-      }
-      if (!this.message && this.left === 0) {
-        const take = Math.min(5 - this.headHave, b.length - i);
-        b.copy(this.head, this.headHave, i, i + take);
-        this.headHave += take;
-        i += take;
-        if (this.headHave < 5) return undefined;
-        this.headHave = 0;
-        const flags = this.head[0]!;
-        this.left = this.head.readUInt32BE(1);
-        const trailer = (flags & 0x80) !== 0;
-        // Connect refuses a message past the limit at its envelope: nothing of it is kept.
-        if (!trailer) {
-          const compressed = (flags & 0x01) !== 0;
-          this.message = { state: this.reading.start(compressed), compressed, parts: this.left <= this.limit && this.limit > 0 ? [] : undefined, size: this.left };
-        }
-        continue;
-      }
-      const take = Math.min(this.left, b.length - i);
-      const part = b.subarray(i, i + take);
-      this.left -= take;
-      i += take;
-      if (!this.message) continue; // a trailer frame
-      this.message.parts?.push(part);
-      const refusal = this.reading.piece(this.message.state, part);
-      if (refusal) return refusal;
-    }
-    return undefined;
-  }
+/**
+ * How a stream's messages are held to their kind's bound (kind-bounds.ts) as they arrive, before Connect
+ * reads them (undefined: not enveloped): in either codec, from a message's first bytes; a compressed binary
+ * one once it is whole, inflated.
+ */
+function kindBodyCheck(req: NodeRequest, limit: number, bounds: KindBounds): BodyCheck | undefined {
+  const m = ENVELOPED.exec(String(req.headers["content-type"] ?? "").toLowerCase());
+  if (!m) return undefined;
+  const json = (m[2] ?? m[3] ?? "").startsWith("json");
+  const encoding = String(req.headers[m[1] ? "grpc-encoding" : "connect-content-encoding"] ?? "identity").toLowerCase();
+  const frames = new Envelopes(limit, new EnvelopedKinds(bounds, json, (bytes) => inflated(bytes, encoding, limit)));
+  return (piece) => frames.refusal(piece);
 }

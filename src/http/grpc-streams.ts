@@ -23,6 +23,7 @@ import { deferred } from "../shared/iterables.js";
 import { grpcStatusOk, parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { NestedTooDeep, readBinaryRequest } from "../shared/json-nesting.js";
 import { ListTooLong } from "../shared/list-bounds.js";
+import type { KindBounds } from "./kind-bounds.js";
 
 export interface StreamRoute {
   method: DescMethod;
@@ -30,6 +31,8 @@ export interface StreamRoute {
   impl: unknown;
   /** Largest message accepted, in bytes. */
   readMaxBytes: number;
+  /** Smaller bounds for each kind of message, when its type is a oneof of kinds (http/kind-bounds.ts). */
+  bounds?: KindBounds;
   /** Reads a request message; readBinaryRequest (protobuf-es, as deep as MAX_JSON_DEPTH allows) when not given. */
   decode?: (bytes: Uint8Array) => Message;
   /** Writes an answer, a message or its init shape (as Connect accepts either); protobuf-es's toBinary when not given. */
@@ -54,6 +57,8 @@ const PROTO = "application/grpc+proto";
 /** Messages read ahead of the implementation before the stream is paused (HTTP/2 flow control takes over). */
 const READ_AHEAD = 32;
 const NO_ERROR = 0x0;
+/** The bytes of a message that hold its first field's tag and length (two varints) at most. */
+const KIND_HEAD_BYTES = 10;
 const INTERNAL_ERROR = 0x2;
 const H2_CANCEL = 0x8;
 const H2_STREAM_CLOSED = 0x5;
@@ -152,7 +157,7 @@ async function serve(
   if (opts.shutdownSignal.aborted) context.abort(opts.shutdownSignal.reason);
   calls.add(context);
   const inbox = new Inbox<Message>(stream);
-  const reader = new EnvelopeReader(method.input, route.readMaxBytes, route.decode);
+  const reader = new EnvelopeReader(method.input, route.readMaxBytes, route.decode, route.bounds);
   const encode = route.encode ?? ((answer: unknown) => toBinary(method.output, normalize(method.output, answer)));
   // Stream errors end in "close"; this listener only keeps them from being thrown.
   stream.on("error", () => {});
@@ -283,11 +288,14 @@ const normalize = (schema: DescMessage, value: unknown): Message => (isMessage(v
  * Splits the gRPC envelopes (flag byte, 4-byte length, message) out of a stream's chunks and parses them.
  * The chunks of a message are kept as they came and joined once, when the message is whole: each byte is
  * copied at most twice however many frames a message spans (joining the partial message with every frame
- * made a 16 MiB message cost seconds of CPU).
+ * made a 16 MiB message cost seconds of CPU). With `bounds`, a message is held to its kind's bound: from
+ * its first bytes when they tell its kind, else once it is whole; either way before it is decoded.
  */
 export class EnvelopeReader {
   private parts: Buffer[] = [];
   private length = 0;
+  /** The kind of the message being read was told by its first bytes, and it is within its bound. */
+  private kindKnown = false;
 
   private readonly decode: (bytes: Uint8Array) => Message;
 
@@ -295,6 +303,7 @@ export class EnvelopeReader {
     private readonly schema: DescMessage,
     private readonly maxBytes: number,
     decode?: (bytes: Uint8Array) => Message,
+    private readonly bounds?: KindBounds,
   ) {
     this.decode = decode ?? ((bytes) => readBinaryRequest(schema, bytes));
   }
@@ -320,8 +329,22 @@ export class EnvelopeReader {
           Code.InvalidArgument,
         );
       }
+      if (this.bounds && !this.kindKnown) {
+        // The first field's tag and length: at most ten bytes, copied when the frames cut them.
+        const scan = this.bounds.scan(size);
+        const refusal = scan.push(this.take(Math.min(this.length, 5 + size, 5 + KIND_HEAD_BYTES), false).subarray(5));
+        if (refusal) throw refusal;
+        this.kindKnown = scan.known;
+      }
       if (this.length < 5 + size) break;
       const envelope = this.take(5 + size, true);
+      const known = this.kindKnown;
+      this.kindKnown = false;
+      if (this.bounds && !known) {
+        const scan = this.bounds.scan(size);
+        const refusal = scan.push(envelope.subarray(5)) ?? scan.end();
+        if (refusal) throw refusal;
+      }
       let message: Message;
       try {
         message = this.decode(envelope.subarray(5));

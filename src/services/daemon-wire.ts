@@ -7,10 +7,15 @@
 // if something reads it. Every other message, and a heartbeat
 // with anything unusual in it, is read and written by protobuf-es, which also
 // reports what is wrong with bytes that do not parse.
+// Each kind of message the daemon sends has a byte bound of its own (DAEMON_MESSAGE_MAX_BYTES), held on
+// every wire before the message is read (http/kind-bounds.ts).
 import { create, fromJson, isMessage, toBinary, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
-import { DaemonMessageSchema, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
-import { HeartbeatRequestSchema, type HeartbeatRequest, type HeartbeatResponseSchema } from "../../gen/svc/v1/providers_pb.js";
+import { DaemonMessageSchema, DaemonService, ServerMessageSchema, type DaemonMessage, type ServerMessage } from "../../gen/svc/v1/daemon_pb.js";
+import { JobService } from "../../gen/svc/v1/jobs_pb.js";
+import { HeartbeatRequestSchema, ProviderService, type HeartbeatRequest, type HeartbeatResponseSchema } from "../../gen/svc/v1/providers_pb.js";
+import { bodyLimitBytesOf, DEFAULT_BODY_LIMIT_KB, HEARTBEAT_BODY_LIMIT_BYTES } from "../http/body.js";
+import { KindBounds } from "../http/kind-bounds.js";
 import { NotPlainJson, partSize, readStructJsonAt, readStructTextAt, readValueJsonAt, WireCursor, writeVarint, type StructText } from "../shared/struct-binary.js";
 import { GPU_STATUS_READ, gpuStatusJsonOf, setGpuStatusRead } from "../domain/providers/heartbeat.js";
 import { MAX_JSON_DEPTH, readBinaryRequest } from "../shared/json-nesting.js";
@@ -36,6 +41,40 @@ const HEARTBEAT_JSON_ROOM = MAX_JSON_DEPTH - 2;
 const MAX_CACHED_MODELS = listBoundOf(HeartbeatRequestSchema.field.cachedModels);
 const MAX_SUPPORTED_JOB_TYPES = listBoundOf(HeartbeatRequestSchema.field.supportedJobTypes);
 const tooMany = (field: string, max: number) => new ListTooLong(tooManyItemsMessage(`heartbeat.${field}`, max));
+
+/**
+ * A hello's bound: it describes the machine as a heartbeat does (256 KiB), and names besides up to
+ * HELLO_MAX_JOB_IDS held jobs with their attempts (4,096 of today's job ids take about 240 KB).
+ */
+export const HELLO_MAX_BYTES = 1024 * 1024;
+
+/**
+ * The most bytes each kind of daemon message may take (its envelope's length), below the stream's own
+ * limit (DaemonService.Connect's body_limit_kb, 16 MiB), which only results and log batches need. A report
+ * with a JSON route of its own is held to that route's body limit; a hello to HELLO_MAX_BYTES; a log batch
+ * to the stream's (1,000 lines of 16,384 characters, more than the JSON route's 1 MiB); an accept or a
+ * hand-back, which has no route, to the default body limit.
+ */
+export const DAEMON_MESSAGE_MAX_BYTES: Readonly<Record<NonNullable<DaemonMessage["kind"]["case"]>, number>> = {
+  hello: HELLO_MAX_BYTES,
+  heartbeat: HEARTBEAT_BODY_LIMIT_BYTES,
+  jobAccepted: DEFAULT_BODY_LIMIT_KB * 1024,
+  jobRejected: DEFAULT_BODY_LIMIT_KB * 1024,
+  jobPreparing: bodyLimitBytesOf(JobService.method.reportPreparing),
+  logs: bodyLimitBytesOf(DaemonService.method.connect),
+  progress: bodyLimitBytesOf(JobService.method.reportProgress),
+  endpointReady: bodyLimitBytesOf(JobService.method.endpointReady),
+  result: bodyLimitBytesOf(JobService.method.reportResult),
+  event: bodyLimitBytesOf(ProviderService.method.daemonEvent),
+  readiness: bodyLimitBytesOf(ProviderService.method.readiness),
+};
+
+/** The bounds as the wires hold them; a message of no kind this server knows (answered as empty) to the default body limit. */
+export const DAEMON_MESSAGE_BOUNDS = new KindBounds(
+  DaemonMessageSchema.oneofs.find((o) => o.name === "kind")!,
+  (member) => DAEMON_MESSAGE_MAX_BYTES[member.localName as keyof typeof DAEMON_MESSAGE_MAX_BYTES],
+  DEFAULT_BODY_LIMIT_KB * 1024,
+);
 
 export function decodeDaemonMessage(bytes: Uint8Array): DaemonMessage {
   try {

@@ -12,12 +12,13 @@ import { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
 import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
 import type { RegisteredService } from "../http/rest.js";
+import type { KindBounds } from "../http/kind-bounds.js";
 import type { Deps } from "./deps.js";
 import { providerService } from "./providers.js";
 import { renterService } from "./renters.js";
 import { paymentService } from "./payments.js";
 import { daemonService } from "./daemon.js";
-import { decodeDaemonMessage, encodeServerMessage } from "./daemon-wire.js";
+import { DAEMON_MESSAGE_BOUNDS, decodeDaemonMessage, encodeServerMessage } from "./daemon-wire.js";
 import { downloadService } from "./downloads.js";
 import { adminService } from "./admin.js";
 import { adminProviderService } from "./admin-providers.js";
@@ -58,6 +59,9 @@ const SERVICES: [DescService, (deps: Deps) => Impl][] = [
 export const STREAM_CODECS: ReadonlyMap<DescMethod, { decode: (bytes: Uint8Array) => Message; encode: (answer: unknown) => Uint8Array }> = new Map([
   [DaemonService.method.connect, { decode: decodeDaemonMessage, encode: (answer: unknown) => encodeServerMessage(answer as Parameters<typeof encodeServerMessage>[0]) }],
 ]);
+
+/** Stream methods whose messages are held to a byte bound per kind, below the method's limit, on every wire. */
+export const STREAM_KIND_BOUNDS: ReadonlyMap<DescMethod, KindBounds> = new Map([[DaemonService.method.connect, DAEMON_MESSAGE_BOUNDS]]);
 
 /** The descriptors of every served service (the OpenAPI document is made from them). */
 export const SERVED_SERVICES: readonly DescService[] = SERVICES.map(([s]) => s);

@@ -3,7 +3,7 @@
 // a message in the binary codec is read with protobuf-es's recursion limit raised to what that depth needs
 // (bounded: each level is a few stack frames) and then held to the depth its JSON form would nest.
 import { fromBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
-import { checkBinaryLists } from "./list-bounds.js";
+import { binaryRecursionPassed, checkBinaryLists } from "./list-bounds.js";
 
 /**
  * Deepest nesting accepted in a request body (/api and /v1) and in a /v1 endpoint's chunk, its own object
@@ -128,6 +128,16 @@ export function readBinaryRequest(desc: DescMessage, bytes: Uint8Array): Message
   }
   checkMessageDepth(desc, message);
   return message;
+}
+
+/**
+ * A request message's bytes in the binary codec, before protobuf-es reads them: ListTooLong and MalformedMessage as
+ * checkBinaryLists throws them, and NestedTooDeep, naming the top-level field, for one nested past what protobuf-es
+ * reads (PROTO_RECURSION_LIMIT). What protobuf-es then reads is held to MAX_JSON_DEPTH by checkMessageDepth.
+ */
+export function checkBinaryRequest(desc: DescMessage, bytes: Uint8Array): void {
+  const over = binaryRecursionPassed(desc, bytes, PROTO_RECURSION_LIMIT);
+  if (over) throw new NestedTooDeep(tooDeepMessage("request body", over.member));
 }
 
 /** Throws NestedTooDeep for a decoded message whose JSON form nests past MAX_JSON_DEPTH (messageDepthExceeds). */

@@ -106,8 +106,13 @@ class Counts {
 
 const join = (path: string, name: string) => (path ? `${path}.${name}` : name);
 
-/** Thrown where protobuf-es itself stops reading with an error (too deep, an illegal tag or varint): it is left to say so. */
+/** Thrown where protobuf-es itself stops reading with an error (an illegal tag or varint): it is left to say so. */
 const PROTOBUF_REFUSES = Symbol("protobuf-es refuses the message here");
+
+/** Thrown where protobuf-es stops reading at its recursion limit: `field`, the top-level field being read then (undefined: an unknown one). */
+class TooDeep {
+  constructor(readonly field: DescField | undefined) {}
+}
 
 /**
  * Reads a message's bytes as protobuf-es's fromBinary reads them (a known field by its type whatever its
@@ -120,6 +125,8 @@ class Walker {
   pos = 0;
   no = 0;
   wt = 0;
+  /** The top-level field being read. */
+  top: DescField | undefined;
 
   constructor(
     readonly buf: Uint8Array,
@@ -198,10 +205,11 @@ class Walker {
 
   /** protobuf-es: readMessage, the message's fields up to `end`; `depth` the message's own. */
   message(plan: Plan, end: number, depth: number, counts: Counts | undefined, path: string): void {
-    if (depth > this.recursionLimit) throw PROTOBUF_REFUSES;
+    if (depth > this.recursionLimit) throw new TooDeep(this.top);
     while (this.pos < end) {
       this.tag(end);
       const f = this.no < 64 ? plan.low[this.no] : plan.fields.get(this.no);
+      if (depth === 1) this.top = f?.field;
       if (!f) {
         this.unknown(this.wt, this.no, this.recursionLimit - depth, end);
         continue;
@@ -275,7 +283,7 @@ class Walker {
         this.skip(this.uint32(end), end);
         return;
       case 3:
-        if (room <= 0) throw PROTOBUF_REFUSES;
+        if (room <= 0) throw new TooDeep(this.top);
         for (;;) {
           this.tag(end);
           if (this.wt === 4) {
@@ -298,12 +306,34 @@ class Walker {
  */
 export function checkBinaryLists(desc: DescMessage, bytes: Uint8Array, recursionLimit: number): void {
   const plan = planOf(desc);
-  if (!plan.reaches) return;
+  if (plan.reaches) walk(plan, bytes, recursionLimit);
+}
+
+/**
+ * checkBinaryLists, and where protobuf-es, reading the bytes with `recursionLimit`, would refuse them as nested
+ * too deep: the top-level field it was reading then, by its JSON name (undefined: an unknown field). The bytes
+ * of a request type with no list are walked for that alone: what else is wrong with them is left to protobuf-es.
+ */
+export function binaryRecursionPassed(desc: DescMessage, bytes: Uint8Array, recursionLimit: number): { member: string | undefined } | undefined {
+  const plan = planOf(desc);
   try {
-    new Walker(bytes, recursionLimit).message(plan, bytes.length, 1, new Counts(), "");
+    const over = walk(plan, bytes, recursionLimit);
+    return over && { member: over.field?.jsonName };
   } catch (err) {
+    if (err instanceof MalformedMessage && !plan.reaches) return undefined;
+    throw err;
+  }
+}
+
+/** Walks a message's bytes (its lists counted where it has any): where protobuf-es passes its recursion limit, if it does before it stops otherwise. */
+function walk(plan: Plan, bytes: Uint8Array, recursionLimit: number): TooDeep | undefined {
+  try {
+    new Walker(bytes, recursionLimit).message(plan, bytes.length, 1, plan.reaches ? new Counts() : undefined, "");
+  } catch (err) {
+    if (err instanceof TooDeep) return err;
     if (err !== PROTOBUF_REFUSES) throw err;
   }
+  return undefined;
 }
 
 /**

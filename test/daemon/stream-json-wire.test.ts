@@ -49,8 +49,9 @@ function open(key: string, contentType: string) {
   return { stream, state, close: () => (stream.close(), session.close()) };
 }
 
-const deepHeartbeat = (levels: number) => `{"heartbeat":{"gpuStatus":${"[".repeat(levels)}${"]".repeat(levels)}}}`;
-const refusal = `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep; field 'heartbeat' nests deeper`;
+/** A result (a kind the stream takes 16 MiB of) whose value nests `levels` deep. */
+const deepResult = (levels: number) => `{"result":{"jobId":"job-x","success":true,"result":${"[".repeat(levels)}${"]".repeat(levels)}}}`;
+const refusal = `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep; field 'result' nests deeper`;
 
 describe("a daemon stream in the JSON codec", () => {
   it("ends at a message nested deeper than the limit, refused before it is parsed, saying why", async () => {
@@ -59,7 +60,7 @@ describe("a daemon stream in the JSON codec", () => {
     try {
       connect.stream.write(envelope(JSON.stringify({ hello: { daemonVersion: "5.0.0" } })));
       await waitFor(async () => connect.state.received.includes('"welcome"'), 5_000, "welcome");
-      connect.stream.write(envelope(deepHeartbeat(4_000_000)));
+      connect.stream.write(envelope(deepResult(4_000_000)));
       await waitFor(async () => connect.state.ended, 10_000, "the stream's end");
       // Connect's end of stream, the last message: the refusal.
       expect(messages(connect.state.chunks).at(-1)).toMatchObject({ error: { code: "invalid_argument", message: refusal } });
@@ -71,7 +72,7 @@ describe("a daemon stream in the JSON codec", () => {
     try {
       grpc.stream.write(envelope(JSON.stringify({ hello: { daemonVersion: "5.0.0" } })));
       await waitFor(async () => grpc.state.received.includes('"welcome"'), 5_000, "welcome");
-      grpc.stream.write(envelope(deepHeartbeat(4_000_000)));
+      grpc.stream.write(envelope(deepResult(4_000_000)));
       await waitFor(async () => grpc.state.ended, 10_000, "the stream's end");
       expect(grpc.state.trailers["grpc-status"]).toBe("3");
       expect(decodeURIComponent(String(grpc.state.trailers["grpc-message"]))).toBe(refusal);

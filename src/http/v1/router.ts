@@ -46,7 +46,7 @@ import type { RateLimits } from "../rate-limits.js";
 import { toHttpError } from "../errors.js";
 import { EndpointPicker, endpointsFor, servingEndpoints, type Upstream } from "./endpoints.js";
 import { envelope, sendV1Error, toV1Error, v1Error, V1Error } from "./errors.js";
-import { jsonTextDepthExceeds, MAX_JSON_DEPTH } from "../json-depth.js";
+import { JsonDepthMeter, MAX_JSON_DEPTH, tooDeepMessage } from "../json-depth.js";
 import { createV1Limiter } from "./limits.js";
 import { proxyChatCompletion, write, type TokenUsage } from "./proxy.js";
 import { sseEvent } from "./sse.js";
@@ -120,8 +120,10 @@ interface ChatRequest {
 /** Checks the fields the gateway itself relies on; everything else is the model server's to judge. */
 function parseChatRequest(raw: Buffer): ChatRequest {
   // The body is walked and serialized (its prompt's bound, the request forwarded): a deep enough nesting overflows
-  // the stack, and a deep enough text holds the parser for seconds. Measured before it is parsed (json-depth.ts).
-  if (jsonTextDepthExceeds(raw, MAX_JSON_DEPTH)) throw v1Error("invalid_request", `request body must not nest objects and arrays more than ${MAX_JSON_DEPTH} levels deep`);
+  // the stack, and a deep enough text holds the parser for seconds. Measured before it is parsed (json-depth.ts),
+  // and refused naming the top-level member that nests too deep, as /api does.
+  const depth = new JsonDepthMeter(MAX_JSON_DEPTH);
+  if (depth.exceeds(raw)) throw v1Error("invalid_request", tooDeepMessage("request body", depth.member()));
   let body: unknown;
   try {
     body = JSON.parse(raw.toString("utf8"));
