@@ -2,8 +2,8 @@
 // events (WatchJob). On a terminal: the queue reason while queued, then a
 // progress bar with the phase, log lines printed above it; elsewhere plain
 // lines; with --json one JSON object per event (the API's JSON, as the REST
-// event stream writes it). A lost connection (cut, reset, or the server
-// restarting) is resumed from the last cursor, so no log line is lost or
+// event stream writes it). A lost connection (cut, reset, the server
+// restarting, or a watch with no first event within SVC_TIMEOUT_SECONDS) is resumed from the last cursor, so no log line is lost or
 // printed twice, for as long as SVC_RECONNECT_SECONDS (default 300 s) without
 // an event; so is a watch the server cut because svc fell behind its events (a
 // 429 after events), and its "try again later" (503, 429: too many watches open)
@@ -15,7 +15,7 @@ import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import cliProgress from "cli-progress";
 import type { JobEvent, JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
-import type { Clients } from "./clients.js";
+import { callTimeoutMs, type Clients } from "./clients.js";
 import { EXIT, colour, isTty, metadataValue, out, printJsonLine, sar, statusColour, terminalSafe, writeLocalFile } from "./output.js";
 import { outputFileExtension } from "../shared/image-formats.js";
 
@@ -248,14 +248,20 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   };
   const notice = (t: string) => (display ? display.notice(t) : void process.stderr.write(t + "\n"));
   const windowMs = reconnectWindowMs();
+  const firstEventMs = callTimeoutMs();
   let attempt = 0;
   /** When the connection was lost (undefined while events arrive). */
   let lostAt: number | undefined;
   while (!outcome) {
     /** Whether this try got events: a 429 after them is a cut for falling behind, not a refusal. */
     let streamed = false;
+    // The server's first event (the job as it is) comes at once: a watch that gets none within the
+    // call deadline was taken by something that does not answer, and is tried again as a lost one.
+    const stalled = new AbortController();
+    const firstEventTimer = firstEventMs > 0 ? setTimeout(() => stalled.abort(), firstEventMs) : undefined;
     try {
-      for await (const e of c.jobs.watchJob({ jobId, cursor })) {
+      for await (const e of c.jobs.watchJob({ jobId, cursor }, { signal: stalled.signal })) {
+        clearTimeout(firstEventTimer);
         streamed = true;
         // Any event: the connection works; a later loss starts a new count.
         if (lostAt !== undefined) notice("svc: reconnected");
@@ -267,7 +273,7 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
     } catch (err) {
       // The job's end arrived before the stream failed (its close was lost): nothing is missing.
       if (outcome) break;
-      const ce = ConnectError.from(err);
+      const ce = stalled.signal.aborted ? new ConnectError(`no event within ${firstEventMs / 1000} s`, Code.DeadlineExceeded) : ConnectError.from(err);
       const now = Date.now();
       // Never sooner than the server's Retry-After: what it said to wait for is not asked again at once.
       const delay = Math.max(backoffMs(attempt++), retryAfterMs(ce));
@@ -275,7 +281,7 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
       if (!resumable(ce) || now + delay - (lostAt ?? now) > windowMs) {
         display?.stop(false);
         if (lostAt !== undefined) notice(`svc: gave up reconnecting after ${Math.round((now - lostAt) / 1000)} s`);
-        throw err;
+        throw stalled.signal.aborted ? ce : err;
       }
       // The server cut a stream that was delivering because svc fell behind its events (its output
       // went into a slow pipe, or the process was stopped): resuming from the cursor loses and repeats
@@ -288,6 +294,8 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
         notice(wait ? `svc: the server asks to try again later (${word(ce.rawMessage)}); waiting…` : `svc: connection lost (${word(ce.rawMessage)}); reconnecting…`);
       }
       await new Promise((r) => setTimeout(r, delay));
+    } finally {
+      clearTimeout(firstEventTimer);
     }
   }
   display?.stop(complete);

@@ -16,17 +16,20 @@ Exit codes:
   0  done (a followed job completed)
   1  the job failed or was cancelled
   2  usage error: svc's arguments, a profile or the environment, a file it cannot write
-     (--out), or a value the server refused (HTTP 400)
+     (--out), a URL that does not serve the service's API (its /api prefix, say), or a
+     value the server refused (HTTP 400)
   3  authentication: no profile, a bad key or token, or not allowed
-  4  server unreachable (no answer from it)
+  4  server unreachable (no answer from it, or none within SVC_TIMEOUT_SECONDS)
   5  the server refused the request or failed (402, 404, 409, 429, 5xx: its error text and
      status are printed, and its request id for a 5xx)
   6  receipt verify: the receipt or the output does not verify
 
 Environment: SVC_PROFILE, SVC_URL, SVC_KEY (renter or provider key: the role is its
 prefix's), SVC_ADMIN_TOKEN (the admin role when SVC_KEY is not set), SVC_ROLE,
-SVC_CONFIG_DIR (default $XDG_CONFIG_HOME/svc or ~/.config/svc), SVC_RECONNECT_SECONDS
-(how long a followed job's lost connection is tried again without an event; default 300).`;
+SVC_CONFIG_DIR (default $XDG_CONFIG_HOME/svc or ~/.config/svc), SVC_TIMEOUT_SECONDS (how
+long svc waits for an answer, or for a followed job's first event; default 60, 0 for no limit),
+SVC_RECONNECT_SECONDS (how long a followed job's lost connection is tried again without an
+event; default 300).`;
 
 export function buildProgram(): Command {
   const program = new Command("svc")

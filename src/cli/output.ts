@@ -21,6 +21,7 @@ import { file_svc_v1_renters } from "../../gen/svc/v1/renters_pb.js";
 import { file_svc_v1_reports } from "../../gen/svc/v1/reports_pb.js";
 import { file_svc_v1_templates } from "../../gen/svc/v1/templates_pb.js";
 import { messageToJson } from "../shared/message-json.js";
+import { callTimeoutMs } from "./clients.js";
 import { AuthMissing, UsageError } from "./profiles.js";
 
 /** Documented exit codes (README, `svc --help`). */
@@ -223,6 +224,17 @@ export function metadataValue(metadata: Headers, name: string): string | undefin
   return v.split(",")[0].trim() || undefined;
 }
 
+/**
+ * Whether a failed call got no answer from the server: it failed in transport (refused, reset, DNS, TLS, a
+ * gateway's bare HTTP error, no answer within the deadline), so that what it asked may or may not have been
+ * done. A call the server answered carries its status (grpc-status, and x-svc-http-status on its documented
+ * errors). As follow.ts `resumable` tells them apart.
+ */
+export function noAnswer(err: ConnectError): boolean {
+  const answered = Number(metadataValue(err.metadata, "x-svc-http-status")) > 0 || err.metadata.has("grpc-status");
+  return !answered && TRANSPORT_CODES.has(err.code);
+}
+
 /** Prints an error the way svc reports every failure (its text made terminalSafe), and returns its exit code. */
 export function reportError(err: unknown): number {
   if (err instanceof Exit) return err.code;
@@ -238,13 +250,22 @@ export function reportError(err: unknown): number {
   if (err instanceof ConnectError) {
     const http = Number(metadataValue(err.metadata, "x-svc-http-status")) || undefined;
     const code = CODE_NAMES[err.code] ?? String(err.code);
-    // A call the server answered carries its status (grpc-status, and x-svc-http-status on its
-    // documented errors); one that failed in transport (refused, reset, DNS, TLS, a gateway's
-    // bare HTTP error) has neither. As follow.ts `resumable` tells them apart.
     const answered = http !== undefined || err.metadata.has("grpc-status");
-    if (!answered && TRANSPORT_CODES.has(err.code)) {
+    if (noAnswer(err) && err.code === Code.DeadlineExceeded) {
+      // Taken, and never answered: what it asked may still be done (a submit or a top-up is safe to send
+      // again with the same --idempotency-key).
+      say(`server unreachable: no answer within ${callTimeoutMs() / 1000} s (SVC_TIMEOUT_SECONDS); the request may still take effect (gRPC ${code})`);
+      return EXIT.unreachable;
+    }
+    if (noAnswer(err)) {
       say(`server unreachable: ${err.rawMessage} (gRPC ${code})`);
       return EXIT.unreachable;
+    }
+    if (!answered && err.code === Code.Unimplemented) {
+      // An HTTP 404 that is no gRPC answer: something answers at this URL, but not the service's API
+      // (the URL names its /api prefix, the console, or a proxy that routes only REST paths).
+      say(`the service's API is not served at this URL (${err.rawMessage}, gRPC ${code}): give the service's base URL (--url, SVC_URL or the profile's), e.g. http://localhost:8080, without /api`);
+      return EXIT.usage;
     }
     // The server's own failures are found in its log by the request id.
     const requestId = (!http || http >= 500) && answered ? metadataValue(err.metadata, "x-request-id") : undefined;

@@ -224,6 +224,26 @@ describe("svc exit codes", { timeout: 180_000 }, () => {
     expect(r.code).toBe(2);
   });
 
+  it("a URL that serves no API (the /api prefix, the console) is a usage error asking for the base URL (2), not a bare 'HTTP 404' (5)", async () => {
+    const home = tempDir("svc-exit");
+    const renter = await makeRenter(srv);
+    for (const url of [`${srv.url}/api`, `${srv.url}/console`]) {
+      const r = await svc(["balance"], { home, env: { SVC_URL: url, SVC_KEY: renter.key } });
+      expect(r.stderr, url).toBe(
+        "svc: the service's API is not served at this URL (HTTP 404, gRPC unimplemented): give the service's base URL (--url, SVC_URL or the profile's), e.g. http://localhost:8080, without /api\n",
+      );
+      expect(r.code, url).toBe(2);
+    }
+    // login says the same, and saves nothing.
+    const login = await svc(["login", "--url", `${srv.url}/api`], { home, input: renter.key + "\n" });
+    expect(login.stderr).toMatch(/^svc: the service's API is not served at this URL .*without \/api$/m);
+    expect(login.code).toBe(2);
+    expect(fs.existsSync(path.join(home, "config", "profiles.json"))).toBe(false);
+    // At the base URL, the same call is answered.
+    const ok = await svc(["balance"], { home, env: { SVC_URL: srv.url, SVC_KEY: renter.key } });
+    expect(ok.code, ok.stderr).toBe(0);
+  });
+
   it("a malformed profiles file is a usage error that names the file (2), not a refusal (5)", async () => {
     const home = tempDir("svc-exit");
     const file = path.join(home, "config", "profiles.json");

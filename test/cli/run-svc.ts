@@ -10,9 +10,11 @@ export interface Run {
   code: number | null;
   stdout: string;
   stderr: string;
+  /** Killed at RunOptions.limitMs, still running. */
+  killed?: boolean;
 }
 
-const SVC_VARIABLES = ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE"];
+const SVC_VARIABLES = ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE", "SVC_ROLE", "SVC_TIMEOUT_SECONDS"];
 
 export interface RunOptions {
   /** Its config folder is `home`/config (a fresh folder when not given); the working folder unless `cwd`. */
@@ -22,6 +24,8 @@ export interface RunOptions {
   input?: string;
   /** Set over the environment (NO_COLOR is "1" unless given). */
   env?: Record<string, string>;
+  /** Killed (SIGKILL) when it has not ended this long after its start: `code` is then null and `killed` true. */
+  limitMs?: number;
 }
 
 export function runSvc(args: string[], opts: RunOptions = {}): Promise<Run> {
@@ -35,5 +39,12 @@ export function runSvc(args: string[], opts: RunOptions = {}): Promise<Run> {
   child.stdout.on("data", (d) => (stdout += d));
   child.stderr.on("data", (d) => (stderr += d));
   child.stdin.end(opts.input ?? "");
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+  let killed = false;
+  const limit = opts.limitMs === undefined ? undefined : setTimeout(() => ((killed = true), child.kill("SIGKILL")), opts.limitMs);
+  return new Promise((resolve) =>
+    child.on("close", (code) => {
+      clearTimeout(limit);
+      resolve({ code, stdout, stderr, ...(killed ? { killed } : {}) });
+    }),
+  );
 }

@@ -597,6 +597,43 @@ describe("POST /api/payments/webhook", () => {
     expect(await ledgerProblems(srv.sql)).toEqual([]);
   });
 
+  it("reads an amount or a refunded total written as a string of digits; one it cannot read as whole halala moves nothing", async () => {
+    const r = await makeRenter(srv);
+    const { payment } = await cardTopup(r.headers, 5000);
+    const id = payment.payment_id;
+    // "4000" is not the payment's 5,000: refused as a number 4000 would be, not credited as 5,000.
+    expect((await webhook(paidEvent(id, "4000" as never))).body.outcome).toBe("ignored");
+    expect((await balance(r.headers)).balance_halala).toBe(0);
+    expect((await webhook(paidEvent(id, "5000" as never))).body.outcome).toBe("credited");
+    expect((await balance(r.headers)).balance_halala).toBe(5000);
+    // A partial refund of 10 SAR takes 10 SAR, not the whole payment.
+    const refund = (refunded: unknown) => webhook({ id: `evt_${crypto.randomUUID()}`, type: "payment_refunded", data: { amount: 5000, refunded, metadata: { payment_id: id } } });
+    expect((await refund("1000")).body.outcome).toBe("refunded");
+    expect((await balance(r.headers)).balance_halala).toBe(4000);
+    // A running total of 0 takes nothing either (the whole payment is meant only when it is left out).
+    expect((await refund(0)).body.outcome).toBe("ignored");
+    expect((await balance(r.headers)).balance_halala).toBe(4000);
+    // Totals that are no whole number of halala: nothing taken (no whole refund assumed), audited.
+    for (const bad of [1500.5, -1000, "15.00", "abc", true, { value: 1500 }]) {
+      const res = await webhook({ id: `evt_${crypto.randomUUID()}`, type: "payment_refunded", data: { amount: 5000, refunded: bad, metadata: { payment_id: id } } });
+      expect(res.body.outcome, JSON.stringify(bad)).toBe("ignored");
+      expect((await balance(r.headers)).balance_halala, JSON.stringify(bad)).toBe(4000);
+    }
+    const [row] = await srv.sql`SELECT status, refunded_halala FROM payments WHERE payment_id = ${id}`;
+    expect(row).toEqual({ status: "refunded", refunded_halala: 1000 });
+    const audits = await srv.sql`SELECT details FROM audit_log WHERE action = 'payment.unreadable_amount' AND target_id = ${id} ORDER BY id`;
+    expect(audits).toHaveLength(6);
+    expect(audits[0].details.problem).toMatch(/refunded 1500\.5 is not a whole number of halala/);
+    // A paid event whose amount is a fraction credits nothing either (its amount cannot be checked).
+    const other = (await cardTopup(r.headers, 3000)).payment;
+    expect((await webhook(paidEvent(other.payment_id, 3000.5))).body.outcome).toBe("ignored");
+    expect((await api.get(`/api/payments/${other.payment_id}`, r.headers)).body.status).toBe("initiated");
+    expect((await balance(r.headers)).balance_halala).toBe(4000);
+    const [recorded] = await srv.sql`SELECT outcome FROM payment_events WHERE payment_id = ${other.payment_id}`;
+    expect(recorded.outcome).toMatch(/^ignored: amount 3000\.5 is not a whole number of halala$/);
+    expect(await ledgerProblems(srv.sql)).toEqual([]);
+  });
+
   it("records every verified event", async () => {
     const r = await makeRenter(srv);
     const { payment } = await cardTopup(r.headers, 700);

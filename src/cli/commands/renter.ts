@@ -3,6 +3,7 @@ import { Option, type Command } from "commander";
 import { follow } from "../follow.js";
 import { Exit, out, printFields, printJson, printJsonLine, printTable, sar, statusColour } from "../output.js";
 import { buildParams, paramArg, PARAM_HELP, type ParamArg } from "../params.js";
+import { idempotencyKeyOf, resendWithKey } from "../resend.js";
 import { int, num, type Context } from "./context.js";
 
 /** svc balance, topup and submit. */
@@ -31,15 +32,17 @@ export function addRenterCommands(program: Command, ctx: Context): void {
     .description("add funds: sandbox payments are confirmed at once (outside production); card sources print a checkout URL")
     .requiredOption("--sar <amount>", "amount in SAR", num("--sar"))
     .addOption(new Option("--source <type>", "payment source").choices(["sandbox", "creditcard", "mada", "applepay"]).default("sandbox"))
-    .option("--idempotency-key <key>", "makes a retried top-up safe")
+    .option("--idempotency-key <key>", "the top-up's Idempotency-Key (default: a new one); a top-up sent again with it is not done twice")
     .action(async (o: { sar: number; source: string; idempotencyKey?: string }) => {
       const { c, p } = session("renter");
-      const t = await c.payments.topup({ amountSar: o.sar, sourceType: o.source, idempotencyKey: o.idempotencyKey });
+      const key = idempotencyKeyOf(o.idempotencyKey);
+      const t = await resendWithKey("top-up", key, () => c.payments.topup({ amountSar: o.sar, sourceType: o.source, idempotencyKey: key }));
       const pay = t.payment!;
       if (o.source !== "sandbox") {
         return show(t, () => out(`payment ${pay.paymentId} (${sar(pay.amountHalala)}): pay at ${new URL(t.checkoutUrl, p.url)}`));
       }
-      const confirmed = await c.payments.confirmSandbox({ paymentId: pay.paymentId });
+      // Confirming a payment twice credits it once: sent again like the top-up.
+      const confirmed = await resendWithKey("top-up", key, () => c.payments.confirmSandbox({ paymentId: pay.paymentId }));
       const b = await c.renters.getBalance({});
       show({ payment: confirmed, balance: b }, () =>
         out(`payment ${confirmed.paymentId}: ${confirmed.status}, ${sar(confirmed.amountHalala)} added; balance ${b.balanceHalala} halala (${sar(b.balanceHalala)})`),
@@ -57,21 +60,23 @@ export function addRenterCommands(program: Command, ctx: Context): void {
     .option("--priority <1-3>", "1 high, 2 normal, 3 low", int("--priority"))
     .option("--provider <id>", "run on this provider", int("--provider", "int64"))
     .option("--max-duration <seconds>", "hard limit of the run", int("--max-duration", "int64"))
-    .option("--idempotency-key <key>", "a retried submit with the same key answers the first job")
+    .option("--idempotency-key <key>", "the submit's Idempotency-Key (default: a new one); a submit sent again with it answers the first job")
     .option("-f, --follow", "watch the job until it ends")
     .option("-o, --out <file>", "with --follow: where to write the output")
     .addHelpText("after", PARAM_HELP)
     .action(async (type: string, o: { duration?: number; priority?: number; provider?: number; maxDuration?: number; idempotencyKey?: string; follow?: boolean; out?: string }) => {
       const { c } = session("renter");
-      const r = await c.jobs.submit({
+      const key = idempotencyKeyOf(o.idempotencyKey);
+      const request = {
         jobType: type,
         params: await buildParams(c, type, paramArgs),
         durationMinutes: o.duration,
         priority: o.priority,
         providerId: o.provider === undefined ? undefined : BigInt(o.provider),
         maxDurationSeconds: o.maxDuration === undefined ? undefined : BigInt(o.maxDuration),
-        idempotencyKey: o.idempotencyKey,
-      });
+        idempotencyKey: key,
+      };
+      const r = await resendWithKey("submit", key, () => c.jobs.submit(request));
       const job = r.job!.job!;
       // Following with --json: one JSON object per line, the submission first.
       if (g().json && o.follow) printJsonLine({ submitted: r });

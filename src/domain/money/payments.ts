@@ -138,6 +138,8 @@ export interface GatewayEvent {
   amount?: number;
   currency?: string;
   refunded?: number;
+  /** `amount` or `refunded` as sent when it is no whole, non-negative number of halala (what it says, for the note). */
+  unreadable?: { amount?: string; refunded?: string };
   reason?: string;
 }
 
@@ -149,7 +151,18 @@ export function verifySignature(secret: string, raw: Uint8Array, signature: stri
 }
 
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
-const int = (v: unknown): number | undefined => (typeof v === "number" && Number.isSafeInteger(v) ? v : undefined);
+
+/**
+ * A gateway's amount in halala: a whole, non-negative JSON number, or a string of its digits (as 64-bit
+ * integers are often written in JSON, and as this service reads its own int64 fields). Absent (or null):
+ * undefined. Anything else (a fraction, a negative, other text) is `unreadable`: no amount is guessed.
+ */
+function halalaOf(v: unknown): number | undefined | "unreadable" {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return v;
+  if (typeof v === "string" && /^\d{1,15}$/.test(v.trim())) return Number(v.trim());
+  return "unreadable";
+}
 
 /**
  * Reads a Moyasar-style event: `{id, type: "payment_paid" | "payment_failed" |
@@ -165,15 +178,23 @@ export function parseGatewayEvent(body: unknown): GatewayEvent {
   const type = str(b.type) ?? str(data.status) ?? "";
   const bare = type.replace(/^(payment|invoice)[._]/, "");
   const kind = (["paid", "failed", "refunded", "voided"] as const).find((k) => k === bare);
+  const amount = halalaOf(data.amount);
+  const refunded = halalaOf(data.refunded);
+  const says = (name: string, sent: unknown) => `${name} ${String(JSON.stringify(sent)).slice(0, 40)} is not a whole number of halala`;
+  const unreadable = {
+    ...(amount === "unreadable" ? { amount: says("amount", data.amount) } : {}),
+    ...(refunded === "unreadable" ? { refunded: says("refunded", data.refunded) } : {}),
+  };
   return {
     kind,
     type,
     eventId: str(b.id),
     paymentId: str(metadata.payment_id) ?? str(b.payment_id),
     gatewayIds: [str(data.invoice_id), str(data.id)].filter((x): x is string => x !== undefined),
-    amount: int(data.amount),
+    amount: amount === "unreadable" ? undefined : amount,
     currency: str(data.currency),
-    refunded: int(data.refunded),
+    refunded: refunded === "unreadable" ? undefined : refunded,
+    ...(Object.keys(unreadable).length > 0 ? { unreadable } : {}),
     reason: str(data.message) ?? str(data.reason),
   };
 }
@@ -236,6 +257,14 @@ async function creditPaid(tx: Tx, p: PaymentRow): Promise<PaymentRow> {
 async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Promise<{ outcome: EventOutcome; payment?: PaymentRow; note?: string }> {
   if (!p) return { outcome: "ignored", note: "unknown payment" };
   if (!ev.kind) return { outcome: "ignored", payment: p, note: `event type '${ev.type}' not handled` };
+  // What the gateway says it took (paid, or a refund that credits first) or gave back (a refund's running
+  // total) cannot be read: no amount is assumed for it (the payment's whole amount credited, or taken back).
+  // A failed event moves nothing, and a void takes back the whole payment whatever it says.
+  const unread = ev.kind === "paid" ? ev.unreadable?.amount : ev.kind === "refunded" ? [ev.unreadable?.amount, ev.unreadable?.refunded].filter(Boolean).join("; ") : undefined;
+  if (unread) {
+    await recordAudit(tx, "gateway", "payment.unreadable_amount", "payment", p.payment_id, { problem: unread, event_id: ev.eventId ?? null });
+    return { outcome: "ignored", payment: p, note: unread };
+  }
   switch (ev.kind) {
     case "paid": {
       if (p.status === "paid" || p.status === "refunded") return { outcome: "duplicate", payment: p };
@@ -275,6 +304,8 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
         await recordAudit(tx, "gateway", "payment.refund_after_void", "payment", p.payment_id, { refunded: ev.refunded ?? null, event_id: ev.eventId ?? null });
         return { outcome: "ignored", payment: p, note: "payment was voided" };
       }
+      // A running total of nothing takes nothing back (without one, the whole payment is meant).
+      if (ev.refunded === 0) return { outcome: "ignored", payment: p, note: "refunded total is 0" };
       if (p.status !== "paid" && p.status !== "refunded") {
         // A refund proves the payment was made: its paid event is late, or was lost (answered 5xx and
         // not sent again). Credited here, the refund then takes it back, and the paid event, when it
@@ -284,7 +315,7 @@ async function decide(tx: Tx, p: PaymentRow | undefined, ev: GatewayEvent): Prom
         p = await creditPaid(tx, p);
       }
       // `refunded` is the gateway's running total: a second partial refund takes only the difference.
-      return refund(tx, p, Math.min(p.amount_halala, ev.refunded !== undefined && ev.refunded > 0 ? ev.refunded : p.amount_halala));
+      return refund(tx, p, Math.min(p.amount_halala, ev.refunded ?? p.amount_halala));
     }
   }
 }
