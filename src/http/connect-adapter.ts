@@ -1,10 +1,12 @@
 // Connect's node adapter (connectNodeAdapter, rebuilt from the pieces
-// @connectrpc/connect-node exports), but for one thing: a unary call's body is
-// read only once its per-IP rate-limit row let it through. Connect reads a
-// unary body before any interceptor runs, so a call the row refuses is
-// answered at once (resource_exhausted) instead of once its body is in, which
-// a client could stall. A stream's interceptors run before its body is read:
-// the interceptor refuses it (src/http/rate-limits.ts). And a unary call's JSON
+// @connectrpc/connect-node exports), but for two things. An answer is written
+// by connect-response.ts, whose writes stop waiting for room when the client
+// goes away. And a unary call's body is read only once its per-IP rate-limit
+// row let it through. Connect reads a unary body before any interceptor
+// runs, so a call the row refuses is answered at once (resource_exhausted)
+// instead of once its body is in, which a client could stall. A stream's
+// interceptors run before its body is read: the interceptor refuses it
+// (src/http/rate-limits.ts). And a unary call's JSON
 // body is measured as it arrives, as REST's is (src/http/json-depth.ts): one
 // nested deeper than MAX_JSON_DEPTH is refused (invalid_argument) before
 // Connect parses it, which for millions of levels held the process seconds
@@ -19,7 +21,7 @@ import type { Http2ServerRequest, ServerHttp2Stream } from "node:http2";
 import { promisify } from "node:util";
 import zlib from "node:zlib";
 import { Code, ConnectError, createConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
-import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest } from "@connectrpc/connect-node";
 import type { DescMessage, DescMethod, Message } from "@bufbuild/protobuf";
 import { checkBinaryRequest, checkMessageDepth, NestedTooDeep } from "../shared/json-nesting.js";
 import { checkBinaryLists, jsonListTree, ListTooLong, MalformedMessage, type JsonListNode } from "../shared/list-bounds.js";
@@ -31,6 +33,7 @@ import { Envelopes, type EnvelopeReading, type Refusal } from "./envelopes.js";
 import { JsonScanner } from "./json-scan.js";
 import { EnvelopedKinds, type KindBounds } from "./kind-bounds.js";
 import { callFailure } from "./call-log.js";
+import { writeResponse } from "./connect-response.js";
 import { countCall, wireOf } from "./metrics.js";
 import { ipRowCountKey } from "./rate-limits.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "./rest.js";
@@ -124,7 +127,7 @@ export function createConnectHandler(o: ConnectHandlerOptions): (req: NodeReques
     }
     if (!unary && req.httpVersionMajor === 2) closeClientHalfOnceAnswered((req as Http2ServerRequest).stream);
     uHandler(uReq)
-      .then((uRes) => universalResponseToNodeResponse(uRes, res as never))
+      .then((uRes) => writeResponse(uRes, res))
       .catch((reason: unknown) => {
         if (ConnectError.from(reason).code === Code.Aborted) return;
         log.error({ err: reason, procedure: uHandler.requestPath }, "call handler failed");
