@@ -26,6 +26,8 @@ export interface FollowOptions {
   json: boolean;
   /** Only log lines (svc jobs logs -f). */
   logsOnly?: boolean;
+  /** Only this attempt's log lines (svc jobs logs -f --attempt N); the watch sends every attempt's. */
+  attempt?: number;
   /** Where to write the output (default: <job_id>.<ext> for files, stdout for text). */
   outFile?: string;
 }
@@ -205,6 +207,7 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   let shown = "";
   const onEvent = (e: JobEvent) => {
     cursor = e.cursor;
+    if (e.event.case === "log" && opts.attempt !== undefined && e.event.value.attempt !== opts.attempt) return;
     if (opts.json) {
       printJsonLine(e);
       if (e.event.case === "outcome") outcome = e.event.value;

@@ -101,8 +101,12 @@ export function saveProfile(name: string, p: Profile, env = process.env): string
  * when only SVC_ADMIN_TOKEN is, the stored profile's otherwise (SVC_ROLE overrides all three);
  * a stored secret is used only for the role and the server (origin) it was saved with: SVC_URL
  * naming another server takes SVC_KEY / SVC_ADMIN_TOKEN, so a profile's key is never sent elsewhere.
+ * SVC_KEY or SVC_ADMIN_TOKEN set to the empty string counts as not set.
  */
-export function resolveProfile(name: string | undefined, env = process.env): Profile & { name: string } {
+export function resolveProfile(name: string | undefined, given = process.env): Profile & { name: string } {
+  // An empty credential variable (`SVC_KEY=` in an env file) is unset: it hides no saved key.
+  const env = { ...given };
+  for (const k of ["SVC_KEY", "SVC_ADMIN_TOKEN"] as const) if (env[k] === "") delete env[k];
   // The environment alone (SVC_URL and a key or token, no --profile) needs no profiles file: one that is broken is not read.
   const envAlone = !name && env.SVC_URL !== undefined && (env.SVC_KEY !== undefined || env.SVC_ADMIN_TOKEN !== undefined);
   const all = envAlone ? readProfilesOrNone(env) : readProfiles(env);

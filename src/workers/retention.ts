@@ -1,9 +1,11 @@
 // The retention sweep (every SVC_RETENTION_SWEEP_SECONDS, and once at start):
 // deletes the uptime hours and attempt days the reputation figures no longer
 // read (src/domain/providers/retention.ts) and the login codes the sign-in
-// limits no longer count (src/domain/accounts/login.ts). Several processes may
-// run it at once: each skips the rows another is deleting.
+// limits no longer count (src/domain/accounts/login.ts) and the Idempotency-Key
+// rows past their window (src/domain/money/idempotency.ts). Several processes
+// may run it at once: each skips the rows another is deleting.
 import { deleteSpentLoginCodes } from "../domain/accounts/login.js";
+import { deleteExpiredKeys } from "../domain/money/idempotency.js";
 import { deleteExpiredReputationRows } from "../domain/providers/retention.js";
 import type { HeartbeatDeps as Deps } from "../domain/providers/heartbeat.js";
 import { failureLevel } from "../errors.js";
@@ -21,6 +23,9 @@ export function retentionWorker(deps: Deps): Worker {
     await deleteSpentLoginCodes(deps.sql).then((loginCodes) => {
       if (loginCodes) deps.log.info({ loginCodes }, "spent login codes deleted");
     }, failed("login codes"));
+    await deleteExpiredKeys(deps.sql).then((idempotencyKeys) => {
+      if (idempotencyKeys) deps.log.info({ idempotencyKeys }, "expired idempotency keys deleted");
+    }, failed("idempotency keys"));
   };
   const tick = () => {
     if (running) return;

@@ -3,7 +3,8 @@
 // unreachable" (4), with or without the server's status header, while a connection closed or reset
 // before the answer is (4); a 400 and an integer option out of its protobuf type's
 // range are usage errors (2); so is a broken profiles file, a profile name
-// that is not saved, and a file svc cannot write (--out); Ctrl-C at
+// that is not saved, and a file svc cannot write (--out); an empty SVC_KEY is
+// unset, not a key that hides the saved profile's; Ctrl-C at
 // `svc login`'s hidden prompt exits 130 as Ctrl-C does elsewhere.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
@@ -288,6 +289,19 @@ describe("svc exit codes", { timeout: 180_000 }, () => {
     }
     // A saved one works either way.
     expect((await svc(["balance"], { home, env: { SVC_PROFILE: "default" } })).code).toBe(0);
+  });
+
+  it("an empty SVC_KEY or SVC_ADMIN_TOKEN is unset: the saved profile's key is used, not 'not logged in' (3)", async () => {
+    const home = tempDir("svc-exit");
+    const renter = await makeRenter(srv);
+    const login = await svc(["login", "--url", srv.url], { home, input: renter.key + "\n" });
+    expect(login.code, login.stderr).toBe(0);
+    const envs: Record<string, string>[] = [{ SVC_KEY: "" }, { SVC_ADMIN_TOKEN: "" }, { SVC_KEY: "", SVC_ADMIN_TOKEN: "" }, { SVC_URL: srv.url, SVC_KEY: "" }];
+    for (const env of envs) {
+      const r = await svc(["balance"], { home, env });
+      expect(r.stderr, JSON.stringify(env)).toBe("");
+      expect(r.code, JSON.stringify(env)).toBe(0);
+    }
   });
 
   it.skipIf(!hasCommand("python3"))("Ctrl-C at login's hidden prompt exits 130; Ctrl-D there is no key given (2)", async () => {

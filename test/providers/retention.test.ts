@@ -1,7 +1,7 @@
 // Retention of the reputation inputs: uptime hours and attempt days older than
 // what the score reads are deleted, in batches, without changing the score;
 // the server runs the sweep at start and on its period, and deletes the spent
-// login codes with them.
+// login codes and expired Idempotency-Key rows with them.
 import crypto from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { freshDatabase, startTestServer, useTestServer } from "../helpers/server.js";
@@ -9,6 +9,7 @@ import { makeProvider } from "../helpers/fixtures.js";
 import type { Db } from "../../src/db/index.js";
 import { refreshReputation } from "../../src/domain/providers/reputation.js";
 import { ATTEMPT_DAYS_KEPT, UPTIME_KEPT_HOURS, deleteExpiredReputationRows } from "../../src/domain/providers/retention.js";
+import { KEY_KEPT_HOURS } from "../../src/domain/money/idempotency.js";
 
 // Its own sweep off: these tests run it themselves.
 const srv = useTestServer({ SVC_RETENTION_SWEEP_SECONDS: "0" });
@@ -105,7 +106,7 @@ describe("uptime hours are UTC hours, whatever the session's TimeZone", () => {
 });
 
 describe("the retention sweep of a server", () => {
-  it("runs at start, login codes included", async () => {
+  it("runs at start, login codes and idempotency keys included", async () => {
     const db = await freshDatabase();
     const other = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "0" }, db.url);
     const p = await makeProvider(other);
@@ -121,20 +122,28 @@ describe("the retention sweep of a server", () => {
       INSERT INTO login_codes (role, account_id, code_hash, created_at, sent_at, expires_at, used_at)
       VALUES ('provider', ${p.id}, sha256('1'), now() - interval '2 hours', now() - interval '2 hours', now() - interval '110 minutes', now() - interval '119 minutes'),
              ('provider', ${p.id}, sha256('2'), now() - interval '20 minutes', now() - interval '20 minutes', now() - interval '10 minutes', NULL)`;
+    // An Idempotency-Key past its window, and one inside it.
+    const scope = `retention-start:${p.id}`;
+    await other.sql`
+      INSERT INTO idempotency_keys (scope, key, request_hash, response, created_at)
+      VALUES (${scope}, 'old', 'h', '{}'::jsonb, now() - make_interval(hours => ${KEY_KEPT_HOURS + 1})),
+             (${scope}, 'new', 'h', '{}'::jsonb, now() - make_interval(hours => ${KEY_KEPT_HOURS - 1}))`;
     await other.close();
     // A server with the sweep on, on the same database.
     const sweeping = await startTestServer({ SVC_RETENTION_SWEEP_SECONDS: "3600" }, db.url);
     try {
       let left = -1;
-      for (let i = 0; i < 50 && left !== 1; i++) {
+      for (let i = 0; i < 50 && left !== 3; i++) {
         const [r] = await sweeping.sql<{ n: number }[]>`
           SELECT (SELECT count(*) FROM provider_uptime WHERE provider_id = ${p.id})::int
                + (SELECT count(*) FROM provider_attempt_days WHERE provider_id = ${p.id})::int
-               + (SELECT count(*) FROM login_codes WHERE role = 'provider' AND account_id = ${p.id})::int AS n`;
+               + (SELECT count(*) FROM login_codes WHERE role = 'provider' AND account_id = ${p.id})::int
+               + (SELECT count(*) FROM idempotency_keys WHERE scope = ${scope})::int AS n`;
         left = r.n;
-        if (left !== 2) await new Promise((resolve) => setTimeout(resolve, 100));
+        if (left !== 3) await new Promise((resolve) => setTimeout(resolve, 100));
       }
-      expect(left).toBe(2);
+      expect(left).toBe(3);
+      expect((await sweeping.sql`SELECT key FROM idempotency_keys WHERE scope = ${scope}`).map((k) => k.key)).toEqual(["new"]);
       const codes = await sweeping.sql`SELECT code_hash FROM login_codes WHERE role = 'provider' AND account_id = ${p.id}`;
       expect(codes.map((c) => Buffer.from(c.code_hash).equals(crypto.createHash("sha256").update("2").digest()))).toEqual([true]);
     } finally {

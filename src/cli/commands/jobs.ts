@@ -64,11 +64,11 @@ export function addJobCommands(program: Command, ctx: Context): void {
     .command("logs")
     .argument("<job_id>")
     .option("-f, --follow", "keep printing new lines until the job ends")
-    .option("--attempt <n>", "an earlier attempt's lines", int("--attempt"))
+    .option("--attempt <n>", "that attempt's lines only (with -f: followed until the job ends)", int("--attempt"))
     .description("a job's log lines")
     .action(async (jobId: string, o: { follow?: boolean; attempt?: number }) => {
       const { c } = session();
-      if (o.follow) throw new Exit(await follow(c, jobId, { json: !!g().json, logsOnly: true }));
+      if (o.follow) throw new Exit(await follow(c, jobId, { json: !!g().json, logsOnly: true, attempt: o.attempt }));
       const r = await c.jobs.getLogs({ jobId, attempt: o.attempt });
       show(r, () => {
         for (const l of r.logs) out(`${colour(terminalSafe(l.level.padEnd(7)), "dim")} ${terminalSafe(l.message)}`);

@@ -13,11 +13,16 @@
 // the work's transaction stores the answer and ends the claim; a failure
 // releases it (deletes the row) so a retry starts over; a claim whose process
 // died expires at claimed_until and the next retry takes the key over.
+//
+// A key is honoured for KEY_KEPT_HOURS after its first request; the retention
+// sweep (src/workers/retention.ts) then deletes it (deleteExpiredKeys), and the
+// same key afterwards starts a new request.
 import crypto from "node:crypto";
 import { create, fromJson, toJson, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
-import type { Sql, Tx } from "../../db/index.js";
+import type { Db, Sql, Tx } from "../../db/index.js";
 import { apiError, badRequest, conflict } from "../../errors.js";
 import { canonicalJson } from "../../shared/task-signature.js";
+import { deleteInBatches } from "../shared/batched-delete.js";
 
 function hashOf(key: string, request: unknown): string {
   if (key.length > 255) throw badRequest("Idempotency-Key must be at most 255 characters");
@@ -160,4 +165,25 @@ export async function idempotent<D extends DescMessage>(
 export async function restoreAnswer<D extends DescMessage>(sql: Sql, schema: D, scope: string, key: string | undefined, answer: MessageShape<D>): Promise<void> {
   if (!key) return;
   await sql`UPDATE idempotency_keys SET response = ${sql.json(toJson(schema, answer) as never)} WHERE scope = ${scope} AND key = ${key}`;
+}
+
+/** Hours a key replays its first answer (or refuses another request) after its first request. */
+export const KEY_KEPT_HOURS = 24;
+
+/**
+ * Deletes the keys whose first request came more than KEY_KEPT_HOURS ago; a key
+ * whose request is still in flight (a live claim, or a transaction holding its
+ * row) stays until it has answered. Run by the retention sweep; the index on
+ * created_at finds them.
+ */
+export async function deleteExpiredKeys(db: Db): Promise<number> {
+  return deleteInBatches(async (limit) => {
+    const r = await db`
+      DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM idempotency_keys
+        WHERE created_at < now() - make_interval(hours => ${KEY_KEPT_HOURS})
+          AND (claimed_until IS NULL OR claimed_until <= now())
+        LIMIT ${limit} FOR UPDATE SKIP LOCKED))`;
+    return r.count;
+  });
 }
