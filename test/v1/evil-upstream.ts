@@ -1,6 +1,7 @@
 // A provider's endpoint that sends whatever a test scripts: every chat completion is answered
 // with the SSE events `events(body)` returns (strings are sent as `data:` lines verbatim, so a
-// test can send JSON no serializer would write), then `data: [DONE]`. It records the requests.
+// test can send JSON no serializer would write), then `data: [DONE]` (or, as `ending` says, the
+// response ends without it, or the connection is dropped). It records the requests.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -10,7 +11,10 @@ export interface Evil {
   close(): Promise<void>;
 }
 
-export async function startEvil(events: (body: Record<string, unknown>) => (string | Record<string, unknown>)[]): Promise<Evil> {
+/** How the scripted stream ends: `data: [DONE]`, the response ended without it, or the connection dropped mid-response. */
+export type Ending = "done" | "end" | "drop";
+
+export async function startEvil(events: (body: Record<string, unknown>) => (string | Record<string, unknown>)[], ending: Ending | (() => Ending) = "done"): Promise<Evil> {
   const sockets = new Set<import("node:net").Socket>();
   const evil: Evil = { url: "", requests: [], close: async () => {} };
   const server = http.createServer(async (req, res) => {
@@ -21,7 +25,11 @@ export async function startEvil(events: (body: Record<string, unknown>) => (stri
     evil.requests.push(body);
     res.writeHead(200, { "content-type": "text/event-stream" });
     for (const e of events(body)) res.write(`data: ${typeof e === "string" ? e : JSON.stringify(e)}\n\n`);
-    res.end("data: [DONE]\n\n");
+    const how = typeof ending === "function" ? ending() : ending;
+    if (how === "done") res.end("data: [DONE]\n\n");
+    else if (how === "end") res.end();
+    // Once what was written has left: the client reads the events, then a response cut off before its end.
+    else res.write("", () => res.socket?.destroy());
   });
   server.on("connection", (s) => {
     sockets.add(s);

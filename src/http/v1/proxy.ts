@@ -55,6 +55,8 @@ export interface ProxyRequest {
   clientWantsUsage: boolean;
   /** The client asked for usage on every chunk (stream_options.continuous_usage_stats); else the chunks' usage is not relayed. */
   clientWantsContinuousUsage: boolean;
+  /** The choices asked for (n): the answer is whole once each has its finish_reason. */
+  choices: number;
   /** Prompt tokens to assume if the upstream never reports usage. */
   promptTokensEstimate: number;
   /** The tokens billed of a reported usage, given the text delivered so far; the client's copy of `usage` shows these. */
@@ -315,6 +317,13 @@ async function readStream(
   /** The client's response was started (streaming). */
   let started = false;
   let finished = false;
+  /** Indexes of the choices that have their finish_reason. */
+  const finishedChoices = new Set<number>();
+  /**
+   * The answer was whole when the stream broke (before its usage chunk or [DONE]): answered as a finished one, since
+   * the client has all it asked for and the usage of the last chunk. The connection, broken, is not reused.
+   */
+  let lostEnd = false;
   const usage = new UsageTracker();
   let counted = 0;
   /** Bytes read from the upstream so far (MAX_STREAM_BYTES). */
@@ -356,17 +365,20 @@ async function readStream(
     held = [];
   };
 
+  /** The stream's end as the client sees it: the held finishing chunks, the usage chunk if asked for, [DONE]. */
+  const endStream = () => {
+    flushHeld();
+    // The endpoint sent no usage chunk (it reported usage only on its chunks, or none): a client that asked for one gets it.
+    if (p.clientWantsUsage && !usageChunkSent) emit({ ...head, object: "chat.completion.chunk", choices: [], usage: lastUsage() });
+    out.push(sseEvent("[DONE]"));
+  };
+
   /** Takes one upstream event; returns an error when the upstream reported one. */
   const take = (data: string): V1Error | undefined => {
     if (data === "[DONE]") {
       // A stream that ends before its first event failed, [DONE] or not: the next endpoint is asked.
       if (!committed) return new V1Error("provider_unavailable", "the serving endpoint ended the stream before its first event");
-      if (!answer) {
-        flushHeld();
-        // The endpoint sent no usage chunk (it reported usage only on its chunks, or none): a client that asked for one gets it.
-        if (p.clientWantsUsage && !usageChunkSent) emit({ ...head, object: "chat.completion.chunk", choices: [], usage: lastUsage() });
-        out.push(sseEvent("[DONE]"));
-      }
+      if (!answer) endStream();
       finished = true;
       return undefined;
     }
@@ -386,7 +398,10 @@ async function readStream(
     const reported = usageOf(chunk);
     usage.see(chunk, reported);
     counted += deltaTokens(chunk);
-    const choices = Array.isArray(chunk.choices) ? (chunk.choices as { finish_reason?: unknown }[]) : [];
+    const choices = Array.isArray(chunk.choices) ? (chunk.choices as { index?: unknown; finish_reason?: unknown }[]) : [];
+    for (const c of choices) {
+      if (c?.finish_reason != null && Number.isInteger(c.index) && (c.index as number) >= 0 && (c.index as number) < p.choices) finishedChoices.add(c.index as number);
+    }
     if (answer) {
       if (choices.length > 0 && !answer.add(chunk)) overflowed = true;
       return undefined;
@@ -410,6 +425,23 @@ async function readStream(
     }
     emit(chunk);
     return undefined;
+  };
+
+  /** Writes what is ready for a streaming client, starting the response at the first write. */
+  const send = async () => {
+    if (out.length === 0) return;
+    if (!started) {
+      started = true;
+      p.res.writeHead(200, {
+        "content-type": "text/event-stream; charset=utf-8",
+        "cache-control": "no-cache",
+        "x-accel-buffering": "no",
+        ...p.headers,
+      });
+    }
+    const batch = out.join("");
+    out = [];
+    await write(p.res, batch, p.signal);
   };
 
   let error: V1Error | undefined;
@@ -456,23 +488,22 @@ async function readStream(
         if (r.done && !finished && !error && !overflowed) error = new V1Error("provider_unavailable", "the serving endpoint ended the stream early");
       }
       if (!committed && error) return { kind: "retry", error };
-      if (out.length > 0) {
-        if (!started) {
-          started = true;
-          p.res.writeHead(200, {
-            "content-type": "text/event-stream; charset=utf-8",
-            "cache-control": "no-cache",
-            "x-accel-buffering": "no",
-            ...p.headers,
-          });
-        }
-        const batch = out.join("");
-        out = [];
-        await write(p.res, batch, p.signal);
+      await send();
+    }
+    if (error && committed && !overflowed && !p.signal.aborted) {
+      if (finishedChoices.size >= p.choices) {
+        // Only the answer's end was lost (its usage chunk, [DONE]): what the client asked for has all come.
+        if (!answer) endStream();
+        error = undefined;
+        finished = lostEnd = true;
+      } else if (!answer) {
+        // Broken off: the finishing chunks held for the usage chunk are text the client is owed (and billed for).
+        flushHeld();
       }
+      await send();
     }
   } finally {
-    if (finished) {
+    if (finished && !lostEnd) {
       await afterDone(upstream, reader);
     } else {
       // Closing the connection is how vLLM learns to stop generating.

@@ -422,6 +422,7 @@ export function createV1Handler(deps: V1Deps) {
         stream: chat.stream,
         clientWantsUsage: chat.clientWantsUsage,
         clientWantsContinuousUsage: chat.clientWantsContinuousUsage,
+        choices: chat.choices,
         promptTokensEstimate: Math.ceil(promptBound / 4),
         billedUsage,
         timeoutMs: config.v1.upstreamTimeoutMs,
