@@ -87,6 +87,7 @@ async function checkAgainstBooks(jobId: string, file: any) {
     platform_share_halala: job.platform_fee_halala,
   });
   expect(b.charged_halala + b.refunded_halala).toBe(b.held_halala);
+  expect(b.rate_halala_per_minute * b.billed_minutes).toBe(b.charged_halala + b.uncovered_halala);
   const attempts = await srv.sql`SELECT attempt, end_reason, fault, cost_halala FROM job_attempts WHERE job_id = ${job.id} ORDER BY attempt`;
   expect(r.attempts.map((a: any) => [a.attempt, a.end_reason, a.fault, a.charged_halala])).toEqual(
     attempts.map((a) => [a.attempt, a.end_reason, a.fault, a.cost_halala ?? 0]),

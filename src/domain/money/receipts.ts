@@ -425,6 +425,9 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
       provider_share_halala: Number(m.provider_share),
       platform_share_halala: Number(m.platform_share),
       refunded_halala: Number(m.refunded),
+      // The billed minutes' cost that the renter's funds did not cover (a run past them: charged what they held,
+      // its provider unpaid for the rest): rate x billed_minutes = charged + uncovered.
+      uncovered_halala: Math.max(0, Number(job.rate_halala_per_minute) * billedMinutes - charged),
     },
     provider_attestation: attestationOf(job, attempts.length > 0, outputHash, att),
     signer: { key_id: key.keyId, algorithm: SIGNATURE_ALGORITHM },
