@@ -53,6 +53,17 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     return new Promise((resolve) => this.roomWaiters.push(resolve));
   }
 
+  /**
+   * The one consumer is gone: nothing queued or pushed will be taken. The items are let go, pushes
+   * refused, and producers waiting for room() go on (to find the queue closed).
+   */
+  private abandon() {
+    this.closed = true;
+    this.items = [];
+    this.wake();
+    this.freeRoom();
+  }
+
   private wake() {
     const w = this.waiter;
     this.waiter = undefined;
@@ -108,12 +119,12 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
       // The consumer stopped: what is still queued is not delivered (as a generator returned at its yield).
       return: (value?: unknown) => {
         over = true;
-        this.wake();
+        this.abandon();
         return Promise.resolve({ value: value as T, done: true });
       },
       throw: (err?: unknown) => {
         over = true;
-        this.wake();
+        this.abandon();
         return Promise.reject(err);
       },
     };

@@ -151,3 +151,28 @@ describe("deferred", () => {
     expect((await it.next()).done).toBe(true);
   });
 });
+
+describe("AsyncQueue", () => {
+  for (const how of ["return", "throw"] as const) {
+    it(`once its consumer stopped (${how}), lets go of what is queued, refuses pushes and frees producers waiting for room`, async () => {
+      const queue = new AsyncQueue<object>(2);
+      const it = queue[Symbol.asyncIterator]();
+      const kept = (): WeakRef<object> => {
+        const item = { answer: new Array(10_000).fill(1) };
+        queue.push(item);
+        return new WeakRef(item);
+      };
+      const ref = kept();
+      queue.push({});
+      const producer = queue.room(); // full: waits for the consumer
+      if (how === "return") await it.return!();
+      else await it.throw!(new Error("consumer failed")).catch(() => {});
+      await producer; // freed, or this test times out
+      expect(queue.isClosed).toBe(true);
+      expect(queue.size).toBe(0);
+      expect(queue.push({})).toBe(false);
+      expect(await collectedLater(ref)).toBe(true);
+      expect((await it.next()).done).toBe(true);
+    });
+  }
+});
