@@ -13,8 +13,9 @@
 // (a compressed one is inflated to be measured). A message in the binary codec
 // is read as deep as that depth needs (protobuf-es's recursion limit raised,
 // and bounded) and held to the depth its JSON form would nest (binaryDepth);
-// a unary one nested past what protobuf-es reads is refused, naming the field,
-// before Connect reads it (binaryBodyCheck). And the lists of a request whose
+// one nested past what protobuf-es reads, a unary call's or a stream's, is
+// refused, naming the field, before Connect reads it (binaryBodyCheck), as the
+// gRPC stream path refuses it (readBinaryRequest). And the lists of a request whose
 // type holds one are counted before Connect reads it, in either codec, a JSON
 // text in the same walk as its depth (src/shared/list-bounds.ts).
 import type { Http2ServerRequest, ServerHttp2Stream } from "node:http2";
@@ -24,7 +25,7 @@ import { Code, ConnectError, createConnectRouter, type ContextValues, type Inter
 import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest } from "@connectrpc/connect-node";
 import type { DescMessage, DescMethod, Message } from "@bufbuild/protobuf";
 import { checkBinaryRequest, checkMessageDepth, NestedTooDeep } from "../shared/json-nesting.js";
-import { checkBinaryLists, jsonListTree, ListTooLong, MalformedMessage, type JsonListNode } from "../shared/list-bounds.js";
+import { jsonListTree, ListTooLong, MalformedMessage, type JsonListNode } from "../shared/list-bounds.js";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../metrics/metrics.js";
 import { credentialsKey } from "./credentials.js";
@@ -153,8 +154,9 @@ function closeClientHalfOnceAnswered(stream: ServerHttp2Stream): void {
 
 /**
  * A request in the binary codec whose messages' JSON form would nest past MAX_JSON_DEPTH is refused
- * (invalid_argument) as the same message in JSON is; so is a stream's message too deep for protobuf-es's
- * bounded reading of it (a unary one is refused by Connect, saying that the recursion limit was reached).
+ * (invalid_argument) as the same message in JSON is. One too deep for protobuf-es's bounded reading of it
+ * is refused before Connect reads it, naming the field (binaryBodyCheck); a stream's that is not (bytes
+ * the walk leaves to protobuf-es) is refused here too, naming none.
  */
 const binaryDepth: Interceptor = (next) => async (req) => {
   if (/[/+]json/i.test(req.header.get("content-type") ?? "")) return next(req);
@@ -302,14 +304,14 @@ async function inflated(bytes: Buffer, encoding: string | undefined, limit: numb
 }
 
 /**
- * The refusal of a request message in the binary codec with a list past its bound, or with a field past its end;
- * and, for a unary call's (which Connect reads before any interceptor, saying only that protobuf-es's recursion
- * limit was reached), of one nested past what protobuf-es reads, naming the top-level field (checkBinaryRequest).
+ * The refusal of a request message in the binary codec with a list past its bound, or with a field past its end,
+ * or nested past what protobuf-es reads, naming the top-level field (checkBinaryRequest, one walk of its bytes):
+ * Connect would read it saying only that protobuf-es's recursion limit was reached, for a unary call before any
+ * interceptor.
  */
-function binaryRefusal(desc: DescMessage, bytes: Buffer, unary: boolean): ConnectError | undefined {
+function binaryRefusal(desc: DescMessage, bytes: Buffer): ConnectError | undefined {
   try {
-    if (unary) checkBinaryRequest(desc, bytes);
-    else checkBinaryLists(desc, bytes, PROTO_RECURSION_LIMIT);
+    checkBinaryRequest(desc, bytes);
     return undefined;
   } catch (err) {
     if (err instanceof ListTooLong || err instanceof NestedTooDeep) return new ConnectError(err.message, Code.InvalidArgument);
@@ -319,12 +321,11 @@ function binaryRefusal(desc: DescMessage, bytes: Buffer, unary: boolean): Connec
 }
 
 /**
- * How a call's binary messages are looked at before Connect reads them (undefined: not binary, or a stream
- * whose request type holds no bounded list): a unary call's body once it is whole, a stream's messages (and
- * gRPC's and gRPC-Web's unary ones) each as its envelope completes, inflated when compressed (binaryRefusal).
+ * How a call's binary messages are looked at before Connect reads them (undefined: not binary): a unary call's
+ * body once it is whole, a stream's messages (and gRPC's and gRPC-Web's unary ones) each as its envelope
+ * completes, inflated when compressed (binaryRefusal).
  */
 function binaryBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: DescMessage): BodyCheck | undefined {
-  if (!unary && !jsonListTree(desc)) return undefined;
   const header = (name: string) => String(req.headers[name] ?? "identity").toLowerCase();
   const type = String(req.headers["content-type"] ?? "").toLowerCase();
   if (unary && type === "application/proto") {
@@ -339,7 +340,7 @@ function binaryBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: 
     const end = async () => {
       if (size > limit) return undefined;
       const bytes = await inflated(Buffer.concat(parts, size), header("content-encoding"), limit);
-      return bytes && binaryRefusal(desc, bytes, true);
+      return bytes && binaryRefusal(desc, bytes);
     };
     check.end = end;
     return check;
@@ -352,7 +353,7 @@ function binaryBodyCheck(req: NodeRequest, unary: boolean, limit: number, desc: 
     whole: () => true,
     end: async (compressed, bytes) => {
       const message = bytes && (await inflated(bytes, compressed ? encoding : undefined, limit));
-      return message && binaryRefusal(desc, message, unary);
+      return message && binaryRefusal(desc, message);
     },
   });
   return (piece) => frames.refusal(piece);

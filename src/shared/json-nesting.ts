@@ -3,7 +3,7 @@
 // a message in the binary codec is read with protobuf-es's recursion limit raised to what that depth needs
 // (bounded: each level is a few stack frames) and then held to the depth its JSON form would nest.
 import { fromBinary, type DescMessage, type Message } from "@bufbuild/protobuf";
-import { binaryRecursionPassed, checkBinaryLists } from "./list-bounds.js";
+import { binaryRecursionPassed } from "./list-bounds.js";
 
 /**
  * Deepest nesting accepted in a request body (/api and /v1) and in a /v1 endpoint's chunk, its own object
@@ -113,16 +113,19 @@ const RECURSION_REFUSED = /maximum recursion depth/;
 
 /**
  * A request message in the binary codec, read as deep as MAX_JSON_DEPTH allows its JSON form and no deeper:
- * NestedTooDeep (naming the top-level field, when it was read) for one nested past it; protobuf-es's own
- * error for bytes that are not the message. One with a list past its bound is refused before it is read
- * (ListTooLong, shared/list-bounds.ts).
+ * NestedTooDeep, naming the top-level field, for one nested past it (however deep: one past what protobuf-es
+ * reads is refused before it is read, by checkBinaryRequest, as a unary call's is); protobuf-es's own error
+ * for bytes that are not the message. One with a list past its bound is refused before it is read
+ * (ListTooLong, shared/list-bounds.ts), in the same walk of its bytes.
  */
 export function readBinaryRequest(desc: DescMessage, bytes: Uint8Array): Message {
   let message: Message;
   try {
-    checkBinaryLists(desc, bytes, PROTO_RECURSION_LIMIT);
+    checkBinaryRequest(desc, bytes);
     message = fromBinary(desc, bytes, { recursionLimit: PROTO_RECURSION_LIMIT });
   } catch (err) {
+    // Past the limit in bytes the walk left to protobuf-es (a field of a type with no list running past
+    // the message holding it): no field to name.
     if (err instanceof Error && RECURSION_REFUSED.test(err.message)) throw new NestedTooDeep(tooDeepMessage("request body", undefined));
     throw err;
   }

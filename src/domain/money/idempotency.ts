@@ -14,9 +14,12 @@
 // releases it (deletes the row) so a retry starts over; a claim whose process
 // died expires at claimed_until and the next retry takes the key over.
 //
-// A key is honoured for KEY_KEPT_HOURS after its first request; the retention
-// sweep (src/workers/retention.ts) then deletes it (deleteExpiredKeys), and the
-// same key afterwards starts a new request.
+// A key is honoured for KEY_KEPT_HOURS after its first request and no longer
+// (pastWindow, the one rule): a request with a key past it replaces the old row
+// in the statement that would have inserted its own, as if the key were new,
+// whether or not the retention sweep (src/workers/retention.ts) has deleted the
+// row yet (deleteExpiredKeys). A key whose request is still in flight (a live
+// claim) stays until that request has answered.
 import crypto from "node:crypto";
 import { create, fromJson, toJson, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import type { Db, Sql, Tx } from "../../db/index.js";
@@ -76,7 +79,7 @@ export async function claimKey<D extends DescMessage>(
     const inserted = await sql`
       INSERT INTO idempotency_keys (scope, key, request_hash, claim_token, claimed_until)
       VALUES (${scope}, ${key}, ${requestHash}, ${token}, now() + make_interval(secs => ${ttlSeconds}))
-      ON CONFLICT DO NOTHING RETURNING key`;
+      ${replacingExpired(sql)} RETURNING key`;
     if (inserted.length > 0) return { claim: { scope, key, token } };
     const [prior] = await sql<{ request_hash: string; response: unknown; live: boolean }[]>`
       SELECT request_hash, response, coalesce(claimed_until > now(), false) AS live
@@ -138,13 +141,15 @@ export async function idempotent<D extends DescMessage>(
   if (!key) return create(schema, (await sql.begin(run)) as MessageInitShape<D>);
   const requestHash = hashOf(key, request);
   return (await sql.begin(async (tx) => {
+    // A key inside its window is left as it is, its row locked by this transaction: a concurrent
+    // duplicate waits on it (the new row or the replaced one) and then looks at the committed answer.
     const inserted = await tx`
       INSERT INTO idempotency_keys (scope, key, request_hash) VALUES (${scope}, ${key}, ${requestHash})
-      ON CONFLICT DO NOTHING RETURNING key`;
+      ${replacingExpired(tx)} RETURNING key`;
     if (inserted.length === 0) {
       const [prior] = await tx<{ request_hash: string; response: unknown }[]>`
         SELECT request_hash, response FROM idempotency_keys WHERE scope = ${scope} AND key = ${key} FOR UPDATE`;
-      // Deleted meanwhile: a claim (claimKey) released after its work failed.
+      // Gone meanwhile: not expected, as the insert locked the row it left.
       if (!prior) throw inProgress();
       if (prior.request_hash !== requestHash) throw differentRequest();
       // A committed row without an answer is a claimKey() claim still in flight.
@@ -171,18 +176,40 @@ export async function restoreAnswer<D extends DescMessage>(sql: Sql, schema: D, 
 export const KEY_KEPT_HOURS = 24;
 
 /**
- * Deletes the keys whose first request came more than KEY_KEPT_HOURS ago; a key
- * whose request is still in flight (a live claim, or a transaction holding its
- * row) stays until it has answered. Run by the retention sweep; the index on
- * created_at finds them.
+ * Whether an idempotency_keys row is past its key's window (a condition, as a query fragment): its first
+ * request came more than KEY_KEPT_HOURS ago and none with it is in flight (no live claim). Such a row is
+ * as if never written: the sweep deletes it (deleteExpiredKeys), and a request with its key replaces it
+ * (replacingExpired), whichever comes first.
+ */
+const pastWindow = (db: Db) => db`
+  idempotency_keys.created_at < now() - make_interval(hours => ${KEY_KEPT_HOURS})
+  AND (idempotency_keys.claimed_until IS NULL OR idempotency_keys.claimed_until <= now())`;
+
+/**
+ * The ON CONFLICT clause of a key's insert: a row past its window (pastWindow) is replaced by the one
+ * being inserted (its window starts now), as the insert would have gone in had the sweep deleted it; any
+ * other row is left, locked by the statement (by its transaction, when there is one), and nothing is
+ * returned. One statement: concurrent requests with the key replace it once, the others then find the
+ * new row.
+ */
+const replacingExpired = (db: Db) => db`
+  ON CONFLICT (scope, key) DO UPDATE SET
+    request_hash = excluded.request_hash, response = excluded.response, claim_token = excluded.claim_token,
+    claimed_until = excluded.claimed_until, created_at = excluded.created_at
+  WHERE ${pastWindow(db)}`;
+
+/**
+ * Deletes the keys past their window (pastWindow): whose first request came more
+ * than KEY_KEPT_HOURS ago, but not one whose request is still in flight (a live
+ * claim, or a transaction holding its row), which stays until it has answered.
+ * Run by the retention sweep; the index on created_at finds them. A request with
+ * such a key does not wait for it: it replaces the row (replacingExpired).
  */
 export async function deleteExpiredKeys(db: Db): Promise<number> {
   return deleteInBatches(async (limit) => {
     const r = await db`
       DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM idempotency_keys
-        WHERE created_at < now() - make_interval(hours => ${KEY_KEPT_HOURS})
-          AND (claimed_until IS NULL OR claimed_until <= now())
+        SELECT ctid FROM idempotency_keys WHERE ${pastWindow(db)}
         LIMIT ${limit} FOR UPDATE SKIP LOCKED))`;
     return r.count;
   });
