@@ -1,7 +1,8 @@
 // The generated Connect clients over gRPC (HTTP/2, the service's core wire),
-// with the profile's credential in metadata the documented way per role, and a
-// deadline on every call that is not a stream (SVC_TIMEOUT_SECONDS).
-import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+// with the profile's credential in metadata the documented way per role, a
+// deadline on every call that is not a stream (SVC_TIMEOUT_SECONDS), and a URL
+// answered without HTTP/2 (an HTTP/1.1-only proxy) named as such (isNoHttp2).
+import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { AdminService } from "../../gen/svc/v1/admin_pb.js";
 import { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
@@ -50,6 +51,56 @@ function withCallDeadline(base: Transport, timeoutMs: number): Transport {
   return { unary, stream };
 }
 
+/** The failures namingNoHttp2 made (ConnectError's instanceof takes any ConnectError for a subclass's). */
+const noHttp2Errors = new WeakSet<ConnectError>();
+
+/**
+ * Whether a call got no answer because what answers at the URL does not speak HTTP/2, which gRPC
+ * needs: an HTTP/1.1 server or a proxy that passes only HTTP/1.1 (its answer to the HTTP/2 preface
+ * is no HTTP/2: nghttp2's "Protocol error"), TLS that offers no h2 (ALPN), or a server that asks for
+ * HTTP/1.1 (HTTP_1_1_REQUIRED). Nothing was taken there, and the same URL answers the same way
+ * again: it is not sent again nor resumed, and svc exits 4 (output.ts reportError) with its message.
+ */
+export const isNoHttp2 = (err: unknown): boolean => err instanceof ConnectError && noHttp2Errors.has(err);
+
+/** nghttp2's NGHTTP2_ERR_PROTO: bytes that are not HTTP/2 where HTTP/2 was expected. */
+const NGHTTP2_ERR_PROTO = -505;
+
+/** Why a call's failure says that the peer does not speak HTTP/2 (see isNoHttp2); undefined when it does not. */
+function notHttp2(err: unknown): string | undefined {
+  if (err instanceof ConnectError && (err.metadata.has("grpc-status") || err.metadata.has("x-svc-http-status"))) return undefined;
+  for (let e = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    const { code, errno } = e as NodeJS.ErrnoException;
+    if (code === "ERR_HTTP2_ERROR" && errno === NGHTTP2_ERR_PROTO) return "Protocol error";
+    if (code === "ERR_SSL_TLSV1_ALERT_NO_APPLICATION_PROTOCOL") return "its TLS offers no h2";
+    if (/HTTP_1_1_REQUIRED/.test(e.message)) return "it asks for HTTP/1.1: HTTP_1_1_REQUIRED";
+  }
+  return undefined;
+}
+
+/** `base`, with a call that fails because the server at `url` does not speak HTTP/2 failing with a message that says so (isNoHttp2). */
+function namingNoHttp2(base: Transport, url: string): Transport {
+  const named = (err: unknown): never => {
+    const why = notHttp2(err);
+    if (why === undefined) throw err;
+    const e = new ConnectError(
+      `the server at ${url} did not answer over HTTP/2 (${why}): svc calls the service over gRPC, which needs HTTP/2; ` +
+        "this is not the service, or a proxy in front of it passes only HTTP/1.1 (it must pass HTTP/2: h2c, or h2 over TLS)",
+      Code.Unavailable,
+      undefined,
+      undefined,
+      err,
+    );
+    noHttp2Errors.add(e);
+    throw e;
+  };
+  return {
+    unary: (...args) => base.unary(...args).catch(named),
+    // A stream fails so before its first answer: when it opens.
+    stream: (...args) => base.stream(...args).catch(named),
+  };
+}
+
 export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients {
   const auth: Interceptor = (next) => (req) => {
     if (p.secret) req.header.set(HEADER[p.role], p.secret);
@@ -58,7 +109,7 @@ export function clientsFor(p: Pick<Profile, "url" | "role" | "secret">): Clients
   // HTTP/2 pings notice a connection that died silently (no FIN, no RST): a followed job's
   // stream then fails and is resumed (follow.ts) instead of waiting forever.
   const grpc = createGrpcTransport({ baseUrl: p.url, interceptors: [auth], pingIntervalMs: 30_000, pingTimeoutMs: 15_000 });
-  const transport = withCallDeadline(grpc, callTimeoutMs());
+  const transport = namingNoHttp2(withCallDeadline(grpc, callTimeoutMs()), p.url);
   return {
     jobs: createClient(JobService, transport),
     jobTypes: createClient(JobTypeService, transport),

@@ -15,7 +15,7 @@ import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import cliProgress from "cli-progress";
 import type { JobEvent, JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
-import { callTimeoutMs, type Clients } from "./clients.js";
+import { callTimeoutMs, isNoHttp2, type Clients } from "./clients.js";
 import { EXIT, colour, isTty, metadataValue, out, printJsonLine, sar, statusColour, terminalSafe, writeLocalFile } from "./output.js";
 import { outputFileExtension } from "../shared/image-formats.js";
 
@@ -61,6 +61,8 @@ const TRANSPORT_CODES = new Set([Code.Canceled, Code.Aborted, Code.Unavailable, 
  * its reader fell behind the job's events), and its Unavailable while it shuts down.
  */
 export function resumable(err: ConnectError): boolean {
+  // What answers at the URL does not speak HTTP/2: it answers so again (see isNoHttp2).
+  if (isNoHttp2(err)) return false;
   const httpStatus = httpStatusOf(err);
   if (httpStatus) return httpStatus === 503 || httpStatus === 429;
   if (err.metadata.has("grpc-status")) return err.code === Code.Unavailable;

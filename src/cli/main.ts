@@ -19,7 +19,8 @@ Exit codes:
      (--out), a URL that does not serve the service's API (its /api prefix, say), or a
      value the server refused (HTTP 400)
   3  authentication: no profile, a bad key or token, or not allowed
-  4  server unreachable (no answer from it, or none within SVC_TIMEOUT_SECONDS)
+  4  server unreachable (no answer from it, none within SVC_TIMEOUT_SECONDS, or none over
+     HTTP/2: a proxy that passes only HTTP/1.1, or a URL that is not the service)
   5  the server refused the request or failed (402, 404, 409, 429, 5xx: its error text and
      status are printed, and its request id for a 5xx)
   6  receipt verify: the receipt or the output does not verify

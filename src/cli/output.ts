@@ -21,7 +21,7 @@ import { file_svc_v1_renters } from "../../gen/svc/v1/renters_pb.js";
 import { file_svc_v1_reports } from "../../gen/svc/v1/reports_pb.js";
 import { file_svc_v1_templates } from "../../gen/svc/v1/templates_pb.js";
 import { messageToJson } from "../shared/message-json.js";
-import { callTimeoutMs } from "./clients.js";
+import { callTimeoutMs, isNoHttp2 } from "./clients.js";
 import { AuthMissing, UsageError } from "./profiles.js";
 
 /** Documented exit codes (README, `svc --help`). */
@@ -231,6 +231,8 @@ export function metadataValue(metadata: Headers, name: string): string | undefin
  * errors). As follow.ts `resumable` tells them apart.
  */
 export function noAnswer(err: ConnectError): boolean {
+  // Refused at the door for its protocol: nothing was taken (see isNoHttp2).
+  if (isNoHttp2(err)) return false;
   const answered = Number(metadataValue(err.metadata, "x-svc-http-status")) > 0 || err.metadata.has("grpc-status");
   return !answered && TRANSPORT_CODES.has(err.code);
 }
@@ -246,6 +248,11 @@ export function reportError(err: unknown): number {
   if (err instanceof AuthMissing) {
     say(err.message);
     return EXIT.auth;
+  }
+  if (err instanceof ConnectError && isNoHttp2(err)) {
+    // A connection problem: the URL, or a proxy on the way, is not one svc can speak gRPC to.
+    say(err.rawMessage);
+    return EXIT.unreachable;
   }
   if (err instanceof ConnectError) {
     const http = Number(metadataValue(err.metadata, "x-svc-http-status")) || undefined;

@@ -1,9 +1,11 @@
 // Profiles: where `svc login` keeps a base URL, a role and its credential.
 // One JSON file in the user's config folder (folder 0700, file 0600, written
-// atomically). The environment overrides a profile, so scripts and CI need no
-// file: SVC_URL, SVC_KEY (renter or provider key: the role is its prefix's),
-// SVC_ADMIN_TOKEN (the admin role, when SVC_KEY is not set), SVC_ROLE (the
-// role, whatever the credential says), SVC_PROFILE (which profile).
+// atomically and durably, one save at a time: see saveProfile). The
+// environment overrides a profile, so scripts and CI need no file: SVC_URL,
+// SVC_KEY (renter or provider key: the role is its prefix's), SVC_ADMIN_TOKEN
+// (the admin role, when SVC_KEY is not set), SVC_ROLE (the role, whatever the
+// credential says), SVC_PROFILE (which profile).
+import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -74,25 +76,186 @@ function tightenDir(dir: string, env: NodeJS.ProcessEnv): void {
   if (process.platform === "win32") return;
   const st = fs.lstatSync(path.resolve(dir)); // resolved: no trailing slash, which would follow a symlink
   if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o077) === 0) return;
-  const ownFile = (name: string) => name === "profiles.json" || /^profiles\.json\.\d+\.tmp$/.test(name);
+  const ownFile = (name: string) => name === "profiles.json" || name === "profiles.json.lock" || OWN_TEMP.test(name);
   if (env.SVC_CONFIG_DIR && !fs.readdirSync(dir).every(ownFile)) return;
   fs.chmodSync(path.resolve(dir), 0o700);
 }
 
+/** svc's temp files beside profiles.json: a new file (.tmp) or a stale lock set aside (.stale); `<pid>.tmp` of an svc of before. */
+const OWN_TEMP = /^profiles\.json(\.lock)?\.\d+(\.[0-9a-f]+)?\.(tmp|stale)$/;
+
+/**
+ * Saves profile `name` (the first one saved becomes the default) and returns the file's path.
+ * Saves run one at a time (withLock): each reads the file, changes its profile and writes the whole
+ * file, so two run at once (two logins) would otherwise keep only the last one's. The file is
+ * replaced whole (writeDurably): a reader sees the old file or the new one, a crash leaves one of them.
+ */
 export function saveProfile(name: string, p: Profile, env = process.env): string {
   const dir = configDir(env);
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   tightenDir(dir, env);
-  const all = readProfiles(env);
-  all.profiles[name] = p;
-  all.default ??= name;
   const file = fileOf(env);
-  const tmp = `${file}.${process.pid}.tmp`;
-  // Created 0600 before anything is written into it; renamed over the old file.
-  fs.writeFileSync(tmp, JSON.stringify(all, null, 2) + "\n", { mode: 0o600 });
-  fs.chmodSync(tmp, 0o600);
-  fs.renameSync(tmp, file);
+  withLock(`${file}.lock`, () => {
+    const all = readProfiles(env);
+    all.profiles[name] = p;
+    all.default ??= name;
+    writeDurably(file, JSON.stringify(all, null, 2) + "\n");
+  });
   return file;
+}
+
+/** O_NOFOLLOW where the platform has it (not Windows, which has no symlinks to fear here). */
+const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0;
+/** Opens a file svc creates: a new one (never one there, nor through a symlink planted at its path), 0600. */
+const EXCLUSIVE = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | NOFOLLOW;
+
+/** A name beside `file` no one else can have taken or guessed: pid and random bytes. */
+const uniqueBeside = (file: string, suffix: string) => `${file}.${process.pid}.${crypto.randomBytes(8).toString("hex")}.${suffix}`;
+
+/**
+ * Replaces `file` with `text`, 0600 from its first byte: written into a temp file of its own beside it
+ * (created exclusively, following no symlink: one planted in a shared folder redirects nothing),
+ * synced to disk, renamed over `file` (atomic), and the folder synced so that the rename lasts
+ * (where the platform allows it). A crash leaves the old file or the new one, never an empty one.
+ */
+function writeDurably(file: string, text: string): void {
+  const tmp = uniqueBeside(file, "tmp");
+  const fd = fs.openSync(tmp, EXCLUSIVE, 0o600);
+  try {
+    try {
+      fs.fchmodSync(fd, 0o600); // whatever the umask
+      const data = Buffer.from(text);
+      for (let at = 0; at < data.length; ) at += fs.writeSync(fd, data, at);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(tmp, file);
+  } catch (err) {
+    fs.rmSync(tmp, { force: true });
+    throw err;
+  }
+  syncFolder(path.dirname(file));
+}
+
+/** fsync of a folder, so that a rename in it is on disk; not every platform or file system can (Windows, some network ones). */
+function syncFolder(dir: string): void {
+  let fd: number | undefined;
+  try {
+    fd = fs.openSync(dir, fs.constants.O_RDONLY);
+    fs.fsyncSync(fd);
+  } catch {
+    // The rename is done; only its durability across a crash is left to the file system.
+  } finally {
+    if (fd !== undefined) fs.closeSync(fd);
+  }
+}
+
+/** A lock older than this is one left behind: a save holds it for milliseconds. */
+const STALE_LOCK_MS = 10_000;
+
+/**
+ * Runs `fn` holding the lock file `lock`: a file created exclusively (O_CREAT|O_EXCL, 0600) that
+ * says who holds it ("<pid> <host> <token>"), removed after. Waits while another process holds it,
+ * and sets aside a lock left behind (isStale): its process (on this host) is gone, or it is older
+ * than STALE_LOCK_MS, as a save killed or a machine stopped while it saved leaves it.
+ */
+function withLock<T>(lock: string, fn: () => T): T {
+  const token = `${process.pid} ${os.hostname()} ${crypto.randomBytes(8).toString("hex")}\n`;
+  for (let waited = 0; ; waited++) {
+    try {
+      const fd = fs.openSync(lock, EXCLUSIVE, 0o600);
+      try {
+        fs.writeSync(fd, token);
+      } finally {
+        fs.closeSync(fd);
+      }
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    }
+    const held = lockHolder(lock);
+    if (held && isStale(held)) setAside(lock, held);
+    else sleepMs(Math.min(5 * 2 ** waited, 100) * (0.5 + Math.random()));
+  }
+  try {
+    return fn();
+  } finally {
+    // Removed only while it is still this save's (not set aside by another as stale, then taken).
+    if (lockHolder(lock)?.text === token) fs.rmSync(lock, { force: true });
+  }
+}
+
+interface LockHolder {
+  text: string;
+  ino: number;
+  mtimeMs: number;
+}
+
+/** What the lock file says and when it was written; undefined when there is none now. Read without following a symlink. */
+function lockHolder(lock: string): LockHolder | undefined {
+  let fd: number;
+  try {
+    fd = fs.openSync(lock, fs.constants.O_RDONLY | NOFOLLOW);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return undefined;
+    // Not a file svc made (a symlink: ELOOP): judged by its age alone.
+    const st = fs.lstatSync(lock, { throwIfNoEntry: false });
+    return st && { text: "", ino: st.ino, mtimeMs: st.mtimeMs };
+  }
+  try {
+    const st = fs.fstatSync(fd);
+    const buf = Buffer.alloc(200);
+    const n = fs.readSync(fd, buf, 0, buf.length, 0);
+    return { text: buf.toString("utf8", 0, n), ino: st.ino, mtimeMs: st.mtimeMs };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function isStale(held: LockHolder): boolean {
+  if (Date.now() - held.mtimeMs > STALE_LOCK_MS) return true;
+  const [pid, host] = held.text.split(" ");
+  // A holder of this host that is not running: gone without removing it. Another host's is judged by age.
+  if (host !== os.hostname() || !/^\d+$/.test(pid)) return false;
+  try {
+    process.kill(Number(pid), 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "ESRCH";
+  }
+}
+
+/**
+ * Moves the stale lock `held` out of the way: renamed to a name of this process's (atomic: of two
+ * that find it stale, one moves it), then removed if it is the one judged stale. If another process
+ * set it aside and took the lock in between, what was moved is that live lock: it is put back
+ * (link: only where no lock is now) and waited for as any other.
+ */
+function setAside(lock: string, held: LockHolder): void {
+  const aside = uniqueBeside(lock, "stale");
+  try {
+    fs.renameSync(lock, aside);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return; // set aside by another already
+    throw err;
+  }
+  // The same file, and not a new lock that reused its inode number: its text names its holder and a random token.
+  const moved = lockHolder(aside);
+  if (moved && (moved.ino !== held.ino || moved.text !== held.text)) {
+    try {
+      fs.linkSync(aside, lock);
+    } catch {
+      // A lock is there again: this one's holder will find its own gone, and leave that one be.
+    }
+  }
+  fs.rmSync(aside, { force: true });
+}
+
+/** Blocks this thread for `ms` (svc saves synchronously; nothing else runs meanwhile). */
+function sleepMs(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
 /**
@@ -101,12 +264,12 @@ export function saveProfile(name: string, p: Profile, env = process.env): string
  * when only SVC_ADMIN_TOKEN is, the stored profile's otherwise (SVC_ROLE overrides all three);
  * a stored secret is used only for the role and the server (origin) it was saved with: SVC_URL
  * naming another server takes SVC_KEY / SVC_ADMIN_TOKEN, so a profile's key is never sent elsewhere.
- * SVC_KEY or SVC_ADMIN_TOKEN set to the empty string counts as not set.
+ * SVC_URL, SVC_KEY, SVC_ADMIN_TOKEN or SVC_PROFILE set to the empty string counts as not set.
  */
 export function resolveProfile(name: string | undefined, given = process.env): Profile & { name: string } {
-  // An empty credential variable (`SVC_KEY=` in an env file) is unset: it hides no saved key.
+  // An empty variable (`SVC_URL=` or `SVC_KEY=` in an env file) is unset: it hides nothing saved.
   const env = { ...given };
-  for (const k of ["SVC_KEY", "SVC_ADMIN_TOKEN"] as const) if (env[k] === "") delete env[k];
+  for (const k of ["SVC_URL", "SVC_KEY", "SVC_ADMIN_TOKEN", "SVC_PROFILE"] as const) if (env[k] === "") delete env[k];
   // The environment alone (SVC_URL and a key or token, no --profile) needs no profiles file: one that is broken is not read.
   const envAlone = !name && env.SVC_URL !== undefined && (env.SVC_KEY !== undefined || env.SVC_ADMIN_TOKEN !== undefined);
   const all = envAlone ? readProfilesOrNone(env) : readProfiles(env);

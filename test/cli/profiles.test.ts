@@ -3,11 +3,16 @@
 // server (a project's env file, a staging address) takes SVC_KEY or
 // SVC_ADMIN_TOKEN with it; without one, svc says it is not logged in there
 // rather than send the saved key. A profile name that is not saved; the
-// profiles folder's mode, and a profiles file svc cannot read.
+// profiles folder's mode, and a profiles file svc cannot read. An empty
+// SVC_URL (or SVC_PROFILE) is unset, as an empty SVC_KEY is. The file is
+// written through a temp file of its own (a symlink planted at a temp path is
+// never followed) under a lock that a save left behind by a dead svc does not hold.
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { resolveProfile, saveProfile, UsageError } from "../../src/cli/profiles.js";
+import os from "node:os";
+import { spawnSync } from "node:child_process";
+import { readProfiles, resolveProfile, saveProfile, UsageError } from "../../src/cli/profiles.js";
 import { tempDir } from "../daemon/helpers.js";
 
 const withProfile = () => {
@@ -105,5 +110,72 @@ describe("a malformed profiles file", () => {
     expect(resolveProfile(undefined, { SVC_CONFIG_DIR: dir, SVC_URL: "https://svc.example.com", SVC_ADMIN_TOKEN: "t".repeat(20) })).toMatchObject({ role: "admin" });
     // A profile named on the command line still needs the file.
     expect(() => resolveProfile("work", { SVC_CONFIG_DIR: dir, SVC_URL: "https://svc.example.com", SVC_KEY: "svc-renter-abc" })).toThrow(UsageError);
+  });
+});
+
+describe("an empty SVC_URL or SVC_PROFILE", () => {
+  it("is unset, as an empty SVC_KEY is: the saved profile's URL and the default profile are used", () => {
+    const env = withProfile();
+    expect(resolveProfile(undefined, { ...env, SVC_URL: "" })).toMatchObject({ name: "default", url: "https://svc.example.com", secret: "svc-renter-saved" });
+    expect(resolveProfile(undefined, { ...env, SVC_URL: "", SVC_KEY: "" })).toMatchObject({ url: "https://svc.example.com", secret: "svc-renter-saved" });
+    expect(resolveProfile(undefined, { ...env, SVC_PROFILE: "" })).toMatchObject({ name: "default", secret: "svc-renter-saved" });
+    // With a key of its own and no URL, the saved profile's URL is the one.
+    expect(resolveProfile(undefined, { ...env, SVC_URL: "", SVC_KEY: "svc-renter-other" })).toMatchObject({ url: "https://svc.example.com", secret: "svc-renter-other" });
+    // With no profile saved, it is not a URL given.
+    const none = { SVC_CONFIG_DIR: path.join(tempDir("svc-profiles"), "config") };
+    expect(() => resolveProfile(undefined, { ...none, SVC_URL: "", SVC_KEY: "svc-renter-abc" })).toThrow(/^not logged in/);
+  });
+});
+
+describe("the profiles file's writes", () => {
+  const profile = { url: "https://svc.example.com", role: "renter" as const, secret: "svc-renter-saved" };
+
+  it("never follow a symlink planted at a temp file's path: the file it names is untouched, profiles.json is a file of svc's", () => {
+    const home = tempDir("svc-profiles");
+    const dir = path.join(home, "config");
+    fs.mkdirSync(dir, { mode: 0o700 });
+    const victim = path.join(home, "victim");
+    fs.writeFileSync(victim, "someone else's\n", { mode: 0o644 });
+    // The temp file's name of an svc of before (profiles.json.<pid>.tmp): anyone who could write
+    // the folder could guess it.
+    const planted = path.join(dir, `profiles.json.${process.pid}.tmp`);
+    fs.symlinkSync(victim, planted);
+    const file = saveProfile("default", profile, { SVC_CONFIG_DIR: dir });
+    expect(fs.readFileSync(victim, "utf8")).toBe("someone else's\n");
+    expect(fs.statSync(victim).mode & 0o777).toBe(0o644);
+    expect(fs.lstatSync(file).isFile()).toBe(true);
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+    expect(readProfiles({ SVC_CONFIG_DIR: dir }).profiles.default).toEqual(profile);
+    // Nothing of the save is left: no temp file, no lock (the planted link is not svc's to remove).
+    expect(fs.readdirSync(dir).sort()).toEqual(["profiles.json", `profiles.json.${process.pid}.tmp`]);
+  });
+
+  /** A pid that no process has now: one of a process that has ended. */
+  const deadPid = () => spawnSync(process.execPath, ["-e", ""]).pid!;
+
+  it("go through a lock that a save left behind (its process gone, or its lock older than a save takes) does not hold", () => {
+    const dir = path.join(tempDir("svc-profiles"), "config");
+    const env = { SVC_CONFIG_DIR: dir };
+    saveProfile("default", profile, env);
+    const lock = path.join(dir, "profiles.json.lock");
+
+    // An svc of this host killed while it saved.
+    fs.writeFileSync(lock, `${deadPid()} ${os.hostname()} 0123456789abcdef\n`, { mode: 0o600 });
+    saveProfile("second", profile, env);
+    expect(Object.keys(readProfiles(env).profiles).sort()).toEqual(["default", "second"]);
+    expect(fs.existsSync(lock)).toBe(false);
+
+    // One of another host (a shared home folder), a minute old: a save takes milliseconds.
+    fs.writeFileSync(lock, `4242 another-host.example 0123456789abcdef\n`, { mode: 0o600 });
+    const minuteAgo = new Date(Date.now() - 60_000);
+    fs.utimesSync(lock, minuteAgo, minuteAgo);
+    saveProfile("third", profile, env);
+    expect(Object.keys(readProfiles(env).profiles).sort()).toEqual(["default", "second", "third"]);
+    expect(fs.existsSync(lock)).toBe(false);
+
+    // The folder is still svc's own (only its files): tightened as before.
+    fs.chmodSync(dir, 0o755);
+    saveProfile("fourth", profile, env);
+    expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
   });
 });
