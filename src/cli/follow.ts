@@ -198,17 +198,47 @@ export async function saveOutput(c: Clients, jobId: string, outputFormat: string
   return { where: file, bytes: res.data.length };
 }
 
-/** Follows a job to its end; returns the exit code (0 completed, 1 failed or cancelled). */
+const ENDED = new Set(["completed", "failed", "cancelled"]);
+
+/** How many attempts an event says the job has had, and whether it says the job ended; undefined when it says neither. */
+function attemptsIn(e: JobEvent): { attempts: number; ended: boolean } | undefined {
+  switch (e.event.case) {
+    case "snapshot": {
+      const j = e.event.value.job;
+      return { attempts: Math.max(j?.attempt ?? 0, e.event.value.attempts.length), ended: ENDED.has(j?.status ?? "") };
+    }
+    case "status":
+      return { attempts: e.event.value.attempt, ended: ENDED.has(e.event.value.status) };
+    case "attempts":
+      return { attempts: e.event.value.attempts.length, ended: false };
+    default:
+      return undefined;
+  }
+}
+
+/** Follows a job to its end; returns the exit code (0 completed, 1 failed or cancelled; 5 with --attempt for one the job never had). */
 export async function follow(c: Clients, jobId: string, opts: FollowOptions): Promise<number> {
   const tty = isTty() && !opts.json;
   const display = opts.json ? undefined : tty && !opts.logsOnly ? barDisplay() : plainDisplay();
+  const notice = (t: string) => (display ? display.notice(t) : void process.stderr.write(t + "\n"));
   let cursor: string | undefined;
   let outcome: JobOutcome | undefined;
   let complete = false;
   /** What the last status line said: a resumed stream's snapshot repeats it only when it changed. */
   let shown = "";
+  /** The job's attempts so far, as its events tell them (--attempt: one that has not started is waited for). */
+  let attempts = 0;
+  let toldWaiting = false;
   const onEvent = (e: JobEvent) => {
     cursor = e.cursor;
+    const seen = attemptsIn(e);
+    if (seen !== undefined) {
+      attempts = Math.max(attempts, seen.attempts);
+      if (opts.attempt !== undefined && opts.attempt > attempts && !seen.ended && !toldWaiting) {
+        toldWaiting = true;
+        notice(`svc: attempt ${opts.attempt} has not started yet (the job has had ${attempts}); its lines are shown if it starts`);
+      }
+    }
     if (e.event.case === "log" && opts.attempt !== undefined && e.event.value.attempt !== opts.attempt) return;
     if (opts.json) {
       printJsonLine(e);
@@ -251,7 +281,6 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
         break;
     }
   };
-  const notice = (t: string) => (display ? display.notice(t) : void process.stderr.write(t + "\n"));
   const windowMs = reconnectWindowMs();
   const firstEventMs = callTimeoutMs();
   let attempt = 0;
@@ -306,7 +335,14 @@ export async function follow(c: Clients, jobId: string, opts: FollowOptions): Pr
   display?.stop(complete);
   const o = outcome;
   const ok = o.status === "completed";
-  if (opts.logsOnly) return ok ? EXIT.ok : EXIT.jobFailed;
+  if (opts.logsOnly) {
+    // The job ended without the attempt asked for: as `jobs logs --attempt N` without -f answers (404).
+    if (opts.attempt !== undefined && opts.attempt > attempts) {
+      process.stderr.write(`svc: attempt ${opts.attempt} does not exist (the job has ${attempts})\n`);
+      return EXIT.refused;
+    }
+    return ok ? EXIT.ok : EXIT.jobFailed;
+  }
   let saved: Saved | undefined;
   /** Saving the output failed (a file svc cannot write, the server's refusal): said after the job's own result. */
   let unsaved: { err: unknown } | undefined;

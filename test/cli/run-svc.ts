@@ -26,6 +26,8 @@ export interface RunOptions {
   env?: Record<string, string>;
   /** Killed (SIGKILL) when it has not ended this long after its start: `code` is then null and `killed` true. */
   limitMs?: number;
+  /** Called with all of stderr so far each time more of it comes, while it runs. */
+  onStderr?: (stderr: string) => void;
 }
 
 export function runSvc(args: string[], opts: RunOptions = {}): Promise<Run> {
@@ -37,7 +39,10 @@ export function runSvc(args: string[], opts: RunOptions = {}): Promise<Run> {
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
+  child.stderr.on("data", (d) => {
+    stderr += d;
+    opts.onStderr?.(stderr);
+  });
   child.stdin.end(opts.input ?? "");
   let killed = false;
   const limit = opts.limitMs === undefined ? undefined : setTimeout(() => ((killed = true), child.kill("SIGKILL")), opts.limitMs);
