@@ -2,6 +2,8 @@
 // the domain's areas one way, and the reference daemons apart from the server.
 // Run by `npm run lint:deps` in CI.
 
+const { builtinModules } = require("node:module");
+
 // The domain's areas from the bottom up: an area may import the ones before it, never those after.
 const AREAS = ["shared", "notify", "money", "accounts", "providers", "dispatch", "jobs", "admin"];
 
@@ -56,6 +58,13 @@ module.exports = {
       severity: "error",
       from: { path: "^src/(cli|console)/" },
       to: { path: "^src/", pathNot: "^src/(cli|console|shared)/" },
+    },
+    {
+      name: "console-in-the-browser",
+      comment: "The console is bundled for the browser (src/http/console.ts): nothing it imports, the shared modules it takes included, may reach a Node built-in",
+      severity: "error",
+      from: { path: "^src/console/" },
+      to: { path: `^(node:)?(${builtinModules.join("|")})$`, reachable: true },
     },
     {
       name: "workers-not-edge",

@@ -8,6 +8,7 @@ import { JobService } from "../../gen/svc/v1/jobs_pb.js";
 import { JobTypeService } from "../../gen/svc/v1/job_types_pb.js";
 import { PaymentService } from "../../gen/svc/v1/payments_pb.js";
 import { ProviderService } from "../../gen/svc/v1/providers_pb.js";
+import { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import { RegistryService, TemplateService } from "../../gen/svc/v1/templates_pb.js";
@@ -55,6 +56,7 @@ export const api = {
   jobs: createClient(JobService, transport),
   jobTypes: createClient(JobTypeService, transport),
   payments: createClient(PaymentService, transport),
+  receipts: createClient(ReceiptService, transport),
   admin: createClient(AdminService, transport),
   reports: createClient(ReportService, transport),
   templates: createClient(TemplateService, transport),

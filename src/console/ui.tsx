@@ -1,7 +1,7 @@
 // Shared pieces: labelled fields, errors in place, empty states, tables and their
 // pager, loaders that retry a lost connection, charts (uPlot), the progress bar.
 import type { ComponentChildren } from "preact";
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
 import { isConnectionLost, messageOf, signOutIfRefused } from "./api.js";
 import { utcTickLabels } from "./format.js";
@@ -103,6 +103,13 @@ export function useAction() {
     }
   };
   return { busy, error, run, setError };
+}
+
+/** An object URL for `blob` that lives as long as the component. */
+export function useObjectUrl(blob: Blob | undefined): string | undefined {
+  const url = useMemo(() => (blob ? URL.createObjectURL(blob) : undefined), [blob]);
+  useEffect(() => () => (url ? URL.revokeObjectURL(url) : undefined), [url]);
+  return url;
 }
 
 // ---- small components ---------------------------------------------------------------------

@@ -11,18 +11,9 @@
 // key pinned on first contact detects a server impostor too. The server keeps
 // the seed in the database (src/domain/jobs/task-signer.ts).
 import crypto from "node:crypto";
+import { canonicalJson } from "./canonical-json.js";
 
-export function canonicalJson(value: unknown): string {
-  if (value === null || typeof value !== "object") {
-    if (typeof value === "number" && !Number.isFinite(value)) throw new Error("non-finite number in task spec");
-    return JSON.stringify(value);
-  }
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  const entries = Object.entries(value as Record<string, unknown>)
-    .filter(([, v]) => v !== undefined)
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
-}
+export { canonicalJson };
 
 export function signTask(secret: string, taskSpec: unknown): string {
   return hmacOfCanonical(secret, canonicalJson(taskSpec));

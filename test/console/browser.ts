@@ -62,9 +62,10 @@ export interface ConsoleHarness {
 /**
  * A test server and a browser for one test file, started before its tests and closed after.
  * A browser that cannot start fails every test that asks for a context, with the reason.
+ * `env`: the server's settings beside the tests' defaults (useTestServer).
  */
-export function useConsoleHarness(): ConsoleHarness {
-  const srv = useTestServer();
+export function useConsoleHarness(env: Record<string, string> = {}): ConsoleHarness {
+  const srv = useTestServer(env);
   let browser: Browser | undefined;
   let launchError: unknown;
   const contexts: BrowserContext[] = [];

@@ -3,7 +3,7 @@ import fs from "node:fs";
 import type { Command } from "commander";
 import { JobReceiptSchema, ReceiptKeysSchema } from "../../../gen/svc/v1/receipts_pb.js";
 import { messageToJson } from "../../shared/message-json.js";
-import { repeatedMemberName, verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
+import { receiptKeyIds, repeatedMemberName, verifyReceipt, type PublishedKeys } from "../../shared/receipt.js";
 import { clientsFor } from "../clients.js";
 import { EXIT, Exit, colour, jsonText, out, printFields, printJson, writeLocalFile } from "../output.js";
 import { checkBaseUrl, UsageError } from "../profiles.js";
@@ -128,21 +128,6 @@ export function addReceiptCommands(program: Command, ctx: Context): void {
         if (!r.resigningDone) out("re-signing continues on the server (its periodic sweep); receipts are served re-signed meanwhile");
       });
     });
-}
-
-/** The form of every key id (src/shared/receipt.ts keyIdOf): another text names no published key. */
-const KEY_ID = /^(srv|prv)-[0-9a-f]{16}$/;
-
-/**
- * The key ids a receipt file names: its signature's, the signer its body names (another key when the
- * receipt was signed again after that one was revoked) and its provider attestation's. Only those of a
- * key id's form are asked for: a changed file may name anything, and what no key can be is not
- * published (verifyReceipt says so) rather than a value for the server to refuse.
- */
-function receiptKeyIds(doc: unknown): string[] {
-  const d = doc as { signature?: { key_id?: unknown }; receipt?: { signer?: { key_id?: unknown }; provider_attestation?: { key_id?: unknown } } } | null;
-  const ids = [d?.signature?.key_id, d?.receipt?.signer?.key_id, d?.receipt?.provider_attestation?.key_id];
-  return [...new Set(ids.filter((k): k is string => typeof k === "string" && KEY_ID.test(k)))];
 }
 
 /** Provider keys per page of the listing (its largest). */

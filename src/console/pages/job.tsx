@@ -1,4 +1,4 @@
-// One job: live status and progress, logs, attempts, output, cost, cancel;
+// One job: live status and progress, logs, attempts, output, cost, cancel, its signed receipt once it has ended;
 // for the operator, re-queueing a pending or running job.
 import type { JsonObject } from "@bufbuild/protobuf";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
@@ -7,7 +7,8 @@ import { sar, TERMINAL, when } from "../format.js";
 import { watchJob, type LiveJob } from "../live-job.js";
 import { href } from "../router.js";
 import { session } from "../session.js";
-import { Card, DataTable, Empty, ErrorBox, Loading, ProgressBar, StatusBadge, useAction, useLoad } from "../ui.js";
+import { Card, DataTable, Empty, ErrorBox, Loading, ProgressBar, StatusBadge, useAction, useLoad, useObjectUrl } from "../ui.js";
+import { ReceiptCard } from "./job-receipt.js";
 import { RASTER_IMAGE_FORMATS, outputFileExtension, outputFileType } from "../../shared/image-formats.js";
 
 function useLiveJob(jobId: string): LiveJob {
@@ -40,13 +41,6 @@ function base64ToBytes(data: string): Uint8Array<ArrayBuffer> {
   const out = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
-}
-
-/** An object URL for `blob` that lives as long as the component. */
-function useObjectUrl(blob: Blob | undefined): string | undefined {
-  const url = useMemo(() => (blob ? URL.createObjectURL(blob) : undefined), [blob]);
-  useEffect(() => () => (url ? URL.revokeObjectURL(url) : undefined), [url]);
-  return url;
 }
 
 /** The output as a file to show and download, or why it cannot be. */
@@ -198,6 +192,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
             <dt>Platform fee</dt><dd>{sar(j.platformFeeHalala)}</dd>
             <dt>Duration booked</dt><dd>{j.durationMinutes} min</dd>
           </dl>
+          {TERMINAL.has(j.status) ? null : <p class="muted" data-testid="receipt-note">A signed receipt is issued when the job settles.</p>}
         </Card>
         <Card title="Attempts">
           <DataTable rows={live.attempts} empty="No attempt yet: the job has not been handed to a provider." columns={[
@@ -210,6 +205,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
           ]} />
         </Card>
       </div>
+      {TERMINAL.has(j.status) ? <ReceiptCard jobId={jobId} /> : null}
       <Card title="Output">
         <Output jobId={jobId} status={j.status} />
       </Card>
