@@ -55,3 +55,10 @@ export function parseSar(typed: string): bigint | undefined {
   const halala = BigInt(m[2] || "0") * 100n + BigInt((m[3] ?? "").padEnd(2, "0"));
   return m[1] ? -halala : halala;
 }
+
+/** An id filter as typed: blank (no filter), an id, or what is wrong with it. */
+export function idFilter(label: string, typed: string): { id?: bigint; error?: string } {
+  const v = typed.trim();
+  if (!v) return {};
+  return /^\d{1,18}$/.test(v) ? { id: BigInt(v) } : { error: `${label} must be a whole number, e.g. 42.` };
+}

@@ -1,17 +1,19 @@
 // Operator pages (admin token): dashboard, providers and approval, renters
-// (suspension, balance adjustments, quotas), jobs, payments, the audit log and
-// registry requests.
+// (suspension, balance adjustments, quotas), jobs, payments, the audit log,
+// registry requests and the receipt keys (receipt-keys.tsx).
 import { useRef, useState } from "preact/hooks";
 import type { Provider, Renter, RenterQuota } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
-import { ago, dayToSeconds, parseSar, sar, when } from "../format.js";
+import { ago, dayToSeconds, idFilter, parseSar, sar, when } from "../format.js";
 import { href } from "../router.js";
 import { Card, Chart, DataTable, Empty, ErrorBox, Field, FilterInput, Pager, Show, Stat, StatusBadge, useAction, useId, useLoad, usePaging } from "../ui.js";
 import { JobPage } from "./job.js";
+import { ReceiptKeysPage } from "./receipt-keys.js";
 import { JobTable } from "./renter.js";
 
 export const OPERATOR_NAV: [string, string][] = [
   ["", "Dashboard"], ["providers", "Providers"], ["renters", "Renters"], ["jobs", "Jobs"], ["payments", "Payments"], ["audit", "Audit"], ["registry", "Registry"],
+  ["receipt-keys", "Receipt keys"],
 ];
 
 export function OperatorPages({ route }: { route: string[] }) {
@@ -24,6 +26,7 @@ export function OperatorPages({ route }: { route: string[] }) {
   if (page === "payments") return <PaymentsPage />;
   if (page === "audit") return <AuditPage />;
   if (page === "registry") return <RegistryPage />;
+  if (page === "receipt-keys") return <ReceiptKeysPage />;
   return <DashboardPage />;
 }
 
@@ -411,13 +414,6 @@ function QuotaForm({ r, quota, onDone }: { r: Renter; quota?: RenterQuota; onDon
       </form>
     </Card>
   );
-}
-
-/** An id filter as typed: blank (no filter), an id, or what is wrong with it. */
-function idFilter(label: string, typed: string): { id?: bigint; error?: string } {
-  const v = typed.trim();
-  if (!v) return {};
-  return /^\d{1,18}$/.test(v) ? { id: BigInt(v) } : { error: `${label} must be a whole number, e.g. 42.` };
 }
 
 /** The first thing wrong with a page's filters, shown instead of a list they do not select. */
