@@ -272,6 +272,8 @@ export interface FakeDocker {
   runs(): string[][];
   /** Lets every container of a job (labelled `svc.job_id=<job_id>`) that runs `wait` finish. */
   release(jobId: string): void;
+  /** Forgets the images `pull` fetched (as `docker image rm` would) and closes the "gate" again (removes `pull-release`). */
+  forgetPulls(): void;
   /** The containers it holds now (not removed), with their labels and the process playing each. */
   containers(): FakeContainer[];
   /** The volumes it holds now, with their labels. */
@@ -314,7 +316,7 @@ export interface FakeContainer {
  * Containers, their labels and their process, and volumes, are kept in its state folder across
  * invocations, so a container outlives the daemon that started it. Images: `image inspect` finds every image, unless
  * `opts.images` is "absent": then only those `pull` fetched; `pull` succeeds (`opts.pull` "ok", the
- * default; "slow": after 3 s; "gate": once the test writes `pull-release` in its folder), fails as an
+ * default; "gate": once the test writes `pull-release` in its folder), fails as an
  * unreachable registry does ("fail"), or hangs ("hang"; the `pull-mode` file of its folder holds the
  * mode, so a test may change it). What the container
  * does is the last word of the command line:
@@ -332,7 +334,7 @@ export interface FakeContainer {
  * when its environment has that key (401 otherwise, as vLLM does); `GET /v1/models` lists the
  * `--model`, `POST /v1/chat/completions` answers "Hello from a fake engine." with its usage.
  */
-export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; pull?: "ok" | "slow" | "fail" | "hang" | "gate"; rmFailures?: number } = {}): FakeDocker {
+export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; pull?: "ok" | "fail" | "hang" | "gate"; rmFailures?: number } = {}): FakeDocker {
   const calls = path.join(dir, "docker-calls.jsonl");
   if (opts.rmFailures) fs.writeFileSync(path.join(dir, "rm-failures"), String(opts.rmFailures));
   if (opts.images === "absent") fs.writeFileSync(path.join(dir, "images-absent"), "");
@@ -340,7 +342,8 @@ export function fakeDocker(dir: string, opts: { images?: "present" | "absent"; p
   const file = writeExecutable(
     dir,
     "docker",
-    `#!/usr/bin/env python3
+    // Without site (-S): the standard library is all it uses, and each call starts in half the CPU time.
+    `#!/usr/bin/env -S python3 -S
 import hashlib, json, os, re, signal, sys, time
 STATE = ${JSON.stringify(dir)}
 args = sys.argv[1:]
@@ -441,9 +444,6 @@ if cmd == "pull":
     if mode == "fail":
         print("Error response from daemon: Get https://registry-1.docker.io/v2/: dial tcp: lookup registry-1.docker.io: no such host", file=sys.stderr)
         sys.exit(1)
-    if mode == "slow":
-        print("3c645031de29: Downloading", flush=True)
-        time.sleep(3)
     open(image_file(image), "w").close()
     print("Status: Downloaded newer image for " + image, flush=True)
     sys.exit(0)
@@ -717,6 +717,9 @@ finish(0)
     calls: read,
     runs: () => read().filter((a) => a[0] === "run"),
     release: (jobId) => fs.writeFileSync(path.join(dir, `svc-${jobId.replace(/[^A-Za-z0-9_.-]/g, "-")}.go`), ""),
+    forgetPulls: () => {
+      for (const f of fs.readdirSync(dir)) if (/^image-[0-9a-f]+$/.test(f) || f === "pull-release") fs.rmSync(path.join(dir, f), { force: true });
+    },
     containers: () =>
       fs.readdirSync(dir).flatMap((f) => {
         const id = /^container-([0-9a-f]+)\.json$/.exec(f)?.[1];

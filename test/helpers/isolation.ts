@@ -42,6 +42,11 @@ export async function takeProvidersOffline(srv: TestServer): Promise<void> {
  */
 export async function clearMarketplace(srv: TestServer): Promise<void> {
   await takeProvidersOffline(srv);
+  await cancelUnfinishedJobs(srv);
+}
+
+/** Every unfinished job cancelled through the API (so the books stay balanced); the providers are left as they are. */
+export async function cancelUnfinishedJobs(srv: TestServer): Promise<void> {
   const api = client(srv.url);
   const active = await srv.sql<{ job_id: string }[]>`SELECT job_id FROM jobs WHERE status IN ('queued', 'pending', 'running')`;
   for (const j of active) {
