@@ -13,29 +13,16 @@ import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { reportError } from "../../src/cli/output.js";
-import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { ADMIN_TOKEN, useTestServer } from "../helpers/server.js";
 import { hasCommand, tempDir } from "../daemon/helpers.js";
+import { completedJob } from "./completed-job.js";
 import { runSvc, SVC, type Run, type RunOptions } from "./run-svc.js";
 
 const srv = useTestServer();
 
 const svc = (args: string[], opts: RunOptions & { home: string }): Promise<Run> => runSvc(args, opts);
-
-/** A completed llm-inference job of a fresh renter, run by hand over the legacy protocol. */
-async function completedJob() {
-  const api = client(srv);
-  const renter = await makeRenter(srv, 100_000);
-  const provider = await makeProvider(srv);
-  const sub = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 2, provider_id: provider.id, params: { prompt: "Hello" } }, renter.headers);
-  expect(sub.status, sub.text).toBe(201);
-  const jobId: string = sub.body.job.job_id;
-  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job?.job_id).toBe(jobId);
-  const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { response: "Hi!" } });
-  expect(res.status, res.text).toBe(200);
-  return { env: { SVC_URL: srv.url, SVC_KEY: renter.key }, jobId };
-}
 
 /**
  * A proxy in front of the server that passes its connections through until a request's HEADERS
@@ -260,7 +247,7 @@ describe("svc exit codes", { timeout: 180_000 }, () => {
   });
 
   it("a file svc cannot write (--out into a missing folder) is a usage error naming it (2), not the server's refusal (5)", async () => {
-    const { env, jobId } = await completedJob();
+    const { env, jobId } = await completedJob(srv);
     const home = tempDir("svc-exit");
     const missing = path.join(home, "no-such-folder", "out.txt");
     for (const args of [["jobs", "output", jobId, "--out", missing], ["receipt", "get", jobId, "-o", missing]]) {

@@ -4,11 +4,11 @@
 // printed, the exit code the job's), instead of failing on the lost close.
 // The proxy in front of the server forwards its HTTP/2 frames up to the one
 // that completes the outcome event, then closes the connection.
-import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { useTestServer } from "../helpers/server.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { frameProxy, type FrameProxy } from "./proxy.js";
 import { runSvc } from "./run-svc.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
@@ -23,69 +23,28 @@ const isOutcome = (msg: Buffer) => {
   return msg[i] === OUTCOME_TAG;
 };
 
-interface CutProxy {
-  url: string;
-  /** Connections it closed right after an outcome event. */
-  cuts(): number;
-  close(): Promise<void>;
-}
-
 /**
- * A proxy that passes the server's HTTP/2 frames (9-byte header: length, type, flags, stream) one
- * by one, reads the gRPC messages (1-byte flag, 4-byte length) in its DATA frames (type 0), and
- * closes both sides once a frame completed an outcome event: the trailers that end the stream
- * never reach the client.
+ * A proxy that passes the server's HTTP/2 frames one by one, reads the gRPC messages (1-byte flag,
+ * 4-byte length) in its DATA frames (type 0), and closes the connection once a frame completed an
+ * outcome event: the trailers that end the stream never reach the client.
  */
-async function cutAfterOutcome(targetPort: number): Promise<CutProxy> {
-  const sockets = new Set<net.Socket>();
-  let cuts = 0;
-  const server = net.createServer((client) => {
-    const upstream = net.connect(targetPort, "127.0.0.1");
-    sockets.add(client).add(upstream);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on("error", drop).on("close", drop);
-    upstream.on("error", drop).on("close", drop);
-    client.pipe(upstream);
-    let frames = Buffer.alloc(0);
+const cutAfterOutcome = (targetPort: number): Promise<FrameProxy> =>
+  frameProxy(targetPort, () => {
     let messages = Buffer.alloc(0);
-    upstream.on("data", (chunk: Buffer) => {
-      frames = Buffer.concat([frames, chunk]);
-      while (frames.length >= 9 && frames.length >= 9 + frames.readUIntBE(0, 3)) {
-        const frame = frames.subarray(0, 9 + frames.readUIntBE(0, 3));
-        frames = frames.subarray(frame.length);
-        client.write(frame);
-        if (frame[3] !== 0) continue;
-        messages = Buffer.concat([messages, frame.subarray(9)]);
-        let outcome = false;
-        while (messages.length >= 5 && messages.length >= 5 + messages.readUInt32BE(1)) {
-          const msg = messages.subarray(5, 5 + messages.readUInt32BE(1));
-          messages = messages.subarray(5 + msg.length);
-          outcome ||= isOutcome(msg);
-        }
-        if (outcome) {
-          cuts++;
-          upstream.removeAllListeners("data");
-          client.end(() => drop());
-          return;
-        }
+    return (frame) => {
+      if (frame[3] !== 0) return "pass";
+      messages = Buffer.concat([messages, frame.subarray(9)]);
+      let outcome = false;
+      while (messages.length >= 5 && messages.length >= 5 + messages.readUInt32BE(1)) {
+        const msg = messages.subarray(5, 5 + messages.readUInt32BE(1));
+        messages = messages.subarray(5 + msg.length);
+        outcome ||= isOutcome(msg);
       }
-    });
+      return outcome ? "last" : "pass";
+    };
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
-  return {
-    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
-    cuts: () => cuts,
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
-let proxy: CutProxy | undefined;
+let proxy: FrameProxy | undefined;
 afterEach(async () => {
   await proxy?.close();
   proxy = undefined;

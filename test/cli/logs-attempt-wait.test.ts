@@ -2,30 +2,17 @@
 // when the job ends without it, exits 5 naming it, as `jobs logs --attempt N` without -f does (404).
 // Before, it printed nothing and exited 0 when the job ended.
 import { expect, it } from "vitest";
-import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { useTestServer } from "../helpers/server.js";
 import { tempDir, waitFor } from "../daemon/helpers.js";
+import { finishJob, runningJob } from "./completed-job.js";
 import { runSvc } from "./run-svc.js";
 
 const srv = useTestServer();
 const api = client(srv);
 
-/** A job of a fresh renter, picked up (attempt 1) by a legacy daemon. */
-async function runningJob() {
-  const renter = await makeRenter(srv, 100_000);
-  const provider = await makeProvider(srv);
-  const sub = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 2, provider_id: provider.id, params: { prompt: "Hello" } }, renter.headers);
-  expect(sub.status, sub.text).toBe(201);
-  const jobId: string = sub.body.job.job_id;
-  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job?.job_id).toBe(jobId);
-  return { env: { SVC_URL: srv.url, SVC_KEY: renter.key }, jobId, provider };
-}
-
-const finish = (key: string, jobId: string) => api.post("/api/providers/job-result", { api_key: key, job_id: jobId, success: true, result: { response: "Hi!" } });
-
 it("waits for an attempt not yet started, saying so, and exits 5 naming it when the job ends without it", { timeout: 120_000 }, async () => {
-  const { env, jobId, provider } = await runningJob();
+  const { env, jobId, provider } = await runningJob(srv);
   await api.post(`/api/jobs/${jobId}/logs`, { api_key: provider.key, logs: ["first attempt's line"] });
   let told = false;
   const followed = runSvc(["jobs", "logs", "-f", "--attempt", "2", jobId], {
@@ -35,7 +22,7 @@ it("waits for an attempt not yet started, saying so, and exits 5 naming it when 
     onStderr: (e) => (told ||= e.includes("attempt 2 has not started yet (the job has had 1)")),
   });
   await waitFor(() => told, 30_000, "the notice that attempt 2 has not started");
-  const done = await finish(provider.key, jobId);
+  const done = await finishJob(srv, provider.key, jobId);
   expect(done.status, done.text).toBe(200);
   const r = await followed;
   expect(r.code, r.stderr).toBe(5);
@@ -44,8 +31,8 @@ it("waits for an attempt not yet started, saying so, and exits 5 naming it when 
 });
 
 it("for an ended job: exits 5 at once with the same words as without -f", async () => {
-  const { env, jobId, provider } = await runningJob();
-  expect((await finish(provider.key, jobId)).status).toBe(200);
+  const { env, jobId, provider } = await runningJob(srv);
+  expect((await finishJob(srv, provider.key, jobId)).status).toBe(200);
   const home = tempDir("svc-logs-ended");
   const followed = await runSvc(["jobs", "logs", "-f", "--attempt", "3", jobId], { home, env, limitMs: 60_000 });
   const read = await runSvc(["jobs", "logs", "--attempt", "3", jobId], { home, env });

@@ -2,25 +2,16 @@
 // lines, as a real subprocess against a real server; the watch sends every
 // attempt's lines, each with its attempt.
 import { describe, expect, it } from "vitest";
-import { makeProvider, makeRenter } from "../helpers/fixtures.js";
-import { client } from "../helpers/http.js";
 import { useTestServer } from "../helpers/server.js";
 import { tempDir } from "../daemon/helpers.js";
+import { completedJob } from "./completed-job.js";
 import { runSvc } from "./run-svc.js";
 
 const srv = useTestServer();
 
 /** A completed job of a fresh renter with log lines of two attempts. */
 async function jobWithTwoAttempts() {
-  const api = client(srv);
-  const renter = await makeRenter(srv, 100_000);
-  const provider = await makeProvider(srv);
-  const sub = await api.post("/api/jobs/submit", { job_type: "llm-inference", duration_minutes: 2, provider_id: provider.id, params: { prompt: "Hello" } }, renter.headers);
-  expect(sub.status, sub.text).toBe(201);
-  const jobId: string = sub.body.job.job_id;
-  expect((await api.get(`/api/providers/${provider.key}/jobs`)).body.job?.job_id).toBe(jobId);
-  const res = await api.post("/api/providers/job-result", { api_key: provider.key, job_id: jobId, success: true, result: { response: "Hi!" } });
-  expect(res.status, res.text).toBe(200);
+  const { env, jobId } = await completedJob(srv);
   // As if the first attempt had failed and a second one had run the job to its end.
   await srv.sql`
     INSERT INTO job_attempts (job_id, attempt, provider_id, status, assigned_at, started_at, ended_at, end_reason, fault, cost_halala)
@@ -32,7 +23,7 @@ async function jobWithTwoAttempts() {
     SELECT j.id, l.attempt, 'info', l.message FROM jobs j,
       (VALUES (1, 'first one'), (2, 'second one'), (1, 'first two'), (2, 'second two')) AS l(attempt, message)
     WHERE j.job_id = ${jobId}`;
-  return { env: { SVC_URL: srv.url, SVC_KEY: renter.key }, jobId };
+  return { env, jobId };
 }
 
 const messages = (stdout: string) => stdout.trim().split("\n").map((l) => l.replace(/^\S+\s+/, ""));

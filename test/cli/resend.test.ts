@@ -5,69 +5,25 @@
 // the first try would have. The proxy in front of the real server passes
 // every request on and cuts the connection where the server's answer begins
 // (its first HEADERS frame), for the first connection only.
-import net from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { useTestServer } from "../helpers/server.js";
 import { tempDir } from "../daemon/helpers.js";
+import { frameProxy, type FrameProxy } from "./proxy.js";
 import { runSvc } from "./run-svc.js";
 
 const srv = useTestServer({ SVC_JOB_SWEEP_MS: "60000" });
 
-interface CutProxy {
-  url: string;
-  /** Answers it cut off. */
-  cuts(): number;
-  close(): Promise<void>;
-}
-
 /** Passes HTTP/2 through; on its first `cutConnections` connections, closes both sides once the server starts an answer. */
-async function cutFirstAnswers(cutConnections = 1): Promise<CutProxy> {
-  const sockets = new Set<net.Socket>();
-  let connections = 0;
-  let cuts = 0;
-  const server = net.createServer((client) => {
-    const upstream = net.connect(srv.port, "127.0.0.1");
-    sockets.add(client).add(upstream);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on("error", drop).on("close", drop);
-    upstream.on("error", drop).on("close", drop);
-    client.pipe(upstream);
-    if (++connections > cutConnections) {
-      upstream.pipe(client);
-      return;
-    }
-    let frames = Buffer.alloc(0);
-    upstream.on("data", (chunk: Buffer) => {
-      frames = Buffer.concat([frames, chunk]);
-      while (frames.length >= 9 && frames.length >= 9 + frames.readUIntBE(0, 3)) {
-        const frame = frames.subarray(0, 9 + frames.readUIntBE(0, 3));
-        frames = frames.subarray(frame.length);
-        // HEADERS (type 1) on a request's stream: the answer begins; it never reaches svc.
-        if (frame[3] === 1 && frame.readUInt32BE(5) !== 0) {
-          cuts++;
-          drop();
-          return;
-        }
-        client.write(frame);
-      }
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
-  return {
-    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
-    cuts: () => cuts,
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
+const cutFirstAnswers = (cutConnections = 1): Promise<FrameProxy> =>
+  frameProxy(srv.port, (connection) =>
+    connection > cutConnections
+      ? undefined
+      : // HEADERS (type 1) on a request's stream: the answer begins; it never reaches svc.
+        (frame) => (frame[3] === 1 && frame.readUInt32BE(5) !== 0 ? "cut" : "pass"),
+  );
 
-let proxy: CutProxy | undefined;
+let proxy: FrameProxy | undefined;
 afterEach(async () => {
   await proxy?.close();
   proxy = undefined;

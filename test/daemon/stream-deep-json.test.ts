@@ -14,6 +14,7 @@ import { MAX_JSON_DEPTH } from "../../src/shared/json-nesting.js";
 import { AsyncQueue } from "../../src/daemon/async-queue.js";
 import { client } from "../helpers/http.js";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { streamWithJob } from "../helpers/stream-job.js";
 import { openStream, useStreamServer } from "./grpc-stream.js";
 import { waitFor } from "./helpers.js";
 
@@ -33,26 +34,11 @@ const refusal = (field?: string) =>
 
 const stored = async (jobId: string) => (await srv.sql<{ status: string; result: unknown; metrics: unknown }[]>`SELECT status, result, metrics FROM jobs WHERE job_id = ${jobId}`)[0];
 
-/** A stream welcomed for a new provider, and a job pushed to it and accepted. */
-async function streamWithJob() {
-  const p = await makeProvider(srv);
-  const renter = await makeRenter(srv, 1_000);
-  const s = openStream(srv.port, p.key);
-  streams.push(s);
-  s.send({ case: "hello", value: { daemonVersion: "5.0.0", gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
-  await s.next("welcome");
-  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 }, provider_id: p.id }, renter.headers);
-  expect(r.status, r.text).toBe(201);
-  const job = await s.next("job", 5_000);
-  s.send({ case: "jobAccepted", value: { jobId: job.jobId } });
-  return { p, s, jobId: job.jobId };
-}
-
 describe("a daemon stream over gRPC (binary)", () => {
   // DaemonMessage {result: JobResultRequest {result: ...}}: the result's own arrays start at the third level.
   it(`takes a result and metrics nested as deep as their JSON form may (${MAX_JSON_DEPTH - 2} levels)`, async () => {
     for (const depth of [60, MAX_JSON_DEPTH - 2]) {
-      const { s, jobId } = await streamWithJob();
+      const { s, jobId } = await streamWithJob(srv, streams);
       const metrics = { duration_seconds: 1, deep: nest(depth - 1) };
       s.send({ case: "result", value: { jobId, success: true, result: value(nest(depth)), metrics } });
       const ack = await s.next("resultAck");
@@ -66,7 +52,7 @@ describe("a daemon stream over gRPC (binary)", () => {
 
   it("ends the stream at a result one level deeper, or far deeper, saying why", async () => {
     for (const [depth, field] of [[MAX_JSON_DEPTH - 1, "result"], [400, "result"]] as const) {
-      const { s, jobId } = await streamWithJob();
+      const { s, jobId } = await streamWithJob(srv, streams);
       s.send({ case: "result", value: { jobId, success: true, result: value(nest(depth)) } });
       const ended = await s.ended;
       expect(ended.code, `${depth} levels: ${ended.details}`).toBe(grpc.status.INVALID_ARGUMENT);

@@ -18,7 +18,8 @@ import { MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_CALL } from "../../src/domain/job
 import { HELLO_MAX_JOB_IDS } from "../../src/services/daemon.js";
 import { listBoundOf, MAX_LIST_ITEMS } from "../../src/shared/list-bounds.js";
 import { client } from "../helpers/http.js";
-import { makeProvider, makeRenter } from "../helpers/fixtures.js";
+import { makeProvider } from "../helpers/fixtures.js";
+import { streamWithJob } from "../helpers/stream-job.js";
 import { openStream, useStreamServer, type TestStream } from "./grpc-stream.js";
 import { waitFor } from "./helpers.js";
 
@@ -65,20 +66,6 @@ const answerOf = (s: TestStream) =>
     ),
   ]);
 
-async function streamWithJob() {
-  const p = await makeProvider(srv);
-  const renter = await makeRenter(srv, 1_000);
-  const s = openStream(srv.port, p.key);
-  streams.push(s);
-  s.send({ case: "hello", value: { daemonVersion: "5.0.0", gpus: [{ name: "NVIDIA GeForce RTX 4090", vram_mib: 24564 }] } });
-  await s.next("welcome");
-  const r = await api.post("/api/jobs/submit", { job_type: "benchmark", duration_minutes: 1, params: { suite: "quick", iterations: 1 }, provider_id: p.id }, renter.headers);
-  expect(r.status, r.text).toBe(201);
-  const job = await s.next("job", 5_000);
-  s.send({ case: "jobAccepted", value: { jobId: job.jobId } });
-  return { p, s, jobId: job.jobId };
-}
-
 describe("the bounds", () => {
   it("are the documented ones", () => {
     expect(listBoundOf(AppendJobLogsRequestSchema.field.logs)).toBe(MAX_LOG_LINES_PER_CALL);
@@ -90,7 +77,7 @@ describe("the bounds", () => {
 
 describe("a daemon stream over gRPC", () => {
   it("ends at a logs message of five million empty lines, refused before it is read", async () => {
-    const { s, jobId } = await streamWithJob();
+    const { s, jobId } = await streamWithJob(srv, streams);
     const grown = peakGrowth();
     s.sendBytes(emptyLines(jobId, 5_000_000));
     const answer = await answerOf(s);
@@ -101,7 +88,7 @@ describe("a daemon stream over gRPC", () => {
   });
 
   it("takes 1,000 lines of the longest a line may be", async () => {
-    const { s, jobId } = await streamWithJob();
+    const { s, jobId } = await streamWithJob(srv, streams);
     const line = fromJson(ValueSchema, "x".repeat(MAX_LOG_LINE_CHARS));
     s.send({ case: "logs", value: { jobId, logs: Array.from({ length: MAX_LOG_LINES_PER_CALL }, () => line) } });
     // Reports are handled in order: the logs before this beat.
