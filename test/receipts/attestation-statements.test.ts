@@ -5,7 +5,7 @@
 // exactly the documented members, its gpu exactly the GPU facts, each of its
 // type and within bounds, anything else refused as a 400 naming the field.
 import crypto from "node:crypto";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -15,8 +15,10 @@ import { attestationStatement, ed25519Signer, keyIdOf, verifyReceipt, type GpuFa
 
 const h = useTsDaemonServer();
 const streams: TestStream[] = [];
-afterAll(() => {
-  for (const s of streams) s.cancel();
+// Before the harness's own afterEach (hooks after a test run last-registered first): it waits for the
+// server's stream subscriptions to end before it clears the marketplace, up to 5 s.
+afterEach(() => {
+  for (const s of streams.splice(0)) s.cancel();
 });
 
 const GPU: GpuFacts = { model: "NVIDIA A100-SXM4-80GB", count: 1, vram_mib: 81920, driver_version: "550.54.15", uuids: ["GPU-a100-0001"] };
