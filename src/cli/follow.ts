@@ -18,6 +18,7 @@ import type { JobEvent, JobOutcome } from "../../gen/svc/v1/jobs_pb.js";
 import { callTimeoutMs, isNoHttp2, type Clients } from "./clients.js";
 import { EXIT, colour, isTty, metadataValue, out, printJsonLine, sar, statusColour, terminalSafe, writeLocalFile } from "./output.js";
 import { outputFileExtension } from "../shared/image-formats.js";
+import { isTerminal } from "../shared/job-status.js";
 
 /** A field of the server's on one line (a status, a phase, a reason), terminalSafe. */
 const word = (text: string) => terminalSafe(text, { singleLine: true });
@@ -198,17 +199,15 @@ export async function saveOutput(c: Clients, jobId: string, outputFormat: string
   return { where: file, bytes: res.data.length };
 }
 
-const ENDED = new Set(["completed", "failed", "cancelled"]);
-
 /** How many attempts an event says the job has had, and whether it says the job ended; undefined when it says neither. */
 function attemptsIn(e: JobEvent): { attempts: number; ended: boolean } | undefined {
   switch (e.event.case) {
     case "snapshot": {
       const j = e.event.value.job;
-      return { attempts: Math.max(j?.attempt ?? 0, e.event.value.attempts.length), ended: ENDED.has(j?.status ?? "") };
+      return { attempts: Math.max(j?.attempt ?? 0, e.event.value.attempts.length), ended: isTerminal(j?.status ?? "") };
     }
     case "status":
-      return { attempts: e.event.value.attempt, ended: ENDED.has(e.event.value.status) };
+      return { attempts: e.event.value.attempt, ended: isTerminal(e.event.value.status) };
     case "attempts":
       return { attempts: e.event.value.attempts.length, ended: false };
     default:

@@ -46,7 +46,7 @@ export function dayToSeconds(day: string): number {
   return Date.UTC(Number(day.slice(0, 4)), Number(day.slice(5, 7)) - 1, Number(day.slice(8, 10))) / 1000;
 }
 
-export const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+export { isTerminal } from "../shared/job-status.js";
 
 /** An amount typed in SAR ("12.5", "-3", "0.01") as halala; undefined when it is not one (more than two decimals among them). */
 export function parseSar(typed: string): bigint | undefined {

@@ -3,7 +3,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { api } from "../api.js";
-import { sar, TERMINAL, when } from "../format.js";
+import { isTerminal, sar, when } from "../format.js";
 import { watchJob, type LiveJob } from "../live-job.js";
 import { href } from "../router.js";
 import { session } from "../session.js";
@@ -145,7 +145,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
         <div class="job-head">
           <StatusBadge status={j.status} />
           <span>{j.jobType}</span>
-          {j.progressPhase && !TERMINAL.has(j.status) ? <span class="muted">{j.progressPhase}</span> : null}
+          {j.progressPhase && !isTerminal(j.status) ? <span class="muted">{j.progressPhase}</span> : null}
         </div>
         <ProgressBar pct={pct} status={j.status} label="Job progress" />
         {j.queueReason ? <p class="note" data-testid="queue-reason">Waiting: {j.queueReason}</p> : null}
@@ -158,7 +158,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
           <dt>Priority</dt><dd>{j.priority}</dd>
           <dt>Attempt</dt><dd>{j.attempt}</dd>
         </dl>
-        {!TERMINAL.has(j.status) && session()?.role !== "provider" ? (
+        {!isTerminal(j.status) && session()?.role !== "provider" ? (
           <form class="inline" onSubmit={(e) => { e.preventDefault(); void cancel.run(() => api.jobs.cancel({ jobId, ...(reason ? { reason } : {}) })); }}>
             <label for="cancel-reason">Cancel reason (optional)</label>
             <input id="cancel-reason" value={reason} onInput={(e) => setReason((e.target as HTMLInputElement).value)} />
@@ -192,7 +192,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
             <dt>Platform fee</dt><dd>{sar(j.platformFeeHalala)}</dd>
             <dt>Duration booked</dt><dd>{j.durationMinutes} min</dd>
           </dl>
-          {TERMINAL.has(j.status) ? null : <p class="muted" data-testid="receipt-note">A signed receipt is issued when the job settles.</p>}
+          {isTerminal(j.status) ? null : <p class="muted" data-testid="receipt-note">A signed receipt is issued when the job settles.</p>}
         </Card>
         <Card title="Attempts">
           <DataTable rows={live.attempts} empty="No attempt yet: the job has not been handed to a provider." columns={[
@@ -205,7 +205,7 @@ export function JobPage({ jobId, back }: { jobId: string; back: string[] }) {
           ]} />
         </Card>
       </div>
-      {TERMINAL.has(j.status) ? <ReceiptCard jobId={jobId} /> : null}
+      {isTerminal(j.status) ? <ReceiptCard jobId={jobId} /> : null}
       <Card title="Output">
         <Output jobId={jobId} status={j.status} />
       </Card>

@@ -7,7 +7,8 @@ import type { JobAttemptSchema, JobEventSchema } from "../../../gen/svc/v1/jobs_
 import type { Db } from "../../db/index.js";
 import { badRequest } from "../../errors.js";
 import { explainQueue, type QueueReason } from "../dispatch/dispatch.js";
-import { TERMINAL_STATUSES, type JobRow } from "../shared/job-row.js";
+import type { JobRow } from "../shared/job-row.js";
+import { isTerminal } from "../../shared/job-status.js";
 import { iso } from "../shared/validate.js";
 import { attemptMessage, jobMessageFor, type JobReader } from "./jobs.js";
 import { IMAGE_RESULT_JOB_TYPES } from "./task-spec.js";
@@ -102,10 +103,6 @@ export async function readJobChanges(db: Db, id: number, afterLogId: number): Pr
   const changes: JobChanges = { job, attempts: attempts_json, logs: logs_json };
   if (job.status === "queued") changes.queue = await explainQueue(db, job as unknown as JobRow);
   return changes;
-}
-
-export function isTerminal(status: string): boolean {
-  return (TERMINAL_STATUSES as readonly string[]).includes(status);
 }
 
 /** Log lines are all the cursor counts: an event's cursor is the seq of the last line sent before it. */

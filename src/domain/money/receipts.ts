@@ -23,6 +23,7 @@ import crypto from "node:crypto";
 import { allInTransaction, type Db, type Sql, type Tx } from "../../db/index.js";
 import { badRequest, notFound } from "../../errors.js";
 import { canonicalJson } from "../../shared/task-signature.js";
+import { isTerminal } from "../../shared/job-status.js";
 import {
   RECEIPT_TYPE,
   RECEIPT_VERSION,
@@ -40,7 +41,6 @@ import type { JobAttemptRow, JobRow } from "../shared/job-row.js";
 import { CHARGE_KIND } from "./ledger.js";
 import { billableSeconds } from "./pricing.js";
 
-const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
 // ---- keys ----
 
@@ -370,7 +370,7 @@ export async function issueReceipt(tx: Tx, jobId: number): Promise<void> {
   ]);
   const job = jobs[0];
   if (!job) throw new Error(`receipt of job ${jobId}: no such job`);
-  if (!TERMINAL.has(job.status)) throw new Error(`receipt of job ${job.job_id}: the job is ${job.status}, not settled`);
+  if (!isTerminal(job.status)) throw new Error(`receipt of job ${job.job_id}: the job is ${job.status}, not settled`);
   const m = money[0];
   const outputHash = outputSha256(job.result);
   const [att] =

@@ -105,5 +105,4 @@ export const JOB_SUMMARY_COLUMNS = [
 
 export type JobSummaryRow = Pick<JobRow, (typeof JOB_SUMMARY_COLUMNS)[number]>;
 
-export const ACTIVE_STATUSES = ["queued", "pending", "running"] as const;
-export const TERMINAL_STATUSES = ["completed", "failed", "cancelled"] as const;
+export { ACTIVE_STATUSES, TERMINAL_STATUSES } from "../../shared/job-status.js";
