@@ -195,12 +195,12 @@ const GPU_WAIT_POLL_MS = 100;
  * How long after it arrived a job may wait for what it needs here (its image pulled) before it is
  * handed back: under the server's limit on preparing (30 minutes after the assignment,
  * PREPARE_LIMIT_SECONDS), past which the server takes it back itself. SVC_PREPARE_WAIT_SECONDS
- * changes it (tests).
+ * changes it (docs/daemons.md).
  */
 const PREPARE_WAIT_MS = (Number(process.env.SVC_PREPARE_WAIT_SECONDS) || 25 * 60) * 1000;
 /**
  * How often a job being prepared is said to be (JobPreparing): each keeps it for a pickup window
- * (120 s) on the server. SVC_PREPARE_NOTICE_SECONDS changes it (tests).
+ * (120 s) on the server. SVC_PREPARE_NOTICE_SECONDS changes it (docs/daemons.md).
  */
 const PREPARE_NOTICE_MS = (Number(process.env.SVC_PREPARE_NOTICE_SECONDS) || 30) * 1000;
 
