@@ -59,6 +59,10 @@ export interface Config {
   livenessSweepSeconds: number;
   /** Seconds between deletions of the uptime hours and attempt days reputation no longer reads; 0 disables them. */
   retentionSweepSeconds: number;
+  /** Days a daemon event is kept (0: for ever). */
+  daemonEventsKeptDays: number;
+  /** Days a webhook delivery is kept once it ended, delivered or given up (0: for ever). */
+  webhooksKeptDays: number;
   /** Seconds between sweeps that finish re-signing the receipts of revoked receipt keys; 0 disables them. */
   receiptResignSeconds: number;
   /** The Windows installer binary served by /api/providers/download-windows-exe, when one is built. */
@@ -355,6 +359,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     daemonLatestVersion: version(env, "SVC_DAEMON_LATEST_VERSION", DAEMON_RELEASE),
     livenessSweepSeconds: int(env, "SVC_LIVENESS_SWEEP_SECONDS", 15, 0, 3600),
     retentionSweepSeconds: int(env, "SVC_RETENTION_SWEEP_SECONDS", 3600, 0, 86400),
+    daemonEventsKeptDays: int(env, "SVC_DAEMON_EVENTS_KEPT_DAYS", 90, 0, 36_500),
+    webhooksKeptDays: int(env, "SVC_WEBHOOKS_KEPT_DAYS", 30, 0, 36_500),
     receiptResignSeconds: int(env, "SVC_RECEIPT_RESIGN_SECONDS", 60, 0, 86400),
     windowsExePath: env.SVC_WINDOWS_EXE_PATH ? path.resolve(env.SVC_WINDOWS_EXE_PATH) : undefined,
     jobMaxAttempts: int(env, "SVC_JOB_MAX_ATTEMPTS", 3, 1, 20),

@@ -2,11 +2,15 @@
 // deletes the uptime hours and attempt days the reputation figures no longer
 // read (src/domain/providers/retention.ts) and the login codes the sign-in
 // limits no longer count (src/domain/accounts/login.ts) and the Idempotency-Key
-// rows past their window (src/domain/money/idempotency.ts). Several processes
-// may run it at once: each skips the rows another is deleting.
+// rows past their window (src/domain/money/idempotency.ts), and the daemon
+// events and finished webhook deliveries past the days the operator keeps them
+// (SVC_DAEMON_EVENTS_KEPT_DAYS, SVC_WEBHOOKS_KEPT_DAYS). Several processes may
+// run it at once: each skips the rows another is deleting.
 import { deleteSpentLoginCodes } from "../domain/accounts/login.js";
 import { deleteExpiredKeys } from "../domain/money/idempotency.js";
 import { deleteExpiredReputationRows } from "../domain/providers/retention.js";
+import { deleteExpiredDaemonEvents } from "../domain/providers/daemon-events.js";
+import { deleteFinishedWebhooks } from "../domain/notify/webhooks.js";
 import type { HeartbeatDeps as Deps } from "../domain/providers/heartbeat.js";
 import { failureLevel } from "../errors.js";
 import type { Worker } from "./worker.js";
@@ -26,6 +30,12 @@ export function retentionWorker(deps: Deps): Worker {
     await deleteExpiredKeys(deps.sql).then((idempotencyKeys) => {
       if (idempotencyKeys) deps.log.info({ idempotencyKeys }, "expired idempotency keys deleted");
     }, failed("idempotency keys"));
+    await deleteExpiredDaemonEvents(deps.sql, deps.config.daemonEventsKeptDays).then((daemonEvents) => {
+      if (daemonEvents) deps.log.info({ daemonEvents }, "expired daemon events deleted");
+    }, failed("daemon events"));
+    await deleteFinishedWebhooks(deps.sql, deps.config.webhooksKeptDays).then((webhookDeliveries) => {
+      if (webhookDeliveries) deps.log.info({ webhookDeliveries }, "expired webhook deliveries deleted");
+    }, failed("webhook deliveries"));
   };
   const tick = () => {
     if (running) return;

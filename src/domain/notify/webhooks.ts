@@ -7,6 +7,7 @@ import crypto from "node:crypto";
 import type { Db, Tx } from "../../db/index.js";
 import { badRequest } from "../../errors.js";
 import { isPrivateHost } from "../shared/address.js";
+import { deleteInBatches } from "../shared/batched-delete.js";
 
 export const WEBHOOK_NOTIFY_CHANNEL = "svc_webhook_outbox";
 export const SIGNATURE_HEADER = "x-svc-signature";
@@ -193,4 +194,20 @@ export async function markFailed(db: Db, claim: Claim, status: number | null, er
           next_attempt_at = now() + make_interval(secs => ${delayMs / 1000})
       WHERE ${held}`;
   return settled.count > 0;
+}
+
+/**
+ * Deletes the deliveries that ended (delivered, or given up) and were enqueued more than `days` days
+ * ago (0: none), a batch a statement (the retention sweep's). Nothing reads them once they ended; a
+ * pending one stays however old it is.
+ */
+export async function deleteFinishedWebhooks(db: Db, days: number): Promise<number> {
+  if (days <= 0) return 0;
+  return deleteInBatches(async (limit) => {
+    const r = await db`
+      DELETE FROM webhook_outbox WHERE id = ANY(ARRAY(
+        SELECT id FROM webhook_outbox WHERE status <> 'pending' AND created_at < now() - make_interval(days => ${days})
+        LIMIT ${limit} FOR UPDATE SKIP LOCKED))`;
+    return r.count;
+  });
 }

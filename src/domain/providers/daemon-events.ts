@@ -8,6 +8,7 @@ import { apiError, badRequest } from "../../errors.js";
 import { text, truncate, withoutNul } from "../shared/lenient.js";
 import { checkEnum, iso, requireMembers } from "../shared/validate.js";
 import { confirmPickup } from "../shared/job-pickup.js";
+import { deleteInBatches } from "../shared/batched-delete.js";
 
 export const SEVERITIES = ["info", "warning", "error", "critical"] as const;
 /** Spec: daemon-event `details` max 5000 characters; longer details are truncated and stored. */
@@ -214,4 +215,20 @@ export async function listDaemonEvents(
     db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM daemon_events WHERE ${where}`,
   ]);
   return { rows, total };
+}
+
+/**
+ * Deletes the events stored more than `days` days ago (0: none), a batch a statement (the retention
+ * sweep's). A provider may store MAX_EVENTS_PER_HOUR events of MAX_DETAILS_CHARS each, so without
+ * this the table grows with the fleet times its age.
+ */
+export async function deleteExpiredDaemonEvents(db: Db, days: number): Promise<number> {
+  if (days <= 0) return 0;
+  return deleteInBatches(async (limit) => {
+    const r = await db`
+      DELETE FROM daemon_events WHERE id = ANY(ARRAY(
+        SELECT id FROM daemon_events WHERE created_at < now() - make_interval(days => ${days})
+        LIMIT ${limit} FOR UPDATE SKIP LOCKED))`;
+    return r.count;
+  });
 }
