@@ -128,6 +128,9 @@ export function requestFromRest<D extends DescMessage>(desc: D, input: RestInput
       const holds = typeof t === "string" ? unstorableIn(t) : undefined;
       if (holds) throw unstorableError({ field: field!.name, holds });
     }
+    // A member of a typed message field (readiness `checks.cuda`) is named as such, with the type it takes.
+    const member = field && m ? memberOf(field, m[1]) : undefined;
+    if (member) throw badRequest(`invalid value for field '${member.path}': ${describeExpected(member.field)}`);
     throw badRequest(field ? `invalid value for field '${field.name}': ${describeExpected(field)}` : `invalid request: ${text}`);
   }
   for (const f of desc.fields) {
@@ -168,6 +171,31 @@ function decodes(desc: DescMessage, json: JsonObject): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The member a decoding error names (`svc.v1.ReadinessChecks.cuda`) inside the message of a top-level
+ * field, as a dotted path from that field (`checks.cuda`), or undefined when the field's message is not
+ * the one named (a Struct or Value member, a field of the request itself).
+ */
+function memberOf(top: DescField, qualified: string): { path: string; field: DescField } | undefined {
+  const dot = qualified.lastIndexOf(".");
+  const typeName = qualified.slice(0, dot);
+  const name = qualified.slice(dot + 1);
+  const find = (f: DescField, path: string, depth: number): { path: string; field: DescField } | undefined => {
+    const msg = f.message;
+    if (!msg || msg.typeName.startsWith("google.protobuf.") || depth > 8) return undefined;
+    if (msg.typeName === typeName) {
+      const member = msg.fields.find((x) => x.name === name);
+      return member ? { path: `${path}.${member.name}`, field: member } : undefined;
+    }
+    for (const sub of msg.fields) {
+      const found = find(sub, `${path}.${sub.name}`, depth + 1);
+      if (found) return found;
+    }
+    return undefined;
+  };
+  return dot > 0 ? find(top, top.name, 0) : undefined;
 }
 
 function describeExpected(field: DescField): string {
