@@ -78,6 +78,8 @@ export function newPaymentId(): string {
 }
 
 export function paymentMessage(p: PaymentRow): MessageInitShape<typeof PaymentSchema> {
+  // What the gateway gave back: what the ledger took at once and what the renter owes for it (refund-debt.ts).
+  const refunded = Number(p.refunded_halala) + Number(p.refund_shortfall_halala);
   return {
     paymentId: p.payment_id,
     amountSar: halalaToSar(p.amount_halala),
@@ -89,6 +91,7 @@ export function paymentMessage(p: PaymentRow): MessageInitShape<typeof PaymentSc
     confirmedAt: iso(p.confirmed_at),
     checkoutUrl: p.status === "initiated" ? (p.checkout_url ?? undefined) : undefined,
     renterId: BigInt(p.renter_id),
+    ...(refunded > 0 ? { refundedHalala: BigInt(refunded) } : {}),
   };
 }
 
