@@ -84,7 +84,10 @@ export function renterService(deps: Deps): Partial<ServiceImpl<typeof RenterServ
 
     async getBalance(_req, ctx) {
       const id = callerRenterId(ctx);
-      const [renter, funds, jobs] = await Promise.all([renterById(sql, id), renterFunds(sql, id), renterJobCount(sql, id)]);
+      // One snapshot: a job settling meanwhile is in every figure (balance, held, spent) or in none.
+      const [renter, funds, jobs] = await sql.begin("isolation level repeatable read read only", (tx) =>
+        Promise.all([renterById(tx, id), renterFunds(tx, id), renterJobCount(tx, id)]),
+      );
       return {
         balanceHalala: BigInt(funds.balance),
         balanceSar: halalaToSar(funds.balance),
