@@ -1,7 +1,8 @@
 // The operator's actions on renters, providers and jobs in a real browser: suspending
 // (with the reason asked for; a renter's jobs stopped too when ticked) and
-// unsuspending a renter or a provider from the list, a
-// balance adjustment that a double submit makes once, a quota where a blank
+// unsuspending a renter or a provider from the list (from the renter's own page, its
+// jobs listed there follow), a
+// balance adjustment that a double submit makes once (a refusal's amounts in SAR), a quota where a blank
 // field keeps its limit, re-queueing a stuck job from its page, and the
 // dashboard's heartbeats without a unit beside a figure the daemon did not send.
 import type { Page } from "playwright-core";
@@ -84,6 +85,22 @@ describe("the operator's renters", () => {
     expect(problems).toEqual([]);
   }, 60_000);
 
+  it("suspended with their jobs stopped from their own page, list those jobs as stopped there", async () => {
+    const r = await makeRenter(h.srv, 1_000);
+    const job = await seedJob(h.srv, { renterId: r.id, cost: 100 });
+    const { page, problems } = await signedIn(h, "admin", ADMIN_TOKEN);
+    await page.goto(`${h.srv.url}/#/admin/renters/${r.id}`);
+    const latest = page.getByRole("region", { name: "Latest jobs" });
+    const status = latest.locator(`tr[data-job="${job.jobId}"] .badge`);
+    await poll(() => status.textContent()).toBe("queued");
+    page.once("dialog", (d) => void d.accept("abuse report"));
+    await page.getByRole("checkbox", { name: "Stop Renter's jobs when suspending" }).check();
+    await page.getByRole("button", { name: "Suspend Renter", exact: true }).click();
+    await poll(() => page.getByRole("status").first().textContent()).toBe("1 job stopped.");
+    await poll(() => status.textContent()).toBe("cancelled");
+    expect(problems).toEqual([]);
+  }, 60_000);
+
   it("get a balance adjustment once for a double submit, and a debit beyond the available funds shows the service's reason", async () => {
     const r = await makeRenter(h.srv, 1_000);
     const { page, problems } = await signedIn(h, "admin", ADMIN_TOKEN);
@@ -123,6 +140,9 @@ describe("the operator's renters", () => {
     await adjust.getByLabel("Reason").fill("reverse a mistaken credit");
     await adjust.getByLabel("Reason").press("Enter");
     await poll(() => alertText(page)).toMatch(/available/i);
+    // In SAR, as the form asks for the amount and the page shows the balance.
+    expect(await alertText(page)).toContain("(available 35.00 SAR)");
+    expect(await alertText(page)).not.toMatch(/halala/);
     await shot(page, "operator-renter");
     expect(await page.getByTestId("renter-balance").textContent()).toContain("35.00 SAR");
     expect(problems).toEqual([]);

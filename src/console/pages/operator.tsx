@@ -277,6 +277,11 @@ function RenterPage({ id }: { id: string }) {
     return api.admin.getRenter({ id: renterId.id });
   }, [id]);
   const jobs = useLoad(async () => (renterId.id === undefined ? undefined : api.admin.listJobs({ renterId: renterId.id, limit: 20 })), [id]);
+  // A suspension with "stop its jobs" cancels them: the jobs listed below are read again with the account.
+  const reload = () => {
+    account.reload();
+    jobs.reload();
+  };
   return (
     <>
       <p><a href={href("admin", "renters")}>← Renters</a></p>
@@ -302,7 +307,7 @@ function RenterPage({ id }: { id: string }) {
                   <dt>Jobs per UTC day</dt><dd>at most {String(d.quota?.dailyJobsLimit ?? "—")}</dd>
                   <dt>Spend per UTC month</dt><dd>at most {sar(d.quota?.monthlySpendLimitHalala)}</dd>
                 </dl>
-                <RenterActions r={r} onDone={account.reload} />
+                <RenterActions r={r} onDone={reload} />
               </Card>
               <div class="grid2">
                 <AdjustBalance r={r} onDone={account.reload} />
