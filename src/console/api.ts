@@ -12,6 +12,7 @@ import { ReceiptService } from "../../gen/svc/v1/receipts_pb.js";
 import { RenterService } from "../../gen/svc/v1/renters_pb.js";
 import { ReportService } from "../../gen/svc/v1/reports_pb.js";
 import { RegistryService, TemplateService } from "../../gen/svc/v1/templates_pb.js";
+import { inSar } from "./format.js";
 import { session, signOutRefused } from "./session.js";
 
 const HEADER = { renter: "x-renter-key", provider: "x-provider-key", admin: "x-admin-token" } as const;
@@ -74,10 +75,19 @@ export function isConnectionLost(err: unknown): boolean {
   return err.code === Code.Unavailable && /fetch|network|connection|HTTP 50[234]/i.test(err.rawMessage) && !err.metadata.has("content-type");
 }
 
+/** How long the service asked to wait before trying again (its Retry-After, in ms); 0 when it did not say. */
+export function retryAfterMs(err: unknown): number {
+  if (!(err instanceof ConnectError)) return 0;
+  // A value sent in both the headers and the end of a stream arrives as both, joined by ", ".
+  const s = Number(err.metadata.get("retry-after")?.split(",")[0]);
+  return Number.isFinite(s) && s > 0 ? s * 1000 : 0;
+}
+
 /** The service's own message for an error, for showing in place. */
 export function messageOf(err: unknown): string {
   if (isConnectionLost(err)) return "Lost connection to the service.";
-  if (err instanceof ConnectError) return err.rawMessage || Code[err.code];
+  // Amounts in SAR, as the console shows them everywhere else.
+  if (err instanceof ConnectError) return inSar(err.rawMessage) || Code[err.code];
   return err instanceof Error ? err.message : String(err);
 }
 

@@ -5,6 +5,25 @@ export function sar(halala: bigint | number | undefined | null): string {
   return `${(n / 100).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })} SAR`;
 }
 
+const inSarOf = (n: string) => sar(Number(n));
+
+/**
+ * A message of the service as the console shows it: amounts in SAR, as its pages and forms have them.
+ * The service states amounts in halala ("150 halala", "15 halala/min"), with more figures of the same
+ * sentence bare ("300 needed", "30 is reserved", "hold 60 more") and fields named in halala
+ * ("amount_halala", "monthly_spend_limit_halala is 5000"); shown as "1.50 SAR", "0.15 SAR/min",
+ * "3.00 SAR needed", "amount", "monthly_spend_limit is 50.00 SAR". A message without halala is as it came.
+ */
+export function inSar(message: string): string {
+  if (!message.includes("halala")) return message;
+  return message
+    .replace(/(?<![\w.])(-?\d+) halala\b/g, (_, n: string) => inSarOf(n))
+    .replace(/\b([a-z_]+)_halala is (-?\d+)(?![\w.])/g, (_, name: string, n: string) => `${name} is ${inSarOf(n)}`)
+    .replace(/\b([a-z_]+)_halala\b/g, "$1")
+    .replace(/(?<![\w.])(\d+)( is)? (needed|reserved|owed)\b/g, (_, n: string, is: string | undefined, what: string) => `${inSarOf(n)}${is ?? ""} ${what}`)
+    .replace(/\bhold (\d+) more\b/g, (_, n: string) => `hold ${inSarOf(n)} more`);
+}
+
 export function when(iso: string | undefined | null): string {
   if (!iso) return "—";
   const d = new Date(iso);

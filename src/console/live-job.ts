@@ -17,7 +17,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Job } from "../../gen/svc/v1/models_pb.js";
 import type { JobAttempt, JobLogLine } from "../../gen/svc/v1/jobs_pb.js";
-import { api, isConnectionLost, messageOf, signOutIfRefused } from "./api.js";
+import { api, isConnectionLost, messageOf, retryAfterMs, signOutIfRefused } from "./api.js";
 
 export interface LiveJob {
   job?: Job;
@@ -33,14 +33,6 @@ export interface LiveJob {
 
 /** Answers that watching again would only repeat: the watch stops on them. */
 const FINAL = new Set([Code.NotFound, Code.PermissionDenied, Code.Unauthenticated, Code.InvalidArgument]);
-
-/** How long the service asked to wait before trying again (its Retry-After, in ms); 0 when it did not say. */
-function retryAfterMs(err: unknown): number {
-  if (!(err instanceof ConnectError)) return 0;
-  // A value sent in both the headers and the end of the stream arrives as both, joined by ", ".
-  const s = Number(err.metadata.get("retry-after")?.split(",")[0]);
-  return Number.isFinite(s) && s > 0 ? s * 1000 : 0;
-}
 
 /** Calls `onChange` with the job's state as it changes; returns a function that stops watching. */
 export function watchJob(jobId: string, onChange: (s: LiveJob) => void): () => void {

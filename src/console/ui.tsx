@@ -3,7 +3,7 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import uPlot from "uplot";
-import { isConnectionLost, messageOf, signOutIfRefused } from "./api.js";
+import { isConnectionLost, messageOf, retryAfterMs, signOutIfRefused } from "./api.js";
 import { utcTickLabels } from "./format.js";
 
 // ---- connection state, shown once for the whole page --------------------------------------
@@ -35,7 +35,8 @@ const sameDeps = (a: unknown[] | undefined, b: unknown[]) => a !== undefined && 
 /**
  * Loads `fn` now, again whenever `deps` change, and every `everyMs` when
  * given. A lost connection is retried with backoff (1 s doubling up to 10 s)
- * until the service answers; a server error is kept for showing in place.
+ * until the service answers; a server error is kept for showing in place, and
+ * one that names a Retry-After is loaded again after it.
  * What was loaded for other `deps` (another filter, page or id) is never
  * answered for these: it is loading, or the service's error alone.
  */
@@ -71,7 +72,10 @@ export function useLoad<T>(fn: () => Promise<T>, deps: unknown[], everyMs?: numb
         }
         markLost(false);
         setState((s) => ({ data: sameDeps(s.of, deps) ? s.data : undefined, error: messageOf(err), lost: false, of: deps }));
-        if (everyMs) timer = setTimeout(run, everyMs);
+        // A "try again later" (429, 503 with Retry-After) is read again once that time has passed, on every
+        // page, never sooner; a polled page waits for the later of the two.
+        const later = retryAfterMs(err);
+        if (everyMs || later) timer = setTimeout(run, Math.max(everyMs ?? 0, later));
       }
     };
     void run();

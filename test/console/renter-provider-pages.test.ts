@@ -1,6 +1,6 @@
 // The renter's and the provider's main actions in a real browser against a
 // seeded server: cancelling a job (the page and the held funds follow), a
-// top-up and a submit the service refuses (its reason shown in place), a lost
+// top-up and a submit the service refuses (its reason shown in place, amounts in SAR), a lost
 // connection, the live job view given back each time it is left, pause and
 // resume, a key pasted as the Install page shortens it, the telemetry charts'
 // samples (one per heartbeat), and a schedule preference that is kept.
@@ -67,6 +67,24 @@ describe("the renter's pages", () => {
     await page.getByRole("button", { name: "Submit job" }).click();
     await poll(() => page.getByRole("alert").first().textContent()).toMatch(/balance|funds|insufficient/i);
     expect(page.url()).toContain("#/renter/submit");
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it("a refusal for funds names its amounts in SAR, as the form and the balance page do: the hold is the form's estimate", async () => {
+    const r = await makeRenter(h.srv, 100);
+    const { page, problems } = await signedIn(h, "renter", r.key);
+    await page.goto(`${h.srv.url}/#/renter/submit`);
+    await page.getByLabel("Duration (minutes)").fill("600");
+    const estimate = page.getByTestId("estimate");
+    await poll(() => estimate.textContent()).toMatch(/Estimate: [\d,.]+ SAR/);
+    const [, hold, rate] = /Estimate: ([\d,.]+ SAR) \(([\d,.]+ SAR) per minute\)/.exec((await estimate.textContent())!)!;
+    await page.getByRole("button", { name: "Submit job" }).click();
+    const alert = page.getByRole("alert").first();
+    await poll(() => alert.textContent()).toMatch(/insufficient balance/);
+    const said = (await alert.textContent())!;
+    expect(said).toContain(`holds ${hold} (${rate}/min x 600 min)`);
+    expect(said).toContain("1.00 SAR is available");
+    expect(said).not.toMatch(/halala/);
     expect(problems).toEqual([]);
   }, 60_000);
 
