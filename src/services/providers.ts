@@ -30,6 +30,7 @@ import {
   marketplaceSummaries,
 } from "../domain/providers/marketplace.js";
 import { reusedFor } from "../domain/shared/reuse.js";
+import { providerRecentEarnings } from "../domain/money/daily-reports.js";
 import { notFound, or500 } from "../errors.js";
 import { callerKeys, callerProviderId, type Deps } from "./deps.js";
 import { rotateKeys } from "../domain/accounts/key-rotation.js";
@@ -82,16 +83,12 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
 
     async getMe(_req, ctx) {
       const id = callerProviderId(ctx);
-      const [provider, recent, active] = await Promise.all([providerById(sql, id), recentJobsOfProvider(sql, id), activeJobOfProvider(sql, id)]);
+      // One snapshot: a job settling meanwhile is in every figure (earnings, job count, recent and active jobs) or in none.
+      const [provider, recent, active, earnings] = await sql.begin("isolation level repeatable read read only", (tx) =>
+        Promise.all([providerById(tx, id), recentJobsOfProvider(tx, id), activeJobOfProvider(tx, id), providerRecentEarnings(tx, id)]),
+      );
       const telemetry = (provider.gpu_telemetry ?? {}) as Record<string, unknown>;
       const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
-      const [earnings] = await sql<{ today: number; week: number }[]>`
-        SELECT coalesce(sum(t.amount) FILTER (WHERE t.created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint AS today,
-               coalesce(sum(t.amount) FILTER (WHERE t.created_at >= now() - interval '7 days'), 0)::bigint AS week
-        FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.credit_account_id
-        WHERE a.kind = 'provider_earnings' AND a.owner_id = ${id}
-          -- Bounded by the older of the two windows: the provider's earlier earnings are not read.
-          AND t.created_at >= least(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', now() - interval '7 days')`;
       // Figures past any card's size are not believed (as the heartbeat stores none): a used figure stays a whole number of MiB.
       const vramTotal = count(telemetry.gpu_vram_mib, MAX_VRAM_MIB) || provider.gpu_vram_mib || 0;
       const vramFree = typeof telemetry.free_vram_mib === "number" ? count(telemetry.free_vram_mib, MAX_VRAM_MIB) : undefined;

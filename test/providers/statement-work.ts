@@ -31,8 +31,12 @@ export async function rowsVisited(srv: TestServer, s: CaughtStatement): Promise<
   return scanned((plan[0]["QUERY PLAN"] as { Plan: PlanNode }[])[0].Plan);
 }
 
-/** The read-only statements (SELECT) the server runs during `f` that name `table` (a whole word). */
-export async function statementsDuring(srv: TestServer, table: string, f: () => Promise<unknown>): Promise<CaughtStatement[]> {
+/** A read-only statement: a SELECT, or (withQueries) a WITH query that writes nothing. */
+const readOnly = (s: string, withQueries: boolean) =>
+  /^\s*SELECT\b/i.test(s) || (withQueries && /^\s*WITH\b/i.test(s) && !/\b(INSERT|UPDATE|DELETE)\b/i.test(s));
+
+/** The read-only statements (SELECT; WITH queries too when asked) the server runs during `f` that name `table` (a whole word). */
+export async function statementsDuring(srv: TestServer, table: string, f: () => Promise<unknown>, withQueries = false): Promise<CaughtStatement[]> {
   const options = (srv.app.deps.sql as unknown as { options: { debug?: unknown } }).options;
   const caught: CaughtStatement[] = [];
   const before = options.debug;
@@ -43,12 +47,12 @@ export async function statementsDuring(srv: TestServer, table: string, f: () => 
     options.debug = before;
   }
   const names = new RegExp(`\\b(FROM|JOIN)\\s+${table}\\b`, "i");
-  return caught.filter((s) => /^\s*SELECT\b/i.test(s.string) && names.test(s.string));
+  return caught.filter((s) => readOnly(s.string, withQueries) && names.test(s.string));
 }
 
 /** The rows `f`'s statements on `table` visit, all together, and the statements. */
-export async function workOf(srv: TestServer, table: string, f: () => Promise<unknown>): Promise<{ rows: number; statements: CaughtStatement[] }> {
-  const statements = await statementsDuring(srv, table, f);
+export async function workOf(srv: TestServer, table: string, f: () => Promise<unknown>, withQueries = false): Promise<{ rows: number; statements: CaughtStatement[] }> {
+  const statements = await statementsDuring(srv, table, f, withQueries);
   let rows = 0;
   for (const s of statements) rows += await rowsVisited(srv, s);
   return { rows, statements };

@@ -1,8 +1,8 @@
 // Figures per UTC day for the console's charts. Money comes from the ledger
 // (the same transfer kinds the dashboard sums), so a chart and the dashboard
 // never disagree. Each series has every day of the window, zeros included.
-import type { Sql } from "../../db/index.js";
-import { CHARGE_KIND, CHARGE_KINDS_SQL, PLATFORM_FEE_KINDS_SQL } from "./ledger.js";
+import type { Db, Sql } from "../../db/index.js";
+import { CHARGE_KINDS_SQL, PLATFORM_FEE_KINDS_SQL } from "./ledger.js";
 import { checkRange } from "../shared/validate.js";
 
 export const REPORT_DAYS = { default: 14, max: 90 } as const;
@@ -21,36 +21,51 @@ const windowCte = (days: number) => `
 const n = (v: unknown) => BigInt(Math.trunc(Number(v ?? 0)));
 const dayText = (d: Date | string) => (typeof d === "string" ? d.slice(0, 10) : d.toISOString().slice(0, 10));
 
-const PROVIDER_EARNING_KINDS = [CHARGE_KIND.jobProvider, CHARGE_KIND.v1Provider];
+// The window's first instant as SQL text (days is a checked integer): a bound every plan can read an index range from.
+const windowStartSql = (days: number) => `(date_trunc('day', now() AT TIME ZONE 'UTC') - ${days - 1} * interval '1 day') AT TIME ZONE 'UTC'`;
 
 /**
  * A provider's earnings and settled jobs per day. A job counts on the day its hold was settled on
  * this provider, whatever its share came to: a share that rounds down to 0 halala moves no money,
- * so the job is found by the settlement (the provider's attempts that ended in the window, by their
- * index, and each one's hold), not by the ledger's transfers. providers.total_jobs counts the same.
+ * so the job is found by its settled hold, not by the ledger's transfers. providers.total_jobs counts
+ * the same. Both read the window's rows only (its account's credits, by the credit index, and its
+ * settled holds, migration 065, from the window's start), not the provider's history.
  */
 export async function providerEarningsByDay(sql: Sql, providerId: number, days: number) {
+  const start = sql.unsafe(windowStartSql(days));
   const rows = await sql<{ day: Date; jobs: string; earned: string }[]>`
     WITH w AS (${sql.unsafe(windowCte(days))}),
-         acct AS (SELECT id FROM ledger_accounts WHERE kind = 'provider_earnings' AND owner_id = ${providerId}),
          earned AS (
-           SELECT w.day, coalesce(sum(t.amount), 0) AS earned
-           FROM w LEFT JOIN ledger_transfers t
-             ON t.credit_account_id IN (SELECT id FROM acct) AND t.kind = ANY(${PROVIDER_EARNING_KINDS})
-            AND t.created_at >= w.start AND t.created_at < w.stop
-           GROUP BY w.day),
+           SELECT (t.created_at AT TIME ZONE 'UTC')::date AS day, sum(t.amount) AS earned
+           FROM ledger_accounts a JOIN ledger_transfers t ON t.credit_account_id = a.id
+           -- Every credit of a provider's earnings account is the provider's leg of a charge (CHARGE_KIND in ledger.ts):
+           -- no kind filter, which would lead the plan to every provider's charges of the window (by kind).
+           WHERE a.kind = 'provider_earnings' AND a.owner_id = ${providerId} AND t.created_at >= ${start}
+           GROUP BY 1),
          settled AS (
-           SELECT (h.closed_at AT TIME ZONE 'UTC')::date AS day, count(DISTINCT h.job_id) AS jobs
-           FROM job_attempts a
-           JOIN ledger_holds h ON h.job_id = a.job_id AND h.status = 'settled' AND h.provider_id = ${providerId}
-           WHERE a.provider_id = ${providerId} AND a.fault IS NOT NULL
-             AND a.ended_at >= (SELECT min(start) FROM w) AND a.ended_at < (SELECT max(stop) FROM w)
+           SELECT (closed_at AT TIME ZONE 'UTC')::date AS day, count(*) AS jobs
+           FROM ledger_holds
+           WHERE provider_id = ${providerId} AND status = 'settled' AND closed_at >= ${start}
            GROUP BY 1)
-    SELECT e.day, coalesce(s.jobs, 0) AS jobs, e.earned
-    FROM earned e LEFT JOIN settled s ON s.day = e.day
-    ORDER BY e.day`;
+    SELECT w.day, coalesce(s.jobs, 0) AS jobs, coalesce(e.earned, 0) AS earned
+    FROM w LEFT JOIN earned e ON e.day = w.day LEFT JOIN settled s ON s.day = w.day
+    ORDER BY w.day`;
   const out = rows.map((r) => ({ day: dayText(r.day), jobs: n(r.jobs), earnedHalala: n(r.earned) }));
   return { days: out, totalEarnedHalala: out.reduce((s, d) => s + d.earnedHalala, 0n) };
+}
+
+/**
+ * What the provider earned today (UTC) and in the last 7 days (the dashboard's additions): its
+ * ledger credits of those windows, read from its account's transfers of the older window only.
+ */
+export async function providerRecentEarnings(db: Db, providerId: number): Promise<{ today: number; week: number }> {
+  const [row] = await db<{ today: string; week: string }[]>`
+    SELECT coalesce(sum(t.amount) FILTER (WHERE t.created_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint AS today,
+           coalesce(sum(t.amount) FILTER (WHERE t.created_at >= now() - interval '7 days'), 0)::bigint AS week
+    FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.credit_account_id
+    WHERE a.kind = 'provider_earnings' AND a.owner_id = ${providerId}
+      AND t.created_at >= least(date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', now() - interval '7 days')`;
+  return { today: Number(row.today), week: Number(row.week) };
 }
 
 /** A renter's settled /v1 requests by UTC day and by model, each dated when it was charged (as the ledger's transfers are). */
