@@ -1,7 +1,7 @@
 // AdminService, the provider part: listing, approval decisions, preload
 // requests and the daemon event log. The rest of AdminService is admin.ts.
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { AdminRejectProviderRequestSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
+import { AdminRejectProviderRequestSchema, SetPreloadModelRequestSchema, type AdminService } from "../../gen/svc/v1/admin_pb.js";
 import { decideProvider, requestPreload, type AdminActor, type ApprovalAction } from "../domain/providers/approval.js";
 import { daemonEventMessage, listDaemonEvents } from "../domain/providers/daemon-events.js";
 import { afterJobsTakenOff, lockJobsOfProvider, takeJobsOffProvider } from "../domain/dispatch/dispatch.js";
@@ -90,7 +90,10 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
     unsuspendProvider: (req, ctx) => decide(req.id, "unsuspend", req.reason, ctx),
 
     async setPreloadModel(req, ctx) {
-      const row = await sql.begin((tx) => requestPreload(sql, tx, checkId(req.id, "id"), req.modelName, actorOf(ctx)));
+      const id = checkId(req.id, "id");
+      // Absent is not a clear: a misspelt field would otherwise drop the request already made.
+      if (req.modelName === undefined) requireMembers(SetPreloadModelRequestSchema, req);
+      const row = await sql.begin((tx) => requestPreload(sql, tx, id, req.modelName!, actorOf(ctx)));
       return { success: true, provider: providerMessage(row) };
     },
 

@@ -124,8 +124,16 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       return idempotent(sql, AdminRenterResponseSchema, `admin-adjust:${renterId}`, req.idempotencyKey, { amount, reason }, async (tx) => {
         const renter = await renterById(tx, renterId);
         const key = `admin-adjust:renter:${renterId}:${crypto.randomUUID()}`;
-        await adjustRenterBalance(tx, renterId, amount, key, reason);
-        await recordAudit(tx, actor, "renter.adjust_balance", "renter", renterId, { amount_halala: amount, reason, transfer_key: key, ip });
+        const done = await adjustRenterBalance(tx, renterId, amount, key, reason);
+        await recordAudit(tx, actor, "renter.adjust_balance", "renter", renterId, {
+          amount_halala: amount,
+          reason,
+          transfer_key: key,
+          available_before: done.availableBefore,
+          available_after: done.availableAfter,
+          ...(done.refundDebtPaid > 0 ? { refund_debt_paid_halala: done.refundDebtPaid } : {}),
+          ip,
+        });
         return renterAnswer(tx, renter);
       });
     },
@@ -134,8 +142,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
       const renterId = checkId(req.id, "id");
       const { actor, ip } = auditActor(ctx);
       return sql.begin(async (tx) => {
-        const before = await renterQuota(tx, renterId);
-        const after = await setQuota(
+        const { before, after } = await setQuota(
           tx,
           renterId,
           {

@@ -9,7 +9,7 @@ import { badRequest, conflict, notFound } from "../../errors.js";
 import { accountKeysChanged } from "../accounts/invalidation.js";
 import { JOB_SUMMARY_COLUMNS, type JobSummaryRow } from "../shared/job-row.js";
 import { JOB_TYPES } from "../money/pricing.js";
-import { adjust, renterFunds } from "../money/ledger.js";
+import { adjust, lockRenterAccounts, renterFunds } from "../money/ledger.js";
 import { lockedReserved, lockReservations } from "../money/usage-billing.js";
 import { collectRefundDebt } from "../money/refund-debt.js";
 import { renterById, type RenterRow } from "../accounts/renters.js";
@@ -128,13 +128,23 @@ export async function offerQueuedJobsOf(sql: Sql, renterId: number): Promise<voi
 
 export const QUOTA_MAX = 1_000_000_000_000;
 
-/** Upserts a renter's quota; an omitted limit keeps its value (or the default). */
+export interface Quota {
+  dailyJobsLimit: number;
+  monthlySpendLimitHalala: number;
+}
+
+/**
+ * Sets a renter's quota; an omitted limit keeps its value (or the default).
+ * Answers the quota it replaced and the new one, read under the quota row's
+ * lock: concurrent changes apply one after the other, and each one's `before`
+ * is what the one before it left (its audit entry's).
+ */
 export async function setQuota(
   tx: Tx,
   renterId: number,
   input: { dailyJobsLimit?: number; monthlySpendLimitHalala?: number },
-  defaults: { dailyJobsLimit: number; monthlySpendLimitHalala: number },
-): Promise<{ dailyJobsLimit: number; monthlySpendLimitHalala: number }> {
+  defaults: Quota,
+): Promise<{ before: Quota; after: Quota }> {
   if (input.dailyJobsLimit === undefined && input.monthlySpendLimitHalala === undefined) {
     throw badRequest("give daily_jobs_limit, monthly_spend_limit_halala or both");
   }
@@ -143,21 +153,28 @@ export async function setQuota(
     checkRange(input.monthlySpendLimitHalala, 0, QUOTA_MAX, "monthly_spend_limit_halala", true);
   }
   // No lock on the renter row: a submit writes it (total_jobs) while holding the renter's ledger
-  // accounts, and only reads the quota row, so the upsert's own lock on that row is all this needs.
+  // accounts, and only reads the quota row, so the quota row's own lock is all this needs.
   const [renter] = await tx`SELECT id FROM renters WHERE id = ${renterId}`;
   if (!renter) throw notFound("renter not found");
-  const [q] = await tx<{ daily_jobs_limit: number; monthly_spend_limit_halala: number }[]>`
+  // A renter without a row gets the defaults' (a concurrent change waits on this insert, then finds
+  // that row), then the row is locked and read: the quota this change replaces.
+  await tx`
     INSERT INTO renter_quota (renter_id, daily_jobs_limit, monthly_spend_limit_halala)
-    VALUES (${renterId}, ${input.dailyJobsLimit ?? defaults.dailyJobsLimit},
-            ${input.monthlySpendLimitHalala ?? defaults.monthlySpendLimitHalala})
-    ON CONFLICT (renter_id) DO UPDATE SET
-      daily_jobs_limit = ${input.dailyJobsLimit === undefined ? tx`renter_quota.daily_jobs_limit` : tx`EXCLUDED.daily_jobs_limit`},
-      monthly_spend_limit_halala = ${
-        input.monthlySpendLimitHalala === undefined ? tx`renter_quota.monthly_spend_limit_halala` : tx`EXCLUDED.monthly_spend_limit_halala`
-      },
+    VALUES (${renterId}, ${defaults.dailyJobsLimit}, ${defaults.monthlySpendLimitHalala})
+    ON CONFLICT (renter_id) DO NOTHING`;
+  const [b] = await tx<{ daily_jobs_limit: number; monthly_spend_limit_halala: number }[]>`
+    SELECT daily_jobs_limit, monthly_spend_limit_halala FROM renter_quota WHERE renter_id = ${renterId} FOR NO KEY UPDATE`;
+  const [q] = await tx<{ daily_jobs_limit: number; monthly_spend_limit_halala: number }[]>`
+    UPDATE renter_quota SET
+      daily_jobs_limit = ${input.dailyJobsLimit ?? b.daily_jobs_limit},
+      monthly_spend_limit_halala = ${input.monthlySpendLimitHalala ?? b.monthly_spend_limit_halala},
       updated_at = now()
+    WHERE renter_id = ${renterId}
     RETURNING daily_jobs_limit, monthly_spend_limit_halala`;
-  return { dailyJobsLimit: q.daily_jobs_limit, monthlySpendLimitHalala: q.monthly_spend_limit_halala };
+  return {
+    before: { dailyJobsLimit: Number(b.daily_jobs_limit), monthlySpendLimitHalala: Number(b.monthly_spend_limit_halala) },
+    after: { dailyJobsLimit: Number(q.daily_jobs_limit), monthlySpendLimitHalala: Number(q.monthly_spend_limit_halala) },
+  };
 }
 
 export async function listJobs(
@@ -212,16 +229,27 @@ export async function listAudit(
   return { rows, total: c.n };
 }
 
+/** What an adjustment did to the renter's available balance (its audit entry's). */
+export interface Adjustment {
+  availableBefore: number;
+  availableAfter: number;
+  /** What of a credit went to the renter's debt for refunded payments (refund-debt.ts). */
+  refundDebtPaid: number;
+}
+
 /**
  * An admin's adjustment of a renter's available balance: positive credits,
  * negative debits, never below zero nor into what the renter's /v1 requests in
  * flight reserved (they are charged from it when they end; a debit taking it
- * would leave their provider unpaid for tokens it served).
+ * would leave their provider unpaid for tokens it served). The renter's
+ * accounts are locked before they are read: concurrent adjustments apply one
+ * after the other, each seeing what the one before it left.
  */
-export async function adjustRenterBalance(tx: Tx, renterId: number, amount: number, key: string, reason: string): Promise<void> {
+export async function adjustRenterBalance(tx: Tx, renterId: number, amount: number, key: string, reason: string): Promise<Adjustment> {
+  // The reservations before the accounts: the order every path takes them in.
+  const reserved = amount < 0 ? (await lockedReserved(tx, renterId)).v1 : 0;
+  const available = (await lockRenterAccounts(tx, [renterId])).get(renterId)!.available;
   if (amount < 0) {
-    const reserved = (await lockedReserved(tx, renterId)).v1;
-    const { available } = await renterFunds(tx, renterId);
     if (available < -amount) throw badRequest(`amount_halala would take the available balance below zero (available ${available} halala)`);
     if (available - reserved < -amount) {
       throw conflict(
@@ -232,5 +260,6 @@ export async function adjustRenterBalance(tx: Tx, renterId: number, amount: numb
   }
   await adjust(tx, renterId, amount, key, reason);
   // A credit pays what the renter owes for refunded payments first, as a top-up does.
-  if (amount > 0) await collectRefundDebt(tx, renterId);
+  const refundDebtPaid = amount > 0 ? await collectRefundDebt(tx, renterId) : 0;
+  return { availableBefore: available, availableAfter: (await renterFunds(tx, renterId)).available, refundDebtPaid };
 }
