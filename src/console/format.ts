@@ -5,6 +5,14 @@ export function sar(halala: bigint | number | undefined | null): string {
   return `${(n / 100).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })} SAR`;
 }
 
+/**
+ * What the gateway gave back of a payment (`refunded_halala`: its refunds' running total, or all of it on a
+ * void), in SAR; "—" for a payment nothing was refunded of (the field is absent then).
+ */
+export function refunded(p: { refundedHalala?: bigint }): string {
+  return p.refundedHalala === undefined ? "—" : sar(p.refundedHalala);
+}
+
 const inSarOf = (n: string) => sar(Number(n));
 
 /**

@@ -4,7 +4,11 @@
 // (src/shared/receipt-check.ts) with WebCrypto's Ed25519 and SHA-256. A
 // browser without Ed25519 in WebCrypto (or a page without WebCrypto: served
 // over plain HTTP from another host than localhost) checks nothing, and says so.
+// The job's output is checked too: SHA-256 of the very bytes
+// GET /api/jobs/{id}/output/result serves (GetOutputFormat "result": the
+// canonical JSON of the stored result) against the receipt's output_sha256.
 import { toJson } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { JobReceiptSchema, type JobReceipt } from "../../gen/svc/v1/receipts_pb.js";
 import { receiptKeyIds, verifyReceiptAsync, type PublishedKeys, type ReceiptCrypto, type Verification } from "../shared/receipt-check.js";
 import { api } from "./api.js";
@@ -94,4 +98,35 @@ export async function checkReceiptFile(text: string): Promise<ReceiptCheck> {
   if (!(await ed25519Available())) return { state: "unavailable" };
   const file: unknown = JSON.parse(text);
   return { state: "checked", verification: await verifyReceiptAsync(webReceiptCrypto, file, await publishedKeysFor(file)) };
+}
+
+/**
+ * Whether the output the service serves now is the one the receipt names: `match` or `mismatch` (the
+ * SHA-256 of the served bytes, `actual`, against `expected`, the receipt's output_sha256, null when it
+ * records none), `none` when the service serves no output (`reason`: its answer), `unavailable` when
+ * this browser has no SHA-256 in WebCrypto (nothing was checked).
+ */
+export type OutputCheck =
+  | { state: "unavailable" }
+  | { state: "match" | "mismatch"; expected: string | null; actual: string }
+  | { state: "none"; expected: string | null; reason: string };
+
+/**
+ * Hashes the job's output as GET /api/jobs/{id}/output/result answers it (docs/receipts.md, "Verifying
+ * offline", step 4: those exact bytes) and compares it with the receipt's output_sha256. A job without
+ * output is answered 404 (completed) or 410 (failed or cancelled; FailedPrecondition over Connect).
+ */
+export async function checkJobOutput(jobId: string, expected: string | null): Promise<OutputCheck> {
+  if (typeof subtle()?.digest !== "function") return { state: "unavailable" };
+  let data: Uint8Array;
+  try {
+    data = (await api.jobs.getOutputFormat({ jobId, format: "result" })).data;
+  } catch (err) {
+    if (err instanceof ConnectError && (err.code === Code.NotFound || err.code === Code.FailedPrecondition)) {
+      return { state: "none", expected, reason: err.rawMessage };
+    }
+    throw err;
+  }
+  const actual = await webReceiptCrypto.sha256Hex(data);
+  return { state: actual === expected ? "match" : "mismatch", expected, actual };
 }

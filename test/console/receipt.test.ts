@@ -5,8 +5,11 @@
 // the browser with WebCrypto by the shared rules (src/shared/receipt-check.ts):
 // verified with the provider's attestation; "does not verify" for a receipt
 // changed on its way; a revoked key named as such; no claim at all where the
-// browser has no Ed25519. A job that has not ended has no card, and one that
-// ended before receipts were issued says so plainly.
+// browser has no Ed25519. The output the service serves now is hashed in the
+// browser and checked against the receipt's output_sha256: it matches, does
+// not match (changed in the database after signing), or there is none. A job
+// that has not ended has no card, and one that ended before receipts were
+// issued says so plainly.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
@@ -101,6 +104,20 @@ async function verification(page: Page) {
   return { verified: await v.getAttribute("data-verified"), text: (await v.textContent()) ?? "" };
 }
 
+/** The Receipt card's output check, once it has one: its data-output and its text. */
+async function outputCheck(page: Page) {
+  const o = page.getByRole("region", { name: "Receipt" }).getByTestId("receipt-output");
+  await o.waitFor({ timeout: STEP_MS });
+  return { output: await o.getAttribute("data-output"), text: (await o.textContent()) ?? "" };
+}
+
+/** SHA-256 (hex) of the bytes GET /api/jobs/{id}/output/result answers, as `headers` read them. */
+async function servedOutputHash(jobId: string, headers: Record<string, string>) {
+  const res = await fetch(`${h.srv.url}/api/jobs/${jobId}/output/result`, { headers });
+  expect(res.status).toBe(200);
+  return crypto.createHash("sha256").update(Buffer.from(await res.arrayBuffer())).digest("hex");
+}
+
 /** The receipt facts as the card shows them (dt: dd). */
 const facts = (page: Page) =>
   page.getByTestId("receipt").evaluate((dl) => {
@@ -142,6 +159,8 @@ describe("the job page's receipt", () => {
       text: expect.stringContaining(`Signature verified (key ${rest.body.signature.key_id})`),
     });
     expect((await verification(page)).text).toContain(`Provider attestation verified (provider #${provider.id}, key ${keyId})`);
+    expect(await servedOutputHash(jobId, renter.headers)).toBe(receipt.output_sha256);
+    expect(await outputCheck(page)).toEqual({ output: "match", text: expect.stringContaining("Output matches the receipt") });
     expect(rest.body.signature.key_id).toMatch(/^srv-[0-9a-f]{16}$/);
     const shown = await facts(page);
     expect(shown).toMatchObject({
@@ -194,6 +213,7 @@ describe("the job page's receipt", () => {
       await openJob(other.page, route);
       expect((await verification(other.page)).verified, role).toBe("true");
       expect((await facts(other.page)).Receipt, role).toBe(receipt.receipt_id);
+      expect((await outputCheck(other.page)).output, role).toBe("match");
       expect(other.problems, role).toEqual([]);
     }
   }, 240_000);
@@ -213,6 +233,59 @@ describe("the job page's receipt", () => {
       Billed: `5 min at ${sar(10)}/min`,
       Uncovered: `${sar(25)} (billed minutes the renter's funds did not cover)`,
     });
+    expect(problems).toEqual([]);
+  }, 120_000);
+
+  it("says whether the output the service serves now matches the receipt: an output altered after signing does not, a removed one is missing", async () => {
+    const { renter, jobId, complete } = await runningJob();
+    await complete();
+    const receipt = (await api().get(`/api/jobs/${jobId}/receipt`, renter.headers)).body.receipt;
+    expect(receipt.output_sha256).toMatch(/^[0-9a-f]{64}$/);
+    const { page, problems } = await signedIn(h, "renter", renter.key);
+    await openJob(page, `renter/jobs/${jobId}`);
+    let out = await outputCheck(page);
+    expect(out.output).toBe("match");
+    expect(out.text).toContain("Output matches the receipt");
+    expect(out.text).toContain(receipt.output_sha256.slice(0, 12));
+
+    // The stored result changed in the database after the receipt was signed: the receipt still verifies, the output does not match it.
+    await h.srv.sql`UPDATE jobs SET result = ${h.srv.sql.json({ scores: { gflops: 99.5 } })} WHERE job_id = ${jobId}`;
+    const altered = await servedOutputHash(jobId, renter.headers);
+    expect(altered).not.toBe(receipt.output_sha256);
+    await page.reload();
+    await openJob(page, `renter/jobs/${jobId}`);
+    out = await outputCheck(page);
+    expect(out.output).toBe("mismatch");
+    expect(out.text).toContain("Output does not match the receipt");
+    expect(out.text).toContain(altered.slice(0, 12));
+    expect(out.text).toContain(receipt.output_sha256.slice(0, 12));
+    expect(out.text).not.toContain("Output matches");
+    expect((await verification(page)).verified).toBe("true");
+    await shot(page, "renter-job-receipt-output-changed");
+
+    // The stored result removed: the service serves none where the receipt names one.
+    await h.srv.sql`UPDATE jobs SET result = NULL WHERE job_id = ${jobId}`;
+    await page.reload();
+    await openJob(page, `renter/jobs/${jobId}`);
+    out = await outputCheck(page);
+    expect(out.output).toBe("none");
+    expect(out.text).toContain("No output: the service serves none, but the receipt names one");
+    expect(await page.getByTestId("receipt-output").getAttribute("class")).toContain("failed");
+    expect(problems).toEqual([]);
+  }, 120_000);
+
+  it("says a job that stored no output has none, as its receipt records", async () => {
+    const { renter, jobId } = await runningJob();
+    const cancel = await api().post(`/api/jobs/${jobId}/cancel`, {}, renter.headers);
+    expect(cancel.status, cancel.text).toBe(200);
+    expect((await api().get(`/api/jobs/${jobId}/receipt`, renter.headers)).body.receipt.output_sha256).toBeNull();
+    const { page, problems } = await signedIn(h, "renter", renter.key);
+    await openJob(page, `renter/jobs/${jobId}`);
+    const out = await outputCheck(page);
+    expect(out.output).toBe("none");
+    expect(out.text).toContain("No output: the receipt records none, and the service serves none.");
+    expect(await page.getByTestId("receipt-output").getAttribute("class")).not.toContain("failed");
+    expect((await verification(page)).verified).toBe("true");
     expect(problems).toEqual([]);
   }, 120_000);
 
@@ -281,6 +354,24 @@ describe("the job page's receipt", () => {
     expect(v.text).toContain(`svc receipt verify ${jobId}.receipt.json`);
     expect(v.text).not.toMatch(/verified \(/);
     expect(await page.getByRole("link", { name: "Download receipt" }).getAttribute("download")).toBe(`${jobId}.receipt.json`);
+    // SHA-256 is there: the output is still checked.
+    expect((await outputCheck(page)).output).toBe("match");
+    expect(problems).toEqual([]);
+  }, 120_000);
+
+  it("checks neither the signature nor the output in a page without WebCrypto, and points to svc receipt verify --output", async () => {
+    const { renter, jobId, complete } = await runningJob();
+    await complete();
+    const { page, problems } = await signedIn(h, "renter", renter.key);
+    // As a page served over plain HTTP from another host than localhost has it: no crypto.subtle.
+    await page.addInitScript({ content: `Object.defineProperty(crypto, "subtle", { get: () => undefined });` });
+    await openJob(page, `renter/jobs/${jobId}`);
+    expect((await verification(page)).verified).toBe("unavailable");
+    const out = await outputCheck(page);
+    expect(out.output).toBe("unavailable");
+    expect(out.text).toContain("Output not checked");
+    expect(out.text).toContain(`svc receipt verify ${jobId}.receipt.json --output output.json`);
+    expect(out.text).not.toMatch(/matches/);
     expect(problems).toEqual([]);
   }, 120_000);
 

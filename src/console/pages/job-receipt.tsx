@@ -1,13 +1,15 @@
 // The job page's Receipt card, for a job that has ended: what its signed
 // receipt says (docs/receipts.md), the receipt file to download for
-// `svc receipt verify`, and its signatures checked in the browser against the
-// published keys (src/console/receipt.ts).
+// `svc receipt verify`, its signatures checked in the browser against the
+// published keys, and the output the service serves now checked against its
+// output_sha256 (src/console/receipt.ts).
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { ComponentChildren } from "preact";
 import { useEffect, useMemo, useState } from "preact/hooks";
 import type { Verification } from "../../shared/receipt-check.js";
 import { api, messageOf } from "../api.js";
 import { sar, when } from "../format.js";
-import { checkReceiptFile, receiptFileText, type ReceiptCheck } from "../receipt.js";
+import { checkJobOutput, checkReceiptFile, receiptFileText, type OutputCheck, type ReceiptCheck } from "../receipt.js";
 import { Card, Empty, ErrorBox, Loading, useLoad, useObjectUrl } from "../ui.js";
 
 type Json = Record<string, unknown>;
@@ -113,6 +115,42 @@ function CheckResult({ check, jobId }: { check: ReceiptCheck; jobId: string }) {
   );
 }
 
+/** A hash in a sentence: short, whole in its title. */
+const short = (h: string) => <code title={h}>{h.slice(0, 12)}…</code>;
+
+/** The output check's line: the output the service serves now against the receipt's output_sha256. */
+function outputLine(check: OutputCheck, jobId: string): { ok: boolean | undefined; line: ComponentChildren } {
+  switch (check.state) {
+    case "unavailable":
+      return {
+        ok: undefined,
+        line: <>Output not checked: this browser has no SHA-256 in WebCrypto (or the page is not served over HTTPS). Check it with <code>svc receipt output {jobId} -o output.json</code> and <code>svc receipt verify {jobId}.receipt.json --output output.json</code>.</>,
+      };
+    case "match":
+      return { ok: true, line: <>Output matches the receipt: the output the service serves now hashes to its output_sha256 ({short(check.actual)}).</> };
+    case "mismatch":
+      return check.expected === null
+        ? { ok: false, line: <>Output does not match the receipt: the receipt records no output, but the service serves one (SHA-256 {short(check.actual)}).</> }
+        : {
+            ok: false,
+            line: <>Output does not match the receipt: the output the service serves now hashes to {short(check.actual)}, not the receipt's output_sha256 {short(check.expected)}. It is not the output the receipt was signed over.</>,
+          };
+    case "none":
+      return check.expected === null
+        ? { ok: undefined, line: <>No output: the receipt records none, and the service serves none.</> }
+        : { ok: false, line: <>No output: the service serves none, but the receipt names one (output_sha256 {short(check.expected)}; the service answers: {check.reason}).</> };
+  }
+}
+
+function OutputResult({ check, jobId }: { check: OutputCheck; jobId: string }) {
+  const { ok, line } = outputLine(check, jobId);
+  return (
+    <div class={`receipt-check ${ok === true ? "verified" : ok === false ? "failed" : ""}`} role="status" data-testid="receipt-output" data-output={check.state}>
+      <p class={ok === false ? "bad" : ok ? "ok" : "muted"}>{mark(ok)} {line}</p>
+    </div>
+  );
+}
+
 /** The receipt file's check, run again when the file changes or on `again`. */
 function useReceiptCheck(fileText: string | undefined) {
   const [state, setState] = useState<{ check?: ReceiptCheck; error?: string; of?: string }>({});
@@ -146,6 +184,11 @@ export function ReceiptCard({ jobId }: { jobId: string }) {
   const blob = useMemo(() => (fileText === undefined ? undefined : new Blob([fileText], { type: "application/json" })), [fileText]);
   const url = useObjectUrl(blob);
   const check = useReceiptCheck(fileText);
+  const output = useLoad(async () => {
+    if (fileText === undefined) return undefined;
+    const sha = obj(obj(JSON.parse(fileText)).receipt).output_sha256;
+    return checkJobOutput(jobId, typeof sha === "string" ? sha : null);
+  }, [jobId, fileText]);
 
   let content;
   if (!loaded.data) content = loaded.error ? <ErrorBox error={loaded.error} /> : <Loading what="receipt" />;
@@ -196,6 +239,16 @@ export function ReceiptCard({ jobId }: { jobId: string }) {
           </div>
         ) : (
           <p class="loading" aria-live="polite">Checking the signature…</p>
+        )}
+        {output.data ? (
+          <OutputResult check={output.data} jobId={jobId} />
+        ) : output.error ? (
+          <div class="receipt-check" role="status" data-testid="receipt-output" data-output="error">
+            <ErrorBox error={`The output could not be checked: ${output.error}`} />
+            <button type="button" class="secondary" onClick={output.reload}>Check again</button>
+          </div>
+        ) : (
+          <p class="loading" aria-live="polite">Checking the output…</p>
         )}
         {url ? <a class="button" href={url} download={`${jobId}.receipt.json`}>Download receipt</a> : null}
       </>

@@ -4,7 +4,7 @@
 import { useRef, useState } from "preact/hooks";
 import type { Provider, Renter, RenterQuota } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
-import { ago, dayToSeconds, idFilter, parseSar, sar, when } from "../format.js";
+import { ago, dayToSeconds, idFilter, parseSar, refunded, sar, when } from "../format.js";
 import { href } from "../router.js";
 import { Card, Chart, DataTable, Empty, ErrorBox, Field, FilterInput, Pager, Show, Stat, StatusBadge, useAction, useId, useLoad, usePaging } from "../ui.js";
 import { JobPage } from "./job.js";
@@ -517,6 +517,7 @@ function PaymentsPage() {
                   { head: "Amount", cell: (p) => sar(p.amountHalala) },
                   { head: "Source", cell: (p) => p.sourceType },
                   { head: "Status", cell: (p) => <StatusBadge status={p.status} /> },
+                  { head: "Refunded", cell: (p) => refunded(p) },
                   { head: "Created", cell: (p) => when(p.createdAt) },
                 ]} />
                 <Pager paging={paging} page={r} shown={r.payments.length} />

@@ -3,7 +3,7 @@ import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
 import type { Job } from "../../../gen/svc/v1/models_pb.js";
 import { api } from "../api.js";
-import { ago, dayToSeconds, sar, when } from "../format.js";
+import { ago, dayToSeconds, refunded, sar, when } from "../format.js";
 import { href } from "../router.js";
 import { settings } from "../settings.js";
 import { Card, Chart, DataTable, Empty, ErrorBox, Field, Pager, Show, Stat, StatusBadge, useAction, useId, useLoad, usePaging } from "../ui.js";
@@ -58,6 +58,7 @@ function BalancePage() {
                 { head: "Amount", cell: (x) => sar(x.amountHalala) },
                 { head: "Source", cell: (x) => x.sourceType },
                 { head: "Status", cell: (x) => <StatusBadge status={x.status} /> },
+                { head: "Refunded", cell: (x) => refunded(x) },
                 { head: "Payment", class: "mono", cell: (x) => x.paymentId },
               ]} />
               <Pager paging={pay} page={p} shown={p.payments.length} />
