@@ -218,6 +218,9 @@ export function usePaging(size: number, filters: unknown[]): Paging {
  * offset and limit, its total). A page left empty by rows that went away
  * (approved, filtered out) moves back to the last page that has rows.
  */
+/** The largest offset a list takes (src/domain/shared/validate.ts LIST_OFFSET_MAX). */
+const LIST_OFFSET_MAX = 10_000;
+
 export function Pager({ paging, page, shown }: { paging: Paging; page: { total: bigint; offset: number; limit: number }; shown: number }) {
   const total = Number(page.total);
   const empty = shown === 0 && page.offset > 0;
@@ -227,7 +230,8 @@ export function Pager({ paging, page, shown }: { paging: Paging; page: { total: 
   if (total === 0 || empty) return null;
   const first = page.offset + 1;
   const last = page.offset + shown;
-  const more = page.offset + page.limit < total;
+  // The service pages the first LIST_OFFSET_MAX rows of a list by offset (a deeper one is 400).
+  const more = page.offset + page.limit < total && page.offset + page.limit <= LIST_OFFSET_MAX;
   return (
     <div class="pager" role="navigation" aria-label="Pages">
       <span aria-live="polite">

@@ -65,7 +65,7 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
 
   return {
     async listProviders(req) {
-      const { limit, offset } = page(req.limit, req.offset);
+      const { limit, offset } = page(req.limit, req.offset, 200, "narrow the list by status, approval_status, gpu_model or q");
       const { rows, total } = await listProviders(sql, {
         status: req.status,
         approvalStatus: req.approvalStatus,
@@ -98,7 +98,7 @@ export function adminProviderService(deps: Deps): Partial<ServiceImpl<typeof Adm
     },
 
     async listProviderEvents(req) {
-      const { limit, offset } = page(req.limit, req.offset);
+      const { limit, offset } = page(req.limit, req.offset, 200, "narrow the list by severity or event_type");
       const id = checkId(req.id, "id");
       await providerById(sql, id);
       const { rows, total } = await listDaemonEvents(sql, id, { severity: req.severity, eventType: req.eventType, limit, offset });

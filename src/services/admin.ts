@@ -96,7 +96,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
     },
 
     async listRenters(req) {
-      const p = page(req.limit, req.offset);
+      const p = page(req.limit, req.offset, 200, "narrow the list by status or q, or read a renter by its id (GET /api/admin/renters/{id})");
       const { rows, total } = await listRenters(sql, { status: req.status, q: req.q, ...p });
       return {
         renters: await renterMessages(sql, rows),
@@ -161,7 +161,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
     },
 
     async listJobs(req) {
-      const p = page(req.limit, req.offset);
+      const p = page(req.limit, req.offset, 200, "narrow the list by status, renter_id, provider_id or job_type");
       const { rows, total } = await listJobs(sql, {
         status: req.status,
         renterId: req.renterId === undefined ? undefined : checkId(req.renterId, "renter_id"),
@@ -173,7 +173,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
     },
 
     async listPayments(req) {
-      const p = page(req.limit, req.offset);
+      const p = page(req.limit, req.offset, 200, "narrow the list by status or renter_id");
       const { payments, total } = await listPayments(sql, {
         renterId: req.renterId === undefined ? undefined : checkId(req.renterId, "renter_id"),
         status: req.status === undefined ? undefined : checkEnum(req.status, PAYMENT_STATUSES, "status"),
@@ -196,7 +196,7 @@ export function adminService(deps: Deps): Partial<ServiceImpl<typeof AdminServic
     },
 
     async listAudit(req) {
-      const p = page(req.limit, req.offset);
+      const p = page(req.limit, req.offset, 200, "narrow the list by action, target_type or target_id");
       const { rows, total } = await listAudit(sql, {
         action: optionalText(req.action, 100, "action"),
         targetType: optionalText(req.targetType, 100, "target_type"),

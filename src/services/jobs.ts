@@ -189,8 +189,9 @@ export function jobService(deps: Deps): Partial<ServiceImpl<typeof JobService>> 
 
     async list(req, ctx) {
       const status = req.status ? checkEnum(req.status, JOB_STATUSES, "status") : undefined;
-      const { limit, offset } = page(req.limit, req.offset);
-      const { rows, total } = await listJobs(sql, readerOf(ctx), { status, limit, offset });
+      const { limit, offset } = page(req.limit, req.offset, 200, "page on with before=<the last job_id of a page>");
+      const before = optionalText(req.before, 200, "before");
+      const { rows, total } = await listJobs(sql, readerOf(ctx), { status, limit, offset, before });
       const reader = readerOf(ctx);
       return { jobs: await jobViews(sql, rows, reader), total: BigInt(total), limit, offset };
     },

@@ -124,7 +124,7 @@ export function paymentService(deps: Deps): Partial<ServiceImpl<typeof PaymentSe
 
     async history(req, ctx) {
       const renterId = callerRenterId(ctx);
-      const { limit, offset } = page(req.limit, req.offset, 100);
+      const { limit, offset } = page(req.limit, req.offset, 100, "read a payment by its id (GET /api/payments/{payment_id})");
       const { payments, total } = await listPayments(sql, { renterId, limit, offset });
       return { payments: payments.map(paymentMessage), total: BigInt(total), limit, offset };
     },

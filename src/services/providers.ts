@@ -192,7 +192,7 @@ export function providerService(deps: Deps): Partial<ServiceImpl<typeof Provider
     },
 
     async listAvailable(req) {
-      const { limit, offset } = page(req.limit ?? AVAILABLE_PAGE_MAX, req.offset, AVAILABLE_PAGE_MAX);
+      const { limit, offset } = page(req.limit ?? AVAILABLE_PAGE_MAX, req.offset, AVAILABLE_PAGE_MAX, undefined, 1_000_000_000);
       const { providers, total } = await availableProviders(sql, limit, offset, countAvailable);
       return { providers, total: BigInt(total), discoveryMode: DISCOVERY_MODE, discoveryHealth: DISCOVERY_HEALTH };
     },

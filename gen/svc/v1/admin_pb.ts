@@ -535,6 +535,9 @@ export type AdminListProvidersRequest = Message<"svc.v1.AdminListProvidersReques
   q?: string | undefined;
 
   /**
+   * Rows per page (1 to 200, 50 by default) and rows skipped (0 to 10,000: a page reads every row before its
+   * offset; past the bound 400, naming the field and how to reach the rows past it).
+   *
    * @generated from field: optional int32 limit = 5;
    */
   limit?: number | undefined;
@@ -562,6 +565,9 @@ export type AdminListProvidersResponse = Message<"svc.v1.AdminListProvidersRespo
   providers: Provider[];
 
   /**
+   * Rows matching the filters, all pages, counted up to 10,000 (or one past the page asked for when that is
+   * more): a total at that bound only says that more rows follow the page.
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;
@@ -710,6 +716,9 @@ export type ListProviderEventsRequest = Message<"svc.v1.ListProviderEventsReques
   severity?: string | undefined;
 
   /**
+   * Rows per page (1 to 200, 50 by default) and rows skipped (0 to 10,000: a page reads every row before its
+   * offset; past the bound 400, naming the field and how to reach the rows past it).
+   *
    * @generated from field: optional int32 limit = 3;
    */
   limit?: number | undefined;
@@ -826,6 +835,9 @@ export type ListProviderEventsResponse = Message<"svc.v1.ListProviderEventsRespo
   events: DaemonEventRecord[];
 
   /**
+   * Rows matching the filters, all pages, counted up to 10,000 (or one past the page asked for when that is
+   * more): a total at that bound only says that more rows follow the page.
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;
@@ -853,6 +865,9 @@ export type AdminListRentersRequest = Message<"svc.v1.AdminListRentersRequest"> 
   q?: string | undefined;
 
   /**
+   * Rows per page (1 to 200, 50 by default) and rows skipped (0 to 10,000: a page reads every row before its
+   * offset; past the bound 400, naming the field and how to reach the rows past it).
+   *
    * @generated from field: optional int32 limit = 3;
    */
   limit?: number | undefined;
@@ -880,6 +895,9 @@ export type AdminListRentersResponse = Message<"svc.v1.AdminListRentersResponse"
   renters: Renter[];
 
   /**
+   * Rows matching the filters, all pages, counted up to 10,000 (or one past the page asked for when that is
+   * more): a total at that bound only says that more rows follow the page.
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;
@@ -1074,6 +1092,9 @@ export type AdminListJobsRequest = Message<"svc.v1.AdminListJobsRequest"> & {
   providerId?: bigint | undefined;
 
   /**
+   * Rows per page (1 to 200, 50 by default) and rows skipped (0 to 10,000: a page reads every row before its
+   * offset; past the bound 400, naming the field and how to reach the rows past it).
+   *
    * @generated from field: optional int32 limit = 4;
    */
   limit?: number | undefined;
@@ -1106,6 +1127,9 @@ export type AdminListJobsResponse = Message<"svc.v1.AdminListJobsResponse"> & {
   jobs: Job[];
 
   /**
+   * Jobs matching the filters, all pages: exact (ended jobs from counters), but by renter_id and provider_id at
+   * once counted up to 10,000 (or one past the page asked for when that is more).
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;
@@ -1165,6 +1189,9 @@ export type AdminListPaymentsRequest = Message<"svc.v1.AdminListPaymentsRequest"
   renterId?: bigint | undefined;
 
   /**
+   * Rows per page (1 to 200, 50 by default) and rows skipped (0 to 10,000: a page reads every row before its
+   * offset; past the bound 400, naming the field and how to reach the rows past it).
+   *
    * @generated from field: optional int32 limit = 3;
    */
   limit?: number | undefined;
@@ -1192,6 +1219,9 @@ export type AdminListPaymentsResponse = Message<"svc.v1.AdminListPaymentsRespons
   payments: Payment[];
 
   /**
+   * Rows matching the filters, all pages, counted up to 10,000 (or one past the page asked for when that is
+   * more): a total at that bound only says that more rows follow the page.
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;
@@ -1229,6 +1259,9 @@ export type ListAuditRequest = Message<"svc.v1.ListAuditRequest"> & {
   targetType?: string | undefined;
 
   /**
+   * Rows per page (1 to 200, 50 by default) and rows skipped (0 to 10,000: a page reads every row before its
+   * offset; past the bound 400, naming the field and how to reach the rows past it).
+   *
    * @generated from field: optional int32 limit = 3;
    */
   limit?: number | undefined;
@@ -1308,6 +1341,9 @@ export type ListAuditResponse = Message<"svc.v1.ListAuditResponse"> & {
   entries: AuditEntry[];
 
   /**
+   * Rows matching the filters, all pages, counted up to 10,000 (or one past the page asked for when that is
+   * more): a total at that bound only says that more rows follow the page.
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;

@@ -142,6 +142,9 @@ export const PaymentWebhookResponseSchema: GenMessage<PaymentWebhookResponse> = 
  */
 export type PaymentHistoryRequest = Message<"svc.v1.PaymentHistoryRequest"> & {
   /**
+   * Rows per page (1 to 100, 50 by default) and rows skipped (0 to 10,000: a page reads every row before its
+   * offset; past the bound 400, naming the field and how to reach the rows past it).
+   *
    * @generated from field: optional int32 limit = 1;
    */
   limit?: number | undefined;
@@ -169,6 +172,9 @@ export type PaymentHistoryResponse = Message<"svc.v1.PaymentHistoryResponse"> & 
   payments: Payment[];
 
   /**
+   * Rows matching the filters, all pages, counted up to 10,000 (or one past the page asked for when that is
+   * more): a total at that bound only says that more rows follow the page.
+   *
    * @generated from field: int64 total = 2;
    */
   total: bigint;

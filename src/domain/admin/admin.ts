@@ -17,7 +17,7 @@ import { placeJobs } from "../dispatch/dispatch.js";
 import { cancelLocked, lockActiveJobsOf, type CancelEnd } from "../jobs/job-control.js";
 import { lockRenterFunds } from "../money/settlement.js";
 import { jobCountSql } from "../shared/job-counts.js";
-import { checkEnum, checkRange } from "../shared/validate.js";
+import { checkEnum, checkRange, countedFor } from "../shared/validate.js";
 
 export const RENTER_STATUSES = ["active", "suspended"] as const;
 export const JOB_STATUSES = ["queued", "pending", "running", "completed", "failed", "cancelled"] as const;
@@ -51,7 +51,7 @@ export async function listRenters(
       ${q ? db`AND (name ILIKE ${q} OR email ILIKE ${q} OR coalesce(organization, '') ILIKE ${q})` : db``}`;
   const [rows, [c]] = await Promise.all([
     db<RenterRow[]>`SELECT * FROM renters ${where()} ORDER BY id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
-    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM renters ${where()}`,
+    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM (SELECT 1 FROM renters ${where()} LIMIT ${countedFor(f)}) c`,
   ]);
   return { rows, total: c.n };
 }
@@ -190,10 +190,11 @@ export async function listJobs(
       ${f.providerId ? db`AND provider_id = ${f.providerId}` : db``}
       ${jobType ? db`AND job_type = ${jobType}` : db``}`;
   // The total comes from the ended jobs' counters (jobCountSql), not from counting every matching job
-  // of the history; by renter and provider at once it is counted (that provider's jobs of the renter).
+  // of the history; by renter and provider at once it is counted (that provider's jobs of the renter),
+  // up to LIST_COUNTED or one past the page.
   const total =
     f.providerId && f.renterId
-      ? db`(SELECT count(*) FROM jobs ${where()})`
+      ? db`(SELECT count(*) FROM (SELECT 1 FROM jobs ${where()} LIMIT ${countedFor(f)}) c)`
       : jobCountSql(db, { renterId: f.renterId || undefined, providerId: f.providerId || undefined, status, jobType });
   const [rows, [c]] = await Promise.all([
     // now() beside the rows: a running job's cost so far is counted by the database's clock (jobs.ts DbNow).
@@ -224,7 +225,7 @@ export async function listAudit(
       ${f.targetId ? db`AND target_id = ${f.targetId}` : db``}`;
   const [rows, [c]] = await Promise.all([
     db<AuditRow[]>`SELECT * FROM audit_log ${where()} ORDER BY id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
-    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM audit_log ${where()}`,
+    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM (SELECT 1 FROM audit_log ${where()} LIMIT ${countedFor(f)}) c`,
   ]);
   return { rows, total: c.n };
 }

@@ -7,7 +7,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { JobAttemptSchema } from "../../../gen/svc/v1/jobs_pb.js";
 import type { JobSchema } from "../../../gen/svc/v1/models_pb.js";
 import type { Db } from "../../db/index.js";
-import { forbidden, notFound } from "../../errors.js";
+import { badRequest, forbidden, notFound } from "../../errors.js";
 import { explainQueue, explainQueues, type QueueReason } from "../dispatch/dispatch.js";
 import { iso } from "../shared/validate.js";
 import { billableMinutes } from "../money/pricing.js";
@@ -187,7 +187,7 @@ export const JOB_STATUSES = [...ACTIVE_STATUSES, ...TERMINAL_STATUSES];
 export async function listJobs(
   db: Db,
   reader: JobReader,
-  f: { status?: string; limit: number; offset: number },
+  f: { status?: string; limit: number; offset: number; before?: string },
 ): Promise<{ rows: (JobSummaryRow & DbNow)[]; total: number }> {
   const status = f.status ? db`AND j.status = ${f.status}` : db``;
   const owner =
@@ -208,8 +208,16 @@ export async function listJobs(
         : reader.role === "admin"
           ? jobCountSql(db, { status: f.status })
           : db`0::bigint`;
+  // After the cursor's job: `submitted_at <=` bounds the index range the list is read from (its
+  // indexes lead with submitted_at, not id), the id breaks ties among jobs submitted together.
+  let after = db``;
+  if (f.before !== undefined) {
+    const [c] = await db<{ submitted_at: Date; id: number }[]>`SELECT j.submitted_at, j.id FROM jobs j WHERE j.job_id = ${f.before} AND ${owner}`;
+    if (!c) throw badRequest("before must be the job_id of a job in this list (the last job of the page before)");
+    after = db`AND j.submitted_at <= ${c.submitted_at} AND (j.submitted_at < ${c.submitted_at} OR j.id < ${c.id})`;
+  }
   const rows = await db<(JobSummaryRow & DbNow & { total: number })[]>`
-    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${count()} AS total, ${dbNowSql(db)} FROM jobs j WHERE ${owner} ${status}
+    SELECT ${db(JOB_SUMMARY_COLUMNS)}, ${count()} AS total, ${dbNowSql(db)} FROM jobs j WHERE ${owner} ${status} ${after}
     ORDER BY j.submitted_at DESC, j.id DESC LIMIT ${f.limit} OFFSET ${f.offset}`;
   let total = rows[0]?.total ?? 0;
   if (rows.length === 0 && f.offset > 0) {

@@ -15,7 +15,7 @@ import { credit, debitUpTo } from "./ledger.js";
 import { collectRefundDebt, oweRefund } from "./refund-debt.js";
 import { lockedReserved } from "./usage-billing.js";
 import { halalaToSar } from "./pricing.js";
-import { iso } from "../shared/validate.js";
+import { countedFor, iso } from "../shared/validate.js";
 
 export const PAYMENT_SOURCES = ["creditcard", "mada", "applepay", "sandbox"] as const;
 export type PaymentSource = (typeof PAYMENT_SOURCES)[number];
@@ -111,7 +111,7 @@ export async function paymentById(db: Db, paymentId: string): Promise<PaymentRow
   return row;
 }
 
-/** Newest first; filters by renter and status when given. */
+/** Newest first; filters by renter and status when given. The total counts up to LIST_COUNTED, or one past the page. */
 export async function listPayments(
   db: Db,
   f: { renterId?: number; status?: string; limit: number; offset: number },
@@ -121,7 +121,7 @@ export async function listPayments(
     ${f.status !== undefined ? db`AND status = ${f.status}` : db``}`;
   const [payments, [count]] = await Promise.all([
     db<PaymentRow[]>`SELECT * FROM payments ${where} ORDER BY created_at DESC, id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
-    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM payments ${where}`,
+    db<{ n: number }[]>`SELECT count(*)::bigint AS n FROM (SELECT 1 FROM payments ${where} LIMIT ${countedFor(f)}) c`,
   ]);
   return { payments, total: Number(count.n) };
 }

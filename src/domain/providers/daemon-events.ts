@@ -6,7 +6,7 @@ import { DaemonEventRequestSchema, type DaemonEventRequest, type DaemonEventResp
 import type { Db, Sql } from "../../db/index.js";
 import { apiError, badRequest } from "../../errors.js";
 import { text, truncate, withoutNul } from "../shared/lenient.js";
-import { checkEnum, iso, requireMembers } from "../shared/validate.js";
+import { checkEnum, countedFor, iso, requireMembers } from "../shared/validate.js";
 import { confirmPickup } from "../shared/job-pickup.js";
 import { deleteInBatches } from "../shared/batched-delete.js";
 
@@ -193,7 +193,7 @@ export function daemonEventMessage(e: EventRow): MessageInitShape<typeof DaemonE
   };
 }
 
-/** A provider's events, newest first, optionally of one severity and/or type. */
+/** A provider's events, newest first, optionally of one severity and/or type; the total counted up to LIST_COUNTED, or one past the page. */
 export async function listDaemonEvents(
   db: Db,
   providerId: number,
@@ -212,7 +212,7 @@ export async function listDaemonEvents(
              hostname, os_info, python_version, created_at,
              to_char(reported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS reported_at
       FROM daemon_events WHERE ${where} ORDER BY id DESC LIMIT ${filter.limit} OFFSET ${filter.offset}`,
-    db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM daemon_events WHERE ${where}`,
+    db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM (SELECT 1 FROM daemon_events WHERE ${where} LIMIT ${countedFor(filter)}) c`,
   ]);
   return { rows, total };
 }

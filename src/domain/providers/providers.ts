@@ -11,7 +11,7 @@ import { conflict, forbidden, isUniqueViolation, notFound } from "../../errors.j
 import { providersChanged } from "../accounts/invalidation.js";
 import { issueKey } from "../accounts/keys.js";
 import { LIVE_WINDOW_SECONDS } from "../shared/liveness.js";
-import { checkEnum, iso } from "../shared/validate.js";
+import { checkEnum, countedFor, iso } from "../shared/validate.js";
 import { preferenceFields } from "./preferences.js";
 import { belowMinimum } from "./versions.js";
 
@@ -204,7 +204,7 @@ export interface ProviderFilter {
   offset: number;
 }
 
-/** Admin listing: newest first, filtered by status, approval, GPU model (substring) and name/email (substring). */
+/** Admin listing: newest first, filtered by status, approval, GPU model (substring) and name/email (substring); the total counted up to LIST_COUNTED, or one past the page. */
 export async function listProviders(db: Db, f: ProviderFilter): Promise<{ rows: ProviderRow[]; total: number }> {
   const status = f.status ? checkEnum(f.status, PROVIDER_STATUSES, "status") : null;
   const approval = f.approvalStatus ? checkEnum(f.approvalStatus, APPROVAL_STATUSES, "approval_status") : null;
@@ -217,7 +217,7 @@ export async function listProviders(db: Db, f: ProviderFilter): Promise<{ rows: 
     AND (${q}::text IS NULL OR name ILIKE ${q} OR email ILIKE ${q})`;
   const [rows, [{ total }]] = await Promise.all([
     db<ProviderRow[]>`SELECT * FROM providers WHERE ${where} ORDER BY id DESC LIMIT ${f.limit} OFFSET ${f.offset}`,
-    db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM providers WHERE ${where}`,
+    db<{ total: number }[]>`SELECT count(*)::bigint AS total FROM (SELECT 1 FROM providers WHERE ${where} LIMIT ${countedFor(f)}) c`,
   ]);
   return { rows, total };
 }

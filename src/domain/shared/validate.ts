@@ -70,10 +70,43 @@ export function optionalText(value: string | undefined, max: number, field: stri
   return v ? checkLength(v, max, field) : undefined;
 }
 
-/** Paging with sane bounds. */
-export function page(limit: number | undefined, offset: number | undefined, max = 200): { limit: number; offset: number } {
+/**
+ * The largest `offset` of a list. A page reads every row before its offset
+ * (SQL OFFSET): bounded, a page costs at most this many rows plus itself,
+ * however long the history behind the list.
+ */
+export const LIST_OFFSET_MAX = 10_000;
+
+/**
+ * Rows a list's `total` counts at most where it is counted (not kept in
+ * counters), or up to one past the page asked for when that is more: a total
+ * at that bound says only that more rows follow the page.
+ */
+export const LIST_COUNTED = 10_000;
+
+/** How many rows a bounded total counts for a page: LIST_COUNTED, or one past the page when that is more. */
+export const countedFor = (p: { limit: number; offset: number }): number => Math.max(LIST_COUNTED, p.offset + p.limit + 1);
+
+/**
+ * Paging with sane bounds: `limit` 1 to `max`, `offset` 0 to LIST_OFFSET_MAX
+ * (`offsetMax` for a list that bounds its offsets itself). Past the bound a 400
+ * names the field and says how to reach the rows past it (`beyond`).
+ */
+export function page(
+  limit: number | undefined,
+  offset: number | undefined,
+  max = 200,
+  beyond = "narrow the list with its filters",
+  offsetMax = LIST_OFFSET_MAX,
+): { limit: number; offset: number } {
   const l = limit === undefined ? 50 : checkRange(limit, 1, max, "limit", true);
-  const o = offset === undefined ? 0 : checkRange(offset, 0, 1_000_000_000, "offset", true);
+  if (offset !== undefined && offsetMax === LIST_OFFSET_MAX && Number.isInteger(offset) && offset > offsetMax) {
+    throw badRequest(
+      `offset must be an integer between 0 and ${offsetMax}: a page reads every row before its offset, so pages reach the first ` +
+        `${offsetMax} rows; to reach rows past them, ${beyond}`,
+    );
+  }
+  const o = offset === undefined ? 0 : checkRange(offset, 0, offsetMax, "offset", true);
   return { limit: l, offset: o };
 }
 
