@@ -1,6 +1,6 @@
 // svc's lists as a real subprocess against a real server: every list (`jobs
 // ls`, `provider jobs`, `admin providers|renters|jobs|audit`) pages with
-// --limit and --offset, says which rows of how many it printed, and carries
+// --limit and --offset (the job lists also with their --before cursor), says which rows of how many it printed, and carries
 // total, limit and offset in its --json answer.
 import { describe, expect, it } from "vitest";
 import { makeProvider, makeRenter } from "../helpers/fixtures.js";
@@ -32,7 +32,16 @@ describe("svc lists", { timeout: 180_000 }, () => {
     const first = await svc(["jobs", "ls", "--status", "queued"], env);
     expect(first.code, first.stderr).toBe(0);
     expect(first.stdout).toMatch(/^JOB\s+TYPE\s+STATUS\s+PROGRESS\s+COST \(halala\)\s+SUBMITTED$/m);
-    expect(first.stdout.trimEnd().split("\n").at(-1)).toBe("1-20 of 25 (--offset 20 for more)");
+    const all = await json(["jobs", "ls", "--status", "queued", "--limit", "25"], env);
+    const ids = all.jobs.map((j: { job_id: string }) => j.job_id);
+    // The next page is offered by its cursor, which reaches past the server's largest offset.
+    expect(first.stdout.trimEnd().split("\n").at(-1)).toBe(`1-20 of 25 (--before ${ids[19]} for more)`);
+    const after = await svc(["jobs", "ls", "--status", "queued", "--before", ids[19]], env);
+    expect(after.code, after.stderr).toBe(0);
+    expect(after.stdout.trimEnd().split("\n").at(-1)).toBe(`5 of 25, after ${ids[19]}`);
+    expect(await json(["jobs", "ls", "--status", "queued", "--before", ids[19]], env)).toMatchObject({ jobs: all.jobs.slice(20) });
+    const full = await svc(["jobs", "ls", "--status", "queued", "--limit", "2", "--before", ids[19]], env);
+    expect(full.stdout.trimEnd().split("\n").at(-1)).toBe(`2 of 25, after ${ids[19]} (--before ${ids[21]} for more)`);
     const rest = await svc(["jobs", "ls", "--status", "queued", "--offset", "20"], env);
     expect(rest.code, rest.stderr).toBe(0);
     expect(rest.stdout.trimEnd().split("\n").at(-1)).toBe("21-25 of 25");
@@ -42,7 +51,6 @@ describe("svc lists", { timeout: 180_000 }, () => {
     const page = await json(["jobs", "ls", "--status", "queued", "--offset", "20"], env);
     expect(page).toMatchObject({ total: 25, limit: 20, offset: 20 });
     expect(page.jobs).toHaveLength(5);
-    const all = await json(["jobs", "ls", "--status", "queued", "--limit", "25"], env);
     expect(page.jobs.map((j: { job_id: string }) => j.job_id)).toEqual(all.jobs.slice(20).map((j: { job_id: string }) => j.job_id));
 
     const penv = { SVC_URL: srv.url, SVC_KEY: provider.key };

@@ -73,6 +73,11 @@ export interface ListSpec<O extends Paging, R extends { total?: bigint }, T> {
   fetch(c: Clients, o: O): Promise<R>;
   rows(r: R): T[];
   columns: [string, (row: T) => unknown][];
+  /**
+   * A list with a cursor option (`--before`): the option's value that reads the page after these
+   * rows. Its next pages are then offered by cursor, which reaches past the server's largest offset.
+   */
+  cursor?: { option: string; after(rows: T[]): string | undefined };
 }
 
 export interface Paging {
@@ -80,11 +85,20 @@ export interface Paging {
   offset: number;
 }
 
-/** "21-25 of 25", "1-20 of 25 (--offset 20 for more)": which rows of how many were printed. */
-export function pageLine(shown: number, total: number, offset: number): string {
+/**
+ * "21-25 of 25", "1-20 of 25 (--offset 20 for more)": which rows of how many were printed. With a
+ * cursor (`next`: "--before job-…"), the next page is offered by it; after a cursor (`from`) the
+ * rows' place in the total is not known: "20 of 30,000, after job-… (--before job-… for more)".
+ */
+export function pageLine(shown: number, total: number, offset: number, cursor?: { from?: string; next?: string; limit: number }): string {
+  if (cursor?.from !== undefined) {
+    if (shown === 0) return `none after ${cursor.from}`;
+    return `${shown} of ${total}, after ${cursor.from}${shown === cursor.limit && cursor.next ? ` (${cursor.next} for more)` : ""}`;
+  }
   if (shown === 0) return `none of ${total}${offset > 0 ? ` (past --offset ${offset})` : ""}`;
   const last = offset + shown;
-  return `${offset + 1}-${last} of ${total}${last < total ? ` (--offset ${last} for more)` : ""}`;
+  const more = cursor?.next ?? `--offset ${last}`;
+  return `${offset + 1}-${last} of ${total}${last < total ? ` (${more} for more)` : ""}`;
 }
 
 /**
@@ -103,7 +117,13 @@ export function listCommand<O extends Paging, R extends { total?: bigint }, T>(c
       ctx.show(r, () => {
         const rows = spec.rows(r);
         printTable(rows, spec.columns);
-        if (r.total !== undefined && r.total > 0n) out(pageLine(rows.length, Number(r.total), o.offset));
+        const after = spec.cursor?.after(rows);
+        const cursor = spec.cursor && {
+          from: (o as { before?: string }).before,
+          next: after === undefined ? undefined : `${spec.cursor.option} ${after}`,
+          limit: o.limit,
+        };
+        if (r.total !== undefined && r.total > 0n) out(pageLine(rows.length, Number(r.total), o.offset, cursor));
       });
     });
 }

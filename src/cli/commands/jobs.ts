@@ -17,15 +17,18 @@ function outputFormatOf(obj: JsonObject): string {
 
 /**
  * The jobs the credential may see (`svc jobs ls`, `svc provider jobs`): `cmd`
- * with --status added gets --limit (20) and --offset and prints job, type, status, the
+ * with --status added gets --limit (20), --offset and --before (a cursor) and prints job, type, status, the
  * columns `between`, then when it was submitted.
  */
 export function jobList(ctx: Context, cmd: Command, role: Role | undefined, between: [string, (j: Job) => unknown][]): Command {
+  cmd.option("--before <job_id>", "the jobs after this one in the list (the last of the page before): reaches past --offset's 10,000");
   return listCommand(ctx, cmd, {
     role,
     limit: 20,
-    fetch: (c, o: { status?: string; limit: number; offset: number }) => c.jobs.list({ status: o.status, limit: o.limit, offset: o.offset }),
+    fetch: (c, o: { status?: string; limit: number; offset: number; before?: string }) =>
+      c.jobs.list({ status: o.status, limit: o.limit, offset: o.offset, before: o.before }),
     rows: (r) => r.jobs,
+    cursor: { option: "--before", after: (jobs) => jobs.at(-1)?.jobId },
     columns: [["job", (j) => j.jobId], ["type", (j) => j.jobType], ["status", (j) => statusColour(j.status)], ...between, ["submitted", (j) => j.submittedAt]],
   });
 }
