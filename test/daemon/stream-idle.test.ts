@@ -7,7 +7,7 @@
 // shortened here (the same module instances the in-process server reads).
 import http2 from "node:http2";
 import net from "node:net";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { DaemonMessageSchema, DaemonService } from "../../gen/svc/v1/daemon_pb.js";
@@ -19,12 +19,18 @@ import { makeProvider, makeRenter } from "../helpers/fixtures.js";
 import { client } from "../helpers/http.js";
 import { waitFor } from "./helpers.js";
 
-edgeTimeouts.h2IdleMs = 1500;
-streamTimeouts.helloMs = 1000;
+// Short timeouts for this file, put back after it: a worker runs other files after this one, in the same process.
+const found = { h2IdleMs: edgeTimeouts.h2IdleMs, helloMs: streamTimeouts.helloMs };
+beforeAll(() => {
+  edgeTimeouts.h2IdleMs = 1500;
+  streamTimeouts.helloMs = 1000;
+});
 const srv = useTestServer();
 const sessions: http2.ClientHttp2Session[] = [];
 afterAll(() => {
   for (const s of sessions) s.destroy();
+  edgeTimeouts.h2IdleMs = found.h2IdleMs;
+  streamTimeouts.helloMs = found.helloMs;
 });
 
 const PATH = `/${DaemonService.typeName}/${DaemonService.method.connect.name}`;

@@ -120,10 +120,20 @@ async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   }
 }
 
+// The edge's and the stream's timeouts as this file found them: each describe sets its own and puts
+// them back (a worker runs other files after this one, in the same process).
+const found = { ...edgeTimeouts, helloMs: streamTimeouts.helloMs };
+const putBack = () => {
+  Object.assign(edgeTimeouts, { requestMs: found.requestMs, h2IdleMs: found.h2IdleMs });
+  streamTimeouts.helloMs = found.helloMs;
+};
+
 describe("gRPC/Connect calls count on their IP row as their request starts", () => {
+  // Long enough that the held calls are still waiting when the test ends, on a loaded machine too.
   beforeAll(() => {
-    edgeTimeouts.requestMs = 4000;
+    edgeTimeouts.requestMs = 20_000;
   });
+  afterAll(putBack);
   const srv = useTestServer({ SVC_RATE_LIMITS: "on", SVC_TRUST_PROXY: "on", SVC_RATE_LIMIT_OVERRIDES: `default=${ROW}/60` });
 
   it("counts a Connect unary call whose body stalls, and refuses the one past the row at once, its body unread", async () => {
@@ -136,7 +146,7 @@ describe("gRPC/Connect calls count on their IP row as their request starts", () 
       (async () => {
         while (!past.text().includes("\r\n\r\n{")) await sleep(20);
       })(),
-      1500,
+      8000,
       "the refusal",
     );
     expect(Date.now() - started).toBeLessThan(edgeTimeouts.requestMs / 2);
@@ -146,7 +156,7 @@ describe("gRPC/Connect calls count on their IP row as their request starts", () 
     expect(JSON.parse(past.text().slice(past.text().indexOf("\r\n\r\n") + 4))).toMatchObject({ code: "resource_exhausted" });
     // Its body unread, its connection is closed at once rather than held to the request limit.
     expect(past.text()).toMatch(/\r\nconnection: close\r\n/i);
-    await within(past.closed, 1500, "the refused call's connection closed");
+    await within(past.closed, 8000, "the refused call's connection closed");
     // The first ROW were counted, not refused: still waiting for their bodies.
     for (const h of held) expect(h.status()).toBe("");
   });
@@ -191,6 +201,7 @@ describe("requests that do not arrive in whole within edgeTimeouts.requestMs", (
     edgeTimeouts.h2IdleMs = 1500;
     streamTimeouts.helloMs = 1000;
   });
+  afterAll(putBack);
   const srv = useTestServer();
 
   it("HTTP/1.1: a stalled body or stalled headers are answered 408 and the connection closed, on REST and Connect alike", async () => {
